@@ -1,0 +1,46 @@
+"""agentcore: an embeddable Agent Chat Service (agents, cited answers, search, webhooks)."""
+
+from agentcore.config import Settings
+from agentcore.core import AgentCore
+from agentcore.errors import (
+    AgentCoreError,
+    AuthenticationError,
+    Conflict,
+    InvalidRequest,
+    MethodNotAllowed,
+    NotFound,
+    PayloadTooLarge,
+    PermissionDenied,
+    ProviderError,
+    ProviderTimeout,
+    RateLimited,
+    UnsupportedMediaType,
+    ValidationFailed,
+)
+from agentcore.events import Event, EventBus
+from agentcore.hookspecs import hookimpl
+from agentcore.workspace import Workspace
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AgentCore",
+    "AgentCoreError",
+    "AuthenticationError",
+    "Conflict",
+    "Event",
+    "EventBus",
+    "InvalidRequest",
+    "MethodNotAllowed",
+    "NotFound",
+    "PayloadTooLarge",
+    "PermissionDenied",
+    "ProviderError",
+    "ProviderTimeout",
+    "RateLimited",
+    "Settings",
+    "UnsupportedMediaType",
+    "ValidationFailed",
+    "Workspace",
+    "hookimpl",
+]

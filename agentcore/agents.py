@@ -1,0 +1,124 @@
+"""The agent registry: create, configure, deploy, undeploy and archive agents."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from agentcore.errors import Conflict, NotFound, ValidationFailed
+from agentcore.ids import new_id, utcnow
+from agentcore.models import Agent, AgentCreate, AgentList, AgentStatus, AgentUpdate
+
+if TYPE_CHECKING:
+    from agentcore.workspace import Workspace
+
+# (from, to) pairs that are allowed; anything else is a 409.
+TRANSITIONS: dict[str, set[AgentStatus]] = {
+    "deploy": {"draft"},
+    "undeploy": {"deployed"},
+    "archive": {"draft", "deployed"},
+}
+_TARGET: dict[str, AgentStatus] = {"deploy": "deployed", "undeploy": "draft", "archive": "archived"}
+
+
+class AgentService:
+    """Agents of one workspace; reached as ``workspace.agents``."""
+
+    def __init__(self, workspace: Workspace) -> None:
+        self._ws = workspace
+        self._store = workspace.core.store
+
+    def create(self, spec: AgentCreate | None = None, **fields: object) -> Agent:
+        """Create an agent in ``draft``. Write scope."""
+        self._ws.require("write")
+        spec = spec or AgentCreate.model_validate(fields)
+        now = utcnow()
+        agent = Agent(
+            id=new_id("agt"),
+            status="draft",
+            created_at=now,
+            updated_at=now,
+            **spec.model_dump(),
+        )
+        self._store.insert_agent(self._ws.organization_id, self._ws.environment, agent)
+        return agent
+
+    def get(self, agent_id: str) -> Agent:
+        """One agent of this workspace (archived ones too). Read scope."""
+        self._ws.require("read")
+        agent = self._store.get_agent(self._ws.organization_id, self._ws.environment, agent_id)
+        if agent is None:
+            raise NotFound(f"No agent with id {agent_id!r}.", param="id")
+        return agent
+
+    def list(
+        self,
+        *,
+        limit: int | None = None,
+        starting_after: str | None = None,
+        status: AgentStatus | None = None,
+    ) -> AgentList:
+        """A page of agents, newest first; archived ones only when asked for. Read scope."""
+        self._ws.require("read")
+        statuses: tuple[str, ...] = (status,) if status else ("draft", "deployed")
+        agents, more = self._store.list_agents(
+            self._ws.organization_id,
+            self._ws.environment,
+            limit=self._ws.page_size(limit),
+            starting_after=starting_after,
+            statuses=statuses,
+        )
+        return AgentList(agents=agents, has_more=more)
+
+    def update(self, agent_id: str, changes: AgentUpdate | None = None, **fields: object) -> Agent:
+        """Change the fields given; an archived agent cannot change. Write scope."""
+        self._ws.require("write")
+        changes = changes or AgentUpdate.model_validate(fields)
+        agent = self.get(agent_id)
+        if agent.status == "archived":
+            raise Conflict(
+                "An archived agent cannot be changed.", code="agent_archived", param="id"
+            )
+        given = changes.model_dump(exclude_unset=True)
+        for required in ("name", "role", "system_prompt", "tools", "handoff_on_no_answer"):
+            if required in given and given[required] is None:
+                raise ValidationFailed(f"'{required}' cannot be null.", param=required)
+        given.pop("tools", None)
+        updated = agent.model_copy(update={**given, "updated_at": utcnow()})
+        if changes.tools is not None:
+            updated = updated.model_copy(update={"tools": changes.tools})
+        self._save(updated, agent.status)
+        return updated
+
+    def _save(self, agent: Agent, expected_status: AgentStatus) -> None:
+        ws = self._ws
+        if not self._store.update_agent(
+            ws.organization_id, ws.environment, agent, expected_status=expected_status
+        ):
+            raise Conflict(
+                "The agent changed while this request ran; retry.", code="concurrent_update"
+            )
+
+    def deploy(self, agent_id: str) -> Agent:
+        """``draft`` → ``deployed``. Write scope."""
+        return self._transition(agent_id, "deploy")
+
+    def undeploy(self, agent_id: str) -> Agent:
+        """``deployed`` → ``draft``. Write scope."""
+        return self._transition(agent_id, "undeploy")
+
+    def archive(self, agent_id: str) -> Agent:
+        """Any → ``archived`` (terminal; hidden from lists by default). Write scope."""
+        return self._transition(agent_id, "archive")
+
+    def _transition(self, agent_id: str, action: str) -> Agent:
+        self._ws.require("write")
+        agent = self.get(agent_id)
+        if agent.status not in TRANSITIONS[action]:
+            raise Conflict(
+                f"Cannot {action} an agent that is {agent.status}.",
+                code="invalid_state_transition",
+                param="status",
+            )
+        updated = agent.model_copy(update={"status": _TARGET[action], "updated_at": utcnow()})
+        self._save(updated, agent.status)
+        return updated

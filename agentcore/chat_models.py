@@ -1,0 +1,95 @@
+"""The chat-model plugin interface: what a model is given and what it must return."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
+
+
+@dataclass(frozen=True)
+class Passage:
+    """A retrieved chunk offered to the model; ``id`` is what the model cites."""
+
+    id: str
+    text: str
+    source: str
+    pages: list[int]
+    score: float
+    document_id: str = ""
+
+
+@dataclass(frozen=True)
+class ChatTurn:
+    """One earlier message of the conversation."""
+
+    role: Literal["user", "assistant"]
+    content: str
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """A function the model may call: JSON-Schema ``parameters`` as OpenAI expects."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """A call the model asked for."""
+
+    id: str
+    name: str
+    arguments: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ToolStep:
+    """A tool call made earlier in this turn and the result fed back to the model."""
+
+    call: ToolCall
+    result: str
+
+
+@dataclass(frozen=True)
+class ChatRequest:
+    """Everything a chat model sees for one turn."""
+
+    system_prompt: str
+    message: str
+    passages: list[Passage] = field(default_factory=list)
+    history: list[ChatTurn] = field(default_factory=list)
+    tools: list[ToolSpec] = field(default_factory=list)
+    steps: list[ToolStep] = field(default_factory=list)
+    timeout: float = 30.0
+
+
+@dataclass(frozen=True)
+class ChatResult:
+    """The model's answer.
+
+    ``used_passage_ids`` are the ids of the passages the answer actually relies on
+    (citations are built from these only). ``tool_calls`` non-empty means the model
+    wants tools run before it answers; ``text`` may then be empty.
+    """
+
+    text: str
+    used_passage_ids: list[str] = field(default_factory=list)
+    tool_calls: list[ToolCall] = field(default_factory=list)
+
+
+@runtime_checkable
+class ChatModel(Protocol):
+    """A chat model; ``name`` is what ``agent.model`` refers to."""
+
+    name: str
+
+    def complete(self, request: ChatRequest) -> ChatResult:
+        """Answer one turn.
+
+        Must return within ``request.timeout`` seconds or raise
+        ``agentcore.errors.ProviderTimeout``; any other provider failure raises
+        ``agentcore.errors.ProviderError``. Never hang.
+        """
+        ...

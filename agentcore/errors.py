@@ -1,0 +1,168 @@
+"""The one exception hierarchy of agentcore; every error knows its HTTP status and code.
+
+    AgentCoreError                    500 internal_error
+    ├── InvalidRequest                400 invalid_request     (malformed JSON, bad cursor, ...)
+    ├── AuthenticationError           401 invalid_api_key     (missing, malformed, unknown, ...)
+    ├── PermissionDenied              403 insufficient_scope
+    ├── NotFound                      404 resource_missing    (also other org / environment)
+    ├── MethodNotAllowed              405 method_not_allowed
+    ├── Conflict                      409 conflict            (invalid state transition, ...)
+    ├── PayloadTooLarge               413 payload_too_large
+    ├── UnsupportedMediaType          415 unsupported_media_type
+    ├── ValidationFailed              422 validation_error    (names the offending field)
+    ├── RateLimited                   429 rate_limited        (carries retry_after seconds)
+    ├── ProviderError                 502 provider_error      (a model provider failed)
+    └── ProviderTimeout               504 provider_timeout    (a model provider timed out)
+
+The adapter renders each one as RFC 9457 problem details in one place. Messages never
+contain an API key: callers pass descriptions, never secrets.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+
+class AgentCoreError(Exception):
+    """Base of every error agentcore raises on purpose.
+
+    :param detail: a human-readable explanation specific to this occurrence.
+    :param code: a stable snake_case code; defaults to the class's code.
+    :param param: the request field at fault, when there is one (dotted path).
+    """
+
+    status: ClassVar[int] = 500
+    default_code: ClassVar[str] = "internal_error"
+    title: ClassVar[str] = "Internal Server Error"
+
+    def __init__(
+        self,
+        detail: str,
+        *,
+        code: str | None = None,
+        param: str | None = None,
+        headers: dict[str, str] | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.code = code or self.default_code
+        self.param = param
+        self.headers: dict[str, str] = dict(headers or {})
+        self.extra: dict[str, Any] = dict(extra or {})
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.detail!r}, code={self.code!r}, param={self.param!r})"
+
+
+class InvalidRequest(AgentCoreError):
+    """The request is malformed (bad JSON, bad cursor, unusable input)."""
+
+    status = 400
+    default_code = "invalid_request"
+    title = "Bad Request"
+
+
+class AuthenticationError(AgentCoreError):
+    """No usable API key: missing, malformed, unknown, revoked or expired."""
+
+    status = 401
+    default_code = "invalid_api_key"
+    title = "Unauthorized"
+
+
+class PermissionDenied(AgentCoreError):
+    """The key is valid but lacks the scope the operation needs."""
+
+    status = 403
+    default_code = "insufficient_scope"
+    title = "Forbidden"
+
+
+class NotFound(AgentCoreError):
+    """No such object in this organization and environment (existence never leaks)."""
+
+    status = 404
+    default_code = "resource_missing"
+    title = "Not Found"
+
+
+class MethodNotAllowed(AgentCoreError):
+    """The path exists but not with this HTTP method."""
+
+    status = 405
+    default_code = "method_not_allowed"
+    title = "Method Not Allowed"
+
+
+class Conflict(AgentCoreError):
+    """The request conflicts with the object's state (e.g. an invalid transition)."""
+
+    status = 409
+    default_code = "conflict"
+    title = "Conflict"
+
+
+class PayloadTooLarge(AgentCoreError):
+    """The request body or an uploaded file exceeds a configured limit."""
+
+    status = 413
+    default_code = "payload_too_large"
+    title = "Content Too Large"
+
+
+class UnsupportedMediaType(AgentCoreError):
+    """The request's Content-Type is not one this route accepts."""
+
+    status = 415
+    default_code = "unsupported_media_type"
+    title = "Unsupported Media Type"
+
+
+class ValidationFailed(AgentCoreError):
+    """A field is missing or has a bad value; ``param`` names it."""
+
+    status = 422
+    default_code = "validation_error"
+    title = "Unprocessable Content"
+
+
+class RateLimited(AgentCoreError):
+    """Too many requests for this key; ``retry_after`` says when to come back."""
+
+    status = 429
+    default_code = "rate_limited"
+    title = "Too Many Requests"
+
+
+class ProviderError(AgentCoreError):
+    """A model or embedding provider failed or answered nonsense."""
+
+    status = 502
+    default_code = "provider_error"
+    title = "Bad Gateway"
+
+
+class ProviderTimeout(AgentCoreError):
+    """A model or embedding provider did not answer in time."""
+
+    status = 504
+    default_code = "provider_timeout"
+    title = "Gateway Timeout"
+
+
+__all__ = [
+    "AgentCoreError",
+    "AuthenticationError",
+    "Conflict",
+    "InvalidRequest",
+    "MethodNotAllowed",
+    "NotFound",
+    "PayloadTooLarge",
+    "PermissionDenied",
+    "ProviderError",
+    "ProviderTimeout",
+    "RateLimited",
+    "UnsupportedMediaType",
+    "ValidationFailed",
+]

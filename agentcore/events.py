@@ -1,0 +1,121 @@
+"""The event bus: typed events scoped to a workspace, in-process listeners and sinks."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentcore.errors import ValidationFailed
+from agentcore.ids import new_id, now_iso
+from agentcore.models import Environment
+from agentcore.models import Event as EventPayload
+
+log = logging.getLogger("agentcore.events")
+
+BUILTIN_KINDS: dict[str, str] = {
+    "agent.action": "An agent took an action (knowledge lookup, tool call, reply sent).",
+    "agent.handoff": "An agent needs a human to take over the conversation.",
+    "agent.error": "An agent failed (model provider error or time-out).",
+}
+ANY = "*"
+
+
+@dataclass(frozen=True)
+class Event:
+    """Something that happened in one workspace: ``{id, type, timestamp, data}``."""
+
+    type: str
+    data: dict[str, Any]
+    organization_id: str
+    environment: Environment
+    id: str = field(default_factory=lambda: new_id("evt"))
+    timestamp: str = field(default_factory=now_iso)
+
+    def payload(self) -> EventPayload:
+        """The wire form, as webhooks deliver it (no tenancy fields)."""
+        return EventPayload(id=self.id, type=self.type, timestamp=self.timestamp, data=self.data)
+
+
+Listener = Callable[[Event], None]
+
+
+class EventBus:
+    """Publishes events to durable sinks first, then to in-process listeners.
+
+    Sinks (the webhook outbox) run in the publisher's thread and their failure fails
+    the publish, so an event is never acknowledged without being stored. Listeners are
+    best effort: an exception in one is logged and does not reach the publisher.
+    Publishers never know who listens, so webhook delivery plugs in as a sink.
+    """
+
+    def __init__(self) -> None:
+        self._kinds: dict[str, str] = dict(BUILTIN_KINDS)
+        self._listeners: dict[str, list[Listener]] = {}
+        self._sinks: list[Listener] = []
+        self._lock = threading.Lock()
+
+    @property
+    def kinds(self) -> dict[str, str]:
+        """Registered kinds and their descriptions."""
+        return dict(self._kinds)
+
+    def register_kind(self, kind: str, description: str) -> None:
+        """Make ``kind`` publishable (plugins call this through the event-kinds hook)."""
+        if not kind or "." not in kind or kind == ANY:
+            raise ValueError(f"event kinds look like 'noun.verb', not {kind!r}")
+        self._kinds[kind] = description
+
+    def check_kind(self, kind: str, *, param: str = "events") -> str:
+        """``kind`` if registered, else a 422 listing the known kinds."""
+        if kind not in self._kinds:
+            known = ", ".join(sorted(self._kinds))
+            raise ValidationFailed(
+                f"Unknown event kind {kind!r}; known kinds: {known}.",
+                code="unknown_event_kind",
+                param=param,
+            )
+        return kind
+
+    def subscribe(self, kind: str, callback: Listener) -> Callable[[], None]:
+        """Call ``callback(event)`` for every event of ``kind`` (``"*"`` for all).
+
+        Returns a function that unsubscribes.
+        """
+        if kind != ANY:
+            self.check_kind(kind, param="kind")
+        with self._lock:
+            self._listeners.setdefault(kind, []).append(callback)
+
+        def unsubscribe() -> None:
+            with self._lock:
+                callbacks = self._listeners.get(kind, [])
+                if callback in callbacks:
+                    callbacks.remove(callback)
+
+        return unsubscribe
+
+    def add_sink(self, sink: Listener) -> None:
+        """Add a durable sink: called for every event before listeners; errors propagate."""
+        with self._lock:
+            self._sinks.append(sink)
+
+    def publish(
+        self, kind: str, data: dict[str, Any], *, organization_id: str, environment: Environment
+    ) -> Event:
+        """Create an event, hand it to the sinks, then to the listeners; return it."""
+        self.check_kind(kind, param="type")
+        event = Event(kind, data, organization_id, environment)
+        with self._lock:
+            sinks = list(self._sinks)
+            listeners = [*self._listeners.get(kind, ()), *self._listeners.get(ANY, ())]
+        for sink in sinks:
+            sink(event)
+        for listener in listeners:
+            try:
+                listener(event)
+            except Exception:  # a faulty listener must not break the publisher
+                log.exception("event listener failed for %s %s", event.type, event.id)
+        return event

@@ -1,0 +1,119 @@
+"""The pluggy hook specifications of agentcore: the seams plugins fill.
+
+Built-in features register through these same hooks (see ``agentcore.plugins``);
+third-party plugins are found through the ``agentcore`` entry-point group.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import pluggy
+
+if TYPE_CHECKING:
+    from agentcore.chat_models import ChatModel
+    from agentcore.config import Settings
+    from agentcore.core import AgentCore
+    from agentcore.knowledge.embedders import Embedder
+    from agentcore.storage.base import Store
+    from agentcore.workspace import Workspace
+
+PROJECT = "agentcore"
+
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+
+@hookspec(firstresult=True)
+def agentcore_open_store(url: str, settings: Settings) -> Store | None:  # type: ignore[empty-body]
+    """Open the store that handles ``url``.
+
+    Called once by ``AgentCore.open``. Return a ready ``Store`` (migrations applied)
+    when this plugin handles the URL's scheme, else ``None``; the first non-``None``
+    result wins. The built-in SQLite store handles plain paths, ``:memory:`` and
+    ``sqlite:///path`` URLs.
+
+    :param url: what the host passed to ``AgentCore.open``.
+    :param settings: the core's settings.
+    :return: a ``Store`` or ``None``.
+    """
+
+
+@hookspec
+def agentcore_register_embedders(register: Callable[[Embedder], None], settings: Settings) -> None:
+    """Register embedders by calling ``register(embedder)`` once per embedder.
+
+    Called once when the core starts. ``embedder.name`` must be unique; the core's
+    ``settings.embedder`` picks which one indexes the knowledge core.
+
+    :param register: callback taking an object implementing ``Embedder``.
+    :param settings: the core's settings (base URLs, keys and model names live here).
+    """
+
+
+@hookspec
+def agentcore_register_chat_models(
+    register: Callable[[ChatModel], None], settings: Settings
+) -> None:
+    """Register chat models by calling ``register(model)`` once per model.
+
+    Called once when the core starts. An agent's ``model`` field names one of them;
+    ``settings.default_chat_model`` is used when it names none.
+
+    :param register: callback taking an object implementing ``ChatModel``.
+    :param settings: the core's settings.
+    """
+
+
+@hookspec
+def agentcore_register_event_kinds(register: Callable[[str, str], None]) -> None:
+    """Register extra event kinds by calling ``register(kind, description)``.
+
+    Called once when the core starts. Kinds look like ``noun.verb``; the built-in
+    ones are ``agent.action``, ``agent.handoff`` and ``agent.error``. Only
+    registered kinds can be published or subscribed to by webhooks.
+
+    :param register: callback taking the kind and a one-line description.
+    """
+
+
+@hookspec(firstresult=True)
+def agentcore_run_tool(
+    workspace: Workspace, agent_id: str, name: str, arguments: dict[str, Any]
+) -> Any | None:
+    """Run a tool that an agent's model asked for.
+
+    Called during a chat turn for each tool call the model makes (not for the
+    built-in ``handoff_to_human`` tool). Return the tool's result (anything
+    JSON-serialisable, or a string), which is fed back to the model; return ``None``
+    when this plugin does not run tools of that name. The first non-``None`` result
+    wins. With no implementation answering, the call is reported as an
+    ``agent.action`` event and the model is told the tool is not available here.
+
+    :param workspace: the calling workspace (organization, environment, scopes).
+    :param agent_id: the agent whose model called the tool.
+    :param name: the tool's name, one of the agent's ``tools``.
+    :param arguments: the arguments the model gave, already parsed from JSON.
+    :return: the result, or ``None`` to pass.
+    """
+
+
+@hookspec
+def agentcore_startup(core: AgentCore) -> None:
+    """Called when the core's background workers start (``AgentCore.start``).
+
+    Use it to start a plugin's own workers. Must return quickly.
+
+    :param core: the core being started.
+    """
+
+
+@hookspec
+def agentcore_shutdown(core: AgentCore) -> None:
+    """Called when the core's background workers stop (``AgentCore.stop``/``close``).
+
+    Stop what ``agentcore_startup`` started; must return within a few seconds.
+
+    :param core: the core being stopped.
+    """

@@ -1,0 +1,186 @@
+"""API keys: the ``ak_test_``/``ak_live_`` format, checksums, digests, and key management."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+import zlib
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, cast
+
+from agentcore.errors import AuthenticationError, InvalidRequest, NotFound, ValidationFailed
+from agentcore.ids import isoformat, new_id, random_base62, to_base62, utcnow
+from agentcore.models import ApiKey, Environment, IssuedKey, Scope
+
+if TYPE_CHECKING:
+    from agentcore.storage.base import Store
+
+RANDOM_CHARS = 32  # 32 base62 characters: 190 bits of randomness
+CHECKSUM_CHARS = 6  # base62 CRC32, as GitHub tokens carry
+ENVIRONMENTS: tuple[Environment, ...] = ("test", "live")
+SCOPES: tuple[Scope, ...] = ("read", "write")
+_KEY_PATTERN = re.compile(
+    rf"^ak_(test|live)_([0-9A-Za-z]{{{RANDOM_CHARS}}})([0-9A-Za-z]{{{CHECKSUM_CHARS}}})$"
+)
+
+
+def _checksum(body: str) -> str:
+    return to_base62(zlib.crc32(body.encode()), CHECKSUM_CHARS)
+
+
+def generate_secret(environment: Environment) -> str:
+    """A fresh key secret: ``ak_<env>_`` + 32 random base62 chars + a 6-char checksum."""
+    body = f"ak_{environment}_{random_base62(RANDOM_CHARS)}"
+    return body + _checksum(body)
+
+
+def parse_secret(secret: str) -> Environment | None:
+    """The environment a well-formed secret claims, or ``None`` if it is malformed.
+
+    Checks shape and checksum without touching the store, so typos and garbage are
+    refused cheaply.
+    """
+    match = _KEY_PATTERN.match(secret)
+    if match is None:
+        return None
+    body = secret[:-CHECKSUM_CHARS]
+    if not hmac.compare_digest(_checksum(body), match.group(3)):
+        return None
+    return cast(Environment, match.group(1))
+
+
+def digest(secret: str) -> str:
+    """The SHA-256 hex digest stored in place of a secret."""
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def check_environment(environment: str) -> Environment:
+    """``environment`` if it is ``test`` or ``live``, else a 422 naming it."""
+    if environment not in ENVIRONMENTS:
+        raise ValidationFailed(
+            f"Environment must be 'test' or 'live', not {environment!r}.", param="environment"
+        )
+    return cast(Environment, environment)
+
+
+def check_scopes(scopes: Iterable[str]) -> list[Scope]:
+    """The scopes sorted and unique, or a 422 for an unknown or empty set."""
+    chosen = sorted(set(scopes))
+    unknown = [s for s in chosen if s not in SCOPES]
+    if unknown or not chosen:
+        raise ValidationFailed(
+            f"Scopes must be a non-empty subset of {list(SCOPES)}; got {chosen}.", param="scopes"
+        )
+    return cast(list[Scope], chosen)
+
+
+class KeyManager:
+    """Mints, lists, revokes and rotates keys; reached as ``core.keys``."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    def create(
+        self,
+        organization: str,
+        environment: str,
+        scopes: Iterable[str] = ("read", "write"),
+        *,
+        expires_in: timedelta | None = None,
+        name: str | None = None,
+        rotated_from: str | None = None,
+    ) -> IssuedKey:
+        """Mint a key for the organization named ``organization``; the secret is shown once."""
+        env = check_environment(environment)
+        chosen = check_scopes(scopes)
+        if expires_in is not None and expires_in <= timedelta(0):
+            raise ValidationFailed("expires_in must be positive.", param="expires_in")
+        org = self._store.get_organization_by_name(organization)
+        if org is None:
+            raise NotFound(f"No organization named {organization!r}.", param="organization")
+        secret = generate_secret(env)
+        now = utcnow()
+        record = ApiKey(
+            id=new_id("key"),
+            organization=org.name,
+            environment=env,
+            scopes=chosen,
+            prefix=secret[: len(f"ak_{env}_") + 4],
+            last4=secret[-4:],
+            name=name,
+            created_at=now,
+            expires_at=now + expires_in if expires_in is not None else None,
+            rotated_from=rotated_from,
+        )
+        self._store.insert_key(record, org.id, digest(secret))
+        return IssuedKey(**record.model_dump(), secret=secret)
+
+    def list(self, organization: str) -> list[ApiKey]:
+        """Every key of the organization, newest first (revoked ones included)."""
+        org = self._store.get_organization_by_name(organization)
+        if org is None:
+            raise NotFound(f"No organization named {organization!r}.", param="organization")
+        return self._store.list_keys(org.id)
+
+    def get(self, key_id: str) -> ApiKey:
+        """One key by id."""
+        found = self._store.get_key(key_id)
+        if found is None:
+            raise NotFound(f"No API key with id {key_id!r}.", param="key_id")
+        return found
+
+    def revoke(self, key_id: str) -> ApiKey:
+        """Revoke at once; a running server refuses the key from its next request."""
+        key = self.get(key_id)
+        if key.revoked_at is None:
+            self._store.update_key(key_id, revoked_at=isoformat(utcnow()))
+        return self.get(key_id)
+
+    def rotate(self, key_id: str, *, grace: timedelta = timedelta(hours=24)) -> IssuedKey:
+        """Mint a replacement with the same scopes; the old key keeps working for ``grace``."""
+        old = self.get(key_id)
+        if old.revoked_at is not None:
+            raise InvalidRequest("A revoked key cannot be rotated.", code="key_revoked")
+        if grace < timedelta(0):
+            raise ValidationFailed("The grace period cannot be negative.", param="grace")
+        new = self.create(
+            old.organization,
+            old.environment,
+            old.scopes,
+            name=old.name,
+            rotated_from=old.id,
+            expires_in=(old.expires_at - utcnow()) if old.expires_at else None,
+        )
+        ends = utcnow() + grace
+        if old.expires_at is None or old.expires_at > ends:
+            self._store.update_key(key_id, expires_at=isoformat(ends))
+        return new
+
+    def resolve(self, secret: str | None, *, touch_interval: float) -> tuple[ApiKey, str]:
+        """The key record and organization id behind ``secret``, or a 401 saying why."""
+        if not secret:
+            raise AuthenticationError(
+                "No API key provided. Send 'Authorization: Bearer <key>'.",
+                code="missing_api_key",
+            )
+        if parse_secret(secret) is None:
+            raise AuthenticationError("The API key is malformed.", code="malformed_api_key")
+        wanted = digest(secret)
+        found = self._store.find_key_by_digest(wanted)
+        if found is None or not hmac.compare_digest(found[2], wanted):
+            raise AuthenticationError("The API key is not recognised.", code="invalid_api_key")
+        key, organization_id, _ = found
+        now = utcnow()
+        if key.revoked_at is not None:
+            raise AuthenticationError("The API key has been revoked.", code="api_key_revoked")
+        if key.expires_at is not None and key.expires_at <= now:
+            raise AuthenticationError("The API key has expired.", code="api_key_expired")
+        if key.last_used_at is None or _older_than(key.last_used_at, now, touch_interval):
+            self._store.update_key(key.id, last_used_at=isoformat(now))
+        return key, organization_id
+
+
+def _older_than(moment: datetime, now: datetime, seconds: float) -> bool:
+    return (now - moment).total_seconds() >= seconds

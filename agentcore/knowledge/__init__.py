@@ -1,0 +1,1 @@
+"""The knowledge core: files to pages to chunks to vectors to cosine top-k."""

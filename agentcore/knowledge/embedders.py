@@ -1,0 +1,34 @@
+"""The embedder plugin interface: text in, one float32 row per text out."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal, Protocol, runtime_checkable
+
+import numpy as np
+import numpy.typing as npt
+
+EmbedKind = Literal["query", "passage"]
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """Turns texts into vectors.
+
+    ``name`` identifies the embedder (and so the vector space) in a workspace index;
+    ``dimension`` is the length of every vector it returns. ``kind`` lets asymmetric
+    models (e5 and friends) prefix queries and passages differently; symmetric
+    embedders ignore it.
+    """
+
+    name: str
+    dimension: int
+
+    def embed(self, texts: Sequence[str], kind: EmbedKind = "passage") -> npt.NDArray[np.float32]:
+        """Return an array of shape ``(len(texts), dimension)``, dtype float32.
+
+        Rows need not be normalised (the index normalises them). A row may be all
+        zeros when a text has no features; callers treat that as "no match".
+        Raise ``agentcore.errors.ProviderError``/``ProviderTimeout`` for remote failures.
+        """
+        ...

@@ -1,0 +1,330 @@
+"""Pydantic models that are the wire schema of the /v1 API (and the Python API's returns)."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+Environment = Literal["test", "live"]
+Scope = Literal["read", "write"]
+AgentStatus = Literal["draft", "deployed", "archived"]
+SubscriptionStatus = Literal["active", "disabled"]
+
+HANDOFF_TOOL = "handoff_to_human"
+_TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+class Request(BaseModel):
+    """Base of request bodies: unknown fields are an error, not silently dropped."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class Organization(BaseModel):
+    """A tenant; owns two fully separate environments, ``test`` and ``live``."""
+
+    id: str
+    name: str
+    created_at: datetime
+
+
+class ApiKey(BaseModel):
+    """An API key as listed: never the secret, only a display prefix and last four."""
+
+    id: str
+    organization: str
+    environment: Environment
+    scopes: list[Scope]
+    prefix: str
+    last4: str
+    name: str | None = None
+    created_at: datetime
+    expires_at: datetime | None = None
+    revoked_at: datetime | None = None
+    last_used_at: datetime | None = None
+    rotated_from: str | None = None
+
+
+class IssuedKey(ApiKey):
+    """A key just minted: the only time its ``secret`` is shown."""
+
+    secret: str
+
+
+class VerifyResponse(BaseModel):
+    """Result of ``GET /v1/auth/verify``."""
+
+    status: Literal["authenticated"] = "authenticated"
+    organization: str
+    scope: list[Scope]
+    environment: Environment
+    key_id: str | None = None
+
+
+class ToolDefinition(BaseModel):
+    """A function an agent may call: OpenAI's function shape, JSON-Schema parameters."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(..., description="1-64 letters, digits, '_' or '-'.")
+    description: str = Field("", max_length=1024)
+    parameters: dict[str, Any] = Field(
+        default_factory=lambda: {"type": "object", "properties": {}},
+        description="A JSON Schema of type 'object'.",
+    )
+
+    @field_validator("name")
+    @classmethod
+    def _check_name(cls, value: str) -> str:
+        if not _TOOL_NAME.match(value):
+            raise ValueError("must be 1-64 characters of letters, digits, '_' or '-'")
+        if value == HANDOFF_TOOL:
+            raise ValueError(f"'{HANDOFF_TOOL}' is reserved for the built-in handoff tool")
+        return value
+
+    @field_validator("parameters")
+    @classmethod
+    def _check_parameters(cls, value: dict[str, Any]) -> dict[str, Any]:
+        if value.get("type") != "object":
+            raise ValueError('must be a JSON Schema with "type": "object"')
+        properties = value.get("properties", {})
+        if not isinstance(properties, dict) or not all(
+            isinstance(v, dict) for v in properties.values()
+        ):
+            raise ValueError("'properties' must map names to JSON Schemas")
+        required = value.get("required", [])
+        if not isinstance(required, list) or not all(isinstance(r, str) for r in required):
+            raise ValueError("'required' must be a list of property names")
+        missing = [r for r in required if r not in properties]
+        if missing:
+            raise ValueError(f"'required' names unknown properties: {', '.join(missing)}")
+        return value
+
+
+def _unique_tool_names(tools: list[ToolDefinition]) -> list[ToolDefinition]:
+    names = [tool.name for tool in tools]
+    if len(names) != len(set(names)):
+        raise ValueError("tool names must be unique")
+    return tools
+
+
+class Agent(BaseModel):
+    """An agent: its role, prompt, tools, model and deployment status."""
+
+    id: str
+    role: str
+    status: AgentStatus
+    name: str
+    system_prompt: str
+    tools: list[ToolDefinition]
+    model: str | None = None
+    handoff_on_no_answer: bool = False
+    created_at: datetime
+    updated_at: datetime
+
+
+class AgentCreate(Request):
+    """Body of ``POST /v1/agents``; agents start in ``draft``."""
+
+    name: str = Field("", max_length=200)
+    role: str = Field("assistant", min_length=1, max_length=64)
+    system_prompt: str = Field("", max_length=32_000)
+    tools: list[ToolDefinition] = Field(default_factory=list, max_length=64)
+    model: str | None = Field(None, max_length=200)
+    handoff_on_no_answer: bool = False
+
+    @field_validator("tools")
+    @classmethod
+    def _unique_tools(cls, value: list[ToolDefinition]) -> list[ToolDefinition]:
+        return _unique_tool_names(value)
+
+
+class AgentUpdate(Request):
+    """Body of ``PATCH /v1/agents/{id}``: only the fields given change."""
+
+    name: str | None = Field(None, max_length=200)
+    role: str | None = Field(None, min_length=1, max_length=64)
+    system_prompt: str | None = Field(None, max_length=32_000)
+    tools: list[ToolDefinition] | None = Field(None, max_length=64)
+    model: str | None = Field(None, max_length=200)
+    handoff_on_no_answer: bool | None = None
+
+    @field_validator("tools")
+    @classmethod
+    def _unique_tools(cls, value: list[ToolDefinition] | None) -> list[ToolDefinition] | None:
+        return None if value is None else _unique_tool_names(value)
+
+
+class AgentList(BaseModel):
+    """A page of agents, newest first."""
+
+    agents: list[Agent]
+    has_more: bool
+
+
+class Document(BaseModel):
+    """A document of the knowledge core."""
+
+    id: str
+    source: str
+    content_type: str
+    pages: int
+    chunks: int
+    bytes: int
+    created_at: datetime
+
+
+class DocumentList(BaseModel):
+    """A page of documents, newest first."""
+
+    documents: list[Document]
+    has_more: bool
+
+
+class TextDocumentCreate(Request):
+    """JSON body of ``POST /v1/knowledge/documents``: text with a source name."""
+
+    source: str = Field(..., min_length=1, max_length=255)
+    text: str = Field(..., min_length=1)
+
+
+class SearchRequest(Request):
+    """Body of ``POST /v1/knowledge/search``."""
+
+    query: str = Field(..., min_length=1)
+    top_k: int | None = Field(None, ge=1, description="Default 5, at most 100.")
+    min_score: float | None = Field(None, ge=-1.0, le=1.0)
+
+
+class SearchResult(BaseModel):
+    """One ranked chunk: ``score`` is the cosine similarity to the query."""
+
+    chunk: str
+    score: float
+    source: str
+    pages: list[int]
+    document_id: str
+
+
+class SearchResponse(BaseModel):
+    """Chunks ordered by score, highest first."""
+
+    query: str
+    results: list[SearchResult]
+
+
+class Citation(BaseModel):
+    """A source document and the pages of it an answer used."""
+
+    source: str
+    pages: list[int]
+
+
+class ChatMessageRequest(Request):
+    """Body of ``POST /v1/chat/message``."""
+
+    agentId: str = Field(..., min_length=1, max_length=100)
+    message: str = Field(..., min_length=1)
+    conversationId: str | None = Field(None, min_length=1, max_length=100)
+
+
+class ChatMessageResponse(BaseModel):
+    """The agent's answer, its citations and the conversation it belongs to."""
+
+    agentId: str
+    response: str
+    citations: list[Citation]
+    conversationId: str
+
+
+class Event(BaseModel):
+    """An event as delivered: ``{id, type, timestamp, data}``."""
+
+    id: str
+    type: str
+    timestamp: str
+    data: dict[str, Any]
+
+
+class WebhookSubscribeRequest(Request):
+    """Body of ``POST /v1/webhooks/subscribe``."""
+
+    url: str = Field(..., min_length=1, max_length=2048)
+    events: list[str] = Field(..., min_length=1, max_length=32)
+    description: str | None = Field(None, max_length=500)
+
+
+class WebhookSubscription(BaseModel):
+    """A webhook subscription; the secret is shown only when created or rotated."""
+
+    id: str
+    status: SubscriptionStatus
+    url: str
+    events: list[str]
+    description: str | None = None
+    disabled_reason: str | None = None
+    created_at: datetime
+    updated_at: datetime
+
+
+class WebhookSubscriptionWithSecret(WebhookSubscription):
+    """A subscription with its ``whsec_`` signing secret (shown once)."""
+
+    secret: str
+
+
+class WebhookList(BaseModel):
+    """A page of webhook subscriptions, newest first."""
+
+    webhooks: list[WebhookSubscription]
+    has_more: bool
+
+
+class DeliveryAttempt(BaseModel):
+    """One HTTP attempt of a delivery."""
+
+    attempted_at: datetime
+    status_code: int | None
+    error: str | None
+    duration_ms: float
+
+
+class Delivery(BaseModel):
+    """One event's delivery to one subscription, with its attempts."""
+
+    id: str
+    event_id: str
+    event_type: str
+    status: Literal["pending", "succeeded", "failed"]
+    attempts: list[DeliveryAttempt]
+    next_attempt_at: datetime | None
+    created_at: datetime
+
+
+class DeliveryList(BaseModel):
+    """A page of deliveries, newest first."""
+
+    deliveries: list[Delivery]
+    has_more: bool
+
+
+class Problem(BaseModel):
+    """RFC 9457 problem details, with agentcore's ``code``, ``param`` and ``request_id``."""
+
+    type: str
+    title: str
+    status: int
+    detail: str
+    code: str
+    param: str | None = None
+    request_id: str | None = None
+
+
+class Deleted(BaseModel):
+    """Confirmation that an object was deleted."""
+
+    id: str
+    deleted: Literal[True] = True

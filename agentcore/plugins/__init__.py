@@ -1,0 +1,5 @@
+"""Built-in plugins: registered through the same hooks as third-party ones."""
+
+from __future__ import annotations
+
+DEFAULT_PLUGINS: tuple[str, ...] = ("agentcore.plugins.sqlite_store",)

@@ -1,0 +1,1 @@
+"""Storage backends: the ``Store`` protocol and the embedded SQLite store."""

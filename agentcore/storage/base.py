@@ -1,0 +1,140 @@
+"""The ``Store`` protocol: what the core needs from a backend (SQLite now, PostgreSQL later).
+
+Every method takes plain values and returns models or small dataclasses, commits its
+own transaction, and scopes by (organization_id, environment) where data is tenant
+data — so a PostgreSQL store can implement it without changes to the core.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from agentcore.models import Agent, ApiKey, Document, Organization
+from agentcore.storage.records import KnowledgeState, StoredChunk, VectorSegment
+
+
+class Store(Protocol):
+    """A backend for everything agentcore keeps."""
+
+    url: str
+
+    def close(self) -> None:
+        """Release connections."""
+
+    # organizations and keys
+    def ensure_organization(self, name: str) -> Organization:
+        """The organization named ``name``, created if missing."""
+
+    def get_organization_by_name(self, name: str) -> Organization | None:
+        """The organization named ``name``, or ``None``."""
+
+    def get_organization(self, organization_id: str) -> Organization | None:
+        """The organization with this id, or ``None``."""
+
+    def insert_key(self, key: ApiKey, organization_id: str, digest: str) -> None:
+        """Store a new key's record and the SHA-256 digest of its secret."""
+
+    def find_key_by_digest(self, digest: str) -> tuple[ApiKey, str, str] | None:
+        """``(key, organization_id, stored digest)``, or ``None``."""
+
+    def get_key(self, key_id: str) -> ApiKey | None:
+        """A key by id, or ``None``."""
+
+    def list_keys(self, organization_id: str) -> list[ApiKey]:
+        """Keys of an organization, newest first."""
+
+    def update_key(self, key_id: str, **changes: Any) -> None:
+        """Set ``revoked_at``, ``expires_at``, ``last_used_at`` or ``name``."""
+
+    # agents
+    def insert_agent(self, organization_id: str, environment: str, agent: Agent) -> None:
+        """Store a new agent."""
+
+    def get_agent(self, organization_id: str, environment: str, agent_id: str) -> Agent | None:
+        """An agent of this workspace, or ``None``."""
+
+    def update_agent(
+        self, organization_id: str, environment: str, agent: Agent, *, expected_status: str
+    ) -> bool:
+        """Replace an agent if its status is still ``expected_status``."""
+
+    def list_agents(
+        self,
+        organization_id: str,
+        environment: str,
+        *,
+        limit: int,
+        starting_after: str | None,
+        statuses: tuple[str, ...],
+    ) -> tuple[list[Agent], bool]:
+        """A page of agents with one of ``statuses``, newest first, and ``has_more``."""
+
+    # knowledge
+    def insert_document(
+        self,
+        organization_id: str,
+        environment: str,
+        document: Document,
+        chunks: Sequence[tuple[str, list[int]]],
+        embedder: str,
+        vectors: npt.NDArray[np.float32],
+    ) -> list[int]:
+        """Store a document, its chunks and vectors atomically; return chunk ids."""
+
+    def add_vectors(
+        self,
+        organization_id: str,
+        environment: str,
+        document_id: str | None,
+        embedder: str,
+        dimension: int,
+        ids: npt.NDArray[np.int64],
+        vectors: npt.NDArray[np.float32],
+    ) -> None:
+        """Append vectors as whole-buffer segments."""
+
+    def iter_vector_segments(
+        self, organization_id: str, environment: str
+    ) -> Iterator[VectorSegment]:
+        """Every vector segment of a workspace."""
+
+    def count_vectors(self, organization_id: str, environment: str) -> int:
+        """How many vectors a workspace stores."""
+
+    def replace_all_vectors(
+        self,
+        organization_id: str,
+        environment: str,
+        embedder: str,
+        segments: Sequence[tuple[str | None, npt.NDArray[np.int64], npt.NDArray[np.float32]]],
+        dimension: int,
+    ) -> None:
+        """Swap every vector of a workspace for new ones atomically."""
+
+    def knowledge_state(self, organization_id: str, environment: str) -> KnowledgeState:
+        """Embedder, dimension and version of a workspace index."""
+
+    def get_document(
+        self, organization_id: str, environment: str, document_id: str
+    ) -> Document | None:
+        """A document of this workspace, or ``None``."""
+
+    def list_documents(
+        self, organization_id: str, environment: str, *, limit: int, starting_after: str | None
+    ) -> tuple[list[Document], bool]:
+        """A page of documents, newest first."""
+
+    def delete_document(self, organization_id: str, environment: str, document_id: str) -> bool:
+        """Delete a document with its chunks and vectors; whether it existed."""
+
+    def get_chunks(self, chunk_ids: Sequence[int]) -> dict[int, StoredChunk]:
+        """Chunks by id."""
+
+    def iter_chunk_texts(
+        self, organization_id: str, environment: str
+    ) -> Iterator[tuple[str, list[int], list[str]]]:
+        """``(document_id, chunk ids, texts)`` per document."""

@@ -1,0 +1,63 @@
+"""The embedded SQLite store: the default backend, one file (or ``:memory:``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sqlite_utils import Database as UtilsDatabase
+
+from agentcore.storage.sqlite.agents import AgentStore
+from agentcore.storage.sqlite.connection import Database
+from agentcore.storage.sqlite.knowledge import (
+    KnowledgeState,
+    KnowledgeStore,
+    StoredChunk,
+    VectorSegment,
+)
+from agentcore.storage.sqlite.schema import migrations
+from agentcore.storage.sqlite.tenancy import TenancyStore
+
+
+class SQLiteStore(TenancyStore, AgentStore, KnowledgeStore):
+    """Everything agentcore keeps, in one SQLite database with WAL and migrations."""
+
+    def __init__(self, path: str) -> None:
+        self.db = Database(path)
+        self.url = path
+
+    @classmethod
+    def open(cls, path: str | Path) -> SQLiteStore:
+        """Open (creating if needed) and migrate the database at ``path``."""
+        store = cls(str(path))
+        store.migrate()
+        return store
+
+    def migrate(self) -> None:
+        """Apply pending migrations in one ``BEGIN IMMEDIATE``, so concurrent openers queue."""
+        with self.db.write() as conn:
+            migrations.apply(UtilsDatabase(conn))
+
+    def close(self) -> None:
+        """Close every connection."""
+        self.db.close()
+
+
+def path_for_url(url: str) -> str | None:
+    """The SQLite path a store URL names, or ``None`` if the URL is for another store."""
+    if url == ":memory:" or url == "sqlite://" or url == "sqlite:///:memory:":
+        return ":memory:"
+    if url.startswith("sqlite:///"):
+        return url[len("sqlite:///") :]
+    if "://" in url:
+        return None
+    return url
+
+
+__all__ = [
+    "Database",
+    "KnowledgeState",
+    "SQLiteStore",
+    "StoredChunk",
+    "VectorSegment",
+    "path_for_url",
+]

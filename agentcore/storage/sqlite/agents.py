@@ -1,0 +1,92 @@
+"""SQLite storage of agents."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from typing import Any
+
+from agentcore.models import Agent
+from agentcore.storage.sqlite.connection import Database, page_rows
+
+_WORKSPACE = "organization_id = ? AND environment = ?"
+
+
+def _agent(row: sqlite3.Row) -> Agent:
+    data = dict(row)
+    data["tools"] = json.loads(data["tools"])
+    data["handoff_on_no_answer"] = bool(data["handoff_on_no_answer"])
+    return Agent.model_validate(data)
+
+
+def _columns(agent: Agent) -> dict[str, Any]:
+    data = agent.model_dump(mode="json")
+    data["tools"] = json.dumps(data["tools"])
+    data["handoff_on_no_answer"] = int(agent.handoff_on_no_answer)
+    return data
+
+
+class AgentStore:
+    """Agents, each inside one (organization, environment)."""
+
+    db: Database
+
+    def insert_agent(self, organization_id: str, environment: str, agent: Agent) -> None:
+        """Store a new agent."""
+        data = _columns(agent)
+        data.update(organization_id=organization_id, environment=environment)
+        names = ", ".join(data)
+        marks = ", ".join("?" for _ in data)
+        with self.db.write() as conn:
+            conn.execute(f"INSERT INTO agents ({names}) VALUES ({marks})", list(data.values()))
+
+    def get_agent(self, organization_id: str, environment: str, agent_id: str) -> Agent | None:
+        """The agent with this id in this workspace, or ``None`` (other workspaces' too)."""
+        with self.db.read() as conn:
+            row = conn.execute(
+                f"SELECT * FROM agents WHERE id = ? AND {_WORKSPACE}",
+                [agent_id, organization_id, environment],
+            ).fetchone()
+        return _agent(row) if row else None
+
+    def update_agent(
+        self, organization_id: str, environment: str, agent: Agent, *, expected_status: str
+    ) -> bool:
+        """Replace an agent's fields if its status is still ``expected_status``.
+
+        The check and the write are one statement, so concurrent transitions cannot
+        both win. Returns whether the agent was updated.
+        """
+        data = _columns(agent)
+        agent_id = data.pop("id")
+        data.pop("created_at")
+        assignments = ", ".join(f"{column} = ?" for column in data)
+        with self.db.write() as conn:
+            cursor = conn.execute(
+                f"UPDATE agents SET {assignments} WHERE id = ? AND {_WORKSPACE} AND status = ?",
+                [*data.values(), agent_id, organization_id, environment, expected_status],
+            )
+        return cursor.rowcount == 1
+
+    def list_agents(
+        self,
+        organization_id: str,
+        environment: str,
+        *,
+        limit: int,
+        starting_after: str | None,
+        statuses: tuple[str, ...],
+    ) -> tuple[list[Agent], bool]:
+        """A page of agents whose status is one of ``statuses``, newest first."""
+        marks = ", ".join("?" for _ in statuses)
+        with self.db.read() as conn:
+            rows, more = page_rows(
+                conn,
+                "agents",
+                scope=(organization_id, environment),
+                limit=limit,
+                starting_after=starting_after,
+                filters=f"status IN ({marks})",
+                filter_params=statuses,
+            )
+        return [_agent(row) for row in rows], more

@@ -1,0 +1,151 @@
+"""SQLite connections: one per thread, WAL, busy timeout, BEGIN IMMEDIATE writes."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from agentcore.errors import NotFound
+
+BUSY_TIMEOUT_MS = 30_000
+
+
+class Database:
+    """Hands out connections to one SQLite database, safely across threads.
+
+    File databases get one connection per thread (WAL lets readers run beside the
+    single writer); writes are serialised in-process by a lock and across processes
+    by ``BEGIN IMMEDIATE`` plus a busy timeout, so "database is locked" never reaches
+    a caller under normal load. ``:memory:`` has a single shared connection guarded by
+    the same lock for reads and writes.
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.memory = path == ":memory:"
+        if not self.memory:
+            Path(path).expanduser().resolve().parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.RLock()
+        self._local = threading.local()
+        self._connections: list[sqlite3.Connection] = []
+        self._closed = False
+        self._shared = self._connect() if self.memory else None
+
+    def _connect(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(
+            self.path,
+            isolation_level=None,
+            check_same_thread=False,
+            timeout=BUSY_TIMEOUT_MS / 1000,
+        )
+        conn.row_factory = sqlite3.Row
+        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        conn.execute("PRAGMA foreign_keys = ON")
+        if not self.memory:
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("PRAGMA synchronous = NORMAL")
+        with self._lock:
+            self._connections.append(conn)
+        return conn
+
+    def connection(self) -> sqlite3.Connection:
+        """The calling thread's connection (the shared one for ``:memory:``)."""
+        if self._closed:
+            raise RuntimeError("the store is closed")
+        if self._shared is not None:
+            return self._shared
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = self._connect()
+            self._local.conn = conn
+        return conn
+
+    @contextmanager
+    def read(self) -> Iterator[sqlite3.Connection]:
+        """A connection for reads (autocommit; each statement sees committed data)."""
+        if self.memory:
+            with self._lock:
+                yield self.connection()
+        else:
+            yield self.connection()
+
+    @contextmanager
+    def write(self) -> Iterator[sqlite3.Connection]:
+        """A ``BEGIN IMMEDIATE`` transaction, committed on success, rolled back on error.
+
+        Re-entrant on the same thread: an inner ``write()`` joins the outer transaction.
+        """
+        with self._lock:
+            depth: int = getattr(self._local, "depth", 0)
+            conn = self.connection()
+            if depth:
+                self._local.depth = depth + 1
+                try:
+                    yield conn
+                finally:
+                    self._local.depth = depth
+                return
+            conn.execute("BEGIN IMMEDIATE")
+            self._local.depth = 1
+            try:
+                yield conn
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            else:
+                conn.execute("COMMIT")
+            finally:
+                self._local.depth = 0
+
+    def close(self) -> None:
+        """Close every connection this object opened (any thread)."""
+        with self._lock:
+            self._closed = True
+            for conn in self._connections:
+                try:
+                    conn.close()
+                except sqlite3.Error:  # pragma: no cover - closing is best effort
+                    pass
+            self._connections.clear()
+
+
+def page_rows(
+    conn: sqlite3.Connection,
+    table: str,
+    *,
+    scope: Sequence[Any],
+    limit: int,
+    starting_after: str | None,
+    filters: str = "1 = 1",
+    filter_params: Sequence[Any] = (),
+) -> tuple[list[sqlite3.Row], bool]:
+    """One page of ``table`` newest first, Stripe style: rows after ``starting_after``.
+
+    ``scope`` is ``(organization_id, environment)``; ``filters`` narrows the listing.
+    The cursor must be an id in the same scope (else ``NotFound`` names it), but need
+    not pass the filters: an object that changed status mid-listing still works as a
+    cursor. Returns the rows and whether more follow.
+    """
+    where = f"organization_id = ? AND environment = ? AND ({filters})"
+    params: list[Any] = [*scope, *filter_params]
+    if starting_after is not None:
+        row = conn.execute(
+            f"SELECT seq FROM {table} WHERE id = ? AND organization_id = ? AND environment = ?",
+            [starting_after, *scope],
+        ).fetchone()
+        if row is None:
+            raise NotFound(
+                f"No object with id '{starting_after}' to start after.",
+                param="starting_after",
+            )
+        where += " AND seq < ?"
+        params.append(row["seq"])
+    rows = conn.execute(
+        f"SELECT * FROM {table} WHERE {where} ORDER BY seq DESC LIMIT ?",
+        [*params, limit + 1],
+    ).fetchall()
+    return rows[:limit], len(rows) > limit

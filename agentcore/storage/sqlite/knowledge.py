@@ -1,0 +1,261 @@
+"""SQLite storage of documents, chunks and vector segments (whole buffers, never rows)."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from agentcore.ids import isoformat
+from agentcore.models import Document
+from agentcore.storage.records import KnowledgeState, StoredChunk, VectorSegment
+from agentcore.storage.sqlite.connection import Database, page_rows
+
+_WORKSPACE = "organization_id = ? AND environment = ?"
+SEGMENT_ROWS = 65_536  # ~100 MB of float32 at d=384: far below SQLite's 1 GB blob limit
+
+
+class KnowledgeStore:
+    """Documents, chunks and vectors of each workspace."""
+
+    db: Database
+
+    def insert_document(
+        self,
+        organization_id: str,
+        environment: str,
+        document: Document,
+        chunks: Sequence[tuple[str, list[int]]],
+        embedder: str,
+        vectors: npt.NDArray[np.float32],
+    ) -> list[int]:
+        """Store a document, its chunks and their vectors in one transaction.
+
+        Returns the chunk ids (which are the vector ids). Bumps the workspace version.
+        """
+        with self.db.write() as conn:
+            conn.execute(
+                "INSERT INTO documents (id, organization_id, environment, source, content_type,"
+                " pages, chunks, bytes, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    document.id,
+                    organization_id,
+                    environment,
+                    document.source,
+                    document.content_type,
+                    document.pages,
+                    document.chunks,
+                    document.bytes,
+                    isoformat(document.created_at),
+                ],
+            )
+            ids: list[int] = []
+            for ordinal, (text, pages) in enumerate(chunks):
+                cursor = conn.execute(
+                    "INSERT INTO chunks (document_id, organization_id, environment, ordinal,"
+                    " text, pages) VALUES (?, ?, ?, ?, ?, ?)",
+                    [document.id, organization_id, environment, ordinal, text, json.dumps(pages)],
+                )
+                ids.append(int(cursor.lastrowid or 0))
+            self.add_vectors(
+                organization_id,
+                environment,
+                document.id,
+                embedder,
+                int(vectors.shape[1]),
+                np.asarray(ids, dtype=np.int64),
+                vectors,
+            )
+        return ids
+
+    def add_vectors(
+        self,
+        organization_id: str,
+        environment: str,
+        document_id: str | None,
+        embedder: str,
+        dimension: int,
+        ids: npt.NDArray[np.int64],
+        vectors: npt.NDArray[np.float32],
+    ) -> None:
+        """Append vectors as whole-buffer segments and bump the workspace version."""
+        ids = np.ascontiguousarray(ids, dtype="<i8")
+        vectors = np.ascontiguousarray(vectors, dtype="<f4")
+        if vectors.ndim != 2 or vectors.shape != (len(ids), dimension):
+            raise ValueError("vectors must have shape (len(ids), dimension)")
+        with self.db.write() as conn:
+            for start in range(0, len(ids), SEGMENT_ROWS):
+                part = slice(start, start + SEGMENT_ROWS)
+                conn.execute(
+                    "INSERT INTO vector_segments (organization_id, environment, document_id,"
+                    " embedder, dimension, count, ids, vectors) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    [
+                        organization_id,
+                        environment,
+                        document_id,
+                        embedder,
+                        dimension,
+                        len(ids[part]),
+                        memoryview(ids[part]),
+                        memoryview(vectors[part]),
+                    ],
+                )
+            self._bump(conn, organization_id, environment, embedder, dimension)
+
+    def iter_vector_segments(
+        self, organization_id: str, environment: str
+    ) -> Iterator[VectorSegment]:
+        """Every vector segment of a workspace, oldest first."""
+        with self.db.read() as conn:
+            cursor = conn.execute(
+                "SELECT embedder, dimension, count, ids, vectors FROM vector_segments"
+                f" WHERE {_WORKSPACE} ORDER BY id",
+                [organization_id, environment],
+            )
+            for row in cursor:
+                yield VectorSegment(
+                    row["embedder"], row["dimension"], row["count"], row["ids"], row["vectors"]
+                )
+
+    def count_vectors(self, organization_id: str, environment: str) -> int:
+        """How many vectors a workspace stores."""
+        with self.db.read() as conn:
+            row = conn.execute(
+                f"SELECT COALESCE(SUM(count), 0) FROM vector_segments WHERE {_WORKSPACE}",
+                [organization_id, environment],
+            ).fetchone()
+        return int(row[0])
+
+    def replace_all_vectors(
+        self,
+        organization_id: str,
+        environment: str,
+        embedder: str,
+        segments: Sequence[tuple[str | None, npt.NDArray[np.int64], npt.NDArray[np.float32]]],
+        dimension: int,
+    ) -> None:
+        """Swap every vector of a workspace for new ones (a re-embed), atomically."""
+        with self.db.write() as conn:
+            conn.execute(
+                f"DELETE FROM vector_segments WHERE {_WORKSPACE}", [organization_id, environment]
+            )
+            conn.execute(
+                f"UPDATE knowledge_state SET embedder = ?, dimension = ? WHERE {_WORKSPACE}",
+                [embedder, dimension, organization_id, environment],
+            )
+            for document_id, ids, vectors in segments:
+                self.add_vectors(
+                    organization_id, environment, document_id, embedder, dimension, ids, vectors
+                )
+
+    def knowledge_state(self, organization_id: str, environment: str) -> KnowledgeState:
+        """The embedder, dimension and version of a workspace's index."""
+        with self.db.read() as conn:
+            row = conn.execute(
+                f"SELECT embedder, dimension, version FROM knowledge_state WHERE {_WORKSPACE}",
+                [organization_id, environment],
+            ).fetchone()
+        if row is None:
+            return KnowledgeState(None, None, 0)
+        return KnowledgeState(row["embedder"], row["dimension"], row["version"])
+
+    def _bump(
+        self,
+        conn: sqlite3.Connection,
+        organization_id: str,
+        environment: str,
+        embedder: str | None = None,
+        dimension: int | None = None,
+    ) -> None:
+        conn.execute(
+            "INSERT INTO knowledge_state (organization_id, environment, embedder, dimension,"
+            " version) VALUES (?, ?, ?, ?, 1) ON CONFLICT (organization_id, environment) DO"
+            " UPDATE SET version = version + 1,"
+            " embedder = COALESCE(embedder, excluded.embedder),"
+            " dimension = COALESCE(dimension, excluded.dimension)",
+            [organization_id, environment, embedder, dimension],
+        )
+
+    def get_document(
+        self, organization_id: str, environment: str, document_id: str
+    ) -> Document | None:
+        """A document of this workspace, or ``None``."""
+        with self.db.read() as conn:
+            row = conn.execute(
+                f"SELECT * FROM documents WHERE id = ? AND {_WORKSPACE}",
+                [document_id, organization_id, environment],
+            ).fetchone()
+        return Document.model_validate(dict(row)) if row else None
+
+    def list_documents(
+        self, organization_id: str, environment: str, *, limit: int, starting_after: str | None
+    ) -> tuple[list[Document], bool]:
+        """A page of documents, newest first."""
+        with self.db.read() as conn:
+            rows, more = page_rows(
+                conn,
+                "documents",
+                scope=(organization_id, environment),
+                limit=limit,
+                starting_after=starting_after,
+            )
+        return [Document.model_validate(dict(row)) for row in rows], more
+
+    def delete_document(self, organization_id: str, environment: str, document_id: str) -> bool:
+        """Delete a document, its chunks and vectors in one transaction; bumps the version."""
+        with self.db.write() as conn:
+            cursor = conn.execute(
+                f"DELETE FROM documents WHERE id = ? AND {_WORKSPACE}",
+                [document_id, organization_id, environment],
+            )
+            if cursor.rowcount == 0:
+                return False
+            conn.execute("DELETE FROM chunks WHERE document_id = ?", [document_id])
+            conn.execute(
+                f"DELETE FROM vector_segments WHERE document_id = ? AND {_WORKSPACE}",
+                [document_id, organization_id, environment],
+            )
+            self._bump(conn, organization_id, environment)
+        return True
+
+    def get_chunks(self, chunk_ids: Sequence[int]) -> dict[int, StoredChunk]:
+        """Chunks by id (with their document's source); missing ids are left out."""
+        if not chunk_ids:
+            return {}
+        marks = ", ".join("?" for _ in chunk_ids)
+        with self.db.read() as conn:
+            rows = conn.execute(
+                "SELECT chunks.id, chunks.document_id, chunks.text, chunks.pages,"
+                " documents.source FROM chunks JOIN documents ON documents.id = chunks.document_id"
+                f" WHERE chunks.id IN ({marks})",
+                [int(i) for i in chunk_ids],
+            ).fetchall()
+        return {
+            row["id"]: StoredChunk(
+                row["id"], row["document_id"], row["source"], row["text"], json.loads(row["pages"])
+            )
+            for row in rows
+        }
+
+    def iter_chunk_texts(
+        self, organization_id: str, environment: str
+    ) -> Iterator[tuple[str, list[int], list[str]]]:
+        """``(document_id, chunk ids, chunk texts)`` per document, for re-embedding."""
+        with self.db.read() as conn:
+            documents = [
+                row["id"]
+                for row in conn.execute(
+                    f"SELECT id FROM documents WHERE {_WORKSPACE} ORDER BY seq",
+                    [organization_id, environment],
+                )
+            ]
+        for document_id in documents:
+            with self.db.read() as conn:
+                rows = conn.execute(
+                    "SELECT id, text FROM chunks WHERE document_id = ? ORDER BY ordinal",
+                    [document_id],
+                ).fetchall()
+            yield document_id, [row["id"] for row in rows], [row["text"] for row in rows]

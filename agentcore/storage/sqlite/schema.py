@@ -1,0 +1,226 @@
+"""The SQLite schema, as numbered sqlite-utils migrations (applied in order, once)."""
+
+from __future__ import annotations
+
+from sqlite_utils import Database as UtilsDatabase
+from sqlite_utils import Migrations
+
+migrations = Migrations("agentcore")
+
+
+def _script(db: UtilsDatabase, script: str) -> None:
+    # statement by statement: executescript() would COMMIT the caller's transaction,
+    # and migrations run inside one BEGIN IMMEDIATE so that concurrent openers queue.
+    for statement in script.split(";"):
+        if statement.strip():
+            db.execute(statement)
+
+
+@migrations()
+def m001_tenancy_and_agents(db: UtilsDatabase) -> None:
+    """Organizations, API keys and agents."""
+    _script(
+        db,
+        """
+        CREATE TABLE organizations (
+            id TEXT PRIMARY KEY,
+            name TEXT NOT NULL UNIQUE,
+            created_at TEXT NOT NULL
+        );
+        CREATE TABLE api_keys (
+            id TEXT PRIMARY KEY,
+            organization_id TEXT NOT NULL REFERENCES organizations(id),
+            environment TEXT NOT NULL CHECK (environment IN ('test', 'live')),
+            scopes TEXT NOT NULL,
+            digest TEXT NOT NULL UNIQUE,
+            prefix TEXT NOT NULL,
+            last4 TEXT NOT NULL,
+            name TEXT,
+            created_at TEXT NOT NULL,
+            expires_at TEXT,
+            revoked_at TEXT,
+            last_used_at TEXT,
+            rotated_from TEXT
+        );
+        CREATE INDEX api_keys_org ON api_keys (organization_id);
+        CREATE TABLE agents (
+            seq INTEGER PRIMARY KEY AUTOINCREMENT,
+            id TEXT NOT NULL UNIQUE,
+            organization_id TEXT NOT NULL REFERENCES organizations(id),
+            environment TEXT NOT NULL,
+            name TEXT NOT NULL,
+            role TEXT NOT NULL,
+            status TEXT NOT NULL,
+            system_prompt TEXT NOT NULL,
+            tools TEXT NOT NULL,
+            model TEXT,
+            handoff_on_no_answer INTEGER NOT NULL DEFAULT 0,
+            created_at TEXT NOT NULL,
+            updated_at TEXT NOT NULL
+        );
+        CREATE INDEX agents_workspace ON agents (organization_id, environment, seq);
+        """,
+    )
+
+
+@migrations()
+def m002_knowledge(db: UtilsDatabase) -> None:
+    """Documents, chunks (the integer id is the vector id) and vector segments."""
+    _script(
+        db,
+        """
+        CREATE TABLE documents (
+            seq INTEGER PRIMARY KEY AUTOINCREMENT,
+            id TEXT NOT NULL UNIQUE,
+            organization_id TEXT NOT NULL,
+            environment TEXT NOT NULL,
+            source TEXT NOT NULL,
+            content_type TEXT NOT NULL,
+            pages INTEGER NOT NULL,
+            chunks INTEGER NOT NULL,
+            bytes INTEGER NOT NULL,
+            created_at TEXT NOT NULL
+        );
+        CREATE INDEX documents_workspace ON documents (organization_id, environment, seq);
+        CREATE TABLE chunks (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            document_id TEXT NOT NULL REFERENCES documents(id) ON DELETE CASCADE,
+            organization_id TEXT NOT NULL,
+            environment TEXT NOT NULL,
+            ordinal INTEGER NOT NULL,
+            text TEXT NOT NULL,
+            pages TEXT NOT NULL
+        );
+        CREATE INDEX chunks_document ON chunks (document_id);
+        CREATE INDEX chunks_workspace ON chunks (organization_id, environment);
+        CREATE TABLE vector_segments (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            organization_id TEXT NOT NULL,
+            environment TEXT NOT NULL,
+            document_id TEXT,
+            embedder TEXT NOT NULL,
+            dimension INTEGER NOT NULL,
+            count INTEGER NOT NULL,
+            ids BLOB NOT NULL,
+            vectors BLOB NOT NULL
+        );
+        CREATE INDEX vector_segments_workspace
+            ON vector_segments (organization_id, environment, document_id);
+        CREATE TABLE knowledge_state (
+            organization_id TEXT NOT NULL,
+            environment TEXT NOT NULL,
+            embedder TEXT,
+            dimension INTEGER,
+            version INTEGER NOT NULL DEFAULT 0,
+            PRIMARY KEY (organization_id, environment)
+        );
+        """,
+    )
+
+
+@migrations()
+def m003_events_and_webhooks(db: UtilsDatabase) -> None:
+    """The event log, webhook subscriptions, the delivery outbox and attempts."""
+    _script(
+        db,
+        """
+        CREATE TABLE events (
+            seq INTEGER PRIMARY KEY AUTOINCREMENT,
+            id TEXT NOT NULL UNIQUE,
+            organization_id TEXT NOT NULL,
+            environment TEXT NOT NULL,
+            type TEXT NOT NULL,
+            timestamp TEXT NOT NULL,
+            data TEXT NOT NULL
+        );
+        CREATE INDEX events_workspace ON events (organization_id, environment, seq);
+        CREATE TABLE webhook_subscriptions (
+            seq INTEGER PRIMARY KEY AUTOINCREMENT,
+            id TEXT NOT NULL UNIQUE,
+            organization_id TEXT NOT NULL,
+            environment TEXT NOT NULL,
+            url TEXT NOT NULL,
+            events TEXT NOT NULL,
+            status TEXT NOT NULL,
+            secret TEXT NOT NULL,
+            previous_secret TEXT,
+            previous_secret_expires_at REAL,
+            failing_since REAL,
+            disabled_reason TEXT,
+            created_at TEXT NOT NULL,
+            updated_at TEXT NOT NULL
+        );
+        CREATE INDEX webhook_subscriptions_workspace
+            ON webhook_subscriptions (organization_id, environment, seq);
+        CREATE TABLE webhook_deliveries (
+            seq INTEGER PRIMARY KEY AUTOINCREMENT,
+            id TEXT NOT NULL UNIQUE,
+            event_id TEXT NOT NULL,
+            subscription_id TEXT NOT NULL,
+            organization_id TEXT NOT NULL,
+            environment TEXT NOT NULL,
+            status TEXT NOT NULL,
+            attempts INTEGER NOT NULL DEFAULT 0,
+            next_attempt_at REAL,
+            leased_until REAL,
+            last_status_code INTEGER,
+            last_error TEXT,
+            created_at TEXT NOT NULL,
+            updated_at TEXT NOT NULL
+        );
+        CREATE INDEX webhook_deliveries_due ON webhook_deliveries (status, next_attempt_at);
+        CREATE INDEX webhook_deliveries_subscription
+            ON webhook_deliveries (subscription_id, seq);
+        CREATE TABLE webhook_attempts (
+            seq INTEGER PRIMARY KEY AUTOINCREMENT,
+            delivery_id TEXT NOT NULL,
+            subscription_id TEXT NOT NULL,
+            attempted_at TEXT NOT NULL,
+            status_code INTEGER,
+            error TEXT,
+            duration_ms REAL NOT NULL
+        );
+        CREATE INDEX webhook_attempts_delivery ON webhook_attempts (delivery_id, seq);
+        """,
+    )
+
+
+@migrations()
+def m004_chat_and_idempotency(db: UtilsDatabase) -> None:
+    """Conversations, their messages, and stored idempotent responses."""
+    _script(
+        db,
+        """
+        CREATE TABLE conversations (
+            seq INTEGER PRIMARY KEY AUTOINCREMENT,
+            id TEXT NOT NULL UNIQUE,
+            organization_id TEXT NOT NULL,
+            environment TEXT NOT NULL,
+            agent_id TEXT NOT NULL,
+            created_at TEXT NOT NULL,
+            updated_at TEXT NOT NULL
+        );
+        CREATE INDEX conversations_workspace ON conversations (organization_id, environment);
+        CREATE TABLE messages (
+            seq INTEGER PRIMARY KEY AUTOINCREMENT,
+            conversation_id TEXT NOT NULL REFERENCES conversations(id),
+            role TEXT NOT NULL,
+            content TEXT NOT NULL,
+            citations TEXT NOT NULL DEFAULT '[]',
+            created_at TEXT NOT NULL
+        );
+        CREATE INDEX messages_conversation ON messages (conversation_id, seq);
+        CREATE TABLE idempotency_keys (
+            organization_id TEXT NOT NULL,
+            environment TEXT NOT NULL,
+            key TEXT NOT NULL,
+            fingerprint TEXT NOT NULL,
+            status TEXT NOT NULL,
+            response_status INTEGER,
+            response_body BLOB,
+            response_headers TEXT,
+            created_at REAL NOT NULL,
+            PRIMARY KEY (organization_id, environment, key)
+        );
+        """,
+    )

@@ -1,0 +1,125 @@
+"""SQLite storage of organizations and API keys."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from datetime import datetime
+from typing import Any
+
+from agentcore.ids import isoformat, new_id, now_iso
+from agentcore.models import ApiKey, Organization
+from agentcore.storage.sqlite.connection import Database
+
+
+def _key(row: sqlite3.Row) -> ApiKey:
+    return ApiKey(
+        id=row["id"],
+        organization=row["org_name"],
+        environment=row["environment"],
+        scopes=json.loads(row["scopes"]),
+        prefix=row["prefix"],
+        last4=row["last4"],
+        name=row["name"],
+        created_at=row["created_at"],
+        expires_at=row["expires_at"],
+        revoked_at=row["revoked_at"],
+        last_used_at=row["last_used_at"],
+        rotated_from=row["rotated_from"],
+    )
+
+
+_KEY_SELECT = (
+    "SELECT api_keys.*, organizations.name AS org_name FROM api_keys "
+    "JOIN organizations ON organizations.id = api_keys.organization_id"
+)
+_KEY_COLUMNS = {"revoked_at", "expires_at", "last_used_at", "name"}
+
+
+class TenancyStore:
+    """Organizations and keys; the key secret itself is never stored, only its digest."""
+
+    db: Database
+
+    def ensure_organization(self, name: str) -> Organization:
+        """The organization named ``name``, created if missing."""
+        with self.db.write() as conn:
+            conn.execute(
+                "INSERT INTO organizations (id, name, created_at) VALUES (?, ?, ?) "
+                "ON CONFLICT (name) DO NOTHING",
+                [new_id("org"), name, now_iso()],
+            )
+            row = conn.execute("SELECT * FROM organizations WHERE name = ?", [name]).fetchone()
+        return Organization(**dict(row))
+
+    def get_organization_by_name(self, name: str) -> Organization | None:
+        """The organization named ``name``, or ``None``."""
+        with self.db.read() as conn:
+            row = conn.execute("SELECT * FROM organizations WHERE name = ?", [name]).fetchone()
+        return Organization(**dict(row)) if row else None
+
+    def get_organization(self, organization_id: str) -> Organization | None:
+        """The organization with id ``organization_id``, or ``None``."""
+        with self.db.read() as conn:
+            row = conn.execute(
+                "SELECT * FROM organizations WHERE id = ?", [organization_id]
+            ).fetchone()
+        return Organization(**dict(row)) if row else None
+
+    def insert_key(self, key: ApiKey, organization_id: str, digest: str) -> None:
+        """Store a new key's record and the digest of its secret."""
+        with self.db.write() as conn:
+            conn.execute(
+                "INSERT INTO api_keys (id, organization_id, environment, scopes, digest, prefix,"
+                " last4, name, created_at, expires_at, rotated_from)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    key.id,
+                    organization_id,
+                    key.environment,
+                    json.dumps(key.scopes),
+                    digest,
+                    key.prefix,
+                    key.last4,
+                    key.name,
+                    _iso(key.created_at),
+                    _iso(key.expires_at),
+                    key.rotated_from,
+                ],
+            )
+
+    def find_key_by_digest(self, digest: str) -> tuple[ApiKey, str, str] | None:
+        """``(key, organization_id, stored digest)`` for a digest, or ``None``."""
+        with self.db.read() as conn:
+            row = conn.execute(f"{_KEY_SELECT} WHERE digest = ?", [digest]).fetchone()
+        return (_key(row), row["organization_id"], row["digest"]) if row else None
+
+    def get_key(self, key_id: str) -> ApiKey | None:
+        """A key's record by id, or ``None``."""
+        with self.db.read() as conn:
+            row = conn.execute(f"{_KEY_SELECT} WHERE api_keys.id = ?", [key_id]).fetchone()
+        return _key(row) if row else None
+
+    def list_keys(self, organization_id: str) -> list[ApiKey]:
+        """Every key of an organization, newest first."""
+        with self.db.read() as conn:
+            rows = conn.execute(
+                f"{_KEY_SELECT} WHERE organization_id = ? ORDER BY api_keys.created_at DESC",
+                [organization_id],
+            ).fetchall()
+        return [_key(row) for row in rows]
+
+    def update_key(self, key_id: str, **changes: Any) -> None:
+        """Set ``revoked_at``, ``expires_at``, ``last_used_at`` or ``name`` of a key."""
+        unknown = set(changes) - _KEY_COLUMNS
+        if unknown:
+            raise ValueError(f"cannot update {sorted(unknown)}")
+        assignments = ", ".join(f"{column} = ?" for column in changes)
+        with self.db.write() as conn:
+            conn.execute(
+                f"UPDATE api_keys SET {assignments} WHERE id = ?", [*changes.values(), key_id]
+            )
+
+
+def _iso(value: datetime | None) -> str | None:
+    return None if value is None else isoformat(value)
