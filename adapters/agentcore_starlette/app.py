@@ -1,0 +1,254 @@
+"""create_app: the /v1 API as a Starlette app — auth, body limits, dispatch, problems."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from agentcore import __version__
+from agentcore.config import Settings
+from agentcore.core import AgentCore
+from agentcore.errors import (
+    AgentCoreError,
+    AuthenticationError,
+    InvalidRequest,
+    MethodNotAllowed,
+    NotFound,
+    PayloadTooLarge,
+)
+from agentcore.ids import new_id
+from agentcore_starlette.bodies import (
+    media_type,
+    parse_json,
+    read_limited,
+    require_json,
+    validate,
+)
+from agentcore_starlette.openapi import build_openapi
+from agentcore_starlette.problems import problem_response
+from agentcore_starlette.routes import ROUTES
+from agentcore_starlette.routing import ApiRoute, Call, Upload
+
+log = logging.getLogger("agentcore.http")
+PREFIX = "/v1"
+MULTIPART_OVERHEAD = 64 * 1024
+
+
+class ProblemMiddleware:
+    """Gives every request an id and turns any failure into a problem response.
+
+    Pure ASGI, so it wraps everything, including body reading and routing; an
+    unexpected exception becomes a 500 problem with no stack trace in the body (the
+    trace goes to the log with the request id, never with the Authorization header).
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request_id = new_id("req")
+        scope.setdefault("state", {})["request_id"] = request_id
+        started = False
+
+        async def send_with_id(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+                headers = list(message.get("headers", []))
+                if not any(name.lower() == b"request-id" for name, _ in headers):
+                    headers.append((b"request-id", request_id.encode()))
+                message = {**message, "headers": headers}
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_id)
+        except Exception as exc:
+            if started:  # too late for a problem document; let the server close it
+                raise
+            error = exc if isinstance(exc, AgentCoreError) else None
+            if error is None:
+                log.exception("unhandled error in %s %s [%s]", scope["method"], scope["path"], request_id)
+                error = AgentCoreError("The server hit an unexpected error.")
+            await problem_response(error, request_id)(scope, receive, send)
+
+
+def _request_id(request: Request) -> str | None:
+    value = request.scope.get("state", {}).get("request_id")
+    return value if isinstance(value, str) else None
+
+
+def bearer_token(request: Request) -> str | None:
+    """The key from ``Authorization: Bearer <key>``; 401 for another scheme."""
+    header = request.headers.get("authorization")
+    if header is None:
+        return None
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise AuthenticationError(
+            "Use 'Authorization: Bearer <key>'.", code="malformed_authorization"
+        )
+    return token.strip()
+
+
+class Api:
+    """Turns the route table into Starlette endpoints bound to one core."""
+
+    def __init__(self, core: AgentCore, settings: Settings) -> None:
+        self.core = core
+        self.settings = settings
+
+    def endpoint(self, route: ApiRoute) -> Callable[[Request], Any]:
+        """The Starlette endpoint running ``route``."""
+
+        async def run(request: Request) -> Response:
+            try:
+                secret = bearer_token(request)
+                workspace = await run_in_threadpool(self.core.authenticate, secret)
+            except AuthenticationError as error:
+                error.headers.setdefault("WWW-Authenticate", 'Bearer realm="agentcore"')
+                raise
+            call = Call(workspace, request.path_params, request.query_params, request.headers)
+            await self._read_body(route, request, call)
+            result = await run_in_threadpool(route.handler, call)
+            return Response(
+                result.model_dump_json(),
+                status_code=route.status_code,
+                media_type="application/json",
+            )
+
+        run.__name__ = route.operation_id
+        return run
+
+    async def _read_body(self, route: ApiRoute, request: Request, call: Call) -> None:
+        if route.body == "none":
+            return
+        settings = self.settings
+        if route.body == "json_or_upload" and media_type(request) == "multipart/form-data":
+            call.upload = await self._read_upload(request)
+            return
+        require_json(request)
+        raw = await read_limited(request, settings.max_body_bytes)
+        data = parse_json(raw, max_depth=settings.max_json_depth)
+        assert route.request is not None
+        call.body = validate(route.request, data)
+
+    async def _read_upload(self, request: Request) -> Upload:
+        limit = self.settings.max_upload_bytes
+        raw = await read_limited(request, limit + MULTIPART_OVERHEAD, what="upload")
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if replayed:
+                return {"type": "http.disconnect"}
+            replayed = True
+            return {"type": "http.request", "body": raw, "more_body": False}
+
+        try:
+            form = await Request(request.scope, replay).form(
+                max_files=1, max_fields=8, max_part_size=1024 * 1024
+            )
+        except HTTPException as exc:
+            raise InvalidRequest(f"Bad multipart body: {exc.detail}", param="file") from None
+        file = form.get("file")
+        if file is None or isinstance(file, str):
+            raise InvalidRequest("Send the document as the multipart field 'file'.", param="file")
+        data = await file.read()
+        await form.close()
+        if len(data) > limit:
+            raise PayloadTooLarge(
+                f"The uploaded file exceeds the limit of {limit} bytes.",
+                code="file_too_large",
+                param="file",
+            )
+        return Upload(file.filename or "upload", file.content_type, data)
+
+
+async def _http_exception(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    error: AgentCoreError
+    if exc.status_code == 405:
+        error = MethodNotAllowed(f"{request.method} is not allowed on {request.url.path}.")
+        error.headers.update(exc.headers or {})
+    elif exc.status_code == 404:
+        error = NotFound(f"No route for {request.url.path}.", code="route_not_found")
+    else:
+        error = InvalidRequest(str(exc.detail))
+    return problem_response(error, _request_id(request))
+
+
+async def _core_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, AgentCoreError)
+    return problem_response(exc, _request_id(request))
+
+
+def lifespan_for(core: AgentCore) -> Callable[[Starlette], contextlib.AbstractAsyncContextManager[None]]:
+    """A Starlette lifespan that starts the core's workers and stops them on shutdown.
+
+    Mounted sub-apps do not get lifespan events: a host app passes this (or calls
+    ``core.start()``/``core.stop()`` in its own lifespan).
+    """
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        await run_in_threadpool(core.start)
+        try:
+            yield
+        finally:
+            await run_in_threadpool(core.stop)
+
+    return lifespan
+
+
+def create_app(
+    core: AgentCore,
+    *,
+    routes: Sequence[ApiRoute] | None = None,
+    **settings: Any,
+) -> Starlette:
+    """The /v1 API of ``core`` as a Starlette app.
+
+    :param settings: overrides of ``Settings`` fields for HTTP, e.g.
+        ``max_body_bytes=2_000_000``; the core's settings are the defaults.
+    :param routes: the route table (default: every built-in route).
+
+    Serve it alone (``agentcore serve``) or mount it: ``host.mount("/api",
+    create_app(core))`` serves ``/api/v1/...``.
+    """
+    merged = core.settings.model_copy(update=settings) if settings else core.settings
+    Settings.model_validate(merged.model_dump())  # re-check overrides
+    table = list(routes if routes is not None else ROUTES)
+    api = Api(core, merged)
+    document = json.dumps(build_openapi(table, prefix=PREFIX, version=__version__)).encode()
+
+    async def openapi(request: Request) -> Response:
+        return Response(document, media_type="application/json")
+
+    starlette_routes = [
+        Route(PREFIX + route.path, api.endpoint(route), methods=[route.method])
+        for route in table
+    ]
+    starlette_routes.append(Route(PREFIX + "/openapi.json", openapi, methods=["GET"]))
+    app = Starlette(
+        routes=starlette_routes,
+        exception_handlers={HTTPException: _http_exception, AgentCoreError: _core_error},
+        lifespan=lifespan_for(core),
+    )
+    app.add_middleware(ProblemMiddleware)
+    app.state.core = core
+    app.state.settings = merged
+    return app

@@ -1,0 +1,120 @@
+"""Reading request bodies within limits: size, media type, JSON syntax and depth."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+from starlette.requests import Request
+
+from agentcore.errors import (
+    InvalidRequest,
+    PayloadTooLarge,
+    UnsupportedMediaType,
+    ValidationFailed,
+)
+
+M = TypeVar("M", bound=BaseModel)
+
+
+async def read_limited(request: Request, limit: int, *, what: str = "request body") -> bytes:
+    """The raw body, refused with 413 past ``limit`` bytes without reading it all.
+
+    A declared ``Content-Length`` over the limit is refused before a byte is read;
+    a chunked body is counted as it streams and dropped once it crosses the limit.
+    """
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        try:
+            size = int(declared)
+        except ValueError:
+            raise InvalidRequest("Content-Length is not a number.", code="invalid_request") from None
+        if size > limit:
+            raise _too_large(what, limit)
+    chunks: list[bytes] = []
+    received = 0
+    async for chunk in request.stream():
+        received += len(chunk)
+        if received > limit:
+            raise _too_large(what, limit)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _too_large(what: str, limit: int) -> PayloadTooLarge:
+    return PayloadTooLarge(
+        f"The {what} exceeds the limit of {limit} bytes.", code="body_too_large"
+    )
+
+
+def media_type(request: Request) -> str:
+    """The request's media type, lower case, without parameters."""
+    return request.headers.get("content-type", "").split(";")[0].strip().lower()
+
+
+def require_json(request: Request) -> None:
+    """415 unless the request says ``application/json`` (or a ``+json`` type)."""
+    kind = media_type(request)
+    if kind != "application/json" and not kind.endswith("+json"):
+        raise UnsupportedMediaType(
+            f"Send 'Content-Type: application/json' (got {kind or 'none'!r}).",
+            code="unsupported_media_type",
+        )
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def parse_json(raw: bytes, *, max_depth: int) -> dict[str, Any]:
+    """Decode a JSON object body: 400 for bad syntax, non-objects, NaN, or deep nesting."""
+    try:
+        value = json.loads(raw, parse_constant=_reject_constant)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise InvalidRequest(f"The body is not valid JSON: {exc}.", code="invalid_json") from None
+    if not isinstance(value, dict):
+        raise InvalidRequest("The body must be a JSON object.", code="invalid_json")
+    if _depth(value) > max_depth:
+        raise InvalidRequest(
+            f"The JSON body is nested deeper than {max_depth} levels.", code="json_too_deep"
+        )
+    return value
+
+
+def _depth(value: Any) -> int:
+    # iterative, so a hostile body cannot exhaust the Python stack
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict):
+            deepest = max(deepest, level)
+            stack.extend((child, level + 1) for child in item.values())
+        elif isinstance(item, list):
+            deepest = max(deepest, level)
+            stack.extend((child, level + 1) for child in item)
+    return deepest
+
+
+def validate(model: type[M], data: dict[str, Any]) -> M:
+    """``data`` as ``model``, or 422 naming the first offending field (all in ``errors``)."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise validation_failed(exc) from None
+
+
+def validation_failed(exc: ValidationError) -> ValidationFailed:
+    """A pydantic error as a 422 whose ``param`` is the first bad field's dotted path."""
+    errors = [
+        {"param": ".".join(str(part) for part in err["loc"]) or None, "message": err["msg"]}
+        for err in exc.errors(include_url=False, include_input=False)
+    ]
+    first = errors[0]
+    where = f" ({first['param']})" if first["param"] else ""
+    return ValidationFailed(
+        f"Invalid value{where}: {first['message']}.",
+        param=first["param"],
+        extra={"errors": errors},
+    )

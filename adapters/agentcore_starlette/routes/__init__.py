@@ -1,0 +1,8 @@
+"""The /v1 route table, one module per resource."""
+
+from __future__ import annotations
+
+from agentcore_starlette.routes import agents, auth
+from agentcore_starlette.routing import ApiRoute
+
+ROUTES: list[ApiRoute] = [*auth.ROUTES, *agents.ROUTES]

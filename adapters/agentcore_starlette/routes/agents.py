@@ -1,0 +1,97 @@
+"""Routes: /v1/agents — list, create, get, update, archive, deploy, undeploy."""
+
+from __future__ import annotations
+
+from typing import cast
+
+from agentcore.models import Agent, AgentCreate, AgentList, AgentStatus, AgentUpdate
+from agentcore_starlette.routing import PAGINATION, ApiRoute, Call, QueryParam
+
+STATUSES = ("draft", "deployed", "archived")
+
+
+def list_agents(call: Call) -> AgentList:
+    """A page of agents, newest first (archived ones with ``status=archived``)."""
+    status = call.str_query("status", STATUSES)
+    return call.workspace.agents.list(
+        limit=call.int_query("limit"),
+        starting_after=call.str_query("starting_after"),
+        status=cast(AgentStatus | None, status),
+    )
+
+
+def create_agent(call: Call) -> Agent:
+    """Create an agent in ``draft``."""
+    return call.workspace.agents.create(cast(AgentCreate, call.body))
+
+
+def get_agent(call: Call) -> Agent:
+    """One agent."""
+    return call.workspace.agents.get(call.path["agent_id"])
+
+
+def update_agent(call: Call) -> Agent:
+    """Change the fields given."""
+    return call.workspace.agents.update(call.path["agent_id"], cast(AgentUpdate, call.body))
+
+
+def archive_agent(call: Call) -> Agent:
+    """Archive an agent (terminal)."""
+    return call.workspace.agents.archive(call.path["agent_id"])
+
+
+def deploy_agent(call: Call) -> Agent:
+    """``draft`` → ``deployed``."""
+    return call.workspace.agents.deploy(call.path["agent_id"])
+
+
+def undeploy_agent(call: Call) -> Agent:
+    """``deployed`` → ``draft``."""
+    return call.workspace.agents.undeploy(call.path["agent_id"])
+
+
+_ONE = "/agents/{agent_id}"
+ROUTES = [
+    ApiRoute(
+        "GET",
+        "/agents",
+        list_agents,
+        AgentList,
+        "List agents",
+        "read",
+        "agents",
+        query=(
+            *PAGINATION,
+            QueryParam("status", {"type": "string", "enum": list(STATUSES)}, "Filter by status."),
+        ),
+    ),
+    ApiRoute(
+        "POST",
+        "/agents",
+        create_agent,
+        Agent,
+        "Create an agent",
+        "write",
+        "agents",
+        body="json",
+        request=AgentCreate,
+        status_code=201,
+    ),
+    ApiRoute("GET", _ONE, get_agent, Agent, "Retrieve an agent", "read", "agents"),
+    ApiRoute(
+        "PATCH",
+        _ONE,
+        update_agent,
+        Agent,
+        "Update an agent",
+        "write",
+        "agents",
+        body="json",
+        request=AgentUpdate,
+    ),
+    ApiRoute("DELETE", _ONE, archive_agent, Agent, "Archive an agent", "write", "agents"),
+    ApiRoute("POST", _ONE + "/deploy", deploy_agent, Agent, "Deploy an agent", "write", "agents"),
+    ApiRoute(
+        "POST", _ONE + "/undeploy", undeploy_agent, Agent, "Undeploy an agent", "write", "agents"
+    ),
+]

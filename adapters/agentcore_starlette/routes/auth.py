@@ -1,0 +1,16 @@
+"""Route: GET /v1/auth/verify."""
+
+from __future__ import annotations
+
+from agentcore.models import VerifyResponse
+from agentcore_starlette.routing import ApiRoute, Call
+
+
+def verify_key(call: Call) -> VerifyResponse:
+    """Who the key belongs to and what it may do."""
+    return call.workspace.verify()
+
+
+ROUTES = [
+    ApiRoute("GET", "/auth/verify", verify_key, VerifyResponse, "Verify the API key", "any", "auth"),
+]

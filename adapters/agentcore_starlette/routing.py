@@ -1,0 +1,97 @@
+"""Declarative API routes: one table drives dispatch, body parsing and the OpenAPI document."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import BaseModel
+from starlette.datastructures import Headers, QueryParams
+
+from agentcore.errors import ValidationFailed
+from agentcore.workspace import Workspace
+
+BodyKind = Literal["none", "json", "json_or_upload"]
+
+
+@dataclass(frozen=True)
+class Upload:
+    """A file sent as multipart ``file``."""
+
+    filename: str
+    content_type: str | None
+    data: bytes
+
+
+@dataclass
+class Call:
+    """What a handler gets: the caller's workspace and the parsed request."""
+
+    workspace: Workspace
+    path: Mapping[str, str]
+    query: QueryParams
+    headers: Headers
+    body: Any = None
+    upload: Upload | None = None
+
+    def int_query(self, name: str) -> int | None:
+        """An integer query parameter, or 422 naming it."""
+        raw = self.query.get(name)
+        if raw is None or raw == "":
+            return None
+        try:
+            return int(raw)
+        except ValueError:
+            raise ValidationFailed(f"'{name}' must be an integer.", param=name) from None
+
+    def str_query(self, name: str, choices: tuple[str, ...] | None = None) -> str | None:
+        """A string query parameter (one of ``choices`` if given), or 422 naming it."""
+        raw = self.query.get(name)
+        if raw is None or raw == "":
+            return None
+        if choices is not None and raw not in choices:
+            raise ValidationFailed(f"'{name}' must be one of {', '.join(choices)}.", param=name)
+        return raw
+
+
+@dataclass(frozen=True)
+class QueryParam:
+    """A documented query parameter."""
+
+    name: str
+    schema: dict[str, Any]
+    description: str = ""
+
+
+PAGINATION = (
+    QueryParam("limit", {"type": "integer", "minimum": 1, "maximum": 100}, "Page size."),
+    QueryParam("starting_after", {"type": "string"}, "Id of the last object of the previous page."),
+)
+
+
+@dataclass(frozen=True)
+class ApiRoute:
+    """One operation of the /v1 API.
+
+    ``handler(call)`` runs in a worker thread and returns a pydantic model (or a
+    ``(status, model)`` pair). ``scope`` is informational: the core checks scopes.
+    """
+
+    method: str
+    path: str
+    handler: Callable[[Call], Any]
+    response: type[BaseModel]
+    summary: str
+    scope: Literal["any", "read", "write"]
+    tag: str
+    body: BodyKind = "none"
+    request: type[BaseModel] | None = None
+    status_code: int = 200
+    query: tuple[QueryParam, ...] = field(default_factory=tuple)
+    idempotent_post: bool = True
+
+    @property
+    def operation_id(self) -> str:
+        """The OpenAPI operationId: the handler's name."""
+        return self.handler.__name__
