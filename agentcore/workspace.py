@@ -12,6 +12,7 @@ from agentcore.models import Environment, Scope, VerifyResponse
 
 if TYPE_CHECKING:
     from agentcore.core import AgentCore
+    from agentcore.knowledge.service import KnowledgeService
 
 
 class Workspace:
@@ -83,3 +84,10 @@ class Workspace:
     def agents(self) -> AgentService:
         """The agent registry of this workspace."""
         return AgentService(self)
+
+    @cached_property
+    def knowledge(self) -> KnowledgeService:
+        """The knowledge core of this workspace: documents and search."""
+        from agentcore.knowledge.service import KnowledgeService
+
+        return KnowledgeService(self)

@@ -2,4 +2,7 @@
 
 from __future__ import annotations
 
-DEFAULT_PLUGINS: tuple[str, ...] = ("agentcore.plugins.sqlite_store",)
+DEFAULT_PLUGINS: tuple[str, ...] = (
+    "agentcore.plugins.sqlite_store",
+    "agentcore.plugins.hashing_embedder",
+)

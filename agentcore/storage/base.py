@@ -82,8 +82,12 @@ class Store(Protocol):
         chunks: Sequence[tuple[str, list[int]]],
         embedder: str,
         vectors: npt.NDArray[np.float32],
+        keep: npt.NDArray[np.bool_],
     ) -> list[int]:
-        """Store a document, its chunks and vectors atomically; return chunk ids."""
+        """Store a document, its chunks and the ``keep`` rows' vectors atomically."""
+
+    def chunk_ids(self, organization_id: str, environment: str, document_id: str) -> list[int]:
+        """The chunk ids of a document."""
 
     def add_vectors(
         self,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agentcore_starlette.routes import agents, auth
+from agentcore_starlette.routes import agents, auth, knowledge
 from agentcore_starlette.routing import ApiRoute
 
-ROUTES: list[ApiRoute] = [*auth.ROUTES, *agents.ROUTES]
+ROUTES: list[ApiRoute] = [*auth.ROUTES, *agents.ROUTES, *knowledge.ROUTES]

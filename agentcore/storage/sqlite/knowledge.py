@@ -31,10 +31,12 @@ class KnowledgeStore:
         chunks: Sequence[tuple[str, list[int]]],
         embedder: str,
         vectors: npt.NDArray[np.float32],
+        keep: npt.NDArray[np.bool_],
     ) -> list[int]:
-        """Store a document, its chunks and their vectors in one transaction.
+        """Store a document, its chunks and the vectors of the ``keep`` rows atomically.
 
-        Returns the chunk ids (which are the vector ids). Bumps the workspace version.
+        Returns every chunk id (chunk ids are the vector ids); chunks outside ``keep``
+        (no features, so a zero vector) are stored but not indexed. Bumps the version.
         """
         with self.db.write() as conn:
             conn.execute(
@@ -66,10 +68,19 @@ class KnowledgeStore:
                 document.id,
                 embedder,
                 int(vectors.shape[1]),
-                np.asarray(ids, dtype=np.int64),
-                vectors,
+                np.asarray(ids, dtype=np.int64)[keep],
+                vectors[keep],
             )
         return ids
+
+    def chunk_ids(self, organization_id: str, environment: str, document_id: str) -> list[int]:
+        """The chunk ids of a document of this workspace."""
+        with self.db.read() as conn:
+            rows = conn.execute(
+                f"SELECT id FROM chunks WHERE document_id = ? AND {_WORKSPACE}",
+                [document_id, organization_id, environment],
+            ).fetchall()
+        return [row["id"] for row in rows]
 
     def add_vectors(
         self,

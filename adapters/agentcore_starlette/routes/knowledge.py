@@ -1,0 +1,92 @@
+"""Routes: /v1/knowledge — documents (upload, list, get, delete) and search."""
+
+from __future__ import annotations
+
+from typing import cast
+
+from agentcore.models import (
+    Deleted,
+    Document,
+    DocumentList,
+    SearchRequest,
+    SearchResponse,
+    TextDocumentCreate,
+)
+from agentcore_starlette.routing import PAGINATION, ApiRoute, Call
+
+
+def create_document(call: Call) -> Document:
+    """Ingest a PDF, Markdown or text file (multipart ``file``) or JSON ``{source, text}``."""
+    knowledge = call.workspace.knowledge
+    if call.upload is not None:
+        upload = call.upload
+        return knowledge.ingest_file(
+            upload.data, filename=upload.filename, content_type=upload.content_type
+        )
+    body = cast(TextDocumentCreate, call.body)
+    return knowledge.ingest_text(body.source, body.text)
+
+
+def list_documents(call: Call) -> DocumentList:
+    """A page of documents, newest first."""
+    return call.workspace.knowledge.list(
+        limit=call.int_query("limit"), starting_after=call.str_query("starting_after")
+    )
+
+
+def get_document(call: Call) -> Document:
+    """One document."""
+    return call.workspace.knowledge.get(call.path["document_id"])
+
+
+def delete_document(call: Call) -> Deleted:
+    """Delete a document and its chunks."""
+    return call.workspace.knowledge.delete(call.path["document_id"])
+
+
+def search_knowledge(call: Call) -> SearchResponse:
+    """Chunks ranked by cosine similarity to the query."""
+    body = cast(SearchRequest, call.body)
+    return call.workspace.knowledge.search(
+        body.query, top_k=body.top_k, min_score=body.min_score
+    )
+
+
+_ONE = "/knowledge/documents/{document_id}"
+ROUTES = [
+    ApiRoute(
+        "POST",
+        "/knowledge/documents",
+        create_document,
+        Document,
+        "Add a document",
+        "write",
+        "knowledge",
+        body="json_or_upload",
+        request=TextDocumentCreate,
+        status_code=201,
+    ),
+    ApiRoute(
+        "GET",
+        "/knowledge/documents",
+        list_documents,
+        DocumentList,
+        "List documents",
+        "read",
+        "knowledge",
+        query=PAGINATION,
+    ),
+    ApiRoute("GET", _ONE, get_document, Document, "Retrieve a document", "read", "knowledge"),
+    ApiRoute("DELETE", _ONE, delete_document, Deleted, "Delete a document", "write", "knowledge"),
+    ApiRoute(
+        "POST",
+        "/knowledge/search",
+        search_knowledge,
+        SearchResponse,
+        "Search the knowledge core",
+        "read",
+        "knowledge",
+        body="json",
+        request=SearchRequest,
+    ),
+]

@@ -1,0 +1,148 @@
+"""The per-core cache of workspace indexes, kept in step with the store by a version."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypeVar
+
+import numpy as np
+import numpy.typing as npt
+
+from agentcore.errors import Conflict, InvalidRequest
+from agentcore.knowledge.embedders import Embedder
+from agentcore.knowledge.index import VectorIndex
+from agentcore.storage.records import KnowledgeState
+
+if TYPE_CHECKING:
+    from agentcore.core import AgentCore
+
+T = TypeVar("T")
+Key = tuple[str, str]
+
+
+@dataclass
+class _Entry:
+    version: int
+    index: VectorIndex
+
+
+class IndexCache:
+    """Loads each workspace's index once and shares it between threads.
+
+    The store keeps a per-workspace version that every knowledge write bumps. A
+    reader whose cached version differs from the store's reloads (so another process
+    writing the same store is noticed); a write made through this cache applies its
+    change to the cached index in place when nothing else changed in between.
+    """
+
+    def __init__(self, core: AgentCore) -> None:
+        self._core = core
+        self._entries: dict[Key, _Entry] = {}
+        self._locks: dict[Key, threading.RLock] = {}
+        self._guard = threading.Lock()
+
+    def _lock(self, key: Key) -> threading.RLock:
+        with self._guard:
+            return self._locks.setdefault(key, threading.RLock())
+
+    def embedder(self) -> Embedder:
+        """The configured embedder, or a 400 naming the ones registered."""
+        name = self._core.settings.embedder
+        embedder = self._core.embedders.get(name)
+        if embedder is None:
+            known = ", ".join(sorted(self._core.embedders)) or "none"
+            raise InvalidRequest(
+                f"The configured embedder {name!r} is not registered (registered: {known}).",
+                code="embedder_unavailable",
+            )
+        return embedder
+
+    def get(self, organization_id: str, environment: str) -> VectorIndex:
+        """The current index of a workspace (re-embedded first if the embedder changed)."""
+        key = (organization_id, environment)
+        store = self._core.store
+        state = store.knowledge_state(organization_id, environment)
+        entry = self._entries.get(key)
+        if entry is not None and entry.version == state.version:
+            return entry.index
+        with self._lock(key):
+            state = self._ensure_embedder(organization_id, environment)
+            entry = self._entries.get(key)
+            if entry is not None and entry.version == state.version:
+                return entry.index
+            dimension = state.dimension or self.embedder().dimension
+            segments = [
+                (s.ids, s.vectors)
+                for s in store.iter_vector_segments(organization_id, environment)
+            ]
+            total = sum(len(ids) // 8 for ids, _ in segments)
+            index = VectorIndex.from_segments(dimension, segments, total_rows=total)
+            self._entries[key] = _Entry(state.version, index)
+            return index
+
+    def write(
+        self,
+        organization_id: str,
+        environment: str,
+        store_write: Callable[[], T],
+        apply: Callable[[VectorIndex], None],
+    ) -> T:
+        """Run ``store_write`` then mirror it with ``apply`` on the cached index.
+
+        Serialised per workspace, so versions advance one at a time; if another
+        writer (another process) got in between, the cache is dropped and reloads.
+        """
+        key = (organization_id, environment)
+        with self._lock(key):
+            self._ensure_embedder(organization_id, environment)
+            before = self._entries.get(key)
+            result = store_write()
+            state = self._core.store.knowledge_state(organization_id, environment)
+            if before is not None and before.version + 1 == state.version:
+                apply(before.index)
+                before.version = state.version
+            else:
+                self._entries.pop(key, None)
+            return result
+
+    def _ensure_embedder(self, organization_id: str, environment: str) -> KnowledgeState:
+        store = self._core.store
+        state = store.knowledge_state(organization_id, environment)
+        embedder = self.embedder()
+        if state.embedder is None or state.embedder != embedder.name:
+            if state.embedder is not None:
+                self._reembed(organization_id, environment, embedder)
+                state = store.knowledge_state(organization_id, environment)
+        elif state.dimension is not None and state.dimension != embedder.dimension:
+            raise Conflict(
+                f"The index was built by {state.embedder!r} with dimension {state.dimension},"
+                f" but that embedder now returns {embedder.dimension}.",
+                code="embedder_dimension_mismatch",
+            )
+        return state
+
+    def _reembed(self, organization_id: str, environment: str, embedder: Embedder) -> None:
+        segments: list[tuple[str | None, npt.NDArray[np.int64], npt.NDArray[np.float32]]] = []
+        for document_id, ids, texts in self._core.store.iter_chunk_texts(
+            organization_id, environment
+        ):
+            if not texts:
+                continue
+            vectors = embedder.embed(texts, kind="passage")
+            keep = nonzero_rows(vectors)
+            segments.append(
+                (document_id, np.asarray(ids, dtype=np.int64)[keep], vectors[keep])
+            )
+        self._core.store.replace_all_vectors(
+            organization_id, environment, embedder.name, segments, embedder.dimension
+        )
+        self._entries.pop((organization_id, environment), None)
+
+
+
+def nonzero_rows(vectors: npt.NDArray[np.float32]) -> npt.NDArray[np.bool_]:
+    """A mask of rows that are finite and not all zeros (the index refuses the others)."""
+    finite = np.isfinite(vectors).all(axis=1)
+    return finite & (np.abs(vectors).sum(axis=1) > 0)

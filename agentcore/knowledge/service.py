@@ -1,0 +1,206 @@
+"""KnowledgeService: ingest, list, delete and search the documents of one workspace."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from agentcore.errors import NotFound, PayloadTooLarge, ValidationFailed
+from agentcore.ids import new_id, utcnow
+from agentcore.knowledge.cache import IndexCache, nonzero_rows
+from agentcore.knowledge.chunking import chunk_pages
+from agentcore.knowledge.index import VectorIndex
+from agentcore.knowledge.ingest import ParsedDocument, parse_document, parse_text
+from agentcore.models import Deleted, Document, DocumentList, SearchResponse, SearchResult
+
+if TYPE_CHECKING:
+    from agentcore.workspace import Workspace
+
+
+def index_cache(workspace: Workspace) -> IndexCache:
+    """The core's shared index cache."""
+    cache: IndexCache = workspace.core.service("index_cache", IndexCache)
+    return cache
+
+
+class KnowledgeService:
+    """The knowledge core of one workspace; reached as ``workspace.knowledge``."""
+
+    def __init__(self, workspace: Workspace) -> None:
+        self._ws = workspace
+        self._store = workspace.core.store
+        self._settings = workspace.core.settings
+        self._cache = index_cache(workspace)
+
+    # ingestion -----------------------------------------------------------------
+
+    def ingest_file(
+        self, data: bytes, *, filename: str, content_type: str | None = None
+    ) -> Document:
+        """Parse, chunk, embed and store a PDF, Markdown or text file. Write scope.
+
+        Either the whole document is stored (document, chunks, vectors in one
+        transaction) or nothing is.
+        """
+        self._ws.require("write")
+        parsed = parse_document(
+            data,
+            filename,
+            content_type,
+            max_bytes=self._settings.max_upload_bytes,
+            max_pages=self._settings.max_pdf_pages,
+        )
+        return self._store_parsed(parsed, len(data))
+
+    def ingest_text(self, source: str, text: str) -> Document:
+        """Store plain text under a source name (one page). Write scope."""
+        self._ws.require("write")
+        encoded = len(text.encode())
+        if encoded > self._settings.max_upload_bytes:
+            raise PayloadTooLarge(
+                f"The text exceeds the limit of {self._settings.max_upload_bytes} bytes.",
+                code="file_too_large",
+                param="text",
+            )
+        return self._store_parsed(parse_text(source, text), encoded)
+
+    def _store_parsed(self, parsed: ParsedDocument, size: int) -> Document:
+        chunks = chunk_pages(
+            parsed.pages,
+            target_chars=self._settings.chunk_target_chars,
+            overlap_chars=self._settings.chunk_overlap_chars,
+        )
+        if not chunks:
+            raise ValidationFailed(
+                "The document has no text to index.", code="no_text", param="file"
+            )
+        embedder = self._cache.embedder()
+        vectors = embedder.embed([chunk.text for chunk in chunks], kind="passage")
+        document = Document(
+            id=new_id("doc"),
+            source=parsed.source,
+            content_type=parsed.content_type,
+            pages=len(parsed.pages),
+            chunks=len(chunks),
+            bytes=size,
+            created_at=utcnow(),
+        )
+        keep = nonzero_rows(vectors)
+        ws = self._ws
+        added: list[int] = []
+
+        def store_write() -> None:
+            ids = self._store.insert_document(
+                ws.organization_id,
+                ws.environment,
+                document,
+                [(chunk.text, chunk.pages) for chunk in chunks],
+                embedder.name,
+                vectors,
+                keep,
+            )
+            added.extend(ids)
+
+        def apply(index: VectorIndex) -> None:
+            index.add(np.asarray(added, dtype=np.int64)[keep], vectors[keep])
+
+        self._cache.write(ws.organization_id, ws.environment, store_write, apply)
+        return document
+
+    # documents -----------------------------------------------------------------
+
+    def get(self, document_id: str) -> Document:
+        """One document. Read scope."""
+        self._ws.require("read")
+        document = self._store.get_document(
+            self._ws.organization_id, self._ws.environment, document_id
+        )
+        if document is None:
+            raise NotFound(f"No document with id {document_id!r}.", param="id")
+        return document
+
+    def list(self, *, limit: int | None = None, starting_after: str | None = None) -> DocumentList:
+        """A page of documents, newest first. Read scope."""
+        self._ws.require("read")
+        documents, more = self._store.list_documents(
+            self._ws.organization_id,
+            self._ws.environment,
+            limit=self._ws.page_size(limit),
+            starting_after=starting_after,
+        )
+        return DocumentList(documents=documents, has_more=more)
+
+    def delete(self, document_id: str) -> Deleted:
+        """Delete a document; its chunks leave search at once. Write scope."""
+        self._ws.require("write")
+        ws = self._ws
+        chunk_ids: list[int] = []
+
+        def store_write() -> bool:
+            chunk_ids.extend(self._store.chunk_ids(ws.organization_id, ws.environment, document_id))
+            return self._store.delete_document(ws.organization_id, ws.environment, document_id)
+
+        def apply(index: VectorIndex) -> None:
+            index.remove(np.asarray(chunk_ids, dtype=np.int64))
+
+        if not self._cache.write(ws.organization_id, ws.environment, store_write, apply):
+            raise NotFound(f"No document with id {document_id!r}.", param="id")
+        return Deleted(id=document_id)
+
+    # search --------------------------------------------------------------------
+
+    def search(
+        self, query: str, *, top_k: int | None = None, min_score: float | None = None
+    ) -> SearchResponse:
+        """Chunks ranked by cosine similarity to ``query``. Read scope."""
+        self._ws.require("read")
+        settings = self._settings
+        if not query.strip():
+            raise ValidationFailed("The query is empty.", code="empty_query", param="query")
+        if len(query) > settings.max_query_chars:
+            raise ValidationFailed(
+                f"The query is longer than {settings.max_query_chars} characters.",
+                code="query_too_long",
+                param="query",
+            )
+        k = settings.default_top_k if top_k is None else top_k
+        if not 1 <= k <= settings.max_top_k:
+            raise ValidationFailed(
+                f"top_k must be between 1 and {settings.max_top_k}.",
+                code="top_k_out_of_range",
+                param="top_k",
+            )
+        if min_score is not None and not -1.0 <= min_score <= 1.0:
+            raise ValidationFailed(
+                "min_score must be between -1 and 1.", code="min_score_out_of_range",
+                param="min_score",
+            )
+        return SearchResponse(query=query, results=self.retrieve(query, k, min_score))
+
+    def retrieve(self, query: str, k: int, min_score: float | None = None) -> list[SearchResult]:
+        """The top ``k`` results for ``query`` (no argument checks; used by chat too)."""
+        self._ws.require("read")
+        index = self._cache.get(self._ws.organization_id, self._ws.environment)
+        if len(index) == 0:
+            return []
+        vector = self._cache.embedder().embed([query], kind="query")[0]
+        if not np.isfinite(vector).all() or not np.any(vector):
+            return []
+        ids, scores = index.search(vector, k, min_score=min_score)
+        chunks = self._store.get_chunks([int(i) for i in ids])
+        results = []
+        for chunk_id, score in zip(ids.tolist(), scores.tolist(), strict=True):
+            chunk = chunks.get(chunk_id)
+            if chunk is None:  # deleted between the index read and this lookup
+                continue
+            results.append(
+                SearchResult(
+                    chunk=chunk.text,
+                    score=float(score),
+                    source=chunk.source,
+                    pages=chunk.pages,
+                    document_id=chunk.document_id,
+                )
+            )
+        return results

@@ -1,0 +1,152 @@
+"""Shared fixtures: a core on a real SQLite file, keys, and the API over real HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+from starlette.types import ASGIApp
+
+from agentcore import AgentCore
+from agentcore.models import IssuedKey
+from agentcore_starlette import create_app
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class ServerThread:
+    """A real uvicorn server on 127.0.0.1 in a background thread."""
+
+    def __init__(self, app: ASGIApp, *, lifespan: str = "on") -> None:
+        self.port = free_port()
+        config = uvicorn.Config(
+            app, host="127.0.0.1", port=self.port, log_level="warning", lifespan=lifespan
+        )
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def __enter__(self) -> ServerThread:
+        self.thread.start()
+        deadline = time.monotonic() + 10
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise RuntimeError("uvicorn did not start")
+            time.sleep(0.01)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+
+
+@dataclass
+class Api:
+    """Sends requests to the app over uvicorn or httpx's ASGI transport, same interface."""
+
+    app: ASGIApp
+    base_url: str | None  # None: ASGI transport
+    key: str | None = None
+
+    def request(
+        self, method: str, path: str, *, key: str | None | bool = True, **kwargs: Any
+    ) -> httpx.Response:
+        headers = dict(kwargs.pop("headers", {}) or {})
+        secret = self.key if key is True else key
+        if secret:
+            headers.setdefault("Authorization", f"Bearer {secret}")
+        if self.base_url is not None:
+            with httpx.Client(base_url=self.base_url, timeout=30) as client:
+                return client.request(method, path, headers=headers, **kwargs)
+
+        async def go() -> httpx.Response:
+            transport = httpx.ASGITransport(app=self.app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://asgi") as client:
+                response = await client.request(method, path, headers=headers, **kwargs)
+                await response.aread()
+                return response
+
+        return asyncio.run(go())
+
+    def get(self, path: str, **kwargs: Any) -> httpx.Response:
+        return self.request("GET", path, **kwargs)
+
+    def post(self, path: str, **kwargs: Any) -> httpx.Response:
+        return self.request("POST", path, **kwargs)
+
+    def patch(self, path: str, **kwargs: Any) -> httpx.Response:
+        return self.request("PATCH", path, **kwargs)
+
+    def delete(self, path: str, **kwargs: Any) -> httpx.Response:
+        return self.request("DELETE", path, **kwargs)
+
+    def with_key(self, key: str | None) -> Api:
+        return Api(self.app, self.base_url, key)
+
+
+@pytest.fixture
+def db_path(tmp_path: Path) -> Path:
+    return tmp_path / "agentcore.db"
+
+
+@pytest.fixture
+def core(db_path: Path) -> Iterator[AgentCore]:
+    """A core on a real SQLite file, workers not started (tests start them)."""
+    instance = AgentCore.open(db_path, webhook_allowed_networks="127.0.0.0/8")
+    yield instance
+    instance.close()
+
+
+@dataclass
+class Keys:
+    """Keys of two organizations, per environment and scope set."""
+
+    core: AgentCore
+
+    def make(
+        self,
+        org: str = "acme",
+        env: str = "test",
+        scopes: tuple[str, ...] = ("read", "write"),
+        **kw: Any,
+    ) -> IssuedKey:
+        self.core.create_organization(org)
+        return self.core.keys.create(org, env, scopes, **kw)
+
+
+@pytest.fixture
+def keys(core: AgentCore) -> Keys:
+    return Keys(core)
+
+
+@pytest.fixture
+def app(core: AgentCore) -> ASGIApp:
+    return create_app(core)
+
+
+@pytest.fixture(params=["uvicorn", "asgi"])
+def api(request: pytest.FixtureRequest, app: ASGIApp, keys: Keys) -> Iterator[Api]:
+    """The API over a real uvicorn server and over httpx's ASGI transport, keyed acme/test rw."""
+    key = keys.make().secret
+    if request.param == "asgi":
+        yield Api(app, None, key)
+        return
+    with ServerThread(app) as server:
+        yield Api(app, server.url, key)
