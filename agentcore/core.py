@@ -21,6 +21,7 @@ from agentcore.knowledge.embedders import Embedder
 from agentcore.models import Organization
 from agentcore.plugins import DEFAULT_PLUGINS
 from agentcore.storage.base import Store
+from agentcore.webhooks.delivery import WebhookRuntime
 from agentcore.workspace import Workspace
 
 log = logging.getLogger("agentcore")
@@ -66,6 +67,9 @@ class AgentCore:
         self._started = False
         self._lock = threading.Lock()
         self._services: dict[str, Any] = {}
+        self.webhooks = WebhookRuntime(self)
+        # through a lambda, so a test may swap in a runtime with a fake clock or resolver
+        self.events.add_sink(lambda event: self.webhooks.record(event))
         pm.hook.agentcore_register_event_kinds(register=self.events.register_kind)
         pm.hook.agentcore_register_embedders(register=self._add_embedder, settings=settings)
         pm.hook.agentcore_register_chat_models(register=self._add_chat_model, settings=settings)
@@ -173,6 +177,8 @@ class AgentCore:
             if self._started:
                 return
             self._started = True
+        if self.settings.start_workers:
+            self.webhooks.start()
         self.pm.hook.agentcore_startup(core=self)
 
     def stop(self) -> None:
@@ -181,6 +187,7 @@ class AgentCore:
             if not self._started:
                 return
             self._started = False
+        self.webhooks.stop()
         self.pm.hook.agentcore_shutdown(core=self)
 
     def close(self) -> None:

@@ -13,6 +13,8 @@ from agentcore.models import Environment, Scope, VerifyResponse
 if TYPE_CHECKING:
     from agentcore.core import AgentCore
     from agentcore.knowledge.service import KnowledgeService
+    from agentcore.webhooks.service import WebhookService
+    from agentcore.webhooks.service import WebhookService
 
 
 class Workspace:
@@ -91,3 +93,10 @@ class Workspace:
         from agentcore.knowledge.service import KnowledgeService
 
         return KnowledgeService(self)
+
+    @cached_property
+    def webhooks(self) -> WebhookService:
+        """Webhook subscriptions of this workspace."""
+        from agentcore.webhooks.service import WebhookService
+
+        return WebhookService(self, self.core.webhooks)

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
+
+from agentcore.models import WebhookSubscription
 
 
 @dataclass(frozen=True)
@@ -34,3 +37,32 @@ class KnowledgeState:
     embedder: str | None
     dimension: int | None
     version: int
+
+
+@dataclass(frozen=True)
+class StoredSubscription:
+    """A webhook subscription with what only the server sees (secrets, failure state)."""
+
+    public: WebhookSubscription
+    organization_id: str
+    environment: str
+    secret: str
+    previous_secret: str | None
+    previous_secret_expires_at: float | None
+    failing_since: float | None
+
+
+@dataclass(frozen=True)
+class DueDelivery:
+    """A leased delivery with everything needed to send it."""
+
+    id: str
+    event_id: str
+    subscription_id: str
+    attempts: int
+    url: str
+    secrets: list[str]
+    failing_since: float | None
+    event_type: str
+    event_timestamp: str
+    event_data: dict[str, Any]

@@ -16,9 +16,10 @@ from agentcore.storage.sqlite.knowledge import (
 )
 from agentcore.storage.sqlite.schema import migrations
 from agentcore.storage.sqlite.tenancy import TenancyStore
+from agentcore.storage.sqlite.webhooks import WebhookStore
 
 
-class SQLiteStore(TenancyStore, AgentStore, KnowledgeStore):
+class SQLiteStore(TenancyStore, AgentStore, KnowledgeStore, WebhookStore):
     """Everything agentcore keeps, in one SQLite database with WAL and migrations."""
 
     def __init__(self, path: str) -> None:

@@ -143,6 +143,7 @@ def m003_events_and_webhooks(db: UtilsDatabase) -> None:
             events TEXT NOT NULL,
             status TEXT NOT NULL,
             secret TEXT NOT NULL,
+            description TEXT,
             previous_secret TEXT,
             previous_secret_expires_at REAL,
             failing_since REAL,

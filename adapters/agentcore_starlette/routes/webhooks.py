@@ -1,0 +1,131 @@
+"""Routes: /v1/webhooks — subscribe, list, get, delete, rotate, enable, test, deliveries."""
+
+from __future__ import annotations
+
+from typing import cast
+
+from agentcore.models import (
+    Deleted,
+    DeliveryList,
+    WebhookList,
+    WebhookSubscribeRequest,
+    WebhookSubscription,
+    WebhookSubscriptionWithSecret,
+)
+from agentcore_starlette.routing import PAGINATION, ApiRoute, Call
+
+
+def subscribe_webhook(call: Call) -> WebhookSubscriptionWithSecret:
+    """Subscribe a callback URL to event kinds; the signing secret is shown only here."""
+    body = cast(WebhookSubscribeRequest, call.body)
+    return call.workspace.webhooks.subscribe(body.url, body.events, body.description)
+
+
+def list_webhooks(call: Call) -> WebhookList:
+    """A page of subscriptions, newest first."""
+    return call.workspace.webhooks.list(
+        limit=call.int_query("limit"), starting_after=call.str_query("starting_after")
+    )
+
+
+def get_webhook(call: Call) -> WebhookSubscription:
+    """One subscription."""
+    return call.workspace.webhooks.get(call.path["webhook_id"])
+
+
+def delete_webhook(call: Call) -> Deleted:
+    """Delete a subscription."""
+    return call.workspace.webhooks.delete(call.path["webhook_id"])
+
+
+def rotate_webhook_secret(call: Call) -> WebhookSubscriptionWithSecret:
+    """A new signing secret; the old one also signs for 24 hours."""
+    return call.workspace.webhooks.rotate_secret(call.path["webhook_id"])
+
+
+def enable_webhook(call: Call) -> WebhookSubscription:
+    """Re-enable a disabled subscription."""
+    return call.workspace.webhooks.enable(call.path["webhook_id"])
+
+
+def test_webhook(call: Call) -> WebhookSubscription:
+    """Send a ``webhook.ping`` event to this subscription."""
+    return call.workspace.webhooks.send_test(call.path["webhook_id"])
+
+
+def list_webhook_deliveries(call: Call) -> DeliveryList:
+    """Deliveries of this subscription with each attempt's status code and time."""
+    return call.workspace.webhooks.deliveries(
+        call.path["webhook_id"],
+        limit=call.int_query("limit"),
+        starting_after=call.str_query("starting_after"),
+    )
+
+
+_ONE = "/webhooks/{webhook_id}"
+ROUTES = [
+    ApiRoute(
+        "POST",
+        "/webhooks/subscribe",
+        subscribe_webhook,
+        WebhookSubscriptionWithSecret,
+        "Subscribe to events",
+        "write",
+        "webhooks",
+        body="json",
+        request=WebhookSubscribeRequest,
+        status_code=201,
+    ),
+    ApiRoute(
+        "GET",
+        "/webhooks",
+        list_webhooks,
+        WebhookList,
+        "List subscriptions",
+        "read",
+        "webhooks",
+        query=PAGINATION,
+    ),
+    ApiRoute(
+        "GET", _ONE, get_webhook, WebhookSubscription, "Retrieve a subscription", "read", "webhooks"
+    ),
+    ApiRoute("DELETE", _ONE, delete_webhook, Deleted, "Delete a subscription", "write", "webhooks"),
+    ApiRoute(
+        "POST",
+        _ONE + "/rotate-secret",
+        rotate_webhook_secret,
+        WebhookSubscriptionWithSecret,
+        "Rotate the signing secret",
+        "write",
+        "webhooks",
+    ),
+    ApiRoute(
+        "POST",
+        _ONE + "/enable",
+        enable_webhook,
+        WebhookSubscription,
+        "Re-enable a subscription",
+        "write",
+        "webhooks",
+    ),
+    ApiRoute(
+        "POST",
+        _ONE + "/test",
+        test_webhook,
+        WebhookSubscription,
+        "Send a test event",
+        "write",
+        "webhooks",
+        status_code=202,
+    ),
+    ApiRoute(
+        "GET",
+        _ONE + "/deliveries",
+        list_webhook_deliveries,
+        DeliveryList,
+        "List deliveries and attempts",
+        "read",
+        "webhooks",
+        query=PAGINATION,
+    ),
+]

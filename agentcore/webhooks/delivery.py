@@ -1,0 +1,221 @@
+"""Durable webhook delivery: the outbox sink on the event bus and the worker that sends.
+
+An event and its pending deliveries are committed to the store inside ``publish``
+(the bus's sink), before anything is sent. The worker leases due deliveries, sends
+each on a thread pool, and records the attempt and the next retry in one transaction.
+A crash at any point loses nothing: an unfinished lease expires and the delivery is
+sent again with the same ``webhook-id`` (at-least-once; the id is the dedupe key).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+from agentcore.events import Event
+from agentcore.ids import isoformat, utcnow
+from agentcore.storage.records import DueDelivery
+from agentcore.webhooks.schedule import next_delay
+from agentcore.webhooks.sender import AttemptResult, make_client, send
+from agentcore.webhooks.signing import build_headers, encode_payload
+from agentcore.webhooks.ssrf import AddressPolicy, Resolver, default_resolver
+
+if TYPE_CHECKING:
+    from agentcore.core import AgentCore
+
+log = logging.getLogger("agentcore.webhooks")
+
+PER_SUBSCRIPTION_IN_FLIGHT = 2  # a hanging receiver holds at most this many workers
+LEASE_MARGIN = 10.0
+IDLE_POLL = 1.0  # also notices deliveries written by other processes
+
+
+class WebhookRuntime:
+    """The webhook machinery of one core: SSRF policy, outbox sink, delivery worker.
+
+    ``clock`` (Unix seconds) and ``rng`` are injectable so tests drive retries without
+    sleeping; ``resolver`` is injectable so tests can point host names anywhere.
+    """
+
+    def __init__(
+        self,
+        core: AgentCore,
+        *,
+        clock: Callable[[], float] = time.time,
+        rng: random.Random | None = None,
+        resolver: Resolver = default_resolver,
+    ) -> None:
+        settings = core.settings
+        self.core = core
+        self.clock = clock
+        self.rng = rng or random.Random()
+        self.resolver = resolver
+        self.policy = AddressPolicy(settings.webhook_allowed_networks)
+        self.timeout = settings.webhook_timeout
+        self.disable_after = settings.webhook_disable_after
+        self._pool_size = settings.webhook_workers
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._pool: ThreadPoolExecutor | None = None
+        self._client: Any = None
+        self._in_flight: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    # the outbox sink --------------------------------------------------------------
+
+    def record(self, event: Event) -> None:
+        """Bus sink: store the event and its deliveries, then wake the worker."""
+        if self.core.store.record_event(event, now=self.clock()):
+            self._wake.set()
+
+    def wake(self) -> None:
+        """Ask the worker to look for due deliveries now."""
+        self._wake.set()
+
+    # the worker --------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the delivery thread and its sender pool (idempotent)."""
+        with self._lock:
+            if self._thread is not None:
+                return
+            self._stop.clear()
+            self._client = make_client(self.policy, timeout=self.timeout, resolver=self.resolver)
+            self._pool = ThreadPoolExecutor(self._pool_size, thread_name_prefix="agentcore-webhook")
+            self._thread = threading.Thread(
+                target=self._run, name="agentcore-webhook-worker", daemon=True
+            )
+            self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop claiming work; wait briefly for attempts under way (leases cover the rest)."""
+        with self._lock:
+            thread, pool, client = self._thread, self._pool, self._client
+            self._thread = self._pool = self._client = None
+        if thread is None:
+            return
+        self._stop.set()
+        self._wake.set()
+        thread.join(timeout)
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+        if client is not None:
+            client.close()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.dispatch_due()
+            except Exception:  # keep the worker alive through store hiccups
+                log.exception("webhook worker pass failed")
+            self._wake.wait(self._idle_wait())
+            self._wake.clear()
+
+    def _idle_wait(self) -> float:
+        due = self.core.store.next_due_at()
+        if due is None:
+            return IDLE_POLL
+        return min(max(due - self.clock(), 0.01), IDLE_POLL)
+
+    def dispatch_due(self) -> int:
+        """Lease due deliveries and hand them to the pool; returns how many were handed."""
+        pool = self._pool
+        if pool is None:
+            return 0
+        with self._lock:
+            busy = [s for s, n in self._in_flight.items() if n >= PER_SUBSCRIPTION_IN_FLIGHT]
+            free = self._pool_size * 2 - sum(self._in_flight.values())
+        if free <= 0:
+            return 0
+        due = self.core.store.claim_due_deliveries(
+            now=self.clock(),
+            lease_seconds=self.timeout + LEASE_MARGIN,
+            limit=free,
+            busy_subscriptions=busy,
+        )
+        handed = 0
+        for delivery in due:
+            with self._lock:
+                if self._in_flight.get(delivery.subscription_id, 0) >= PER_SUBSCRIPTION_IN_FLIGHT:
+                    continue  # left leased; claimed again once the lease lapses
+                self._in_flight[delivery.subscription_id] = (
+                    self._in_flight.get(delivery.subscription_id, 0) + 1
+                )
+            pool.submit(self._attempt_and_release, delivery)
+            handed += 1
+        return handed
+
+    def _attempt_and_release(self, delivery: DueDelivery) -> None:
+        try:
+            self.attempt(delivery)
+        except Exception:
+            log.exception("webhook attempt %s failed unexpectedly", delivery.id)
+        finally:
+            with self._lock:
+                left = self._in_flight.get(delivery.subscription_id, 1) - 1
+                if left:
+                    self._in_flight[delivery.subscription_id] = left
+                else:
+                    self._in_flight.pop(delivery.subscription_id, None)
+            self._wake.set()
+
+    def deliver_due(self) -> int:
+        """Send every due delivery now, in this thread (tests drive retries with this)."""
+        client = make_client(self.policy, timeout=self.timeout, resolver=self.resolver)
+        try:
+            due = self.core.store.claim_due_deliveries(
+                now=self.clock(), lease_seconds=self.timeout + LEASE_MARGIN, limit=10_000
+            )
+            for delivery in due:
+                self.attempt(delivery, client=client)
+            return len(due)
+        finally:
+            client.close()
+
+    def attempt(self, delivery: DueDelivery, *, client: Any = None) -> AttemptResult:
+        """Send one delivery once and record the outcome and the next retry."""
+        body = encode_payload(delivery.event_type, delivery.event_timestamp, delivery.event_data)
+        now = self.clock()
+        headers = build_headers(delivery.secrets, delivery.event_id, int(now), body)
+        result = send(client or self._client, delivery.url, headers, body, timeout=self.timeout)
+        self._record(delivery, result, now)
+        return result
+
+    def _record(self, delivery: DueDelivery, result: AttemptResult, started: float) -> None:
+        now = self.clock()
+        changes: dict[str, Any] = {}
+        next_at: float | None = None
+        if result.succeeded:
+            outcome = "succeeded"
+            if delivery.failing_since is not None:
+                changes["failing_since"] = None
+        else:
+            failing_since = delivery.failing_since or started
+            if delivery.failing_since is None:
+                changes["failing_since"] = failing_since
+            if result.gone:
+                changes.update(status="disabled", disabled_reason="endpoint returned 410 Gone")
+            elif now - failing_since >= self.disable_after:
+                changes.update(status="disabled", disabled_reason="failing for 5 days")
+            delay = next_delay(delivery.attempts + 1, retry_after=result.retry_after, rng=self.rng)
+            if delay is None or result.gone:
+                outcome = "failed"
+            else:
+                outcome = "pending"
+                next_at = now + delay
+        self.core.store.record_attempt(
+            delivery,
+            attempted_at=isoformat(utcnow()),
+            status_code=result.status_code,
+            error=result.error,
+            duration_ms=round(result.duration_ms, 3),
+            outcome=outcome,
+            next_attempt_at=next_at,
+            subscription_changes=changes,
+        )

@@ -1,0 +1,147 @@
+"""WebhookService: subscribe, list, get, delete, rotate, re-enable and test-ping webhooks."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from agentcore.errors import NotFound, ValidationFailed
+from agentcore.events import Event
+from agentcore.models import (
+    Deleted,
+    DeliveryList,
+    WebhookList,
+    WebhookSubscription,
+    WebhookSubscriptionWithSecret,
+)
+from agentcore.storage.records import StoredSubscription
+from agentcore.webhooks.signing import generate_secret
+from agentcore.webhooks.ssrf import validate_url
+
+if TYPE_CHECKING:
+    from agentcore.webhooks.delivery import WebhookRuntime
+    from agentcore.workspace import Workspace
+
+ROTATION_OVERLAP = 24 * 3600.0
+PING = "webhook.ping"
+
+
+class WebhookService:
+    """Webhook subscriptions of one workspace; reached as ``workspace.webhooks``."""
+
+    def __init__(self, workspace: Workspace, runtime: WebhookRuntime) -> None:
+        self._ws = workspace
+        self._store = workspace.core.store
+        self._runtime = runtime
+
+    def subscribe(
+        self, url: str, events: list[str], description: str | None = None
+    ) -> WebhookSubscriptionWithSecret:
+        """Subscribe ``url`` to event kinds; the ``whsec_`` secret is returned only here."""
+        self._ws.require("write")
+        if not events:
+            raise ValidationFailed("List at least one event kind.", param="events")
+        kinds = sorted({self._ws.core.events.check_kind(kind) for kind in events})
+        checked = validate_url(
+            url,
+            environment=self._ws.environment,
+            policy=self._runtime.policy,
+            resolver=self._runtime.resolver,
+        )
+        secret = generate_secret()
+        stored = self._store.insert_subscription(
+            self._ws.organization_id,
+            self._ws.environment,
+            url=checked,
+            events=kinds,
+            secret=secret,
+            description=description,
+        )
+        return WebhookSubscriptionWithSecret(**stored.public.model_dump(), secret=secret)
+
+    def _find(self, subscription_id: str) -> StoredSubscription:
+        found = self._store.get_subscription(
+            self._ws.organization_id, self._ws.environment, subscription_id
+        )
+        if found is None:
+            raise NotFound(f"No webhook subscription with id {subscription_id!r}.", param="id")
+        return found
+
+    def get(self, subscription_id: str) -> WebhookSubscription:
+        """One subscription (never its secret). Read scope."""
+        self._ws.require("read")
+        return self._find(subscription_id).public
+
+    def list(self, *, limit: int | None = None, starting_after: str | None = None) -> WebhookList:
+        """A page of subscriptions, newest first. Read scope."""
+        self._ws.require("read")
+        found, more = self._store.list_subscriptions(
+            self._ws.organization_id,
+            self._ws.environment,
+            limit=self._ws.page_size(limit),
+            starting_after=starting_after,
+        )
+        return WebhookList(webhooks=[s.public for s in found], has_more=more)
+
+    def delete(self, subscription_id: str) -> Deleted:
+        """Delete a subscription; its pending deliveries stop. Write scope."""
+        self._ws.require("write")
+        if not self._store.delete_subscription(
+            self._ws.organization_id, self._ws.environment, subscription_id
+        ):
+            raise NotFound(f"No webhook subscription with id {subscription_id!r}.", param="id")
+        return Deleted(id=subscription_id)
+
+    def rotate_secret(self, subscription_id: str) -> WebhookSubscriptionWithSecret:
+        """A new secret; the old one keeps signing (beside it) for 24 hours. Write scope."""
+        self._ws.require("write")
+        current = self._find(subscription_id)
+        secret = generate_secret()
+        self._store.update_subscription(
+            subscription_id,
+            secret=secret,
+            previous_secret=current.secret,
+            previous_secret_expires_at=self._runtime.clock() + ROTATION_OVERLAP,
+        )
+        return WebhookSubscriptionWithSecret(
+            **self._find(subscription_id).public.model_dump(), secret=secret
+        )
+
+    def enable(self, subscription_id: str) -> WebhookSubscription:
+        """Re-enable a disabled subscription; its pending deliveries resume. Write scope."""
+        self._ws.require("write")
+        self._find(subscription_id)
+        self._store.update_subscription(
+            subscription_id, status="active", failing_since=None, disabled_reason=None
+        )
+        return self._find(subscription_id).public
+
+    def send_test(self, subscription_id: str) -> WebhookSubscription:
+        """Queue a ``webhook.ping`` event to this subscription only. Write scope."""
+        self._ws.require("write")
+        found = self._find(subscription_id)
+        event = Event(
+            PING,
+            {"subscription_id": subscription_id, "message": "This is a test event."},
+            self._ws.organization_id,
+            self._ws.environment,
+        )
+        self._store.record_event(
+            event, now=self._runtime.clock(), only_subscription=subscription_id
+        )
+        self._runtime.wake()
+        return found.public
+
+    def deliveries(
+        self, subscription_id: str, *, limit: int | None = None, starting_after: str | None = None
+    ) -> DeliveryList:
+        """A page of this subscription's deliveries and their attempts. Read scope."""
+        self._ws.require("read")
+        self._find(subscription_id)
+        found, more = self._store.list_deliveries(
+            self._ws.organization_id,
+            self._ws.environment,
+            subscription_id,
+            limit=self._ws.page_size(limit),
+            starting_after=starting_after,
+        )
+        return DeliveryList(deliveries=found, has_more=more)
