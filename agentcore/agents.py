@@ -31,6 +31,7 @@ class AgentService:
         """Create an agent in ``draft``. Write scope."""
         self._ws.require("write")
         spec = spec or AgentCreate.model_validate(fields)
+        self._check_model(spec.model)
         now = utcnow()
         agent = Agent(
             id=new_id("agt"),
@@ -79,6 +80,7 @@ class AgentService:
                 "An archived agent cannot be changed.", code="agent_archived", param="id"
             )
         given = changes.model_dump(exclude_unset=True)
+        self._check_model(given.get("model"))
         for required in ("name", "role", "system_prompt", "tools", "handoff_on_no_answer"):
             if required in given and given[required] is None:
                 raise ValidationFailed(f"'{required}' cannot be null.", param=required)
@@ -96,6 +98,16 @@ class AgentService:
         ):
             raise Conflict(
                 "The agent changed while this request ran; retry.", code="concurrent_update"
+            )
+
+    def _check_model(self, name: str | None) -> None:
+        models = self._ws.core.chat_models
+        if name is not None and name not in models:
+            known = ", ".join(sorted(models)) or "none"
+            raise ValidationFailed(
+                f"No chat model named {name!r} (available: {known}).",
+                code="unknown_model",
+                param="model",
             )
 
     def deploy(self, agent_id: str) -> Agent:

@@ -11,6 +11,7 @@ from agentcore.events import Event
 from agentcore.models import Environment, Scope, VerifyResponse
 
 if TYPE_CHECKING:
+    from agentcore.chat import ChatService
     from agentcore.core import AgentCore
     from agentcore.knowledge.service import KnowledgeService
     from agentcore.webhooks.service import WebhookService
@@ -93,6 +94,13 @@ class Workspace:
         from agentcore.knowledge.service import KnowledgeService
 
         return KnowledgeService(self)
+
+    @cached_property
+    def chat(self) -> ChatService:
+        """Chat with this workspace's agents."""
+        from agentcore.chat import ChatService
+
+        return ChatService(self)
 
     @cached_property
     def webhooks(self) -> WebhookService:

@@ -66,3 +66,12 @@ class DueDelivery:
     event_type: str
     event_timestamp: str
     event_data: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class StoredMessage:
+    """One message of a conversation; ``citations`` as ``[{source, pages}]``."""
+
+    role: str
+    content: str
+    citations: list[dict[str, Any]]

@@ -7,6 +7,7 @@ from pathlib import Path
 from sqlite_utils import Database as UtilsDatabase
 
 from agentcore.storage.sqlite.agents import AgentStore
+from agentcore.storage.sqlite.chat import ChatStore
 from agentcore.storage.sqlite.connection import Database
 from agentcore.storage.sqlite.knowledge import (
     KnowledgeState,
@@ -19,7 +20,7 @@ from agentcore.storage.sqlite.tenancy import TenancyStore
 from agentcore.storage.sqlite.webhooks import WebhookStore
 
 
-class SQLiteStore(TenancyStore, AgentStore, KnowledgeStore, WebhookStore):
+class SQLiteStore(TenancyStore, AgentStore, KnowledgeStore, WebhookStore, ChatStore):
     """Everything agentcore keeps, in one SQLite database with WAL and migrations."""
 
     def __init__(self, path: str) -> None:
