@@ -18,6 +18,7 @@ from agentcore.errors import NotFound
 from agentcore.events import EventBus
 from agentcore.keys import KeyManager, check_environment, check_scopes
 from agentcore.knowledge.embedders import Embedder
+from agentcore.limits import RateLimiter
 from agentcore.models import Organization
 from agentcore.plugins import DEFAULT_PLUGINS
 from agentcore.storage.base import Store
@@ -62,6 +63,7 @@ class AgentCore:
         self.pm = pm
         self.events = EventBus()
         self.keys = KeyManager(store)
+        self.rate_limiter = RateLimiter(settings)
         self.embedders: dict[str, Embedder] = {}
         self.chat_models: dict[str, ChatModel] = {}
         self._started = False

@@ -12,7 +12,8 @@
     ├── ValidationFailed              422 validation_error    (names the offending field)
     ├── RateLimited                   429 rate_limited        (carries retry_after seconds)
     ├── ProviderError                 502 provider_error      (a model provider failed)
-    └── ProviderTimeout               504 provider_timeout    (a model provider timed out)
+    ├── ProviderTimeout               504 provider_timeout    (a model provider timed out)
+    └── DeadlineExceeded              504 deadline_exceeded   (the request ran too long)
 
 The adapter renders each one as RFC 9457 problem details in one place. Messages never
 contain an API key: callers pass descriptions, never secrets.
@@ -151,10 +152,19 @@ class ProviderTimeout(AgentCoreError):
     title = "Gateway Timeout"
 
 
+class DeadlineExceeded(AgentCoreError):
+    """The request ran past the configured per-request deadline."""
+
+    status = 504
+    default_code = "deadline_exceeded"
+    title = "Gateway Timeout"
+
+
 __all__ = [
     "AgentCoreError",
     "AuthenticationError",
     "Conflict",
+    "DeadlineExceeded",
     "InvalidRequest",
     "MethodNotAllowed",
     "NotFound",

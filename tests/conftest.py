@@ -108,8 +108,16 @@ def db_path(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def core(db_path: Path) -> Iterator[AgentCore]:
-    """A core on a real SQLite file, workers not started (tests start them)."""
-    instance = AgentCore.open(db_path, webhook_allowed_networks="127.0.0.0/8")
+    """A core on a real SQLite file; workers start with the app's lifespan.
+
+    Rate limits are lifted so suites may hammer one key; tests/test_limits.py checks them.
+    """
+    instance = AgentCore.open(
+        db_path,
+        webhook_allowed_networks="127.0.0.0/8",
+        rate_limit_test=1e6,
+        rate_limit_live=1e6,
+    )
     yield instance
     instance.close()
 

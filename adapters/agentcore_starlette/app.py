@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import hashlib
 import json
 import logging
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -22,6 +24,7 @@ from agentcore.core import AgentCore
 from agentcore.errors import (
     AgentCoreError,
     AuthenticationError,
+    DeadlineExceeded,
     InvalidRequest,
     MethodNotAllowed,
     NotFound,
@@ -35,12 +38,14 @@ from agentcore_starlette.bodies import (
     require_json,
     validate,
 )
+from agentcore_starlette.idempotency import check_key, fingerprint, run_once
 from agentcore_starlette.openapi import build_openapi
 from agentcore_starlette.problems import problem_response
 from agentcore_starlette.routes import ROUTES
 from agentcore_starlette.routing import ApiRoute, Call, Upload
 
 log = logging.getLogger("agentcore.http")
+
 PREFIX = "/v1"
 MULTIPART_OVERHEAD = 64 * 1024
 
@@ -121,30 +126,57 @@ class Api:
             except AuthenticationError as error:
                 error.headers.setdefault("WWW-Authenticate", 'Bearer realm="agentcore"')
                 raise
+            if route.scope != "any":  # before the body is read: 403 does not depend on it
+                workspace.require(route.scope)
+            limits = self.core.rate_limiter.enforce(workspace.key_id or "", workspace.environment)
             call = Call(workspace, request.path_params, request.query_params, request.headers)
-            await self._read_body(route, request, call)
-            result = await run_in_threadpool(route.handler, call)
-            return Response(
-                result.model_dump_json(),
-                status_code=route.status_code,
-                media_type="application/json",
-            )
+            canonical = await self._read_body(route, request, call)
+
+            async def handle() -> Response:
+                try:
+                    result = await asyncio.wait_for(
+                        run_in_threadpool(route.handler, call), self.settings.request_deadline
+                    )
+                except TimeoutError:
+                    raise DeadlineExceeded(
+                        f"The request took longer than {self.settings.request_deadline:g} s."
+                    ) from None
+                return Response(
+                    result.model_dump_json(),
+                    status_code=route.status_code,
+                    media_type="application/json",
+                )
+
+            key = request.headers.get("idempotency-key")
+            if route.method == "POST" and key is not None:
+                print_ = fingerprint(route.method, request.url.path, canonical)
+                response = await run_once(
+                    workspace, check_key(key), print_, handle, wait=self.settings.request_deadline
+                )
+            else:
+                response = await handle()
+            response.headers.update(limits)
+            return response
 
         run.__name__ = route.operation_id
         return run
 
-    async def _read_body(self, route: ApiRoute, request: Request, call: Call) -> None:
+    async def _read_body(self, route: ApiRoute, request: Request, call: Call) -> bytes:
+        """Parse the body into ``call``; return its canonical bytes (for idempotency)."""
         if route.body == "none":
-            return
+            return b""
         settings = self.settings
         if route.body == "json_or_upload" and media_type(request) == "multipart/form-data":
-            call.upload = await self._read_upload(request)
-            return
+            upload = await self._read_upload(request)
+            call.upload = upload
+            meta = f"{upload.filename}\0{upload.content_type}\0".encode()
+            return meta + hashlib.sha256(upload.data).digest()
         require_json(request)
         raw = await read_limited(request, settings.max_body_bytes)
         data = parse_json(raw, max_depth=settings.max_json_depth)
         assert route.request is not None
         call.body = validate(route.request, data)
+        return call.body.model_dump_json().encode()
 
     async def _read_upload(self, request: Request) -> Upload:
         limit = self.settings.max_upload_bytes

@@ -75,3 +75,12 @@ class StoredMessage:
     role: str
     content: str
     citations: list[dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class StoredResponse:
+    """A response kept for an Idempotency-Key: status, body bytes, extra headers."""
+
+    status: int
+    body: bytes
+    headers: dict[str, str]

@@ -9,6 +9,7 @@ from sqlite_utils import Database as UtilsDatabase
 from agentcore.storage.sqlite.agents import AgentStore
 from agentcore.storage.sqlite.chat import ChatStore
 from agentcore.storage.sqlite.connection import Database
+from agentcore.storage.sqlite.idempotency import IdempotencyStore
 from agentcore.storage.sqlite.knowledge import (
     KnowledgeState,
     KnowledgeStore,
@@ -20,7 +21,9 @@ from agentcore.storage.sqlite.tenancy import TenancyStore
 from agentcore.storage.sqlite.webhooks import WebhookStore
 
 
-class SQLiteStore(TenancyStore, AgentStore, KnowledgeStore, WebhookStore, ChatStore):
+class SQLiteStore(
+    TenancyStore, AgentStore, KnowledgeStore, WebhookStore, ChatStore, IdempotencyStore
+):
     """Everything agentcore keeps, in one SQLite database with WAL and migrations."""
 
     def __init__(self, path: str) -> None:

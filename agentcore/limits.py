@@ -1,0 +1,79 @@
+"""Per-key rate limits: a token bucket per key, with IETF RateLimit headers."""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from agentcore.config import Settings
+from agentcore.errors import RateLimited
+
+POLICY = "per-key"
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The outcome of one check: the headers to send either way."""
+
+    allowed: bool
+    limit: float
+    remaining: int
+    reset: float
+    retry_after: float
+
+    def headers(self) -> dict[str, str]:
+        """``RateLimit-Policy`` and ``RateLimit`` (draft-ietf-httpapi-ratelimit-headers)."""
+        quota = int(self.limit)
+        headers = {
+            "RateLimit-Policy": f'"{POLICY}";q={quota};w=1',
+            "RateLimit": f'"{POLICY}";r={self.remaining};t={math.ceil(self.reset)}',
+        }
+        if not self.allowed:
+            headers["Retry-After"] = str(max(1, math.ceil(self.retry_after)))
+        return headers
+
+
+class RateLimiter:
+    """Token buckets keyed by API key id: ``rate`` tokens a second, burst of ``rate``.
+
+    Buckets are independent per key and live in this process (a host running several
+    processes gets a limit per process). The clock is injectable for tests.
+    """
+
+    def __init__(self, settings: Settings, *, clock: Callable[[], float] = time.monotonic):
+        self._rates = {"live": settings.rate_limit_live, "test": settings.rate_limit_test}
+        self._clock = clock
+        self._buckets: dict[str, tuple[float, float]] = {}  # key -> (tokens, last refill)
+        self._lock = threading.Lock()
+
+    def check(self, key_id: str, environment: str) -> Decision:
+        """Take one token for ``key_id`` if there is one."""
+        rate = self._rates[environment]
+        now = self._clock()
+        with self._lock:
+            tokens, last = self._buckets.get(key_id, (rate, now))
+            tokens = min(rate, tokens + (now - last) * rate)
+            allowed = tokens >= 1.0
+            if allowed:
+                tokens -= 1.0
+            self._buckets[key_id] = (tokens, now)
+        return Decision(
+            allowed=allowed,
+            limit=rate,
+            remaining=int(tokens),
+            reset=(rate - tokens) / rate,
+            retry_after=0.0 if allowed else (1.0 - tokens) / rate,
+        )
+
+    def enforce(self, key_id: str, environment: str) -> dict[str, str]:
+        """The headers for an allowed request, or ``RateLimited`` (429) carrying them."""
+        decision = self.check(key_id, environment)
+        if not decision.allowed:
+            raise RateLimited(
+                f"Too many requests for this key; retry after {decision.headers()['Retry-After']} s.",
+                headers=decision.headers(),
+            )
+        return decision.headers()
