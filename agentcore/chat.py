@@ -132,9 +132,7 @@ class ChatService:
             return self._store.create_conversation(ws.organization_id, ws.environment, agent_id)
         owner = self._store.conversation_agent(ws.organization_id, ws.environment, conversation_id)
         if owner is None:
-            raise NotFound(
-                f"No conversation with id {conversation_id!r}.", param="conversationId"
-            )
+            raise NotFound(f"No conversation with id {conversation_id!r}.", param="conversationId")
         if owner != agent_id:
             raise Conflict(
                 "That conversation belongs to another agent.",
@@ -207,9 +205,9 @@ class _Turn:
                 self.conversation_id, self.settings.history_turns
             )
         ]
-        tools = [
-            ToolSpec(t.name, t.description, t.parameters) for t in self.agent.tools
-        ] + [HANDOFF_SPEC]
+        tools = [ToolSpec(t.name, t.description, t.parameters) for t in self.agent.tools] + [
+            HANDOFF_SPEC
+        ]
         steps: list[ToolStep] = []
         model = self.service.model_for(self.agent)
         for step in range(self.settings.max_tool_steps + 1):

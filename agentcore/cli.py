@@ -75,8 +75,14 @@ def cmd_keys_list(core: AgentCore, args: argparse.Namespace) -> int:
         _print_json([_key_json(k) for k in keys])
         return 0
     for key in keys:
-        state = "revoked" if key.revoked_at else ("expires " + str(key.expires_at) if key.expires_at else "active")
-        print(f"{key.id}  {key.prefix}…{key.last4}  {key.environment:<4}  {','.join(key.scopes):<10}  {state}")
+        state = (
+            "revoked"
+            if key.revoked_at
+            else ("expires " + str(key.expires_at) if key.expires_at else "active")
+        )
+        print(
+            f"{key.id}  {key.prefix}…{key.last4}  {key.environment:<4}  {','.join(key.scopes):<10}  {state}"
+        )
     return 0
 
 
@@ -93,7 +99,9 @@ def cmd_keys_rotate(core: AgentCore, args: argparse.Namespace) -> int:
     if args.json:
         _print_json(_key_json(new))
     else:
-        print(f"{new.secret}\n(new id {new.id}; {args.key_id} keeps working for {args.grace_hours} h)")
+        print(
+            f"{new.secret}\n(new id {new.id}; {args.key_id} keeps working for {args.grace_hours} h)"
+        )
     return 0
 
 
@@ -104,10 +112,15 @@ def cmd_serve(core: AgentCore, args: argparse.Namespace) -> int:
 
         from agentcore_starlette import create_app
     except ImportError:
-        print("agentcore serve needs the server extra: pip install 'agentcore[server]'", file=sys.stderr)
+        print(
+            "agentcore serve needs the server extra: pip install 'agentcore[server]'",
+            file=sys.stderr,
+        )
         return 2
     app = create_app(core)
-    config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level, lifespan="on")
+    config = uvicorn.Config(
+        app, host=args.host, port=args.port, log_level=args.log_level, lifespan="on"
+    )
     server = uvicorn.Server(config)
     print(f"agentcore serving {args.db} on http://{args.host}:{args.port}/v1", flush=True)
     server.run()  # uvicorn handles SIGTERM/SIGINT: stops accepting, drains, runs shutdown
@@ -120,7 +133,9 @@ def _files(paths: Sequence[str]) -> list[Path]:
         path = Path(raw)
         if path.is_dir():
             found.extend(
-                p for p in sorted(path.rglob("*")) if p.is_file() and p.suffix.lower() in {".pdf", ".txt", ".md", ".markdown"}
+                p
+                for p in sorted(path.rglob("*"))
+                if p.is_file() and p.suffix.lower() in {".pdf", ".txt", ".md", ".markdown"}
             )
         elif path.is_file():
             found.append(path)
@@ -182,16 +197,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
-    def command(name: str, func: Callable[..., int], help_text: str, parent: Any = sub) -> argparse.ArgumentParser:
+    def command(
+        name: str, func: Callable[..., int], help_text: str, parent: Any = sub
+    ) -> argparse.ArgumentParser:
         p: argparse.ArgumentParser = parent.add_parser(name, help=help_text, description=help_text)
         p.set_defaults(func=func)
         return p
 
-    p = command("init", cmd_init, "create the database and organization; mint a test and a live key")
+    p = command(
+        "init", cmd_init, "create the database and organization; mint a test and a live key"
+    )
     p.add_argument("--org", required=True)
     p.add_argument("--json", action="store_true")
 
-    keys = sub.add_parser("keys", help="manage API keys").add_subparsers(dest="keys_command", required=True)
+    keys = sub.add_parser("keys", help="manage API keys").add_subparsers(
+        dest="keys_command", required=True
+    )
     p = command("create", cmd_keys_create, "mint a key", keys)
     p.add_argument("--org", required=True)
     p.add_argument("--env", required=True, choices=["test", "live"])

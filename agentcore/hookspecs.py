@@ -26,7 +26,7 @@ hookimpl = pluggy.HookimplMarker(PROJECT)
 
 
 @hookspec(firstresult=True)
-def agentcore_open_store(url: str, settings: Settings) -> Store | None:  # type: ignore[empty-body]
+def agentcore_open_store(url: str, settings: Settings) -> Store | None:
     """Open the store that handles ``url``.
 
     Called once by ``AgentCore.open``. Return a ready ``Store`` (migrations applied)

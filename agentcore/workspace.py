@@ -15,7 +15,6 @@ if TYPE_CHECKING:
     from agentcore.core import AgentCore
     from agentcore.knowledge.service import KnowledgeService
     from agentcore.webhooks.service import WebhookService
-    from agentcore.webhooks.service import WebhookService
 
 
 class Workspace:

@@ -86,7 +86,9 @@ class ProblemMiddleware:
                 raise
             error = exc if isinstance(exc, AgentCoreError) else None
             if error is None:
-                log.exception("unhandled error in %s %s [%s]", scope["method"], scope["path"], request_id)
+                log.exception(
+                    "unhandled error in %s %s [%s]", scope["method"], scope["path"], request_id
+                )
                 error = AgentCoreError("The server hit an unexpected error.")
             await problem_response(error, request_id)(scope, receive, send)
 
@@ -175,8 +177,9 @@ class Api:
         raw = await read_limited(request, settings.max_body_bytes)
         data = parse_json(raw, max_depth=settings.max_json_depth)
         assert route.request is not None
-        call.body = validate(route.request, data)
-        return call.body.model_dump_json().encode()
+        body = validate(route.request, data)
+        call.body = body
+        return body.model_dump_json().encode()
 
     async def _read_upload(self, request: Request) -> Upload:
         limit = self.settings.max_upload_bytes
@@ -228,7 +231,9 @@ async def _core_error(request: Request, exc: Exception) -> Response:
     return problem_response(exc, _request_id(request))
 
 
-def lifespan_for(core: AgentCore) -> Callable[[Starlette], contextlib.AbstractAsyncContextManager[None]]:
+def lifespan_for(
+    core: AgentCore,
+) -> Callable[[Starlette], contextlib.AbstractAsyncContextManager[None]]:
     """A Starlette lifespan that starts the core's workers and stops them on shutdown.
 
     Mounted sub-apps do not get lifespan events: a host app passes this (or calls
@@ -271,8 +276,7 @@ def create_app(
         return Response(document, media_type="application/json")
 
     starlette_routes = [
-        Route(PREFIX + route.path, api.endpoint(route), methods=[route.method])
-        for route in table
+        Route(PREFIX + route.path, api.endpoint(route), methods=[route.method]) for route in table
     ]
     starlette_routes.append(Route(PREFIX + "/openapi.json", openapi, methods=["GET"]))
     app = Starlette(

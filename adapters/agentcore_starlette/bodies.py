@@ -29,7 +29,9 @@ async def read_limited(request: Request, limit: int, *, what: str = "request bod
         try:
             size = int(declared)
         except ValueError:
-            raise InvalidRequest("Content-Length is not a number.", code="invalid_request") from None
+            raise InvalidRequest(
+                "Content-Length is not a number.", code="invalid_request"
+            ) from None
         if size > limit:
             raise _too_large(what, limit)
     chunks: list[bytes] = []
@@ -43,9 +45,7 @@ async def read_limited(request: Request, limit: int, *, what: str = "request bod
 
 
 def _too_large(what: str, limit: int) -> PayloadTooLarge:
-    return PayloadTooLarge(
-        f"The {what} exceeds the limit of {limit} bytes.", code="body_too_large"
-    )
+    return PayloadTooLarge(f"The {what} exceeds the limit of {limit} bytes.", code="body_too_large")
 
 
 def media_type(request: Request) -> str:

@@ -86,7 +86,12 @@ def build_openapi(routes: Sequence[ApiRoute], *, prefix: str, version: str) -> d
                     "schema": {
                         "type": "object",
                         "required": ["file"],
-                        "properties": {"file": {"type": "string", "contentMediaType": "application/octet-stream"}},
+                        "properties": {
+                            "file": {
+                                "type": "string",
+                                "contentMediaType": "application/octet-stream",
+                            }
+                        },
                     }
                 }
             operation["requestBody"] = {"required": True, "content": content}

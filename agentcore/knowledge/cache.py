@@ -74,8 +74,7 @@ class IndexCache:
                 return entry.index
             dimension = state.dimension or self.embedder().dimension
             segments = [
-                (s.ids, s.vectors)
-                for s in store.iter_vector_segments(organization_id, environment)
+                (s.ids, s.vectors) for s in store.iter_vector_segments(organization_id, environment)
             ]
             total = sum(len(ids) // 8 for ids, _ in segments)
             index = VectorIndex.from_segments(dimension, segments, total_rows=total)
@@ -132,17 +131,15 @@ class IndexCache:
                 continue
             vectors = embedder.embed(texts, kind="passage")
             keep = nonzero_rows(vectors)
-            segments.append(
-                (document_id, np.asarray(ids, dtype=np.int64)[keep], vectors[keep])
-            )
+            segments.append((document_id, np.asarray(ids, dtype=np.int64)[keep], vectors[keep]))
         self._core.store.replace_all_vectors(
             organization_id, environment, embedder.name, segments, embedder.dimension
         )
         self._entries.pop((organization_id, environment), None)
 
 
-
 def nonzero_rows(vectors: npt.NDArray[np.float32]) -> npt.NDArray[np.bool_]:
     """A mask of rows that are finite and not all zeros (the index refuses the others)."""
     finite = np.isfinite(vectors).all(axis=1)
-    return finite & (np.abs(vectors).sum(axis=1) > 0)
+    mask: npt.NDArray[np.bool_] = finite & (np.abs(vectors).sum(axis=1) > 0)
+    return mask

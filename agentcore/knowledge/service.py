@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -173,12 +174,15 @@ class KnowledgeService:
             )
         if min_score is not None and not -1.0 <= min_score <= 1.0:
             raise ValidationFailed(
-                "min_score must be between -1 and 1.", code="min_score_out_of_range",
+                "min_score must be between -1 and 1.",
+                code="min_score_out_of_range",
                 param="min_score",
             )
         return SearchResponse(query=query, results=self.retrieve(query, k, min_score))
 
-    def retrieve(self, query: str, k: int, min_score: float | None = None) -> list[SearchResult]:
+    def retrieve(
+        self, query: str, k: int, min_score: float | None = None
+    ) -> builtins.list[SearchResult]:
         """The top ``k`` results for ``query`` (no argument checks; used by chat too)."""
         self._ws.require("read")
         index = self._cache.get(self._ws.organization_id, self._ws.environment)

@@ -8,13 +8,22 @@ data — so a PostgreSQL store can implement it without changes to the core.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
-from agentcore.models import Agent, ApiKey, Document, Organization
-from agentcore.storage.records import KnowledgeState, StoredChunk, VectorSegment
+from agentcore.events import Event
+from agentcore.models import Agent, ApiKey, Delivery, Document, Organization
+from agentcore.storage.records import (
+    DueDelivery,
+    KnowledgeState,
+    StoredChunk,
+    StoredMessage,
+    StoredResponse,
+    StoredSubscription,
+    VectorSegment,
+)
 
 
 class Store(Protocol):
@@ -142,3 +151,113 @@ class Store(Protocol):
         self, organization_id: str, environment: str
     ) -> Iterator[tuple[str, list[int], list[str]]]:
         """``(document_id, chunk ids, texts)`` per document."""
+
+    # webhooks and the event outbox
+    def insert_subscription(
+        self,
+        organization_id: str,
+        environment: str,
+        *,
+        url: str,
+        events: Sequence[str],
+        secret: str,
+        description: str | None,
+    ) -> StoredSubscription:
+        """Store a new active subscription."""
+
+    def get_subscription(
+        self, organization_id: str | None, environment: str | None, subscription_id: str
+    ) -> StoredSubscription | None:
+        """A subscription of this workspace (of any, if both are ``None``)."""
+
+    def list_subscriptions(
+        self, organization_id: str, environment: str, *, limit: int, starting_after: str | None
+    ) -> tuple[list[StoredSubscription], bool]:
+        """A page of subscriptions, newest first."""
+
+    def update_subscription(self, subscription_id: str, **changes: Any) -> None:
+        """Set status, secrets, failure tracking or the disabled reason."""
+
+    def delete_subscription(
+        self, organization_id: str, environment: str, subscription_id: str
+    ) -> bool:
+        """Delete a subscription; its pending deliveries end as failed."""
+
+    def record_event(
+        self, event: Event, *, now: float, only_subscription: str | None = None
+    ) -> int:
+        """Store an event and its pending deliveries in one transaction."""
+
+    def claim_due_deliveries(
+        self,
+        *,
+        now: float,
+        lease_seconds: float,
+        limit: int,
+        busy_subscriptions: Sequence[str] = (),
+    ) -> list[DueDelivery]:
+        """Lease due deliveries of active subscriptions, atomically."""
+
+    def next_due_at(self) -> float | None:
+        """When the earliest pending delivery falls due."""
+
+    def record_attempt(
+        self,
+        delivery: DueDelivery,
+        *,
+        attempted_at: str,
+        status_code: int | None,
+        error: str | None,
+        duration_ms: float,
+        outcome: str,
+        next_attempt_at: float | None,
+        subscription_changes: dict[str, Any],
+    ) -> None:
+        """Log an attempt and move the delivery on, atomically."""
+
+    def list_deliveries(
+        self,
+        organization_id: str,
+        environment: str,
+        subscription_id: str,
+        *,
+        limit: int,
+        starting_after: str | None,
+    ) -> tuple[list[Delivery], bool]:
+        """A page of a subscription's deliveries with attempts."""
+
+    # conversations
+    def create_conversation(self, organization_id: str, environment: str, agent_id: str) -> str:
+        """A new conversation's id."""
+
+    def conversation_agent(
+        self, organization_id: str, environment: str, conversation_id: str
+    ) -> str | None:
+        """The agent a conversation belongs to, or ``None``."""
+
+    def add_messages(self, conversation_id: str, messages: Sequence[StoredMessage]) -> None:
+        """Append messages to a conversation."""
+
+    def recent_messages(self, conversation_id: str, limit: int) -> list[StoredMessage]:
+        """The last ``limit`` messages, oldest first."""
+
+    # idempotency
+    def claim_idempotency_key(
+        self,
+        organization_id: str,
+        environment: str,
+        key: str,
+        fingerprint: str,
+        *,
+        now: float,
+        ttl: float,
+    ) -> tuple[Literal["new", "replay", "mismatch", "in_progress"], StoredResponse | None]:
+        """Claim an idempotency key atomically."""
+
+    def finish_idempotency_key(
+        self, organization_id: str, environment: str, key: str, response: StoredResponse
+    ) -> None:
+        """Store the response to replay."""
+
+    def release_idempotency_key(self, organization_id: str, environment: str, key: str) -> None:
+        """Forget an in-progress claim."""

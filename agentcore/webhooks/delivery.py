@@ -13,6 +13,7 @@ import logging
 import random
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
@@ -65,6 +66,9 @@ class WebhookRuntime:
         self._pool: ThreadPoolExecutor | None = None
         self._client: Any = None
         self._in_flight: dict[str, int] = {}
+        # leased deliveries of a subscription already at its in-flight cap, each with
+        # the monotonic time its lease ends; sent as that subscription's slots free up
+        self._backlog: dict[str, deque[tuple[DueDelivery, float]]] = {}
         self._lock = threading.Lock()
 
     # the outbox sink --------------------------------------------------------------
@@ -105,6 +109,8 @@ class WebhookRuntime:
         thread.join(timeout)
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
+        with self._lock:
+            self._backlog.clear()  # their leases lapse and another worker takes them
         if client is not None:
             client.close()
 
@@ -124,32 +130,41 @@ class WebhookRuntime:
         return min(max(due - self.clock(), 0.01), IDLE_POLL)
 
     def dispatch_due(self) -> int:
-        """Lease due deliveries and hand them to the pool; returns how many were handed."""
+        """Lease due deliveries and hand them to the pool; returns how many were leased.
+
+        A subscription never has more than :data:`PER_SUBSCRIPTION_IN_FLIGHT` attempts
+        under way; leased deliveries beyond that wait in a local backlog and are sent
+        as its attempts finish (never left idle until their lease lapses).
+        """
         pool = self._pool
         if pool is None:
             return 0
         with self._lock:
             busy = [s for s, n in self._in_flight.items() if n >= PER_SUBSCRIPTION_IN_FLIGHT]
-            free = self._pool_size * 2 - sum(self._in_flight.values())
+            waiting = sum(len(q) for q in self._backlog.values())
+            free = self._pool_size * 2 - sum(self._in_flight.values()) - waiting
         if free <= 0:
             return 0
+        lease = self.timeout + LEASE_MARGIN
         due = self.core.store.claim_due_deliveries(
-            now=self.clock(),
-            lease_seconds=self.timeout + LEASE_MARGIN,
-            limit=free,
-            busy_subscriptions=busy,
+            now=self.clock(), lease_seconds=lease, limit=free, busy_subscriptions=busy
         )
-        handed = 0
+        lease_ends = time.monotonic() + lease
         for delivery in due:
+            subscription = delivery.subscription_id
             with self._lock:
-                if self._in_flight.get(delivery.subscription_id, 0) >= PER_SUBSCRIPTION_IN_FLIGHT:
-                    continue  # left leased; claimed again once the lease lapses
-                self._in_flight[delivery.subscription_id] = (
-                    self._in_flight.get(delivery.subscription_id, 0) + 1
-                )
+                if self._in_flight.get(subscription, 0) >= PER_SUBSCRIPTION_IN_FLIGHT:
+                    self._backlog.setdefault(subscription, deque()).append((delivery, lease_ends))
+                    continue
+                self._in_flight[subscription] = self._in_flight.get(subscription, 0) + 1
+            self._submit(pool, delivery)
+        return len(due)
+
+    def _submit(self, pool: ThreadPoolExecutor, delivery: DueDelivery) -> None:
+        try:
             pool.submit(self._attempt_and_release, delivery)
-            handed += 1
-        return handed
+        except RuntimeError:  # the pool is shutting down; the lease lapses, nothing lost
+            self._release(delivery.subscription_id)
 
     def _attempt_and_release(self, delivery: DueDelivery) -> None:
         try:
@@ -157,13 +172,29 @@ class WebhookRuntime:
         except Exception:
             log.exception("webhook attempt %s failed unexpectedly", delivery.id)
         finally:
-            with self._lock:
-                left = self._in_flight.get(delivery.subscription_id, 1) - 1
-                if left:
-                    self._in_flight[delivery.subscription_id] = left
-                else:
-                    self._in_flight.pop(delivery.subscription_id, None)
+            following = self._release(delivery.subscription_id)
+            pool = self._pool
+            if following is not None and pool is not None:
+                self._submit(pool, following)
             self._wake.set()
+
+    def _release(self, subscription: str) -> DueDelivery | None:
+        """Free one slot of ``subscription``, or hand it the next backlogged delivery."""
+        now = time.monotonic()
+        with self._lock:
+            queue = self._backlog.get(subscription)
+            while queue:
+                delivery, lease_ends = queue.popleft()
+                if not queue:
+                    del self._backlog[subscription]
+                if lease_ends - now > 1.0:  # else its lease is (nearly) gone: re-claimed later
+                    return delivery  # keeps the slot
+            left = self._in_flight.get(subscription, 1) - 1
+            if left > 0:
+                self._in_flight[subscription] = left
+            else:
+                self._in_flight.pop(subscription, None)
+            return None
 
     def deliver_due(self) -> int:
         """Send every due delivery now, in this thread (tests drive retries with this)."""

@@ -5,4 +5,10 @@ from __future__ import annotations
 from agentcore_starlette.routes import agents, auth, chat, knowledge, webhooks
 from agentcore_starlette.routing import ApiRoute
 
-ROUTES: list[ApiRoute] = [*auth.ROUTES, *agents.ROUTES, *knowledge.ROUTES, *chat.ROUTES, *webhooks.ROUTES]
+ROUTES: list[ApiRoute] = [
+    *auth.ROUTES,
+    *agents.ROUTES,
+    *knowledge.ROUTES,
+    *chat.ROUTES,
+    *webhooks.ROUTES,
+]

@@ -12,5 +12,7 @@ def verify_key(call: Call) -> VerifyResponse:
 
 
 ROUTES = [
-    ApiRoute("GET", "/auth/verify", verify_key, VerifyResponse, "Verify the API key", "any", "auth"),
+    ApiRoute(
+        "GET", "/auth/verify", verify_key, VerifyResponse, "Verify the API key", "any", "auth"
+    ),
 ]

@@ -47,9 +47,7 @@ def delete_document(call: Call) -> Deleted:
 def search_knowledge(call: Call) -> SearchResponse:
     """Chunks ranked by cosine similarity to the query."""
     body = cast(SearchRequest, call.body)
-    return call.workspace.knowledge.search(
-        body.query, top_k=body.top_k, min_score=body.min_score
-    )
+    return call.workspace.knowledge.search(body.query, top_k=body.top_k, min_score=body.min_score)
 
 
 _ONE = "/knowledge/documents/{document_id}"

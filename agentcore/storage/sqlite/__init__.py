@@ -6,16 +6,12 @@ from pathlib import Path
 
 from sqlite_utils import Database as UtilsDatabase
 
+from agentcore.storage.records import KnowledgeState, StoredChunk, VectorSegment
 from agentcore.storage.sqlite.agents import AgentStore
 from agentcore.storage.sqlite.chat import ChatStore
 from agentcore.storage.sqlite.connection import Database
 from agentcore.storage.sqlite.idempotency import IdempotencyStore
-from agentcore.storage.sqlite.knowledge import (
-    KnowledgeState,
-    KnowledgeStore,
-    StoredChunk,
-    VectorSegment,
-)
+from agentcore.storage.sqlite.knowledge import KnowledgeStore
 from agentcore.storage.sqlite.schema import migrations
 from agentcore.storage.sqlite.tenancy import TenancyStore
 from agentcore.storage.sqlite.webhooks import WebhookStore

@@ -48,7 +48,13 @@ class ChatStore:
                 conn.execute(
                     "INSERT INTO messages (conversation_id, role, content, citations, created_at)"
                     " VALUES (?, ?, ?, ?, ?)",
-                    [conversation_id, message.role, message.content, json.dumps(message.citations), now],
+                    [
+                        conversation_id,
+                        message.role,
+                        message.content,
+                        json.dumps(message.citations),
+                        now,
+                    ],
                 )
             conn.execute(
                 "UPDATE conversations SET updated_at = ? WHERE id = ?", [now, conversation_id]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
@@ -106,10 +107,8 @@ class Database:
         with self._lock:
             self._closed = True
             for conn in self._connections:
-                try:
+                with contextlib.suppress(sqlite3.Error):  # closing is best effort
                     conn.close()
-                except sqlite3.Error:  # pragma: no cover - closing is best effort
-                    pass
             self._connections.clear()
 
 

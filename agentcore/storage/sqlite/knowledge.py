@@ -110,8 +110,8 @@ class KnowledgeStore:
                         embedder,
                         dimension,
                         len(ids[part]),
-                        memoryview(ids[part]),
-                        memoryview(vectors[part]),
+                        ids[part].tobytes(),
+                        vectors[part].tobytes(),
                     ],
                 )
             self._bump(conn, organization_id, environment, embedder, dimension)
