@@ -1,0 +1,1 @@
+"""Outgoing webhooks: Standard Webhooks signing, the SSRF guard, retry schedule, sender."""
