@@ -300,8 +300,24 @@ class WebhookStore:
                 " last_error = ?, updated_at = ? WHERE id = ?",
                 [outcome, next_attempt_at, status_code, error, now_iso(), delivery.id],
             )
-            if subscription_changes:
-                self.update_subscription(delivery.subscription_id, **subscription_changes)
+            changes = dict(subscription_changes)
+            # The failure streak is decided here, not from the lease-time snapshot in
+            # ``delivery``: deliveries leased together all saw the same old value.
+            if outcome == "succeeded":
+                changes.pop("failing_since", None)
+                conn.execute(
+                    "UPDATE webhook_subscriptions SET failing_since = NULL, updated_at = ?"
+                    " WHERE id = ? AND failing_since IS NOT NULL",
+                    [now_iso(), delivery.subscription_id],
+                )
+            elif changes.get("failing_since") is not None:
+                conn.execute(
+                    "UPDATE webhook_subscriptions SET failing_since = COALESCE(failing_since, ?)"
+                    " WHERE id = ?",
+                    [changes.pop("failing_since"), delivery.subscription_id],
+                )
+            if changes:
+                self.update_subscription(delivery.subscription_id, **changes)
 
     def list_deliveries(
         self,

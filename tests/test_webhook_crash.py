@@ -1,0 +1,98 @@
+"""Crash safety: SIGKILL a serving process mid-delivery, restart it, lose nothing.
+
+1,000 events are committed (with their deliveries) by this process, whose core runs no
+worker; then ``agentcore serve`` on the same file delivers them to a receiver here
+that answers in ~20 ms. Once some but not all have arrived the server is SIGKILLed and
+started again; every event must then arrive at least once (duplicates are allowed:
+deliveries leased by the killed process are re-sent when their lease lapses).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import free_port
+from helpers import cli_env
+from webhook_receiver import Receiver, Reply
+
+from agentcore import AgentCore
+
+EVENTS = 1_000
+pytestmark = pytest.mark.slow
+
+
+def _serve(db: Path, log: Path) -> subprocess.Popen[bytes]:
+    env = cli_env()
+    env["AGENTCORE_WEBHOOK_ALLOWED_NETWORKS"] = "127.0.0.0/8"
+    env["AGENTCORE_WEBHOOK_TIMEOUT"] = "2"
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "agentcore.cli",
+                "--db",
+                str(db),
+                "serve",
+                "--port",
+                str(free_port()),
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+def test_sigkill_mid_delivery_loses_nothing(tmp_path: Path) -> None:
+    db = tmp_path / "crash.db"
+    log = tmp_path / "server.log"
+    with Receiver(default=Reply(delay=0.02)) as receiver:
+        with AgentCore.open(db, webhook_allowed_networks="127.0.0.0/8") as core:
+            ws = core.workspace("acme", "test")
+            ws.webhooks.subscribe(receiver.url("/hook"), ["agent.action"])
+            published = {ws.publish("agent.action", {"n": n}).id for n in range(EVENTS)}
+            assert core.store.delivery_counts() == {"pending": EVENTS}
+        assert receiver.count() == 0  # committed, not sent: no worker ran here
+
+        first = _serve(db, log)
+        try:
+            assert receiver.wait_for(50, timeout=30), (
+                f"server delivered {receiver.count()} in 30 s; log:\n{log.read_text()[-2000:]}"
+            )
+            first.kill()  # SIGKILL: no shutdown, leases stay held
+            first.wait(timeout=10)
+        finally:
+            _stop(first)
+        before = receiver.distinct_ids()
+        assert 0 < len(before) < EVENTS, "the kill must land mid-delivery"
+
+        second = _serve(db, log)
+        try:
+            complete = receiver.wait_for_ids(EVENTS, timeout=50)
+            got = receiver.distinct_ids()
+            assert complete, f"{len(got)}/{EVENTS} delivered after restart"
+            assert got == published
+            assert receiver.count() >= EVENTS  # at least once; duplicates allowed
+            deadline = time.monotonic() + 10  # the last attempts get recorded
+            with AgentCore.open(db, webhook_allowed_networks="127.0.0.0/8") as reader:
+                while reader.store.delivery_counts() != {"succeeded": EVENTS}:
+                    assert time.monotonic() < deadline, reader.store.delivery_counts()
+                    time.sleep(0.1)
+        finally:
+            _stop(second)
+    assert os.path.exists(db)
