@@ -6,7 +6,7 @@ import ipaddress
 import os
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 MiB = 1024 * 1024
 
@@ -77,6 +77,16 @@ class Settings(BaseModel):
         for cidr in value:
             ipaddress.ip_network(cidr, strict=False)
         return tuple(value)
+
+    @model_validator(mode="after")
+    def _check_chunking(self) -> Settings:
+        if self.chunk_overlap_chars * 2 > self.chunk_target_chars:
+            raise ValueError("chunk_overlap_chars must be at most half of chunk_target_chars")
+        if self.default_top_k > self.max_top_k:
+            raise ValueError("default_top_k cannot exceed max_top_k")
+        if self.default_page_size > self.max_page_size:
+            raise ValueError("default_page_size cannot exceed max_page_size")
+        return self
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None, **overrides: Any) -> Settings:

@@ -31,7 +31,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("agentcore.webhooks")
 
-PER_SUBSCRIPTION_IN_FLIGHT = 2  # a hanging receiver holds at most this many workers
+PER_SUBSCRIPTION_IN_FLIGHT = 2  # a new, failing or slow receiver holds at most this many workers
+HEALTHY_IN_FLIGHT = 4  # a receiver answering 2xx quickly may have this many attempts under way
+FAST_ENOUGH_MS = 1000.0
 LEASE_MARGIN = 10.0
 IDLE_POLL = 1.0  # also notices deliveries written by other processes
 
@@ -66,6 +68,7 @@ class WebhookRuntime:
         self._pool: ThreadPoolExecutor | None = None
         self._client: Any = None
         self._in_flight: dict[str, int] = {}
+        self._healthy: dict[str, bool] = {}  # last attempt was a quick 2xx
         # leased deliveries of a subscription already at its in-flight cap, each with
         # the monotonic time its lease ends; sent as that subscription's slots free up
         self._backlog: dict[str, deque[tuple[DueDelivery, float]]] = {}
@@ -132,7 +135,7 @@ class WebhookRuntime:
     def dispatch_due(self) -> int:
         """Lease due deliveries and hand them to the pool; returns how many were leased.
 
-        A subscription never has more than :data:`PER_SUBSCRIPTION_IN_FLIGHT` attempts
+        A subscription never has more than its cap (2, or 4 while it answers 2xx quickly) attempts
         under way; leased deliveries beyond that wait in a local backlog and are sent
         as its attempts finish (never left idle until their lease lapses).
         """
@@ -140,7 +143,7 @@ class WebhookRuntime:
         if pool is None:
             return 0
         with self._lock:
-            busy = [s for s, n in self._in_flight.items() if n >= PER_SUBSCRIPTION_IN_FLIGHT]
+            busy = [s for s, n in self._in_flight.items() if n >= self._cap(s)]
             waiting = sum(len(q) for q in self._backlog.values())
             free = self._pool_size * 2 - sum(self._in_flight.values()) - waiting
         if free <= 0:
@@ -153,12 +156,17 @@ class WebhookRuntime:
         for delivery in due:
             subscription = delivery.subscription_id
             with self._lock:
-                if self._in_flight.get(subscription, 0) >= PER_SUBSCRIPTION_IN_FLIGHT:
+                if self._in_flight.get(subscription, 0) >= self._cap(subscription):
                     self._backlog.setdefault(subscription, deque()).append((delivery, lease_ends))
                     continue
                 self._in_flight[subscription] = self._in_flight.get(subscription, 0) + 1
             self._submit(pool, delivery)
         return len(due)
+
+    def _cap(self, subscription: str) -> int:
+        """Attempts a subscription may have under way (call with the lock held)."""
+        healthy = self._healthy.get(subscription, False)
+        return HEALTHY_IN_FLIGHT if healthy else PER_SUBSCRIPTION_IN_FLIGHT
 
     def _submit(self, pool: ThreadPoolExecutor, delivery: DueDelivery) -> None:
         try:
@@ -215,6 +223,10 @@ class WebhookRuntime:
         now = self.clock()
         headers = build_headers(delivery.secrets, delivery.event_id, int(now), body)
         result = send(client or self._client, delivery.url, headers, body, timeout=self.timeout)
+        with self._lock:
+            self._healthy[delivery.subscription_id] = (
+                result.succeeded and result.duration_ms < FAST_ENOUGH_MS
+            )
         self._record(delivery, result, now)
         return result
 

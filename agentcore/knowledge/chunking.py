@@ -1,0 +1,222 @@
+"""Chunking: page texts to sentence-aware, overlapping chunks that keep their page numbers."""
+
+from __future__ import annotations
+
+import re
+from bisect import bisect_right
+from dataclasses import dataclass
+
+__all__ = ["Chunk", "chunk_pages", "split_sentences"]
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """A passage of a document and the 1-based pages its text comes from, sorted."""
+
+    text: str
+    pages: list[int]
+
+
+# Words that end in a period without ending a sentence, compared lowercased and
+# without their last period. Single letters (initials) are handled apart.
+_ABBREVIATIONS_TEXT = """
+    mr mrs ms dr prof sr jr st mt ft gen col capt lt sgt cpl rev hon pres gov sen rep vs
+    etc e.g i.e cf viz al approx ca est dept univ assn bros inc ltd co corp nos vol
+    vols fig figs eq eqs ch sec pp ed eds jan feb mar apr jun jul aug sep sept oct nov
+    dec
+"""
+_ABBREVIATIONS = frozenset(_ABBREVIATIONS_TEXT.split())
+_CLOSERS = "\"'”’)]"
+# A candidate sentence end: terminal punctuation, optional closing quotes/brackets,
+# then whitespace. `_is_boundary` decides whether it really ends a sentence; decimals
+# ("3.14") and dotted names ("agentcore.errors") never match as no space follows.
+_CANDIDATE = re.compile(r"[.!?…]+[\"'”’)\]]*(?=\s)")
+# A new line opening a Markdown heading, list item, quote or table row ends whatever
+# came before it, punctuation or not; so does the end of a heading line.
+_BLOCK_START = re.compile(r"\n[ \t]*(?=#{1,6}\s|[-*+>]\s|\d{1,3}[.)]\s|\|)")
+_HEADING_END = re.compile(r"^[ \t]*#{1,6}[ \t][^\n]*(?=\n)", re.MULTILINE)
+_PAGE_END = (".", "!", "?", "…", ":", '"', "”", "’", ")")
+_PARAGRAPH_BREAK = re.compile(r"\n[ \t]*\n\s*")
+_NEXT_CHAR = re.compile(r"\s+[\"'“‘(\[]*(\S)")
+_DOTTED_ACRONYM = re.compile(r"(?:[A-Za-z]\.)+[A-Za-z]")
+
+
+@dataclass(frozen=True)
+class _Unit:
+    """A sentence, or a piece of an over-long one, located in the joined text."""
+
+    start: int
+    end: int
+    paragraph_start: bool
+
+    @property
+    def length(self) -> int:
+        return self.end - self.start
+
+
+def _is_boundary(text: str, match: re.Match[str]) -> bool:
+    punct = match.group(0).rstrip(_CLOSERS)
+    if punct == ".":
+        end = match.start()
+        start = max(text.rfind(space, max(0, end - 40), end) for space in " \n\t") + 1
+        token = text[max(start, end - 40) : end].lstrip("\"'“‘([")
+        if token.lower() in _ABBREVIATIONS:
+            return False
+        # Initials ("J. Smith") and dotted acronyms ("U.S. Army", "e.g. this").
+        if (len(token) == 1 and token.isalpha()) or _DOTTED_ACRONYM.fullmatch(token):
+            return False
+    nxt = _NEXT_CHAR.match(text, match.end())
+    if nxt is None:
+        return True
+    char = nxt.group(1)
+    # A lowercase word after a period or an ellipsis continues the sentence
+    # ("approx. five", "wait... what"); after "!" or "?" informal text starts anew.
+    return not char.islower() or not ("." in punct or "…" in punct)
+
+
+def _trim(text: str, start: int, end: int) -> tuple[int, int] | None:
+    while start < end and text[start].isspace():
+        start += 1
+    while end > start and text[end - 1].isspace():
+        end -= 1
+    return (start, end) if start < end else None
+
+
+def _sentence_spans(text: str, start: int, end: int) -> list[tuple[int, int]]:
+    """Split ``text[start:end]``, one paragraph, into trimmed sentence spans."""
+    cuts = [start, end]
+    cuts += [m.end() for m in _CANDIDATE.finditer(text, start, end) if _is_boundary(text, m)]
+    cuts += [m.start() for m in _BLOCK_START.finditer(text, start, end)]
+    cuts += [m.end() for m in _HEADING_END.finditer(text, start, end)]
+    cuts.sort()
+    spans = (_trim(text, left, right) for left, right in zip(cuts, cuts[1:], strict=False))
+    return [span for span in spans if span is not None]
+
+
+def _hard_split(text: str, start: int, end: int, limit: int) -> list[tuple[int, int]]:
+    """Cut a span longer than ``limit`` at whitespace, mid-word only for giant words."""
+    pieces: list[tuple[int, int]] = []
+    while end - start > limit:
+        window = text[start + 1 : start + limit + 1]
+        spaces = [i for i in (window.rfind(" "), window.rfind("\n"), window.rfind("\t")) if i >= 0]
+        cut = start + 1 + max(spaces) if spaces else start + limit
+        span = _trim(text, start, cut)
+        if span is not None:
+            pieces.append(span)
+        start = cut
+        while start < end and text[start].isspace():
+            start += 1
+    if start < end:
+        pieces.append((start, end))
+    return pieces
+
+
+def _units(text: str, limit: int) -> list[_Unit]:
+    """Sentences of ``text`` no longer than ``limit``, marking paragraph starts."""
+    paragraphs: list[tuple[int, int]] = []
+    position = 0
+    for brk in _PARAGRAPH_BREAK.finditer(text):
+        paragraphs.append((position, brk.start()))
+        position = brk.end()
+    paragraphs.append((position, len(text)))
+    units: list[_Unit] = []
+    for para_start, para_end in paragraphs:
+        first = True
+        for start, end in _sentence_spans(text, para_start, para_end):
+            for piece_start, piece_end in _hard_split(text, start, end, limit):
+                units.append(_Unit(piece_start, piece_end, first))
+                first = False
+    return units
+
+
+def split_sentences(text: str) -> list[str]:
+    """Split ``text`` into sentences; a paragraph break always ends one."""
+    return [text[u.start : u.end] for u in _units(text, max(len(text), 1))]
+
+
+def _separator(unit: _Unit) -> str:
+    return "\n\n" if unit.paragraph_start else " "
+
+
+def _joined_length(units: list[_Unit]) -> int:
+    if not units:
+        return 0
+    return sum(u.length for u in units) + sum(len(_separator(u)) for u in units[1:])
+
+
+def chunk_pages(
+    pages: list[str], *, target_chars: int = 700, overlap_chars: int = 150
+) -> list[Chunk]:
+    """Pack the sentences of ``pages`` into chunks of at most ``target_chars``.
+
+    Pages are read as one continuous text, so a sentence that runs over a page break
+    stays whole and its chunk carries both pages; a page whose text ends a sentence
+    is taken to end a paragraph. Chunks end at
+    sentence boundaries and prefer paragraph breaks: once a chunk is half full, a new
+    paragraph starts a new chunk. A chunk cut inside a paragraph begins with the
+    previous chunk's trailing whole sentences, at most ``overlap_chars`` of them, so a
+    sentence keeps some context; a chunk that begins a paragraph repeats nothing.
+    Sentences longer than ``target_chars`` are cut at word boundaries. Whitespace
+    between sentences is folded to one space (one blank line between paragraphs).
+    Deterministic; never returns an empty chunk.
+
+    :param pages: page texts; page ``n`` (1-based) is ``pages[n - 1]``.
+    :param target_chars: the longest chunk text.
+    :param overlap_chars: the most text a chunk repeats from the one before it.
+    :return: the chunks in document order.
+    :raises ValueError: on a non-positive target, a negative overlap, or an overlap
+        larger than half the target.
+    """
+    if target_chars < 1:
+        raise ValueError("target_chars must be positive")
+    if overlap_chars < 0:
+        raise ValueError("overlap_chars must not be negative")
+    if overlap_chars * 2 > target_chars:
+        raise ValueError("overlap_chars must be at most half of target_chars")
+
+    # A page that ends a sentence most likely ends a paragraph too (PDF extraction
+    # cannot tell); one that does not is continued on the next page.
+    parts: list[str] = []
+    page_starts: list[int] = []
+    offset = 0
+    for page in pages:
+        if parts:
+            parts.append("\n\n" if parts[-1].rstrip().endswith(_PAGE_END) else " ")
+            offset += len(parts[-1])
+        page_starts.append(offset)
+        parts.append(page)
+        offset += len(page)
+    text = "".join(parts)
+    has_text = [bool(page.strip()) for page in pages]
+
+    def make_chunk(group: list[_Unit]) -> Chunk:
+        parts = [text[group[0].start : group[0].end]]
+        for unit in group[1:]:
+            parts += [_separator(unit), text[unit.start : unit.end]]
+        first = bisect_right(page_starts, group[0].start) - 1
+        last = bisect_right(page_starts, group[-1].end - 1) - 1
+        pages_in = [n + 1 for n in range(first, last + 1) if has_text[n]]
+        return Chunk(text="".join(parts), pages=pages_in)
+
+    chunks: list[Chunk] = []
+    current: list[_Unit] = []
+    for unit in _units(text, target_chars):
+        if current:
+            too_long = _joined_length([*current, unit]) > target_chars
+            paragraph_cut = unit.paragraph_start and _joined_length(current) >= target_chars // 2
+            if too_long or paragraph_cut:
+                chunks.append(make_chunk(current))
+                carried: list[_Unit] = []
+                if not unit.paragraph_start:
+                    for previous in reversed(current):
+                        candidate = [previous, *carried]
+                        if _joined_length(candidate) > overlap_chars:
+                            break
+                        if _joined_length([*candidate, unit]) > target_chars:
+                            break
+                        carried = candidate
+                current = carried
+        current.append(unit)
+    if current:
+        chunks.append(make_chunk(current))
+    return chunks

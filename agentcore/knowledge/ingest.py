@@ -1,0 +1,291 @@
+"""Ingestion: uploaded bytes (text, Markdown, PDF) to clean page texts, or a clear 4xx."""
+
+from __future__ import annotations
+
+import io
+import posixpath
+import re
+from dataclasses import dataclass
+
+from agentcore.errors import PayloadTooLarge, UnsupportedMediaType, ValidationFailed
+
+__all__ = [
+    "PDF",
+    "PLAIN",
+    "MARKDOWN",
+    "ParsedDocument",
+    "clean_pdf_text",
+    "parse_document",
+    "parse_text",
+]
+
+PLAIN = "text/plain"
+MARKDOWN = "text/markdown"
+PDF = "application/pdf"
+
+_TYPE_ALIASES = {
+    "text/plain": PLAIN,
+    "text/markdown": MARKDOWN,
+    "text/x-markdown": MARKDOWN,
+    "application/pdf": PDF,
+    "application/x-pdf": PDF,
+}
+_EXTENSIONS = {".txt": PLAIN, ".text": PLAIN, ".md": MARKDOWN, ".markdown": MARKDOWN, ".pdf": PDF}
+# Types that say nothing about the content; the extension and the bytes decide.
+_GENERIC_TYPES = frozenset({"", "application/octet-stream", "binary/octet-stream"})
+_PDF_MAGIC = b"%PDF-"
+
+
+@dataclass(frozen=True)
+class ParsedDocument:
+    """A parsed upload: its source name, canonical content type and page texts.
+
+    Page ``n`` (1-based) is ``pages[n - 1]``; a page with no text is an empty string,
+    so numbering always matches the original file.
+    """
+
+    source: str
+    content_type: str
+    pages: list[str]
+
+
+def parse_document(
+    data: bytes,
+    filename: str,
+    content_type: str | None = None,
+    *,
+    max_bytes: int,
+    max_pages: int,
+) -> ParsedDocument:
+    """Parse an uploaded file into pages.
+
+    The type comes from the bytes first (``%PDF-`` means PDF whatever the label),
+    then from ``content_type`` unless it is generic (``application/octet-stream``),
+    then from the file name's extension, and for unlabelled files from whether the
+    bytes are UTF-8 text. Plain text is split into pages at form feeds (``\\f``);
+    Markdown is one page; PDFs give one entry per page. PDFs encrypted with an
+    empty user password (common for "no copy" flags) are opened; any other
+    encryption is refused.
+
+    :param data: the file's bytes.
+    :param filename: the uploaded file's name; its base name becomes ``source``.
+    :param content_type: the declared media type, parameters allowed.
+    :param max_bytes: the largest accepted file.
+    :param max_pages: the most pages accepted in a PDF.
+    :raises PayloadTooLarge: ``file_too_large``, ``too_many_pages``.
+    :raises UnsupportedMediaType: ``unsupported_file_type``.
+    :raises ValidationFailed: ``empty_file``, ``invalid_encoding``, ``invalid_pdf``,
+        ``encrypted_pdf``, ``no_text``. Every error has ``param="file"``.
+    """
+    source = _source_name(filename)
+    if len(data) > max_bytes:
+        raise PayloadTooLarge(
+            f"The file is {len(data)} bytes; the limit is {max_bytes}.",
+            code="file_too_large",
+            param="file",
+        )
+    if not data:
+        raise ValidationFailed("The file is empty.", code="empty_file", param="file")
+    kind = _detect_type(data, source, content_type)
+    if kind == PDF:
+        pages = _pdf_pages(data, max_pages)
+    else:
+        text = _decode(data)
+        pages = _text_pages(text, kind)
+    if not any(page.strip() for page in pages):
+        raise ValidationFailed(
+            "The file contains no extractable text"
+            + (" (a scanned PDF needs OCR first)." if kind == PDF else "."),
+            code="no_text",
+            param="file",
+        )
+    return ParsedDocument(source=source, content_type=kind, pages=pages)
+
+
+def parse_text(source: str, text: str) -> ParsedDocument:
+    """Wrap text sent as JSON ``{source, text}``, like a ``.txt`` or ``.md`` upload.
+
+    :raises ValidationFailed: ``param="source"`` when the source is blank;
+        ``no_text`` with ``param="text"`` when the text is blank.
+    """
+    name = source.strip()
+    if not name:
+        raise ValidationFailed("source must not be blank.", param="source")
+    if not text.strip():
+        raise ValidationFailed("text must not be blank.", code="no_text", param="text")
+    kind = _EXTENSIONS.get(posixpath.splitext(name.lower())[1], PLAIN)
+    kind = PLAIN if kind == PDF else kind
+    return ParsedDocument(source=name, content_type=kind, pages=_text_pages(text, kind))
+
+
+def _source_name(filename: str) -> str:
+    # Browsers may send "C:\\fakepath\\x.pdf"; only the base name is meaningful.
+    name = filename.replace("\\", "/").rsplit("/", 1)[-1].strip()
+    return name or "upload"
+
+
+def _detect_type(data: bytes, source: str, content_type: str | None) -> str:
+    declared = (content_type or "").split(";", 1)[0].strip().lower()
+    extension = posixpath.splitext(source.lower())[1]
+    # Some producers put junk before the header; readers accept it within 1 KiB.
+    if _PDF_MAGIC in data[:1024]:
+        return PDF
+    if declared not in _GENERIC_TYPES:
+        kind = _TYPE_ALIASES.get(declared)
+    elif extension:
+        kind = _EXTENSIONS.get(extension)
+    else:
+        kind = PLAIN if _looks_like_text(data) else None
+    if kind is None:
+        label = declared if declared not in _GENERIC_TYPES else (extension or "unknown")
+        raise UnsupportedMediaType(
+            f"Unsupported file type {label!r}: upload PDF, plain text or Markdown.",
+            code="unsupported_file_type",
+            param="file",
+        )
+    if kind == PDF:
+        raise ValidationFailed(
+            "The file is labelled PDF but is not one (no %PDF- header).",
+            code="invalid_pdf",
+            param="file",
+        )
+    return kind
+
+
+def _looks_like_text(data: bytes) -> bool:
+    head = data[:4096]
+    if b"\x00" in head:
+        return False
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        # A multi-byte character cut by the 4 KiB window is still text.
+        return exc.start >= len(head) - 3
+    return True
+
+
+def _decode(data: bytes) -> str:
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ValidationFailed(
+            f"The file is not valid UTF-8 (bad byte at offset {exc.start}).",
+            code="invalid_encoding",
+            param="file",
+        ) from None
+    if "\x00" in text:
+        raise ValidationFailed(
+            "The file contains NUL characters; it is not text.",
+            code="invalid_encoding",
+            param="file",
+        )
+    return text
+
+
+def _text_pages(text: str, kind: str) -> list[str]:
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    if kind == PLAIN and "\f" in text:
+        return text.split("\f")
+    return [text.replace("\f", "\n")]
+
+
+def _pdf_pages(data: bytes, max_pages: int) -> list[str]:
+    # Imported here: a host that never ingests PDFs does not pay for pypdf.
+    from pypdf import PasswordType, PdfReader
+
+    invalid = ValidationFailed(
+        "The file is not a readable PDF (corrupt or truncated).",
+        code="invalid_pdf",
+        param="file",
+    )
+    try:
+        reader = PdfReader(io.BytesIO(data), strict=False)
+        encrypted = reader.is_encrypted
+    except Exception:
+        raise invalid from None
+    if encrypted:
+        try:
+            opened = reader.decrypt("") != PasswordType.NOT_DECRYPTED
+        except Exception:  # unsupported algorithm or missing crypto dependency
+            opened = False
+        if not opened:
+            raise ValidationFailed(
+                "The PDF is encrypted with a password; upload an unencrypted copy.",
+                code="encrypted_pdf",
+                param="file",
+            )
+    try:
+        count = len(reader.pages)
+    except Exception:
+        raise invalid from None
+    if count > max_pages:
+        raise PayloadTooLarge(
+            f"The PDF has {count} pages; the limit is {max_pages}.",
+            code="too_many_pages",
+            param="file",
+        )
+    pages: list[str] = []
+    for number in range(count):
+        try:
+            raw = reader.pages[number].extract_text()
+        except Exception:
+            raise ValidationFailed(
+                f"Page {number + 1} of the PDF could not be read (corrupt content).",
+                code="invalid_pdf",
+                param="file",
+            ) from None
+        pages.append(clean_pdf_text(raw))
+    return pages
+
+
+_LIGATURES = str.maketrans(
+    {
+        "\ufb00": "ff",
+        "\ufb01": "fi",
+        "\ufb02": "fl",
+        "\ufb03": "ffi",
+        "\ufb04": "ffl",
+        "\ufb05": "st",
+        "\ufb06": "st",
+        "\u00a0": " ",
+        "\u00ad": None,  # soft hyphen: only a line-break hint
+        "\u200b": None,
+        "\x00": None,
+    }
+)
+_LINE_END_HYPHEN = re.compile(r"(\w)[-\u2010]\n[ \t]*(?=[a-z])")
+_SPACES = re.compile(r"[ \t\u2000-\u200a\u3000\x0b\x0c]+")
+_CONTROLS = re.compile(r"[\x01-\x08\x0e-\x1f\x7f]")
+_TERMINAL = (".", "!", "?", ":", '"', "\u201d", "'", "\u2019", ")")
+
+
+def clean_pdf_text(raw: str) -> str:
+    """Tidy one page of text extracted from a PDF.
+
+    Joins words hyphenated across line breaks ("infor-\\nmation"), folds runs of
+    spaces, and rejoins wrapped lines into paragraphs separated by a blank line. A
+    paragraph ends at a blank line or after a short line ending in terminal
+    punctuation (the last line of a justified or ragged paragraph).
+    """
+    text = raw.translate(_LIGATURES).replace("\r\n", "\n").replace("\r", "\n")
+    text = _CONTROLS.sub(" ", text)
+    text = _LINE_END_HYPHEN.sub(r"\1", text)
+    lines = [_SPACES.sub(" ", line).strip() for line in text.split("\n")]
+    longest = sorted((len(line) for line in lines if line), reverse=True)
+    # The typical full line: robust to one overlong line (a URL, a table row).
+    full = longest[min(len(longest) - 1, len(longest) // 10)] if longest else 0
+    paragraphs: list[str] = []
+    current: list[str] = []
+    for line in lines:
+        if not line:
+            if current:
+                paragraphs.append(" ".join(current))
+                current = []
+            continue
+        current.append(line)
+        if line.endswith(_TERMINAL) and len(line) < 0.75 * full:
+            paragraphs.append(" ".join(current))
+            current = []
+    if current:
+        paragraphs.append(" ".join(current))
+    return "\n\n".join(paragraphs)
