@@ -1,11 +1,13 @@
 """agentcore: an embeddable Agent Chat Service (agents, cited answers, search, webhooks)."""
 
+from agentcore.client import Client
 from agentcore.config import Settings
 from agentcore.core import AgentCore
 from agentcore.errors import (
     AgentCoreError,
     AuthenticationError,
     Conflict,
+    DeadlineExceeded,
     InvalidRequest,
     MethodNotAllowed,
     NotFound,
@@ -19,6 +21,7 @@ from agentcore.errors import (
 )
 from agentcore.events import Event, EventBus
 from agentcore.hookspecs import hookimpl
+from agentcore.knowledge.index import VectorIndex
 from agentcore.workspace import Workspace
 
 __version__ = "0.1.0"
@@ -27,7 +30,9 @@ __all__ = [
     "AgentCore",
     "AgentCoreError",
     "AuthenticationError",
+    "Client",
     "Conflict",
+    "DeadlineExceeded",
     "Event",
     "EventBus",
     "InvalidRequest",
@@ -41,6 +46,7 @@ __all__ = [
     "Settings",
     "UnsupportedMediaType",
     "ValidationFailed",
+    "VectorIndex",
     "Workspace",
     "hookimpl",
 ]

@@ -31,6 +31,7 @@ from agentcore.errors import (
     ProviderTimeout,
     ValidationFailed,
 )
+from agentcore.knowledge.chunking import pages_in_span, split_sentences
 from agentcore.models import HANDOFF_TOOL, Agent, ChatMessageResponse, Citation
 from agentcore.storage.records import StoredMessage
 
@@ -62,13 +63,36 @@ def wants_human(message: str) -> bool:
     return _HUMAN_REQUEST.search(message) is not None
 
 
-def build_citations(passages: list[Passage], used_ids: list[str]) -> list[Citation]:
+def quoted_pages(passage: Passage, answer: str) -> list[int]:
+    """The pages of ``passage`` that ``answer`` quotes, or all its pages if it quotes none.
+
+    An answer that repeats sentences of a chunk spanning pages 3-4 verbatim, all from
+    page 4, cites page 4 only; a paraphrase cites the chunk's pages.
+    """
+    if len(passage.pages) < 2 or not answer:
+        return list(passage.pages)
+    found: set[int] = set()
+    for sentence in split_sentences(answer):
+        sentence = " ".join(sentence.split())
+        if len(sentence) < 12:
+            continue
+        start = passage.text.find(sentence)
+        if start >= 0:
+            found.update(
+                pages_in_span(passage.pages, passage.page_offsets, start, start + len(sentence))
+            )
+    return sorted(found) or list(passage.pages)
+
+
+def build_citations(
+    passages: list[Passage], used_ids: list[str], answer: str = ""
+) -> list[Citation]:
     """Citations from the passages an answer used: grouped by source, pages sorted, unique."""
     used = set(used_ids)
     pages: dict[str, set[int]] = {}
     for passage in passages:
         if passage.id in used:
-            pages.setdefault(passage.source, set()).update(passage.pages)
+            pages.setdefault(passage.source, set()).update(quoted_pages(passage, answer))
     return [Citation(source=source, pages=sorted(found)) for source, found in pages.items()]
 
 
@@ -186,18 +210,19 @@ class _Turn:
             "knowledge_lookup",
             query=self.message,
             results=len(results),
-            top_score=results[0].score if results else None,
+            top_score=results[0][1] if results else None,
         )
         passages = [
             Passage(
                 id=f"P{number}",
-                text=r.chunk,
-                source=r.source,
-                pages=r.pages,
-                score=r.score,
-                document_id=r.document_id,
+                text=chunk.text,
+                source=chunk.source,
+                pages=chunk.pages,
+                score=score,
+                document_id=chunk.document_id,
+                page_offsets=chunk.page_offsets,
             )
-            for number, r in enumerate(results, 1)
+            for number, (chunk, score) in enumerate(results, 1)
         ]
         history = [
             ChatTurn(role="user" if m.role == "user" else "assistant", content=m.content)
@@ -230,7 +255,7 @@ class _Turn:
                 steps.append(ToolStep(call, self.run_tool(call.name, call.arguments)))
         if not result.used_passage_ids and self.agent.handoff_on_no_answer:
             return self.handoff("no_relevant_knowledge")
-        return result.text, build_citations(passages, result.used_passage_ids)
+        return result.text, build_citations(passages, result.used_passage_ids, result.text)
 
     def run_tool(self, name: str, arguments: dict[str, Any]) -> str:
         self.action("tool_call", tool=name, arguments=arguments)

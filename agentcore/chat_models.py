@@ -8,7 +8,10 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 @dataclass(frozen=True)
 class Passage:
-    """A retrieved chunk offered to the model; ``id`` is what the model cites."""
+    """A retrieved chunk offered to the model; ``id`` is what the model cites.
+
+    ``page_offsets[i]`` is where the text of ``pages[i]`` starts within ``text``.
+    """
 
     id: str
     text: str
@@ -16,6 +19,7 @@ class Passage:
     pages: list[int]
     score: float
     document_id: str = ""
+    page_offsets: list[int] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -4,17 +4,39 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_right
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-__all__ = ["Chunk", "chunk_pages", "split_sentences"]
+__all__ = ["Chunk", "chunk_pages", "pages_in_span", "split_sentences"]
 
 
 @dataclass(frozen=True)
 class Chunk:
-    """A passage of a document and the 1-based pages its text comes from, sorted."""
+    """A passage of a document and the 1-based pages its text comes from, sorted.
+
+    ``page_offsets[i]`` is where the text of ``pages[i]`` starts within ``text``, so a
+    quote from the chunk can be cited with just the pages it came from.
+    """
 
     text: str
     pages: list[int]
+    page_offsets: list[int] = field(default_factory=list, compare=False)
+
+    def pages_of(self, start: int, end: int) -> list[int]:
+        """The pages that the characters ``text[start:end]`` come from."""
+        return pages_in_span(self.pages, self.page_offsets, start, end)
+
+
+def pages_in_span(pages: list[int], offsets: list[int], start: int, end: int) -> list[int]:
+    """Pages of a chunk (starting at ``offsets``) that overlap ``[start, end)``."""
+    if len(offsets) != len(pages) or not pages:
+        return list(pages)
+    found = []
+    for index, page in enumerate(pages):
+        begins = offsets[index]
+        ends = offsets[index + 1] if index + 1 < len(pages) else float("inf")
+        if begins < end and start < ends:
+            found.append(page)
+    return found or list(pages)
 
 
 # Words that end in a period without ending a sentence, compared lowercased and
@@ -190,13 +212,24 @@ def chunk_pages(
     has_text = [bool(page.strip()) for page in pages]
 
     def make_chunk(group: list[_Unit]) -> Chunk:
-        parts = [text[group[0].start : group[0].end]]
-        for unit in group[1:]:
-            parts += [_separator(unit), text[unit.start : unit.end]]
+        parts: list[str] = []
+        starts: dict[int, int] = {}  # page -> where its text starts in the chunk
+        written = 0
+        for position, unit in enumerate(group):
+            if position:
+                parts.append(_separator(unit))
+                written += len(parts[-1])
+            low = bisect_right(page_starts, unit.start) - 1
+            high = bisect_right(page_starts, unit.end - 1) - 1
+            for n in range(low, high + 1):
+                starts.setdefault(n + 1, written + max(0, page_starts[n] - unit.start))
+            parts.append(text[unit.start : unit.end])
+            written += len(parts[-1])
         first = bisect_right(page_starts, group[0].start) - 1
         last = bisect_right(page_starts, group[-1].end - 1) - 1
         pages_in = [n + 1 for n in range(first, last + 1) if has_text[n]]
-        return Chunk(text="".join(parts), pages=pages_in)
+        offsets = [starts.get(page, 0) for page in pages_in]
+        return Chunk(text="".join(parts), pages=pages_in, page_offsets=offsets)
 
     chunks: list[Chunk] = []
     current: list[_Unit] = []

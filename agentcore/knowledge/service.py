@@ -9,11 +9,12 @@ import numpy as np
 
 from agentcore.errors import NotFound, PayloadTooLarge, ValidationFailed
 from agentcore.ids import new_id, utcnow
-from agentcore.knowledge.cache import IndexCache, nonzero_rows
+from agentcore.knowledge.cache import IndexCache, nonzero_rows, unit_rows
 from agentcore.knowledge.chunking import chunk_pages
 from agentcore.knowledge.index import VectorIndex
 from agentcore.knowledge.ingest import ParsedDocument, parse_document, parse_text
 from agentcore.models import Deleted, Document, DocumentList, SearchResponse, SearchResult
+from agentcore.storage.records import StoredChunk
 
 if TYPE_CHECKING:
     from agentcore.workspace import Workspace
@@ -77,7 +78,8 @@ class KnowledgeService:
                 "The document has no text to index.", code="no_text", param="file"
             )
         embedder = self._cache.embedder()
-        vectors = embedder.embed([chunk.text for chunk in chunks], kind="passage")
+        vectors = unit_rows(embedder.embed([chunk.text for chunk in chunks], kind="passage"))
+        now = utcnow()
         document = Document(
             id=new_id("doc"),
             source=parsed.source,
@@ -85,7 +87,8 @@ class KnowledgeService:
             pages=len(parsed.pages),
             chunks=len(chunks),
             bytes=size,
-            created_at=utcnow(),
+            # the store keeps milliseconds: return what a later get returns
+            created_at=now.replace(microsecond=now.microsecond // 1000 * 1000),
         )
         keep = nonzero_rows(vectors)
         ws = self._ws
@@ -96,7 +99,7 @@ class KnowledgeService:
                 ws.organization_id,
                 ws.environment,
                 document,
-                [(chunk.text, chunk.pages) for chunk in chunks],
+                [(chunk.text, chunk.pages, chunk.page_offsets) for chunk in chunks],
                 embedder.name,
                 vectors,
                 keep,
@@ -178,12 +181,22 @@ class KnowledgeService:
                 code="min_score_out_of_range",
                 param="min_score",
             )
-        return SearchResponse(query=query, results=self.retrieve(query, k, min_score))
+        results = [
+            SearchResult(
+                chunk=chunk.text,
+                score=score,
+                source=chunk.source,
+                pages=chunk.pages,
+                document_id=chunk.document_id,
+            )
+            for chunk, score in self.retrieve(query, k, min_score)
+        ]
+        return SearchResponse(query=query, results=results)
 
     def retrieve(
         self, query: str, k: int, min_score: float | None = None
-    ) -> builtins.list[SearchResult]:
-        """The top ``k`` results for ``query`` (no argument checks; used by chat too)."""
+    ) -> builtins.list[tuple[StoredChunk, float]]:
+        """The top ``k`` chunks and scores for ``query`` (no argument checks; chat uses it)."""
         self._ws.require("read")
         index = self._cache.get(self._ws.organization_id, self._ws.environment)
         if len(index) == 0:
@@ -191,20 +204,11 @@ class KnowledgeService:
         vector = self._cache.embedder().embed([query], kind="query")[0]
         if not np.isfinite(vector).all() or not np.any(vector):
             return []
-        ids, scores = index.search(vector, k, min_score=min_score)
+        ids, scores = index.search(vector, k)
         chunks = self._store.get_chunks([int(i) for i in ids])
-        results = []
-        for chunk_id, score in zip(ids.tolist(), scores.tolist(), strict=True):
-            chunk = chunks.get(chunk_id)
-            if chunk is None:  # deleted between the index read and this lookup
-                continue
-            results.append(
-                SearchResult(
-                    chunk=chunk.text,
-                    score=float(score),
-                    source=chunk.source,
-                    pages=chunk.pages,
-                    document_id=chunk.document_id,
-                )
-            )
-        return results
+        # a chunk deleted between the index read and this lookup is skipped
+        return [
+            (chunks[chunk_id], float(score))
+            for chunk_id, score in zip(ids.tolist(), scores.tolist(), strict=True)
+            if chunk_id in chunks
+        ]

@@ -5,4 +5,5 @@ from __future__ import annotations
 DEFAULT_PLUGINS: tuple[str, ...] = (
     "agentcore.plugins.sqlite_store",
     "agentcore.plugins.hashing_embedder",
+    "agentcore.plugins.extractive",
 )

@@ -88,7 +88,7 @@ class Store(Protocol):
         organization_id: str,
         environment: str,
         document: Document,
-        chunks: Sequence[tuple[str, list[int]]],
+        chunks: Sequence[tuple[str, list[int], list[int]]],
         embedder: str,
         vectors: npt.NDArray[np.float32],
         keep: npt.NDArray[np.bool_],

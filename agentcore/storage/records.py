@@ -28,6 +28,7 @@ class StoredChunk:
     source: str
     text: str
     pages: list[int]
+    page_offsets: list[int]
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ class KnowledgeStore:
         organization_id: str,
         environment: str,
         document: Document,
-        chunks: Sequence[tuple[str, list[int]]],
+        chunks: Sequence[tuple[str, list[int], list[int]]],
         embedder: str,
         vectors: npt.NDArray[np.float32],
         keep: npt.NDArray[np.bool_],
@@ -55,11 +55,19 @@ class KnowledgeStore:
                 ],
             )
             ids: list[int] = []
-            for ordinal, (text, pages) in enumerate(chunks):
+            for ordinal, (text, pages, offsets) in enumerate(chunks):
                 cursor = conn.execute(
                     "INSERT INTO chunks (document_id, organization_id, environment, ordinal,"
-                    " text, pages) VALUES (?, ?, ?, ?, ?, ?)",
-                    [document.id, organization_id, environment, ordinal, text, json.dumps(pages)],
+                    " text, pages, page_offsets) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    [
+                        document.id,
+                        organization_id,
+                        environment,
+                        ordinal,
+                        text,
+                        json.dumps(pages),
+                        json.dumps(offsets),
+                    ],
                 )
                 ids.append(int(cursor.lastrowid or 0))
             self.add_vectors(
@@ -240,13 +248,18 @@ class KnowledgeStore:
         with self.db.read() as conn:
             rows = conn.execute(
                 "SELECT chunks.id, chunks.document_id, chunks.text, chunks.pages,"
-                " documents.source FROM chunks JOIN documents ON documents.id = chunks.document_id"
+                " chunks.page_offsets, documents.source FROM chunks JOIN documents ON documents.id = chunks.document_id"
                 f" WHERE chunks.id IN ({marks})",
                 [int(i) for i in chunk_ids],
             ).fetchall()
         return {
             row["id"]: StoredChunk(
-                row["id"], row["document_id"], row["source"], row["text"], json.loads(row["pages"])
+                row["id"],
+                row["document_id"],
+                row["source"],
+                row["text"],
+                json.loads(row["pages"]),
+                json.loads(row["page_offsets"]),
             )
             for row in rows
         }

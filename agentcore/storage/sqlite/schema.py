@@ -225,3 +225,9 @@ def m004_chat_and_idempotency(db: UtilsDatabase) -> None:
         );
         """,
     )
+
+
+@migrations()
+def m005_chunk_page_offsets(db: UtilsDatabase) -> None:
+    """Where each page starts inside a chunk, so quotes cite only their own pages."""
+    _script(db, "ALTER TABLE chunks ADD COLUMN page_offsets TEXT NOT NULL DEFAULT '[]'")
