@@ -1,4 +1,4 @@
-"""Retrieval quality: SQuAD articles as PDFs, page-level recall@1/@5 of knowledge search.
+"""Retrieval and answer quality: SQuAD articles as PDFs, page-level recall and citations.
 
 Each article of the SQuAD sample is printed to a PDF, two paragraphs a page, and
 ingested through the public API (``AgentCore`` on a temporary SQLite file, all
@@ -7,10 +7,15 @@ articles in one workspace). Every answerable question is searched with ``top_k=5
     R@k = share of questions where one of the top-k results is from the question's
     document and its pages include the page holding the question's gold paragraph.
 
-A chunk spanning pages counts for each of them. Prints a Markdown table, writes
-``benchmarks/results/retrieval_quality.json`` and exits 0. When the public API is
-not importable it falls back to the pipeline functions with plain numpy cosine and
-says so in the output. Run: ``python benchmarks/retrieval_quality.py [--squad PATH]``.
+A chunk spanning pages counts for each of them. Every question is also sent to a
+chat agent using the default (extractive) model:
+
+    cited = share of answers whose citations name the question's document and gold page
+    answered = share of answers whose text contains one of the gold answers (any case)
+
+Last, a generated 100-page PDF (about 400 words a page) is ingested and timed.
+Prints Markdown tables, writes ``benchmarks/results/retrieval_quality.json`` and
+exits 0. Run: ``python benchmarks/retrieval_quality.py [--squad PATH] [--skip-chat]``.
 """
 
 from __future__ import annotations
@@ -40,16 +45,24 @@ FONT_CANDIDATES = (
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-PdfCase = tuple[str, bytes, dict[str, int]]
+PdfCase = tuple[str, bytes, dict[str, "Gold"]]
 # question -> ranked (document key, pages) of the top-k results
 Searcher = Callable[[str], list[tuple[str, list[int]]]]
+
+
+@dataclass(frozen=True)
+class Gold:
+    """Where a question's answer is (1-based page) and the accepted answer texts."""
+
+    page: int
+    answers: tuple[str, ...]
 
 
 def build_pdfs(path_to_squad: str | Path) -> list[PdfCase]:
     """Render each SQuAD article as a PDF, ``PARAGRAPHS_PER_PAGE`` paragraphs a page.
 
-    :return: one ``(filename, pdf bytes, {question: gold page})`` per article, for
-        the answerable questions; pages are 1-based.
+    :return: one ``(filename, pdf bytes, {question: Gold})`` per article, for the
+        answerable questions.
     """
     from fpdf import FPDF
 
@@ -64,7 +77,7 @@ def build_pdfs(path_to_squad: str | Path) -> list[PdfCase]:
             pdf.set_font("Body", size=11)
         else:  # core font: latin-1 only
             pdf.set_font("Helvetica", size=11)
-        gold: dict[str, int] = {}
+        gold: dict[str, Gold] = {}
         for number, paragraph in enumerate(article["paragraphs"]):
             if number % PARAGRAPHS_PER_PAGE == 0:
                 pdf.add_page()
@@ -78,7 +91,8 @@ def build_pdfs(path_to_squad: str | Path) -> list[PdfCase]:
                 raise RuntimeError(f"a paragraph of {article['title']} overflowed its page")
             for qa in paragraph["qas"]:
                 if not qa.get("is_impossible"):
-                    gold[qa["question"]] = page
+                    answers = tuple(a["text"] for a in qa.get("answers", []))
+                    gold[qa["question"]] = Gold(page, answers)
         cases.append((f"{article['title']}.pdf", bytes(pdf.output()), gold))
     return cases
 
@@ -94,14 +108,17 @@ class ArticleResult:
     r_at_1: float
     r_at_5: float
     ingest_seconds: float
+    cited: float | None = None
+    answered: float | None = None
 
 
 def _recall(
-    key: str, gold: dict[str, int], search: Searcher
+    key: str, gold: dict[str, Gold], search: Searcher
 ) -> tuple[float, float, list[dict[str, Any]]]:
     hits1 = hits5 = 0
     misses: list[dict[str, Any]] = []
-    for question, page in gold.items():
+    for question, expected in gold.items():
+        page = expected.page
         ranked = search(question)
         hit = [doc == key and page in pages for doc, pages in ranked[:TOP_K]]
         hits1 += bool(hit[:1] and hit[0])
@@ -111,8 +128,22 @@ def _recall(
     return hits1 / len(gold), hits5 / len(gold), misses
 
 
-def run_api(cases: list[PdfCase]) -> tuple[list[ArticleResult], list[dict[str, Any]]]:
-    """Ingest and search through ``AgentCore`` (the library's public API)."""
+def _chat_quality(
+    ws: Any, agent_id: str, source: str, gold: dict[str, Gold]
+) -> tuple[float, float]:
+    cited = answered = 0
+    for question, expected in gold.items():
+        reply = ws.chat.send(agent_id, question)
+        cited += any(c.source == source and expected.page in c.pages for c in reply.citations)
+        text = reply.response.casefold()
+        answered += any(answer.casefold() in text for answer in expected.answers)
+    return cited / len(gold), answered / len(gold)
+
+
+def run_api(
+    cases: list[PdfCase], *, chat: bool = True
+) -> tuple[list[ArticleResult], list[dict[str, Any]]]:
+    """Ingest, search and chat through ``AgentCore`` (the library's public API)."""
     from agentcore import AgentCore
 
     results: list[ArticleResult] = []
@@ -133,110 +164,103 @@ def run_api(cases: list[PdfCase]) -> tuple[list[ArticleResult], list[dict[str, A
                 response = ws.knowledge.search(question, top_k=TOP_K)
                 return [(r.document_id, list(r.pages)) for r in response.results]
 
+            agent = ws.agents.create(name="SQuAD", role="support")
             for doc, seconds, gold in ingested:
                 r1, r5, missed = _recall(doc.id, gold, search)
                 misses += missed
-                results.append(
-                    ArticleResult(doc.source, len(gold), doc.pages, doc.chunks, r1, r5, seconds)
+                result = ArticleResult(
+                    doc.source, len(gold), doc.pages, doc.chunks, r1, r5, seconds
                 )
+                if chat:
+                    result.cited, result.answered = _chat_quality(ws, agent.id, doc.source, gold)
+                results.append(result)
         finally:
             core.close()
     return results, misses
 
 
-def run_direct(cases: list[PdfCase]) -> tuple[list[ArticleResult], list[dict[str, Any]]]:
-    """The same evaluation with parse -> chunk -> embed and numpy cosine, no store."""
-    import numpy as np
+def time_large_pdf(pages: int = 100, words: int = 400) -> tuple[float, int]:
+    """Seconds to ingest a generated ``pages``-page PDF of ``words`` words a page."""
+    import random
 
-    from agentcore.config import Settings
-    from agentcore.knowledge.chunking import chunk_pages
-    from agentcore.knowledge.ingest import parse_document
-    from agentcore.plugins.hashing_embedder import HashingEmbedder
+    from fpdf import FPDF
 
-    settings = Settings()
-    embedder = HashingEmbedder()
-    rows: list[tuple[str, list[int]]] = []
-    matrices = []
-    timings = []
-    for filename, data, _gold in cases:
-        started = time.perf_counter()
-        parsed = parse_document(
-            data,
-            filename,
-            "application/pdf",
-            max_bytes=settings.max_upload_bytes,
-            max_pages=settings.max_pdf_pages,
-        )
-        chunks = chunk_pages(
-            parsed.pages,
-            target_chars=settings.chunk_target_chars,
-            overlap_chars=settings.chunk_overlap_chars,
-        )
-        matrices.append(embedder.embed([c.text for c in chunks]))
-        timings.append((time.perf_counter() - started, len(parsed.pages), len(chunks)))
-        rows += [(filename, c.pages) for c in chunks]
-    matrix = np.vstack(matrices)
-    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
-    matrix = np.divide(matrix, norms, out=np.zeros_like(matrix), where=norms > 0)
+    from agentcore import AgentCore
 
-    def search(question: str) -> list[tuple[str, list[int]]]:
-        scores = matrix @ embedder.embed([question], kind="query")[0]
-        return [rows[i] for i in np.argsort(-scores, kind="stable")[:TOP_K]]
+    vocabulary = [w.strip(".,") for w in (DEFAULT_SQUAD.read_text(encoding="utf-8").split())]
+    vocabulary = [w for w in vocabulary if w.isascii() and w.isalpha()][:5000]
+    rng = random.Random(7)
+    pdf = FPDF()
+    pdf.set_font("Helvetica", size=9)
+    for _ in range(pages):
+        pdf.add_page()
+        sentences = []
+        for _ in range(words // 12):
+            sentences.append(" ".join(rng.choice(vocabulary) for _ in range(12)).capitalize() + ".")
+        pdf.multi_cell(0, 4, " ".join(sentences))
+    data = bytes(pdf.output())
+    with tempfile.TemporaryDirectory() as tmp:
+        core = AgentCore.open(str(Path(tmp) / "large.db"))
+        try:
+            started = time.perf_counter()
+            doc = core.workspace("bench", "test").knowledge.ingest_file(data, filename="large.pdf")
+            return time.perf_counter() - started, doc.pages
+        finally:
+            core.close()
 
-    results: list[ArticleResult] = []
-    misses: list[dict[str, Any]] = []
-    for (filename, _data, gold), (seconds, pages, chunks) in zip(cases, timings, strict=True):
-        r1, r5, missed = _recall(filename, gold, search)
-        misses += missed
-        results.append(ArticleResult(filename, len(gold), pages, chunks, r1, r5, seconds))
-    return results, misses
+
+def _weighted(results: list[ArticleResult], name: str) -> float | None:
+    values = [(getattr(r, name), r.questions) for r in results]
+    if any(value is None for value, _ in values):
+        return None
+    return round(sum(v * n for v, n in values) / sum(n for _, n in values), 4)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark, print the table, write the JSON results."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--squad", default=str(DEFAULT_SQUAD), help="SQuAD-format JSON file")
-    parser.add_argument("--direct", action="store_true", help="skip the API, use the pipeline")
+    parser.add_argument("--skip-chat", action="store_true", help="measure retrieval only")
     args = parser.parse_args(argv)
     squad = Path(args.squad)
     if not squad.is_absolute() and not squad.exists():
         squad = REPO / squad
     cases = build_pdfs(squad.resolve())
 
-    mode = "api"
-    if args.direct:
-        mode = "direct"
-    else:
-        try:
-            import agentcore
-
-            agentcore.AgentCore  # noqa: B018 - fails when the public API is missing
-        except (ImportError, AttributeError) as exc:
-            print(f"public API unavailable ({exc}); falling back to the direct pipeline")
-            mode = "direct"
-    results, misses = run_api(cases) if mode == "api" else run_direct(cases)
+    chat = not args.skip_chat
+    results, misses = run_api(cases, chat=chat)
+    large_seconds, large_pages = time_large_pdf()
 
     total = sum(r.questions for r in results)
     overall_r1 = sum(r.r_at_1 * r.questions for r in results) / total
     overall_r5 = sum(r.r_at_5 * r.questions for r in results) / total
     seconds = sum(r.ingest_seconds for r in results)
 
+    cited = _weighted(results, "cited")
+    answered = _weighted(results, "answered")
+
+    def share(value: float | None) -> str:
+        return "-" if value is None else f"{value:.3f}"
+
     print(
-        f"Retrieval quality ({mode}: {'AgentCore search' if mode == 'api' else 'numpy cosine'}, "
-        f"{PARAGRAPHS_PER_PAGE} paragraphs a page, page-level recall)\n"
+        f"Retrieval and answer quality (AgentCore, {PARAGRAPHS_PER_PAGE} paragraphs a page, "
+        "page-level)\n"
     )
-    print("| article | questions | pages | chunks | R@1 | R@5 | ingest s |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    print(
+        "| article | questions | pages | chunks | R@1 | R@5 | chat cited | chat answered | ingest s |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in results:
         print(
             f"| {r.article} | {r.questions} | {r.pages} | {r.chunks} | {r.r_at_1:.3f} "
-            f"| {r.r_at_5:.3f} | {r.ingest_seconds:.2f} |"
+            f"| {r.r_at_5:.3f} | {share(r.cited)} | {share(r.answered)} | {r.ingest_seconds:.2f} |"
         )
     print(
         f"| **overall** | {total} | {sum(r.pages for r in results)} "
         f"| {sum(r.chunks for r in results)} | {overall_r1:.3f} | {overall_r5:.3f} "
-        f"| {seconds:.2f} |"
+        f"| {share(cited)} | {share(answered)} | {seconds:.2f} |"
     )
+    print(f"\n{large_pages}-page PDF ingested in {large_seconds:.2f} s (target < 5 s)")
 
     from agentcore.config import Settings
 
@@ -244,7 +268,6 @@ def main(argv: list[str] | None = None) -> int:
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     report = {
         "benchmark": "retrieval_quality",
-        "mode": mode,
         "squad": str(squad),
         "paragraphs_per_page": PARAGRAPHS_PER_PAGE,
         "top_k": TOP_K,
@@ -257,7 +280,10 @@ def main(argv: list[str] | None = None) -> int:
             "r_at_1": round(overall_r1, 4),
             "r_at_5": round(overall_r5, 4),
             "ingest_seconds": round(seconds, 3),
+            "chat_cited": cited,
+            "chat_answered": answered,
         },
+        "large_pdf": {"pages": large_pages, "ingest_seconds": round(large_seconds, 3)},
         "articles": [asdict(r) for r in results],
         "misses": misses,
     }
