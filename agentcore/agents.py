@@ -46,6 +46,10 @@ class AgentService:
     def get(self, agent_id: str) -> Agent:
         """One agent of this workspace (archived ones too). Read scope."""
         self._ws.require("read")
+        return self._find(agent_id)
+
+    def _find(self, agent_id: str) -> Agent:
+        # no scope check: write operations look the agent up without needing 'read'
         agent = self._store.get_agent(self._ws.organization_id, self._ws.environment, agent_id)
         if agent is None:
             raise NotFound(f"No agent with id {agent_id!r}.", param="id")
@@ -74,7 +78,7 @@ class AgentService:
         """Change the fields given; an archived agent cannot change. Write scope."""
         self._ws.require("write")
         changes = changes or AgentUpdate.model_validate(fields)
-        agent = self.get(agent_id)
+        agent = self._find(agent_id)
         if agent.status == "archived":
             raise Conflict(
                 "An archived agent cannot be changed.", code="agent_archived", param="id"
@@ -124,7 +128,7 @@ class AgentService:
 
     def _transition(self, agent_id: str, action: str) -> Agent:
         self._ws.require("write")
-        agent = self.get(agent_id)
+        agent = self._find(agent_id)
         if agent.status not in TRANSITIONS[action]:
             raise Conflict(
                 f"Cannot {action} an agent that is {agent.status}.",

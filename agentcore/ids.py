@@ -9,8 +9,19 @@ BASE62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 
 
 def random_base62(length: int) -> str:
-    """``length`` characters drawn uniformly from the base62 alphabet (5.95 bits each)."""
-    return "".join(secrets.choice(BASE62) for _ in range(length))
+    """``length`` characters drawn uniformly from the base62 alphabet (5.95 bits each).
+
+    One ``token_bytes`` call per id (not one per character: ids are minted on the
+    event loop for every request); bytes >= 248 are dropped so ``byte % 62`` is uniform.
+    """
+    chars: list[str] = []
+    while len(chars) < length:
+        for byte in secrets.token_bytes(length + 8):
+            if byte < 248:  # 248 = 4 * 62
+                chars.append(BASE62[byte % 62])
+                if len(chars) == length:
+                    break
+    return "".join(chars)
 
 
 def to_base62(number: int, width: int) -> str:

@@ -13,7 +13,7 @@ from typing import Any
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -81,6 +81,8 @@ class ProblemMiddleware:
 
         try:
             await self.app(scope, receive, send_with_id)
+        except ClientDisconnect:  # the client left mid-request: nobody to answer
+            return
         except Exception as exc:
             if started:  # too late for a problem document; let the server close it
                 raise

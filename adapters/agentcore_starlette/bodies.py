@@ -45,7 +45,11 @@ async def read_limited(request: Request, limit: int, *, what: str = "request bod
 
 
 def _too_large(what: str, limit: int) -> PayloadTooLarge:
-    return PayloadTooLarge(f"The {what} exceeds the limit of {limit} bytes.", code="body_too_large")
+    return PayloadTooLarge(
+        f"The {what} exceeds the limit of {limit} bytes.",
+        code="body_too_large",
+        headers={"Connection": "close"},  # the server drops the unread rest, not drains it
+    )
 
 
 def media_type(request: Request) -> str:
@@ -73,6 +77,10 @@ def parse_json(raw: bytes, *, max_depth: int) -> dict[str, Any]:
         value = json.loads(raw, parse_constant=_reject_constant)
     except (ValueError, UnicodeDecodeError) as exc:
         raise InvalidRequest(f"The body is not valid JSON: {exc}.", code="invalid_json") from None
+    except RecursionError:  # nested deeper than the decoder's stack: far past any limit
+        raise InvalidRequest(
+            f"The JSON body is nested deeper than {max_depth} levels.", code="json_too_deep"
+        ) from None
     if not isinstance(value, dict):
         raise InvalidRequest("The body must be a JSON object.", code="invalid_json")
     if _depth(value) > max_depth:

@@ -1,0 +1,421 @@
+"""HTTP load: requests/s and p50/p99 latency of agentcore routes next to a bare route.
+
+One uvicorn server (a subprocess, loopback only, ``--no-access-log`` equivalent, one
+worker) serves a single Starlette app that mounts both a bare JSON route ``GET /bare``
+and the agentcore ``/v1`` API, so the ratio shows what agentcore adds per request.
+The load generator runs in another process: ``wrk`` when installed (``apt-get install
+wrk``), else an async httpx client; each endpoint is driven for ``--seconds`` at
+``--concurrency`` connections. Rate limits are lifted with
+``AGENTCORE_RATE_LIMIT_TEST=1000000``.
+
+Endpoints: ``GET /bare``, ``GET /v1/auth/verify``, ``POST /v1/knowledge/search`` (a
+workspace of ~10k chunks ingested through the Python API first, from the SQuAD
+sample's paragraphs, varied), ``POST /v1/chat/message`` (a deployed agent on the
+default chat model; skipped with a note when that model is not installed).
+
+Prints a Markdown table and writes ``benchmarks/results/http_load.json``. Run:
+``python benchmarks/http_load.py [--seconds 10] [--concurrency 32] [--chunks 10000]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import random
+import re
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "benchmarks" / "results" / "http_load.json"
+SQUAD = REPO / ".." / "shared" / "eval" / "squad-sample.json"
+TARGET_RATIO = 0.60  # verify should reach 60 % of the bare route's requests/s
+
+
+# the server (run as a subprocess: ``http_load.py serve DB PORT``) -------------------
+
+
+def serve(db: str, port: int) -> None:
+    import uvicorn
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse
+    from starlette.routing import Mount, Route
+
+    from agentcore import AgentCore
+    from agentcore_starlette import create_app, lifespan_for
+
+    core = AgentCore.open(db, start_workers=False)
+
+    async def bare(request: Request) -> JSONResponse:
+        return JSONResponse({"status": "ok"})
+
+    app = Starlette(
+        routes=[Route("/bare", bare), Mount("", app=create_app(core))],
+        lifespan=lifespan_for(core),
+    )
+    uvicorn.run(app, host="127.0.0.1", port=port, access_log=False, log_level="warning")
+
+
+# data -------------------------------------------------------------------------------
+
+
+def paragraphs() -> list[str]:
+    """Source texts: the SQuAD sample's paragraphs, or generated sentences without it."""
+    if SQUAD.exists():
+        data = json.loads(SQUAD.read_text())
+        found = [p["context"] for article in data["data"] for p in article["paragraphs"]]
+        if found:
+            return found
+    rng = random.Random(7)
+    words = [
+        "agent",
+        "answer",
+        "cite",
+        "page",
+        "source",
+        "policy",
+        "refund",
+        "warranty",
+        "invoice",
+        "account",
+    ]
+    return [
+        " ".join(rng.choice(words) for _ in range(rng.randint(60, 120))).capitalize() + "."
+        for _ in range(500)
+    ]
+
+
+def prepare(db: Path, chunks: int) -> dict[str, Any]:
+    """Org, key, ~``chunks`` chunks and (when the default model exists) a deployed agent."""
+    from agentcore import AgentCore
+
+    with AgentCore.open(str(db), start_workers=False) as core:
+        core.create_organization("bench")
+        secret = core.keys.create("bench", "test", ["read", "write"]).secret
+        ws = core.workspace("bench", "test")
+        texts = paragraphs()
+        rng = random.Random(11)
+        target = core.settings.chunk_target_chars
+        made = 0
+        documents = 0
+        started = time.perf_counter()
+        while made < chunks:
+            # ~40 chunks per document: paragraphs shuffled and numbered so they vary
+            body = []
+            size = 0
+            while size < 40 * target:
+                text = rng.choice(texts)
+                body.append(f"Section {documents}.{len(body)}: {text}")
+                size += len(body[-1]) + 2
+            document = ws.knowledge.ingest_text(f"doc-{documents}.txt", "\n\n".join(body))
+            made += document.chunks
+            documents += 1
+        ingest_seconds = time.perf_counter() - started
+        model = core.settings.default_chat_model
+        agent_id = None
+        if model in core.chat_models:
+            agent = ws.agents.create(name="bench", role="support")
+            agent_id = ws.agents.deploy(agent.id).id
+        question = rng.choice(texts).split(".")[0][:200]
+    return {
+        "secret": secret,
+        "chunks": made,
+        "documents": documents,
+        "ingest_seconds": round(ingest_seconds, 1),
+        "agent_id": agent_id,
+        "chat_model": model,
+        "query": question,
+    }
+
+
+# load generators ----------------------------------------------------------------------
+
+_WRK_LATENCY = re.compile(r"^\s+(50|99)(?:\.0+)?%\s+([\d.]+)(us|ms|s)\s*$", re.MULTILINE)
+_UNIT = {"us": 0.001, "ms": 1.0, "s": 1000.0}
+
+
+def run_wrk(
+    url: str,
+    method: str,
+    headers: dict[str, str],
+    body: str | None,
+    seconds: float,
+    concurrency: int,
+) -> dict[str, Any]:
+    lua = [f'wrk.method = "{method}"']
+    for name, value in headers.items():
+        lua.append(f"wrk.headers[{json.dumps(name)}] = {json.dumps(value)}")
+    if body is not None:
+        lua.append(f"wrk.body = {json.dumps(body)}")
+    with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as script:
+        script.write("\n".join(lua) + "\n")
+    try:
+        out = subprocess.run(
+            [
+                "wrk",
+                "-t1",
+                f"-c{concurrency}",
+                f"-d{int(seconds)}s",
+                "--latency",
+                "-s",
+                script.name,
+                url,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=seconds + 60,
+            check=True,
+        ).stdout
+    finally:
+        os.unlink(script.name)
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
+    latency = {q: float(v) * _UNIT[u] for q, v, u in _WRK_LATENCY.findall(out)}
+    errors = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", out)
+    socket_errors = re.search(r"Socket errors:.*", out)
+    return {
+        "rps": rps,
+        "p50_ms": latency["50"],
+        "p99_ms": latency["99"],
+        "errors": int(errors.group(1)) if errors else 0,
+        "socket_errors": socket_errors.group(0) if socket_errors else None,
+    }
+
+
+async def _httpx_load(
+    url: str,
+    method: str,
+    headers: dict[str, str],
+    body: str | None,
+    seconds: float,
+    concurrency: int,
+) -> dict[str, Any]:
+    import httpx
+
+    latencies: list[float] = []
+    errors = 0
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    async with httpx.AsyncClient(limits=limits, timeout=30) as client:
+        stop = time.perf_counter() + seconds
+
+        async def worker() -> None:
+            nonlocal errors
+            while time.perf_counter() < stop:
+                began = time.perf_counter()
+                response = await client.request(method, url, headers=headers, content=body)
+                latencies.append((time.perf_counter() - began) * 1000)
+                if response.status_code >= 300:
+                    errors += 1
+
+        began = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        took = time.perf_counter() - began
+    latencies.sort()
+    return {
+        "rps": len(latencies) / took,
+        "p50_ms": latencies[len(latencies) // 2],
+        "p99_ms": latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))],
+        "errors": errors,
+        "socket_errors": None,
+    }
+
+
+def load_process(spec: str) -> None:
+    """``http_load.py load SPEC_JSON``: run the httpx generator in its own process."""
+    args = json.loads(spec)
+    print(json.dumps(asyncio.run(_httpx_load(**args))))
+
+
+def run_httpx(
+    url: str,
+    method: str,
+    headers: dict[str, str],
+    body: str | None,
+    seconds: float,
+    concurrency: int,
+) -> dict[str, Any]:
+    spec = json.dumps(
+        {
+            "url": url,
+            "method": method,
+            "headers": headers,
+            "body": body,
+            "seconds": seconds,
+            "concurrency": concurrency,
+        }
+    )
+    out = subprocess.run(
+        [sys.executable, __file__, "load", spec],
+        capture_output=True,
+        text=True,
+        timeout=seconds + 60,
+        check=True,
+    ).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+# orchestration ------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_ready(url: str, process: subprocess.Popen[bytes], seconds: float = 30) -> None:
+    import httpx
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError("the server exited")
+        try:
+            if httpx.get(url + "/bare", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError("the server did not start")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=10)
+    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--chunks", type=int, default=10_000)
+    parser.add_argument("--client", choices=["auto", "wrk", "httpx"], default="auto")
+    args = parser.parse_args(argv)
+    client = args.client if args.client != "auto" else ("wrk" if shutil.which("wrk") else "httpx")
+    drive = run_wrk if client == "wrk" else run_httpx
+
+    with tempfile.TemporaryDirectory() as tmp:
+        db = Path(tmp) / "bench.db"
+        print(f"preparing a workspace of ~{args.chunks} chunks ...", flush=True)
+        data = prepare(db, args.chunks)
+        print(
+            f"  {data['chunks']} chunks in {data['documents']} documents, "
+            f"ingested in {data['ingest_seconds']} s",
+            flush=True,
+        )
+        port = free_port()
+        env = {
+            **os.environ,
+            "AGENTCORE_RATE_LIMIT_TEST": "1000000",
+            "AGENTCORE_RATE_LIMIT_LIVE": "1000000",
+        }
+        server = subprocess.Popen([sys.executable, __file__, "serve", str(db), str(port)], env=env)
+        base = f"http://127.0.0.1:{port}"
+        try:
+            wait_ready(base, server)
+            auth = {"Authorization": f"Bearer {data['secret']}"}
+            json_auth = {**auth, "Content-Type": "application/json"}
+            endpoints: list[tuple[str, str, str, dict[str, str], str | None]] = [
+                ("GET /bare", "GET", "/bare", {}, None),
+                ("GET /v1/auth/verify", "GET", "/v1/auth/verify", auth, None),
+                (
+                    "POST /v1/knowledge/search",
+                    "POST",
+                    "/v1/knowledge/search",
+                    json_auth,
+                    json.dumps({"query": data["query"], "top_k": 5}),
+                ),
+            ]
+            notes = []
+            if data["agent_id"]:
+                endpoints.append(
+                    (
+                        "POST /v1/chat/message",
+                        "POST",
+                        "/v1/chat/message",
+                        json_auth,
+                        json.dumps({"agentId": data["agent_id"], "message": data["query"]}),
+                    )
+                )
+            else:
+                notes.append(
+                    f"chat skipped: the default chat model {data['chat_model']!r} "
+                    "is not installed (agentcore/plugins/extractive.py missing)"
+                )
+            rows: dict[str, Any] = {}
+            for name, method, path, headers, body in endpoints:
+                print(f"  {name} for {args.seconds:g} s ...", flush=True)
+                rows[name] = drive(
+                    base + path, method, headers, body, args.seconds, args.concurrency
+                )
+        finally:
+            server.terminate()
+            try:
+                server.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                server.kill()
+
+    bare = rows["GET /bare"]["rps"]
+    for row in rows.values():
+        row["ratio_vs_bare"] = row["rps"] / bare if bare else None
+    verify_ratio = rows["GET /v1/auth/verify"]["ratio_vs_bare"]
+    print()
+    print(
+        f"client: {client}, concurrency {args.concurrency}, {args.seconds:g} s per endpoint, "
+        f"{os.cpu_count()} CPUs (server, load generator and OS share them)"
+    )
+    print()
+    print("| endpoint | req/s | p50 ms | p99 ms | vs bare | non-2xx |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for name, row in rows.items():
+        print(
+            f"| `{name}` | {row['rps']:.0f} | {row['p50_ms']:.2f} | {row['p99_ms']:.2f} "
+            f"| {row['ratio_vs_bare']:.0%} | {row['errors']} |"
+        )
+    verdict = "meets" if verify_ratio >= TARGET_RATIO else "misses"
+    print(
+        f"\nverify reaches {verify_ratio:.0%} of the bare route: {verdict} the "
+        f"{TARGET_RATIO:.0%} target"
+    )
+    for note in notes:
+        print(f"note: {note}")
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(
+        json.dumps(
+            {
+                "benchmark": "http_load",
+                "client": client,
+                "concurrency": args.concurrency,
+                "seconds_per_endpoint": args.seconds,
+                "workspace": {k: data[k] for k in ("chunks", "documents", "ingest_seconds")},
+                "results": rows,
+                "verify_ratio": verify_ratio,
+                "target_ratio": TARGET_RATIO,
+                "notes": notes,
+                "machine": {
+                    "python": platform.python_version(),
+                    "platform": platform.platform(),
+                    "cpus": os.cpu_count(),
+                },
+                "median_rps": statistics.median(r["rps"] for r in rows.values()),
+            },
+            indent=2,
+        )
+        + "\n"
+    )
+    print(f"wrote {RESULTS.relative_to(REPO)}")
+    return 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "serve":
+        serve(sys.argv[2], int(sys.argv[3]))
+    elif len(sys.argv) > 1 and sys.argv[1] == "load":
+        load_process(sys.argv[2])
+    else:
+        sys.exit(main())
