@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 from collections.abc import Callable, Sequence
 from datetime import timedelta
@@ -122,6 +123,10 @@ def cmd_serve(core: AgentCore, args: argparse.Namespace) -> int:
         app, host=args.host, port=args.port, log_level=args.log_level, lifespan="on"
     )
     server = uvicorn.Server(config)
+    # uvicorn re-raises SIGTERM/SIGINT after its graceful shutdown; this handler makes that
+    # a clean exit 0 instead of death by signal or a KeyboardInterrupt traceback
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: setattr(server, "should_exit", True))
     print(f"agentcore serving {args.db} on http://{args.host}:{args.port}/v1", flush=True)
     server.run()  # uvicorn handles SIGTERM/SIGINT: stops accepting, drains, runs shutdown
     return 0
@@ -261,6 +266,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return result
     except AgentCoreError as error:
         print(f"agentcore: {error.detail}", file=sys.stderr)
+        return 1
+    except ValueError as error:  # e.g. a blank --org: a clear line, not a traceback
+        print(f"agentcore: {error}", file=sys.stderr)
         return 1
     finally:
         core.close()

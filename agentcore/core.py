@@ -122,10 +122,14 @@ class AgentCore:
             raise ValueError("an organization name is 1-200 characters")
         return self.store.ensure_organization(name)
 
-    def authenticate(self, secret: str | None) -> Workspace:
-        """The workspace a key opens, or ``AuthenticationError`` (401) saying why."""
+    def authenticate(self, secret: str | None, *, defer_touch: bool = False) -> Workspace:
+        """The workspace a key opens, or ``AuthenticationError`` (401) saying why.
+
+        :param defer_touch: write ``last_used_at`` on a background thread, so that this
+            call only reads the store (the HTTP adapter calls it on the event loop).
+        """
         key, organization_id = self.keys.resolve(
-            secret, touch_interval=self.settings.key_touch_interval
+            secret, touch_interval=self.settings.key_touch_interval, defer_touch=defer_touch
         )
         return Workspace(
             self,
@@ -195,6 +199,7 @@ class AgentCore:
     def close(self) -> None:
         """Stop workers and close the store."""
         self.stop()
+        self.keys.close()
         self.store.close()
 
     def __enter__(self) -> AgentCore:

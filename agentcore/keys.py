@@ -5,8 +5,10 @@ from __future__ import annotations
 import hashlib
 import hmac
 import re
+import threading
 import zlib
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, cast
 
@@ -82,6 +84,9 @@ class KeyManager:
 
     def __init__(self, store: Store) -> None:
         self._store = store
+        self._lock = threading.Lock()
+        self._toucher: ThreadPoolExecutor | None = None
+        self._pending_touches: dict[str, datetime] = {}
 
     def create(
         self,
@@ -159,8 +164,15 @@ class KeyManager:
             self._store.update_key(key_id, expires_at=isoformat(ends))
         return new
 
-    def resolve(self, secret: str | None, *, touch_interval: float) -> tuple[ApiKey, str]:
-        """The key record and organization id behind ``secret``, or a 401 saying why."""
+    def resolve(
+        self, secret: str | None, *, touch_interval: float, defer_touch: bool = False
+    ) -> tuple[ApiKey, str]:
+        """The key record and organization id behind ``secret``, or a 401 saying why.
+
+        Reads the store every time (a revoked key is refused at once). ``last_used_at``
+        is written at most once per ``touch_interval``; with ``defer_touch`` that write
+        happens on a background thread, so the caller (an event loop) only reads.
+        """
         if not secret:
             raise AuthenticationError(
                 "No API key provided. Send 'Authorization: Bearer <key>'.",
@@ -179,8 +191,29 @@ class KeyManager:
         if key.expires_at is not None and key.expires_at <= now:
             raise AuthenticationError("The API key has expired.", code="api_key_expired")
         if key.last_used_at is None or _older_than(key.last_used_at, now, touch_interval):
-            self._store.update_key(key.id, last_used_at=isoformat(now))
+            if defer_touch:
+                self._touch_later(key.id, now, touch_interval)
+            else:
+                self._store.update_key(key.id, last_used_at=isoformat(now))
         return key, organization_id
+
+    def _touch_later(self, key_id: str, now: datetime, interval: float) -> None:
+        with self._lock:
+            last = self._pending_touches.get(key_id)
+            if last is not None and not _older_than(last, now, interval):
+                return  # a touch for this key is already queued or just written
+            self._pending_touches[key_id] = now
+            if self._toucher is None:
+                self._toucher = ThreadPoolExecutor(1, thread_name_prefix="agentcore-key-touch")
+            toucher = self._toucher
+        toucher.submit(self._store.update_key, key_id, last_used_at=isoformat(now))
+
+    def close(self) -> None:
+        """Finish queued ``last_used_at`` writes."""
+        with self._lock:
+            toucher, self._toucher = self._toucher, None
+        if toucher is not None:
+            toucher.shutdown(wait=True)
 
 
 def _older_than(moment: datetime, now: datetime, seconds: float) -> bool:

@@ -113,6 +113,12 @@ def bearer_token(request: Request) -> str | None:
     return token.strip()
 
 
+def _json(route: ApiRoute, result: Any) -> Response:
+    return Response(
+        result.model_dump_json(), status_code=route.status_code, media_type="application/json"
+    )
+
+
 class Api:
     """Turns the route table into Starlette endpoints bound to one core."""
 
@@ -126,7 +132,9 @@ class Api:
         async def run(request: Request) -> Response:
             try:
                 secret = bearer_token(request)
-                workspace = await run_in_threadpool(self.core.authenticate, secret)
+                # on the loop: a read of one indexed row (WAL readers never wait for the
+                # writer); the occasional last_used_at write goes to a background thread
+                workspace = self.core.authenticate(secret, defer_touch=True)
             except AuthenticationError as error:
                 error.headers.setdefault("WWW-Authenticate", 'Bearer realm="agentcore"')
                 raise
@@ -137,6 +145,8 @@ class Api:
             canonical = await self._read_body(route, request, call)
 
             async def handle() -> Response:
+                if not route.blocking:
+                    return _json(route, route.handler(call))
                 try:
                     result = await asyncio.wait_for(
                         run_in_threadpool(route.handler, call), self.settings.request_deadline
@@ -145,11 +155,7 @@ class Api:
                     raise DeadlineExceeded(
                         f"The request took longer than {self.settings.request_deadline:g} s."
                     ) from None
-                return Response(
-                    result.model_dump_json(),
-                    status_code=route.status_code,
-                    media_type="application/json",
-                )
+                return _json(route, result)
 
             key = request.headers.get("idempotency-key")
             if route.method == "POST" and key is not None:
@@ -215,6 +221,18 @@ class Api:
         return Upload(file.filename or "upload", file.content_type, data)
 
 
+def _dispatch(handlers: dict[str, Callable[[Request], Any]]) -> Callable[[Request], Any]:
+    """One endpoint for a path that calls the handler of the request's method."""
+    if "GET" in handlers:
+        handlers = {**handlers, "HEAD": handlers["GET"]}
+
+    async def endpoint(request: Request) -> Response:
+        response: Response = await handlers[request.method](request)
+        return response
+
+    return endpoint
+
+
 async def _http_exception(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     error: AgentCoreError
@@ -268,8 +286,8 @@ def create_app(
     Serve it alone (``agentcore serve``) or mount it: ``host.mount("/api",
     create_app(core))`` serves ``/api/v1/...``.
     """
-    merged = core.settings.model_copy(update=settings) if settings else core.settings
-    Settings.model_validate(merged.model_dump())  # re-check overrides
+    # validated, so a misspelt setting is an error rather than silently ignored
+    merged = Settings.model_validate({**core.settings.model_dump(), **settings})
     table = list(routes if routes is not None else ROUTES)
     api = Api(core, merged)
     document = json.dumps(build_openapi(table, prefix=PREFIX, version=__version__)).encode()
@@ -277,8 +295,14 @@ def create_app(
     async def openapi(request: Request) -> Response:
         return Response(document, media_type="application/json")
 
+    # one Starlette route per path, dispatching on the method, so a 405 lists every
+    # method the path allows in its Allow header
+    by_path: dict[str, dict[str, Callable[[Request], Any]]] = {}
+    for route in table:
+        by_path.setdefault(route.path, {})[route.method] = api.endpoint(route)
     starlette_routes = [
-        Route(PREFIX + route.path, api.endpoint(route), methods=[route.method]) for route in table
+        Route(PREFIX + path, _dispatch(handlers), methods=list(handlers))
+        for path, handlers in by_path.items()
     ]
     starlette_routes.append(Route(PREFIX + "/openapi.json", openapi, methods=["GET"]))
     app = Starlette(

@@ -74,8 +74,9 @@ PAGINATION = (
 class ApiRoute:
     """One operation of the /v1 API.
 
-    ``handler(call)`` runs in a worker thread and returns a pydantic model (or a
-    ``(status, model)`` pair). ``scope`` is informational: the core checks scopes.
+    ``handler(call)`` returns a pydantic model; it runs in a worker thread unless
+    ``blocking`` is False. ``scope`` is checked before the body is read (the core
+    checks it again).
     """
 
     method: str
@@ -89,7 +90,7 @@ class ApiRoute:
     request: type[BaseModel] | None = None
     status_code: int = 200
     query: tuple[QueryParam, ...] = field(default_factory=tuple)
-    idempotent_post: bool = True
+    blocking: bool = True  # False: the handler neither does I/O nor heavy work; run inline
 
     @property
     def operation_id(self) -> str:

@@ -13,6 +13,13 @@ def verify_key(call: Call) -> VerifyResponse:
 
 ROUTES = [
     ApiRoute(
-        "GET", "/auth/verify", verify_key, VerifyResponse, "Verify the API key", "any", "auth"
+        "GET",
+        "/auth/verify",
+        verify_key,
+        VerifyResponse,
+        "Verify the API key",
+        "any",
+        "auth",
+        blocking=False,
     ),
 ]

@@ -13,7 +13,9 @@ from agentcore.storage.sqlite.connection import Database
 
 
 def _key(row: sqlite3.Row) -> ApiKey:
-    return ApiKey(
+    # model_construct: every request authenticates, and these values were validated
+    # on their way in; only the timestamps need parsing back.
+    return ApiKey.model_construct(
         id=row["id"],
         organization=row["org_name"],
         environment=row["environment"],
@@ -21,12 +23,16 @@ def _key(row: sqlite3.Row) -> ApiKey:
         prefix=row["prefix"],
         last4=row["last4"],
         name=row["name"],
-        created_at=row["created_at"],
-        expires_at=row["expires_at"],
-        revoked_at=row["revoked_at"],
-        last_used_at=row["last_used_at"],
+        created_at=_time(row["created_at"]),
+        expires_at=_time(row["expires_at"]),
+        revoked_at=_time(row["revoked_at"]),
+        last_used_at=_time(row["last_used_at"]),
         rotated_from=row["rotated_from"],
     )
+
+
+def _time(value: str | None) -> datetime | None:
+    return None if value is None else datetime.fromisoformat(value)
 
 
 _KEY_SELECT = (

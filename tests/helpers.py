@@ -1,0 +1,117 @@
+"""Helpers shared by the API, CLI and secrets tests (not fixtures: plain functions)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+PROBLEM_MEMBERS = {"type", "title", "status", "detail", "code", "request_id"}
+CLI = [sys.executable, "-m", "agentcore.cli"]
+
+
+def assert_problem(
+    response: httpx.Response,
+    status: int,
+    code: str,
+    *,
+    param: str | None | type[Ellipsis] = ...,  # type: ignore[valid-type]
+) -> dict[str, Any]:
+    """Assert an RFC 9457 problem with ``status`` and ``code`` (and ``param`` if given)."""
+    assert response.status_code == status, (response.status_code, response.text)
+    assert response.headers["content-type"].startswith("application/problem+json"), response.headers
+    body = response.json()
+    missing = PROBLEM_MEMBERS - set(body)
+    assert not missing, f"problem lacks {missing}: {body}"
+    assert body["status"] == status
+    assert body["code"] == code, body
+    assert body["type"].endswith(code), body
+    assert isinstance(body["title"], str) and body["title"]
+    assert isinstance(body["detail"], str) and body["detail"]
+    assert body["request_id"], body
+    assert response.headers["request-id"] == body["request_id"]
+    if param is not ...:
+        assert body.get("param") == param, body
+    return body
+
+
+def cli_env(db: Path | None = None) -> dict[str, str]:
+    """The environment for a CLI subprocess (``AGENTCORE_DB`` set when ``db`` is given)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTCORE_")}
+    env["PYTHONUNBUFFERED"] = "1"
+    if db is not None:
+        env["AGENTCORE_DB"] = str(db)
+    return env
+
+
+def run_cli(
+    *args: str, db: Path | None = None, env_db: Path | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    """Run ``agentcore [--db db] args...`` in a fresh process."""
+    argv = [*CLI, *(["--db", str(db)] if db is not None else []), *args]
+    return subprocess.run(
+        argv, capture_output=True, text=True, env=cli_env(env_db), timeout=timeout, check=False
+    )
+
+
+def cli_json(*args: str, db: Path | None = None, env_db: Path | None = None) -> Any:
+    """Run the CLI, assert exit 0 and no stderr traceback, and parse stdout as JSON."""
+    result = run_cli(*args, db=db, env_db=env_db)
+    assert result.returncode == 0, (result.returncode, result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr
+    return json.loads(result.stdout)
+
+
+# A faster ``api`` fixture -----------------------------------------------------------
+# conftest's Api builds a default httpx.Client per request over uvicorn, which loads the
+# CA bundle (~70 ms each, plain http needs none). This one is the same in every other
+# respect (a fresh connection per request, same interface); modules opt in with
+# ``from helpers import api``.
+
+import pytest  # noqa: E402
+from conftest import Api as _Api  # noqa: E402
+from conftest import ServerThread  # noqa: E402
+
+
+class FastApi(_Api):
+    """conftest's ``Api`` without loading TLS certificates for plain-http requests."""
+
+    def request(
+        self, method: str, path: str, *, key: str | None | bool = True, **kwargs: Any
+    ) -> httpx.Response:
+        if self.base_url is None:
+            return super().request(method, path, key=key, **kwargs)
+        headers = dict(kwargs.pop("headers", {}) or {})
+        secret = self.key if key is True else key
+        if secret:
+            headers.setdefault("Authorization", f"Bearer {secret}")
+        with httpx.Client(base_url=self.base_url, timeout=30, verify=False) as client:
+            return client.request(method, path, headers=headers, **kwargs)
+
+    def with_key(self, key: str | None) -> FastApi:
+        return FastApi(self.app, self.base_url, key)
+
+
+def relax_rate_limits(core: Any) -> None:
+    """Per-key limits high enough that a test's quick loop of requests is never a 429."""
+    from agentcore.limits import RateLimiter
+
+    settings = core.settings.model_copy(update={"rate_limit_test": 1e6, "rate_limit_live": 1e6})
+    core.rate_limiter = RateLimiter(settings)
+
+
+@pytest.fixture(params=["uvicorn", "asgi"])
+def api(request: pytest.FixtureRequest, app: Any, keys: Any) -> Any:
+    """conftest's ``api`` (uvicorn and ASGI, acme/test read+write key), faster, no 429s."""
+    relax_rate_limits(keys.core)
+    key = keys.make().secret
+    if request.param == "asgi":
+        yield FastApi(app, None, key)
+        return
+    with ServerThread(app) as server:
+        yield FastApi(app, server.url, key)
