@@ -99,6 +99,8 @@ class IndexCache:
             before = self._entries.get(key)
             result = store_write()
             state = self._core.store.knowledge_state(organization_id, environment)
+            if before is not None and before.version == state.version:
+                return result  # nothing was written (e.g. a delete of a missing document)
             if before is not None and before.version + 1 == state.version:
                 apply(before.index)
                 before.version = state.version
@@ -129,7 +131,7 @@ class IndexCache:
         ):
             if not texts:
                 continue
-            vectors = embedder.embed(texts, kind="passage")
+            vectors = unit_rows(embedder.embed(texts, kind="passage"))
             keep = nonzero_rows(vectors)
             segments.append((document_id, np.asarray(ids, dtype=np.int64)[keep], vectors[keep]))
         self._core.store.replace_all_vectors(
@@ -143,3 +145,20 @@ def nonzero_rows(vectors: npt.NDArray[np.float32]) -> npt.NDArray[np.bool_]:
     finite = np.isfinite(vectors).all(axis=1)
     mask: npt.NDArray[np.bool_] = finite & (np.abs(vectors).sum(axis=1) > 0)
     return mask
+
+
+def unit_rows(vectors: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+    """``vectors`` as float32 with each finite non-zero row scaled to unit length.
+
+    Embedders need not normalise, but the store keeps unit rows: the index loads
+    persisted segments as already normalised, so cosine stays a dot product.
+    Zero and non-finite rows are left as they are (``nonzero_rows`` drops them).
+    """
+    rows = np.array(vectors, dtype=np.float32, copy=True)
+    if rows.ndim != 2 or rows.size == 0:
+        return rows
+    with np.errstate(over="ignore", invalid="ignore"):
+        norms = np.sqrt(np.einsum("ij,ij->i", rows, rows, dtype=np.float64))
+    ok = np.isfinite(norms) & (norms > 0)
+    rows[ok] = (rows[ok] / norms[ok, None]).astype(np.float32)
+    return rows

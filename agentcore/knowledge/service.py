@@ -204,7 +204,7 @@ class KnowledgeService:
         vector = self._cache.embedder().embed([query], kind="query")[0]
         if not np.isfinite(vector).all() or not np.any(vector):
             return []
-        ids, scores = index.search(vector, k)
+        ids, scores = index.search(vector, k, min_score=min_score)
         chunks = self._store.get_chunks([int(i) for i in ids])
         # a chunk deleted between the index read and this lookup is skipped
         return [

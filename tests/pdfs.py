@@ -1,0 +1,91 @@
+"""Small real PDFs for tests, made with fpdf2 (core Helvetica font, no files on disk).
+
+``make_pdf(pages)`` gives one PDF page per string, the text wrapped with
+``multi_cell`` (blank lines start new paragraphs). The core fonts only know Latin-1,
+so text outside it is refused with ``ValueError`` rather than silently mangled.
+``make_encrypted_pdf`` and ``make_drawing_pdf`` give the two awkward cases ingestion
+must refuse: a password-protected file and a page with no text at all.
+"""
+
+from __future__ import annotations
+
+import random
+from datetime import UTC, datetime
+
+from fpdf import FPDF
+
+__all__ = ["filler", "make_drawing_pdf", "make_encrypted_pdf", "make_pdf"]
+
+
+def _new_pdf() -> FPDF:
+    pdf = FPDF(format="A4", unit="mm")
+    pdf.set_auto_page_break(auto=True, margin=15)
+    pdf.set_margins(20, 20, 20)
+    # a fixed date: the same pages give the same bytes (unencrypted)
+    pdf.set_creation_date(datetime(2024, 1, 1, tzinfo=UTC))
+    return pdf
+
+
+def _write_pages(pdf: FPDF, pages: list[str]) -> None:
+    pdf.set_font("Helvetica", size=11)
+    for text in pages:
+        try:
+            text.encode("latin-1")
+        except UnicodeEncodeError as exc:
+            raise ValueError(f"core PDF fonts only support Latin-1 text: {exc}") from None
+        pdf.add_page()
+        for number, paragraph in enumerate(text.split("\n\n")):
+            if number:
+                pdf.ln(4)
+            if paragraph.strip():
+                pdf.multi_cell(0, 6, paragraph.strip(), new_x="LMARGIN", new_y="NEXT")
+
+
+def make_pdf(pages: list[str], *, user_password: str | None = None) -> bytes:
+    """A PDF with one page per string (wrapped; a long string may flow onto more pages).
+
+    :param pages: the text of each page; ``"\\n\\n"`` separates paragraphs.
+    :param user_password: encrypt the file so it opens only with this password.
+    """
+    if not pages:
+        raise ValueError("a PDF needs at least one page")
+    pdf = _new_pdf()
+    if user_password is not None:
+        pdf.set_encryption(owner_password="owner-" + user_password, user_password=user_password)
+    _write_pages(pdf, pages)
+    return bytes(pdf.output())
+
+
+def make_encrypted_pdf(pages: list[str], password: str = "secret") -> bytes:
+    """A PDF that cannot be opened without ``password``."""
+    return make_pdf(pages, user_password=password)
+
+
+def make_drawing_pdf(pages: int = 1) -> bytes:
+    """A valid PDF whose pages hold only a drawn rectangle: no extractable text."""
+    pdf = _new_pdf()
+    for _ in range(pages):
+        pdf.add_page()
+        pdf.set_line_width(0.8)
+        pdf.rect(30, 40, 120, 80, style="D")
+    return bytes(pdf.output())
+
+
+_SUBJECTS = ["The committee", "Our accountant", "The night porter", "A senior engineer",
+             "The gardener", "Every intern", "The regional manager", "The librarian"]
+_VERBS = ["reviewed", "painted", "repaired", "catalogued", "inspected", "postponed",
+          "described", "measured"]
+_OBJECTS = ["the quarterly budget", "the north staircase", "a broken radiator",
+            "the customer archive", "the delivery vans", "the spring timetable",
+            "the warehouse shelves", "the printer queue"]
+_WHEN = ["before lunch", "on Monday", "in the annex", "after the audit",
+         "during the storm", "with great care"]
+
+
+def filler(sentences: int, seed: int) -> str:
+    """``sentences`` bland office sentences, the same for the same ``seed``."""
+    rng = random.Random(seed)
+    return " ".join(
+        f"{rng.choice(_SUBJECTS)} {rng.choice(_VERBS)} {rng.choice(_OBJECTS)} {rng.choice(_WHEN)}."
+        for _ in range(sentences)
+    )
