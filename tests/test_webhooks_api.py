@@ -185,10 +185,16 @@ def test_test_ping_is_delivered_and_logged(api: Api, core: AgentCore, receiver: 
     assert payload["data"]["subscription_id"] == sub["id"]
     assert set(payload) == {"type", "timestamp", "data"}
 
-    # the 500 is retried ~5 s later; the log shows that first attempt meanwhile
-    logged = api.get(f"/v1/webhooks/{sub['id']}/deliveries")
-    assert logged.status_code == 200, logged.text
-    page = logged.json()
+    # the 500 is retried ~5 s later; the log shows that first attempt meanwhile (the
+    # worker records it just after the receiver answered: poll briefly for it)
+    deadline = time.monotonic() + 5
+    while True:
+        logged = api.get(f"/v1/webhooks/{sub['id']}/deliveries")
+        assert logged.status_code == 200, logged.text
+        page = logged.json()
+        if page["deliveries"][0]["attempts"] or time.monotonic() > deadline:
+            break
+        time.sleep(0.02)
     assert page["has_more"] is False
     [delivery] = page["deliveries"]
     assert delivery["event_type"] == "webhook.ping"
