@@ -3,7 +3,6 @@ guard, and the retry schedule."""
 
 from __future__ import annotations
 
-import asyncio
 import queue
 import random
 import socket
@@ -29,7 +28,6 @@ from agentcore.webhooks.sender import RESPONSE_SNIPPET_BYTES, AttemptResult, mak
 from agentcore.webhooks.signing import build_headers, encode_payload, generate_secret
 from agentcore.webhooks.ssrf import (
     AddressPolicy,
-    AsyncGuardedTransport,
     BlockedAddress,
     GuardedTransport,
     validate_url,
@@ -307,22 +305,6 @@ def test_next_checked_address_is_tried_when_one_refuses(receiver: Receiver) -> N
     with make_client(LOCAL, timeout=1, resolver=resolver) as client:
         result = deliver(client, receiver.url("/ok", host="two.test"))
     assert result.succeeded, result.error
-
-
-def test_async_transport_guards_too(receiver: Receiver) -> None:
-    async def main() -> None:
-        resolver = CountingResolver(["127.0.0.1"])
-        url = receiver.url("/ok", host="receiver.test")
-        async with httpx.AsyncClient(
-            transport=AsyncGuardedTransport(LOCAL, resolver=resolver)
-        ) as c:
-            assert (await c.post(url, content=b"{}")).status_code == 200
-        async with httpx.AsyncClient(transport=AsyncGuardedTransport(DEFAULT)) as c:
-            with pytest.raises(BlockedAddress):
-                await c.post(receiver.url("/ok"), content=b"{}")
-
-    asyncio.run(main())
-    assert receiver.paths() == ["/ok"]
 
 
 # --- the retry schedule --------------------------------------------------------------

@@ -18,7 +18,6 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Literal
 
-import anyio.to_thread
 import httpcore
 import httpx
 
@@ -400,109 +399,10 @@ class GuardedTransport(httpx.HTTPTransport):
         )
 
 
-class _AsyncDeadlineStream(httpcore.AsyncNetworkStream):
-    def __init__(self, stream: httpcore.AsyncNetworkStream) -> None:
-        self._stream = stream
-
-    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        return await self._stream.read(max_bytes, _bounded(timeout, httpcore.ReadTimeout))
-
-    async def write(self, buffer: bytes, timeout: float | None = None) -> None:
-        await self._stream.write(buffer, _bounded(timeout, httpcore.WriteTimeout))
-
-    async def aclose(self) -> None:
-        await self._stream.aclose()
-
-    async def start_tls(
-        self,
-        ssl_context: ssl.SSLContext,
-        server_hostname: str | None = None,
-        timeout: float | None = None,
-    ) -> httpcore.AsyncNetworkStream:
-        timeout = _bounded(timeout, httpcore.ConnectTimeout)
-        stream = await self._stream.start_tls(ssl_context, server_hostname, timeout)
-        return _AsyncDeadlineStream(stream)
-
-    def get_extra_info(self, info: str) -> Any:
-        return self._stream.get_extra_info(info)
-
-
-class _AsyncGuardedBackend(httpcore.AsyncNetworkBackend):
-    def __init__(self, policy: AddressPolicy, resolver: Resolver) -> None:
-        self._policy = policy
-        self._resolver = resolver
-        self._backend = httpcore.AnyIOBackend()
-
-    async def connect_tcp(
-        self,
-        host: str,
-        port: int,
-        timeout: float | None = None,
-        local_address: str | None = None,
-        socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
-    ) -> httpcore.AsyncNetworkStream:
-        if _parse_ip(host) is not None:
-            addresses = _checked_addresses(host, port, self._policy, self._resolver)
-        else:  # the resolver blocks; keep it off the event loop
-            addresses = await anyio.to_thread.run_sync(
-                _checked_addresses, host, port, self._policy, self._resolver
-            )
-        failure: httpcore.ConnectError | httpcore.ConnectTimeout | None = None
-        for address in addresses:
-            try:
-                stream = await self._backend.connect_tcp(
-                    str(address),
-                    port,
-                    timeout=_bounded(timeout, httpcore.ConnectTimeout),
-                    local_address=local_address,
-                    socket_options=socket_options,
-                )
-            except (httpcore.ConnectError, httpcore.ConnectTimeout) as exc:
-                failure = exc
-                continue
-            return _AsyncDeadlineStream(stream)
-        assert failure is not None
-        raise failure
-
-    async def connect_unix_socket(
-        self,
-        path: str,
-        timeout: float | None = None,
-        socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
-    ) -> httpcore.AsyncNetworkStream:
-        raise BlockedAddress("blocked by SSRF guard: unix sockets are not allowed")
-
-    async def sleep(self, seconds: float) -> None:
-        await self._backend.sleep(seconds)
-
-
-class AsyncGuardedTransport(httpx.AsyncHTTPTransport):
-    """The asyncio/trio twin of :class:`GuardedTransport` (the resolver runs in a thread)."""
-
-    def __init__(
-        self,
-        policy: AddressPolicy,
-        *,
-        resolver: Resolver = default_resolver,
-        verify: ssl.SSLContext | bool = True,
-        limits: httpx.Limits = DEFAULT_LIMITS,
-    ) -> None:
-        context = _ssl_context(verify)
-        super().__init__(verify=context, trust_env=False, limits=limits)
-        self._pool = httpcore.AsyncConnectionPool(
-            ssl_context=context,
-            max_connections=limits.max_connections,
-            max_keepalive_connections=limits.max_keepalive_connections,
-            keepalive_expiry=limits.keepalive_expiry,
-            network_backend=_AsyncGuardedBackend(policy, resolver),
-        )
-
-
 __all__ = [
     "DEFAULT_LIMITS",
     "MAX_URL_LENGTH",
     "AddressPolicy",
-    "AsyncGuardedTransport",
     "BlockedAddress",
     "GuardedTransport",
     "Resolver",
