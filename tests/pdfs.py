@@ -71,15 +71,44 @@ def make_drawing_pdf(pages: int = 1) -> bytes:
     return bytes(pdf.output())
 
 
-_SUBJECTS = ["The committee", "Our accountant", "The night porter", "A senior engineer",
-             "The gardener", "Every intern", "The regional manager", "The librarian"]
-_VERBS = ["reviewed", "painted", "repaired", "catalogued", "inspected", "postponed",
-          "described", "measured"]
-_OBJECTS = ["the quarterly budget", "the north staircase", "a broken radiator",
-            "the customer archive", "the delivery vans", "the spring timetable",
-            "the warehouse shelves", "the printer queue"]
-_WHEN = ["before lunch", "on Monday", "in the annex", "after the audit",
-         "during the storm", "with great care"]
+_SUBJECTS = [
+    "The committee",
+    "Our accountant",
+    "The night porter",
+    "A senior engineer",
+    "The gardener",
+    "Every intern",
+    "The regional manager",
+    "The librarian",
+]
+_VERBS = [
+    "reviewed",
+    "painted",
+    "repaired",
+    "catalogued",
+    "inspected",
+    "postponed",
+    "described",
+    "measured",
+]
+_OBJECTS = [
+    "the quarterly budget",
+    "the north staircase",
+    "a broken radiator",
+    "the customer archive",
+    "the delivery vans",
+    "the spring timetable",
+    "the warehouse shelves",
+    "the printer queue",
+]
+_WHEN = [
+    "before lunch",
+    "on Monday",
+    "in the annex",
+    "after the audit",
+    "during the storm",
+    "with great care",
+]
 
 
 def filler(sentences: int, seed: int) -> str:

@@ -29,7 +29,9 @@ api = helpers.api  # the faster `api` fixture (uvicorn and ASGI, acme/test read+
 DOCS = "/v1/knowledge/documents"
 SEARCH = "/v1/knowledge/search"
 
-FACT_3 = "The Zephyrine observatory records exactly four hundred and twelve meteor showers every decade."
+FACT_3 = (
+    "The Zephyrine observatory records exactly four hundred and twelve meteor showers every decade."
+)
 QUERY_3 = "How many meteor showers does the Zephyrine observatory record?"
 FACT_5 = "The Brackwater cheese festival is held every October in the village of Ostrava Minor."
 QUERY_5 = "When is the Brackwater cheese festival held?"
@@ -315,20 +317,44 @@ PNG = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x01\x00\x00\x00\x01\x08\
 
 
 BAD_FILES = [  # (case, file name, bytes, declared type, status, code)
-    ("text-as-pdf", "fake.pdf", b"Just text pretending to be a PDF.", "application/pdf", 422,
-     "invalid_pdf"),
+    (
+        "text-as-pdf",
+        "fake.pdf",
+        b"Just text pretending to be a PDF.",
+        "application/pdf",
+        422,
+        "invalid_pdf",
+    ),
     ("text-named-pdf", "fake.pdf", b"plain words", "application/octet-stream", 422, "invalid_pdf"),
-    ("truncated-pdf", "broken.pdf", make_pdf(["Cut short."])[:300], "application/pdf", 422,
-     "invalid_pdf"),
-    ("encrypted", "locked.pdf", make_encrypted_pdf(["Top secret numbers."]), "application/pdf",
-     422, "encrypted_pdf"),
+    (
+        "truncated-pdf",
+        "broken.pdf",
+        make_pdf(["Cut short."])[:300],
+        "application/pdf",
+        422,
+        "invalid_pdf",
+    ),
+    (
+        "encrypted",
+        "locked.pdf",
+        make_encrypted_pdf(["Top secret numbers."]),
+        "application/pdf",
+        422,
+        "encrypted_pdf",
+    ),
     ("drawing-only", "box.pdf", make_drawing_pdf(2), "application/pdf", 422, "no_text"),
     ("png", "pic.png", PNG, "image/png", 415, "unsupported_file_type"),
     ("png-generic-type", "pic.png", PNG, "application/octet-stream", 415, "unsupported_file_type"),
     ("empty", "empty.txt", b"", "text/plain", 422, "empty_file"),
     ("blank", "blank.txt", b"  \n\n \t ", "text/plain", 422, "no_text"),
-    ("not-utf8", "latin1.txt", "caf\u00e9 cr\u00e8me".encode("latin-1"), "text/plain", 422,
-     "invalid_encoding"),
+    (
+        "not-utf8",
+        "latin1.txt",
+        "caf\u00e9 cr\u00e8me".encode("latin-1"),
+        "text/plain",
+        422,
+        "invalid_encoding",
+    ),
 ]
 
 
@@ -345,10 +371,14 @@ def test_bad_files_are_refused_and_nothing_stored(api: Any, handbook: dict, db_p
 
 def test_missing_file_field_and_bad_json_documents(api: Any, db_path: Path) -> None:
     with nothing_stored(db_path):
-        response = api.post(DOCS, files={"document": ("a.pdf", make_pdf(["Hi."]), "application/pdf")})
+        response = api.post(
+            DOCS, files={"document": ("a.pdf", make_pdf(["Hi."]), "application/pdf")}
+        )
         assert_problem(response, 400, "invalid_request", param="file")
         assert_problem(api.post(DOCS, json={"source": "a.txt", "text": "   "}), 422, "no_text")
-        assert_problem(api.post(DOCS, json={"source": "a.txt"}), 422, "validation_error", param="text")
+        assert_problem(
+            api.post(DOCS, json={"source": "a.txt"}), 422, "validation_error", param="text"
+        )
         assert_problem(api.post(DOCS, json={"source": "", "text": "x"}), 422, "validation_error")
     assert api.get(DOCS).json()["documents"] == []
 
@@ -375,7 +405,9 @@ def test_too_large_upload_is_413(api: Any, tmp_path: Path) -> None:
                 assert len(big) > limit
                 assert_problem(upload(little, "big.pdf", big), 413, "file_too_large", param="file")
                 over = b"a" * (limit + 1)
-                assert_problem(upload(little, "over.txt", over, "text/plain"), 413, "file_too_large")
+                assert_problem(
+                    upload(little, "over.txt", over, "text/plain"), 413, "file_too_large"
+                )
                 assert_problem(
                     little.post(DOCS, json={"source": "big.txt", "text": over.decode()}),
                     413,

@@ -118,7 +118,9 @@ def test_changing_the_embedder_reembeds(core: AgentCore, db_path: Path) -> None:
         assert bow.calls > calls
         assert ows.knowledge.search("owl census").results[0].document_id == added.id
         ows.knowledge.delete(notes.id)
-        assert all(r.document_id != notes.id for r in ows.knowledge.search("kestrel drills").results)
+        assert all(
+            r.document_id != notes.id for r in ows.knowledge.search("kestrel drills").results
+        )
 
         # over HTTP as well
         other.create_organization("acme")
@@ -150,7 +152,9 @@ def test_other_workspaces_keep_their_embedder(core: AgentCore, db_path: Path) ->
 
 def test_dimension_change_under_the_same_name_is_409(tmp_path: Path) -> None:
     db = tmp_path / "dim.db"
-    with AgentCore.open(db, embedder="bow", plugins=[EmbedderPlugin(BagOfWords("bow", 64))]) as first:
+    with AgentCore.open(
+        db, embedder="bow", plugins=[EmbedderPlugin(BagOfWords("bow", 64))]
+    ) as first:
         first.workspace("acme", "test").knowledge.ingest_text("a.txt", FACT)
     before = counts(db)
     with AgentCore.open(

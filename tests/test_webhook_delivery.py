@@ -151,7 +151,9 @@ def test_retries_keep_the_id_and_follow_the_schedule(
         assert fake.webhooks.deliver_due() == 0, f"attempt {number} came early"
         clock.advance(0.5 + 0.001)  # (next_attempt_at came back as a datetime: µs)
         assert fake.webhooks.deliver_due() == 1, f"attempt {number} did not come"
-    assert any(abs(d - b) > 0.01 for d, b in zip(delays, RETRY_SCHEDULE[1:], strict=True)), "no jitter"
+    assert any(abs(d - b) > 0.01 for d, b in zip(delays, RETRY_SCHEDULE[1:], strict=True)), (
+        "no jitter"
+    )
 
     [delivery] = _deliveries(fake, sub.id)
     assert delivery.status == "failed" and delivery.next_attempt_at is None
