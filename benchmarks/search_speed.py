@@ -1,0 +1,494 @@
+"""Exact top-k search speed: VectorIndex against plain numpy, FAISS and sqlite-vec.
+
+Run ``python benchmarks/search_speed.py --help``. Prints a markdown table and the
+VectorIndex ratios, writes JSON, exits 0. Engines whose package is missing are
+skipped with a note.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from agentcore.knowledge.index import VectorIndex  # noqa: E402
+
+Matrix = npt.NDArray[np.float32]
+Ids = npt.NDArray[np.int64]
+BATCH = 64
+
+
+@dataclass
+class Row:
+    engine: str
+    n: int
+    single_median_ms: float | None = None
+    single_p95_ms: float | None = None
+    batch_qps: float | None = None
+    build_s: float | None = None
+    memory_mb: float | None = None
+    recall_at_k: float | None = None
+    queries: int = 0
+    note: str = ""
+    runs: list[dict[str, float]] = field(default_factory=list)
+
+
+class Engine:
+    """One way of answering exact top-k queries over the same matrix."""
+
+    name = ""
+    has_batch = True
+    query_cap: int | None = None  # fewer queries for slow engines
+
+    def build(self, data: Matrix, ids: Ids) -> None:
+        raise NotImplementedError
+
+    def search(self, q: Matrix, k: int) -> Ids:
+        raise NotImplementedError
+
+    def search_batch(self, queries: Matrix, k: int) -> Ids:
+        raise NotImplementedError
+
+    def memory_bytes(self) -> int:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Free what the engine holds."""
+
+
+class VectorIndexEngine(Engine):
+    name = "VectorIndex"
+
+    def build(self, data: Matrix, ids: Ids) -> None:
+        self.index = VectorIndex(data.shape[1], capacity=data.shape[0])
+        for start in range(0, data.shape[0], 100_000):  # ingestion comes in batches
+            self.index.add(ids[start : start + 100_000], data[start : start + 100_000])
+
+    def search(self, q: Matrix, k: int) -> Ids:
+        return self.index.search(q, k)[0]
+
+    def search_batch(self, queries: Matrix, k: int) -> Ids:
+        return self.index.search_batch(queries, k)[0]
+
+    def memory_bytes(self) -> int:
+        return self.index.nbytes
+
+    def close(self) -> None:
+        del self.index
+
+
+class NumpyEngine(Engine):
+    """The textbook baseline: one matrix-vector product and an argpartition."""
+
+    name = "numpy"
+
+    def build(self, data: Matrix, ids: Ids) -> None:
+        self.data, self.ids = data, ids  # rows are already unit length
+
+    def search(self, q: Matrix, k: int) -> Ids:
+        scores = self.data @ q
+        top = np.argpartition(-scores, k)[:k]
+        return self.ids[top[np.argsort(-scores[top])]]
+
+    def search_batch(self, queries: Matrix, k: int) -> Ids:
+        scores = queries @ self.data.T
+        top = np.argpartition(-scores, k, axis=1)[:, :k]
+        order = np.argsort(-np.take_along_axis(scores, top, axis=1), axis=1)
+        return self.ids[np.take_along_axis(top, order, axis=1)]
+
+    def memory_bytes(self) -> int:
+        return int(self.data.nbytes)
+
+    def close(self) -> None:
+        del self.data
+
+
+class FaissEngine(Engine):
+    """FAISS ``IndexFlatIP`` with its default OpenMP threads, or pinned to ``threads``."""
+
+    def __init__(self, threads: int | None = None) -> None:
+        import faiss
+
+        self.faiss = faiss
+        self.threads = threads
+        self.name = "FAISS IndexFlatIP" + (f" ({threads} thread)" if threads else "")
+        self.default_threads = faiss.omp_get_max_threads()
+
+    def build(self, data: Matrix, ids: Ids) -> None:
+        self.index = self.faiss.IndexFlatIP(data.shape[1])
+        self.index.add(data)
+        self.ids = ids
+
+    def _pinned(self, call: Callable[[], Any]) -> Any:
+        self.faiss.omp_set_num_threads(self.threads or self.default_threads)
+        try:
+            return call()
+        finally:
+            self.faiss.omp_set_num_threads(self.default_threads)
+
+    def search(self, q: Matrix, k: int) -> Ids:
+        found: Ids = self.ids[self._pinned(lambda: self.index.search(q[None, :], k))[1][0]]
+        return found
+
+    def search_batch(self, queries: Matrix, k: int) -> Ids:
+        found: Ids = self.ids[self._pinned(lambda: self.index.search(queries, k))[1]]
+        return found
+
+    def memory_bytes(self) -> int:
+        return int(self.index.ntotal * self.index.d * 4)
+
+    def close(self) -> None:
+        del self.index
+
+
+def _sqlite_connection(path: str) -> Any:
+    """A connection with sqlite-vec loaded: stdlib sqlite3 if it can load, else apsw."""
+    import sqlite3
+
+    import sqlite_vec
+
+    conn: Any = sqlite3.connect(path)
+    if hasattr(conn, "enable_load_extension"):
+        conn.enable_load_extension(True)
+        sqlite_vec.load(conn)
+        return conn
+    conn.close()
+    import apsw  # this Python's sqlite3 cannot load extensions
+
+    conn = apsw.Connection(path)
+    conn.enable_load_extension(True)
+    conn.load_extension(sqlite_vec.loadable_path())
+    return conn
+
+
+class SqliteVecEngine(Engine):
+    name = "sqlite-vec (vec0)"
+    has_batch = False
+    query_cap = 20
+
+    def __init__(self) -> None:
+        self.tmp = tempfile.TemporaryDirectory()
+        self.path = os.path.join(self.tmp.name, "vec.db")
+        self.conn = _sqlite_connection(self.path)
+
+    def build(self, data: Matrix, ids: Ids) -> None:
+        d = data.shape[1]
+        self.conn.execute(
+            f"CREATE VIRTUAL TABLE items USING vec0(embedding float[{d}] distance_metric=cosine)"
+        )
+        self.conn.execute("BEGIN")
+        for start in range(0, data.shape[0], 10_000):
+            chunk = data[start : start + 10_000]
+            self.conn.executemany(
+                "INSERT INTO items(rowid, embedding) VALUES (?, ?)",
+                zip(
+                    ids[start : start + 10_000].tolist(), [r.tobytes() for r in chunk], strict=True
+                ),
+            )
+        self.conn.execute("COMMIT")
+
+    def search(self, q: Matrix, k: int) -> Ids:
+        rows = self.conn.execute(
+            "SELECT rowid FROM items WHERE embedding MATCH ? AND k = ? ORDER BY distance",
+            (q.astype(np.float32).tobytes(), k),
+        ).fetchall()
+        return np.array([r[0] for r in rows], dtype=np.int64)
+
+    def memory_bytes(self) -> int:
+        return os.path.getsize(self.path)
+
+    def close(self) -> None:
+        self.conn.close()
+        self.tmp.cleanup()
+
+
+def make_data(n: int, d: int, seed: int) -> Matrix:
+    """Unit-length Gaussian rows, generated in chunks to bound temporaries."""
+    rng = np.random.default_rng(seed)
+    data = np.empty((n, d), dtype=np.float32)
+    for start in range(0, n, 100_000):
+        chunk = rng.standard_normal((min(100_000, n - start), d), dtype=np.float32)
+        chunk /= np.linalg.norm(chunk, axis=1, keepdims=True)
+        data[start : start + chunk.shape[0]] = chunk
+    return data
+
+
+def exact_top_k(data: Matrix, ids: Ids, queries: Matrix, k: int) -> Ids:
+    """Ground truth: float32 shortlist of 4k rows per query, re-ranked in float64."""
+    truth = np.empty((queries.shape[0], k), dtype=np.int64)
+    wide = min(4 * k, data.shape[0])
+    for start in range(0, queries.shape[0], 16):
+        q = queries[start : start + 16]
+        scores = q @ data.T
+        short = np.argpartition(-scores, wide - 1, axis=1)[:, :wide]
+        for j in range(q.shape[0]):
+            exact = data[short[j]].astype(np.float64) @ q[j].astype(np.float64)
+            truth[start + j] = ids[short[j][np.lexsort((ids[short[j]], -exact))[:k]]]
+    return truth
+
+
+def recall(found: list[Ids], truth: Ids, k: int) -> float:
+    hits = sum(len(set(f.tolist()) & set(t.tolist())) for f, t in zip(found, truth, strict=False))
+    return hits / (k * len(found))
+
+
+def time_engine(
+    engine: Engine, queries: Matrix, k: int, truth: Ids
+) -> tuple[list[float], float | None, float]:
+    """One run: per-query latencies (s), batch queries/s, recall@k."""
+    latencies, found = [], []
+    for q in queries:
+        start = time.perf_counter()
+        found.append(engine.search(q, k))
+        latencies.append(time.perf_counter() - start)
+    qps = None
+    if engine.has_batch and queries.shape[0] >= BATCH:
+        batches = [queries[i : i + BATCH] for i in range(0, queries.shape[0] - BATCH + 1, BATCH)]
+        start = time.perf_counter()
+        for batch in batches:
+            engine.search_batch(batch, k)
+        qps = BATCH * len(batches) / (time.perf_counter() - start)
+    return latencies, qps, recall(found, truth[: len(found)], k)
+
+
+def store_load_seconds(data: Matrix, ids: Ids, runs: int) -> tuple[float, int] | None:
+    """Median seconds to load a workspace index from the SQLite store's vector segments.
+
+    Returns ``None`` when the store does not offer ``add_vectors``/``iter_vector_segments``.
+    """
+    try:
+        from agentcore.storage.sqlite import SQLiteStore
+    except ImportError:
+        return None
+    if not hasattr(SQLiteStore, "iter_vector_segments"):
+        return None
+    n, d = data.shape
+    with tempfile.TemporaryDirectory() as tmp:
+        store = SQLiteStore.open(os.path.join(tmp, "store.db"))
+        try:
+            for start in range(0, n, 100_000):
+                store.add_vectors(
+                    "org_bench",
+                    "live",
+                    None,
+                    "bench",
+                    d,
+                    ids[start : start + 100_000],
+                    data[start : start + 100_000],
+                )
+            timings: list[float] = []
+            nbytes = 0
+            for _ in range(runs):
+                gc.collect()
+                began = time.perf_counter()
+                segments = store.iter_vector_segments("org_bench", "live")
+                index = VectorIndex.from_segments(
+                    d, ((s.ids, s.vectors) for s in segments), total_rows=n
+                )
+                timings.append(time.perf_counter() - began)
+                assert len(index) == n
+                nbytes = index.nbytes
+                del index
+        finally:
+            store.close()
+    return float(np.median(timings)), nbytes
+
+
+def make_engines(skip: set[str]) -> tuple[list[Callable[[], Engine]], list[str]]:
+    factories: list[Callable[[], Engine]] = [VectorIndexEngine, NumpyEngine]
+    notes = []
+    if "faiss" not in skip:
+        try:
+            import faiss  # noqa: F401
+
+            factories += [FaissEngine, lambda: FaissEngine(threads=1)]
+        except ImportError:
+            notes.append("FAISS skipped: `pip install faiss-cpu`")
+    if "sqlite-vec" not in skip:
+        try:
+            _sqlite_connection(":memory:").close()
+            factories.append(SqliteVecEngine)
+        except ImportError:
+            notes.append("sqlite-vec skipped: `pip install sqlite-vec` (and apsw if needed)")
+    return factories, notes
+
+
+def bench_size(
+    n: int, args: argparse.Namespace, factories: list[Callable[[], Engine]]
+) -> list[Row]:
+    d, k = args.dim, args.k
+    data = make_data(n, d, seed=n)
+    ids = np.random.default_rng(1).permutation(n * 2)[:n].astype(np.int64)
+    queries = make_data(args.queries, d, seed=10**9 + n)
+    truth = exact_top_k(data, ids, queries, k)
+    engines: list[tuple[Engine, Row]] = []
+    for factory in factories:
+        engine = factory()
+        gc.collect()
+        start = time.perf_counter()
+        engine.build(data, ids)
+        row = Row(engine.name, n, build_s=time.perf_counter() - start)
+        row.memory_mb = engine.memory_bytes() / 2**20
+        if isinstance(engine, NumpyEngine):
+            row.build_s = None
+        engines.append((engine, row))
+        print(f"  built {engine.name} at N={n:,} in {row.build_s or 0:.1f}s", file=sys.stderr)
+    for run in range(args.runs):
+        # Rotate the order so no engine always follows the same neighbour's cache state.
+        order = engines[run % len(engines) :] + engines[: run % len(engines)]
+        for engine, row in order:
+            qs = queries[: engine.query_cap] if engine.query_cap else queries
+            latencies, qps, rec = time_engine(engine, qs, k, truth)
+            row.queries = len(qs)
+            row.runs.append(
+                {
+                    "median_ms": float(np.median(latencies) * 1e3),
+                    "p95_ms": float(np.percentile(latencies, 95) * 1e3),
+                    "batch_qps": qps or 0.0,
+                    "recall": rec,
+                }
+            )
+    rows = []
+    for engine, row in engines:
+        row.single_median_ms = float(np.median([r["median_ms"] for r in row.runs]))
+        row.single_p95_ms = float(np.median([r["p95_ms"] for r in row.runs]))
+        row.batch_qps = float(np.median([r["batch_qps"] for r in row.runs])) or None
+        row.recall_at_k = min(r["recall"] for r in row.runs)
+        if engine.query_cap and engine.query_cap < args.queries:
+            row.note = f"{row.queries} queries"
+        engine.close()
+        rows.append(row)
+    loaded = store_load_seconds(data, ids, args.runs)
+    if loaded is None:
+        rows.append(Row("VectorIndex load from store", n, note="store API missing: skipped"))
+    else:
+        rows.append(
+            Row(
+                "VectorIndex load from store",
+                n,
+                build_s=loaded[0],
+                memory_mb=loaded[1] / 2**20,
+                note="load only (from_segments)",
+            )
+        )
+    return rows
+
+
+def fmt(value: float | None, spec: str) -> str:
+    return "—" if value is None else format(value, spec)
+
+
+def table(rows: list[Row], k: int) -> str:
+    lines = [
+        f"| engine | N | single median ms | single p95 ms | batch-{BATCH} q/s"
+        f" | build/load s | memory MB | recall@{k} | note |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r.engine} | {r.n:,} | {fmt(r.single_median_ms, '.2f')}"
+            f" | {fmt(r.single_p95_ms, '.2f')} | {fmt(r.batch_qps, ',.0f')}"
+            f" | {fmt(r.build_s, '.2f')} | {fmt(r.memory_mb, ',.0f')}"
+            f" | {fmt(r.recall_at_k, '.3f')} | {r.note} |"
+        )
+    return "\n".join(lines)
+
+
+def ratios(rows: list[Row]) -> list[dict[str, Any]]:
+    """VectorIndex relative to numpy and to the faster FAISS setting, per N."""
+    out = []
+    for n in sorted({r.n for r in rows}):
+        at = {r.engine: r for r in rows if r.n == n}
+        ours = at.get("VectorIndex")
+        if ours is None or ours.single_median_ms is None:
+            continue
+        entry: dict[str, Any] = {"n": n}
+        for label, names in (
+            ("numpy", ["numpy"]),
+            ("faiss", [name for name in at if name.startswith("FAISS")]),
+        ):
+            others = [at[name] for name in names if at[name].single_median_ms is not None]
+            if not others:
+                continue
+            best_single = min(o.single_median_ms or np.inf for o in others)
+            best_batch = max(o.batch_qps or 0.0 for o in others)
+            entry[f"single_vs_{label}"] = ours.single_median_ms / best_single
+            if ours.batch_qps and best_batch:
+                entry[f"batch_vs_{label}"] = ours.batch_qps / best_batch
+        out.append(entry)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="10000,100000,1000000")
+    parser.add_argument("--dim", type=int, default=384)
+    parser.add_argument("--k", type=int, default=10)
+    parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--json", default=str(Path(__file__).parent / "results/search_speed.json"))
+    parser.add_argument("--skip", default="", help="comma list: faiss,sqlite-vec")
+    args = parser.parse_args(argv)
+    skip = {s.strip() for s in args.skip.split(",") if s.strip()}
+    factories, notes = make_engines(skip)
+    rows: list[Row] = []
+    for n in [int(s) for s in args.sizes.split(",")]:
+        rows += bench_size(n, args, factories)
+    print(f"## Exact top-{args.k} search, d={args.dim}, {args.queries} queries, {args.runs} runs\n")
+    print(
+        f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores,"
+        f" numpy {np.__version__}, load average before/after:"
+        f" {START_LOAD[0]:.1f} / {os.getloadavg()[0]:.1f}\n"
+    )
+    print(table(rows, args.k))
+    print(
+        "\nVectorIndex ÷ baseline (single: < 1 is faster; batch: > 1 is faster; FAISS = best"
+        " of its thread settings):\n"
+    )
+    summary = ratios(rows)
+    for entry in summary:
+        parts = [f"{key} {value:.2f}" for key, value in entry.items() if key != "n"]
+        print(f"- N={entry['n']:,}: " + ", ".join(parts))
+    for note in notes:
+        print(f"\nNote: {note}")
+    out = Path(args.json)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(
+        json.dumps(
+            {
+                "params": vars(args),
+                "machine": {
+                    "cpus": os.cpu_count(),
+                    "numpy": np.__version__,
+                    "python": platform.python_version(),
+                    "load_average_start": START_LOAD[0],
+                },
+                "rows": [asdict(r) for r in rows],
+                "ratios": summary,
+                "notes": notes,
+            },
+            indent=2,
+        )
+    )
+    print(f"\nJSON written to {out}")
+    return 0
+
+
+START_LOAD = os.getloadavg()
+
+if __name__ == "__main__":
+    sys.exit(main())
