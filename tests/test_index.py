@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
@@ -326,3 +327,46 @@ def test_readers_see_consistent_rows_while_a_writer_churns(blocks: str) -> None:
         thread.join()
     assert not failures, failures[:3]
     assert searches[0] > 20
+
+
+def test_adopt_takes_the_arrays_without_copying_and_searches_them() -> None:
+    rng = np.random.default_rng(3)
+    vectors = rng.standard_normal((50, 8)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    ids = np.arange(100, 150, dtype=np.int64)
+    index = VectorIndex.adopt(ids, vectors)
+    assert len(index) == 50 and index.dimension == 8
+    found, scores = index.search(vectors[7], 1)
+    assert found.tolist() == [107] and scores[0] == pytest.approx(1.0, abs=1e-6)
+    index.add([999], np.ones((1, 8), dtype=np.float32))  # grows past the adopted arrays
+    assert index.contains(999) and len(index) == 51
+    with pytest.raises(ValidationFailed) as duplicate:
+        VectorIndex.adopt(np.zeros(2, dtype=np.int64), vectors[:2])
+    assert duplicate.value.code == "duplicate_id"
+    with pytest.raises(ValidationFailed):
+        VectorIndex.adopt(ids[:3], vectors[:2])
+
+
+def test_store_load_vectors_reads_every_segment_into_one_matrix(tmp_path: Path) -> None:
+    from agentcore.storage.sqlite import SQLiteStore
+    from agentcore.storage.sqlite import knowledge as stored
+
+    store = SQLiteStore.open(tmp_path / "v.db")
+    rng = np.random.default_rng(5)
+    parts = [rng.standard_normal((n, 16)).astype(np.float32) for n in (7, 1, 20)]
+    original = stored.BLOB_CHUNK
+    stored.BLOB_CHUNK = 100  # several reads per blob
+    try:
+        start = 0
+        for part in parts:
+            ids = np.arange(start, start + len(part), dtype=np.int64)
+            store.add_vectors("org", "test", None, "e", 16, ids, part)
+            start += len(part)
+        store.add_vectors("org", "live", None, "e", 16, np.arange(3), parts[0][:3])
+        ids, vectors = store.load_vectors("org", "test", 16)
+    finally:
+        stored.BLOB_CHUNK = original
+        store.close()
+    assert ids.tolist() == list(range(28))
+    assert vectors.flags.c_contiguous and vectors.dtype == np.float32
+    np.testing.assert_array_equal(vectors, np.vstack(parts))

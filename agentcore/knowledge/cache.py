@@ -73,11 +73,8 @@ class IndexCache:
             if entry is not None and entry.version == state.version:
                 return entry.index
             dimension = state.dimension or self.embedder().dimension
-            segments = [
-                (s.ids, s.vectors) for s in store.iter_vector_segments(organization_id, environment)
-            ]
-            total = sum(len(ids) // 8 for ids, _ in segments)
-            index = VectorIndex.from_segments(dimension, segments, total_rows=total)
+            ids, vectors = store.load_vectors(organization_id, environment, dimension)
+            index = VectorIndex.adopt(ids, vectors)
             self._entries[key] = _Entry(state.version, index)
             return index
 

@@ -267,20 +267,45 @@ class VectorIndex:
                 _Scales(rows).write(rows, buffer[n : n + m])
             ids_buffer[n : n + m] = seg_ids
             n += m
+        index._install(buffer, ids_buffer, n)
+        return index
+
+    @classmethod
+    def adopt(cls, ids: npt.ArrayLike, vectors: npt.ArrayLike) -> VectorIndex:
+        """An index over arrays already in its layout, without copying them.
+
+        ``vectors`` must be C-contiguous float32 rows of unit length (as the store
+        keeps them) and ``ids`` int64, one per row: the store reads a whole workspace
+        straight into such arrays, so loading costs one copy out of the database.
+        The index owns the arrays afterwards.
+        """
+        matrix = np.ascontiguousarray(vectors, dtype=_VECTOR_DTYPE)
+        id_array = np.ascontiguousarray(ids, dtype=_ID_DTYPE)
+        if matrix.ndim != 2 or id_array.shape != (matrix.shape[0],):
+            raise ValidationFailed(
+                "vectors must be (n, dimension) with one id per row",
+                code="dimension_mismatch",
+                param="vectors",
+            )
+        index = cls(matrix.shape[1], capacity=0)
+        index._install(matrix, id_array, matrix.shape[0])
+        return index
+
+    def _install(self, buffer: Matrix, ids_buffer: IdArray, n: int) -> None:
+        """Publish the first ``n`` rows of ``buffer``/``ids_buffer`` as the contents."""
         row_of = dict(zip(ids_buffer[:n].tolist(), range(n), strict=True))
         if len(row_of) != n:
             raise ValidationFailed(
                 "the persisted ids contain duplicates", code="duplicate_id", param="ids"
             )
-        index._ids_buffer = ids_buffer
-        index._snap = _Snapshot(
+        self._ids_buffer = ids_buffer
+        self._snap = _Snapshot(
             buffer=buffer,
             matrix=buffer[:n],
             ids=ids_buffer[:n],
             dead=np.empty(0, dtype=np.int64),
             row_of=row_of,
         )
-        return index
 
     # -- reading -----------------------------------------------------------------
 

@@ -115,6 +115,11 @@ class Store(Protocol):
     ) -> Iterator[VectorSegment]:
         """Every vector segment of a workspace."""
 
+    def load_vectors(
+        self, organization_id: str, environment: str, dimension: int
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]:
+        """Every vector of a workspace: an id array and one contiguous float32 matrix."""
+
     def count_vectors(self, organization_id: str, environment: str) -> int:
         """How many vectors a workspace stores."""
 

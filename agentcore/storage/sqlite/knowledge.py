@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -16,6 +17,20 @@ from agentcore.storage.sqlite.connection import Database, page_rows
 
 _WORKSPACE = "organization_id = ? AND environment = ?"
 SEGMENT_ROWS = 65_536  # ~100 MB of float32 at d=384: far below SQLite's 1 GB blob limit
+
+
+BLOB_CHUNK = 8 << 20  # bytes per blob read: big enough to be fast, small enough to reuse
+
+
+def _read_blob(conn: sqlite3.Connection, rowid: int, column: str, into: npt.NDArray[Any]) -> None:
+    """Copy a vector_segments blob into ``into`` (whose byte size must match it)."""
+    out = into.data.cast("B")
+    with conn.blobopen("vector_segments", column, rowid, readonly=True) as blob:
+        if len(blob) != len(out):
+            raise ValueError(f"segment {rowid} {column}: {len(blob)} bytes, expected {len(out)}")
+        for start in range(0, len(out), BLOB_CHUNK):
+            piece = blob.read(BLOB_CHUNK)
+            out[start : start + len(piece)] = piece
 
 
 class KnowledgeStore:
@@ -138,6 +153,41 @@ class KnowledgeStore:
                 yield VectorSegment(
                     row["embedder"], row["dimension"], row["count"], row["ids"], row["vectors"]
                 )
+
+    def load_vectors(
+        self, organization_id: str, environment: str, dimension: int
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]:
+        """Every vector of a workspace as one id array and one contiguous float32 matrix.
+
+        The segments' blobs are read with incremental blob I/O straight into the
+        preallocated arrays, inside one read transaction (a consistent snapshot):
+        one copy out of the database, no per-row Python and no intermediate buffers.
+        """
+        with self.db.read() as conn:
+            own = not conn.in_transaction
+            if own:
+                conn.execute("BEGIN")
+            try:
+                rows = conn.execute(
+                    "SELECT id, dimension, count FROM vector_segments"
+                    f" WHERE {_WORKSPACE} ORDER BY id",
+                    [organization_id, environment],
+                ).fetchall()
+                if any(row["dimension"] != dimension for row in rows):
+                    raise ValueError("the stored vectors have another dimension")
+                total = sum(row["count"] for row in rows)
+                ids = np.empty(total, dtype="<i8")
+                vectors = np.empty((total, dimension), dtype="<f4")
+                start = 0
+                for row in rows:
+                    end = start + row["count"]
+                    _read_blob(conn, row["id"], "ids", ids[start:end])
+                    _read_blob(conn, row["id"], "vectors", vectors[start:end])
+                    start = end
+            finally:
+                if own:
+                    conn.execute("COMMIT")
+        return ids, vectors
 
     def count_vectors(self, organization_id: str, environment: str) -> int:
         """How many vectors a workspace stores."""
