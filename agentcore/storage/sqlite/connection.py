@@ -13,7 +13,6 @@ from typing import Any
 from agentcore.errors import NotFound
 
 BUSY_TIMEOUT_MS = 30_000
-PAGE_SIZE = 65_536
 
 
 class Database:
@@ -48,9 +47,6 @@ class Database:
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         conn.execute("PRAGMA foreign_keys = ON")
         if not self.memory:
-            # takes effect only when the file is new: big pages keep the vector blobs'
-            # overflow chains short, so loading an index is a few long reads
-            conn.execute(f"PRAGMA page_size = {PAGE_SIZE}")
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute("PRAGMA synchronous = NORMAL")
         with self._lock:
