@@ -22,7 +22,6 @@ from agentcore.storage.records import (
     StoredMessage,
     StoredResponse,
     StoredSubscription,
-    VectorSegment,
 )
 
 
@@ -109,11 +108,6 @@ class Store(Protocol):
         vectors: npt.NDArray[np.float32],
     ) -> None:
         """Append vectors as whole-buffer segments."""
-
-    def iter_vector_segments(
-        self, organization_id: str, environment: str
-    ) -> Iterator[VectorSegment]:
-        """Every vector segment of a workspace."""
 
     def load_vectors(
         self, organization_id: str, environment: str, dimension: int

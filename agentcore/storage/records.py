@@ -9,17 +9,6 @@ from agentcore.models import WebhookSubscription
 
 
 @dataclass(frozen=True)
-class VectorSegment:
-    """A run of vectors stored as two whole buffers (int64 ids, float32 rows)."""
-
-    embedder: str
-    dimension: int
-    count: int
-    ids: bytes
-    vectors: bytes
-
-
-@dataclass(frozen=True)
 class StoredChunk:
     """A chunk with its document's source: what search results are made of."""
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from sqlite_utils import Database as UtilsDatabase
 
-from agentcore.storage.records import KnowledgeState, StoredChunk, VectorSegment
+from agentcore.storage.records import KnowledgeState, StoredChunk
 from agentcore.storage.sqlite.agents import AgentStore
 from agentcore.storage.sqlite.chat import ChatStore
 from agentcore.storage.sqlite.connection import Database
@@ -59,6 +59,5 @@ __all__ = [
     "KnowledgeState",
     "SQLiteStore",
     "StoredChunk",
-    "VectorSegment",
     "path_for_url",
 ]

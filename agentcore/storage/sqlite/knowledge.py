@@ -12,7 +12,7 @@ import numpy.typing as npt
 
 from agentcore.ids import isoformat
 from agentcore.models import Document
-from agentcore.storage.records import KnowledgeState, StoredChunk, VectorSegment
+from agentcore.storage.records import KnowledgeState, StoredChunk
 from agentcore.storage.sqlite.connection import Database, page_rows
 
 _WORKSPACE = "organization_id = ? AND environment = ?"
@@ -138,21 +138,6 @@ class KnowledgeStore:
                     ],
                 )
             self._bump(conn, organization_id, environment, embedder, dimension)
-
-    def iter_vector_segments(
-        self, organization_id: str, environment: str
-    ) -> Iterator[VectorSegment]:
-        """Every vector segment of a workspace, oldest first."""
-        with self.db.read() as conn:
-            cursor = conn.execute(
-                "SELECT embedder, dimension, count, ids, vectors FROM vector_segments"
-                f" WHERE {_WORKSPACE} ORDER BY id",
-                [organization_id, environment],
-            )
-            for row in cursor:
-                yield VectorSegment(
-                    row["embedder"], row["dimension"], row["count"], row["ids"], row["vectors"]
-                )
 
     def load_vectors(
         self, organization_id: str, environment: str, dimension: int
