@@ -195,7 +195,9 @@ class SearchRequest(Request):
     """Body of ``POST /v1/knowledge/search``."""
 
     query: str = Field(..., min_length=1)
-    top_k: int | None = Field(None, ge=1, description="Default 5, at most 100.")
+    top_k: int | None = Field(
+        None, description="How many results: default 5, at most the configured max_top_k."
+    )
     min_score: float | None = Field(None, ge=-1.0, le=1.0)
 
 

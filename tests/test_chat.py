@@ -356,3 +356,47 @@ def test_a_quote_cites_only_its_own_page_and_a_paraphrase_cites_the_chunk() -> N
     assert quoted_pages(passage, "Dogs bark at the mailman daily.") == [2]
     assert quoted_pages(passage, "Cats sleep all day long.") == [1]
     assert quoted_pages(passage, "Pets are noisy and sleepy.") == [1, 2]
+
+
+def test_a_slow_openai_compatible_server_is_a_504_and_an_agent_error(tmp_path: Any) -> None:
+    """End to end: a real HTTP provider on 127.0.0.1 that answers too late."""
+    import http.server
+
+    release = threading.Event()
+
+    class Slow(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers["Content-Length"]))
+            release.wait(5)
+            self.send_response(500)
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Slow)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    core = core_with(
+        tmp_path,
+        openai_base_url=f"http://127.0.0.1:{server.server_port}/v1",
+        openai_model="slow",
+        model_timeout=0.5,
+    )
+    try:
+        errors = record(core, "agent.error")
+        core.create_organization("acme")
+        api = Api(create_app(core), None, core.keys.create("acme", "test").secret)
+        agent_id = create_agent(api, model="openai:slow")
+        started = time.monotonic()
+        response = chat(api, agent_id, "Anyone there?")
+        assert time.monotonic() - started < 3
+        assert response.status_code == 504
+        assert response.json()["code"] == "provider_timeout"
+        assert [(e.data["error"], e.data["model"]) for e in errors] == [
+            ("provider_timeout", "openai:slow")
+        ]
+    finally:
+        release.set()
+        server.shutdown()
+        server.server_close()
+        core.close()
