@@ -424,7 +424,7 @@ BAD_QUERIES = [  # (body, code, param)
     ({"query": ""}, "validation_error", "query"),
     ({"query": " \t\n "}, "empty_query", "query"),
     ({"query": "x" * 2001}, "query_too_long", "query"),
-    ({"query": "kites", "top_k": 0}, "validation_error", "top_k"),
+    ({"query": "kites", "top_k": 0}, "top_k_out_of_range", "top_k"),
     ({"query": "kites", "top_k": 101}, "top_k_out_of_range", "top_k"),
     ({"query": "kites", "min_score": 2}, "validation_error", "min_score"),
     ({"query": "kites", "min_score": -1.5}, "validation_error", "min_score"),

@@ -385,8 +385,7 @@ def test_top_k_range(open_core) -> None:
     client = Client(create_app(core), key_for(core))
     client.post("/v1/knowledge/documents", json={"source": "s", "text": "alpha beta gamma"})
     zero = client.post("/v1/knowledge/search", json={"query": "alpha", "top_k": 0})
-    assert_problem(zero, 422, zero.json()["code"], param="top_k")
-    assert zero.json()["code"] in {"top_k_out_of_range", "validation_error"}
+    assert_problem(zero, 422, "top_k_out_of_range", param="top_k")
     over = client.post("/v1/knowledge/search", json={"query": "alpha", "top_k": 101})
     assert_problem(over, 422, "top_k_out_of_range", param="top_k")
     for k in (1, 100):
