@@ -270,3 +270,27 @@ def test_test_and_live_keys_never_see_each_others_agents(core, keys) -> None:
     with pytest.raises(NotFound):
         live_ws.agents.deploy(t.id)
     assert test_ws.agents.get(t.id).status == "draft"
+
+
+def test_a_remembered_key_is_refused_as_soon_as_it_is_revoked(tmp_path: Path) -> None:
+    """The per-thread key cache lives only while nothing is written to the database."""
+    first = AgentCore.open(tmp_path / "k.db")
+    second = AgentCore.open(tmp_path / "k.db")  # another connection, as another process
+    try:
+        first.create_organization("acme")
+        by_first = first.keys.create("acme", "test")
+        by_second = first.keys.create("acme", "live")
+        for _ in range(3):  # warm the cache
+            first.authenticate(by_first.secret, defer_touch=True)
+            first.authenticate(by_second.secret, defer_touch=True)
+        first.keys.revoke(by_first.id)  # same core, same thread
+        with pytest.raises(AuthenticationError) as same:
+            first.authenticate(by_first.secret, defer_touch=True)
+        assert same.value.code == "api_key_revoked"
+        second.keys.revoke(by_second.id)  # another connection
+        with pytest.raises(AuthenticationError) as other:
+            first.authenticate(by_second.secret, defer_touch=True)
+        assert other.value.code == "api_key_revoked"
+    finally:
+        first.close()
+        second.close()

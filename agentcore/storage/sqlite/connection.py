@@ -34,6 +34,7 @@ class Database:
         self._local = threading.local()
         self._connections: list[sqlite3.Connection] = []
         self._closed = False
+        self.generation = 0  # commits made through this object
         self._shared = self._connect() if self.memory else None
 
     def _connect(self) -> sqlite3.Connection:
@@ -99,8 +100,30 @@ class Database:
                 raise
             else:
                 conn.execute("COMMIT")
+                self.generation += 1
             finally:
                 self._local.depth = 0
+
+    def unchanged_since(self, stamp: object) -> tuple[object, bool]:
+        """A stamp of the database's state, and whether it equals ``stamp``.
+
+        The stamp combines SQLite's ``data_version`` of this thread's connection (which
+        changes when any other connection, in any process, commits) with this object's
+        count of its own commits, so equal stamps mean nothing was written in between.
+        For ``:memory:`` nothing is ever reported unchanged.
+        """
+        if self.memory:
+            return None, False
+        version = self.connection().execute("PRAGMA data_version").fetchone()[0]
+        current = (version, self.generation)
+        return current, current == stamp
+
+    def thread_cache(self, name: str) -> dict[Any, Any]:
+        """A dict private to the calling thread (for caches keyed by ``unchanged_since``)."""
+        caches: dict[str, dict[Any, Any]] | None = getattr(self._local, "caches", None)
+        if caches is None:
+            caches = self._local.caches = {}
+        return caches.setdefault(name, {})
 
     def close(self) -> None:
         """Close every connection this object opened (any thread)."""

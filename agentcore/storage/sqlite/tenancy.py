@@ -40,6 +40,8 @@ _KEY_SELECT = (
     "JOIN organizations ON organizations.id = api_keys.organization_id"
 )
 _KEY_COLUMNS = {"revoked_at", "expires_at", "last_used_at", "name"}
+_STAMP = object()  # the cache entry holding the database stamp the cache is valid for
+_CACHE_LIMIT = 10_000
 
 
 class TenancyStore:
@@ -95,10 +97,29 @@ class TenancyStore:
             )
 
     def find_key_by_digest(self, digest: str) -> tuple[ApiKey, str, str] | None:
-        """``(key, organization_id, stored digest)`` for a digest, or ``None``."""
+        """``(key, organization_id, stored digest)`` for a digest, or ``None``.
+
+        Every request authenticates, so found keys are remembered per thread for as
+        long as nothing at all has been written to the database since (checked on
+        each call with ``PRAGMA data_version`` and this process's commit count): a key
+        revoked by any process is refused on the very next request.
+        """
+        cache = self.db.thread_cache("keys")
+        stamp, unchanged = self.db.unchanged_since(cache.get(_STAMP))
+        if not unchanged:
+            cache.clear()
+            cache[_STAMP] = stamp
+        elif digest in cache:
+            found: tuple[ApiKey, str, str] = cache[digest]
+            return found
         with self.db.read() as conn:
             row = conn.execute(f"{_KEY_SELECT} WHERE digest = ?", [digest]).fetchone()
-        return (_key(row), row["organization_id"], row["digest"]) if row else None
+        if row is None:
+            return None
+        found = (_key(row), row["organization_id"], row["digest"])
+        if len(cache) < _CACHE_LIMIT:
+            cache[digest] = found
+        return found
 
     def get_key(self, key_id: str) -> ApiKey | None:
         """A key's record by id, or ``None``."""
