@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, cast
 
 from agentcore.errors import AuthenticationError, InvalidRequest, NotFound, ValidationFailed
-from agentcore.ids import isoformat, new_id, random_base62, to_base62, utcnow
+from agentcore.ids import BASE62, isoformat, new_id, random_base62, to_base62, utcnow
 from agentcore.models import ApiKey, Environment, IssuedKey, Scope
 
 if TYPE_CHECKING:
@@ -32,6 +32,16 @@ def _checksum(body: str) -> str:
     return to_base62(zlib.crc32(body.encode()), CHECKSUM_CHARS)
 
 
+_DIGITS = {char: value for value, char in enumerate(BASE62)}
+
+
+def _from_base62(text: str) -> int:
+    number = 0
+    for char in text:
+        number = number * 62 + _DIGITS[char]
+    return number
+
+
 def generate_secret(environment: Environment) -> str:
     """A fresh key secret: ``ak_<env>_`` + 32 random base62 chars + a 6-char checksum."""
     body = f"ak_{environment}_{random_base62(RANDOM_CHARS)}"
@@ -48,7 +58,7 @@ def parse_secret(secret: str) -> Environment | None:
     if match is None:
         return None
     body = secret[:-CHECKSUM_CHARS]
-    if not hmac.compare_digest(_checksum(body), match.group(3)):
+    if zlib.crc32(body.encode()) != _from_base62(match.group(3)):
         return None
     env: Environment = "test" if match.group(1) == "test" else "live"
     return env

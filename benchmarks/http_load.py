@@ -295,6 +295,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--chunks", type=int, default=10_000)
     parser.add_argument("--client", choices=["auto", "wrk", "httpx"], default="auto")
+    parser.add_argument("--runs", type=int, default=3, help="rounds over every endpoint")
     args = parser.parse_args(argv)
     client = args.client if args.client != "auto" else ("wrk" if shutil.which("wrk") else "httpx")
     drive = run_wrk if client == "wrk" else run_httpx
@@ -347,12 +348,17 @@ def main(argv: list[str] | None = None) -> int:
                     f"chat skipped: the default chat model {data['chat_model']!r} "
                     "is not installed (agentcore/plugins/extractive.py missing)"
                 )
-            rows: dict[str, Any] = {}
-            for name, method, path, headers, body in endpoints:
-                print(f"  {name} for {args.seconds:g} s ...", flush=True)
-                rows[name] = drive(
-                    base + path, method, headers, body, args.seconds, args.concurrency
-                )
+            # every round measures each endpoint once, the bare route first, so each
+            # ratio compares numbers taken minutes apart at most on a shared machine
+            rounds: list[dict[str, Any]] = []
+            for number in range(1, args.runs + 1):
+                measured: dict[str, Any] = {}
+                for name, method, path, headers, body in endpoints:
+                    print(f"  round {number}: {name} for {args.seconds:g} s ...", flush=True)
+                    measured[name] = drive(
+                        base + path, method, headers, body, args.seconds, args.concurrency
+                    )
+                rounds.append(measured)
         finally:
             server.terminate()
             try:
@@ -360,13 +366,24 @@ def main(argv: list[str] | None = None) -> int:
             except subprocess.TimeoutExpired:
                 server.kill()
 
-    bare = rows["GET /bare"]["rps"]
-    for row in rows.values():
-        row["ratio_vs_bare"] = row["rps"] / bare if bare else None
+    rows: dict[str, Any] = {}
+    for name in rounds[0]:
+        runs = [measured[name] for measured in rounds]
+        rows[name] = {
+            "rps": statistics.median(r["rps"] for r in runs),
+            "p50_ms": statistics.median(r["p50_ms"] for r in runs),
+            "p99_ms": statistics.median(r["p99_ms"] for r in runs),
+            "errors": sum(r["errors"] for r in runs),
+            "ratio_vs_bare": statistics.median(
+                r["rps"] / m["GET /bare"]["rps"] for r, m in zip(runs, rounds, strict=True)
+            ),
+            "runs": runs,
+        }
     verify_ratio = rows["GET /v1/auth/verify"]["ratio_vs_bare"]
     print()
     print(
         f"client: {client}, concurrency {args.concurrency}, {args.seconds:g} s per endpoint, "
+        f"median of {args.runs} rounds (ratio: median of per-round ratios), "
         f"{os.cpu_count()} CPUs (server, load generator and OS share them)"
     )
     print()
@@ -392,6 +409,7 @@ def main(argv: list[str] | None = None) -> int:
                 "client": client,
                 "concurrency": args.concurrency,
                 "seconds_per_endpoint": args.seconds,
+                "rounds": args.runs,
                 "workspace": {k: data[k] for k in ("chunks", "documents", "ingest_seconds")},
                 "results": rows,
                 "verify_ratio": verify_ratio,

@@ -87,17 +87,14 @@ class ProblemMiddleware:
             if started:  # too late for a problem document; let the server close it
                 raise
             error = exc if isinstance(exc, AgentCoreError) else None
+            if isinstance(exc, HTTPException):  # the router's 404 and 405
+                error = http_problem(exc, scope["method"], scope["path"])
             if error is None:
                 log.exception(
                     "unhandled error in %s %s [%s]", scope["method"], scope["path"], request_id
                 )
                 error = AgentCoreError("The server hit an unexpected error.")
             await problem_response(error, request_id)(scope, receive, send)
-
-
-def _request_id(request: Request) -> str | None:
-    value = request.scope.get("state", {}).get("request_id")
-    return value if isinstance(value, str) else None
 
 
 def bearer_token(request: Request) -> str | None:
@@ -113,9 +110,12 @@ def bearer_token(request: Request) -> str | None:
     return token.strip()
 
 
-def _json(route: ApiRoute, result: Any) -> Response:
+def _json(route: ApiRoute, result: Any, headers: dict[str, str] | None = None) -> Response:
     return Response(
-        result.model_dump_json(), status_code=route.status_code, media_type="application/json"
+        result.model_dump_json(),
+        status_code=route.status_code,
+        media_type="application/json",
+        headers=headers,
     )
 
 
@@ -146,7 +146,7 @@ class Api:
 
             async def handle() -> Response:
                 if not route.blocking:
-                    return _json(route, route.handler(call))
+                    return _json(route, route.handler(call), limits)
                 try:
                     result = await asyncio.wait_for(
                         run_in_threadpool(route.handler, call), self.settings.request_deadline
@@ -165,7 +165,8 @@ class Api:
                 )
             else:
                 response = await handle()
-            response.headers.update(limits)
+            if route.blocking:  # inline handlers got the headers at construction
+                response.headers.update(limits)
             return response
 
         run.__name__ = route.operation_id
@@ -233,22 +234,33 @@ def _dispatch(handlers: dict[str, Callable[[Request], Any]]) -> Callable[[Reques
     return endpoint
 
 
-async def _http_exception(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, HTTPException)
+def http_problem(exc: HTTPException, method: str, path: str) -> AgentCoreError:
+    """The problem for a routing failure: 404 (no such route) or 405 (with ``Allow``)."""
     error: AgentCoreError
     if exc.status_code == 405:
-        error = MethodNotAllowed(f"{request.method} is not allowed on {request.url.path}.")
+        error = MethodNotAllowed(f"{method} is not allowed on {path}.")
         error.headers.update(exc.headers or {})
     elif exc.status_code == 404:
-        error = NotFound(f"No route for {request.url.path}.", code="route_not_found")
+        error = NotFound(f"No route for {path}.", code="route_not_found")
     else:
         error = InvalidRequest(str(exc.detail))
-    return problem_response(error, _request_id(request))
+    return error
 
 
-async def _core_error(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, AgentCoreError)
-    return problem_response(exc, _request_id(request))
+class ApiApp(Starlette):
+    """The /v1 app: Starlette, with ``ProblemMiddleware`` as its only error layer.
+
+    ``ProblemMiddleware`` already turns every failure (ours, the router's 404/405,
+    anything unexpected) into a problem document, so Starlette's own error and
+    exception middleware would only add two layers to every request.
+    """
+
+    def build_middleware_stack(self) -> ASGIApp:
+        """``ProblemMiddleware`` around the router, inside any middleware a host adds."""
+        app: ASGIApp = ProblemMiddleware(self.router)
+        for middleware in reversed(self.user_middleware):
+            app = middleware.cls(app, *middleware.args, **middleware.kwargs)
+        return app
 
 
 def lifespan_for(
@@ -305,12 +317,7 @@ def create_app(
         for path, handlers in by_path.items()
     ]
     starlette_routes.append(Route(PREFIX + "/openapi.json", openapi, methods=["GET"]))
-    app = Starlette(
-        routes=starlette_routes,
-        exception_handlers={HTTPException: _http_exception, AgentCoreError: _core_error},
-        lifespan=lifespan_for(core),
-    )
-    app.add_middleware(ProblemMiddleware)
+    app = ApiApp(routes=starlette_routes, lifespan=lifespan_for(core))
     app.state.core = core
     app.state.settings = merged
     return app
