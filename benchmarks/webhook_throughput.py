@@ -2,9 +2,11 @@
 
 A fast local receiver (answers 200 at once, keep-alive) listens on 127.0.0.1; a core
 on a temporary SQLite file runs its delivery worker; one subscription in one
-workspace; the benchmark publishes N ``agent.action`` events back to back from one
-thread (each publish commits the event and its delivery before returning) while the
-worker delivers them.
+workspace; the benchmark publishes N ``agent.action`` events from one thread (each
+publish commits the event and its delivery before returning) while the worker
+delivers them, in two modes: *burst* (back to back: measures throughput, and the
+latency is mostly queueing) and *paced* (``--rate`` events a second, below capacity:
+measures the real-time latency of one delivery).
 
     throughput = N / (last receipt - first publish)          deliveries per second
     latency    = receipt time - publish-return time, per event (webhook-id = event id)
@@ -45,7 +47,7 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[index]
 
 
-def one_run(events: int, timeout: float) -> dict[str, Any]:
+def one_run(events: int, timeout: float, rate: float = 0.0) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp, Receiver() as receiver:
         core = AgentCore.open(Path(tmp) / "bench.db", webhook_allowed_networks="127.0.0.0/8")
         try:
@@ -55,6 +57,8 @@ def one_run(events: int, timeout: float) -> dict[str, Any]:
             published: dict[str, float] = {}
             first = time.monotonic()
             for number in range(events):
+                if rate:
+                    time.sleep(max(0.0, first + number / rate - time.monotonic()))
                 event = ws.publish("agent.action", {"n": number, "action": "reply.sent"})
                 published[event.id] = time.monotonic()
             publish_done = time.monotonic()
@@ -88,21 +92,27 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=2000)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--rate", type=float, default=100.0, help="events/s of the paced mode")
     parser.add_argument("--timeout", type=float, default=180.0, help="seconds per run, at most")
     parser.add_argument("--output", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
 
-    runs = []
-    for number in range(1, args.runs + 1):
-        result = one_run(args.events, args.timeout)
-        runs.append(result)
-        print(
-            f"run {number}: {result['deliveries_per_second']:.0f} deliveries/s,"
-            f" p50 {result['latency_ms_p50']:.1f} ms, p95 {result['latency_ms_p95']:.1f} ms"
-            f" ({result['delivered']}/{result['events']} delivered)",
-            file=sys.stderr,
-        )
+    modes = {"burst": 0.0, f"paced {args.rate:g}/s": args.rate}
+    runs: dict[str, list[dict[str, Any]]] = {}
+    for mode, rate in modes.items():
+        events = args.events if not rate else min(args.events, int(rate * 10))
+        runs[mode] = []
+        for number in range(1, args.runs + 1):
+            result = one_run(events, args.timeout, rate)
+            runs[mode].append(result)
+            print(
+                f"{mode} run {number}: {result['deliveries_per_second']:.0f} deliveries/s,"
+                f" p50 {result['latency_ms_p50']:.1f} ms, p95 {result['latency_ms_p95']:.1f} ms"
+                f" ({result['delivered']}/{result['events']} delivered)",
+                file=sys.stderr,
+            )
     keys = [
+        "events",
         "deliveries_per_second",
         "publish_per_second",
         "latency_ms_p50",
@@ -110,14 +120,16 @@ def main(argv: list[str] | None = None) -> int:
         "latency_ms_max",
         "total_seconds",
     ]
-    median = {key: statistics.median(run[key] for run in runs) for key in keys}
-    all_delivered = all(run["complete"] for run in runs)
-    print(
-        f"\nWebhook throughput: {args.events} events, 1 subscription, median of {args.runs} runs\n"
-    )
-    print("| metric | median | runs |")
-    print("|---|---:|---|")
+    median = {
+        mode: {key: statistics.median(run[key] for run in mode_runs) for key in keys}
+        for mode, mode_runs in runs.items()
+    }
+    all_delivered = all(run["complete"] for mode_runs in runs.values() for run in mode_runs)
+    print(f"\nWebhook delivery: 1 subscription, median of {args.runs} runs per mode\n")
+    print("| metric | " + " | ".join(modes) + " |")
+    print("|---|" + "---:|" * len(modes))
     labels = {
+        "events": "events published",
         "deliveries_per_second": "deliveries / s (first publish → last receipt)",
         "publish_per_second": "publishes / s (event + delivery committed)",
         "latency_ms_p50": "event → delivery latency p50 (ms)",
@@ -126,9 +138,11 @@ def main(argv: list[str] | None = None) -> int:
         "total_seconds": "wall time (s)",
     }
     for key in keys:
-        per_run = ", ".join(f"{run[key]:.1f}" for run in runs)
-        print(f"| {labels[key]} | {median[key]:.1f} | {per_run} |")
-    print(f"| every event delivered | {'yes' if all_delivered else 'NO'} | |")
+        cells = " | ".join(f"{median[mode][key]:.1f}" for mode in modes)
+        print(f"| {labels[key]} | {cells} |")
+    print(
+        f"| every event delivered | {'yes' if all_delivered else 'NO'} |" + " |" * (len(modes) - 1)
+    )
     report = {
         "benchmark": "webhook_throughput",
         "events": args.events,
