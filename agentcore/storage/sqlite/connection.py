@@ -171,3 +171,28 @@ def page_rows(
         [*params, limit + 1],
     ).fetchall()
     return rows[:limit], len(rows) > limit
+
+
+def update_row(
+    conn: sqlite3.Connection,
+    table: str,
+    row_id: str,
+    changes: dict[str, Any],
+    *,
+    allowed: set[str],
+    stamp_column: str | None = None,
+    stamp: str | None = None,
+) -> None:
+    """``UPDATE table SET <changes> WHERE id = row_id``, refusing columns not ``allowed``.
+
+    Column names come only from ``allowed`` (never from a caller's data), so the
+    statement cannot be steered; ``stamp_column`` is set to ``stamp`` as well.
+    """
+    unknown = set(changes) - allowed
+    if unknown:
+        raise ValueError(f"cannot update {sorted(unknown)} of {table}")
+    values = dict(changes)
+    if stamp_column is not None:
+        values[stamp_column] = stamp
+    assignments = ", ".join(f"{column} = ?" for column in values)
+    conn.execute(f"UPDATE {table} SET {assignments} WHERE id = ?", [*values.values(), row_id])

@@ -9,7 +9,7 @@ from typing import Any
 
 from agentcore.ids import isoformat, new_id, now_iso
 from agentcore.models import ApiKey, Organization
-from agentcore.storage.sqlite.connection import Database
+from agentcore.storage.sqlite.connection import Database, update_row
 
 
 def _key(row: sqlite3.Row) -> ApiKey:
@@ -138,14 +138,8 @@ class TenancyStore:
 
     def update_key(self, key_id: str, **changes: Any) -> None:
         """Set ``revoked_at``, ``expires_at``, ``last_used_at`` or ``name`` of a key."""
-        unknown = set(changes) - _KEY_COLUMNS
-        if unknown:
-            raise ValueError(f"cannot update {sorted(unknown)}")
-        assignments = ", ".join(f"{column} = ?" for column in changes)
         with self.db.write() as conn:
-            conn.execute(
-                f"UPDATE api_keys SET {assignments} WHERE id = ?", [*changes.values(), key_id]
-            )
+            update_row(conn, "api_keys", key_id, changes, allowed=_KEY_COLUMNS)
 
 
 def _iso(value: datetime | None) -> str | None:

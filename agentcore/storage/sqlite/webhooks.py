@@ -11,7 +11,7 @@ from agentcore.events import Event
 from agentcore.ids import new_id, now_iso
 from agentcore.models import Delivery, DeliveryAttempt, WebhookSubscription
 from agentcore.storage.records import DueDelivery, StoredSubscription
-from agentcore.storage.sqlite.connection import Database, page_rows
+from agentcore.storage.sqlite.connection import Database, page_rows, update_row
 
 _WORKSPACE = "organization_id = ? AND environment = ?"
 _SUBSCRIPTION_COLUMNS = {
@@ -120,14 +120,15 @@ class WebhookStore:
 
     def update_subscription(self, subscription_id: str, **changes: Any) -> None:
         """Set status, secrets, failure tracking or the disabled reason."""
-        unknown = set(changes) - _SUBSCRIPTION_COLUMNS
-        if unknown:
-            raise ValueError(f"cannot update {sorted(unknown)}")
-        assignments = ", ".join(f"{column} = ?" for column in changes)
         with self.db.write() as conn:
-            conn.execute(
-                f"UPDATE webhook_subscriptions SET {assignments}, updated_at = ? WHERE id = ?",
-                [*changes.values(), now_iso(), subscription_id],
+            update_row(
+                conn,
+                "webhook_subscriptions",
+                subscription_id,
+                changes,
+                allowed=_SUBSCRIPTION_COLUMNS,
+                stamp_column="updated_at",
+                stamp=now_iso(),
             )
 
     def delete_subscription(
