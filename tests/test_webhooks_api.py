@@ -222,7 +222,7 @@ def test_deliveries_show_success_and_error(api: Api, core: AgentCore, receiver: 
         assert time.monotonic() < deadline, (ok, failed)
         time.sleep(0.1)
     [ok] = ok
-    assert ok["event_id"] == event.id and ok["status"] == "succeeded"
+    assert ok["event_id"] == event.id and ok["status"] == "succeeded", repr(ok["attempts"])
     assert [a["status_code"] for a in ok["attempts"]] == [200]
     [failed] = failed
     assert failed["status"] == "pending" and failed["next_attempt_at"] is not None

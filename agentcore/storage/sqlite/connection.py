@@ -76,6 +76,23 @@ class Database:
             yield self.connection()
 
     @contextmanager
+    def snapshot(self) -> Iterator[sqlite3.Connection]:
+        """A read transaction: every statement inside sees the same committed state.
+
+        For reads that span several statements (a page of rows, then their children),
+        so a writer committing in between cannot make them disagree.
+        """
+        with self.read() as conn:
+            own = not conn.in_transaction
+            if own:
+                conn.execute("BEGIN")
+            try:
+                yield conn
+            finally:
+                if own:
+                    conn.execute("COMMIT")
+
+    @contextmanager
     def write(self) -> Iterator[sqlite3.Connection]:
         """A ``BEGIN IMMEDIATE`` transaction, committed on success, rolled back on error.
 

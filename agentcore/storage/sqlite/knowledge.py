@@ -148,30 +148,22 @@ class KnowledgeStore:
         preallocated arrays, inside one read transaction (a consistent snapshot):
         one copy out of the database, no per-row Python and no intermediate buffers.
         """
-        with self.db.read() as conn:
-            own = not conn.in_transaction
-            if own:
-                conn.execute("BEGIN")
-            try:
-                rows = conn.execute(
-                    "SELECT id, dimension, count FROM vector_segments"
-                    f" WHERE {_WORKSPACE} ORDER BY id",
-                    [organization_id, environment],
-                ).fetchall()
-                if any(row["dimension"] != dimension for row in rows):
-                    raise ValueError("the stored vectors have another dimension")
-                total = sum(row["count"] for row in rows)
-                ids = np.empty(total, dtype="<i8")
-                vectors = np.empty((total, dimension), dtype="<f4")
-                start = 0
-                for row in rows:
-                    end = start + row["count"]
-                    _read_blob(conn, row["id"], "ids", ids[start:end])
-                    _read_blob(conn, row["id"], "vectors", vectors[start:end])
-                    start = end
-            finally:
-                if own:
-                    conn.execute("COMMIT")
+        with self.db.snapshot() as conn:
+            rows = conn.execute(
+                f"SELECT id, dimension, count FROM vector_segments WHERE {_WORKSPACE} ORDER BY id",
+                [organization_id, environment],
+            ).fetchall()
+            if any(row["dimension"] != dimension for row in rows):
+                raise ValueError("the stored vectors have another dimension")
+            total = sum(row["count"] for row in rows)
+            ids = np.empty(total, dtype="<i8")
+            vectors = np.empty((total, dimension), dtype="<f4")
+            start = 0
+            for row in rows:
+                end = start + row["count"]
+                _read_blob(conn, row["id"], "ids", ids[start:end])
+                _read_blob(conn, row["id"], "vectors", vectors[start:end])
+                start = end
         return ids, vectors
 
     def count_vectors(self, organization_id: str, environment: str) -> int:

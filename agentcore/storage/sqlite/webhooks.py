@@ -330,7 +330,7 @@ class WebhookStore:
         starting_after: str | None,
     ) -> tuple[list[Delivery], bool]:
         """A page of a subscription's deliveries with their attempts, newest first."""
-        with self.db.read() as conn:
+        with self.db.snapshot() as conn:
             rows, more = page_rows(
                 conn,
                 "webhook_deliveries",
