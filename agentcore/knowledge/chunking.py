@@ -21,10 +21,6 @@ class Chunk:
     pages: list[int]
     page_offsets: list[int] = field(default_factory=list, compare=False)
 
-    def pages_of(self, start: int, end: int) -> list[int]:
-        """The pages that the characters ``text[start:end]`` come from."""
-        return pages_in_span(self.pages, self.page_offsets, start, end)
-
 
 def pages_in_span(pages: list[int], offsets: list[int], start: int, end: int) -> list[int]:
     """Pages of a chunk (starting at ``offsets``) that overlap ``[start, end)``."""

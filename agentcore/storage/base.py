@@ -40,9 +40,6 @@ class Store(Protocol):
     def get_organization_by_name(self, name: str) -> Organization | None:
         """The organization named ``name``, or ``None``."""
 
-    def get_organization(self, organization_id: str) -> Organization | None:
-        """The organization with this id, or ``None``."""
-
     def insert_key(self, key: ApiKey, organization_id: str, digest: str) -> None:
         """Store a new key's record and the SHA-256 digest of its secret."""
 

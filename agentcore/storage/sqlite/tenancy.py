@@ -66,14 +66,6 @@ class TenancyStore:
             row = conn.execute("SELECT * FROM organizations WHERE name = ?", [name]).fetchone()
         return Organization(**dict(row)) if row else None
 
-    def get_organization(self, organization_id: str) -> Organization | None:
-        """The organization with id ``organization_id``, or ``None``."""
-        with self.db.read() as conn:
-            row = conn.execute(
-                "SELECT * FROM organizations WHERE id = ?", [organization_id]
-            ).fetchone()
-        return Organization(**dict(row)) if row else None
-
     def insert_key(self, key: ApiKey, organization_id: str, digest: str) -> None:
         """Store a new key's record and the digest of its secret."""
         with self.db.write() as conn:
