@@ -150,7 +150,8 @@ def app(core: AgentCore) -> ASGIApp:
     return create_app(core)
 
 
-@pytest.fixture(params=["uvicorn", "asgi"])
+# the uvicorn variant is marked slow: `-m "not slow"` runs the same tests over ASGI only
+@pytest.fixture(params=[pytest.param("uvicorn", marks=pytest.mark.slow), "asgi"])
 def api(request: pytest.FixtureRequest, app: ASGIApp, keys: Keys) -> Iterator[Api]:
     """The API over a real uvicorn server and over httpx's ASGI transport, keyed acme/test rw."""
     key = keys.make().secret

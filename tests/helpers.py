@@ -105,7 +105,8 @@ def relax_rate_limits(core: Any) -> None:
     core.rate_limiter = RateLimiter(settings)
 
 
-@pytest.fixture(params=["uvicorn", "asgi"])
+# the uvicorn variant is marked slow: `-m "not slow"` runs the same tests over ASGI only
+@pytest.fixture(params=[pytest.param("uvicorn", marks=pytest.mark.slow), "asgi"])
 def api(request: pytest.FixtureRequest, app: Any, keys: Any) -> Any:
     """conftest's ``api`` (uvicorn and ASGI, acme/test read+write key), faster, no 429s."""
     relax_rate_limits(keys.core)

@@ -166,6 +166,7 @@ class Counter:
             yield piece
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("declared", [True, False], ids=["content-length", "chunked"])
 def test_20_mib_refused_without_being_read_over_uvicorn(app, keys, declared: bool) -> None:
     secret = keys.make().secret
@@ -189,6 +190,7 @@ def test_20_mib_refused_without_being_read_over_uvicorn(app, keys, declared: boo
             assert listed.json()["agents"] == []  # and the server still serves
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("declared", [True, False], ids=["content-length", "chunked"])
 def test_20_mib_refused_without_being_read_over_asgi(app, keys, declared: bool) -> None:
     secret = keys.make().secret

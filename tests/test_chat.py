@@ -285,6 +285,7 @@ def test_the_model_can_hand_off_with_the_builtin_tool(tmp_path: Any) -> None:
     core.close()
 
 
+@pytest.mark.slow
 def test_a_model_timeout_is_a_504_problem_and_an_agent_error(tmp_path: Any, keys: Keys) -> None:
     release = threading.Event()
 
@@ -358,6 +359,7 @@ def test_a_quote_cites_only_its_own_page_and_a_paraphrase_cites_the_chunk() -> N
     assert quoted_pages(passage, "Pets are noisy and sleepy.") == [1, 2]
 
 
+@pytest.mark.slow
 def test_a_slow_openai_compatible_server_is_a_504_and_an_agent_error(tmp_path: Any) -> None:
     """End to end: a real HTTP provider on 127.0.0.1 that answers too late."""
     import http.server

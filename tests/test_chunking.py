@@ -141,6 +141,7 @@ def word_ids(text: str) -> list[int]:
     return [int(n) for n in re.findall(r"w(\d+)", text.lower())]
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(doc=documents(), target=st.integers(60, 400), share=st.floats(0, 0.5))
 def test_chunk_properties(doc: Document, target: int, share: float) -> None:

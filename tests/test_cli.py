@@ -62,6 +62,7 @@ def initialised(tmp_path: Path, cli: InProcess) -> tuple[Path, dict]:
     return db, cli.json("init", "--org", "acme", "--json", db=db)
 
 
+@pytest.mark.slow
 def test_console_script_is_installed() -> None:
     assert SCRIPT.exists()
     result = subprocess.run(
@@ -89,6 +90,7 @@ def test_init_mints_a_test_and_a_live_key(initialised) -> None:
             assert ws.key_id == key["id"]
 
 
+@pytest.mark.slow
 def test_init_human_output_and_agentcore_db_env(tmp_path: Path) -> None:
     db = tmp_path / "from-env.db"
     result = run_cli("init", "--org", "acme", env_db=db)
@@ -115,6 +117,7 @@ def test_second_init_keeps_the_same_organization(cli: InProcess, initialised) ->
             assert core.authenticate(key["secret"]).organization == "acme"
 
 
+@pytest.mark.slow
 def test_keys_create_exact_shape(initialised) -> None:
     db, _ = initialised
     out = cli_json(
@@ -249,6 +252,7 @@ def test_bad_input_exits_nonzero_with_a_clear_message(cli: InProcess, initialise
         assert "nobody" in result.stderr
 
 
+@pytest.mark.slow
 def test_bad_org_in_a_real_process(initialised) -> None:
     db, _ = initialised
     result = run_cli("keys", "create", "--org", "nobody", "--env", "test", "--json", db=db)
@@ -302,6 +306,7 @@ def _stop(process: subprocess.Popen[str], sig: signal.Signals) -> tuple[int, str
     return process.returncode, stdout, stderr
 
 
+@pytest.mark.slow
 def test_serve_revocation_takes_effect_at_once_and_sigterm_exits_0(initialised) -> None:
     db, out = initialised
     secret = out["keys"][0]["secret"]
@@ -337,6 +342,7 @@ def test_serve_revocation_takes_effect_at_once_and_sigterm_exits_0(initialised) 
     assert f"http://127.0.0.1:{port}/v1" in stdout
 
 
+@pytest.mark.slow
 def test_serve_sigint_exits_cleanly(initialised) -> None:
     db, out = initialised
     port = free_port()

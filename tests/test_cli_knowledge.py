@@ -15,6 +15,8 @@ import pytest
 from helpers import cli_env
 from pdfs import filler, make_pdf
 
+pytestmark = pytest.mark.slow  # each test runs the console script in a fresh process
+
 _SCRIPT = Path(sys.executable).with_name("agentcore")
 AGENTCORE = str(_SCRIPT) if _SCRIPT.exists() else shutil.which("agentcore") or "agentcore"
 

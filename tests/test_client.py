@@ -9,6 +9,7 @@ from agentcore import AgentCore, Client, Conflict, NotFound, PermissionDenied, V
 from agentcore_starlette import create_app
 
 
+@pytest.mark.slow
 def test_client_round_trip(core: AgentCore, keys: Keys) -> None:
     secret = keys.make().secret
     with ServerThread(create_app(core)) as server, Client(server.url, secret) as client:
@@ -25,6 +26,7 @@ def test_client_round_trip(core: AgentCore, keys: Keys) -> None:
         assert client.delete_document(document.id).deleted is True
 
 
+@pytest.mark.slow
 def test_client_raises_the_core_errors(core: AgentCore, keys: Keys) -> None:
     write = keys.make().secret
     read = keys.make(scopes=("read",)).secret

@@ -6,6 +6,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from agentcore.chat_models import ChatRequest, ChatResult, Passage, ToolSpec
 from agentcore.plugins.extractive import NO_ANSWER, ExtractiveModel, agentcore_register_chat_models
 
@@ -95,6 +97,7 @@ def test_deterministic() -> None:
     assert first.used_passage_ids == ["P2"]
 
 
+@pytest.mark.slow
 def test_same_answer_under_any_hash_seed() -> None:
     """Python salts str hashes per process; set order must never pick the answer."""
     script = (

@@ -29,6 +29,8 @@ from agentcore_starlette import create_app
 from agentcore_starlette.openapi import build_openapi
 from agentcore_starlette.routes import ROUTES
 
+pytestmark = pytest.mark.slow  # schemathesis over a real server: every operation, many requests
+
 MAX_EXAMPLES = 15
 CHECKS = [
     not_a_server_error,

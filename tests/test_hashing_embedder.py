@@ -43,6 +43,7 @@ def test_texts_without_features_are_zero_rows() -> None:
     assert vectors[4].any()
 
 
+@pytest.mark.slow
 def test_deterministic_across_processes() -> None:
     # Python salts str hashes per process; a stable hash gives the same vector anyway.
     script = (

@@ -179,6 +179,7 @@ def _client(core: AgentCore, org: str = "acme") -> httpx.AsyncClient:
     )
 
 
+@pytest.mark.slow
 def test_the_record_expires_after_the_ttl(short_ttl_core: AgentCore) -> None:
     async def go() -> None:
         async with _client(short_ttl_core) as client:
@@ -204,6 +205,7 @@ def test_the_record_expires_after_the_ttl(short_ttl_core: AgentCore) -> None:
     asyncio.run(go())
 
 
+@pytest.mark.slow
 def test_concurrent_duplicates_run_once(core: AgentCore, keys) -> None:
     secret = keys.make().secret
     threads_n = 10

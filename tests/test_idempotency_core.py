@@ -128,9 +128,11 @@ def test_error_result_keeps_extra_fields() -> None:
     assert json.loads(result.body)["hint"] == "later"
 
 
-def test_the_core_holds_one_idempotency_keys_with_its_ttl(tmp_path: Path) -> None:
-    with AgentCore.open(tmp_path / "c.db", idempotency_ttl=0.5, entry_points=False) as core:
+def test_the_core_keeps_results_in_its_store(tmp_path: Path) -> None:
+    path = tmp_path / "c.db"
+    with AgentCore.open(path, entry_points=False) as core:
         assert core.idempotency.claim(ORG, ENV, "k", "fp", wait_until=_later()).action == "run"
         core.idempotency.succeed(ORG, ENV, "k", 200, "{}")
-        time.sleep(0.6)
-        assert core.idempotency.claim(ORG, ENV, "k", "x", wait_until=_later()).action == "run"
+    with AgentCore.open(path, entry_points=False) as reopened:  # another process, say
+        claim = reopened.idempotency.claim(ORG, ENV, "k", "fp", wait_until=_later())
+        assert claim.result == StoredResult(200, "{}")

@@ -64,6 +64,7 @@ def assert_exact_top_k(
 vectors = st.lists(st.integers(-3, 3), min_size=4, max_size=4).filter(any)
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None)
 @given(
     rows=st.lists(vectors, min_size=1, max_size=40),
@@ -82,6 +83,7 @@ def test_search_matches_float64_brute_force(
     )
 
 
+@pytest.mark.slow
 def test_large_index_matches_reference_on_both_paths(blocks: str) -> None:
     rng = np.random.default_rng(7)
     data = rng.standard_normal((20_000, 16)).astype(np.float32)
@@ -282,6 +284,7 @@ def vector_of(i: int, dimension: int = 24) -> npt.NDArray[np.float32]:
     return np.random.default_rng(i).standard_normal(dimension).astype(np.float32)
 
 
+@pytest.mark.slow
 def test_readers_see_consistent_rows_while_a_writer_churns(blocks: str) -> None:
     index = VectorIndex(24)
     index.add(range(3000), np.array([vector_of(i) for i in range(3000)]))

@@ -249,6 +249,7 @@ def test_every_route_has_a_recipe() -> None:
                 route.request.model_validate(body)  # the recipe is a valid body
 
 
+@pytest.mark.slow
 def test_isolation_matrix(iso_core: AgentCore) -> None:
     core = iso_core
     session = Session(create_app(core))

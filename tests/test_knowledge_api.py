@@ -392,6 +392,7 @@ def api_on(app: Any, like: Any, key: str) -> Iterator[Any]:
         yield FastApi(app, server.url, key)
 
 
+@pytest.mark.slow
 def test_too_large_upload_is_413(api: Any, tmp_path: Path) -> None:
     small = tmp_path / "small.db"
     limit = 2000

@@ -439,6 +439,7 @@ def _wait_for(events: list[Event], predicate: Callable[[Event], bool], seconds: 
         time.sleep(0.02)
 
 
+@pytest.mark.slow
 def test_request_deadline_is_504_deadline_exceeded(open_core) -> None:
     model = SleepyModel("sleepy", delay=1.5)
     core = open_core(plugins=(ModelPlugin(model),), request_deadline=0.5, model_timeout=5)
@@ -455,6 +456,7 @@ def test_request_deadline_is_504_deadline_exceeded(open_core) -> None:
     _wait_for(events, lambda e: e.data.get("action") == "reply_sent", 5)
 
 
+@pytest.mark.slow
 def test_request_deadline_can_be_set_per_app(open_core) -> None:
     model = SleepyModel("sleepy", delay=0.8)
     core = open_core(plugins=(ModelPlugin(model),), model_timeout=5)
@@ -467,6 +469,7 @@ def test_request_deadline_can_be_set_per_app(open_core) -> None:
     _wait_for(events, lambda e: e.data.get("action") == "reply_sent", 5)
 
 
+@pytest.mark.slow
 def test_hung_model_is_504_provider_timeout_with_an_error_event(open_core) -> None:
     model = SleepyModel("hung", delay=2.8)  # past model_timeout plus the guard's slack
     core = open_core(plugins=(ModelPlugin(model),), model_timeout=0.3, request_deadline=20)
@@ -483,6 +486,7 @@ def test_hung_model_is_504_provider_timeout_with_an_error_event(open_core) -> No
     assert model.done.wait(5)
 
 
+@pytest.mark.slow
 def test_model_that_honours_its_timeout_is_504_provider_timeout(open_core) -> None:
     model = SleepyModel(
         "polite", delay=0.3, error=agentcore.ProviderTimeout("no answer within 0.3 s")

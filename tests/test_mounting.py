@@ -110,6 +110,7 @@ def _exercise(client: Client) -> None:
     assert client.request("GET", "/v1/auth/verify").status_code == 404
 
 
+@pytest.mark.slow
 def test_mounted_over_uvicorn(core, keys) -> None:
     key = keys.make().secret
     app = host_app(core)

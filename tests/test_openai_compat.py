@@ -256,6 +256,7 @@ def test_provider_failures_are_provider_errors(
         assert str(status) in caught.value.detail
 
 
+@pytest.mark.slow
 def test_slow_provider_times_out(provider: FakeProvider, model: OpenAIChatModel) -> None:
     provider.reply(completion("too late"), delay=5)
     started = time.monotonic()
@@ -265,6 +266,7 @@ def test_slow_provider_times_out(provider: FakeProvider, model: OpenAIChatModel)
     assert caught.value.status == 504 and KEY not in str(caught.value)
 
 
+@pytest.mark.slow
 def test_trickling_provider_times_out(model: OpenAIChatModel) -> None:
     """A server sending a byte every 0.2 s never trips a read timeout; the deadline holds."""
     with socket.socket() as listener:

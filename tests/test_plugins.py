@@ -132,6 +132,7 @@ def test_two_cores_have_independent_plugin_managers(tmp_path: Path) -> None:
         assert plugin.opened == ["memory+custom://a"]
 
 
+@pytest.mark.slow
 def test_import_without_starlette(tmp_path: Path) -> None:
     code = (
         "import sys\n"

@@ -18,6 +18,8 @@ from agentcore import AgentCore, AuthenticationError
 from agentcore.keys import digest, generate_secret
 from agentcore_starlette import create_app
 
+pytestmark = pytest.mark.slow  # a real server and CLI processes, then scans every file and log
+
 LOGGERS = ["", "uvicorn", "uvicorn.error", "uvicorn.access", "agentcore", "agentcore.http"]
 
 

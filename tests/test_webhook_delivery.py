@@ -103,6 +103,7 @@ def test_published_event_is_delivered_signed_in_real_time(
         time.sleep(0.05)
 
 
+@pytest.mark.slow
 def test_hanging_receiver_does_not_delay_another_subscription(tmp_path: Path) -> None:
     with (
         Receiver() as slow,
@@ -132,6 +133,7 @@ def test_hanging_receiver_does_not_delay_another_subscription(tmp_path: Path) ->
 # retries (fake clock) ------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_retries_keep_the_id_and_follow_the_schedule(
     fake: AgentCore, clock: FakeClock, receiver: Receiver
 ) -> None:
@@ -260,6 +262,7 @@ def test_410_disables_and_enable_resumes(
     assert statuses[first.id] == "succeeded" and statuses[fourth.id] == "succeeded"
 
 
+@pytest.mark.slow
 def test_failing_for_five_days_disables(
     fake: AgentCore, clock: FakeClock, receiver: Receiver
 ) -> None:
@@ -285,6 +288,7 @@ def test_failing_for_five_days_disables(
     assert receiver.count() == sent
 
 
+@pytest.mark.slow
 def test_success_resets_the_failure_streak(
     fake: AgentCore, clock: FakeClock, receiver: Receiver
 ) -> None:

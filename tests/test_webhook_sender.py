@@ -210,6 +210,7 @@ def test_retry_after_is_reported(
     assert result.retry_after == pytest.approx(3600, abs=2)
 
 
+@pytest.mark.slow
 def test_hanging_receiver_times_out(receiver: Receiver, local_client: httpx.Client) -> None:
     result = deliver(local_client, receiver.url("/hang"), timeout=1)
     assert result.status_code is None
@@ -218,6 +219,7 @@ def test_hanging_receiver_times_out(receiver: Receiver, local_client: httpx.Clie
     assert receiver.paths() == ["/hang"]
 
 
+@pytest.mark.slow
 def test_trickling_receiver_is_cut_off_at_the_deadline(
     receiver: Receiver, local_client: httpx.Client
 ) -> None:
