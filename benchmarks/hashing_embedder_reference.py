@@ -6,7 +6,6 @@ pinned vectors in `tests/data/hashing_v1_pinned.json` can be regenerated from th
 original code. Not part of the package; never import it from `agentcore`.
 """
 
-
 from __future__ import annotations
 
 import hashlib

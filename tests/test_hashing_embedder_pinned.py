@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from embedder_corpus import DATA, DIMENSIONS, exact_row, fingerprint
 
+from agentcore.plugins import hashing_embedder
 from agentcore.plugins.hashing_embedder import HashingEmbedder
 
 PINNED: dict[str, Any] = json.loads(DATA.read_text(encoding="utf-8"))
@@ -34,7 +35,9 @@ def test_each_text_embeds_to_its_pinned_bits(dimension: int) -> None:
     embedder = HashingEmbedder(dimension=dimension)
     expected = PINNED["fingerprints"][str(dimension)]
     found = [fingerprint(embedder.embed([text])[0]) for text in TEXTS]
-    drifted = [TEXTS[i][:60] for i, (a, b) in enumerate(zip(found, expected, strict=True)) if a != b]
+    drifted = [
+        TEXTS[i][:60] for i, (a, b) in enumerate(zip(found, expected, strict=True)) if a != b
+    ]
     assert drifted == []
 
 
@@ -72,6 +75,20 @@ def test_cache_overflow_keeps_the_bits(monkeypatch: pytest.MonkeyPatch) -> None:
     rows = [embedder.embed([text])[0] for text in TEXTS]
     assert [fingerprint(row) for row in rows] == PINNED["fingerprints"]["1024"]
     assert fingerprint(embedder.embed(TEXTS).ravel()) == PINNED["batch"]["1024"]
+
+
+def test_the_exact_sort_path_gives_the_same_bits(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The fast path sorts one packed key and falls back to a two-key sort when two
+    # features could tie in it; force the fallback everywhere and compare.
+    monkeypatch.setattr(hashing_embedder, "_KEY_SHIFT_LIMIT", 0)
+    assert fingerprint(HashingEmbedder().embed(TEXTS).ravel()) == PINNED["batch"]["1024"]
+
+
+def test_large_batches_are_embedded_in_slices_with_the_same_bits() -> None:
+    embedder = HashingEmbedder(dimension=64)
+    assert len(TEXTS) > 3 * HashingEmbedder._BATCH_ROWS
+    assert fingerprint(embedder.embed(TEXTS).ravel()) == PINNED["batch"]["64"]
+    assert embedder.embed(TEXTS[:0]).shape == (0, 64)
 
 
 def test_threads_sharing_one_embedder_get_the_pinned_bits() -> None:
