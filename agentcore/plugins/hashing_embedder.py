@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import math
 import re
 import threading
 import unicodedata
@@ -215,11 +216,17 @@ class HashingEmbedder:
         try:
             return [table[token] for token in raw]
         except KeyError:
+            new = _NewStems(len(vocabulary.feature_hashes))
             for token in set(raw).difference(table):
-                table[token] = self._learn(vocabulary, token)
+                table[token] = self._learn(vocabulary, token, new)
+            # One append per column for all the new stems of this call.
+            vocabulary.feature_start.extend(new.starts)
+            vocabulary.feature_count.extend(new.counts)
+            vocabulary.feature_hashes.extend(np.array(new.hashes, dtype=np.uint64))
+            vocabulary.feature_weights.extend(np.array(new.weights, dtype=np.float32))
             return [table[token] for token in raw]
 
-    def _learn(self, vocabulary: _Vocabulary, token: str) -> int:
+    def _learn(self, vocabulary: _Vocabulary, token: str, new: _NewStems) -> int:
         """The stem id of a token not seen before (``-1`` when it is dropped). Locked."""
         word = token.casefold()
         word = word[:-2] if word.endswith("'s") else word
@@ -231,27 +238,37 @@ class HashingEmbedder:
         known = vocabulary.stem_ids.get(stem)
         if known is not None:
             return known
-        hashes = [_stable_hash("w\x00" + stem)]
-        weights = [self.WORD_WEIGHT]
         padded = f"<{stem}>"
         grams = [padded[i : i + n] for n in self.CHAR_SIZES for i in range(len(padded) - n + 1)]
+        new.starts.append(new.offset + len(new.hashes))
+        new.counts.append(1 + len(grams))
+        new.hashes.append(_stable_hash("w\x00" + stem))
+        new.weights.append(self.WORD_WEIGHT)
         if grams:
-            share = self.CHAR_WEIGHT / np.sqrt(len(grams))
+            # math.sqrt and numpy's are both IEEE correctly rounded: the same share.
+            share = self.CHAR_WEIGHT / math.sqrt(len(grams))
             cache = vocabulary.gram_hashes
             for gram in grams:
                 value = cache.get(gram)
                 if value is None:
                     value = cache[gram] = _stable_hash("c\x00" + gram)
-                hashes.append(value)
-            weights += [share] * len(grams)
+                new.hashes.append(value)
+            new.weights += [share] * len(grams)
         number = len(vocabulary.stems)
         vocabulary.stems.append(stem)
         vocabulary.stem_ids[stem] = number
-        vocabulary.feature_start.extend([len(vocabulary.feature_hashes)])
-        vocabulary.feature_count.extend([len(hashes)])
-        vocabulary.feature_hashes.extend(np.array(hashes, dtype=np.uint64))
-        vocabulary.feature_weights.extend(np.array(weights, dtype=np.float32))
         return number
+
+
+class _NewStems:
+    """Features of the stems learnt in one call, appended to the vocabulary at its end."""
+
+    def __init__(self, offset: int) -> None:
+        self.offset = offset  # where the first new feature will be
+        self.starts: list[int] = []
+        self.counts: list[int] = []
+        self.hashes: list[int] = []
+        self.weights: list[float] = []
 
 
 def _raw_tokens(text: str) -> list[str]:
