@@ -24,6 +24,7 @@ from agentcore.chat_models import ChatModel
 from agentcore.config import Settings
 from agentcore.errors import NotFound
 from agentcore.events import EventBus
+from agentcore.idempotency import IdempotencyKeys
 from agentcore.keys import KeyManager, check_environment, check_scopes
 from agentcore.knowledge.cache import IndexCache
 from agentcore.knowledge.embedders import Embedder
@@ -90,6 +91,7 @@ class AgentCore:
         self.events = EventBus()
         self.keys = KeyManager(store)
         self.rate_limiter = RateLimiter(settings)
+        self.idempotency = IdempotencyKeys(store, ttl=settings.idempotency_ttl)
         self.embedders: dict[str, Embedder] = {}
         self.chat_models: dict[str, ChatModel] = {}
         # filled by the hooks below; the cache looks embedders up when it needs one

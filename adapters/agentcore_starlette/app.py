@@ -41,6 +41,7 @@ from agentcore_starlette.bodies import (
 from agentcore_starlette.idempotency import check_key, fingerprint, run_once
 from agentcore_starlette.openapi import build_openapi
 from agentcore_starlette.problems import problem_response
+from agentcore_starlette.ratelimit import rate_limit_headers
 from agentcore_starlette.routes import ROUTES
 from agentcore_starlette.routing import ApiRoute, Call, Upload
 
@@ -140,7 +141,9 @@ class Api:
                 raise
             if route.scope != "any":  # before the body is read: 403 does not depend on it
                 workspace.require(route.scope)
-            limits = self.core.rate_limiter.enforce(workspace.key_id or "", workspace.environment)
+            limits = rate_limit_headers(
+                self.core.rate_limiter.enforce(workspace.key_id or "", workspace.environment)
+            )
             call = Call(workspace, request.path_params, request.query_params, request.headers)
             canonical = await self._read_body(route, request, call)
 
