@@ -278,6 +278,17 @@ class WebhookSubscriptionWithSecret(WebhookSubscription):
     secret: str
 
 
+class WebhookTestSent(WebhookSubscription):
+    """Answer of ``POST /v1/webhooks/{id}/test``: the subscription, plus the ping it queued.
+
+    ``event_id`` is the ``webhook-id`` header and body ``id`` the receiver will see;
+    ``delivery_id`` appears in ``GET /v1/webhooks/{id}/deliveries``.
+    """
+
+    event_id: str
+    delivery_id: str
+
+
 class WebhookList(BaseModel):
     """A page of webhook subscriptions, newest first."""
 
