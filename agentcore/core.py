@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib
-import logging
 import threading
 from collections.abc import Iterable
 from types import ModuleType, TracebackType
@@ -21,11 +20,12 @@ from agentcore.knowledge.embedders import Embedder
 from agentcore.limits import RateLimiter
 from agentcore.models import Organization
 from agentcore.plugins import DEFAULT_PLUGINS
+from agentcore.redact import get_logger
 from agentcore.storage.base import Store
 from agentcore.webhooks.delivery import WebhookRuntime
 from agentcore.workspace import Workspace
 
-log = logging.getLogger("agentcore")
+log = get_logger("agentcore")  # masks keys and secrets in every record
 
 
 def make_plugin_manager(
