@@ -110,9 +110,9 @@ def test_nul_in_chat_message_and_patch(api) -> None:
 def _multipart(filename: bytes) -> tuple[bytes, dict[str, str]]:
     # by hand: httpx would percent-encode the NUL in the file name
     body = (
-        b"--B\r\nContent-Disposition: form-data; name=\"file\"; filename=\""
+        b'--B\r\nContent-Disposition: form-data; name="file"; filename="'
         + filename
-        + b"\"\r\nContent-Type: text/plain\r\n\r\nSome text.\r\n--B--\r\n"
+        + b'"\r\nContent-Type: text/plain\r\n\r\nSome text.\r\n--B--\r\n'
     )
     return body, {"Content-Type": "multipart/form-data; boundary=B"}
 
