@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import copy
 import json
+import logging
 import os
 import signal
 import sys
@@ -106,6 +108,28 @@ def cmd_keys_rotate(core: AgentCore, args: argparse.Namespace) -> int:
     return 0
 
 
+def serve_log_config() -> dict[str, Any]:
+    """uvicorn's logging configuration, plus agentcore's loggers, all redacting secrets.
+
+    The access log line holds the query string, where a careless client may put a key
+    (the API refuses it, but the line is written anyway): every logger here carries
+    ``SecretRedactingFilter``. agentcore's own records go to uvicorn's default handler.
+    """
+    import uvicorn.config
+
+    config: dict[str, Any] = copy.deepcopy(uvicorn.config.LOGGING_CONFIG)
+    config["filters"] = {"redact_secrets": {"()": "agentcore.redact.SecretRedactingFilter"}}
+    loggers: dict[str, dict[str, Any]] = config["loggers"]
+    loggers["agentcore"] = {"handlers": ["default"], "level": "INFO", "propagate": False}
+    # other libraries (httpx sending webhooks, ...) reach the default handler through root
+    config["root"] = {"handlers": ["default"], "level": "WARNING"}
+    for logger in loggers.values():
+        logger["filters"] = ["redact_secrets"]
+    for handler in config["handlers"].values():  # also covers records propagated to root
+        handler["filters"] = ["redact_secrets"]
+    return config
+
+
 def cmd_serve(core: AgentCore, args: argparse.Namespace) -> int:
     """Serve the /v1 API with uvicorn until SIGTERM or SIGINT."""
     try:
@@ -120,8 +144,16 @@ def cmd_serve(core: AgentCore, args: argparse.Namespace) -> int:
         return 2
     app = create_app(core)
     config = uvicorn.Config(
-        app, host=args.host, port=args.port, log_level=args.log_level, lifespan="on"
+        app,
+        host=args.host,
+        port=args.port,
+        log_level=args.log_level,
+        log_config=serve_log_config(),
+        lifespan="on",
     )
+    logging.getLogger("agentcore").setLevel(args.log_level.upper())
+    if args.log_level in ("debug", "trace"):
+        logging.getLogger().setLevel(logging.DEBUG)
     server = uvicorn.Server(config)
     # uvicorn re-raises SIGTERM/SIGINT after its graceful shutdown; this handler makes that
     # a clean exit 0 instead of death by signal or a KeyboardInterrupt traceback
@@ -237,7 +269,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("serve", cmd_serve, "serve the /v1 API")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--log-level", default="info")
+    p.add_argument(
+        "--log-level",
+        default="info",
+        choices=["critical", "error", "warning", "info", "debug", "trace"],
+    )
 
     p = command("ingest", cmd_ingest, "ingest files and folders into the knowledge core")
     p.add_argument("--org", required=True)
