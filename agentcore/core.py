@@ -7,7 +7,6 @@ the ``Settings`` and the plugin manager, and hands each service just what it use
 from __future__ import annotations
 
 import importlib
-import logging
 import threading
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -32,12 +31,13 @@ from agentcore.knowledge.service import KnowledgeService
 from agentcore.limits import RateLimiter
 from agentcore.models import Organization
 from agentcore.plugins import DEFAULT_PLUGINS
+from agentcore.redact import get_logger
 from agentcore.storage.base import Store
 from agentcore.webhooks.delivery import WebhookRuntime
 from agentcore.webhooks.service import WebhookService
 from agentcore.workspace import Workspace
 
-log = logging.getLogger("agentcore")
+log = get_logger("agentcore")  # masks keys and secrets in every record
 
 
 def make_plugin_manager(
