@@ -46,6 +46,9 @@ class Settings(BaseModel):
     history_turns: int = Field(10, ge=0, description="Earlier messages passed to the model.")
     max_tool_steps: int = Field(4, ge=0)
     model_timeout: float = Field(30.0, gt=0, description="Seconds a model call may take.")
+    stream_heartbeat: float = Field(
+        15.0, gt=0, description="Seconds between comment heartbeats of a streamed answer."
+    )
 
     # OpenAI-compatible provider (OpenAI, Ollama, vLLM, llama.cpp)
     openai_base_url: str | None = None
