@@ -121,9 +121,9 @@ class _Endpoint:
         """POST ``payload`` and yield the decoded JSON ``data`` of each server-sent event
         until ``data: [DONE]``.
 
-        The first event and each next one must arrive within ``timeout`` seconds. A
-        stream that ends before ``[DONE]`` (a dropped connection) is a ``ProviderError``;
-        closing the generator early closes the connection.
+        Each read must return within ``timeout`` seconds. A stream that ends before
+        ``[DONE]`` (a dropped connection) is a ``ProviderError``; closing the generator
+        early closes the connection.
         """
         try:
             with self._open(path, payload, timeout, "text/event-stream") as response:
@@ -133,10 +133,7 @@ class _Endpoint:
                         f"The model provider at {self.where} answered HTTP "
                         f"{response.status_code}{self._said(body)}."
                     )
-                last = time.monotonic()
                 for event in EventSource(response).iter_sse():
-                    if time.monotonic() - last > timeout:  # trickling keep-alives
-                        raise self._timeout(timeout)
                     if event.data == "[DONE]":
                         return
                     if not event.data:
@@ -153,7 +150,6 @@ class _Endpoint:
                             f"The model provider at {self.where} failed mid-stream{said}."
                         )
                     yield data
-                    last = time.monotonic()
         except httpx.TimeoutException:
             raise self._timeout(timeout) from None
         except SSEError:
@@ -273,7 +269,12 @@ class OpenAIChatModel:
         content: list[str] = []
         calls: dict[int, dict[str, str]] = {}
         markers = _MarkerFilter()
+        last = time.monotonic()  # of the last progress: chunks without any do not count
         for chunk in self._endpoint.events("/chat/completions", payload, timeout):
+            if time.monotonic() - last > timeout:
+                raise ProviderTimeout(
+                    f"The model provider at {where} sent nothing new within {timeout:g} s."
+                )
             choices = chunk.get("choices") if isinstance(chunk, dict) else None
             if not isinstance(choices, list):
                 raise ProviderError(f"The model provider at {where} sent a chunk without choices.")
@@ -287,7 +288,9 @@ class OpenAIChatModel:
                 raise ProviderError(f"The model provider at {where} streamed non-text content.")
             for raw in delta.get("tool_calls") or []:
                 _add_call_piece(calls, raw, where)
+                last = time.monotonic()
             if text:
+                last = time.monotonic()
                 content.append(text)
                 shown = markers.feed(text)
                 if shown:
