@@ -19,7 +19,7 @@ import httpx
 from httpx_sse import EventSource, ServerSentEvent, aconnect_sse, connect_sse
 from pydantic import BaseModel
 
-from agentcore import errors
+import agentcore.errors as errors
 from agentcore.models import (
     Agent,
     AgentList,
