@@ -91,6 +91,9 @@ class Settings(BaseSettings):
     history_turns: int = Field(10, ge=0, description="Earlier messages passed to the model.")
     max_tool_steps: int = Field(4, ge=0)
     model_timeout: float = Field(30.0, gt=0, description="Seconds a model call may take.")
+    stream_heartbeat: float = Field(
+        15.0, gt=0, description="Seconds between comment heartbeats of a streamed answer."
+    )
 
     # Webhooks
     # NoDecode: the environment gives a comma-separated string, not JSON

@@ -6,7 +6,7 @@ import re
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
 
 Environment = Literal["test", "live"]
 Scope = Literal["read", "write"]
@@ -262,6 +262,15 @@ class ChatMessageRequest(Request):
     agentId: str = Field(..., min_length=1, max_length=100)
     message: str = Field(..., min_length=1)
     conversationId: str | None = Field(None, min_length=1, max_length=100)
+    stream: StrictBool = Field(
+        False, description="Answer as server-sent events (`text/event-stream`) as it is generated."
+    )
+
+
+class ChatDelta(BaseModel):
+    """``data`` of a ``response.delta`` event of a streamed answer: the next piece of text."""
+
+    delta: str
 
 
 class ChatMessageResponse(BaseModel):
