@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 import httpx
 from pydantic import BaseModel
 
-from agentcore import errors
+import agentcore.errors as errors
 from agentcore.models import (
     Agent,
     AgentList,
@@ -20,8 +20,8 @@ from agentcore.models import (
     SearchResponse,
     VerifyResponse,
     WebhookList,
-    WebhookSubscription,
     WebhookSubscriptionWithSecret,
+    WebhookTestSent,
 )
 
 M = TypeVar("M", bound=BaseModel)
@@ -178,9 +178,9 @@ class Client:
         """``DELETE /v1/webhooks/{id}``."""
         return self._call(Deleted, "DELETE", f"/webhooks/{webhook_id}")
 
-    def test_webhook(self, webhook_id: str) -> WebhookSubscription:
+    def test_webhook(self, webhook_id: str) -> WebhookTestSent:
         """``POST /v1/webhooks/{id}/test``."""
-        return self._call(WebhookSubscription, "POST", f"/webhooks/{webhook_id}/test")
+        return self._call(WebhookTestSent, "POST", f"/webhooks/{webhook_id}/test")
 
     def webhook_deliveries(self, webhook_id: str, **params: Any) -> DeliveryList:
         """``GET /v1/webhooks/{id}/deliveries``."""
