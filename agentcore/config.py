@@ -269,11 +269,17 @@ def _load_plugin(
                 {
                     "type": PydanticCustomError(error["type"], error["msg"]),
                     "loc": _plugin_loc(namespace, model, error["loc"]),
-                    "input": error["input"],
+                    # a bad secret (an API key) must not end up in a log with the error
+                    "input": "**********" if _is_secret(model, error["loc"]) else error["input"],
                 }
                 for error in exc.errors()
             ],
         ) from None
+
+
+def _is_secret(model: type[BaseSettings], loc: tuple[int | str, ...]) -> bool:
+    field = model.model_fields.get(str(loc[0])) if loc else None
+    return field is not None and "Secret" in repr(field.annotation)
 
 
 def _plugin_loc(
