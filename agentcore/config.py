@@ -87,7 +87,9 @@ class Settings(BaseSettings):
 
     # Chat
     default_chat_model: str = Field("extractive")
-    chat_top_k: int = Field(5, ge=1)
+    chat_top_k: int = Field(
+        8, ge=1, description="Passages retrieved for each chat turn (search keeps its own top_k)."
+    )
     history_turns: int = Field(10, ge=0, description="Earlier messages passed to the model.")
     max_tool_steps: int = Field(4, ge=0)
     model_timeout: float = Field(30.0, gt=0, description="Seconds a model call may take.")
