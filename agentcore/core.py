@@ -7,7 +7,6 @@ the ``Settings`` and the plugin manager, and hands each service just what it use
 from __future__ import annotations
 
 import importlib
-import logging
 import threading
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -15,6 +14,7 @@ from types import ModuleType, TracebackType
 from typing import Any
 
 import pluggy
+from pydantic_settings import BaseSettings
 
 import agentcore.hookspecs as hookspecs
 from agentcore.agents import AgentService
@@ -31,12 +31,13 @@ from agentcore.knowledge.service import KnowledgeService
 from agentcore.limits import RateLimiter
 from agentcore.models import Organization
 from agentcore.plugins import DEFAULT_PLUGINS
+from agentcore.redact import get_logger
 from agentcore.storage.base import Store
 from agentcore.webhooks.delivery import WebhookRuntime
 from agentcore.webhooks.service import WebhookService
 from agentcore.workspace import Workspace
 
-log = logging.getLogger("agentcore")
+log = get_logger("agentcore")  # masks keys and secrets in every record
 
 
 def make_plugin_manager(
@@ -59,6 +60,21 @@ def make_plugin_manager(
         pm.register(plugin)
     pm.check_pending()
     return pm
+
+
+def plugin_settings_models(pm: pluggy.PluginManager) -> dict[str, type[BaseSettings]]:
+    """The settings models plugins declare through ``agentcore_register_settings``."""
+    models: dict[str, type[BaseSettings]] = {}
+
+    def register(namespace: str, model: type[BaseSettings]) -> None:
+        if namespace in models:
+            raise ValueError(f"two plugins declare settings named {namespace!r}")
+        if not (isinstance(model, type) and issubclass(model, BaseSettings)):
+            raise TypeError(f"settings of plugin {namespace!r} must be a BaseSettings class")
+        models[namespace] = model
+
+    pm.hook.agentcore_register_settings(register=register)
+    return models
 
 
 class AgentCore:
@@ -103,16 +119,18 @@ class AgentCore:
     ) -> AgentCore:
         """Open a core on ``url``: a SQLite path (default ``:memory:``) or a plugin's URL.
 
-        :param settings: full settings; default ``Settings.from_env(**overrides)``.
+        Settings (the core's and every plugin's) are read and validated here, before
+        the store opens: a bad value or an unknown name raises
+        ``pydantic.ValidationError`` naming it.
+
+        :param settings: the core's settings; default read from the environment.
         :param plugins: extra plugin objects or module names to register.
         :param entry_points: load plugins from the ``agentcore`` entry-point group.
-        :param overrides: individual ``Settings`` fields, e.g. ``max_top_k=50``.
+        :param overrides: individual ``Settings`` fields, e.g. ``max_top_k=50``, or a
+            plugin's as ``<namespace>_<field>``, e.g. ``openai_model="llama3"``.
         """
-        if settings is None:
-            settings = Settings.from_env(**overrides)
-        elif overrides:
-            settings = settings.model_copy(update=overrides)
         pm = make_plugin_manager(plugins, entry_points=entry_points)
+        settings = Settings.load(plugin_settings_models(pm), base=settings, **overrides)
         store = pm.hook.agentcore_open_store(url=str(url), settings=settings)
         if store is None:
             raise ValueError(f"No store plugin handles {url!r}.")
