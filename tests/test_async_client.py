@@ -183,6 +183,7 @@ def test_an_error_event_raises_from_the_iteration(tmp_path: Path) -> None:
     core.close()
 
 
+@pytest.mark.slow
 def test_agentcore_serve_streams_to_curl_style_clients(tmp_path: Path) -> None:
     """The real ``agentcore serve`` command: a raw SSE read and the async client."""
     db = tmp_path / "served.db"

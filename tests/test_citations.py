@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pdfs import make_pdf
@@ -21,6 +22,7 @@ from agentcore.plugins.extractive import NO_ANSWER, ExtractiveModel
 # --- character -> page offsets ---------------------------------------------------
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(doc=documents(), target=st.integers(60, 400), share=st.floats(0, 0.5))
 def test_every_word_of_a_chunk_maps_to_the_page_it_was_printed_on(

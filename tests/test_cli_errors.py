@@ -148,6 +148,7 @@ ARG = st.one_of(
 )
 
 
+@pytest.mark.slow
 @settings(
     max_examples=150,
     deadline=None,
@@ -175,6 +176,7 @@ def _process(*args: str | bytes) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_subprocess_grace_1e12(db: Path) -> None:
     result = _process("--db", str(db), "keys", "rotate", _key_id(db), "--grace-hours", "1e12")
     assert result.returncode == 2, result
@@ -182,6 +184,7 @@ def test_subprocess_grace_1e12(db: Path) -> None:
     assert "Traceback" not in result.stderr and result.stdout == ""
 
 
+@pytest.mark.slow
 def test_subprocess_undecodable_argument(db: Path) -> None:
     result = subprocess.run(
         [str(SCRIPT).encode(), b"--db", str(db).encode(), b"init", b"--org", b"\xff\xfe"],
@@ -194,6 +197,7 @@ def test_subprocess_undecodable_argument(db: Path) -> None:
     assert b"UTF-8" in result.stderr
 
 
+@pytest.mark.slow
 def test_subprocess_bad_port_and_missing_command(db: Path) -> None:
     for args in (("serve", "--port", "0"), ()):
         result = _process("--db", str(db), *args)

@@ -44,6 +44,7 @@ def _mint(core: AgentCore) -> str:
     return core.keys.create("acme", "test", ["read", "write"]).secret
 
 
+@pytest.mark.slow
 def test_readme_fastapi_example_delivers_webhooks(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -79,6 +80,7 @@ def test_readme_fastapi_example_delivers_webhooks(
         core.close()
 
 
+@pytest.mark.slow
 def test_a_fastapi_host_without_the_lifespan_never_delivers(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -47,6 +47,7 @@ def _wait_up(process: subprocess.Popen[str], url: str) -> None:
     raise AssertionError("agentcore serve did not come up")
 
 
+@pytest.mark.slow
 def test_debug_serve_logs_no_secret(tmp_path: Path) -> None:
     db = tmp_path / "logs.db"
     minted: list[str] = []

@@ -297,6 +297,7 @@ def test_a_provider_failure_mid_stream_is_an_error_event_and_an_agent_error(serv
     assert setup.core.store.recent_messages(conversation, 10) == []  # nothing half-stored
 
 
+@pytest.mark.slow
 def test_a_model_that_stalls_mid_stream_times_out(serve: Any) -> None:
     release = threading.Event()
 
