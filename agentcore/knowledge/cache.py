@@ -13,6 +13,7 @@ import numpy.typing as npt
 from agentcore.errors import Conflict, InvalidRequest
 from agentcore.knowledge.embedders import Embedder
 from agentcore.knowledge.index import VectorIndex
+from agentcore.storage.base import VectorSearchStore
 from agentcore.storage.records import KnowledgeState
 
 if TYPE_CHECKING:
@@ -39,6 +40,14 @@ class IndexCache:
 
     def __init__(self, core: AgentCore) -> None:
         self._core = core
+        self._store_search: VectorSearchStore | None = None
+        if core.settings.vector_search == "pgvector":
+            if not isinstance(core.store, VectorSearchStore):
+                raise ValueError(
+                    "vector_search='pgvector' needs a store that searches vectors itself"
+                    " (a postgresql:// database)"
+                )
+            self._store_search = core.store
         self._entries: dict[Key, _Entry] = {}
         self._locks: dict[Key, threading.RLock] = {}
         self._guard = threading.Lock()
@@ -77,6 +86,38 @@ class IndexCache:
             index = VectorIndex.adopt(ids, vectors)
             self._entries[key] = _Entry(state.version, index)
             return index
+
+    def search(
+        self,
+        organization_id: str,
+        environment: str,
+        query: Callable[[], npt.NDArray[np.float32] | None],
+        k: int,
+        min_score: float | None = None,
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]:
+        """The ``k`` best ids and scores for the vector ``query()`` returns (``None``: none).
+
+        The one place search runs: in this node's index (``vector_search="memory"``),
+        or in the store (``"pgvector"``), so a node then holds no vectors in RAM.
+        ``query`` is called only when there is something to search.
+        """
+        empty = (np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float32))
+        if self._store_search is None:
+            index = self.get(organization_id, environment)
+            if len(index) == 0:
+                return empty
+            vector = query()
+            return empty if vector is None else index.search(vector, k, min_score=min_score)
+        self._ensure_embedder(organization_id, environment)
+        vector = query()
+        if vector is None:
+            return empty
+        unit = unit_rows(np.asarray(vector, dtype=np.float32).reshape(1, -1))[0]
+        ids, scores = self._store_search.search_vectors(organization_id, environment, unit, k)
+        if min_score is not None:
+            keep = scores >= min_score
+            ids, scores = ids[keep], scores[keep]
+        return ids, scores
 
     def write(
         self,
