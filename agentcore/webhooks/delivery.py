@@ -129,8 +129,8 @@ class WebhookRuntime:
         self._stop.set()
         self._wake.set()
         thread.join(timeout)
-        if listener is not None:
-            listener.join(IDLE_POLL + timeout)
+        # the listener (a daemon) ends at its next wake-up; closing the store wakes it
+        del listener
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
         with self._lock:

@@ -143,27 +143,39 @@ class PostgresStore(
                         self.url, autocommit=True, connect_timeout=max(int(self.db.timeout), 1)
                     )
                     self._listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(CHANNEL)))
+                woken = False
                 for _ in self._listener.notifies(timeout=timeout, stop_after=1):
-                    # drain whatever else arrived with it: one wake-up is enough
-                    for _ in self._listener.notifies(timeout=0):
-                        pass
-                    return True
-                return False
+                    woken = True
+                return woken
             except psycopg.Error:
                 if self._listener is not None:
                     self._listener.close()
                 self._listener = None
-                threading.Event().wait(timeout)
+                if not self._closed:
+                    threading.Event().wait(timeout)
                 return False
 
     def close(self) -> None:
-        """Close the pool and the listening connection."""
+        """Close the pool and the listening connection.
+
+        A thread blocked in ``wait_for_events`` is woken with a NOTIFY (every
+        listening node gets a harmless spurious wake-up) so closing does not wait for
+        its timeout.
+        """
         self._closed = True
-        listener = self._listener
-        if listener is not None:
-            listener.close()  # a waiter blocked in notifies() returns at once
-        with self._listen_lock:
-            self._listener = None
+        if self._listener is not None:
+            try:
+                with self.db.pool.connection(timeout=1.0) as conn:
+                    conn.execute(sql.SQL("NOTIFY {}").format(sql.Identifier(CHANNEL)))
+            except Exception:  # unreachable: the waiter times out by itself
+                pass
+        if self._listen_lock.acquire(timeout=self.db.timeout + 1.0):
+            try:
+                if self._listener is not None:
+                    self._listener.close()
+                self._listener = None
+            finally:
+                self._listen_lock.release()
         self.db.close()
 
 
