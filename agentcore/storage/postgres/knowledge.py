@@ -23,6 +23,7 @@ from agentcore.storage.records import KnowledgeState, StoredChunk
 
 _WORKSPACE = "organization_id = %s AND environment = %s"
 SEGMENT_ROWS = 65_536  # ~100 MB of float32 at d=384, far below bytea's 1 GB limit
+RESCORE = 4  # candidates PostgreSQL returns per result, re-scored exactly in float32
 _DOCUMENT_COLUMNS = "id, source, content_type, pages, chunks, bytes, created_at"
 
 
@@ -159,19 +160,29 @@ class KnowledgeStore:
         vectors: npt.NDArray[np.float32],
     ) -> None:
         """Append pgvector rows with one binary COPY."""
+        from pgvector import HalfVector
+
         self._register_vector(conn)
         dimension = int(vectors.shape[1])
         with (
             conn.cursor() as cursor,
             cursor.copy(
                 "COPY vector_rows (chunk_id, organization_id, environment, document_id,"
-                " dimension, embedding) FROM STDIN (FORMAT BINARY)"
+                " dimension, embedding, exact) FROM STDIN (FORMAT BINARY)"
             ) as copy,
         ):
-            copy.set_types(["int8", "text", "text", "text", "int4", "vector"])
+            copy.set_types(["int8", "text", "text", "text", "int4", "halfvec", "bytea"])
             for chunk_id, vector in zip(ids.tolist(), vectors, strict=True):
                 copy.write_row(
-                    [chunk_id, organization_id, environment, document_id, dimension, vector]
+                    [
+                        chunk_id,
+                        organization_id,
+                        environment,
+                        document_id,
+                        dimension,
+                        HalfVector(vector),
+                        vector.tobytes(),
+                    ]
                 )
 
     @retrying
@@ -382,38 +393,42 @@ class KnowledgeStore:
         """The ``k`` chunk ids most cosine-similar to the unit vector ``query``, best first.
 
         Rows are unit length, so cosine is the inner product (pgvector's ``<#>`` is its
-        negation). Exact by default: a scan of the workspace's rows ordered by score
-        then id, as the in-memory index orders them. With ``hnsw`` the approximate
-        HNSW index of that dimension answers instead (built on first use).
+        negation). PostgreSQL ranks the workspace's rows at half precision and returns
+        ``RESCORE`` x ``k`` candidates with their float32 rows; those are re-scored
+        exactly here and ordered by score, then id, as the in-memory index orders them.
+        By default the ranking is an exact scan; with ``hnsw`` the approximate HNSW
+        index of that dimension answers instead (built on first use).
         """
         if not self.vector_rows:
             raise RuntimeError("vector_search='pgvector' needs the store opened with it")
         q = np.ascontiguousarray(query, dtype=np.float32)
         dimension = int(q.shape[0])
+        literal = "[" + ",".join(repr(float(x)) for x in q) + "]"
+        candidates = max(k * RESCORE, k + 16)
+        half = f"halfvec({dimension})"
         with self.db.write() as conn:
-            self._register_vector(conn)
             if self.hnsw:
                 self._ensure_hnsw(conn, dimension)
-                conn.execute("SET LOCAL hnsw.ef_search = 100")
+                conn.execute("SET LOCAL hnsw.ef_search = 200")
                 conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
                 rows = conn.execute(
-                    "SELECT chunk_id, score FROM (SELECT chunk_id,"
-                    f" -(embedding::vector({dimension}) <#> %s::vector({dimension})) AS score"
-                    f" FROM vector_rows WHERE dimension = {dimension} AND {_WORKSPACE}"
-                    f" ORDER BY embedding::vector({dimension}) <#> %s::vector({dimension})"
-                    " LIMIT %s) AS hits ORDER BY score DESC, chunk_id",
-                    [q, organization_id, environment, q, k],
+                    f"SELECT chunk_id, exact FROM vector_rows WHERE dimension = {dimension}"
+                    f" AND {_WORKSPACE} ORDER BY embedding::{half} <#> %s::{half} LIMIT %s",
+                    [organization_id, environment, literal, candidates],
                 ).fetchall()
             else:
-                conn.execute("SET LOCAL max_parallel_workers_per_gather = 0")
                 rows = conn.execute(
-                    "SELECT chunk_id, -(embedding <#> %s) AS score FROM vector_rows"
-                    f" WHERE {_WORKSPACE} ORDER BY embedding <#> %s, chunk_id LIMIT %s",
-                    [q, organization_id, environment, q, k],
+                    f"SELECT chunk_id, exact FROM vector_rows WHERE {_WORKSPACE}"
+                    " ORDER BY embedding <#> %s::halfvec LIMIT %s",
+                    [organization_id, environment, literal, candidates],
                 ).fetchall()
+        if not rows:
+            return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float32)
         ids = np.fromiter((row["chunk_id"] for row in rows), dtype=np.int64, count=len(rows))
-        scores = np.fromiter((row["score"] for row in rows), dtype=np.float32, count=len(rows))
-        return ids, scores
+        matrix = np.frombuffer(b"".join(row["exact"] for row in rows), dtype="<f4")
+        scores = matrix.reshape(len(rows), dimension) @ q
+        order = np.lexsort((ids, -scores))[:k]
+        return ids[order], scores[order].astype(np.float32)
 
     def _ensure_hnsw(self, conn: Conn, dimension: int) -> None:
         """Build the HNSW index of ``dimension`` once (all nodes: IF NOT EXISTS)."""
@@ -421,7 +436,7 @@ class KnowledgeStore:
             return
         conn.execute(
             f"CREATE INDEX IF NOT EXISTS vector_rows_hnsw_{dimension} ON vector_rows"
-            f" USING hnsw ((embedding::vector({dimension})) vector_ip_ops)"
+            f" USING hnsw ((embedding::halfvec({dimension})) halfvec_ip_ops)"
             f" WHERE dimension = {dimension}"
         )
         self._hnsw_built.add(dimension)

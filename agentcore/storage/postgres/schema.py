@@ -215,7 +215,10 @@ MIGRATIONS: list[tuple[str, str]] = [
 
 # The pgvector table: created only when a node opens with ``vector_search = "pgvector"``
 # (the extension may be absent where nobody asked for it), then kept up to date by
-# every node, and filled from the segments when first created.
+# every node, and filled from the segments when first created. ``embedding`` is a
+# half-precision ``halfvec`` (half the bytes to scan; its distance functions also run
+# on CPUs where this build's float ``vector`` ones do not), ``exact`` the float32 row
+# that the candidates are re-scored with, so scores and order are the exact ones.
 VECTOR_ROWS = """
     CREATE EXTENSION IF NOT EXISTS vector;
     CREATE TABLE IF NOT EXISTS vector_rows (
@@ -224,7 +227,8 @@ VECTOR_ROWS = """
         environment TEXT NOT NULL,
         document_id TEXT,
         dimension INTEGER NOT NULL,
-        embedding vector NOT NULL
+        embedding halfvec NOT NULL,
+        exact BYTEA NOT NULL
     );
     CREATE INDEX IF NOT EXISTS vector_rows_workspace
         ON vector_rows (organization_id, environment, document_id);
