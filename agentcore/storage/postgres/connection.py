@@ -81,24 +81,29 @@ class Database:
 
     def open(self) -> None:
         """Open the pool and wait for its first connection; ``ServiceUnavailable`` if none."""
-        try:
-            self.pool.open(wait=True, timeout=self.timeout)
-        except PoolTimeout:
-            self.pool.close()
-            reason = self._probe()
+        reason = self._probe()  # a refused connection fails at once, not after a timeout
+        if reason is None:
+            try:
+                self.pool.open(wait=True, timeout=self.timeout)
+                return
+            except PoolTimeout:
+                self.pool.close()
+                reason = self._probe() or "timed out"
+        if reason is not None:
             raise ServiceUnavailable(
                 f"Cannot connect to PostgreSQL at {self.where}: {reason}",
                 code="database_unavailable",
                 headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
             ) from None
 
-    def _probe(self) -> str:
-        """Why a direct connection fails (the pool only reports a timeout)."""
+    def _probe(self) -> str | None:
+        """Why a direct connection fails, or ``None`` if it works (the pool only times out)."""
         try:
             with psycopg.connect(self.url, connect_timeout=max(int(self.timeout), 1)):
-                return "timed out"
+                return None
         except psycopg.Error as exc:
-            return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+            return lines[0] if lines else type(exc).__name__
 
     def close(self) -> None:
         """Close every connection of the pool."""
