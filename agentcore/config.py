@@ -111,9 +111,6 @@ class Settings(BaseSettings):
         "memory",
         description="Where knowledge search runs: this node's RAM, or PostgreSQL (pgvector).",
     )
-    pgvector_hnsw: bool = Field(
-        False, description="With pgvector: approximate HNSW index instead of an exact scan."
-    )
 
     # Keys and rate limits
     rate_limit_live: float = Field(100.0, gt=0, description="Requests per second per live key.")

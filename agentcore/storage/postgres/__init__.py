@@ -50,15 +50,12 @@ class PostgresStore(
         pool_size: int = 10,
         timeout: float = 5.0,
         vector_search: VectorSearch = "memory",
-        hnsw: bool = False,
     ) -> None:
         self.url = url
         self.db = Database(url, pool_size=pool_size, timeout=timeout)
         self.vector_search = vector_search
         self.vector_rows = False
-        self.hnsw = hnsw
         self._registered = weakref.WeakSet()
-        self._hnsw_built = set()
         self._listener: psycopg.Connection[tuple[object, ...]] | None = None
         self._listen_lock = threading.Lock()
         self._closed = False
@@ -71,16 +68,13 @@ class PostgresStore(
         pool_size: int = 10,
         timeout: float = 5.0,
         vector_search: VectorSearch = "memory",
-        hnsw: bool = False,
     ) -> PostgresStore:
         """Connect, migrate (under an advisory lock) and return the store.
 
         ``ServiceUnavailable`` (one line naming host and database) when the server
         cannot be reached; ``SchemaTooNew`` when newer code migrated the database.
         """
-        store = cls(
-            url, pool_size=pool_size, timeout=timeout, vector_search=vector_search, hnsw=hnsw
-        )
+        store = cls(url, pool_size=pool_size, timeout=timeout, vector_search=vector_search)
         store.db.open()
         try:
             store.migrate()

@@ -32,7 +32,6 @@ class KnowledgeStore:
 
     db: Database
     vector_rows: bool  # whether the pgvector table exists (every node then maintains it)
-    hnsw: bool  # whether ``search_vectors`` uses an approximate HNSW index
     _registered: weakref.WeakSet[Conn]
 
     def _register_vector(self, conn: Conn) -> None:
@@ -396,8 +395,7 @@ class KnowledgeStore:
         negation). PostgreSQL ranks the workspace's rows at half precision and returns
         ``RESCORE`` x ``k`` candidates with their float32 rows; those are re-scored
         exactly here and ordered by score, then id, as the in-memory index orders them.
-        By default the ranking is an exact scan; with ``hnsw`` the approximate HNSW
-        index of that dimension answers instead (built on first use).
+        The ranking is an exact scan of the workspace's rows (no approximate index).
         """
         if not self.vector_rows:
             raise RuntimeError("vector_search='pgvector' needs the store opened with it")
@@ -405,23 +403,12 @@ class KnowledgeStore:
         dimension = int(q.shape[0])
         literal = "[" + ",".join(repr(float(x)) for x in q) + "]"
         candidates = max(k * RESCORE, k + 16)
-        half = f"halfvec({dimension})"
-        with self.db.write() as conn:
-            if self.hnsw:
-                self._ensure_hnsw(conn, dimension)
-                conn.execute("SET LOCAL hnsw.ef_search = 200")
-                conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
-                rows = conn.execute(
-                    f"SELECT chunk_id, exact FROM vector_rows WHERE dimension = {dimension}"
-                    f" AND {_WORKSPACE} ORDER BY embedding::{half} <#> %s::{half} LIMIT %s",
-                    [organization_id, environment, literal, candidates],
-                ).fetchall()
-            else:
-                rows = conn.execute(
-                    f"SELECT chunk_id, exact FROM vector_rows WHERE {_WORKSPACE}"
-                    " ORDER BY embedding <#> %s::halfvec LIMIT %s",
-                    [organization_id, environment, literal, candidates],
-                ).fetchall()
+        with self.db.read() as conn:
+            rows = conn.execute(
+                f"SELECT chunk_id, exact FROM vector_rows WHERE {_WORKSPACE}"
+                " ORDER BY embedding <#> %s::halfvec LIMIT %s",
+                [organization_id, environment, literal, candidates],
+            ).fetchall()
         if not rows:
             return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float32)
         ids = np.fromiter((row["chunk_id"] for row in rows), dtype=np.int64, count=len(rows))
@@ -430,15 +417,3 @@ class KnowledgeStore:
         order = np.lexsort((ids, -scores))[:k]
         return ids[order], scores[order].astype(np.float32)
 
-    def _ensure_hnsw(self, conn: Conn, dimension: int) -> None:
-        """Build the HNSW index of ``dimension`` once (all nodes: IF NOT EXISTS)."""
-        if dimension in self._hnsw_built:
-            return
-        conn.execute(
-            f"CREATE INDEX IF NOT EXISTS vector_rows_hnsw_{dimension} ON vector_rows"
-            f" USING hnsw ((embedding::halfvec({dimension})) halfvec_ip_ops)"
-            f" WHERE dimension = {dimension}"
-        )
-        self._hnsw_built.add(dimension)
-
-    _hnsw_built: set[int]
