@@ -93,23 +93,37 @@ def run_size(url: str, n: int, d: int, k: int, queries: int) -> list[dict[str, A
     index = VectorIndex.adopt(loaded_ids, matrix)
     del matrix
     index_load_s = time.perf_counter() - start
-    index.search(qs[0], k)  # warm
-    lat, exact = timed(lambda q: index.search(q, k), qs)
+    search = index.search
+    search(qs[0], k)  # warm
+    lat, exact = timed(lambda q: search(q, k), qs)
     p50, p95 = percentiles(lat)
     rows.append(
-        dict(engine="memory (VectorIndex)", n=n, p50_ms=p50, p95_ms=p95, recall=1.0,
-             node_ram_mb=index.nbytes / 2**20, setup_s=index_load_s,
-             note="setup = load_vectors + adopt")
+        dict(
+            engine="memory (VectorIndex)",
+            n=n,
+            p50_ms=p50,
+            p95_ms=p95,
+            recall=1.0,
+            node_ram_mb=index.nbytes / 2**20,
+            setup_s=index_load_s,
+            note="setup = load_vectors + adopt",
+        )
     )
-    del index
 
     store.search_vectors(org, "test", qs[0], k)  # warm
     lat, got = timed(lambda q: store.search_vectors(org, "test", q, k), qs)
     p50, p95 = percentiles(lat)
     rows.append(
-        dict(engine="pgvector exact scan", n=n, p50_ms=p50, p95_ms=p95,
-             recall=recall(got, exact, k), node_ram_mb=0.0, setup_s=0.0,
-             note=f"table {table_mb:.0f} MB in PostgreSQL")
+        dict(
+            engine="pgvector exact scan",
+            n=n,
+            p50_ms=p50,
+            p95_ms=p95,
+            recall=recall(got, exact, k),
+            node_ram_mb=0.0,
+            setup_s=0.0,
+            note=f"table {table_mb:.0f} MB in PostgreSQL",
+        )
     )
     for row in rows:
         row["load_s"] = load_s
@@ -134,8 +148,9 @@ def main() -> int:
             warnings.simplefilter("ignore")
             import pgserver
 
-            server = pgserver.get_server(Path(tempfile.mkdtemp(prefix="agentcore-bench-pg-")),
-                                         cleanup_mode="delete")
+            server = pgserver.get_server(
+                Path(tempfile.mkdtemp(prefix="agentcore-bench-pg-")), cleanup_mode="delete"
+            )
         url = server.get_uri()
     rows: list[dict[str, Any]] = []
     try:
@@ -147,19 +162,27 @@ def main() -> int:
                 warnings.simplefilter("ignore")
                 server.cleanup()
 
-    print(f"\nk={args.k}, d={args.dim}, {args.queries} queries, {platform.processor() or platform.machine()}"
-          f", {os.cpu_count()} CPUs (shared and loaded: compare rows of one run, not runs)\n")
-    print("| engine | n | p50 ms | p95 ms | recall@k | vectors in node RAM (MB) | setup s | load s | note |")
+    print(
+        f"\nk={args.k}, d={args.dim}, {args.queries} queries, {platform.processor() or platform.machine()}"
+        f", {os.cpu_count()} CPUs (shared and loaded: compare rows of one run, not runs)\n"
+    )
+    print(
+        "| engine | n | p50 ms | p95 ms | recall@k | vectors in node RAM (MB) | setup s | load s | note |"
+    )
     print("|---|---:|---:|---:|---:|---:|---:|---:|---|")
     for r in rows:
-        print(f"| {r['engine']} | {r['n']:,} | {r['p50_ms']:.2f} | {r['p95_ms']:.2f} | "
-              f"{r['recall']:.3f} | {r['node_ram_mb']:.0f} | {r['setup_s']:.1f} | "
-              f"{r['load_s']:.1f} | {r['note']} |")
+        print(
+            f"| {r['engine']} | {r['n']:,} | {r['p50_ms']:.2f} | {r['p95_ms']:.2f} | "
+            f"{r['recall']:.3f} | {r['node_ram_mb']:.0f} | {r['setup_s']:.1f} | "
+            f"{r['load_s']:.1f} | {r['note']} |"
+        )
     for n in args.sizes:
         mem = next(r for r in rows if r["n"] == n and r["engine"].startswith("memory"))
         exact = next(r for r in rows if r["n"] == n and r["engine"].startswith("pgvector exact"))
-        print(f"\nn={n:,}: pgvector exact p50 is {exact['p50_ms'] / mem['p50_ms']:.1f}x the memory"
-              f" index's; the memory index holds {mem['node_ram_mb']:.0f} MB per node")
+        print(
+            f"\nn={n:,}: pgvector exact p50 is {exact['p50_ms'] / mem['p50_ms']:.1f}x the memory"
+            f" index's; the memory index holds {mem['node_ram_mb']:.0f} MB per node"
+        )
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))
     return 0

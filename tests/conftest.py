@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
-import threading
 import tempfile
+import threading
 import time
 import warnings
 from collections.abc import Iterator

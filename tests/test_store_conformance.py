@@ -395,7 +395,9 @@ def test_concurrent_claims_are_disjoint(kind: str, request: pytest.FixtureReques
                     return
                 claimed[index].extend(d.id for d in got)
 
-        threads = [threading.Thread(target=claim, args=(i, s)) for i, s in enumerate((first, second))]
+        threads = [
+            threading.Thread(target=claim, args=(i, s)) for i, s in enumerate((first, second))
+        ]
         for t in threads:
             t.start()
         for t in threads:
@@ -578,6 +580,3 @@ def test_postgres_nodes_migrating_at_once_do_not_race(postgres_server: str) -> N
     for s in opened:
         assert s.get_organization_by_name("acme") is not None
         s.close()
-
-
-

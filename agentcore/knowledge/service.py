@@ -210,7 +210,9 @@ class KnowledgeService:
         self._ws.require("read")
 
         def query_vector() -> npt.NDArray[np.float32] | None:
-            vector = self._cache.embedder().embed([query], kind="query")[0]
+            vector = np.asarray(
+                self._cache.embedder().embed([query], kind="query")[0], dtype=np.float32
+            )
             if not np.isfinite(vector).all() or not np.any(vector):
                 return None
             return vector

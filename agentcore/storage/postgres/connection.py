@@ -13,6 +13,7 @@ the pool reconnects by itself once the server is back.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
 import time
@@ -177,7 +178,7 @@ class Database:
                 try:
                     conn.execute("COMMIT")
                 except psycopg.OperationalError as exc:
-                    if isinstance(exc, errors.TransactionRollbackError):
+                    if isinstance(exc, errors.TransactionRollback):
                         raise  # a serialization failure at commit: nothing landed
                     raise CommitUnknown(str(exc)) from exc
             finally:
@@ -196,10 +197,8 @@ class Database:
     def lost(self) -> None:
         """Note a connection failure: fail fast for a moment, drop broken idle connections."""
         self._down_until = time.monotonic() + FAIL_FAST_SECONDS
-        try:
+        with contextlib.suppress(Exception):  # best effort: the pool also heals on its own
             self.pool.check()
-        except Exception:  # best effort: the pool also heals on its own
-            pass
 
 
 def retrying(method: Callable[P, T]) -> Callable[P, T]:
@@ -239,6 +238,9 @@ def retrying(method: Callable[P, T]) -> Callable[P, T]:
     return wrapper
 
 
+_TRUE = sql.SQL("TRUE")
+
+
 def page_rows(
     conn: Conn,
     table: str,
@@ -246,7 +248,7 @@ def page_rows(
     scope: Sequence[Any],
     limit: int,
     starting_after: str | None,
-    filters: sql.Composable = sql.SQL("TRUE"),
+    filters: sql.Composable = _TRUE,
     filter_params: Sequence[Any] = (),
 ) -> tuple[list[DictRow], bool]:
     """One page of ``table`` newest first, rows after ``starting_after`` (as SQLite's)."""

@@ -36,7 +36,10 @@ class IdempotencyStore:
         """
         scope = [organization_id, environment, key]
         with self.db.write() as conn:
-            conn.execute(f"DELETE FROM idempotency_keys WHERE {_KEY} AND created_at <= %s", [*scope, now - ttl])
+            conn.execute(
+                f"DELETE FROM idempotency_keys WHERE {_KEY} AND created_at <= %s",
+                [*scope, now - ttl],
+            )
             inserted = conn.execute(
                 "INSERT INTO idempotency_keys (organization_id, environment, key,"
                 " fingerprint, status, created_at) VALUES (%s, %s, %s, %s, 'in_progress', %s)"
@@ -45,9 +48,7 @@ class IdempotencyStore:
             )
             if inserted.rowcount == 1:
                 return "new", None
-            row = conn.execute(
-                f"SELECT * FROM idempotency_keys WHERE {_KEY}", scope
-            ).fetchone()
+            row = conn.execute(f"SELECT * FROM idempotency_keys WHERE {_KEY}", scope).fetchone()
         if row is None:  # released between our insert attempt and this read: try again
             return self.claim_idempotency_key(
                 organization_id, environment, key, fingerprint, now=now, ttl=ttl

@@ -195,8 +195,7 @@ class KnowledgeStore:
         """
         with self.db.snapshot() as conn:
             rows = conn.execute(
-                "SELECT id, dimension, count FROM vector_segments"
-                f" WHERE {_WORKSPACE} ORDER BY id",
+                f"SELECT id, dimension, count FROM vector_segments WHERE {_WORKSPACE} ORDER BY id",
                 [organization_id, environment],
             ).fetchall()
             if any(row["dimension"] != dimension for row in rows):
@@ -318,9 +317,7 @@ class KnowledgeStore:
         """Delete a document, its chunks and vectors in one transaction; bumps the version."""
         scope = [document_id, organization_id, environment]
         with self.db.write() as conn:
-            cursor = conn.execute(
-                f"DELETE FROM documents WHERE id = %s AND {_WORKSPACE}", scope
-            )
+            cursor = conn.execute(f"DELETE FROM documents WHERE id = %s AND {_WORKSPACE}", scope)
             if cursor.rowcount == 0:
                 return False
             conn.execute("DELETE FROM chunks WHERE document_id = %s", [document_id])
@@ -416,4 +413,3 @@ class KnowledgeStore:
         scores = matrix.reshape(len(rows), dimension) @ q
         order = np.lexsort((ids, -scores))[:k]
         return ids[order], scores[order].astype(np.float32)
-

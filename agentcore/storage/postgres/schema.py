@@ -8,8 +8,6 @@ queue instead of racing, and a database migrated by newer code is refused.
 
 from __future__ import annotations
 
-from psycopg import sql
-
 from agentcore.storage.postgres.connection import Conn
 
 # pg_advisory_xact_lock key of schema changes: "agentcore" as a stable 64-bit number
@@ -261,7 +259,7 @@ def migrate(conn: Conn) -> int:
                 continue
             for statement in script.split(";"):
                 if statement.strip():
-                    conn.execute(sql.SQL(statement))  # type: ignore[arg-type]
+                    conn.execute(statement.encode())
             conn.execute(
                 "INSERT INTO agentcore_migrations (version, name) VALUES (%s, %s)",
                 [version, name],
