@@ -63,7 +63,7 @@ class AgentCore:
         self.pm = pm
         self.events = EventBus()
         self.keys = KeyManager(store)
-        self.rate_limiter = RateLimiter(settings)
+        self.rate_limiter = RateLimiter(settings, store=store)
         self.embedders: dict[str, Embedder] = {}
         self.chat_models: dict[str, ChatModel] = {}
         self._started = False

@@ -17,11 +17,13 @@ from agentcore.events import Event
 from agentcore.models import Agent, ApiKey, Delivery, Document, Organization
 from agentcore.storage.records import (
     DueDelivery,
+    KnowledgeChanges,
     KnowledgeState,
     StoredChunk,
     StoredMessage,
     StoredResponse,
     StoredSubscription,
+    TokenTake,
 )
 
 
@@ -126,6 +128,16 @@ class Store(Protocol):
 
     def knowledge_state(self, organization_id: str, environment: str) -> KnowledgeState:
         """Embedder, dimension and version of a workspace index."""
+
+    def changes_since(
+        self, organization_id: str, environment: str, version: int, *, max_rows: int
+    ) -> KnowledgeChanges | None:
+        """Rows added and ids deleted after ``version``, read in one consistent snapshot.
+
+        ``None`` when the change log cannot bring ``version`` up to date (older than
+        the log keeps, e.g. after a re-embed; newer than the store; or more than
+        ``max_rows`` rows added since): the caller then reloads the workspace.
+        """
 
     def get_document(
         self, organization_id: str, environment: str, document_id: str
@@ -257,3 +269,11 @@ class Store(Protocol):
 
     def release_idempotency_key(self, organization_id: str, environment: str, key: str) -> None:
         """Forget an in-progress claim."""
+
+    # shared rate limits
+    def take_token(self, key_id: str, *, rate: float, burst: float, now: float) -> TokenTake:
+        """Take one token from ``key_id``'s bucket, atomically for every process.
+
+        The bucket refills at ``rate`` tokens a second up to ``burst`` (a new bucket
+        starts full); ``now`` is Unix time, the clock every node shares.
+        """
