@@ -158,7 +158,9 @@ def main(argv: list[str] | None = None) -> int:
         db = str(Path(tmp) / "catchup.db")
         began = time.perf_counter()
         dimension = fill(db, args.rows)
-        print(f"filled {args.rows} x {dimension} in {time.perf_counter() - began:.1f} s", flush=True)
+        print(
+            f"filled {args.rows} x {dimension} in {time.perf_counter() - began:.1f} s", flush=True
+        )
         b = Worker(db)
         rounds: list[dict[str, Any]] = []
         try:
@@ -167,7 +169,9 @@ def main(argv: list[str] | None = None) -> int:
                 for number in range(args.rounds):
                     normal = b.ask(f"normal {args.searches}")["ms"]
                     began = time.perf_counter()
-                    doc = ws.knowledge.ingest_text(f"doc-{number}.txt", document(number, args.doc_kb))
+                    doc = ws.knowledge.ingest_text(
+                        f"doc-{number}.txt", document(number, args.doc_kb)
+                    )
                     write_ms = (time.perf_counter() - began) * 1000
                     after = b.ask("search")
                     reload_ms = b.ask("reload")["ms"]

@@ -214,9 +214,7 @@ def test_another_process_writes_are_seen_at_the_next_search(tmp_path: Path) -> N
         assert done.returncode == 0, done.stderr
         assert _sources(core, "quantum flux capacitors zebras")[0] == "beta.txt"
 
-        doc_id = next(
-            d.id for d in _ws(core).knowledge.list().documents if d.source == "beta.txt"
-        )
+        doc_id = next(d.id for d in _ws(core).knowledge.list().documents if d.source == "beta.txt")
         deleted = subprocess.run(
             [sys.executable, "-c", DELETE_SCRIPT, str(db), doc_id],
             env=cli_env(),

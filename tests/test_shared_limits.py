@@ -62,8 +62,7 @@ def test_two_cores_on_one_store_share_a_limit(tmp_path: Path) -> None:
         AgentCore.open(db, start_workers=False, rate_limit_backend="store") as b,
     ):
         limiters = [
-            RateLimiter(core.settings, store=core.store, clock=lambda: clock[0])
-            for core in (a, b)
+            RateLimiter(core.settings, store=core.store, clock=lambda: clock[0]) for core in (a, b)
         ]
         rate = int(a.settings.rate_limit_test)
         allowed = [limiters[n % 2].check("key_1", "test").allowed for n in range(rate + 1)]

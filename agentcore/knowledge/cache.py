@@ -80,9 +80,7 @@ class IndexCache:
         with self._lock(key):
             state = self._ensure_embedder(organization_id, environment)
             entry = self._entries.get(key)
-            if entry is not None and (
-                entry.version == state.version or self._catch_up(key, entry)
-            ):
+            if entry is not None and (entry.version == state.version or self._catch_up(key, entry)):
                 return entry.index
             return self._load(key, state)
 

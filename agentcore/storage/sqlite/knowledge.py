@@ -234,16 +234,13 @@ class KnowledgeStore:
         """
         with self.db.snapshot() as conn:
             state = conn.execute(
-                "SELECT dimension, version, log_floor FROM knowledge_state"
-                f" WHERE {_WORKSPACE}",
+                f"SELECT dimension, version, log_floor FROM knowledge_state WHERE {_WORKSPACE}",
                 [organization_id, environment],
             ).fetchone()
             current = 0 if state is None else int(state["version"])
             if state is None or version == current:
                 empty = np.empty(0, dtype=np.int64)
-                return KnowledgeChanges(
-                    current, empty, np.empty((0, 0), dtype=np.float32), empty
-                )
+                return KnowledgeChanges(current, empty, np.empty((0, 0), dtype=np.float32), empty)
             if version < state["log_floor"] or version > current:
                 return None
             dimension = int(state["dimension"])
