@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import json
 import re
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Mapping
+from concurrent.futures import Executor
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from agentcore.chat_models import (
     ChatModel,
@@ -33,9 +34,11 @@ from agentcore.errors import (
 )
 from agentcore.knowledge.chunking import pages_in_span, split_sentences
 from agentcore.models import HANDOFF_TOOL, Agent, ChatMessageResponse, Citation
-from agentcore.storage.records import StoredMessage
+from agentcore.storage.base import AgentStorage, ConversationStorage
+from agentcore.storage.records import StoredChunk, StoredMessage
 
 if TYPE_CHECKING:
+    from agentcore.config import Settings
     from agentcore.workspace import Workspace
 
 HANDOFF_REPLY = (
@@ -96,14 +99,62 @@ def build_citations(
     return [Citation(source=source, pages=sorted(found)) for source, found in pages.items()]
 
 
-class ChatService:
-    """Chat with the agents of one workspace; reached as ``workspace.chat``."""
+class ChatStore(AgentStorage, ConversationStorage, Protocol):
+    """What chat keeps: it reads agents and writes conversations."""
 
-    def __init__(self, workspace: Workspace) -> None:
+
+class Retriever(Protocol):
+    """Finds the passages a chat turn answers from (``KnowledgeService.retrieve``)."""
+
+    def retrieve(
+        self, query: str, k: int, min_score: float | None = None
+    ) -> list[tuple[StoredChunk, float]]:
+        """The top ``k`` chunks and scores for ``query``."""
+        ...
+
+
+class ToolRunner(Protocol):
+    """Runs a tool an agent's model called (the ``agentcore_run_tool`` hook)."""
+
+    def __call__(
+        self, *, workspace: Workspace, agent_id: str, name: str, arguments: dict[str, Any]
+    ) -> Any:
+        """The tool's result, or ``None`` when no plugin runs a tool of that name."""
+        ...
+
+
+class ChatService:
+    """Chat with the agents of one workspace; reached as ``workspace.chat``.
+
+    :param workspace: whose agents and conversations, the caller's scopes, and where
+        the turn's events are published (``workspace.publish``).
+    :param store: agents (read) and conversations (read and written).
+    :param settings: message, retrieval, history, tool-step and model-time limits.
+    :param chat_models: the registered chat models, by name.
+    :param knowledge: the workspace's retrieval (its ``KnowledgeService``).
+    :param run_tool: runs tools the model calls (the plugins' hook).
+    :param guard_pool: the core's threads that model calls run on, so a hung plugin
+        cannot hold a request past its time-out.
+    """
+
+    def __init__(
+        self,
+        workspace: Workspace,
+        *,
+        store: ChatStore,
+        settings: Settings,
+        chat_models: Mapping[str, ChatModel],
+        knowledge: Retriever,
+        run_tool: ToolRunner,
+        guard_pool: Executor,
+    ) -> None:
         self._ws = workspace
-        self._core = workspace.core
-        self._store = workspace.core.store
-        self._settings = workspace.core.settings
+        self._store = store
+        self._settings = settings
+        self._chat_models = chat_models
+        self._knowledge = knowledge
+        self._run_tool = run_tool
+        self._guard_pool = guard_pool
 
     def send(
         self, agent_id: str, message: str, conversation_id: str | None = None
@@ -168,9 +219,9 @@ class ChatService:
     def model_for(self, agent: Agent) -> ChatModel:
         """The chat model an agent names (or the default), or a 400 naming the known ones."""
         name = agent.model or self._settings.default_chat_model
-        model = self._core.chat_models.get(name)
+        model = self._chat_models.get(name)
         if model is None:
-            known = ", ".join(sorted(self._core.chat_models)) or "none"
+            known = ", ".join(sorted(self._chat_models)) or "none"
             raise InvalidRequest(
                 f"The agent's model {name!r} is not available (available: {known}).",
                 code="model_unavailable",
@@ -205,7 +256,7 @@ class _Turn:
     def run(self) -> tuple[str, list[Citation]]:
         if wants_human(self.message):
             return self.handoff("user_requested")
-        results = self.ws.knowledge.retrieve(self.message, self.settings.chat_top_k)
+        results = self.service._knowledge.retrieve(self.message, self.settings.chat_top_k)
         self.action(
             "knowledge_lookup",
             query=self.message,
@@ -262,7 +313,7 @@ class _Turn:
         known = {tool.name for tool in self.agent.tools}
         if name not in known:
             return json.dumps({"error": f"unknown tool {name!r}"})
-        outcome = self.ws.core.pm.hook.agentcore_run_tool(
+        outcome = self.service._run_tool(
             workspace=self.ws, agent_id=self.agent.id, name=name, arguments=arguments
         )
         if outcome is None:
@@ -271,7 +322,7 @@ class _Turn:
 
     def complete(self, model: ChatModel, request: ChatRequest) -> ChatResult:
         """Call the model, bounded in time even if the plugin itself hangs."""
-        pool = _guard_pool(self.ws)
+        pool = self.service._guard_pool
         future = pool.submit(model.complete, request)
         try:
             return future.result(timeout=request.timeout + _GUARD_SLACK)
@@ -287,11 +338,3 @@ class _Turn:
             error = ProviderError(f"The model {model.name!r} failed: {type(exc).__name__}.")
         self.event("agent.error", error=error.code, detail=error.detail, model=model.name)
         raise error
-
-
-def _guard_pool(workspace: Workspace) -> ThreadPoolExecutor:
-    pool: ThreadPoolExecutor = workspace.core.service(
-        "chat_guard_pool",
-        lambda core: ThreadPoolExecutor(8, thread_name_prefix="agentcore-model"),
-    )
-    return pool

@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 import httpx
 from pydantic import BaseModel
 
-from agentcore import errors
+import agentcore.errors as errors
 from agentcore.models import (
     Agent,
     AgentList,

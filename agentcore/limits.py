@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from agentcore.config import Settings
 from agentcore.errors import RateLimited
-from agentcore.storage.base import Store
+from agentcore.storage.base import RateLimitStorage
 
 POLICY = "per-key"
 
@@ -52,7 +52,7 @@ class RateLimiter:
         settings: Settings,
         *,
         clock: Callable[[], float] | None = None,
-        store: Store | None = None,
+        store: RateLimitStorage | None = None,
     ):
         self._rates = {"live": settings.rate_limit_live, "test": settings.rate_limit_test}
         self._store = store if settings.rate_limit_backend == "store" else None

@@ -242,8 +242,12 @@ class ChatMessageResponse(BaseModel):
     conversationId: str
 
 
-class Event(BaseModel):
-    """An event as delivered: ``{id, type, timestamp, data}``."""
+class EventPayload(BaseModel):
+    """The wire form of an ``agentcore.events.Event``: ``{id, type, timestamp, data}``.
+
+    The bus event (``agentcore.Event``) is the one event model; this is only its
+    JSON projection without the tenancy fields, as webhooks deliver it.
+    """
 
     id: str
     type: str

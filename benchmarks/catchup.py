@@ -47,11 +47,10 @@ SYNTHETIC_ID_BASE = 10**12
 
 def worker(db: str) -> None:
     from agentcore import AgentCore
-    from agentcore.knowledge.service import index_cache
 
     core = AgentCore.open(db, start_workers=False)
     ws = core.workspace("bench", "test")
-    cache = index_cache(ws)
+    cache = core.index_cache
 
     def search_ms() -> float:
         began = time.perf_counter()

@@ -18,7 +18,6 @@ from helpers import cli_env, run_cli
 
 from agentcore import AgentCore
 from agentcore.knowledge.cache import IndexCache
-from agentcore.knowledge.service import index_cache
 from agentcore.storage.sqlite import SQLiteStore
 from agentcore.workspace import Workspace
 
@@ -42,7 +41,7 @@ def _ws(core: AgentCore) -> Workspace:
 
 
 def _cache(core: AgentCore) -> IndexCache:
-    return index_cache(_ws(core))
+    return core.index_cache
 
 
 def _sources(core: AgentCore, query: str) -> list[str]:

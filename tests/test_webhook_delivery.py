@@ -51,7 +51,7 @@ def clock() -> FakeClock:
 @pytest.fixture
 def fake(core: AgentCore, clock: FakeClock) -> AgentCore:
     """The core with a fake-clock, seeded runtime; no worker: tests call deliver_due()."""
-    core.webhooks = WebhookRuntime(core, clock=clock, rng=random.Random(0))
+    core.webhooks = WebhookRuntime(core.store, core.settings, clock=clock, rng=random.Random(0))
     return core
 
 

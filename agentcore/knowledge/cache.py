@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
@@ -16,7 +16,7 @@ from agentcore.knowledge.index import VectorIndex
 from agentcore.storage.records import KnowledgeState
 
 if TYPE_CHECKING:
-    from agentcore.core import AgentCore
+    from agentcore.storage.base import KnowledgeStorage
 
 T = TypeVar("T")
 Key = tuple[str, str]
@@ -41,13 +41,29 @@ class IndexCache:
     compares its version with the store's (one small read); if it is behind (a write
     by this or another process, on this or another machine), it applies only the
     changes since its version. It reloads the whole workspace only when the log cannot
-    bridge the gap: more than ``index_catchup_max_rows`` rows added, a re-embed, or
+    bridge the gap: more than ``catchup_max_rows`` rows added, a re-embed, or
     deletions older than the log keeps. So a search answered after any process's
     write has returned reflects that write.
+
+    :param store: where documents, chunks and vectors are kept.
+    :param embedders: the registered embedders, by name.
+    :param embedder: the name of the one that indexes (``Settings.embedder``).
+    :param catchup_max_rows: most rows to add from the change log before a full
+        reload is preferred (``Settings.index_catchup_max_rows``).
     """
 
-    def __init__(self, core: AgentCore) -> None:
-        self._core = core
+    def __init__(
+        self,
+        store: KnowledgeStorage,
+        *,
+        embedders: Mapping[str, Embedder],
+        embedder: str,
+        catchup_max_rows: int = 100_000,
+    ) -> None:
+        self._store = store
+        self._embedders = embedders
+        self._embedder_name = embedder
+        self._catchup_max_rows = catchup_max_rows
         self._entries: dict[Key, _Entry] = {}
         self._locks: dict[Key, threading.RLock] = {}
         self._guard = threading.Lock()
@@ -60,10 +76,10 @@ class IndexCache:
 
     def embedder(self) -> Embedder:
         """The configured embedder, or a 400 naming the ones registered."""
-        name = self._core.settings.embedder
-        embedder = self._core.embedders.get(name)
+        name = self._embedder_name
+        embedder = self._embedders.get(name)
         if embedder is None:
-            known = ", ".join(sorted(self._core.embedders)) or "none"
+            known = ", ".join(sorted(self._embedders)) or "none"
             raise InvalidRequest(
                 f"The configured embedder {name!r} is not registered (registered: {known}).",
                 code="embedder_unavailable",
@@ -73,7 +89,7 @@ class IndexCache:
     def get(self, organization_id: str, environment: str) -> VectorIndex:
         """The current index of a workspace (re-embedded first if the embedder changed)."""
         key = (organization_id, environment)
-        state = self._core.store.knowledge_state(organization_id, environment)
+        state = self._store.knowledge_state(organization_id, environment)
         entry = self._entries.get(key)
         if entry is not None and entry.version == state.version:
             return entry.index
@@ -106,8 +122,8 @@ class IndexCache:
         # the version is read before the vectors: a write in between is applied again
         # by the next catch-up only if it is newer than this version, and a row the
         # load already holds is never added twice (see _catch_up)
-        version = self._core.store.knowledge_state(*key).version
-        ids, vectors = self._core.store.load_vectors(*key, dimension)
+        version = self._store.knowledge_state(*key).version
+        ids, vectors = self._store.load_vectors(*key, dimension)
         spare = max(_MIN_SPARE_ROWS, ids.shape[0] // _SPARE_FRACTION)
         index = VectorIndex.adopt(ids, vectors, spare_rows=spare)
         self._entries[key] = _Entry(version, index)
@@ -116,9 +132,7 @@ class IndexCache:
 
     def _catch_up(self, key: Key, entry: _Entry) -> bool:
         """Apply the store's changes since ``entry.version``; False if a reload is needed."""
-        changes = self._core.store.changes_since(
-            *key, entry.version, max_rows=self._core.settings.index_catchup_max_rows
-        )
+        changes = self._store.changes_since(*key, entry.version, max_rows=self._catchup_max_rows)
         if changes is None:
             return False
         if changes.version == entry.version:
@@ -141,7 +155,7 @@ class IndexCache:
         return True
 
     def _ensure_embedder(self, organization_id: str, environment: str) -> KnowledgeState:
-        store = self._core.store
+        store = self._store
         state = store.knowledge_state(organization_id, environment)
         embedder = self.embedder()
         if state.embedder is None or state.embedder != embedder.name:
@@ -158,15 +172,13 @@ class IndexCache:
 
     def _reembed(self, organization_id: str, environment: str, embedder: Embedder) -> None:
         segments: list[tuple[str | None, npt.NDArray[np.int64], npt.NDArray[np.float32]]] = []
-        for document_id, ids, texts in self._core.store.iter_chunk_texts(
-            organization_id, environment
-        ):
+        for document_id, ids, texts in self._store.iter_chunk_texts(organization_id, environment):
             if not texts:
                 continue
             vectors = unit_rows(embedder.embed(texts, kind="passage"))
             keep = nonzero_rows(vectors)
             segments.append((document_id, np.asarray(ids, dtype=np.int64)[keep], vectors[keep]))
-        self._core.store.replace_all_vectors(
+        self._store.replace_all_vectors(
             organization_id, environment, embedder.name, segments, embedder.dimension
         )
         self._entries.pop((organization_id, environment), None)

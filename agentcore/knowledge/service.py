@@ -16,23 +16,32 @@ from agentcore.models import Deleted, Document, DocumentList, SearchResponse, Se
 from agentcore.storage.records import StoredChunk
 
 if TYPE_CHECKING:
+    from agentcore.config import Settings
+    from agentcore.storage.base import KnowledgeStorage
     from agentcore.workspace import Workspace
 
 
-def index_cache(workspace: Workspace) -> IndexCache:
-    """The core's shared index cache."""
-    cache: IndexCache = workspace.core.service("index_cache", IndexCache)
-    return cache
-
-
 class KnowledgeService:
-    """The knowledge core of one workspace; reached as ``workspace.knowledge``."""
+    """The knowledge core of one workspace; reached as ``workspace.knowledge``.
 
-    def __init__(self, workspace: Workspace) -> None:
+    :param workspace: whose documents, and the scopes the caller holds.
+    :param store: where documents, chunks and vectors are kept.
+    :param settings: upload, chunking and search limits.
+    :param index: the core's shared cache of workspace indexes (and its embedder).
+    """
+
+    def __init__(
+        self,
+        workspace: Workspace,
+        *,
+        store: KnowledgeStorage,
+        settings: Settings,
+        index: IndexCache,
+    ) -> None:
         self._ws = workspace
-        self._store = workspace.core.store
-        self._settings = workspace.core.settings
-        self._cache = index_cache(workspace)
+        self._store = store
+        self._settings = settings
+        self._cache = index
 
     # ingestion -----------------------------------------------------------------
 

@@ -12,9 +12,11 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import numpy as np
 import numpy.typing as npt
-from pydantic import SecretStr
+from pydantic import AliasChoices, Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from agentcore.chat_models import ChatRequest, ChatResult, ToolCall
+from agentcore.config import PluginSettings
 from agentcore.errors import ProviderError, ProviderTimeout
 from agentcore.hookspecs import hookimpl
 from agentcore.knowledge.embedders import EmbedKind
@@ -29,8 +31,10 @@ __all__ = [
     "EMBED_BATCH",
     "OpenAIChatModel",
     "OpenAIEmbedder",
+    "OpenAISettings",
     "agentcore_register_chat_models",
     "agentcore_register_embedders",
+    "agentcore_register_settings",
 ]
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
@@ -411,10 +415,41 @@ def _strip_markers(text: str) -> str:
     return _MARKER.sub("", text).strip()
 
 
-def _base_url(settings: Settings) -> str | None:
-    if settings.openai_base_url:
-        return settings.openai_base_url
-    return DEFAULT_BASE_URL if settings.openai_api_key is not None else None
+class OpenAISettings(PluginSettings):
+    """Settings of the OpenAI-compatible provider (OpenAI, Ollama, vLLM, llama.cpp).
+
+    Namespace ``openai``: ``AGENTCORE_OPENAI_<FIELD>`` variables, or
+    ``AgentCore.open(path, openai_<field>=...)``. The key falls back to the
+    conventional ``OPENAI_API_KEY`` variable.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="AGENTCORE_OPENAI_")
+
+    base_url: str | None = Field(None, description="Default https://api.openai.com/v1 with a key.")
+    api_key: SecretStr | None = Field(
+        None, validation_alias=AliasChoices("agentcore_openai_api_key", "openai_api_key")
+    )
+    model: str | None = Field(None, description="Registers chat model ``openai:<model>``.")
+    embedding_model: str | None = Field(None, description="Registers embedder ``openai:<name>``.")
+    embedding_dimension: int | None = Field(None, description="Probed on first use when unset.")
+
+    @field_validator("api_key", mode="before")
+    @classmethod
+    def _no_empty_key(cls, value: Any) -> Any:
+        # an empty OPENAI_API_KEY means "no key", as it always did
+        return None if value == "" else value
+
+    def resolved_base_url(self) -> str | None:
+        """The base URL to call: the configured one, OpenAI's with only a key, else none."""
+        if self.base_url:
+            return self.base_url
+        return DEFAULT_BASE_URL if self.api_key is not None else None
+
+
+@hookimpl
+def agentcore_register_settings(register: Callable[[str, type[BaseSettings]], None]) -> None:
+    """Declare ``OpenAISettings`` under the namespace ``openai``."""
+    register("openai", OpenAISettings)
 
 
 @hookimpl
@@ -422,14 +457,15 @@ def agentcore_register_chat_models(
     register: Callable[[ChatModel], None], settings: Settings
 ) -> None:
     """Register ``openai:<model>`` when a base URL (or an API key) and a model are set."""
-    base_url = _base_url(settings)
-    if base_url and settings.openai_model:
+    openai = settings.plugin(OpenAISettings)
+    base_url = openai.resolved_base_url()
+    if base_url and openai.model:
         register(
             OpenAIChatModel(
-                f"openai:{settings.openai_model}",
+                f"openai:{openai.model}",
                 base_url,
-                settings.openai_api_key,
-                settings.openai_model,
+                openai.api_key,
+                openai.model,
                 timeout=settings.model_timeout,
             )
         )
@@ -439,15 +475,16 @@ def agentcore_register_chat_models(
 def agentcore_register_embedders(register: Callable[[Embedder], None], settings: Settings) -> None:
     """Register ``openai:<embedding model>`` when a base URL (or key) and the model are
     set; without ``openai_embedding_dimension`` the dimension is probed on first use."""
-    base_url = _base_url(settings)
-    if base_url and settings.openai_embedding_model:
+    openai = settings.plugin(OpenAISettings)
+    base_url = openai.resolved_base_url()
+    if base_url and openai.embedding_model:
         register(
             OpenAIEmbedder(
-                f"openai:{settings.openai_embedding_model}",
+                f"openai:{openai.embedding_model}",
                 base_url,
-                settings.openai_api_key,
-                settings.openai_embedding_model,
-                settings.openai_embedding_dimension,
+                openai.api_key,
+                openai.embedding_model,
+                openai.embedding_dimension,
                 timeout=settings.model_timeout,
             )
         )

@@ -27,13 +27,8 @@ from agentcore.storage.records import (
 )
 
 
-class Store(Protocol):
-    """A backend for everything agentcore keeps."""
-
-    url: str
-
-    def close(self) -> None:
-        """Release connections."""
+class KeyStorage(Protocol):
+    """Organizations and API keys: what ``KeyManager`` and ``AgentCore`` use."""
 
     # organizations and keys
     def ensure_organization(self, name: str) -> Organization:
@@ -57,6 +52,10 @@ class Store(Protocol):
     def update_key(self, key_id: str, **changes: Any) -> None:
         """Set ``revoked_at``, ``expires_at``, ``last_used_at`` or ``name``."""
 
+
+class AgentStorage(Protocol):
+    """Agents: what ``AgentService`` uses (and chat, to find the answering agent)."""
+
     # agents
     def insert_agent(self, organization_id: str, environment: str, agent: Agent) -> None:
         """Store a new agent."""
@@ -79,6 +78,10 @@ class Store(Protocol):
         statuses: tuple[str, ...],
     ) -> tuple[list[Agent], bool]:
         """A page of agents with one of ``statuses``, newest first, and ``has_more``."""
+
+
+class KnowledgeStorage(Protocol):
+    """Documents, chunks and vectors: what ``KnowledgeService`` and ``IndexCache`` use."""
 
     # knowledge
     def insert_document(
@@ -160,6 +163,10 @@ class Store(Protocol):
     ) -> Iterator[tuple[str, list[int], list[str]]]:
         """``(document_id, chunk ids, texts)`` per document."""
 
+
+class WebhookStorage(Protocol):
+    """Subscriptions and the event outbox: what ``WebhookService`` and ``WebhookRuntime`` use."""
+
     # webhooks and the event outbox
     def insert_subscription(
         self,
@@ -234,6 +241,10 @@ class Store(Protocol):
     ) -> tuple[list[Delivery], bool]:
         """A page of a subscription's deliveries with attempts."""
 
+
+class ConversationStorage(Protocol):
+    """Conversations and their messages: what ``ChatService`` uses."""
+
     # conversations
     def create_conversation(self, organization_id: str, environment: str, agent_id: str) -> str:
         """A new conversation's id."""
@@ -248,6 +259,10 @@ class Store(Protocol):
 
     def recent_messages(self, conversation_id: str, limit: int) -> list[StoredMessage]:
         """The last ``limit`` messages, oldest first."""
+
+
+class IdempotencyStorage(Protocol):
+    """Idempotency keys and the results they replay: what ``agentcore.idempotency`` uses."""
 
     # idempotency
     def claim_idempotency_key(
@@ -270,10 +285,35 @@ class Store(Protocol):
     def release_idempotency_key(self, organization_id: str, environment: str, key: str) -> None:
         """Forget an in-progress claim."""
 
-    # shared rate limits
+
+class RateLimitStorage(Protocol):
+    """Token buckets shared by every process on the store (``rate_limit_backend = "store"``)."""
+
     def take_token(self, key_id: str, *, rate: float, burst: float, now: float) -> TokenTake:
         """Take one token from ``key_id``'s bucket, atomically for every process.
 
         The bucket refills at ``rate`` tokens a second up to ``burst`` (a new bucket
         starts full); ``now`` is Unix time, the clock every node shares.
         """
+
+
+class Store(
+    KeyStorage,
+    AgentStorage,
+    KnowledgeStorage,
+    WebhookStorage,
+    ConversationStorage,
+    IdempotencyStorage,
+    RateLimitStorage,
+    Protocol,
+):
+    """A backend for everything agentcore keeps: every slice above, plus its lifecycle.
+
+    Services depend on the slice they use (``AgentStorage``, ...); only the core, which
+    wires them, holds the whole ``Store``.
+    """
+
+    url: str
+
+    def close(self) -> None:
+        """Release connections."""

@@ -27,7 +27,8 @@ from agentcore.webhooks.signing import build_headers, encode_payload
 from agentcore.webhooks.ssrf import AddressPolicy, Resolver, default_resolver
 
 if TYPE_CHECKING:
-    from agentcore.core import AgentCore
+    from agentcore.config import Settings
+    from agentcore.storage.base import WebhookStorage
 
 log = logging.getLogger("agentcore.webhooks")
 
@@ -43,18 +44,22 @@ class WebhookRuntime:
 
     ``clock`` (Unix seconds) and ``rng`` are injectable so tests drive retries without
     sleeping; ``resolver`` is injectable so tests can point host names anywhere.
+
+    :param store: subscriptions, deliveries and the event outbox.
+    :param settings: the ``webhook_*`` settings (allowed networks, time-out, workers,
+        when a failing subscription is disabled).
     """
 
     def __init__(
         self,
-        core: AgentCore,
+        store: WebhookStorage,
+        settings: Settings,
         *,
         clock: Callable[[], float] = time.time,
         rng: random.Random | None = None,
         resolver: Resolver = default_resolver,
     ) -> None:
-        settings = core.settings
-        self.core = core
+        self.store = store
         self.clock = clock
         self.rng = rng or random.Random()
         self.resolver = resolver
@@ -78,7 +83,7 @@ class WebhookRuntime:
 
     def record(self, event: Event) -> None:
         """Bus sink: store the event and its deliveries, then wake the worker."""
-        if self.core.store.record_event(event, now=self.clock()):
+        if self.store.record_event(event, now=self.clock()):
             self._wake.set()
 
     def wake(self) -> None:
@@ -127,7 +132,7 @@ class WebhookRuntime:
             self._wake.clear()
 
     def _idle_wait(self) -> float:
-        due = self.core.store.next_due_at()
+        due = self.store.next_due_at()
         if due is None:
             return IDLE_POLL
         return min(max(due - self.clock(), 0.01), IDLE_POLL)
@@ -149,7 +154,7 @@ class WebhookRuntime:
         if free <= 0:
             return 0
         lease = self.timeout + LEASE_MARGIN
-        due = self.core.store.claim_due_deliveries(
+        due = self.store.claim_due_deliveries(
             now=self.clock(), lease_seconds=lease, limit=free, busy_subscriptions=busy
         )
         lease_ends = time.monotonic() + lease
@@ -208,7 +213,7 @@ class WebhookRuntime:
         """Send every due delivery now, in this thread (tests drive retries with this)."""
         client = make_client(self.policy, timeout=self.timeout, resolver=self.resolver)
         try:
-            due = self.core.store.claim_due_deliveries(
+            due = self.store.claim_due_deliveries(
                 now=self.clock(), lease_seconds=self.timeout + LEASE_MARGIN, limit=10_000
             )
             for delivery in due:
@@ -252,7 +257,7 @@ class WebhookRuntime:
             else:
                 outcome = "pending"
                 next_at = now + delay
-        self.core.store.record_attempt(
+        self.store.record_attempt(
             delivery,
             attempted_at=isoformat(utcnow()),
             status_code=result.status_code,
