@@ -232,7 +232,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--db",
         default=os.environ.get("AGENTCORE_DB", DEFAULT_DB),
-        help="SQLite database file (default ./agentcore.db or $AGENTCORE_DB)",
+        help="SQLite file or postgresql:// URL (default ./agentcore.db or $AGENTCORE_DB)",
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -298,6 +298,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         core = AgentCore.open(args.db)
+    except AgentCoreError as error:  # e.g. PostgreSQL unreachable: names host and database
+        print(f"agentcore: {error.detail}", file=sys.stderr)
+        return 2
     except Exception as exc:  # a clear line, not a traceback, for a bad --db
         print(f"agentcore: cannot open {args.db}: {exc}", file=sys.stderr)
         return 2

@@ -108,6 +108,19 @@ class Settings(BaseSettings):
     webhook_disable_after: float = Field(5 * 86_400, gt=0, description="Seconds of failure.")
     start_workers: bool = Field(True, description="Whether `start()` runs webhook delivery.")
 
+    # PostgreSQL store (postgresql:// URLs; the `postgres` extra)
+    postgres_pool_size: int = Field(10, ge=1, description="Connections per node.")
+    postgres_timeout: float = Field(
+        5.0, gt=0, description="Seconds to wait for a connection before answering 503."
+    )
+    vector_search: Literal["memory", "pgvector"] = Field(
+        "memory",
+        description="Where knowledge search runs: this node's RAM, or PostgreSQL (pgvector).",
+    )
+    pgvector_hnsw: bool = Field(
+        False, description="With pgvector: approximate HNSW index instead of an exact scan."
+    )
+
     # Keys and rate limits
     rate_limit_live: float = Field(100.0, gt=0, description="Requests per second per live key.")
     rate_limit_test: float = Field(25.0, gt=0, description="Requests per second per test key.")

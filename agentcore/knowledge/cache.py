@@ -13,6 +13,7 @@ import numpy.typing as npt
 from agentcore.errors import Conflict, InvalidRequest, ValidationFailed
 from agentcore.knowledge.embedders import Embedder
 from agentcore.knowledge.index import VectorIndex
+from agentcore.storage.base import VectorSearchStore
 from agentcore.storage.records import KnowledgeState
 
 if TYPE_CHECKING:
@@ -50,6 +51,8 @@ class IndexCache:
     :param embedder: the name of the one that indexes (``Settings.embedder``).
     :param catchup_max_rows: most rows to add from the change log before a full
         reload is preferred (``Settings.index_catchup_max_rows``).
+    :param store_search: a store that ranks vectors itself; when given
+        (``vector_search="pgvector"``), searches run there and no index is held here.
     """
 
     def __init__(
@@ -59,8 +62,10 @@ class IndexCache:
         embedders: Mapping[str, Embedder],
         embedder: str,
         catchup_max_rows: int = 100_000,
+        store_search: VectorSearchStore | None = None,
     ) -> None:
         self._store = store
+        self._store_search = store_search
         self._embedders = embedders
         self._embedder_name = embedder
         self._catchup_max_rows = catchup_max_rows
@@ -99,6 +104,38 @@ class IndexCache:
             if entry is not None and (entry.version == state.version or self._catch_up(key, entry)):
                 return entry.index
             return self._load(key, state)
+
+    def search(
+        self,
+        organization_id: str,
+        environment: str,
+        query: Callable[[], npt.NDArray[np.float32] | None],
+        k: int,
+        min_score: float | None = None,
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]:
+        """The ``k`` best ids and scores for the vector ``query()`` returns (``None``: none).
+
+        The one place search runs: in this node's index (``vector_search="memory"``),
+        or in the store (``"pgvector"``), so a node then holds no vectors in RAM.
+        ``query`` is called only when there is something to search.
+        """
+        empty = (np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float32))
+        if self._store_search is None:
+            index = self.get(organization_id, environment)
+            if len(index) == 0:
+                return empty
+            vector = query()
+            return empty if vector is None else index.search(vector, k, min_score=min_score)
+        self._ensure_embedder(organization_id, environment)
+        vector = query()
+        if vector is None:
+            return empty
+        unit = unit_rows(np.asarray(vector, dtype=np.float32).reshape(1, -1))[0]
+        ids, scores = self._store_search.search_vectors(organization_id, environment, unit, k)
+        if min_score is not None:
+            keep = scores >= min_score
+            ids, scores = ids[keep], scores[keep]
+        return ids, scores
 
     def write(self, organization_id: str, environment: str, store_write: Callable[[], T]) -> T:
         """Run ``store_write`` (a knowledge write to the store), then bring the cache up to date.

@@ -6,6 +6,7 @@ import builtins
 from typing import TYPE_CHECKING
 
 import numpy as np
+import numpy.typing as npt
 
 from agentcore.errors import NotFound, PayloadTooLarge, ValidationFailed
 from agentcore.ids import new_id, utcnow
@@ -196,13 +197,18 @@ class KnowledgeService:
     ) -> builtins.list[tuple[StoredChunk, float]]:
         """The top ``k`` chunks and scores for ``query`` (no argument checks; chat uses it)."""
         self._ws.require("read")
-        index = self._cache.get(self._ws.organization_id, self._ws.environment)
-        if len(index) == 0:
-            return []
-        vector = self._cache.embedder().embed([query], kind="query")[0]
-        if not np.isfinite(vector).all() or not np.any(vector):
-            return []
-        ids, scores = index.search(vector, k, min_score=min_score)
+
+        def query_vector() -> npt.NDArray[np.float32] | None:
+            vector: npt.NDArray[np.float32] = self._cache.embedder().embed(
+                [query], kind="query"
+            )[0]
+            if not np.isfinite(vector).all() or not np.any(vector):
+                return None
+            return vector
+
+        ids, scores = self._cache.search(
+            self._ws.organization_id, self._ws.environment, query_vector, k, min_score
+        )
         chunks = self._store.get_chunks([int(i) for i in ids])
         # a chunk deleted between the index read and this lookup is skipped
         return [

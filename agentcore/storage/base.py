@@ -8,7 +8,7 @@ data — so a PostgreSQL store can implement it without changes to the core.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
@@ -317,3 +317,30 @@ class Store(
 
     def close(self) -> None:
         """Release connections."""
+
+
+@runtime_checkable
+class VectorSearchStore(Protocol):
+    """Optional capability: a store that ranks vectors itself (``vector_search="pgvector"``)."""
+
+    def search_vectors(
+        self,
+        organization_id: str,
+        environment: str,
+        query: npt.NDArray[np.float32],
+        k: int,
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]:
+        """The ``k`` ids most cosine-similar to the unit vector ``query`` and their scores,
+        best first, ties by ascending id (as ``VectorIndex.search``)."""
+
+
+@runtime_checkable
+class EventWaiter(Protocol):
+    """Optional capability: a store that can tell a node when any node recorded an event."""
+
+    def wait_for_events(self, timeout: float) -> bool:
+        """Block up to ``timeout`` seconds; ``True`` as soon as an event was recorded.
+
+        ``False`` on timeout (or while the wake-up channel is broken): callers then poll,
+        so a store without this capability, or a lost wake-up, only adds latency.
+        """
