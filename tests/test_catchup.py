@@ -10,6 +10,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +19,8 @@ from helpers import cli_env, run_cli
 
 from agentcore import AgentCore
 from agentcore.knowledge.cache import IndexCache
-from agentcore.storage.sqlite import SQLiteStore
+from agentcore.models import Document
+from agentcore.storage.base import Store
 from agentcore.workspace import Workspace
 
 ALPHA = "Alpha manual. The red pump needs oil every week. " * 5
@@ -26,11 +28,16 @@ BETA = "Beta guide. Quantum flux capacitors hum when charged by zebras. " * 5
 GAMMA = "Gamma notes. Vintage typewriters jam on humid mornings in Lisbon. " * 5
 
 
+@pytest.fixture(params=["sqlite", "postgres"])
+def store_kind(request: pytest.FixtureRequest) -> str:
+    """Every test here runs on both stores (conftest's ``store_url`` opens the one named)."""
+    return str(request.param)
+
+
 @pytest.fixture
-def pair(tmp_path: Path) -> Iterator[tuple[AgentCore, AgentCore]]:
-    db = tmp_path / "shared.db"
-    a = AgentCore.open(db, start_workers=False)
-    b = AgentCore.open(db, start_workers=False)
+def pair(store_url: str) -> Iterator[tuple[AgentCore, AgentCore]]:
+    a = AgentCore.open(store_url, start_workers=False)
+    b = AgentCore.open(store_url, start_workers=False)
     yield a, b
     a.close()
     b.close()
@@ -100,11 +107,10 @@ def _key(core: AgentCore) -> tuple[str, str]:
     return ws.organization_id, ws.environment
 
 
-def test_a_gap_above_the_threshold_reloads_the_workspace(tmp_path: Path) -> None:
-    db = tmp_path / "shared.db"
+def test_a_gap_above_the_threshold_reloads_the_workspace(store_url: str) -> None:
     with (
-        AgentCore.open(db, start_workers=False) as a,
-        AgentCore.open(db, start_workers=False, index_catchup_max_rows=0) as b,
+        AgentCore.open(store_url, start_workers=False) as a,
+        AgentCore.open(store_url, start_workers=False, index_catchup_max_rows=0) as b,
     ):
         _ws(a).knowledge.ingest_text("alpha.txt", ALPHA)
         _sources(b, "red pump")
@@ -144,50 +150,63 @@ def _vectors(n: int, d: int = 8, seed: int = 0) -> np.ndarray:
     return rows / np.linalg.norm(rows, axis=1, keepdims=True)
 
 
-def test_changes_since_reports_rows_added_and_ids_deleted(tmp_path: Path) -> None:
-    store = SQLiteStore.open(tmp_path / "s.db")
-    try:
-        empty = store.changes_since("org", "test", 0, max_rows=10)
-        assert empty is not None and empty.version == 0 and empty.added_ids.size == 0
-        store.add_vectors("org", "test", "doc_a", "e", 8, np.arange(1, 4), _vectors(3))
-        store.add_vectors("org", "test", "doc_b", "e", 8, np.arange(10, 12), _vectors(2, seed=1))
-        changes = store.changes_since("org", "test", 1, max_rows=10)
-        assert changes is not None and changes.version == 2
-        assert changes.added_ids.tolist() == [10, 11]
-        np.testing.assert_array_equal(changes.added_vectors, _vectors(2, seed=1))
-        assert changes.deleted_ids.size == 0
-
-        with store.db.write() as conn:  # a document row so delete_document finds it
-            conn.execute(
-                "INSERT INTO documents (id, organization_id, environment, source, content_type,"
-                " pages, chunks, bytes, created_at) VALUES ('doc_a', 'org', 'test', 'a', 't',"
-                " 1, 3, 1, '2026-01-01T00:00:00.000Z')"
-            )
-        assert store.delete_document("org", "test", "doc_a")
-        changes = store.changes_since("org", "test", 0, max_rows=10)
-        assert changes is not None and changes.version == 3
-        assert changes.added_ids.tolist() == [10, 11]  # doc_a's rows are gone ...
-        assert sorted(changes.deleted_ids.tolist()) == [1, 2, 3]  # ... and tombstoned
-        up_to_date = store.changes_since("org", "test", 3, max_rows=0)
-        assert up_to_date is not None and up_to_date.version == 3
-    finally:
-        store.close()
+@pytest.fixture
+def store(store_url: str) -> Iterator[Store]:
+    core = AgentCore.open(store_url, start_workers=False)
+    yield core.store
+    core.close()
 
 
-def test_changes_since_refuses_what_it_cannot_bridge(tmp_path: Path) -> None:
-    store = SQLiteStore.open(tmp_path / "s.db")
-    try:
-        store.add_vectors("org", "test", "doc_a", "e", 8, np.arange(1, 4), _vectors(3))
-        assert store.changes_since("org", "test", 0, max_rows=2) is None  # 3 rows > 2
-        assert store.changes_since("org", "test", 0, max_rows=3) is not None  # boundary
-        assert store.changes_since("org", "test", 5, max_rows=10) is None  # ahead of the store
-        store.replace_all_vectors("org", "test", "e2", [("doc_a", np.arange(1, 4), _vectors(3))], 8)
-        version = store.knowledge_state("org", "test").version
-        assert store.changes_since("org", "test", 1, max_rows=10) is None  # before a re-embed
-        after = store.changes_since("org", "test", version, max_rows=10)
-        assert after is not None and after.added_ids.size == 0
-    finally:
-        store.close()
+def _document(store: Store, name: str, n: int, seed: int) -> list[int]:
+    document = Document(
+        id=f"doc_{name}",
+        source=f"{name}.txt",
+        content_type="text/plain",
+        pages=1,
+        chunks=n,
+        bytes=1,
+        created_at=datetime(2026, 1, 1, tzinfo=UTC),
+    )
+    chunks = [(f"chunk {i}", [1], [0]) for i in range(n)]
+    keep = np.ones(n, dtype=bool)
+    return store.insert_document("org", "test", document, chunks, "e", _vectors(n, seed=seed), keep)
+
+
+def test_changes_since_reports_rows_added_and_ids_deleted(store: Store) -> None:
+    empty = store.changes_since("org", "test", 0, max_rows=10)
+    assert empty is not None and empty.version == 0 and empty.added_ids.size == 0
+    a_ids = _document(store, "a", 3, seed=0)
+    b_ids = _document(store, "b", 2, seed=1)
+    changes = store.changes_since("org", "test", 1, max_rows=10)
+    assert changes is not None and changes.version == 2
+    assert changes.added_ids.tolist() == b_ids
+    np.testing.assert_array_equal(changes.added_vectors, _vectors(2, seed=1))
+    assert changes.deleted_ids.size == 0
+
+    assert store.delete_document("org", "test", "doc_a")
+    changes = store.changes_since("org", "test", 0, max_rows=10)
+    assert changes is not None and changes.version == 3
+    assert changes.added_ids.tolist() == b_ids  # doc_a's rows are gone ...
+    assert sorted(changes.deleted_ids.tolist()) == a_ids  # ... and tombstoned
+    since_one = store.changes_since("org", "test", 1, max_rows=10)
+    assert since_one is not None and sorted(since_one.deleted_ids.tolist()) == a_ids
+    up_to_date = store.changes_since("org", "test", 3, max_rows=0)
+    assert up_to_date is not None and up_to_date.version == 3
+    assert not store.delete_document("org", "test", "doc_a")  # no change, no version
+    assert store.knowledge_state("org", "test").version == 3
+
+
+def test_changes_since_refuses_what_it_cannot_bridge(store: Store) -> None:
+    ids = _document(store, "a", 3, seed=0)
+    assert store.changes_since("org", "test", 0, max_rows=2) is None  # 3 rows > 2
+    assert store.changes_since("org", "test", 0, max_rows=3) is not None  # boundary
+    assert store.changes_since("org", "test", 5, max_rows=10) is None  # ahead of the store
+    segments = [("doc_a", np.asarray(ids, dtype=np.int64), _vectors(3))]
+    store.replace_all_vectors("org", "test", "e2", segments, 8)
+    version = store.knowledge_state("org", "test").version
+    assert store.changes_since("org", "test", 1, max_rows=10) is None  # before a re-embed
+    after = store.changes_since("org", "test", version, max_rows=10)
+    assert after is not None and after.added_ids.size == 0
 
 
 # a real second process ---------------------------------------------------------------
@@ -201,15 +220,15 @@ with AgentCore.open(sys.argv[1], start_workers=False) as core:
 """
 
 
-def test_another_process_writes_are_seen_at_the_next_search(tmp_path: Path) -> None:
-    db = tmp_path / "shared.db"
+def test_another_process_writes_are_seen_at_the_next_search(store_url: str, tmp_path: Path) -> None:
+    db = store_url
     with AgentCore.open(db, start_workers=False) as core:
         _ws(core).knowledge.ingest_text("alpha.txt", ALPHA)
         assert _sources(core, "red pump")[0] == "alpha.txt"
 
         beta = tmp_path / "beta.txt"
         beta.write_text(BETA)
-        done = run_cli("ingest", "--org", "acme", "--env", "test", str(beta), db=db)
+        done = run_cli("--db", db, "ingest", "--org", "acme", "--env", "test", str(beta))
         assert done.returncode == 0, done.stderr
         assert _sources(core, "quantum flux capacitors zebras")[0] == "beta.txt"
 

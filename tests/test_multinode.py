@@ -10,7 +10,6 @@ Parametrised by store, so every other store runs the same tests.
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -34,41 +33,10 @@ HUMAN = "I want to talk to a human, please."  # each such message is one agent.h
 WEBHOOK_TIMEOUT = 2  # seconds per attempt; a lease is this plus 10 s
 
 
-def _postgres_url(tmp_path_factory: pytest.TempPathFactory) -> str:
-    url = os.environ.get("AGENTCORE_TEST_POSTGRES_URL")
-    if url:
-        return url
-    pytest.importorskip("agentcore.storage.postgres", reason="no PostgreSQL store in this build")
-    pgserver = pytest.importorskip("pgserver")
-    import warnings
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        server = pgserver.get_server(tmp_path_factory.mktemp("pg"), cleanup_mode="stop")
-    return str(server.get_uri())
-
-
 @pytest.fixture(params=["sqlite", "postgres"])
-def store_url(
-    request: pytest.FixtureRequest,
-    tmp_path: Path,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> str:
-    """A fresh store for one test: a SQLite file, or a new PostgreSQL database."""
-    if request.param == "sqlite":
-        return str(tmp_path / "nodes.db")
-    base = _postgres_url(tmp_path_factory)
-    import psycopg
-
-    name = f"nodes_{os.getpid()}_{time.monotonic_ns()}"
-    with psycopg.connect(base, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    return base.rsplit("/", 1)[0] + "/" + name if "?" not in base else _swap_db(base, name)
-
-
-def _swap_db(url: str, name: str) -> str:
-    head, query = url.split("?", 1)
-    return head.rsplit("/", 1)[0] + "/" + name + "?" + query
+def store_kind(request: pytest.FixtureRequest) -> str:
+    """Every test here runs on both stores (conftest's ``store_url`` opens the one named)."""
+    return str(request.param)
 
 
 class Node:

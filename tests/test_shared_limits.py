@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
+from collections.abc import Iterator
 
 import pytest
 from helpers import cli_env
@@ -13,17 +13,23 @@ from helpers import cli_env
 from agentcore import AgentCore, RateLimited
 from agentcore.config import Settings
 from agentcore.limits import RateLimiter
-from agentcore.storage.sqlite import SQLiteStore
+from agentcore.storage.base import Store
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store_kind(request: pytest.FixtureRequest) -> str:
+    """Every test here runs on both stores (conftest's ``store_url`` opens the one named)."""
+    return str(request.param)
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> SQLiteStore:
-    opened = SQLiteStore.open(tmp_path / "limits.db")
-    yield opened  # type: ignore[misc]
-    opened.close()
+def store(store_url: str) -> Iterator[Store]:
+    core = AgentCore.open(store_url, start_workers=False)
+    yield core.store
+    core.close()
 
 
-def test_take_token_starts_full_spends_and_refills(store: SQLiteStore) -> None:
+def test_take_token_starts_full_spends_and_refills(store: Store) -> None:
     takes = [store.take_token("key_1", rate=4, burst=4, now=100.0) for _ in range(5)]
     assert [t.allowed for t in takes] == [True, True, True, True, False]
     assert [t.tokens for t in takes] == [3.0, 2.0, 1.0, 0.0, 0.0]
@@ -35,13 +41,13 @@ def test_take_token_starts_full_spends_and_refills(store: SQLiteStore) -> None:
     assert after.allowed and after.tokens == 3.0
 
 
-def test_buckets_are_per_key(store: SQLiteStore) -> None:
+def test_buckets_are_per_key(store: Store) -> None:
     assert store.take_token("key_1", rate=1, burst=1, now=0.0).allowed
     assert not store.take_token("key_1", rate=1, burst=1, now=0.0).allowed
     assert store.take_token("key_2", rate=1, burst=1, now=0.0).allowed
 
 
-def test_a_clock_that_goes_back_never_refills(store: SQLiteStore) -> None:
+def test_a_clock_that_goes_back_never_refills(store: Store) -> None:
     assert store.take_token("key_1", rate=1, burst=1, now=50.0).allowed
     # another node whose clock is 10 s behind: no negative refill, no free token
     behind = store.take_token("key_1", rate=1, burst=1, now=40.0)
@@ -49,13 +55,13 @@ def test_a_clock_that_goes_back_never_refills(store: SQLiteStore) -> None:
     assert store.take_token("key_1", rate=1, burst=1, now=51.0).allowed
 
 
-def test_a_burst_below_one_never_allows(store: SQLiteStore) -> None:
+def test_a_burst_below_one_never_allows(store: Store) -> None:
     assert not store.take_token("key_1", rate=0.5, burst=0.5, now=0.0).allowed
     assert not store.take_token("key_1", rate=0.5, burst=0.5, now=10.0).allowed
 
 
-def test_two_cores_on_one_store_share_a_limit(tmp_path: Path) -> None:
-    db = tmp_path / "shared.db"
+def test_two_cores_on_one_store_share_a_limit(store_url: str) -> None:
+    db = store_url
     clock = [1000.0]
     with (
         AgentCore.open(db, start_workers=False, rate_limit_backend="store") as a,
@@ -79,12 +85,14 @@ def test_the_local_backend_keeps_a_limit_per_process() -> None:
     assert [two.check("k", "test").allowed for _ in range(3)] == [True, True, False]
 
 
-def test_the_default_backend_is_local_and_writes_nothing(tmp_path: Path) -> None:
-    with AgentCore.open(tmp_path / "s.db", start_workers=False) as core:
+def test_the_default_backend_is_local_and_writes_nothing(store_url: str) -> None:
+    with AgentCore.open(store_url, start_workers=False) as core:
         assert core.settings.rate_limit_backend == "local"
-        core.rate_limiter.check("key_1", "test")
-        with core.store.db.read() as conn:
-            assert conn.execute("SELECT COUNT(*) FROM rate_limit_buckets").fetchone()[0] == 0
+        for _ in range(int(core.settings.rate_limit_test)):
+            core.rate_limiter.check("key_1", "test")
+        # the local bucket is spent, the store's is untouched (a new bucket starts full)
+        assert not core.rate_limiter.check("key_1", "test").allowed
+        assert core.store.take_token("key_1", rate=2, burst=2, now=0.0).tokens == 1.0
 
 
 def test_a_bad_backend_name_is_refused() -> None:
@@ -94,17 +102,16 @@ def test_a_bad_backend_name_is_refused() -> None:
 
 TAKE_SCRIPT = """
 import json, sys
-from agentcore.storage.sqlite import SQLiteStore
-store = SQLiteStore.open(sys.argv[1])
-print(json.dumps([store.take_token("key_1", rate=20, burst=20, now=500.0).allowed
-                  for _ in range(15)]))
-store.close()
+from agentcore import AgentCore
+with AgentCore.open(sys.argv[1], start_workers=False) as core:
+    print(json.dumps([core.store.take_token("key_1", rate=20, burst=20, now=500.0).allowed
+                      for _ in range(15)]))
 """
 
 
-def test_two_processes_taking_at_once_never_exceed_the_burst(tmp_path: Path) -> None:
-    db = tmp_path / "shared.db"
-    SQLiteStore.open(db).close()
+def test_two_processes_taking_at_once_never_exceed_the_burst(store_url: str) -> None:
+    db = store_url
+    AgentCore.open(db, start_workers=False).close()
     procs = [
         subprocess.Popen(
             [sys.executable, "-c", TAKE_SCRIPT, str(db)],
