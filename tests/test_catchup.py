@@ -244,3 +244,29 @@ def test_another_process_writes_are_seen_at_the_next_search(store_url: str, tmp_
         assert deleted.returncode == 0, deleted.stderr
         assert "beta.txt" not in _sources(core, "quantum flux capacitors zebras")
         assert (_cache(core).reloads, _cache(core).catch_ups) == (1, 2)
+
+
+# room to grow after a load -------------------------------------------------------------
+
+
+def test_an_adopted_index_takes_spare_rows_without_copying_the_matrix() -> None:
+    from agentcore.knowledge.index import VectorIndex
+
+    index = VectorIndex.adopt(np.arange(10), _vectors(10), spare_rows=5)
+    size = index.nbytes
+    index.add(np.arange(100, 105), _vectors(5, seed=3))  # fills the spare rows exactly
+    assert index.nbytes == size and len(index) == 15
+    found, _ = index.search(_vectors(5, seed=3)[2], 1)
+    assert found.tolist() == [102]
+    index.add([200], _vectors(1, seed=4))  # one past the spare room: grows
+    assert index.nbytes > size and len(index) == 16
+
+
+def test_arrays_that_do_not_own_their_memory_are_adopted_as_they_are() -> None:
+    from agentcore.knowledge.index import VectorIndex
+
+    base = _vectors(20)
+    view = base[:10]  # a view: enlarging it in place would move memory under ``base``
+    index = VectorIndex.adopt(np.arange(10), view, spare_rows=100)
+    assert index.nbytes == view.nbytes + np.arange(10).nbytes
+    np.testing.assert_array_equal(base[:10], view)
