@@ -119,6 +119,7 @@ def cmd_serve(core: AgentCore, args: argparse.Namespace) -> int:
         )
         return 2
     if args.workers > 1:
+        core.close()  # the store is migrated; each worker process opens its own core
         return _serve_workers(uvicorn, args)
     app = create_app(core)
     config = uvicorn.Config(
