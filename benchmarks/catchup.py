@@ -15,7 +15,7 @@ Per round, B times:
 
 Prints a Markdown table of medians over ``--rounds`` and the ratios against the
 normal search measured in the same round; target: ``after write`` <= 3x ``normal``.
-Run: ``python benchmarks/catchup.py [--rows 200000] [--rounds 5]``.
+Run: ``python benchmarks/catchup.py [--rows 200000] [--rounds 5] [--db URL|pgserver]``.
 """
 
 from __future__ import annotations
@@ -149,12 +149,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--doc-kb", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--searches", type=int, default=20)
+    parser.add_argument(
+        "--db",
+        help="an empty store URL (e.g. postgresql://...), or `pgserver` for a throwaway"
+        " local PostgreSQL; default: a temporary SQLite file",
+    )
     args = parser.parse_args(argv)
 
     from agentcore import AgentCore
 
     with tempfile.TemporaryDirectory() as tmp:
-        db = str(Path(tmp) / "catchup.db")
+        db = args.db or str(Path(tmp) / "catchup.db")
+        if db == "pgserver":
+            from http_load import start_pgserver
+
+            db = start_pgserver(Path(tmp) / "pg")
         began = time.perf_counter()
         dimension = fill(db, args.rows)
         print(
@@ -200,8 +209,9 @@ def main(argv: list[str] | None = None) -> int:
     ratio_after = statistics.median(r["after_write_ms"] / r["normal_ms"] for r in rounds)
     ratio_reload = statistics.median(r["full_reload_ms"] / r["normal_ms"] for r in rounds)
     print()
+    store = "PostgreSQL" if db.startswith(("postgresql://", "postgres://")) else "SQLite"
     print(
-        f"{args.rows} x {dimension} vectors, one {args.doc_kb} KB document per round"
+        f"{store}: {args.rows} x {dimension} vectors, one {args.doc_kb} KB document per round"
         f" (~{rounds[0]['chunks']} rows), median of {args.rounds} rounds;"
         f" {os.cpu_count()} CPUs shared with other work"
     )
@@ -222,6 +232,7 @@ def main(argv: list[str] | None = None) -> int:
         json.dumps(
             {
                 "benchmark": "catchup",
+                "store": store,
                 "rows": args.rows,
                 "dimension": dimension,
                 "doc_kb": args.doc_kb,
