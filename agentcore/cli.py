@@ -118,6 +118,9 @@ def cmd_serve(core: AgentCore, args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    if args.workers > 1:
+        core.close()  # the store is migrated; each worker process opens its own core
+        return _serve_workers(uvicorn, args)
     app = create_app(core)
     config = uvicorn.Config(
         app, host=args.host, port=args.port, log_level=args.log_level, lifespan="on"
@@ -129,6 +132,31 @@ def cmd_serve(core: AgentCore, args: argparse.Namespace) -> int:
         signal.signal(sig, lambda *_: setattr(server, "should_exit", True))
     print(f"agentcore serving {args.db} on http://{args.host}:{args.port}/v1", flush=True)
     server.run()  # uvicorn handles SIGTERM/SIGINT: stops accepting, drains, runs shutdown
+    return 0
+
+
+def _serve_workers(uvicorn: Any, args: argparse.Namespace) -> int:
+    """Serve with ``args.workers`` processes on one socket (the store is already migrated).
+
+    Each worker opens its own core on the same store from the environment; uvicorn's
+    supervisor restarts a worker that dies and, on SIGTERM or SIGINT, stops every
+    worker gracefully (each drains and stops its webhook worker) before returning.
+    """
+    os.environ["AGENTCORE_DB"] = args.db
+    print(
+        f"agentcore serving {args.db} on http://{args.host}:{args.port}/v1"
+        f" with {args.workers} worker processes",
+        flush=True,
+    )
+    uvicorn.run(
+        "agentcore_starlette.serve:app_from_environment",
+        factory=True,
+        workers=args.workers,
+        host=args.host,
+        port=args.port,
+        log_level=args.log_level,
+        lifespan="on",
+    )
     return 0
 
 
@@ -192,6 +220,13 @@ def cmd_search(core: AgentCore, args: argparse.Namespace) -> int:
     return 0
 
 
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``agentcore`` command."""
     parser = argparse.ArgumentParser(prog="agentcore", description=__doc__)
@@ -238,6 +273,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--log-level", default="info")
+    p.add_argument(
+        "--workers",
+        type=_positive_int,
+        default=1,
+        help="worker processes sharing the port and the store (default 1)",
+    )
 
     p = command("ingest", cmd_ingest, "ingest files and folders into the knowledge core")
     p.add_argument("--org", required=True)

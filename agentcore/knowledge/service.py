@@ -12,7 +12,6 @@ from agentcore.errors import NotFound, PayloadTooLarge, ValidationFailed
 from agentcore.ids import new_id, utcnow
 from agentcore.knowledge.cache import IndexCache, nonzero_rows, unit_rows
 from agentcore.knowledge.chunking import chunk_pages
-from agentcore.knowledge.index import VectorIndex
 from agentcore.knowledge.ingest import ParsedDocument, parse_document, parse_text
 from agentcore.models import Deleted, Document, DocumentList, SearchResponse, SearchResult
 from agentcore.storage.records import StoredChunk
@@ -102,10 +101,9 @@ class KnowledgeService:
         )
         keep = nonzero_rows(vectors)
         ws = self._ws
-        added: list[int] = []
 
         def store_write() -> None:
-            ids = self._store.insert_document(
+            self._store.insert_document(
                 ws.organization_id,
                 ws.environment,
                 document,
@@ -114,12 +112,8 @@ class KnowledgeService:
                 vectors,
                 keep,
             )
-            added.extend(ids)
 
-        def apply(index: VectorIndex) -> None:
-            index.add(np.asarray(added, dtype=np.int64)[keep], vectors[keep])
-
-        self._cache.write(ws.organization_id, ws.environment, store_write, apply)
+        self._cache.write(ws.organization_id, ws.environment, store_write)
         return document
 
     # documents -----------------------------------------------------------------
@@ -149,16 +143,11 @@ class KnowledgeService:
         """Delete a document; its chunks leave search at once. Write scope."""
         self._ws.require("write")
         ws = self._ws
-        chunk_ids: list[int] = []
 
         def store_write() -> bool:
-            chunk_ids.extend(self._store.chunk_ids(ws.organization_id, ws.environment, document_id))
             return self._store.delete_document(ws.organization_id, ws.environment, document_id)
 
-        def apply(index: VectorIndex) -> None:
-            index.remove(np.asarray(chunk_ids, dtype=np.int64))
-
-        if not self._cache.write(ws.organization_id, ws.environment, store_write, apply):
+        if not self._cache.write(ws.organization_id, ws.environment, store_write):
             raise NotFound(f"No document with id {document_id!r}.", param="id")
         return Deleted(id=document_id)
 
@@ -210,9 +199,9 @@ class KnowledgeService:
         self._ws.require("read")
 
         def query_vector() -> npt.NDArray[np.float32] | None:
-            vector = np.asarray(
-                self._cache.embedder().embed([query], kind="query")[0], dtype=np.float32
-            )
+            vector: npt.NDArray[np.float32] = self._cache.embedder().embed(
+                [query], kind="query"
+            )[0]
             if not np.isfinite(vector).all() or not np.any(vector):
                 return None
             return vector

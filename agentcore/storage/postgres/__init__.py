@@ -26,6 +26,7 @@ from agentcore.storage.postgres.connection import (
 )
 from agentcore.storage.postgres.idempotency import IdempotencyStore
 from agentcore.storage.postgres.knowledge import KnowledgeStore
+from agentcore.storage.postgres.limits import RateLimitStore
 from agentcore.storage.postgres.schema import MIGRATION_LOCK, VECTOR_ROWS, SchemaTooNew, migrate
 from agentcore.storage.postgres.tenancy import TenancyStore
 from agentcore.storage.postgres.webhooks import CHANNEL, WebhookStore
@@ -39,7 +40,13 @@ def is_postgres_url(url: str) -> bool:
 
 
 class PostgresStore(
-    TenancyStore, AgentStore, KnowledgeStore, WebhookStore, ChatStore, IdempotencyStore
+    TenancyStore,
+    AgentStore,
+    KnowledgeStore,
+    WebhookStore,
+    ChatStore,
+    IdempotencyStore,
+    RateLimitStore,
 ):
     """Everything agentcore keeps, in one PostgreSQL database shared by every node."""
 

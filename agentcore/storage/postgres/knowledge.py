@@ -19,12 +19,14 @@ import numpy.typing as npt
 from agentcore.ids import isoformat
 from agentcore.models import Document
 from agentcore.storage.postgres.connection import Conn, Database, page_rows, retrying
-from agentcore.storage.records import KnowledgeState, StoredChunk
+from agentcore.storage.records import KnowledgeChanges, KnowledgeState, StoredChunk
 
 _WORKSPACE = "organization_id = %s AND environment = %s"
 SEGMENT_ROWS = 65_536  # ~100 MB of float32 at d=384, far below bytea's 1 GB limit
 RESCORE = 4  # candidates PostgreSQL returns per result, re-scored exactly in float32
 _DOCUMENT_COLUMNS = "id, source, content_type, pages, chunks, bytes, created_at"
+# Versions of deletions the change log keeps; a cache further behind reloads the workspace.
+TOMBSTONE_VERSIONS = 10_000
 
 
 class KnowledgeStore:
@@ -127,13 +129,16 @@ class KnowledgeStore:
         if vectors.ndim != 2 or vectors.shape != (len(ids), dimension):
             raise ValueError("vectors must have shape (len(ids), dimension)")
         with self.db.write() as conn:
+            # the bump first: its row lock orders concurrent writers, so versions
+            # commit in order and each segment carries the version that added it
+            version = self._bump(conn, organization_id, environment, embedder, dimension)
             with conn.cursor() as cursor:
                 for start in range(0, len(ids), SEGMENT_ROWS):
                     part = slice(start, start + SEGMENT_ROWS)
                     cursor.execute(
                         "INSERT INTO vector_segments (organization_id, environment, document_id,"
-                        " embedder, dimension, count, ids, vectors)"
-                        " VALUES (%s, %s, %s, %s, %s, %s, %b, %b)",
+                        " embedder, dimension, count, ids, vectors, version)"
+                        " VALUES (%s, %s, %s, %s, %s, %s, %b, %b, %s)",
                         [
                             organization_id,
                             environment,
@@ -143,11 +148,11 @@ class KnowledgeStore:
                             len(ids[part]),
                             ids[part].tobytes(),
                             vectors[part].tobytes(),
+                            version,
                         ],
                     )
             if self.vector_rows and len(ids):
                 self._copy_rows(conn, organization_id, environment, document_id, ids, vectors)
-            self._bump(conn, organization_id, environment, embedder, dimension)
 
     def _copy_rows(
         self,
@@ -255,6 +260,13 @@ class KnowledgeStore:
                 self.add_vectors(
                     organization_id, environment, document_id, embedder, dimension, ids, vectors
                 )
+            # every vector changed: the change log starts afresh after this version
+            version = self._bump(conn, organization_id, environment)
+            conn.execute(
+                f"UPDATE knowledge_state SET log_floor = %s WHERE {_WORKSPACE}",
+                [version, *scope],
+            )
+            conn.execute(f"DELETE FROM knowledge_tombstones WHERE {_WORKSPACE}", scope)
 
     @retrying
     def knowledge_state(self, organization_id: str, environment: str) -> KnowledgeState:
@@ -275,15 +287,75 @@ class KnowledgeStore:
         environment: str,
         embedder: str | None = None,
         dimension: int | None = None,
-    ) -> None:
-        conn.execute(
+    ) -> int:
+        """Advance the workspace version (in the caller's transaction); the new version."""
+        row = conn.execute(
             "INSERT INTO knowledge_state AS s (organization_id, environment, embedder,"
             " dimension, version) VALUES (%s, %s, %s, %s, 1)"
             " ON CONFLICT (organization_id, environment) DO UPDATE SET version = s.version + 1,"
             " embedder = COALESCE(s.embedder, excluded.embedder),"
-            " dimension = COALESCE(s.dimension, excluded.dimension)",
+            " dimension = COALESCE(s.dimension, excluded.dimension)"
+            " RETURNING s.version",
             [organization_id, environment, embedder, dimension],
-        )
+        ).fetchone()
+        assert row is not None
+        return int(row["version"])
+
+    @retrying
+    def changes_since(
+        self, organization_id: str, environment: str, version: int, *, max_rows: int
+    ) -> KnowledgeChanges | None:
+        """The rows added and ids deleted after ``version``, read in one snapshot.
+
+        ``None`` when the change log cannot bring ``version`` up to date by itself:
+        it is older than the log keeps (a re-embed or pruned tombstones), newer than
+        the store (the database was replaced), or more than ``max_rows`` rows were
+        added since (loading the whole workspace is then the better deal).
+        """
+        scope = [organization_id, environment]
+        with self.db.snapshot() as conn:
+            state = conn.execute(
+                f"SELECT dimension, version, log_floor FROM knowledge_state WHERE {_WORKSPACE}",
+                scope,
+            ).fetchone()
+            current = 0 if state is None else int(state["version"])
+            if state is None or version == current:
+                empty = np.empty(0, dtype=np.int64)
+                return KnowledgeChanges(current, empty, np.empty((0, 0), dtype=np.float32), empty)
+            if version < int(state["log_floor"]) or version > current:
+                return None
+            dimension = int(state["dimension"])
+            rows = conn.execute(
+                "SELECT id, count FROM vector_segments"
+                f" WHERE {_WORKSPACE} AND version > %s ORDER BY id",
+                [*scope, version],
+            ).fetchall()
+            total = sum(int(row["count"]) for row in rows)
+            if total > max_rows:
+                return None
+            ids = np.empty(total, dtype="<i8")
+            vectors = np.empty((total, dimension), dtype="<f4")
+            start = 0
+            with conn.cursor(binary=True) as cursor:
+                for row in rows:
+                    end = start + int(row["count"])
+                    cursor.execute(
+                        "SELECT ids, vectors FROM vector_segments WHERE id = %s", [row["id"]]
+                    )
+                    found = cursor.fetchone()
+                    assert found is not None
+                    ids[start:end] = np.frombuffer(found["ids"], dtype="<i8")
+                    vectors[start:end] = np.frombuffer(found["vectors"], dtype="<f4").reshape(
+                        -1, dimension
+                    )
+                    start = end
+                cursor.execute(
+                    f"SELECT ids FROM knowledge_tombstones WHERE {_WORKSPACE} AND version > %s",
+                    [*scope, version],
+                )
+                deleted = [np.frombuffer(row["ids"], dtype="<i8") for row in cursor.fetchall()]
+        gone = np.concatenate(deleted) if deleted else np.empty(0, dtype=np.int64)
+        return KnowledgeChanges(current, ids, vectors, gone.astype(np.int64, copy=False))
 
     @retrying
     def get_document(
@@ -321,14 +393,35 @@ class KnowledgeStore:
             if cursor.rowcount == 0:
                 return False
             conn.execute("DELETE FROM chunks WHERE document_id = %s", [document_id])
-            conn.execute(
-                f"DELETE FROM vector_segments WHERE document_id = %s AND {_WORKSPACE}", scope
-            )
+            version = self._bump(conn, organization_id, environment)
+            with conn.cursor(binary=True) as deleting:
+                deleting.execute(
+                    f"DELETE FROM vector_segments WHERE document_id = %s AND {_WORKSPACE}"
+                    " RETURNING ids",
+                    scope,
+                )
+                gone = b"".join(bytes(row["ids"]) for row in deleting.fetchall())
+            if gone:
+                conn.execute(
+                    "INSERT INTO knowledge_tombstones (organization_id, environment, version,"
+                    " ids) VALUES (%s, %s, %s, %b)",
+                    [organization_id, environment, version, gone],
+                )
+            floor = version - TOMBSTONE_VERSIONS
+            if floor > 0:  # forget old deletions; caches further behind reload
+                conn.execute(
+                    f"DELETE FROM knowledge_tombstones WHERE {_WORKSPACE} AND version <= %s",
+                    [organization_id, environment, floor],
+                )
+                conn.execute(
+                    "UPDATE knowledge_state SET log_floor = GREATEST(log_floor, %s)"
+                    f" WHERE {_WORKSPACE}",
+                    [floor, organization_id, environment],
+                )
             if self.vector_rows:
                 conn.execute(
                     f"DELETE FROM vector_rows WHERE document_id = %s AND {_WORKSPACE}", scope
                 )
-            self._bump(conn, organization_id, environment)
         return True
 
     @retrying

@@ -209,6 +209,37 @@ MIGRATIONS: list[tuple[str, str]] = [
         );
         """,
     ),
+    (
+        # per version: the segments it added, the ids it deleted (tombstones); the log
+        # covers the versions after log_floor (see storage/sqlite/schema.py, m006)
+        "knowledge_change_log",
+        """
+        ALTER TABLE vector_segments ADD COLUMN version BIGINT NOT NULL DEFAULT 0;
+        CREATE INDEX vector_segments_version
+            ON vector_segments (organization_id, environment, version);
+        ALTER TABLE knowledge_state ADD COLUMN log_floor BIGINT NOT NULL DEFAULT 0;
+        UPDATE knowledge_state SET log_floor = version;
+        CREATE TABLE knowledge_tombstones (
+            organization_id TEXT NOT NULL,
+            environment TEXT NOT NULL,
+            version BIGINT NOT NULL,
+            ids BYTEA NOT NULL
+        );
+        CREATE INDEX knowledge_tombstones_version
+            ON knowledge_tombstones (organization_id, environment, version);
+        """,
+    ),
+    (
+        "rate_limit_buckets",
+        """
+        CREATE TABLE rate_limit_buckets (
+            key_id TEXT PRIMARY KEY,
+            tokens DOUBLE PRECISION NOT NULL,
+            updated_at DOUBLE PRECISION NOT NULL,
+            allowed BOOLEAN NOT NULL
+        );
+        """,
+    ),
 ]
 
 # The pgvector table: created only when a node opens with ``vector_search = "pgvector"``
