@@ -265,6 +265,59 @@ def test_workspaces_are_isolated(store: Any) -> None:
     assert store.list_documents(globex, "test", limit=10, starting_after=None) == ([], False)
 
 
+def test_changes_since(store: Any) -> None:
+    org_id = org(store)
+    doc_a, ids_a = ingest(store, org_id, n=3, seed=1)
+    v1 = store.knowledge_state(org_id, "test").version
+    same = store.changes_since(org_id, "test", v1, max_rows=100)
+    assert same.version == v1 and same.added_ids.size == 0 and same.deleted_ids.size == 0
+    _, ids_b = ingest(store, org_id, n=2, seed=2)
+    store.delete_document(org_id, "test", doc_a)
+    changes = store.changes_since(org_id, "test", v1, max_rows=100)
+    assert changes.version == store.knowledge_state(org_id, "test").version
+    assert changes.added_ids.tolist() == ids_b
+    np.testing.assert_array_equal(changes.added_vectors, unit(2, seed=2))
+    assert sorted(changes.deleted_ids.tolist()) == ids_a
+    # too many rows, or a version the store never had: the caller must reload
+    assert store.changes_since(org_id, "test", v1, max_rows=1) is None
+    assert store.changes_since(org_id, "test", changes.version + 5, max_rows=100) is None
+    # a re-embed restarts the log
+    store.replace_all_vectors(org_id, "test", "e2", [], 8)
+    assert store.changes_since(org_id, "test", changes.version, max_rows=100) is None
+
+
+def test_token_buckets(store: Any) -> None:
+    first = store.take_token("key_a", rate=1.0, burst=2.0, now=100.0)
+    assert first.allowed and first.tokens == pytest.approx(1.0)
+    assert store.take_token("key_a", rate=1.0, burst=2.0, now=100.0).allowed
+    refused = store.take_token("key_a", rate=1.0, burst=2.0, now=100.0)
+    assert not refused.allowed and refused.tokens == pytest.approx(0.0)
+    assert store.take_token("key_a", rate=1.0, burst=2.0, now=101.0).allowed  # refilled
+    assert store.take_token("key_b", rate=1.0, burst=2.0, now=100.0).allowed  # its own bucket
+
+
+def test_concurrent_token_takes_never_overspend(kind: str, request: pytest.FixtureRequest) -> None:
+    nodes = [open_store(kind, request) for _ in range(2)]
+    try:
+        allowed: list[bool] = []
+        barrier = threading.Barrier(4)
+
+        def go(node: Any) -> None:
+            barrier.wait()
+            for _ in range(5):
+                allowed.append(node.take_token("key", rate=0.001, burst=7.0, now=50.0).allowed)
+
+        threads = [threading.Thread(target=go, args=(nodes[i % 2],)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert allowed.count(True) == 7 and len(allowed) == 20
+    finally:
+        for node in nodes:
+            node.close()
+
+
 # webhooks and the outbox -----------------------------------------------------------
 
 
