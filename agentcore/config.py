@@ -11,7 +11,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections.abc import Mapping
-from typing import Annotated, Any, TypeVar, overload
+from typing import Annotated, Any, Literal, TypeVar, overload
 
 from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticCustomError
@@ -84,6 +84,12 @@ class Settings(BaseSettings):
     chunk_target_chars: int = Field(700, ge=50)
     chunk_overlap_chars: int = Field(150, ge=0)
     max_pdf_pages: int = Field(5_000, ge=1)
+    index_catchup_max_rows: int = Field(
+        100_000,
+        ge=0,
+        description="Most rows a cached index adds from the change log to catch up with"
+        " other processes' writes; a larger gap reloads the workspace.",
+    )
 
     # Chat
     default_chat_model: str = Field("extractive")
@@ -107,9 +113,25 @@ class Settings(BaseSettings):
     webhook_disable_after: float = Field(5 * 86_400, gt=0, description="Seconds of failure.")
     start_workers: bool = Field(True, description="Whether `start()` runs webhook delivery.")
 
+    # PostgreSQL store (postgresql:// URLs; the `postgres` extra)
+    postgres_pool_size: int = Field(10, ge=1, description="Connections per node.")
+    postgres_timeout: float = Field(
+        5.0, gt=0, description="Seconds to wait for a connection before answering 503."
+    )
+    vector_search: Literal["memory", "pgvector"] = Field(
+        "memory",
+        description="Where knowledge search runs: this node's RAM, or PostgreSQL (pgvector).",
+    )
+
     # Keys and rate limits
     rate_limit_live: float = Field(100.0, gt=0, description="Requests per second per live key.")
     rate_limit_test: float = Field(25.0, gt=0, description="Requests per second per test key.")
+    rate_limit_backend: Literal["local", "store"] = Field(
+        "local",
+        description="Where token buckets live: `local` (per process, no store write) or"
+        " `store` (shared by every process and node on the store; one small write per"
+        " request).",
+    )
     key_touch_interval: float = Field(60.0, ge=0, description="Resolution of last_used_at.")
     idempotency_ttl: float = Field(86_400.0, gt=0)
 

@@ -10,13 +10,20 @@ from agentcore.storage.sqlite.chat import ChatStore
 from agentcore.storage.sqlite.connection import Database
 from agentcore.storage.sqlite.idempotency import IdempotencyStore
 from agentcore.storage.sqlite.knowledge import KnowledgeStore
+from agentcore.storage.sqlite.limits import RateLimitStore
 from agentcore.storage.sqlite.schema import migrations
 from agentcore.storage.sqlite.tenancy import TenancyStore
 from agentcore.storage.sqlite.webhooks import WebhookStore
 
 
 class SQLiteStore(
-    TenancyStore, AgentStore, KnowledgeStore, WebhookStore, ChatStore, IdempotencyStore
+    TenancyStore,
+    AgentStore,
+    KnowledgeStore,
+    WebhookStore,
+    ChatStore,
+    IdempotencyStore,
+    RateLimitStore,
 ):
     """Everything agentcore keeps, in one SQLite database with WAL and migrations."""
 

@@ -146,6 +146,21 @@ class Database:
         which asks ``sqlite_master`` whether the name is a view on every call."""
         return Table(self._tables[conn], name)
 
+    def write_one(self, sql: str, params: Any) -> sqlite3.Row | None:
+        """Run one write statement as its own transaction; its first row (``RETURNING``).
+
+        For hot single-statement writes: serialised in-process with ``write()``, but
+        without the separate ``BEGIN IMMEDIATE`` and ``COMMIT`` round trips (a lone
+        statement takes the write lock before it reads, so it cannot see stale data).
+        Inside an open ``write()`` on this thread it joins that transaction.
+        """
+        with self._lock:
+            conn = self.connection()
+            row: sqlite3.Row | None = conn.execute(sql, params).fetchone()
+            if not getattr(self._local, "depth", 0):
+                self.generation += 1
+            return row
+
     def unchanged_since(self, stamp: object) -> tuple[object, bool]:
         """A stamp of the database's state, and whether it equals ``stamp``.
 

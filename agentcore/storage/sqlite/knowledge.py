@@ -17,11 +17,13 @@ import numpy.typing as npt
 
 from agentcore.ids import isoformat
 from agentcore.models import Document
-from agentcore.storage.records import KnowledgeState, StoredChunk
+from agentcore.storage.records import KnowledgeChanges, KnowledgeState, StoredChunk
 from agentcore.storage.sqlite.connection import Database, first_row, page_rows
 
 _WORKSPACE = "organization_id = ? AND environment = ?"
 SEGMENT_ROWS = 65_536  # ~100 MB of float32 at d=384: far below SQLite's 1 GB blob limit
+# Versions of deletions the change log keeps; a cache further behind reloads the workspace.
+TOMBSTONE_VERSIONS = 10_000
 
 
 BLOB_CHUNK = 8 << 20  # bytes per blob read: big enough to be fast, small enough to reuse
@@ -127,11 +129,13 @@ class KnowledgeStore:
         if vectors.ndim != 2 or vectors.shape != (len(ids), dimension):
             raise ValueError("vectors must have shape (len(ids), dimension)")
         with self.db.write() as conn:
+            version = self._bump(conn, organization_id, environment, embedder, dimension)
             for start in range(0, len(ids), SEGMENT_ROWS):
                 part = slice(start, start + SEGMENT_ROWS)
                 conn.execute(
                     "INSERT INTO vector_segments (organization_id, environment, document_id,"
-                    " embedder, dimension, count, ids, vectors) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    " embedder, dimension, count, ids, vectors, version)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     [
                         organization_id,
                         environment,
@@ -141,9 +145,9 @@ class KnowledgeStore:
                         len(ids[part]),
                         ids[part].tobytes(),
                         vectors[part].tobytes(),
+                        version,
                     ],
                 )
-            self._bump(conn, organization_id, environment, embedder, dimension)
 
     def load_vectors(
         self, organization_id: str, environment: str, dimension: int
@@ -202,6 +206,16 @@ class KnowledgeStore:
                 self.add_vectors(
                     organization_id, environment, document_id, embedder, dimension, ids, vectors
                 )
+            # every vector changed: the change log starts afresh after this version
+            version = self._bump(conn, organization_id, environment, embedder, dimension)
+            conn.execute(
+                f"UPDATE knowledge_state SET log_floor = ? WHERE {_WORKSPACE}",
+                [version, organization_id, environment],
+            )
+            conn.execute(
+                f"DELETE FROM knowledge_tombstones WHERE {_WORKSPACE}",
+                [organization_id, environment],
+            )
 
     def knowledge_state(self, organization_id: str, environment: str) -> KnowledgeState:
         """The embedder, dimension and version of a workspace's index.
@@ -217,6 +231,54 @@ class KnowledgeStore:
             return KnowledgeState(None, None, 0)
         return KnowledgeState(row["embedder"], row["dimension"], row["version"])
 
+    def changes_since(
+        self, organization_id: str, environment: str, version: int, *, max_rows: int
+    ) -> KnowledgeChanges | None:
+        """The rows added and ids deleted after ``version``, read in one snapshot.
+
+        ``None`` when the change log cannot bring ``version`` up to date by itself:
+        it is older than the log keeps (a re-embed or pruned tombstones), newer than
+        the store (the database was replaced), or more than ``max_rows`` rows were
+        added since (loading the whole workspace is then the better deal).
+        """
+        with self.db.snapshot() as conn:
+            state = conn.execute(
+                f"SELECT dimension, version, log_floor FROM knowledge_state WHERE {_WORKSPACE}",
+                [organization_id, environment],
+            ).fetchone()
+            current = 0 if state is None else int(state["version"])
+            if state is None or version == current:
+                empty = np.empty(0, dtype=np.int64)
+                return KnowledgeChanges(current, empty, np.empty((0, 0), dtype=np.float32), empty)
+            if version < state["log_floor"] or version > current:
+                return None
+            dimension = int(state["dimension"])
+            rows = conn.execute(
+                "SELECT id, count FROM vector_segments"
+                f" WHERE {_WORKSPACE} AND version > ? ORDER BY id",
+                [organization_id, environment, version],
+            ).fetchall()
+            total = sum(row["count"] for row in rows)
+            if total > max_rows:
+                return None
+            ids = np.empty(total, dtype="<i8")
+            vectors = np.empty((total, dimension), dtype="<f4")
+            start = 0
+            for row in rows:
+                end = start + row["count"]
+                _read_blob(conn, row["id"], "ids", ids[start:end])
+                _read_blob(conn, row["id"], "vectors", vectors[start:end])
+                start = end
+            deleted = [
+                np.frombuffer(row["ids"], dtype="<i8")
+                for row in conn.execute(
+                    f"SELECT ids FROM knowledge_tombstones WHERE {_WORKSPACE} AND version > ?",
+                    [organization_id, environment, version],
+                )
+            ]
+        gone = np.concatenate(deleted) if deleted else np.empty(0, dtype=np.int64)
+        return KnowledgeChanges(current, ids, vectors, gone.astype(np.int64, copy=False))
+
     def _bump(
         self,
         conn: sqlite3.Connection,
@@ -224,15 +286,18 @@ class KnowledgeStore:
         environment: str,
         embedder: str | None = None,
         dimension: int | None = None,
-    ) -> None:
-        conn.execute(
+    ) -> int:
+        """Advance the workspace version (in the caller's transaction); the new version."""
+        row = conn.execute(
             "INSERT INTO knowledge_state (organization_id, environment, embedder, dimension,"
             " version) VALUES (?, ?, ?, ?, 1) ON CONFLICT (organization_id, environment) DO"
             " UPDATE SET version = version + 1,"
             " embedder = COALESCE(embedder, excluded.embedder),"
-            " dimension = COALESCE(dimension, excluded.dimension)",
+            " dimension = COALESCE(dimension, excluded.dimension)"
+            " RETURNING version",
             [organization_id, environment, embedder, dimension],
-        )
+        ).fetchone()
+        return int(row[0])
 
     def get_document(
         self, organization_id: str, environment: str, document_id: str
@@ -269,12 +334,39 @@ class KnowledgeStore:
             if cursor.rowcount == 0:
                 return False
             conn.execute("DELETE FROM chunks WHERE document_id = ?", [document_id])
-            conn.execute(
-                f"DELETE FROM vector_segments WHERE document_id = ? AND {_WORKSPACE}",
-                [document_id, organization_id, environment],
+            gone = b"".join(
+                row["ids"]
+                for row in conn.execute(
+                    f"DELETE FROM vector_segments WHERE document_id = ? AND {_WORKSPACE}"
+                    " RETURNING ids",
+                    [document_id, organization_id, environment],
+                ).fetchall()
             )
-            self._bump(conn, organization_id, environment)
+            version = self._bump(conn, organization_id, environment)
+            if gone:
+                conn.execute(
+                    "INSERT INTO knowledge_tombstones (organization_id, environment, version,"
+                    " ids) VALUES (?, ?, ?, ?)",
+                    [organization_id, environment, version, gone],
+                )
+            self._prune_tombstones(conn, organization_id, environment, version)
         return True
+
+    def _prune_tombstones(
+        self, conn: sqlite3.Connection, organization_id: str, environment: str, version: int
+    ) -> None:
+        """Forget deletions older than ``TOMBSTONE_VERSIONS`` versions (raising the floor)."""
+        floor = version - TOMBSTONE_VERSIONS
+        if floor <= 0:
+            return
+        conn.execute(
+            f"DELETE FROM knowledge_tombstones WHERE {_WORKSPACE} AND version <= ?",
+            [organization_id, environment, floor],
+        )
+        conn.execute(
+            f"UPDATE knowledge_state SET log_floor = MAX(log_floor, ?) WHERE {_WORKSPACE}",
+            [floor, organization_id, environment],
+        )
 
     def get_chunks(self, chunk_ids: Sequence[int]) -> dict[int, StoredChunk]:
         """Chunks by id (with their document's source); missing ids are left out."""
