@@ -225,7 +225,13 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """
     names = metafunc.fixturenames
     if "app" in names and "store_kind" in names and "db_path" not in names:
-        metafunc.parametrize("store_kind", ["sqlite", "postgres"], indirect=True)
+        # the PostgreSQL twin is marked slow, as the uvicorn one: `-m "not slow"` runs
+        # the API tests over ASGI on SQLite; the store conformance suite covers both
+        metafunc.parametrize(
+            "store_kind",
+            ["sqlite", pytest.param("postgres", marks=pytest.mark.slow)],
+            indirect=True,
+        )
 
 
 @pytest.fixture

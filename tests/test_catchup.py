@@ -220,6 +220,7 @@ with AgentCore.open(sys.argv[1], start_workers=False) as core:
 """
 
 
+@pytest.mark.slow
 def test_another_process_writes_are_seen_at_the_next_search(store_url: str, tmp_path: Path) -> None:
     db = store_url
     with AgentCore.open(db, start_workers=False) as core:

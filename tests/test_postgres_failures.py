@@ -26,6 +26,7 @@ from agentcore_starlette import create_app
 pgserver = pytest.importorskip("pgserver")
 
 
+@pytest.mark.slow
 def test_cli_names_host_and_database_when_postgres_is_unreachable() -> None:
     url = f"postgresql://bob:hunter2@127.0.0.1:{free_port()}/shop"
     result = run_cli("keys", "list", "--org", "acme", db=url)  # type: ignore[arg-type]
@@ -81,6 +82,7 @@ def until_ok(api: Api, path: str, attempts: int = 100) -> Any:
     raise AssertionError("the node never recovered")
 
 
+@pytest.mark.slow
 def test_postgres_down_mid_request_is_a_503_and_the_node_recovers(own_server: Any) -> None:
     core = AgentCore.open(
         own_server.get_uri(), rate_limit_test=1e6, postgres_timeout=2.0, start_workers=False

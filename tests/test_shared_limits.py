@@ -111,6 +111,7 @@ with AgentCore.open(sys.argv[1], start_workers=False) as core:
 """
 
 
+@pytest.mark.slow
 def test_two_processes_taking_at_once_never_exceed_the_burst(store_url: str) -> None:
     db = store_url
     AgentCore.open(db, start_workers=False).close()
