@@ -28,7 +28,8 @@ BETA = "Beta guide. Quantum flux capacitors hum when charged by zebras. " * 5
 GAMMA = "Gamma notes. Vintage typewriters jam on humid mornings in Lisbon. " * 5
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+# PostgreSQL is marked slow: `-m "not slow"` starts no database server
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.slow)])
 def store_kind(request: pytest.FixtureRequest) -> str:
     """Every test here runs on both stores (conftest's ``store_url`` opens the one named)."""
     return str(request.param)

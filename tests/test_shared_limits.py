@@ -17,7 +17,8 @@ from agentcore.storage.base import Store
 from agentcore_starlette.ratelimit import rate_limit_headers
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+# PostgreSQL is marked slow: `-m "not slow"` starts no database server
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.slow)])
 def store_kind(request: pytest.FixtureRequest) -> str:
     """Every test here runs on both stores (conftest's ``store_url`` opens the one named)."""
     return str(request.param)

@@ -37,7 +37,8 @@ def open_store(kind: str, request: pytest.FixtureRequest, **options: Any) -> Sto
     return PostgresStore.open(url, **options)
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+# PostgreSQL is marked slow: `-m "not slow"` starts no database server
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.slow)])
 def kind(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
@@ -537,6 +538,7 @@ def pgvector_store(request: pytest.FixtureRequest) -> Iterator[Any]:
     instance.close()
 
 
+@pytest.mark.slow
 def test_pgvector_search_matches_the_exact_index(pgvector_store: Any) -> None:
     from agentcore.knowledge.index import VectorIndex
 
@@ -555,6 +557,7 @@ def test_pgvector_search_matches_the_exact_index(pgvector_store: Any) -> None:
     assert store.search_vectors(org(store, "globex"), "test", query, 10)[0].size == 0
 
 
+@pytest.mark.slow
 def test_pgvector_rows_follow_deletes_and_backfill(request: pytest.FixtureRequest) -> None:
     plain = open_store("postgres", request)
     org_id = org(plain)
@@ -571,6 +574,7 @@ def test_pgvector_rows_follow_deletes_and_backfill(request: pytest.FixtureReques
         store.close()
 
 
+@pytest.mark.slow
 def test_postgres_wakes_listeners_on_events(request: pytest.FixtureRequest) -> None:
     listener: Any = open_store("postgres", request)
     writer: Any = open_store("postgres", request)
@@ -590,6 +594,7 @@ def test_postgres_wakes_listeners_on_events(request: pytest.FixtureRequest) -> N
         writer.close()
 
 
+@pytest.mark.slow
 def test_postgres_schema_newer_than_the_code_is_refused(
     postgres_server: str, request: pytest.FixtureRequest
 ) -> None:
@@ -606,6 +611,7 @@ def test_postgres_schema_newer_than_the_code_is_refused(
         PostgresStore.open(url)
 
 
+@pytest.mark.slow
 def test_postgres_nodes_migrating_at_once_do_not_race(postgres_server: str) -> None:
     from conftest import create_database
 
