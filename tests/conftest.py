@@ -119,7 +119,7 @@ TEST_DATABASE = "agentcore_test"
 
 
 @pytest.fixture(scope="session")
-def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def postgres_server() -> Iterator[str]:
     """The URL of a PostgreSQL server's maintenance database (``postgres``)."""
     external = os.environ.get("AGENTCORE_TEST_POSTGRES_URL")
     if external:
