@@ -93,10 +93,15 @@ class Settings(BaseSettings):
 
     # Chat
     default_chat_model: str = Field("extractive")
-    chat_top_k: int = Field(5, ge=1)
+    chat_top_k: int = Field(
+        8, ge=1, description="Passages retrieved for each chat turn (search keeps its own top_k)."
+    )
     history_turns: int = Field(10, ge=0, description="Earlier messages passed to the model.")
     max_tool_steps: int = Field(4, ge=0)
     model_timeout: float = Field(30.0, gt=0, description="Seconds a model call may take.")
+    stream_heartbeat: float = Field(
+        15.0, gt=0, description="Seconds between comment heartbeats of a streamed answer."
+    )
 
     # Webhooks
     # NoDecode: the environment gives a comma-separated string, not JSON
@@ -288,11 +293,17 @@ def _load_plugin(
                 {
                     "type": PydanticCustomError(error["type"], error["msg"]),
                     "loc": _plugin_loc(namespace, model, error["loc"]),
-                    "input": error["input"],
+                    # a bad secret (an API key) must not end up in a log with the error
+                    "input": "**********" if _is_secret(model, error["loc"]) else error["input"],
                 }
                 for error in exc.errors()
             ],
         ) from None
+
+
+def _is_secret(model: type[BaseSettings], loc: tuple[int | str, ...]) -> bool:
+    field = model.model_fields.get(str(loc[0])) if loc else None
+    return field is not None and "Secret" in repr(field.annotation)
 
 
 def _plugin_loc(

@@ -7,7 +7,6 @@ the ``Settings`` and the plugin manager, and hands each service just what it use
 from __future__ import annotations
 
 import importlib
-import logging
 import threading
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -24,6 +23,7 @@ from agentcore.chat_models import ChatModel
 from agentcore.config import Settings
 from agentcore.errors import NotFound
 from agentcore.events import EventBus
+from agentcore.idempotency import IdempotencyKeys
 from agentcore.keys import KeyManager, check_environment, check_scopes
 from agentcore.knowledge.cache import IndexCache
 from agentcore.knowledge.embedders import Embedder
@@ -31,12 +31,13 @@ from agentcore.knowledge.service import KnowledgeService
 from agentcore.limits import RateLimiter
 from agentcore.models import Organization
 from agentcore.plugins import DEFAULT_PLUGINS
+from agentcore.redact import get_logger
 from agentcore.storage.base import Store, VectorSearchStore
 from agentcore.webhooks.delivery import WebhookRuntime
 from agentcore.webhooks.service import WebhookService
 from agentcore.workspace import Workspace
 
-log = logging.getLogger("agentcore")
+log = get_logger("agentcore")  # masks keys and secrets in every record
 
 
 def make_plugin_manager(
@@ -102,6 +103,7 @@ class AgentCore:
         self.events = EventBus()
         self.keys = KeyManager(store)
         self.rate_limiter = RateLimiter(settings, store=store)
+        self.idempotency = IdempotencyKeys(store, ttl=settings.idempotency_ttl)
         self.embedders: dict[str, Embedder] = {}
         self.chat_models: dict[str, ChatModel] = {}
         # filled by the hooks below; the cache looks embedders up when it needs one

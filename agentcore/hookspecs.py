@@ -81,7 +81,9 @@ def agentcore_register_chat_models(
     """Register chat models by calling ``register(model)`` once per model.
 
     Called once when the core starts. An agent's ``model`` field names one of them;
-    ``settings.default_chat_model`` is used when it names none.
+    ``settings.default_chat_model`` is used when it names none. A model that also has
+    ``stream(request)`` (``StreamingChatModel``) streams its answers; any other is
+    streamed as one delta.
 
     :param register: callback taking an object implementing ``ChatModel``.
     :param settings: the core's settings.

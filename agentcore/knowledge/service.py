@@ -199,9 +199,7 @@ class KnowledgeService:
         self._ws.require("read")
 
         def query_vector() -> npt.NDArray[np.float32] | None:
-            vector: npt.NDArray[np.float32] = self._cache.embedder().embed(
-                [query], kind="query"
-            )[0]
+            vector: npt.NDArray[np.float32] = self._cache.embedder().embed([query], kind="query")[0]
             if not np.isfinite(vector).all() or not np.any(vector):
                 return None
             return vector

@@ -21,7 +21,7 @@ from agentcore.storage.records import (
     KnowledgeState,
     StoredChunk,
     StoredMessage,
-    StoredResponse,
+    StoredResult,
     StoredSubscription,
     TokenTake,
 )
@@ -274,13 +274,13 @@ class IdempotencyStorage(Protocol):
         *,
         now: float,
         ttl: float,
-    ) -> tuple[Literal["new", "replay", "mismatch", "in_progress"], StoredResponse | None]:
+    ) -> tuple[Literal["new", "replay", "mismatch", "in_progress"], StoredResult | None]:
         """Claim an idempotency key atomically."""
 
     def finish_idempotency_key(
-        self, organization_id: str, environment: str, key: str, response: StoredResponse
+        self, organization_id: str, environment: str, key: str, result: StoredResult
     ) -> None:
-        """Store the response to replay."""
+        """Store the result to replay."""
 
     def release_idempotency_key(self, organization_id: str, environment: str, key: str) -> None:
         """Forget an in-progress claim."""

@@ -9,7 +9,6 @@ sent again with the same ``webhook-id`` (at-least-once; the id is the dedupe key
 
 from __future__ import annotations
 
-import logging
 import random
 import threading
 import time
@@ -20,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from agentcore.events import Event
 from agentcore.ids import isoformat, utcnow
+from agentcore.redact import get_logger
 from agentcore.storage.base import EventWaiter
 from agentcore.storage.records import DueDelivery
 from agentcore.webhooks.schedule import next_delay
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from agentcore.config import Settings
     from agentcore.storage.base import WebhookStorage
 
-log = logging.getLogger("agentcore.webhooks")
+log = get_logger("agentcore.webhooks")  # masks keys and secrets in every record
 
 PER_SUBSCRIPTION_IN_FLIGHT = 2  # a new, failing or slow receiver holds at most this many workers
 HEALTHY_IN_FLIGHT = 4  # a receiver answering 2xx quickly may have this many attempts under way
@@ -245,7 +245,12 @@ class WebhookRuntime:
 
     def attempt(self, delivery: DueDelivery, *, client: Any = None) -> AttemptResult:
         """Send one delivery once and record the outcome and the next retry."""
-        body = encode_payload(delivery.event_type, delivery.event_timestamp, delivery.event_data)
+        body = encode_payload(
+            delivery.event_type,
+            delivery.event_timestamp,
+            delivery.event_data,
+            event_id=delivery.event_id,
+        )
         now = self.clock()
         headers = build_headers(delivery.secrets, delivery.event_id, int(now), body)
         result = send(client or self._client, delivery.url, headers, body, timeout=self.timeout)

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from typing import Literal
 
 from agentcore.storage.postgres.connection import Database, retrying
-from agentcore.storage.records import StoredResponse
+from agentcore.storage.records import StoredResult
 
 Claim = Literal["new", "replay", "mismatch", "in_progress"]
 _KEY = "organization_id = %s AND environment = %s AND key = %s"
@@ -27,7 +26,7 @@ class IdempotencyStore:
         *,
         now: float,
         ttl: float,
-    ) -> tuple[Claim, StoredResponse | None]:
+    ) -> tuple[Claim, StoredResult | None]:
         """Claim ``key`` for a request, atomically across every node.
 
         An expired row is removed, then ``INSERT ... ON CONFLICT DO NOTHING`` decides
@@ -57,29 +56,18 @@ class IdempotencyStore:
             return "mismatch", None
         if row["status"] != "done":
             return "in_progress", None
-        return "replay", StoredResponse(
-            row["response_status"],
-            bytes(row["response_body"]),
-            json.loads(row["response_headers"] or "{}"),
-        )
+        return "replay", StoredResult(row["response_status"], bytes(row["response_body"]).decode())
 
     @retrying
     def finish_idempotency_key(
-        self, organization_id: str, environment: str, key: str, response: StoredResponse
+        self, organization_id: str, environment: str, key: str, result: StoredResult
     ) -> None:
-        """Store the response to replay for ``key``."""
+        """Store the result to replay for ``key`` (its JSON body as UTF-8 bytes)."""
         with self.db.write() as conn:
             conn.execute(
                 "UPDATE idempotency_keys SET status = 'done', response_status = %s,"
-                f" response_body = %s, response_headers = %s WHERE {_KEY}",
-                [
-                    response.status,
-                    response.body,
-                    json.dumps(response.headers),
-                    organization_id,
-                    environment,
-                    key,
-                ],
+                f" response_body = %s, response_headers = NULL WHERE {_KEY}",
+                [result.status, result.body.encode(), organization_id, environment, key],
             )
 
     @retrying

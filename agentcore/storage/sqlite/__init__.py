@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sqlite_utils import Database as UtilsDatabase
-
 from agentcore.storage.records import KnowledgeState, StoredChunk
 from agentcore.storage.sqlite.agents import AgentStore
 from agentcore.storage.sqlite.chat import ChatStore
@@ -43,7 +41,7 @@ class SQLiteStore(
     def migrate(self) -> None:
         """Apply pending migrations in one ``BEGIN IMMEDIATE``, so concurrent openers queue."""
         with self.db.write() as conn:
-            migrations.apply(UtilsDatabase(conn))
+            migrations.apply(self.db.utils(conn))
 
     def close(self) -> None:
         """Close every connection."""

@@ -1,4 +1,9 @@
-"""SQLite storage of documents, chunks and vector segments (whole buffers, never rows)."""
+"""SQLite storage of documents, chunks and vector segments (whole buffers, never rows).
+
+Writes stay raw SQL: a document, its chunks and its vector blobs commit in one
+transaction, and vectors move as whole buffers through incremental blob I/O, which
+sqlite-utils' table API does not offer.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +18,7 @@ import numpy.typing as npt
 from agentcore.ids import isoformat
 from agentcore.models import Document
 from agentcore.storage.records import KnowledgeChanges, KnowledgeState, StoredChunk
-from agentcore.storage.sqlite.connection import Database, page_rows
+from agentcore.storage.sqlite.connection import Database, first_row, page_rows
 
 _WORKSPACE = "organization_id = ? AND environment = ?"
 SEGMENT_ROWS = 65_536  # ~100 MB of float32 at d=384: far below SQLite's 1 GB blob limit
@@ -101,11 +106,12 @@ class KnowledgeStore:
     def chunk_ids(self, organization_id: str, environment: str, document_id: str) -> list[int]:
         """The chunk ids of a document of this workspace."""
         with self.db.read() as conn:
-            rows = conn.execute(
-                f"SELECT id FROM chunks WHERE document_id = ? AND {_WORKSPACE}",
+            rows = self.db.table(conn, "chunks").rows_where(
+                f"document_id = ? AND {_WORKSPACE}",
                 [document_id, organization_id, environment],
-            ).fetchall()
-        return [row["id"] for row in rows]
+                select="id",
+            )
+            return [row["id"] for row in rows]  # read inside the with: the generator is lazy
 
     def add_vectors(
         self,
@@ -212,7 +218,10 @@ class KnowledgeStore:
             )
 
     def knowledge_state(self, organization_id: str, environment: str) -> KnowledgeState:
-        """The embedder, dimension and version of a workspace's index."""
+        """The embedder, dimension and version of a workspace's index.
+
+        Raw SQL: every search asks this (to know whether its cached index is current).
+        """
         with self.db.read() as conn:
             row = conn.execute(
                 f"SELECT embedder, dimension, version FROM knowledge_state WHERE {_WORKSPACE}",
@@ -295,11 +304,12 @@ class KnowledgeStore:
     ) -> Document | None:
         """A document of this workspace, or ``None``."""
         with self.db.read() as conn:
-            row = conn.execute(
-                f"SELECT * FROM documents WHERE id = ? AND {_WORKSPACE}",
+            row = first_row(
+                self.db.table(conn, "documents"),
+                f"id = ? AND {_WORKSPACE}",
                 [document_id, organization_id, environment],
-            ).fetchone()
-        return Document.model_validate(dict(row)) if row else None
+            )
+        return Document.model_validate(row) if row else None
 
     def list_documents(
         self, organization_id: str, environment: str, *, limit: int, starting_after: str | None
@@ -307,13 +317,12 @@ class KnowledgeStore:
         """A page of documents, newest first."""
         with self.db.read() as conn:
             rows, more = page_rows(
-                conn,
-                "documents",
+                self.db.table(conn, "documents"),
                 scope=(organization_id, environment),
                 limit=limit,
                 starting_after=starting_after,
             )
-        return [Document.model_validate(dict(row)) for row in rows], more
+        return [Document.model_validate(row) for row in rows], more
 
     def delete_document(self, organization_id: str, environment: str, document_id: str) -> bool:
         """Delete a document, its chunks and vectors in one transaction; bumps the version."""
@@ -390,15 +399,15 @@ class KnowledgeStore:
         with self.db.read() as conn:
             documents = [
                 row["id"]
-                for row in conn.execute(
-                    f"SELECT id FROM documents WHERE {_WORKSPACE} ORDER BY seq",
-                    [organization_id, environment],
+                for row in self.db.table(conn, "documents").rows_where(
+                    _WORKSPACE, [organization_id, environment], select="id", order_by="seq"
                 )
             ]
         for document_id in documents:
             with self.db.read() as conn:
-                rows = conn.execute(
-                    "SELECT id, text FROM chunks WHERE document_id = ? ORDER BY ordinal",
-                    [document_id],
-                ).fetchall()
+                rows = list(
+                    self.db.table(conn, "chunks").rows_where(
+                        "document_id = ?", [document_id], select="id, text", order_by="ordinal"
+                    )
+                )
             yield document_id, [row["id"] for row in rows], [row["text"] for row in rows]
