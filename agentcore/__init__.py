@@ -1,11 +1,13 @@
 """agentcore: an embeddable Agent Chat Service (agents, cited answers, search, webhooks)."""
 
+from agentcore.cancellation import Cancellation
 from agentcore.client import Client
 from agentcore.config import Settings
 from agentcore.core import AgentCore
 from agentcore.errors import (
     AgentCoreError,
     AuthenticationError,
+    Cancelled,
     Conflict,
     DeadlineExceeded,
     InvalidRequest,
@@ -30,6 +32,8 @@ __all__ = [
     "AgentCore",
     "AgentCoreError",
     "AuthenticationError",
+    "Cancellation",
+    "Cancelled",
     "Client",
     "Conflict",
     "DeadlineExceeded",

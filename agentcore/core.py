@@ -18,6 +18,7 @@ from agentcore.errors import NotFound
 from agentcore.events import EventBus
 from agentcore.keys import KeyManager, check_environment, check_scopes
 from agentcore.knowledge.embedders import Embedder
+from agentcore.knowledge.jobs import IngestRuntime
 from agentcore.limits import RateLimiter
 from agentcore.models import Organization
 from agentcore.plugins import DEFAULT_PLUGINS
@@ -70,6 +71,7 @@ class AgentCore:
         self._lock = threading.Lock()
         self._services: dict[str, Any] = {}
         self.webhooks = WebhookRuntime(self)
+        self.ingest = IngestRuntime(self)
         # through a lambda, so a test may swap in a runtime with a fake clock or resolver
         self.events.add_sink(lambda event: self.webhooks.record(event))
         pm.hook.agentcore_register_event_kinds(register=self.events.register_kind)
@@ -178,13 +180,18 @@ class AgentCore:
     # lifecycle ---------------------------------------------------------------
 
     def start(self) -> None:
-        """Start background workers (webhook delivery) and plugins' workers. Idempotent."""
+        """Start background workers (webhook delivery, ingestion jobs) and plugins'. Idempotent.
+
+        Ingestion jobs left by a stopped or crashed process are resumed (or, after
+        ``ingest_job_attempts`` tries, marked failed) by the ingestion worker.
+        """
         with self._lock:
             if self._started:
                 return
             self._started = True
         if self.settings.start_workers:
             self.webhooks.start()
+        self.ingest.start()
         self.pm.hook.agentcore_startup(core=self)
 
     def stop(self) -> None:
@@ -194,6 +201,7 @@ class AgentCore:
                 return
             self._started = False
         self.webhooks.stop()
+        self.ingest.stop()
         self.pm.hook.agentcore_shutdown(core=self)
 
     def close(self) -> None:

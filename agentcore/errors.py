@@ -13,6 +13,7 @@
     ├── RateLimited                   429 rate_limited        (carries retry_after seconds)
     ├── ProviderError                 502 provider_error      (a model provider failed)
     ├── ProviderTimeout               504 provider_timeout    (a model provider timed out)
+    ├── Cancelled                     503 cancelled           (work stopped: shutdown, client left)
     └── DeadlineExceeded              504 deadline_exceeded   (the request ran too long)
 
 The adapter renders each one as RFC 9457 problem details in one place. Messages never
@@ -22,6 +23,11 @@ contain an API key: callers pass descriptions, never secrets.
 from __future__ import annotations
 
 from typing import Any, ClassVar
+
+from agentcore.models import Problem
+
+#: The base of every problem's ``type`` URI; the code completes it.
+PROBLEM_TYPE = "https://agentcore.dev/problems/"
 
 
 class AgentCoreError(Exception):
@@ -152,6 +158,14 @@ class ProviderTimeout(AgentCoreError):
     title = "Gateway Timeout"
 
 
+class Cancelled(AgentCoreError):
+    """Work was stopped before it committed anything (shutdown, or the client left)."""
+
+    status = 503
+    default_code = "cancelled"
+    title = "Service Unavailable"
+
+
 class DeadlineExceeded(AgentCoreError):
     """The request ran past the configured per-request deadline."""
 
@@ -160,9 +174,23 @@ class DeadlineExceeded(AgentCoreError):
     title = "Gateway Timeout"
 
 
+def as_problem(error: AgentCoreError) -> Problem:
+    """``error`` as a stored problem (a failed document's ``last_error``), without request id."""
+    return Problem(
+        type=PROBLEM_TYPE + error.code,
+        title=error.title,
+        status=error.status,
+        detail=error.detail,
+        code=error.code,
+        param=error.param,
+    )
+
+
 __all__ = [
+    "PROBLEM_TYPE",
     "AgentCoreError",
     "AuthenticationError",
+    "Cancelled",
     "Conflict",
     "DeadlineExceeded",
     "InvalidRequest",

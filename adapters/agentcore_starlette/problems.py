@@ -8,11 +8,10 @@ from typing import Any
 
 from starlette.responses import Response
 
-from agentcore.errors import AgentCoreError
+from agentcore.errors import PROBLEM_TYPE, AgentCoreError
 
 log = logging.getLogger("agentcore.http")
 
-PROBLEM_TYPE = "https://agentcore.dev/problems/"
 MEDIA_TYPE = "application/problem+json"
 
 

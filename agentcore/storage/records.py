@@ -74,3 +74,22 @@ class StoredResponse:
     status: int
     body: bytes
     headers: dict[str, str]
+
+
+@dataclass(frozen=True)
+class IngestJob:
+    """A leased background ingestion job: the raw upload of a ``processing`` document.
+
+    ``kind`` is ``file`` (bytes parsed like an upload, ``content_type`` as declared)
+    or ``text`` (UTF-8 text stored under ``filename`` as its source name).
+    ``attempts`` counts claims, this one included.
+    """
+
+    document_id: str
+    organization_id: str
+    environment: str
+    kind: str
+    filename: str
+    content_type: str | None
+    data: bytes
+    attempts: int

@@ -231,3 +231,28 @@ def m004_chat_and_idempotency(db: UtilsDatabase) -> None:
 def m005_chunk_page_offsets(db: UtilsDatabase) -> None:
     """Where each page starts inside a chunk, so quotes cite only their own pages."""
     _script(db, "ALTER TABLE chunks ADD COLUMN page_offsets TEXT NOT NULL DEFAULT '[]'")
+
+
+@migrations()
+def m006_document_status_and_ingest_jobs(db: UtilsDatabase) -> None:
+    """Document status and last error; the durable queue of background ingestion jobs."""
+    _script(
+        db,
+        """
+        ALTER TABLE documents ADD COLUMN status TEXT NOT NULL DEFAULT 'ready';
+        ALTER TABLE documents ADD COLUMN last_error TEXT;
+        CREATE TABLE ingest_jobs (
+            document_id TEXT PRIMARY KEY REFERENCES documents(id) ON DELETE CASCADE,
+            organization_id TEXT NOT NULL,
+            environment TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            filename TEXT NOT NULL,
+            content_type TEXT,
+            data BLOB NOT NULL,
+            attempts INTEGER NOT NULL DEFAULT 0,
+            leased_until REAL,
+            created_at REAL NOT NULL
+        );
+        CREATE INDEX ingest_jobs_lease ON ingest_jobs (leased_until, created_at);
+        """,
+    )

@@ -1,0 +1,155 @@
+"""Background ingestion: a worker that turns queued uploads into ready (or failed) documents."""
+
+from __future__ import annotations
+
+import gc
+import logging
+import threading
+import time
+from typing import TYPE_CHECKING, cast
+
+from agentcore.cancellation import Cancellation
+from agentcore.errors import AgentCoreError, Cancelled, as_problem
+from agentcore.models import Environment
+from agentcore.storage.records import IngestJob
+from agentcore.workspace import Workspace
+
+if TYPE_CHECKING:
+    from agentcore.core import AgentCore
+
+log = logging.getLogger("agentcore.ingest")
+
+POLL_SECONDS = 1.0  # how often an idle worker looks for jobs queued by other processes
+
+
+class IngestRuntime:
+    """Runs the store's queue of ingestion jobs on one background thread per core.
+
+    A job is leased (``ingest_job_lease`` seconds, renewed while it runs), so a job
+    whose process died is claimed again once the lease runs out: resumed, up to
+    ``ingest_job_attempts`` tries, then marked ``failed``. ``stop()`` cancels the
+    running job at its next checkpoint and gives it back, so the next ``start()``
+    (here or in another process) resumes it. Nothing is ever lost silently: every
+    job ends as a ``ready`` or a ``failed`` document, or is still queued.
+    """
+
+    def __init__(self, core: AgentCore) -> None:
+        self._core = core
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._current: Cancellation | None = None
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        """Start the worker thread (idempotent)."""
+        with self._lock:
+            if self._thread is not None:
+                return
+            self._stopping.clear()
+            self._thread = threading.Thread(target=self._loop, name="agentcore-ingest", daemon=True)
+            self._thread.start()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Cancel the running job (it goes back to the queue) and stop the thread."""
+        with self._lock:
+            thread, self._thread = self._thread, None
+            self._stopping.set()
+            self._wake.set()
+            if self._current is not None:
+                self._current.cancel("shutdown")
+        if thread is not None:
+            thread.join(timeout)
+
+    def wake(self) -> None:
+        """Look for work now (a job was just queued)."""
+        self._wake.set()
+
+    def run_pending(self) -> int:
+        """Run queued jobs in the calling thread until none is claimable; how many ran."""
+        ran = 0
+        while not self._stopping.is_set() and self._run_one():
+            ran += 1
+        return ran
+
+    def _loop(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                if self._run_one():
+                    continue
+            except Exception:  # the store failed: keep the worker alive, try again later
+                log.exception("ingestion worker: could not claim a job")
+            self._wake.wait(POLL_SECONDS)
+            self._wake.clear()
+
+    def _run_one(self) -> bool:
+        settings = self._core.settings
+        job = self._core.store.claim_ingest_job(
+            now=time.time(), lease_seconds=settings.ingest_job_lease
+        )
+        if job is None:
+            return False
+        cancellation = Cancellation(timeout=settings.ingest_job_timeout)
+        with self._lock:
+            self._current = cancellation
+            if self._stopping.is_set():
+                cancellation.cancel("shutdown")
+        heartbeat = threading.Thread(
+            target=self._renew, args=(job, cancellation), name="agentcore-ingest-lease", daemon=True
+        )
+        heartbeat.start()
+        try:
+            self._run(job, cancellation)
+        finally:
+            with self._lock:
+                self._current = None
+            cancellation.cancel("finished")  # ends the heartbeat
+            heartbeat.join()
+            del job
+            gc.collect()  # a large document's chunk strings go back to the allocator now
+        return True
+
+    def _renew(self, job: IngestJob, cancellation: Cancellation) -> None:
+        lease = self._core.settings.ingest_job_lease
+        while not cancellation.wait(lease / 3):
+            try:
+                alive = self._core.store.renew_ingest_job(
+                    job.document_id, until=time.time() + lease
+                )
+            except Exception:
+                log.exception("ingestion worker: could not renew the lease of a job")
+                continue
+            if not alive:  # the document was deleted: stop working on it
+                cancellation.cancel("deleted")
+
+    def _run(self, job: IngestJob, cancellation: Cancellation) -> None:
+        store = self._core.store
+        settings = self._core.settings
+        org, env = job.organization_id, job.environment
+        if job.attempts > settings.ingest_job_attempts:
+            error = AgentCoreError(
+                f"Indexing stopped {settings.ingest_job_attempts} times before it finished"
+                " (the server was restarted or ran out of memory); upload it again or in parts.",
+                code="ingestion_interrupted",
+            )
+            store.fail_document(org, env, job.document_id, as_problem(error))
+            return
+        workspace = Workspace(
+            self._core,
+            organization_id=org,
+            organization=org,  # the name is not needed to index; the id stands in
+            environment=cast(Environment, env),
+            scopes=frozenset({"read", "write"}),
+        )
+        try:
+            workspace.knowledge.run_job(job, cancellation)
+        except Cancelled:
+            if cancellation.reason == "shutdown":
+                store.release_ingest_job(job.document_id)
+            # "deleted": the document and its job are gone already
+        except AgentCoreError as error:
+            store.fail_document(org, env, job.document_id, as_problem(error))
+        except Exception:
+            log.exception("ingestion of document %s failed unexpectedly", job.document_id)
+            error = AgentCoreError("Indexing hit an unexpected error.")
+            store.fail_document(org, env, job.document_id, as_problem(error))
