@@ -63,4 +63,3 @@ class Cancellation:
     def wait(self, seconds: float) -> bool:
         """Sleep up to ``seconds``, waking early when cancelled; whether it was cancelled."""
         return self._event.wait(seconds)
-

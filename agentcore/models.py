@@ -176,11 +176,13 @@ class Document(BaseModel):
     bytes: int
     created_at: datetime
     status: Literal["processing", "ready", "failed"] = Field(
-        "ready",
+        default="ready",
         description="processing (a background job is indexing it; not searchable yet),"
         " ready (searchable) or failed (see last_error).",
     )
-    last_error: Problem | None = Field(None, description="Why indexing failed, when it did.")
+    last_error: Problem | None = Field(
+        default=None, description="Why indexing failed, when it did."
+    )
 
 
 class DocumentList(BaseModel):

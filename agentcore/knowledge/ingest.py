@@ -82,10 +82,7 @@ def parse_document(
         ``encrypted_pdf``, ``no_text``. Every error has ``param="file"``.
     """
     source, kind = check_upload(data, filename, content_type, max_bytes=max_bytes)
-    if kind == PDF:
-        pages = _pdf_pages(data, max_pages)
-    else:
-        pages = _text_pages(decode_text(data), kind)
+    pages = _pdf_pages(data, max_pages) if kind == PDF else _text_pages(decode_text(data), kind)
     if not any(page and not page.isspace() for page in pages):  # no copy of a huge page
         raise ValidationFailed(
             "The file contains no extractable text"

@@ -127,12 +127,12 @@ class IngestRuntime:
         settings = self._core.settings
         org, env = job.organization_id, job.environment
         if job.attempts > settings.ingest_job_attempts:
-            error = AgentCoreError(
+            interrupted = AgentCoreError(
                 f"Indexing stopped {settings.ingest_job_attempts} times before it finished"
                 " (the server was restarted or ran out of memory); upload it again or in parts.",
                 code="ingestion_interrupted",
             )
-            store.fail_document(org, env, job.document_id, as_problem(error))
+            store.fail_document(org, env, job.document_id, as_problem(interrupted))
             return
         workspace = Workspace(
             self._core,
@@ -151,5 +151,5 @@ class IngestRuntime:
             store.fail_document(org, env, job.document_id, as_problem(error))
         except Exception:
             log.exception("ingestion of document %s failed unexpectedly", job.document_id)
-            error = AgentCoreError("Indexing hit an unexpected error.")
-            store.fail_document(org, env, job.document_id, as_problem(error))
+            unexpected = AgentCoreError("Indexing hit an unexpected error.")
+            store.fail_document(org, env, job.document_id, as_problem(unexpected))

@@ -164,8 +164,8 @@ class KnowledgeStore:
                         dimension,
                         len(ids[part]),
                         # buffers, not bytes: no second copy of a large document's vectors
-                        memoryview(ids[part]).cast("B"),
-                        memoryview(vectors[part]).cast("B"),
+                        ids[part].data.cast("B"),
+                        vectors[part].data.cast("B"),
                     ],
                 )
             self._bump(conn, organization_id, environment, embedder, dimension)
@@ -363,7 +363,16 @@ class KnowledgeStore:
             conn.execute(
                 "INSERT INTO ingest_jobs (document_id, organization_id, environment, kind,"
                 " filename, content_type, data, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                [document.id, organization_id, environment, kind, filename, content_type, data, now],
+                [
+                    document.id,
+                    organization_id,
+                    environment,
+                    kind,
+                    filename,
+                    content_type,
+                    data,
+                    now,
+                ],
             )
 
     def claim_ingest_job(self, *, now: float, lease_seconds: float) -> IngestJob | None:
