@@ -82,6 +82,13 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time a process has used."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def rss_kb(pid: int) -> tuple[int, int]:
     """(VmRSS, VmHWM) of a process in KiB."""
     values = {"VmRSS": 0, "VmHWM": 0}
@@ -226,13 +233,23 @@ def measure(
     uploader.start()
     uploader.join(args.timeout)
     result.seconds = time.monotonic() - started
+    failed = "status" in outcome and outcome["status"] not in (201, 202)
+    if failed and not uploader.is_alive():
+        # an error (a 504) may leave the work running in the server: watch it until the
+        # time box ends, then kill it like an unfinished run
+        answered = result.seconds
+        cpu = cpu_seconds(server.pid)
+        time.sleep(max(0.0, args.timeout - answered))
+        result.notes.append(
+            f"answered {outcome['status']} at {answered:.1f} s; then the server used"
+            f" {cpu_seconds(server.pid) - cpu:.1f} s of CPU until the kill"
+        )
+        result.seconds = time.monotonic() - started
+        result.http_status = int(str(outcome["status"]))
     current, hwm = rss_kb(server.pid)
-    if uploader.is_alive():
+    if uploader.is_alive() or failed:
         result.outcome = f"> {args.timeout:g} s (killed)"
         result.notes.append(f"RSS at kill {current / 1024:.0f} MB")
-        if "status" in outcome:
-            result.http_status = int(str(outcome["status"]))
-            result.notes.append(f"the upload answered {outcome['status']} before the kill")
         server.kill()
     else:
         result.http_status = int(str(outcome["status"])) if "status" in outcome else None
