@@ -203,4 +203,5 @@ __all__ = [
     "RateLimited",
     "UnsupportedMediaType",
     "ValidationFailed",
+    "as_problem",
 ]

@@ -48,15 +48,54 @@ def token_less(size: int, seed: int = 1) -> bytes:
 def prose(size: int, seed: int = 2) -> bytes:
     """``size`` bytes of prose-like English: varied sentences in paragraphs."""
     rng = random.Random(seed)
-    common = (
-        "the of and to in is was for that with as on by at from this are be it an or which"
-        " employees policy leave days manager request approval annual holiday system data"
-        " report customer service support team project office process quarter review budget"
-    ).split()
-    syllables = ["ka", "lo", "mi", "ren", "tor", "sa", "vel", "dun", "pri", "ost", "ar", "ie"]
-    rare = [
-        "".join(rng.choice(syllables) for _ in range(rng.randint(2, 4))) for _ in range(20_000)
+    common = [
+        "the",
+        "of",
+        "and",
+        "to",
+        "in",
+        "is",
+        "was",
+        "for",
+        "that",
+        "with",
+        "as",
+        "on",
+        "by",
+        "at",
+        "from",
+        "this",
+        "are",
+        "be",
+        "it",
+        "an",
+        "or",
+        "which",
+        "employees",
+        "policy",
+        "leave",
+        "days",
+        "manager",
+        "request",
+        "approval",
+        "annual",
+        "holiday",
+        "system",
+        "data",
+        "report",
+        "customer",
+        "service",
+        "support",
+        "team",
+        "project",
+        "office",
+        "process",
+        "quarter",
+        "review",
+        "budget",
     ]
+    syllables = ["ka", "lo", "mi", "ren", "tor", "sa", "vel", "dun", "pri", "ost", "ar", "ie"]
+    rare = ["".join(rng.choice(syllables) for _ in range(rng.randint(2, 4))) for _ in range(20_000)]
     out: list[str] = []
     total = 0
     while total < size:
@@ -140,7 +179,9 @@ def run_one(args: argparse.Namespace, kind: str, data: bytes) -> Run:
             text=True,
             check=True,
         )
-        key = next(k["secret"] for k in json.loads(init.stdout)["keys"] if k["environment"] == "test")
+        key = next(
+            k["secret"] for k in json.loads(init.stdout)["keys"] if k["environment"] == "test"
+        )
         port = free_port()
         server = subprocess.Popen(
             [*cli, "serve", "--port", str(port), "--log-level", "warning"],

@@ -122,7 +122,9 @@ def test_work_stopped_at_the_deadline_releases_the_key(
 def test_work_that_completes_after_the_deadline_is_replayed(
     client: httpx.Client, slow: SlowOnce
 ) -> None:
-    agent = client.post("/v1/agents", json={"name": "HR", "role": "support", "model": slow.name}).json()
+    agent = client.post(
+        "/v1/agents", json={"name": "HR", "role": "support", "model": slow.name}
+    ).json()
     message = {"agentId": agent["id"], "message": "How many days of leave?"}
     first = client.post("/v1/chat/message", json=message, headers={"Idempotency-Key": "chat-1"})
     assert_problem(first, 504, "deadline_exceeded")

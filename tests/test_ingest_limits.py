@@ -59,7 +59,9 @@ class EmbedderPlugin:
 
 
 def open_core(path: Path, embedder: Any, **settings: Any) -> AgentCore:
-    return AgentCore.open(path, embedder=embedder.name, plugins=[EmbedderPlugin(embedder)], **settings)
+    return AgentCore.open(
+        path, embedder=embedder.name, plugins=[EmbedderPlugin(embedder)], **settings
+    )
 
 
 def table_counts(path: Path) -> dict[str, int]:
