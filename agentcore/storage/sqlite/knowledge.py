@@ -17,6 +17,8 @@ from agentcore.storage.sqlite.connection import Database, page_rows
 
 _WORKSPACE = "organization_id = ? AND environment = ?"
 SEGMENT_ROWS = 65_536  # ~100 MB of float32 at d=384: far below SQLite's 1 GB blob limit
+# SQLite copies a bound blob: segments of at most this many bytes keep that copy small
+SEGMENT_BYTES = 64 << 20
 
 
 BLOB_CHUNK = 8 << 20  # bytes per blob read: big enough to be fast, small enough to reuse
@@ -151,8 +153,9 @@ class KnowledgeStore:
         if vectors.ndim != 2 or vectors.shape != (len(ids), dimension):
             raise ValueError("vectors must have shape (len(ids), dimension)")
         with self.db.write() as conn:
-            for start in range(0, len(ids), SEGMENT_ROWS):
-                part = slice(start, start + SEGMENT_ROWS)
+            rows = max(1, min(SEGMENT_ROWS, SEGMENT_BYTES // (4 * dimension)))
+            for start in range(0, len(ids), rows):
+                part = slice(start, start + rows)
                 conn.execute(
                     "INSERT INTO vector_segments (organization_id, environment, document_id,"
                     " embedder, dimension, count, ids, vectors) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
