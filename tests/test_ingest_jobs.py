@@ -6,18 +6,23 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import httpx
+import numpy as np
+import numpy.typing as npt
 import pytest
 from conftest import ServerThread, free_port
 from helpers import cli_env, cli_json
 
+import agentcore
 from agentcore import AgentCore
 from agentcore.errors import PROBLEM_TYPE
+from agentcore.plugins.hashing_embedder import HashingEmbedder
 from agentcore_starlette import create_app
 
 pytestmark = pytest.mark.timeout(240)
@@ -104,7 +109,7 @@ def test_deleting_a_processing_document_drops_its_job(tmp_path: Path) -> None:
         assert ws.knowledge.list().documents == []
 
 
-def test_stop_gives_the_running_job_back(tmp_path: Path) -> None:
+def test_a_queued_job_waits_for_the_next_start(tmp_path: Path) -> None:
     db = tmp_path / "a.db"
     with AgentCore.open(db) as core:
         ws = core.workspace("acme")
@@ -116,6 +121,53 @@ def test_stop_gives_the_running_job_back(tmp_path: Path) -> None:
         give_up = time.monotonic() + 60
         while ws.knowledge.get(queued.id).status == "processing" and time.monotonic() < give_up:
             time.sleep(0.05)
+        assert ws.knowledge.get(queued.id).status == "ready"
+
+
+class BlockingEmbedder:
+    """The default embedder, whose first call waits until the test lets it go."""
+
+    name = "blocking"
+    dimension = 1024
+
+    def __init__(self) -> None:
+        self.inner = HashingEmbedder()
+        self.started = threading.Event()
+        self.proceed = threading.Event()
+
+    def embed(self, texts: Sequence[str], kind: str = "passage") -> npt.NDArray[np.float32]:
+        self.started.set()
+        self.proceed.wait(30)
+        return self.inner.embed(texts, kind="passage")
+
+    @agentcore.hookimpl
+    def agentcore_register_embedders(self, register: Any, settings: Any) -> None:
+        register(self)
+
+
+def job_row(db: Path) -> tuple[int, float | None] | None:
+    with sqlite3.connect(db) as conn:
+        row = conn.execute("SELECT attempts, leased_until FROM ingest_jobs").fetchone()
+    return None if row is None else (row[0], row[1])
+
+
+def test_stop_gives_the_running_job_back(tmp_path: Path) -> None:
+    db = tmp_path / "a.db"
+    embedder = BlockingEmbedder()
+    with AgentCore.open(db, embedder=embedder.name, plugins=[embedder]) as core:
+        ws = core.workspace("acme")
+        queued = ws.knowledge.ingest_text("policy.txt", TEXT, wait=False)
+        core.start()
+        assert embedder.started.wait(30)  # the worker is inside the job
+        core.ingest.stop(timeout=0)  # cancels the running job, does not wait for it
+        embedder.proceed.set()
+        give_up = time.monotonic() + 30
+        while (row := job_row(db)) is not None and row[1] is not None:  # until given back
+            assert time.monotonic() < give_up
+            time.sleep(0.02)
+        assert row == (0, None)  # queued again, and the interrupted try does not count
+        assert ws.knowledge.get(queued.id).status == "processing"
+        assert core.ingest.run_pending() == 1
         assert ws.knowledge.get(queued.id).status == "ready"
 
 

@@ -36,9 +36,9 @@ class IngestRuntime:
     def __init__(self, core: AgentCore) -> None:
         self._core = core
         self._wake = threading.Event()
-        self._stopping = threading.Event()
+        self._stopping: threading.Event | None = None  # one per started thread
         self._thread: threading.Thread | None = None
-        self._current: Cancellation | None = None
+        self._running: set[Cancellation] = set()
         self._lock = threading.Lock()
 
     def start(self) -> None:
@@ -46,18 +46,24 @@ class IngestRuntime:
         with self._lock:
             if self._thread is not None:
                 return
-            self._stopping.clear()
-            self._thread = threading.Thread(target=self._loop, name="agentcore-ingest", daemon=True)
+            self._stopping = threading.Event()
+            self._thread = threading.Thread(
+                target=self._loop, args=(self._stopping,), name="agentcore-ingest", daemon=True
+            )
             self._thread.start()
 
     def stop(self, timeout: float = 30.0) -> None:
-        """Cancel the running job (it goes back to the queue) and stop the thread."""
+        """Cancel the running job (it goes back to the queue) and stop the thread.
+
+        Waits up to ``timeout`` seconds for the job to reach its next checkpoint.
+        """
         with self._lock:
             thread, self._thread = self._thread, None
-            self._stopping.set()
+            if self._stopping is not None:
+                self._stopping.set()
             self._wake.set()
-            if self._current is not None:
-                self._current.cancel("shutdown")
+            for running in self._running:
+                running.cancel("shutdown")
         if thread is not None:
             thread.join(timeout)
 
@@ -68,21 +74,21 @@ class IngestRuntime:
     def run_pending(self) -> int:
         """Run queued jobs in the calling thread until none is claimable; how many ran."""
         ran = 0
-        while not self._stopping.is_set() and self._run_one():
+        while self._run_one(None):
             ran += 1
         return ran
 
-    def _loop(self) -> None:
-        while not self._stopping.is_set():
+    def _loop(self, stopping: threading.Event) -> None:
+        while not stopping.is_set():
             try:
-                if self._run_one():
+                if self._run_one(stopping):
                     continue
             except Exception:  # the store failed: keep the worker alive, try again later
                 log.exception("ingestion worker: could not claim a job")
             self._wake.wait(POLL_SECONDS)
             self._wake.clear()
 
-    def _run_one(self) -> bool:
+    def _run_one(self, stopping: threading.Event | None) -> bool:
         settings = self._core.settings
         job = self._core.store.claim_ingest_job(
             now=time.time(), lease_seconds=settings.ingest_job_lease
@@ -91,8 +97,8 @@ class IngestRuntime:
             return False
         cancellation = Cancellation(timeout=settings.ingest_job_timeout)
         with self._lock:
-            self._current = cancellation
-            if self._stopping.is_set():
+            self._running.add(cancellation)
+            if stopping is not None and stopping.is_set():
                 cancellation.cancel("shutdown")
         heartbeat = threading.Thread(
             target=self._renew, args=(job, cancellation), name="agentcore-ingest-lease", daemon=True
@@ -102,7 +108,7 @@ class IngestRuntime:
             self._run(job, cancellation)
         finally:
             with self._lock:
-                self._current = None
+                self._running.discard(cancellation)
             cancellation.cancel("finished")  # ends the heartbeat
             heartbeat.join()
             del job
