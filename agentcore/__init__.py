@@ -1,7 +1,8 @@
 """agentcore: an embeddable Agent Chat Service (agents, cited answers, search, webhooks)."""
 
 from agentcore.cancellation import Cancellation
-from agentcore.client import Client
+from agentcore.chat import ChatStream
+from agentcore.client import AsyncClient, Client
 from agentcore.config import Settings
 from agentcore.core import AgentCore
 from agentcore.errors import (
@@ -31,9 +32,11 @@ __version__ = "0.1.0"
 __all__ = [
     "AgentCore",
     "AgentCoreError",
+    "AsyncClient",
     "AuthenticationError",
     "Cancellation",
     "Cancelled",
+    "ChatStream",
     "Client",
     "Conflict",
     "DeadlineExceeded",

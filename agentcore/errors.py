@@ -22,7 +22,10 @@ contain an API key: callers pass descriptions, never secrets.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    from agentcore.limits import Decision
 
 from agentcore.models import Problem
 
@@ -60,6 +63,17 @@ class AgentCoreError(Exception):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.detail!r}, code={self.code!r}, param={self.param!r})"
+
+    def as_dict(self) -> dict[str, Any]:
+        """The error as plain data: title, status, detail, code, param, then ``extra``."""
+        return {
+            "title": self.title,
+            "status": self.status,
+            "detail": self.detail,
+            "code": self.code,
+            "param": self.param,
+            **self.extra,
+        }
 
 
 class InvalidRequest(AgentCoreError):
@@ -135,11 +149,33 @@ class ValidationFailed(AgentCoreError):
 
 
 class RateLimited(AgentCoreError):
-    """Too many requests for this key; ``retry_after`` says when to come back."""
+    """Too many requests for this key; ``retry_after`` says when to come back.
+
+    :param decision: the rate limiter's facts (limit, remaining, reset, retry-after
+        seconds); the HTTP adapter renders them as headers.
+    """
 
     status = 429
     default_code = "rate_limited"
     title = "Too Many Requests"
+
+    def __init__(
+        self,
+        detail: str,
+        *,
+        decision: Decision | None = None,
+        code: str | None = None,
+        param: str | None = None,
+        headers: dict[str, str] | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(detail, code=code, param=param, headers=headers, extra=extra)
+        self.decision = decision
+
+    @property
+    def retry_after(self) -> float | None:
+        """Seconds until the key may send again, when the limiter said."""
+        return None if self.decision is None else self.decision.retry_after
 
 
 class ProviderError(AgentCoreError):

@@ -1,4 +1,8 @@
-"""Per-key rate limits: a token bucket per key, with IETF RateLimit headers."""
+"""Per-key rate limits: a token bucket per key, and the facts a caller reports.
+
+The core decides and returns facts (limit, remaining, reset and retry-after
+seconds); the HTTP adapter turns them into ``RateLimit``/``Retry-After`` headers.
+"""
 
 from __future__ import annotations
 
@@ -11,29 +15,23 @@ from dataclasses import dataclass
 from agentcore.config import Settings
 from agentcore.errors import RateLimited
 
-POLICY = "per-key"
-
 
 @dataclass(frozen=True)
 class Decision:
-    """The outcome of one check: the headers to send either way."""
+    """The outcome of one check, and the key's bucket right after it.
+
+    :param allowed: whether the request may run.
+    :param limit: requests a second for this key (also the burst).
+    :param remaining: whole requests the bucket holds now.
+    :param reset: seconds until the bucket is full again.
+    :param retry_after: seconds until one more request would pass (0 when allowed).
+    """
 
     allowed: bool
     limit: float
     remaining: int
     reset: float
     retry_after: float
-
-    def headers(self) -> dict[str, str]:
-        """``RateLimit-Policy`` and ``RateLimit`` (draft-ietf-httpapi-ratelimit-headers)."""
-        quota = int(self.limit)
-        headers = {
-            "RateLimit-Policy": f'"{POLICY}";q={quota};w=1',
-            "RateLimit": f'"{POLICY}";r={self.remaining};t={math.ceil(self.reset)}',
-        }
-        if not self.allowed:
-            headers["Retry-After"] = str(max(1, math.ceil(self.retry_after)))
-        return headers
 
 
 class RateLimiter:
@@ -68,12 +66,12 @@ class RateLimiter:
             retry_after=0.0 if allowed else (1.0 - tokens) / rate,
         )
 
-    def enforce(self, key_id: str, environment: str) -> dict[str, str]:
-        """The headers for an allowed request, or ``RateLimited`` (429) carrying them."""
+    def enforce(self, key_id: str, environment: str) -> Decision:
+        """The decision for an allowed request, or ``RateLimited`` (429) carrying it."""
         decision = self.check(key_id, environment)
         if not decision.allowed:
+            wait = max(1, math.ceil(decision.retry_after))
             raise RateLimited(
-                f"Too many requests for this key; retry after {decision.headers()['Retry-After']} s.",
-                headers=decision.headers(),
+                f"Too many requests for this key; retry after {wait} s.", decision=decision
             )
-        return decision.headers()
+        return decision

@@ -6,7 +6,7 @@ import re
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
 
 Environment = Literal["test", "live"]
 Scope = Literal["read", "write"]
@@ -17,10 +17,41 @@ HANDOFF_TOOL = "handoff_to_human"
 _TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 
-class Request(BaseModel):
-    """Base of request bodies: unknown fields are an error, not silently dropped."""
+def _has_nul(value: Any) -> bool:
+    # iterative: a deep JSON value cannot exhaust the stack
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+        elif isinstance(item, BaseModel):
+            stack.extend(vars(item).values())
+    return False
 
-    model_config = ConfigDict(extra="forbid")
+
+class Request(BaseModel):
+    """Base of request bodies, strictly typed.
+
+    Unknown fields are an error, not silently dropped; values are not coerced
+    (``"2"``, ``true`` or ``2.5`` for an integer are errors, as is ``false`` for a
+    number); no string anywhere in the body may hold a NUL character (PostgreSQL
+    cannot store one, and no text needs it).
+    """
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    @field_validator("*")
+    @classmethod
+    def _no_nul(cls, value: Any) -> Any:
+        if _has_nul(value):
+            raise ValueError("must not contain NUL (\\u0000) characters")
+        return value
 
 
 class Organization(BaseModel):
@@ -67,7 +98,7 @@ class VerifyResponse(BaseModel):
 class ToolDefinition(BaseModel):
     """A function an agent may call: OpenAI's function shape, JSON-Schema parameters."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     name: str = Field(..., description="1-64 letters, digits, '_' or '-'.")
     description: str = Field("", max_length=1024)
@@ -239,6 +270,15 @@ class ChatMessageRequest(Request):
     agentId: str = Field(..., min_length=1, max_length=100)
     message: str = Field(..., min_length=1)
     conversationId: str | None = Field(None, min_length=1, max_length=100)
+    stream: StrictBool = Field(
+        False, description="Answer as server-sent events (`text/event-stream`) as it is generated."
+    )
+
+
+class ChatDelta(BaseModel):
+    """``data`` of a ``response.delta`` event of a streamed answer: the next piece of text."""
+
+    delta: str
 
 
 class ChatMessageResponse(BaseModel):
@@ -250,8 +290,12 @@ class ChatMessageResponse(BaseModel):
     conversationId: str
 
 
-class Event(BaseModel):
-    """An event as delivered: ``{id, type, timestamp, data}``."""
+class EventPayload(BaseModel):
+    """The wire form of an ``agentcore.events.Event``: ``{id, type, timestamp, data}``.
+
+    The bus event (``agentcore.Event``) is the one event model; this is only its
+    JSON projection without the tenancy fields, as webhooks deliver it.
+    """
 
     id: str
     type: str
@@ -284,6 +328,17 @@ class WebhookSubscriptionWithSecret(WebhookSubscription):
     """A subscription with its ``whsec_`` signing secret (shown once)."""
 
     secret: str
+
+
+class WebhookTestSent(WebhookSubscription):
+    """Answer of ``POST /v1/webhooks/{id}/test``: the subscription, plus the ping it queued.
+
+    ``event_id`` is the ``webhook-id`` header and body ``id`` the receiver will see;
+    ``delivery_id`` appears in ``GET /v1/webhooks/{id}/deliveries``.
+    """
+
+    event_id: str
+    delivery_id: str
 
 
 class WebhookList(BaseModel):

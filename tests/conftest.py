@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -159,3 +161,83 @@ def api(request: pytest.FixtureRequest, app: ASGIApp, keys: Keys) -> Iterator[Ap
         return
     with ServerThread(app) as server:
         yield Api(app, server.url, key)
+
+
+# No secret in any log line ------------------------------------------------------------
+# Every key and webhook secret minted in this process is recorded, and every log record
+# any logger hands to its handlers (at any level; agentcore's loggers are lowered to
+# DEBUG for the run) is searched for them. A leak fails the test during which it was
+# logged (at teardown), or the session if it came later. tests/test_secrets_in_logs.py
+# does the same over a real `agentcore serve --log-level debug`.
+
+_MINTED: set[str] = set()
+_LEAKS: list[str] = []
+
+
+def _remember(make: Any) -> Any:
+    def minting(*args: Any, **kwargs: Any) -> str:
+        secret: str = make(*args, **kwargs)
+        _MINTED.add(secret)
+        _MINTED.add(secret.split("_", 2)[-1][:16])  # a long part of its random body
+        return secret
+
+    return minting
+
+
+def _find_leak(record: logging.LogRecord) -> None:
+    try:
+        text = record.getMessage()
+    except Exception:  # a malformed record is logging's problem, not a leak
+        text = str(record.msg)
+    if record.exc_info and not record.exc_text:
+        text += logging.Formatter().formatException(record.exc_info)
+    text += record.exc_text or ""
+    for secret in _MINTED:
+        if secret in text:
+            _LEAKS.append(f"{record.name} {record.levelname}: {text[:300]!r}")
+            return
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_secret_in_logs() -> Iterator[None]:
+    import agentcore.keys
+    import agentcore.webhooks.service
+
+    patch = pytest.MonkeyPatch()
+    patch.setattr(agentcore.keys, "generate_secret", _remember(agentcore.keys.generate_secret))
+    patch.setattr(
+        agentcore.webhooks.service,
+        "generate_secret",
+        _remember(agentcore.webhooks.service.generate_secret),
+    )
+    call_handlers = logging.Logger.callHandlers
+
+    def checked(self: logging.Logger, record: logging.LogRecord) -> None:
+        _find_leak(record)
+        call_handlers(self, record)
+
+    patch.setattr(logging.Logger, "callHandlers", checked)
+    ours = logging.getLogger("agentcore")
+    level = ours.level
+    ours.setLevel(logging.DEBUG)
+    try:
+        yield
+    finally:
+        ours.setLevel(level)
+        patch.undo()
+
+
+@pytest.fixture(autouse=True)
+def _fail_on_logged_secret() -> Iterator[None]:
+    yield
+    if _LEAKS:
+        leaks = list(_LEAKS)
+        _LEAKS.clear()
+        pytest.fail("a secret was logged:\n" + "\n".join(leaks), pytrace=False)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Fail the run for a secret logged after the last test's teardown."""
+    if _LEAKS:
+        print("\nsecrets were logged:\n" + "\n".join(_LEAKS), file=sys.stderr)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

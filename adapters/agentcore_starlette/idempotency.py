@@ -1,4 +1,4 @@
-"""Idempotency-Key on POST routes, with Stripe's semantics, over the core's store."""
+"""Idempotency-Key on POST routes: the core's ``IdempotencyKeys`` behind HTTP headers."""
 
 from __future__ import annotations
 
@@ -11,13 +11,13 @@ from collections.abc import Awaitable, Callable
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
-from agentcore.errors import AgentCoreError, Cancelled, Conflict, DeadlineExceeded, InvalidRequest
-from agentcore.storage.records import StoredResponse
+from agentcore.errors import AgentCoreError, DeadlineExceeded, InvalidRequest
+from agentcore.storage.records import StoredResult
 from agentcore.workspace import Workspace
-from agentcore_starlette.problems import problem_body
+from agentcore_starlette.problems import MEDIA_TYPE, problem_document
 
 MAX_KEY_LENGTH = 255
-POLL = 0.02
+REPLAYED = {"Idempotent-Replayed": "true"}
 _settling: set[asyncio.Future[None]] = set()  # late outcomes being recorded
 
 
@@ -53,6 +53,16 @@ def check_key(key: str) -> str:
     return key
 
 
+def replay_response(result: StoredResult) -> Response:
+    """A kept result as the response to a retry (``Idempotent-Replayed: true``)."""
+    if result.failed:
+        body = json.dumps(problem_document(json.loads(result.body), None), separators=(",", ":"))
+        return Response(body, status_code=result.status, media_type=MEDIA_TYPE, headers=REPLAYED)
+    return Response(
+        result.body, status_code=result.status, media_type="application/json", headers=REPLAYED
+    )
+
+
 async def run_once(
     workspace: Workspace,
     key: str,
@@ -61,88 +71,65 @@ async def run_once(
     *,
     wait: float,
 ) -> Response:
-    """Run ``run`` at most once per key: replay its stored response for a retry.
+    """Run ``run`` at most once per key: replay its kept result for a retry.
 
-    Same key and same request → the stored response (``Idempotent-Replayed: true``);
+    Same key and same request → the kept result (``Idempotent-Replayed: true``);
     same key and another request → 409; a duplicate that arrives while the first is
-    still running waits for it (up to ``wait`` seconds) and then replays it.
+    still running waits for it (up to ``wait`` seconds, polling on the event loop)
+    and then replays it. The rules are the core's (``core.idempotency``).
 
-    Never a stored resource behind a cached error. Work that stopped before it
-    committed (``Cancelled``, ``DeadlineExceeded``) releases the key, so a retry runs
-    afresh. Work past its deadline whose outcome is not yet known
-    (``OutcomePending``) keeps the key in progress until it settles: its real
-    response is stored for replay, or the key is released if it stopped in time.
+    Never a stored resource behind a cached error: work that stopped before it
+    committed releases the key (``IdempotencyKeys.fail``), and work past its
+    deadline whose outcome is not known yet (``OutcomePending``) keeps the key
+    claimed until it settles, then keeps its real result (or releases the key).
     """
-    store = workspace.core.store
-    ttl = workspace.core.settings.idempotency_ttl
+    keys = workspace.core.idempotency
     org, env = workspace.organization_id, workspace.environment
-    deadline = time.monotonic() + wait
+    wait_until = time.monotonic() + wait
     while True:
-        claim, stored = await run_in_threadpool(
-            store.claim_idempotency_key, org, env, key, print_, now=time.time(), ttl=ttl
-        )
-        if claim == "replay" and stored is not None:
-            return Response(
-                stored.body,
-                status_code=stored.status,
-                headers={**stored.headers, "Idempotent-Replayed": "true"},
-            )
-        if claim == "mismatch":
-            raise Conflict(
-                "This Idempotency-Key was already used with a different request.",
-                code="idempotency_key_reused",
-                param="Idempotency-Key",
-            )
-        if claim == "new":
+        claim = await run_in_threadpool(keys.claim, org, env, key, print_, wait_until=wait_until)
+        if claim.action == "replay" and claim.result is not None:
+            return replay_response(claim.result)
+        if claim.action == "run":
             break
-        if time.monotonic() > deadline:
-            raise Conflict(
-                "A request with this Idempotency-Key is still being processed.",
-                code="idempotency_request_in_progress",
-                param="Idempotency-Key",
-            )
-        await asyncio.sleep(POLL)
+        await asyncio.sleep(keys.poll)
     try:
         response = await run()
     except OutcomePending as pending:
-        task = asyncio.ensure_future(_record(workspace, key, pending.outcome))
+        task = asyncio.ensure_future(_settle(workspace, key, pending.outcome))
         _settling.add(task)
         task.add_done_callback(_settling.discard)
         raise
-    except BaseException as error:
-        await _record_error(workspace, key, error)
+    except AgentCoreError as error:
+        await run_in_threadpool(keys.fail, org, env, key, error)
         raise
-    await _record_response(workspace, key, response)
+    except BaseException:
+        await run_in_threadpool(keys.release, org, env, key)
+        raise
+    await _succeed(workspace, key, response)
     return response
 
 
-async def _record(workspace: Workspace, key: str, outcome: asyncio.Future[Response]) -> None:
-    """Store what late work ended as, or release the key if it stopped before committing."""
-    try:
-        response = await outcome
-    except BaseException as error:
-        await _record_error(workspace, key, error)
-        return
-    await _record_response(workspace, key, response)
-
-
-async def _record_response(workspace: Workspace, key: str, response: Response) -> None:
-    headers = {"content-type": response.headers.get("content-type", "application/json")}
+async def _succeed(workspace: Workspace, key: str, response: Response) -> None:
     await run_in_threadpool(
-        workspace.core.store.finish_idempotency_key,
+        workspace.core.idempotency.succeed,
         workspace.organization_id,
         workspace.environment,
         key,
-        StoredResponse(response.status_code, bytes(response.body), headers),
+        response.status_code,
+        bytes(response.body).decode(),
     )
 
 
-async def _record_error(workspace: Workspace, key: str, error: BaseException) -> None:
-    store = workspace.core.store
+async def _settle(workspace: Workspace, key: str, outcome: asyncio.Future[Response]) -> None:
+    """Keep what late work ended as, or release the key if it stopped before committing."""
+    keys = workspace.core.idempotency
     org, env = workspace.organization_id, workspace.environment
-    if isinstance(error, AgentCoreError) and not isinstance(error, Cancelled | DeadlineExceeded):
-        body = json.dumps(problem_body(error, None), separators=(",", ":")).encode()
-        stored = StoredResponse(error.status, body, {"content-type": "application/problem+json"})
-        await run_in_threadpool(store.finish_idempotency_key, org, env, key, stored)
-    else:  # nothing was committed (stopped in time, or crashed): a retry runs afresh
-        await run_in_threadpool(store.release_idempotency_key, org, env, key)
+    try:
+        response = await outcome
+    except AgentCoreError as error:
+        await run_in_threadpool(keys.fail, org, env, key, error)
+    except BaseException:
+        await run_in_threadpool(keys.release, org, env, key)
+    else:
+        await _succeed(workspace, key, response)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
@@ -17,7 +17,7 @@ from agentcore.storage.records import KnowledgeState
 
 if TYPE_CHECKING:
     from agentcore.cancellation import Cancellation
-    from agentcore.core import AgentCore
+    from agentcore.storage.base import KnowledgeStorage
 
 T = TypeVar("T")
 Key = tuple[str, str]
@@ -36,10 +36,25 @@ class IndexCache:
     reader whose cached version differs from the store's reloads (so another process
     writing the same store is noticed); a write made through this cache applies its
     change to the cached index in place when nothing else changed in between.
+
+    :param store: where documents, chunks and vectors are kept.
+    :param embedders: the registered embedders, by name.
+    :param embedder: the name of the one that indexes (``Settings.embedder``).
+    :param max_token_chars: the longest whitespace-free run re-embedding feeds it.
     """
 
-    def __init__(self, core: AgentCore) -> None:
-        self._core = core
+    def __init__(
+        self,
+        store: KnowledgeStorage,
+        *,
+        embedders: Mapping[str, Embedder],
+        embedder: str,
+        max_token_chars: int = 64,
+    ) -> None:
+        self._store = store
+        self._max_token_chars = max_token_chars
+        self._embedders = embedders
+        self._embedder_name = embedder
         self._entries: dict[Key, _Entry] = {}
         self._locks: dict[Key, threading.RLock] = {}
         self._guard = threading.Lock()
@@ -50,10 +65,10 @@ class IndexCache:
 
     def embedder(self) -> Embedder:
         """The configured embedder, or a 400 naming the ones registered."""
-        name = self._core.settings.embedder
-        embedder = self._core.embedders.get(name)
+        name = self._embedder_name
+        embedder = self._embedders.get(name)
         if embedder is None:
-            known = ", ".join(sorted(self._core.embedders)) or "none"
+            known = ", ".join(sorted(self._embedders)) or "none"
             raise InvalidRequest(
                 f"The configured embedder {name!r} is not registered (registered: {known}).",
                 code="embedder_unavailable",
@@ -63,7 +78,7 @@ class IndexCache:
     def get(self, organization_id: str, environment: str) -> VectorIndex:
         """The current index of a workspace (re-embedded first if the embedder changed)."""
         key = (organization_id, environment)
-        store = self._core.store
+        store = self._store
         state = store.knowledge_state(organization_id, environment)
         entry = self._entries.get(key)
         if entry is not None and entry.version == state.version:
@@ -96,7 +111,7 @@ class IndexCache:
             self._ensure_embedder(organization_id, environment)
             before = self._entries.get(key)
             result = store_write()
-            state = self._core.store.knowledge_state(organization_id, environment)
+            state = self._store.knowledge_state(organization_id, environment)
             if before is not None and before.version == state.version:
                 return result  # nothing was written (e.g. a delete of a missing document)
             if before is not None and before.version + 1 == state.version:
@@ -107,7 +122,7 @@ class IndexCache:
             return result
 
     def _ensure_embedder(self, organization_id: str, environment: str) -> KnowledgeState:
-        store = self._core.store
+        store = self._store
         state = store.knowledge_state(organization_id, environment)
         embedder = self.embedder()
         if state.embedder is None or state.embedder != embedder.name:
@@ -124,16 +139,12 @@ class IndexCache:
 
     def _reembed(self, organization_id: str, environment: str, embedder: Embedder) -> None:
         segments: list[tuple[str | None, npt.NDArray[np.int64], npt.NDArray[np.float32]]] = []
-        for document_id, ids, texts in self._core.store.iter_chunk_texts(
-            organization_id, environment
-        ):
+        for document_id, ids, texts in self._store.iter_chunk_texts(organization_id, environment):
             if not texts:
                 continue
-            vectors, keep = embed_passages(
-                embedder, texts, max_token_chars=self._core.settings.max_token_chars
-            )
+            vectors, keep = embed_passages(embedder, texts, max_token_chars=self._max_token_chars)
             segments.append((document_id, np.asarray(ids, dtype=np.int64)[keep], vectors[keep]))
-        self._core.store.replace_all_vectors(
+        self._store.replace_all_vectors(
             organization_id, environment, embedder.name, segments, embedder.dimension
         )
         self._entries.pop((organization_id, environment), None)

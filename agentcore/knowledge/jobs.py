@@ -3,21 +3,21 @@
 from __future__ import annotations
 
 import gc
-import logging
 import threading
 import time
-from typing import TYPE_CHECKING, cast
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from agentcore.cancellation import Cancellation
 from agentcore.errors import AgentCoreError, Cancelled, as_problem
-from agentcore.models import Environment
+from agentcore.redact import get_logger
 from agentcore.storage.records import IngestJob
-from agentcore.workspace import Workspace
 
 if TYPE_CHECKING:
-    from agentcore.core import AgentCore
+    from agentcore.config import Settings
+    from agentcore.storage.base import KnowledgeStorage
 
-log = logging.getLogger("agentcore.ingest")
+log = get_logger("agentcore.ingest")
 
 POLL_SECONDS = 1.0  # how often an idle worker looks for jobs queued by other processes
 
@@ -31,10 +31,23 @@ class IngestRuntime:
     running job at its next checkpoint and gives it back, so the next ``start()``
     (here or in another process) resumes it. Nothing is ever lost silently: every
     job ends as a ``ready`` or a ``failed`` document, or is still queued.
+
+    :param store: the queue of jobs and the documents they fill.
+    :param settings: lease, attempts and time limit of a job.
+    :param run: indexes one job's upload (``KnowledgeService.run_job`` in its
+        workspace); its ``AgentCoreError`` becomes the document's ``last_error``.
     """
 
-    def __init__(self, core: AgentCore) -> None:
-        self._core = core
+    def __init__(
+        self,
+        store: KnowledgeStorage,
+        settings: Settings,
+        *,
+        run: Callable[[IngestJob, Cancellation], object],
+    ) -> None:
+        self._store = store
+        self._settings = settings
+        self._run_job = run
         self._wake = threading.Event()
         self._stopping: threading.Event | None = None  # one per started thread
         self._thread: threading.Thread | None = None
@@ -89,10 +102,8 @@ class IngestRuntime:
             self._wake.clear()
 
     def _run_one(self, stopping: threading.Event | None) -> bool:
-        settings = self._core.settings
-        job = self._core.store.claim_ingest_job(
-            now=time.time(), lease_seconds=settings.ingest_job_lease
-        )
+        settings = self._settings
+        job = self._store.claim_ingest_job(now=time.time(), lease_seconds=settings.ingest_job_lease)
         if job is None:
             return False
         cancellation = Cancellation(timeout=settings.ingest_job_timeout)
@@ -116,12 +127,10 @@ class IngestRuntime:
         return True
 
     def _renew(self, job: IngestJob, cancellation: Cancellation) -> None:
-        lease = self._core.settings.ingest_job_lease
+        lease = self._settings.ingest_job_lease
         while not cancellation.wait(lease / 3):
             try:
-                alive = self._core.store.renew_ingest_job(
-                    job.document_id, until=time.time() + lease
-                )
+                alive = self._store.renew_ingest_job(job.document_id, until=time.time() + lease)
             except Exception:
                 log.exception("ingestion worker: could not renew the lease of a job")
                 continue
@@ -129,8 +138,8 @@ class IngestRuntime:
                 cancellation.cancel("deleted")
 
     def _run(self, job: IngestJob, cancellation: Cancellation) -> None:
-        store = self._core.store
-        settings = self._core.settings
+        store = self._store
+        settings = self._settings
         org, env = job.organization_id, job.environment
         if job.attempts > settings.ingest_job_attempts:
             interrupted = AgentCoreError(
@@ -140,15 +149,8 @@ class IngestRuntime:
             )
             store.fail_document(org, env, job.document_id, as_problem(interrupted))
             return
-        workspace = Workspace(
-            self._core,
-            organization_id=org,
-            organization=org,  # the name is not needed to index; the id stands in
-            environment=cast(Environment, env),
-            scopes=frozenset({"read", "write"}),
-        )
         try:
-            workspace.knowledge.run_job(job, cancellation)
+            self._run_job(job, cancellation)
         except Cancelled:
             if cancellation.reason == "shutdown":
                 store.release_ingest_job(job.document_id)

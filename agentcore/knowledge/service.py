@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import builtins
 import time
+from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -30,6 +31,8 @@ from agentcore.models import Deleted, Document, DocumentList, SearchResponse, Se
 from agentcore.storage.records import IngestJob, StoredChunk
 
 if TYPE_CHECKING:
+    from agentcore.config import Settings
+    from agentcore.storage.base import KnowledgeStorage
     from agentcore.workspace import Workspace
 
 
@@ -44,20 +47,31 @@ def _kept(vectors: npt.NDArray[np.float32], keep: npt.NDArray[np.bool_]) -> npt.
     return vectors if keep.all() else vectors[keep]
 
 
-def index_cache(workspace: Workspace) -> IndexCache:
-    """The core's shared index cache."""
-    cache: IndexCache = workspace.core.service("index_cache", IndexCache)
-    return cache
-
-
 class KnowledgeService:
-    """The knowledge core of one workspace; reached as ``workspace.knowledge``."""
+    """The knowledge core of one workspace; reached as ``workspace.knowledge``.
 
-    def __init__(self, workspace: Workspace) -> None:
+    :param workspace: whose documents, and the scopes the caller holds.
+    :param store: where documents, chunks and vectors are kept.
+    :param settings: upload, chunking and search limits.
+    :param index: the core's shared cache of workspace indexes (and its embedder).
+    :param on_queued: called after a document is queued for background ingestion
+        (the core wakes its ingestion worker).
+    """
+
+    def __init__(
+        self,
+        workspace: Workspace,
+        *,
+        store: KnowledgeStorage,
+        settings: Settings,
+        index: IndexCache,
+        on_queued: Callable[[], None] | None = None,
+    ) -> None:
         self._ws = workspace
-        self._store = workspace.core.store
-        self._settings = workspace.core.settings
-        self._cache = index_cache(workspace)
+        self._on_queued = on_queued
+        self._store = store
+        self._settings = settings
+        self._cache = index
 
     # ingestion -----------------------------------------------------------------
 
@@ -157,7 +171,8 @@ class KnowledgeService:
             data=data,
             now=time.time(),
         )
-        self._ws.core.ingest.wake()
+        if self._on_queued is not None:
+            self._on_queued()
         return document
 
     def _index(

@@ -21,18 +21,13 @@ from agentcore.storage.records import (
     KnowledgeState,
     StoredChunk,
     StoredMessage,
-    StoredResponse,
+    StoredResult,
     StoredSubscription,
 )
 
 
-class Store(Protocol):
-    """A backend for everything agentcore keeps."""
-
-    url: str
-
-    def close(self) -> None:
-        """Release connections."""
+class KeyStorage(Protocol):
+    """Organizations and API keys: what ``KeyManager`` and ``AgentCore`` use."""
 
     # organizations and keys
     def ensure_organization(self, name: str) -> Organization:
@@ -56,6 +51,10 @@ class Store(Protocol):
     def update_key(self, key_id: str, **changes: Any) -> None:
         """Set ``revoked_at``, ``expires_at``, ``last_used_at`` or ``name``."""
 
+
+class AgentStorage(Protocol):
+    """Agents: what ``AgentService`` uses (and chat, to find the answering agent)."""
+
     # agents
     def insert_agent(self, organization_id: str, environment: str, agent: Agent) -> None:
         """Store a new agent."""
@@ -78,6 +77,10 @@ class Store(Protocol):
         statuses: tuple[str, ...],
     ) -> tuple[list[Agent], bool]:
         """A page of agents with one of ``statuses``, newest first, and ``has_more``."""
+
+
+class KnowledgeStorage(Protocol):
+    """Documents, chunks and vectors: what ``KnowledgeService`` and ``IndexCache`` use."""
 
     # knowledge
     def insert_document(
@@ -195,6 +198,10 @@ class Store(Protocol):
     ) -> bool:
         """A ``processing`` document becomes ``failed`` with ``last_error``; its job goes."""
 
+
+class WebhookStorage(Protocol):
+    """Subscriptions and the event outbox: what ``WebhookService`` and ``WebhookRuntime`` use."""
+
     # webhooks and the event outbox
     def insert_subscription(
         self,
@@ -269,6 +276,10 @@ class Store(Protocol):
     ) -> tuple[list[Delivery], bool]:
         """A page of a subscription's deliveries with attempts."""
 
+
+class ConversationStorage(Protocol):
+    """Conversations and their messages: what ``ChatService`` uses."""
+
     # conversations
     def create_conversation(self, organization_id: str, environment: str, agent_id: str) -> str:
         """A new conversation's id."""
@@ -284,6 +295,10 @@ class Store(Protocol):
     def recent_messages(self, conversation_id: str, limit: int) -> list[StoredMessage]:
         """The last ``limit`` messages, oldest first."""
 
+
+class IdempotencyStorage(Protocol):
+    """Idempotency keys and the results they replay: what ``agentcore.idempotency`` uses."""
+
     # idempotency
     def claim_idempotency_key(
         self,
@@ -294,13 +309,34 @@ class Store(Protocol):
         *,
         now: float,
         ttl: float,
-    ) -> tuple[Literal["new", "replay", "mismatch", "in_progress"], StoredResponse | None]:
+    ) -> tuple[Literal["new", "replay", "mismatch", "in_progress"], StoredResult | None]:
         """Claim an idempotency key atomically."""
 
     def finish_idempotency_key(
-        self, organization_id: str, environment: str, key: str, response: StoredResponse
+        self, organization_id: str, environment: str, key: str, result: StoredResult
     ) -> None:
-        """Store the response to replay."""
+        """Store the result to replay."""
 
     def release_idempotency_key(self, organization_id: str, environment: str, key: str) -> None:
         """Forget an in-progress claim."""
+
+
+class Store(
+    KeyStorage,
+    AgentStorage,
+    KnowledgeStorage,
+    WebhookStorage,
+    ConversationStorage,
+    IdempotencyStorage,
+    Protocol,
+):
+    """A backend for everything agentcore keeps: every slice above, plus its lifecycle.
+
+    Services depend on the slice they use (``AgentStorage``, ...); only the core, which
+    wires them, holds the whole ``Store``.
+    """
+
+    url: str
+
+    def close(self) -> None:
+        """Release connections."""

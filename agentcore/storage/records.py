@@ -68,12 +68,20 @@ class StoredMessage:
 
 
 @dataclass(frozen=True)
-class StoredResponse:
-    """A response kept for an Idempotency-Key: status, body bytes, extra headers."""
+class StoredResult:
+    """The result kept for an idempotency key: a status and a JSON body.
+
+    A success's body is the resource as JSON; a failure's (status 400 and up) is the
+    error's fields (``AgentCoreError.as_dict``). Adapters turn it into a response.
+    """
 
     status: int
-    body: bytes
-    headers: dict[str, str]
+    body: str
+
+    @property
+    def failed(self) -> bool:
+        """Whether the kept result is an error."""
+        return self.status >= 400
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,6 @@ sent again with the same ``webhook-id`` (at-least-once; the id is the dedupe key
 
 from __future__ import annotations
 
-import logging
 import random
 import threading
 import time
@@ -20,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from agentcore.events import Event
 from agentcore.ids import isoformat, utcnow
+from agentcore.redact import get_logger
 from agentcore.storage.records import DueDelivery
 from agentcore.webhooks.schedule import next_delay
 from agentcore.webhooks.sender import AttemptResult, make_client, send
@@ -27,9 +27,10 @@ from agentcore.webhooks.signing import build_headers, encode_payload
 from agentcore.webhooks.ssrf import AddressPolicy, Resolver, default_resolver
 
 if TYPE_CHECKING:
-    from agentcore.core import AgentCore
+    from agentcore.config import Settings
+    from agentcore.storage.base import WebhookStorage
 
-log = logging.getLogger("agentcore.webhooks")
+log = get_logger("agentcore.webhooks")  # masks keys and secrets in every record
 
 PER_SUBSCRIPTION_IN_FLIGHT = 2  # a new, failing or slow receiver holds at most this many workers
 HEALTHY_IN_FLIGHT = 4  # a receiver answering 2xx quickly may have this many attempts under way
@@ -43,18 +44,22 @@ class WebhookRuntime:
 
     ``clock`` (Unix seconds) and ``rng`` are injectable so tests drive retries without
     sleeping; ``resolver`` is injectable so tests can point host names anywhere.
+
+    :param store: subscriptions, deliveries and the event outbox.
+    :param settings: the ``webhook_*`` settings (allowed networks, time-out, workers,
+        when a failing subscription is disabled).
     """
 
     def __init__(
         self,
-        core: AgentCore,
+        store: WebhookStorage,
+        settings: Settings,
         *,
         clock: Callable[[], float] = time.time,
         rng: random.Random | None = None,
         resolver: Resolver = default_resolver,
     ) -> None:
-        settings = core.settings
-        self.core = core
+        self.store = store
         self.clock = clock
         self.rng = rng or random.Random()
         self.resolver = resolver
@@ -78,7 +83,7 @@ class WebhookRuntime:
 
     def record(self, event: Event) -> None:
         """Bus sink: store the event and its deliveries, then wake the worker."""
-        if self.core.store.record_event(event, now=self.clock()):
+        if self.store.record_event(event, now=self.clock()):
             self._wake.set()
 
     def wake(self) -> None:
@@ -127,7 +132,7 @@ class WebhookRuntime:
             self._wake.clear()
 
     def _idle_wait(self) -> float:
-        due = self.core.store.next_due_at()
+        due = self.store.next_due_at()
         if due is None:
             return IDLE_POLL
         return min(max(due - self.clock(), 0.01), IDLE_POLL)
@@ -149,7 +154,7 @@ class WebhookRuntime:
         if free <= 0:
             return 0
         lease = self.timeout + LEASE_MARGIN
-        due = self.core.store.claim_due_deliveries(
+        due = self.store.claim_due_deliveries(
             now=self.clock(), lease_seconds=lease, limit=free, busy_subscriptions=busy
         )
         lease_ends = time.monotonic() + lease
@@ -208,7 +213,7 @@ class WebhookRuntime:
         """Send every due delivery now, in this thread (tests drive retries with this)."""
         client = make_client(self.policy, timeout=self.timeout, resolver=self.resolver)
         try:
-            due = self.core.store.claim_due_deliveries(
+            due = self.store.claim_due_deliveries(
                 now=self.clock(), lease_seconds=self.timeout + LEASE_MARGIN, limit=10_000
             )
             for delivery in due:
@@ -219,7 +224,12 @@ class WebhookRuntime:
 
     def attempt(self, delivery: DueDelivery, *, client: Any = None) -> AttemptResult:
         """Send one delivery once and record the outcome and the next retry."""
-        body = encode_payload(delivery.event_type, delivery.event_timestamp, delivery.event_data)
+        body = encode_payload(
+            delivery.event_type,
+            delivery.event_timestamp,
+            delivery.event_data,
+            event_id=delivery.event_id,
+        )
         now = self.clock()
         headers = build_headers(delivery.secrets, delivery.event_id, int(now), body)
         result = send(client or self._client, delivery.url, headers, body, timeout=self.timeout)
@@ -252,7 +262,7 @@ class WebhookRuntime:
             else:
                 outcome = "pending"
                 next_at = now + delay
-        self.core.store.record_attempt(
+        self.store.record_attempt(
             delivery,
             attempted_at=isoformat(utcnow()),
             status_code=result.status_code,

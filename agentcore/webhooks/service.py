@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from agentcore.errors import NotFound, ValidationFailed
 from agentcore.events import Event
@@ -12,12 +12,14 @@ from agentcore.models import (
     WebhookList,
     WebhookSubscription,
     WebhookSubscriptionWithSecret,
+    WebhookTestSent,
 )
 from agentcore.storage.records import StoredSubscription
 from agentcore.webhooks.signing import generate_secret
 from agentcore.webhooks.ssrf import validate_url
 
 if TYPE_CHECKING:
+    from agentcore.storage.base import WebhookStorage
     from agentcore.webhooks.delivery import WebhookRuntime
     from agentcore.workspace import Workspace
 
@@ -25,13 +27,35 @@ ROTATION_OVERLAP = 24 * 3600.0
 PING = "webhook.ping"
 
 
-class WebhookService:
-    """Webhook subscriptions of one workspace; reached as ``workspace.webhooks``."""
+class EventKinds(Protocol):
+    """Knows which event kinds exist (``EventBus.check_kind``)."""
 
-    def __init__(self, workspace: Workspace, runtime: WebhookRuntime) -> None:
+    def check_kind(self, kind: str, *, param: str = "events") -> str:
+        """``kind`` if registered, else a 422 listing the known kinds."""
+        ...
+
+
+class WebhookService:
+    """Webhook subscriptions of one workspace; reached as ``workspace.webhooks``.
+
+    :param workspace: whose subscriptions, and the scopes the caller holds.
+    :param runtime: the core's delivery runtime (SSRF policy, resolver, clock, wake-up).
+    :param store: subscriptions, deliveries and the event outbox.
+    :param kinds: the registered event kinds a subscription may name.
+    """
+
+    def __init__(
+        self,
+        workspace: Workspace,
+        runtime: WebhookRuntime,
+        *,
+        store: WebhookStorage,
+        kinds: EventKinds,
+    ) -> None:
         self._ws = workspace
-        self._store = workspace.core.store
+        self._store = store
         self._runtime = runtime
+        self._kinds = kinds
 
     def subscribe(
         self, url: str, events: list[str], description: str | None = None
@@ -40,7 +64,7 @@ class WebhookService:
         self._ws.require("write")
         if not events:
             raise ValidationFailed("List at least one event kind.", param="events")
-        kinds = sorted({self._ws.core.events.check_kind(kind) for kind in events})
+        kinds = sorted({self._kinds.check_kind(kind) for kind in events})
         checked = validate_url(
             url,
             environment=self._ws.environment,
@@ -115,8 +139,11 @@ class WebhookService:
         )
         return self._find(subscription_id).public
 
-    def send_test(self, subscription_id: str) -> WebhookSubscription:
-        """Queue a ``webhook.ping`` event to this subscription only. Write scope."""
+    def send_test(self, subscription_id: str) -> WebhookTestSent:
+        """Queue a ``webhook.ping`` event to this subscription only. Write scope.
+
+        Returns the subscription with the ids of the event and the delivery created.
+        """
         self._ws.require("write")
         found = self._find(subscription_id)
         event = Event(
@@ -129,7 +156,22 @@ class WebhookService:
             event, now=self._runtime.clock(), only_subscription=subscription_id
         )
         self._runtime.wake()
-        return found.public
+        return WebhookTestSent(
+            **found.public.model_dump(),
+            event_id=event.id,
+            delivery_id=self._delivery_of(subscription_id, event.id),
+        )
+
+    def _delivery_of(self, subscription_id: str, event_id: str) -> str:
+        # the ping's delivery was created just now, so it is on the first (newest) page
+        found, _ = self._store.list_deliveries(
+            self._ws.organization_id,
+            self._ws.environment,
+            subscription_id,
+            limit=self._ws.core.settings.max_page_size,
+            starting_after=None,
+        )
+        return next(d.id for d in found if d.event_id == event_id)
 
     def deliveries(
         self, subscription_id: str, *, limit: int | None = None, starting_after: str | None = None
