@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import threading
 import time
@@ -20,6 +21,15 @@ if TYPE_CHECKING:
 log = get_logger("agentcore.ingest")
 
 POLL_SECONDS = 1.0  # how often an idle worker looks for jobs queued by other processes
+
+
+def _trim_heap() -> None:
+    """Hand freed heap memory back to the OS (glibc keeps it otherwise); no-op elsewhere."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
 
 
 class IngestRuntime:
@@ -122,8 +132,8 @@ class IngestRuntime:
                 self._running.discard(cancellation)
             cancellation.cancel("finished")  # ends the heartbeat
             heartbeat.join()
-            del job
             gc.collect()  # a large document's chunk strings go back to the allocator now
+            _trim_heap()
         return True
 
     def _renew(self, job: IngestJob, cancellation: Cancellation) -> None:

@@ -175,10 +175,9 @@ class KnowledgeService:
             self._on_queued()
         return document
 
-    def _index(
+    def _chunk(
         self, parsed: ParsedDocument, cancellation: Cancellation | None
-    ) -> tuple[builtins.list[Chunk], npt.NDArray[np.float32], npt.NDArray[np.bool_], str]:
-        """Chunks, unit vectors, the mask of indexable rows and the embedder's name."""
+    ) -> builtins.list[Chunk]:
         settings = self._settings
         chunks = chunk_pages(
             parsed.pages,
@@ -191,19 +190,26 @@ class KnowledgeService:
             raise ValidationFailed(
                 "The document has no text to index.", code="no_text", param="file"
             )
+        return chunks
+
+    def _embed(
+        self, chunks: builtins.list[Chunk], cancellation: Cancellation | None
+    ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.bool_], str]:
+        """Unit vectors of ``chunks``, the mask of indexable rows, the embedder's name."""
         embedder = self._cache.embedder()
         vectors, keep = embed_passages(
             embedder,
             [chunk.text for chunk in chunks],
-            max_token_chars=settings.max_token_chars,
+            max_token_chars=self._settings.max_token_chars,
             cancellation=cancellation,
         )
-        return chunks, vectors, keep, embedder.name
+        return vectors, keep, embedder.name
 
     def _store_parsed(
         self, parsed: ParsedDocument, size: int, cancellation: Cancellation | None
     ) -> Document:
-        chunks, vectors, keep, embedder = self._index(parsed, cancellation)
+        chunks = self._chunk(parsed, cancellation)
+        vectors, keep, embedder = self._embed(chunks, cancellation)
         document = Document(
             id=new_id("doc"),
             source=parsed.source,
@@ -247,18 +253,22 @@ class KnowledgeService:
         document = self._store.get_document(ws.organization_id, ws.environment, job.document_id)
         if document is None or document.status != "processing":
             return None
+        data = self._store.ingest_job_data(job.document_id)
+        if data is None:
+            return None
         settings = self._settings
         if job.kind == "text":
-            parsed = parse_text(job.filename, decode_text(job.data, param="text"))
+            parsed = parse_text(job.filename, decode_text(data, param="text"))
         else:
             parsed = parse_document(
-                job.data,
+                data,
                 job.filename,
                 job.content_type,
                 max_bytes=settings.max_upload_bytes,
                 max_pages=settings.max_pdf_pages,
             )
-        chunks, vectors, keep, embedder = self._index(parsed, cancellation)
+        del data  # the chunks hold the text from here on: let the upload go
+        chunks = self._chunk(parsed, cancellation)
         ready = document.model_copy(
             update={
                 "content_type": parsed.content_type,
@@ -268,6 +278,7 @@ class KnowledgeService:
             }
         )
         del parsed
+        vectors, keep, embedder = self._embed(chunks, cancellation)
         added: builtins.list[int] = []
 
         def store_write() -> bool:

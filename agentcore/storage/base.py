@@ -170,6 +170,9 @@ class KnowledgeStorage(Protocol):
     def claim_ingest_job(self, *, now: float, lease_seconds: float) -> IngestJob | None:
         """Lease the oldest unleased (or lease-expired) job; counts one attempt. Atomic."""
 
+    def ingest_job_data(self, document_id: str) -> bytes | None:
+        """The raw upload of a job, or ``None`` if the job no longer exists."""
+
     def renew_ingest_job(self, document_id: str, *, until: float) -> bool:
         """Extend a job's lease to ``until``; ``False`` if the job no longer exists."""
 

@@ -86,11 +86,12 @@ class StoredResult:
 
 @dataclass(frozen=True)
 class IngestJob:
-    """A leased background ingestion job: the raw upload of a ``processing`` document.
+    """A leased background ingestion job of a ``processing`` document.
 
     ``kind`` is ``file`` (bytes parsed like an upload, ``content_type`` as declared)
     or ``text`` (UTF-8 text stored under ``filename`` as its source name).
-    ``attempts`` counts claims, this one included.
+    ``attempts`` counts claims, this one included. The raw upload is read apart
+    (``ingest_job_data``), so the worker holds it only while it parses it.
     """
 
     document_id: str
@@ -99,5 +100,4 @@ class IngestJob:
     kind: str
     filename: str
     content_type: str | None
-    data: bytes
     attempts: int

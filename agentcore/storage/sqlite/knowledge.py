@@ -393,7 +393,8 @@ class KnowledgeStore:
                 return None
             job = conn.execute(
                 "UPDATE ingest_jobs SET leased_until = ?, attempts = attempts + 1"
-                " WHERE document_id = ? RETURNING *",
+                " WHERE document_id = ? RETURNING document_id, organization_id, environment,"
+                " kind, filename, content_type, attempts",
                 [now + lease_seconds, row["document_id"]],
             ).fetchone()
         return IngestJob(
@@ -403,9 +404,16 @@ class KnowledgeStore:
             kind=job["kind"],
             filename=job["filename"],
             content_type=job["content_type"],
-            data=bytes(job["data"]),
             attempts=job["attempts"],
         )
+
+    def ingest_job_data(self, document_id: str) -> bytes | None:
+        """The raw upload of a job, or ``None`` if the job is gone."""
+        with self.db.read() as conn:
+            row = conn.execute(
+                "SELECT data FROM ingest_jobs WHERE document_id = ?", [document_id]
+            ).fetchone()
+        return None if row is None else bytes(row["data"])
 
     def renew_ingest_job(self, document_id: str, *, until: float) -> bool:
         """Extend a job's lease; ``False`` when the job is gone (its document was deleted)."""
