@@ -276,7 +276,7 @@ def cmd_ingest(core: AgentCore, args: argparse.Namespace) -> int:
     for number, path in enumerate(files, 1):
         _progress(number, len(files), path.name)
         try:
-            doc = ws.knowledge.ingest_file(path.read_bytes(), filename=path.name)
+            doc = ws.knowledge.ingest_file(path.read_bytes(), filename=path.name, wait=True)
         except AgentCoreError as error:
             failed += 1
             print(f"\n  skipped {path}: {error.detail}", file=sys.stderr)
