@@ -146,3 +146,19 @@ def test_postgres_urls_and_the_cli(postgres_url: str) -> None:
     listed = run_cli("keys", "list", "--org", "demo", env_db=postgres_url)  # type: ignore[arg-type]
     assert listed.returncode == 0, listed.stderr
     assert listed.stdout.count("ak_test_") + listed.stdout.count("ak_live_") >= 2
+
+
+def test_cli_refuses_a_schema_newer_than_the_code(postgres_server: str) -> None:
+    import psycopg
+    from conftest import create_database
+
+    url = create_database(postgres_server, "agentcore_cli_too_new")
+    with AgentCore.open(url):
+        pass
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("INSERT INTO agentcore_migrations (version, name) VALUES (999, 'future')")
+    secret_url = url.replace("postgresql://postgres:@", "postgresql://postgres:sekrit@")
+    result = run_cli("keys", "list", "--org", "acme", db=secret_url)  # type: ignore[arg-type]
+    assert result.returncode == 2
+    assert "version 999" in result.stderr and "upgrade agentcore" in result.stderr
+    assert "sekrit" not in result.stderr and "Traceback" not in result.stderr
