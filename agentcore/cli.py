@@ -3,20 +3,71 @@
 from __future__ import annotations
 
 import argparse
+import copy
 import json
+import logging
+import math
 import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from agentcore.core import AgentCore
-from agentcore.errors import AgentCoreError
+from agentcore.errors import AgentCoreError, ValidationFailed
 from agentcore.models import ApiKey, IssuedKey
 
 DEFAULT_DB = "./agentcore.db"
+MAX_GRACE_HOURS = 24 * 365 * 10  # ten years: far enough, and far from datetime's limits
+MAX_EXPIRY_DAYS = 365 * 100
+USAGE_ERROR = 2  # the arguments are wrong (argparse's status for the same)
+FAILED = 1  # the arguments are fine but the command could not be done
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with one-line errors: ``agentcore: <what is wrong> (see ... --help)``."""
+
+    def error(self, message: str) -> NoReturn:
+        """Print one line and exit 2 (argparse prints the whole usage block)."""
+        self.exit(USAGE_ERROR, f"agentcore: {message} (see '{self.prog} --help')\n")
+
+
+def _number(name: str, low: float, high: float, *, low_inclusive: bool) -> Callable[[str], float]:
+    """An argparse type: a finite number in ``[low, high]`` (``(low, high]``), or an error."""
+
+    def parse(raw: str) -> float:
+        try:
+            value = float(raw)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be a number, not {raw!r}") from None
+        above_low = value >= low if low_inclusive else value > low
+        if not (math.isfinite(value) and above_low and value <= high):
+            bracket = "[" if low_inclusive else "("
+            raise argparse.ArgumentTypeError(
+                f"{name} must be a number in {bracket}{low:g}, {high:g}], not {raw!r}"
+            )
+        return value
+
+    return parse
+
+
+def _int_in(name: str, low: int, high: int) -> Callable[[str], int]:
+    """An argparse type: an integer in ``[low, high]``, or an error."""
+
+    def parse(raw: str) -> int:
+        try:
+            value = int(raw)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be an integer, not {raw!r}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(
+                f"{name} must be between {low} and {high}, not {raw!r}"
+            )
+        return value
+
+    return parse
 
 
 def _print_json(value: Any) -> None:
@@ -62,6 +113,12 @@ def cmd_keys_create(core: AgentCore, args: argparse.Namespace) -> int:
     """Mint a key; its secret is printed once."""
     expires = timedelta(days=args.expires_in) if args.expires_in is not None else None
     key = core.keys.create(args.org, args.env, args.scope or ["read"], expires_in=expires)
+    if not args.scope:  # least privilege by default, but never silently
+        print(
+            "agentcore: no --scope given: the key gets the read scope only"
+            " (add --scope write to let it change data)",
+            file=sys.stderr,
+        )
     if args.json:
         _print_json(_key_json(key))
     else:
@@ -75,12 +132,15 @@ def cmd_keys_list(core: AgentCore, args: argparse.Namespace) -> int:
     if args.json:
         _print_json([_key_json(k) for k in keys])
         return 0
+    now = datetime.now(UTC)
     for key in keys:
-        state = (
-            "revoked"
-            if key.revoked_at
-            else ("expires " + str(key.expires_at) if key.expires_at else "active")
-        )
+        state = "active"
+        if key.revoked_at:
+            state = "revoked"
+        elif key.expires_at and key.expires_at <= now:
+            state = "expired " + key.expires_at.isoformat(timespec="seconds")
+        elif key.expires_at:
+            state = "expires " + key.expires_at.isoformat(timespec="seconds")
         print(
             f"{key.id}  {key.prefix}…{key.last4}  {key.environment:<4}  {','.join(key.scopes):<10}  {state}"
         )
@@ -106,6 +166,28 @@ def cmd_keys_rotate(core: AgentCore, args: argparse.Namespace) -> int:
     return 0
 
 
+def serve_log_config() -> dict[str, Any]:
+    """uvicorn's logging configuration, plus agentcore's loggers, all redacting secrets.
+
+    The access log line holds the query string, where a careless client may put a key
+    (the API refuses it, but the line is written anyway): every logger here carries
+    ``SecretRedactingFilter``. agentcore's own records go to uvicorn's default handler.
+    """
+    import uvicorn.config
+
+    config: dict[str, Any] = copy.deepcopy(uvicorn.config.LOGGING_CONFIG)
+    config["filters"] = {"redact_secrets": {"()": "agentcore.redact.SecretRedactingFilter"}}
+    loggers: dict[str, dict[str, Any]] = config["loggers"]
+    loggers["agentcore"] = {"handlers": ["default"], "level": "INFO", "propagate": False}
+    # other libraries (httpx sending webhooks, ...) reach the default handler through root
+    config["root"] = {"handlers": ["default"], "level": "WARNING"}
+    for logger in loggers.values():
+        logger["filters"] = ["redact_secrets"]
+    for handler in config["handlers"].values():  # also covers records propagated to root
+        handler["filters"] = ["redact_secrets"]
+    return config
+
+
 def cmd_serve(core: AgentCore, args: argparse.Namespace) -> int:
     """Serve the /v1 API with uvicorn until SIGTERM or SIGINT."""
     try:
@@ -118,10 +200,21 @@ def cmd_serve(core: AgentCore, args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    if args.workers > 1:
+        core.close()  # the store is migrated; each worker process opens its own core
+        return _serve_workers(uvicorn, args)
     app = create_app(core)
     config = uvicorn.Config(
-        app, host=args.host, port=args.port, log_level=args.log_level, lifespan="on"
+        app,
+        host=args.host,
+        port=args.port,
+        log_level=args.log_level,
+        log_config=serve_log_config(),
+        lifespan="on",
     )
+    logging.getLogger("agentcore").setLevel(args.log_level.upper())
+    if args.log_level in ("debug", "trace"):
+        logging.getLogger().setLevel(logging.DEBUG)
     server = uvicorn.Server(config)
     # uvicorn re-raises SIGTERM/SIGINT after its graceful shutdown; this handler makes that
     # a clean exit 0 instead of death by signal or a KeyboardInterrupt traceback
@@ -129,6 +222,32 @@ def cmd_serve(core: AgentCore, args: argparse.Namespace) -> int:
         signal.signal(sig, lambda *_: setattr(server, "should_exit", True))
     print(f"agentcore serving {args.db} on http://{args.host}:{args.port}/v1", flush=True)
     server.run()  # uvicorn handles SIGTERM/SIGINT: stops accepting, drains, runs shutdown
+    return 0
+
+
+def _serve_workers(uvicorn: Any, args: argparse.Namespace) -> int:
+    """Serve with ``args.workers`` processes on one socket (the store is already migrated).
+
+    Each worker opens its own core on the same store from the environment; uvicorn's
+    supervisor restarts a worker that dies and, on SIGTERM or SIGINT, stops every
+    worker gracefully (each drains and stops its webhook worker) before returning.
+    """
+    os.environ["AGENTCORE_DB"] = args.db
+    print(
+        f"agentcore serving {args.db} on http://{args.host}:{args.port}/v1"
+        f" with {args.workers} worker processes",
+        flush=True,
+    )
+    uvicorn.run(
+        "agentcore_starlette.serve:app_from_environment",
+        factory=True,
+        workers=args.workers,
+        host=args.host,
+        port=args.port,
+        log_level=args.log_level,
+        log_config=serve_log_config(),
+        lifespan="on",
+    )
     return 0
 
 
@@ -145,7 +264,7 @@ def _files(paths: Sequence[str]) -> list[Path]:
         elif path.is_file():
             found.append(path)
         else:
-            raise AgentCoreError(f"No such file or folder: {raw}")
+            raise ValidationFailed(f"No such file or folder: {raw}", param="paths")
     return found
 
 
@@ -194,11 +313,11 @@ def cmd_search(core: AgentCore, args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``agentcore`` command."""
-    parser = argparse.ArgumentParser(prog="agentcore", description=__doc__)
+    parser = Parser(prog="agentcore", description=__doc__)
     parser.add_argument(
         "--db",
         default=os.environ.get("AGENTCORE_DB", DEFAULT_DB),
-        help="SQLite database file (default ./agentcore.db or $AGENTCORE_DB)",
+        help="SQLite file or postgresql:// URL (default ./agentcore.db or $AGENTCORE_DB)",
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -221,8 +340,17 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("create", cmd_keys_create, "mint a key", keys)
     p.add_argument("--org", required=True)
     p.add_argument("--env", required=True, choices=["test", "live"])
-    p.add_argument("--scope", action="append", choices=["read", "write"], help="repeat for several")
-    p.add_argument("--expires-in", type=float, metavar="DAYS")
+    p.add_argument(
+        "--scope",
+        action="append",
+        choices=["read", "write"],
+        help="repeat for several (default: read only, and a note says so)",
+    )
+    p.add_argument(
+        "--expires-in",
+        type=_number("--expires-in", 0, MAX_EXPIRY_DAYS, low_inclusive=False),
+        metavar="DAYS",
+    )
     p.add_argument("--json", action="store_true")
     p = command("list", cmd_keys_list, "list keys", keys)
     p.add_argument("--org", required=True)
@@ -231,13 +359,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("key_id")
     p = command("rotate", cmd_keys_rotate, "rotate a key", keys)
     p.add_argument("key_id")
-    p.add_argument("--grace-hours", type=float, default=24.0)
+    p.add_argument(
+        "--grace-hours",
+        type=_number("--grace-hours", 0, MAX_GRACE_HOURS, low_inclusive=True),
+        default=24.0,
+        help="how long the old key keeps working (default 24)",
+    )
     p.add_argument("--json", action="store_true")
 
     p = command("serve", cmd_serve, "serve the /v1 API")
     p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--log-level", default="info")
+    p.add_argument("--port", type=_int_in("--port", 1, 65535), default=8000)
+    p.add_argument(
+        "--log-level",
+        default="info",
+        choices=["critical", "error", "warning", "info", "debug", "trace"],
+    )
+    p.add_argument(
+        "--workers",
+        type=_int_in("--workers", 1, 64),
+        default=1,
+        help="worker processes sharing the port and the store (default 1)",
+    )
 
     p = command("ingest", cmd_ingest, "ingest files and folders into the knowledge core")
     p.add_argument("--org", required=True)
@@ -247,29 +390,50 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("search", cmd_search, "search the knowledge core")
     p.add_argument("--org", required=True)
     p.add_argument("--env", required=True, choices=["test", "live"])
-    p.add_argument("--top-k", type=int, default=5)
+    p.add_argument("--top-k", type=_int_in("--top-k", 1, 1_000_000), default=5)
     p.add_argument("--json", action="store_true")
     p.add_argument("query")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit status."""
-    args = build_parser().parse_args(argv)
+    """Run the command line; returns the exit status.
+
+    0: done. 1: the command could not be done (no such organization or key, a revoked
+    or expired key, files that failed to ingest). 2: the arguments are wrong (one
+    line on stderr says which; no traceback).
+    """
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    for raw in arguments:
+        try:
+            raw.encode("utf-8")
+        except UnicodeEncodeError:  # undecodable bytes in argv (surrogate escapes)
+            print(f"agentcore: arguments must be valid UTF-8 text: {raw!r}", file=sys.stderr)
+            return USAGE_ERROR
+    try:
+        args = build_parser().parse_args(arguments)
+    except SystemExit as exit_:  # --help (0) or a usage error (2, already printed)
+        return exit_.code if isinstance(exit_.code, int) else USAGE_ERROR
     try:
         core = AgentCore.open(args.db)
+    except AgentCoreError as error:  # e.g. PostgreSQL unreachable: names host and database
+        print(f"agentcore: {error.detail}", file=sys.stderr)
+        return 2
     except Exception as exc:  # a clear line, not a traceback, for a bad --db
         print(f"agentcore: cannot open {args.db}: {exc}", file=sys.stderr)
-        return 2
+        return USAGE_ERROR
     try:
         result: int = args.func(core, args)
         return result
+    except ValidationFailed as error:  # a value the core refuses: the arguments are wrong
+        print(f"agentcore: {error.detail}", file=sys.stderr)
+        return USAGE_ERROR
     except AgentCoreError as error:
         print(f"agentcore: {error.detail}", file=sys.stderr)
-        return 1
+        return FAILED
     except ValueError as error:  # e.g. a blank --org: a clear line, not a traceback
         print(f"agentcore: {error}", file=sys.stderr)
-        return 1
+        return USAGE_ERROR
     finally:
         core.close()
 

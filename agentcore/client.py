@@ -31,8 +31,8 @@ from agentcore.models import (
     SearchResponse,
     VerifyResponse,
     WebhookList,
-    WebhookSubscription,
     WebhookSubscriptionWithSecret,
+    WebhookTestSent,
 )
 
 M = TypeVar("M", bound=BaseModel)
@@ -154,8 +154,8 @@ class _Requests:
         return _Request(Deleted, "DELETE", f"/webhooks/{webhook_id}")
 
     @staticmethod
-    def test_webhook(webhook_id: str) -> _Request[WebhookSubscription]:
-        return _Request(WebhookSubscription, "POST", f"/webhooks/{webhook_id}/test")
+    def test_webhook(webhook_id: str) -> _Request[WebhookTestSent]:
+        return _Request(WebhookTestSent, "POST", f"/webhooks/{webhook_id}/test")
 
     @staticmethod
     def webhook_deliveries(webhook_id: str, params: dict[str, Any]) -> _Request[DeliveryList]:
@@ -530,7 +530,7 @@ class Client:
         """``DELETE /v1/webhooks/{id}``."""
         return self._run(_Requests.delete_webhook(webhook_id))
 
-    def test_webhook(self, webhook_id: str) -> WebhookSubscription:
+    def test_webhook(self, webhook_id: str) -> WebhookTestSent:
         """``POST /v1/webhooks/{id}/test``."""
         return self._run(_Requests.test_webhook(webhook_id))
 
@@ -646,7 +646,7 @@ class AsyncClient:
         """``DELETE /v1/webhooks/{id}``."""
         return await self._run(_Requests.delete_webhook(webhook_id))
 
-    async def test_webhook(self, webhook_id: str) -> WebhookSubscription:
+    async def test_webhook(self, webhook_id: str) -> WebhookTestSent:
         """``POST /v1/webhooks/{id}/test``."""
         return await self._run(_Requests.test_webhook(webhook_id))
 

@@ -7,7 +7,6 @@ the ``Settings`` and the plugin manager, and hands each service just what it use
 from __future__ import annotations
 
 import importlib
-import logging
 import threading
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -24,6 +23,7 @@ from agentcore.chat_models import ChatModel
 from agentcore.config import Settings
 from agentcore.errors import NotFound
 from agentcore.events import EventBus
+from agentcore.idempotency import IdempotencyKeys
 from agentcore.keys import KeyManager, check_environment, check_scopes
 from agentcore.knowledge.cache import IndexCache
 from agentcore.knowledge.embedders import Embedder
@@ -31,12 +31,13 @@ from agentcore.knowledge.service import KnowledgeService
 from agentcore.limits import RateLimiter
 from agentcore.models import Organization
 from agentcore.plugins import DEFAULT_PLUGINS
-from agentcore.storage.base import Store
+from agentcore.redact import get_logger
+from agentcore.storage.base import Store, VectorSearchStore
 from agentcore.webhooks.delivery import WebhookRuntime
 from agentcore.webhooks.service import WebhookService
 from agentcore.workspace import Workspace
 
-log = logging.getLogger("agentcore")
+log = get_logger("agentcore")  # masks keys and secrets in every record
 
 
 def make_plugin_manager(
@@ -76,6 +77,18 @@ def plugin_settings_models(pm: pluggy.PluginManager) -> dict[str, type[BaseSetti
     return models
 
 
+def _store_search(store: Store, settings: Settings) -> VectorSearchStore | None:
+    """The store itself when it should rank vectors (``vector_search="pgvector"``)."""
+    if settings.vector_search != "pgvector":
+        return None
+    if not isinstance(store, VectorSearchStore):
+        raise ValueError(
+            "vector_search='pgvector' needs a store that searches vectors itself"
+            " (a postgresql:// database)"
+        )
+    return store
+
+
 class AgentCore:
     """The library's entry point: ``AgentCore.open(path_or_url)``.
 
@@ -89,11 +102,18 @@ class AgentCore:
         self.pm = pm
         self.events = EventBus()
         self.keys = KeyManager(store)
-        self.rate_limiter = RateLimiter(settings)
+        self.rate_limiter = RateLimiter(settings, store=store)
+        self.idempotency = IdempotencyKeys(store, ttl=settings.idempotency_ttl)
         self.embedders: dict[str, Embedder] = {}
         self.chat_models: dict[str, ChatModel] = {}
         # filled by the hooks below; the cache looks embedders up when it needs one
-        self.index_cache = IndexCache(store, embedders=self.embedders, embedder=settings.embedder)
+        self.index_cache = IndexCache(
+            store,
+            embedders=self.embedders,
+            embedder=settings.embedder,
+            catchup_max_rows=settings.index_catchup_max_rows,
+            store_search=_store_search(store, settings),
+        )
         # model calls run here, bounded in time even if a plugin hangs (threads start lazily)
         self.model_pool = ThreadPoolExecutor(8, thread_name_prefix="agentcore-model")
         self._started = False

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -11,8 +10,9 @@ from typing import Any
 from agentcore.errors import ValidationFailed
 from agentcore.ids import new_id, now_iso
 from agentcore.models import Environment, EventPayload
+from agentcore.redact import get_logger
 
-log = logging.getLogger("agentcore.events")
+log = get_logger("agentcore.events")  # masks keys and secrets in every record
 
 BUILTIN_KINDS: dict[str, str] = {
     "agent.action": "An agent took an action (knowledge lookup, tool call, reply sent).",

@@ -17,7 +17,7 @@ from agentcore.ids import BASE62, isoformat, new_id, random_base62, to_base62, u
 from agentcore.models import ApiKey, Environment, IssuedKey, Scope
 
 if TYPE_CHECKING:
-    from agentcore.storage.base import Store
+    from agentcore.storage.base import KeyStorage
 
 RANDOM_CHARS = 32  # 32 base62 characters: 190 bits of randomness
 CHECKSUM_CHARS = 6  # base62 CRC32, as GitHub tokens carry
@@ -90,9 +90,12 @@ def check_scopes(scopes: Iterable[str]) -> list[Scope]:
 
 
 class KeyManager:
-    """Mints, lists, revokes and rotates keys; reached as ``core.keys``."""
+    """Mints, lists, revokes and rotates keys; reached as ``core.keys``.
 
-    def __init__(self, store: Store) -> None:
+    :param store: organizations and keys.
+    """
+
+    def __init__(self, store: KeyStorage) -> None:
         self._store = store
         self._lock = threading.Lock()
         self._toucher: ThreadPoolExecutor | None = None
@@ -127,7 +130,7 @@ class KeyManager:
             last4=secret[-4:],
             name=name,
             created_at=now,
-            expires_at=now + expires_in if expires_in is not None else None,
+            expires_at=_later(now, expires_in, "expires_in") if expires_in is not None else None,
             rotated_from=rotated_from,
         )
         self._store.insert_key(record, org.id, digest(secret))
@@ -161,15 +164,22 @@ class KeyManager:
             raise InvalidRequest("A revoked key cannot be rotated.", code="key_revoked")
         if grace < timedelta(0):
             raise ValidationFailed("The grace period cannot be negative.", param="grace")
+        now = utcnow()
+        if old.expires_at is not None and old.expires_at <= now:
+            raise InvalidRequest(
+                f"Key {key_id} expired at {isoformat(old.expires_at)}; an expired key cannot"
+                " be rotated: create a new key instead.",
+                code="key_expired",
+            )
+        ends = _later(now, grace, "grace")
         new = self.create(
             old.organization,
             old.environment,
             old.scopes,
             name=old.name,
             rotated_from=old.id,
-            expires_in=(old.expires_at - utcnow()) if old.expires_at else None,
+            expires_in=(old.expires_at - now) if old.expires_at else None,
         )
-        ends = utcnow() + grace
         if old.expires_at is None or old.expires_at > ends:
             self._store.update_key(key_id, expires_at=isoformat(ends))
         return new
@@ -224,6 +234,14 @@ class KeyManager:
             toucher, self._toucher = self._toucher, None
         if toucher is not None:
             toucher.shutdown(wait=True)
+
+
+def _later(now: datetime, delta: timedelta, param: str) -> datetime:
+    """``now + delta``, or a 422 naming ``param`` when that is past the calendar's end."""
+    try:
+        return now + delta
+    except OverflowError:
+        raise ValidationFailed(f"{param} is too long.", param=param) from None
 
 
 def _older_than(moment: datetime, now: datetime, seconds: float) -> bool:

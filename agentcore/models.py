@@ -17,10 +17,41 @@ HANDOFF_TOOL = "handoff_to_human"
 _TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 
-class Request(BaseModel):
-    """Base of request bodies: unknown fields are an error, not silently dropped."""
+def _has_nul(value: Any) -> bool:
+    # iterative: a deep JSON value cannot exhaust the stack
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+        elif isinstance(item, BaseModel):
+            stack.extend(vars(item).values())
+    return False
 
-    model_config = ConfigDict(extra="forbid")
+
+class Request(BaseModel):
+    """Base of request bodies, strictly typed.
+
+    Unknown fields are an error, not silently dropped; values are not coerced
+    (``"2"``, ``true`` or ``2.5`` for an integer are errors, as is ``false`` for a
+    number); no string anywhere in the body may hold a NUL character (PostgreSQL
+    cannot store one, and no text needs it).
+    """
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    @field_validator("*")
+    @classmethod
+    def _no_nul(cls, value: Any) -> Any:
+        if _has_nul(value):
+            raise ValueError("must not contain NUL (\\u0000) characters")
+        return value
 
 
 class Organization(BaseModel):
@@ -67,7 +98,7 @@ class VerifyResponse(BaseModel):
 class ToolDefinition(BaseModel):
     """A function an agent may call: OpenAI's function shape, JSON-Schema parameters."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     name: str = Field(..., description="1-64 letters, digits, '_' or '-'.")
     description: str = Field("", max_length=1024)
@@ -289,6 +320,17 @@ class WebhookSubscriptionWithSecret(WebhookSubscription):
     """A subscription with its ``whsec_`` signing secret (shown once)."""
 
     secret: str
+
+
+class WebhookTestSent(WebhookSubscription):
+    """Answer of ``POST /v1/webhooks/{id}/test``: the subscription, plus the ping it queued.
+
+    ``event_id`` is the ``webhook-id`` header and body ``id`` the receiver will see;
+    ``delivery_id`` appears in ``GET /v1/webhooks/{id}/deliveries``.
+    """
+
+    event_id: str
+    delivery_id: str
 
 
 class WebhookList(BaseModel):

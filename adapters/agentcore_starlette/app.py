@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import hashlib
 import json
-import logging
+import re
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
@@ -30,8 +30,10 @@ from agentcore.errors import (
     MethodNotAllowed,
     NotFound,
     PayloadTooLarge,
+    ValidationFailed,
 )
 from agentcore.ids import new_id
+from agentcore.redact import QUERY_SECRET_NAMES, get_logger, looks_secret
 from agentcore_starlette.bodies import (
     media_type,
     parse_json,
@@ -42,11 +44,12 @@ from agentcore_starlette.bodies import (
 from agentcore_starlette.idempotency import check_key, fingerprint, run_once
 from agentcore_starlette.openapi import build_openapi
 from agentcore_starlette.problems import problem_response
+from agentcore_starlette.ratelimit import rate_limit_headers
 from agentcore_starlette.routes import ROUTES
 from agentcore_starlette.routing import ApiRoute, Call, Upload
 from agentcore_starlette.streaming import event_stream
 
-log = logging.getLogger("agentcore.http")
+log = get_logger("agentcore.http")  # masks keys and secrets in every record
 
 PREFIX = "/v1"
 MULTIPART_OVERHEAD = 64 * 1024
@@ -99,17 +102,44 @@ class ProblemMiddleware:
             await problem_response(error, request_id)(scope, receive, send)
 
 
+_BEARER = re.compile(r"(?i)bearer ([^\s]+)")
+
+
 def bearer_token(request: Request) -> str | None:
-    """The key from ``Authorization: Bearer <key>``; 401 for another scheme."""
+    """The key from ``Authorization: Bearer <key>``, parsed strictly; 401 otherwise.
+
+    The scheme is case-insensitive; exactly one space separates it from the key, and
+    the key has no whitespace (``Bearer  key``, ``Bearer``, ``Basic …`` are refused).
+    """
     header = request.headers.get("authorization")
     if header is None:
         return None
-    scheme, _, token = header.partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
+    match = _BEARER.fullmatch(header)
+    if match is None:
         raise AuthenticationError(
-            "Use 'Authorization: Bearer <key>'.", code="malformed_authorization"
+            "Malformed Authorization header: send exactly 'Authorization: Bearer <key>'"
+            " (the scheme, one space, the key).",
+            code="malformed_authorization",
         )
-    return token.strip()
+    return match.group(1)
+
+
+def refuse_secrets_in_query(request: Request) -> None:
+    """400 when the query string carries a key or secret: it would end up in access logs.
+
+    Refused: a parameter named like a credential (``api_key``, ``key``, ``token``, …,
+    see ``agentcore.redact.QUERY_SECRET_NAMES``) whatever its value, and any value
+    shaped like ``ak_test_…``, ``ak_live_…`` or ``whsec_…``. The value is never echoed.
+    """
+    for name, value in request.query_params.multi_items():
+        if name.lower() in QUERY_SECRET_NAMES or looks_secret(value) or looks_secret(name):
+            raise InvalidRequest(
+                "API keys and secrets must not be sent in the URL (URLs are logged):"
+                " send the key as 'Authorization: Bearer <key>' and rotate a key that was"
+                " sent this way.",
+                code="secret_in_query",
+                param=None if looks_secret(name) else name,
+            )
 
 
 def _json(route: ApiRoute, result: Any, headers: dict[str, str] | None = None) -> Response:
@@ -132,6 +162,7 @@ class Api:
         """The Starlette endpoint running ``route``."""
 
         async def run(request: Request) -> Response:
+            refuse_secrets_in_query(request)
             try:
                 secret = bearer_token(request)
                 # on the loop: a read of one indexed row (WAL readers never wait for the
@@ -142,7 +173,9 @@ class Api:
                 raise
             if route.scope != "any":  # before the body is read: 403 does not depend on it
                 workspace.require(route.scope)
-            limits = self.core.rate_limiter.enforce(workspace.key_id or "", workspace.environment)
+            limits = rate_limit_headers(
+                self.core.rate_limiter.enforce(workspace.key_id or "", workspace.environment)
+            )
             call = Call(workspace, request.path_params, request.query_params, request.headers)
             canonical = await self._read_body(route, request, call)
 
@@ -221,6 +254,11 @@ class Api:
             raise InvalidRequest("Send the document as the multipart field 'file'.", param="file")
         data = await file.read()
         await form.close()
+        for value in (file.filename, file.content_type):
+            if value is not None and "\x00" in value:  # as JSON strings: no NUL anywhere
+                raise ValidationFailed(
+                    "The file name and type must not contain NUL characters.", param="file"
+                )
         if len(data) > limit:
             raise PayloadTooLarge(
                 f"The uploaded file exceeds the limit of {limit} bytes.",

@@ -12,6 +12,7 @@ from agentcore.models import (
     WebhookList,
     WebhookSubscription,
     WebhookSubscriptionWithSecret,
+    WebhookTestSent,
 )
 from agentcore.storage.records import StoredSubscription
 from agentcore.webhooks.signing import generate_secret
@@ -138,8 +139,11 @@ class WebhookService:
         )
         return self._find(subscription_id).public
 
-    def send_test(self, subscription_id: str) -> WebhookSubscription:
-        """Queue a ``webhook.ping`` event to this subscription only. Write scope."""
+    def send_test(self, subscription_id: str) -> WebhookTestSent:
+        """Queue a ``webhook.ping`` event to this subscription only. Write scope.
+
+        Returns the subscription with the ids of the event and the delivery created.
+        """
         self._ws.require("write")
         found = self._find(subscription_id)
         event = Event(
@@ -152,7 +156,22 @@ class WebhookService:
             event, now=self._runtime.clock(), only_subscription=subscription_id
         )
         self._runtime.wake()
-        return found.public
+        return WebhookTestSent(
+            **found.public.model_dump(),
+            event_id=event.id,
+            delivery_id=self._delivery_of(subscription_id, event.id),
+        )
+
+    def _delivery_of(self, subscription_id: str, event_id: str) -> str:
+        # the ping's delivery was created just now, so it is on the first (newest) page
+        found, _ = self._store.list_deliveries(
+            self._ws.organization_id,
+            self._ws.environment,
+            subscription_id,
+            limit=self._ws.core.settings.max_page_size,
+            starting_after=None,
+        )
+        return next(d.id for d in found if d.event_id == event_id)
 
     def deliveries(
         self, subscription_id: str, *, limit: int | None = None, starting_after: str | None = None

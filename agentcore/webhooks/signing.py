@@ -130,15 +130,20 @@ def verify(
     )
 
 
-def encode_payload(type: str, timestamp: str, data: Mapping[str, Any]) -> bytes:
-    """The request body: compact JSON ``{"type", "timestamp", "data"}``.
+def encode_payload(
+    type: str, timestamp: str, data: Mapping[str, Any], *, event_id: str | None = None
+) -> bytes:
+    """The request body: compact JSON ``{"id", "type", "timestamp", "data"}``.
 
+    ``event_id`` is the event's id, the same value as the ``webhook-id`` header (a
+    receiver that only keeps the body can still deduplicate); deliveries always pass it.
     Keys inside ``data`` are sorted so the same event always gives the same bytes,
     whatever order the dict was built or reloaded in.
 
     :raises ValueError: ``data`` holds NaN or infinity (not JSON).
     """
-    envelope = {"type": type, "timestamp": timestamp, "data": data}
+    envelope: dict[str, Any] = {} if event_id is None else {"id": event_id}
+    envelope.update(type=type, timestamp=timestamp, data=data)
     # sort_keys would move "data" first; dump each part so the envelope order stays readable.
     parts = (
         f"{json.dumps(key)}:{json.dumps(value, **_COMPACT)}" for key, value in envelope.items()

@@ -11,6 +11,7 @@ from agentcore.models import (
     WebhookSubscribeRequest,
     WebhookSubscription,
     WebhookSubscriptionWithSecret,
+    WebhookTestSent,
 )
 from agentcore_starlette.routing import PAGINATION, ApiRoute, Call
 
@@ -48,8 +49,8 @@ def enable_webhook(call: Call) -> WebhookSubscription:
     return call.workspace.webhooks.enable(call.path["webhook_id"])
 
 
-def test_webhook(call: Call) -> WebhookSubscription:
-    """Send a ``webhook.ping`` event to this subscription."""
+def test_webhook(call: Call) -> WebhookTestSent:
+    """Send a ``webhook.ping`` event to this subscription; returns its event and delivery ids."""
     return call.workspace.webhooks.send_test(call.path["webhook_id"])
 
 
@@ -112,7 +113,7 @@ ROUTES = [
         "POST",
         _ONE + "/test",
         test_webhook,
-        WebhookSubscription,
+        WebhookTestSent,
         "Send a test event",
         "write",
         "webhooks",

@@ -1,0 +1,95 @@
+"""Keeping secrets out of logs: spot key-like values and redact them from log records.
+
+Secrets are API keys (``ak_test_…``/``ak_live_…``), webhook signing secrets
+(``whsec_…``) and ``Authorization`` header values. ``SecretRedactingFilter`` rewrites
+a log record's message and arguments before any handler formats it; ``agentcore
+serve`` installs it on uvicorn's loggers, every agentcore logger carries it, and a
+host app can add it to any logger (``install_log_redaction()`` does uvicorn's).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Iterable
+from typing import Any
+
+REDACTED = "[REDACTED]"
+
+SECRET_PREFIXES = ("ak_test_", "ak_live_", "whsec_")
+"""What the secrets this library mints start with."""
+
+QUERY_SECRET_NAMES = frozenset(
+    {"api_key", "apikey", "api-key", "key", "token", "access_token", "authorization", "secret"}
+)
+"""Query parameter names refused by the HTTP API (keys belong in ``Authorization``)."""
+
+# a prefix, then the characters a key or a base64 secret is made of, raw or percent-encoded
+_SECRET = re.compile(r"(ak_(?:test|live)_|whsec_)[A-Za-z0-9+/=%_-]*")
+_BEARER = re.compile(r"(?i)\b(bearer|basic)(\s+)[^\s,;\"']+")
+_QUERY = re.compile(
+    r"(?i)([?&](?:" + "|".join(re.escape(n) for n in sorted(QUERY_SECRET_NAMES)) + r")=)[^&\s\"']*"
+)
+
+UVICORN_LOGGERS = ("uvicorn", "uvicorn.error", "uvicorn.access")
+
+
+def looks_secret(text: str) -> bool:
+    """Whether ``text`` holds something shaped like a key or webhook secret."""
+    return _SECRET.search(text) is not None
+
+
+def redact(text: str) -> str:
+    """``text`` with key-like values, bearer credentials and secret query values masked."""
+    text = _SECRET.sub(lambda m: m.group(1) + REDACTED, text)
+    text = _BEARER.sub(lambda m: m.group(1) + m.group(2) + REDACTED, text)
+    return _QUERY.sub(lambda m: m.group(1) + REDACTED, text)
+
+
+def _redact_value(value: Any) -> Any:
+    return redact(value) if isinstance(value, str) else value
+
+
+class SecretRedactingFilter(logging.Filter):
+    """A logging filter that masks secrets in a record's message and arguments.
+
+    It never drops a record. Arguments are rewritten in place of formatting them, so
+    formatters that read ``record.args`` directly (uvicorn's access formatter) see the
+    redacted values too.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Redact ``record`` in place; always keep it."""
+        if isinstance(record.msg, str):
+            record.msg = redact(record.msg)
+        if isinstance(record.args, tuple):
+            record.args = tuple(_redact_value(arg) for arg in record.args)
+        elif isinstance(record.args, dict):
+            record.args = {name: _redact_value(arg) for name, arg in record.args.items()}
+        if record.exc_info and not record.exc_text:
+            # format the traceback now, so its text (exception messages) is redacted too
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = redact(record.exc_text)
+        return True
+
+
+_FILTER = SecretRedactingFilter()
+
+
+def install_log_redaction(names: Iterable[str] = UVICORN_LOGGERS) -> None:
+    """Add the redacting filter to the loggers named (default: uvicorn's); idempotent.
+
+    A filter applies to the records logged on its own logger, so name each logger
+    that emits (``uvicorn.access`` writes the request line with its query string).
+    """
+    for name in names:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, SecretRedactingFilter) for f in logger.filters):
+            logger.addFilter(_FILTER)
+
+
+def get_logger(name: str) -> logging.Logger:
+    """``logging.getLogger(name)`` with the redacting filter installed (agentcore's loggers)."""
+    install_log_redaction([name])
+    return logging.getLogger(name)
