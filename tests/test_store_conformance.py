@@ -21,7 +21,7 @@ from agentcore.events import Event
 from agentcore.ids import new_id
 from agentcore.models import Agent, ApiKey, Document
 from agentcore.storage.base import EventWaiter, Store, VectorSearchStore
-from agentcore.storage.records import StoredMessage, StoredResponse
+from agentcore.storage.records import StoredMessage, StoredResult
 from agentcore.storage.sqlite import SQLiteStore
 
 pytestmark = pytest.mark.filterwarnings("ignore::ResourceWarning")
@@ -489,7 +489,7 @@ def test_idempotency_keys(store: Any) -> None:
     assert store.claim_idempotency_key(org_id, "test", "k", "f2", now=1.0, ttl=10)[0] == (
         "mismatch"
     )
-    response = StoredResponse(201, b'{"ok":true}', {"Location": "/x"})
+    response = StoredResult(201, '{"ok":true}')
     store.finish_idempotency_key(org_id, "test", "k", response)
     assert store.claim_idempotency_key(org_id, "test", "k", "f1", now=2.0, ttl=10) == (
         "replay",
