@@ -77,6 +77,8 @@ def test_two_cores_on_one_store_share_a_limit(store_url: str) -> None:
         assert allowed == [True] * rate + [False]
         with pytest.raises(RateLimited) as caught:
             limiters[0].enforce("key_1", "test")
+        # the bucket both cores share is empty: one token comes back in 1/rate seconds
+        assert caught.value.retry_after == pytest.approx(1 / rate)
         assert caught.value.decision is not None  # facts; the adapter writes the headers
         assert rate_limit_headers(caught.value.decision)["Retry-After"] == "1"
 

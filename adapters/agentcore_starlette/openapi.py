@@ -88,6 +88,20 @@ def build_openapi(routes: Sequence[ApiRoute], *, prefix: str, version: str) -> d
                         }
                     },
                 },
+                **(
+                    {
+                        "202": {
+                            "description": "Accepted: processing in the background",
+                            "content": {
+                                "application/json": {
+                                    "schema": _schema(route.response, components, "serialization")
+                                }
+                            },
+                        }
+                    }
+                    if route.accepted is not None
+                    else {}
+                ),
                 **{
                     status: {
                         "description": text,

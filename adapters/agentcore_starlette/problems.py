@@ -8,12 +8,11 @@ from typing import Any
 
 from starlette.responses import Response
 
-from agentcore.errors import AgentCoreError, RateLimited
+from agentcore.errors import PROBLEM_TYPE, AgentCoreError, RateLimited
 from agentcore_starlette.ratelimit import rate_limit_headers
 
 log = logging.getLogger("agentcore.http")
 
-PROBLEM_TYPE = "https://agentcore.dev/problems/"
 MEDIA_TYPE = "application/problem+json"
 
 
