@@ -20,6 +20,7 @@ import httpx
 import pytest
 import uvicorn
 from starlette.types import ASGIApp
+from webhook_receiver import Receiver
 
 from agentcore import AgentCore
 from agentcore.models import IssuedKey
@@ -241,7 +242,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 def core(store_url: str) -> Iterator[AgentCore]:
     """A core on a real SQLite file (or PostgreSQL); workers start with the app's lifespan.
 
-    Rate limits are lifted so suites may hammer one key; tests/test_limits.py checks them.
+    Rate limits are lifted so suites may hammer one key; tests/http/test_limits.py checks them.
     """
     instance = AgentCore.open(
         store_url,
@@ -296,7 +297,7 @@ def api(request: pytest.FixtureRequest, app: ASGIApp, keys: Keys) -> Iterator[Ap
 # Every key and webhook secret minted in this process is recorded, and every log record
 # any logger hands to its handlers (at any level; agentcore's loggers are lowered to
 # DEBUG for the run) is searched for them. A leak fails the test during which it was
-# logged (at teardown), or the session if it came later. tests/test_secrets_in_logs.py
+# logged (at teardown), or the session if it came later. tests/core/test_secrets_in_logs.py
 # does the same over a real `agentcore serve --log-level debug`.
 
 _MINTED: set[str] = set()
@@ -370,3 +371,10 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if _LEAKS:
         print("\nsecrets were logged:\n" + "\n".join(_LEAKS), file=sys.stderr)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    """A real webhook receiver on 127.0.0.1 (test_webhook_sender.py has its own)."""
+    with Receiver() as rx:
+        yield rx

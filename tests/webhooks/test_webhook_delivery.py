@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import random
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -35,12 +34,6 @@ class FakeClock:
 
     def advance(self, seconds: float) -> None:
         self.now += seconds
-
-
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    with Receiver() as rx:
-        yield rx
 
 
 @pytest.fixture

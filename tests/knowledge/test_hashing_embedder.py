@@ -58,7 +58,7 @@ def test_deterministic_across_processes() -> None:
             text=True,
             check=True,
             env={"PYTHONHASHSEED": seed, "PATH": ""},
-            cwd=Path(__file__).resolve().parents[1],
+            cwd=Path(__file__).resolve().parents[2],
         ).stdout
         assert np.array_equal(np.array(json.loads(out), dtype=np.float32), here)
 

@@ -4,7 +4,6 @@ test pings and the deliveries log (against a real receiver on 127.0.0.1)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 
@@ -16,12 +15,6 @@ from webhook_receiver import Receiver, Reply
 
 from agentcore import AgentCore
 from agentcore_starlette import create_app
-
-
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    with Receiver() as rx:
-        yield rx
 
 
 def _subscribe(api: Api, url: str, events: list[str] | None = None, **kw) -> dict:

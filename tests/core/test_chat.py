@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
 from typing import Any
 
 import pytest
 from conftest import Api, Keys
+from helpers import Recorder, core_with
 from pdfs import make_pdf
 
 import agentcore
@@ -148,33 +148,6 @@ def test_bad_requests(api: Api, keys: Keys, core: AgentCore) -> None:
     assert chat(other_env, agent_id, "hi").status_code == 404
     read_only = api.with_key(keys.make(scopes=("read",)).secret)
     assert chat(read_only, agent_id, "hi").status_code == 200
-
-
-class Recorder:
-    """A chat model plugin that records requests and answers from a script."""
-
-    def __init__(self, name: str, answer: Callable[[ChatRequest], ChatResult]) -> None:
-        self.name = name
-        self.answer = answer
-        self.requests: list[ChatRequest] = []
-
-    def complete(self, request: ChatRequest) -> ChatResult:
-        self.requests.append(request)
-        return self.answer(request)
-
-    @agentcore.hookimpl
-    def agentcore_register_chat_models(self, register: Any, settings: Any) -> None:
-        register(self)
-
-
-def core_with(tmp_path: Any, *plugins: object, **settings: Any) -> AgentCore:
-    return AgentCore.open(
-        tmp_path / "chat.db",
-        plugins=list(plugins),
-        rate_limit_test=1e6,
-        rate_limit_live=1e6,
-        **settings,
-    )
 
 
 def test_conversation_continuity_and_bounded_history(tmp_path: Any) -> None:

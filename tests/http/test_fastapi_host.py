@@ -20,7 +20,7 @@ from agentcore_starlette import create_app
 
 pytest.importorskip("fastapi")
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 def readme_block(marker: str) -> str:

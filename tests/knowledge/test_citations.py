@@ -7,10 +7,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import Recorder, core_with
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pdfs import make_pdf
-from test_chat import Recorder, core_with
 from test_chunking import Document, documents
 
 from agentcore.chat import build_citations, quoted_pages

@@ -120,7 +120,7 @@ def body_for(route: ApiRoute, owned: Owned, env: str) -> dict[str, Any] | None:
     if route.request not in recipes:
         pytest.fail(
             f"{route.method} {route.path}: no body recipe for {route.request!r}; "
-            "add one to tests/test_isolation.py"
+            "add one to tests/http/test_isolation.py"
         )
     return recipes[route.request]
 
