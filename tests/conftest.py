@@ -378,3 +378,10 @@ def receiver() -> Iterator[Receiver]:
     """A real webhook receiver on 127.0.0.1 (test_webhook_sender.py has its own)."""
     with Receiver() as rx:
         yield rx
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests that need the PostgreSQL server are slow: ``-m "not slow"`` starts none."""
+    for item in items:
+        if "postgres_server" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.slow)

@@ -363,6 +363,7 @@ def test_over_http_a_client_that_leaves_closes_the_provider_connection(
     assert served.errors == []
 
 
+@pytest.mark.slow
 def test_agentcore_serve_ends_open_streams_with_an_error_event_on_sigterm(
     fake: FakeStreamingProvider, tmp_path: Path
 ) -> None:

@@ -98,6 +98,7 @@ def retry(client: httpx.Client, path: str, key: str, **kwargs: Any) -> httpx.Res
         time.sleep(0.1)
 
 
+@pytest.mark.slow
 def test_work_stopped_at_the_deadline_releases_the_key(
     client: httpx.Client, slow: SlowOnce
 ) -> None:
@@ -119,6 +120,7 @@ def test_work_stopped_at_the_deadline_releases_the_key(
     assert third.json() == second.json()
 
 
+@pytest.mark.slow
 def test_work_that_completes_after_the_deadline_is_replayed(
     client: httpx.Client, slow: SlowOnce
 ) -> None:
@@ -136,6 +138,7 @@ def test_work_that_completes_after_the_deadline_is_replayed(
     assert slow.calls == 1  # the model ran once: the replay is the late real answer
 
 
+@pytest.mark.slow
 def test_without_a_key_the_stopped_work_stores_nothing(
     client: httpx.Client, slow: SlowOnce
 ) -> None:

@@ -79,6 +79,7 @@ def longest_run(text: str) -> int:
 # chunking ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "text",
     [
