@@ -30,6 +30,8 @@ from agentcore.chat_models import ChatRequest, ChatResult
 from agentcore.client import AsyncChatClient, ChatClient
 from agentcore_starlette import create_app
 
+pytestmark = pytest.mark.slow  # every test runs a real uvicorn server
+
 FACTS = "The office cat is named Pixel and likes tuna. The office dog is called Rex."
 
 

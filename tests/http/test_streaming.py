@@ -23,6 +23,8 @@ from agentcore.errors import ProviderError
 from agentcore.plugins.extractive import NO_ANSWER
 from agentcore_starlette import create_app
 
+pytestmark = pytest.mark.slow  # every test runs a real uvicorn server
+
 HANDBOOK = (
     "Employees get 25 vacation days per year. Unused vacation days expire in March. "
     "The office opens at 9 am on weekdays. Parking in the garage is free for staff. "
