@@ -40,7 +40,7 @@ from agentcore.errors import (
     ProviderTimeout,
     ValidationFailed,
 )
-from agentcore.knowledge.chunking import pages_in_span, split_sentences
+from agentcore.knowledge.citing import supporting_pages
 from agentcore.models import HANDOFF_TOOL, Agent, ChatMessageResponse, Citation
 from agentcore.storage.base import AgentStorage, ConversationStorage
 from agentcore.storage.records import StoredChunk, StoredMessage
@@ -78,35 +78,27 @@ def wants_human(message: str) -> bool:
 
 
 def quoted_pages(passage: Passage, answer: str) -> list[int]:
-    """The pages of ``passage`` that ``answer`` quotes, or all its pages if it quotes none.
-
-    An answer that repeats sentences of a chunk spanning pages 3-4 verbatim, all from
-    page 4, cites page 4 only; a paraphrase cites the chunk's pages.
-    """
-    if len(passage.pages) < 2 or not answer:
-        return list(passage.pages)
-    found: set[int] = set()
-    for sentence in split_sentences(answer):
-        sentence = " ".join(sentence.split())
-        if len(sentence) < 12:
-            continue
-        start = passage.text.find(sentence)
-        if start >= 0:
-            found.update(
-                pages_in_span(passage.pages, passage.page_offsets, start, start + len(sentence))
-            )
-    return sorted(found) or list(passage.pages)
+    """The pages of ``passage`` that ``answer`` draws on, when it cites only that one."""
+    return supporting_pages([(passage.text, passage.pages, passage.page_offsets)], answer)[0]
 
 
 def build_citations(
     passages: list[Passage], used_ids: list[str], answer: str = ""
 ) -> list[Citation]:
-    """Citations from the passages an answer used: grouped by source, pages sorted, unique."""
+    """Citations from the passages an answer used: grouped by source, pages sorted, unique.
+
+    A used passage cites the pages of the sentences the answer draws on: those it
+    quotes, and for a paraphrase those that best match it (see ``supporting_pages``).
+    An answer that repeats sentences of a chunk spanning pages 3-4, all from page 4,
+    cites page 4 only; a passage nothing in the answer can be traced to cites all its
+    pages.
+    """
     used = set(used_ids)
+    cited = [passage for passage in passages if passage.id in used]
+    found = supporting_pages([(p.text, p.pages, p.page_offsets) for p in cited], answer)
     pages: dict[str, set[int]] = {}
-    for passage in passages:
-        if passage.id in used:
-            pages.setdefault(passage.source, set()).update(quoted_pages(passage, answer))
+    for passage, passage_pages in zip(cited, found, strict=True):
+        pages.setdefault(passage.source, set()).update(passage_pages)
     return [Citation(source=source, pages=sorted(found)) for source, found in pages.items()]
 
 

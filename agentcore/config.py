@@ -11,7 +11,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections.abc import Mapping
-from typing import Annotated, Any, TypeVar, overload
+from typing import Annotated, Any, Literal, TypeVar, overload
 
 from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticCustomError
@@ -84,6 +84,12 @@ class Settings(BaseSettings):
     chunk_target_chars: int = Field(700, ge=50)
     chunk_overlap_chars: int = Field(150, ge=0)
     max_pdf_pages: int = Field(5_000, ge=1)
+    index_catchup_max_rows: int = Field(
+        100_000,
+        ge=0,
+        description="Most rows a cached index adds from the change log to catch up with"
+        " other processes' writes; a larger gap reloads the workspace.",
+    )
     max_token_chars: int = Field(
         64,
         ge=8,
@@ -110,7 +116,9 @@ class Settings(BaseSettings):
 
     # Chat
     default_chat_model: str = Field("extractive")
-    chat_top_k: int = Field(5, ge=1)
+    chat_top_k: int = Field(
+        8, ge=1, description="Passages retrieved for each chat turn (search keeps its own top_k)."
+    )
     history_turns: int = Field(10, ge=0, description="Earlier messages passed to the model.")
     max_tool_steps: int = Field(4, ge=0)
     model_timeout: float = Field(30.0, gt=0, description="Seconds a model call may take.")
@@ -128,9 +136,25 @@ class Settings(BaseSettings):
     webhook_disable_after: float = Field(5 * 86_400, gt=0, description="Seconds of failure.")
     start_workers: bool = Field(True, description="Whether `start()` runs webhook delivery.")
 
+    # PostgreSQL store (postgresql:// URLs; the `postgres` extra)
+    postgres_pool_size: int = Field(10, ge=1, description="Connections per node.")
+    postgres_timeout: float = Field(
+        5.0, gt=0, description="Seconds to wait for a connection before answering 503."
+    )
+    vector_search: Literal["memory", "pgvector"] = Field(
+        "memory",
+        description="Where knowledge search runs: this node's RAM, or PostgreSQL (pgvector).",
+    )
+
     # Keys and rate limits
     rate_limit_live: float = Field(100.0, gt=0, description="Requests per second per live key.")
     rate_limit_test: float = Field(25.0, gt=0, description="Requests per second per test key.")
+    rate_limit_backend: Literal["local", "store"] = Field(
+        "local",
+        description="Where token buckets live: `local` (per process, no store write) or"
+        " `store` (shared by every process and node on the store; one small write per"
+        " request).",
+    )
     key_touch_interval: float = Field(60.0, ge=0, description="Resolution of last_used_at.")
     idempotency_ttl: float = Field(86_400.0, gt=0)
 
@@ -292,11 +316,17 @@ def _load_plugin(
                 {
                     "type": PydanticCustomError(error["type"], error["msg"]),
                     "loc": _plugin_loc(namespace, model, error["loc"]),
-                    "input": error["input"],
+                    # a bad secret (an API key) must not end up in a log with the error
+                    "input": "**********" if _is_secret(model, error["loc"]) else error["input"],
                 }
                 for error in exc.errors()
             ],
         ) from None
+
+
+def _is_secret(model: type[BaseSettings], loc: tuple[int | str, ...]) -> bool:
+    field = model.model_fields.get(str(loc[0])) if loc else None
+    return field is not None and "Secret" in repr(field.annotation)
 
 
 def _plugin_loc(

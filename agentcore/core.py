@@ -34,7 +34,7 @@ from agentcore.limits import RateLimiter
 from agentcore.models import Organization
 from agentcore.plugins import DEFAULT_PLUGINS
 from agentcore.redact import get_logger
-from agentcore.storage.base import Store
+from agentcore.storage.base import Store, VectorSearchStore
 from agentcore.storage.records import IngestJob
 from agentcore.webhooks.delivery import WebhookRuntime
 from agentcore.webhooks.service import WebhookService
@@ -80,6 +80,18 @@ def plugin_settings_models(pm: pluggy.PluginManager) -> dict[str, type[BaseSetti
     return models
 
 
+def _store_search(store: Store, settings: Settings) -> VectorSearchStore | None:
+    """The store itself when it should rank vectors (``vector_search="pgvector"``)."""
+    if settings.vector_search != "pgvector":
+        return None
+    if not isinstance(store, VectorSearchStore):
+        raise ValueError(
+            "vector_search='pgvector' needs a store that searches vectors itself"
+            " (a postgresql:// database)"
+        )
+    return store
+
+
 class AgentCore:
     """The library's entry point: ``AgentCore.open(path_or_url)``.
 
@@ -93,7 +105,7 @@ class AgentCore:
         self.pm = pm
         self.events = EventBus()
         self.keys = KeyManager(store)
-        self.rate_limiter = RateLimiter(settings)
+        self.rate_limiter = RateLimiter(settings, store=store)
         self.idempotency = IdempotencyKeys(store, ttl=settings.idempotency_ttl)
         self.embedders: dict[str, Embedder] = {}
         self.chat_models: dict[str, ChatModel] = {}
@@ -102,6 +114,8 @@ class AgentCore:
             store,
             embedders=self.embedders,
             embedder=settings.embedder,
+            catchup_max_rows=settings.index_catchup_max_rows,
+            store_search=_store_search(store, settings),
             max_token_chars=settings.max_token_chars,
         )
         # model calls run here, bounded in time even if a plugin hangs (threads start lazily)

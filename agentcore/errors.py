@@ -12,6 +12,7 @@
     ├── ValidationFailed              422 validation_error    (names the offending field)
     ├── RateLimited                   429 rate_limited        (carries retry_after seconds)
     ├── ProviderError                 502 provider_error      (a model provider failed)
+    ├── ServiceUnavailable            503 service_unavailable (the database is unreachable)
     ├── ProviderTimeout               504 provider_timeout    (a model provider timed out)
     ├── Cancelled                     503 cancelled           (work stopped: shutdown, client left)
     └── DeadlineExceeded              504 deadline_exceeded   (the request ran too long)
@@ -186,6 +187,17 @@ class ProviderError(AgentCoreError):
     title = "Bad Gateway"
 
 
+class ServiceUnavailable(AgentCoreError):
+    """A backing service (the database) cannot be reached right now; retry later.
+
+    Carries a ``Retry-After`` header; nothing was half-written.
+    """
+
+    status = 503
+    default_code = "service_unavailable"
+    title = "Service Unavailable"
+
+
 class ProviderTimeout(AgentCoreError):
     """A model or embedding provider did not answer in time."""
 
@@ -237,6 +249,7 @@ __all__ = [
     "ProviderError",
     "ProviderTimeout",
     "RateLimited",
+    "ServiceUnavailable",
     "UnsupportedMediaType",
     "ValidationFailed",
     "as_problem",

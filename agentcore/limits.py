@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from agentcore.config import Settings
 from agentcore.errors import RateLimited
+from agentcore.storage.base import RateLimitStorage
 
 
 @dataclass(frozen=True)
@@ -37,13 +38,24 @@ class Decision:
 class RateLimiter:
     """Token buckets keyed by API key id: ``rate`` tokens a second, burst of ``rate``.
 
-    Buckets are independent per key and live in this process (a host running several
-    processes gets a limit per process). The clock is injectable for tests.
+    With ``rate_limit_backend = "local"`` the buckets live in this process (a host
+    running several processes gets a limit per process). With ``"store"`` (and a
+    ``store``) each take is one atomic write to the store, so every process and node
+    sharing it enforces one limit per key. The clock is injectable for tests; the
+    store backend needs one clock for all nodes, so its default is Unix time.
     """
 
-    def __init__(self, settings: Settings, *, clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        clock: Callable[[], float] | None = None,
+        store: RateLimitStorage | None = None,
+    ):
         self._rates = {"live": settings.rate_limit_live, "test": settings.rate_limit_test}
-        self._clock = clock
+        self._store = store if settings.rate_limit_backend == "store" else None
+        default = time.time if self._store is not None else time.monotonic
+        self._clock = clock or default
         self._buckets: dict[str, tuple[float, float]] = {}  # key -> (tokens, last refill)
         self._lock = threading.Lock()
 
@@ -51,13 +63,17 @@ class RateLimiter:
         """Take one token for ``key_id`` if there is one."""
         rate = self._rates[environment]
         now = self._clock()
-        with self._lock:
-            tokens, last = self._buckets.get(key_id, (rate, now))
-            tokens = min(rate, tokens + (now - last) * rate)
-            allowed = tokens >= 1.0
-            if allowed:
-                tokens -= 1.0
-            self._buckets[key_id] = (tokens, now)
+        if self._store is not None:
+            taken = self._store.take_token(key_id, rate=rate, burst=rate, now=now)
+            allowed, tokens = taken.allowed, taken.tokens
+        else:
+            with self._lock:
+                tokens, last = self._buckets.get(key_id, (rate, now))
+                tokens = min(rate, tokens + (now - last) * rate)
+                allowed = tokens >= 1.0
+                if allowed:
+                    tokens -= 1.0
+                self._buckets[key_id] = (tokens, now)
         return Decision(
             allowed=allowed,
             limit=rate,

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pydantic import Field, ValidationError
+from pydantic import Field, SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from agentcore import AgentCore, Settings, hookimpl
@@ -194,6 +194,7 @@ class AcmeSettings(PluginSettings):
 
     greeting: str = "hello"
     retries: int = Field(3, ge=0)
+    token: SecretStr | None = Field(None, min_length=12)
 
 
 class AcmePlugin:
@@ -238,6 +239,9 @@ def test_third_party_plugin_bad_and_unknown_settings(tmp_path: Path) -> None:
     message = str(info.value)
     assert "acme_retries" in message and "plugin 'acme'" in message
     assert "greater than or equal to 0" in message
+    with pytest.raises(ValidationError) as info:
+        open_core(tmp_path, plugins=[AcmePlugin()], acme_token="tok-short")
+    assert "acme_token" in str(info.value) and "tok-short" not in str(info.value)
     with pytest.raises(ValidationError, match="acme_colour"):
         open_core(tmp_path, plugins=[AcmePlugin()], acme_colour="red")
     with pytest.raises(ValidationError, match="acme_greeting"):  # unknown without the plugin

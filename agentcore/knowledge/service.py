@@ -17,7 +17,6 @@ from agentcore.ids import new_id, utcnow
 from agentcore.knowledge.cache import IndexCache, embed_passages
 from agentcore.knowledge.chunking import Chunk, chunk_pages
 from agentcore.knowledge.embedders import bounded_text
-from agentcore.knowledge.index import VectorIndex
 from agentcore.knowledge.ingest import (
     ParsedDocument,
     check_text,
@@ -40,11 +39,6 @@ def _stored_now() -> datetime:
     # the store keeps milliseconds: return what a later get returns
     now = utcnow()
     return now.replace(microsecond=now.microsecond // 1000 * 1000)
-
-
-def _kept(vectors: npt.NDArray[np.float32], keep: npt.NDArray[np.bool_]) -> npt.NDArray[np.float32]:
-    # the whole matrix when every row is kept: no copy of a large document's vectors
-    return vectors if keep.all() else vectors[keep]
 
 
 class KnowledgeService:
@@ -220,10 +214,9 @@ class KnowledgeService:
             created_at=_stored_now(),
         )
         ws = self._ws
-        added: builtins.list[int] = []
 
         def store_write() -> None:
-            ids = self._store.insert_document(
+            self._store.insert_document(
                 ws.organization_id,
                 ws.environment,
                 document,
@@ -232,14 +225,10 @@ class KnowledgeService:
                 vectors,
                 keep,
             )
-            added.extend(ids)
-
-        def apply(index: VectorIndex) -> None:
-            index.add(np.asarray(added, dtype=np.int64)[keep], _kept(vectors, keep))
 
         if cancellation is not None:
             cancellation.check()  # the last point at which stopping leaves nothing behind
-        self._cache.write(ws.organization_id, ws.environment, store_write, apply)
+        self._cache.write(ws.organization_id, ws.environment, store_write)
         return document
 
     def run_job(self, job: IngestJob, cancellation: Cancellation) -> Document | None:
@@ -279,7 +268,6 @@ class KnowledgeService:
         )
         del parsed
         vectors, keep, embedder = self._embed(chunks, cancellation)
-        added: builtins.list[int] = []
 
         def store_write() -> bool:
             ids = self._store.complete_document(
@@ -291,14 +279,10 @@ class KnowledgeService:
                 vectors,
                 keep,
             )
-            added.extend(ids or [])
             return ids is not None
 
-        def apply(index: VectorIndex) -> None:
-            index.add(np.asarray(added, dtype=np.int64)[keep], _kept(vectors, keep))
-
         cancellation.check()
-        if not self._cache.write(ws.organization_id, ws.environment, store_write, apply):
+        if not self._cache.write(ws.organization_id, ws.environment, store_write):
             return None
         return ready
 
@@ -329,16 +313,11 @@ class KnowledgeService:
         """Delete a document; its chunks leave search at once. Write scope."""
         self._ws.require("write")
         ws = self._ws
-        chunk_ids: list[int] = []
 
         def store_write() -> bool:
-            chunk_ids.extend(self._store.chunk_ids(ws.organization_id, ws.environment, document_id))
             return self._store.delete_document(ws.organization_id, ws.environment, document_id)
 
-        def apply(index: VectorIndex) -> None:
-            index.remove(np.asarray(chunk_ids, dtype=np.int64))
-
-        if not self._cache.write(ws.organization_id, ws.environment, store_write, apply):
+        if not self._cache.write(ws.organization_id, ws.environment, store_write):
             raise NotFound(f"No document with id {document_id!r}.", param="id")
         return Deleted(id=document_id)
 
@@ -388,14 +367,17 @@ class KnowledgeService:
     ) -> builtins.list[tuple[StoredChunk, float]]:
         """The top ``k`` chunks and scores for ``query`` (no argument checks; chat uses it)."""
         self._ws.require("read")
-        index = self._cache.get(self._ws.organization_id, self._ws.environment)
-        if len(index) == 0:
-            return []
-        text = bounded_text(query, self._settings.max_token_chars)
-        vector = self._cache.embedder().embed([text], kind="query")[0]
-        if not np.isfinite(vector).all() or not np.any(vector):
-            return []
-        ids, scores = index.search(vector, k, min_score=min_score)
+
+        def query_vector() -> npt.NDArray[np.float32] | None:
+            text = bounded_text(query, self._settings.max_token_chars)
+            vector: npt.NDArray[np.float32] = self._cache.embedder().embed([text], kind="query")[0]
+            if not np.isfinite(vector).all() or not np.any(vector):
+                return None
+            return vector
+
+        ids, scores = self._cache.search(
+            self._ws.organization_id, self._ws.environment, query_vector, k, min_score
+        )
         chunks = self._store.get_chunks([int(i) for i in ids])
         # a chunk deleted between the index read and this lookup is skipped
         return [

@@ -250,10 +250,42 @@ def _names_missing(question: str, known: frozenset[str]) -> bool:
             else:
                 names.append([word])
     for name in names:
-        stems = [stem for word in name for stem in _tokens(word)]
-        if stems and not any(_fold(stem) in folded for stem in stems):
+        stems = [_fold(stem) for word in name for stem in _tokens(word)]
+        if stems and not any(_mentioned(stem, folded) for stem in stems):
             return True
     return False
+
+
+def _mentioned(stem: str, known: set[str]) -> bool:
+    """Whether ``stem`` is among ``known``, allowing one typo in a name of five or
+    more letters ("Hatmanis" for "Hartmanis"): people misspell the names they ask about."""
+    if stem in known:
+        return True
+    if len(stem) < 5:
+        return False
+    return any(abs(len(other) - len(stem)) <= 1 and _one_edit(stem, other) for other in known)
+
+
+def _one_edit(a: str, b: str) -> bool:
+    """Whether ``a`` and ``b`` differ by exactly one inserted, deleted, replaced or
+    swapped-adjacent character."""
+    if len(a) > len(b):
+        a, b = b, a
+    prefix = 0
+    while prefix < len(a) and a[prefix] == b[prefix]:
+        prefix += 1
+    if len(a) == len(b):
+        if prefix == len(a):
+            return False
+        rest_a, rest_b = a[prefix + 1 :], b[prefix + 1 :]
+        swapped = (
+            prefix + 1 < len(a)
+            and a[prefix] == b[prefix + 1]
+            and a[prefix + 1] == b[prefix]
+            and a[prefix + 2 :] == b[prefix + 2 :]
+        )
+        return rest_a == rest_b or swapped
+    return len(b) == len(a) + 1 and a[prefix:] == b[prefix + 1 :]
 
 
 def _fold(word: str) -> str:

@@ -8,7 +8,7 @@ data — so a PostgreSQL store can implement it without changes to the core.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
@@ -18,11 +18,13 @@ from agentcore.models import Agent, ApiKey, Delivery, Document, Organization, Pr
 from agentcore.storage.records import (
     DueDelivery,
     IngestJob,
+    KnowledgeChanges,
     KnowledgeState,
     StoredChunk,
     StoredMessage,
     StoredResult,
     StoredSubscription,
+    TokenTake,
 )
 
 
@@ -130,6 +132,16 @@ class KnowledgeStorage(Protocol):
 
     def knowledge_state(self, organization_id: str, environment: str) -> KnowledgeState:
         """Embedder, dimension and version of a workspace index."""
+
+    def changes_since(
+        self, organization_id: str, environment: str, version: int, *, max_rows: int
+    ) -> KnowledgeChanges | None:
+        """Rows added and ids deleted after ``version``, read in one consistent snapshot.
+
+        ``None`` when the change log cannot bring ``version`` up to date (older than
+        the log keeps, e.g. after a re-embed; newer than the store; or more than
+        ``max_rows`` rows added since): the caller then reloads the workspace.
+        """
 
     def get_document(
         self, organization_id: str, environment: str, document_id: str
@@ -324,6 +336,17 @@ class IdempotencyStorage(Protocol):
         """Forget an in-progress claim."""
 
 
+class RateLimitStorage(Protocol):
+    """Token buckets shared by every process on the store (``rate_limit_backend = "store"``)."""
+
+    def take_token(self, key_id: str, *, rate: float, burst: float, now: float) -> TokenTake:
+        """Take one token from ``key_id``'s bucket, atomically for every process.
+
+        The bucket refills at ``rate`` tokens a second up to ``burst`` (a new bucket
+        starts full); ``now`` is Unix time, the clock every node shares.
+        """
+
+
 class Store(
     KeyStorage,
     AgentStorage,
@@ -331,6 +354,7 @@ class Store(
     WebhookStorage,
     ConversationStorage,
     IdempotencyStorage,
+    RateLimitStorage,
     Protocol,
 ):
     """A backend for everything agentcore keeps: every slice above, plus its lifecycle.
@@ -343,3 +367,30 @@ class Store(
 
     def close(self) -> None:
         """Release connections."""
+
+
+@runtime_checkable
+class VectorSearchStore(Protocol):
+    """Optional capability: a store that ranks vectors itself (``vector_search="pgvector"``)."""
+
+    def search_vectors(
+        self,
+        organization_id: str,
+        environment: str,
+        query: npt.NDArray[np.float32],
+        k: int,
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]:
+        """The ``k`` ids most cosine-similar to the unit vector ``query`` and their scores,
+        best first, ties by ascending id (as ``VectorIndex.search``)."""
+
+
+@runtime_checkable
+class EventWaiter(Protocol):
+    """Optional capability: a store that can tell a node when any node recorded an event."""
+
+    def wait_for_events(self, timeout: float) -> bool:
+        """Block up to ``timeout`` seconds; ``True`` as soon as an event was recorded.
+
+        ``False`` on timeout (or while the wake-up channel is broken): callers then poll,
+        so a store without this capability, or a lost wake-up, only adds latency.
+        """

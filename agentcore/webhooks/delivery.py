@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from agentcore.events import Event
 from agentcore.ids import isoformat, utcnow
 from agentcore.redact import get_logger
+from agentcore.storage.base import EventWaiter
 from agentcore.storage.records import DueDelivery
 from agentcore.webhooks.schedule import next_delay
 from agentcore.webhooks.sender import AttemptResult, make_client, send
@@ -70,6 +71,7 @@ class WebhookRuntime:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._listener: threading.Thread | None = None
         self._pool: ThreadPoolExecutor | None = None
         self._client: Any = None
         self._in_flight: dict[str, int] = {}
@@ -104,17 +106,36 @@ class WebhookRuntime:
                 target=self._run, name="agentcore-webhook-worker", daemon=True
             )
             self._thread.start()
+            store = self.store
+            if isinstance(store, EventWaiter):
+                # events recorded by other nodes wake this worker at once
+                self._listener = threading.Thread(
+                    target=self._listen, args=(store,), name="agentcore-webhook-listen", daemon=True
+                )
+                self._listener.start()
+
+    def _listen(self, store: EventWaiter) -> None:
+        while not self._stop.is_set():
+            try:
+                if store.wait_for_events(IDLE_POLL):
+                    self._wake.set()
+            except Exception:  # the worker still polls; keep listening
+                log.exception("waiting for webhook events failed")
+                self._stop.wait(IDLE_POLL)
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stop claiming work; wait briefly for attempts under way (leases cover the rest)."""
         with self._lock:
             thread, pool, client = self._thread, self._pool, self._client
-            self._thread = self._pool = self._client = None
+            listener = self._listener
+            self._thread = self._pool = self._client = self._listener = None
         if thread is None:
             return
         self._stop.set()
         self._wake.set()
         thread.join(timeout)
+        # the listener (a daemon) ends at its next wake-up; closing the store wakes it
+        del listener
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
         with self._lock:

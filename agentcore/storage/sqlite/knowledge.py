@@ -1,4 +1,9 @@
-"""SQLite storage of documents, chunks and vector segments (whole buffers, never rows)."""
+"""SQLite storage of documents, chunks and vector segments (whole buffers, never rows).
+
+Writes stay raw SQL: a document, its chunks and its vector blobs commit in one
+transaction, and vectors move as whole buffers through incremental blob I/O, which
+sqlite-utils' table API does not offer.
+"""
 
 from __future__ import annotations
 
@@ -12,13 +17,15 @@ import numpy.typing as npt
 
 from agentcore.ids import isoformat
 from agentcore.models import Document, Problem
-from agentcore.storage.records import IngestJob, KnowledgeState, StoredChunk
-from agentcore.storage.sqlite.connection import Database, page_rows
+from agentcore.storage.records import IngestJob, KnowledgeChanges, KnowledgeState, StoredChunk
+from agentcore.storage.sqlite.connection import Database, first_row, page_rows
 
 _WORKSPACE = "organization_id = ? AND environment = ?"
 SEGMENT_ROWS = 65_536  # ~100 MB of float32 at d=384: far below SQLite's 1 GB blob limit
 # SQLite copies a bound blob: segments of at most this many bytes keep that copy small
 SEGMENT_BYTES = 64 << 20
+# Versions of deletions the change log keeps; a cache further behind reloads the workspace.
+TOMBSTONE_VERSIONS = 10_000
 
 
 BLOB_CHUNK = 8 << 20  # bytes per blob read: big enough to be fast, small enough to reuse
@@ -35,7 +42,7 @@ def _read_blob(conn: sqlite3.Connection, rowid: int, column: str, into: npt.NDAr
             out[start : start + len(piece)] = piece
 
 
-def _document(row: sqlite3.Row) -> Document:
+def _document(row: sqlite3.Row | dict[str, Any]) -> Document:
     values = dict(row)
     if values.get("last_error"):
         values["last_error"] = json.loads(values["last_error"])
@@ -131,11 +138,12 @@ class KnowledgeStore:
     def chunk_ids(self, organization_id: str, environment: str, document_id: str) -> list[int]:
         """The chunk ids of a document of this workspace."""
         with self.db.read() as conn:
-            rows = conn.execute(
-                f"SELECT id FROM chunks WHERE document_id = ? AND {_WORKSPACE}",
+            rows = self.db.table(conn, "chunks").rows_where(
+                f"document_id = ? AND {_WORKSPACE}",
                 [document_id, organization_id, environment],
-            ).fetchall()
-        return [row["id"] for row in rows]
+                select="id",
+            )
+            return [row["id"] for row in rows]  # read inside the with: the generator is lazy
 
     def add_vectors(
         self,
@@ -153,12 +161,14 @@ class KnowledgeStore:
         if vectors.ndim != 2 or vectors.shape != (len(ids), dimension):
             raise ValueError("vectors must have shape (len(ids), dimension)")
         with self.db.write() as conn:
+            version = self._bump(conn, organization_id, environment, embedder, dimension)
             rows = max(1, min(SEGMENT_ROWS, SEGMENT_BYTES // (4 * dimension)))
             for start in range(0, len(ids), rows):
                 part = slice(start, start + rows)
                 conn.execute(
                     "INSERT INTO vector_segments (organization_id, environment, document_id,"
-                    " embedder, dimension, count, ids, vectors) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    " embedder, dimension, count, ids, vectors, version)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     [
                         organization_id,
                         environment,
@@ -169,9 +179,9 @@ class KnowledgeStore:
                         # buffers, not bytes: no second copy of a large document's vectors
                         ids[part].data.cast("B"),
                         vectors[part].data.cast("B"),
+                        version,
                     ],
                 )
-            self._bump(conn, organization_id, environment, embedder, dimension)
 
     def load_vectors(
         self, organization_id: str, environment: str, dimension: int
@@ -230,9 +240,22 @@ class KnowledgeStore:
                 self.add_vectors(
                     organization_id, environment, document_id, embedder, dimension, ids, vectors
                 )
+            # every vector changed: the change log starts afresh after this version
+            version = self._bump(conn, organization_id, environment, embedder, dimension)
+            conn.execute(
+                f"UPDATE knowledge_state SET log_floor = ? WHERE {_WORKSPACE}",
+                [version, organization_id, environment],
+            )
+            conn.execute(
+                f"DELETE FROM knowledge_tombstones WHERE {_WORKSPACE}",
+                [organization_id, environment],
+            )
 
     def knowledge_state(self, organization_id: str, environment: str) -> KnowledgeState:
-        """The embedder, dimension and version of a workspace's index."""
+        """The embedder, dimension and version of a workspace's index.
+
+        Raw SQL: every search asks this (to know whether its cached index is current).
+        """
         with self.db.read() as conn:
             row = conn.execute(
                 f"SELECT embedder, dimension, version FROM knowledge_state WHERE {_WORKSPACE}",
@@ -242,6 +265,54 @@ class KnowledgeStore:
             return KnowledgeState(None, None, 0)
         return KnowledgeState(row["embedder"], row["dimension"], row["version"])
 
+    def changes_since(
+        self, organization_id: str, environment: str, version: int, *, max_rows: int
+    ) -> KnowledgeChanges | None:
+        """The rows added and ids deleted after ``version``, read in one snapshot.
+
+        ``None`` when the change log cannot bring ``version`` up to date by itself:
+        it is older than the log keeps (a re-embed or pruned tombstones), newer than
+        the store (the database was replaced), or more than ``max_rows`` rows were
+        added since (loading the whole workspace is then the better deal).
+        """
+        with self.db.snapshot() as conn:
+            state = conn.execute(
+                f"SELECT dimension, version, log_floor FROM knowledge_state WHERE {_WORKSPACE}",
+                [organization_id, environment],
+            ).fetchone()
+            current = 0 if state is None else int(state["version"])
+            if state is None or version == current:
+                empty = np.empty(0, dtype=np.int64)
+                return KnowledgeChanges(current, empty, np.empty((0, 0), dtype=np.float32), empty)
+            if version < state["log_floor"] or version > current:
+                return None
+            dimension = int(state["dimension"])
+            rows = conn.execute(
+                "SELECT id, count FROM vector_segments"
+                f" WHERE {_WORKSPACE} AND version > ? ORDER BY id",
+                [organization_id, environment, version],
+            ).fetchall()
+            total = sum(row["count"] for row in rows)
+            if total > max_rows:
+                return None
+            ids = np.empty(total, dtype="<i8")
+            vectors = np.empty((total, dimension), dtype="<f4")
+            start = 0
+            for row in rows:
+                end = start + row["count"]
+                _read_blob(conn, row["id"], "ids", ids[start:end])
+                _read_blob(conn, row["id"], "vectors", vectors[start:end])
+                start = end
+            deleted = [
+                np.frombuffer(row["ids"], dtype="<i8")
+                for row in conn.execute(
+                    f"SELECT ids FROM knowledge_tombstones WHERE {_WORKSPACE} AND version > ?",
+                    [organization_id, environment, version],
+                )
+            ]
+        gone = np.concatenate(deleted) if deleted else np.empty(0, dtype=np.int64)
+        return KnowledgeChanges(current, ids, vectors, gone.astype(np.int64, copy=False))
+
     def _bump(
         self,
         conn: sqlite3.Connection,
@@ -249,25 +320,29 @@ class KnowledgeStore:
         environment: str,
         embedder: str | None = None,
         dimension: int | None = None,
-    ) -> None:
-        conn.execute(
+    ) -> int:
+        """Advance the workspace version (in the caller's transaction); the new version."""
+        row = conn.execute(
             "INSERT INTO knowledge_state (organization_id, environment, embedder, dimension,"
             " version) VALUES (?, ?, ?, ?, 1) ON CONFLICT (organization_id, environment) DO"
             " UPDATE SET version = version + 1,"
             " embedder = COALESCE(embedder, excluded.embedder),"
-            " dimension = COALESCE(dimension, excluded.dimension)",
+            " dimension = COALESCE(dimension, excluded.dimension)"
+            " RETURNING version",
             [organization_id, environment, embedder, dimension],
-        )
+        ).fetchone()
+        return int(row[0])
 
     def get_document(
         self, organization_id: str, environment: str, document_id: str
     ) -> Document | None:
         """A document of this workspace, or ``None``."""
         with self.db.read() as conn:
-            row = conn.execute(
-                f"SELECT * FROM documents WHERE id = ? AND {_WORKSPACE}",
+            row = first_row(
+                self.db.table(conn, "documents"),
+                f"id = ? AND {_WORKSPACE}",
                 [document_id, organization_id, environment],
-            ).fetchone()
+            )
         return _document(row) if row else None
 
     def list_documents(
@@ -276,8 +351,7 @@ class KnowledgeStore:
         """A page of documents, newest first."""
         with self.db.read() as conn:
             rows, more = page_rows(
-                conn,
-                "documents",
+                self.db.table(conn, "documents"),
                 scope=(organization_id, environment),
                 limit=limit,
                 starting_after=starting_after,
@@ -295,12 +369,39 @@ class KnowledgeStore:
                 return False
             conn.execute("DELETE FROM chunks WHERE document_id = ?", [document_id])
             conn.execute("DELETE FROM ingest_jobs WHERE document_id = ?", [document_id])
-            conn.execute(
-                f"DELETE FROM vector_segments WHERE document_id = ? AND {_WORKSPACE}",
-                [document_id, organization_id, environment],
+            gone = b"".join(
+                row["ids"]
+                for row in conn.execute(
+                    f"DELETE FROM vector_segments WHERE document_id = ? AND {_WORKSPACE}"
+                    " RETURNING ids",
+                    [document_id, organization_id, environment],
+                ).fetchall()
             )
-            self._bump(conn, organization_id, environment)
+            version = self._bump(conn, organization_id, environment)
+            if gone:
+                conn.execute(
+                    "INSERT INTO knowledge_tombstones (organization_id, environment, version,"
+                    " ids) VALUES (?, ?, ?, ?)",
+                    [organization_id, environment, version, gone],
+                )
+            self._prune_tombstones(conn, organization_id, environment, version)
         return True
+
+    def _prune_tombstones(
+        self, conn: sqlite3.Connection, organization_id: str, environment: str, version: int
+    ) -> None:
+        """Forget deletions older than ``TOMBSTONE_VERSIONS`` versions (raising the floor)."""
+        floor = version - TOMBSTONE_VERSIONS
+        if floor <= 0:
+            return
+        conn.execute(
+            f"DELETE FROM knowledge_tombstones WHERE {_WORKSPACE} AND version <= ?",
+            [organization_id, environment, floor],
+        )
+        conn.execute(
+            f"UPDATE knowledge_state SET log_floor = MAX(log_floor, ?) WHERE {_WORKSPACE}",
+            [floor, organization_id, environment],
+        )
 
     def get_chunks(self, chunk_ids: Sequence[int]) -> dict[int, StoredChunk]:
         """Chunks by id (with their document's source); missing ids are left out."""
@@ -333,17 +434,17 @@ class KnowledgeStore:
         with self.db.read() as conn:
             documents = [
                 row["id"]
-                for row in conn.execute(
-                    f"SELECT id FROM documents WHERE {_WORKSPACE} ORDER BY seq",
-                    [organization_id, environment],
+                for row in self.db.table(conn, "documents").rows_where(
+                    _WORKSPACE, [organization_id, environment], select="id", order_by="seq"
                 )
             ]
         for document_id in documents:
             with self.db.read() as conn:
-                rows = conn.execute(
-                    "SELECT id, text FROM chunks WHERE document_id = ? ORDER BY ordinal",
-                    [document_id],
-                ).fetchall()
+                rows = list(
+                    self.db.table(conn, "chunks").rows_where(
+                        "document_id = ?", [document_id], select="id, text", order_by="ordinal"
+                    )
+                )
             yield document_id, [row["id"] for row in rows], [row["text"] for row in rows]
 
     # background ingestion ------------------------------------------------------

@@ -263,7 +263,52 @@ def m005_chunk_page_offsets(db: UtilsDatabase) -> None:
 
 
 @migrations()
-def m006_document_status_and_ingest_jobs(db: UtilsDatabase) -> None:
+def m006_knowledge_change_log(db: UtilsDatabase) -> None:
+    """A per-workspace change log, so a cached index catches up by applying only the delta.
+
+    Each vector segment records the workspace version that added it; each deletion
+    leaves a tombstone (the deleted ids) under the version that deleted them. The log
+    covers the versions after ``knowledge_state.log_floor``: existing workspaces start
+    with a floor at their current version (their old segments carry version 0).
+    """
+    run_script(
+        db,
+        """
+        ALTER TABLE vector_segments ADD COLUMN version INTEGER NOT NULL DEFAULT 0;
+        CREATE INDEX vector_segments_version
+            ON vector_segments (organization_id, environment, version);
+        ALTER TABLE knowledge_state ADD COLUMN log_floor INTEGER NOT NULL DEFAULT 0;
+        UPDATE knowledge_state SET log_floor = version;
+        CREATE TABLE knowledge_tombstones (
+            organization_id TEXT NOT NULL,
+            environment TEXT NOT NULL,
+            version INTEGER NOT NULL,
+            ids BLOB NOT NULL
+        );
+        CREATE INDEX knowledge_tombstones_version
+            ON knowledge_tombstones (organization_id, environment, version);
+        """,
+    )
+
+
+@migrations()
+def m007_rate_limit_buckets(db: UtilsDatabase) -> None:
+    """Token buckets kept in the store, so every process sharing it enforces one limit."""
+    run_script(
+        db,
+        """
+        CREATE TABLE rate_limit_buckets (
+            key_id TEXT PRIMARY KEY,
+            tokens REAL NOT NULL,
+            updated_at REAL NOT NULL,
+            allowed INTEGER NOT NULL
+        ) WITHOUT ROWID;
+        """,
+    )
+
+
+@migrations()
+def m008_document_status_and_ingest_jobs(db: UtilsDatabase) -> None:
     """Document status and last error; the durable queue of background ingestion jobs."""
     run_script(
         db,
