@@ -121,7 +121,7 @@ TEST_DATABASE = "agentcore_test"
 
 
 @pytest.fixture(scope="session")
-def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def postgres_server() -> Iterator[str]:
     """The URL of a PostgreSQL server's maintenance database (``postgres``)."""
     external = os.environ.get("AGENTCORE_TEST_POSTGRES_URL")
     if external:
@@ -190,11 +190,14 @@ def reset_database(url: str) -> None:
             for row in conn.execute(
                 "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()"
                 " AND tablename NOT IN ('agentcore_migrations', 'vector_rows')"
-                " ORDER BY tablename <> 'organizations'"  # referenced ones last
             ).fetchall()
         ]
-        script = "; ".join(f"DELETE FROM {table}" for table in reversed(tables))
-        conn.execute(f"DROP TABLE IF EXISTS vector_rows; {script}".encode())
+        script = "; ".join(f"DELETE FROM {table}" for table in tables)
+        # foreign keys off for the reset, so the order of the deletes does not matter
+        conn.execute(
+            "SET session_replication_role = replica; DROP TABLE IF EXISTS vector_rows;"
+            f" {script}; SET session_replication_role = DEFAULT".encode()
+        )
 
 
 @pytest.fixture

@@ -113,3 +113,52 @@ def test_postgres_down_mid_request_is_a_503_and_the_node_recovers(own_server: An
         assert api.post("/v1/agents", json={"name": "After"}).status_code == 201
     finally:
         core.close()
+
+
+def test_connections_dropped_by_the_server_are_retried_transparently(postgres_url: str) -> None:
+    import psycopg
+
+    from agentcore.storage.postgres import PostgresStore
+
+    store = PostgresStore.open(postgres_url, pool_size=3)
+    try:
+        org = store.ensure_organization("acme")
+        with psycopg.connect(postgres_url, autocommit=True) as admin:
+            killed = admin.execute(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            ).fetchone()
+        assert killed is not None and killed[0] >= 1
+        # the pooled connection is dead: the read retries on a fresh one, no 503
+        assert store.get_organization_by_name("acme") == org
+        assert store.ensure_organization("globex").name == "globex"
+    finally:
+        store.close()
+
+
+def test_postgres_urls_and_the_cli(postgres_url: str) -> None:
+    """``postgres://`` works like ``postgresql://``; the CLI takes the URL from AGENTCORE_DB."""
+    alias = "postgres://" + postgres_url.split("://", 1)[1]
+    with AgentCore.open(alias) as core:
+        assert type(core.store).__name__ == "PostgresStore"
+    made = run_cli("init", "--org", "demo", env_db=postgres_url)  # type: ignore[arg-type]
+    assert made.returncode == 0, made.stderr
+    listed = run_cli("keys", "list", "--org", "demo", env_db=postgres_url)  # type: ignore[arg-type]
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.count("ak_test_") + listed.stdout.count("ak_live_") >= 2
+
+
+def test_cli_refuses_a_schema_newer_than_the_code(postgres_server: str) -> None:
+    import psycopg
+    from conftest import create_database
+
+    url = create_database(postgres_server, "agentcore_cli_too_new")
+    with AgentCore.open(url):
+        pass
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("INSERT INTO agentcore_migrations (version, name) VALUES (999, 'future')")
+    secret_url = url.replace("postgresql://postgres:@", "postgresql://postgres:sekrit@")
+    result = run_cli("keys", "list", "--org", "acme", db=secret_url)  # type: ignore[arg-type]
+    assert result.returncode == 2
+    assert "version 999" in result.stderr and "upgrade agentcore" in result.stderr
+    assert "sekrit" not in result.stderr and "Traceback" not in result.stderr

@@ -19,7 +19,7 @@ import pytest
 from agentcore.errors import NotFound
 from agentcore.events import Event
 from agentcore.ids import new_id
-from agentcore.models import Agent, ApiKey, Document
+from agentcore.models import Agent, ApiKey, Document, Problem
 from agentcore.storage.base import EventWaiter, Store, VectorSearchStore
 from agentcore.storage.records import StoredMessage, StoredResult
 from agentcore.storage.sqlite import SQLiteStore
@@ -284,6 +284,65 @@ def test_changes_since(store: Any) -> None:
     # a re-embed restarts the log
     store.replace_all_vectors(org_id, "test", "e2", [], 8)
     assert store.changes_since(org_id, "test", changes.version, max_rows=100) is None
+
+
+def processing(store: Any, org_id: str, now: float = 1.0) -> Document:
+    document = make_document(2).model_copy(update={"status": "processing", "chunks": 0})
+    store.insert_processing_document(
+        org_id,
+        "test",
+        document,
+        kind="text",
+        filename="notes.txt",
+        content_type=None,
+        data=b"hello\x00world",
+        now=now,
+    )
+    return document
+
+
+def test_background_ingestion_jobs(store: Any) -> None:
+    org_id = org(store)
+    first, second = processing(store, org_id, 1.0), processing(store, org_id, 2.0)
+    assert store.get_document(org_id, "test", first.id).status == "processing"
+    job = store.claim_ingest_job(now=10.0, lease_seconds=30)
+    assert (job.document_id, job.kind, job.filename, job.attempts) == (
+        first.id,
+        "text",
+        "notes.txt",
+        1,
+    )
+    assert store.ingest_job_data(first.id) == b"hello\x00world"
+    # leased: the next claim takes the other job, then nothing until a lease runs out
+    assert store.claim_ingest_job(now=11.0, lease_seconds=30).document_id == second.id
+    assert store.claim_ingest_job(now=12.0, lease_seconds=30) is None
+    assert store.renew_ingest_job(first.id, until=100.0)
+    store.release_ingest_job(second.id)  # shutdown: given back, the attempt not counted
+    again = store.claim_ingest_job(now=13.0, lease_seconds=30)
+    assert again.document_id == second.id and again.attempts == 1
+    ready = first.model_copy(update={"status": "ready", "chunks": 2, "pages": 1})
+    ids = store.complete_document(
+        org_id, "test", ready, [("a", [1], [0]), ("b", [1], [0])], "e1", unit(2), np.ones(2, bool)
+    )
+    assert len(ids) == 2 and store.get_document(org_id, "test", first.id).status == "ready"
+    assert store.count_vectors(org_id, "test") == 2
+    assert store.ingest_job_data(first.id) is None and not store.renew_ingest_job(first.id, until=1)
+    # finishing twice (another worker) writes nothing
+    assert (
+        store.complete_document(
+            org_id, "test", ready, [("a", [1], [0])], "e1", unit(1), np.ones(1, bool)
+        )
+        is None
+    )
+    error = Problem(type="about:blank", title="Bad", status=422, detail="no text", code="no_text")
+    assert store.fail_document(org_id, "test", second.id, error)
+    failed = store.get_document(org_id, "test", second.id)
+    assert failed.status == "failed" and failed.last_error == error
+    assert not store.fail_document(org_id, "test", second.id, error)
+    # deleting a processing document drops its job
+    third = processing(store, org_id, 3.0)
+    assert store.delete_document(org_id, "test", third.id)
+    assert store.claim_ingest_job(now=1e6, lease_seconds=30) is None
 
 
 def test_token_buckets(store: Any) -> None:

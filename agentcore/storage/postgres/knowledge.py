@@ -26,15 +26,17 @@ _WORKSPACE = "organization_id = %s AND environment = %s"
 SEGMENT_ROWS = 65_536  # ~100 MB of float32 at d=384, far below bytea's 1 GB limit
 RESCORE = 4  # candidates PostgreSQL returns per result, re-scored exactly in float32
 _DOCUMENT_COLUMNS = "id, source, content_type, pages, chunks, bytes, created_at, status, last_error"
-# Versions of deletions the change log keeps; a cache further behind reloads the workspace.
-TOMBSTONE_VERSIONS = 10_000
 
 
-def _document(row: dict[str, Any]) -> Document:
+def _document(row: Any) -> Document:
     values = dict(row)
     if values.get("last_error"):
         values["last_error"] = json.loads(values["last_error"])
     return Document.model_validate(values)
+
+
+# Versions of deletions the change log keeps; a cache further behind reloads the workspace.
+TOMBSTONE_VERSIONS = 10_000
 
 
 class KnowledgeStore:
@@ -129,7 +131,7 @@ class KnowledgeStore:
             embedder,
             int(vectors.shape[1]),
             np.asarray(ids, dtype=np.int64)[keep],
-            vectors[keep],
+            vectors if keep.all() else vectors[keep],  # no copy of a big matrix if all kept
         )
         return ids
 
@@ -501,45 +503,7 @@ class KnowledgeStore:
                 ).fetchall()
             yield document_id, [int(row["id"]) for row in rows], [row["text"] for row in rows]
 
-    # search inside PostgreSQL ----------------------------------------------------------
-
-    @retrying
-    def search_vectors(
-        self,
-        organization_id: str,
-        environment: str,
-        query: npt.NDArray[np.float32],
-        k: int,
-    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]:
-        """The ``k`` chunk ids most cosine-similar to the unit vector ``query``, best first.
-
-        Rows are unit length, so cosine is the inner product (pgvector's ``<#>`` is its
-        negation). PostgreSQL ranks the workspace's rows at half precision and returns
-        ``RESCORE`` x ``k`` candidates with their float32 rows; those are re-scored
-        exactly here and ordered by score, then id, as the in-memory index orders them.
-        The ranking is an exact scan of the workspace's rows (no approximate index).
-        """
-        if not self.vector_rows:
-            raise RuntimeError("vector_search='pgvector' needs the store opened with it")
-        q = np.ascontiguousarray(query, dtype=np.float32)
-        dimension = int(q.shape[0])
-        literal = "[" + ",".join(repr(float(x)) for x in q) + "]"
-        candidates = max(k * RESCORE, k + 16)
-        with self.db.read() as conn:
-            rows = conn.execute(
-                f"SELECT chunk_id, exact FROM vector_rows WHERE {_WORKSPACE}"
-                " ORDER BY embedding <#> %s::halfvec LIMIT %s",
-                [organization_id, environment, literal, candidates],
-            ).fetchall()
-        if not rows:
-            return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float32)
-        ids = np.fromiter((row["chunk_id"] for row in rows), dtype=np.int64, count=len(rows))
-        matrix = np.frombuffer(b"".join(row["exact"] for row in rows), dtype="<f4")
-        scores = matrix.reshape(len(rows), dimension) @ q
-        order = np.lexsort((ids, -scores))[:k]
-        return ids[order], scores[order].astype(np.float32)
-
-    # background ingestion ------------------------------------------------------
+    # background ingestion -------------------------------------------------------------
 
     @retrying
     def insert_processing_document(
@@ -575,27 +539,32 @@ class KnowledgeStore:
 
     @retrying
     def claim_ingest_job(self, *, now: float, lease_seconds: float) -> IngestJob | None:
-        """Lease the oldest unleased (or lease-expired) job; ``SKIP LOCKED`` across nodes."""
+        """Lease the oldest job nobody holds (or whose lease ran out), on any node.
+
+        ``FOR UPDATE SKIP LOCKED``: two nodes claiming at once take different jobs.
+        The claim counts as an attempt; the lease lasts ``lease_seconds``.
+        """
         with self.db.write() as conn:
-            row = conn.execute(
-                "UPDATE ingest_jobs SET leased_until = %s, attempts = attempts + 1"
-                " WHERE document_id = (SELECT document_id FROM ingest_jobs"
-                " WHERE leased_until IS NULL OR leased_until <= %s ORDER BY created_at"
-                " LIMIT 1 FOR UPDATE SKIP LOCKED)"
-                " RETURNING document_id, organization_id, environment, kind, filename,"
-                " content_type, attempts",
-                [now + lease_seconds, now],
+            job = conn.execute(
+                "WITH next AS (SELECT document_id FROM ingest_jobs"
+                " WHERE leased_until IS NULL OR leased_until <= %s"
+                " ORDER BY created_at LIMIT 1 FOR UPDATE SKIP LOCKED)"
+                " UPDATE ingest_jobs j SET leased_until = %s, attempts = j.attempts + 1"
+                " FROM next WHERE j.document_id = next.document_id"
+                " RETURNING j.document_id, j.organization_id, j.environment, j.kind,"
+                " j.filename, j.content_type, j.attempts",
+                [now, now + lease_seconds],
             ).fetchone()
-        if row is None:
+        if job is None:
             return None
         return IngestJob(
-            document_id=row["document_id"],
-            organization_id=row["organization_id"],
-            environment=row["environment"],
-            kind=row["kind"],
-            filename=row["filename"],
-            content_type=row["content_type"],
-            attempts=int(row["attempts"]),
+            document_id=job["document_id"],
+            organization_id=job["organization_id"],
+            environment=job["environment"],
+            kind=job["kind"],
+            filename=job["filename"],
+            content_type=job["content_type"],
+            attempts=int(job["attempts"]),
         )
 
     @retrying
@@ -637,12 +606,16 @@ class KnowledgeStore:
         vectors: npt.NDArray[np.float32],
         keep: npt.NDArray[np.bool_],
     ) -> list[int] | None:
-        """Make a ``processing`` document ``ready`` with its chunks and vectors, atomically."""
+        """Make a ``processing`` document ``ready`` with its chunks and vectors, atomically.
+
+        ``None`` (and nothing written) if it is no longer processing (deleted meanwhile,
+        or finished by another node): the conditional UPDATE's row lock decides.
+        """
         with self.db.write() as conn:
             cursor = conn.execute(
                 "UPDATE documents SET status = 'ready', last_error = NULL, content_type = %s,"
-                f" pages = %s, chunks = %s WHERE id = %s AND {_WORKSPACE}"
-                " AND status = 'processing'",
+                " pages = %s, chunks = %s WHERE id = %s AND organization_id = %s"
+                " AND environment = %s AND status = 'processing'",
                 [
                     document.content_type,
                     document.pages,
@@ -666,9 +639,47 @@ class KnowledgeStore:
         """Mark a ``processing`` document ``failed`` with ``error`` and drop its job."""
         with self.db.write() as conn:
             cursor = conn.execute(
-                "UPDATE documents SET status = 'failed', last_error = %s"
-                f" WHERE id = %s AND {_WORKSPACE} AND status = 'processing'",
+                "UPDATE documents SET status = 'failed', last_error = %s WHERE id = %s"
+                " AND organization_id = %s AND environment = %s AND status = 'processing'",
                 [error.model_dump_json(), document_id, organization_id, environment],
             )
             conn.execute("DELETE FROM ingest_jobs WHERE document_id = %s", [document_id])
         return cursor.rowcount > 0
+
+    # search inside PostgreSQL ----------------------------------------------------------
+
+    @retrying
+    def search_vectors(
+        self,
+        organization_id: str,
+        environment: str,
+        query: npt.NDArray[np.float32],
+        k: int,
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]:
+        """The ``k`` chunk ids most cosine-similar to the unit vector ``query``, best first.
+
+        Rows are unit length, so cosine is the inner product (pgvector's ``<#>`` is its
+        negation). PostgreSQL ranks the workspace's rows at half precision and returns
+        ``RESCORE`` x ``k`` candidates with their float32 rows; those are re-scored
+        exactly here and ordered by score, then id, as the in-memory index orders them.
+        The ranking is an exact scan of the workspace's rows (no approximate index).
+        """
+        if not self.vector_rows:
+            raise RuntimeError("vector_search='pgvector' needs the store opened with it")
+        q = np.ascontiguousarray(query, dtype=np.float32)
+        dimension = int(q.shape[0])
+        literal = "[" + ",".join(repr(float(x)) for x in q) + "]"
+        candidates = max(k * RESCORE, k + 16)
+        with self.db.read() as conn:
+            rows = conn.execute(
+                f"SELECT chunk_id, exact FROM vector_rows WHERE {_WORKSPACE}"
+                " ORDER BY embedding <#> %s::halfvec LIMIT %s",
+                [organization_id, environment, literal, candidates],
+            ).fetchall()
+        if not rows:
+            return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float32)
+        ids = np.fromiter((row["chunk_id"] for row in rows), dtype=np.int64, count=len(rows))
+        matrix = np.frombuffer(b"".join(row["exact"] for row in rows), dtype="<f4")
+        scores = matrix.reshape(len(rows), dimension) @ q
+        order = np.lexsort((ids, -scores))[:k]
+        return ids[order], scores[order].astype(np.float32)

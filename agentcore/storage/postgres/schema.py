@@ -241,6 +241,8 @@ MIGRATIONS: list[tuple[str, str]] = [
         """,
     ),
     (
+        # document status and last error; the durable queue of background ingestion
+        # jobs (see storage/sqlite/schema.py, m008)
         "document_status_and_ingest_jobs",
         """
         ALTER TABLE documents ADD COLUMN status TEXT NOT NULL DEFAULT 'ready';
@@ -257,7 +259,8 @@ MIGRATIONS: list[tuple[str, str]] = [
             leased_until DOUBLE PRECISION,
             created_at DOUBLE PRECISION NOT NULL
         );
-        CREATE INDEX ingest_jobs_lease ON ingest_jobs (leased_until, created_at);
+        ALTER TABLE ingest_jobs ALTER COLUMN data SET STORAGE EXTERNAL;
+        CREATE INDEX ingest_jobs_lease ON ingest_jobs (created_at);
         """,
     ),
 ]
