@@ -139,6 +139,19 @@ def refuse_secrets_in_query(request: Request) -> None:
             )
 
 
+def refuse_unknown_query(route: ApiRoute, request: Request) -> None:
+    """422 for a query parameter the route does not define (as for unknown body fields)."""
+    known = {param.name for param in route.query}
+    for name in request.query_params:
+        if name not in known:
+            allowed = ", ".join(sorted(known)) or "none"
+            raise ValidationFailed(
+                f"Unknown query parameter {name!r} (allowed: {allowed}).",
+                code="unknown_parameter",
+                param=name,
+            )
+
+
 def _json(route: ApiRoute, result: Any, headers: dict[str, str] | None = None) -> Response:
     return Response(
         result.model_dump_json(),
@@ -160,6 +173,7 @@ class Api:
 
         async def run(request: Request) -> Response:
             refuse_secrets_in_query(request)
+            refuse_unknown_query(route, request)
             try:
                 secret = bearer_token(request)
                 # on the loop: a read of one indexed row (WAL readers never wait for the
@@ -337,9 +351,23 @@ def create_app(
     merged = Settings.model_validate({**core.settings.model_dump(), **settings})
     table = list(routes if routes is not None else ROUTES)
     api = Api(core, merged)
-    document = json.dumps(build_openapi(table, prefix=PREFIX, version=__version__)).encode()
+    documents: dict[str, bytes] = {}  # by mount path: its `servers` entry differs
 
     async def openapi(request: Request) -> Response:
+        root_path = request.scope.get("root_path", "")
+        document = documents.get(root_path)
+        if document is None:
+            document = documents[root_path] = json.dumps(
+                build_openapi(
+                    table,
+                    prefix=PREFIX,
+                    version=__version__,
+                    settings=merged,
+                    event_kinds=list(core.events.kinds),
+                    chat_models=list(core.chat_models),
+                    root_path=root_path,
+                )
+            ).encode()
         return Response(document, media_type="application/json")
 
     # one Starlette route per path, dispatching on the method, so a 405 lists every

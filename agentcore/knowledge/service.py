@@ -58,6 +58,13 @@ class KnowledgeService:
     def ingest_text(self, source: str, text: str) -> Document:
         """Store plain text under a source name (one page). Write scope."""
         self._ws.require("write")
+        if len(text) > self._settings.max_text_chars:
+            raise ValidationFailed(
+                f"The text is longer than {self._settings.max_text_chars} characters;"
+                " upload it as a file instead.",
+                code="text_too_long",
+                param="text",
+            )
         encoded = len(text.encode())
         if encoded > self._settings.max_upload_bytes:
             raise PayloadTooLarge(
