@@ -1,6 +1,7 @@
 """agentcore: an embeddable Agent Chat Service (agents, cited answers, search, webhooks)."""
 
-from agentcore.client import Client
+from agentcore.chat import ChatStream
+from agentcore.client import AsyncClient, Client
 from agentcore.config import Settings
 from agentcore.core import AgentCore
 from agentcore.errors import (
@@ -29,7 +30,9 @@ __version__ = "0.1.0"
 __all__ = [
     "AgentCore",
     "AgentCoreError",
+    "AsyncClient",
     "AuthenticationError",
+    "ChatStream",
     "Client",
     "Conflict",
     "DeadlineExceeded",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from agentcore.errors import Conflict, NotFound, ValidationFailed
@@ -9,6 +10,8 @@ from agentcore.ids import new_id, utcnow
 from agentcore.models import Agent, AgentCreate, AgentList, AgentStatus, AgentUpdate
 
 if TYPE_CHECKING:
+    from agentcore.chat_models import ChatModel
+    from agentcore.storage.base import AgentStorage
     from agentcore.workspace import Workspace
 
 # (from, to) pairs that are allowed; anything else is a 409.
@@ -21,11 +24,24 @@ _TARGET: dict[str, AgentStatus] = {"deploy": "deployed", "undeploy": "draft", "a
 
 
 class AgentService:
-    """Agents of one workspace; reached as ``workspace.agents``."""
+    """Agents of one workspace; reached as ``workspace.agents``.
 
-    def __init__(self, workspace: Workspace) -> None:
+    :param workspace: whose agents, and the scopes the caller holds.
+    :param store: where agents are kept.
+    :param chat_models: the registered chat models, by name (an agent's ``model``
+        must name one of them).
+    """
+
+    def __init__(
+        self,
+        workspace: Workspace,
+        *,
+        store: AgentStorage,
+        chat_models: Mapping[str, ChatModel],
+    ) -> None:
         self._ws = workspace
-        self._store = workspace.core.store
+        self._store = store
+        self._chat_models = chat_models
 
     def create(self, spec: AgentCreate | None = None, **fields: object) -> Agent:
         """Create an agent in ``draft``. Write scope."""
@@ -105,7 +121,7 @@ class AgentService:
             )
 
     def _check_model(self, name: str | None) -> None:
-        models = self._ws.core.chat_models
+        models = self._chat_models
         if name is not None and name not in models:
             known = ", ".join(sorted(models)) or "none"
             raise ValidationFailed(

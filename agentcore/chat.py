@@ -3,15 +3,22 @@
 The pipeline of ``POST /v1/chat/message``. Events on the core's bus mark what the
 agent does: ``agent.action`` (knowledge lookup, tool call, reply sent),
 ``agent.handoff`` (a human is needed) and ``agent.error`` (the model provider failed).
+
+One pipeline serves ``send`` and ``stream``: a turn is a generator of text deltas
+that returns the answer; ``send`` drains it (calling the model's ``complete``),
+``stream`` hands the deltas out as the model generates them (``stream``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import re
-from concurrent.futures import ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
-from typing import TYPE_CHECKING, Any
+from collections.abc import Generator, Iterator, Mapping
+from concurrent.futures import FIRST_COMPLETED, Executor, Future, InvalidStateError, wait
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Protocol
 
 from agentcore.chat_models import (
     ChatModel,
@@ -21,6 +28,8 @@ from agentcore.chat_models import (
     Passage,
     ToolSpec,
     ToolStep,
+    stream_answer,
+    whole_answer,
 )
 from agentcore.errors import (
     AgentCoreError,
@@ -31,11 +40,13 @@ from agentcore.errors import (
     ProviderTimeout,
     ValidationFailed,
 )
-from agentcore.knowledge.chunking import pages_in_span, split_sentences
+from agentcore.knowledge.citing import supporting_pages
 from agentcore.models import HANDOFF_TOOL, Agent, ChatMessageResponse, Citation
-from agentcore.storage.records import StoredMessage
+from agentcore.storage.base import AgentStorage, ConversationStorage
+from agentcore.storage.records import StoredChunk, StoredMessage
 
 if TYPE_CHECKING:
+    from agentcore.config import Settings
     from agentcore.workspace import Workspace
 
 HANDOFF_REPLY = (
@@ -56,6 +67,9 @@ _HUMAN_REQUEST = re.compile(
     re.IGNORECASE,
 )
 _GUARD_SLACK = 2.0  # seconds past the model time-out before a hung plugin is abandoned
+_END = object()  # what ``next`` returns for a model stream that ended without a result
+
+log = logging.getLogger("agentcore.chat")
 
 
 def wants_human(message: str) -> bool:
@@ -64,51 +78,112 @@ def wants_human(message: str) -> bool:
 
 
 def quoted_pages(passage: Passage, answer: str) -> list[int]:
-    """The pages of ``passage`` that ``answer`` quotes, or all its pages if it quotes none.
-
-    An answer that repeats sentences of a chunk spanning pages 3-4 verbatim, all from
-    page 4, cites page 4 only; a paraphrase cites the chunk's pages.
-    """
-    if len(passage.pages) < 2 or not answer:
-        return list(passage.pages)
-    found: set[int] = set()
-    for sentence in split_sentences(answer):
-        sentence = " ".join(sentence.split())
-        if len(sentence) < 12:
-            continue
-        start = passage.text.find(sentence)
-        if start >= 0:
-            found.update(
-                pages_in_span(passage.pages, passage.page_offsets, start, start + len(sentence))
-            )
-    return sorted(found) or list(passage.pages)
+    """The pages of ``passage`` that ``answer`` draws on, when it cites only that one."""
+    return supporting_pages([(passage.text, passage.pages, passage.page_offsets)], answer)[0]
 
 
 def build_citations(
     passages: list[Passage], used_ids: list[str], answer: str = ""
 ) -> list[Citation]:
-    """Citations from the passages an answer used: grouped by source, pages sorted, unique."""
+    """Citations from the passages an answer used: grouped by source, pages sorted, unique.
+
+    A used passage cites the pages of the sentences the answer draws on: those it
+    quotes, and for a paraphrase those that best match it (see ``supporting_pages``).
+    An answer that repeats sentences of a chunk spanning pages 3-4, all from page 4,
+    cites page 4 only; a passage nothing in the answer can be traced to cites all its
+    pages.
+    """
     used = set(used_ids)
+    cited = [passage for passage in passages if passage.id in used]
+    found = supporting_pages([(p.text, p.pages, p.page_offsets) for p in cited], answer)
     pages: dict[str, set[int]] = {}
-    for passage in passages:
-        if passage.id in used:
-            pages.setdefault(passage.source, set()).update(quoted_pages(passage, answer))
+    for passage, passage_pages in zip(cited, found, strict=True):
+        pages.setdefault(passage.source, set()).update(passage_pages)
     return [Citation(source=source, pages=sorted(found)) for source, found in pages.items()]
 
 
-class ChatService:
-    """Chat with the agents of one workspace; reached as ``workspace.chat``."""
+class ChatStore(AgentStorage, ConversationStorage, Protocol):
+    """What chat keeps: it reads agents and writes conversations."""
 
-    def __init__(self, workspace: Workspace) -> None:
+
+class Retriever(Protocol):
+    """Finds the passages a chat turn answers from (``KnowledgeService.retrieve``)."""
+
+    def retrieve(
+        self, query: str, k: int, min_score: float | None = None
+    ) -> list[tuple[StoredChunk, float]]:
+        """The top ``k`` chunks and scores for ``query``."""
+        ...
+
+
+class ToolRunner(Protocol):
+    """Runs a tool an agent's model called (the ``agentcore_run_tool`` hook)."""
+
+    def __call__(
+        self, *, workspace: Workspace, agent_id: str, name: str, arguments: dict[str, Any]
+    ) -> Any:
+        """The tool's result, or ``None`` when no plugin runs a tool of that name."""
+        ...
+
+
+class ChatService:
+    """Chat with the agents of one workspace; reached as ``workspace.chat``.
+
+    :param workspace: whose agents and conversations, the caller's scopes, and where
+        the turn's events are published (``workspace.publish``).
+    :param store: agents (read) and conversations (read and written).
+    :param settings: message, retrieval, history, tool-step and model-time limits.
+    :param chat_models: the registered chat models, by name.
+    :param knowledge: the workspace's retrieval (its ``KnowledgeService``).
+    :param run_tool: runs tools the model calls (the plugins' hook).
+    :param guard_pool: the core's threads that model calls run on, so a hung plugin
+        cannot hold a request past its time-out.
+    """
+
+    def __init__(
+        self,
+        workspace: Workspace,
+        *,
+        store: ChatStore,
+        settings: Settings,
+        chat_models: Mapping[str, ChatModel],
+        knowledge: Retriever,
+        run_tool: ToolRunner,
+        guard_pool: Executor,
+    ) -> None:
         self._ws = workspace
-        self._core = workspace.core
-        self._store = workspace.core.store
-        self._settings = workspace.core.settings
+        self._store = store
+        self._settings = settings
+        self._chat_models = chat_models
+        self._knowledge = knowledge
+        self._run_tool = run_tool
+        self._guard_pool = guard_pool
 
     def send(
         self, agent_id: str, message: str, conversation_id: str | None = None
     ) -> ChatMessageResponse:
         """Send ``message`` to an agent and return its answer with citations. Read scope."""
+        answer = self._open(agent_id, message, conversation_id, streaming=False)
+        for _ in answer:
+            pass
+        return answer.response
+
+    def stream(self, agent_id: str, message: str, conversation_id: str | None = None) -> ChatStream:
+        """Send ``message`` and get the answer as it is generated. Read scope.
+
+        Iterating the returned ``ChatStream`` yields the answer's text in pieces;
+        once it is exhausted, ``stream.response`` is the same ``ChatMessageResponse``
+        ``send`` returns (its ``response`` is the pieces joined). Bad input, an
+        unknown agent or conversation raise here, before anything is generated;
+        model failures raise from the iteration. ``close()`` (or leaving a ``with``
+        block) stops the model; an answer that did not complete is not stored.
+        """
+        return self._open(agent_id, message, conversation_id, streaming=True)
+
+    def _open(
+        self, agent_id: str, message: str, conversation_id: str | None, *, streaming: bool
+    ) -> ChatStream:
+        """Check the request, then return the turn, ready to run on first iteration."""
         ws = self._ws
         ws.require("read")
         if not message.strip():
@@ -121,18 +196,26 @@ class ChatService:
             )
         agent = self._answering_agent(agent_id)
         conversation_id = self._conversation(agent.id, conversation_id)
-        turn = _Turn(self, agent, conversation_id, message)
-        text, citations = turn.run()
+        cancel: Future[None] = Future()
+        turn = _Turn(self, agent, conversation_id, message, cancel=cancel, streaming=streaming)
+        return ChatStream(self._answer(turn), cancel)
+
+    def _answer(self, turn: _Turn) -> Generator[str, None, ChatMessageResponse]:
+        """Run ``turn``, passing its deltas on; store and announce the finished answer."""
+        text, citations = yield from turn.run()
         self._store.add_messages(
-            conversation_id,
+            turn.conversation_id,
             [
-                StoredMessage("user", message, []),
+                StoredMessage("user", turn.message, []),
                 StoredMessage("assistant", text, [c.model_dump() for c in citations]),
             ],
         )
         turn.action("reply_sent", citations=[c.model_dump() for c in citations])
         return ChatMessageResponse(
-            agentId=agent.id, response=text, citations=citations, conversationId=conversation_id
+            agentId=turn.agent.id,
+            response=text,
+            citations=citations,
+            conversationId=turn.conversation_id,
         )
 
     def _answering_agent(self, agent_id: str) -> Agent:
@@ -168,9 +251,9 @@ class ChatService:
     def model_for(self, agent: Agent) -> ChatModel:
         """The chat model an agent names (or the default), or a 400 naming the known ones."""
         name = agent.model or self._settings.default_chat_model
-        model = self._core.chat_models.get(name)
+        model = self._chat_models.get(name)
         if model is None:
-            known = ", ".join(sorted(self._core.chat_models)) or "none"
+            known = ", ".join(sorted(self._chat_models)) or "none"
             raise InvalidRequest(
                 f"The agent's model {name!r} is not available (available: {known}).",
                 code="model_unavailable",
@@ -179,16 +262,91 @@ class ChatService:
         return model
 
 
+class ChatStream:
+    """An answer arriving in pieces, from ``workspace.chat.stream(...)``.
+
+    Iterate it for the text deltas (``str``); when the iteration ends,
+    ``response`` holds the whole ``ChatMessageResponse`` (the deltas joined are its
+    ``response``). Failures raise ``AgentCoreError`` from the iteration. ``close()``
+    may be called from any thread: it stops the model call (the model's stream is
+    closed as soon as its pending read returns) and ends the iteration.
+    """
+
+    def __init__(self, parts: Generator[str, None, ChatMessageResponse], cancel: Future[None]):
+        self._parts = parts
+        self._cancel = cancel
+        self._response: ChatMessageResponse | None = None
+
+    def __iter__(self) -> Iterator[str]:
+        return self
+
+    def __next__(self) -> str:
+        if self._cancel.done():
+            raise StopIteration
+        try:
+            return next(self._parts)
+        except StopIteration as end:
+            self._response = end.value
+            raise StopIteration from None
+        except _Cancelled:
+            raise StopIteration from None
+
+    @property
+    def response(self) -> ChatMessageResponse:
+        """The complete answer; only once the iteration has ended."""
+        if self._response is None:
+            raise RuntimeError("The answer is not complete: iterate the stream to its end.")
+        return self._response
+
+    @property
+    def closed(self) -> bool:
+        """Whether ``close()`` was called."""
+        return self._cancel.done()
+
+    def close(self) -> None:
+        """Stop generating: cancel the model call and release it. Idempotent."""
+        with contextlib.suppress(InvalidStateError):  # closed by another thread meanwhile
+            self._cancel.set_result(None)
+        with contextlib.suppress(ValueError):  # running in another thread, which sees the cancel
+            self._parts.close()
+
+    def __enter__(self) -> ChatStream:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class _Cancelled(Exception):
+    """The stream was closed while the model was working."""
+
+
 class _Turn:
     """One user message going through the pipeline."""
 
-    def __init__(self, service: ChatService, agent: Agent, conversation_id: str, message: str):
+    def __init__(
+        self,
+        service: ChatService,
+        agent: Agent,
+        conversation_id: str,
+        message: str,
+        *,
+        cancel: Future[None],
+        streaming: bool,
+    ):
         self.service = service
         self.ws = service._ws
         self.settings = service._settings
         self.agent = agent
         self.conversation_id = conversation_id
         self.message = message
+        self.cancel = cancel
+        self.streaming = streaming
 
     def event(self, kind: str, **data: Any) -> None:
         self.ws.publish(
@@ -198,14 +356,27 @@ class _Turn:
     def action(self, action: str, **data: Any) -> None:
         self.event("agent.action", action=action, **data)
 
-    def handoff(self, reason: str) -> tuple[str, list[Citation]]:
+    def handoff(
+        self, reason: str, said: str = ""
+    ) -> Generator[str, None, tuple[str, list[Citation]]]:
+        """Announce the handoff and say so, after whatever the model already said."""
         self.event("agent.handoff", reason=reason, message=self.message)
-        return HANDOFF_REPLY, []
+        reply = f"\n\n{HANDOFF_REPLY}" if said else HANDOFF_REPLY
+        yield reply
+        return said + reply, []
 
-    def run(self) -> tuple[str, list[Citation]]:
+    def run(self) -> Generator[str, None, tuple[str, list[Citation]]]:
+        """Yield the answer's deltas; return its text (the deltas joined) and citations.
+
+        Text the model writes is passed on as it comes, also beside a tool call (it
+        is already on the user's screen, so it stays part of the answer). For an agent
+        with ``handoff_on_no_answer`` each model step's text is held until its result
+        shows whether the answer used the knowledge core: a no-answer is replaced by
+        the handoff, never sent and then taken back.
+        """
         if wants_human(self.message):
-            return self.handoff("user_requested")
-        results = self.ws.knowledge.retrieve(self.message, self.settings.chat_top_k)
+            return (yield from self.handoff("user_requested"))
+        results = self.service._knowledge.retrieve(self.message, self.settings.chat_top_k)
         self.action(
             "knowledge_lookup",
             query=self.message,
@@ -235,6 +406,9 @@ class _Turn:
         ]
         steps: list[ToolStep] = []
         model = self.service.model_for(self.agent)
+        hold = self.agent.handoff_on_no_answer
+        said = held = ""
+        result: ChatResult | None = None
         for step in range(self.settings.max_tool_steps + 1):
             offer = tools if step < self.settings.max_tool_steps else []
             request = ChatRequest(
@@ -246,52 +420,120 @@ class _Turn:
                 steps=list(steps),
                 timeout=self.settings.model_timeout,
             )
-            result = self.complete(model, request)
+            held = ""
+            for item in self.call_model(model, request):
+                if isinstance(item, ChatResult):
+                    result = item
+                elif hold:
+                    held += item
+                else:
+                    said += item
+                    yield item
+            assert result is not None  # call_model always ends with the result
             if not result.tool_calls:
                 break
+            if held:
+                said += held
+                yield held
             for call in result.tool_calls:
                 if call.name == HANDOFF_TOOL:
-                    return self.handoff(str(call.arguments.get("reason") or "model_requested"))
+                    reason = str(call.arguments.get("reason") or "model_requested")
+                    return (yield from self.handoff(reason, said))
                 steps.append(ToolStep(call, self.run_tool(call.name, call.arguments)))
-        if not result.used_passage_ids and self.agent.handoff_on_no_answer:
-            return self.handoff("no_relevant_knowledge")
-        return result.text, build_citations(passages, result.used_passage_ids, result.text)
+        assert result is not None
+        if not result.used_passage_ids and hold:
+            return (yield from self.handoff("no_relevant_knowledge", said))
+        if held:
+            said += held
+            yield held
+        return said, build_citations(passages, result.used_passage_ids, said)
 
     def run_tool(self, name: str, arguments: dict[str, Any]) -> str:
         self.action("tool_call", tool=name, arguments=arguments)
         known = {tool.name for tool in self.agent.tools}
         if name not in known:
             return json.dumps({"error": f"unknown tool {name!r}"})
-        outcome = self.ws.core.pm.hook.agentcore_run_tool(
+        outcome = self.service._run_tool(
             workspace=self.ws, agent_id=self.agent.id, name=name, arguments=arguments
         )
         if outcome is None:
             return json.dumps({"error": "this tool is not available here"})
         return outcome if isinstance(outcome, str) else json.dumps(outcome, default=str)
 
-    def complete(self, model: ChatModel, request: ChatRequest) -> ChatResult:
-        """Call the model, bounded in time even if the plugin itself hangs."""
-        pool = _guard_pool(self.ws)
-        future = pool.submit(model.complete, request)
+    def call_model(self, model: ChatModel, request: ChatRequest) -> Iterator[str | ChatResult]:
+        """The model's deltas, then its result, each bounded in time even if the plugin
+        hangs: the first item and every next one must come within the model time-out.
+
+        ``send`` calls the model's ``complete`` (one delta), ``stream`` its ``stream``.
+        The items are fetched on the guard pool, so a cancel (``ChatStream.close``) is
+        seen at once; the model's iterator is closed when its pending item returns.
+        """
+        if self.cancel.done():
+            raise _Cancelled
+        items = stream_answer(model, request) if self.streaming else whole_answer(model, request)
+        pool = self.service._guard_pool
+        pending: Future[Any] | None = None
+        said = ""
         try:
-            return future.result(timeout=request.timeout + _GUARD_SLACK)
-        except FutureTimeout:
-            error: AgentCoreError = ProviderTimeout(
+            while True:
+                pending = pool.submit(next, items, _END)
+                item = self._wait(model, request, pending)
+                pending = None
+                if isinstance(item, ChatResult):
+                    # the result's text is the deltas joined; send a tail they lack
+                    if item.text.startswith(said) and len(item.text) > len(said):
+                        yield item.text[len(said) :]
+                    yield item
+                    return
+                said += item
+                yield item
+        finally:
+            _close_when_done(items, pending)
+
+    def _wait(
+        self, model: ChatModel, request: ChatRequest, pending: Future[Any]
+    ) -> str | ChatResult:
+        """The pending item, or the error it became (announced as ``agent.error``)."""
+        limit = request.timeout + _GUARD_SLACK
+        done, _ = wait([pending, self.cancel], timeout=limit, return_when=FIRST_COMPLETED)
+        if self.cancel.done():
+            raise _Cancelled
+        error: AgentCoreError
+        if not done:
+            error = ProviderTimeout(
                 f"The model {model.name!r} did not answer within {request.timeout:g} s."
             )
-        except (ProviderError, ProviderTimeout) as exc:
-            error = exc
-        except AgentCoreError:
-            raise
-        except Exception as exc:  # a broken plugin is a provider failure, not a 500
-            error = ProviderError(f"The model {model.name!r} failed: {type(exc).__name__}.")
+        else:
+            try:
+                item = pending.result()
+            except (ProviderError, ProviderTimeout) as exc:
+                error = exc
+            except AgentCoreError:
+                raise
+            except Exception as exc:  # a broken plugin is a provider failure, not a 500
+                error = ProviderError(f"The model {model.name!r} failed: {type(exc).__name__}.")
+            else:
+                if isinstance(item, str | ChatResult):
+                    return item
+                what = "ended without a result" if item is _END else "sent a non-text delta"
+                error = ProviderError(f"The model {model.name!r} {what}.")
         self.event("agent.error", error=error.code, detail=error.detail, model=model.name)
         raise error
 
 
-def _guard_pool(workspace: Workspace) -> ThreadPoolExecutor:
-    pool: ThreadPoolExecutor = workspace.core.service(
-        "chat_guard_pool",
-        lambda core: ThreadPoolExecutor(8, thread_name_prefix="agentcore-model"),
-    )
-    return pool
+def _close_when_done(items: Iterator[str | ChatResult], pending: Future[Any] | None) -> None:
+    """Close a model's iterator now, or when its in-flight ``next`` returns."""
+    close = getattr(items, "close", None)
+    if close is None:
+        return
+
+    def quietly(_: object = None) -> None:
+        try:
+            close()
+        except Exception:  # a plugin's cleanup failing must not mask the answer
+            log.exception("closing the model stream failed")
+
+    if pending is None or pending.done():
+        quietly()
+    else:
+        pending.add_done_callback(quietly)

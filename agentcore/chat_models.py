@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -97,3 +98,38 @@ class ChatModel(Protocol):
         ``agentcore.errors.ProviderError``. Never hang.
         """
         ...
+
+
+@runtime_checkable
+class StreamingChatModel(ChatModel, Protocol):
+    """A chat model that can also hand out its answer while it is being generated."""
+
+    def stream(self, request: ChatRequest) -> Iterator[str | ChatResult]:
+        """Answer one turn piece by piece.
+
+        Yield ``str`` deltas as the text is generated, then exactly one ``ChatResult``
+        (last), whose ``text`` is the deltas joined (the core sends any missing tail of
+        it as a last delta). Tool calls arrive in the final result. Time to the first
+        item and between items must stay within ``request.timeout`` seconds; failures
+        raise ``ProviderError`` / ``ProviderTimeout`` as in ``complete``. The core may
+        close the iterator early (the client went away): release everything in a
+        ``finally`` (or a ``with``) around the generation.
+        """
+        ...
+
+
+def stream_answer(model: ChatModel, request: ChatRequest) -> Iterator[str | ChatResult]:
+    """The items of ``model.stream(request)``, or, for a model that cannot stream, its
+    ``complete`` answer as one delta followed by the result."""
+    if isinstance(model, StreamingChatModel):
+        return model.stream(request)
+    return whole_answer(model, request)
+
+
+def whole_answer(model: ChatModel, request: ChatRequest) -> Iterator[str | ChatResult]:
+    """``model.complete(request)`` in the streaming shape: its text as one delta, then
+    the result (no delta for an empty text)."""
+    result = model.complete(request)
+    if result.text:
+        yield result.text
+    yield result

@@ -200,6 +200,9 @@ def cmd_serve(core: AgentCore, args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    if args.workers > 1:
+        core.close()  # the store is migrated; each worker process opens its own core
+        return _serve_workers(uvicorn, args)
     app = create_app(core)
     config = uvicorn.Config(
         app,
@@ -219,6 +222,32 @@ def cmd_serve(core: AgentCore, args: argparse.Namespace) -> int:
         signal.signal(sig, lambda *_: setattr(server, "should_exit", True))
     print(f"agentcore serving {args.db} on http://{args.host}:{args.port}/v1", flush=True)
     server.run()  # uvicorn handles SIGTERM/SIGINT: stops accepting, drains, runs shutdown
+    return 0
+
+
+def _serve_workers(uvicorn: Any, args: argparse.Namespace) -> int:
+    """Serve with ``args.workers`` processes on one socket (the store is already migrated).
+
+    Each worker opens its own core on the same store from the environment; uvicorn's
+    supervisor restarts a worker that dies and, on SIGTERM or SIGINT, stops every
+    worker gracefully (each drains and stops its webhook worker) before returning.
+    """
+    os.environ["AGENTCORE_DB"] = args.db
+    print(
+        f"agentcore serving {args.db} on http://{args.host}:{args.port}/v1"
+        f" with {args.workers} worker processes",
+        flush=True,
+    )
+    uvicorn.run(
+        "agentcore_starlette.serve:app_from_environment",
+        factory=True,
+        workers=args.workers,
+        host=args.host,
+        port=args.port,
+        log_level=args.log_level,
+        log_config=serve_log_config(),
+        lifespan="on",
+    )
     return 0
 
 
@@ -288,7 +317,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--db",
         default=os.environ.get("AGENTCORE_DB", DEFAULT_DB),
-        help="SQLite database file (default ./agentcore.db or $AGENTCORE_DB)",
+        help="SQLite file or postgresql:// URL (default ./agentcore.db or $AGENTCORE_DB)",
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -346,6 +375,12 @@ def build_parser() -> argparse.ArgumentParser:
         default="info",
         choices=["critical", "error", "warning", "info", "debug", "trace"],
     )
+    p.add_argument(
+        "--workers",
+        type=_int_in("--workers", 1, 64),
+        default=1,
+        help="worker processes sharing the port and the store (default 1)",
+    )
 
     p = command("ingest", cmd_ingest, "ingest files and folders into the knowledge core")
     p.add_argument("--org", required=True)
@@ -381,6 +416,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exit_.code if isinstance(exit_.code, int) else USAGE_ERROR
     try:
         core = AgentCore.open(args.db)
+    except AgentCoreError as error:  # e.g. PostgreSQL unreachable: names host and database
+        print(f"agentcore: {error.detail}", file=sys.stderr)
+        return 2
     except Exception as exc:  # a clear line, not a traceback, for a bad --db
         print(f"agentcore: cannot open {args.db}: {exc}", file=sys.stderr)
         return USAGE_ERROR

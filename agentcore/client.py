@@ -1,14 +1,25 @@
-"""An httpx client for the /v1 API that returns the same pydantic models as the core."""
+"""httpx clients for the /v1 API (sync ``Client``, async ``AsyncClient``) that return
+the same pydantic models as the core, and stream chat answers over server-sent events.
+
+Both clients build each request with the same ``_Request`` builders below, so they
+cannot drift apart; they differ only in how the request is sent.
+"""
 
 from __future__ import annotations
 
+import json
+from collections.abc import AsyncIterator, Iterator
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from types import TracebackType
+from typing import Any, Generic, TypeVar
 
 import httpx
+from httpx_sse import EventSource, ServerSentEvent, aconnect_sse, connect_sse
 from pydantic import BaseModel
 
-from agentcore import errors
+import agentcore.errors as errors
 from agentcore.models import (
     Agent,
     AgentList,
@@ -44,12 +55,381 @@ _BY_STATUS: dict[int, type[errors.AgentCoreError]] = {
 }
 
 
+@dataclass(frozen=True)
+class _Request(Generic[M]):
+    """One API call: what to send and the model its answer parses into."""
+
+    model: type[M]
+    method: str
+    path: str
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+def _chat_body(agent_id: str, message: str, conversation_id: str | None) -> dict[str, Any]:
+    body: dict[str, Any] = {"agentId": agent_id, "message": message}
+    if conversation_id is not None:
+        body["conversationId"] = conversation_id
+    return body
+
+
+class _Requests:
+    """The request of each operation, shared by ``Client`` and ``AsyncClient``."""
+
+    @staticmethod
+    def verify() -> _Request[VerifyResponse]:
+        return _Request(VerifyResponse, "GET", "/auth/verify")
+
+    @staticmethod
+    def list_agents(params: dict[str, Any]) -> _Request[AgentList]:
+        return _Request(AgentList, "GET", "/agents", {"params": params})
+
+    @staticmethod
+    def create_agent(fields: dict[str, Any]) -> _Request[Agent]:
+        return _Request(Agent, "POST", "/agents", {"json": fields})
+
+    @staticmethod
+    def get_agent(agent_id: str) -> _Request[Agent]:
+        return _Request(Agent, "GET", f"/agents/{agent_id}")
+
+    @staticmethod
+    def update_agent(agent_id: str, fields: dict[str, Any]) -> _Request[Agent]:
+        return _Request(Agent, "PATCH", f"/agents/{agent_id}", {"json": fields})
+
+    @staticmethod
+    def agent_action(agent_id: str, action: str) -> _Request[Agent]:
+        return _Request(Agent, "POST", f"/agents/{agent_id}/{action}")
+
+    @staticmethod
+    def archive_agent(agent_id: str) -> _Request[Agent]:
+        return _Request(Agent, "DELETE", f"/agents/{agent_id}")
+
+    @staticmethod
+    def upload(path: str | Path, content_type: str | None) -> _Request[Document]:
+        file = Path(path)
+        files = {"file": (file.name, file.read_bytes(), content_type or "application/octet-stream")}
+        return _Request(Document, "POST", "/knowledge/documents", {"files": files})
+
+    @staticmethod
+    def add_text(source: str, text: str) -> _Request[Document]:
+        body = {"source": source, "text": text}
+        return _Request(Document, "POST", "/knowledge/documents", {"json": body})
+
+    @staticmethod
+    def list_documents(params: dict[str, Any]) -> _Request[DocumentList]:
+        return _Request(DocumentList, "GET", "/knowledge/documents", {"params": params})
+
+    @staticmethod
+    def delete_document(document_id: str) -> _Request[Deleted]:
+        return _Request(Deleted, "DELETE", f"/knowledge/documents/{document_id}")
+
+    @staticmethod
+    def search(query: str, top_k: int | None, min_score: float | None) -> _Request[SearchResponse]:
+        body: dict[str, Any] = {"query": query}
+        if top_k is not None:
+            body["top_k"] = top_k
+        if min_score is not None:
+            body["min_score"] = min_score
+        return _Request(SearchResponse, "POST", "/knowledge/search", {"json": body})
+
+    @staticmethod
+    def chat(
+        agent_id: str, message: str, conversation_id: str | None
+    ) -> _Request[ChatMessageResponse]:
+        body = _chat_body(agent_id, message, conversation_id)
+        return _Request(ChatMessageResponse, "POST", "/chat/message", {"json": body})
+
+    @staticmethod
+    def subscribe(url: str, events: list[str]) -> _Request[WebhookSubscriptionWithSecret]:
+        body = {"url": url, "events": events}
+        return _Request(
+            WebhookSubscriptionWithSecret, "POST", "/webhooks/subscribe", {"json": body}
+        )
+
+    @staticmethod
+    def list_webhooks(params: dict[str, Any]) -> _Request[WebhookList]:
+        return _Request(WebhookList, "GET", "/webhooks", {"params": params})
+
+    @staticmethod
+    def delete_webhook(webhook_id: str) -> _Request[Deleted]:
+        return _Request(Deleted, "DELETE", f"/webhooks/{webhook_id}")
+
+    @staticmethod
+    def test_webhook(webhook_id: str) -> _Request[WebhookTestSent]:
+        return _Request(WebhookTestSent, "POST", f"/webhooks/{webhook_id}/test")
+
+    @staticmethod
+    def webhook_deliveries(webhook_id: str, params: dict[str, Any]) -> _Request[DeliveryList]:
+        path = f"/webhooks/{webhook_id}/deliveries"
+        return _Request(DeliveryList, "GET", path, {"params": params})
+
+
+def _http_options(base_url: str, api_key: str, timeout: float) -> dict[str, Any]:
+    return {
+        "base_url": base_url.rstrip("/") + "/v1",
+        "headers": {"Authorization": f"Bearer {api_key}"},
+        "timeout": timeout,
+    }
+
+
+def _parse(request: _Request[M], response: httpx.Response) -> M:
+    if response.status_code >= 400:
+        raise _error(response)
+    return request.model.model_validate_json(response.content)
+
+
+class _StreamReader:
+    """Turns the events of a streamed answer into deltas, the response, or an error."""
+
+    def __init__(self) -> None:
+        self.response: ChatMessageResponse | None = None
+
+    def delta(self, event: ServerSentEvent) -> str | None:
+        """The event's text, or None once the answer is complete; raises for ``error``."""
+        if event.event == "response.delta":
+            delta = json.loads(event.data)["delta"]
+            return str(delta)
+        if event.event == "response.completed":
+            self.response = ChatMessageResponse.model_validate_json(event.data)
+            return None
+        if event.event == "error":
+            problem = json.loads(event.data)
+            raise _problem_error(problem, int(problem.get("status") or 500), "Error")
+        return ""  # an event kind added later: skip it
+
+    @staticmethod
+    def incomplete() -> errors.AgentCoreError:
+        return errors.AgentCoreError(
+            "The stream ended before the answer was complete.", code="stream_incomplete"
+        )
+
+
+class ChatEventStream:
+    """A chat answer streamed by ``Client.chat.stream``: iterate for the text deltas;
+    then ``response`` is the whole ``ChatMessageResponse``.
+
+    The request is sent when the ``with`` block starts (or at the first iteration);
+    an error before the stream started (404, 422, 429, ...) raises there, one after
+    it raises from the iteration. Leaving the block closes the connection, which
+    stops the model on the server.
+    """
+
+    def __init__(self, opener: AbstractContextManager[EventSource]) -> None:
+        self._opener: AbstractContextManager[EventSource] | None = opener
+        self._events: Iterator[ServerSentEvent] | None = None
+        self._reader = _StreamReader()
+        self._closed = False
+        self._entered = False
+
+    def _open(self) -> Iterator[ServerSentEvent]:
+        if self._events is None:
+            if self._opener is None or self._closed:
+                raise RuntimeError("The stream is closed.")
+            source = self._opener.__enter__()
+            self._entered = True
+            response = source.response
+            if response.status_code >= 400:
+                response.read()
+                self.close()
+                raise _error(response)
+            self._events = source.iter_sse()
+        return self._events
+
+    @property
+    def response(self) -> ChatMessageResponse:
+        """The complete answer; only once the iteration has ended."""
+        if self._reader.response is None:
+            raise RuntimeError("The answer is not complete: iterate the stream to its end.")
+        return self._reader.response
+
+    def __iter__(self) -> Iterator[str]:
+        return self
+
+    def __next__(self) -> str:
+        if self._reader.response is not None:
+            raise StopIteration
+        events = self._open()
+        try:
+            for event in events:
+                delta = self._reader.delta(event)
+                if delta is None:
+                    self.close()
+                    raise StopIteration
+                if delta:
+                    return delta
+        except BaseException:
+            self.close()
+            raise
+        self.close()
+        raise self._reader.incomplete()
+
+    def close(self) -> None:
+        """Close the connection (the server then stops the model). Idempotent."""
+        if self._opener is not None and not self._closed:
+            self._closed = True
+            if self._entered:
+                self._opener.__exit__(None, None, None)
+
+    def __enter__(self) -> ChatEventStream:
+        self._open()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class AsyncChatEventStream:
+    """A chat answer streamed by ``AsyncClient.chat.stream``: ``async for`` the text
+    deltas; then ``response`` is the whole ``ChatMessageResponse``.
+
+    Used as ``async with client.chat.stream(...) as stream: async for delta in
+    stream: ...``; errors raise as in ``ChatEventStream``.
+    """
+
+    def __init__(self, opener: AbstractAsyncContextManager[EventSource]) -> None:
+        self._opener = opener
+        self._events: AsyncIterator[ServerSentEvent] | None = None
+        self._reader = _StreamReader()
+        self._closed = False
+        self._entered = False
+
+    async def _open(self) -> AsyncIterator[ServerSentEvent]:
+        if self._events is None:
+            if self._closed:
+                raise RuntimeError("The stream is closed.")
+            source = await self._opener.__aenter__()
+            self._entered = True
+            response = source.response
+            if response.status_code >= 400:
+                await response.aread()
+                await self.aclose()
+                raise _error(response)
+            self._events = source.aiter_sse()
+        return self._events
+
+    @property
+    def response(self) -> ChatMessageResponse:
+        """The complete answer; only once the iteration has ended."""
+        if self._reader.response is None:
+            raise RuntimeError("The answer is not complete: iterate the stream to its end.")
+        return self._reader.response
+
+    def __aiter__(self) -> AsyncIterator[str]:
+        return self
+
+    async def __anext__(self) -> str:
+        if self._reader.response is not None:
+            raise StopAsyncIteration
+        events = await self._open()
+        try:
+            async for event in events:
+                delta = self._reader.delta(event)
+                if delta is None:
+                    await self.aclose()
+                    raise StopAsyncIteration
+                if delta:
+                    return delta
+        except BaseException:
+            await self.aclose()
+            raise
+        await self.aclose()
+        raise self._reader.incomplete()
+
+    async def aclose(self) -> None:
+        """Close the connection (the server then stops the model). Idempotent."""
+        if not self._closed:
+            self._closed = True
+            if self._entered:
+                await self._opener.__aexit__(None, None, None)
+
+    async def __aenter__(self) -> AsyncChatEventStream:
+        await self._open()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+
+class ChatClient:
+    """``client.chat``: call it to send a message, or ``.stream(...)`` it."""
+
+    def __init__(self, http: httpx.Client) -> None:
+        self._http = http
+
+    def __call__(
+        self, agent_id: str, message: str, conversation_id: str | None = None
+    ) -> ChatMessageResponse:
+        """``POST /v1/chat/message``: the whole answer."""
+        return self.send(agent_id, message, conversation_id)
+
+    def send(
+        self, agent_id: str, message: str, conversation_id: str | None = None
+    ) -> ChatMessageResponse:
+        """``POST /v1/chat/message``: the whole answer."""
+        request = _Requests.chat(agent_id, message, conversation_id)
+        response = self._http.request(request.method, request.path, **request.kwargs)
+        return _parse(request, response)
+
+    def stream(
+        self, agent_id: str, message: str, conversation_id: str | None = None
+    ) -> ChatEventStream:
+        """``POST /v1/chat/message`` with ``stream: true``: the answer as it is generated.
+
+        ``with client.chat.stream(agent_id, "Hi") as stream: for delta in stream: ...``
+        then ``stream.response``.
+        """
+        body = {**_chat_body(agent_id, message, conversation_id), "stream": True}
+        return ChatEventStream(connect_sse(self._http, "POST", "/chat/message", json=body))
+
+
+class AsyncChatClient:
+    """``async_client.chat``: await it to send a message, or ``.stream(...)`` it."""
+
+    def __init__(self, http: httpx.AsyncClient) -> None:
+        self._http = http
+
+    async def __call__(
+        self, agent_id: str, message: str, conversation_id: str | None = None
+    ) -> ChatMessageResponse:
+        """``POST /v1/chat/message``: the whole answer."""
+        return await self.send(agent_id, message, conversation_id)
+
+    async def send(
+        self, agent_id: str, message: str, conversation_id: str | None = None
+    ) -> ChatMessageResponse:
+        """``POST /v1/chat/message``: the whole answer."""
+        request = _Requests.chat(agent_id, message, conversation_id)
+        response = await self._http.request(request.method, request.path, **request.kwargs)
+        return _parse(request, response)
+
+    def stream(
+        self, agent_id: str, message: str, conversation_id: str | None = None
+    ) -> AsyncChatEventStream:
+        """``POST /v1/chat/message`` with ``stream: true``: the answer as it is generated.
+
+        ``async with client.chat.stream(agent_id, "Hi") as stream: async for delta in
+        stream: ...`` then ``stream.response``.
+        """
+        body = {**_chat_body(agent_id, message, conversation_id), "stream": True}
+        return AsyncChatEventStream(aconnect_sse(self._http, "POST", "/chat/message", json=body))
+
+
 class Client:
     """Talks to an agentcore server: ``Client("http://127.0.0.1:8000", "ak_test_...")``.
 
     Failures raise the same ``agentcore.errors`` classes the core raises, with the
     server's ``code``, ``param`` and request id (in ``extra``). Pass ``transport`` to
     use, e.g., ``httpx.ASGITransport`` or a mounted prefix in ``base_url``.
+    ``AsyncClient`` has the same methods, as coroutines.
     """
 
     def __init__(
@@ -60,12 +440,9 @@ class Client:
         timeout: float = 60.0,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
-        self._http = httpx.Client(
-            base_url=base_url.rstrip("/") + "/v1",
-            headers={"Authorization": f"Bearer {api_key}"},
-            timeout=timeout,
-            transport=transport,
-        )
+        self._http = httpx.Client(**_http_options(base_url, api_key, timeout), transport=transport)
+        self.chat = ChatClient(self._http)
+        """``client.chat(agent_id, message)`` or ``client.chat.stream(agent_id, message)``."""
 
     def close(self) -> None:
         """Close the connection pool."""
@@ -77,114 +454,205 @@ class Client:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _call(self, model: type[M], method: str, path: str, **kwargs: Any) -> M:
-        response = self._http.request(method, path, **kwargs)
-        if response.status_code >= 400:
-            raise _error(response)
-        return model.model_validate_json(response.content)
+    def _run(self, request: _Request[M]) -> M:
+        response = self._http.request(request.method, request.path, **request.kwargs)
+        return _parse(request, response)
 
     # auth and agents -----------------------------------------------------------------
 
     def verify(self) -> VerifyResponse:
         """``GET /v1/auth/verify``."""
-        return self._call(VerifyResponse, "GET", "/auth/verify")
+        return self._run(_Requests.verify())
 
     def list_agents(self, **params: Any) -> AgentList:
         """``GET /v1/agents`` (``limit``, ``starting_after``, ``status``)."""
-        return self._call(AgentList, "GET", "/agents", params=params)
+        return self._run(_Requests.list_agents(params))
 
     def create_agent(self, **fields: Any) -> Agent:
         """``POST /v1/agents``."""
-        return self._call(Agent, "POST", "/agents", json=fields)
+        return self._run(_Requests.create_agent(fields))
 
     def get_agent(self, agent_id: str) -> Agent:
         """``GET /v1/agents/{id}``."""
-        return self._call(Agent, "GET", f"/agents/{agent_id}")
+        return self._run(_Requests.get_agent(agent_id))
 
     def update_agent(self, agent_id: str, **fields: Any) -> Agent:
         """``PATCH /v1/agents/{id}``."""
-        return self._call(Agent, "PATCH", f"/agents/{agent_id}", json=fields)
+        return self._run(_Requests.update_agent(agent_id, fields))
 
     def deploy_agent(self, agent_id: str) -> Agent:
         """``POST /v1/agents/{id}/deploy``."""
-        return self._call(Agent, "POST", f"/agents/{agent_id}/deploy")
+        return self._run(_Requests.agent_action(agent_id, "deploy"))
 
     def undeploy_agent(self, agent_id: str) -> Agent:
         """``POST /v1/agents/{id}/undeploy``."""
-        return self._call(Agent, "POST", f"/agents/{agent_id}/undeploy")
+        return self._run(_Requests.agent_action(agent_id, "undeploy"))
 
     def archive_agent(self, agent_id: str) -> Agent:
         """``DELETE /v1/agents/{id}``."""
-        return self._call(Agent, "DELETE", f"/agents/{agent_id}")
+        return self._run(_Requests.archive_agent(agent_id))
 
-    # knowledge and chat ------------------------------------------------------------
+    # knowledge ---------------------------------------------------------------------
 
     def upload(self, path: str | Path, *, content_type: str | None = None) -> Document:
         """``POST /v1/knowledge/documents`` with a file."""
-        file = Path(path)
-        files = {"file": (file.name, file.read_bytes(), content_type or "application/octet-stream")}
-        return self._call(Document, "POST", "/knowledge/documents", files=files)
+        return self._run(_Requests.upload(path, content_type))
 
     def add_text(self, source: str, text: str) -> Document:
         """``POST /v1/knowledge/documents`` with ``{source, text}``."""
-        return self._call(
-            Document, "POST", "/knowledge/documents", json={"source": source, "text": text}
-        )
+        return self._run(_Requests.add_text(source, text))
 
     def list_documents(self, **params: Any) -> DocumentList:
         """``GET /v1/knowledge/documents``."""
-        return self._call(DocumentList, "GET", "/knowledge/documents", params=params)
+        return self._run(_Requests.list_documents(params))
 
     def delete_document(self, document_id: str) -> Deleted:
         """``DELETE /v1/knowledge/documents/{id}``."""
-        return self._call(Deleted, "DELETE", f"/knowledge/documents/{document_id}")
+        return self._run(_Requests.delete_document(document_id))
 
     def search(
         self, query: str, *, top_k: int | None = None, min_score: float | None = None
     ) -> SearchResponse:
         """``POST /v1/knowledge/search``."""
-        body: dict[str, Any] = {"query": query}
-        if top_k is not None:
-            body["top_k"] = top_k
-        if min_score is not None:
-            body["min_score"] = min_score
-        return self._call(SearchResponse, "POST", "/knowledge/search", json=body)
-
-    def chat(
-        self, agent_id: str, message: str, conversation_id: str | None = None
-    ) -> ChatMessageResponse:
-        """``POST /v1/chat/message``."""
-        body: dict[str, Any] = {"agentId": agent_id, "message": message}
-        if conversation_id is not None:
-            body["conversationId"] = conversation_id
-        return self._call(ChatMessageResponse, "POST", "/chat/message", json=body)
+        return self._run(_Requests.search(query, top_k, min_score))
 
     # webhooks ---------------------------------------------------------------------
 
     def subscribe(self, url: str, events: list[str]) -> WebhookSubscriptionWithSecret:
         """``POST /v1/webhooks/subscribe``; keep the returned ``secret``."""
-        return self._call(
-            WebhookSubscriptionWithSecret,
-            "POST",
-            "/webhooks/subscribe",
-            json={"url": url, "events": events},
-        )
+        return self._run(_Requests.subscribe(url, events))
 
     def list_webhooks(self, **params: Any) -> WebhookList:
         """``GET /v1/webhooks``."""
-        return self._call(WebhookList, "GET", "/webhooks", params=params)
+        return self._run(_Requests.list_webhooks(params))
 
     def delete_webhook(self, webhook_id: str) -> Deleted:
         """``DELETE /v1/webhooks/{id}``."""
-        return self._call(Deleted, "DELETE", f"/webhooks/{webhook_id}")
+        return self._run(_Requests.delete_webhook(webhook_id))
 
     def test_webhook(self, webhook_id: str) -> WebhookTestSent:
         """``POST /v1/webhooks/{id}/test``."""
-        return self._call(WebhookTestSent, "POST", f"/webhooks/{webhook_id}/test")
+        return self._run(_Requests.test_webhook(webhook_id))
 
     def webhook_deliveries(self, webhook_id: str, **params: Any) -> DeliveryList:
         """``GET /v1/webhooks/{id}/deliveries``."""
-        return self._call(DeliveryList, "GET", f"/webhooks/{webhook_id}/deliveries", params=params)
+        return self._run(_Requests.webhook_deliveries(webhook_id, params))
+
+
+class AsyncClient:
+    """The async twin of ``Client`` over ``httpx.AsyncClient``: the same methods, as
+    coroutines; ``client.chat.stream(...)`` is used with ``async with`` / ``async for``.
+
+    ``async with AsyncClient("http://127.0.0.1:8000", "ak_test_...") as client: ...``
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str,
+        *,
+        timeout: float = 60.0,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self._http = httpx.AsyncClient(
+            **_http_options(base_url, api_key, timeout), transport=transport
+        )
+        self.chat = AsyncChatClient(self._http)
+        """``await client.chat(agent_id, message)`` or ``client.chat.stream(...)``."""
+
+    async def close(self) -> None:
+        """Close the connection pool."""
+        await self._http.aclose()
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def _run(self, request: _Request[M]) -> M:
+        response = await self._http.request(request.method, request.path, **request.kwargs)
+        return _parse(request, response)
+
+    # auth and agents -----------------------------------------------------------------
+
+    async def verify(self) -> VerifyResponse:
+        """``GET /v1/auth/verify``."""
+        return await self._run(_Requests.verify())
+
+    async def list_agents(self, **params: Any) -> AgentList:
+        """``GET /v1/agents`` (``limit``, ``starting_after``, ``status``)."""
+        return await self._run(_Requests.list_agents(params))
+
+    async def create_agent(self, **fields: Any) -> Agent:
+        """``POST /v1/agents``."""
+        return await self._run(_Requests.create_agent(fields))
+
+    async def get_agent(self, agent_id: str) -> Agent:
+        """``GET /v1/agents/{id}``."""
+        return await self._run(_Requests.get_agent(agent_id))
+
+    async def update_agent(self, agent_id: str, **fields: Any) -> Agent:
+        """``PATCH /v1/agents/{id}``."""
+        return await self._run(_Requests.update_agent(agent_id, fields))
+
+    async def deploy_agent(self, agent_id: str) -> Agent:
+        """``POST /v1/agents/{id}/deploy``."""
+        return await self._run(_Requests.agent_action(agent_id, "deploy"))
+
+    async def undeploy_agent(self, agent_id: str) -> Agent:
+        """``POST /v1/agents/{id}/undeploy``."""
+        return await self._run(_Requests.agent_action(agent_id, "undeploy"))
+
+    async def archive_agent(self, agent_id: str) -> Agent:
+        """``DELETE /v1/agents/{id}``."""
+        return await self._run(_Requests.archive_agent(agent_id))
+
+    # knowledge ---------------------------------------------------------------------
+
+    async def upload(self, path: str | Path, *, content_type: str | None = None) -> Document:
+        """``POST /v1/knowledge/documents`` with a file."""
+        return await self._run(_Requests.upload(path, content_type))
+
+    async def add_text(self, source: str, text: str) -> Document:
+        """``POST /v1/knowledge/documents`` with ``{source, text}``."""
+        return await self._run(_Requests.add_text(source, text))
+
+    async def list_documents(self, **params: Any) -> DocumentList:
+        """``GET /v1/knowledge/documents``."""
+        return await self._run(_Requests.list_documents(params))
+
+    async def delete_document(self, document_id: str) -> Deleted:
+        """``DELETE /v1/knowledge/documents/{id}``."""
+        return await self._run(_Requests.delete_document(document_id))
+
+    async def search(
+        self, query: str, *, top_k: int | None = None, min_score: float | None = None
+    ) -> SearchResponse:
+        """``POST /v1/knowledge/search``."""
+        return await self._run(_Requests.search(query, top_k, min_score))
+
+    # webhooks ---------------------------------------------------------------------
+
+    async def subscribe(self, url: str, events: list[str]) -> WebhookSubscriptionWithSecret:
+        """``POST /v1/webhooks/subscribe``; keep the returned ``secret``."""
+        return await self._run(_Requests.subscribe(url, events))
+
+    async def list_webhooks(self, **params: Any) -> WebhookList:
+        """``GET /v1/webhooks``."""
+        return await self._run(_Requests.list_webhooks(params))
+
+    async def delete_webhook(self, webhook_id: str) -> Deleted:
+        """``DELETE /v1/webhooks/{id}``."""
+        return await self._run(_Requests.delete_webhook(webhook_id))
+
+    async def test_webhook(self, webhook_id: str) -> WebhookTestSent:
+        """``POST /v1/webhooks/{id}/test``."""
+        return await self._run(_Requests.test_webhook(webhook_id))
+
+    async def webhook_deliveries(self, webhook_id: str, **params: Any) -> DeliveryList:
+        """``GET /v1/webhooks/{id}/deliveries``."""
+        return await self._run(_Requests.webhook_deliveries(webhook_id, params))
 
 
 def _error(response: httpx.Response) -> errors.AgentCoreError:
@@ -194,10 +662,15 @@ def _error(response: httpx.Response) -> errors.AgentCoreError:
         problem = {}
     if not isinstance(problem, dict):
         problem = {}
-    cls = _BY_STATUS.get(response.status_code, errors.AgentCoreError)
+    return _problem_error(problem, response.status_code, response.reason_phrase)
+
+
+def _problem_error(problem: dict[str, Any], status: int, reason: str) -> errors.AgentCoreError:
+    """The ``agentcore.errors`` class for ``status``, carrying the problem's members."""
+    cls = _BY_STATUS.get(status, errors.AgentCoreError)
     return cls(
-        str(problem.get("detail") or response.reason_phrase),
+        str(problem.get("detail") or reason),
         code=problem.get("code"),
         param=problem.get("param"),
-        extra={"request_id": problem.get("request_id"), "status": response.status_code},
+        extra={"request_id": problem.get("request_id"), "status": status},
     )

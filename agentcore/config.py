@@ -1,24 +1,69 @@
-"""Settings: every limit and default of the core in one typed, documented place."""
+"""Settings: every limit and default of the core in one typed, documented place.
+
+The core's ``Settings`` and each plugin's own settings model (declared through the
+``agentcore_register_settings`` hook) are pydantic-settings models read from the same
+places, highest priority first: keyword arguments (``AgentCore.open(path, name=value)``),
+``AGENTCORE_*`` environment variables, then a ``.env`` file in the working directory.
+"""
 
 from __future__ import annotations
 
 import ipaddress
-import os
-from typing import Any
+import re
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal, TypeVar, overload
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
+from pydantic_core import PydanticCustomError
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 MiB = 1024 * 1024
 
+#: The dotenv file read by ``Settings`` and by plugin settings, relative to the working
+#: directory; a missing file is skipped. Variables set in the environment win over it.
+ENV_FILE = ".env"
 
-class Settings(BaseModel):
-    """Configuration of one ``AgentCore``; each field may also come from the environment.
+M = TypeVar("M", bound=BaseSettings)
 
-    ``Settings.from_env(**overrides)`` reads ``AGENTCORE_<FIELD>`` variables (upper
-    case), then applies the overrides. The README lists every limit.
+_NAMESPACE = re.compile(r"[a-z][a-z0-9]*\Z")
+
+
+class PluginSettings(BaseSettings):
+    """A convenient base for a plugin's settings model (any ``BaseSettings`` will do).
+
+    Frozen, unknown names refused, and the ``.env`` file read like the core's (only
+    its lines naming a field of this model). A subclass sets its own
+    ``env_prefix="AGENTCORE_<NAMESPACE>_"`` in ``model_config``.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = SettingsConfigDict(
+        frozen=True,
+        extra="forbid",
+        env_file=ENV_FILE,
+        dotenv_filtering="only_existing",
+        populate_by_name=True,
+    )
+
+
+class Settings(BaseSettings):
+    """Configuration of one ``AgentCore``; each field may also come from the environment.
+
+    ``Settings(**values)`` reads ``AGENTCORE_<FIELD>`` variables (case-insensitive)
+    and the ``.env`` file of the working directory (see ``ENV_FILE``; pass
+    ``_env_file=None`` to skip it, or another path), then applies ``values``.
+    Plugins' settings travel with it: ``settings.plugin(Model)``; ``Settings.load``
+    builds both (``AgentCore.open`` calls it). The README lists every limit.
+    """
+
+    model_config = SettingsConfigDict(
+        frozen=True,
+        extra="forbid",
+        env_prefix="AGENTCORE_",
+        env_file=ENV_FILE,
+        # the .env file is shared with plugins (AGENTCORE_OPENAI_*) and the CLI
+        # (AGENTCORE_DB): only its lines naming a field of this model are ours
+        dotenv_filtering="only_existing",
+    )
 
     # HTTP request limits
     max_body_bytes: int = Field(1 * MiB, ge=1, description="Largest JSON request body.")
@@ -44,23 +89,28 @@ class Settings(BaseModel):
     chunk_target_chars: int = Field(700, ge=50)
     chunk_overlap_chars: int = Field(150, ge=0)
     max_pdf_pages: int = Field(5_000, ge=1)
+    index_catchup_max_rows: int = Field(
+        100_000,
+        ge=0,
+        description="Most rows a cached index adds from the change log to catch up with"
+        " other processes' writes; a larger gap reloads the workspace.",
+    )
 
     # Chat
     default_chat_model: str = Field("extractive")
-    chat_top_k: int = Field(5, ge=1)
+    chat_top_k: int = Field(
+        8, ge=1, description="Passages retrieved for each chat turn (search keeps its own top_k)."
+    )
     history_turns: int = Field(10, ge=0, description="Earlier messages passed to the model.")
     max_tool_steps: int = Field(4, ge=0)
     model_timeout: float = Field(30.0, gt=0, description="Seconds a model call may take.")
-
-    # OpenAI-compatible provider (OpenAI, Ollama, vLLM, llama.cpp)
-    openai_base_url: str | None = None
-    openai_api_key: SecretStr | None = None
-    openai_model: str | None = None
-    openai_embedding_model: str | None = None
-    openai_embedding_dimension: int | None = None
+    stream_heartbeat: float = Field(
+        15.0, gt=0, description="Seconds between comment heartbeats of a streamed answer."
+    )
 
     # Webhooks
-    webhook_allowed_networks: tuple[str, ...] = Field(
+    # NoDecode: the environment gives a comma-separated string, not JSON
+    webhook_allowed_networks: Annotated[tuple[str, ...], NoDecode] = Field(
         (), description="CIDRs exempt from the SSRF guard (tests allow 127.0.0.0/8)."
     )
     webhook_timeout: float = Field(15.0, gt=0)
@@ -68,9 +118,25 @@ class Settings(BaseModel):
     webhook_disable_after: float = Field(5 * 86_400, gt=0, description="Seconds of failure.")
     start_workers: bool = Field(True, description="Whether `start()` runs webhook delivery.")
 
+    # PostgreSQL store (postgresql:// URLs; the `postgres` extra)
+    postgres_pool_size: int = Field(10, ge=1, description="Connections per node.")
+    postgres_timeout: float = Field(
+        5.0, gt=0, description="Seconds to wait for a connection before answering 503."
+    )
+    vector_search: Literal["memory", "pgvector"] = Field(
+        "memory",
+        description="Where knowledge search runs: this node's RAM, or PostgreSQL (pgvector).",
+    )
+
     # Keys and rate limits
     rate_limit_live: float = Field(100.0, gt=0, description="Requests per second per live key.")
     rate_limit_test: float = Field(25.0, gt=0, description="Requests per second per test key.")
+    rate_limit_backend: Literal["local", "store"] = Field(
+        "local",
+        description="Where token buckets live: `local` (per process, no store write) or"
+        " `store` (shared by every process and node on the store; one small write per"
+        " request).",
+    )
     key_touch_interval: float = Field(60.0, ge=0, description="Resolution of last_used_at.")
     idempotency_ttl: float = Field(86_400.0, gt=0)
 
@@ -93,16 +159,162 @@ class Settings(BaseModel):
             raise ValueError("default_page_size cannot exceed max_page_size")
         return self
 
+    # settings of plugins: by namespace (``load``/``with_plugins``), and models read
+    # from the environment on demand (``plugin``), by class
+    _plugins: dict[str, BaseSettings] = PrivateAttr(default_factory=dict)
+    _on_demand: dict[type[BaseSettings], BaseSettings] = PrivateAttr(default_factory=dict)
+
     @classmethod
-    def from_env(cls, environ: dict[str, str] | None = None, **overrides: Any) -> Settings:
-        """Build settings from ``AGENTCORE_*`` variables, then ``overrides``."""
-        env = os.environ if environ is None else environ
-        values: dict[str, Any] = {}
-        for name in cls.model_fields:
-            raw = env.get(f"AGENTCORE_{name.upper()}")
-            if raw is not None:
-                values[name] = raw
-        if "openai_api_key" not in values and env.get("OPENAI_API_KEY"):
-            values["openai_api_key"] = env["OPENAI_API_KEY"]
-        values.update(overrides)
-        return cls.model_validate(values)
+    def from_env(cls, **overrides: Any) -> Settings:
+        """``Settings(**overrides)``: kept for callers written before pydantic-settings.
+
+        The environment and the ``.env`` file are read by the constructor itself.
+        """
+        return cls(**overrides)
+
+    @classmethod
+    def load(
+        cls,
+        models: Mapping[str, type[BaseSettings]] = {},  # noqa: B006 - never mutated
+        *,
+        base: Settings | None = None,
+        **overrides: Any,
+    ) -> Settings:
+        """The core's settings with the settings of each plugin in ``models``, validated.
+
+        ``models`` maps a plugin's namespace to its settings model (what plugins
+        declare through ``agentcore_register_settings``). A keyword argument
+        ``<namespace>_<field>`` sets that field of that plugin (``openai_model=...``);
+        any other goes to the core, which refuses names it does not know. Each
+        model reads its own ``AGENTCORE_<NAMESPACE>_*`` variables and the ``.env``
+        file. ``base`` replaces reading the core's settings from the environment.
+
+        :raises pydantic.ValidationError: naming the bad or unknown setting (as its
+            keyword argument) and, for a plugin's, the plugin's namespace.
+        :raises ValueError: when two declarations claim the same setting name.
+        """
+        routes = _plugin_routes(cls, models)
+        core_values: dict[str, Any] = {}
+        plugin_values: dict[str, dict[str, Any]] = {namespace: {} for namespace in models}
+        for name, value in overrides.items():
+            if name in routes:
+                namespace, field = routes[name]
+                plugin_values[namespace][field] = value
+            else:
+                core_values[name] = value
+        if base is None:
+            settings = cls(**core_values)
+        elif core_values:
+            settings = cls.model_validate({**base.model_dump(), **core_values})
+        else:
+            settings = base.model_copy()
+        plugins = dict(base._plugins) if base is not None else {}
+        for namespace, model in models.items():
+            plugins[namespace] = _load_plugin(
+                namespace, model, plugins.get(namespace), plugin_values[namespace]
+            )
+        settings._plugins = plugins
+        settings._on_demand = {}
+        return settings
+
+    def with_plugins(self, **plugins: BaseSettings) -> Settings:
+        """A copy carrying the given plugin settings, by namespace (for tests and hosts
+        that build settings in code): ``settings.with_plugins(openai=OpenAISettings(...))``."""
+        copy = self.model_copy()
+        copy._plugins = {**self._plugins, **plugins}
+        copy._on_demand = {}
+        return copy
+
+    @overload
+    def plugin(self, key: type[M]) -> M: ...
+
+    @overload
+    def plugin(self, key: str) -> BaseSettings: ...
+
+    def plugin(self, key: type[M] | str) -> M | BaseSettings:
+        """A plugin's settings: by its model class (typed) or by its namespace.
+
+        Settings built by ``AgentCore.open``/``Settings.load`` carry every declared
+        model, validated. Asked by class for one they do not carry (settings built
+        directly with ``Settings(...)``), the model is read from the environment
+        and ``.env`` on first use, with defaults for the rest.
+
+        :raises LookupError: for a namespace no plugin declared.
+        """
+        if isinstance(key, str):
+            try:
+                return self._plugins[key]
+            except KeyError:
+                raise LookupError(f"no plugin declared settings named {key!r}") from None
+        for found in self._plugins.values():
+            if type(found) is key:
+                return found
+        if key not in self._on_demand:
+            self._on_demand[key] = key()  # a race only reads the same environment twice
+        loaded = self._on_demand[key]
+        assert isinstance(loaded, key)
+        return loaded
+
+
+def _plugin_routes(
+    core: type[Settings], models: Mapping[str, type[BaseSettings]]
+) -> dict[str, tuple[str, str]]:
+    """``{keyword: (namespace, field)}`` of every plugin setting; refuses clashes."""
+    routes: dict[str, tuple[str, str]] = {}
+    for namespace, model in models.items():
+        if not _NAMESPACE.match(namespace):
+            raise ValueError(
+                f"plugin settings namespace {namespace!r} must be lower-case letters and digits"
+            )
+        prefix = f"AGENTCORE_{namespace.upper()}_"
+        declared = str(model.model_config.get("env_prefix") or "")
+        if declared.upper() != prefix:
+            raise ValueError(
+                f"settings model {model.__qualname__} of plugin {namespace!r} must set"
+                f" env_prefix={prefix!r} (it has {declared!r})"
+            )
+        for field in model.model_fields:
+            keyword = f"{namespace}_{field}"
+            if keyword in core.model_fields or keyword in routes:
+                raise ValueError(f"setting {keyword!r} of plugin {namespace!r} is declared twice")
+            routes[keyword] = (namespace, field)
+    return routes
+
+
+def _load_plugin(
+    namespace: str, model: type[M], current: BaseSettings | None, values: dict[str, Any]
+) -> M:
+    """One plugin's settings: ``current`` (or the environment) updated with ``values``."""
+    try:
+        if isinstance(current, model):
+            return model.model_validate({**current.model_dump(), **values}) if values else current
+        return model(**values)
+    except ValidationError as exc:
+        # name each setting as the keyword argument that sets it, and say whose it is
+        raise ValidationError.from_exception_data(
+            f"settings of plugin {namespace!r} ({model.__qualname__},"
+            f" environment AGENTCORE_{namespace.upper()}_*)",
+            [
+                {
+                    "type": PydanticCustomError(error["type"], error["msg"]),
+                    "loc": _plugin_loc(namespace, model, error["loc"]),
+                    # a bad secret (an API key) must not end up in a log with the error
+                    "input": "**********" if _is_secret(model, error["loc"]) else error["input"],
+                }
+                for error in exc.errors()
+            ],
+        ) from None
+
+
+def _is_secret(model: type[BaseSettings], loc: tuple[int | str, ...]) -> bool:
+    field = model.model_fields.get(str(loc[0])) if loc else None
+    return field is not None and "Secret" in repr(field.annotation)
+
+
+def _plugin_loc(
+    namespace: str, model: type[BaseSettings], loc: tuple[int | str, ...]
+) -> tuple[int | str, ...]:
+    if not loc:
+        return (namespace,)
+    head, *rest = loc
+    return (f"{namespace}_{head}" if head in model.model_fields else head, *rest)

@@ -1,28 +1,40 @@
-"""AgentCore: opens a store, loads plugins, authenticates keys, runs background workers."""
+"""AgentCore: opens a store, loads plugins, authenticates keys, runs background workers.
+
+This module is the composition root: the only place that holds the whole ``Store``,
+the ``Settings`` and the plugin manager, and hands each service just what it uses.
+"""
 
 from __future__ import annotations
 
 import importlib
 import threading
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from types import ModuleType, TracebackType
 from typing import Any
 
 import pluggy
+from pydantic_settings import BaseSettings
 
-from agentcore import hookspecs
+import agentcore.hookspecs as hookspecs
+from agentcore.agents import AgentService
+from agentcore.chat import ChatService
 from agentcore.chat_models import ChatModel
 from agentcore.config import Settings
 from agentcore.errors import NotFound
 from agentcore.events import EventBus
+from agentcore.idempotency import IdempotencyKeys
 from agentcore.keys import KeyManager, check_environment, check_scopes
+from agentcore.knowledge.cache import IndexCache
 from agentcore.knowledge.embedders import Embedder
+from agentcore.knowledge.service import KnowledgeService
 from agentcore.limits import RateLimiter
 from agentcore.models import Organization
 from agentcore.plugins import DEFAULT_PLUGINS
 from agentcore.redact import get_logger
-from agentcore.storage.base import Store
+from agentcore.storage.base import Store, VectorSearchStore
 from agentcore.webhooks.delivery import WebhookRuntime
+from agentcore.webhooks.service import WebhookService
 from agentcore.workspace import Workspace
 
 log = get_logger("agentcore")  # masks keys and secrets in every record
@@ -50,6 +62,33 @@ def make_plugin_manager(
     return pm
 
 
+def plugin_settings_models(pm: pluggy.PluginManager) -> dict[str, type[BaseSettings]]:
+    """The settings models plugins declare through ``agentcore_register_settings``."""
+    models: dict[str, type[BaseSettings]] = {}
+
+    def register(namespace: str, model: type[BaseSettings]) -> None:
+        if namespace in models:
+            raise ValueError(f"two plugins declare settings named {namespace!r}")
+        if not (isinstance(model, type) and issubclass(model, BaseSettings)):
+            raise TypeError(f"settings of plugin {namespace!r} must be a BaseSettings class")
+        models[namespace] = model
+
+    pm.hook.agentcore_register_settings(register=register)
+    return models
+
+
+def _store_search(store: Store, settings: Settings) -> VectorSearchStore | None:
+    """The store itself when it should rank vectors (``vector_search="pgvector"``)."""
+    if settings.vector_search != "pgvector":
+        return None
+    if not isinstance(store, VectorSearchStore):
+        raise ValueError(
+            "vector_search='pgvector' needs a store that searches vectors itself"
+            " (a postgresql:// database)"
+        )
+    return store
+
+
 class AgentCore:
     """The library's entry point: ``AgentCore.open(path_or_url)``.
 
@@ -63,13 +102,23 @@ class AgentCore:
         self.pm = pm
         self.events = EventBus()
         self.keys = KeyManager(store)
-        self.rate_limiter = RateLimiter(settings)
+        self.rate_limiter = RateLimiter(settings, store=store)
+        self.idempotency = IdempotencyKeys(store, ttl=settings.idempotency_ttl)
         self.embedders: dict[str, Embedder] = {}
         self.chat_models: dict[str, ChatModel] = {}
+        # filled by the hooks below; the cache looks embedders up when it needs one
+        self.index_cache = IndexCache(
+            store,
+            embedders=self.embedders,
+            embedder=settings.embedder,
+            catchup_max_rows=settings.index_catchup_max_rows,
+            store_search=_store_search(store, settings),
+        )
+        # model calls run here, bounded in time even if a plugin hangs (threads start lazily)
+        self.model_pool = ThreadPoolExecutor(8, thread_name_prefix="agentcore-model")
         self._started = False
         self._lock = threading.Lock()
-        self._services: dict[str, Any] = {}
-        self.webhooks = WebhookRuntime(self)
+        self.webhooks = WebhookRuntime(store, settings)
         # through a lambda, so a test may swap in a runtime with a fake clock or resolver
         self.events.add_sink(lambda event: self.webhooks.record(event))
         pm.hook.agentcore_register_event_kinds(register=self.events.register_kind)
@@ -88,16 +137,18 @@ class AgentCore:
     ) -> AgentCore:
         """Open a core on ``url``: a SQLite path (default ``:memory:``) or a plugin's URL.
 
-        :param settings: full settings; default ``Settings.from_env(**overrides)``.
+        Settings (the core's and every plugin's) are read and validated here, before
+        the store opens: a bad value or an unknown name raises
+        ``pydantic.ValidationError`` naming it.
+
+        :param settings: the core's settings; default read from the environment.
         :param plugins: extra plugin objects or module names to register.
         :param entry_points: load plugins from the ``agentcore`` entry-point group.
-        :param overrides: individual ``Settings`` fields, e.g. ``max_top_k=50``.
+        :param overrides: individual ``Settings`` fields, e.g. ``max_top_k=50``, or a
+            plugin's as ``<namespace>_<field>``, e.g. ``openai_model="llama3"``.
         """
-        if settings is None:
-            settings = Settings.from_env(**overrides)
-        elif overrides:
-            settings = settings.model_copy(update=overrides)
         pm = make_plugin_manager(plugins, entry_points=entry_points)
+        settings = Settings.load(plugin_settings_models(pm), base=settings, **overrides)
         store = pm.hook.agentcore_open_store(url=str(url), settings=settings)
         if store is None:
             raise ValueError(f"No store plugin handles {url!r}.")
@@ -168,12 +219,34 @@ class AgentCore:
             scopes=frozenset(check_scopes(scopes)),
         )
 
-    def service(self, name: str, factory: Any) -> Any:
-        """A per-core singleton built by ``factory(core)`` on first use (thread-safe)."""
-        with self._lock:
-            if name not in self._services:
-                self._services[name] = factory(self)
-            return self._services[name]
+    # composition: each service of a workspace gets exactly what it uses ------------
+
+    def agent_service(self, workspace: Workspace) -> AgentService:
+        """The agents of ``workspace`` (host code uses ``workspace.agents``)."""
+        return AgentService(workspace, store=self.store, chat_models=self.chat_models)
+
+    def knowledge_service(self, workspace: Workspace) -> KnowledgeService:
+        """The knowledge core of ``workspace`` (host code uses ``workspace.knowledge``)."""
+        return KnowledgeService(
+            workspace, store=self.store, settings=self.settings, index=self.index_cache
+        )
+
+    def chat_service(self, workspace: Workspace) -> ChatService:
+        """Chat in ``workspace`` (host code uses ``workspace.chat``)."""
+        return ChatService(
+            workspace,
+            store=self.store,
+            settings=self.settings,
+            chat_models=self.chat_models,
+            knowledge=workspace.knowledge,
+            run_tool=self.pm.hook.agentcore_run_tool,
+            guard_pool=self.model_pool,
+        )
+
+    def webhook_service(self, workspace: Workspace) -> WebhookService:
+        """Webhook subscriptions of ``workspace`` (host code uses ``workspace.webhooks``)."""
+        # the runtime is read now, so a test that swaps ``core.webhooks`` is honoured
+        return WebhookService(workspace, self.webhooks, store=self.store, kinds=self.events)
 
     # lifecycle ---------------------------------------------------------------
 

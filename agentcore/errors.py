@@ -12,6 +12,7 @@
     ├── ValidationFailed              422 validation_error    (names the offending field)
     ├── RateLimited                   429 rate_limited        (carries retry_after seconds)
     ├── ProviderError                 502 provider_error      (a model provider failed)
+    ├── ServiceUnavailable            503 service_unavailable (the database is unreachable)
     ├── ProviderTimeout               504 provider_timeout    (a model provider timed out)
     └── DeadlineExceeded              504 deadline_exceeded   (the request ran too long)
 
@@ -21,7 +22,10 @@ contain an API key: callers pass descriptions, never secrets.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    from agentcore.limits import Decision
 
 
 class AgentCoreError(Exception):
@@ -54,6 +58,17 @@ class AgentCoreError(Exception):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.detail!r}, code={self.code!r}, param={self.param!r})"
+
+    def as_dict(self) -> dict[str, Any]:
+        """The error as plain data: title, status, detail, code, param, then ``extra``."""
+        return {
+            "title": self.title,
+            "status": self.status,
+            "detail": self.detail,
+            "code": self.code,
+            "param": self.param,
+            **self.extra,
+        }
 
 
 class InvalidRequest(AgentCoreError):
@@ -129,11 +144,33 @@ class ValidationFailed(AgentCoreError):
 
 
 class RateLimited(AgentCoreError):
-    """Too many requests for this key; ``retry_after`` says when to come back."""
+    """Too many requests for this key; ``retry_after`` says when to come back.
+
+    :param decision: the rate limiter's facts (limit, remaining, reset, retry-after
+        seconds); the HTTP adapter renders them as headers.
+    """
 
     status = 429
     default_code = "rate_limited"
     title = "Too Many Requests"
+
+    def __init__(
+        self,
+        detail: str,
+        *,
+        decision: Decision | None = None,
+        code: str | None = None,
+        param: str | None = None,
+        headers: dict[str, str] | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(detail, code=code, param=param, headers=headers, extra=extra)
+        self.decision = decision
+
+    @property
+    def retry_after(self) -> float | None:
+        """Seconds until the key may send again, when the limiter said."""
+        return None if self.decision is None else self.decision.retry_after
 
 
 class ProviderError(AgentCoreError):
@@ -142,6 +179,17 @@ class ProviderError(AgentCoreError):
     status = 502
     default_code = "provider_error"
     title = "Bad Gateway"
+
+
+class ServiceUnavailable(AgentCoreError):
+    """A backing service (the database) cannot be reached right now; retry later.
+
+    Carries a ``Retry-After`` header; nothing was half-written.
+    """
+
+    status = 503
+    default_code = "service_unavailable"
+    title = "Service Unavailable"
 
 
 class ProviderTimeout(AgentCoreError):
@@ -173,6 +221,7 @@ __all__ = [
     "ProviderError",
     "ProviderTimeout",
     "RateLimited",
+    "ServiceUnavailable",
     "UnsupportedMediaType",
     "ValidationFailed",
 ]

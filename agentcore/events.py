@@ -9,8 +9,7 @@ from typing import Any
 
 from agentcore.errors import ValidationFailed
 from agentcore.ids import new_id, now_iso
-from agentcore.models import Environment
-from agentcore.models import Event as EventPayload
+from agentcore.models import Environment, EventPayload
 from agentcore.redact import get_logger
 
 log = get_logger("agentcore.events")  # masks keys and secrets in every record
@@ -25,7 +24,11 @@ ANY = "*"
 
 @dataclass(frozen=True)
 class Event:
-    """Something that happened in one workspace: ``{id, type, timestamp, data}``."""
+    """Something that happened in one workspace: ``{id, type, timestamp, data}``.
+
+    The one event model: publishers create it, the webhook outbox stores it
+    (``Store.record_event``), listeners receive it. ``payload()`` is its wire form.
+    """
 
     type: str
     data: dict[str, Any]

@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 if TYPE_CHECKING:
+    from pydantic_settings import BaseSettings
+
     from agentcore.chat_models import ChatModel
     from agentcore.config import Settings
     from agentcore.core import AgentCore
@@ -23,6 +25,25 @@ PROJECT = "agentcore"
 
 hookspec = pluggy.HookspecMarker(PROJECT)
 hookimpl = pluggy.HookimplMarker(PROJECT)
+
+
+@hookspec
+def agentcore_register_settings(register: Callable[[str, type[BaseSettings]], None]) -> None:
+    """Declare a plugin's own settings by calling ``register(namespace, model)``.
+
+    Called once by ``AgentCore.open``, after plugins are loaded and before any other
+    hook (so the store and every later hook see the result). ``namespace`` is the
+    plugin's short lower-case name (letters and digits, e.g. ``"openai"``), unique
+    among plugins; ``model`` is a ``pydantic_settings.BaseSettings`` subclass (e.g.
+    of ``agentcore.config.PluginSettings``) whose ``env_prefix`` is
+    ``AGENTCORE_<NAMESPACE>_``. Its field ``x`` is then read from the variable
+    ``AGENTCORE_<NAMESPACE>_X``, from the ``.env`` file, or from the keyword argument
+    ``AgentCore.open(..., <namespace>_x=...)``; a bad value stops ``AgentCore.open``
+    with a ``pydantic.ValidationError`` naming ``<namespace>_x`` and the plugin.
+    Other hooks read the validated instance with ``settings.plugin(Model)``.
+
+    :param register: callback taking the namespace and the settings model class.
+    """
 
 
 @hookspec(firstresult=True)
@@ -48,7 +69,8 @@ def agentcore_register_embedders(register: Callable[[Embedder], None], settings:
     ``settings.embedder`` picks which one indexes the knowledge core.
 
     :param register: callback taking an object implementing ``Embedder``.
-    :param settings: the core's settings (base URLs, keys and model names live here).
+    :param settings: the core's settings; a plugin's own (base URLs, keys, model
+        names) are ``settings.plugin(Model)``.
     """
 
 
@@ -59,7 +81,9 @@ def agentcore_register_chat_models(
     """Register chat models by calling ``register(model)`` once per model.
 
     Called once when the core starts. An agent's ``model`` field names one of them;
-    ``settings.default_chat_model`` is used when it names none.
+    ``settings.default_chat_model`` is used when it names none. A model that also has
+    ``stream(request)`` (``StreamingChatModel``) streams its answers; any other is
+    streamed as one delta.
 
     :param register: callback taking an object implementing ``ChatModel``.
     :param settings: the core's settings.

@@ -1,4 +1,8 @@
-"""Per-key rate limits: a token bucket per key, with IETF RateLimit headers."""
+"""Per-key rate limits: a token bucket per key, and the facts a caller reports.
+
+The core decides and returns facts (limit, remaining, reset and retry-after
+seconds); the HTTP adapter turns them into ``RateLimit``/``Retry-After`` headers.
+"""
 
 from __future__ import annotations
 
@@ -10,13 +14,19 @@ from dataclasses import dataclass
 
 from agentcore.config import Settings
 from agentcore.errors import RateLimited
-
-POLICY = "per-key"
+from agentcore.storage.base import RateLimitStorage
 
 
 @dataclass(frozen=True)
 class Decision:
-    """The outcome of one check: the headers to send either way."""
+    """The outcome of one check, and the key's bucket right after it.
+
+    :param allowed: whether the request may run.
+    :param limit: requests a second for this key (also the burst).
+    :param remaining: whole requests the bucket holds now.
+    :param reset: seconds until the bucket is full again.
+    :param retry_after: seconds until one more request would pass (0 when allowed).
+    """
 
     allowed: bool
     limit: float
@@ -24,28 +34,28 @@ class Decision:
     reset: float
     retry_after: float
 
-    def headers(self) -> dict[str, str]:
-        """``RateLimit-Policy`` and ``RateLimit`` (draft-ietf-httpapi-ratelimit-headers)."""
-        quota = int(self.limit)
-        headers = {
-            "RateLimit-Policy": f'"{POLICY}";q={quota};w=1',
-            "RateLimit": f'"{POLICY}";r={self.remaining};t={math.ceil(self.reset)}',
-        }
-        if not self.allowed:
-            headers["Retry-After"] = str(max(1, math.ceil(self.retry_after)))
-        return headers
-
 
 class RateLimiter:
     """Token buckets keyed by API key id: ``rate`` tokens a second, burst of ``rate``.
 
-    Buckets are independent per key and live in this process (a host running several
-    processes gets a limit per process). The clock is injectable for tests.
+    With ``rate_limit_backend = "local"`` the buckets live in this process (a host
+    running several processes gets a limit per process). With ``"store"`` (and a
+    ``store``) each take is one atomic write to the store, so every process and node
+    sharing it enforces one limit per key. The clock is injectable for tests; the
+    store backend needs one clock for all nodes, so its default is Unix time.
     """
 
-    def __init__(self, settings: Settings, *, clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        clock: Callable[[], float] | None = None,
+        store: RateLimitStorage | None = None,
+    ):
         self._rates = {"live": settings.rate_limit_live, "test": settings.rate_limit_test}
-        self._clock = clock
+        self._store = store if settings.rate_limit_backend == "store" else None
+        default = time.time if self._store is not None else time.monotonic
+        self._clock = clock or default
         self._buckets: dict[str, tuple[float, float]] = {}  # key -> (tokens, last refill)
         self._lock = threading.Lock()
 
@@ -53,13 +63,17 @@ class RateLimiter:
         """Take one token for ``key_id`` if there is one."""
         rate = self._rates[environment]
         now = self._clock()
-        with self._lock:
-            tokens, last = self._buckets.get(key_id, (rate, now))
-            tokens = min(rate, tokens + (now - last) * rate)
-            allowed = tokens >= 1.0
-            if allowed:
-                tokens -= 1.0
-            self._buckets[key_id] = (tokens, now)
+        if self._store is not None:
+            taken = self._store.take_token(key_id, rate=rate, burst=rate, now=now)
+            allowed, tokens = taken.allowed, taken.tokens
+        else:
+            with self._lock:
+                tokens, last = self._buckets.get(key_id, (rate, now))
+                tokens = min(rate, tokens + (now - last) * rate)
+                allowed = tokens >= 1.0
+                if allowed:
+                    tokens -= 1.0
+                self._buckets[key_id] = (tokens, now)
         return Decision(
             allowed=allowed,
             limit=rate,
@@ -68,12 +82,12 @@ class RateLimiter:
             retry_after=0.0 if allowed else (1.0 - tokens) / rate,
         )
 
-    def enforce(self, key_id: str, environment: str) -> dict[str, str]:
-        """The headers for an allowed request, or ``RateLimited`` (429) carrying them."""
+    def enforce(self, key_id: str, environment: str) -> Decision:
+        """The decision for an allowed request, or ``RateLimited`` (429) carrying it."""
         decision = self.check(key_id, environment)
         if not decision.allowed:
+            wait = max(1, math.ceil(decision.retry_after))
             raise RateLimited(
-                f"Too many requests for this key; retry after {decision.headers()['Retry-After']} s.",
-                headers=decision.headers(),
+                f"Too many requests for this key; retry after {wait} s.", decision=decision
             )
-        return decision.headers()
+        return decision

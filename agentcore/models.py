@@ -6,7 +6,7 @@ import re
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
 
 Environment = Literal["test", "live"]
 Scope = Literal["read", "write"]
@@ -300,6 +300,15 @@ class ChatMessageRequest(Request):
     agentId: str = Field(..., min_length=1, max_length=100)
     message: str = Field(..., min_length=1, json_schema_extra=_DECLARE_NON_BLANK)
     conversationId: str | None = Field(None, min_length=1, max_length=100)
+    stream: StrictBool = Field(
+        False, description="Answer as server-sent events (`text/event-stream`) as it is generated."
+    )
+
+
+class ChatDelta(BaseModel):
+    """``data`` of a ``response.delta`` event of a streamed answer: the next piece of text."""
+
+    delta: str
 
 
 class ChatMessageResponse(BaseModel):
@@ -311,8 +320,12 @@ class ChatMessageResponse(BaseModel):
     conversationId: str
 
 
-class Event(BaseModel):
-    """An event as delivered: ``{id, type, timestamp, data}``."""
+class EventPayload(BaseModel):
+    """The wire form of an ``agentcore.events.Event``: ``{id, type, timestamp, data}``.
+
+    The bus event (``agentcore.Event``) is the one event model; this is only its
+    JSON projection without the tenancy fields, as webhooks deliver it.
+    """
 
     id: str
     type: str

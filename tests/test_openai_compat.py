@@ -33,7 +33,12 @@ from agentcore.chat_models import (
 from agentcore.config import Settings
 from agentcore.errors import ProviderError, ProviderTimeout
 from agentcore.plugins import openai_compat
-from agentcore.plugins.openai_compat import DEFAULT_BASE_URL, OpenAIChatModel, OpenAIEmbedder
+from agentcore.plugins.openai_compat import (
+    DEFAULT_BASE_URL,
+    OpenAIChatModel,
+    OpenAIEmbedder,
+    OpenAISettings,
+)
 
 KEY = "sk-test-0123456789abcdef-secret"
 
@@ -389,17 +394,26 @@ def registered(settings: Settings) -> tuple[list[Any], list[Any]]:
     return models, embedders
 
 
+def openai(**values: Any) -> Settings:
+    """Settings with only the given ``openai_*`` values (no environment, no .env)."""
+    return Settings(_env_file=None).with_plugins(
+        openai=OpenAISettings.model_validate(
+            {k.removeprefix("openai_"): v for k, v in values.items()}
+        )
+    )
+
+
 def test_registration_follows_settings() -> None:
-    assert registered(Settings()) == ([], [])
-    assert registered(Settings(openai_model="gpt-4o-mini")) == ([], [])
+    assert registered(openai()) == ([], [])
+    assert registered(openai(openai_model="gpt-4o-mini")) == ([], [])
 
     models, embedders = registered(
-        Settings(openai_base_url="http://127.0.0.1:11434/v1", openai_model="llama3")
+        openai(openai_base_url="http://127.0.0.1:11434/v1", openai_model="llama3")
     )
     assert [m.name for m in models] == ["openai:llama3"] and embedders == []
 
     models, embedders = registered(
-        Settings(
+        openai(
             openai_api_key=KEY,
             openai_model="gpt-4o-mini",
             openai_embedding_model="text-embedding-3-small",

@@ -51,7 +51,7 @@ def clock() -> FakeClock:
 @pytest.fixture
 def fake(core: AgentCore, clock: FakeClock) -> AgentCore:
     """The core with a fake-clock, seeded runtime; no worker: tests call deliver_due()."""
-    core.webhooks = WebhookRuntime(core, clock=clock, rng=random.Random(0))
+    core.webhooks = WebhookRuntime(core.store, core.settings, clock=clock, rng=random.Random(0))
     return core
 
 
@@ -82,8 +82,13 @@ def test_published_event_is_delivered_signed_in_real_time(
     assert got.headers["content-type"].startswith("application/json")
     assert abs(int(got.headers["webhook-timestamp"]) - time.time()) < 30
     payload = json.loads(got.body)
-    assert payload == {"type": "agent.action", "timestamp": event.timestamp, "data": event.data}
-    assert list(payload) == ["type", "timestamp", "data"]
+    assert payload == {
+        "id": event.id,
+        "type": "agent.action",
+        "timestamp": event.timestamp,
+        "data": event.data,
+    }
+    assert list(payload) == ["id", "type", "timestamp", "data"]
 
     assert Webhook(sub.secret).verify(got.body, got.headers) == payload
     with pytest.raises(WebhookVerificationError):

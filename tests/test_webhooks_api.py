@@ -183,7 +183,8 @@ def test_test_ping_is_delivered_and_logged(api: Api, core: AgentCore, receiver: 
     payload = Webhook(sub["secret"]).verify(first.body, first.headers)
     assert payload["type"] == "webhook.ping"
     assert payload["data"]["subscription_id"] == sub["id"]
-    assert set(payload) == {"type", "timestamp", "data"}
+    assert set(payload) == {"id", "type", "timestamp", "data"}
+    assert payload["id"] == first.headers["webhook-id"]
 
     # the 500 is retried ~5 s later; the log shows that first attempt meanwhile (the
     # worker records it just after the receiver answered: poll briefly for it)

@@ -19,6 +19,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agentcore import __version__
+from agentcore.chat import ChatStream
 from agentcore.config import Settings
 from agentcore.core import AgentCore
 from agentcore.errors import (
@@ -43,8 +44,10 @@ from agentcore_starlette.bodies import (
 from agentcore_starlette.idempotency import check_key, fingerprint, run_once
 from agentcore_starlette.openapi import build_openapi
 from agentcore_starlette.problems import problem_response
+from agentcore_starlette.ratelimit import rate_limit_headers
 from agentcore_starlette.routes import ROUTES
 from agentcore_starlette.routing import ApiRoute, Call, Upload
+from agentcore_starlette.streaming import event_stream
 
 log = get_logger("agentcore.http")  # masks keys and secrets in every record
 
@@ -184,7 +187,9 @@ class Api:
                 raise
             if route.scope != "any":  # before the body is read: 403 does not depend on it
                 workspace.require(route.scope)
-            limits = self.core.rate_limiter.enforce(workspace.key_id or "", workspace.environment)
+            limits = rate_limit_headers(
+                self.core.rate_limiter.enforce(workspace.key_id or "", workspace.environment)
+            )
             call = Call(workspace, request.path_params, request.query_params, request.headers)
             canonical = await self._read_body(route, request, call)
 
@@ -199,10 +204,16 @@ class Api:
                     raise DeadlineExceeded(
                         f"The request took longer than {self.settings.request_deadline:g} s."
                     ) from None
+                if isinstance(result, ChatStream):
+                    request_id = request.scope["state"].get("request_id")
+                    return event_stream(
+                        result, request_id, heartbeat=self.settings.stream_heartbeat
+                    )
                 return _json(route, result)
 
             key = request.headers.get("idempotency-key")
-            if route.method == "POST" and key is not None:
+            # a stream is not stored for replay: the key does not apply (as at OpenAI, Stripe)
+            if route.method == "POST" and key is not None and not route.streams(call.body):
                 print_ = fingerprint(route.method, request.url.path, canonical)
                 response = await run_once(
                     workspace, check_key(key), print_, handle, wait=self.settings.request_deadline

@@ -1,4 +1,4 @@
-"""Idempotency-Key on POST routes, with Stripe's semantics, over the core's store."""
+"""Idempotency-Key on POST routes: the core's ``IdempotencyKeys`` behind HTTP headers."""
 
 from __future__ import annotations
 
@@ -11,13 +11,13 @@ from collections.abc import Awaitable, Callable
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
-from agentcore.errors import AgentCoreError, Conflict, InvalidRequest
-from agentcore.storage.records import StoredResponse
+from agentcore.errors import AgentCoreError, InvalidRequest
+from agentcore.storage.records import StoredResult
 from agentcore.workspace import Workspace
-from agentcore_starlette.problems import problem_body
+from agentcore_starlette.problems import MEDIA_TYPE, problem_document
 
 MAX_KEY_LENGTH = 255
-POLL = 0.02
+REPLAYED = {"Idempotent-Replayed": "true"}
 
 
 def fingerprint(method: str, path: str, canonical_body: bytes) -> str:
@@ -40,6 +40,16 @@ def check_key(key: str) -> str:
     return key
 
 
+def replay_response(result: StoredResult) -> Response:
+    """A kept result as the response to a retry (``Idempotent-Replayed: true``)."""
+    if result.failed:
+        body = json.dumps(problem_document(json.loads(result.body), None), separators=(",", ":"))
+        return Response(body, status_code=result.status, media_type=MEDIA_TYPE, headers=REPLAYED)
+    return Response(
+        result.body, status_code=result.status, media_type="application/json", headers=REPLAYED
+    )
+
+
 async def run_once(
     workspace: Workspace,
     key: str,
@@ -48,62 +58,31 @@ async def run_once(
     *,
     wait: float,
 ) -> Response:
-    """Run ``run`` at most once per key: replay its stored response for a retry.
+    """Run ``run`` at most once per key: replay its kept result for a retry.
 
-    Same key and same request → the stored response (``Idempotent-Replayed: true``);
+    Same key and same request → the kept result (``Idempotent-Replayed: true``);
     same key and another request → 409; a duplicate that arrives while the first is
-    still running waits for it (up to ``wait`` seconds) and then replays it.
+    still running waits for it (up to ``wait`` seconds, polling on the event loop)
+    and then replays it. The rules are the core's (``core.idempotency``).
     """
-    store = workspace.core.store
-    ttl = workspace.core.settings.idempotency_ttl
+    keys = workspace.core.idempotency
     org, env = workspace.organization_id, workspace.environment
-    deadline = time.monotonic() + wait
+    wait_until = time.monotonic() + wait
     while True:
-        claim, stored = await run_in_threadpool(
-            store.claim_idempotency_key, org, env, key, print_, now=time.time(), ttl=ttl
-        )
-        if claim == "replay" and stored is not None:
-            return Response(
-                stored.body,
-                status_code=stored.status,
-                headers={**stored.headers, "Idempotent-Replayed": "true"},
-            )
-        if claim == "mismatch":
-            raise Conflict(
-                "This Idempotency-Key was already used with a different request.",
-                code="idempotency_key_reused",
-                param="Idempotency-Key",
-            )
-        if claim == "new":
+        claim = await run_in_threadpool(keys.claim, org, env, key, print_, wait_until=wait_until)
+        if claim.action == "replay" and claim.result is not None:
+            return replay_response(claim.result)
+        if claim.action == "run":
             break
-        if time.monotonic() > deadline:
-            raise Conflict(
-                "A request with this Idempotency-Key is still being processed.",
-                code="idempotency_request_in_progress",
-                param="Idempotency-Key",
-            )
-        await asyncio.sleep(POLL)
+        await asyncio.sleep(keys.poll)
     try:
         response = await run()
     except AgentCoreError as error:
-        body = json.dumps(problem_body(error, None), separators=(",", ":")).encode()
-        await run_in_threadpool(
-            store.finish_idempotency_key,
-            org,
-            env,
-            key,
-            StoredResponse(error.status, body, {"content-type": "application/problem+json"}),
-        )
+        await run_in_threadpool(keys.fail, org, env, key, error)
         raise
     except BaseException:
-        await run_in_threadpool(store.release_idempotency_key, org, env, key)
+        await run_in_threadpool(keys.release, org, env, key)
         raise
-    headers = {"content-type": response.headers.get("content-type", "application/json")}
-    await run_in_threadpool(
-        store.finish_idempotency_key,
-        org,
-        env,
-        key,
-        StoredResponse(response.status_code, bytes(response.body), headers),
-    )
+    body = bytes(response.body).decode()
+    await run_in_threadpool(keys.succeed, org, env, key, response.status_code, body)
     return response

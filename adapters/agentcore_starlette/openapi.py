@@ -34,6 +34,26 @@ def _schema(model: type[BaseModel], components: dict[str, Any], mode: str) -> di
     return {"$ref": REF.format(model=model.__name__)}
 
 
+def _event_stream(route: ApiRoute, components: dict[str, Any]) -> dict[str, Any]:
+    """The ``text/event-stream`` media type of a streamed answer: one event per
+    ``event:``/``data:`` block; ``x-events`` names each event and its data's schema."""
+    names = ", ".join(f"`{event.name}`" for event in route.events)
+    return {
+        "schema": {
+            "type": "string",
+            "description": f"Server-sent events ({names}); lines starting with ':' are "
+            "heartbeats. Each event's `data` is one JSON document.",
+        },
+        "x-events": {
+            event.name: {
+                "description": event.description,
+                "data": _schema(event.data, components, "serialization"),
+            }
+            for event in route.events
+        },
+    }
+
+
 def _typed(prop: dict[str, Any], kind: str) -> dict[str, Any]:
     """The sub-schema of ``prop`` of JSON type ``kind`` (itself, or its ``anyOf`` branch)."""
     if prop.get("type") == kind:
@@ -170,6 +190,10 @@ def build_openapi(
                 },
             },
         }
+        if route.events:
+            operation["responses"][str(route.status_code)]["content"]["text/event-stream"] = (
+                _event_stream(route, components)
+            )
         if route.request is not None:
             requests.add(route.request.__name__)
             content: dict[str, Any] = {

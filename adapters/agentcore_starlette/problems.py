@@ -8,7 +8,8 @@ from typing import Any
 
 from starlette.responses import Response
 
-from agentcore.errors import AgentCoreError
+from agentcore.errors import AgentCoreError, RateLimited
+from agentcore_starlette.ratelimit import rate_limit_headers
 
 log = logging.getLogger("agentcore.http")
 
@@ -18,22 +19,24 @@ MEDIA_TYPE = "application/problem+json"
 
 def problem_body(error: AgentCoreError, request_id: str | None) -> dict[str, Any]:
     """The problem document for ``error``: type, title, status, detail, code, param, request_id."""
-    body: dict[str, Any] = {
-        "type": PROBLEM_TYPE + error.code,
-        "title": error.title,
-        "status": error.status,
-        "detail": error.detail,
-        "code": error.code,
-        "param": error.param,
-        "request_id": request_id,
-    }
-    body.update(error.extra)
+    return problem_document(error.as_dict(), request_id)
+
+
+def problem_document(fields: dict[str, Any], request_id: str | None) -> dict[str, Any]:
+    """The problem document for an error's fields (``AgentCoreError.as_dict``)."""
+    body: dict[str, Any] = {"type": PROBLEM_TYPE + str(fields.get("code"))}
+    for name in ("title", "status", "detail", "code", "param"):
+        body[name] = fields.get(name)
+    body["request_id"] = request_id
+    body.update((name, value) for name, value in fields.items() if name not in body)
     return body
 
 
 def problem_response(error: AgentCoreError, request_id: str | None) -> Response:
     """``error`` rendered as ``application/problem+json`` with its status and headers."""
     headers = dict(error.headers)
+    if isinstance(error, RateLimited) and error.decision is not None:
+        headers.update(rate_limit_headers(error.decision))
     if request_id:
         headers["Request-Id"] = request_id
     return Response(

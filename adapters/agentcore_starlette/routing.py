@@ -71,12 +71,22 @@ PAGINATION = (
 
 
 @dataclass(frozen=True)
+class StreamEvent:
+    """One kind of event of a route's ``text/event-stream`` answer (for OpenAPI)."""
+
+    name: str
+    data: type[BaseModel]
+    description: str
+
+
+@dataclass(frozen=True)
 class ApiRoute:
     """One operation of the /v1 API.
 
     ``handler(call)`` returns a pydantic model; it runs in a worker thread unless
     ``blocking`` is False. ``scope`` is checked before the body is read (the core
-    checks it again).
+    checks it again). A route with ``events`` answers ``text/event-stream`` when its
+    JSON body says ``"stream": true`` (the handler then returns a ``ChatStream``).
     """
 
     method: str
@@ -91,6 +101,11 @@ class ApiRoute:
     status_code: int = 200
     query: tuple[QueryParam, ...] = field(default_factory=tuple)
     blocking: bool = True  # False: the handler neither does I/O nor heavy work; run inline
+    events: tuple[StreamEvent, ...] = ()  # the events of its streamed answer, if it has one
+
+    def streams(self, body: Any) -> bool:
+        """Whether a request with this parsed ``body`` is answered as an event stream."""
+        return bool(self.events) and getattr(body, "stream", False) is True
 
     @property
     def operation_id(self) -> str:

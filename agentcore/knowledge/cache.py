@@ -1,25 +1,31 @@
-"""The per-core cache of workspace indexes, kept in step with the store by a version."""
+"""The per-core cache of workspace indexes, kept in step with the store's change log."""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
-from agentcore.errors import Conflict, InvalidRequest
+from agentcore.errors import Conflict, InvalidRequest, ValidationFailed
 from agentcore.knowledge.embedders import Embedder
 from agentcore.knowledge.index import VectorIndex
+from agentcore.storage.base import VectorSearchStore
 from agentcore.storage.records import KnowledgeState
 
 if TYPE_CHECKING:
-    from agentcore.core import AgentCore
+    from agentcore.storage.base import KnowledgeStorage
 
 T = TypeVar("T")
 Key = tuple[str, str]
+
+# Spare rows given to a freshly loaded index (a fraction of its size, at least a few
+# documents' worth), so the rows the next writes add need no copy of the matrix.
+_SPARE_FRACTION = 16
+_MIN_SPARE_ROWS = 4096
 
 
 @dataclass
@@ -29,19 +35,45 @@ class _Entry:
 
 
 class IndexCache:
-    """Loads each workspace's index once and shares it between threads.
+    """Loads each workspace's index once, shares it between threads, keeps it current.
 
-    The store keeps a per-workspace version that every knowledge write bumps. A
-    reader whose cached version differs from the store's reloads (so another process
-    writing the same store is noticed); a write made through this cache applies its
-    change to the cached index in place when nothing else changed in between.
+    The store keeps a per-workspace version that every knowledge write advances and a
+    change log (rows added, ids deleted, per version). Before each search the cache
+    compares its version with the store's (one small read); if it is behind (a write
+    by this or another process, on this or another machine), it applies only the
+    changes since its version. It reloads the whole workspace only when the log cannot
+    bridge the gap: more than ``catchup_max_rows`` rows added, a re-embed, or
+    deletions older than the log keeps. So a search answered after any process's
+    write has returned reflects that write.
+
+    :param store: where documents, chunks and vectors are kept.
+    :param embedders: the registered embedders, by name.
+    :param embedder: the name of the one that indexes (``Settings.embedder``).
+    :param catchup_max_rows: most rows to add from the change log before a full
+        reload is preferred (``Settings.index_catchup_max_rows``).
+    :param store_search: a store that ranks vectors itself; when given
+        (``vector_search="pgvector"``), searches run there and no index is held here.
     """
 
-    def __init__(self, core: AgentCore) -> None:
-        self._core = core
+    def __init__(
+        self,
+        store: KnowledgeStorage,
+        *,
+        embedders: Mapping[str, Embedder],
+        embedder: str,
+        catchup_max_rows: int = 100_000,
+        store_search: VectorSearchStore | None = None,
+    ) -> None:
+        self._store = store
+        self._store_search = store_search
+        self._embedders = embedders
+        self._embedder_name = embedder
+        self._catchup_max_rows = catchup_max_rows
         self._entries: dict[Key, _Entry] = {}
         self._locks: dict[Key, threading.RLock] = {}
         self._guard = threading.Lock()
+        self.reloads = 0  # full workspace loads (a number tests and benchmarks read)
+        self.catch_ups = 0  # change-log deltas applied
 
     def _lock(self, key: Key) -> threading.RLock:
         with self._guard:
@@ -49,10 +81,10 @@ class IndexCache:
 
     def embedder(self) -> Embedder:
         """The configured embedder, or a 400 naming the ones registered."""
-        name = self._core.settings.embedder
-        embedder = self._core.embedders.get(name)
+        name = self._embedder_name
+        embedder = self._embedders.get(name)
         if embedder is None:
-            known = ", ".join(sorted(self._core.embedders)) or "none"
+            known = ", ".join(sorted(self._embedders)) or "none"
             raise InvalidRequest(
                 f"The configured embedder {name!r} is not registered (registered: {known}).",
                 code="embedder_unavailable",
@@ -62,51 +94,105 @@ class IndexCache:
     def get(self, organization_id: str, environment: str) -> VectorIndex:
         """The current index of a workspace (re-embedded first if the embedder changed)."""
         key = (organization_id, environment)
-        store = self._core.store
-        state = store.knowledge_state(organization_id, environment)
+        state = self._store.knowledge_state(organization_id, environment)
         entry = self._entries.get(key)
         if entry is not None and entry.version == state.version:
             return entry.index
         with self._lock(key):
             state = self._ensure_embedder(organization_id, environment)
             entry = self._entries.get(key)
-            if entry is not None and entry.version == state.version:
+            if entry is not None and (entry.version == state.version or self._catch_up(key, entry)):
                 return entry.index
-            dimension = state.dimension or self.embedder().dimension
-            ids, vectors = store.load_vectors(organization_id, environment, dimension)
-            index = VectorIndex.adopt(ids, vectors)
-            self._entries[key] = _Entry(state.version, index)
-            return index
+            return self._load(key, state)
 
-    def write(
+    def search(
         self,
         organization_id: str,
         environment: str,
-        store_write: Callable[[], T],
-        apply: Callable[[VectorIndex], None],
-    ) -> T:
-        """Run ``store_write`` then mirror it with ``apply`` on the cached index.
+        query: Callable[[], npt.NDArray[np.float32] | None],
+        k: int,
+        min_score: float | None = None,
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]:
+        """The ``k`` best ids and scores for the vector ``query()`` returns (``None``: none).
 
-        Serialised per workspace, so versions advance one at a time; if another
-        writer (another process) got in between, the cache is dropped and reloads.
+        The one place search runs: in this node's index (``vector_search="memory"``),
+        or in the store (``"pgvector"``), so a node then holds no vectors in RAM.
+        ``query`` is called only when there is something to search.
+        """
+        empty = (np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float32))
+        if self._store_search is None:
+            index = self.get(organization_id, environment)
+            if len(index) == 0:
+                return empty
+            vector = query()
+            return empty if vector is None else index.search(vector, k, min_score=min_score)
+        self._ensure_embedder(organization_id, environment)
+        vector = query()
+        if vector is None:
+            return empty
+        unit = unit_rows(np.asarray(vector, dtype=np.float32).reshape(1, -1))[0]
+        ids, scores = self._store_search.search_vectors(organization_id, environment, unit, k)
+        if min_score is not None:
+            keep = scores >= min_score
+            ids, scores = ids[keep], scores[keep]
+        return ids, scores
+
+    def write(self, organization_id: str, environment: str, store_write: Callable[[], T]) -> T:
+        """Run ``store_write`` (a knowledge write to the store), then bring the cache up to date.
+
+        Serialised per workspace in this process. The cached index, if any, applies
+        the change log since its version, which holds this write and any other
+        process's writes in between, so it never misses one.
         """
         key = (organization_id, environment)
         with self._lock(key):
             self._ensure_embedder(organization_id, environment)
-            before = self._entries.get(key)
             result = store_write()
-            state = self._core.store.knowledge_state(organization_id, environment)
-            if before is not None and before.version == state.version:
-                return result  # nothing was written (e.g. a delete of a missing document)
-            if before is not None and before.version + 1 == state.version:
-                apply(before.index)
-                before.version = state.version
-            else:
+            entry = self._entries.get(key)
+            if entry is not None and not self._catch_up(key, entry):
                 self._entries.pop(key, None)
             return result
 
+    def _load(self, key: Key, state: KnowledgeState) -> VectorIndex:
+        """Load a workspace's whole index (call with the workspace lock held)."""
+        dimension = state.dimension or self.embedder().dimension
+        # the version is read before the vectors: a write in between is applied again
+        # by the next catch-up only if it is newer than this version, and a row the
+        # load already holds is never added twice (see _catch_up)
+        version = self._store.knowledge_state(*key).version
+        ids, vectors = self._store.load_vectors(*key, dimension)
+        spare = max(_MIN_SPARE_ROWS, ids.shape[0] // _SPARE_FRACTION)
+        index = VectorIndex.adopt(ids, vectors, spare_rows=spare)
+        self._entries[key] = _Entry(version, index)
+        self.reloads += 1
+        return index
+
+    def _catch_up(self, key: Key, entry: _Entry) -> bool:
+        """Apply the store's changes since ``entry.version``; False if a reload is needed."""
+        changes = self._store.changes_since(*key, entry.version, max_rows=self._catchup_max_rows)
+        if changes is None:
+            return False
+        if changes.version == entry.version:
+            return True
+        index = entry.index
+        added = changes.added_ids
+        if added.size:
+            # a load that raced a write may already hold some of these rows
+            fresh = np.fromiter(
+                (not index.contains(i) for i in added.tolist()), dtype=bool, count=added.size
+            )
+            try:
+                index.add(added[fresh], changes.added_vectors[fresh])
+            except ValidationFailed:  # rows the index refuses: rebuild from the store
+                return False
+        if changes.deleted_ids.size:
+            index.remove(changes.deleted_ids)
+        entry.version = changes.version
+        self.catch_ups += 1
+        return True
+
     def _ensure_embedder(self, organization_id: str, environment: str) -> KnowledgeState:
-        store = self._core.store
+        store = self._store
         state = store.knowledge_state(organization_id, environment)
         embedder = self.embedder()
         if state.embedder is None or state.embedder != embedder.name:
@@ -123,15 +209,13 @@ class IndexCache:
 
     def _reembed(self, organization_id: str, environment: str, embedder: Embedder) -> None:
         segments: list[tuple[str | None, npt.NDArray[np.int64], npt.NDArray[np.float32]]] = []
-        for document_id, ids, texts in self._core.store.iter_chunk_texts(
-            organization_id, environment
-        ):
+        for document_id, ids, texts in self._store.iter_chunk_texts(organization_id, environment):
             if not texts:
                 continue
             vectors = unit_rows(embedder.embed(texts, kind="passage"))
             keep = nonzero_rows(vectors)
             segments.append((document_id, np.asarray(ids, dtype=np.int64)[keep], vectors[keep]))
-        self._core.store.replace_all_vectors(
+        self._store.replace_all_vectors(
             organization_id, environment, embedder.name, segments, embedder.dimension
         )
         self._entries.pop((organization_id, environment), None)

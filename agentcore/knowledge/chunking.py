@@ -6,7 +6,7 @@ import re
 from bisect import bisect_right
 from dataclasses import dataclass, field
 
-__all__ = ["Chunk", "chunk_pages", "pages_in_span", "split_sentences"]
+__all__ = ["Chunk", "chunk_pages", "pages_in_span", "sentence_spans", "split_sentences"]
 
 
 @dataclass(frozen=True)
@@ -149,7 +149,12 @@ def _units(text: str, limit: int) -> list[_Unit]:
 
 def split_sentences(text: str) -> list[str]:
     """Split ``text`` into sentences; a paragraph break always ends one."""
-    return [text[u.start : u.end] for u in _units(text, max(len(text), 1))]
+    return [text[start:end] for start, end in sentence_spans(text)]
+
+
+def sentence_spans(text: str) -> list[tuple[int, int]]:
+    """Where the sentences of ``text`` are: ``(start, end)`` offsets, trimmed, in order."""
+    return [(u.start, u.end) for u in _units(text, max(len(text), 1))]
 
 
 def _separator(unit: _Unit) -> str:

@@ -272,13 +272,22 @@ class VectorIndex:
         return index
 
     @classmethod
-    def adopt(cls, ids: npt.ArrayLike, vectors: npt.ArrayLike) -> VectorIndex:
+    def adopt(
+        cls, ids: npt.ArrayLike, vectors: npt.ArrayLike, *, spare_rows: int = 0
+    ) -> VectorIndex:
         """An index over arrays already in its layout, without copying them.
 
         ``vectors`` must be C-contiguous float32 rows of unit length (as the store
         keeps them) and ``ids`` int64, one per row: the store reads a whole workspace
         straight into such arrays, so loading costs one copy out of the database.
         The index owns the arrays afterwards.
+
+        :param spare_rows: room for this many appends before the first growth copy.
+            Arrays that own their memory are enlarged in place (``realloc``, which
+            for large buffers remaps pages rather than copying them), so the first
+            rows added after a load do not copy the whole matrix; other arrays are
+            adopted as they are. The caller hands such arrays over: no view of them
+            may outlive this call (``Store.load_vectors`` returns them that way).
         """
         matrix = np.ascontiguousarray(vectors, dtype=_VECTOR_DTYPE)
         id_array = np.ascontiguousarray(ids, dtype=_ID_DTYPE)
@@ -288,8 +297,12 @@ class VectorIndex:
                 code="dimension_mismatch",
                 param="vectors",
             )
-        index = cls(matrix.shape[1], capacity=0)
-        index._install(matrix, id_array, matrix.shape[0])
+        n, d = matrix.shape
+        if spare_rows > 0 and matrix.flags.owndata and id_array.flags.owndata:
+            matrix.resize((n + spare_rows, d), refcheck=False)
+            id_array.resize(n + spare_rows, refcheck=False)
+        index = cls(d, capacity=0)
+        index._install(matrix, id_array, n)
         return index
 
     def _install(self, buffer: Matrix, ids_buffer: IdArray, n: int) -> None:

@@ -6,34 +6,43 @@ import builtins
 from typing import TYPE_CHECKING
 
 import numpy as np
+import numpy.typing as npt
 
 from agentcore.errors import NotFound, PayloadTooLarge, ValidationFailed
 from agentcore.ids import new_id, utcnow
 from agentcore.knowledge.cache import IndexCache, nonzero_rows, unit_rows
 from agentcore.knowledge.chunking import chunk_pages
-from agentcore.knowledge.index import VectorIndex
 from agentcore.knowledge.ingest import ParsedDocument, parse_document, parse_text
 from agentcore.models import Deleted, Document, DocumentList, SearchResponse, SearchResult
 from agentcore.storage.records import StoredChunk
 
 if TYPE_CHECKING:
+    from agentcore.config import Settings
+    from agentcore.storage.base import KnowledgeStorage
     from agentcore.workspace import Workspace
 
 
-def index_cache(workspace: Workspace) -> IndexCache:
-    """The core's shared index cache."""
-    cache: IndexCache = workspace.core.service("index_cache", IndexCache)
-    return cache
-
-
 class KnowledgeService:
-    """The knowledge core of one workspace; reached as ``workspace.knowledge``."""
+    """The knowledge core of one workspace; reached as ``workspace.knowledge``.
 
-    def __init__(self, workspace: Workspace) -> None:
+    :param workspace: whose documents, and the scopes the caller holds.
+    :param store: where documents, chunks and vectors are kept.
+    :param settings: upload, chunking and search limits.
+    :param index: the core's shared cache of workspace indexes (and its embedder).
+    """
+
+    def __init__(
+        self,
+        workspace: Workspace,
+        *,
+        store: KnowledgeStorage,
+        settings: Settings,
+        index: IndexCache,
+    ) -> None:
         self._ws = workspace
-        self._store = workspace.core.store
-        self._settings = workspace.core.settings
-        self._cache = index_cache(workspace)
+        self._store = store
+        self._settings = settings
+        self._cache = index
 
     # ingestion -----------------------------------------------------------------
 
@@ -99,10 +108,9 @@ class KnowledgeService:
         )
         keep = nonzero_rows(vectors)
         ws = self._ws
-        added: list[int] = []
 
         def store_write() -> None:
-            ids = self._store.insert_document(
+            self._store.insert_document(
                 ws.organization_id,
                 ws.environment,
                 document,
@@ -111,12 +119,8 @@ class KnowledgeService:
                 vectors,
                 keep,
             )
-            added.extend(ids)
 
-        def apply(index: VectorIndex) -> None:
-            index.add(np.asarray(added, dtype=np.int64)[keep], vectors[keep])
-
-        self._cache.write(ws.organization_id, ws.environment, store_write, apply)
+        self._cache.write(ws.organization_id, ws.environment, store_write)
         return document
 
     # documents -----------------------------------------------------------------
@@ -146,16 +150,11 @@ class KnowledgeService:
         """Delete a document; its chunks leave search at once. Write scope."""
         self._ws.require("write")
         ws = self._ws
-        chunk_ids: list[int] = []
 
         def store_write() -> bool:
-            chunk_ids.extend(self._store.chunk_ids(ws.organization_id, ws.environment, document_id))
             return self._store.delete_document(ws.organization_id, ws.environment, document_id)
 
-        def apply(index: VectorIndex) -> None:
-            index.remove(np.asarray(chunk_ids, dtype=np.int64))
-
-        if not self._cache.write(ws.organization_id, ws.environment, store_write, apply):
+        if not self._cache.write(ws.organization_id, ws.environment, store_write):
             raise NotFound(f"No document with id {document_id!r}.", param="id")
         return Deleted(id=document_id)
 
@@ -205,13 +204,16 @@ class KnowledgeService:
     ) -> builtins.list[tuple[StoredChunk, float]]:
         """The top ``k`` chunks and scores for ``query`` (no argument checks; chat uses it)."""
         self._ws.require("read")
-        index = self._cache.get(self._ws.organization_id, self._ws.environment)
-        if len(index) == 0:
-            return []
-        vector = self._cache.embedder().embed([query], kind="query")[0]
-        if not np.isfinite(vector).all() or not np.any(vector):
-            return []
-        ids, scores = index.search(vector, k, min_score=min_score)
+
+        def query_vector() -> npt.NDArray[np.float32] | None:
+            vector: npt.NDArray[np.float32] = self._cache.embedder().embed([query], kind="query")[0]
+            if not np.isfinite(vector).all() or not np.any(vector):
+                return None
+            return vector
+
+        ids, scores = self._cache.search(
+            self._ws.organization_id, self._ws.environment, query_vector, k, min_score
+        )
         chunks = self._store.get_chunks([int(i) for i in ids])
         # a chunk deleted between the index read and this lookup is skipped
         return [

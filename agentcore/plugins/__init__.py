@@ -4,6 +4,7 @@ from __future__ import annotations
 
 DEFAULT_PLUGINS: tuple[str, ...] = (
     "agentcore.plugins.sqlite_store",
+    "agentcore.plugins.postgres_store",
     "agentcore.plugins.hashing_embedder",
     "agentcore.plugins.extractive",
     "agentcore.plugins.openai_compat",

@@ -6,7 +6,7 @@ import math
 import re
 import unicodedata
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -115,13 +115,27 @@ class ExtractiveModel:
 
     def complete(self, request: ChatRequest) -> ChatResult:
         """Answer ``request.message`` by quoting ``request.passages``."""
+        return _result(self._choose(request))
+
+    def stream(self, request: ChatRequest) -> Iterator[str | ChatResult]:
+        """The answer of ``complete``, sentence by sentence, then the result."""
+        chosen = self._choose(request)
+        result = _result(chosen)
+        if not chosen:
+            yield result.text
+        for number, sentence in enumerate(chosen):
+            yield sentence.text if number == 0 else f" {sentence.text}"
+        yield result
+
+    def _choose(self, request: ChatRequest) -> list[_Sentence]:
+        """The sentences to quote, in passage order; none when nothing answers."""
         question = request.message
         wanted = _tokens(question)
         if not wanted or not request.passages:
-            return ChatResult(text=NO_ANSWER)
+            return []
         sentences = _candidates(request.passages)
         if not sentences:
-            return ChatResult(text=NO_ANSWER)
+            return []
         weight = _question_weights(wanted, sentences)
         passage_stems: dict[int, frozenset[str]] = {}
         for s in sentences:
@@ -131,7 +145,7 @@ class ExtractiveModel:
         # sentence); the relevance gate below counts the missing words too.
         seen = {stem: w for stem, w in weight.items() if stem in known}
         if not seen or _names_missing(question, known):
-            return ChatResult(text=NO_ANSWER)
+            return []
         share = sum(seen.values()) / sum(weight.values())
         scored = [
             (self._score(question, wanted, seen, s, passage_stems[s.rank]), s) for s in sentences
@@ -140,7 +154,7 @@ class ExtractiveModel:
         scored.sort(key=lambda item: -item[0][0])
         (best_score, best_coverage), best = scored[0]
         if best_coverage * share < self.min_coverage:
-            return ChatResult(text=NO_ANSWER)
+            return []
         chosen = [best]
         for (score, coverage), sentence in scored[1:]:
             if score < best_score * self.second_ratio or coverage * share < self.min_coverage:
@@ -149,8 +163,7 @@ class ExtractiveModel:
                 chosen.append(sentence)
                 break
         chosen.sort(key=lambda s: (s.rank, sentences.index(s)))
-        used = list(dict.fromkeys(s.passage.id for s in chosen))
-        return ChatResult(text=" ".join(s.text for s in chosen), used_passage_ids=used)
+        return chosen
 
     def _score(
         self,
@@ -185,6 +198,14 @@ class ExtractiveModel:
         return (
             f"ExtractiveModel(min_coverage={self.min_coverage}, second_ratio={self.second_ratio})"
         )
+
+
+def _result(chosen: Sequence[_Sentence]) -> ChatResult:
+    """The answer quoting ``chosen``; ``NO_ANSWER`` citing nothing when it is empty."""
+    if not chosen:
+        return ChatResult(text=NO_ANSWER)
+    used = list(dict.fromkeys(s.passage.id for s in chosen))
+    return ChatResult(text=" ".join(s.text for s in chosen), used_passage_ids=used)
 
 
 def _candidates(passages: Sequence[Passage]) -> list[_Sentence]:
@@ -229,10 +250,42 @@ def _names_missing(question: str, known: frozenset[str]) -> bool:
             else:
                 names.append([word])
     for name in names:
-        stems = [stem for word in name for stem in _tokens(word)]
-        if stems and not any(_fold(stem) in folded for stem in stems):
+        stems = [_fold(stem) for word in name for stem in _tokens(word)]
+        if stems and not any(_mentioned(stem, folded) for stem in stems):
             return True
     return False
+
+
+def _mentioned(stem: str, known: set[str]) -> bool:
+    """Whether ``stem`` is among ``known``, allowing one typo in a name of five or
+    more letters ("Hatmanis" for "Hartmanis"): people misspell the names they ask about."""
+    if stem in known:
+        return True
+    if len(stem) < 5:
+        return False
+    return any(abs(len(other) - len(stem)) <= 1 and _one_edit(stem, other) for other in known)
+
+
+def _one_edit(a: str, b: str) -> bool:
+    """Whether ``a`` and ``b`` differ by exactly one inserted, deleted, replaced or
+    swapped-adjacent character."""
+    if len(a) > len(b):
+        a, b = b, a
+    prefix = 0
+    while prefix < len(a) and a[prefix] == b[prefix]:
+        prefix += 1
+    if len(a) == len(b):
+        if prefix == len(a):
+            return False
+        rest_a, rest_b = a[prefix + 1 :], b[prefix + 1 :]
+        swapped = (
+            prefix + 1 < len(a)
+            and a[prefix] == b[prefix + 1]
+            and a[prefix + 1] == b[prefix]
+            and a[prefix + 2 :] == b[prefix + 2 :]
+        )
+        return rest_a == rest_b or swapped
+    return len(b) == len(a) + 1 and a[prefix:] == b[prefix + 1 :]
 
 
 def _fold(word: str) -> str:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import hashlib
+import math
 import re
+import threading
 import unicodedata
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -64,6 +66,50 @@ def _stem(word: str) -> str:
     return word
 
 
+class _Column:
+    """A growable 1-D numpy array: appends are amortised, and a snapshot taken with
+    ``values()`` stays valid (its first ``len`` items never change) while others append."""
+
+    def __init__(self, dtype: type[np.generic]) -> None:
+        self._data = np.empty(256, dtype=dtype)
+        self._size = 0
+
+    def __len__(self) -> int:
+        return self._size
+
+    def extend(self, values: npt.ArrayLike) -> None:
+        array = np.asarray(values, dtype=self._data.dtype)
+        needed = self._size + len(array)
+        if needed > len(self._data):
+            grown = np.empty(max(needed, 2 * len(self._data)), dtype=self._data.dtype)
+            grown[: self._size] = self._data[: self._size]
+            self._data = grown  # readers holding the old array keep a valid copy
+        self._data[self._size : needed] = array
+        self._size = needed
+
+    def values(self) -> npt.NDArray[Any]:
+        return self._data
+
+
+class _Vocabulary:
+    """What the embedder has learnt about the words it has seen, as flat arrays.
+
+    Raw tokens map to stem ids (``-1`` for dropped tokens); stem ``i`` has its
+    features (its word feature first, then its character n-grams) at
+    ``feature_hashes[feature_start[i] : feature_start[i] + feature_count[i]]``.
+    """
+
+    def __init__(self) -> None:
+        self.token_ids: dict[str, int] = {}
+        self.stem_ids: dict[str, int] = {}
+        self.stems: list[str] = []
+        self.gram_hashes: dict[str, int] = {}
+        self.feature_start = _Column(np.int64)
+        self.feature_count = _Column(np.int64)
+        self.feature_hashes = _Column(np.uint64)
+        self.feature_weights = _Column(np.float32)
+
+
 class HashingEmbedder:
     """Deterministic bag-of-features embeddings that need no model and no download.
 
@@ -73,6 +119,11 @@ class HashingEmbedder:
     feature is hashed with a stable 64-bit hash to a bucket and a sign, weighted by
     its type and by ``1 + log(tf)``; rows are L2-normalised. Text with no features
     embeds as a zero row. Queries and passages are embedded alike.
+
+    The Python work is done once per distinct token: a token's stem and the hashes
+    and weights of the stem's features are kept in flat arrays (emptied past
+    ``_CACHE_LIMIT`` stems), and a batch is assembled, counted and bucketed with
+    whole-array numpy operations. Thread-safe.
 
     :param dimension: the vector length.
     """
@@ -86,97 +137,194 @@ class HashingEmbedder:
     CHAR_WEIGHT = 1.0
     CHAR_SIZES = (3, 4, 5)
     _CACHE_LIMIT = 200_000
+    _BATCH_ROWS = 64
 
     def __init__(self, dimension: int = 1024) -> None:
         if dimension < 1:
             raise ValueError("dimension must be positive")
         self.dimension = dimension
-        # stem -> (feature hashes, weights) of its word and n-gram features.
-        self._features: dict[str, tuple[npt.NDArray[np.uint64], npt.NDArray[np.float32]]] = {}
+        self._lock = threading.Lock()
+        self._vocabulary = _Vocabulary()
 
     def tokens(self, text: str) -> list[str]:
         """The stems that ``embed`` uses for ``text``, in order."""
-        normal = unicodedata.normalize("NFKC", text).replace("\u2019", "'")
-        stems: list[str] = []
-        for token in _TOKEN.findall(normal):
-            word = token.casefold()
-            word = word[:-2] if word.endswith("'s") else word
-            if word in STOP_WORDS:
-                continue
-            # Lone capitals are names ("class P", "Mr. X"); lone lowercase letters
-            # are debris of abbreviations and contractions.
-            if len(word) == 1 and token.islower():
-                continue
-            stems.append(_stem(word.replace("'", "")))
-        return stems
-
-    def _word_features(self, stem: str) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.float32]]:
-        cached = self._features.get(stem)
-        if cached is not None:
-            return cached
-        hashes = [_stable_hash("w\x00" + stem)]
-        weights = [self.WORD_WEIGHT]
-        padded = f"<{stem}>"
-        grams = [padded[i : i + n] for n in self.CHAR_SIZES for i in range(len(padded) - n + 1)]
-        if grams:
-            share = self.CHAR_WEIGHT / np.sqrt(len(grams))
-            hashes += [_stable_hash("c\x00" + gram) for gram in grams]
-            weights += [share] * len(grams)
-        result = (np.array(hashes, dtype=np.uint64), np.array(weights, dtype=np.float32))
-        if len(self._features) >= self._CACHE_LIMIT:
-            self._features.clear()
-        self._features[stem] = result
-        return result
+        with self._lock:
+            vocabulary = self._current_vocabulary()
+            ids = self._stem_ids(vocabulary, _raw_tokens(text))
+            return [vocabulary.stems[i] for i in ids if i >= 0]
 
     def embed(self, texts: Sequence[str], kind: EmbedKind = "passage") -> npt.NDArray[np.float32]:
         """Embed ``texts`` as rows of a ``(len(texts), dimension)`` float32 array."""
-        rows: list[npt.NDArray[np.uint64]] = []
-        hashes: list[npt.NDArray[np.uint64]] = []
-        weights: list[npt.NDArray[np.float32]] = []
-        for row, text in enumerate(texts):
-            stems = self.tokens(text)
-            if not stems:
-                continue
-            parts = [self._word_features(stem) for stem in stems]
-            word_hashes = np.array([part[0][0] for part in parts], dtype=np.uint64)
-            pair_hashes = _mix(word_hashes[:-1], word_hashes[1:])
-            row_hashes = np.concatenate([*(part[0] for part in parts), pair_hashes])
-            row_weights = np.concatenate(
-                [
-                    *(part[1] for part in parts),
-                    np.full(len(pair_hashes), self.PAIR_WEIGHT, dtype=np.float32),
-                ]
-            )
-            hashes.append(row_hashes)
-            weights.append(row_weights)
-            rows.append(np.full(len(row_hashes), row, dtype=np.uint64))
-        out = np.zeros((len(texts), self.dimension), dtype=np.float32)
-        if not hashes:
-            return out
-        all_rows = np.concatenate(rows)
-        all_hashes = np.concatenate(hashes)
-        all_weights = np.concatenate(weights)
-        # Sublinear term frequency per (row, feature): count repeats of each pair.
-        order = np.lexsort((all_hashes, all_rows))
-        all_rows, all_hashes, all_weights = all_rows[order], all_hashes[order], all_weights[order]
-        new = np.ones(len(all_rows), dtype=bool)
-        new[1:] = (all_rows[1:] != all_rows[:-1]) | (all_hashes[1:] != all_hashes[:-1])
-        starts = np.flatnonzero(new)
-        counts = np.diff(np.append(starts, len(all_rows)))
-        feature_rows = all_rows[starts].astype(np.int64)
-        feature_hashes = all_hashes[starts]
-        values = all_weights[starts] * (1.0 + np.log(counts)).astype(np.float32)
-        signs = np.where(feature_hashes & np.uint64(1), 1.0, -1.0).astype(np.float32)
-        buckets = ((feature_hashes >> np.uint64(1)) % np.uint64(self.dimension)).astype(np.int64)
-        flat = np.bincount(
-            feature_rows * self.dimension + buckets,
-            weights=values * signs,
-            minlength=len(texts) * self.dimension,
+        if len(texts) <= self._BATCH_ROWS:
+            return self._embed_batch(texts)
+        step = self._BATCH_ROWS  # rows are independent: bounded work arrays, same bits
+        parts = [self._embed_batch(texts[i : i + step]) for i in range(0, len(texts), step)]
+        return np.concatenate(parts)
+
+    def _embed_batch(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        raw: list[str] = []
+        lengths: list[int] = []
+        for text in texts:
+            found = _raw_tokens(text)
+            raw += found
+            lengths.append(len(found))
+        with self._lock:
+            vocabulary = self._current_vocabulary()
+            token_stems = np.array(self._stem_ids(vocabulary, raw), dtype=np.int64)
+            # Snapshots: later appends by other threads leave these prefixes alone.
+            start = vocabulary.feature_start.values()
+            count = vocabulary.feature_count.values()
+            feature_hashes = vocabulary.feature_hashes.values()
+            feature_weights = vocabulary.feature_weights.values()
+        token_rows = np.repeat(np.arange(len(texts), dtype=np.int64), lengths)
+        kept = token_stems >= 0
+        stems, rows = token_stems[kept], token_rows[kept]
+        # Each stem's features, in text order: gather index ranges without a loop.
+        counts = count[stems]
+        firsts = np.cumsum(counts) - counts
+        gather = np.repeat(start[stems] - firsts, counts) + np.arange(counts.sum())
+        word_hashes = feature_hashes[start[stems]]
+        same_row = rows[1:] == rows[:-1]
+        pair_hashes = _mix(word_hashes[:-1][same_row], word_hashes[1:][same_row])
+        # Per row, stem features come before pair features, as they always have: a
+        # feature repeated in a row takes the weight of its first occurrence.
+        all_rows = np.concatenate([np.repeat(rows, counts), rows[1:][same_row]])
+        all_hashes = np.concatenate([feature_hashes[gather], pair_hashes])
+        all_weights = np.concatenate(
+            [
+                feature_weights[gather],
+                np.full(len(pair_hashes), self.PAIR_WEIGHT, dtype=np.float32),
+            ]
         )
+        flat = _bucket_sums(all_rows, all_hashes, all_weights, len(texts), self.dimension)
         out = flat.reshape(len(texts), self.dimension).astype(np.float32)
         norms = np.linalg.norm(out, axis=1, keepdims=True)
         np.divide(out, norms, out=out, where=norms > 0)
         return out
+
+    def _current_vocabulary(self) -> _Vocabulary:
+        """The vocabulary, started afresh once it holds ``_CACHE_LIMIT`` stems. Locked."""
+        vocabulary = self._vocabulary
+        limit = self._CACHE_LIMIT
+        if len(vocabulary.stems) >= limit or len(vocabulary.token_ids) >= 4 * limit:
+            vocabulary = self._vocabulary = _Vocabulary()
+        return vocabulary
+
+    def _stem_ids(self, vocabulary: _Vocabulary, raw: list[str]) -> list[int]:
+        """The stem id of each raw token (``-1`` when dropped), learning new ones. Locked."""
+        table = vocabulary.token_ids
+        try:
+            return [table[token] for token in raw]
+        except KeyError:
+            new = _NewStems(len(vocabulary.feature_hashes))
+            for token in set(raw).difference(table):
+                table[token] = self._learn(vocabulary, token, new)
+            # One append per column for all the new stems of this call.
+            vocabulary.feature_start.extend(new.starts)
+            vocabulary.feature_count.extend(new.counts)
+            vocabulary.feature_hashes.extend(np.array(new.hashes, dtype=np.uint64))
+            vocabulary.feature_weights.extend(np.array(new.weights, dtype=np.float32))
+            return [table[token] for token in raw]
+
+    def _learn(self, vocabulary: _Vocabulary, token: str, new: _NewStems) -> int:
+        """The stem id of a token not seen before (``-1`` when it is dropped). Locked."""
+        word = token.casefold()
+        word = word[:-2] if word.endswith("'s") else word
+        # Lone capitals are names ("class P", "Mr. X"); lone lowercase letters are
+        # debris of abbreviations and contractions.
+        if word in STOP_WORDS or (len(word) == 1 and token.islower()):
+            return -1
+        stem = _stem(word.replace("'", ""))
+        known = vocabulary.stem_ids.get(stem)
+        if known is not None:
+            return known
+        padded = f"<{stem}>"
+        grams = [padded[i : i + n] for n in self.CHAR_SIZES for i in range(len(padded) - n + 1)]
+        new.starts.append(new.offset + len(new.hashes))
+        new.counts.append(1 + len(grams))
+        new.hashes.append(_stable_hash("w\x00" + stem))
+        new.weights.append(self.WORD_WEIGHT)
+        if grams:
+            # math.sqrt and numpy's are both IEEE correctly rounded: the same share.
+            share = self.CHAR_WEIGHT / math.sqrt(len(grams))
+            cache = vocabulary.gram_hashes
+            for gram in grams:
+                value = cache.get(gram)
+                if value is None:
+                    value = cache[gram] = _stable_hash("c\x00" + gram)
+                new.hashes.append(value)
+            new.weights += [share] * len(grams)
+        number = len(vocabulary.stems)
+        vocabulary.stems.append(stem)
+        vocabulary.stem_ids[stem] = number
+        return number
+
+
+class _NewStems:
+    """Features of the stems learnt in one call, appended to the vocabulary at its end."""
+
+    def __init__(self, offset: int) -> None:
+        self.offset = offset  # where the first new feature will be
+        self.starts: list[int] = []
+        self.counts: list[int] = []
+        self.hashes: list[int] = []
+        self.weights: list[float] = []
+
+
+def _raw_tokens(text: str) -> list[str]:
+    """The word tokens of ``text`` before case folding, stop words and stemming."""
+    return _TOKEN.findall(unicodedata.normalize("NFKC", text).replace("\u2019", "'"))
+
+
+# The most bits a (bin, hash) sort key gives the bin: at least 24 are left for the hash.
+_KEY_SHIFT_LIMIT = 40
+
+
+def _bucket_sums(
+    rows: npt.NDArray[np.int64],
+    hashes: npt.NDArray[np.uint64],
+    weights: npt.NDArray[np.float32],
+    count: int,
+    dimension: int,
+) -> npt.NDArray[np.float64]:
+    """The flat ``(count * dimension)`` sums of the signed, tf-weighted features.
+
+    Features repeated in a row are counted once, weighted by their first
+    occurrence's weight times ``1 + log(repeats)``. Each bucket adds its features in
+    ascending hash order, as it always has, so the float64 sums are bit-identical.
+    """
+    if not len(rows):
+        return np.zeros(count * dimension)
+    buckets = ((hashes >> np.uint64(1)) % np.uint64(dimension)).astype(np.int64)
+    bins = rows * dimension + buckets
+    shift = max(1, (count * dimension - 1).bit_length())
+    grouped = None
+    if shift <= _KEY_SHIFT_LIMIT:
+        # One 64-bit key, (bin, top bits of the hash), sorts like (bin, hash) unless two
+        # different hashes share a bin and their top bits: then take the exact path.
+        key = (bins.astype(np.uint64) << np.uint64(64 - shift)) | (hashes >> np.uint64(shift))
+        order = np.argsort(key)
+        sorted_keys, sorted_hashes = key[order], hashes[order]
+        same = sorted_keys[1:] == sorted_keys[:-1]
+        if not (same & (sorted_hashes[1:] != sorted_hashes[:-1])).any():
+            starts = np.flatnonzero(np.concatenate(([True], ~same)))
+            # The sort is not stable: a repeated feature's weight is its first one's.
+            first = np.minimum.reduceat(order, starts)
+            grouped = starts, first
+    if grouped is None:
+        order = np.lexsort((hashes, rows))
+        sorted_rows, sorted_hashes = rows[order], hashes[order]
+        new = np.ones(len(order), dtype=bool)
+        new[1:] = (sorted_rows[1:] != sorted_rows[:-1]) | (sorted_hashes[1:] != sorted_hashes[:-1])
+        starts = np.flatnonzero(new)
+        grouped = starts, order[starts]
+    starts, first = grouped
+    repeats = np.diff(np.append(starts, len(rows)))
+    values = weights[first] * (1.0 + np.log(repeats)).astype(np.float32)
+    signs = np.where(hashes[first] & np.uint64(1), 1.0, -1.0).astype(np.float32)
+    # bincount adds each bin's values in input order, here ascending hash order.
+    sums = np.bincount(bins[first], weights=values * signs, minlength=count * dimension)
+    return np.asarray(sums, dtype=np.float64)  # already float64: typed, not copied
 
 
 def _mix(left: npt.NDArray[np.uint64], right: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:

@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import httpx
 import numpy as np
 import numpy.typing as npt
-from pydantic import SecretStr
+from httpx_sse import EventSource, SSEError
+from pydantic import AliasChoices, Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from agentcore.chat_models import ChatRequest, ChatResult, ToolCall
+from agentcore.config import PluginSettings
 from agentcore.errors import ProviderError, ProviderTimeout
 from agentcore.hookspecs import hookimpl
 from agentcore.knowledge.embedders import EmbedKind
@@ -29,8 +33,10 @@ __all__ = [
     "EMBED_BATCH",
     "OpenAIChatModel",
     "OpenAIEmbedder",
+    "OpenAISettings",
     "agentcore_register_chat_models",
     "agentcore_register_embedders",
+    "agentcore_register_settings",
 ]
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
@@ -46,6 +52,8 @@ CITATION_INSTRUCTIONS = (
 
 # "[P1]", "[P1, P3]", "[P2][P4]": one bracket may hold several ids.
 _MARKER = re.compile(r"\s*\[((?:P\d+)(?:\s*[,;]\s*P\d+)*)\]")
+# The tail of a text that may still grow into a marker: "  ", " [", "[P1", "[P1, P".
+_MARKER_START = re.compile(r"\s*(?:\[(?:P\d*(?:\s*[,;]\s*P\d+)*(?:\s*(?:[,;]\s*(?:P\d*)?)?)?)?)?\Z")
 _ID = re.compile(r"P\d+")
 
 Key = str | SecretStr | None
@@ -89,22 +97,9 @@ class _Endpoint:
         the body is read in pieces so a server that trickles cannot stretch it.
         """
         deadline = time.monotonic() + timeout
-        headers = {"Content-Type": "application/json", "Accept": "application/json"}
-        if self._key:
-            headers["Authorization"] = f"Bearer {self._key}"
         try:
-            with self.client().stream(
-                "POST",
-                f"{self.base_url}{path}",
-                content=json.dumps(payload).encode(),
-                headers=headers,
-                timeout=httpx.Timeout(timeout),
-            ) as response:
-                body = bytearray()
-                for piece in response.iter_bytes():
-                    body += piece
-                    if time.monotonic() > deadline:
-                        raise self._timeout(timeout)
+            with self._open(path, payload, timeout, "application/json") as response:
+                body = self._read(response, deadline, timeout)
         except httpx.TimeoutException:
             raise self._timeout(timeout) from None
         except httpx.HTTPError as exc:
@@ -114,7 +109,7 @@ class _Endpoint:
         if response.status_code >= 400:
             raise ProviderError(
                 f"The model provider at {self.where} answered HTTP {response.status_code}"
-                f"{self._said(bytes(body))}."
+                f"{self._said(body)}."
             )
         try:
             data = json.loads(body)
@@ -125,6 +120,76 @@ class _Endpoint:
         if not isinstance(data, dict):
             raise ProviderError(f"The model provider at {self.where} answered a non-object.")
         return data
+
+    def events(self, path: str, payload: dict[str, Any], timeout: float) -> Iterator[Any]:
+        """POST ``payload`` and yield the decoded JSON ``data`` of each server-sent event
+        until ``data: [DONE]``.
+
+        Each read must return within ``timeout`` seconds. A stream that ends before
+        ``[DONE]`` (a dropped connection) is a ``ProviderError``; closing the generator
+        early closes the connection.
+        """
+        try:
+            with self._open(path, payload, timeout, "text/event-stream") as response:
+                if response.status_code >= 400:
+                    body = self._read(response, time.monotonic() + timeout, timeout)
+                    raise ProviderError(
+                        f"The model provider at {self.where} answered HTTP "
+                        f"{response.status_code}{self._said(body)}."
+                    )
+                for event in EventSource(response).iter_sse():
+                    if event.data == "[DONE]":
+                        return
+                    if not event.data:
+                        continue
+                    try:
+                        data = json.loads(event.data)
+                    except ValueError:
+                        raise ProviderError(
+                            f"The model provider at {self.where} sent an event that is not JSON."
+                        ) from None
+                    if isinstance(data, dict) and data.get("error"):
+                        said = self._said(json.dumps(data).encode())
+                        raise ProviderError(
+                            f"The model provider at {self.where} failed mid-stream{said}."
+                        )
+                    yield data
+        except httpx.TimeoutException:
+            raise self._timeout(timeout) from None
+        except SSEError:
+            raise ProviderError(
+                f"The model provider at {self.where} did not answer with an event stream."
+            ) from None
+        except httpx.HTTPError as exc:
+            raise ProviderError(
+                f"The stream from the model provider at {self.where} broke: {type(exc).__name__}."
+            ) from None
+        raise ProviderError(
+            f"The model provider at {self.where} ended the stream before it was complete."
+        )
+
+    def _open(
+        self, path: str, payload: dict[str, Any], timeout: float, accept: str
+    ) -> contextlib.AbstractContextManager[httpx.Response]:
+        headers = {"Content-Type": "application/json", "Accept": accept}
+        if self._key:
+            headers["Authorization"] = f"Bearer {self._key}"
+        return self.client().stream(
+            "POST",
+            f"{self.base_url}{path}",
+            content=json.dumps(payload).encode(),
+            headers=headers,
+            timeout=httpx.Timeout(timeout),
+        )
+
+    def _read(self, response: httpx.Response, deadline: float, timeout: float) -> bytes:
+        """The body, read in pieces so a server that trickles cannot pass ``deadline``."""
+        body = bytearray()
+        for piece in response.iter_bytes():
+            body += piece
+            if time.monotonic() > deadline:
+                raise self._timeout(timeout)
+        return bytes(body)
 
     def _timeout(self, timeout: float) -> ProviderTimeout:
         return ProviderTimeout(
@@ -159,10 +224,12 @@ class OpenAIChatModel:
     this turn, an assistant ``tool_calls`` message and its ``tool`` result. Tools are
     offered in OpenAI's function format with ``tool_choice: "auto"``.
 
-    Requests are not streamed: the answer arrives whole. ``used_passage_ids`` are the
-    passages the answer cites with markers (unknown ids are ignored); the markers are
-    removed from the returned text because citations are reported separately. An
-    answer citing nothing cites nothing: the model's word is not taken as evidence.
+    ``complete`` asks for the whole answer; ``stream`` asks with ``stream: true`` and
+    yields the text as its server-sent chunks arrive (tool calls are assembled from
+    their streamed pieces). ``used_passage_ids`` are the passages the answer cites with
+    markers (unknown ids are ignored); the markers are removed from the text, also
+    from the streamed deltas, because citations are reported separately. An answer
+    citing nothing cites nothing: the model's word is not taken as evidence.
 
     :param name: the registered name, e.g. ``"openai:gpt-4o-mini"``.
     :param base_url: the API root, e.g. ``"http://127.0.0.1:8080/v1"``.
@@ -193,6 +260,70 @@ class OpenAIChatModel:
 
     def complete(self, request: ChatRequest) -> ChatResult:
         """Send one turn to the provider and parse its answer or tool calls."""
+        timeout = min(self.timeout, request.timeout)
+        data = self._endpoint.post("/chat/completions", self.payload(request), timeout)
+        return self._result(data, request)
+
+    def stream(self, request: ChatRequest) -> Iterator[str | ChatResult]:
+        """Send one turn with ``stream: true``; yield the text as it arrives, then the
+        result. Each chunk must come within the time-out."""
+        where = self._endpoint.where
+        payload = {**self.payload(request), "stream": True}
+        timeout = min(self.timeout, request.timeout)
+        content: list[str] = []
+        calls: dict[int, dict[str, str]] = {}
+        markers = _MarkerFilter()
+        last = time.monotonic()  # of the last progress: chunks without any do not count
+        for chunk in self._endpoint.events("/chat/completions", payload, timeout):
+            if time.monotonic() - last > timeout:
+                raise ProviderTimeout(
+                    f"The model provider at {where} sent nothing new within {timeout:g} s."
+                )
+            choices = chunk.get("choices") if isinstance(chunk, dict) else None
+            if not isinstance(choices, list):
+                raise ProviderError(f"The model provider at {where} sent a chunk without choices.")
+            if not choices:  # e.g. a closing usage chunk
+                continue
+            delta = choices[0].get("delta") if isinstance(choices[0], dict) else None
+            if not isinstance(delta, dict):
+                raise ProviderError(f"The model provider at {where} sent a chunk without a delta.")
+            text = delta.get("content") or ""
+            if not isinstance(text, str):
+                raise ProviderError(f"The model provider at {where} streamed non-text content.")
+            for raw in delta.get("tool_calls") or []:
+                _add_call_piece(calls, raw, where)
+                last = time.monotonic()
+            if text:
+                last = time.monotonic()
+                content.append(text)
+                shown = markers.feed(text)
+                if shown:
+                    yield shown
+        tail = markers.finish()
+        if tail:
+            yield tail
+        yield self._result(
+            {
+                "choices": [
+                    {
+                        "message": {
+                            "content": "".join(content),
+                            "tool_calls": [
+                                {
+                                    "id": c["id"],
+                                    "function": {"name": c["name"], "arguments": c["arguments"]},
+                                }
+                                for _, c in sorted(calls.items())
+                            ],
+                        }
+                    }
+                ]
+            },
+            request,
+        )
+
+    def payload(self, request: ChatRequest) -> dict[str, Any]:
+        """The JSON body sent for ``request`` (without ``stream``)."""
         payload: dict[str, Any] = {"model": self.model, "messages": self.messages(request)}
         if self.max_tokens is not None:
             payload["max_tokens"] = self.max_tokens
@@ -209,9 +340,7 @@ class OpenAIChatModel:
                 for tool in request.tools
             ]
             payload["tool_choice"] = "auto"
-        timeout = min(self.timeout, request.timeout)
-        data = self._endpoint.post("/chat/completions", payload, timeout)
-        return self._result(data, request)
+        return payload
 
     def messages(self, request: ChatRequest) -> list[dict[str, Any]]:
         """The ``messages`` array sent for ``request``."""
@@ -403,6 +532,65 @@ def _tool_call(raw: Any, number: int, where: str) -> ToolCall:
     )
 
 
+def _add_call_piece(calls: dict[int, dict[str, str]], raw: Any, where: str) -> None:
+    """Merge one streamed piece of a tool call (``index``, ``id``, name and arguments
+    text arrive in parts) into ``calls``."""
+    if not isinstance(raw, dict) or not isinstance(raw.get("index", 0), int):
+        raise ProviderError(f"The model provider at {where} streamed a malformed tool call.")
+    call = calls.setdefault(raw.get("index", 0), {"id": "", "name": "", "arguments": ""})
+    function = raw.get("function") or {}
+    if not isinstance(function, dict):
+        raise ProviderError(f"The model provider at {where} streamed a malformed tool call.")
+    if isinstance(raw.get("id"), str) and not call["id"]:
+        call["id"] = raw["id"]
+    for part in ("name", "arguments"):
+        piece = function.get(part)
+        if isinstance(piece, str):
+            call[part] += piece
+
+
+class _MarkerFilter:
+    """Removes ``[P1]`` markers from text that arrives in pieces, as ``_strip_markers``
+    does for the whole: the pieces it returns, joined, equal ``_strip_markers(text)``.
+
+    A tail that might still become a marker (spaces, ``" [P1"``) is held back until
+    the next piece shows what it is.
+    """
+
+    def __init__(self) -> None:
+        self._pending = ""
+        self._started = False
+
+    def feed(self, piece: str) -> str:
+        """The text that can be shown now that ``piece`` arrived."""
+        pending = self._pending + piece  # raw text: markers are removed in one pass
+        shown: list[str] = []
+        pos = 0
+        while True:
+            hold = _MARKER_START.search(pending, pos)
+            cut = hold.start() if hold else len(pending)
+            marker = _MARKER.search(pending, pos, cut)
+            if marker is None:
+                break
+            shown.append(pending[pos : marker.start()])
+            pos = marker.end()
+        shown.append(pending[pos:cut])
+        self._pending = pending[cut:]
+        return self._show("".join(shown))
+
+    def finish(self) -> str:
+        """The rest, once the text is complete."""
+        rest = _MARKER.sub("", self._pending).rstrip()
+        self._pending = ""
+        return self._show(rest)
+
+    def _show(self, text: str) -> str:
+        if not self._started:
+            text = text.lstrip()
+            self._started = bool(text)
+        return text
+
+
 def _markers(text: str) -> list[str]:
     return [match.group(1) for match in _MARKER.finditer(text)]
 
@@ -411,10 +599,41 @@ def _strip_markers(text: str) -> str:
     return _MARKER.sub("", text).strip()
 
 
-def _base_url(settings: Settings) -> str | None:
-    if settings.openai_base_url:
-        return settings.openai_base_url
-    return DEFAULT_BASE_URL if settings.openai_api_key is not None else None
+class OpenAISettings(PluginSettings):
+    """Settings of the OpenAI-compatible provider (OpenAI, Ollama, vLLM, llama.cpp).
+
+    Namespace ``openai``: ``AGENTCORE_OPENAI_<FIELD>`` variables, or
+    ``AgentCore.open(path, openai_<field>=...)``. The key falls back to the
+    conventional ``OPENAI_API_KEY`` variable.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="AGENTCORE_OPENAI_")
+
+    base_url: str | None = Field(None, description="Default https://api.openai.com/v1 with a key.")
+    api_key: SecretStr | None = Field(
+        None, validation_alias=AliasChoices("agentcore_openai_api_key", "openai_api_key")
+    )
+    model: str | None = Field(None, description="Registers chat model ``openai:<model>``.")
+    embedding_model: str | None = Field(None, description="Registers embedder ``openai:<name>``.")
+    embedding_dimension: int | None = Field(None, description="Probed on first use when unset.")
+
+    @field_validator("api_key", mode="before")
+    @classmethod
+    def _no_empty_key(cls, value: Any) -> Any:
+        # an empty OPENAI_API_KEY means "no key", as it always did
+        return None if value == "" else value
+
+    def resolved_base_url(self) -> str | None:
+        """The base URL to call: the configured one, OpenAI's with only a key, else none."""
+        if self.base_url:
+            return self.base_url
+        return DEFAULT_BASE_URL if self.api_key is not None else None
+
+
+@hookimpl
+def agentcore_register_settings(register: Callable[[str, type[BaseSettings]], None]) -> None:
+    """Declare ``OpenAISettings`` under the namespace ``openai``."""
+    register("openai", OpenAISettings)
 
 
 @hookimpl
@@ -422,14 +641,15 @@ def agentcore_register_chat_models(
     register: Callable[[ChatModel], None], settings: Settings
 ) -> None:
     """Register ``openai:<model>`` when a base URL (or an API key) and a model are set."""
-    base_url = _base_url(settings)
-    if base_url and settings.openai_model:
+    openai = settings.plugin(OpenAISettings)
+    base_url = openai.resolved_base_url()
+    if base_url and openai.model:
         register(
             OpenAIChatModel(
-                f"openai:{settings.openai_model}",
+                f"openai:{openai.model}",
                 base_url,
-                settings.openai_api_key,
-                settings.openai_model,
+                openai.api_key,
+                openai.model,
                 timeout=settings.model_timeout,
             )
         )
@@ -439,15 +659,16 @@ def agentcore_register_chat_models(
 def agentcore_register_embedders(register: Callable[[Embedder], None], settings: Settings) -> None:
     """Register ``openai:<embedding model>`` when a base URL (or key) and the model are
     set; without ``openai_embedding_dimension`` the dimension is probed on first use."""
-    base_url = _base_url(settings)
-    if base_url and settings.openai_embedding_model:
+    openai = settings.plugin(OpenAISettings)
+    base_url = openai.resolved_base_url()
+    if base_url and openai.embedding_model:
         register(
             OpenAIEmbedder(
-                f"openai:{settings.openai_embedding_model}",
+                f"openai:{openai.embedding_model}",
                 base_url,
-                settings.openai_api_key,
-                settings.openai_embedding_model,
-                settings.openai_embedding_dimension,
+                openai.api_key,
+                openai.embedding_model,
+                openai.embedding_dimension,
                 timeout=settings.model_timeout,
             )
         )

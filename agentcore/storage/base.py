@@ -8,7 +8,7 @@ data — so a PostgreSQL store can implement it without changes to the core.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
@@ -17,21 +17,18 @@ from agentcore.events import Event
 from agentcore.models import Agent, ApiKey, Delivery, Document, Organization
 from agentcore.storage.records import (
     DueDelivery,
+    KnowledgeChanges,
     KnowledgeState,
     StoredChunk,
     StoredMessage,
-    StoredResponse,
+    StoredResult,
     StoredSubscription,
+    TokenTake,
 )
 
 
-class Store(Protocol):
-    """A backend for everything agentcore keeps."""
-
-    url: str
-
-    def close(self) -> None:
-        """Release connections."""
+class KeyStorage(Protocol):
+    """Organizations and API keys: what ``KeyManager`` and ``AgentCore`` use."""
 
     # organizations and keys
     def ensure_organization(self, name: str) -> Organization:
@@ -55,6 +52,10 @@ class Store(Protocol):
     def update_key(self, key_id: str, **changes: Any) -> None:
         """Set ``revoked_at``, ``expires_at``, ``last_used_at`` or ``name``."""
 
+
+class AgentStorage(Protocol):
+    """Agents: what ``AgentService`` uses (and chat, to find the answering agent)."""
+
     # agents
     def insert_agent(self, organization_id: str, environment: str, agent: Agent) -> None:
         """Store a new agent."""
@@ -77,6 +78,10 @@ class Store(Protocol):
         statuses: tuple[str, ...],
     ) -> tuple[list[Agent], bool]:
         """A page of agents with one of ``statuses``, newest first, and ``has_more``."""
+
+
+class KnowledgeStorage(Protocol):
+    """Documents, chunks and vectors: what ``KnowledgeService`` and ``IndexCache`` use."""
 
     # knowledge
     def insert_document(
@@ -127,6 +132,16 @@ class Store(Protocol):
     def knowledge_state(self, organization_id: str, environment: str) -> KnowledgeState:
         """Embedder, dimension and version of a workspace index."""
 
+    def changes_since(
+        self, organization_id: str, environment: str, version: int, *, max_rows: int
+    ) -> KnowledgeChanges | None:
+        """Rows added and ids deleted after ``version``, read in one consistent snapshot.
+
+        ``None`` when the change log cannot bring ``version`` up to date (older than
+        the log keeps, e.g. after a re-embed; newer than the store; or more than
+        ``max_rows`` rows added since): the caller then reloads the workspace.
+        """
+
     def get_document(
         self, organization_id: str, environment: str, document_id: str
     ) -> Document | None:
@@ -147,6 +162,10 @@ class Store(Protocol):
         self, organization_id: str, environment: str
     ) -> Iterator[tuple[str, list[int], list[str]]]:
         """``(document_id, chunk ids, texts)`` per document."""
+
+
+class WebhookStorage(Protocol):
+    """Subscriptions and the event outbox: what ``WebhookService`` and ``WebhookRuntime`` use."""
 
     # webhooks and the event outbox
     def insert_subscription(
@@ -222,6 +241,10 @@ class Store(Protocol):
     ) -> tuple[list[Delivery], bool]:
         """A page of a subscription's deliveries with attempts."""
 
+
+class ConversationStorage(Protocol):
+    """Conversations and their messages: what ``ChatService`` uses."""
+
     # conversations
     def create_conversation(self, organization_id: str, environment: str, agent_id: str) -> str:
         """A new conversation's id."""
@@ -237,6 +260,10 @@ class Store(Protocol):
     def recent_messages(self, conversation_id: str, limit: int) -> list[StoredMessage]:
         """The last ``limit`` messages, oldest first."""
 
+
+class IdempotencyStorage(Protocol):
+    """Idempotency keys and the results they replay: what ``agentcore.idempotency`` uses."""
+
     # idempotency
     def claim_idempotency_key(
         self,
@@ -247,13 +274,73 @@ class Store(Protocol):
         *,
         now: float,
         ttl: float,
-    ) -> tuple[Literal["new", "replay", "mismatch", "in_progress"], StoredResponse | None]:
+    ) -> tuple[Literal["new", "replay", "mismatch", "in_progress"], StoredResult | None]:
         """Claim an idempotency key atomically."""
 
     def finish_idempotency_key(
-        self, organization_id: str, environment: str, key: str, response: StoredResponse
+        self, organization_id: str, environment: str, key: str, result: StoredResult
     ) -> None:
-        """Store the response to replay."""
+        """Store the result to replay."""
 
     def release_idempotency_key(self, organization_id: str, environment: str, key: str) -> None:
         """Forget an in-progress claim."""
+
+
+class RateLimitStorage(Protocol):
+    """Token buckets shared by every process on the store (``rate_limit_backend = "store"``)."""
+
+    def take_token(self, key_id: str, *, rate: float, burst: float, now: float) -> TokenTake:
+        """Take one token from ``key_id``'s bucket, atomically for every process.
+
+        The bucket refills at ``rate`` tokens a second up to ``burst`` (a new bucket
+        starts full); ``now`` is Unix time, the clock every node shares.
+        """
+
+
+class Store(
+    KeyStorage,
+    AgentStorage,
+    KnowledgeStorage,
+    WebhookStorage,
+    ConversationStorage,
+    IdempotencyStorage,
+    RateLimitStorage,
+    Protocol,
+):
+    """A backend for everything agentcore keeps: every slice above, plus its lifecycle.
+
+    Services depend on the slice they use (``AgentStorage``, ...); only the core, which
+    wires them, holds the whole ``Store``.
+    """
+
+    url: str
+
+    def close(self) -> None:
+        """Release connections."""
+
+
+@runtime_checkable
+class VectorSearchStore(Protocol):
+    """Optional capability: a store that ranks vectors itself (``vector_search="pgvector"``)."""
+
+    def search_vectors(
+        self,
+        organization_id: str,
+        environment: str,
+        query: npt.NDArray[np.float32],
+        k: int,
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]:
+        """The ``k`` ids most cosine-similar to the unit vector ``query`` and their scores,
+        best first, ties by ascending id (as ``VectorIndex.search``)."""
+
+
+@runtime_checkable
+class EventWaiter(Protocol):
+    """Optional capability: a store that can tell a node when any node recorded an event."""
+
+    def wait_for_events(self, timeout: float) -> bool:
+        """Block up to ``timeout`` seconds; ``True`` as soon as an event was recorded.
+
+        ``False`` on timeout (or while the wake-up channel is broken): callers then poll,
+        so a store without this capability, or a lost wake-up, only adds latency.
+        """

@@ -5,6 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
+
 from agentcore.models import WebhookSubscription
 
 
@@ -27,6 +30,29 @@ class KnowledgeState:
     embedder: str | None
     dimension: int | None
     version: int
+
+
+@dataclass(frozen=True)
+class KnowledgeChanges:
+    """What changed in a workspace's index after a version, up to ``version``.
+
+    Rows added (ids and unit-length float32 vectors, one row each) and ids deleted;
+    a cached index at the earlier version applies both (adds first) to reach
+    ``version`` without reloading the workspace.
+    """
+
+    version: int
+    added_ids: npt.NDArray[np.int64]
+    added_vectors: npt.NDArray[np.float32]
+    deleted_ids: npt.NDArray[np.int64]
+
+
+@dataclass(frozen=True)
+class TokenTake:
+    """The outcome of taking one token from a stored bucket."""
+
+    allowed: bool
+    tokens: float  # left in the bucket after this take
 
 
 @dataclass(frozen=True)
@@ -68,9 +94,17 @@ class StoredMessage:
 
 
 @dataclass(frozen=True)
-class StoredResponse:
-    """A response kept for an Idempotency-Key: status, body bytes, extra headers."""
+class StoredResult:
+    """The result kept for an idempotency key: a status and a JSON body.
+
+    A success's body is the resource as JSON; a failure's (status 400 and up) is the
+    error's fields (``AgentCoreError.as_dict``). Adapters turn it into a response.
+    """
 
     status: int
-    body: bytes
-    headers: dict[str, str]
+    body: str
+
+    @property
+    def failed(self) -> bool:
+        """Whether the kept result is an error."""
+        return self.status >= 400

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from agentcore.events import Event
 from agentcore.ids import isoformat, utcnow
 from agentcore.redact import get_logger
+from agentcore.storage.base import EventWaiter
 from agentcore.storage.records import DueDelivery
 from agentcore.webhooks.schedule import next_delay
 from agentcore.webhooks.sender import AttemptResult, make_client, send
@@ -27,7 +28,8 @@ from agentcore.webhooks.signing import build_headers, encode_payload
 from agentcore.webhooks.ssrf import AddressPolicy, Resolver, default_resolver
 
 if TYPE_CHECKING:
-    from agentcore.core import AgentCore
+    from agentcore.config import Settings
+    from agentcore.storage.base import WebhookStorage
 
 log = get_logger("agentcore.webhooks")  # masks keys and secrets in every record
 
@@ -43,18 +45,22 @@ class WebhookRuntime:
 
     ``clock`` (Unix seconds) and ``rng`` are injectable so tests drive retries without
     sleeping; ``resolver`` is injectable so tests can point host names anywhere.
+
+    :param store: subscriptions, deliveries and the event outbox.
+    :param settings: the ``webhook_*`` settings (allowed networks, time-out, workers,
+        when a failing subscription is disabled).
     """
 
     def __init__(
         self,
-        core: AgentCore,
+        store: WebhookStorage,
+        settings: Settings,
         *,
         clock: Callable[[], float] = time.time,
         rng: random.Random | None = None,
         resolver: Resolver = default_resolver,
     ) -> None:
-        settings = core.settings
-        self.core = core
+        self.store = store
         self.clock = clock
         self.rng = rng or random.Random()
         self.resolver = resolver
@@ -65,6 +71,7 @@ class WebhookRuntime:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._listener: threading.Thread | None = None
         self._pool: ThreadPoolExecutor | None = None
         self._client: Any = None
         self._in_flight: dict[str, int] = {}
@@ -78,7 +85,7 @@ class WebhookRuntime:
 
     def record(self, event: Event) -> None:
         """Bus sink: store the event and its deliveries, then wake the worker."""
-        if self.core.store.record_event(event, now=self.clock()):
+        if self.store.record_event(event, now=self.clock()):
             self._wake.set()
 
     def wake(self) -> None:
@@ -99,17 +106,36 @@ class WebhookRuntime:
                 target=self._run, name="agentcore-webhook-worker", daemon=True
             )
             self._thread.start()
+            store = self.store
+            if isinstance(store, EventWaiter):
+                # events recorded by other nodes wake this worker at once
+                self._listener = threading.Thread(
+                    target=self._listen, args=(store,), name="agentcore-webhook-listen", daemon=True
+                )
+                self._listener.start()
+
+    def _listen(self, store: EventWaiter) -> None:
+        while not self._stop.is_set():
+            try:
+                if store.wait_for_events(IDLE_POLL):
+                    self._wake.set()
+            except Exception:  # the worker still polls; keep listening
+                log.exception("waiting for webhook events failed")
+                self._stop.wait(IDLE_POLL)
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stop claiming work; wait briefly for attempts under way (leases cover the rest)."""
         with self._lock:
             thread, pool, client = self._thread, self._pool, self._client
-            self._thread = self._pool = self._client = None
+            listener = self._listener
+            self._thread = self._pool = self._client = self._listener = None
         if thread is None:
             return
         self._stop.set()
         self._wake.set()
         thread.join(timeout)
+        # the listener (a daemon) ends at its next wake-up; closing the store wakes it
+        del listener
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
         with self._lock:
@@ -127,7 +153,7 @@ class WebhookRuntime:
             self._wake.clear()
 
     def _idle_wait(self) -> float:
-        due = self.core.store.next_due_at()
+        due = self.store.next_due_at()
         if due is None:
             return IDLE_POLL
         return min(max(due - self.clock(), 0.01), IDLE_POLL)
@@ -149,7 +175,7 @@ class WebhookRuntime:
         if free <= 0:
             return 0
         lease = self.timeout + LEASE_MARGIN
-        due = self.core.store.claim_due_deliveries(
+        due = self.store.claim_due_deliveries(
             now=self.clock(), lease_seconds=lease, limit=free, busy_subscriptions=busy
         )
         lease_ends = time.monotonic() + lease
@@ -208,7 +234,7 @@ class WebhookRuntime:
         """Send every due delivery now, in this thread (tests drive retries with this)."""
         client = make_client(self.policy, timeout=self.timeout, resolver=self.resolver)
         try:
-            due = self.core.store.claim_due_deliveries(
+            due = self.store.claim_due_deliveries(
                 now=self.clock(), lease_seconds=self.timeout + LEASE_MARGIN, limit=10_000
             )
             for delivery in due:
@@ -257,7 +283,7 @@ class WebhookRuntime:
             else:
                 outcome = "pending"
                 next_at = now + delay
-        self.core.store.record_attempt(
+        self.store.record_attempt(
             delivery,
             attempted_at=isoformat(utcnow()),
             status_code=result.status_code,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from agentcore.errors import NotFound, ValidationFailed
 from agentcore.events import Event
@@ -19,6 +19,7 @@ from agentcore.webhooks.signing import generate_secret
 from agentcore.webhooks.ssrf import validate_url
 
 if TYPE_CHECKING:
+    from agentcore.storage.base import WebhookStorage
     from agentcore.webhooks.delivery import WebhookRuntime
     from agentcore.workspace import Workspace
 
@@ -26,13 +27,35 @@ ROTATION_OVERLAP = 24 * 3600.0
 PING = "webhook.ping"
 
 
-class WebhookService:
-    """Webhook subscriptions of one workspace; reached as ``workspace.webhooks``."""
+class EventKinds(Protocol):
+    """Knows which event kinds exist (``EventBus.check_kind``)."""
 
-    def __init__(self, workspace: Workspace, runtime: WebhookRuntime) -> None:
+    def check_kind(self, kind: str, *, param: str = "events") -> str:
+        """``kind`` if registered, else a 422 listing the known kinds."""
+        ...
+
+
+class WebhookService:
+    """Webhook subscriptions of one workspace; reached as ``workspace.webhooks``.
+
+    :param workspace: whose subscriptions, and the scopes the caller holds.
+    :param runtime: the core's delivery runtime (SSRF policy, resolver, clock, wake-up).
+    :param store: subscriptions, deliveries and the event outbox.
+    :param kinds: the registered event kinds a subscription may name.
+    """
+
+    def __init__(
+        self,
+        workspace: Workspace,
+        runtime: WebhookRuntime,
+        *,
+        store: WebhookStorage,
+        kinds: EventKinds,
+    ) -> None:
         self._ws = workspace
-        self._store = workspace.core.store
+        self._store = store
         self._runtime = runtime
+        self._kinds = kinds
 
     def subscribe(
         self, url: str, events: list[str], description: str | None = None
@@ -41,7 +64,7 @@ class WebhookService:
         self._ws.require("write")
         if not events:
             raise ValidationFailed("List at least one event kind.", param="events")
-        kinds = sorted({self._ws.core.events.check_kind(kind) for kind in events})
+        kinds = sorted({self._kinds.check_kind(kind) for kind in events})
         checked = validate_url(
             url,
             environment=self._ws.environment,

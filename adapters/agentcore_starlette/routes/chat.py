@@ -4,14 +4,27 @@ from __future__ import annotations
 
 from typing import cast
 
+from agentcore.chat import ChatStream
 from agentcore.models import ChatMessageRequest, ChatMessageResponse
 from agentcore_starlette.routing import ApiRoute, Call
+from agentcore_starlette.streaming import CHAT_EVENTS
 
 
-def send_chat_message(call: Call) -> ChatMessageResponse:
-    """Send a message to an agent; the answer cites the source documents and pages used."""
+def send_chat_message(call: Call) -> ChatMessageResponse | ChatStream:
+    """Send a message to an agent; the answer cites the source documents and pages used.
+
+    With `"stream": true` the answer comes as server-sent events (`text/event-stream`)
+    while it is generated: `response.delta` events (`{"delta": "..."}`), then one
+    `response.completed` event holding the body the non-streaming call returns (the
+    deltas joined are its `response`), or an `error` event holding a problem document.
+    Comment lines (`: ping`) are heartbeats. Errors found before the stream starts
+    are ordinary problem responses. `Idempotency-Key` does not apply to streams.
+    """
     body = cast(ChatMessageRequest, call.body)
-    return call.workspace.chat.send(body.agentId, body.message, body.conversationId)
+    chat = call.workspace.chat
+    if body.stream:
+        return chat.stream(body.agentId, body.message, body.conversationId)
+    return chat.send(body.agentId, body.message, body.conversationId)
 
 
 ROUTES = [
@@ -25,5 +38,6 @@ ROUTES = [
         "chat",
         body="json",
         request=ChatMessageRequest,
+        events=CHAT_EVENTS,
     ),
 ]

@@ -4,21 +4,26 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sqlite_utils import Database as UtilsDatabase
-
 from agentcore.storage.records import KnowledgeState, StoredChunk
 from agentcore.storage.sqlite.agents import AgentStore
 from agentcore.storage.sqlite.chat import ChatStore
 from agentcore.storage.sqlite.connection import Database
 from agentcore.storage.sqlite.idempotency import IdempotencyStore
 from agentcore.storage.sqlite.knowledge import KnowledgeStore
+from agentcore.storage.sqlite.limits import RateLimitStore
 from agentcore.storage.sqlite.schema import migrations
 from agentcore.storage.sqlite.tenancy import TenancyStore
 from agentcore.storage.sqlite.webhooks import WebhookStore
 
 
 class SQLiteStore(
-    TenancyStore, AgentStore, KnowledgeStore, WebhookStore, ChatStore, IdempotencyStore
+    TenancyStore,
+    AgentStore,
+    KnowledgeStore,
+    WebhookStore,
+    ChatStore,
+    IdempotencyStore,
+    RateLimitStore,
 ):
     """Everything agentcore keeps, in one SQLite database with WAL and migrations."""
 
@@ -36,7 +41,7 @@ class SQLiteStore(
     def migrate(self) -> None:
         """Apply pending migrations in one ``BEGIN IMMEDIATE``, so concurrent openers queue."""
         with self.db.write() as conn:
-            migrations.apply(UtilsDatabase(conn))
+            migrations.apply(self.db.utils(conn))
 
     def close(self) -> None:
         """Close every connection."""

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import json
-import sqlite3
+from collections.abc import Mapping
 from typing import Any
 
 from agentcore.models import Agent
-from agentcore.storage.sqlite.connection import Database, page_rows
+from agentcore.storage.sqlite.connection import Database, first_row, page_rows
 
 _WORKSPACE = "organization_id = ? AND environment = ?"
 
 
-def _agent(row: sqlite3.Row) -> Agent:
+def _agent(row: Mapping[str, Any]) -> Agent:
     data = dict(row)
     data["tools"] = json.loads(data["tools"])
     data["handoff_on_no_answer"] = bool(data["handoff_on_no_answer"])
@@ -35,18 +35,17 @@ class AgentStore:
         """Store a new agent."""
         data = _columns(agent)
         data.update(organization_id=organization_id, environment=environment)
-        names = ", ".join(data)
-        marks = ", ".join("?" for _ in data)
         with self.db.write() as conn:
-            conn.execute(f"INSERT INTO agents ({names}) VALUES ({marks})", list(data.values()))
+            self.db.table(conn, "agents").insert(data)
 
     def get_agent(self, organization_id: str, environment: str, agent_id: str) -> Agent | None:
         """The agent with this id in this workspace, or ``None`` (other workspaces' too)."""
         with self.db.read() as conn:
-            row = conn.execute(
-                f"SELECT * FROM agents WHERE id = ? AND {_WORKSPACE}",
+            row = first_row(
+                self.db.table(conn, "agents"),
+                f"id = ? AND {_WORKSPACE}",
                 [agent_id, organization_id, environment],
-            ).fetchone()
+            )
         return _agent(row) if row else None
 
     def update_agent(
@@ -55,7 +54,8 @@ class AgentStore:
         """Replace an agent's fields if its status is still ``expected_status``.
 
         The check and the write are one statement, so concurrent transitions cannot
-        both win. Returns whether the agent was updated.
+        both win. Returns whether the agent was updated. (Raw SQL: sqlite-utils'
+        ``update`` is by primary key only, with no condition to compare and set.)
         """
         data = _columns(agent)
         agent_id = data.pop("id")
@@ -81,12 +81,11 @@ class AgentStore:
         marks = ", ".join("?" for _ in statuses)
         with self.db.read() as conn:
             rows, more = page_rows(
-                conn,
-                "agents",
+                self.db.table(conn, "agents"),
                 scope=(organization_id, environment),
                 limit=limit,
                 starting_after=starting_after,
-                filters=f"status IN ({marks})",
-                filter_params=statuses,
+                where=f"status IN ({marks})",
+                where_args=statuses,
             )
         return [_agent(row) for row in rows], more

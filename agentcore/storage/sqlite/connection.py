@@ -1,4 +1,10 @@
-"""SQLite connections: one per thread, WAL, busy timeout, BEGIN IMMEDIATE writes."""
+"""SQLite connections: one per thread, WAL, busy timeout, BEGIN IMMEDIATE writes.
+
+Plain CRUD goes through sqlite-utils' table API on these same connections
+(``Database.table(conn, name)``), so it runs inside our transactions; raw SQL stays where
+it is the clearer tool (joins, claims, counters, vector blobs, multi-statement
+transactions on hot paths), each place saying why.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +15,9 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from sqlite_utils import Database as UtilsDatabase
+from sqlite_utils.db import NotFoundError, Table
 
 from agentcore.errors import NotFound
 
@@ -33,6 +42,7 @@ class Database:
         self._lock = threading.RLock()
         self._local = threading.local()
         self._connections: list[sqlite3.Connection] = []
+        self._tables: dict[sqlite3.Connection, UtilsDatabase] = {}
         self._closed = False
         self.generation = 0  # commits made through this object
         self._shared = self._connect() if self.memory else None
@@ -50,8 +60,13 @@ class Database:
         if not self.memory:
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute("PRAGMA synchronous = NORMAL")
+        # sqlite-utils' view of the same connection: it never commits on its own inside
+        # our transactions (it nests in a SAVEPOINT), and, with these options, runs no
+        # statement when created (no recursive_triggers pragma, no plugin hooks)
+        tables = UtilsDatabase(conn, recursive_triggers=False, execute_plugins=False)
         with self._lock:
             self._connections.append(conn)
+            self._tables[conn] = tables
         return conn
 
     def connection(self) -> sqlite3.Connection:
@@ -121,6 +136,31 @@ class Database:
             finally:
                 self._local.depth = 0
 
+    def utils(self, conn: sqlite3.Connection) -> UtilsDatabase:
+        """sqlite-utils' ``Database`` over ``conn`` (from ``read``/``snapshot``/``write``)."""
+        return self._tables[conn]
+
+    def table(self, conn: sqlite3.Connection, name: str) -> Table:
+        """sqlite-utils' ``Table`` ``name`` over ``conn``: ``table(conn, "agents").insert(...)``
+        joins the transaction ``conn`` is in. Built directly rather than by ``db[name]``,
+        which asks ``sqlite_master`` whether the name is a view on every call."""
+        return Table(self._tables[conn], name)
+
+    def write_one(self, sql: str, params: Any) -> sqlite3.Row | None:
+        """Run one write statement as its own transaction; its first row (``RETURNING``).
+
+        For hot single-statement writes: serialised in-process with ``write()``, but
+        without the separate ``BEGIN IMMEDIATE`` and ``COMMIT`` round trips (a lone
+        statement takes the write lock before it reads, so it cannot see stale data).
+        Inside an open ``write()`` on this thread it joins that transaction.
+        """
+        with self._lock:
+            conn = self.connection()
+            row: sqlite3.Row | None = conn.execute(sql, params).fetchone()
+            if not getattr(self._local, "depth", 0):
+                self.generation += 1
+            return row
+
     def unchanged_since(self, stamp: object) -> tuple[object, bool]:
         """A stamp of the database's state, and whether it equals ``stamp``.
 
@@ -150,60 +190,65 @@ class Database:
                 with contextlib.suppress(sqlite3.Error):  # closing is best effort
                     conn.close()
             self._connections.clear()
+            self._tables.clear()
+
+
+_SCOPE = "organization_id = ? AND environment = ?"
+
+
+def first_row(
+    table: Table, where: str, where_args: Sequence[Any], *, select: str = "*"
+) -> dict[str, Any] | None:
+    """The first row of ``table`` matching ``where`` (sqlite-utils' ``rows_where``), or
+    ``None``; read to the end, so no statement stays open on the connection."""
+    rows = list(table.rows_where(where, where_args, select=select, limit=1))
+    return rows[0] if rows else None
 
 
 def page_rows(
-    conn: sqlite3.Connection,
-    table: str,
+    table: Table,
     *,
     scope: Sequence[Any],
     limit: int,
     starting_after: str | None,
-    filters: str = "1 = 1",
-    filter_params: Sequence[Any] = (),
-) -> tuple[list[sqlite3.Row], bool]:
+    where: str = "1 = 1",
+    where_args: Sequence[Any] = (),
+) -> tuple[list[dict[str, Any]], bool]:
     """One page of ``table`` newest first, Stripe style: rows after ``starting_after``.
 
-    ``scope`` is ``(organization_id, environment)``; ``filters`` narrows the listing.
-    The cursor must be an id in the same scope (else ``NotFound`` names it), but need
-    not pass the filters: an object that changed status mid-listing still works as a
-    cursor. Returns the rows and whether more follow.
+    A keyset page through sqlite-utils' ``rows_where``: ``scope`` is
+    ``(organization_id, environment)``; ``where`` narrows the listing. The cursor
+    must be an id in the same scope (else ``NotFound`` names it), but need not pass
+    ``where``: an object that changed status mid-listing still works as a cursor.
+    Returns the rows and whether more follow.
     """
-    where = f"organization_id = ? AND environment = ? AND ({filters})"
-    params: list[Any] = [*scope, *filter_params]
+    condition = f"{_SCOPE} AND ({where})"
+    args: list[Any] = [*scope, *where_args]
     if starting_after is not None:
-        row = conn.execute(
-            f"SELECT seq FROM {table} WHERE id = ? AND organization_id = ? AND environment = ?",
-            [starting_after, *scope],
-        ).fetchone()
-        if row is None:
+        cursor = first_row(table, f"id = ? AND {_SCOPE}", [starting_after, *scope], select="seq")
+        if cursor is None:
             raise NotFound(
                 f"No object with id '{starting_after}' to start after.",
                 param="starting_after",
             )
-        where += " AND seq < ?"
-        params.append(row["seq"])
-    rows = conn.execute(
-        f"SELECT * FROM {table} WHERE {where} ORDER BY seq DESC LIMIT ?",
-        [*params, limit + 1],
-    ).fetchall()
+        condition += " AND seq < ?"
+        args.append(cursor["seq"])
+    rows = list(table.rows_where(condition, args, order_by="seq DESC", limit=limit + 1))
     return rows[:limit], len(rows) > limit
 
 
-def update_row(
-    conn: sqlite3.Connection,
+def checked_changes(
     table: str,
-    row_id: str,
     changes: dict[str, Any],
     *,
     allowed: set[str],
     stamp_column: str | None = None,
     stamp: str | None = None,
-) -> None:
-    """``UPDATE table SET <changes> WHERE id = row_id``, refusing columns not ``allowed``.
+) -> dict[str, Any]:
+    """``changes`` (plus ``stamp_column``: ``stamp``), refusing columns not ``allowed``.
 
-    Column names come only from ``allowed`` (never from a caller's data), so the
-    statement cannot be steered; ``stamp_column`` is set to ``stamp`` as well.
+    Column names of an UPDATE then come only from ``allowed`` (never from a caller's
+    data), so the statement cannot be steered.
     """
     unknown = set(changes) - allowed
     if unknown:
@@ -211,5 +256,15 @@ def update_row(
     values = dict(changes)
     if stamp_column is not None:
         values[stamp_column] = stamp
-    assignments = ", ".join(f"{column} = ?" for column in values)
-    conn.execute(f"UPDATE {table} SET {assignments} WHERE id = ?", [*values.values(), row_id])
+    return values
+
+
+def update_row(table: Table, pk: str, changes: dict[str, Any], *, allowed: set[str]) -> None:
+    """sqlite-utils' ``table.update(pk, changes)`` for the ``allowed`` columns only.
+
+    ``pk`` is the table's primary key. A row that no longer exists (deleted meanwhile)
+    is left alone, like an ``UPDATE`` that matches nothing.
+    """
+    values = checked_changes(table.name, changes, allowed=allowed)
+    with contextlib.suppress(NotFoundError):
+        table.update(pk, values)

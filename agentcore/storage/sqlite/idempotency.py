@@ -1,18 +1,21 @@
-"""SQLite storage of idempotent responses (Stripe's Idempotency-Key semantics)."""
+"""SQLite storage of idempotency keys and the results they replay (``agentcore.idempotency``)."""
 
 from __future__ import annotations
 
-import json
 from typing import Literal
 
-from agentcore.storage.records import StoredResponse
+from agentcore.storage.records import StoredResult
 from agentcore.storage.sqlite.connection import Database
 
 Claim = Literal["new", "replay", "mismatch", "in_progress"]
 
 
 class IdempotencyStore:
-    """One row per (workspace, key): in progress, then the response to replay."""
+    """One row per (workspace, key): in progress, then the result to replay.
+
+    The result's JSON body goes in ``response_body`` (rows written by older versions
+    hold it as bytes, which read the same); ``response_headers`` is no longer used.
+    """
 
     db: Database
 
@@ -25,11 +28,11 @@ class IdempotencyStore:
         *,
         now: float,
         ttl: float,
-    ) -> tuple[Claim, StoredResponse | None]:
+    ) -> tuple[Claim, StoredResult | None]:
         """Claim ``key`` for a request, atomically.
 
         ``new``: the caller runs the request and must ``finish`` or ``release`` it;
-        ``replay``: the stored response; ``mismatch``: the key was used with another
+        ``replay``: the stored result; ``mismatch``: the key was used with another
         request; ``in_progress``: a duplicate is running right now.
         """
         with self.db.write() as conn:
@@ -56,29 +59,21 @@ class IdempotencyStore:
                 return "mismatch", None
             if row["status"] != "done":
                 return "in_progress", None
-            return "replay", StoredResponse(
-                row["response_status"],
-                bytes(row["response_body"]),
-                json.loads(row["response_headers"] or "{}"),
-            )
+            body = row["response_body"]
+            if isinstance(body, bytes):
+                body = body.decode()
+            return "replay", StoredResult(row["response_status"], body)
 
     def finish_idempotency_key(
-        self, organization_id: str, environment: str, key: str, response: StoredResponse
+        self, organization_id: str, environment: str, key: str, result: StoredResult
     ) -> None:
-        """Store the response to replay for ``key``."""
+        """Store the result to replay for ``key``."""
         with self.db.write() as conn:
             conn.execute(
                 "UPDATE idempotency_keys SET status = 'done', response_status = ?,"
-                " response_body = ?, response_headers = ? WHERE organization_id = ?"
+                " response_body = ?, response_headers = NULL WHERE organization_id = ?"
                 " AND environment = ? AND key = ?",
-                [
-                    response.status,
-                    response.body,
-                    json.dumps(response.headers),
-                    organization_id,
-                    environment,
-                    key,
-                ],
+                [result.status, result.body, organization_id, environment, key],
             )
 
     def release_idempotency_key(self, organization_id: str, environment: str, key: str) -> None:

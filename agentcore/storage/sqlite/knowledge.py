@@ -1,4 +1,9 @@
-"""SQLite storage of documents, chunks and vector segments (whole buffers, never rows)."""
+"""SQLite storage of documents, chunks and vector segments (whole buffers, never rows).
+
+Writes stay raw SQL: a document, its chunks and its vector blobs commit in one
+transaction, and vectors move as whole buffers through incremental blob I/O, which
+sqlite-utils' table API does not offer.
+"""
 
 from __future__ import annotations
 
@@ -12,11 +17,13 @@ import numpy.typing as npt
 
 from agentcore.ids import isoformat
 from agentcore.models import Document
-from agentcore.storage.records import KnowledgeState, StoredChunk
-from agentcore.storage.sqlite.connection import Database, page_rows
+from agentcore.storage.records import KnowledgeChanges, KnowledgeState, StoredChunk
+from agentcore.storage.sqlite.connection import Database, first_row, page_rows
 
 _WORKSPACE = "organization_id = ? AND environment = ?"
 SEGMENT_ROWS = 65_536  # ~100 MB of float32 at d=384: far below SQLite's 1 GB blob limit
+# Versions of deletions the change log keeps; a cache further behind reloads the workspace.
+TOMBSTONE_VERSIONS = 10_000
 
 
 BLOB_CHUNK = 8 << 20  # bytes per blob read: big enough to be fast, small enough to reuse
@@ -99,11 +106,12 @@ class KnowledgeStore:
     def chunk_ids(self, organization_id: str, environment: str, document_id: str) -> list[int]:
         """The chunk ids of a document of this workspace."""
         with self.db.read() as conn:
-            rows = conn.execute(
-                f"SELECT id FROM chunks WHERE document_id = ? AND {_WORKSPACE}",
+            rows = self.db.table(conn, "chunks").rows_where(
+                f"document_id = ? AND {_WORKSPACE}",
                 [document_id, organization_id, environment],
-            ).fetchall()
-        return [row["id"] for row in rows]
+                select="id",
+            )
+            return [row["id"] for row in rows]  # read inside the with: the generator is lazy
 
     def add_vectors(
         self,
@@ -121,11 +129,13 @@ class KnowledgeStore:
         if vectors.ndim != 2 or vectors.shape != (len(ids), dimension):
             raise ValueError("vectors must have shape (len(ids), dimension)")
         with self.db.write() as conn:
+            version = self._bump(conn, organization_id, environment, embedder, dimension)
             for start in range(0, len(ids), SEGMENT_ROWS):
                 part = slice(start, start + SEGMENT_ROWS)
                 conn.execute(
                     "INSERT INTO vector_segments (organization_id, environment, document_id,"
-                    " embedder, dimension, count, ids, vectors) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    " embedder, dimension, count, ids, vectors, version)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     [
                         organization_id,
                         environment,
@@ -135,9 +145,9 @@ class KnowledgeStore:
                         len(ids[part]),
                         ids[part].tobytes(),
                         vectors[part].tobytes(),
+                        version,
                     ],
                 )
-            self._bump(conn, organization_id, environment, embedder, dimension)
 
     def load_vectors(
         self, organization_id: str, environment: str, dimension: int
@@ -196,9 +206,22 @@ class KnowledgeStore:
                 self.add_vectors(
                     organization_id, environment, document_id, embedder, dimension, ids, vectors
                 )
+            # every vector changed: the change log starts afresh after this version
+            version = self._bump(conn, organization_id, environment, embedder, dimension)
+            conn.execute(
+                f"UPDATE knowledge_state SET log_floor = ? WHERE {_WORKSPACE}",
+                [version, organization_id, environment],
+            )
+            conn.execute(
+                f"DELETE FROM knowledge_tombstones WHERE {_WORKSPACE}",
+                [organization_id, environment],
+            )
 
     def knowledge_state(self, organization_id: str, environment: str) -> KnowledgeState:
-        """The embedder, dimension and version of a workspace's index."""
+        """The embedder, dimension and version of a workspace's index.
+
+        Raw SQL: every search asks this (to know whether its cached index is current).
+        """
         with self.db.read() as conn:
             row = conn.execute(
                 f"SELECT embedder, dimension, version FROM knowledge_state WHERE {_WORKSPACE}",
@@ -208,6 +231,54 @@ class KnowledgeStore:
             return KnowledgeState(None, None, 0)
         return KnowledgeState(row["embedder"], row["dimension"], row["version"])
 
+    def changes_since(
+        self, organization_id: str, environment: str, version: int, *, max_rows: int
+    ) -> KnowledgeChanges | None:
+        """The rows added and ids deleted after ``version``, read in one snapshot.
+
+        ``None`` when the change log cannot bring ``version`` up to date by itself:
+        it is older than the log keeps (a re-embed or pruned tombstones), newer than
+        the store (the database was replaced), or more than ``max_rows`` rows were
+        added since (loading the whole workspace is then the better deal).
+        """
+        with self.db.snapshot() as conn:
+            state = conn.execute(
+                f"SELECT dimension, version, log_floor FROM knowledge_state WHERE {_WORKSPACE}",
+                [organization_id, environment],
+            ).fetchone()
+            current = 0 if state is None else int(state["version"])
+            if state is None or version == current:
+                empty = np.empty(0, dtype=np.int64)
+                return KnowledgeChanges(current, empty, np.empty((0, 0), dtype=np.float32), empty)
+            if version < state["log_floor"] or version > current:
+                return None
+            dimension = int(state["dimension"])
+            rows = conn.execute(
+                "SELECT id, count FROM vector_segments"
+                f" WHERE {_WORKSPACE} AND version > ? ORDER BY id",
+                [organization_id, environment, version],
+            ).fetchall()
+            total = sum(row["count"] for row in rows)
+            if total > max_rows:
+                return None
+            ids = np.empty(total, dtype="<i8")
+            vectors = np.empty((total, dimension), dtype="<f4")
+            start = 0
+            for row in rows:
+                end = start + row["count"]
+                _read_blob(conn, row["id"], "ids", ids[start:end])
+                _read_blob(conn, row["id"], "vectors", vectors[start:end])
+                start = end
+            deleted = [
+                np.frombuffer(row["ids"], dtype="<i8")
+                for row in conn.execute(
+                    f"SELECT ids FROM knowledge_tombstones WHERE {_WORKSPACE} AND version > ?",
+                    [organization_id, environment, version],
+                )
+            ]
+        gone = np.concatenate(deleted) if deleted else np.empty(0, dtype=np.int64)
+        return KnowledgeChanges(current, ids, vectors, gone.astype(np.int64, copy=False))
+
     def _bump(
         self,
         conn: sqlite3.Connection,
@@ -215,26 +286,30 @@ class KnowledgeStore:
         environment: str,
         embedder: str | None = None,
         dimension: int | None = None,
-    ) -> None:
-        conn.execute(
+    ) -> int:
+        """Advance the workspace version (in the caller's transaction); the new version."""
+        row = conn.execute(
             "INSERT INTO knowledge_state (organization_id, environment, embedder, dimension,"
             " version) VALUES (?, ?, ?, ?, 1) ON CONFLICT (organization_id, environment) DO"
             " UPDATE SET version = version + 1,"
             " embedder = COALESCE(embedder, excluded.embedder),"
-            " dimension = COALESCE(dimension, excluded.dimension)",
+            " dimension = COALESCE(dimension, excluded.dimension)"
+            " RETURNING version",
             [organization_id, environment, embedder, dimension],
-        )
+        ).fetchone()
+        return int(row[0])
 
     def get_document(
         self, organization_id: str, environment: str, document_id: str
     ) -> Document | None:
         """A document of this workspace, or ``None``."""
         with self.db.read() as conn:
-            row = conn.execute(
-                f"SELECT * FROM documents WHERE id = ? AND {_WORKSPACE}",
+            row = first_row(
+                self.db.table(conn, "documents"),
+                f"id = ? AND {_WORKSPACE}",
                 [document_id, organization_id, environment],
-            ).fetchone()
-        return Document.model_validate(dict(row)) if row else None
+            )
+        return Document.model_validate(row) if row else None
 
     def list_documents(
         self, organization_id: str, environment: str, *, limit: int, starting_after: str | None
@@ -242,13 +317,12 @@ class KnowledgeStore:
         """A page of documents, newest first."""
         with self.db.read() as conn:
             rows, more = page_rows(
-                conn,
-                "documents",
+                self.db.table(conn, "documents"),
                 scope=(organization_id, environment),
                 limit=limit,
                 starting_after=starting_after,
             )
-        return [Document.model_validate(dict(row)) for row in rows], more
+        return [Document.model_validate(row) for row in rows], more
 
     def delete_document(self, organization_id: str, environment: str, document_id: str) -> bool:
         """Delete a document, its chunks and vectors in one transaction; bumps the version."""
@@ -260,12 +334,39 @@ class KnowledgeStore:
             if cursor.rowcount == 0:
                 return False
             conn.execute("DELETE FROM chunks WHERE document_id = ?", [document_id])
-            conn.execute(
-                f"DELETE FROM vector_segments WHERE document_id = ? AND {_WORKSPACE}",
-                [document_id, organization_id, environment],
+            gone = b"".join(
+                row["ids"]
+                for row in conn.execute(
+                    f"DELETE FROM vector_segments WHERE document_id = ? AND {_WORKSPACE}"
+                    " RETURNING ids",
+                    [document_id, organization_id, environment],
+                ).fetchall()
             )
-            self._bump(conn, organization_id, environment)
+            version = self._bump(conn, organization_id, environment)
+            if gone:
+                conn.execute(
+                    "INSERT INTO knowledge_tombstones (organization_id, environment, version,"
+                    " ids) VALUES (?, ?, ?, ?)",
+                    [organization_id, environment, version, gone],
+                )
+            self._prune_tombstones(conn, organization_id, environment, version)
         return True
+
+    def _prune_tombstones(
+        self, conn: sqlite3.Connection, organization_id: str, environment: str, version: int
+    ) -> None:
+        """Forget deletions older than ``TOMBSTONE_VERSIONS`` versions (raising the floor)."""
+        floor = version - TOMBSTONE_VERSIONS
+        if floor <= 0:
+            return
+        conn.execute(
+            f"DELETE FROM knowledge_tombstones WHERE {_WORKSPACE} AND version <= ?",
+            [organization_id, environment, floor],
+        )
+        conn.execute(
+            f"UPDATE knowledge_state SET log_floor = MAX(log_floor, ?) WHERE {_WORKSPACE}",
+            [floor, organization_id, environment],
+        )
 
     def get_chunks(self, chunk_ids: Sequence[int]) -> dict[int, StoredChunk]:
         """Chunks by id (with their document's source); missing ids are left out."""
@@ -298,15 +399,15 @@ class KnowledgeStore:
         with self.db.read() as conn:
             documents = [
                 row["id"]
-                for row in conn.execute(
-                    f"SELECT id FROM documents WHERE {_WORKSPACE} ORDER BY seq",
-                    [organization_id, environment],
+                for row in self.db.table(conn, "documents").rows_where(
+                    _WORKSPACE, [organization_id, environment], select="id", order_by="seq"
                 )
             ]
         for document_id in documents:
             with self.db.read() as conn:
-                rows = conn.execute(
-                    "SELECT id, text FROM chunks WHERE document_id = ? ORDER BY ordinal",
-                    [document_id],
-                ).fetchall()
+                rows = list(
+                    self.db.table(conn, "chunks").rows_where(
+                        "document_id = ?", [document_id], select="id, text", order_by="ordinal"
+                    )
+                )
             yield document_id, [row["id"] for row in rows], [row["text"] for row in rows]

@@ -2,24 +2,53 @@
 
 from __future__ import annotations
 
+import sqlite3
+from collections.abc import Iterator
+
 from sqlite_utils import Database as UtilsDatabase
 from sqlite_utils import Migrations
 
 migrations = Migrations("agentcore")
 
 
-def _script(db: UtilsDatabase, script: str) -> None:
-    # statement by statement: executescript() would COMMIT the caller's transaction,
-    # and migrations run inside one BEGIN IMMEDIATE so that concurrent openers queue.
-    for statement in script.split(";"):
-        if statement.strip():
-            db.execute(statement)
+def statements(script: str) -> Iterator[str]:
+    """The statements of ``script``, each whole: a ``;`` inside a string, a comment or
+    a trigger's ``BEGIN ... END`` does not end one (``sqlite3.complete_statement``
+    decides, asked only at each ``;``, so this stays linear in the script's length).
+
+    :raises ValueError: when the script ends inside an unfinished statement.
+    """
+    *pieces, last = script.split(";")
+    pending = ""
+    for piece in pieces:
+        pending += piece + ";"
+        if sqlite3.complete_statement(pending):
+            if pending.strip(" \t\r\n;"):
+                yield pending.strip()
+            pending = ""
+    # after the last ";": nothing, a comment, or a final statement without its ";"
+    pending += last
+    if pending.strip() and not sqlite3.complete_statement(pending + "\n;"):
+        raise ValueError(f"unfinished SQL statement: {pending.strip()[:80]!r}")
+    if pending.strip():
+        yield pending.strip()
+
+
+def run_script(db: UtilsDatabase, script: str) -> None:
+    """Run a migration script statement by statement, inside the caller's transaction.
+
+    ``sqlite3``'s ``executescript()`` would COMMIT it first, and migrations run inside
+    one ``BEGIN IMMEDIATE`` so that concurrent openers queue and a failing migration
+    leaves nothing behind.
+    """
+    for statement in statements(script):
+        db.execute(statement)
 
 
 @migrations()
 def m001_tenancy_and_agents(db: UtilsDatabase) -> None:
     """Organizations, API keys and agents."""
-    _script(
+    run_script(
         db,
         """
         CREATE TABLE organizations (
@@ -66,7 +95,7 @@ def m001_tenancy_and_agents(db: UtilsDatabase) -> None:
 @migrations()
 def m002_knowledge(db: UtilsDatabase) -> None:
     """Documents, chunks (the integer id is the vector id) and vector segments."""
-    _script(
+    run_script(
         db,
         """
         CREATE TABLE documents (
@@ -121,7 +150,7 @@ def m002_knowledge(db: UtilsDatabase) -> None:
 @migrations()
 def m003_events_and_webhooks(db: UtilsDatabase) -> None:
     """The event log, webhook subscriptions, the delivery outbox and attempts."""
-    _script(
+    run_script(
         db,
         """
         CREATE TABLE events (
@@ -189,7 +218,7 @@ def m003_events_and_webhooks(db: UtilsDatabase) -> None:
 @migrations()
 def m004_chat_and_idempotency(db: UtilsDatabase) -> None:
     """Conversations, their messages, and stored idempotent responses."""
-    _script(
+    run_script(
         db,
         """
         CREATE TABLE conversations (
@@ -230,4 +259,49 @@ def m004_chat_and_idempotency(db: UtilsDatabase) -> None:
 @migrations()
 def m005_chunk_page_offsets(db: UtilsDatabase) -> None:
     """Where each page starts inside a chunk, so quotes cite only their own pages."""
-    _script(db, "ALTER TABLE chunks ADD COLUMN page_offsets TEXT NOT NULL DEFAULT '[]'")
+    run_script(db, "ALTER TABLE chunks ADD COLUMN page_offsets TEXT NOT NULL DEFAULT '[]'")
+
+
+@migrations()
+def m006_knowledge_change_log(db: UtilsDatabase) -> None:
+    """A per-workspace change log, so a cached index catches up by applying only the delta.
+
+    Each vector segment records the workspace version that added it; each deletion
+    leaves a tombstone (the deleted ids) under the version that deleted them. The log
+    covers the versions after ``knowledge_state.log_floor``: existing workspaces start
+    with a floor at their current version (their old segments carry version 0).
+    """
+    run_script(
+        db,
+        """
+        ALTER TABLE vector_segments ADD COLUMN version INTEGER NOT NULL DEFAULT 0;
+        CREATE INDEX vector_segments_version
+            ON vector_segments (organization_id, environment, version);
+        ALTER TABLE knowledge_state ADD COLUMN log_floor INTEGER NOT NULL DEFAULT 0;
+        UPDATE knowledge_state SET log_floor = version;
+        CREATE TABLE knowledge_tombstones (
+            organization_id TEXT NOT NULL,
+            environment TEXT NOT NULL,
+            version INTEGER NOT NULL,
+            ids BLOB NOT NULL
+        );
+        CREATE INDEX knowledge_tombstones_version
+            ON knowledge_tombstones (organization_id, environment, version);
+        """,
+    )
+
+
+@migrations()
+def m007_rate_limit_buckets(db: UtilsDatabase) -> None:
+    """Token buckets kept in the store, so every process sharing it enforces one limit."""
+    run_script(
+        db,
+        """
+        CREATE TABLE rate_limit_buckets (
+            key_id TEXT PRIMARY KEY,
+            tokens REAL NOT NULL,
+            updated_at REAL NOT NULL,
+            allowed INTEGER NOT NULL
+        ) WITHOUT ROWID;
+        """,
+    )

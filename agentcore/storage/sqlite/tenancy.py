@@ -9,7 +9,7 @@ from typing import Any
 
 from agentcore.ids import isoformat, new_id, now_iso
 from agentcore.models import ApiKey, Organization
-from agentcore.storage.sqlite.connection import Database, update_row
+from agentcore.storage.sqlite.connection import Database, first_row, update_row
 
 
 def _key(row: sqlite3.Row) -> ApiKey:
@@ -35,6 +35,9 @@ def _time(value: str | None) -> datetime | None:
     return None if value is None else datetime.fromisoformat(value)
 
 
+# Raw SQL for reading keys: every request authenticates, and a key comes with its
+# organization's name in one indexed join (sqlite-utils' table API reads one table
+# and adds a schema lookup per call).
 _KEY_SELECT = (
     "SELECT api_keys.*, organizations.name AS org_name FROM api_keys "
     "JOIN organizations ON organizations.id = api_keys.organization_id"
@@ -52,40 +55,38 @@ class TenancyStore:
     def ensure_organization(self, name: str) -> Organization:
         """The organization named ``name``, created if missing."""
         with self.db.write() as conn:
-            conn.execute(
-                "INSERT INTO organizations (id, name, created_at) VALUES (?, ?, ?) "
-                "ON CONFLICT (name) DO NOTHING",
-                [new_id("org"), name, now_iso()],
+            organizations = self.db.table(conn, "organizations")
+            # ignore=True: an organization of that name already exists (names are unique)
+            organizations.insert(
+                {"id": new_id("org"), "name": name, "created_at": now_iso()}, ignore=True
             )
-            row = conn.execute("SELECT * FROM organizations WHERE name = ?", [name]).fetchone()
-        return Organization(**dict(row))
+            row = first_row(organizations, "name = ?", [name])
+        assert row is not None
+        return Organization(**row)
 
     def get_organization_by_name(self, name: str) -> Organization | None:
         """The organization named ``name``, or ``None``."""
         with self.db.read() as conn:
-            row = conn.execute("SELECT * FROM organizations WHERE name = ?", [name]).fetchone()
-        return Organization(**dict(row)) if row else None
+            row = first_row(self.db.table(conn, "organizations"), "name = ?", [name])
+        return Organization(**row) if row else None
 
     def insert_key(self, key: ApiKey, organization_id: str, digest: str) -> None:
         """Store a new key's record and the digest of its secret."""
         with self.db.write() as conn:
-            conn.execute(
-                "INSERT INTO api_keys (id, organization_id, environment, scopes, digest, prefix,"
-                " last4, name, created_at, expires_at, rotated_from)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [
-                    key.id,
-                    organization_id,
-                    key.environment,
-                    json.dumps(key.scopes),
-                    digest,
-                    key.prefix,
-                    key.last4,
-                    key.name,
-                    _iso(key.created_at),
-                    _iso(key.expires_at),
-                    key.rotated_from,
-                ],
+            self.db.table(conn, "api_keys").insert(
+                {
+                    "id": key.id,
+                    "organization_id": organization_id,
+                    "environment": key.environment,
+                    "scopes": json.dumps(key.scopes),
+                    "digest": digest,
+                    "prefix": key.prefix,
+                    "last4": key.last4,
+                    "name": key.name,
+                    "created_at": _iso(key.created_at),
+                    "expires_at": _iso(key.expires_at),
+                    "rotated_from": key.rotated_from,
+                }
             )
 
     def find_key_by_digest(self, digest: str) -> tuple[ApiKey, str, str] | None:
@@ -131,7 +132,7 @@ class TenancyStore:
     def update_key(self, key_id: str, **changes: Any) -> None:
         """Set ``revoked_at``, ``expires_at``, ``last_used_at`` or ``name`` of a key."""
         with self.db.write() as conn:
-            update_row(conn, "api_keys", key_id, changes, allowed=_KEY_COLUMNS)
+            update_row(self.db.table(conn, "api_keys"), key_id, changes, allowed=_KEY_COLUMNS)
 
 
 def _iso(value: datetime | None) -> str | None:

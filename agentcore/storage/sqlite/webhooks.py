@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import json
-import sqlite3
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from agentcore.events import Event
 from agentcore.ids import new_id, now_iso
 from agentcore.models import Delivery, DeliveryAttempt, WebhookSubscription
 from agentcore.storage.records import DueDelivery, StoredSubscription
-from agentcore.storage.sqlite.connection import Database, page_rows, update_row
+from agentcore.storage.sqlite.connection import Database, checked_changes, first_row, page_rows
 
 _WORKSPACE = "organization_id = ? AND environment = ?"
 _SUBSCRIPTION_COLUMNS = {
@@ -24,8 +23,7 @@ _SUBSCRIPTION_COLUMNS = {
 }
 
 
-def _subscription(row: sqlite3.Row) -> StoredSubscription:
-    data = dict(row)
+def _subscription(data: Mapping[str, Any]) -> StoredSubscription:
     public = WebhookSubscription(
         id=data["id"],
         status=data["status"],
@@ -68,21 +66,19 @@ class WebhookStore:
         now = now_iso()
         subscription_id = new_id("whk")
         with self.db.write() as conn:
-            conn.execute(
-                "INSERT INTO webhook_subscriptions (id, organization_id, environment, url,"
-                " events, status, secret, description, created_at, updated_at)"
-                " VALUES (?, ?, ?, ?, ?, 'active', ?, ?, ?, ?)",
-                [
-                    subscription_id,
-                    organization_id,
-                    environment,
-                    url,
-                    json.dumps(list(events)),
-                    secret,
-                    description,
-                    now,
-                    now,
-                ],
+            self.db.table(conn, "webhook_subscriptions").insert(
+                {
+                    "id": subscription_id,
+                    "organization_id": organization_id,
+                    "environment": environment,
+                    "url": url,
+                    "events": json.dumps(list(events)),
+                    "status": "active",
+                    "secret": secret,
+                    "description": description,
+                    "created_at": now,
+                    "updated_at": now,
+                }
             )
         found = self.get_subscription(organization_id, environment, subscription_id)
         assert found is not None
@@ -93,15 +89,15 @@ class WebhookStore:
     ) -> StoredSubscription | None:
         """A subscription of this workspace (any workspace if both are ``None``)."""
         with self.db.read() as conn:
+            subscriptions = self.db.table(conn, "webhook_subscriptions")
             if organization_id is None:
-                row = conn.execute(
-                    "SELECT * FROM webhook_subscriptions WHERE id = ?", [subscription_id]
-                ).fetchone()
+                row = first_row(subscriptions, "id = ?", [subscription_id])
             else:
-                row = conn.execute(
-                    f"SELECT * FROM webhook_subscriptions WHERE id = ? AND {_WORKSPACE}",
+                row = first_row(
+                    subscriptions,
+                    f"id = ? AND {_WORKSPACE}",
                     [subscription_id, organization_id, environment],
-                ).fetchone()
+                )
         return _subscription(row) if row else None
 
     def list_subscriptions(
@@ -110,8 +106,7 @@ class WebhookStore:
         """A page of subscriptions, newest first."""
         with self.db.read() as conn:
             rows, more = page_rows(
-                conn,
-                "webhook_subscriptions",
+                self.db.table(conn, "webhook_subscriptions"),
                 scope=(organization_id, environment),
                 limit=limit,
                 starting_after=starting_after,
@@ -119,22 +114,29 @@ class WebhookStore:
         return [_subscription(row) for row in rows], more
 
     def update_subscription(self, subscription_id: str, **changes: Any) -> None:
-        """Set status, secrets, failure tracking or the disabled reason."""
+        """Set status, secrets, failure tracking or the disabled reason.
+
+        Raw SQL: sqlite-utils' ``update`` addresses a row by primary key, and this
+        table's is ``seq`` (the keyset of its pages), not the ``id`` callers hold.
+        """
+        values = checked_changes(
+            "webhook_subscriptions",
+            changes,
+            allowed=_SUBSCRIPTION_COLUMNS,
+            stamp_column="updated_at",
+            stamp=now_iso(),
+        )
+        assignments = ", ".join(f"{column} = ?" for column in values)
         with self.db.write() as conn:
-            update_row(
-                conn,
-                "webhook_subscriptions",
-                subscription_id,
-                changes,
-                allowed=_SUBSCRIPTION_COLUMNS,
-                stamp_column="updated_at",
-                stamp=now_iso(),
+            conn.execute(
+                f"UPDATE webhook_subscriptions SET {assignments} WHERE id = ?",
+                [*values.values(), subscription_id],
             )
 
     def delete_subscription(
         self, organization_id: str, environment: str, subscription_id: str
     ) -> bool:
-        """Delete a subscription; its pending deliveries end as failed."""
+        """Delete a subscription; its pending deliveries end as failed (one transaction)."""
         with self.db.write() as conn:
             cursor = conn.execute(
                 f"DELETE FROM webhook_subscriptions WHERE id = ? AND {_WORKSPACE}",
@@ -159,7 +161,9 @@ class WebhookStore:
 
         One transaction: after it commits, a crash cannot lose the event or its
         deliveries. ``only_subscription`` targets one subscription whatever its event
-        list (test pings). Returns how many deliveries were created.
+        list (test pings). Returns how many deliveries were created. Raw SQL, like the
+        rest of the outbox below: every event runs it, and leases, attempts and
+        failure streaks are conditional updates that the table API does not express.
         """
         with self.db.write() as conn:
             conn.execute(
@@ -332,31 +336,31 @@ class WebhookStore:
         """A page of a subscription's deliveries with their attempts, newest first."""
         with self.db.snapshot() as conn:
             rows, more = page_rows(
-                conn,
-                "webhook_deliveries",
+                self.db.table(conn, "webhook_deliveries"),
                 scope=(organization_id, environment),
                 limit=limit,
                 starting_after=starting_after,
-                filters="subscription_id = ?",
-                filter_params=[subscription_id],
+                where="subscription_id = ?",
+                where_args=[subscription_id],
             )
             deliveries = []
             for row in rows:
-                event = conn.execute(
-                    "SELECT type FROM events WHERE id = ?", [row["event_id"]]
-                ).fetchone()
-                attempts = conn.execute(
-                    "SELECT attempted_at, status_code, error, duration_ms FROM webhook_attempts"
-                    " WHERE delivery_id = ? ORDER BY seq",
+                event = first_row(
+                    self.db.table(conn, "events"), "id = ?", [row["event_id"]], select="type"
+                )
+                attempts = self.db.table(conn, "webhook_attempts").rows_where(
+                    "delivery_id = ?",
                     [row["id"]],
-                ).fetchall()
+                    select="attempted_at, status_code, error, duration_ms",
+                    order_by="seq",
+                )
                 deliveries.append(
                     Delivery(
                         id=row["id"],
                         event_id=row["event_id"],
                         event_type=event["type"] if event else "",
                         status=row["status"],
-                        attempts=[DeliveryAttempt(**dict(a)) for a in attempts],
+                        attempts=[DeliveryAttempt(**attempt) for attempt in attempts],
                         next_attempt_at=row["next_attempt_at"],
                         created_at=row["created_at"],
                     )

@@ -1,0 +1,83 @@
+"""Streamed chat answers as server-sent events, framed by sse-starlette.
+
+``response.delta`` events carry the text as it is generated, ``response.completed``
+the whole answer (the body a non-streaming call returns), ``error`` the problem
+document of a failure after the stream started. A comment heartbeat keeps idle
+connections open; a client that goes away closes the ``ChatStream``, which stops
+the model.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio.to_thread
+from sse_starlette import EventSourceResponse, ServerSentEvent
+from starlette.responses import Response
+
+from agentcore.chat import ChatStream
+from agentcore.errors import AgentCoreError
+from agentcore.models import ChatDelta, ChatMessageResponse, Problem
+from agentcore_starlette.problems import problem_body
+from agentcore_starlette.routing import StreamEvent
+
+log = logging.getLogger("agentcore.http")
+
+CHAT_EVENTS = (
+    StreamEvent("response.delta", ChatDelta, "The next piece of the answer's text."),
+    StreamEvent(
+        "response.completed",
+        ChatMessageResponse,
+        "The whole answer, as the non-streaming call returns it; the deltas joined are "
+        "its `response`. The last event.",
+    ),
+    StreamEvent("error", Problem, "The problem document of a failure; the last event."),
+)
+
+
+def event_stream(stream: ChatStream, request_id: str | None, *, heartbeat: float) -> Response:
+    """The ``text/event-stream`` response relaying ``stream``; a comment every
+    ``heartbeat`` seconds while it is quiet."""
+    return EventSourceResponse(
+        _events(stream, request_id),
+        headers={"Cache-Control": "no-cache"},
+        ping=heartbeat,
+        sep="\n",
+    )
+
+
+async def _events(stream: ChatStream, request_id: str | None) -> AsyncIterator[ServerSentEvent]:
+    try:
+        while True:
+            # abandon_on_cancel: a client that leaves cancels the wait at once; the
+            # close() below then wakes the worker thread still waiting on the model
+            kind, value = await anyio.to_thread.run_sync(_step, stream, abandon_on_cancel=True)
+            if kind == "delta":
+                yield ServerSentEvent(json.dumps({"delta": value}), event="response.delta")
+            elif kind == "completed":
+                yield ServerSentEvent(value.model_dump_json(), event="response.completed")
+                return
+            elif kind == "error":
+                body = json.dumps(problem_body(value, request_id), separators=(",", ":"))
+                yield ServerSentEvent(body, event="error")
+                return
+            else:  # closed
+                return
+    finally:
+        stream.close()
+
+
+def _step(stream: ChatStream) -> tuple[str, Any]:
+    """The stream's next event: a delta, the completed answer, an error, or closed."""
+    try:
+        return "delta", next(stream)
+    except StopIteration:
+        return ("closed", None) if stream.closed else ("completed", stream.response)
+    except AgentCoreError as error:
+        return "error", error
+    except Exception:
+        log.exception("unhandled error in a streamed answer")
+        return "error", AgentCoreError("The server hit an unexpected error.")

@@ -1,0 +1,107 @@
+"""Hashing-embedder speed: docs/s of the original and the vectorised implementation.
+
+The corpus is the SQuAD sample's paragraphs (about 700 characters, one chunk each)
+plus seeded shuffles of their words into paragraph-sized passages, ``--docs`` in all.
+Each run embeds the whole corpus with a FRESH embedder (so the vocabulary is learnt
+inside the timing, as in a first ingestion) in batches of ``--batch`` texts (a
+document's chunks are embedded in one call), then again with the now warm embedder.
+The original implementation is ``hashing_embedder_reference.py`` (a verbatim copy of
+the code before vectorisation, kept only for this comparison); both run in the same
+process, alternately, and the script checks that their vectors are bit-identical.
+Prints the median docs/s of ``--runs`` runs and the ratio new ÷ old.
+
+Run: ``python benchmarks/embedder_speed.py [--squad PATH] [--docs 1000] [--runs 5]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_SQUAD = REPO / ".." / "shared" / "eval" / "squad-sample.json"
+sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]
+
+from hashing_embedder_reference import HashingEmbedder as ReferenceEmbedder  # noqa: E402
+
+from agentcore.plugins.hashing_embedder import HashingEmbedder  # noqa: E402
+
+Embed = Callable[[Sequence[str]], npt.NDArray[np.float32]]
+
+
+def corpus(squad: Path, docs: int, seed: int = 7) -> list[str]:
+    """The SQuAD paragraphs, then shuffled-word passages of the same size, ``docs`` texts."""
+    data = json.loads(squad.read_text(encoding="utf-8"))
+    paragraphs = [p["context"] for article in data["data"] for p in article["paragraphs"]]
+    words = " ".join(paragraphs).split()
+    rng = random.Random(seed)
+    texts = paragraphs[:docs]
+    while len(texts) < docs:
+        size = len(rng.choice(paragraphs).split())
+        start = rng.randrange(len(words))
+        picked = words[start : start + size * 3]
+        rng.shuffle(picked)
+        texts.append(" ".join(picked[:size]))
+    return texts
+
+
+def run(embed: Embed, texts: list[str], batch: int) -> tuple[float, npt.NDArray[np.float32]]:
+    """Seconds to embed ``texts`` in batches, and the vectors."""
+    started = time.perf_counter()
+    rows = [embed(texts[i : i + batch]) for i in range(0, len(texts), batch)]
+    return time.perf_counter() - started, np.concatenate(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Time both implementations, cold and warm, and print a Markdown table."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--squad", default=str(DEFAULT_SQUAD), help="SQuAD-format JSON file")
+    parser.add_argument("--docs", type=int, default=1000, help="texts in the corpus")
+    parser.add_argument("--batch", type=int, default=16, help="texts per embed call")
+    parser.add_argument("--runs", type=int, default=5, help="runs; the median is shown")
+    args = parser.parse_args(argv)
+    texts = corpus(Path(args.squad), args.docs)
+    chars = sum(map(len, texts)) / len(texts)
+    timings: dict[tuple[str, str], list[float]] = {}
+    for number in range(args.runs):
+        # Alternate which goes first, so neither always meets a warmer machine.
+        names = ["old", "new"] if number % 2 == 0 else ["new", "old"]
+        outputs = {}
+        for name in names:
+            embedder = ReferenceEmbedder() if name == "old" else HashingEmbedder()
+            cold, vectors = run(embedder.embed, texts, args.batch)
+            warm, again = run(embedder.embed, texts, args.batch)
+            assert np.array_equal(vectors, again)
+            timings.setdefault((name, "cold"), []).append(cold)
+            timings.setdefault((name, "warm"), []).append(warm)
+            outputs[name] = vectors
+        if outputs["old"].tobytes() != outputs["new"].tobytes():
+            raise SystemExit("the implementations disagree: vectors are not bit-identical")
+
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(
+        f"hashing-v1 embedding, {len(texts)} docs of {chars:.0f} chars on average, "
+        f"batches of {args.batch}, median of {args.runs} runs (load average {load:.1f})\n"
+    )
+    print("| pass | old docs/s | new docs/s | new ÷ old |")
+    print("|---|---:|---:|---:|")
+    for mode in ("cold", "warm"):
+        old = len(texts) / statistics.median(timings[("old", mode)])
+        new = len(texts) / statistics.median(timings[("new", mode)])
+        print(f"| {mode} | {old:,.0f} | {new:,.0f} | {new / old:.1f}× |")
+    print("\nvectors: bit-identical in every run")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
