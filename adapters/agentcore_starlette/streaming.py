@@ -10,7 +10,6 @@ the model.
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -21,10 +20,11 @@ from starlette.responses import Response
 from agentcore.chat import ChatStream
 from agentcore.errors import AgentCoreError
 from agentcore.models import ChatDelta, ChatMessageResponse, Problem
+from agentcore.redact import get_logger
 from agentcore_starlette.problems import problem_body
 from agentcore_starlette.routing import StreamEvent
 
-log = logging.getLogger("agentcore.http")
+log = get_logger("agentcore.http")  # masks keys and secrets in every record
 
 CHAT_EVENTS = (
     StreamEvent("response.delta", ChatDelta, "The next piece of the answer's text."),
