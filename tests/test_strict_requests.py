@@ -198,3 +198,13 @@ def test_unknown_query_parameters_are_refused(api) -> None:
     assert_problem(
         api.get("/v1/auth/verify", params={"x": "1"}), 422, "unknown_parameter", param="x"
     )
+
+
+def test_unknown_multipart_fields_are_refused(api) -> None:
+    response = api.post(
+        "/v1/knowledge/documents",
+        files={"file": ("a.txt", b"Some text.", "text/plain")},
+        data={"colour": "blue"},
+    )
+    assert_problem(response, 422, "unknown_parameter", param="colour")
+    assert api.get("/v1/knowledge/documents").json()["documents"] == []

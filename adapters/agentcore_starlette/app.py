@@ -53,6 +53,8 @@ log = get_logger("agentcore.http")  # masks keys and secrets in every record
 
 PREFIX = "/v1"
 MULTIPART_OVERHEAD = 64 * 1024
+UPLOAD_FIELDS = ("file",)
+"""The multipart fields a document upload may carry (openapi.py declares the same)."""
 
 
 class ProblemMiddleware:
@@ -266,6 +268,14 @@ class Api:
         file = form.get("file")
         if file is None or isinstance(file, str):
             raise InvalidRequest("Send the document as the multipart field 'file'.", param="file")
+        unknown = [name for name in form if name not in UPLOAD_FIELDS]
+        if unknown:  # as unknown JSON fields are: refused, not silently dropped
+            await form.close()
+            raise ValidationFailed(
+                f"Unknown multipart field {unknown[0]!r} (allowed: {', '.join(UPLOAD_FIELDS)}).",
+                code="unknown_parameter",
+                param=unknown[0],
+            )
         data = await file.read()
         await form.close()
         for value in (file.filename, file.content_type):

@@ -204,6 +204,7 @@ def build_openapi(
                     "schema": {
                         "type": "object",
                         "required": ["file"],
+                        "additionalProperties": False,
                         "properties": {
                             "file": {
                                 "type": "string",
