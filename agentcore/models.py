@@ -15,7 +15,9 @@ SubscriptionStatus = Literal["active", "disabled"]
 
 HANDOFF_TOOL = "handoff_to_human"
 _TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-NON_BLANK = r"^[^\x00]*[^\s\x00][^\x00]*$"
+# what str.strip() removes (str.isspace), spelt out: regex engines disagree about \s
+_SPACE = r"\t-\r\x1c-\x20\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
+NON_BLANK = rf"^[^\x00]*[^\x00{_SPACE}][^\x00]*$"
 """JSON-Schema ``pattern`` of text that must not be blank (the services refuse it)."""
 NO_NUL = r"^[^\x00]*$"
 """JSON-Schema ``pattern`` of any other request string (no NUL, as ``Request`` enforces)."""

@@ -208,3 +208,15 @@ def test_unknown_multipart_fields_are_refused(api) -> None:
     )
     assert_problem(response, 422, "unknown_parameter", param="colour")
     assert api.get("/v1/knowledge/documents").json()["documents"] == []
+
+
+def test_empty_enum_and_integer_query_values_are_refused(api) -> None:
+    assert_problem(api.get("/v1/agents?status="), 422, "validation_error", param="status")
+    assert_problem(api.get("/v1/agents?limit="), 422, "validation_error", param="limit")
+    assert api.get("/v1/agents?starting_after=").status_code == 200
+
+
+def test_blank_means_what_str_strip_means(api) -> None:
+    for blank in ("\x1e", "\u3000 ", "\x85\t"):
+        response = api.post("/v1/knowledge/documents", json={"source": blank, "text": "x"})
+        assert_problem(response, 422, "validation_error", param="source")
