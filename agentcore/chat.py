@@ -284,12 +284,16 @@ class ChatStream:
         if self._cancel.done():
             raise StopIteration
         try:
-            return next(self._parts)
+            delta = next(self._parts)
         except StopIteration as end:
             self._response = end.value
             raise StopIteration from None
         except _Cancelled:
             raise StopIteration from None
+        if self._cancel.done():  # closed while this delta was coming: nobody wants it
+            self._parts.close()
+            raise StopIteration
+        return delta
 
     @property
     def response(self) -> ChatMessageResponse:

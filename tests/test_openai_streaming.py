@@ -4,8 +4,12 @@ protocol (``stream: true`` → ``text/event-stream`` chunks, ``data: [DONE]``)."
 from __future__ import annotations
 
 import json
+import signal
 import socket
+import subprocess
+import sys
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -14,7 +18,8 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import ServerThread
+from conftest import ServerThread, free_port
+from helpers import cli_env
 from httpx_sse import connect_sse
 from hypothesis import given
 from hypothesis import strategies as st
@@ -356,3 +361,65 @@ def test_over_http_a_client_that_leaves_closes_the_provider_connection(
     # the server closed its provider connection: the provider's writes fail at once
     assert fake.finished.wait(5), "the provider kept streaming after the client left"
     assert served.errors == []
+
+
+def test_agentcore_serve_ends_open_streams_with_an_error_event_on_sigterm(
+    fake: FakeStreamingProvider, tmp_path: Path
+) -> None:
+    """The real ``agentcore serve``: SIGTERM mid-answer → ``error`` 503, then exit 0."""
+    db = tmp_path / "serve.db"
+    core = AgentCore.open(db, openai_base_url=fake.url, openai_model="tiny")
+    core.create_organization("acme")
+    key = core.keys.create("acme", "test", ["read"]).secret
+    agent = core.workspace("acme", "test").agents.create(name="N", model="openai:tiny")
+    core.close()
+    slow = [chunk(f" w{n}") for n in range(500)]
+    for piece in slow:
+        piece.delay = 0.05  # 25 s in all: only the shutdown can end it early
+    fake.script.append(StreamReply([chunk("Rollo"), *slow]))
+    port = free_port()
+    env = {**cli_env(db), "AGENTCORE_OPENAI_BASE_URL": fake.url, "AGENTCORE_OPENAI_MODEL": "tiny"}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "agentcore.cli", "serve", "--port", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_for_port(port, process)
+        body = {"agentId": agent.id, "message": "Who?", "stream": True}
+        events: list[str] = []
+        with (
+            httpx.Client(timeout=30) as client,
+            connect_sse(
+                client,
+                "POST",
+                f"http://127.0.0.1:{port}/v1/chat/message",
+                json=body,
+                headers={"Authorization": f"Bearer {key}"},
+            ) as source,
+        ):
+            for event in source.iter_sse():
+                events.append(event.event)
+                if len(events) == 2:
+                    process.send_signal(signal.SIGTERM)
+                if event.event == "error":
+                    problem = json.loads(event.data)
+        assert events[-1] == "error" and set(events[:-1]) == {"response.delta"}
+        assert (problem["status"], problem["code"]) == (503, "server_shutting_down")
+        assert process.wait(timeout=20) == 0
+    finally:
+        process.kill()
+        process.wait(timeout=10)
+
+
+def wait_for_port(port: int, process: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        assert process.poll() is None, "agentcore serve exited"
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise AssertionError("agentcore serve did not come up")

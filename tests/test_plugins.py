@@ -103,7 +103,7 @@ def test_custom_store_plugin_passes_on_other_urls(tmp_path: Path) -> None:
 
 def test_unhandled_scheme_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match="No store plugin"):
-        AgentCore.open("postgres://nowhere/db")
+        AgentCore.open("mysql://nowhere/db")
 
 
 def test_plugin_given_by_module_name(tmp_path: Path, monkeypatch) -> None:
