@@ -120,6 +120,13 @@ class KnowledgeService:
         ``wait`` and ``cancellation`` work as for ``ingest_file``.
         """
         self._ws.require("write")
+        if len(text) > self._settings.max_text_chars:
+            raise ValidationFailed(
+                f"The text is longer than {self._settings.max_text_chars} characters;"
+                " upload it as a file instead.",
+                code="text_too_long",
+                param="text",
+            )
         encoded = text.encode()
         if len(encoded) > self._settings.max_upload_bytes:
             raise PayloadTooLarge(
