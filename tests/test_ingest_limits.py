@@ -181,7 +181,9 @@ def test_cancelled_ingestion_stores_nothing(tmp_path: Path, reason: str) -> None
         text = "Paragraph text with words. " * 20_000  # several batches
         expected = DeadlineExceeded if reason == "deadline" else Cancelled
         with pytest.raises(expected):
-            ws.knowledge.ingest_text("big.txt", text, wait=True, cancellation=cancellation)
+            ws.knowledge.ingest_file(
+                text.encode(), filename="big.txt", wait=True, cancellation=cancellation
+            )
         assert len(embedder.batches) == 2  # stopped at the next checkpoint
         assert ws.knowledge.list().documents == []
         assert ws.knowledge.search("paragraph words").results == []
