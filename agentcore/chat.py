@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import logging
 import re
 from collections.abc import Generator, Iterator, Mapping
 from concurrent.futures import FIRST_COMPLETED, Executor, Future, InvalidStateError, wait
@@ -42,6 +41,7 @@ from agentcore.errors import (
 )
 from agentcore.knowledge.citing import supporting_pages
 from agentcore.models import HANDOFF_TOOL, Agent, ChatMessageResponse, Citation
+from agentcore.redact import get_logger
 from agentcore.storage.base import AgentStorage, ConversationStorage
 from agentcore.storage.records import StoredChunk, StoredMessage
 
@@ -69,7 +69,7 @@ _HUMAN_REQUEST = re.compile(
 _GUARD_SLACK = 2.0  # seconds past the model time-out before a hung plugin is abandoned
 _END = object()  # what ``next`` returns for a model stream that ended without a result
 
-log = logging.getLogger("agentcore.chat")
+log = get_logger("agentcore.chat")  # masks keys and secrets in every record
 
 
 def wants_human(message: str) -> bool:

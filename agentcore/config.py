@@ -74,6 +74,11 @@ class Settings(BaseSettings):
     # Field limits
     max_message_chars: int = Field(32_000, ge=1, description="Longest chat message.")
     max_query_chars: int = Field(2_000, ge=1, description="Longest knowledge search query.")
+    max_text_chars: int = Field(
+        200_000,
+        ge=1,
+        description="Longest text of a {source, text} document (files may be larger).",
+    )
     default_top_k: int = Field(5, ge=1)
     max_top_k: int = Field(100, ge=1)
     max_page_size: int = Field(100, ge=1, description="Largest `limit` of a list.")

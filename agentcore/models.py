@@ -15,6 +15,14 @@ SubscriptionStatus = Literal["active", "disabled"]
 
 HANDOFF_TOOL = "handoff_to_human"
 _TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+# what str.strip() removes (str.isspace), spelt out: regex engines disagree about \s
+_SPACE = r"\t-\r\x1c-\x20\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
+NON_BLANK = rf"^[^\x00]*[^\x00{_SPACE}][^\x00]*$"
+"""JSON-Schema ``pattern`` of text that must not be blank (the services refuse it)."""
+NO_NUL = r"^[^\x00]*$"
+"""JSON-Schema ``pattern`` of any other request string (no NUL, as ``Request`` enforces)."""
+# declared, not enforced by pydantic: the services refuse blank text with their own codes
+_DECLARE_NON_BLANK: dict[str, Any] = {"pattern": NON_BLANK}
 
 
 def _has_nul(value: Any) -> bool:
@@ -100,11 +108,23 @@ class ToolDefinition(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    name: str = Field(..., description="1-64 letters, digits, '_' or '-'.")
+    name: str = Field(
+        ...,
+        description="1-64 letters, digits, '_' or '-'.",
+        json_schema_extra={"pattern": _TOOL_NAME.pattern, "not": {"const": HANDOFF_TOOL}},
+    )
     description: str = Field("", max_length=1024)
     parameters: dict[str, Any] = Field(
         default_factory=lambda: {"type": "object", "properties": {}},
         description="A JSON Schema of type 'object'.",
+        json_schema_extra={
+            "required": ["type"],
+            "properties": {
+                "type": {"const": "object"},
+                "properties": {"type": "object", "additionalProperties": {"type": "object"}},
+                "required": {"type": "array", "items": {"type": "string"}},
+            },
+        },
     )
 
     @field_validator("name")
@@ -173,8 +193,20 @@ class AgentCreate(Request):
         return _unique_tool_names(value)
 
 
+def _not_nullable_except_model(schema: dict[str, Any]) -> None:
+    # the fields default to None to mean "not given", but an explicit null is refused
+    # (agents.update): only `model` may be null (back to the default chat model)
+    for name, prop in schema.get("properties", {}).items():
+        if name != "model" and "anyOf" in prop:
+            (given,) = [branch for branch in prop.pop("anyOf") if branch.get("type") != "null"]
+            prop.pop("default", None)
+            prop.update(given)
+
+
 class AgentUpdate(Request):
     """Body of ``PATCH /v1/agents/{id}``: only the fields given change."""
+
+    model_config = ConfigDict(json_schema_extra=_not_nullable_except_model)
 
     name: str | None = Field(None, max_length=200)
     role: str | None = Field(None, min_length=1, max_length=64)
@@ -226,18 +258,26 @@ class DocumentList(BaseModel):
 class TextDocumentCreate(Request):
     """JSON body of ``POST /v1/knowledge/documents``: text with a source name."""
 
-    source: str = Field(..., min_length=1, max_length=255)
-    text: str = Field(..., min_length=1)
+    source: str = Field(..., min_length=1, max_length=255, json_schema_extra=_DECLARE_NON_BLANK)
+    text: str = Field(..., min_length=1, json_schema_extra=_DECLARE_NON_BLANK)
 
 
 class SearchRequest(Request):
     """Body of ``POST /v1/knowledge/search``."""
 
-    query: str = Field(..., min_length=1)
+    query: str = Field(..., min_length=1, json_schema_extra=_DECLARE_NON_BLANK)
     top_k: int | None = Field(
         None, description="How many results: default 5, at most the configured max_top_k."
     )
     min_score: float | None = Field(None, ge=-1.0, le=1.0)
+
+    @field_validator("top_k", mode="before")
+    @classmethod
+    def _integral_number(cls, value: Any) -> Any:
+        # JSON Schema counts 2.0 as an integer; 2.5, "2" and true stay errors
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        return value
 
 
 class SearchResult(BaseModel):
@@ -268,7 +308,7 @@ class ChatMessageRequest(Request):
     """Body of ``POST /v1/chat/message``."""
 
     agentId: str = Field(..., min_length=1, max_length=100)
-    message: str = Field(..., min_length=1)
+    message: str = Field(..., min_length=1, json_schema_extra=_DECLARE_NON_BLANK)
     conversationId: str | None = Field(None, min_length=1, max_length=100)
     stream: StrictBool = Field(
         False, description="Answer as server-sent events (`text/event-stream`) as it is generated."

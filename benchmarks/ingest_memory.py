@@ -259,11 +259,15 @@ def measure(
                     doc_id = response.json()["id"]
                     while True:
                         time.sleep(0.5)
-                        doc = client.get(f"/v1/knowledge/documents/{doc_id}").json()
+                        try:
+                            doc = client.get(f"/v1/knowledge/documents/{doc_id}").json()
+                        except (httpx.TransportError, ValueError) as exc:
+                            outcome["poll_errors"] = f"{outcome.get('poll_errors', '')} {exc!r}"
+                            continue
                         if doc.get("status") != "processing":
                             outcome["body"] = doc
                             break
-        except httpx.HTTPError as exc:
+        except Exception as exc:  # reported, not raised: the thread must not die silently
             outcome["error"] = repr(exc)
 
     threads = [threading.Thread(target=t, daemon=True) for t in (verify, sample)]
@@ -301,6 +305,9 @@ def measure(
             result.notes.append(f"{body['chunks']} chunks")
         if isinstance(body, dict) and body.get("last_error"):
             result.notes.append(str(body["last_error"].get("code")))
+    for problem in ("error", "poll_errors"):
+        if problem in outcome:
+            result.notes.append(f"{problem}: {outcome[problem]}"[:200])
     stop.set()
     for thread in threads:
         thread.join()

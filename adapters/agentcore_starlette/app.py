@@ -52,6 +52,8 @@ log = get_logger("agentcore.http")  # masks keys and secrets in every record
 
 PREFIX = "/v1"
 MULTIPART_OVERHEAD = 64 * 1024
+UPLOAD_FIELDS = ("file",)
+"""The multipart fields a document upload may carry (openapi.py declares the same)."""
 
 
 class ProblemMiddleware:
@@ -141,6 +143,19 @@ def refuse_secrets_in_query(request: Request) -> None:
             )
 
 
+def refuse_unknown_query(route: ApiRoute, request: Request) -> None:
+    """422 for a query parameter the route does not define (as for unknown body fields)."""
+    known = {param.name for param in route.query}
+    for name in request.query_params:
+        if name not in known:
+            allowed = ", ".join(sorted(known)) or "none"
+            raise ValidationFailed(
+                f"Unknown query parameter {name!r} (allowed: {allowed}).",
+                code="unknown_parameter",
+                param=name,
+            )
+
+
 def _json(route: ApiRoute, result: Any, headers: dict[str, str] | None = None) -> Response:
     return Response(
         result.model_dump_json(),
@@ -162,6 +177,7 @@ class Api:
 
         async def run(request: Request) -> Response:
             refuse_secrets_in_query(request)
+            refuse_unknown_query(route, request)
             try:
                 secret = bearer_token(request)
                 # on the loop: a read of one indexed row (WAL readers never wait for the
@@ -270,6 +286,14 @@ class Api:
         file = form.get("file")
         if file is None or isinstance(file, str):
             raise InvalidRequest("Send the document as the multipart field 'file'.", param="file")
+        unknown = [name for name in form if name not in UPLOAD_FIELDS]
+        if unknown:  # as unknown JSON fields are: refused, not silently dropped
+            await form.close()
+            raise ValidationFailed(
+                f"Unknown multipart field {unknown[0]!r} (allowed: {', '.join(UPLOAD_FIELDS)}).",
+                code="unknown_parameter",
+                param=unknown[0],
+            )
         data = await file.read()
         await form.close()
         for value in (file.filename, file.content_type):
@@ -381,9 +405,23 @@ def create_app(
     merged = Settings.model_validate({**core.settings.model_dump(), **settings})
     table = list(routes if routes is not None else ROUTES)
     api = Api(core, merged)
-    document = json.dumps(build_openapi(table, prefix=PREFIX, version=__version__)).encode()
+    documents: dict[str, bytes] = {}  # by mount path: its `servers` entry differs
 
     async def openapi(request: Request) -> Response:
+        root_path = request.scope.get("root_path", "")
+        document = documents.get(root_path)
+        if document is None:
+            document = documents[root_path] = json.dumps(
+                build_openapi(
+                    table,
+                    prefix=PREFIX,
+                    version=__version__,
+                    settings=merged,
+                    event_kinds=list(core.events.kinds),
+                    chat_models=list(core.chat_models),
+                    root_path=root_path,
+                )
+            ).encode()
         return Response(document, media_type="application/json")
 
     # one Starlette route per path, dispatching on the method, so a 405 lists every

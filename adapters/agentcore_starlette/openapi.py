@@ -8,7 +8,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from agentcore.models import Problem
+from agentcore.config import Settings
+from agentcore.models import NO_NUL, Problem
 from agentcore_starlette.routing import ApiRoute
 
 REF = "#/components/schemas/{model}"
@@ -53,9 +54,101 @@ def _event_stream(route: ApiRoute, components: dict[str, Any]) -> dict[str, Any]
     }
 
 
-def build_openapi(routes: Sequence[ApiRoute], *, prefix: str, version: str) -> dict[str, Any]:
-    """An OpenAPI 3.1 document covering every route in ``routes``."""
+def _typed(prop: dict[str, Any], kind: str) -> dict[str, Any]:
+    """The sub-schema of ``prop`` of JSON type ``kind`` (itself, or its ``anyOf`` branch)."""
+    if prop.get("type") == kind:
+        return prop
+    return next(branch for branch in prop["anyOf"] if branch.get("type") == kind)
+
+
+def _no_nul_strings(schema: dict[str, Any]) -> None:
+    """Give every string of a request schema without a pattern or enum the no-NUL pattern."""
+    stack = [schema]
+    while stack:
+        node = stack.pop()
+        if node.get("type") == "string" and not {"pattern", "enum", "const"} & set(node):
+            node["pattern"] = NO_NUL
+        for key in ("properties",):
+            stack.extend(node.get(key, {}).values())
+        for key in ("anyOf", "allOf", "oneOf"):
+            stack.extend(node.get(key, []))
+        if isinstance(node.get("items"), dict):
+            stack.append(node["items"])
+
+
+def declare_limits(
+    components: dict[str, Any],
+    requests: set[str],
+    settings: Settings,
+    *,
+    event_kinds: Sequence[str] = (),
+    chat_models: Sequence[str] = (),
+) -> None:
+    """Write into the request schemas the limits the core enforces from ``settings``.
+
+    The models declare what is fixed (lengths, the tool-name pattern, non-blank text);
+    this adds what depends on the settings and on the plugins of one core (``top_k``,
+    message and query lengths, the event kinds, the chat model names), so the document
+    of a core opened with ``max_top_k=50`` says ``maximum: 50``.
+    """
+
+    def prop(model: str, field: str) -> dict[str, Any]:
+        found: dict[str, Any] = components[model]["properties"][field]
+        return found
+
+    for name in requests:
+        _no_nul_strings(components[name])
+    if "ToolDefinition" in components:
+        _no_nul_strings(components["ToolDefinition"])
+    if "SearchRequest" in requests:
+        _typed(prop("SearchRequest", "top_k"), "integer").update(
+            minimum=1, maximum=settings.max_top_k
+        )
+        prop("SearchRequest", "query")["maxLength"] = settings.max_query_chars
+    if "ChatMessageRequest" in requests:
+        prop("ChatMessageRequest", "message")["maxLength"] = settings.max_message_chars
+    if "TextDocumentCreate" in requests:
+        prop("TextDocumentCreate", "text")["maxLength"] = settings.max_text_chars
+    if "WebhookSubscribeRequest" in requests:
+        if event_kinds:
+            prop("WebhookSubscribeRequest", "events")["items"] = {
+                "type": "string",
+                "enum": sorted(event_kinds),
+            }
+        prop("WebhookSubscribeRequest", "url")["pattern"] = r"^https?://[^\s\x00]+$"
+    for model in ("AgentCreate", "AgentUpdate"):
+        if model in requests and chat_models:
+            _typed(prop(model, "model"), "string")["enum"] = sorted(chat_models)
+
+
+def _query_schema(name: str, schema: dict[str, Any], settings: Settings) -> dict[str, Any]:
+    if name == "limit":  # pagination: as Workspace.page_size enforces it
+        return {**schema, "minimum": 1, "maximum": settings.max_page_size}
+    if schema.get("type") == "string" and "enum" not in schema:
+        return {**schema, "pattern": NO_NUL}
+    return schema
+
+
+def build_openapi(
+    routes: Sequence[ApiRoute],
+    *,
+    prefix: str,
+    version: str,
+    settings: Settings | None = None,
+    event_kinds: Sequence[str] = (),
+    chat_models: Sequence[str] = (),
+    root_path: str = "",
+) -> dict[str, Any]:
+    """An OpenAPI 3.1 document covering every route in ``routes``.
+
+    :param settings: the limits to declare (default: ``Settings()``'s).
+    :param event_kinds: the kinds a subscription may name (the core's event bus).
+    :param chat_models: the names an agent's ``model`` may take.
+    :param root_path: where the app is mounted (ASGI ``root_path``): the ``servers`` URL.
+    """
+    settings = settings or Settings.model_validate({})
     components: dict[str, Any] = {}
+    requests: set[str] = set()
     problem = _schema(Problem, components, "serialization")
     paths: dict[str, dict[str, Any]] = {}
     for route in routes:
@@ -74,7 +167,7 @@ def build_openapi(routes: Sequence[ApiRoute], *, prefix: str, version: str) -> d
                     "name": param.name,
                     "in": "query",
                     "required": False,
-                    "schema": param.schema,
+                    "schema": _query_schema(param.name, param.schema, settings),
                     "description": param.description,
                 }
                 for param in route.query
@@ -116,6 +209,7 @@ def build_openapi(routes: Sequence[ApiRoute], *, prefix: str, version: str) -> d
                 _event_stream(route, components)
             )
         if route.request is not None:
+            requests.add(route.request.__name__)
             content: dict[str, Any] = {
                 "application/json": {"schema": _schema(route.request, components, "validation")}
             }
@@ -124,16 +218,21 @@ def build_openapi(routes: Sequence[ApiRoute], *, prefix: str, version: str) -> d
                     "schema": {
                         "type": "object",
                         "required": ["file"],
+                        "additionalProperties": False,
                         "properties": {
                             "file": {
                                 "type": "string",
                                 "contentMediaType": "application/octet-stream",
+                                "minLength": 1,
+                                "description": "A PDF, Markdown or UTF-8 text file,"
+                                f" at most {settings.max_upload_bytes} bytes.",
                             }
                         },
                     }
                 }
             operation["requestBody"] = {"required": True, "content": content}
         paths.setdefault(prefix + route.path, {})[route.method.lower()] = operation
+    declare_limits(components, requests, settings, event_kinds=event_kinds, chat_models=chat_models)
     return {
         "openapi": "3.1.0",
         "info": {
@@ -141,7 +240,7 @@ def build_openapi(routes: Sequence[ApiRoute], *, prefix: str, version: str) -> d
             "version": version,
             "description": "Agents, cited answers, knowledge search, webhooks and key checks.",
         },
-        "servers": [{"url": "/"}],
+        "servers": [{"url": root_path or "/"}],
         "security": [{"bearerAuth": []}],
         "paths": paths,
         "components": {

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import json
-import logging
 from typing import Any
 
 from starlette.responses import Response
 
 from agentcore.errors import PROBLEM_TYPE, AgentCoreError, RateLimited
+from agentcore.redact import get_logger
 from agentcore_starlette.ratelimit import rate_limit_headers
 
-log = logging.getLogger("agentcore.http")
+log = get_logger("agentcore.http")  # masks keys and secrets in every record
 
 MEDIA_TYPE = "application/problem+json"
 

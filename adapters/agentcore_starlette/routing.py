@@ -44,7 +44,7 @@ class Call:
     def int_query(self, name: str) -> int | None:
         """An integer query parameter, or 422 naming it."""
         raw = self.query.get(name)
-        if raw is None or raw == "":
+        if raw is None:
             return None
         try:
             return int(raw)
@@ -54,9 +54,9 @@ class Call:
     def str_query(self, name: str, choices: tuple[str, ...] | None = None) -> str | None:
         """A string query parameter (one of ``choices`` if given), or 422 naming it."""
         raw = self.query.get(name)
-        if raw is None or raw == "":
+        if raw is None or (raw == "" and choices is None):
             return None
-        if choices is not None and raw not in choices:
+        if choices is not None and raw not in choices:  # an empty value is not a choice
             raise ValidationFailed(f"'{name}' must be one of {', '.join(choices)}.", param=name)
         return raw
 

@@ -11,7 +11,6 @@ the model. A server that shuts down ends each open stream with an ``error`` even
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -23,10 +22,11 @@ from starlette.responses import Response
 from agentcore.chat import ChatStream
 from agentcore.errors import AgentCoreError
 from agentcore.models import ChatDelta, ChatMessageResponse, Problem
+from agentcore.redact import get_logger
 from agentcore_starlette.problems import problem_body
 from agentcore_starlette.routing import StreamEvent
 
-log = logging.getLogger("agentcore.http")
+log = get_logger("agentcore.http")  # masks keys and secrets in every record
 
 SHUTDOWN_GRACE = 2.0  # seconds a stream has to say goodbye when the server shuts down
 

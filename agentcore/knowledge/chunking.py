@@ -150,6 +150,31 @@ def _hard_split(text: str, start: int, end: int, limit: int) -> list[tuple[int, 
     return pieces
 
 
+BLOCK_CHARS = 1 << 16
+# Python's regex engine holds the GIL for a whole search: a paragraph is searched in
+# blocks of at most this many characters, so one huge paragraph (a 50 MB line of
+# base64) cannot stall every other thread of the process for seconds.
+
+
+def _blocks(text: str, start: int, end: int) -> Iterator[tuple[int, int]]:
+    """``[start, end)`` in pieces of at most ``BLOCK_CHARS`` characters.
+
+    Each piece ends just after a line break or other whitespace in its second half
+    (a cut there acts as a sentence break, which trimming makes invisible), else
+    mid-run. Only paragraphs longer than a block are cut differently than before.
+    """
+    while end - start > BLOCK_CHARS:
+        limit = start + BLOCK_CHARS
+        cut = text.rfind("\n", start + BLOCK_CHARS // 2, limit)
+        if cut < 0:
+            half = start + BLOCK_CHARS // 2
+            cut = max(text.rfind(" ", half, limit), text.rfind("\t", half, limit))
+        cut = cut + 1 if cut > start else limit
+        yield start, cut
+        start = cut
+    yield start, end
+
+
 def _paragraphs(text: str) -> Iterator[tuple[int, int]]:
     position = 0
     for brk in _PARAGRAPH_BREAK.finditer(text):
@@ -166,10 +191,11 @@ def _units(text: str, limit: int) -> Iterator[_Unit]:
     """
     for para_start, para_end in _paragraphs(text):
         first = True
-        for start, end in _sentence_spans(text, para_start, para_end):
-            for piece_start, piece_end in _hard_split(text, start, end, limit):
-                yield _Unit(piece_start, piece_end, first)
-                first = False
+        for block_start, block_end in _blocks(text, para_start, para_end):
+            for start, end in _sentence_spans(text, block_start, block_end):
+                for piece_start, piece_end in _hard_split(text, start, end, limit):
+                    yield _Unit(piece_start, piece_end, first)
+                    first = False
 
 
 def split_sentences(text: str) -> list[str]:

@@ -41,11 +41,6 @@ def _stored_now() -> datetime:
     return now.replace(microsecond=now.microsecond // 1000 * 1000)
 
 
-def _kept(vectors: npt.NDArray[np.float32], keep: npt.NDArray[np.bool_]) -> npt.NDArray[np.float32]:
-    # the whole matrix when every row is kept: no copy of a large document's vectors
-    return vectors if keep.all() else vectors[keep]
-
-
 class KnowledgeService:
     """The knowledge core of one workspace; reached as ``workspace.knowledge``.
 
@@ -125,6 +120,13 @@ class KnowledgeService:
         ``wait`` and ``cancellation`` work as for ``ingest_file``.
         """
         self._ws.require("write")
+        if len(text) > self._settings.max_text_chars:
+            raise ValidationFailed(
+                f"The text is longer than {self._settings.max_text_chars} characters;"
+                " upload it as a file instead.",
+                code="text_too_long",
+                param="text",
+            )
         encoded = text.encode()
         if len(encoded) > self._settings.max_upload_bytes:
             raise PayloadTooLarge(

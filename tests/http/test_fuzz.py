@@ -1,13 +1,22 @@
 """Schemathesis fuzzing of the /v1 API over a real uvicorn server, from /v1/openapi.json.
 
-Every operation gets a bounded number of generated requests (valid and invalid ones)
-with a read+write test key; each response must not be a 5xx, must use a documented
-status code and content type, and must match the documented schema (the success
-model, or the problem document for errors).
+Every operation gets a bounded number of generated requests, valid (positive) and
+invalid (negative) ones, with a read+write test key, and every schemathesis check
+runs: no 5xx, documented status codes, content types, headers and schemas, valid
+data accepted, invalid data rejected, auth not ignored, undeclared methods refused.
+
+``AGENTCORE_FUZZ_EXAMPLES=200 python -m pytest tests/test_fuzz.py`` is the larger run.
+
+What JSON Schema cannot say is fixed up in positive cases only, and nowhere else: a
+webhook URL must resolve to an allowed address (the receiver here), an upload must be
+a parseable file, a tool's ``required`` names must be among its ``properties``, tool
+names must be unique within an agent, and no string at any depth of a tool's free-form
+``parameters`` may hold a NUL (the declared schema says so for every other string).
 """
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -17,12 +26,6 @@ import pytest
 import schemathesis
 from conftest import ServerThread
 from hypothesis import HealthCheck, settings
-from schemathesis.checks import not_a_server_error
-from schemathesis.specs.openapi.checks import (
-    content_type_conformance,
-    response_schema_conformance,
-    status_code_conformance,
-)
 
 from agentcore import AgentCore, __version__
 from agentcore_starlette import create_app
@@ -31,13 +34,8 @@ from agentcore_starlette.routes import ROUTES
 
 pytestmark = pytest.mark.slow  # schemathesis over a real server: every operation, many requests
 
-MAX_EXAMPLES = 15
-CHECKS = [
-    not_a_server_error,
-    status_code_conformance,
-    content_type_conformance,
-    response_schema_conformance,
-]
+MAX_EXAMPLES = int(os.environ.get("AGENTCORE_FUZZ_EXAMPLES", "8"))
+RECEIVER = "http://127.0.0.1:9/hook"  # allowed, never called (workers are off)
 
 
 class FuzzTarget:
@@ -50,22 +48,26 @@ class FuzzTarget:
         self.started = time.monotonic()
 
 
-@pytest.fixture(scope="module")
-def fuzz_target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FuzzTarget]:
-    core = AgentCore.open(
-        tmp_path_factory.mktemp("fuzz") / "fuzz.db",
+def _open_core(path: Any) -> AgentCore:
+    return AgentCore.open(
+        path,
         rate_limit_test=1e6,
         rate_limit_live=1e6,
         webhook_allowed_networks="127.0.0.0/8",
-        start_workers=False,  # subscriptions to random URLs must not be called
+        start_workers=False,  # subscriptions to generated URLs must not be called
     )
+
+
+@pytest.fixture(scope="module")
+def fuzz_target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FuzzTarget]:
+    core = _open_core(tmp_path_factory.mktemp("fuzz") / "fuzz.db")
     core.create_organization("fuzz")
     secret = core.keys.create("fuzz", "test", ["read", "write"]).secret
     ws = core.workspace("fuzz", "test")
     # something to find: an agent, a document, a subscription
     ws.agents.create(name="fuzzed", role="support")
     ws.knowledge.ingest_text("seed.txt", "The warranty lasts two years. Returns take 30 days.")
-    ws.webhooks.subscribe("http://127.0.0.1:9/hook", ["agent.action"], None)
+    ws.webhooks.subscribe(RECEIVER, ["agent.action"], None)
     try:
         with ServerThread(create_app(core)) as server:
             yield FuzzTarget(server.url, secret, core)
@@ -73,11 +75,57 @@ def fuzz_target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FuzzTarget
         core.close()
 
 
-# The document the server serves at /v1/openapi.json, built the same way at import time
-# (schemathesis' lazy fixture loader does not work with pytest 9 yet);
-# test_served_document_is_the_fuzzed_one checks that the two are identical.
-DOCUMENT = build_openapi(ROUTES, prefix="/v1", version=__version__)
+def _document() -> dict[str, Any]:
+    """The document a core with the fuzz target's settings serves, built the same way."""
+    with _open_core(":memory:") as core:
+        return build_openapi(
+            ROUTES,
+            prefix="/v1",
+            version=__version__,
+            settings=core.settings,
+            event_kinds=list(core.events.kinds),
+            chat_models=list(core.chat_models),
+        )
+
+
+# Built at import time (schemathesis' lazy fixture loader does not work with pytest 9
+# yet); test_served_document_is_the_fuzzed_one checks it is the served document.
+DOCUMENT = _document()
 schema = schemathesis.openapi.from_dict(DOCUMENT)
+
+
+def _without_nul(value: Any) -> Any:
+    """``value`` with NUL characters dropped from every string and key, at any depth."""
+    if isinstance(value, str):
+        return value.replace("\x00", "")
+    if isinstance(value, list):
+        return [_without_nul(item) for item in value]
+    if isinstance(value, dict):
+        return {_without_nul(k): _without_nul(v) for k, v in value.items()}
+    return value
+
+
+def _fix_positive(case: Any) -> None:
+    """Make a positive case valid in the ways JSON Schema cannot express."""
+    meta = case.meta
+    if meta is None or not meta.generation.mode.is_positive or not isinstance(case.body, dict):
+        return
+    body = case.body
+    if "url" in body and "events" in body:
+        body["url"] = RECEIVER
+    if "file" in body and case.media_type == "multipart/form-data":
+        body["file"] = b"Plain text to index."
+    tools = body.get("tools")
+    if isinstance(tools, list):
+        unique: dict[str, Any] = {}
+        for tool in tools:
+            if isinstance(tool, dict) and isinstance(tool.get("parameters"), dict):
+                tool["parameters"] = params = _without_nul(tool["parameters"])
+                names = params.get("properties", {})
+                if isinstance(params.get("required"), list):
+                    params["required"] = [n for n in params["required"] if n in names]
+            unique.setdefault(tool.get("name") if isinstance(tool, dict) else id(tool), tool)
+        body["tools"] = list(unique.values())
 
 
 @schema.parametrize()
@@ -88,10 +136,14 @@ schema = schemathesis.openapi.from_dict(DOCUMENT)
     suppress_health_check=list(HealthCheck),
 )
 def test_api_conforms_to_its_openapi_document(case: Any, fuzz_target: FuzzTarget) -> None:
+    _fix_positive(case)
+    # the generated bearer token is random: put the real key in its place; a negative
+    # case that dropped or mangled the header keeps it that way (the server must 401)
+    sent = (case.headers or {}).get("Authorization", "")
+    real = {"Authorization": f"Bearer {fuzz_target.secret}"}
     case.call_and_validate(
         base_url=fuzz_target.url,
-        headers={"Authorization": f"Bearer {fuzz_target.secret}"},
-        checks=CHECKS,
+        headers=real if sent.startswith("Bearer ") else None,
         timeout=30,
     )
 

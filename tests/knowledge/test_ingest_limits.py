@@ -182,7 +182,9 @@ def test_cancelled_ingestion_stores_nothing(tmp_path: Path, reason: str) -> None
         text = "Paragraph text with words. " * 20_000  # several batches
         expected = DeadlineExceeded if reason == "deadline" else Cancelled
         with pytest.raises(expected):
-            ws.knowledge.ingest_text("big.txt", text, wait=True, cancellation=cancellation)
+            ws.knowledge.ingest_file(
+                text.encode(), filename="big.txt", wait=True, cancellation=cancellation
+            )
         assert len(embedder.batches) == 2  # stopped at the next checkpoint
         assert ws.knowledge.list().documents == []
         assert ws.knowledge.search("paragraph words").results == []
@@ -258,3 +260,16 @@ def test_uncancelled_work_is_not_disturbed(tmp_path: Path) -> None:
             )
     assert response.status_code == 201 and response.json()["status"] == "ready"
     assert done.is_set()
+
+
+def test_huge_paragraphs_are_searched_in_bounded_blocks() -> None:
+    from agentcore.knowledge.chunking import BLOCK_CHARS, _blocks
+
+    words = ("word " * (BLOCK_CHARS // 2))[: BLOCK_CHARS * 3]
+    for text in (words, "x" * (BLOCK_CHARS * 3 + 5), "short text"):
+        pieces = list(_blocks(text, 0, len(text)))
+        assert pieces[0][0] == 0 and pieces[-1][1] == len(text)
+        assert all(a[1] == b[0] for a, b in zip(pieces, pieces[1:], strict=False))
+        assert all(0 < end - start <= BLOCK_CHARS for start, end in pieces)
+    # with whitespace about, every cut falls just after it
+    assert all(words[end - 1] == " " for _, end in list(_blocks(words, 0, len(words)))[:-1])
