@@ -5,7 +5,7 @@ invalid (negative) ones, with a read+write test key, and every schemathesis chec
 runs: no 5xx, documented status codes, content types, headers and schemas, valid
 data accepted, invalid data rejected, auth not ignored, undeclared methods refused.
 
-``AGENTCORE_FUZZ_EXAMPLES=200 python -m pytest tests/test_fuzz.py`` is the larger run.
+``AGENTCORE_FUZZ_EXAMPLES=200 python -m pytest tests/http/test_fuzz.py`` is the larger run.
 
 What JSON Schema cannot say is fixed up in positive cases only, and nowhere else: a
 webhook URL must resolve to an allowed address (the receiver here), an upload must be
