@@ -266,7 +266,9 @@ class AgentCore:
     def webhook_service(self, workspace: Workspace) -> WebhookService:
         """Webhook subscriptions of ``workspace`` (host code uses ``workspace.webhooks``)."""
         # the runtime is read now, so a test that swaps ``core.webhooks`` is honoured
-        return WebhookService(workspace, self.webhooks, store=self.store, kinds=self.events)
+        return WebhookService(
+            workspace, self.webhooks, store=self.store, kinds=self.events, settings=self.settings
+        )
 
     # lifecycle ---------------------------------------------------------------
 

@@ -20,6 +20,7 @@ import httpx
 import pytest
 import uvicorn
 from starlette.types import ASGIApp
+from webhook_receiver import Receiver
 
 from agentcore import AgentCore
 from agentcore.models import IssuedKey
@@ -228,14 +229,20 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """
     names = metafunc.fixturenames
     if "app" in names and "store_kind" in names and "db_path" not in names:
-        metafunc.parametrize("store_kind", ["sqlite", "postgres"], indirect=True)
+        # the PostgreSQL twin is marked slow, as the uvicorn one: `-m "not slow"` runs
+        # the API tests over ASGI on SQLite; the store conformance suite covers both
+        metafunc.parametrize(
+            "store_kind",
+            ["sqlite", pytest.param("postgres", marks=pytest.mark.slow)],
+            indirect=True,
+        )
 
 
 @pytest.fixture
 def core(store_url: str) -> Iterator[AgentCore]:
     """A core on a real SQLite file (or PostgreSQL); workers start with the app's lifespan.
 
-    Rate limits are lifted so suites may hammer one key; tests/test_limits.py checks them.
+    Rate limits are lifted so suites may hammer one key; tests/http/test_limits.py checks them.
     """
     instance = AgentCore.open(
         store_url,
@@ -274,7 +281,8 @@ def app(core: AgentCore) -> ASGIApp:
     return create_app(core)
 
 
-@pytest.fixture(params=["uvicorn", "asgi"])
+# the uvicorn variant is marked slow: `-m "not slow"` runs the same tests over ASGI only
+@pytest.fixture(params=[pytest.param("uvicorn", marks=pytest.mark.slow), "asgi"])
 def api(request: pytest.FixtureRequest, app: ASGIApp, keys: Keys) -> Iterator[Api]:
     """The API over a real uvicorn server and over httpx's ASGI transport, keyed acme/test rw."""
     key = keys.make().secret
@@ -289,7 +297,7 @@ def api(request: pytest.FixtureRequest, app: ASGIApp, keys: Keys) -> Iterator[Ap
 # Every key and webhook secret minted in this process is recorded, and every log record
 # any logger hands to its handlers (at any level; agentcore's loggers are lowered to
 # DEBUG for the run) is searched for them. A leak fails the test during which it was
-# logged (at teardown), or the session if it came later. tests/test_secrets_in_logs.py
+# logged (at teardown), or the session if it came later. tests/core/test_secrets_in_logs.py
 # does the same over a real `agentcore serve --log-level debug`.
 
 _MINTED: set[str] = set()
@@ -363,3 +371,17 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if _LEAKS:
         print("\nsecrets were logged:\n" + "\n".join(_LEAKS), file=sys.stderr)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    """A real webhook receiver on 127.0.0.1 (test_webhook_sender.py has its own)."""
+    with Receiver() as rx:
+        yield rx
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests that need the PostgreSQL server are slow: ``-m "not slow"`` starts none."""
+    for item in items:
+        if "postgres_server" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.slow)
