@@ -203,7 +203,7 @@ def cmd_serve(core: AgentCore, args: argparse.Namespace) -> int:
         return 2
     if args.workers > 1:
         core.close()  # the store is migrated; each worker process opens its own core
-        return _serve_workers(uvicorn, args)
+        return _serve_workers(uvicorn, args, core.settings.rate_limit_backend)
     app = create_app(core)
     config = uvicorn.Config(
         app,
@@ -226,7 +226,7 @@ def cmd_serve(core: AgentCore, args: argparse.Namespace) -> int:
     return 0
 
 
-def _serve_workers(uvicorn: Any, args: argparse.Namespace) -> int:
+def _serve_workers(uvicorn: Any, args: argparse.Namespace, rate_limit_backend: str) -> int:
     """Serve with ``args.workers`` processes on one socket (the store is already migrated).
 
     Each worker opens its own core on the same store from the environment; uvicorn's
@@ -234,6 +234,9 @@ def _serve_workers(uvicorn: Any, args: argparse.Namespace) -> int:
     worker gracefully (each drains and stops its webhook worker) before returning.
     """
     os.environ["AGENTCORE_DB"] = args.db
+    if rate_limit_backend == "auto":
+        # N processes behind one port must share one limit per key, as one process would
+        os.environ["AGENTCORE_RATE_LIMIT_BACKEND"] = "store"
     print(
         f"agentcore serving {args.db} on http://{args.host}:{args.port}/v1"
         f" with {args.workers} worker processes",

@@ -154,11 +154,12 @@ class Settings(BaseSettings):
     # Keys and rate limits
     rate_limit_live: float = Field(100.0, gt=0, description="Requests per second per live key.")
     rate_limit_test: float = Field(25.0, gt=0, description="Requests per second per test key.")
-    rate_limit_backend: Literal["local", "store"] = Field(
-        "local",
-        description="Where token buckets live: `local` (per process, no store write) or"
+    rate_limit_backend: Literal["auto", "local", "store"] = Field(
+        "auto",
+        description="Where token buckets live: `local` (per process, no store write),"
         " `store` (shared by every process and node on the store; one small write per"
-        " request).",
+        " request) or `auto`: `store` on a store shared by nodes (PostgreSQL) and under"
+        " `serve --workers N`, else `local`.",
     )
     key_touch_interval: float = Field(60.0, ge=0, description="Resolution of last_used_at.")
     idempotency_ttl: float = Field(86_400.0, gt=0)

@@ -41,7 +41,8 @@ class RateLimiter:
     With ``rate_limit_backend = "local"`` the buckets live in this process (a host
     running several processes gets a limit per process). With ``"store"`` (and a
     ``store``) each take is one atomic write to the store, so every process and node
-    sharing it enforces one limit per key. The clock is injectable for tests; the
+    sharing it enforces one limit per key. ``"auto"`` is ``"store"`` for a store whose
+    ``shared_by_nodes`` is true (PostgreSQL), else ``"local"``. The clock is injectable for tests; the
     store backend needs one clock for all nodes, so its default is Unix time.
     """
 
@@ -53,7 +54,12 @@ class RateLimiter:
         store: RateLimitStorage | None = None,
     ):
         self._rates = {"live": settings.rate_limit_live, "test": settings.rate_limit_test}
-        self._store = store if settings.rate_limit_backend == "store" else None
+        backend = settings.rate_limit_backend
+        if backend == "auto":
+            # one limit per key wherever requests land: a store that several nodes share
+            # keeps the buckets; a file that one process serves keeps them in memory
+            backend = "store" if getattr(store, "shared_by_nodes", False) else "local"
+        self._store = store if backend == "store" else None
         default = time.time if self._store is not None else time.monotonic
         self._clock = clock or default
         self._buckets: dict[str, tuple[float, float]] = {}  # key -> (tokens, last refill)

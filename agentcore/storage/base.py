@@ -364,6 +364,9 @@ class Store(
     """
 
     url: str
+    #: Whether several machines may serve this store at once (PostgreSQL: yes; a SQLite
+    #: file: no). ``rate_limit_backend = "auto"`` keeps token buckets in such a store.
+    shared_by_nodes: bool
 
     def close(self) -> None:
         """Release connections."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -90,12 +91,27 @@ def test_the_local_backend_keeps_a_limit_per_process() -> None:
     assert [two.check("k", "test").allowed for _ in range(3)] == [True, True, False]
 
 
-def test_the_default_backend_is_local_and_writes_nothing(store_url: str) -> None:
+def test_the_default_backend_follows_the_store(store_url: str, store_kind: str) -> None:
+    """``auto``: a SQLite file keeps buckets in memory, PostgreSQL (shared by nodes) in the store."""
     with AgentCore.open(store_url, start_workers=False) as core:
-        assert core.settings.rate_limit_backend == "local"
+        assert core.settings.rate_limit_backend == "auto"
+        assert core.store.shared_by_nodes is (store_kind == "postgres")
         for _ in range(int(core.settings.rate_limit_test)):
             core.rate_limiter.check("key_1", "test")
-        # the local bucket is spent, the store's is untouched (a new bucket starts full)
+        assert not core.rate_limiter.check("key_1", "test").allowed
+        # a bucket the limiter never wrote starts full; one it spent does not refill by
+        # much in the moment since (rate 25/s), so its next take is refused
+        take = core.store.take_token("key_1", rate=25, burst=25, now=time.time())
+        if store_kind == "sqlite":
+            assert take.allowed and take.tokens == 24.0  # untouched: the buckets were local
+        else:
+            assert not take.allowed  # the limiter spent this very bucket
+
+
+def test_an_explicit_backend_wins_over_auto(store_url: str) -> None:
+    with AgentCore.open(store_url, start_workers=False, rate_limit_backend="local") as core:
+        for _ in range(int(core.settings.rate_limit_test)):
+            core.rate_limiter.check("key_1", "test")
         assert not core.rate_limiter.check("key_1", "test").allowed
         assert core.store.take_token("key_1", rate=2, burst=2, now=0.0).tokens == 1.0
 

@@ -50,6 +50,8 @@ class PostgresStore(
 ):
     """Everything agentcore keeps, in one PostgreSQL database shared by every node."""
 
+    shared_by_nodes = True
+
     def __init__(
         self,
         url: str,

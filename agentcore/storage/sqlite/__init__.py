@@ -27,6 +27,8 @@ class SQLiteStore(
 ):
     """Everything agentcore keeps, in one SQLite database with WAL and migrations."""
 
+    shared_by_nodes = False  # one machine's processes; `serve --workers` opts into "store"
+
     def __init__(self, path: str) -> None:
         self.db = Database(path)
         self.url = path
