@@ -135,6 +135,15 @@ def _fix_positive(case: Any) -> None:
 )
 def test_api_conforms_to_its_openapi_document(case: Any, fuzz_target: FuzzTarget) -> None:
     _fix_positive(case)
+    meta = case.meta
+    if (
+        meta is not None
+        and not meta.generation.mode.is_positive
+        and case.media_type == "multipart/form-data"
+        and isinstance(case.body, dict)
+        and not isinstance(case.body.get("file", b""), str | bytes)
+    ):
+        return  # a non-string "file" is sent as its text ("null", "1"): a valid file again
     # the generated bearer token is random: put the real key in its place; a negative
     # case that dropped or mangled the header keeps it that way (the server must 401)
     sent = (case.headers or {}).get("Authorization", "")
