@@ -1,5 +1,6 @@
 """agentcore: an embeddable Agent Chat Service (agents, cited answers, search, webhooks)."""
 
+from agentcore.cancellation import Cancellation
 from agentcore.chat import ChatStream
 from agentcore.client import AsyncClient, Client
 from agentcore.config import Settings
@@ -7,6 +8,7 @@ from agentcore.core import AgentCore
 from agentcore.errors import (
     AgentCoreError,
     AuthenticationError,
+    Cancelled,
     Conflict,
     DeadlineExceeded,
     InvalidRequest,
@@ -32,6 +34,8 @@ __all__ = [
     "AgentCoreError",
     "AsyncClient",
     "AuthenticationError",
+    "Cancellation",
+    "Cancelled",
     "ChatStream",
     "Client",
     "Conflict",

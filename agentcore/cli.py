@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, NoReturn
+from urllib.parse import urlsplit, urlunsplit
 
 from agentcore.core import AgentCore
 from agentcore.errors import AgentCoreError, ValidationFailed
@@ -276,7 +277,7 @@ def cmd_ingest(core: AgentCore, args: argparse.Namespace) -> int:
     for number, path in enumerate(files, 1):
         _progress(number, len(files), path.name)
         try:
-            doc = ws.knowledge.ingest_file(path.read_bytes(), filename=path.name)
+            doc = ws.knowledge.ingest_file(path.read_bytes(), filename=path.name, wait=True)
         except AgentCoreError as error:
             failed += 1
             print(f"\n  skipped {path}: {error.detail}", file=sys.stderr)
@@ -396,6 +397,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _without_password(db: str) -> str:
+    """``db`` for messages: a URL's password replaced by ``***``."""
+    parts = urlsplit(db)
+    if "://" not in db or not parts.password:
+        return db
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status.
 
@@ -420,7 +430,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"agentcore: {error.detail}", file=sys.stderr)
         return 2
     except Exception as exc:  # a clear line, not a traceback, for a bad --db
-        print(f"agentcore: cannot open {args.db}: {exc}", file=sys.stderr)
+        print(f"agentcore: cannot open {_without_password(args.db)}: {exc}", file=sys.stderr)
         return USAGE_ERROR
     try:
         result: int = args.func(core, args)

@@ -95,6 +95,29 @@ class Settings(BaseSettings):
         description="Most rows a cached index adds from the change log to catch up with"
         " other processes' writes; a larger gap reloads the workspace.",
     )
+    max_token_chars: int = Field(
+        64,
+        ge=8,
+        description="Longest run without whitespace that embedders see whole; longer runs"
+        " (base64, hex dumps) are embedded by their first characters only.",
+    )
+    max_document_chunks: int = Field(
+        100_000, ge=1, description="Most chunks one document may make (413 beyond)."
+    )
+    ingest_sync_max_bytes: int = Field(
+        1 * MiB,
+        ge=0,
+        description="Larger uploads are ingested in the background: 202, status processing.",
+    )
+    ingest_job_lease: float = Field(
+        30.0, gt=0, description="Seconds a background ingestion job is leased, renewed while alive."
+    )
+    ingest_job_attempts: int = Field(
+        3, ge=1, description="Tries of a background ingestion job before it is marked failed."
+    )
+    ingest_job_timeout: float = Field(
+        3600.0, gt=0, description="Seconds one try of a background ingestion job may take."
+    )
 
     # Chat
     default_chat_model: str = Field("extractive")

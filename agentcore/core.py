@@ -18,6 +18,7 @@ from pydantic_settings import BaseSettings
 
 import agentcore.hookspecs as hookspecs
 from agentcore.agents import AgentService
+from agentcore.cancellation import Cancellation
 from agentcore.chat import ChatService
 from agentcore.chat_models import ChatModel
 from agentcore.config import Settings
@@ -27,12 +28,14 @@ from agentcore.idempotency import IdempotencyKeys
 from agentcore.keys import KeyManager, check_environment, check_scopes
 from agentcore.knowledge.cache import IndexCache
 from agentcore.knowledge.embedders import Embedder
+from agentcore.knowledge.jobs import IngestRuntime
 from agentcore.knowledge.service import KnowledgeService
 from agentcore.limits import RateLimiter
 from agentcore.models import Organization
 from agentcore.plugins import DEFAULT_PLUGINS
 from agentcore.redact import get_logger
 from agentcore.storage.base import Store, VectorSearchStore
+from agentcore.storage.records import IngestJob
 from agentcore.webhooks.delivery import WebhookRuntime
 from agentcore.webhooks.service import WebhookService
 from agentcore.workspace import Workspace
@@ -113,12 +116,14 @@ class AgentCore:
             embedder=settings.embedder,
             catchup_max_rows=settings.index_catchup_max_rows,
             store_search=_store_search(store, settings),
+            max_token_chars=settings.max_token_chars,
         )
         # model calls run here, bounded in time even if a plugin hangs (threads start lazily)
         self.model_pool = ThreadPoolExecutor(8, thread_name_prefix="agentcore-model")
         self._started = False
         self._lock = threading.Lock()
         self.webhooks = WebhookRuntime(store, settings)
+        self.ingest = IngestRuntime(store, settings, run=self._run_ingest_job)
         # through a lambda, so a test may swap in a runtime with a fake clock or resolver
         self.events.add_sink(lambda event: self.webhooks.record(event))
         pm.hook.agentcore_register_event_kinds(register=self.events.register_kind)
@@ -228,8 +233,23 @@ class AgentCore:
     def knowledge_service(self, workspace: Workspace) -> KnowledgeService:
         """The knowledge core of ``workspace`` (host code uses ``workspace.knowledge``)."""
         return KnowledgeService(
-            workspace, store=self.store, settings=self.settings, index=self.index_cache
+            workspace,
+            store=self.store,
+            settings=self.settings,
+            index=self.index_cache,
+            on_queued=self.ingest.wake,
         )
+
+    def _run_ingest_job(self, job: IngestJob, cancellation: Cancellation) -> None:
+        """Index a background job's upload in its workspace (the ingestion worker calls it)."""
+        workspace = Workspace(
+            self,
+            organization_id=job.organization_id,
+            organization=job.organization_id,  # the name is not needed to index
+            environment=check_environment(job.environment),
+            scopes=frozenset({"read", "write"}),
+        )
+        self.knowledge_service(workspace).run_job(job, cancellation)
 
     def chat_service(self, workspace: Workspace) -> ChatService:
         """Chat in ``workspace`` (host code uses ``workspace.chat``)."""
@@ -246,18 +266,25 @@ class AgentCore:
     def webhook_service(self, workspace: Workspace) -> WebhookService:
         """Webhook subscriptions of ``workspace`` (host code uses ``workspace.webhooks``)."""
         # the runtime is read now, so a test that swaps ``core.webhooks`` is honoured
-        return WebhookService(workspace, self.webhooks, store=self.store, kinds=self.events)
+        return WebhookService(
+            workspace, self.webhooks, store=self.store, kinds=self.events, settings=self.settings
+        )
 
     # lifecycle ---------------------------------------------------------------
 
     def start(self) -> None:
-        """Start background workers (webhook delivery) and plugins' workers. Idempotent."""
+        """Start background workers (webhook delivery, ingestion jobs) and plugins'. Idempotent.
+
+        Ingestion jobs left by a stopped or crashed process are resumed (or, after
+        ``ingest_job_attempts`` tries, marked failed) by the ingestion worker.
+        """
         with self._lock:
             if self._started:
                 return
             self._started = True
         if self.settings.start_workers:
             self.webhooks.start()
+        self.ingest.start()
         self.pm.hook.agentcore_startup(core=self)
 
     def stop(self) -> None:
@@ -267,6 +294,7 @@ class AgentCore:
                 return
             self._started = False
         self.webhooks.stop()
+        self.ingest.stop()
         self.pm.hook.agentcore_shutdown(core=self)
 
     def close(self) -> None:

@@ -14,6 +14,7 @@
     ├── ProviderError                 502 provider_error      (a model provider failed)
     ├── ServiceUnavailable            503 service_unavailable (the database is unreachable)
     ├── ProviderTimeout               504 provider_timeout    (a model provider timed out)
+    ├── Cancelled                     503 cancelled           (work stopped: shutdown, client left)
     └── DeadlineExceeded              504 deadline_exceeded   (the request ran too long)
 
 The adapter renders each one as RFC 9457 problem details in one place. Messages never
@@ -26,6 +27,11 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
     from agentcore.limits import Decision
+
+from agentcore.models import Problem
+
+#: The base of every problem's ``type`` URI; the code completes it.
+PROBLEM_TYPE = "https://agentcore.dev/problems/"
 
 
 class AgentCoreError(Exception):
@@ -200,6 +206,14 @@ class ProviderTimeout(AgentCoreError):
     title = "Gateway Timeout"
 
 
+class Cancelled(AgentCoreError):
+    """Work was stopped before it committed anything (shutdown, or the client left)."""
+
+    status = 503
+    default_code = "cancelled"
+    title = "Service Unavailable"
+
+
 class DeadlineExceeded(AgentCoreError):
     """The request ran past the configured per-request deadline."""
 
@@ -208,9 +222,23 @@ class DeadlineExceeded(AgentCoreError):
     title = "Gateway Timeout"
 
 
+def as_problem(error: AgentCoreError) -> Problem:
+    """``error`` as a stored problem (a failed document's ``last_error``), without request id."""
+    return Problem(
+        type=PROBLEM_TYPE + error.code,
+        title=error.title,
+        status=error.status,
+        detail=error.detail,
+        code=error.code,
+        param=error.param,
+    )
+
+
 __all__ = [
+    "PROBLEM_TYPE",
     "AgentCoreError",
     "AuthenticationError",
+    "Cancelled",
     "Conflict",
     "DeadlineExceeded",
     "InvalidRequest",
@@ -224,4 +252,5 @@ __all__ = [
     "ServiceUnavailable",
     "UnsupportedMediaType",
     "ValidationFailed",
+    "as_problem",
 ]

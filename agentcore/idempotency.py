@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from agentcore.errors import AgentCoreError, Conflict
+from agentcore.errors import AgentCoreError, Cancelled, Conflict, DeadlineExceeded
 from agentcore.storage.records import StoredResult
 
 if TYPE_CHECKING:
@@ -105,7 +105,18 @@ class IdempotencyKeys:
         )
 
     def fail(self, organization_id: str, environment: str, key: str, error: AgentCoreError) -> None:
-        """Keep ``error`` as the result of the request holding ``key`` (retries get it too)."""
+        """Keep ``error`` as the result of the request holding ``key`` (retries get it too).
+
+        Except an error that says the work was stopped before it committed anything
+        (``Cancelled``, ``DeadlineExceeded`` raised by a ``Cancellation``): then the key
+        is released, so a retry runs afresh rather than replaying an error that hides
+        nothing. Work whose outcome is still unknown must not be failed at all: keep
+        the key claimed until it settles, then ``succeed`` or ``fail`` with what it
+        ended as (the HTTP adapter does so for a request past its deadline).
+        """
+        if isinstance(error, Cancelled | DeadlineExceeded):
+            self.release(organization_id, environment, key)
+            return
         self._store.finish_idempotency_key(organization_id, environment, key, error_result(error))
 
     def release(self, organization_id: str, environment: str, key: str) -> None:

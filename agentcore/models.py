@@ -238,6 +238,14 @@ class Document(BaseModel):
     chunks: int
     bytes: int
     created_at: datetime
+    status: Literal["processing", "ready", "failed"] = Field(
+        default="ready",
+        description="processing (a background job is indexing it; not searchable yet),"
+        " ready (searchable) or failed (see last_error).",
+    )
+    last_error: Problem | None = Field(
+        default=None, description="Why indexing failed, when it did."
+    )
 
 
 class DocumentList(BaseModel):

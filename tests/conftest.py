@@ -20,6 +20,7 @@ import httpx
 import pytest
 import uvicorn
 from starlette.types import ASGIApp
+from webhook_receiver import Receiver
 
 from agentcore import AgentCore
 from agentcore.models import IssuedKey
@@ -121,7 +122,7 @@ TEST_DATABASE = "agentcore_test"
 
 
 @pytest.fixture(scope="session")
-def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def postgres_server() -> Iterator[str]:
     """The URL of a PostgreSQL server's maintenance database (``postgres``)."""
     external = os.environ.get("AGENTCORE_TEST_POSTGRES_URL")
     if external:
@@ -190,11 +191,14 @@ def reset_database(url: str) -> None:
             for row in conn.execute(
                 "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()"
                 " AND tablename NOT IN ('agentcore_migrations', 'vector_rows')"
-                " ORDER BY tablename <> 'organizations'"  # referenced ones last
             ).fetchall()
         ]
-        script = "; ".join(f"DELETE FROM {table}" for table in reversed(tables))
-        conn.execute(f"DROP TABLE IF EXISTS vector_rows; {script}".encode())
+        script = "; ".join(f"DELETE FROM {table}" for table in tables)
+        # foreign keys off for the reset, so the order of the deletes does not matter
+        conn.execute(
+            "SET session_replication_role = replica; DROP TABLE IF EXISTS vector_rows;"
+            f" {script}; SET session_replication_role = DEFAULT".encode()
+        )
 
 
 @pytest.fixture
@@ -225,14 +229,20 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """
     names = metafunc.fixturenames
     if "app" in names and "store_kind" in names and "db_path" not in names:
-        metafunc.parametrize("store_kind", ["sqlite", "postgres"], indirect=True)
+        # the PostgreSQL twin is marked slow, as the uvicorn one: `-m "not slow"` runs
+        # the API tests over ASGI on SQLite; the store conformance suite covers both
+        metafunc.parametrize(
+            "store_kind",
+            ["sqlite", pytest.param("postgres", marks=pytest.mark.slow)],
+            indirect=True,
+        )
 
 
 @pytest.fixture
 def core(store_url: str) -> Iterator[AgentCore]:
     """A core on a real SQLite file (or PostgreSQL); workers start with the app's lifespan.
 
-    Rate limits are lifted so suites may hammer one key; tests/test_limits.py checks them.
+    Rate limits are lifted so suites may hammer one key; tests/http/test_limits.py checks them.
     """
     instance = AgentCore.open(
         store_url,
@@ -271,7 +281,8 @@ def app(core: AgentCore) -> ASGIApp:
     return create_app(core)
 
 
-@pytest.fixture(params=["uvicorn", "asgi"])
+# the uvicorn variant is marked slow: `-m "not slow"` runs the same tests over ASGI only
+@pytest.fixture(params=[pytest.param("uvicorn", marks=pytest.mark.slow), "asgi"])
 def api(request: pytest.FixtureRequest, app: ASGIApp, keys: Keys) -> Iterator[Api]:
     """The API over a real uvicorn server and over httpx's ASGI transport, keyed acme/test rw."""
     key = keys.make().secret
@@ -286,7 +297,7 @@ def api(request: pytest.FixtureRequest, app: ASGIApp, keys: Keys) -> Iterator[Ap
 # Every key and webhook secret minted in this process is recorded, and every log record
 # any logger hands to its handlers (at any level; agentcore's loggers are lowered to
 # DEBUG for the run) is searched for them. A leak fails the test during which it was
-# logged (at teardown), or the session if it came later. tests/test_secrets_in_logs.py
+# logged (at teardown), or the session if it came later. tests/core/test_secrets_in_logs.py
 # does the same over a real `agentcore serve --log-level debug`.
 
 _MINTED: set[str] = set()
@@ -360,3 +371,17 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if _LEAKS:
         print("\nsecrets were logged:\n" + "\n".join(_LEAKS), file=sys.stderr)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    """A real webhook receiver on 127.0.0.1 (test_webhook_sender.py has its own)."""
+    with Receiver() as rx:
+        yield rx
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests that need the PostgreSQL server are slow: ``-m "not slow"`` starts none."""
+    for item in items:
+        if "postgres_server" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.slow)

@@ -6,10 +6,15 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
+
+import agentcore
+from agentcore import AgentCore
+from agentcore.chat_models import ChatRequest, ChatResult
 
 PROBLEM_MEMBERS = {"type", "title", "status", "detail", "code", "request_id"}
 CLI = [sys.executable, "-m", "agentcore.cli"]
@@ -67,6 +72,36 @@ def cli_json(*args: str, db: Path | None = None, env_db: Path | None = None) -> 
     return json.loads(result.stdout)
 
 
+# Chat-model doubles (the chat and citation tests) --------------------------------
+
+
+class Recorder:
+    """A chat model plugin that records requests and answers from a script."""
+
+    def __init__(self, name: str, answer: Callable[[ChatRequest], ChatResult]) -> None:
+        self.name = name
+        self.answer = answer
+        self.requests: list[ChatRequest] = []
+
+    def complete(self, request: ChatRequest) -> ChatResult:
+        self.requests.append(request)
+        return self.answer(request)
+
+    @agentcore.hookimpl
+    def agentcore_register_chat_models(self, register: Any, settings: Any) -> None:
+        register(self)
+
+
+def core_with(tmp_path: Any, *plugins: object, **settings: Any) -> AgentCore:
+    return AgentCore.open(
+        tmp_path / "chat.db",
+        plugins=list(plugins),
+        rate_limit_test=1e6,
+        rate_limit_live=1e6,
+        **settings,
+    )
+
+
 # A faster ``api`` fixture -----------------------------------------------------------
 # conftest's Api builds a default httpx.Client per request over uvicorn, which loads the
 # CA bundle (~70 ms each, plain http needs none). This one is the same in every other
@@ -105,7 +140,8 @@ def relax_rate_limits(core: Any) -> None:
     core.rate_limiter = RateLimiter(settings)
 
 
-@pytest.fixture(params=["uvicorn", "asgi"])
+# the uvicorn variant is marked slow: `-m "not slow"` runs the same tests over ASGI only
+@pytest.fixture(params=[pytest.param("uvicorn", marks=pytest.mark.slow), "asgi"])
 def api(request: pytest.FixtureRequest, app: Any, keys: Any) -> Any:
     """conftest's ``api`` (uvicorn and ASGI, acme/test read+write key), faster, no 429s."""
     relax_rate_limits(keys.core)

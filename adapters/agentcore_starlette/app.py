@@ -25,7 +25,6 @@ from agentcore.core import AgentCore
 from agentcore.errors import (
     AgentCoreError,
     AuthenticationError,
-    DeadlineExceeded,
     InvalidRequest,
     MethodNotAllowed,
     NotFound,
@@ -41,7 +40,7 @@ from agentcore_starlette.bodies import (
     require_json,
     validate,
 )
-from agentcore_starlette.idempotency import check_key, fingerprint, run_once
+from agentcore_starlette.idempotency import OutcomePending, check_key, fingerprint, run_once
 from agentcore_starlette.openapi import build_openapi
 from agentcore_starlette.problems import problem_response
 from agentcore_starlette.ratelimit import rate_limit_headers
@@ -165,7 +164,7 @@ def refuse_unknown_query(route: ApiRoute, request: Request) -> None:
 def _json(route: ApiRoute, result: Any, headers: dict[str, str] | None = None) -> Response:
     return Response(
         result.model_dump_json(),
-        status_code=route.status_code,
+        status_code=route.status_for(result),
         media_type="application/json",
         headers=headers,
     )
@@ -205,20 +204,7 @@ class Api:
             async def handle() -> Response:
                 if not route.blocking:
                     return _json(route, route.handler(call), limits)
-                try:
-                    result = await asyncio.wait_for(
-                        run_in_threadpool(route.handler, call), self.settings.request_deadline
-                    )
-                except TimeoutError:
-                    raise DeadlineExceeded(
-                        f"The request took longer than {self.settings.request_deadline:g} s."
-                    ) from None
-                if isinstance(result, ChatStream):
-                    request_id = request.scope["state"].get("request_id")
-                    return event_stream(
-                        result, request_id, heartbeat=self.settings.stream_heartbeat
-                    )
-                return _json(route, result)
+                return await self._run_blocking(route, call, request)
 
             key = request.headers.get("idempotency-key")
             # a stream is not stored for replay: the key does not apply (as at OpenAI, Stripe)
@@ -235,6 +221,38 @@ class Api:
 
         run.__name__ = route.operation_id
         return run
+
+    async def _run_blocking(self, route: ApiRoute, call: Call, request: Request) -> Response:
+        """Run the handler on a worker thread within the request deadline.
+
+        A client that disconnects, or a deadline that passes, fires
+        ``call.cancellation``: cancellable work (ingestion) stops before it commits.
+        Past the deadline the answer is a 504 whose ``OutcomePending.outcome`` is the
+        work still settling: it may yet commit (``run_once`` records what it ends as).
+        """
+
+        async def work() -> Response:
+            result = await run_in_threadpool(route.handler, call)
+            if isinstance(result, ChatStream):
+                request_id = request.scope["state"].get("request_id")
+                return event_stream(result, request_id, heartbeat=self.settings.stream_heartbeat)
+            return _json(route, result)
+
+        task = asyncio.ensure_future(work())
+        watcher = asyncio.ensure_future(_cancel_on_disconnect(request, call))
+        deadline = self.settings.request_deadline
+        try:
+            return await asyncio.wait_for(asyncio.shield(task), deadline)
+        except TimeoutError:
+            call.cancellation.cancel("deadline")
+            task.add_done_callback(_retrieve)  # nobody else may await it
+            raise OutcomePending(
+                f"The request took longer than {deadline:g} s and was stopped. Retry with"
+                " the same Idempotency-Key to get its outcome if it finished anyway.",
+                outcome=task,
+            ) from None
+        finally:
+            watcher.cancel()
 
     async def _read_body(self, route: ApiRoute, request: Request, call: Call) -> bytes:
         """Parse the body into ``call``; return its canonical bytes (for idempotency)."""
@@ -297,6 +315,21 @@ class Api:
                 param="file",
             )
         return Upload(file.filename or "upload", file.content_type, data)
+
+
+async def _cancel_on_disconnect(request: Request, call: Call) -> None:
+    """Fire the call's cancellation when the client goes away (the body is read by now)."""
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            call.cancellation.cancel("client disconnected")
+            return
+
+
+def _retrieve(task: asyncio.Future[Response]) -> None:
+    # mark a late outcome's exception as seen, so asyncio does not log it as lost
+    if not task.cancelled():
+        task.exception()
 
 
 def _dispatch(handlers: dict[str, Callable[[Request], Any]]) -> Callable[[Request], Any]:

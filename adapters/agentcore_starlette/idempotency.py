@@ -11,13 +11,26 @@ from collections.abc import Awaitable, Callable
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
-from agentcore.errors import AgentCoreError, InvalidRequest
+from agentcore.errors import AgentCoreError, DeadlineExceeded, InvalidRequest
 from agentcore.storage.records import StoredResult
 from agentcore.workspace import Workspace
 from agentcore_starlette.problems import MEDIA_TYPE, problem_document
 
 MAX_KEY_LENGTH = 255
 REPLAYED = {"Idempotent-Replayed": "true"}
+_settling: set[asyncio.Future[None]] = set()  # late outcomes being recorded
+
+
+class OutcomePending(DeadlineExceeded):
+    """A 504 for work that was told to stop but may still commit: ``outcome`` settles it.
+
+    ``outcome`` resolves to the response the work produced, or raises its error
+    (``Cancelled``/``DeadlineExceeded`` when it stopped before committing anything).
+    """
+
+    def __init__(self, detail: str, *, outcome: asyncio.Future[Response]) -> None:
+        super().__init__(detail)
+        self.outcome = outcome
 
 
 def fingerprint(method: str, path: str, canonical_body: bytes) -> str:
@@ -64,6 +77,11 @@ async def run_once(
     same key and another request → 409; a duplicate that arrives while the first is
     still running waits for it (up to ``wait`` seconds, polling on the event loop)
     and then replays it. The rules are the core's (``core.idempotency``).
+
+    Never a stored resource behind a cached error: work that stopped before it
+    committed releases the key (``IdempotencyKeys.fail``), and work past its
+    deadline whose outcome is not known yet (``OutcomePending``) keeps the key
+    claimed until it settles, then keeps its real result (or releases the key).
     """
     keys = workspace.core.idempotency
     org, env = workspace.organization_id, workspace.environment
@@ -77,12 +95,41 @@ async def run_once(
         await asyncio.sleep(keys.poll)
     try:
         response = await run()
+    except OutcomePending as pending:
+        task = asyncio.ensure_future(_settle(workspace, key, pending.outcome))
+        _settling.add(task)
+        task.add_done_callback(_settling.discard)
+        raise
     except AgentCoreError as error:
         await run_in_threadpool(keys.fail, org, env, key, error)
         raise
     except BaseException:
         await run_in_threadpool(keys.release, org, env, key)
         raise
-    body = bytes(response.body).decode()
-    await run_in_threadpool(keys.succeed, org, env, key, response.status_code, body)
+    await _succeed(workspace, key, response)
     return response
+
+
+async def _succeed(workspace: Workspace, key: str, response: Response) -> None:
+    await run_in_threadpool(
+        workspace.core.idempotency.succeed,
+        workspace.organization_id,
+        workspace.environment,
+        key,
+        response.status_code,
+        bytes(response.body).decode(),
+    )
+
+
+async def _settle(workspace: Workspace, key: str, outcome: asyncio.Future[Response]) -> None:
+    """Keep what late work ended as, or release the key if it stopped before committing."""
+    keys = workspace.core.idempotency
+    org, env = workspace.organization_id, workspace.environment
+    try:
+        response = await outcome
+    except AgentCoreError as error:
+        await run_in_threadpool(keys.fail, org, env, key, error)
+    except BaseException:
+        await run_in_threadpool(keys.release, org, env, key)
+    else:
+        await _succeed(workspace, key, response)

@@ -181,6 +181,20 @@ def build_openapi(
                         }
                     },
                 },
+                **(
+                    {
+                        "202": {
+                            "description": "Accepted: processing in the background",
+                            "content": {
+                                "application/json": {
+                                    "schema": _schema(route.response, components, "serialization")
+                                }
+                            },
+                        }
+                    }
+                    if route.accepted is not None
+                    else {}
+                ),
                 **{
                     status: {
                         "description": text,

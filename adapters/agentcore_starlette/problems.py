@@ -7,13 +7,12 @@ from typing import Any
 
 from starlette.responses import Response
 
-from agentcore.errors import AgentCoreError, RateLimited
+from agentcore.errors import PROBLEM_TYPE, AgentCoreError, RateLimited
 from agentcore.redact import get_logger
 from agentcore_starlette.ratelimit import rate_limit_headers
 
 log = get_logger("agentcore.http")  # masks keys and secrets in every record
 
-PROBLEM_TYPE = "https://agentcore.dev/problems/"
 MEDIA_TYPE = "application/problem+json"
 
 

@@ -9,6 +9,7 @@ from typing import Any, Literal
 from pydantic import BaseModel
 from starlette.datastructures import Headers, QueryParams
 
+from agentcore.cancellation import Cancellation
 from agentcore.errors import ValidationFailed
 from agentcore.workspace import Workspace
 
@@ -26,7 +27,11 @@ class Upload:
 
 @dataclass
 class Call:
-    """What a handler gets: the caller's workspace and the parsed request."""
+    """What a handler gets: the caller's workspace and the parsed request.
+
+    ``cancellation`` fires when the request's deadline passes or the client
+    disconnects; long handlers pass it on to the core.
+    """
 
     workspace: Workspace
     path: Mapping[str, str]
@@ -34,6 +39,7 @@ class Call:
     headers: Headers
     body: Any = None
     upload: Upload | None = None
+    cancellation: Cancellation = field(default_factory=Cancellation)
 
     def int_query(self, name: str) -> int | None:
         """An integer query parameter, or 422 naming it."""
@@ -106,6 +112,15 @@ class ApiRoute:
     def streams(self, body: Any) -> bool:
         """Whether a request with this parsed ``body`` is answered as an event stream."""
         return bool(self.events) and getattr(body, "stream", False) is True
+
+    # answers 202 instead of status_code for results it returns True for (queued work)
+    accepted: Callable[[Any], bool] | None = None
+
+    def status_for(self, result: Any) -> int:
+        """The success status of ``result``: 202 when it is accepted, queued work."""
+        if self.accepted is not None and self.accepted(result):
+            return 202
+        return self.status_code
 
     @property
     def operation_id(self) -> str:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
@@ -11,12 +11,13 @@ import numpy as np
 import numpy.typing as npt
 
 from agentcore.errors import Conflict, InvalidRequest, ValidationFailed
-from agentcore.knowledge.embedders import Embedder
+from agentcore.knowledge.embedders import Embedder, bounded_text
 from agentcore.knowledge.index import VectorIndex
 from agentcore.storage.base import VectorSearchStore
 from agentcore.storage.records import KnowledgeState
 
 if TYPE_CHECKING:
+    from agentcore.cancellation import Cancellation
     from agentcore.storage.base import KnowledgeStorage
 
 T = TypeVar("T")
@@ -53,6 +54,7 @@ class IndexCache:
         reload is preferred (``Settings.index_catchup_max_rows``).
     :param store_search: a store that ranks vectors itself; when given
         (``vector_search="pgvector"``), searches run there and no index is held here.
+    :param max_token_chars: the longest whitespace-free run re-embedding feeds it.
     """
 
     def __init__(
@@ -63,9 +65,11 @@ class IndexCache:
         embedder: str,
         catchup_max_rows: int = 100_000,
         store_search: VectorSearchStore | None = None,
+        max_token_chars: int = 64,
     ) -> None:
         self._store = store
         self._store_search = store_search
+        self._max_token_chars = max_token_chars
         self._embedders = embedders
         self._embedder_name = embedder
         self._catchup_max_rows = catchup_max_rows
@@ -212,13 +216,45 @@ class IndexCache:
         for document_id, ids, texts in self._store.iter_chunk_texts(organization_id, environment):
             if not texts:
                 continue
-            vectors = unit_rows(embedder.embed(texts, kind="passage"))
-            keep = nonzero_rows(vectors)
+            vectors, keep = embed_passages(embedder, texts, max_token_chars=self._max_token_chars)
             segments.append((document_id, np.asarray(ids, dtype=np.int64)[keep], vectors[keep]))
         self._store.replace_all_vectors(
             organization_id, environment, embedder.name, segments, embedder.dimension
         )
         self._entries.pop((organization_id, environment), None)
+
+
+EMBED_BATCH = 256  # texts per embedder call: bounds its temporaries, checks cancellation
+
+
+def embed_passages(
+    embedder: Embedder,
+    texts: Sequence[str],
+    *,
+    max_token_chars: int,
+    cancellation: Cancellation | None = None,
+) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.bool_]]:
+    """Unit vectors of ``texts`` and the mask of rows fit to index (``nonzero_rows``).
+
+    The embedder is fed ``EMBED_BATCH`` texts at a time, each cut by ``bounded_text``,
+    into one preallocated matrix: memory stays the matrix plus one batch, and
+    ``cancellation`` is checked between batches.
+    """
+    vectors = np.empty((len(texts), embedder.dimension), dtype=np.float32)
+    keep = np.empty(len(texts), dtype=bool)
+    for start in range(0, len(texts), EMBED_BATCH):
+        if cancellation is not None:
+            cancellation.check()
+        batch = [bounded_text(text, max_token_chars) for text in texts[start : start + EMBED_BATCH]]
+        rows = unit_rows(embedder.embed(batch, kind="passage"))
+        if rows.shape != (len(batch), embedder.dimension):
+            raise ValueError(
+                f"embedder {embedder.name!r} returned shape {rows.shape},"
+                f" expected {(len(batch), embedder.dimension)}"
+            )
+        vectors[start : start + len(batch)] = rows
+        keep[start : start + len(batch)] = nonzero_rows(rows)
+    return vectors, keep
 
 
 def nonzero_rows(vectors: npt.NDArray[np.float32]) -> npt.NDArray[np.bool_]:

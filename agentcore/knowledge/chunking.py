@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+import heapq
 import re
 from bisect import bisect_right
+from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from agentcore.errors import PayloadTooLarge
+
+if TYPE_CHECKING:
+    from agentcore.cancellation import Cancellation
 
 __all__ = ["Chunk", "chunk_pages", "pages_in_span", "sentence_spans", "split_sentences"]
 
@@ -48,7 +57,9 @@ _CLOSERS = "\"'”’)]"
 # A candidate sentence end: terminal punctuation, optional closing quotes/brackets,
 # then whitespace. `_is_boundary` decides whether it really ends a sentence; decimals
 # ("3.14") and dotted names ("agentcore.errors") never match as no space follows.
-_CANDIDATE = re.compile(r"[.!?…]+[\"'”’)\]]*(?=\s)")
+# Matches start only where a run of punctuation starts and never backtrack, so a
+# megabyte of "!!!!" is scanned once, not once per character.
+_CANDIDATE = re.compile(r"(?<![.!?…])[.!?…]++[\"'”’)\]]*+(?=\s)")
 # A new line opening a Markdown heading, list item, quote or table row ends whatever
 # came before it, punctuation or not; so does the end of a heading line.
 _BLOCK_START = re.compile(r"\n[ \t]*(?=#{1,6}\s|[-*+>]\s|\d{1,3}[.)]\s|\|)")
@@ -100,15 +111,25 @@ def _trim(text: str, start: int, end: int) -> tuple[int, int] | None:
     return (start, end) if start < end else None
 
 
-def _sentence_spans(text: str, start: int, end: int) -> list[tuple[int, int]]:
-    """Split ``text[start:end]``, one paragraph, into trimmed sentence spans."""
-    cuts = [start, end]
-    cuts += [m.end() for m in _CANDIDATE.finditer(text, start, end) if _is_boundary(text, m)]
-    cuts += [m.start() for m in _BLOCK_START.finditer(text, start, end)]
-    cuts += [m.end() for m in _HEADING_END.finditer(text, start, end)]
-    cuts.sort()
-    spans = (_trim(text, left, right) for left, right in zip(cuts, cuts[1:], strict=False))
-    return [span for span in spans if span is not None]
+def _sentence_spans(text: str, start: int, end: int) -> Iterator[tuple[int, int]]:
+    """Split ``text[start:end]``, one paragraph, into trimmed sentence spans.
+
+    Lazy: the cut points of the three kinds are merged as they are found, so a huge
+    paragraph costs no more memory than a small one.
+    """
+    cuts = heapq.merge(
+        (start,),
+        (m.end() for m in _CANDIDATE.finditer(text, start, end) if _is_boundary(text, m)),
+        (m.start() for m in _BLOCK_START.finditer(text, start, end)),
+        (m.end() for m in _HEADING_END.finditer(text, start, end)),
+        (end,),
+    )
+    left = next(cuts)
+    for right in cuts:
+        span = _trim(text, left, right)
+        if span is not None:
+            yield span
+        left = right
 
 
 def _hard_split(text: str, start: int, end: int, limit: int) -> list[tuple[int, int]]:
@@ -129,22 +150,52 @@ def _hard_split(text: str, start: int, end: int, limit: int) -> list[tuple[int, 
     return pieces
 
 
-def _units(text: str, limit: int) -> list[_Unit]:
-    """Sentences of ``text`` no longer than ``limit``, marking paragraph starts."""
-    paragraphs: list[tuple[int, int]] = []
+BLOCK_CHARS = 1 << 16
+# Python's regex engine holds the GIL for a whole search: a paragraph is searched in
+# blocks of at most this many characters, so one huge paragraph (a 50 MB line of
+# base64) cannot stall every other thread of the process for seconds.
+
+
+def _blocks(text: str, start: int, end: int) -> Iterator[tuple[int, int]]:
+    """``[start, end)`` in pieces of at most ``BLOCK_CHARS`` characters.
+
+    Each piece ends just after a line break or other whitespace in its second half
+    (a cut there acts as a sentence break, which trimming makes invisible), else
+    mid-run. Only paragraphs longer than a block are cut differently than before.
+    """
+    while end - start > BLOCK_CHARS:
+        limit = start + BLOCK_CHARS
+        cut = text.rfind("\n", start + BLOCK_CHARS // 2, limit)
+        if cut < 0:
+            half = start + BLOCK_CHARS // 2
+            cut = max(text.rfind(" ", half, limit), text.rfind("\t", half, limit))
+        cut = cut + 1 if cut > start else limit
+        yield start, cut
+        start = cut
+    yield start, end
+
+
+def _paragraphs(text: str) -> Iterator[tuple[int, int]]:
     position = 0
     for brk in _PARAGRAPH_BREAK.finditer(text):
-        paragraphs.append((position, brk.start()))
+        yield position, brk.start()
         position = brk.end()
-    paragraphs.append((position, len(text)))
-    units: list[_Unit] = []
-    for para_start, para_end in paragraphs:
+    yield position, len(text)
+
+
+def _units(text: str, limit: int) -> Iterator[_Unit]:
+    """Sentences of ``text`` no longer than ``limit``, marking paragraph starts.
+
+    A generator, linear in ``len(text)``: every regex scans each character a bounded
+    number of times, and no list of all sentences is ever built.
+    """
+    for para_start, para_end in _paragraphs(text):
         first = True
-        for start, end in _sentence_spans(text, para_start, para_end):
-            for piece_start, piece_end in _hard_split(text, start, end, limit):
-                units.append(_Unit(piece_start, piece_end, first))
-                first = False
-    return units
+        for block_start, block_end in _blocks(text, para_start, para_end):
+            for start, end in _sentence_spans(text, block_start, block_end):
+                for piece_start, piece_end in _hard_split(text, start, end, limit):
+                    yield _Unit(piece_start, piece_end, first)
+                    first = False
 
 
 def split_sentences(text: str) -> list[str]:
@@ -161,14 +212,13 @@ def _separator(unit: _Unit) -> str:
     return "\n\n" if unit.paragraph_start else " "
 
 
-def _joined_length(units: list[_Unit]) -> int:
-    if not units:
-        return 0
-    return sum(u.length for u in units) + sum(len(_separator(u)) for u in units[1:])
-
-
 def chunk_pages(
-    pages: list[str], *, target_chars: int = 700, overlap_chars: int = 150
+    pages: list[str],
+    *,
+    target_chars: int = 700,
+    overlap_chars: int = 150,
+    max_chunks: int | None = None,
+    cancellation: Cancellation | None = None,
 ) -> list[Chunk]:
     """Pack the sentences of ``pages`` into chunks of at most ``target_chars``.
 
@@ -181,14 +231,18 @@ def chunk_pages(
     sentence keeps some context; a chunk that begins a paragraph repeats nothing.
     Sentences longer than ``target_chars`` are cut at word boundaries. Whitespace
     between sentences is folded to one space (one blank line between paragraphs).
-    Deterministic; never returns an empty chunk.
+    Deterministic; never returns an empty chunk. Time and memory are linear in the
+    text, whatever it holds (no whitespace at all, a million one-letter sentences).
 
     :param pages: page texts; page ``n`` (1-based) is ``pages[n - 1]``.
     :param target_chars: the longest chunk text.
     :param overlap_chars: the most text a chunk repeats from the one before it.
+    :param max_chunks: the most chunks a document may make (``None``: no limit).
+    :param cancellation: checked once per chunk; its error propagates.
     :return: the chunks in document order.
     :raises ValueError: on a non-positive target, a negative overlap, or an overlap
         larger than half the target.
+    :raises PayloadTooLarge: ``too_many_chunks``, as soon as ``max_chunks`` is passed.
     """
     if target_chars < 1:
         raise ValueError("target_chars must be positive")
@@ -233,24 +287,44 @@ def chunk_pages(
         return Chunk(text="".join(parts), pages=pages_in, page_offsets=offsets)
 
     chunks: list[Chunk] = []
+
+    def emit(group: list[_Unit]) -> None:
+        if cancellation is not None:
+            cancellation.check()
+        if max_chunks is not None and len(chunks) >= max_chunks:
+            raise PayloadTooLarge(
+                f"The document makes more than {max_chunks} chunks; split it or raise"
+                " max_document_chunks.",
+                code="too_many_chunks",
+                param="file",
+            )
+        chunks.append(make_chunk(group))
+
+    # Lengths are kept as running sums (the joined length of a group counts the
+    # separator before every unit but the first), so packing stays linear.
     current: list[_Unit] = []
+    current_length = 0
     for unit in _units(text, target_chars):
+        gap = len(_separator(unit))
         if current:
-            too_long = _joined_length([*current, unit]) > target_chars
-            paragraph_cut = unit.paragraph_start and _joined_length(current) >= target_chars // 2
+            too_long = current_length + gap + unit.length > target_chars
+            paragraph_cut = unit.paragraph_start and current_length >= target_chars // 2
             if too_long or paragraph_cut:
-                chunks.append(make_chunk(current))
-                carried: list[_Unit] = []
+                emit(current)
+                carried: deque[_Unit] = deque()
+                carried_length = 0
                 if not unit.paragraph_start:
                     for previous in reversed(current):
-                        candidate = [previous, *carried]
-                        if _joined_length(candidate) > overlap_chars:
+                        length = previous.length
+                        if carried:
+                            length += len(_separator(carried[0])) + carried_length
+                        if length > overlap_chars or length + gap + unit.length > target_chars:
                             break
-                        if _joined_length([*candidate, unit]) > target_chars:
-                            break
-                        carried = candidate
-                current = carried
+                        carried.appendleft(previous)
+                        carried_length = length
+                current, current_length = list(carried), carried_length
+        current_length += (gap if current else 0) + unit.length
         current.append(unit)
     if current:
-        chunks.append(make_chunk(current))
+        emit(current)
     return chunks

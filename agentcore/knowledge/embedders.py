@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Literal, Protocol, runtime_checkable
 
@@ -32,3 +33,20 @@ class Embedder(Protocol):
         Raise ``agentcore.errors.ProviderError``/``ProviderTimeout`` for remote failures.
         """
         ...
+
+
+def bounded_text(text: str, max_token_chars: int) -> str:
+    """``text`` with every run of non-whitespace cut to its first ``max_token_chars``.
+
+    What embedders are fed: a 50 MB run of base64 would otherwise be one "word"
+    whose n-grams cost time and memory in proportion to its length, and no real
+    word is that long. Linear: matches start only where a run starts.
+    """
+    pattern = _long_runs.get(max_token_chars)
+    if pattern is None:
+        pattern = re.compile(rf"(?<!\S)\S{{{max_token_chars + 1},}}+")
+        _long_runs[max_token_chars] = pattern
+    return pattern.sub(lambda match: match.group(0)[:max_token_chars], text)
+
+
+_long_runs: dict[int, re.Pattern[str]] = {}

@@ -14,9 +14,13 @@ __all__ = [
     "PLAIN",
     "MARKDOWN",
     "ParsedDocument",
+    "check_text",
+    "check_upload",
     "clean_pdf_text",
+    "decode_text",
     "parse_document",
     "parse_text",
+    "text_kind",
 ]
 
 PLAIN = "text/plain"
@@ -77,22 +81,9 @@ def parse_document(
     :raises ValidationFailed: ``empty_file``, ``invalid_encoding``, ``invalid_pdf``,
         ``encrypted_pdf``, ``no_text``. Every error has ``param="file"``.
     """
-    source = _source_name(filename)
-    if len(data) > max_bytes:
-        raise PayloadTooLarge(
-            f"The file is {len(data)} bytes; the limit is {max_bytes}.",
-            code="file_too_large",
-            param="file",
-        )
-    if not data:
-        raise ValidationFailed("The file is empty.", code="empty_file", param="file")
-    kind = _detect_type(data, source, content_type)
-    if kind == PDF:
-        pages = _pdf_pages(data, max_pages)
-    else:
-        text = _decode(data)
-        pages = _text_pages(text, kind)
-    if not any(page.strip() for page in pages):
+    source, kind = check_upload(data, filename, content_type, max_bytes=max_bytes)
+    pages = _pdf_pages(data, max_pages) if kind == PDF else _text_pages(decode_text(data), kind)
+    if not any(page and not page.isspace() for page in pages):  # no copy of a huge page
         raise ValidationFailed(
             "The file contains no extractable text"
             + (" (a scanned PDF needs OCR first)." if kind == PDF else "."),
@@ -102,20 +93,49 @@ def parse_document(
     return ParsedDocument(source=source, content_type=kind, pages=pages)
 
 
+def check_upload(
+    data: bytes, filename: str, content_type: str | None, *, max_bytes: int
+) -> tuple[str, str]:
+    """The cheap checks of ``parse_document``: ``(source, canonical type)`` or its error.
+
+    Size, emptiness and type only, without decoding or parsing: what an upload
+    queued for background ingestion is checked for before it is accepted.
+    """
+    source = _source_name(filename)
+    if len(data) > max_bytes:
+        raise PayloadTooLarge(
+            f"The file is {len(data)} bytes; the limit is {max_bytes}.",
+            code="file_too_large",
+            param="file",
+        )
+    if not data:
+        raise ValidationFailed("The file is empty.", code="empty_file", param="file")
+    return source, _detect_type(data, source, content_type)
+
+
+def check_text(source: str, text: str) -> None:
+    """The checks of ``parse_text``: a non-blank source and text."""
+    if not source.strip():
+        raise ValidationFailed("source must not be blank.", param="source")
+    if not text.strip():
+        raise ValidationFailed("text must not be blank.", code="no_text", param="text")
+
+
+def text_kind(source: str) -> str:
+    """The type of text stored under ``source``: Markdown by extension, else plain."""
+    kind = _EXTENSIONS.get(posixpath.splitext(source.strip().lower())[1], PLAIN)
+    return PLAIN if kind == PDF else kind
+
+
 def parse_text(source: str, text: str) -> ParsedDocument:
     """Wrap text sent as JSON ``{source, text}``, like a ``.txt`` or ``.md`` upload.
 
     :raises ValidationFailed: ``param="source"`` when the source is blank;
         ``no_text`` with ``param="text"`` when the text is blank.
     """
-    name = source.strip()
-    if not name:
-        raise ValidationFailed("source must not be blank.", param="source")
-    if not text.strip():
-        raise ValidationFailed("text must not be blank.", code="no_text", param="text")
-    kind = _EXTENSIONS.get(posixpath.splitext(name.lower())[1], PLAIN)
-    kind = PLAIN if kind == PDF else kind
-    return ParsedDocument(source=name, content_type=kind, pages=_text_pages(text, kind))
+    check_text(source, text)
+    kind = text_kind(source)
+    return ParsedDocument(source=source.strip(), content_type=kind, pages=_text_pages(text, kind))
 
 
 def _source_name(filename: str) -> str:
@@ -164,20 +184,21 @@ def _looks_like_text(data: bytes) -> bool:
     return True
 
 
-def _decode(data: bytes) -> str:
+def decode_text(data: bytes, *, param: str = "file") -> str:
+    """UTF-8 bytes (an optional BOM dropped) as text, or ``invalid_encoding`` naming ``param``."""
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise ValidationFailed(
             f"The file is not valid UTF-8 (bad byte at offset {exc.start}).",
             code="invalid_encoding",
-            param="file",
+            param=param,
         ) from None
     if "\x00" in text:
         raise ValidationFailed(
             "The file contains NUL characters; it is not text.",
             code="invalid_encoding",
-            param="file",
+            param=param,
         )
     return text
 

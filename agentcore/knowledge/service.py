@@ -3,23 +3,42 @@
 from __future__ import annotations
 
 import builtins
+import time
+from collections.abc import Callable
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
 
+from agentcore.cancellation import Cancellation
 from agentcore.errors import NotFound, PayloadTooLarge, ValidationFailed
 from agentcore.ids import new_id, utcnow
-from agentcore.knowledge.cache import IndexCache, nonzero_rows, unit_rows
-from agentcore.knowledge.chunking import chunk_pages
-from agentcore.knowledge.ingest import ParsedDocument, parse_document, parse_text
+from agentcore.knowledge.cache import IndexCache, embed_passages
+from agentcore.knowledge.chunking import Chunk, chunk_pages
+from agentcore.knowledge.embedders import bounded_text
+from agentcore.knowledge.ingest import (
+    ParsedDocument,
+    check_text,
+    check_upload,
+    decode_text,
+    parse_document,
+    parse_text,
+    text_kind,
+)
 from agentcore.models import Deleted, Document, DocumentList, SearchResponse, SearchResult
-from agentcore.storage.records import StoredChunk
+from agentcore.storage.records import IngestJob, StoredChunk
 
 if TYPE_CHECKING:
     from agentcore.config import Settings
     from agentcore.storage.base import KnowledgeStorage
     from agentcore.workspace import Workspace
+
+
+def _stored_now() -> datetime:
+    # the store keeps milliseconds: return what a later get returns
+    now = utcnow()
+    return now.replace(microsecond=now.microsecond // 1000 * 1000)
 
 
 class KnowledgeService:
@@ -29,6 +48,8 @@ class KnowledgeService:
     :param store: where documents, chunks and vectors are kept.
     :param settings: upload, chunking and search limits.
     :param index: the core's shared cache of workspace indexes (and its embedder).
+    :param on_queued: called after a document is queued for background ingestion
+        (the core wakes its ingestion worker).
     """
 
     def __init__(
@@ -38,8 +59,10 @@ class KnowledgeService:
         store: KnowledgeStorage,
         settings: Settings,
         index: IndexCache,
+        on_queued: Callable[[], None] | None = None,
     ) -> None:
         self._ws = workspace
+        self._on_queued = on_queued
         self._store = store
         self._settings = settings
         self._cache = index
@@ -47,25 +70,55 @@ class KnowledgeService:
     # ingestion -----------------------------------------------------------------
 
     def ingest_file(
-        self, data: bytes, *, filename: str, content_type: str | None = None
+        self,
+        data: bytes,
+        *,
+        filename: str,
+        content_type: str | None = None,
+        wait: bool | None = None,
+        cancellation: Cancellation | None = None,
     ) -> Document:
         """Parse, chunk, embed and store a PDF, Markdown or text file. Write scope.
 
         Either the whole document is stored (document, chunks, vectors in one
         transaction) or nothing is.
+
+        :param wait: ``True``: index it now, in this thread, and return it ``ready``;
+            ``False``: store the upload as a background job and return the document at
+            once in status ``processing`` (the core's worker, run by ``core.start()``,
+            makes it ``ready`` or ``failed``; poll ``get``); ``None`` (default): wait
+            for files up to ``ingest_sync_max_bytes``.
+        :param cancellation: checked while indexing in this thread; once it fires the
+            work stops with its error and nothing is stored.
         """
         self._ws.require("write")
+        settings = self._settings
+        if not self._waits(len(data), wait):
+            source, kind = check_upload(
+                data, filename, content_type, max_bytes=settings.max_upload_bytes
+            )
+            return self._enqueue("file", filename, content_type, data, source, kind)
         parsed = parse_document(
             data,
             filename,
             content_type,
-            max_bytes=self._settings.max_upload_bytes,
-            max_pages=self._settings.max_pdf_pages,
+            max_bytes=settings.max_upload_bytes,
+            max_pages=settings.max_pdf_pages,
         )
-        return self._store_parsed(parsed, len(data))
+        return self._store_parsed(parsed, len(data), cancellation)
 
-    def ingest_text(self, source: str, text: str) -> Document:
-        """Store plain text under a source name (one page). Write scope."""
+    def ingest_text(
+        self,
+        source: str,
+        text: str,
+        *,
+        wait: bool | None = None,
+        cancellation: Cancellation | None = None,
+    ) -> Document:
+        """Store plain text under a source name (one page). Write scope.
+
+        ``wait`` and ``cancellation`` work as for ``ingest_file``.
+        """
         self._ws.require("write")
         if len(text) > self._settings.max_text_chars:
             raise ValidationFailed(
@@ -74,28 +127,90 @@ class KnowledgeService:
                 code="text_too_long",
                 param="text",
             )
-        encoded = len(text.encode())
-        if encoded > self._settings.max_upload_bytes:
+        encoded = text.encode()
+        if len(encoded) > self._settings.max_upload_bytes:
             raise PayloadTooLarge(
                 f"The text exceeds the limit of {self._settings.max_upload_bytes} bytes.",
                 code="file_too_large",
                 param="text",
             )
-        return self._store_parsed(parse_text(source, text), encoded)
+        parsed = parse_text(source, text) if self._waits(len(encoded), wait) else None
+        if parsed is None:
+            check_text(source, text)
+            return self._enqueue("text", source, None, encoded, source.strip(), text_kind(source))
+        return self._store_parsed(parsed, len(encoded), cancellation)
 
-    def _store_parsed(self, parsed: ParsedDocument, size: int) -> Document:
+    def _waits(self, size: int, wait: bool | None) -> bool:
+        return size <= self._settings.ingest_sync_max_bytes if wait is None else wait
+
+    def _enqueue(
+        self,
+        kind: str,
+        filename: str,
+        declared: str | None,
+        data: bytes,
+        source: str,
+        content_type: str,
+    ) -> Document:
+        document = Document(
+            id=new_id("doc"),
+            source=source,
+            content_type=content_type,
+            pages=0,
+            chunks=0,
+            bytes=len(data),
+            created_at=_stored_now(),
+            status="processing",
+        )
+        self._store.insert_processing_document(
+            self._ws.organization_id,
+            self._ws.environment,
+            document,
+            kind=kind,
+            filename=filename,
+            content_type=declared,
+            data=data,
+            now=time.time(),
+        )
+        if self._on_queued is not None:
+            self._on_queued()
+        return document
+
+    def _chunk(
+        self, parsed: ParsedDocument, cancellation: Cancellation | None
+    ) -> builtins.list[Chunk]:
+        settings = self._settings
         chunks = chunk_pages(
             parsed.pages,
-            target_chars=self._settings.chunk_target_chars,
-            overlap_chars=self._settings.chunk_overlap_chars,
+            target_chars=settings.chunk_target_chars,
+            overlap_chars=settings.chunk_overlap_chars,
+            max_chunks=settings.max_document_chunks,
+            cancellation=cancellation,
         )
         if not chunks:
             raise ValidationFailed(
                 "The document has no text to index.", code="no_text", param="file"
             )
+        return chunks
+
+    def _embed(
+        self, chunks: builtins.list[Chunk], cancellation: Cancellation | None
+    ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.bool_], str]:
+        """Unit vectors of ``chunks``, the mask of indexable rows, the embedder's name."""
         embedder = self._cache.embedder()
-        vectors = unit_rows(embedder.embed([chunk.text for chunk in chunks], kind="passage"))
-        now = utcnow()
+        vectors, keep = embed_passages(
+            embedder,
+            [chunk.text for chunk in chunks],
+            max_token_chars=self._settings.max_token_chars,
+            cancellation=cancellation,
+        )
+        return vectors, keep, embedder.name
+
+    def _store_parsed(
+        self, parsed: ParsedDocument, size: int, cancellation: Cancellation | None
+    ) -> Document:
+        chunks = self._chunk(parsed, cancellation)
+        vectors, keep, embedder = self._embed(chunks, cancellation)
         document = Document(
             id=new_id("doc"),
             source=parsed.source,
@@ -103,10 +218,8 @@ class KnowledgeService:
             pages=len(parsed.pages),
             chunks=len(chunks),
             bytes=size,
-            # the store keeps milliseconds: return what a later get returns
-            created_at=now.replace(microsecond=now.microsecond // 1000 * 1000),
+            created_at=_stored_now(),
         )
-        keep = nonzero_rows(vectors)
         ws = self._ws
 
         def store_write() -> None:
@@ -115,13 +228,70 @@ class KnowledgeService:
                 ws.environment,
                 document,
                 [(chunk.text, chunk.pages, chunk.page_offsets) for chunk in chunks],
-                embedder.name,
+                embedder,
                 vectors,
                 keep,
             )
 
+        if cancellation is not None:
+            cancellation.check()  # the last point at which stopping leaves nothing behind
         self._cache.write(ws.organization_id, ws.environment, store_write)
         return document
+
+    def run_job(self, job: IngestJob, cancellation: Cancellation) -> Document | None:
+        """Index a leased background job's upload; the document becomes ``ready``.
+
+        Called by the core's ingestion worker. Returns ``None`` when the document is
+        no longer ``processing`` (deleted meanwhile). Errors propagate: the worker
+        records them as the document's ``last_error``.
+        """
+        ws = self._ws
+        document = self._store.get_document(ws.organization_id, ws.environment, job.document_id)
+        if document is None or document.status != "processing":
+            return None
+        data = self._store.ingest_job_data(job.document_id)
+        if data is None:
+            return None
+        settings = self._settings
+        if job.kind == "text":
+            parsed = parse_text(job.filename, decode_text(data, param="text"))
+        else:
+            parsed = parse_document(
+                data,
+                job.filename,
+                job.content_type,
+                max_bytes=settings.max_upload_bytes,
+                max_pages=settings.max_pdf_pages,
+            )
+        del data  # the chunks hold the text from here on: let the upload go
+        chunks = self._chunk(parsed, cancellation)
+        ready = document.model_copy(
+            update={
+                "content_type": parsed.content_type,
+                "pages": len(parsed.pages),
+                "chunks": len(chunks),
+                "status": "ready",
+            }
+        )
+        del parsed
+        vectors, keep, embedder = self._embed(chunks, cancellation)
+
+        def store_write() -> bool:
+            ids = self._store.complete_document(
+                ws.organization_id,
+                ws.environment,
+                ready,
+                [(chunk.text, chunk.pages, chunk.page_offsets) for chunk in chunks],
+                embedder,
+                vectors,
+                keep,
+            )
+            return ids is not None
+
+        cancellation.check()
+        if not self._cache.write(ws.organization_id, ws.environment, store_write):
+            return None
+        return ready
 
     # documents -----------------------------------------------------------------
 
@@ -206,7 +376,8 @@ class KnowledgeService:
         self._ws.require("read")
 
         def query_vector() -> npt.NDArray[np.float32] | None:
-            vector: npt.NDArray[np.float32] = self._cache.embedder().embed([query], kind="query")[0]
+            text = bounded_text(query, self._settings.max_token_chars)
+            vector: npt.NDArray[np.float32] = self._cache.embedder().embed([text], kind="query")[0]
             if not np.isfinite(vector).all() or not np.any(vector):
                 return None
             return vector

@@ -203,10 +203,19 @@ class HashingEmbedder:
         return out
 
     def _current_vocabulary(self) -> _Vocabulary:
-        """The vocabulary, started afresh once it holds ``_CACHE_LIMIT`` stems. Locked."""
+        """The vocabulary, started afresh once it holds ``_CACHE_LIMIT`` stems. Locked.
+
+        Also once its n-gram cache holds ``8 * _CACHE_LIMIT`` grams: text of random
+        words (base64) makes new grams with every word, and that cache would
+        otherwise grow past a gigabyte on a 50 MB upload.
+        """
         vocabulary = self._vocabulary
         limit = self._CACHE_LIMIT
-        if len(vocabulary.stems) >= limit or len(vocabulary.token_ids) >= 4 * limit:
+        if (
+            len(vocabulary.stems) >= limit
+            or len(vocabulary.token_ids) >= 4 * limit
+            or len(vocabulary.gram_hashes) >= 8 * limit
+        ):
             vocabulary = self._vocabulary = _Vocabulary()
         return vocabulary
 

@@ -14,9 +14,10 @@ import numpy as np
 import numpy.typing as npt
 
 from agentcore.events import Event
-from agentcore.models import Agent, ApiKey, Delivery, Document, Organization
+from agentcore.models import Agent, ApiKey, Delivery, Document, Organization, Problem
 from agentcore.storage.records import (
     DueDelivery,
+    IngestJob,
     KnowledgeChanges,
     KnowledgeState,
     StoredChunk,
@@ -153,7 +154,7 @@ class KnowledgeStorage(Protocol):
         """A page of documents, newest first."""
 
     def delete_document(self, organization_id: str, environment: str, document_id: str) -> bool:
-        """Delete a document with its chunks and vectors; whether it existed."""
+        """Delete a document with its chunks, vectors and any ingestion job; whether it existed."""
 
     def get_chunks(self, chunk_ids: Sequence[int]) -> dict[int, StoredChunk]:
         """Chunks by id."""
@@ -162,6 +163,55 @@ class KnowledgeStorage(Protocol):
         self, organization_id: str, environment: str
     ) -> Iterator[tuple[str, list[int], list[str]]]:
         """``(document_id, chunk ids, texts)`` per document."""
+
+    # background ingestion (documents in status "processing" and their durable jobs)
+    def insert_processing_document(
+        self,
+        organization_id: str,
+        environment: str,
+        document: Document,
+        *,
+        kind: str,
+        filename: str,
+        content_type: str | None,
+        data: bytes,
+        now: float,
+    ) -> None:
+        """Store a ``processing`` document and its job (the raw upload) atomically."""
+
+    def claim_ingest_job(self, *, now: float, lease_seconds: float) -> IngestJob | None:
+        """Lease the oldest unleased (or lease-expired) job; counts one attempt. Atomic."""
+
+    def ingest_job_data(self, document_id: str) -> bytes | None:
+        """The raw upload of a job, or ``None`` if the job no longer exists."""
+
+    def renew_ingest_job(self, document_id: str, *, until: float) -> bool:
+        """Extend a job's lease to ``until``; ``False`` if the job no longer exists."""
+
+    def release_ingest_job(self, document_id: str) -> None:
+        """Drop a job's lease and take back the attempt its claim counted (shutdown)."""
+
+    def complete_document(
+        self,
+        organization_id: str,
+        environment: str,
+        document: Document,
+        chunks: Sequence[tuple[str, list[int], list[int]]],
+        embedder: str,
+        vectors: npt.NDArray[np.float32],
+        keep: npt.NDArray[np.bool_],
+    ) -> list[int] | None:
+        """A ``processing`` document becomes ``ready`` with its chunks and vectors.
+
+        Atomic: updates ``content_type``, ``pages``, ``chunks`` and ``status``, deletes
+        the job, inserts chunks and vectors, bumps the version. ``None`` and no write
+        when the document is gone or not ``processing``.
+        """
+
+    def fail_document(
+        self, organization_id: str, environment: str, document_id: str, error: Problem
+    ) -> bool:
+        """A ``processing`` document becomes ``failed`` with ``last_error``; its job goes."""
 
 
 class WebhookStorage(Protocol):

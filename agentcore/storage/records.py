@@ -108,3 +108,22 @@ class StoredResult:
     def failed(self) -> bool:
         """Whether the kept result is an error."""
         return self.status >= 400
+
+
+@dataclass(frozen=True)
+class IngestJob:
+    """A leased background ingestion job of a ``processing`` document.
+
+    ``kind`` is ``file`` (bytes parsed like an upload, ``content_type`` as declared)
+    or ``text`` (UTF-8 text stored under ``filename`` as its source name).
+    ``attempts`` counts claims, this one included. The raw upload is read apart
+    (``ingest_job_data``), so the worker holds it only while it parses it.
+    """
+
+    document_id: str
+    organization_id: str
+    environment: str
+    kind: str
+    filename: str
+    content_type: str | None
+    attempts: int

@@ -19,6 +19,7 @@ from agentcore.webhooks.signing import generate_secret
 from agentcore.webhooks.ssrf import validate_url
 
 if TYPE_CHECKING:
+    from agentcore.config import Settings
     from agentcore.storage.base import WebhookStorage
     from agentcore.webhooks.delivery import WebhookRuntime
     from agentcore.workspace import Workspace
@@ -42,6 +43,7 @@ class WebhookService:
     :param runtime: the core's delivery runtime (SSRF policy, resolver, clock, wake-up).
     :param store: subscriptions, deliveries and the event outbox.
     :param kinds: the registered event kinds a subscription may name.
+    :param settings: page-size limits.
     """
 
     def __init__(
@@ -51,11 +53,13 @@ class WebhookService:
         *,
         store: WebhookStorage,
         kinds: EventKinds,
+        settings: Settings,
     ) -> None:
         self._ws = workspace
         self._store = store
         self._runtime = runtime
         self._kinds = kinds
+        self._settings = settings
 
     def subscribe(
         self, url: str, events: list[str], description: str | None = None
@@ -168,7 +172,7 @@ class WebhookService:
             self._ws.organization_id,
             self._ws.environment,
             subscription_id,
-            limit=self._ws.core.settings.max_page_size,
+            limit=self._settings.max_page_size,
             starting_after=None,
         )
         return next(d.id for d in found if d.event_id == event_id)

@@ -16,15 +16,26 @@ from agentcore_starlette.routing import PAGINATION, ApiRoute, Call
 
 
 def create_document(call: Call) -> Document:
-    """Ingest a PDF, Markdown or text file (multipart ``file``) or JSON ``{source, text}``."""
+    """Ingest a PDF, Markdown or text file (multipart ``file``) or JSON ``{source, text}``.
+
+    201 with the ready document; 202 with it in status ``processing`` when the file
+    is larger than ``ingest_sync_max_bytes`` (poll ``GET`` until ``ready`` or ``failed``).
+    """
     knowledge = call.workspace.knowledge
     if call.upload is not None:
         upload = call.upload
         return knowledge.ingest_file(
-            upload.data, filename=upload.filename, content_type=upload.content_type
+            upload.data,
+            filename=upload.filename,
+            content_type=upload.content_type,
+            cancellation=call.cancellation,
         )
     body = cast(TextDocumentCreate, call.body)
-    return knowledge.ingest_text(body.source, body.text)
+    return knowledge.ingest_text(body.source, body.text, cancellation=call.cancellation)
+
+
+def _processing(document: Document) -> bool:
+    return document.status == "processing"
 
 
 def list_documents(call: Call) -> DocumentList:
@@ -63,6 +74,7 @@ ROUTES = [
         body="json_or_upload",
         request=TextDocumentCreate,
         status_code=201,
+        accepted=_processing,
     ),
     ApiRoute(
         "GET",

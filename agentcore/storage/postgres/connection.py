@@ -27,7 +27,7 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import DictRow, dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from agentcore.errors import NotFound, ServiceUnavailable
+from agentcore.errors import NotFound, ServiceUnavailable, ValidationFailed
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -223,6 +223,14 @@ def retrying(method: Callable[P, T]) -> Callable[P, T]:
                 if attempt == RETRIES - 1:
                     raise db.unavailable("too much contention") from None
                 time.sleep(0.005 * 2**attempt)
+            except psycopg.DataError as exc:
+                if "NUL" not in str(exc):
+                    raise
+                # SQLite stores U+0000; PostgreSQL text cannot hold it: a 422, not a 500
+                raise ValidationFailed(
+                    "Text cannot contain the NUL character (U+0000) on this store.",
+                    code="nul_character",
+                ) from None
             except CommitUnknown as exc:
                 db.lost()
                 raise db.unavailable("the connection broke during a commit") from exc

@@ -12,19 +12,29 @@ from __future__ import annotations
 import json
 import weakref
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from agentcore.ids import isoformat
-from agentcore.models import Document
+from agentcore.models import Document, Problem
 from agentcore.storage.postgres.connection import Conn, Database, page_rows, retrying
-from agentcore.storage.records import KnowledgeChanges, KnowledgeState, StoredChunk
+from agentcore.storage.records import IngestJob, KnowledgeChanges, KnowledgeState, StoredChunk
 
 _WORKSPACE = "organization_id = %s AND environment = %s"
 SEGMENT_ROWS = 65_536  # ~100 MB of float32 at d=384, far below bytea's 1 GB limit
 RESCORE = 4  # candidates PostgreSQL returns per result, re-scored exactly in float32
-_DOCUMENT_COLUMNS = "id, source, content_type, pages, chunks, bytes, created_at"
+_DOCUMENT_COLUMNS = "id, source, content_type, pages, chunks, bytes, created_at, status, last_error"
+
+
+def _document(row: Any) -> Document:
+    values = dict(row)
+    if values.get("last_error"):
+        values["last_error"] = json.loads(values["last_error"])
+    return Document.model_validate(values)
+
+
 # Versions of deletions the change log keeps; a cache further behind reloads the workspace.
 TOMBSTONE_VERSIONS = 10_000
 
@@ -60,46 +70,69 @@ class KnowledgeStore:
         Returns every chunk id in chunk order (chunk ids are the vector ids).
         """
         with self.db.write() as conn:
-            conn.execute(
-                "INSERT INTO documents (id, organization_id, environment, source, content_type,"
-                " pages, chunks, bytes, created_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
-                [
-                    document.id,
-                    organization_id,
-                    environment,
-                    document.source,
-                    document.content_type,
-                    document.pages,
-                    document.chunks,
-                    document.bytes,
-                    isoformat(document.created_at),
-                ],
+            self._insert_document_row(conn, organization_id, environment, document)
+            return self._insert_chunks(
+                conn, organization_id, environment, document, chunks, embedder, vectors, keep
             )
-            rows = conn.execute(
-                "INSERT INTO chunks (document_id, organization_id, environment, ordinal, text,"
-                " pages, page_offsets) SELECT %s, %s, %s, u.o - 1, u.t, u.p, u.po"
-                " FROM unnest(%s::text[], %s::text[], %s::text[]) WITH ORDINALITY"
-                " AS u(t, p, po, o) RETURNING id, ordinal",
-                [
-                    document.id,
-                    organization_id,
-                    environment,
-                    [text for text, _, _ in chunks],
-                    [json.dumps(pages) for _, pages, _ in chunks],
-                    [json.dumps(offsets) for _, _, offsets in chunks],
-                ],
-            ).fetchall()
-            by_ordinal = {row["ordinal"]: int(row["id"]) for row in rows}
-            ids = [by_ordinal[i] for i in range(len(chunks))]
-            self.add_vectors(
+
+    def _insert_document_row(
+        self, conn: Conn, organization_id: str, environment: str, document: Document
+    ) -> None:
+        conn.execute(
+            "INSERT INTO documents (id, organization_id, environment, source, content_type,"
+            " pages, chunks, bytes, created_at, status, last_error)"
+            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+            [
+                document.id,
                 organization_id,
                 environment,
+                document.source,
+                document.content_type,
+                document.pages,
+                document.chunks,
+                document.bytes,
+                isoformat(document.created_at),
+                document.status,
+                document.last_error.model_dump_json() if document.last_error else None,
+            ],
+        )
+
+    def _insert_chunks(
+        self,
+        conn: Conn,
+        organization_id: str,
+        environment: str,
+        document: Document,
+        chunks: Sequence[tuple[str, list[int], list[int]]],
+        embedder: str,
+        vectors: npt.NDArray[np.float32],
+        keep: npt.NDArray[np.bool_],
+    ) -> list[int]:
+        rows = conn.execute(
+            "INSERT INTO chunks (document_id, organization_id, environment, ordinal, text,"
+            " pages, page_offsets) SELECT %s, %s, %s, u.o - 1, u.t, u.p, u.po"
+            " FROM unnest(%s::text[], %s::text[], %s::text[]) WITH ORDINALITY"
+            " AS u(t, p, po, o) RETURNING id, ordinal",
+            [
                 document.id,
-                embedder,
-                int(vectors.shape[1]),
-                np.asarray(ids, dtype=np.int64)[keep],
-                vectors[keep],
-            )
+                organization_id,
+                environment,
+                [text for text, _, _ in chunks],
+                [json.dumps(pages) for _, pages, _ in chunks],
+                [json.dumps(offsets) for _, _, offsets in chunks],
+            ],
+        ).fetchall()
+        by_ordinal = {row["ordinal"]: int(row["id"]) for row in rows}
+        ids = [by_ordinal[i] for i in range(len(chunks))]
+        self.add_vectors(
+            organization_id,
+            environment,
+            document.id,
+            embedder,
+            int(vectors.shape[1]),
+            np.asarray(ids, dtype=np.int64)[keep],
+            vectors if keep.all() else vectors[keep],  # no copy of a big matrix if all kept
+        )
         return ids
 
     @retrying
@@ -367,7 +400,7 @@ class KnowledgeStore:
                 f"SELECT {_DOCUMENT_COLUMNS} FROM documents WHERE id = %s AND {_WORKSPACE}",
                 [document_id, organization_id, environment],
             ).fetchone()
-        return Document.model_validate(row) if row else None
+        return _document(row) if row else None
 
     @retrying
     def list_documents(
@@ -382,7 +415,7 @@ class KnowledgeStore:
                 limit=limit,
                 starting_after=starting_after,
             )
-        return [Document.model_validate(row) for row in rows], more
+        return [_document(row) for row in rows], more
 
     @retrying
     def delete_document(self, organization_id: str, environment: str, document_id: str) -> bool:
@@ -393,6 +426,7 @@ class KnowledgeStore:
             if cursor.rowcount == 0:
                 return False
             conn.execute("DELETE FROM chunks WHERE document_id = %s", [document_id])
+            conn.execute("DELETE FROM ingest_jobs WHERE document_id = %s", [document_id])
             version = self._bump(conn, organization_id, environment)
             with conn.cursor(binary=True) as deleting:
                 deleting.execute(
@@ -468,6 +502,149 @@ class KnowledgeStore:
                     [document_id],
                 ).fetchall()
             yield document_id, [int(row["id"]) for row in rows], [row["text"] for row in rows]
+
+    # background ingestion -------------------------------------------------------------
+
+    @retrying
+    def insert_processing_document(
+        self,
+        organization_id: str,
+        environment: str,
+        document: Document,
+        *,
+        kind: str,
+        filename: str,
+        content_type: str | None,
+        data: bytes,
+        now: float,
+    ) -> None:
+        """Store a ``processing`` document and its job (the raw upload) atomically."""
+        with self.db.write() as conn:
+            self._insert_document_row(conn, organization_id, environment, document)
+            conn.execute(
+                "INSERT INTO ingest_jobs (document_id, organization_id, environment, kind,"
+                " filename, content_type, data, created_at)"
+                " VALUES (%s, %s, %s, %s, %s, %s, %b, %s)",
+                [
+                    document.id,
+                    organization_id,
+                    environment,
+                    kind,
+                    filename,
+                    content_type,
+                    data,
+                    now,
+                ],
+            )
+
+    @retrying
+    def claim_ingest_job(self, *, now: float, lease_seconds: float) -> IngestJob | None:
+        """Lease the oldest job nobody holds (or whose lease ran out), on any node.
+
+        ``FOR UPDATE SKIP LOCKED``: two nodes claiming at once take different jobs.
+        The claim counts as an attempt; the lease lasts ``lease_seconds``.
+        """
+        with self.db.write() as conn:
+            job = conn.execute(
+                "WITH next AS (SELECT document_id FROM ingest_jobs"
+                " WHERE leased_until IS NULL OR leased_until <= %s"
+                " ORDER BY created_at LIMIT 1 FOR UPDATE SKIP LOCKED)"
+                " UPDATE ingest_jobs j SET leased_until = %s, attempts = j.attempts + 1"
+                " FROM next WHERE j.document_id = next.document_id"
+                " RETURNING j.document_id, j.organization_id, j.environment, j.kind,"
+                " j.filename, j.content_type, j.attempts",
+                [now, now + lease_seconds],
+            ).fetchone()
+        if job is None:
+            return None
+        return IngestJob(
+            document_id=job["document_id"],
+            organization_id=job["organization_id"],
+            environment=job["environment"],
+            kind=job["kind"],
+            filename=job["filename"],
+            content_type=job["content_type"],
+            attempts=int(job["attempts"]),
+        )
+
+    @retrying
+    def ingest_job_data(self, document_id: str) -> bytes | None:
+        """The raw upload of a job, or ``None`` if the job is gone."""
+        with self.db.read() as conn, conn.cursor(binary=True) as cursor:
+            cursor.execute("SELECT data FROM ingest_jobs WHERE document_id = %s", [document_id])
+            row = cursor.fetchone()
+        return None if row is None else bytes(row["data"])
+
+    @retrying
+    def renew_ingest_job(self, document_id: str, *, until: float) -> bool:
+        """Extend a job's lease; ``False`` when the job is gone (its document was deleted)."""
+        with self.db.write() as conn:
+            cursor = conn.execute(
+                "UPDATE ingest_jobs SET leased_until = %s WHERE document_id = %s",
+                [until, document_id],
+            )
+        return cursor.rowcount > 0
+
+    @retrying
+    def release_ingest_job(self, document_id: str) -> None:
+        """Give a job back unfinished (shutdown): the claim does not count as an attempt."""
+        with self.db.write() as conn:
+            conn.execute(
+                "UPDATE ingest_jobs SET leased_until = NULL,"
+                " attempts = GREATEST(attempts - 1, 0) WHERE document_id = %s",
+                [document_id],
+            )
+
+    @retrying
+    def complete_document(
+        self,
+        organization_id: str,
+        environment: str,
+        document: Document,
+        chunks: Sequence[tuple[str, list[int], list[int]]],
+        embedder: str,
+        vectors: npt.NDArray[np.float32],
+        keep: npt.NDArray[np.bool_],
+    ) -> list[int] | None:
+        """Make a ``processing`` document ``ready`` with its chunks and vectors, atomically.
+
+        ``None`` (and nothing written) if it is no longer processing (deleted meanwhile,
+        or finished by another node): the conditional UPDATE's row lock decides.
+        """
+        with self.db.write() as conn:
+            cursor = conn.execute(
+                "UPDATE documents SET status = 'ready', last_error = NULL, content_type = %s,"
+                " pages = %s, chunks = %s WHERE id = %s AND organization_id = %s"
+                " AND environment = %s AND status = 'processing'",
+                [
+                    document.content_type,
+                    document.pages,
+                    document.chunks,
+                    document.id,
+                    organization_id,
+                    environment,
+                ],
+            )
+            if cursor.rowcount == 0:
+                return None
+            conn.execute("DELETE FROM ingest_jobs WHERE document_id = %s", [document.id])
+            return self._insert_chunks(
+                conn, organization_id, environment, document, chunks, embedder, vectors, keep
+            )
+
+    @retrying
+    def fail_document(
+        self, organization_id: str, environment: str, document_id: str, error: Problem
+    ) -> bool:
+        """Mark a ``processing`` document ``failed`` with ``error`` and drop its job."""
+        with self.db.write() as conn:
+            cursor = conn.execute(
+                "UPDATE documents SET status = 'failed', last_error = %s WHERE id = %s"
+                " AND organization_id = %s AND environment = %s AND status = 'processing'",
+                [error.model_dump_json(), document_id, organization_id, environment],
+            )
+            conn.execute("DELETE FROM ingest_jobs WHERE document_id = %s", [document_id])
+        return cursor.rowcount > 0
 
     # search inside PostgreSQL ----------------------------------------------------------
 

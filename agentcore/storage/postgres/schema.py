@@ -240,6 +240,29 @@ MIGRATIONS: list[tuple[str, str]] = [
         );
         """,
     ),
+    (
+        # document status and last error; the durable queue of background ingestion
+        # jobs (see storage/sqlite/schema.py, m008)
+        "document_status_and_ingest_jobs",
+        """
+        ALTER TABLE documents ADD COLUMN status TEXT NOT NULL DEFAULT 'ready';
+        ALTER TABLE documents ADD COLUMN last_error TEXT;
+        CREATE TABLE ingest_jobs (
+            document_id TEXT PRIMARY KEY REFERENCES documents(id) ON DELETE CASCADE,
+            organization_id TEXT NOT NULL,
+            environment TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            filename TEXT NOT NULL,
+            content_type TEXT,
+            data BYTEA NOT NULL,
+            attempts INTEGER NOT NULL DEFAULT 0,
+            leased_until DOUBLE PRECISION,
+            created_at DOUBLE PRECISION NOT NULL
+        );
+        ALTER TABLE ingest_jobs ALTER COLUMN data SET STORAGE EXTERNAL;
+        CREATE INDEX ingest_jobs_lease ON ingest_jobs (created_at);
+        """,
+    ),
 ]
 
 # The pgvector table: created only when a node opens with ``vector_search = "pgvector"``

@@ -16,12 +16,14 @@ import numpy as np
 import numpy.typing as npt
 
 from agentcore.ids import isoformat
-from agentcore.models import Document
-from agentcore.storage.records import KnowledgeChanges, KnowledgeState, StoredChunk
+from agentcore.models import Document, Problem
+from agentcore.storage.records import IngestJob, KnowledgeChanges, KnowledgeState, StoredChunk
 from agentcore.storage.sqlite.connection import Database, first_row, page_rows
 
 _WORKSPACE = "organization_id = ? AND environment = ?"
 SEGMENT_ROWS = 65_536  # ~100 MB of float32 at d=384: far below SQLite's 1 GB blob limit
+# SQLite copies a bound blob: segments of at most this many bytes keep that copy small
+SEGMENT_BYTES = 64 << 20
 # Versions of deletions the change log keeps; a cache further behind reloads the workspace.
 TOMBSTONE_VERSIONS = 10_000
 
@@ -38,6 +40,13 @@ def _read_blob(conn: sqlite3.Connection, rowid: int, column: str, into: npt.NDAr
         for start in range(0, len(out), BLOB_CHUNK):
             piece = blob.read(BLOB_CHUNK)
             out[start : start + len(piece)] = piece
+
+
+def _document(row: sqlite3.Row | dict[str, Any]) -> Document:
+    values = dict(row)
+    if values.get("last_error"):
+        values["last_error"] = json.loads(values["last_error"])
+    return Document.model_validate(values)
 
 
 class KnowledgeStore:
@@ -61,46 +70,69 @@ class KnowledgeStore:
         (no features, so a zero vector) are stored but not indexed. Bumps the version.
         """
         with self.db.write() as conn:
-            conn.execute(
-                "INSERT INTO documents (id, organization_id, environment, source, content_type,"
-                " pages, chunks, bytes, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            self._insert_document_row(conn, organization_id, environment, document)
+            return self._insert_chunks(
+                conn, organization_id, environment, document, chunks, embedder, vectors, keep
+            )
+
+    def _insert_document_row(
+        self, conn: sqlite3.Connection, organization_id: str, environment: str, document: Document
+    ) -> None:
+        conn.execute(
+            "INSERT INTO documents (id, organization_id, environment, source, content_type,"
+            " pages, chunks, bytes, created_at, status, last_error)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [
+                document.id,
+                organization_id,
+                environment,
+                document.source,
+                document.content_type,
+                document.pages,
+                document.chunks,
+                document.bytes,
+                isoformat(document.created_at),
+                document.status,
+                document.last_error.model_dump_json() if document.last_error else None,
+            ],
+        )
+
+    def _insert_chunks(
+        self,
+        conn: sqlite3.Connection,
+        organization_id: str,
+        environment: str,
+        document: Document,
+        chunks: Sequence[tuple[str, list[int], list[int]]],
+        embedder: str,
+        vectors: npt.NDArray[np.float32],
+        keep: npt.NDArray[np.bool_],
+    ) -> list[int]:
+        ids: list[int] = []
+        for ordinal, (text, pages, offsets) in enumerate(chunks):
+            cursor = conn.execute(
+                "INSERT INTO chunks (document_id, organization_id, environment, ordinal,"
+                " text, pages, page_offsets) VALUES (?, ?, ?, ?, ?, ?, ?)",
                 [
                     document.id,
                     organization_id,
                     environment,
-                    document.source,
-                    document.content_type,
-                    document.pages,
-                    document.chunks,
-                    document.bytes,
-                    isoformat(document.created_at),
+                    ordinal,
+                    text,
+                    json.dumps(pages),
+                    json.dumps(offsets),
                 ],
             )
-            ids: list[int] = []
-            for ordinal, (text, pages, offsets) in enumerate(chunks):
-                cursor = conn.execute(
-                    "INSERT INTO chunks (document_id, organization_id, environment, ordinal,"
-                    " text, pages, page_offsets) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    [
-                        document.id,
-                        organization_id,
-                        environment,
-                        ordinal,
-                        text,
-                        json.dumps(pages),
-                        json.dumps(offsets),
-                    ],
-                )
-                ids.append(int(cursor.lastrowid or 0))
-            self.add_vectors(
-                organization_id,
-                environment,
-                document.id,
-                embedder,
-                int(vectors.shape[1]),
-                np.asarray(ids, dtype=np.int64)[keep],
-                vectors[keep],
-            )
+            ids.append(int(cursor.lastrowid or 0))
+        self.add_vectors(
+            organization_id,
+            environment,
+            document.id,
+            embedder,
+            int(vectors.shape[1]),
+            np.asarray(ids, dtype=np.int64)[keep],
+            vectors if keep.all() else vectors[keep],  # no copy of a big matrix if all kept
+        )
         return ids
 
     def chunk_ids(self, organization_id: str, environment: str, document_id: str) -> list[int]:
@@ -130,8 +162,9 @@ class KnowledgeStore:
             raise ValueError("vectors must have shape (len(ids), dimension)")
         with self.db.write() as conn:
             version = self._bump(conn, organization_id, environment, embedder, dimension)
-            for start in range(0, len(ids), SEGMENT_ROWS):
-                part = slice(start, start + SEGMENT_ROWS)
+            rows = max(1, min(SEGMENT_ROWS, SEGMENT_BYTES // (4 * dimension)))
+            for start in range(0, len(ids), rows):
+                part = slice(start, start + rows)
                 conn.execute(
                     "INSERT INTO vector_segments (organization_id, environment, document_id,"
                     " embedder, dimension, count, ids, vectors, version)"
@@ -143,8 +176,9 @@ class KnowledgeStore:
                         embedder,
                         dimension,
                         len(ids[part]),
-                        ids[part].tobytes(),
-                        vectors[part].tobytes(),
+                        # buffers, not bytes: no second copy of a large document's vectors
+                        ids[part].data.cast("B"),
+                        vectors[part].data.cast("B"),
                         version,
                     ],
                 )
@@ -309,7 +343,7 @@ class KnowledgeStore:
                 f"id = ? AND {_WORKSPACE}",
                 [document_id, organization_id, environment],
             )
-        return Document.model_validate(row) if row else None
+        return _document(row) if row else None
 
     def list_documents(
         self, organization_id: str, environment: str, *, limit: int, starting_after: str | None
@@ -322,7 +356,7 @@ class KnowledgeStore:
                 limit=limit,
                 starting_after=starting_after,
             )
-        return [Document.model_validate(row) for row in rows], more
+        return [_document(row) for row in rows], more
 
     def delete_document(self, organization_id: str, environment: str, document_id: str) -> bool:
         """Delete a document, its chunks and vectors in one transaction; bumps the version."""
@@ -334,6 +368,7 @@ class KnowledgeStore:
             if cursor.rowcount == 0:
                 return False
             conn.execute("DELETE FROM chunks WHERE document_id = ?", [document_id])
+            conn.execute("DELETE FROM ingest_jobs WHERE document_id = ?", [document_id])
             gone = b"".join(
                 row["ids"]
                 for row in conn.execute(
@@ -411,3 +446,139 @@ class KnowledgeStore:
                     )
                 )
             yield document_id, [row["id"] for row in rows], [row["text"] for row in rows]
+
+    # background ingestion ------------------------------------------------------
+
+    def insert_processing_document(
+        self,
+        organization_id: str,
+        environment: str,
+        document: Document,
+        *,
+        kind: str,
+        filename: str,
+        content_type: str | None,
+        data: bytes,
+        now: float,
+    ) -> None:
+        """Store a ``processing`` document and its job (the raw upload) atomically."""
+        with self.db.write() as conn:
+            self._insert_document_row(conn, organization_id, environment, document)
+            conn.execute(
+                "INSERT INTO ingest_jobs (document_id, organization_id, environment, kind,"
+                " filename, content_type, data, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    document.id,
+                    organization_id,
+                    environment,
+                    kind,
+                    filename,
+                    content_type,
+                    data,
+                    now,
+                ],
+            )
+
+    def claim_ingest_job(self, *, now: float, lease_seconds: float) -> IngestJob | None:
+        """Lease the oldest job that nobody holds (or whose lease ran out), atomically.
+
+        The claim counts as an attempt; the lease lasts ``lease_seconds``.
+        """
+        with self.db.write() as conn:
+            row = conn.execute(
+                "SELECT document_id FROM ingest_jobs WHERE leased_until IS NULL"
+                " OR leased_until <= ? ORDER BY created_at LIMIT 1",
+                [now],
+            ).fetchone()
+            if row is None:
+                return None
+            job = conn.execute(
+                "UPDATE ingest_jobs SET leased_until = ?, attempts = attempts + 1"
+                " WHERE document_id = ? RETURNING document_id, organization_id, environment,"
+                " kind, filename, content_type, attempts",
+                [now + lease_seconds, row["document_id"]],
+            ).fetchone()
+        return IngestJob(
+            document_id=job["document_id"],
+            organization_id=job["organization_id"],
+            environment=job["environment"],
+            kind=job["kind"],
+            filename=job["filename"],
+            content_type=job["content_type"],
+            attempts=job["attempts"],
+        )
+
+    def ingest_job_data(self, document_id: str) -> bytes | None:
+        """The raw upload of a job, or ``None`` if the job is gone."""
+        with self.db.read() as conn:
+            row = conn.execute(
+                "SELECT data FROM ingest_jobs WHERE document_id = ?", [document_id]
+            ).fetchone()
+        return None if row is None else bytes(row["data"])
+
+    def renew_ingest_job(self, document_id: str, *, until: float) -> bool:
+        """Extend a job's lease; ``False`` when the job is gone (its document was deleted)."""
+        with self.db.write() as conn:
+            cursor = conn.execute(
+                "UPDATE ingest_jobs SET leased_until = ? WHERE document_id = ?",
+                [until, document_id],
+            )
+        return cursor.rowcount > 0
+
+    def release_ingest_job(self, document_id: str) -> None:
+        """Give a job back unfinished (shutdown): the claim does not count as an attempt."""
+        with self.db.write() as conn:
+            conn.execute(
+                "UPDATE ingest_jobs SET leased_until = NULL, attempts = MAX(attempts - 1, 0)"
+                " WHERE document_id = ?",
+                [document_id],
+            )
+
+    def complete_document(
+        self,
+        organization_id: str,
+        environment: str,
+        document: Document,
+        chunks: Sequence[tuple[str, list[int], list[int]]],
+        embedder: str,
+        vectors: npt.NDArray[np.float32],
+        keep: npt.NDArray[np.bool_],
+    ) -> list[int] | None:
+        """Make a ``processing`` document ``ready`` with its chunks and vectors, atomically.
+
+        Sets its ``content_type``, ``pages`` and ``chunks`` from ``document`` and drops
+        its job. ``None`` (and nothing written) if the document is no longer processing
+        (deleted meanwhile, or finished by another worker).
+        """
+        with self.db.write() as conn:
+            cursor = conn.execute(
+                "UPDATE documents SET status = 'ready', last_error = NULL, content_type = ?,"
+                f" pages = ?, chunks = ? WHERE id = ? AND {_WORKSPACE} AND status = 'processing'",
+                [
+                    document.content_type,
+                    document.pages,
+                    document.chunks,
+                    document.id,
+                    organization_id,
+                    environment,
+                ],
+            )
+            if cursor.rowcount == 0:
+                return None
+            conn.execute("DELETE FROM ingest_jobs WHERE document_id = ?", [document.id])
+            return self._insert_chunks(
+                conn, organization_id, environment, document, chunks, embedder, vectors, keep
+            )
+
+    def fail_document(
+        self, organization_id: str, environment: str, document_id: str, error: Problem
+    ) -> bool:
+        """Mark a ``processing`` document ``failed`` with ``error`` and drop its job."""
+        with self.db.write() as conn:
+            cursor = conn.execute(
+                "UPDATE documents SET status = 'failed', last_error = ?"
+                f" WHERE id = ? AND {_WORKSPACE} AND status = 'processing'",
+                [error.model_dump_json(), document_id, organization_id, environment],
+            )
+            conn.execute("DELETE FROM ingest_jobs WHERE document_id = ?", [document_id])
+        return cursor.rowcount > 0

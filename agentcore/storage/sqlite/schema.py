@@ -305,3 +305,28 @@ def m007_rate_limit_buckets(db: UtilsDatabase) -> None:
         ) WITHOUT ROWID;
         """,
     )
+
+
+@migrations()
+def m008_document_status_and_ingest_jobs(db: UtilsDatabase) -> None:
+    """Document status and last error; the durable queue of background ingestion jobs."""
+    run_script(
+        db,
+        """
+        ALTER TABLE documents ADD COLUMN status TEXT NOT NULL DEFAULT 'ready';
+        ALTER TABLE documents ADD COLUMN last_error TEXT;
+        CREATE TABLE ingest_jobs (
+            document_id TEXT PRIMARY KEY REFERENCES documents(id) ON DELETE CASCADE,
+            organization_id TEXT NOT NULL,
+            environment TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            filename TEXT NOT NULL,
+            content_type TEXT,
+            data BLOB NOT NULL,
+            attempts INTEGER NOT NULL DEFAULT 0,
+            leased_until REAL,
+            created_at REAL NOT NULL
+        );
+        CREATE INDEX ingest_jobs_lease ON ingest_jobs (leased_until, created_at);
+        """,
+    )

@@ -1,0 +1,162 @@
+"""``agentcore ingest`` and ``agentcore search``, run as the installed console script."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers import cli_env
+from pdfs import filler, make_pdf
+
+pytestmark = pytest.mark.slow  # each test runs the console script in a fresh process
+
+_SCRIPT = Path(sys.executable).with_name("agentcore")
+AGENTCORE = str(_SCRIPT) if _SCRIPT.exists() else shutil.which("agentcore") or "agentcore"
+
+CRANES = "Harbour cranes at Port Velmar lift at most forty tonnes in a single hoist."
+GLIDERS = "Refunds for cancelled glider lessons are paid within nine working days."
+LANTERNS = "The lantern club meets in the boathouse every Thursday evening."
+SAFFRON = "Saffron deliveries arrive on Wednesdays at the east gate of the depot."
+SUMMARY = re.compile(r"Ingested (\d+) file\(s\), (\d+) chunk\(s\); (\d+) failed\.")
+
+
+def run(db: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(
+        [AGENTCORE, "--db", str(db), *args],
+        capture_output=True,
+        text=True,
+        env=cli_env(),
+        timeout=60,
+        check=False,
+    )
+    assert "Traceback" not in result.stderr, result.stderr
+    return result
+
+
+def table_count(db: Path, table: str, where: str = "1") -> int:
+    conn = sqlite3.connect(db)
+    try:
+        return int(conn.execute(f"SELECT COUNT(*) FROM {table} WHERE {where}").fetchone()[0])  # noqa: S608
+    finally:
+        conn.close()
+
+
+def sources(db: Path) -> set[str]:
+    conn = sqlite3.connect(db)
+    try:
+        return {row[0] for row in conn.execute("SELECT source FROM documents")}
+    finally:
+        conn.close()
+
+
+def make_folder(root: Path) -> tuple[Path, Path]:
+    """A folder with 2 PDFs (one nested), a Markdown file and a file to ignore; a .txt."""
+    docs = root / "docs"
+    (docs / "archive").mkdir(parents=True)
+    (docs / "guide.pdf").write_bytes(
+        make_pdf([filler(12, 21), f"{filler(5, 22)} {CRANES} {filler(5, 23)}", filler(12, 24)])
+    )
+    (docs / "archive" / "policy.pdf").write_bytes(make_pdf([f"{GLIDERS} {filler(6, 25)}"]))
+    (docs / "readme.md").write_text(f"# Lantern club\n\n{LANTERNS}\n", encoding="utf-8")
+    (docs / "table.csv").write_text("a,b\n1,2\n", encoding="utf-8")  # not a supported type
+    single = root / "extra.txt"
+    single.write_text(SAFFRON, encoding="utf-8")
+    return docs, single
+
+
+@pytest.fixture(scope="module")
+def ingested(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    root = tmp_path_factory.mktemp("cli_knowledge")
+    docs, single = make_folder(root)
+    db = root / "kb.db"
+    result = run(db, "ingest", "--org", "acme", "--env", "test", str(docs), str(single))
+    return {"db": db, "result": result}
+
+
+def test_ingest_folder_and_file(ingested: dict[str, Any]) -> None:
+    result, db = ingested["result"], ingested["db"]
+    assert result.returncode == 0, result.stderr
+    assert re.search(r"\[#{30}\] 4/4 ", result.stderr), result.stderr  # the bar reached the end
+    assert re.search(r"\[#*-+\] 1/4 ", result.stderr), result.stderr  # and started partway
+    summary = SUMMARY.search(result.stderr)
+    assert summary, result.stderr
+    files, chunks, failed = map(int, summary.groups())
+    assert (files, failed) == (4, 0)
+    assert chunks == table_count(db, "chunks") >= 4
+    assert table_count(db, "documents") == 4
+    assert sources(db) == {"guide.pdf", "policy.pdf", "readme.md", "extra.txt"}
+    assert "skipped" not in result.stderr
+
+
+def test_search_json_finds_the_right_source(ingested: dict[str, Any]) -> None:
+    db = ingested["db"]
+    query = "How much can the harbour cranes at Port Velmar lift?"
+    result = run(db, "search", "--org", "acme", "--env", "test", "--top-k", "3", query, "--json")
+    assert result.returncode == 0, result.stderr
+    body = json.loads(result.stdout)
+    assert body["query"] == query
+    assert len(body["results"]) == 3
+    top = body["results"][0]
+    assert top["source"] == "guide.pdf" and 2 in top["pages"] and 3 not in top["pages"], top
+    assert "forty tonnes" in top["chunk"]
+    assert top["document_id"].startswith("doc_")
+    scores = [r["score"] for r in body["results"]]
+    assert scores == sorted(scores, reverse=True)
+    assert all(-1 <= score <= 1 for score in scores)
+
+
+def test_search_plain_output(ingested: dict[str, Any]) -> None:
+    db = ingested["db"]
+    result = run(db, "search", "--org", "acme", "--env", "test", "When does the lantern club meet?")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    first = re.match(r"^\s*1\. (-?\d\.\d{3})  (\S+) p\.([\d,]+)$", lines[0])
+    assert first, result.stdout
+    assert first.group(2) == "readme.md" and first.group(3) == "1"
+    assert 0 < float(first.group(1)) <= 1
+    assert "lantern club meets in the boathouse" in lines[1]
+    ranks = [int(m.group(1)) for m in re.finditer(r"^\s*(\d+)\. ", result.stdout, re.MULTILINE)]
+    assert ranks == [1, 2, 3, 4, 5]  # the default top_k of 5 (7 chunks are stored)
+    guide = re.search(r"guide\.pdf p\.(\d+(?:,\d+)*)$", result.stdout, re.MULTILINE)
+    assert guide and all(p.isdigit() for p in guide.group(1).split(","))
+
+
+def test_search_missing_org_fails_clearly(ingested: dict[str, Any]) -> None:
+    db = ingested["db"]
+    result = run(db, "search", "--org", "nobody", "--env", "test", "cranes")
+    assert result.returncode != 0
+    assert "nobody" in result.stderr and "organization" in result.stderr.lower(), result.stderr
+    assert result.stdout == ""
+    assert table_count(db, "organizations", "name = 'nobody'") == 0  # not created on the way
+
+
+def test_ingest_with_a_bad_file_counts_it_and_keeps_the_good(tmp_path: Path) -> None:
+    docs, single = make_folder(tmp_path)
+    (docs / "broken.pdf").write_bytes(b"not a pdf at all, just words")
+    db = tmp_path / "kb.db"
+    result = run(db, "ingest", "--org", "acme", "--env", "test", str(docs), str(single))
+    assert result.returncode == 1, result.stderr
+    summary = SUMMARY.search(result.stderr)
+    assert summary, result.stderr
+    assert (int(summary.group(1)), int(summary.group(3))) == (4, 1)
+    assert re.search(r"skipped \S*broken\.pdf: .*PDF", result.stderr), result.stderr
+    assert re.search(r"\[#{30}\] 5/5 ", result.stderr), result.stderr
+    assert sources(db) == {"guide.pdf", "policy.pdf", "readme.md", "extra.txt"}
+    assert table_count(db, "chunks") == int(summary.group(2))
+    assert table_count(db, "vector_segments") >= 4
+
+
+def test_ingest_missing_path_fails_before_ingesting(tmp_path: Path) -> None:
+    docs, _ = make_folder(tmp_path)
+    db = tmp_path / "kb.db"
+    result = run(db, "ingest", "--org", "acme", "--env", "test", str(docs), str(tmp_path / "nope"))
+    assert result.returncode != 0
+    assert "nope" in result.stderr
+    assert table_count(db, "documents") == 0

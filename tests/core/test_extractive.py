@@ -1,0 +1,126 @@
+"""The built-in extractive chat model: quotes the passage that answers, or admits it can't."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from agentcore.chat_models import ChatRequest, ChatResult, Passage, ToolSpec
+from agentcore.plugins.extractive import NO_ANSWER, ExtractiveModel, agentcore_register_chat_models
+
+NORMANS = Passage(
+    "P1",
+    "The Normans were the people who in the 10th and 11th centuries gave their name to "
+    "Normandy, a region in France. They were descended from Norse raiders and pirates "
+    "from Denmark, Iceland and Norway who, under their leader Rollo, agreed to swear "
+    "fealty to King Charles III of West Francia.",
+    "normans.pdf",
+    [1],
+    0.42,
+)
+COMPLEXITY = Passage(
+    "P2",
+    "Computational complexity theory classifies computational problems according to "
+    "their inherent difficulty. A problem is regarded as inherently difficult if its "
+    "solution requires significant resources, whatever the algorithm used.",
+    "complexity.pdf",
+    [3],
+    0.31,
+)
+FRANKS = Passage(
+    "P3",
+    "The Duchy of Normandy was formed in 911 by the Treaty of Saint-Clair-sur-Epte "
+    "between King Charles III and Rollo.",
+    "normans.pdf",
+    [2],
+    0.2,
+)
+
+
+def ask(question: str, passages: list[Passage]) -> ChatResult:
+    return ExtractiveModel().complete(ChatRequest("You are helpful.", question, passages))
+
+
+def test_answers_a_known_fact_quoting_and_citing_only_its_passage() -> None:
+    result = ask("From which countries did the Norse raiders come?", [COMPLEXITY, NORMANS])
+    assert "Denmark, Iceland and Norway" in result.text
+    assert result.text in NORMANS.text  # quoted verbatim
+    assert result.used_passage_ids == ["P1"]
+    assert result.tool_calls == []
+
+
+def test_date_question_prefers_the_sentence_with_the_date() -> None:
+    result = ask("When was the Duchy of Normandy formed?", [NORMANS, FRANKS, COMPLEXITY])
+    assert "911" in result.text
+    assert "P3" in result.used_passage_ids and "P2" not in result.used_passage_ids
+
+
+def test_quotes_at_most_two_sentences_from_at_most_two_passages() -> None:
+    result = ask("Who was the leader Rollo of the Normans in Normandy?", [NORMANS, FRANKS])
+    quoted = [s for s in (*NORMANS.text.split(". "), *FRANKS.text.split(". ")) if s in result.text]
+    assert 1 <= len(quoted) <= 2
+    assert 1 <= len(result.used_passage_ids) <= 2
+    assert set(result.used_passage_ids) <= {"P1", "P3"}
+
+
+def test_unrelated_question_gets_no_answer_and_no_citations() -> None:
+    for question in ["What is the capital of Mongolia?", "How do I bake sourdough bread?"]:
+        result = ask(question, [NORMANS, COMPLEXITY])
+        assert result == ChatResult(NO_ANSWER)
+
+
+def test_names_match_without_accents() -> None:
+    herve = Passage("P1", "Hervé served as a Byzantine general in the 1050s.", "n.pdf", [4], 0.3)
+    result = ask("When did Herve serve as a Byzantine general?", [herve, COMPLEXITY])
+    assert "1050s" in result.text and result.used_passage_ids == ["P1"]
+
+
+def test_no_passages_gets_no_answer() -> None:
+    assert ask("Who was Rollo?", []) == ChatResult(NO_ANSWER)
+    assert ask("", [NORMANS]) == ChatResult(NO_ANSWER)
+
+
+def test_tools_are_ignored() -> None:
+    tool = ToolSpec("lookup", "Look something up.", {"type": "object", "properties": {}})
+    request = ChatRequest("", "Who was the leader of the Norse?", [NORMANS], tools=[tool])
+    result = ExtractiveModel().complete(request)
+    assert result.tool_calls == [] and result.used_passage_ids == ["P1"]
+
+
+def test_deterministic() -> None:
+    request = ChatRequest("", "What does complexity theory classify?", [NORMANS, COMPLEXITY])
+    first = ExtractiveModel().complete(request)
+    assert all(ExtractiveModel().complete(request) == first for _ in range(5))
+    assert first.used_passage_ids == ["P2"]
+
+
+@pytest.mark.slow
+def test_same_answer_under_any_hash_seed() -> None:
+    """Python salts str hashes per process; set order must never pick the answer."""
+    script = (
+        "from agentcore.chat_models import ChatRequest, Passage\n"
+        "from agentcore.plugins.extractive import ExtractiveModel\n"
+        f"ps = [Passage(*a) for a in {[tuple(vars(p).values()) for p in (NORMANS, FRANKS)]!r}]\n"
+        "r = ExtractiveModel().complete(ChatRequest('', 'Who agreed with Charles III?', ps))\n"
+        "print(repr(r))\n"
+    )
+    outputs = {
+        subprocess.run(
+            [sys.executable, "-c", script],
+            env={**os.environ, "PYTHONHASHSEED": seed},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        for seed in ("1", "2")
+    }
+    assert len(outputs) == 1 and "Rollo" in outputs.pop()
+
+
+def test_registered_as_extractive() -> None:
+    models: list[object] = []
+    agentcore_register_chat_models(register=models.append, settings=None)  # type: ignore[arg-type]
+    assert [getattr(m, "name", None) for m in models] == ["extractive"]

@@ -1,0 +1,93 @@
+"""The composition root: services use the collaborators they are given, nothing else."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+
+from agentcore import AgentCore, InvalidRequest, ValidationFailed
+from agentcore.agents import AgentService
+from agentcore.events import EventBus
+from agentcore.idempotency import IdempotencyKeys
+from agentcore.knowledge.cache import IndexCache
+from agentcore.storage.sqlite import SQLiteStore
+from agentcore.webhooks.service import WebhookService
+
+
+class OnesEmbedder:
+    name = "ones"
+    dimension = 4
+
+    def embed(self, texts: list[str], *, kind: str) -> npt.NDArray[np.float32]:
+        return np.ones((len(texts), self.dimension), dtype=np.float32)
+
+
+@pytest.fixture
+def other_store(tmp_path: Path):
+    store = SQLiteStore.open(tmp_path / "other.db")
+    yield store
+    store.close()
+
+
+def test_the_core_holds_typed_collaborators_not_a_string_registry(core: AgentCore) -> None:
+    assert not hasattr(core, "service")
+    assert isinstance(core.index_cache, IndexCache)
+    assert isinstance(core.idempotency, IdempotencyKeys)
+    ws = core.workspace("acme", "test")
+    assert ws.knowledge is ws.knowledge  # one service per workspace object
+    assert ws.chat._knowledge is ws.knowledge  # chat retrieves through the same service
+
+
+def test_agent_service_writes_to_the_store_it_is_given(
+    core: AgentCore, db_path: Path, tmp_path: Path
+) -> None:
+    ws = core.workspace("acme", "test")
+    copy = tmp_path / "copy.db"
+    with sqlite3.connect(db_path) as conn:  # a second database holding the same organization
+        conn.execute("VACUUM INTO ?", [str(copy)])
+    other = SQLiteStore.open(copy)
+    try:
+        service = AgentService(ws, store=other, chat_models=core.chat_models)
+        agent = service.create(name="Elsewhere")
+        assert other.get_agent(ws.organization_id, "test", agent.id) == agent
+        assert core.store.get_agent(ws.organization_id, "test", agent.id) is None
+        assert ws.agents.list().agents == []
+    finally:
+        other.close()
+
+
+def test_agent_service_checks_models_against_its_registry(core: AgentCore) -> None:
+    ws = core.workspace("acme", "test")
+    service = AgentService(ws, store=core.store, chat_models={})
+    with pytest.raises(ValidationFailed) as caught:
+        service.create(name="A", model="extractive")  # registered in the core, not here
+    assert caught.value.code == "unknown_model"
+    assert "available: none" in str(caught.value)
+
+
+def test_index_cache_uses_its_embedder_registry(other_store: SQLiteStore) -> None:
+    cache = IndexCache(other_store, embedders={"ones": OnesEmbedder()}, embedder="ones")
+    assert cache.embedder().name == "ones"
+    missing = IndexCache(other_store, embedders={"ones": OnesEmbedder()}, embedder="nope")
+    with pytest.raises(InvalidRequest) as caught:
+        missing.embedder()
+    assert caught.value.code == "embedder_unavailable"
+    assert "registered: ones" in caught.value.detail
+
+
+def test_webhook_service_checks_kinds_against_what_it_is_given(core: AgentCore) -> None:
+    ws = core.workspace("acme", "test")
+    kinds = EventBus()
+    kinds.register_kind("order.shipped", "An order left the warehouse.")
+    service = WebhookService(
+        ws, core.webhooks, store=core.store, kinds=kinds, settings=core.settings
+    )
+    made = service.subscribe("http://127.0.0.1:9/hook", ["order.shipped"])
+    assert made.events == ["order.shipped"]
+    with pytest.raises(ValidationFailed) as caught:  # the core's own bus does not know it
+        ws.webhooks.subscribe("http://127.0.0.1:9/hook", ["order.shipped"])
+    assert caught.value.code == "unknown_event_kind"

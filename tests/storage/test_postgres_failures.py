@@ -1,0 +1,166 @@
+"""PostgreSQL failure behaviour: unreachable at start, down mid-request, back again.
+
+The mid-request test runs its own PostgreSQL (pgserver) so that stopping the
+postmaster cannot disturb the other tests' server; the postmaster is stopped with
+``pg_ctl`` and restarted on the same data directory.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import Api, free_port
+from helpers import assert_problem, run_cli
+
+from agentcore import AgentCore
+from agentcore_starlette import create_app
+
+pgserver = pytest.importorskip("pgserver")
+
+
+@pytest.mark.slow
+def test_cli_names_host_and_database_when_postgres_is_unreachable() -> None:
+    url = f"postgresql://bob:hunter2@127.0.0.1:{free_port()}/shop"
+    result = run_cli("keys", "list", "--org", "acme", db=url)  # type: ignore[arg-type]
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "host 127.0.0.1" in lines[0] and "database shop" in lines[0]
+    assert "hunter2" not in result.stderr and "Traceback" not in result.stderr
+
+
+def test_open_raises_service_unavailable_naming_the_server() -> None:
+    from agentcore.errors import ServiceUnavailable
+
+    with pytest.raises(ServiceUnavailable, match="database nope") as caught:
+        AgentCore.open(f"postgresql://x@127.0.0.1:{free_port()}/nope")
+    assert caught.value.headers["Retry-After"]
+
+
+@pytest.fixture
+def own_server() -> Iterator[Any]:
+    if os.environ.get("AGENTCORE_TEST_POSTGRES_URL"):
+        pytest.skip("stops and restarts its own pgserver; not run against an external server")
+    data = Path(tempfile.mkdtemp(prefix="agentcore-test-pg-down-"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        server = pgserver.get_server(data, cleanup_mode=None)
+    yield server
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        server.cleanup()
+    shutil.rmtree(data, ignore_errors=True)
+
+
+def stop_postmaster(server: Any) -> None:
+    from pgserver._commands import pg_ctl
+
+    pg_ctl(["-w", "-m", "fast", "stop"], pgdata=server.pgdata, user=server.system_user, timeout=30)
+
+
+def start_postmaster(server: Any) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        server.ensure_postgres_running()
+
+
+def until_ok(api: Api, path: str, attempts: int = 100) -> Any:
+    """The first non-503 answer; the node must recover by itself (bounded polling)."""
+    for _ in range(attempts):
+        response = api.get(path)
+        if response.status_code != 503:
+            return response
+        time.sleep(0.1)
+    raise AssertionError("the node never recovered")
+
+
+@pytest.mark.slow
+def test_postgres_down_mid_request_is_a_503_and_the_node_recovers(own_server: Any) -> None:
+    core = AgentCore.open(
+        own_server.get_uri(), rate_limit_test=1e6, postgres_timeout=2.0, start_workers=False
+    )
+    try:
+        core.create_organization("acme")
+        key = core.keys.create("acme", "test", ("read", "write")).secret
+        api = Api(create_app(core), None, key)
+        created = api.post("/v1/agents", json={"name": "Before"})
+        assert created.status_code == 201
+        ingested = api.post(
+            "/v1/knowledge/documents", json={"source": "a.txt", "text": "Refunds take 5 days."}
+        )
+        assert ingested.status_code == 201, ingested.text
+
+        stop_postmaster(own_server)
+        down = api.get("/v1/agents")
+        body = assert_problem(down, 503, "database_unavailable")
+        assert int(down.headers["Retry-After"]) >= 1 and "Traceback" not in body["detail"]
+        write = api.post("/v1/agents", json={"name": "During"})
+        assert_problem(write, 503, "database_unavailable")
+
+        start_postmaster(own_server)
+        listing = until_ok(api, "/v1/agents")
+        assert listing.status_code == 200
+        # the write refused during the outage left nothing behind; the earlier one survived
+        assert [a["name"] for a in listing.json()["agents"]] == ["Before"]
+        search = api.post("/v1/knowledge/search", json={"query": "refunds"})
+        assert search.status_code == 200 and search.json()["results"]
+        assert api.post("/v1/agents", json={"name": "After"}).status_code == 201
+    finally:
+        core.close()
+
+
+def test_connections_dropped_by_the_server_are_retried_transparently(postgres_url: str) -> None:
+    import psycopg
+
+    from agentcore.storage.postgres import PostgresStore
+
+    store = PostgresStore.open(postgres_url, pool_size=3)
+    try:
+        org = store.ensure_organization("acme")
+        with psycopg.connect(postgres_url, autocommit=True) as admin:
+            killed = admin.execute(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            ).fetchone()
+        assert killed is not None and killed[0] >= 1
+        # the pooled connection is dead: the read retries on a fresh one, no 503
+        assert store.get_organization_by_name("acme") == org
+        assert store.ensure_organization("globex").name == "globex"
+    finally:
+        store.close()
+
+
+def test_postgres_urls_and_the_cli(postgres_url: str) -> None:
+    """``postgres://`` works like ``postgresql://``; the CLI takes the URL from AGENTCORE_DB."""
+    alias = "postgres://" + postgres_url.split("://", 1)[1]
+    with AgentCore.open(alias) as core:
+        assert type(core.store).__name__ == "PostgresStore"
+    made = run_cli("init", "--org", "demo", env_db=postgres_url)  # type: ignore[arg-type]
+    assert made.returncode == 0, made.stderr
+    listed = run_cli("keys", "list", "--org", "demo", env_db=postgres_url)  # type: ignore[arg-type]
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.count("ak_test_") + listed.stdout.count("ak_live_") >= 2
+
+
+def test_cli_refuses_a_schema_newer_than_the_code(postgres_server: str) -> None:
+    import psycopg
+    from conftest import create_database
+
+    url = create_database(postgres_server, "agentcore_cli_too_new")
+    with AgentCore.open(url):
+        pass
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("INSERT INTO agentcore_migrations (version, name) VALUES (999, 'future')")
+    secret_url = url.replace("postgresql://postgres:@", "postgresql://postgres:sekrit@")
+    result = run_cli("keys", "list", "--org", "acme", db=secret_url)  # type: ignore[arg-type]
+    assert result.returncode == 2
+    assert "version 999" in result.stderr and "upgrade agentcore" in result.stderr
+    assert "sekrit" not in result.stderr and "Traceback" not in result.stderr

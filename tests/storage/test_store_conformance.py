@@ -1,0 +1,700 @@
+"""One conformance suite for every Store: each method on SQLite and on PostgreSQL.
+
+The same assertions run against both backends (the ``store`` fixture is parametrised),
+so the PostgreSQL store is held to exactly the SQLite store's contract, including
+concurrent delivery claims from two connections.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from agentcore.errors import NotFound
+from agentcore.events import Event
+from agentcore.ids import new_id
+from agentcore.models import Agent, ApiKey, Document, Problem
+from agentcore.storage.base import EventWaiter, Store, VectorSearchStore
+from agentcore.storage.records import StoredMessage, StoredResult
+from agentcore.storage.sqlite import SQLiteStore
+
+pytestmark = pytest.mark.filterwarnings("ignore::ResourceWarning")
+
+
+def open_store(kind: str, request: pytest.FixtureRequest, **options: Any) -> Store:
+    if kind == "sqlite":
+        path: Path = request.getfixturevalue("tmp_path") / "store.db"
+        return SQLiteStore.open(path)
+    from agentcore.storage.postgres import PostgresStore
+
+    url = request.getfixturevalue("postgres_url")
+    return PostgresStore.open(url, **options)
+
+
+# PostgreSQL is marked slow: `-m "not slow"` starts no database server
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.slow)])
+def kind(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def store(kind: str, request: pytest.FixtureRequest) -> Iterator[Any]:
+    instance = open_store(kind, request)
+    yield instance
+    instance.close()
+
+
+def org(store: Any, name: str = "acme") -> str:
+    return str(store.ensure_organization(name).id)
+
+
+def make_key(organization: str = "acme", env: str = "test", **kw: Any) -> ApiKey:
+    return ApiKey(
+        id=new_id("key"),
+        organization=organization,
+        environment=env,
+        scopes=["read", "write"],
+        prefix="ak_test_",
+        last4="abcd",
+        name=kw.get("name"),
+        created_at=datetime.now(UTC).replace(microsecond=0),
+        expires_at=kw.get("expires_at"),
+    )
+
+
+def make_agent(name: str = "Support", status: str = "draft") -> Agent:
+    now = datetime.now(UTC).replace(microsecond=0)
+    return Agent(
+        id=new_id("agt"),
+        name=name,
+        role="support",
+        status=status,  # type: ignore[arg-type]
+        system_prompt="Be kind.",
+        tools=[],
+        created_at=now,
+        updated_at=now,
+    )
+
+
+def make_document(chunks: int = 3) -> Document:
+    return Document(
+        id=new_id("doc"),
+        source="a.txt",
+        content_type="text/plain",
+        pages=1,
+        chunks=chunks,
+        bytes=100,
+        created_at=datetime.now(UTC).replace(microsecond=0),
+    )
+
+
+def unit(rows: int, d: int = 8, seed: int = 0) -> np.ndarray:
+    m = np.random.default_rng(seed).standard_normal((rows, d)).astype(np.float32)
+    return m / np.linalg.norm(m, axis=1, keepdims=True)
+
+
+def ingest(store: Any, org_id: str, n: int = 3, d: int = 8, seed: int = 0) -> tuple[str, list[int]]:
+    document = make_document(n)
+    chunks = [(f"chunk {i}", [1], [0]) for i in range(n)]
+    keep = np.ones(n, dtype=bool)
+    ids = store.insert_document(org_id, "test", document, chunks, "e1", unit(n, d, seed), keep)
+    return document.id, ids
+
+
+# organizations and keys ------------------------------------------------------------
+
+
+def test_organizations(store: Any) -> None:
+    first = store.ensure_organization("acme")
+    assert store.ensure_organization("acme").id == first.id
+    assert store.get_organization_by_name("acme") == first
+    assert store.get_organization_by_name("nobody") is None
+
+
+def test_keys(store: Any) -> None:
+    org_id = org(store)
+    key = make_key(name="ci")
+    store.insert_key(key, org_id, "digest-1")
+    found = store.find_key_by_digest("digest-1")
+    assert found is not None and found[0].id == key.id and found[1:] == (org_id, "digest-1")
+    assert store.find_key_by_digest("missing") is None
+    assert store.get_key(key.id).name == "ci"
+    assert store.get_key("key_missing") is None
+    later = make_key()
+    store.insert_key(later, org_id, "digest-2")
+    assert {k.id for k in store.list_keys(org_id)} == {key.id, later.id}
+    revoked = datetime.now(UTC).replace(microsecond=0)
+    store.update_key(key.id, revoked_at=revoked.isoformat(), name="old")
+    updated = store.get_key(key.id)
+    assert updated.revoked_at == revoked and updated.name == "old"
+    # a revocation is seen by the very next lookup
+    assert store.find_key_by_digest("digest-1")[0].revoked_at == revoked
+    with pytest.raises(ValueError):
+        store.update_key(key.id, digest="x")
+
+
+# agents ----------------------------------------------------------------------------
+
+
+def test_agents_crud_and_paging(store: Any) -> None:
+    org_id = org(store)
+    agents = [make_agent(f"a{i}") for i in range(5)]
+    for agent in agents:
+        store.insert_agent(org_id, "test", agent)
+    assert store.get_agent(org_id, "test", agents[0].id) == agents[0]
+    assert store.get_agent(org_id, "live", agents[0].id) is None
+    page, more = store.list_agents(
+        org_id, "test", limit=2, starting_after=None, statuses=("draft",)
+    )
+    assert [a.id for a in page] == [agents[4].id, agents[3].id] and more
+    page, more = store.list_agents(
+        org_id, "test", limit=10, starting_after=agents[1].id, statuses=("draft",)
+    )
+    assert [a.id for a in page] == [agents[0].id] and not more
+    with pytest.raises(NotFound):
+        store.list_agents(org_id, "test", limit=2, starting_after="agt_nope", statuses=("draft",))
+    active = agents[0].model_copy(update={"status": "deployed"})
+    assert store.update_agent(org_id, "test", active, expected_status="draft")
+    assert not store.update_agent(org_id, "test", active, expected_status="draft")
+    listed, _ = store.list_agents(
+        org_id, "test", limit=10, starting_after=None, statuses=("deployed",)
+    )
+    assert [a.id for a in listed] == [agents[0].id]
+
+
+def test_concurrent_transitions_have_one_winner(store: Any) -> None:
+    org_id = org(store)
+    agent = make_agent()
+    store.insert_agent(org_id, "test", agent)
+    wins: list[bool] = []
+    barrier = threading.Barrier(4)
+
+    def go() -> None:
+        barrier.wait()
+        active = agent.model_copy(update={"status": "deployed"})
+        wins.append(store.update_agent(org_id, "test", active, expected_status="draft"))
+
+    threads = [threading.Thread(target=go) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(wins) == [False, False, False, True]
+
+
+# knowledge -------------------------------------------------------------------------
+
+
+def test_documents_chunks_and_vectors(store: Any) -> None:
+    org_id = org(store)
+    assert store.knowledge_state(org_id, "test").version == 0
+    doc_id, ids = ingest(store, org_id, n=4)
+    assert len(ids) == 4 and ids == sorted(ids)
+    assert store.chunk_ids(org_id, "test", doc_id) == ids
+    state = store.knowledge_state(org_id, "test")
+    assert (state.embedder, state.dimension, state.version) == ("e1", 8, 1)
+    loaded_ids, vectors = store.load_vectors(org_id, "test", 8)
+    assert loaded_ids.tolist() == ids
+    np.testing.assert_array_equal(vectors, unit(4, 8, 0))
+    assert vectors.dtype == np.float32 and vectors.flags.c_contiguous
+    assert store.count_vectors(org_id, "test") == 4
+    with pytest.raises(ValueError):
+        store.load_vectors(org_id, "test", 16)
+    chunks = store.get_chunks([ids[1], 999_999])
+    assert list(chunks) == [ids[1]]
+    assert chunks[ids[1]].text == "chunk 1" and chunks[ids[1]].source == "a.txt"
+    assert chunks[ids[1]].pages == [1] and chunks[ids[1]].page_offsets == [0]
+    assert store.get_chunks([]) == {}
+    document = store.get_document(org_id, "test", doc_id)
+    assert document.id == doc_id and document.chunks == 4
+    assert store.get_document(org_id, "live", doc_id) is None
+    assert [(d, i) for d, i, _ in store.iter_chunk_texts(org_id, "test")] == [(doc_id, ids)]
+    assert store.delete_document(org_id, "test", doc_id)
+    assert not store.delete_document(org_id, "test", doc_id)
+    assert store.count_vectors(org_id, "test") == 0
+    assert store.get_chunks(ids) == {}
+    assert store.knowledge_state(org_id, "test").version == 2
+
+
+def test_keep_mask_and_add_vectors(store: Any) -> None:
+    org_id = org(store)
+    document = make_document(3)
+    keep = np.array([True, False, True])
+    ids = store.insert_document(
+        org_id, "test", document, [("a", [1], [0])] * 3, "e1", unit(3), keep
+    )
+    loaded, _ = store.load_vectors(org_id, "test", 8)
+    assert loaded.tolist() == [ids[0], ids[2]]
+    store.add_vectors(org_id, "test", None, "e1", 8, np.array([ids[1]]), unit(1, seed=5))
+    assert store.count_vectors(org_id, "test") == 3
+    with pytest.raises(ValueError):
+        store.add_vectors(org_id, "test", None, "e1", 8, np.array([1, 2]), unit(1))
+
+
+def test_documents_paging(store: Any) -> None:
+    org_id = org(store)
+    docs = [ingest(store, org_id, n=1)[0] for _ in range(3)]
+    page, more = store.list_documents(org_id, "test", limit=2, starting_after=None)
+    assert [d.id for d in page] == [docs[2], docs[1]] and more
+    page, more = store.list_documents(org_id, "test", limit=2, starting_after=docs[1])
+    assert [d.id for d in page] == [docs[0]] and not more
+
+
+def test_replace_all_vectors(store: Any) -> None:
+    org_id = org(store)
+    doc_id, ids = ingest(store, org_id, n=2)
+    fresh = unit(2, 4, seed=9)
+    store.replace_all_vectors(org_id, "test", "e2", [(doc_id, np.array(ids), fresh)], 4)
+    state = store.knowledge_state(org_id, "test")
+    assert (state.embedder, state.dimension) == ("e2", 4)
+    loaded_ids, vectors = store.load_vectors(org_id, "test", 4)
+    assert loaded_ids.tolist() == ids
+    np.testing.assert_array_equal(vectors, fresh)
+
+
+def test_workspaces_are_isolated(store: Any) -> None:
+    acme, globex = org(store, "acme"), org(store, "globex")
+    ingest(store, acme, n=2)
+    assert store.count_vectors(globex, "test") == 0
+    assert store.count_vectors(acme, "live") == 0
+    assert store.list_documents(globex, "test", limit=10, starting_after=None) == ([], False)
+
+
+def test_changes_since(store: Any) -> None:
+    org_id = org(store)
+    doc_a, ids_a = ingest(store, org_id, n=3, seed=1)
+    v1 = store.knowledge_state(org_id, "test").version
+    same = store.changes_since(org_id, "test", v1, max_rows=100)
+    assert same.version == v1 and same.added_ids.size == 0 and same.deleted_ids.size == 0
+    _, ids_b = ingest(store, org_id, n=2, seed=2)
+    store.delete_document(org_id, "test", doc_a)
+    changes = store.changes_since(org_id, "test", v1, max_rows=100)
+    assert changes.version == store.knowledge_state(org_id, "test").version
+    assert changes.added_ids.tolist() == ids_b
+    np.testing.assert_array_equal(changes.added_vectors, unit(2, seed=2))
+    assert sorted(changes.deleted_ids.tolist()) == ids_a
+    # too many rows, or a version the store never had: the caller must reload
+    assert store.changes_since(org_id, "test", v1, max_rows=1) is None
+    assert store.changes_since(org_id, "test", changes.version + 5, max_rows=100) is None
+    # a re-embed restarts the log
+    store.replace_all_vectors(org_id, "test", "e2", [], 8)
+    assert store.changes_since(org_id, "test", changes.version, max_rows=100) is None
+
+
+def processing(store: Any, org_id: str, now: float = 1.0) -> Document:
+    document = make_document(2).model_copy(update={"status": "processing", "chunks": 0})
+    store.insert_processing_document(
+        org_id,
+        "test",
+        document,
+        kind="text",
+        filename="notes.txt",
+        content_type=None,
+        data=b"hello\x00world",
+        now=now,
+    )
+    return document
+
+
+def test_background_ingestion_jobs(store: Any) -> None:
+    org_id = org(store)
+    first, second = processing(store, org_id, 1.0), processing(store, org_id, 2.0)
+    assert store.get_document(org_id, "test", first.id).status == "processing"
+    job = store.claim_ingest_job(now=10.0, lease_seconds=30)
+    assert (job.document_id, job.kind, job.filename, job.attempts) == (
+        first.id,
+        "text",
+        "notes.txt",
+        1,
+    )
+    assert store.ingest_job_data(first.id) == b"hello\x00world"
+    # leased: the next claim takes the other job, then nothing until a lease runs out
+    assert store.claim_ingest_job(now=11.0, lease_seconds=30).document_id == second.id
+    assert store.claim_ingest_job(now=12.0, lease_seconds=30) is None
+    assert store.renew_ingest_job(first.id, until=100.0)
+    store.release_ingest_job(second.id)  # shutdown: given back, the attempt not counted
+    again = store.claim_ingest_job(now=13.0, lease_seconds=30)
+    assert again.document_id == second.id and again.attempts == 1
+    ready = first.model_copy(update={"status": "ready", "chunks": 2, "pages": 1})
+    ids = store.complete_document(
+        org_id, "test", ready, [("a", [1], [0]), ("b", [1], [0])], "e1", unit(2), np.ones(2, bool)
+    )
+    assert len(ids) == 2 and store.get_document(org_id, "test", first.id).status == "ready"
+    assert store.count_vectors(org_id, "test") == 2
+    assert store.ingest_job_data(first.id) is None and not store.renew_ingest_job(first.id, until=1)
+    # finishing twice (another worker) writes nothing
+    assert (
+        store.complete_document(
+            org_id, "test", ready, [("a", [1], [0])], "e1", unit(1), np.ones(1, bool)
+        )
+        is None
+    )
+    error = Problem(type="about:blank", title="Bad", status=422, detail="no text", code="no_text")
+    assert store.fail_document(org_id, "test", second.id, error)
+    failed = store.get_document(org_id, "test", second.id)
+    assert failed.status == "failed" and failed.last_error == error
+    assert not store.fail_document(org_id, "test", second.id, error)
+    # deleting a processing document drops its job
+    third = processing(store, org_id, 3.0)
+    assert store.delete_document(org_id, "test", third.id)
+    assert store.claim_ingest_job(now=1e6, lease_seconds=30) is None
+
+
+def test_token_buckets(store: Any) -> None:
+    first = store.take_token("key_a", rate=1.0, burst=2.0, now=100.0)
+    assert first.allowed and first.tokens == pytest.approx(1.0)
+    assert store.take_token("key_a", rate=1.0, burst=2.0, now=100.0).allowed
+    refused = store.take_token("key_a", rate=1.0, burst=2.0, now=100.0)
+    assert not refused.allowed and refused.tokens == pytest.approx(0.0)
+    assert store.take_token("key_a", rate=1.0, burst=2.0, now=101.0).allowed  # refilled
+    assert store.take_token("key_b", rate=1.0, burst=2.0, now=100.0).allowed  # its own bucket
+
+
+def test_concurrent_token_takes_never_overspend(kind: str, request: pytest.FixtureRequest) -> None:
+    nodes = [open_store(kind, request) for _ in range(2)]
+    try:
+        allowed: list[bool] = []
+        barrier = threading.Barrier(4)
+
+        def go(node: Any) -> None:
+            barrier.wait()
+            for _ in range(5):
+                allowed.append(node.take_token("key", rate=0.001, burst=7.0, now=50.0).allowed)
+
+        threads = [threading.Thread(target=go, args=(nodes[i % 2],)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert allowed.count(True) == 7 and len(allowed) == 20
+    finally:
+        for node in nodes:
+            node.close()
+
+
+# webhooks and the outbox -----------------------------------------------------------
+
+
+def subscribe(store: Any, org_id: str, events: tuple[str, ...] = ("agent.created",)) -> Any:
+    return store.insert_subscription(
+        org_id, "test", url="http://127.0.0.1:9/hook", events=events, secret="s1", description="d"
+    )
+
+
+def event(org_id: str, kind: str = "agent.created") -> Event:
+    return Event(
+        id=new_id("evt"),
+        type=kind,
+        organization_id=org_id,
+        environment="test",
+        timestamp="2026-01-01T00:00:00Z",
+        data={"b": 1, "a": [1, 2]},
+    )
+
+
+def test_subscriptions(store: Any) -> None:
+    org_id = org(store)
+    sub = subscribe(store, org_id)
+    assert sub.public.status == "active" and sub.secret == "s1"
+    assert store.get_subscription(org_id, "test", sub.public.id).public == sub.public
+    assert store.get_subscription(None, None, sub.public.id) is not None
+    assert store.get_subscription(org_id, "live", sub.public.id) is None
+    second = subscribe(store, org_id)
+    page, more = store.list_subscriptions(org_id, "test", limit=1, starting_after=None)
+    assert [s.public.id for s in page] == [second.public.id] and more
+    store.update_subscription(sub.public.id, previous_secret="s0", failing_since=5.0)
+    updated = store.get_subscription(org_id, "test", sub.public.id)
+    assert updated.previous_secret == "s0" and updated.failing_since == 5.0
+    with pytest.raises(ValueError):
+        store.update_subscription(sub.public.id, url="http://evil")
+    assert store.delete_subscription(org_id, "test", sub.public.id)
+    assert not store.delete_subscription(org_id, "test", sub.public.id)
+
+
+def test_outbox_lifecycle(store: Any) -> None:
+    org_id = org(store)
+    sub = subscribe(store, org_id)
+    subscribe(store, org_id, events=("agent.archived",))
+    assert store.next_due_at() is None
+    assert store.record_event(event(org_id), now=100.0) == 1
+    assert store.next_due_at() == 100.0
+    assert store.claim_due_deliveries(now=99.0, lease_seconds=30, limit=10) == []
+    (due,) = store.claim_due_deliveries(now=100.0, lease_seconds=30, limit=10)
+    assert due.subscription_id == sub.public.id and due.secrets == ["s1"]
+    assert due.event_data == {"b": 1, "a": [1, 2]} and due.attempts == 0
+    # leased: nobody else gets it until the lease runs out
+    assert store.claim_due_deliveries(now=101.0, lease_seconds=30, limit=10) == []
+    assert store.next_due_at() == 130.0
+    (again,) = store.claim_due_deliveries(now=131.0, lease_seconds=30, limit=10)
+    assert again.id == due.id
+    store.record_attempt(
+        again,
+        attempted_at="2026-01-01T00:00:01Z",
+        status_code=500,
+        error="boom",
+        duration_ms=3.0,
+        outcome="pending",
+        next_attempt_at=200.0,
+        subscription_changes={"failing_since": 131.0},
+    )
+    assert store.get_subscription(org_id, "test", sub.public.id).failing_since == 131.0
+    (retry,) = store.claim_due_deliveries(now=200.0, lease_seconds=30, limit=10)
+    assert retry.attempts == 1 and retry.failing_since == 131.0
+    store.record_attempt(
+        retry,
+        attempted_at="2026-01-01T00:00:02Z",
+        status_code=200,
+        error=None,
+        duration_ms=2.0,
+        outcome="succeeded",
+        next_attempt_at=None,
+        subscription_changes={"failing_since": None},
+    )
+    assert store.get_subscription(org_id, "test", sub.public.id).failing_since is None
+    deliveries, more = store.list_deliveries(
+        org_id, "test", sub.public.id, limit=10, starting_after=None
+    )
+    assert not more and len(deliveries) == 1
+    assert deliveries[0].status == "succeeded" and deliveries[0].event_type == "agent.created"
+    assert [a.status_code for a in deliveries[0].attempts] == [500, 200]
+    assert store.claim_due_deliveries(now=1e9, lease_seconds=30, limit=10) == []
+
+
+def test_busy_subscriptions_and_targets(store: Any) -> None:
+    org_id = org(store)
+    a, b = subscribe(store, org_id), subscribe(store, org_id)
+    store.record_event(event(org_id), now=1.0)
+    due = store.claim_due_deliveries(
+        now=1.0, lease_seconds=30, limit=10, busy_subscriptions=[a.public.id]
+    )
+    assert [d.subscription_id for d in due] == [b.public.id]
+    # a ping targets one subscription whatever its event list
+    assert store.record_event(event(org_id, "ping"), now=2.0, only_subscription=a.public.id) == 1
+
+
+def test_deleting_a_subscription_fails_its_pending_deliveries(store: Any) -> None:
+    org_id = org(store)
+    sub = subscribe(store, org_id)
+    store.record_event(event(org_id), now=1.0)
+    store.delete_subscription(org_id, "test", sub.public.id)
+    assert store.claim_due_deliveries(now=2.0, lease_seconds=30, limit=10) == []
+    assert store.next_due_at() is None
+
+
+def test_concurrent_claims_are_disjoint(kind: str, request: pytest.FixtureRequest) -> None:
+    """Two stores (two connections, like two nodes) claiming at once split the work."""
+    first = open_store(kind, request)
+    second = open_store(kind, request)
+    try:
+        org_id = org(first)
+        for _ in range(5):
+            subscribe(first, org_id)
+        for _ in range(8):
+            first.record_event(event(org_id), now=1.0)  # 40 deliveries
+        claimed: list[list[str]] = [[], []]
+        barrier = threading.Barrier(2)
+
+        def claim(index: int, node: Any) -> None:
+            barrier.wait()
+            while True:
+                got = node.claim_due_deliveries(now=2.0, lease_seconds=60, limit=3)
+                if not got:
+                    return
+                claimed[index].extend(d.id for d in got)
+
+        threads = [
+            threading.Thread(target=claim, args=(i, s)) for i, s in enumerate((first, second))
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        everything = claimed[0] + claimed[1]
+        assert len(everything) == 40 and len(set(everything)) == 40
+    finally:
+        first.close()
+        second.close()
+
+
+# conversations and idempotency -----------------------------------------------------
+
+
+def test_conversations(store: Any) -> None:
+    org_id = org(store)
+    conversation = store.create_conversation(org_id, "test", "agt_1")
+    assert store.conversation_agent(org_id, "test", conversation) == "agt_1"
+    assert store.conversation_agent(org_id, "live", conversation) is None
+    cites = [{"source": "a.txt", "pages": [1]}]
+    store.add_messages(
+        conversation, [StoredMessage("user", "hi", []), StoredMessage("assistant", "yo", cites)]
+    )
+    store.add_messages(conversation, [StoredMessage("user", "more", [])])
+    assert [m.content for m in store.recent_messages(conversation, 2)] == ["yo", "more"]
+    assert store.recent_messages(conversation, 10)[1].citations == cites
+    assert store.recent_messages(conversation, 0) == []
+
+
+def test_idempotency_keys(store: Any) -> None:
+    org_id = org(store)
+    assert store.claim_idempotency_key(org_id, "test", "k", "f1", now=0.0, ttl=10) == ("new", None)
+    assert store.claim_idempotency_key(org_id, "test", "k", "f1", now=1.0, ttl=10)[0] == (
+        "in_progress"
+    )
+    assert store.claim_idempotency_key(org_id, "test", "k", "f2", now=1.0, ttl=10)[0] == (
+        "mismatch"
+    )
+    response = StoredResult(201, '{"ok":true}')
+    store.finish_idempotency_key(org_id, "test", "k", response)
+    assert store.claim_idempotency_key(org_id, "test", "k", "f1", now=2.0, ttl=10) == (
+        "replay",
+        response,
+    )
+    # expired: claimed anew
+    assert store.claim_idempotency_key(org_id, "test", "k", "f2", now=11.0, ttl=10)[0] == "new"
+    store.release_idempotency_key(org_id, "test", "k")
+    assert store.claim_idempotency_key(org_id, "test", "k", "f3", now=12.0, ttl=10)[0] == "new"
+    # another workspace has its own keys
+    assert store.claim_idempotency_key(org_id, "live", "k", "f9", now=12.0, ttl=10)[0] == "new"
+
+
+def test_concurrent_idempotency_claims_have_one_winner(
+    kind: str, request: pytest.FixtureRequest
+) -> None:
+    stores = [open_store(kind, request) for _ in range(2)]
+    try:
+        org_id = org(stores[0])
+        results: list[str] = []
+        barrier = threading.Barrier(4)
+
+        def go(node: Any) -> None:
+            barrier.wait()
+            results.append(node.claim_idempotency_key(org_id, "test", "k", "f", now=0, ttl=60)[0])
+
+        threads = [threading.Thread(target=go, args=(stores[i % 2],)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert sorted(results) == ["in_progress", "in_progress", "in_progress", "new"]
+    finally:
+        for s in stores:
+            s.close()
+
+
+# PostgreSQL-only capabilities ---------------------------------------------------------
+
+
+@pytest.fixture
+def pgvector_store(request: pytest.FixtureRequest) -> Iterator[Any]:
+    instance = open_store("postgres", request, vector_search="pgvector")
+    yield instance
+    instance.close()
+
+
+@pytest.mark.slow
+def test_pgvector_search_matches_the_exact_index(pgvector_store: Any) -> None:
+    from agentcore.knowledge.index import VectorIndex
+
+    store = pgvector_store
+    assert isinstance(store, VectorSearchStore)
+    org_id = org(store)
+    for seed in range(3):
+        ingest(store, org_id, n=50, d=16, seed=seed)
+    ids, vectors = store.load_vectors(org_id, "test", 16)
+    index = VectorIndex.adopt(ids, vectors)
+    query = unit(1, 16, seed=42)[0]
+    want_ids, want_scores = index.search(query, 10)
+    got_ids, got_scores = store.search_vectors(org_id, "test", query, 10)
+    assert got_ids.tolist() == want_ids.tolist()
+    np.testing.assert_allclose(got_scores, want_scores, atol=1e-5)
+    assert store.search_vectors(org(store, "globex"), "test", query, 10)[0].size == 0
+
+
+@pytest.mark.slow
+def test_pgvector_rows_follow_deletes_and_backfill(request: pytest.FixtureRequest) -> None:
+    plain = open_store("postgres", request)
+    org_id = org(plain)
+    doc_id, _ = ingest(plain, org_id, n=5)
+    plain.close()
+    # switching to pgvector fills the rows from the segments written before
+    store: Any = open_store("postgres", request, vector_search="pgvector")
+    try:
+        query = unit(1, seed=1)[0]
+        assert store.search_vectors(org_id, "test", query, 10)[0].size == 5
+        store.delete_document(org_id, "test", doc_id)
+        assert store.search_vectors(org_id, "test", query, 10)[0].size == 0
+    finally:
+        store.close()
+
+
+@pytest.mark.slow
+def test_postgres_wakes_listeners_on_events(request: pytest.FixtureRequest) -> None:
+    listener: Any = open_store("postgres", request)
+    writer: Any = open_store("postgres", request)
+    try:
+        assert isinstance(listener, EventWaiter)
+        assert not listener.wait_for_events(0.05)  # also subscribes
+        org_id = org(writer)
+        subscribe(writer, org_id)
+        woke: list[bool] = []
+        thread = threading.Thread(target=lambda: woke.append(listener.wait_for_events(30)))
+        thread.start()
+        writer.record_event(event(org_id), now=1.0)
+        thread.join(30)
+        assert woke == [True]
+    finally:
+        listener.close()
+        writer.close()
+
+
+@pytest.mark.slow
+def test_postgres_schema_newer_than_the_code_is_refused(
+    postgres_server: str, request: pytest.FixtureRequest
+) -> None:
+    import psycopg
+    from conftest import create_database
+
+    from agentcore.storage.postgres import PostgresStore, SchemaTooNew
+
+    url = create_database(postgres_server, "agentcore_too_new")
+    PostgresStore.open(url).close()
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("INSERT INTO agentcore_migrations (version, name) VALUES (999, 'future')")
+    with pytest.raises(SchemaTooNew, match="version 999"):
+        PostgresStore.open(url)
+
+
+@pytest.mark.slow
+def test_postgres_nodes_migrating_at_once_do_not_race(postgres_server: str) -> None:
+    from conftest import create_database
+
+    from agentcore.storage.postgres import PostgresStore
+
+    url = create_database(postgres_server, "agentcore_race")
+    errors: list[BaseException] = []
+    opened: list[Any] = []
+    barrier = threading.Barrier(3)
+
+    def go() -> None:
+        barrier.wait()
+        try:
+            opened.append(PostgresStore.open(url))
+        except BaseException as exc:  # noqa: BLE001 - collected for the assertion
+            errors.append(exc)
+
+    threads = [threading.Thread(target=go) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and len(opened) == 3
+    opened[0].ensure_organization("acme")
+    for s in opened:
+        assert s.get_organization_by_name("acme") is not None
+        s.close()

@@ -1,0 +1,400 @@
+"""End-to-end webhook delivery: outbox → worker → a real receiver on 127.0.0.1.
+
+Retries are driven with a fake clock and ``core.webhooks.deliver_due()`` (one
+synchronous pass) instead of sleeping; the real-time and slow-receiver tests use the
+real worker thread.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from pathlib import Path
+
+import pytest
+from standardwebhooks.webhooks import Webhook, WebhookVerificationError
+from webhook_receiver import Receiver, Reply
+
+from agentcore import AgentCore
+from agentcore.webhooks.delivery import WebhookRuntime
+from agentcore.webhooks.schedule import JITTER, RETRY_SCHEDULE
+
+DAY = 86_400.0
+
+
+class FakeClock:
+    """Unix seconds that only move when told to (starts at the real time)."""
+
+    def __init__(self) -> None:
+        self.now = time.time()
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def fake(core: AgentCore, clock: FakeClock) -> AgentCore:
+    """The core with a fake-clock, seeded runtime; no worker: tests call deliver_due()."""
+    core.webhooks = WebhookRuntime(core.store, core.settings, clock=clock, rng=random.Random(0))
+    return core
+
+
+def _deliveries(core: AgentCore, sub_id: str, org: str = "acme", env: str = "test"):
+    return core.workspace(org, env).webhooks.deliveries(sub_id, limit=100).deliveries
+
+
+def _status(core: AgentCore, sub_id: str) -> str:
+    return core.workspace("acme", "test").webhooks.get(sub_id).status
+
+
+# real time ---------------------------------------------------------------------------
+
+
+def test_published_event_is_delivered_signed_in_real_time(
+    core: AgentCore, receiver: Receiver
+) -> None:
+    ws = core.workspace("acme", "test")
+    sub = ws.webhooks.subscribe(receiver.url("/hook"), ["agent.action"])
+    core.start()
+    started = time.monotonic()
+    event = ws.publish("agent.action", {"agent_id": "agt_1", "action": "reply.sent", "n": 1})
+    assert receiver.wait_for(1, timeout=5), "not delivered"
+    [got] = receiver.requests()
+    assert got.at - started < 2.0, "delivery was not prompt"
+
+    assert got.headers["webhook-id"] == event.id
+    assert got.headers["content-type"].startswith("application/json")
+    assert abs(int(got.headers["webhook-timestamp"]) - time.time()) < 30
+    payload = json.loads(got.body)
+    assert payload == {
+        "id": event.id,
+        "type": "agent.action",
+        "timestamp": event.timestamp,
+        "data": event.data,
+    }
+    assert list(payload) == ["id", "type", "timestamp", "data"]
+
+    assert Webhook(sub.secret).verify(got.body, got.headers) == payload
+    with pytest.raises(WebhookVerificationError):
+        Webhook(sub.secret).verify(got.body.replace(b'"n":1', b'"n":2'), got.headers)
+    shifted = dict(
+        got.headers, **{"webhook-timestamp": str(int(got.headers["webhook-timestamp"]) - 1)}
+    )
+    with pytest.raises(WebhookVerificationError):
+        Webhook(sub.secret).verify(got.body, shifted)
+    with pytest.raises(WebhookVerificationError):
+        other = ws.webhooks.subscribe(receiver.url("/other"), ["agent.error"])
+        Webhook(other.secret).verify(got.body, got.headers)
+
+    deadline = time.monotonic() + 5  # the attempt is recorded right after the response
+    while _deliveries(core, sub.id)[0].status != "succeeded":
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+
+
+@pytest.mark.slow
+def test_hanging_receiver_does_not_delay_another_subscription(tmp_path: Path) -> None:
+    with (
+        Receiver() as slow,
+        Receiver() as fast,
+        AgentCore.open(
+            tmp_path / "c.db", webhook_allowed_networks="127.0.0.0/8", webhook_timeout=1.0
+        ) as core,
+    ):
+        slow.always("/hook", Reply(hang=5.0))
+        ws = core.workspace("acme", "test")
+        ws.webhooks.subscribe(slow.url("/hook"), ["agent.action"])
+        ws.webhooks.subscribe(fast.url("/hook"), ["agent.action"])
+        # a backlog first (as after a restart), then live events
+        backlog = [ws.publish("agent.action", {"n": n}).id for n in range(10)]
+        core.start()
+        assert slow.wait_for(1, timeout=2), "the slow receiver got nothing"
+        started = time.monotonic()
+        assert fast.wait_for(10, timeout=0.5), f"fast receiver got {fast.count()}/10 in 0.5 s"
+        assert fast.distinct_ids() == set(backlog)
+        live = [ws.publish("agent.action", {"n": n}).id for n in range(10, 15)]
+        assert fast.wait_for(15, timeout=0.5), f"fast receiver got {fast.count()}/15"
+        assert fast.distinct_ids() == set(backlog + live)
+        assert time.monotonic() - started < 1.0  # the slow one is still hanging meanwhile
+        assert slow.count() <= 2  # at most two attempts in flight for the hanging one
+
+
+# retries (fake clock) ------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_retries_keep_the_id_and_follow_the_schedule(
+    fake: AgentCore, clock: FakeClock, receiver: Receiver
+) -> None:
+    receiver.always("/hook", Reply(500))
+    ws = fake.workspace("acme", "test")
+    sub = ws.webhooks.subscribe(receiver.url("/hook"), ["agent.action"])
+    event = ws.publish("agent.action", {"n": 1})
+    assert fake.webhooks.deliver_due() == 1  # attempt 1 at once
+    delays = []
+    for number, base in enumerate(RETRY_SCHEDULE[1:], start=2):
+        [delivery] = _deliveries(fake, sub.id)
+        assert delivery.status == "pending" and len(delivery.attempts) == number - 1
+        delay = delivery.next_attempt_at.timestamp() - clock.now
+        assert base * (1 - JITTER) - 0.01 <= delay <= base * (1 + JITTER) + 0.01, (number, delay)
+        delays.append(delay)
+        clock.advance(delay - 0.5)
+        assert fake.webhooks.deliver_due() == 0, f"attempt {number} came early"
+        clock.advance(0.5 + 0.001)  # (next_attempt_at came back as a datetime: µs)
+        assert fake.webhooks.deliver_due() == 1, f"attempt {number} did not come"
+    assert any(abs(d - b) > 0.01 for d, b in zip(delays, RETRY_SCHEDULE[1:], strict=True)), (
+        "no jitter"
+    )
+
+    [delivery] = _deliveries(fake, sub.id)
+    assert delivery.status == "failed" and delivery.next_attempt_at is None
+    assert [a.status_code for a in delivery.attempts] == [500] * 8
+    clock.advance(30 * DAY)
+    assert fake.webhooks.deliver_due() == 0
+    assert receiver.count() == 8
+    assert {r.webhook_id for r in receiver.requests()} == {event.id}
+    assert len({r.headers["webhook-timestamp"] for r in receiver.requests()}) == 8
+    for request in receiver.requests():  # each attempt is freshly signed
+        Webhook(sub.secret).sign(event.id, _when(request), request.body)
+    assert _status(fake, sub.id) == "active"  # ~27 h of failure is not yet "days"
+
+
+def _when(request):
+    from datetime import UTC, datetime
+
+    return datetime.fromtimestamp(int(request.headers["webhook-timestamp"]), tz=UTC)
+
+
+def test_success_after_failures_stops_retrying(
+    fake: AgentCore, clock: FakeClock, receiver: Receiver
+) -> None:
+    receiver.script("/hook", [Reply(500), Reply(502)], then=Reply(200))
+    ws = fake.workspace("acme", "test")
+    sub = ws.webhooks.subscribe(receiver.url("/hook"), ["agent.action"])
+    ws.publish("agent.action", {"n": 1})
+    fake.webhooks.deliver_due()
+    clock.advance(6.1)
+    fake.webhooks.deliver_due()
+    clock.advance(361)
+    fake.webhooks.deliver_due()
+    [delivery] = _deliveries(fake, sub.id)
+    assert delivery.status == "succeeded"
+    assert [a.status_code for a in delivery.attempts] == [500, 502, 200]
+    clock.advance(DAY)
+    assert fake.webhooks.deliver_due() == 0
+    assert receiver.count() == 3
+
+
+def test_retry_after_pushes_the_next_attempt(
+    fake: AgentCore, clock: FakeClock, receiver: Receiver
+) -> None:
+    receiver.script("/hook", [Reply(503, {"Retry-After": "120"})], then=Reply(200))
+    ws = fake.workspace("acme", "test")
+    sub = ws.webhooks.subscribe(receiver.url("/hook"), ["agent.action"])
+    ws.publish("agent.action", {"n": 1})
+    assert fake.webhooks.deliver_due() == 1
+    [delivery] = _deliveries(fake, sub.id)
+    assert delivery.next_attempt_at.timestamp() - clock.now >= 120 - 0.001
+    clock.advance(119)
+    assert fake.webhooks.deliver_due() == 0  # not at ~5 s as the schedule alone would say
+    clock.advance(1.01)
+    assert fake.webhooks.deliver_due() == 1
+    assert [a.status_code for a in _deliveries(fake, sub.id)[0].attempts] == [503, 200]
+
+
+def test_redirect_is_a_failure_and_not_followed(
+    fake: AgentCore, clock: FakeClock, receiver: Receiver
+) -> None:
+    receiver.script(
+        "/hook", [Reply(307, {"Location": receiver.url("/elsewhere")})], then=Reply(200)
+    )
+    ws = fake.workspace("acme", "test")
+    sub = ws.webhooks.subscribe(receiver.url("/hook"), ["agent.action"])
+    ws.publish("agent.action", {"n": 1})
+    fake.webhooks.deliver_due()
+    assert receiver.count("/elsewhere") == 0
+    [delivery] = _deliveries(fake, sub.id)
+    assert delivery.status == "pending"
+    assert [a.status_code for a in delivery.attempts] == [307]
+    clock.advance(6.1)
+    fake.webhooks.deliver_due()
+    assert _deliveries(fake, sub.id)[0].status == "succeeded"
+    assert receiver.count("/elsewhere") == 0 and receiver.count("/hook") == 2
+
+
+def test_410_disables_and_enable_resumes(
+    fake: AgentCore, clock: FakeClock, receiver: Receiver
+) -> None:
+    ws = fake.workspace("acme", "test")
+    sub = ws.webhooks.subscribe(receiver.url("/hook"), ["agent.action"])
+    receiver.script("/hook", [Reply(500), Reply(410)], then=Reply(200))
+    first = ws.publish("agent.action", {"n": 1})  # 500: retried later
+    second = ws.publish("agent.action", {"n": 2})  # 410: disables
+    assert fake.webhooks.deliver_due() == 2
+    found = ws.webhooks.get(sub.id)
+    assert found.status == "disabled" and "410" in (found.disabled_reason or "")
+    assert {d.event_id: d.status for d in _deliveries(fake, sub.id)}[second.id] == "failed"
+
+    ws.publish("agent.action", {"n": 3})  # not for a disabled subscription
+    clock.advance(DAY)
+    assert fake.webhooks.deliver_due() == 0
+    assert receiver.count() == 2
+
+    enabled = ws.webhooks.enable(sub.id)
+    assert enabled.status == "active" and enabled.disabled_reason is None
+    fourth = ws.publish("agent.action", {"n": 4})
+    assert fake.webhooks.deliver_due() == 2  # the pending retry of the first, and the new one
+    assert [r.webhook_id for r in receiver.requests()[2:]] == [first.id, fourth.id] or {
+        r.webhook_id for r in receiver.requests()[2:]
+    } == {first.id, fourth.id}
+    statuses = {d.event_id: d.status for d in _deliveries(fake, sub.id)}
+    assert statuses[first.id] == "succeeded" and statuses[fourth.id] == "succeeded"
+
+
+@pytest.mark.slow
+def test_failing_for_five_days_disables(
+    fake: AgentCore, clock: FakeClock, receiver: Receiver
+) -> None:
+    receiver.always("/hook", Reply(500))
+    ws = fake.workspace("acme", "test")
+    sub = ws.webhooks.subscribe(receiver.url("/hook"), ["agent.action"])
+    began = clock.now
+    disabled_at = None
+    for _ in range(70):  # an event every 2 h, for up to ~5.8 days
+        ws.publish("agent.action", {"at": clock.now})
+        fake.webhooks.deliver_due()
+        if _status(fake, sub.id) == "disabled":
+            disabled_at = clock.now
+            break
+        clock.advance(2 * 3600)
+    assert disabled_at is not None, "still active after ~6 days of failures"
+    assert 5 * DAY <= disabled_at - began <= 5 * DAY + 2 * 3600 + 1
+    assert "5 days" in (ws.webhooks.get(sub.id).disabled_reason or "")
+    sent = receiver.count()
+    ws.publish("agent.action", {"after": True})
+    clock.advance(DAY)
+    assert fake.webhooks.deliver_due() == 0
+    assert receiver.count() == sent
+
+
+@pytest.mark.slow
+def test_success_resets_the_failure_streak(
+    fake: AgentCore, clock: FakeClock, receiver: Receiver
+) -> None:
+    ws = fake.workspace("acme", "test")
+    sub = ws.webhooks.subscribe(receiver.url("/hook"), ["agent.action"])
+    receiver.always("/hook", Reply(500))
+    for _ in range(24):  # 4 days of failures
+        ws.publish("agent.action", {})
+        fake.webhooks.deliver_due()
+        clock.advance(4 * 3600)
+    receiver.always("/hook", Reply(200))
+    ws.publish("agent.action", {"ok": True})
+    fake.webhooks.deliver_due()  # everything due succeeds now
+    receiver.always("/hook", Reply(500))
+    for _ in range(12):  # 2 more days of failures: 2, not 6, days in a row
+        clock.advance(4 * 3600)
+        ws.publish("agent.action", {})
+        fake.webhooks.deliver_due()
+    assert _status(fake, sub.id) == "active"
+
+
+# secrets ---------------------------------------------------------------------------------
+
+
+def test_rotation_signs_with_both_secrets_for_24_hours(
+    fake: AgentCore, clock: FakeClock, receiver: Receiver
+) -> None:
+    ws = fake.workspace("acme", "test")
+    sub = ws.webhooks.subscribe(receiver.url("/hook"), ["agent.action"])
+    rotated = ws.webhooks.rotate_secret(sub.id)
+    assert rotated.secret.startswith("whsec_") and rotated.secret != sub.secret
+    ws.publish("agent.action", {"n": 1})
+    fake.webhooks.deliver_due()
+    [during] = receiver.requests()
+    assert len(during.headers["webhook-signature"].split()) == 2
+    for secret in (sub.secret, rotated.secret):
+        assert Webhook(secret).verify(during.body, during.headers)["data"] == {"n": 1}
+
+    clock.advance(23 * 3600)
+    ws.publish("agent.action", {"n": 2})
+    fake.webhooks.deliver_due()
+    late = receiver.requests()[1]
+    assert len(late.headers["webhook-signature"].split()) == 2
+
+    clock.advance(3600 + 1)
+    event = ws.publish("agent.action", {"n": 3})
+    fake.webhooks.deliver_due()
+    after = receiver.requests()[2]
+    # standardwebhooks' verify() checks the timestamp against the real clock, so
+    # compare with its signer at the (fake, a day ahead) timestamp instead
+    signatures = after.headers["webhook-signature"].split()
+    expected_new = Webhook(rotated.secret).sign(event.id, _when(after), after.body.decode())
+    expected_old = Webhook(sub.secret).sign(event.id, _when(after), after.body.decode())
+    assert signatures == [expected_new]
+    assert expected_old not in signatures
+
+
+# who gets what ---------------------------------------------------------------------------
+
+
+def test_only_this_workspace_and_subscribed_kinds_are_delivered(
+    fake: AgentCore, receiver: Receiver
+) -> None:
+    acme = fake.workspace("acme", "test")
+    actions = acme.webhooks.subscribe(receiver.url("/actions"), ["agent.action"])
+    both = acme.webhooks.subscribe(receiver.url("/both"), ["agent.handoff", "agent.error"])
+    mine = [
+        acme.publish("agent.action", {"n": 1}),
+        acme.publish("agent.handoff", {"n": 2}),
+        acme.publish("agent.error", {"n": 3}),
+    ]
+    fake.workspace("acme", "live").publish("agent.action", {"other": "environment"})
+    fake.workspace("globex", "test").publish("agent.action", {"other": "organization"})
+    fake.workspace("globex", "test").publish("agent.error", {"other": "organization"})
+    assert fake.webhooks.deliver_due() == 3
+    assert [r.webhook_id for r in receiver.requests("/actions")] == [mine[0].id]
+    assert sorted(r.webhook_id for r in receiver.requests("/both")) == sorted(
+        [mine[1].id, mine[2].id]
+    )
+    for request in receiver.requests():
+        assert b"other" not in request.body
+    assert len(_deliveries(fake, actions.id)) == 1 and len(_deliveries(fake, both.id)) == 2
+
+
+def test_deleted_subscription_gets_nothing_more(
+    fake: AgentCore, clock: FakeClock, receiver: Receiver
+) -> None:
+    receiver.always("/hook", Reply(500))
+    ws = fake.workspace("acme", "test")
+    sub = ws.webhooks.subscribe(receiver.url("/hook"), ["agent.action"])
+    ws.publish("agent.action", {"n": 1})
+    fake.webhooks.deliver_due()
+    ws.webhooks.delete(sub.id)
+    ws.publish("agent.action", {"n": 2})
+    clock.advance(DAY)
+    assert fake.webhooks.deliver_due() == 0
+    assert receiver.count() == 1
+
+
+def test_a_success_in_the_same_pass_as_a_failure_clears_the_streak(
+    fake: AgentCore, clock: FakeClock, receiver: Receiver
+) -> None:
+    # both deliveries are leased before either is sent, so both saw "not failing"
+    receiver.script("/hook", [Reply(500)], then=Reply(200))
+    ws = fake.workspace("acme", "test")
+    sub = ws.webhooks.subscribe(receiver.url("/hook"), ["agent.action"])
+    ws.publish("agent.action", {"n": 1})
+    ws.publish("agent.action", {"n": 2})
+    assert fake.webhooks.deliver_due() == 2
+    stored = fake.store.get_subscription(None, None, sub.id)
+    assert stored is not None and stored.failing_since is None, "a success must end the streak"
