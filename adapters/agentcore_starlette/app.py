@@ -144,9 +144,14 @@ def refuse_secrets_in_query(request: Request) -> None:
 
 
 def refuse_unknown_query(route: ApiRoute, request: Request) -> None:
-    """422 for a query parameter the route does not define (as for unknown body fields)."""
+    """422 for a query parameter the route does not define (as for unknown body fields),
+    or for a value holding a NUL character."""
     known = {param.name for param in route.query}
-    for name in request.query_params:
+    for name, value in request.query_params.multi_items():
+        if "\x00" in value:  # no store can keep one, and no id holds one
+            raise ValidationFailed(
+                f"Query parameter {name!r} must not contain NUL characters.", param=name
+            )
         if name not in known:
             allowed = ", ".join(sorted(known)) or "none"
             raise ValidationFailed(
@@ -178,6 +183,8 @@ class Api:
         async def run(request: Request) -> Response:
             refuse_secrets_in_query(request)
             refuse_unknown_query(route, request)
+            if any("\x00" in value for value in request.path_params.values()):
+                raise NotFound("No object has an id with a NUL character.")  # nor can one
             try:
                 secret = bearer_token(request)
                 # on the loop: a read of one indexed row (WAL readers never wait for the

@@ -220,3 +220,8 @@ def test_blank_means_what_str_strip_means(api) -> None:
     for blank in ("\x1e", "\u3000 ", "\x85\t"):
         response = api.post("/v1/knowledge/documents", json={"source": blank, "text": "x"})
         assert_problem(response, 422, "validation_error", param="source")
+
+
+def test_nul_in_a_query_value_is_refused(api) -> None:
+    response = api.get("/v1/agents?starting_after=%00%FF")
+    assert_problem(response, 422, "validation_error", param="starting_after")
