@@ -16,7 +16,8 @@ pytestmark = pytest.mark.filterwarnings("ignore::ResourceWarning")
 UPLOAD = b"\x00\xffraw upload bytes" * 1000  # arbitrary bytes survive the round trip
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+# the PostgreSQL variant is slow, as everywhere: `-m "not slow"` starts no database server
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.slow)])
 def store(request: pytest.FixtureRequest) -> Iterator[Any]:
     instance = open_store(str(request.param), request)
     yield instance
