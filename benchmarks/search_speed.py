@@ -494,7 +494,7 @@ def main(argv: list[str] | None = None) -> int:
     print(table(rows, args.k))
     print(
         "\nVectorIndex ÷ baseline (single: < 1 is faster; batch: > 1 is faster; FAISS = best"
-        " of its thread settings):\n"
+        " of its settings: threads, BLAS threshold):\n"
     )
     summary = ratios(rows)
     for entry in summary:
