@@ -127,3 +127,16 @@ class IngestJob:
     filename: str
     content_type: str | None
     attempts: int
+
+
+def segment_arrays(
+    ids: npt.ArrayLike, vectors: npt.ArrayLike, dimension: int
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]:
+    """``ids`` and ``vectors`` as the little-endian int64/float32 buffers every store
+    persists as a vector segment; ``ValueError`` unless the shape is (len(ids), dimension).
+    """
+    id_array = np.ascontiguousarray(ids, dtype="<i8")
+    matrix = np.ascontiguousarray(vectors, dtype="<f4")
+    if matrix.ndim != 2 or matrix.shape != (len(id_array), dimension):
+        raise ValueError("vectors must have shape (len(ids), dimension)")
+    return id_array, matrix

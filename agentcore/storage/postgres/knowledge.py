@@ -20,7 +20,13 @@ import numpy.typing as npt
 from agentcore.ids import isoformat
 from agentcore.models import Document, Problem
 from agentcore.storage.postgres.connection import Conn, Database, page_rows, retrying
-from agentcore.storage.records import IngestJob, KnowledgeChanges, KnowledgeState, StoredChunk
+from agentcore.storage.records import (
+    IngestJob,
+    KnowledgeChanges,
+    KnowledgeState,
+    StoredChunk,
+    segment_arrays,
+)
 
 _WORKSPACE = "organization_id = %s AND environment = %s"
 SEGMENT_ROWS = 65_536  # ~100 MB of float32 at d=384, far below bytea's 1 GB limit
@@ -157,10 +163,7 @@ class KnowledgeStore:
         vectors: npt.NDArray[np.float32],
     ) -> None:
         """Append vectors as whole-buffer segments (and pgvector rows) and bump the version."""
-        ids = np.ascontiguousarray(ids, dtype="<i8")
-        vectors = np.ascontiguousarray(vectors, dtype="<f4")
-        if vectors.ndim != 2 or vectors.shape != (len(ids), dimension):
-            raise ValueError("vectors must have shape (len(ids), dimension)")
+        ids, vectors = segment_arrays(ids, vectors, dimension)
         with self.db.write() as conn:
             # the bump first: its row lock orders concurrent writers, so versions
             # commit in order and each segment carries the version that added it

@@ -17,7 +17,13 @@ import numpy.typing as npt
 
 from agentcore.ids import isoformat
 from agentcore.models import Document, Problem
-from agentcore.storage.records import IngestJob, KnowledgeChanges, KnowledgeState, StoredChunk
+from agentcore.storage.records import (
+    IngestJob,
+    KnowledgeChanges,
+    KnowledgeState,
+    StoredChunk,
+    segment_arrays,
+)
 from agentcore.storage.sqlite.connection import Database, first_row, page_rows
 
 _WORKSPACE = "organization_id = ? AND environment = ?"
@@ -156,10 +162,7 @@ class KnowledgeStore:
         vectors: npt.NDArray[np.float32],
     ) -> None:
         """Append vectors as whole-buffer segments and bump the workspace version."""
-        ids = np.ascontiguousarray(ids, dtype="<i8")
-        vectors = np.ascontiguousarray(vectors, dtype="<f4")
-        if vectors.ndim != 2 or vectors.shape != (len(ids), dimension):
-            raise ValueError("vectors must have shape (len(ids), dimension)")
+        ids, vectors = segment_arrays(ids, vectors, dimension)
         with self.db.write() as conn:
             version = self._bump(conn, organization_id, environment, embedder, dimension)
             rows = max(1, min(SEGMENT_ROWS, SEGMENT_BYTES // (4 * dimension)))
