@@ -34,17 +34,15 @@ Search speed
 
 from __future__ import annotations
 
-import os
 import threading
-from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from agentcore.errors import ValidationFailed
+from agentcore.knowledge import kernels
 
 IdArray = npt.NDArray[np.int64]
 ScoreArray = npt.NDArray[np.float32]
@@ -55,16 +53,7 @@ _VECTOR_DTYPE = np.dtype("<f4")
 _MIN_CAPACITY = 256
 _GROWTH = 1.5
 _COMPACT_FRACTION = 8  # compact once dead rows exceed 1/8 of all rows
-# Below this many matrix elements (about 100k rows at d=384) one BLAS matrix-vector
-# product was as fast or faster than the block scan; above it the scan wins.
-_PARALLEL_MIN_ELEMENTS = 40_000_000
-_BLAS_LOCK = threading.Lock()
-# Most matrix bytes per block: enough work to amortise the hand-off, scores fit in L2.
-_BLOCK_BYTES = 32 << 20
-# Fewest blocks a parallel scan is cut into, so small scans still share the work.
-_MIN_BLOCKS = 8
-# Bound on the (queries x rows) score block of a batch search.
-_BATCH_BLOCK_ELEMENTS = 4_000_000
+_NO_PARAMS = np.empty(0, dtype=np.float32)  # float32 rows need no codec parameters
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,104 +73,6 @@ class _Snapshot:
 
 def _empty_result() -> tuple[IdArray, ScoreArray]:
     return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float32)
-
-
-class _Pool:
-    """A lazily started, process-wide pool of helper threads for block scans."""
-
-    _lock = threading.Lock()
-    _executor: ThreadPoolExecutor | None = None
-    helpers = max(0, min(os.cpu_count() or 1, 8) - 1)
-
-    @classmethod
-    def executor(cls) -> ThreadPoolExecutor:
-        with cls._lock:
-            if cls._executor is None:
-                cls._executor = ThreadPoolExecutor(
-                    max_workers=max(1, cls.helpers), thread_name_prefix="agentcore-index"
-                )
-            return cls._executor
-
-
-def _run_blocks(count: int, work: Callable[[int, dict[str, Any]], Any]) -> list[Any]:
-    """Run ``work(i, state)`` for ``i`` in ``range(count)`` on this thread plus idle helpers.
-
-    Blocks are claimed one at a time, so a busy pool only means this thread does more
-    of them itself; it never waits for a helper that has not started. ``state`` is a
-    dict private to one thread for the duration of the call (a running top-k bound).
-    """
-    results: list[Any] = [None] * count
-    if count <= 1 or _Pool.helpers == 0:
-        own: dict[str, Any] = {}
-        for i in range(count):
-            results[i] = work(i, own)
-        return results
-    lock = threading.Lock()
-    done = threading.Event()
-    progress = [0, 0]  # next block to claim, blocks finished
-    errors: list[BaseException] = []
-
-    def drain() -> None:
-        state: dict[str, Any] = {}
-        while True:
-            with lock:
-                i = progress[0]
-                if i >= count:
-                    return
-                progress[0] += 1
-            try:
-                results[i] = work(i, state)
-            except BaseException as exc:  # re-raised in the calling thread
-                errors.append(exc)
-            with lock:
-                progress[1] += 1
-                if progress[1] == count:
-                    done.set()
-
-    executor = _Pool.executor()
-    for _ in range(min(_Pool.helpers, count - 1)):
-        executor.submit(drain)
-    drain()
-    done.wait()
-    if errors:
-        raise errors[0]
-    return results
-
-
-_scratch = threading.local()
-
-
-def _scratch_scores(size: int) -> ScoreArray:
-    """A per-thread float32 buffer of at least ``size`` (avoids a malloc per block)."""
-    buf: ScoreArray | None = getattr(_scratch, "buf", None)
-    if buf is None or buf.shape[0] < size:
-        buf = np.empty(size, dtype=np.float32)
-        _scratch.buf = buf
-    return buf[:size]
-
-
-def _top_candidates(scores: ScoreArray, k: int) -> IdArray:
-    """Positions of the ``k`` largest scores, plus any tied with the k-th (unordered)."""
-    n = scores.shape[0]
-    if k >= n:
-        return np.arange(n, dtype=np.int64)
-    part = np.argpartition(scores, n - k)[n - k :]
-    cut = scores[part].min()
-    # Ties at the cut are kept so the id tie-break downstream is exact.
-    if np.count_nonzero(scores == cut) > np.count_nonzero(scores[part] == cut):
-        return np.flatnonzero(scores >= cut).astype(np.int64, copy=False)
-    return part.astype(np.int64, copy=False)
-
-
-def _order(ids: IdArray, scores: ScoreArray, k: int) -> tuple[IdArray, ScoreArray]:
-    """Sort candidates by score descending then id ascending, keep ``k``, drop dead."""
-    order = np.lexsort((ids, -scores))[:k]
-    out_ids, out_scores = ids[order], scores[order]
-    alive = out_scores > -np.inf
-    if not alive.all():
-        out_ids, out_scores = out_ids[alive], out_scores[alive]
-    np.clip(out_scores, -1.0, 1.0, out=out_scores)
-    return out_ids, out_scores
 
 
 class VectorIndex:
@@ -393,54 +284,8 @@ class VectorIndex:
         if live == 0 or not q.any():
             return _empty_result()
         k = min(k, live)
-        matrix = snap.matrix
-        n, d = matrix.shape
-        if n * d < _PARALLEL_MIN_ELEMENTS:
-            # One BLAS call, which may use BLAS threads: one such call at a time, since
-            # OpenBLAS called from many Python threads at once thrashes (a server under
-            # 32 concurrent searches fell from ~280 to ~16 requests/s without this).
-            with _BLAS_LOCK:
-                scores = matrix @ q
-            if snap.dead.size:
-                scores[snap.dead] = -np.inf
-            rows = _top_candidates(scores, k)
-            cand_scores = scores[rows]
-        else:
-            rows, cand_scores = self._parallel_scan(snap, q, k)
-        return _order(snap.ids[rows], cand_scores, k)
-
-    def _parallel_scan(self, snap: _Snapshot, q: Matrix, k: int) -> tuple[IdArray, ScoreArray]:
-        matrix, dead = snap.matrix, snap.dead
-        n, d = matrix.shape
-        block = max(2048, min(_BLOCK_BYTES // (4 * d), -(-n // _MIN_BLOCKS)))
-        starts = range(0, n, block)
-
-        def work(i: int, state: dict[str, Any]) -> tuple[IdArray, ScoreArray]:
-            a = starts[i]
-            b = min(a + block, n)
-            scores = _scratch_scores(b - a)
-            np.vecdot(matrix[a:b], q, out=scores)
-            if dead.size:
-                lo, hi = np.searchsorted(dead, (a, b))
-                if hi > lo:
-                    scores[dead[lo:hi] - a] = -np.inf
-            best: ScoreArray | None = state.get("best")
-            if best is None:
-                local = _top_candidates(scores, k)
-            else:
-                # Rows below the k-th best this thread has seen cannot make the top-k;
-                # one comparison pass is far cheaper than another argpartition.
-                local = np.flatnonzero(scores >= best[0])
-            found = scores[local]  # fancy indexing copies out of the scratch buffer
-            pool = found if best is None else np.concatenate((best, found))
-            if pool.shape[0] >= k:
-                state["best"] = np.partition(pool, pool.shape[0] - k)[-k:]
-                state["best"].sort()
-            return local + a, found
-
-        parts = _run_blocks(len(starts), work)
-        rows = np.concatenate([p[0] for p in parts])
-        return rows, np.concatenate([p[1] for p in parts])
+        rows, scores = kernels.scan(snap.matrix, _NO_PARAMS, snap.dead, q, k)
+        return kernels.order(snap.ids[rows], scores, k)
 
     def search_batch(self, queries: npt.ArrayLike, k: int) -> tuple[IdArray, ScoreArray]:
         """Top-``k`` for each row of ``queries`` ``(m, d)``: ids and scores ``(m, k')``.
@@ -452,58 +297,11 @@ class VectorIndex:
         snap = self._snap
         q = self._prepare(np.asarray(queries, dtype=np.float32))
         m = q.shape[0]
-        live = snap.live
-        k = min(k, live)
-        out_ids = np.full((m, k), -1, dtype=np.int64)
-        out_scores = np.full((m, k), np.nan, dtype=np.float32)
+        k = min(k, snap.live)
         if k == 0 or m == 0:
-            return out_ids, out_scores
-        matrix, dead = snap.matrix, snap.dead
-        n = matrix.shape[0]
-        zero = ~q.any(axis=1)
-        # Blocks of rows keep each (m x block) score matrix small and cache-friendly.
-        block = max(k, 1024, _BATCH_BLOCK_ELEMENTS // m)
-        starts = range(0, n, block)
-
-        def work(i: int, state: dict[str, Any]) -> tuple[IdArray, IdArray, ScoreArray]:
-            a = starts[i]
-            b = min(a + block, n)
-            with _BLAS_LOCK:
-                scores = q @ matrix[a:b].T
-            if dead.size:
-                lo, hi = np.searchsorted(dead, (a, b))
-                scores[:, dead[lo:hi] - a] = -np.inf
-            cut: ScoreArray | None = state.get("cut")
-            if cut is None:
-                if b - a >= k:
-                    # The first full block sets, per query, the bound later blocks must
-                    # reach: its k-th best score (ties are kept by >=). This replaces an
-                    # argpartition per block with one comparison pass.
-                    part = np.argpartition(scores, b - a - k, axis=1)[:, b - a - k :]
-                    cut = np.take_along_axis(scores, part, axis=1).min(axis=1)
-                    cut[zero] = np.inf  # a zero query matches nothing
-                    state["cut"] = cut
-                else:
-                    cut = np.where(zero, np.float32(np.inf), np.float32(-np.inf))
-            query, col = np.nonzero(scores >= cut[:, None])
-            return query, col + a, scores[query, col]
-
-        # Sequential on purpose: sgemm already runs on every core, and a second layer
-        # of threads made batches measurably slower.
-        state: dict[str, Any] = {}
-        parts = [work(i, state) for i in range(len(starts))]
-        query = np.concatenate([p[0] for p in parts])
-        cand_ids = snap.ids[np.concatenate([p[1] for p in parts])]
-        cand = np.concatenate([p[2] for p in parts])
-        # One sort orders every query's candidates: query, then score down, then id up.
-        order = np.lexsort((cand_ids, -cand, query))
-        query, cand_ids, cand = query[order], cand_ids[order], cand[order]
-        rank = np.arange(query.shape[0]) - np.searchsorted(query, query)
-        keep = rank < k
-        out_ids[query[keep], rank[keep]] = cand_ids[keep]
-        out_scores[query[keep], rank[keep]] = cand[keep]
-        np.clip(out_scores, -1.0, 1.0, out=out_scores)
-        return out_ids, out_scores
+            return kernels.order_batch(m, k, *_empty_triples())
+        query, rows, scores = kernels.scan_batch(snap.matrix, _NO_PARAMS, snap.dead, q, k)
+        return kernels.order_batch(m, k, query, snap.ids[rows], scores)
 
     # -- writing -----------------------------------------------------------------
 
@@ -607,6 +405,11 @@ class VectorIndex:
         norms = np.linalg.norm(q.astype(np.float64), axis=1)
         norms[norms == 0] = 1.0
         return np.ascontiguousarray((q / norms[:, None]).astype(np.float32))
+
+
+def _empty_triples() -> tuple[IdArray, IdArray, ScoreArray]:
+    empty = np.empty(0, dtype=np.int64)
+    return empty, empty, np.empty(0, dtype=np.float32)
 
 
 def _check_k(k: int) -> None:

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentcore.errors import ValidationFailed
-from agentcore.knowledge import index as index_module
+from agentcore.knowledge import kernels
 from agentcore.knowledge.index import VectorIndex
 
 TOL = 1e-5
@@ -24,9 +24,9 @@ TOL = 1e-5
 def blocks(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """Run a test on the plain path and on the blocked, multi-threaded path."""
     if request.param == "many-blocks":
-        monkeypatch.setattr(index_module, "_PARALLEL_MIN_ELEMENTS", 1)
-        monkeypatch.setattr(index_module, "_BLOCK_BYTES", 1)  # 4096-row blocks
-        monkeypatch.setattr(index_module, "_BATCH_BLOCK_ELEMENTS", 1)  # 1024-row blocks
+        monkeypatch.setattr(kernels, "PARALLEL_MIN_ELEMENTS", 1)
+        monkeypatch.setattr(kernels, "_BLOCK_BYTES", 1)  # 4096-row blocks
+        monkeypatch.setattr(kernels, "_BATCH_BLOCK_ELEMENTS", 1)  # 1024-row blocks
     yield request.param
 
 
