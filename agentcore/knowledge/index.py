@@ -54,6 +54,7 @@ _MIN_CAPACITY = 256
 _GROWTH = 1.5
 _COMPACT_FRACTION = 8  # compact once dead rows exceed 1/8 of all rows
 _NO_PARAMS = np.empty(0, dtype=np.float32)  # float32 rows need no codec parameters
+_FLOAT32 = kernels.Float32Codec()
 
 
 @dataclass(frozen=True, slots=True)
@@ -284,7 +285,9 @@ class VectorIndex:
         if live == 0 or not q.any():
             return _empty_result()
         k = min(k, live)
-        rows, scores = kernels.scan(snap.matrix, _NO_PARAMS, snap.dead, q, k)
+        rows, scores = kernels.search_part(
+            _FLOAT32, snap.matrix, _NO_PARAMS, snap.matrix, snap.dead, q, k
+        )
         return kernels.order(snap.ids[rows], scores, k)
 
     def search_batch(self, queries: npt.ArrayLike, k: int) -> tuple[IdArray, ScoreArray]:
@@ -300,7 +303,9 @@ class VectorIndex:
         k = min(k, snap.live)
         if k == 0 or m == 0:
             return kernels.order_batch(m, k, *_empty_triples())
-        query, rows, scores = kernels.scan_batch(snap.matrix, _NO_PARAMS, snap.dead, q, k)
+        query, rows, scores = kernels.search_part_batch(
+            _FLOAT32, snap.matrix, _NO_PARAMS, snap.matrix, snap.dead, q, k
+        )
         return kernels.order_batch(m, k, query, snap.ids[rows], scores)
 
     # -- writing -----------------------------------------------------------------

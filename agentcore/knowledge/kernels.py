@@ -62,8 +62,12 @@ class Codec(Protocol):
     dtype: np.dtype[Any]
     exact: bool
 
-    def encode(self, rows: Matrix) -> tuple[Codes, ScoreArray]:
-        """``(codes, params)`` for unit float32 ``rows`` ``(n, d)``."""
+    def encode(self, rows: Matrix, params: ScoreArray | None = None) -> tuple[Codes, ScoreArray]:
+        """``(codes, params)`` for unit float32 ``rows`` ``(n, d)``.
+
+        Without ``params`` the codec fits new ones to ``rows`` (a new part); with them
+        it encodes with those (rows appended to a part that already has parameters).
+        """
 
     def candidates(self, k: int) -> int:
         """How many approximate candidates to re-score exactly for a top-``k``."""
@@ -76,7 +80,7 @@ class Float32Codec:
     dtype: np.dtype[Any] = np.dtype("<f4")
     exact: bool = True
 
-    def encode(self, rows: Matrix) -> tuple[Codes, ScoreArray]:
+    def encode(self, rows: Matrix, params: ScoreArray | None = None) -> tuple[Codes, ScoreArray]:
         """The rows themselves and no parameters."""
         return np.ascontiguousarray(rows, dtype=self.dtype), np.empty(0, dtype=np.float32)
 
@@ -308,3 +312,43 @@ def order_batch(
     out_scores[query[keep], rank[keep]] = scores[keep]
     np.clip(out_scores, -1.0, 1.0, out=out_scores)
     return out_ids, out_scores
+
+
+def search_part(
+    codec: Codec,
+    codes: Codes,
+    params: ScoreArray,
+    vectors: Matrix,
+    dead: IdArray,
+    q: Matrix,
+    k: int,
+) -> tuple[IdArray, ScoreArray]:
+    """Exact candidates for one unit query over one part: rows and float32 scores.
+
+    ``codes``/``params`` are the part's rows as ``codec`` stores them and ``vectors``
+    the same rows in float32 (the same array for the float32 codec; for others, read
+    only at the candidates' rows, to re-score them exactly).
+    """
+    rows, scores = scan(codes, params, dead, q, codec.candidates(k))
+    if codec.exact or rows.size == 0:
+        return rows, scores
+    exact = vectors[rows] @ q
+    keep = top_candidates(exact, k)
+    return rows[keep], exact[keep]
+
+
+def search_part_batch(
+    codec: Codec,
+    codes: Codes,
+    params: ScoreArray,
+    vectors: Matrix,
+    dead: IdArray,
+    queries: Matrix,
+    k: int,
+) -> tuple[IdArray, IdArray, ScoreArray]:
+    """``search_part`` for each row of ``queries``: triples ``(query, row, score)``."""
+    query, rows, scores = scan_batch(codes, params, dead, queries, codec.candidates(k))
+    if codec.exact or rows.size == 0:
+        return query, rows, scores
+    exact = np.vecdot(vectors[rows], queries[query])
+    return query, rows, exact
