@@ -11,10 +11,12 @@ file. Then, in rounds, the same queries (SQuAD questions, cycled) are answered:
 - ``http.client``: the same requests on one keep-alive stdlib ``http.client``
   connection (a lighter client: shows how much of the gap the client itself costs).
 
-Each round runs every side once (their order rotates between rounds), so each
-difference compares numbers taken seconds apart. Reported per size: p50 and p95 of
-each side (median over rounds) and the overhead, ``HTTP p50 - in-process p50``
-computed per round, median over rounds. Rate limits are lifted
+In each round every query is answered by every side in turn (the order rotating
+from query to query), so all sides meet the same machine load at the same moments.
+Reported per size: p50 and p95 of each side (median over rounds); the overhead,
+``HTTP p50 - in-process p50`` computed per round, median over rounds; and CPU
+milliseconds per query (the server process's, this process's), which stay steady
+when other work makes wall times noisy. Rate limits are lifted
 (``AGENTCORE_RATE_LIMIT_TEST=1000000``); everything else is the CLI's default.
 
 Sizes: up to ``--real-max`` chunks are made by the real ingestion path from the
@@ -175,9 +177,12 @@ def agentcore_command() -> list[str]:
     return [found] if found else [sys.executable, "-m", "agentcore.cli"]
 
 
-def start_server(db: str, port: int, env: dict[str, str]) -> subprocess.Popen[bytes]:
+def start_server(
+    command: list[str], db: str, port: int, env: dict[str, str]
+) -> subprocess.Popen[bytes]:
+    """``<command> --db DB serve --port PORT`` with the access log going nowhere."""
     return subprocess.Popen(
-        [*agentcore_command(), "--db", db, "serve", "--port", str(port)],
+        [*command, "--db", db, "serve", "--port", str(port)],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -215,10 +220,14 @@ def stop_server(server: subprocess.Popen[bytes]) -> None:
 # the three sides --------------------------------------------------------------------------
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds a process has used so far (Linux ``/proc``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def timed(call: Callable[[str], None], queries: list[str]) -> list[float]:
-    """Milliseconds of ``call(query)`` for each query, in order (after one untimed call,
-    which reopens a keep-alive connection the server closed while other sides ran)."""
-    call(queries[-1])
+    """Milliseconds of ``call(query)`` for each query, in order (warming up, profiling)."""
     out: list[float] = []
     clock = time.perf_counter
     for query in queries:
@@ -228,21 +237,67 @@ def timed(call: Callable[[str], None], queries: list[str]) -> list[float]:
     return out
 
 
-def sides(db: str, base: str, port: int, secret: str) -> tuple[dict[str, Any], Callable[[], None]]:
-    """The callables of each side (each checks its answer), and a closer."""
-    import httpx
+Side = tuple[Callable[[str], None], int | None]  # the call, and its server's pid
 
+
+def interleaved(sides: dict[str, Side], queries: list[str], turn: int) -> dict[str, Any]:
+    """One round: each query is answered by every side in turn, so all sides meet the
+    same machine load at the same moments (their order rotates with the query).
+
+    Per side: the milliseconds of each call, and the CPU milliseconds per call of this
+    process and of its server process. CPU time barely moves when other work shares
+    the machine, wall time does: the CPU figures show what each side costs even when
+    the latencies are noisy. (A server's CPU is read from ``/proc`` outside the timed
+    span; its 10 ms ticks average out over a round.)
+    """
+    names = list(sides)
+    ms: dict[str, list[float]] = {name: [] for name in names}
+    own_cpu = dict.fromkeys(names, 0.0)
+    server_cpu = dict.fromkeys(names, 0.0)
+    clock, cpu = time.perf_counter, time.process_time
+    for number, query in enumerate(queries):
+        shift = (number + turn) % len(names)
+        for name in names[shift:] + names[:shift]:
+            call, pid = sides[name]
+            theirs, own = (cpu_seconds(pid) if pid else 0.0), cpu()
+            began = clock()
+            call(query)
+            took = clock() - began
+            own_cpu[name] += cpu() - own
+            server_cpu[name] += (cpu_seconds(pid) if pid else 0.0) - theirs
+            ms[name].append(took * 1000)
+    return {
+        name: {
+            "ms": ms[name],
+            "client_cpu_ms": own_cpu[name] * 1000 / len(queries),
+            "server_cpu_ms": server_cpu[name] * 1000 / len(queries),
+        }
+        for name in names
+    }
+
+
+def in_process_side(db: str, secret: str) -> tuple[Callable[[str], None], Callable[[], None]]:
+    """``ws.knowledge.search`` in this process, through the same key; and a closer."""
     from agentcore import AgentCore
 
     core = AgentCore.open(db, start_workers=False)
     ws = core.authenticate(secret)  # the same key and workspace the server sees
 
-    def in_process(query: str) -> None:
+    def search(query: str) -> None:
         if not ws.knowledge.search(query, top_k=TOP_K).results:
             raise RuntimeError("no results")
 
+    return search, core.close
+
+
+def http_sides(
+    port: int, secret: str
+) -> tuple[Callable[[str], None], Callable[[str], None], Callable[[], None]]:
+    """Search over keep-alive ``httpx`` and ``http.client`` connections; and a closer."""
+    import httpx
+
     headers = {"Authorization": f"Bearer {secret}", "Content-Type": "application/json"}
-    client = httpx.Client(base_url=base, headers=headers, timeout=30)
+    client = httpx.Client(base_url=f"http://127.0.0.1:{port}", headers=headers, timeout=30)
 
     def via_httpx(query: str) -> None:
         response = client.post(
@@ -275,14 +330,16 @@ def sides(db: str, base: str, port: int, secret: str) -> tuple[dict[str, Any], C
     def close() -> None:
         client.close()
         connection.close()
-        core.close()
 
-    return {"in-process": in_process, "httpx": via_httpx, "http.client": via_stdlib}, close
+    return via_httpx, via_stdlib, close
 
 
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+HTTP_SIDES = ("httpx", "http.client")
 
 
 def measure_size(chunks: int, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
@@ -302,50 +359,69 @@ def measure_size(chunks: int, args: argparse.Namespace, tmp: Path) -> dict[str, 
         "AGENTCORE_RATE_LIMIT_TEST": "1000000",
         "AGENTCORE_RATE_LIMIT_LIVE": "1000000",
     }
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
-    server = start_server(db, port, env)
+    commands = {"": agentcore_command()}
+    if args.baseline:
+        commands["baseline "] = args.baseline.split()
+    servers: dict[str, tuple[subprocess.Popen[bytes], int]] = {}
+    closers: list[Callable[[], None]] = []
     profile = None
     try:
-        wait_ready(base, data["secret"], server)
-        calls, close = sides(db, base, port, data["secret"])
-        try:
-            for call in calls.values():  # load the index on both sides, warm every path
-                timed(call, queries[: min(50, len(queries))])
-            names = list(calls)
-            rounds: list[dict[str, list[float]]] = []
-            for number in range(args.runs):
-                order = names[number % len(names) :] + names[: number % len(names)]
-                rounds.append({name: timed(calls[name], queries) for name in order})
-                r = rounds[-1]
-                print(
-                    f"  round {number + 1}: p50 in-process {percentile(r['in-process'], 0.5):.2f}"
-                    f" ms, httpx {percentile(r['httpx'], 0.5):.2f} ms,"
-                    f" http.client {percentile(r['http.client'], 0.5):.2f} ms",
-                    flush=True,
-                )
-            if args.profile:
-                profile = py_spy(server.pid, lambda: timed(calls["httpx"], queries * 3))
-        finally:
-            close()
+        for label, command in commands.items():
+            port = free_port()
+            servers[label] = (start_server(command, db, port, env), port)
+        for server, port in servers.values():
+            wait_ready(f"http://127.0.0.1:{port}", data["secret"], server)
+        search, close = in_process_side(db, data["secret"])
+        closers.append(close)
+        sides: dict[str, Side] = {"in-process": (search, None)}
+        for label, (server, port) in servers.items():
+            via_httpx, via_stdlib, close = http_sides(port, data["secret"])
+            closers.append(close)
+            sides[f"{label}httpx"] = (via_httpx, server.pid)
+            sides[f"{label}http.client"] = (via_stdlib, server.pid)
+        for call, _ in sides.values():  # load the index on every side, warm every path
+            timed(call, queries[: min(50, len(queries))])
+        rounds: list[dict[str, Any]] = []
+        for number in range(args.runs):
+            rounds.append(interleaved(sides, queries, number))
+            print(
+                f"  round {number + 1}: p50 "
+                + ", ".join(
+                    f"{name} {percentile(rounds[-1][name]['ms'], 0.5):.2f} ms" for name in sides
+                ),
+                flush=True,
+            )
+        if args.profile:
+            server, _ = servers[""]
+            profile = py_spy(server.pid, lambda: timed(sides["httpx"][0], queries * 3))
     finally:
-        stop_server(server)
+        for close in closers:
+            close()
+        for server, _ in servers.values():
+            stop_server(server)
     row: dict[str, Any] = {k: data[k] for k in ("chunks", "documents", "how")}
-    for name in calls:
+    for name in sides:
         row[name] = {
-            "p50_ms": statistics.median(percentile(r[name], 0.5) for r in rounds),
-            "p95_ms": statistics.median(percentile(r[name], 0.95) for r in rounds),
+            "p50_ms": statistics.median(percentile(r[name]["ms"], 0.5) for r in rounds),
+            "p95_ms": statistics.median(percentile(r[name]["ms"], 0.95) for r in rounds),
+            "client_cpu_ms": statistics.median(r[name]["client_cpu_ms"] for r in rounds),
+            "server_cpu_ms": statistics.median(r[name]["server_cpu_ms"] for r in rounds),
         }
-    for name in ("httpx", "http.client"):
-        row[name]["overhead_p50_ms"] = statistics.median(
-            percentile(r[name], 0.5) - percentile(r["in-process"], 0.5) for r in rounds
+    for name in sides:
+        if name == "in-process":
+            continue
+
+        def gap(r: dict[str, Any], q: float, side: str = name) -> float:
+            return percentile(r[side]["ms"], q) - percentile(r["in-process"]["ms"], q)
+
+        row[name]["overhead_p50_ms"] = statistics.median(gap(r, 0.5) for r in rounds)
+        row[name]["overhead_p95_ms"] = statistics.median(gap(r, 0.95) for r in rounds)
+        row[name]["overhead_p50_runs"] = [round(gap(r, 0.5), 3) for r in rounds]
+        # the server's CPU per request beyond what the same search costs in-process
+        row[name]["server_cpu_overhead_ms"] = statistics.median(
+            r[name]["server_cpu_ms"] - r["in-process"]["client_cpu_ms"] for r in rounds
         )
-        row[name]["overhead_p95_ms"] = statistics.median(
-            percentile(r[name], 0.95) - percentile(r["in-process"], 0.95) for r in rounds
-        )
-        row[name]["overhead_p50_runs"] = [
-            round(percentile(r[name], 0.5) - percentile(r["in-process"], 0.5), 3) for r in rounds
-        ]
+    row["sides"] = [name for name in sides if name != "in-process"]
     if profile is not None:
         row["profile"] = profile
     return row
@@ -360,7 +436,7 @@ def py_spy(pid: int, load: Callable[[], Any]) -> str | None:
     out = tempfile.NamedTemporaryFile(suffix=".txt", delete=False)
     out.close()
     spy = subprocess.Popen(
-        [binary, "record", "-p", str(pid), "-f", "raw", "-o", out.name, "-r", "500", "--nonblocking"],
+        [binary, "record", "-p", str(pid), "-f", "raw", "-o", out.name, "-r", "500", "--nonblocking", "--gil"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -371,6 +447,27 @@ def py_spy(pid: int, load: Callable[[], Any]) -> str | None:
     text = Path(out.name).read_text()
     os.unlink(out.name)
     return text
+
+
+def print_profile(chunks: int, raw: str, top: int = 30) -> None:
+    """py-spy's raw stacks as two tables: time by leaf (self) and by function (inclusive)."""
+    own: dict[str, int] = {}
+    inclusive: dict[str, int] = {}
+    total = 0
+    for line in raw.splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack:
+            continue
+        samples = int(count)
+        frames = stack.split(";")
+        total += samples
+        own[frames[-1]] = own.get(frames[-1], 0) + samples
+        for frame in set(frames):
+            inclusive[frame] = inclusive.get(frame, 0) + samples
+    for title, table in (("self", own), ("inclusive", inclusive)):
+        print(f"\nserver profile at {chunks:,} chunks, {title} (% of {total} samples):")
+        for frame, samples in sorted(table.items(), key=lambda item: -item[1])[:top]:
+            print(f"{100 * samples / total:6.1f}%  {frame}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -385,6 +482,12 @@ def main(argv: list[str] | None = None) -> int:
         help="sizes up to this are ingested for real; larger ones get synthetic vectors",
     )
     parser.add_argument("--profile", action="store_true", help="sample the server with py-spy")
+    parser.add_argument(
+        "--baseline",
+        help="another server command measured in the same run, e.g. the agentcore script"
+        " of another checkout's virtualenv ('/tmp/base/.venv/bin/agentcore'); its sides"
+        " are labelled 'baseline'",
+    )
     args = parser.parse_args(argv)
 
     rows: list[dict[str, Any]] = []
@@ -399,18 +502,28 @@ def main(argv: list[str] | None = None) -> int:
     )
     print()
     print(
-        "| chunks | in-process p50 / p95 ms | httpx p50 / p95 ms | overhead p50 (p95) ms"
-        " | http.client p50 / p95 ms | overhead p50 (p95) ms |"
+        "| chunks | side | p50 / p95 ms | overhead p50 (p95) ms | server CPU ms/query"
+        " (beyond the search) | client CPU ms/query |"
     )
-    print("|---:|---:|---:|---:|---:|---:|")
+    print("|---:|---|---:|---:|---:|---:|")
     for row in rows:
-        cells = [f"{row['chunks']:,}"]
-        cells.append(f"{row['in-process']['p50_ms']:.2f} / {row['in-process']['p95_ms']:.2f}")
-        for name in ("httpx", "http.client"):
+        side = row["in-process"]
+        print(
+            f"| {row['chunks']:,} | in-process | {side['p50_ms']:.2f} / {side['p95_ms']:.2f}"
+            f" | - | - | {side['client_cpu_ms']:.2f} |"
+        )
+        for name in row["sides"]:
             side = row[name]
-            cells.append(f"{side['p50_ms']:.2f} / {side['p95_ms']:.2f}")
-            cells.append(f"**{side['overhead_p50_ms']:.2f}** ({side['overhead_p95_ms']:.2f})")
-        print("| " + " | ".join(cells) + " |")
+            print(
+                f"| {row['chunks']:,} | {name} | {side['p50_ms']:.2f} / {side['p95_ms']:.2f}"
+                f" | **{side['overhead_p50_ms']:.2f}** ({side['overhead_p95_ms']:.2f})"
+                f" | {side['server_cpu_ms']:.2f} ({side['server_cpu_overhead_ms']:.2f})"
+                f" | {side['client_cpu_ms']:.2f} |"
+            )
+    print(
+        "\n(overhead: HTTP minus in-process, per round, median of rounds; CPU: the server"
+        " process's, and this process's, per query; in-process CPU is the search itself)"
+    )
     print()
     for row in rows:
         overhead = row["httpx"]["overhead_p50_ms"]
@@ -420,13 +533,17 @@ def main(argv: list[str] | None = None) -> int:
             f" ({verdict} the {TARGET_MS:g} ms target); per round"
             f" {row['httpx']['overhead_p50_runs']}"
         )
+        if "baseline httpx" in row:
+            before = row["baseline httpx"]
+            print(
+                f"  baseline in the same run: httpx overhead p50 {before['overhead_p50_ms']:.2f} ms"
+                f" -> {overhead:.2f} ms; server CPU beyond the search"
+                f" {before['server_cpu_overhead_ms']:.2f} -> "
+                f"{row['httpx']['server_cpu_overhead_ms']:.2f} ms per query"
+            )
     for row in rows:
         if row.get("profile"):
-            print(f"\nserver profile at {row['chunks']:,} chunks (py-spy raw, top 25 stacks):")
-            stacks = [line.rsplit(" ", 1) for line in row["profile"].splitlines() if line]
-            stacks.sort(key=lambda item: -int(item[1]))
-            for stack, count in stacks[:25]:
-                print(f"{count:>6}  {stack[-300:]}")
+            print_profile(row["chunks"], row["profile"])
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(
         json.dumps(

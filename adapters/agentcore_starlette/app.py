@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import hashlib
 import json
 import re
 from collections.abc import AsyncIterator, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from starlette.applications import Starlette
@@ -51,6 +53,8 @@ from agentcore_starlette.streaming import event_stream
 log = get_logger("agentcore.http")  # masks keys and secrets in every record
 
 PREFIX = "/v1"
+HANDLER_THREADS = 40
+"""Threads running blocking handlers (as many as anyio's default thread limiter)."""
 MULTIPART_OVERHEAD = 64 * 1024
 UPLOAD_FIELDS = ("file",)
 """The multipart fields a document upload may carry (openapi.py declares the same)."""
@@ -176,6 +180,11 @@ class Api:
     def __init__(self, core: AgentCore, settings: Settings) -> None:
         self.core = core
         self.settings = settings
+        # blocking handlers run here rather than through starlette's run_in_threadpool:
+        # a plain executor hop (submit, then one call_soon_threadsafe back) costs about
+        # half of anyio's worker-thread round trip, and under uvloop anyio's hop often
+        # stalls on the GIL (benchmarks/http_overhead.py); threads start lazily
+        self.pool = ThreadPoolExecutor(HANDLER_THREADS, thread_name_prefix="agentcore-http")
 
     def endpoint(self, route: ApiRoute) -> Callable[[Request], Any]:
         """The Starlette endpoint running ``route``."""
@@ -231,8 +240,11 @@ class Api:
         work still settling: it may yet commit (``run_once`` records what it ends as).
         """
 
+        loop = asyncio.get_running_loop()
+        context = contextvars.copy_context()  # as run_in_threadpool: the handler sees it
+
         async def work() -> Response:
-            result = await run_in_threadpool(route.handler, call)
+            result = await loop.run_in_executor(self.pool, context.run, route.handler, call)
             if isinstance(result, ChatStream):
                 request_id = request.scope["state"].get("request_id")
                 return event_stream(result, request_id, heartbeat=self.settings.stream_heartbeat)
