@@ -52,14 +52,18 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results" / "http_overhead.json"
 # next to the repository (../shared), or next to the folder of git worktrees
-SQUAD = next(
-    (
-        path
-        for path in (REPO.parent / "shared", REPO.parent.parent / "shared")
-        if (path / "eval" / "squad-sample.json").exists()
-    ),
-    REPO.parent / "shared",
-) / "eval" / "squad-sample.json"
+SQUAD = (
+    next(
+        (
+            path
+            for path in (REPO.parent / "shared", REPO.parent.parent / "shared")
+            if (path / "eval" / "squad-sample.json").exists()
+        ),
+        REPO.parent / "shared",
+    )
+    / "eval"
+    / "squad-sample.json"
+)
 TARGET_MS = 1.0
 TOP_K = 5
 
@@ -436,7 +440,20 @@ def py_spy(pid: int, load: Callable[[], Any]) -> str | None:
     out = tempfile.NamedTemporaryFile(suffix=".txt", delete=False)
     out.close()
     spy = subprocess.Popen(
-        [binary, "record", "-p", str(pid), "-f", "raw", "-o", out.name, "-r", "500", "--nonblocking", "--gil"],
+        [
+            binary,
+            "record",
+            "-p",
+            str(pid),
+            "-f",
+            "raw",
+            "-o",
+            out.name,
+            "-r",
+            "500",
+            "--nonblocking",
+            "--gil",
+        ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
