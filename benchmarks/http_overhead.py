@@ -85,7 +85,7 @@ def squad() -> tuple[list[str], list[str]]:
         if contexts and questions:
             return contexts, questions
     rng = random.Random(7)
-    words = "agent answer cite page source policy refund warranty invoice account".split()
+    words = ["agent", "answer", "cite", "page", "source", "policy", "refund", "invoice"]
     contexts = [
         " ".join(rng.choice(words) for _ in range(rng.randint(60, 120))).capitalize() + "."
         for _ in range(500)
@@ -437,8 +437,8 @@ def py_spy(pid: int, load: Callable[[], Any]) -> str | None:
     if not Path(binary).exists():
         print("  --profile: py-spy is not installed (pip install py-spy)", flush=True)
         return None
-    out = tempfile.NamedTemporaryFile(suffix=".txt", delete=False)
-    out.close()
+    with tempfile.NamedTemporaryFile(suffix=".txt", delete=False) as out:
+        pass  # py-spy writes it
     spy = subprocess.Popen(
         [
             binary,
