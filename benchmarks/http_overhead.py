@@ -25,9 +25,12 @@ paragraphs with random unit vectors written straight to the store (search cost
 depends on rows × dimension, not on what the vectors mean).
 
 Run: ``python benchmarks/http_overhead.py [--sizes 2000 50000] [--requests 400]
-[--runs 5]``; writes ``benchmarks/results/http_overhead.json``.
-``--profile`` also samples the server with ``py-spy`` (if installed) during one
-extra HTTP block and prints its top functions.
+[--runs 5] [--blas-threads 1] [--baseline CMD] [--profile]``; writes
+``benchmarks/results/http_overhead.json``. ``--baseline CMD`` serves the same file
+with another ``agentcore`` command too (e.g. the script in a virtualenv of an older
+checkout) and measures it in the same rounds, so before/after compare like for like.
+``--profile`` samples the server with ``py-spy`` (if installed) during one extra
+block of httpx requests and prints where its time goes.
 """
 
 from __future__ import annotations
@@ -498,6 +501,14 @@ def main(argv: list[str] | None = None) -> int:
         default=5000,
         help="sizes up to this are ingested for real; larger ones get synthetic vectors",
     )
+    parser.add_argument(
+        "--blas-threads",
+        type=int,
+        default=1,
+        help="BLAS threads of both sides (OPENBLAS/OMP/MKL_NUM_THREADS; default 1: a search"
+        " here is one small BLAS call, and idle BLAS threads spinning on a shared machine"
+        " swamp both sides' figures); 0 keeps the library's default",
+    )
     parser.add_argument("--profile", action="store_true", help="sample the server with py-spy")
     parser.add_argument(
         "--baseline",
@@ -506,6 +517,9 @@ def main(argv: list[str] | None = None) -> int:
         " are labelled 'baseline'",
     )
     args = parser.parse_args(argv)
+    if args.blas_threads:  # before numpy loads here; the servers inherit it
+        for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+            os.environ[name] = str(args.blas_threads)
 
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -515,6 +529,7 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(
         f"{args.requests} sequential queries per side per round, median of {args.runs} rounds;"
+        f" BLAS threads {args.blas_threads or 'default'};"
         f" {os.cpu_count()} CPUs shared by server, client and any other work"
     )
     print()
@@ -569,6 +584,7 @@ def main(argv: list[str] | None = None) -> int:
                 "requests_per_round": args.requests,
                 "rounds": args.runs,
                 "top_k": TOP_K,
+                "blas_threads": args.blas_threads,
                 "rows": [{k: v for k, v in row.items() if k != "profile"} for row in rows],
                 "machine": {
                     "python": platform.python_version(),
