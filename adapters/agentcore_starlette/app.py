@@ -9,7 +9,7 @@ import contextvars
 import hashlib
 import json
 import re
-import statistics
+import threading
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -196,6 +196,7 @@ class Api:
         # seconds, and their median (what _quick reads)
         self.runs: dict[tuple[str, str, str], collections.deque[float]] = {}
         self.durations: dict[tuple[str, str, str], float] = {}
+        self.runs_lock = threading.Lock()
         self.clock: Callable[[], float] = time.perf_counter  # what run times are read from
 
     def endpoint(self, route: ApiRoute) -> Callable[[Request], Any]:
@@ -274,15 +275,17 @@ class Api:
         return result
 
     def _note(self, route: ApiRoute, ws: Workspace, seconds: float) -> None:
-        """Record a run: a route's estimate in a workspace is the median of its last
-        ``RECENT_RUNS`` run times (wall clock, so waiting on I/O counts), which a stray
-        slow run (the machine busy) does not move, but a run of slow ones does."""
+        """Record a run: a route's estimate in a workspace is the median (the upper one
+        of an even count) of its last ``RECENT_RUNS`` run times (wall clock, so waiting
+        on I/O counts), which a stray slow run (the machine busy) does not move, but a
+        run of slow ones does. Worker threads and the loop both note runs."""
         key = (route.operation_id, ws.organization_id, ws.environment)
-        runs = self.runs.get(key)
-        if runs is None:
-            runs = self.runs[key] = collections.deque(maxlen=RECENT_RUNS)
-        runs.append(seconds)
-        self.durations[key] = statistics.median(runs)
+        with self.runs_lock:
+            runs = self.runs.get(key)
+            if runs is None:
+                runs = self.runs[key] = collections.deque(maxlen=RECENT_RUNS)
+            runs.append(seconds)
+            self.durations[key] = sorted(runs)[len(runs) // 2]
 
     async def _run_blocking(self, route: ApiRoute, call: Call, request: Request) -> Response:
         """Run the handler on a worker thread within the request deadline.
