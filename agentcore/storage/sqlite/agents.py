@@ -42,7 +42,7 @@ class AgentStore:
         """The agent with this id in this workspace, or ``None`` (other workspaces' too).
 
         Raw SQL: every chat turn reads its agent, and sqlite-utils' ``rows_where`` (a
-        generator building its query, then a dict per row) took ~3.5x as long as one
+        generator building its query, then a dict per row) took ~3x as long as one
         indexed statement (``benchmarks/store_crud.py``, get agent).
         """
         with self.db.read() as conn:
