@@ -48,6 +48,8 @@ class RecordingEmbedder:
     def __init__(self) -> None:
         self.query_threads: list[str] = []
         self.clock = FakeClock()
+        self.held = threading.Event()  # set when a query containing "hold" arrives
+        self.release = threading.Event()  # which then waits for this
 
     def embed(self, texts: Sequence[str], kind: str = "passage") -> npt.NDArray[np.float32]:
         rows = np.zeros((len(texts), self.dimension), dtype=np.float32)
@@ -57,6 +59,9 @@ class RecordingEmbedder:
         if kind == "query":
             self.query_threads.append(threading.current_thread().name)
             self.clock.now += self.clock.step
+            if "hold" in texts[0]:
+                self.held.set()
+                assert self.release.wait(timeout=30)
         return rows
 
     def on_worker(self) -> bool:
@@ -210,6 +215,40 @@ def test_the_first_search_of_each_workspace_takes_a_thread(served, embedder) -> 
     assert response.status_code == 200, response.text
     assert [r["source"] for r in response.json()["results"]] == ["g.md"]
     assert embedder.on_worker()
+
+
+def test_a_quick_search_takes_a_thread_while_another_handler_runs(served, embedder) -> None:
+    core = served["core"]
+    core.create_organization("globex")
+    core.workspace("globex", "test").knowledge.ingest_text("g.md", "Globex holds parcels.")
+    other = core.keys.create("globex", "test", ["read"]).secret
+    search(served["client"])
+    search(served["client"])
+    assert not embedder.on_worker()
+    held: list[httpx.Response] = []
+
+    def hold() -> None:
+        with httpx.Client(base_url=str(served["client"].base_url), timeout=30) as client:
+            held.append(
+                client.post(
+                    "/v1/knowledge/search",
+                    json={"query": "hold parcels"},
+                    headers={"Authorization": f"Bearer {other}"},
+                )
+            )
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert embedder.held.wait(timeout=30)  # globex's search is running on a worker
+        search(served["client"])
+        assert embedder.on_worker()  # so acme's quick search does not take the loop
+    finally:
+        embedder.release.set()
+        holder.join(timeout=30)
+    assert held[0].status_code == 200, held[0].text
+    search(served["client"])
+    assert not embedder.on_worker()  # nothing else running: back on the loop
 
 
 # keys: every request sees revocations made anywhere on the store ----------------------
