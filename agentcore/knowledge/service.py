@@ -26,11 +26,13 @@ from agentcore.knowledge.ingest import (
     parse_text,
     text_kind,
 )
+from agentcore.knowledge.terms import TermCounts, TermStats
 from agentcore.models import Deleted, Document, DocumentList, SearchResponse, SearchResult
 from agentcore.storage.records import IngestJob, StoredChunk
 
 if TYPE_CHECKING:
     from agentcore.config import Settings
+    from agentcore.knowledge.terms import TermCounter
     from agentcore.storage.base import KnowledgeStorage
     from agentcore.workspace import Workspace
 
@@ -60,9 +62,11 @@ class KnowledgeService:
         settings: Settings,
         index: IndexCache,
         on_queued: Callable[[], None] | None = None,
+        terms: TermCounter | None = None,
     ) -> None:
         self._ws = workspace
         self._on_queued = on_queued
+        self._terms = terms
         self._store = store
         self._settings = settings
         self._cache = index
@@ -221,6 +225,7 @@ class KnowledgeService:
             created_at=_stored_now(),
         )
         ws = self._ws
+        counts = self._count_terms(chunks)
 
         def store_write() -> None:
             self._store.insert_document(
@@ -232,6 +237,7 @@ class KnowledgeService:
                 vectors,
                 keep,
             )
+            self._add_terms(document.id, counts)
 
         if cancellation is not None:
             cancellation.check()  # the last point at which stopping leaves nothing behind
@@ -275,6 +281,7 @@ class KnowledgeService:
         )
         del parsed
         vectors, keep, embedder = self._embed(chunks, cancellation)
+        counts = self._count_terms(chunks)
 
         def store_write() -> bool:
             ids = self._store.complete_document(
@@ -286,12 +293,45 @@ class KnowledgeService:
                 vectors,
                 keep,
             )
-            return ids is not None
+            if ids is None:
+                return False
+            self._add_terms(ready.id, counts)
+            return True
 
         cancellation.check()
         if not self._cache.write(ws.organization_id, ws.environment, store_write):
             return None
         return ready
+
+    def _count_terms(self, chunks: builtins.list[Chunk]) -> TermCounts | None:
+        """The sentence counts of a document's chunks (none without a term counter)."""
+        if self._terms is None:
+            return None
+        limit = self._settings.max_token_chars
+        return self._terms.count(bounded_text(chunk.text, limit) for chunk in chunks)
+
+    def _add_terms(self, document_id: str, counts: TermCounts | None) -> None:
+        """Store a just-indexed document's sentence counts (a write of its own, after
+        the document's: a crash in between leaves a document that only counts as rare
+        words do not, never counts without a document; they are deleted with it)."""
+        if counts is not None:
+            ws = self._ws
+            self._store.add_term_counts(
+                ws.organization_id, ws.environment, document_id, counts.sentences, counts.stems
+            )
+
+    def term_stats(self, text: str) -> TermStats:
+        """How many sentences this workspace holds and how many of them hold each stem of
+        ``text`` (a question): the rarity chat weighs question words by. Read scope."""
+        self._ws.require("read")
+        if self._terms is None:
+            return TermStats(0)
+        stems = self._terms.stems(bounded_text(text, self._settings.max_token_chars))
+        if not stems:
+            return TermStats(0)
+        ws = self._ws
+        sentences, counts = self._store.term_counts(ws.organization_id, ws.environment, stems)
+        return TermStats(sentences, counts)
 
     # documents -----------------------------------------------------------------
 

@@ -13,19 +13,23 @@ from typing import TYPE_CHECKING
 from agentcore.chat_models import ChatRequest, ChatResult, Passage
 from agentcore.hookspecs import hookimpl
 from agentcore.knowledge.chunking import split_sentences
+from agentcore.knowledge.terms import TermStats
 from agentcore.plugins.hashing_embedder import HashingEmbedder
 
 if TYPE_CHECKING:
     from agentcore.chat_models import ChatModel
     from agentcore.config import Settings
 
-__all__ = ["NO_ANSWER", "ExtractiveModel", "agentcore_register_chat_models"]
+__all__ = ["NO_ANSWER", "ExtractiveModel", "agentcore_register_chat_models", "tokens_of"]
 
 NO_ANSWER = "I couldn't find anything about that in the knowledge base."
 
 # One tokenizer for retrieval and answering: the same stop words and stemmer make a
-# question match a sentence here exactly when it would match its chunk there.
-_tokens = HashingEmbedder(dimension=1).tokens
+# question match a sentence here exactly when it would match its chunk there. The
+# workspace's sentence frequencies (``ChatRequest.term_stats``) are counted with it too.
+_TOKENIZER = HashingEmbedder(dimension=1)
+_tokens = _TOKENIZER.tokens
+tokens_of = _TOKENIZER.tokens_of
 
 _NUMBER = re.compile(r"\d")
 _YEAR_OR_DATE = re.compile(
@@ -35,6 +39,9 @@ _YEAR_OR_DATE = re.compile(
     re.IGNORECASE,
 )
 _WORD = re.compile(r"[^\W_]+(?:['’-][^\W_]+)*")
+# Spelled-out numbers in a question say how many answers it wants ("the two kinds",
+# "one of the causes"), not what the answer sentence says: they are no content words.
+_COUNT_WORDS = frozenset(_tokens("one two three four five six seven eight nine ten"))
 
 
 class _Want:
@@ -70,6 +77,7 @@ class _Sentence:
     rank: int  # the passage's retrieval rank, 0 first
     stems: frozenset[str]
     order: tuple[str, ...]  # the sentence's stems in order, for phrase matches
+    names: frozenset[str] = frozenset()  # stems only found in capitalised words past its first
 
 
 class ExtractiveModel:
@@ -132,13 +140,14 @@ class ExtractiveModel:
     def _choose(self, request: ChatRequest) -> list[_Sentence]:
         """The sentences to quote, in passage order; none when nothing answers."""
         question = request.message
-        wanted = _tokens(question)
+        wanted = _question_stems(question)
         if not wanted or not request.passages:
             return []
         sentences = _candidates(request.passages)
         if not sentences:
             return []
-        weight = _question_weights(wanted, sentences)
+        weight = _question_weights(wanted, sentences, request.term_stats)
+        lowered = _lower_case_stems(question)
         passage_stems: dict[int, frozenset[str]] = {}
         for s in sentences:
             passage_stems[s.rank] = passage_stems.get(s.rank, frozenset()) | s.stems
@@ -150,7 +159,8 @@ class ExtractiveModel:
             return []
         share = sum(seen.values()) / sum(weight.values())
         scored = [
-            (self._score(question, wanted, seen, s, passage_stems[s.rank]), s) for s in sentences
+            (self._score(question, wanted, seen, s, passage_stems[s.rank], lowered), s)
+            for s in sentences
         ]
         # Ties go to the better-ranked passage, then to the earlier sentence: stable.
         scored.sort(key=lambda item: -item[0][0])
@@ -174,14 +184,21 @@ class ExtractiveModel:
         weight: dict[str, float],
         sentence: _Sentence,
         passage_stems: frozenset[str],
+        lowered: frozenset[str] = frozenset(),
     ) -> tuple[float, float]:
-        """Return ``(score, coverage)`` of one sentence for the question."""
+        """Return ``(score, coverage)`` of one sentence for the question.
+
+        ``lowered`` are the question stems it writes in lower case: a sentence that
+        has one only inside a capitalised name ("religion" and "the Wars of
+        Religion") does not hold that word in the question's sense.
+        """
         unique = [stem for stem in dict.fromkeys(wanted) if stem in weight]
         total = sum(weight.values())
-        coverage = sum(weight[s] for s in unique if s in sentence.stems) / total
+        stems = sentence.stems - (sentence.names & lowered)
+        coverage = sum(weight[s] for s in unique if s in stems) / total
         # Inflections the stemmer misses ("originate"/"origin") share a prefix.
-        prefixes = {_prefix(stem) for stem in sentence.stems}
-        fuzzy = sum(weight[s] for s in unique if s not in sentence.stems and _prefix(s) in prefixes)
+        prefixes = {_prefix(stem) for stem in stems}
+        fuzzy = sum(weight[s] for s in unique if s not in stems and _prefix(s) in prefixes)
         in_passage = sum(weight[s] for s in unique if s in passage_stems)
         score = coverage + (self.FUZZY_WEIGHT * fuzzy + self.PASSAGE_WEIGHT * in_passage) / total
         pairs = set(zip(wanted, wanted[1:], strict=False))
@@ -213,26 +230,59 @@ def _result(chosen: Sequence[_Sentence]) -> ChatResult:
 def _candidates(passages: Sequence[Passage]) -> list[_Sentence]:
     """The distinct sentences of ``passages`` in retrieval order (chunks overlap)."""
     seen: set[str] = set()
-    out: list[_Sentence] = []
+    found: list[tuple[str, Passage, int]] = []
     for rank, passage in enumerate(passages):
         for raw in split_sentences(passage.text):
             text = " ".join(raw.split())
-            stems = _tokens(text)
-            if not stems or text.casefold() in seen:
-                continue
-            seen.add(text.casefold())
-            out.append(_Sentence(text, passage, rank, frozenset(stems), tuple(stems)))
+            if text.casefold() not in seen:
+                seen.add(text.casefold())
+                found.append((text, passage, rank))
+    # One tokenizer call for every sentence, its capitalised words and its others.
+    parts: list[str] = []
+    for text, _passage, _rank in found:
+        words = _WORD.findall(text)
+        named = [w for w in words[1:] if w[0].isupper()]
+        parts += [text, " ".join(named), " ".join(w for w in words if w not in named)]
+    stems = tokens_of(parts)
+    out: list[_Sentence] = []
+    for number, (text, passage, rank) in enumerate(found):
+        order, named, other = stems[3 * number : 3 * number + 3]
+        if order:
+            names = frozenset(named) - frozenset(other)
+            out.append(_Sentence(text, passage, rank, frozenset(order), tuple(order), names))
     return out
+
+
+def _question_stems(question: str) -> list[str]:
+    """The question's stems less spelled-out numbers (unless nothing else is left)."""
+    stems = _tokens(question)
+    return [stem for stem in stems if stem not in _COUNT_WORDS] or stems
+
+
+def _lower_case_stems(question: str) -> frozenset[str]:
+    """Stems of the question's words written in lower case."""
+    return frozenset(_tokens(" ".join(w for w in _WORD.findall(question) if w.islower())))
 
 
 def _prefix(stem: str) -> str:
     return stem[:5]
 
 
-def _question_weights(wanted: list[str], sentences: Sequence[_Sentence]) -> dict[str, float]:
-    """Smoothed inverse sentence frequency of each distinct question stem."""
+def _question_weights(
+    wanted: list[str], sentences: Sequence[_Sentence], stats: TermStats | None = None
+) -> dict[str, float]:
+    """Smoothed inverse sentence frequency of each distinct question stem.
+
+    Counted over the workspace's sentences when ``stats`` has them (never less than
+    the candidates themselves show: documents indexed before counts were kept are
+    missing from them), else over the candidate sentences alone.
+    """
     counts = Counter(stem for s in sentences for stem in s.stems)
     n = len(sentences)
+    if stats is not None and stats.sentences > 0:
+        n = max(n, stats.sentences)
+        for stem in set(wanted):
+            counts[stem] = max(counts[stem], stats.counts.get(stem, 0))
     # A stem no candidate has weighs as much as the rarest one: the question may be
     # about something the passages never mention, or it may merely paraphrase them.
     return {stem: math.log(1.0 + (n + 1) / (max(counts[stem], 1) + 0.5)) for stem in wanted}

@@ -7,7 +7,7 @@ data — so a PostgreSQL store can implement it without changes to the core.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
@@ -155,6 +155,24 @@ class KnowledgeStorage(Protocol):
 
     def delete_document(self, organization_id: str, environment: str, document_id: str) -> bool:
         """Delete a document with its chunks, vectors and any ingestion job; whether it existed."""
+
+    def add_term_counts(
+        self,
+        organization_id: str,
+        environment: str,
+        document_id: str,
+        sentences: int,
+        stems: Mapping[str, int],
+    ) -> bool:
+        """Store a document's sentence count and, per word stem, how many of its sentences
+        hold it (replacing any it had); they are deleted with the document. ``False``
+        when the document does not exist (nothing stored)."""
+
+    def term_counts(
+        self, organization_id: str, environment: str, stems: Sequence[str]
+    ) -> tuple[int, dict[str, int]]:
+        """``(sentences, {stem: sentences holding it})`` summed over the workspace's
+        documents, for ``stems`` (those no sentence holds may be left out)."""
 
     def get_chunks(self, chunk_ids: Sequence[int]) -> dict[int, StoredChunk]:
         """Chunks by id."""

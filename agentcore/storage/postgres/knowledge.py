@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -462,6 +462,55 @@ class KnowledgeStore:
         return True
 
     @retrying
+    @retrying
+    def add_term_counts(
+        self,
+        organization_id: str,
+        environment: str,
+        document_id: str,
+        sentences: int,
+        stems: Mapping[str, int],
+    ) -> bool:
+        """Store a document's sentence count and per-stem sentence counts (replacing any).
+
+        ``False`` (nothing stored) when the document is gone; the rows leave with it.
+        """
+        rows = [(document_id, organization_id, environment, "", sentences)] + [
+            (document_id, organization_id, environment, stem, count)
+            for stem, count in stems.items()
+            if stem and count > 0
+        ]
+        with self.db.write() as conn:
+            found = conn.execute(
+                f"SELECT 1 FROM documents WHERE id = %s AND {_WORKSPACE} FOR SHARE",
+                [document_id, organization_id, environment],
+            ).fetchone()
+            if found is None:
+                return False
+            conn.execute("DELETE FROM term_counts WHERE document_id = %s", [document_id])
+            with conn.cursor() as cursor:
+                cursor.executemany(
+                    "INSERT INTO term_counts (document_id, organization_id, environment, term,"
+                    " sentences) VALUES (%s, %s, %s, %s, %s)",
+                    rows,
+                )
+        return True
+
+    def term_counts(
+        self, organization_id: str, environment: str, stems: Sequence[str]
+    ) -> tuple[int, dict[str, int]]:
+        """The workspace's sentences and, per stem of ``stems``, how many hold it
+        (stems no sentence holds are left out): sums over its documents' counts."""
+        wanted = sorted({stem for stem in stems if stem})
+        with self.db.read() as conn:
+            rows = conn.execute(
+                "SELECT term, SUM(sentences) AS total FROM term_counts"
+                f" WHERE {_WORKSPACE} AND term = ANY(%s) GROUP BY term",
+                [organization_id, environment, ["", *wanted]],
+            ).fetchall()
+        found = {row["term"]: int(row["total"]) for row in rows}
+        return found.pop("", 0), found
+
     def get_chunks(self, chunk_ids: Sequence[int]) -> dict[int, StoredChunk]:
         """Chunks by id (with their document's source); missing ids are left out."""
         if not chunk_ids:
