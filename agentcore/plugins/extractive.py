@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import unicodedata
@@ -230,27 +231,42 @@ def _result(chosen: Sequence[_Sentence]) -> ChatResult:
 def _candidates(passages: Sequence[Passage]) -> list[_Sentence]:
     """The distinct sentences of ``passages`` in retrieval order (chunks overlap)."""
     seen: set[str] = set()
-    found: list[tuple[str, Passage, int]] = []
+    out: list[_Sentence] = []
     for rank, passage in enumerate(passages):
-        for raw in split_sentences(passage.text):
-            text = " ".join(raw.split())
+        for text, stems, order, names in _analysed(passage.text):
             if text.casefold() not in seen:
                 seen.add(text.casefold())
-                found.append((text, passage, rank))
-    # One tokenizer call for every sentence, its capitalised words and its others.
-    parts: list[str] = []
-    for text, _passage, _rank in found:
-        words = _WORD.findall(text)
-        named = [w for w in words[1:] if w[0].isupper()]
-        parts += [text, " ".join(named), " ".join(w for w in words if w not in named)]
-    stems = tokens_of(parts)
-    out: list[_Sentence] = []
-    for number, (text, passage, rank) in enumerate(found):
-        order, named, other = stems[3 * number : 3 * number + 3]
-        if order:
-            names = frozenset(named) - frozenset(other)
-            out.append(_Sentence(text, passage, rank, frozenset(order), tuple(order), names))
+                out.append(_Sentence(text, passage, rank, stems, order, names))
     return out
+
+
+_Analysis = tuple[str, frozenset[str], tuple[str, ...], frozenset[str]]
+
+
+@functools.lru_cache(maxsize=2048)
+def _analysed(passage: str) -> tuple[_Analysis, ...]:
+    """The sentences of a passage text that have stems: ``(text, stems, stems in order,
+    stems only found in its capitalised words past the first)``. Kept for the last
+    chunks seen: a chunk's text never changes, and popular chunks come back often."""
+    texts = [" ".join(raw.split()) for raw in split_sentences(passage)]
+    # One tokenizer call for every sentence and for its capitalised words past the
+    # first: a stem found as often among those as in the whole sentence is only
+    # ever part of a name there (the tokenizer stems word by word).
+    parts: list[str] = []
+    for text in texts:
+        parts.append(text)
+        parts.append(" ".join(w for w in _WORD.findall(text)[1:] if w[0].isupper()))
+    stems = tokens_of(parts)
+    out: list[_Analysis] = []
+    for number, text in enumerate(texts):
+        order, named = stems[2 * number], stems[2 * number + 1]
+        if order:
+            names: frozenset[str] = frozenset()
+            if named:
+                everywhere, in_names = Counter(order), Counter(named)
+                names = frozenset(s for s, n in in_names.items() if everywhere[s] == n)
+            out.append((text, frozenset(order), tuple(order), names))
+    return tuple(out)
 
 
 def _question_stems(question: str) -> list[str]:
@@ -340,6 +356,7 @@ def _one_edit(a: str, b: str) -> bool:
     return len(b) == len(a) + 1 and a[prefix:] == b[prefix + 1 :]
 
 
+@functools.lru_cache(maxsize=65_536)
 def _fold(word: str) -> str:
     """``word`` without accents: "hervé" and "herve" are one name."""
     decomposed = unicodedata.normalize("NFKD", word)
