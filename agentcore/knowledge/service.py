@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import builtins
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -26,7 +26,7 @@ from agentcore.knowledge.ingest import (
     parse_text,
     text_kind,
 )
-from agentcore.knowledge.terms import TermCounts, TermStats
+from agentcore.knowledge.terms import TermStats
 from agentcore.models import Deleted, Document, DocumentList, SearchResponse, SearchResult
 from agentcore.storage.records import IngestJob, StoredChunk
 
@@ -236,8 +236,8 @@ class KnowledgeService:
                 embedder,
                 vectors,
                 keep,
+                term_counts=counts,
             )
-            self._add_terms(document.id, counts)
 
         if cancellation is not None:
             cancellation.check()  # the last point at which stopping leaves nothing behind
@@ -292,33 +292,22 @@ class KnowledgeService:
                 embedder,
                 vectors,
                 keep,
+                term_counts=counts,
             )
-            if ids is None:
-                return False
-            self._add_terms(ready.id, counts)
-            return True
+            return ids is not None
 
         cancellation.check()
         if not self._cache.write(ws.organization_id, ws.environment, store_write):
             return None
         return ready
 
-    def _count_terms(self, chunks: builtins.list[Chunk]) -> TermCounts | None:
-        """The sentence counts of a document's chunks (none without a term counter)."""
+    def _count_terms(self, chunks: builtins.list[Chunk]) -> tuple[int, Mapping[str, int]] | None:
+        """A document's sentence counts, stored with its chunks (none without a counter)."""
         if self._terms is None:
             return None
         limit = self._settings.max_token_chars
-        return self._terms.count(bounded_text(chunk.text, limit) for chunk in chunks)
-
-    def _add_terms(self, document_id: str, counts: TermCounts | None) -> None:
-        """Store a just-indexed document's sentence counts (a write of its own, after
-        the document's: a crash in between leaves a document that only counts as rare
-        words do not, never counts without a document; they are deleted with it)."""
-        if counts is not None:
-            ws = self._ws
-            self._store.add_term_counts(
-                ws.organization_id, ws.environment, document_id, counts.sentences, counts.stems
-            )
+        counts = self._terms.count(bounded_text(chunk.text, limit) for chunk in chunks)
+        return counts.sentences, counts.stems
 
     def term_stats(self, text: str) -> TermStats:
         """How many sentences this workspace holds and how many of them hold each stem of

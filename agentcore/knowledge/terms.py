@@ -10,20 +10,25 @@ nothing is ever recounted).
 
 Sentences are counted per chunk: a sentence that chunk overlap repeats counts once per
 chunk that holds it, which keeps every document's counts independent of the others.
+For speed they are cut by a plain rule (after ``.``, ``!`` or ``?`` and any closing
+quote or bracket, then whitespace; and at blank lines) rather than by the chunker's
+sentence splitter, which also keeps abbreviations and decimals whole: these are
+counts for weighing words, and on the SQuAD sample both give the same answers.
 """
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-
-from agentcore.knowledge.chunking import split_sentences
 
 __all__ = ["TermCounter", "TermCounts", "TermStats", "count_terms"]
 
 #: The stems of each of several texts, as the chat model's tokenizer gives them.
 Tokenizer = Callable[[Sequence[str]], list[list[str]]]
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])[\"'”’)\]]*\s+|\n\s*\n")
 
 
 @dataclass(frozen=True)
@@ -74,7 +79,12 @@ def count_terms(texts: Iterable[str], tokenize: Tokenizer) -> TermCounts:
     A sentence without any stem (punctuation, numbers the tokenizer drops) still
     counts as a sentence. Empty texts add nothing.
     """
-    sentences = [sentence for text in texts for sentence in split_sentences(text)]
+    sentences = [
+        sentence
+        for text in texts
+        for sentence in _SENTENCE_END.split(text)
+        if sentence and not sentence.isspace()
+    ]
     stems: Counter[str] = Counter()
     for found in tokenize(sentences):
         stems.update(set(found))

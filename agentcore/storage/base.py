@@ -94,8 +94,13 @@ class KnowledgeStorage(Protocol):
         embedder: str,
         vectors: npt.NDArray[np.float32],
         keep: npt.NDArray[np.bool_],
+        term_counts: tuple[int, Mapping[str, int]] | None = None,
     ) -> list[int]:
-        """Store a document, its chunks and the ``keep`` rows' vectors atomically."""
+        """Store a document, its chunks and the ``keep`` rows' vectors atomically.
+
+        ``term_counts`` (``(sentences, {stem: sentences holding it})``) are stored with
+        them for ``term_counts`` and deleted with the document.
+        """
 
     def chunk_ids(self, organization_id: str, environment: str, document_id: str) -> list[int]:
         """The chunk ids of a document."""
@@ -156,18 +161,6 @@ class KnowledgeStorage(Protocol):
     def delete_document(self, organization_id: str, environment: str, document_id: str) -> bool:
         """Delete a document with its chunks, vectors and any ingestion job; whether it existed."""
 
-    def add_term_counts(
-        self,
-        organization_id: str,
-        environment: str,
-        document_id: str,
-        sentences: int,
-        stems: Mapping[str, int],
-    ) -> bool:
-        """Store a document's sentence count and, per word stem, how many of its sentences
-        hold it (replacing any it had); they are deleted with the document. ``False``
-        when the document does not exist (nothing stored)."""
-
     def term_counts(
         self, organization_id: str, environment: str, stems: Sequence[str]
     ) -> tuple[int, dict[str, int]]:
@@ -218,6 +211,7 @@ class KnowledgeStorage(Protocol):
         embedder: str,
         vectors: npt.NDArray[np.float32],
         keep: npt.NDArray[np.bool_],
+        term_counts: tuple[int, Mapping[str, int]] | None = None,
     ) -> list[int] | None:
         """A ``processing`` document becomes ``ready`` with its chunks and vectors.
 

@@ -7,6 +7,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from helpers import Recorder, core_with
 from pdfs import make_pdf
@@ -101,22 +102,25 @@ def test_background_ingestion_counts_too(core: AgentCore) -> None:
     assert_equal_to_recount(core, ws, [])
 
 
-def test_counts_of_a_document_that_is_gone_are_refused(tmp_path: Path) -> None:
+def test_a_document_that_is_no_longer_processing_stores_no_counts(tmp_path: Path) -> None:
     core = core_with(tmp_path)
     try:
         ws = core.workspace("acme", "test")
-        store = core.store
-        assert not store.add_term_counts(
-            ws.organization_id, ws.environment, "doc_missing", 3, {"blade": 2}
+        document = ws.knowledge.ingest_text("b.txt", "Blades are heavy.")  # ready already
+        before = stored(core, ws, ["blade", "x"])
+        vectors = np.ones((1, core.embedders["hashing-v1"].dimension), dtype=np.float32)
+        written = core.store.complete_document(
+            ws.organization_id,
+            ws.environment,
+            document,
+            [("x x x.", [1], [0])],
+            "hashing-v1",
+            vectors,
+            np.ones(1, dtype=bool),
+            term_counts=(5, {"x": 4}),
         )
-        assert store.term_counts(ws.organization_id, ws.environment, ["blade"]) == (0, {})
-        document = ws.knowledge.ingest_text("b.txt", "Blades are heavy.")
-        # writing a document's counts again replaces them, never adds to them
-        assert store.add_term_counts(ws.organization_id, ws.environment, document.id, 5, {"x": 4})
-        assert store.term_counts(ws.organization_id, ws.environment, ["x", "blade"]) == (
-            5,
-            {"x": 4},
-        )
+        assert written is None
+        assert stored(core, ws, ["blade", "x"]) == before == (1, {"blade": 1})
     finally:
         core.close()
 

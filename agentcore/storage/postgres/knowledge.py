@@ -70,6 +70,7 @@ class KnowledgeStore:
         embedder: str,
         vectors: npt.NDArray[np.float32],
         keep: npt.NDArray[np.bool_],
+        term_counts: tuple[int, Mapping[str, int]] | None = None,
     ) -> list[int]:
         """Store a document, its chunks and the vectors of the ``keep`` rows atomically.
 
@@ -77,9 +78,14 @@ class KnowledgeStore:
         """
         with self.db.write() as conn:
             self._insert_document_row(conn, organization_id, environment, document)
-            return self._insert_chunks(
+            ids = self._insert_chunks(
                 conn, organization_id, environment, document, chunks, embedder, vectors, keep
             )
+            if term_counts is not None:
+                self._insert_term_counts(
+                    conn, organization_id, environment, document.id, *term_counts
+                )
+            return ids
 
     def _insert_document_row(
         self, conn: Conn, organization_id: str, environment: str, document: Document
@@ -462,39 +468,28 @@ class KnowledgeStore:
         return True
 
     @retrying
-    @retrying
-    def add_term_counts(
+    def _insert_term_counts(
         self,
+        conn: Conn,
         organization_id: str,
         environment: str,
         document_id: str,
         sentences: int,
         stems: Mapping[str, int],
-    ) -> bool:
-        """Store a document's sentence count and per-stem sentence counts (replacing any).
-
-        ``False`` (nothing stored) when the document is gone; the rows leave with it.
-        """
+    ) -> None:
+        """A document's sentence count (``term = ''``) and per-stem sentence counts, in
+        the transaction that stores its chunks; they leave with it (foreign key)."""
         rows = [(document_id, organization_id, environment, "", sentences)] + [
             (document_id, organization_id, environment, stem, count)
             for stem, count in stems.items()
             if stem and count > 0
         ]
-        with self.db.write() as conn:
-            found = conn.execute(
-                f"SELECT 1 FROM documents WHERE id = %s AND {_WORKSPACE} FOR SHARE",
-                [document_id, organization_id, environment],
-            ).fetchone()
-            if found is None:
-                return False
-            conn.execute("DELETE FROM term_counts WHERE document_id = %s", [document_id])
-            with conn.cursor() as cursor:
-                cursor.executemany(
-                    "INSERT INTO term_counts (document_id, organization_id, environment, term,"
-                    " sentences) VALUES (%s, %s, %s, %s, %s)",
-                    rows,
-                )
-        return True
+        with conn.cursor() as cursor:
+            cursor.executemany(
+                "INSERT INTO term_counts (document_id, organization_id, environment, term,"
+                " sentences) VALUES (%s, %s, %s, %s, %s)",
+                rows,
+            )
 
     def term_counts(
         self, organization_id: str, environment: str, stems: Sequence[str]
@@ -657,6 +652,7 @@ class KnowledgeStore:
         embedder: str,
         vectors: npt.NDArray[np.float32],
         keep: npt.NDArray[np.bool_],
+        term_counts: tuple[int, Mapping[str, int]] | None = None,
     ) -> list[int] | None:
         """Make a ``processing`` document ``ready`` with its chunks and vectors, atomically.
 
@@ -680,9 +676,14 @@ class KnowledgeStore:
             if cursor.rowcount == 0:
                 return None
             conn.execute("DELETE FROM ingest_jobs WHERE document_id = %s", [document.id])
-            return self._insert_chunks(
+            ids = self._insert_chunks(
                 conn, organization_id, environment, document, chunks, embedder, vectors, keep
             )
+            if term_counts is not None:
+                self._insert_term_counts(
+                    conn, organization_id, environment, document.id, *term_counts
+                )
+            return ids
 
     @retrying
     def fail_document(
