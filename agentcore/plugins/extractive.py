@@ -85,23 +85,38 @@ class ExtractiveModel:
     """Answers with the one or two retrieved sentences that best match the question.
 
     Deterministic and download-free. Each sentence of the passages is scored by the
-    IDF-weighted share of the question's content words it contains (IDF over the
-    candidate sentences, so words every passage repeats count for little; words
-    sharing a five-letter prefix count in part), plus bonuses for question word pairs
-    found side by side, for question words elsewhere in its passage, for holding what
-    the question asks for (a number or date for *when* and *how many*, a name for
-    *who*) and for its passage's retrieval score, less a little for length and a lot
-    for merely restating the question. The answer quotes the best sentence verbatim,
-    and a runner-up scoring at least ``second_ratio`` of it (so at most two passages);
-    ``used_passage_ids`` are exactly the quoted passages. With no passage, a question
-    naming something no passage mentions, or no sentence covering ``min_coverage`` of
-    the question, it answers ``NO_ANSWER`` and cites nothing. Tools are never called.
+    IDF-weighted share of the question's content words it contains, plus bonuses for
+    question word pairs found side by side, for question words elsewhere in its
+    passage, for holding what the question asks for (a number or date for *when* and
+    *how many*, a name for *who*) and for its passage's retrieval score, less a little
+    for length and a lot for merely restating the question. Three rules say what a
+    question word is and when a sentence holds it, from how English questions are
+    written rather than from weights:
+
+    - rarity (IDF) is counted over all the workspace's sentences when the request
+      carries ``term_stats`` (kept per document at ingestion, see
+      ``agentcore/knowledge/terms.py``), so a word the whole knowledge base repeats
+      counts for little however the few retrieved passages happen to use it; over the
+      candidate sentences otherwise. Words sharing a five-letter prefix count in part;
+    - spelled-out numbers ("the *two* kinds", "*one* of the causes") say how many
+      answers are wanted, not what the answer says: they are no content words;
+    - a question word written in lower case is not held by a sentence that has it only
+      inside a capitalised name past its first word ("religion" is not in "the French
+      Wars of Religion").
+
+    The answer quotes the best sentence verbatim, and a runner-up scoring at least
+    ``second_ratio`` of it (so at most two passages); ``used_passage_ids`` are exactly
+    the quoted passages. With no passage, a question naming something no passage
+    mentions, or no sentence covering ``min_coverage`` of the question, it answers
+    ``NO_ANSWER`` and cites nothing. Tools are never called. Each chunk text's
+    sentences are analysed once and kept (by text) for the chunks seen last.
 
     The weights were set by hand on the SQuAD sample in ``shared/eval``, so figures
-    measured on that sample are optimistic. There (2 paragraphs a page, top-8 chunks
-    from ``hashing-v1``), citations name the gold page for 93.9% of the 293 answerable
-    questions and the text holds a gold answer for 83.3%
-    (``benchmarks/retrieval_quality.py``).
+    measured on that sample are optimistic; the three rules were each checked on the
+    article they were not found on (``benchmarks/README.md``). There (top-8 chunks
+    from ``hashing-v1``), citations name the gold page for 95.6% of the 293 answerable
+    questions at 2 and at 3 paragraphs a page, and the text holds a gold answer for
+    85.3% / 85.7% (``benchmarks/retrieval_quality.py``).
 
     :param min_coverage: the least IDF-weighted share of the question's content words
         the best sentence must hold to be an answer.
