@@ -134,6 +134,10 @@ class ExtractiveModel:
     NOTHING_NEW_PENALTY = 0.3
     RETRIEVAL_WEIGHT = 0.5
     LENGTH_PENALTY = 0.1
+    # The question-reading rules of the class docstring; switched off only to measure
+    # what each adds (benchmarks/answer_selection.py).
+    COUNT_WORDS_ARE_CONTENT = False
+    NAMES_MATCH_LOWER_CASE = False
 
     def __init__(self, *, min_coverage: float = 0.1, second_ratio: float = 0.5) -> None:
         self.min_coverage = min_coverage
@@ -156,14 +160,14 @@ class ExtractiveModel:
     def _choose(self, request: ChatRequest) -> list[_Sentence]:
         """The sentences to quote, in passage order; none when nothing answers."""
         question = request.message
-        wanted = _question_stems(question)
+        wanted = _tokens(question) if self.COUNT_WORDS_ARE_CONTENT else _question_stems(question)
         if not wanted or not request.passages:
             return []
         sentences = _candidates(request.passages)
         if not sentences:
             return []
         weight = _question_weights(wanted, sentences, request.term_stats)
-        lowered = _lower_case_stems(question)
+        lowered = frozenset() if self.NAMES_MATCH_LOWER_CASE else _lower_case_stems(question)
         passage_stems: dict[int, frozenset[str]] = {}
         for s in sentences:
             passage_stems[s.rank] = passage_stems.get(s.rank, frozenset()) | s.stems
