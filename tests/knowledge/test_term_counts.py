@@ -187,3 +187,21 @@ def test_count_terms_counts_each_stem_once_per_sentence() -> None:
     counter = TermCounter(tokens_of)
     assert counter.stems("Blades? BLADES! turbine blades") == ["blade", "turbine"]
     assert counter.count(["Ärzte öffnen die Praxis. Ärzte schließen sie."]).stems["ärzte"] == 2
+
+
+def test_tokens_of_is_tokens_of_each_text() -> None:
+    # the one-pass batch form must never drift from the per-text form chat reads with
+    from agentcore.plugins.hashing_embedder import HashingEmbedder
+
+    embedder = HashingEmbedder(dimension=8)
+    texts = [
+        "The turbine blades are stored in Rotterdam.",
+        "",
+        "   ",
+        "Ärzte öffnen die Praxis; Πού φυλάσσονται τα πτερύγια;",
+        "涡轮叶片存放在鹿特丹。",
+        "x" * 500 + " running runs ran",
+        "The the THE and of.",
+    ]
+    assert embedder.tokens_of(texts) == [embedder.tokens(text) for text in texts]
+    assert embedder.tokens_of([]) == []
