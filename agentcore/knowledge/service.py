@@ -52,6 +52,8 @@ class KnowledgeService:
     :param index: the core's shared cache of workspace indexes (and its embedder).
     :param on_queued: called after a document is queued for background ingestion
         (the core wakes its ingestion worker).
+    :param terms: counts each indexed document's sentences and word stems, stored with
+        it for ``term_stats`` (chat's word rarity); ``None``: no counts are kept.
     """
 
     def __init__(
