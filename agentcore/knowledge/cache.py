@@ -109,6 +109,16 @@ class IndexCache:
                 return entry.index
             return self._load(key, state)
 
+    def is_current(self, organization_id: str, environment: str) -> bool:
+        """Whether a workspace's index is loaded here and at the store's version, so a
+        search now neither loads nor catches up (always, when the store searches)."""
+        if self._store_search is not None:
+            return True
+        entry = self._entries.get((organization_id, environment))
+        if entry is None:
+            return False
+        return entry.version == self._store.knowledge_state(organization_id, environment).version
+
     def search(
         self,
         organization_id: str,

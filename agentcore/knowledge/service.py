@@ -400,6 +400,15 @@ class KnowledgeService:
         ]
         return SearchResponse(query=query, results=results)
 
+    def index_is_current(self) -> bool:
+        """Whether a search now runs on this process's loaded index as it is, without
+        loading or catching up (one small read of the workspace's version). Read scope.
+
+        The HTTP adapter asks before running a search on its event loop.
+        """
+        self._ws.require("read")
+        return self._cache.is_current(self._ws.organization_id, self._ws.environment)
+
     def retrieve(
         self, query: str, k: int, min_score: float | None = None
     ) -> builtins.list[tuple[StoredChunk, float]]:
