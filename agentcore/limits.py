@@ -65,6 +65,11 @@ class RateLimiter:
         self._buckets: dict[str, tuple[float, float]] = {}  # key -> (tokens, last refill)
         self._lock = threading.Lock()
 
+    @property
+    def backend(self) -> str:
+        """Where the buckets live: ``"store"`` (shared by nodes) or ``"local"`` (this process)."""
+        return "store" if self._store is not None else "local"
+
     def check(self, key_id: str, environment: str) -> Decision:
         """Take one token for ``key_id`` if there is one."""
         rate = self._rates[environment]

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -96,12 +95,16 @@ def test_the_default_backend_follows_the_store(store_url: str, store_kind: str) 
     with AgentCore.open(store_url, start_workers=False) as core:
         assert core.settings.rate_limit_backend == "auto"
         assert core.store.shared_by_nodes is (store_kind == "postgres")
+        assert core.rate_limiter.backend == ("store" if store_kind == "postgres" else "local")
+        # the core's limiter chose its backend; a twin with the same settings and store
+        # and a frozen clock makes the same choice, and no refill can happen under load
+        limiter = RateLimiter(core.settings, store=core.store, clock=lambda: 1_000.0)
         for _ in range(int(core.settings.rate_limit_test)):
-            core.rate_limiter.check("key_1", "test")
-        assert not core.rate_limiter.check("key_1", "test").allowed
-        # a bucket the limiter never wrote starts full; one it spent does not refill by
-        # much in the moment since (rate 25/s), so its next take is refused
-        take = core.store.take_token("key_1", rate=25, burst=25, now=time.time())
+            limiter.check("key_1", "test")
+        assert not limiter.check("key_1", "test").allowed
+        # a bucket the limiter never wrote starts full; the one it spent is empty at the
+        # same instant, so its next take is refused
+        take = core.store.take_token("key_1", rate=25, burst=25, now=1_000.0)
         if store_kind == "sqlite":
             assert take.allowed and take.tokens == 24.0  # untouched: the buckets were local
         else:
