@@ -651,6 +651,8 @@ class VectorIndex:
 
     def _plan(self, snap: _Snapshot, *, force: bool) -> MaintenancePlan | None:
         chosen = [p for p in snap.parts if p.dead.shape[0] * COMPACT_FRACTION > p.rows]
+        if self.persisted:  # parts in RAM (a load from the store) become segment files
+            chosen += [p for p in snap.parts if p.name is None and all(p is not c for c in chosen)]
         tail = snap.tail
         seal = tail.dead.shape[0] * COMPACT_FRACTION > tail.rows
         if self.persisted:
