@@ -314,11 +314,12 @@ class IndexCache:
             if plan is None:
                 return False
             ids, vectors = plan.live_rows()
-            new_parts = [directory.write_segment(ids, vectors, codec_named(index.codec))]
+            codec = codec_named(index.codec)
+            new_parts = [directory.write_segment(ids, vectors, codec)] if ids.size else []
             keep = plan.keep
             dead = [p.ids[p.dead] for p in keep if p.dead.size]
             tombstones = directory.write_tombstones(np.concatenate(dead)) if dead else None
-            names = [p.name for p in keep] + [p.name for p in new_parts if p.rows]
+            names = [p.name for p in keep] + [p.name for p in new_parts]
             assert all(names), "a persisted index keeps only parts mapped from files"
             manifest = Manifest(
                 version=version,
@@ -329,9 +330,9 @@ class IndexCache:
                 tombstones=tombstones,
             )
             directory.publish(manifest)
-            index.apply(plan, [p for p in new_parts if p.rows])
+            applied = index.apply(plan, new_parts)
             with self._lock(key):
-                if self._entries.get(key) is entry:
+                if applied and self._entries.get(key) is entry:
                     entry.manifest = manifest.id
             self.merges += 1
             if current is not None:

@@ -171,6 +171,7 @@ class _Snapshot:
     tail: Part  # the tail's first ``rows`` rows (views of ``buffer``)
     buffer: Matrix  # the whole tail buffer; rows past the tail's may be filled later
     row_of: dict[int, int]  # live tail id -> row in ``buffer``; shared by one buffer's snapshots
+    epoch: int = 0  # advances whenever maintenance cuts rows off the tail
 
     @property
     def live(self) -> int:
@@ -255,6 +256,7 @@ class VectorIndex:
         self._dimension = int(dimension)
         self._codec = codec_named(codec)
         self._lock = threading.Lock()
+        self._maintaining = threading.Lock()  # one RAM maintenance step at a time
         self._maintenance: Callable[[VectorIndex], None] | None = _background
         self._scheduled = False
         self.persisted = False  # frozen parts are segment files: always seal the whole tail
@@ -592,7 +594,7 @@ class VectorIndex:
             row_of.update(zip(new_ids.tolist(), range(n, n + m), strict=True))
             self._ids_buffer = ids_buffer
             self._snap = _Snapshot(
-                parts, _tail_part(buffer, ids_buffer, n + m, tail.dead), buffer, row_of
+                parts, _tail_part(buffer, ids_buffer, n + m, tail.dead), buffer, row_of, snap.epoch
             )
         self._schedule_if_due()
 
@@ -625,7 +627,7 @@ class VectorIndex:
             tail = snap.tail
             if tail_rows:
                 tail = tail.with_dead(np.union1d(tail.dead, np.asarray(tail_rows, dtype=np.int64)))
-            self._snap = _Snapshot(tuple(parts), tail, snap.buffer, row_of)
+            self._snap = _Snapshot(tuple(parts), tail, snap.buffer, row_of, snap.epoch)
         self._schedule_if_due()
         return removed
 
@@ -674,14 +676,19 @@ class VectorIndex:
         ids, vectors = plan.live_rows()
         return Part.build(ids, vectors, self._codec)
 
-    def apply(self, plan: MaintenancePlan, new_parts: Sequence[Part]) -> None:
-        """Swap ``plan``'s parts (and sealed tail rows) for ``new_parts``.
+    def apply(self, plan: MaintenancePlan, new_parts: Sequence[Part]) -> bool:
+        """Swap ``plan``'s parts (and sealed tail rows) for ``new_parts``; whether it did.
 
         ``new_parts`` hold the live rows the plan's snapshot saw. Rows deleted since
-        are marked dead in them; rows added since stay in the tail.
+        are marked dead in them; rows added since stay in the tail. A plan overtaken
+        by another step (its parts or tail rows already rewritten) changes nothing.
         """
         with self._lock:
             snap = self._snap
+            if (plan.tail_rows and snap.epoch != plan.snapshot.epoch) or not all(
+                any(p.same_rows(q) for q in snap.parts) for p in plan.parts
+            ):
+                return False
             gone: list[IdArray] = []
             parts: list[Part] = []
             for part in snap.parts:
@@ -718,15 +725,17 @@ class VectorIndex:
                     part = part.with_dead(np.union1d(part.dead, rows[hit]))
                 parts.append(part)
             self._ids_buffer = ids_buffer
-            self._snap = _Snapshot(tuple(parts), tail, buffer, row_of)
+            epoch = snap.epoch + (1 if cut else 0)
+            self._snap = _Snapshot(tuple(parts), tail, buffer, row_of, epoch)
+            return True
 
     def maintain(self) -> bool:
         """Run one maintenance step in RAM now (in the calling thread); whether one ran."""
-        plan = self.plan_maintenance()
-        if plan is None:
-            return False
-        self.apply(plan, [self.build_part(plan)])
-        return True
+        with self._maintaining:
+            plan = self.plan_maintenance()
+            if plan is None:
+                return False
+            return self.apply(plan, [self.build_part(plan)])
 
     def _schedule_if_due(self) -> None:
         run = self._maintenance

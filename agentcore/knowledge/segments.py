@@ -159,7 +159,7 @@ def _write_file(
 
 
 def _bytes(array: npt.NDArray[Any]) -> memoryview:
-    return memoryview(np.ascontiguousarray(array)).cast("B")
+    return memoryview(np.ascontiguousarray(array).reshape(-1).view(np.uint8))
 
 
 class SegmentDirectory:
@@ -370,11 +370,8 @@ class SegmentDirectory:
                 else vectors
             )
         except (KeyError, TypeError, ValueError) as exc:
-            mapped.close()
+            # the mapping goes with the last array over it (closing it now would fail)
             raise SegmentError(f"{name}: header damaged: {exc}") from exc
-        except SegmentError:
-            mapped.close()
-            raise
         return Part(ids, codes, params, vectors, np.empty(0, np.int64), codec, name, mapped)
 
     def read_tombstones(self, name: str | None) -> IdArray:
