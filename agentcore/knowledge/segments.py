@@ -159,7 +159,7 @@ def _write_file(
 
 
 def _bytes(array: npt.NDArray[Any]) -> memoryview:
-    return memoryview(np.ascontiguousarray(array).reshape(-1).view(np.uint8))
+    return np.ascontiguousarray(array).reshape(-1).view(np.uint8).data
 
 
 class SegmentDirectory:
