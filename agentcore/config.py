@@ -95,6 +95,13 @@ class Settings(BaseSettings):
         description="Most rows a cached index adds from the change log to catch up with"
         " other processes' writes; a larger gap reloads the workspace.",
     )
+    index_dir: str = Field(
+        "auto",
+        description="Where each machine keeps memory-mapped vector segment files shared by"
+        " its processes: `auto` (`<database>.index/` next to a SQLite file; none for"
+        " `:memory:` and PostgreSQL), `off` (each process holds its vectors in RAM), or a"
+        " directory.",
+    )
     max_token_chars: int = Field(
         64,
         ge=8,
