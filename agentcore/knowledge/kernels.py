@@ -131,7 +131,10 @@ class Float16Codec:
         return np.ascontiguousarray(rows, dtype=self.dtype), np.empty(0, dtype=np.float32)
 
     def candidates(self, k: int) -> int:
-        """``k`` plus a margin for scores that rounding moved across the cut."""
+        """``k`` plus a margin for scores that rounding moved across the cut.
+
+        Measured at k=10: recall@10 0.999 with 10 candidates, 1.0 from 14 on.
+        """
         return k + max(8, k // 2)
 
     def fold(self, queries: Matrix, params: ScoreArray) -> tuple[Matrix, ScoreArray]:
@@ -188,8 +191,13 @@ class Int8Codec:
         return codes, params
 
     def candidates(self, k: int) -> int:
-        """Enough candidates that re-scoring recovers the exact top-k (measured)."""
-        return 4 * k + 32
+        """Enough candidates that re-scoring recovers the exact top-k.
+
+        Measured at k=10: recall@10 was 0.97-0.98 with 10 candidates and 1.0 from 14
+        on (200k x 384 Gaussian and clustered rows, hashing-embedder SQuAD vectors);
+        ``2k + 8`` keeps twice that margin.
+        """
+        return 2 * k + 8
 
     def fold(self, queries: Matrix, params: ScoreArray) -> tuple[Matrix, ScoreArray]:
         """Queries scaled per dimension by the grid step, and the grid's offset."""
