@@ -9,22 +9,28 @@ maps rows to ids, merges the candidates of several parts and orders them
 (``order``: score descending, then id ascending).
 
 Codecs
-    A part's rows may be stored in a compact form (``Codec``): ``encode`` turns unit
-    float32 rows into ``(codes, params)`` - an ``(n, d)`` array of one numpy dtype and a
-    small float32 array of parameters of that part - and the kernels take ``codes`` and
-    ``params``. A codec whose scores are not exact (``exact = False``) asks the index
-    for more candidates (``candidates(k)``), which it re-scores against the float32
-    rows before ordering them.
+    A part's rows may be stored in a compact form (``Codec``; ``Settings.index_dtype``
+    names one): ``encode`` turns unit float32 rows into ``(codes, params)`` - an
+    ``(n, d)`` array of one numpy dtype and a small float32 array of parameters of that
+    part - and the kernels take ``codes`` and ``params``. Scores of codes are affine in
+    the query: ``fold`` turns queries into scaled queries and offsets, and ``decode``
+    widens one cache-sized block of codes at a time into a per-thread float32 buffer,
+    which the float32 kernels then score. A codec whose scores are not exact
+    (``exact = False``: float16, int8) asks for more candidates (``candidates(k)``),
+    which ``search_part`` re-scores against the float32 rows before they are ordered.
 
 Threads
-    Large single queries are split into row blocks that the calling thread and a small
-    shared pool of helper threads claim one by one; each block is scored with
-    ``np.vecdot`` (per-row dot products, which release the GIL and never start BLAS
-    threads of their own) into a thread-local buffer that stays in cache, reduced to its
-    top-k at once, and the few survivors of all blocks are merged; after a thread's
-    first block, "reduced" is one comparison against the k-th best score that thread
-    has seen. Batches use one matrix product per row block (BLAS threads it) and the
-    same per-query bound.
+    No process-wide lock: every BLAS call here runs single-threaded on its calling
+    thread (``single_threaded_blas``: a per-thread BLAS setting found by
+    threadpoolctl), and the parallelism is ours. Scans are split into row blocks that
+    the calling thread and a shared pool of helper threads (one per extra core) claim
+    one by one, so concurrent searches share the cores instead of queueing or
+    oversubscribing them. A single query scores each block with ``np.vecdot`` into a
+    thread-local buffer that stays in cache, reduced to its top-k at once, and the few
+    survivors of all blocks are merged; after a thread's first block, "reduced" is one
+    comparison against the k-th best score that thread has seen. A batch takes one
+    matrix product per 1024-row block (its scores stay in L2) and a per-query bound
+    that each thread raises as it sees better scores.
 """
 
 from __future__ import annotations
