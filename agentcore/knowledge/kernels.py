@@ -66,6 +66,8 @@ _DECODE_BYTES = 3 << 20
 # comparison (as FAISS blocks its database); larger blocks measured slower.
 _BATCH_BLOCK_ELEMENTS = 65_536
 _BATCH_MIN_ROWS = 1024
+# Whether single int8/float16 queries use numkong's kernels when it is installed.
+USE_NUMKONG = True
 
 
 class Codec(Protocol):
@@ -474,13 +476,16 @@ def _parallel_scan(
     limit = _BLOCK_BYTES if codec.exact else min(_BLOCK_BYTES, _DECODE_BYTES)
     block = max(2048, min(limit // (4 * d), -(-n // _MIN_BLOCKS)))
     starts = range(0, n, block)
+    direct = _direct_scorer(codec, q)
 
     def work(i: int, state: dict[str, Any]) -> tuple[IdArray, ScoreArray]:
         a = starts[i]
         b = min(a + block, n)
-        rows = codec.decode(codes[a:b], _scratch_rows(b - a, d))
         scores = _scratch_scores(b - a)
-        np.vecdot(rows, q, out=scores)
+        if direct is not None:
+            direct(codes[a:b], scores)
+        else:
+            np.vecdot(codec.decode(codes[a:b], _scratch_rows(b - a, d)), q, out=scores)
         if offset:
             scores += np.float32(offset)
         if dead.size:
@@ -501,6 +506,51 @@ def _parallel_scan(
     parts = run_blocks(len(starts), work)
     rows = np.concatenate([p[0] for p in parts])
     return rows, np.concatenate([p[1] for p in parts])
+
+
+def _direct_scorer(codec: Codec, q: Matrix) -> Callable[[Codes, ScoreArray], None] | None:
+    """A numkong kernel scoring codes as they are (no widening), or ``None``.
+
+    With ``numkong`` installed, one query's int8 and float16 scans use its SIMD dot
+    products straight on the codes, with the query rounded to the codes' type (int8:
+    scaled to +-127; the rounding is one more approximation the re-scoring of the
+    candidates absorbs). Measured at 200k x 384 on one thread: 49 ms against 244 ms
+    (int8 widened by numpy) and 264 ms (float32 rows), and about 10x for float16.
+    """
+    if not USE_NUMKONG or codec.exact or codec.name not in ("int8", "float16"):
+        return None
+    nk = _numkong()
+    if nk is None:
+        return None
+    if codec.name == "float16":
+        query = np.ascontiguousarray(q, dtype=np.float16).reshape(1, -1)
+        unit = 1.0
+    else:
+        top = float(np.abs(q).max())
+        unit = top / 127 if top > 0 else 1.0
+        query = np.rint(q / unit).astype(np.int8).reshape(1, -1)
+
+    def score(codes: Codes, out: ScoreArray) -> None:
+        dots = np.asarray(nk.cdist(query, codes, metric="dot"))[0]
+        np.multiply(dots, unit, out=out, casting="same_kind")
+
+    return score
+
+
+_numkong_module: Any = None
+
+
+def _numkong() -> Any:
+    """The ``numkong`` module, or ``None`` when it is not installed (imported once)."""
+    global _numkong_module
+    if _numkong_module is None:
+        try:
+            import numkong
+
+            _numkong_module = numkong
+        except ImportError:
+            _numkong_module = False
+    return _numkong_module or None
 
 
 def scan_batch(

@@ -32,6 +32,15 @@ def blocks(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> I
     yield request.param
 
 
+@pytest.fixture(params=["numpy", "numkong"])
+def widen(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Score int8/float16 codes by widening them in numpy, or with numkong's kernels."""
+    if request.param == "numkong":
+        pytest.importorskip("numkong")
+    monkeypatch.setattr(kernels, "USE_NUMKONG", request.param == "numkong")
+    return str(request.param)
+
+
 def clustered(n: int, d: int, seed: int, centres: int = 50) -> tuple[Matrix, Matrix]:
     """Unit rows around a few centres (as real embeddings are), and 40 queries near them."""
     rng = np.random.default_rng(seed)
@@ -125,7 +134,7 @@ def test_int8_encodes_appended_rows_with_the_given_parameters() -> None:
         codec.encode(rows, params[:10])
 
 
-def test_int8_grid_of_a_tiny_part_leaves_room_for_later_rows() -> None:
+def test_int8_grid_of_a_tiny_part_leaves_room_for_later_rows(widen: str) -> None:
     codec = kernels.CODECS["int8"]
     one = unit_rows(np.arange(1, 17, dtype=np.float32).reshape(1, 16))
     codes, params = codec.encode(one)
@@ -151,7 +160,7 @@ def test_float32_scan_is_exact_on_both_paths(blocks: str) -> None:
 
 
 @pytest.mark.parametrize("name", APPROXIMATE)
-def test_approximate_codecs_recall_after_rescoring(name: str, blocks: str) -> None:
+def test_approximate_codecs_recall_after_rescoring(name: str, blocks: str, widen: str) -> None:
     rows, queries = clustered(20_000, 96, seed=6)
     truth = exact_top(rows, queries, 10)
     singles = np.array([search(name, rows, q, 10)[0] for q in queries])
@@ -175,7 +184,7 @@ def _hashing_texts() -> list[str]:
 
 
 @pytest.mark.parametrize("name", APPROXIMATE)
-def test_recall_on_hashing_embedder_vectors(name: str) -> None:
+def test_recall_on_hashing_embedder_vectors(name: str, widen: str) -> None:
     texts = _hashing_texts()
     embedder = HashingEmbedder()
     rows = unit_rows(embedder.embed(texts, kind="passage"))
@@ -193,7 +202,7 @@ def test_recall_on_hashing_embedder_vectors(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", ["float32", *APPROXIMATE])
-def test_ties_are_kept_and_ordered_by_id(name: str, blocks: str) -> None:
+def test_ties_are_kept_and_ordered_by_id(name: str, blocks: str, widen: str) -> None:
     rows, queries = clustered(6000, 24, seed=7)
     rows[3000:3040] = rows[17]  # duplicates straddling block borders
     ids = np.arange(6000, dtype=np.int64)
@@ -206,7 +215,7 @@ def test_ties_are_kept_and_ordered_by_id(name: str, blocks: str) -> None:
 
 
 @pytest.mark.parametrize("name", ["float32", *APPROXIMATE])
-def test_dead_rows_are_never_returned(name: str, blocks: str) -> None:
+def test_dead_rows_are_never_returned(name: str, blocks: str, widen: str) -> None:
     rows, queries = clustered(5000, 16, seed=8)
     best = np.argsort(-(rows @ queries[0]))[:30]
     dead = np.sort(best[:20]).astype(np.int64)
