@@ -155,9 +155,9 @@ class Part:
         return np.delete(self.ids, self.dead) if self.dead.size else np.asarray(self.ids)
 
     def live_rows(self) -> tuple[IdArray, Matrix]:
-        """Copies of the live ids and float32 rows."""
+        """The live ids and float32 rows (the part's own arrays when none is dead: read only)."""
         if not self.dead.size:
-            return np.array(self.ids, dtype=np.int64), np.array(self.vectors, dtype=np.float32)
+            return self.ids, self.vectors
         keep = np.ones(self.rows, dtype=bool)
         keep[self.dead] = False
         return np.compress(keep, self.ids), np.compress(keep, self.vectors, axis=0)
@@ -206,7 +206,11 @@ class MaintenancePlan:
         return self.tail_rows == self.snapshot.tail.rows
 
     def live_rows(self) -> tuple[IdArray, Matrix]:
-        """The live rows of the chosen parts and tail rows, sorted by id (copies)."""
+        """The live rows of the chosen parts and tail rows, sorted by id (read only).
+
+        One part with no dead rows and ascending ids is returned as it is (a store
+        load written out as a segment needs no second copy of the matrix).
+        """
         pieces = [part.live_rows() for part in self.parts]
         if self.tail_rows:
             tail = self.snapshot.tail
@@ -221,6 +225,8 @@ class MaintenancePlan:
         d = self.snapshot.buffer.shape[1]
         if not pieces:
             return _EMPTY_IDS, np.empty((0, d), dtype=np.float32)
+        if len(pieces) == 1 and _ascending(pieces[0][0]):
+            return pieces[0]
         ids = np.concatenate([p[0] for p in pieces]).astype(np.int64, copy=False)
         vectors = np.empty((ids.shape[0], d), dtype=np.float32)
         start = 0
