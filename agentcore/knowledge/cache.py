@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -34,6 +35,9 @@ _MIN_SPARE_ROWS = 4096
 # Tail rows (added since the segment files were written) that make a background merge
 # into a new segment due; the tail is private RAM of each process, the segments shared.
 SEGMENT_MERGE_ROWS = 16_384
+# Versions a workspace may move past its manifest before one is written anyway: a
+# load then bridges a short change log (the store keeps 10,000 versions of deletes).
+MANIFEST_LAG_VERSIONS = 1_000
 _log = logging.getLogger(__name__)
 
 
@@ -43,6 +47,7 @@ class _Entry:
     index: VectorIndex
     manifest: str | None = None  # id of the segment manifest the index's parts come from
     embedder: str | None = None
+    manifest_version: int = 0  # the store version that manifest reflects
 
 
 class IndexCache:
@@ -193,6 +198,13 @@ class IndexCache:
             entry = self._entries.get(key)
             if entry is not None and not self._catch_up(key, entry):
                 self._entries.pop(key, None)
+            elif (
+                entry is not None
+                and self._maintainer is not None
+                and entry.version - entry.manifest_version >= MANIFEST_LAG_VERSIONS
+            ):
+                entry.manifest_version = entry.version  # asked once per lag
+                self._maintainer.submit(key, force=True)
             return result
 
     def _load(self, key: Key, state: KnowledgeState) -> VectorIndex:
@@ -279,7 +291,9 @@ class IndexCache:
         if not _apply(index, changes):
             return None
         self._attach(key, index)
-        self._entries[key] = _Entry(changes.version, index, manifest.id, state.embedder)
+        self._entries[key] = _Entry(
+            changes.version, index, manifest.id, state.embedder, manifest.version
+        )
         self.segment_loads += 1
         return index
 
@@ -334,6 +348,7 @@ class IndexCache:
             with self._lock(key):
                 if applied and self._entries.get(key) is entry:
                     entry.manifest = manifest.id
+                    entry.manifest_version = max(entry.manifest_version, version)
             self.merges += 1
             if current is not None:
                 directory.remove(current.files() - manifest.files())
@@ -410,6 +425,8 @@ class _Maintainer:
                     target=self._loop, name="agentcore-segments", daemon=True
                 )
                 self._thread.start()
+                # a core never closed still stops between steps at interpreter exit
+                atexit.register(self.close, 30.0)
             self._cond.notify_all()
 
     def _loop(self) -> None:
@@ -443,6 +460,7 @@ class _Maintainer:
             thread = self._thread
         if thread is not None:
             thread.join(timeout)
+            atexit.unregister(self.close)
 
 
 EMBED_BATCH = 256  # texts per embedder call: bounds its temporaries, checks cancellation

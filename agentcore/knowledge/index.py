@@ -38,6 +38,7 @@ Search
 
 from __future__ import annotations
 
+import atexit
 import logging
 import queue
 import threading
@@ -368,10 +369,8 @@ class VectorIndex:
             index._install(matrix, id_array, n)
             return index
         index = cls(d, capacity=max(0, int(spare_rows)), codec=codec)
-        if n:
-            part = Part(id_array, matrix, _NO_PARAMS, matrix, _EMPTY_IDS, _FLOAT32)
-            snap = index._snap
-            index._snap = replace(snap, parts=(part,))
+        if n:  # encoded by the index's codec (for float32 the codes are the matrix itself)
+            index._snap = replace(index._snap, parts=(Part.build(id_array, matrix, index._codec),))
         return index
 
     @classmethod
@@ -651,7 +650,8 @@ class VectorIndex:
     def plan_maintenance(self, *, force: bool = False) -> MaintenancePlan | None:
         """The next maintenance step on the current snapshot, or ``None`` if none is due.
 
-        With ``force`` (and ``persisted``) a non-empty tail is sealed even if small.
+        With ``force`` (and ``persisted``) there is always a step: the tail, however
+        small, is sealed, so that a new manifest can record the current state.
         """
         with self._lock:
             self._scheduled = False
@@ -671,7 +671,7 @@ class VectorIndex:
             rest = [p for p in snap.parts if all(p is not c for c in chosen)]
             rest.sort(key=lambda p: p.rows)
             chosen += rest[: len(snap.parts) - MAX_PARTS // 2 + 1]
-        if not chosen and not seal:
+        if not chosen and not seal and not (force and self.persisted):
             return None
         if self.persisted and tail.rows:
             seal = True  # a manifest describes whole snapshots: the tail goes with it
@@ -770,30 +770,49 @@ class VectorIndex:
 
 
 class _Background:
-    """One daemon thread per process that runs standalone indexes' maintenance in RAM."""
+    """One daemon thread per process that runs standalone indexes' maintenance in RAM.
+
+    Stopped at interpreter exit (after the step under way), so it is never frozen in
+    the middle of native code while the interpreter finalises.
+    """
 
     _lock = threading.Lock()
-    _queue: queue.SimpleQueue[VectorIndex] | None = None
+    _queue: queue.SimpleQueue[VectorIndex | None] | None = None
+    _thread: threading.Thread | None = None
+    _closing = False
 
     @classmethod
     def submit(cls, index: VectorIndex) -> None:
         with cls._lock:
+            if cls._closing:
+                return
             if cls._queue is None:
                 cls._queue = queue.SimpleQueue()
-                threading.Thread(
+                cls._thread = threading.Thread(
                     target=cls._run,
                     args=(cls._queue,),
                     name="agentcore-index-maintenance",
                     daemon=True,
-                ).start()
+                )
+                cls._thread.start()
+                atexit.register(cls.stop)
             cls._queue.put(index)
 
-    @staticmethod
-    def _run(jobs: queue.SimpleQueue[VectorIndex]) -> None:
-        while True:
-            index = jobs.get()
+    @classmethod
+    def stop(cls, timeout: float = 30.0) -> None:
+        with cls._lock:
+            cls._closing = True
+            if cls._queue is not None:
+                cls._queue.put(None)
+            thread = cls._thread
+        if thread is not None:
+            thread.join(timeout)
+
+    @classmethod
+    def _run(cls, jobs: queue.SimpleQueue[VectorIndex | None]) -> None:
+        while (index := jobs.get()) is not None:
             try:
-                while index.maintain():
+                while not cls._closing and index.maintain():
                     pass
             except Exception:  # a failed step leaves the index as it was
                 _log.exception("index maintenance failed")

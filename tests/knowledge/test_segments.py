@@ -533,3 +533,28 @@ def test_parts_round_trip_through_a_segment_file(tmp_path: Path) -> None:
     assert b.contains(2997) and not b.contains(2998)
     b.add([2998], unit_rows(1, 12, seed=1))  # into the tail: the mapping is never written
     assert b.contains(2998) and b.tail_rows == 1
+
+
+def test_a_manifest_follows_small_writes_so_a_load_bridges_a_short_log(
+    db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cache_module, "MANIFEST_LAG_VERSIONS", 3)
+    space = Workspace(db)
+    try:
+        docs = [space.add_document(f"d{i}", 30, seed=i) for i in range(4)]
+        space.index()
+        assert space.cache.wait_for_maintenance()
+        directory = space.directory()
+        first = directory.read_manifest()
+        assert first is not None
+        space.delete(docs[0])  # 30 of 120 rows: compaction anyway; then small writes
+        assert space.cache.wait_for_maintenance()
+        for i in range(3):  # a few rows each: no merge is due, but the lag is
+            space.add_document(f"small{i}", 2, seed=100 + i)
+        assert space.cache.wait_for_maintenance()
+        manifest = directory.read_manifest()
+        version = space.core.store.knowledge_state(space.org, ENV).version
+        assert manifest is not None and manifest.version == version
+        assert space.index().tail_rows == 0
+    finally:
+        space.close()
