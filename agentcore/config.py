@@ -111,6 +111,14 @@ class Settings(BaseSettings):
     max_document_chunks: int = Field(
         100_000, ge=1, description="Most chunks one document may make (413 beyond)."
     )
+    index_dtype: Literal["float32", "float16", "int8"] = Field(
+        "float32",
+        description="How a workspace's in-memory index stores its rows: `float32` (exact),"
+        " `float16` (half the memory) or `int8` (scalar quantisation, a quarter);"
+        " the approximate ones re-score their best candidates against the float32 rows,"
+        " so results stay exact in practice. Fixed per workspace by its first write:"
+        " changing it affects new workspaces only.",
+    )
     ingest_sync_max_bytes: int = Field(
         1 * MiB,
         ge=0,

@@ -124,6 +124,7 @@ class AgentCore:
             catchup_max_rows=settings.index_catchup_max_rows,
             store_search=_store_search(store, settings),
             max_token_chars=settings.max_token_chars,
+            codec=settings.index_dtype,
             **_segment_options(store, settings),
         )
         # model calls run here, bounded in time even if a plugin hangs (threads start lazily)

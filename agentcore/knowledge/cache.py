@@ -78,7 +78,10 @@ class IndexCache:
         are tombstones until it compacts the segment.
     :param store_identity: names the store the files belong to (a manifest written
         for another store is ignored).
-    :param codec: the codec new index parts use (a name in ``kernels.CODECS``).
+    :param codec: how a new workspace's index stores its rows (``Settings.index_dtype``,
+        a name in ``kernels.CODECS``). The first write to a workspace stores it with
+        the workspace (``claim_index_dtype``); from then on its stored dtype is used,
+        whatever this says.
     """
 
     def __init__(
@@ -143,14 +146,27 @@ class IndexCache:
         key = (organization_id, environment)
         state = self._store.knowledge_state(organization_id, environment)
         entry = self._entries.get(key)
-        if entry is not None and entry.version == state.version:
+        if entry is not None and entry.version == state.version and self._fits(entry, state):
             return entry.index
         with self._lock(key):
             state = self._ensure_embedder(organization_id, environment)
             entry = self._entries.get(key)
-            if entry is not None and (entry.version == state.version or self._catch_up(key, entry)):
+            if (
+                entry is not None
+                and self._fits(entry, state)
+                and (entry.version == state.version or self._catch_up(key, entry))
+            ):
                 return entry.index
             return self._load(key, state)
+
+    def codec_of(self, state: KnowledgeState) -> str:
+        """The codec of a workspace's index: its stored dtype, else the configured one."""
+        return state.index_dtype or self._codec
+
+    def _fits(self, entry: _Entry, state: KnowledgeState) -> bool:
+        # an index loaded before another process fixed the workspace's dtype (to one
+        # other than this process's setting) is reloaded with the stored one
+        return entry.index.codec == self.codec_of(state)
 
     def search(
         self,
@@ -193,7 +209,9 @@ class IndexCache:
         """
         key = (organization_id, environment)
         with self._lock(key):
-            self._ensure_embedder(organization_id, environment)
+            state = self._ensure_embedder(organization_id, environment)
+            if state.index_dtype is None:  # the workspace's first write fixes its dtype
+                self._store.claim_index_dtype(organization_id, environment, self._codec)
             result = store_write()
             entry = self._entries.get(key)
             if entry is not None and not self._catch_up(key, entry):
@@ -226,7 +244,7 @@ class IndexCache:
         version = self._store.knowledge_state(*key).version
         ids, vectors = self._store.load_vectors(*key, dimension)
         spare = max(_MIN_SPARE_ROWS, ids.shape[0] // _SPARE_FRACTION)
-        index = VectorIndex.adopt(ids, vectors, spare_rows=spare, codec=self._codec)
+        index = VectorIndex.adopt(ids, vectors, spare_rows=spare, codec=self.codec_of(state))
         self._entries[key] = _Entry(version, index, None, state.embedder)
         if self._maintainer is not None:
             self._attach(key, index)
@@ -284,7 +302,7 @@ class IndexCache:
             return None
         try:
             index = VectorIndex.from_parts(
-                dimension, parts, spare_rows=_MIN_SPARE_ROWS, codec=self._codec
+                dimension, parts, spare_rows=_MIN_SPARE_ROWS, codec=self.codec_of(state)
             )
         except ValidationFailed:
             return None

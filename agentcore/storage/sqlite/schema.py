@@ -330,3 +330,16 @@ def m008_document_status_and_ingest_jobs(db: UtilsDatabase) -> None:
         CREATE INDEX ingest_jobs_lease ON ingest_jobs (leased_until, created_at);
         """,
     )
+
+
+@migrations()
+def m009_workspace_index_dtype(db: UtilsDatabase) -> None:
+    """How each workspace's index stores its rows (``Settings.index_dtype``), fixed by its
+    first write; workspaces that exist already were built with float32 rows."""
+    run_script(
+        db,
+        """
+        ALTER TABLE knowledge_state ADD COLUMN index_dtype TEXT;
+        UPDATE knowledge_state SET index_dtype = 'float32';
+        """,
+    )
