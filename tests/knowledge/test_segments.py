@@ -558,3 +558,35 @@ def test_a_manifest_follows_small_writes_so_a_load_bridges_a_short_log(
         assert space.index().tail_rows == 0
     finally:
         space.close()
+
+
+@pytest.mark.parametrize("codec", sorted(set(kernels.CODECS) - {"float32"}))
+def test_segments_keep_the_workspace_codec_and_its_float32_rows(db: Path, codec: str) -> None:
+    space = Workspace(db, index_dtype=codec)
+    try:
+        for i in range(6):
+            space.add_document(f"d{i}", 200, seed=i)
+        space.index()
+        assert space.cache.wait_for_maintenance()
+    finally:
+        space.close()
+    again = Workspace(db, index_dtype=codec)
+    try:
+        index = again.index()
+        assert again.cache.segment_loads == 1
+        (part,) = index.parts()
+        assert part.codec.name == codec and part.codes.dtype != np.float32
+        assert part.codes is not part.vectors and not part.codes.flags.writeable
+        ids, vectors = again.core.store.load_vectors(again.org, ENV, again.d)
+        np.testing.assert_array_equal(part.vectors, vectors[np.argsort(ids)])
+        hits = 0
+        for q in unit_rows(10, again.d, seed=77):
+            scores = vectors @ q
+            best = ids[np.lexsort((ids, -scores))[:10]]
+            found, found_scores = index.search(q, 10)
+            hits += len(set(found.tolist()) & set(best.tolist()))
+            # scores are exact float32 re-scores of the candidates
+            np.testing.assert_allclose(found_scores, np.sort(scores)[::-1][: len(found)], atol=0.02)
+        assert hits >= 95  # recall@10 over 10 queries
+    finally:
+        again.close()
