@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import atexit
-import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -18,6 +17,7 @@ from agentcore.errors import Conflict, InvalidRequest, ValidationFailed
 from agentcore.knowledge.embedders import Embedder, bounded_text
 from agentcore.knowledge.index import VectorIndex, codec_named
 from agentcore.knowledge.segments import Manifest, SegmentDirectory, SegmentError
+from agentcore.redact import get_logger
 from agentcore.storage.base import VectorSearchStore
 from agentcore.storage.records import KnowledgeChanges, KnowledgeState
 
@@ -38,7 +38,7 @@ SEGMENT_MERGE_ROWS = 16_384
 # Versions a workspace may move past its manifest before one is written anyway: a
 # load then bridges a short change log (the store keeps 10,000 versions of deletes).
 MANIFEST_LAG_VERSIONS = 1_000
-_log = logging.getLogger(__name__)
+_log = get_logger(__name__)
 
 
 @dataclass

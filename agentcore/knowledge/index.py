@@ -39,7 +39,6 @@ Search
 from __future__ import annotations
 
 import atexit
-import logging
 import queue
 import threading
 from collections.abc import Callable, Iterable, Sequence
@@ -50,6 +49,7 @@ import numpy.typing as npt
 
 from agentcore.errors import ValidationFailed
 from agentcore.knowledge import kernels
+from agentcore.redact import get_logger
 
 IdArray = npt.NDArray[np.int64]
 ScoreArray = npt.NDArray[np.float32]
@@ -67,7 +67,7 @@ SEAL_ROWS = 65_536
 _NO_PARAMS = np.empty(0, dtype=np.float32)  # float32 rows need no codec parameters
 _FLOAT32 = kernels.Float32Codec()
 _EMPTY_IDS = np.empty(0, dtype=np.int64)
-_log = logging.getLogger(__name__)
+_log = get_logger(__name__)
 
 
 def codec_named(name: str) -> kernels.Codec:
