@@ -349,8 +349,7 @@ class IndexCache:
             codec = codec_named(index.codec)
             new_parts = [directory.write_segment(ids, vectors, codec)] if ids.size else []
             keep = plan.keep
-            dead = [p.ids[p.dead] for p in keep if p.dead.size]
-            tombstones = directory.write_tombstones(np.concatenate(dead)) if dead else None
+            tombstones = directory.write_tombstones([p.dead for p in keep])
             names = [p.name for p in keep] + [p.name for p in new_parts]
             assert all(names), "a persisted index keeps only parts mapped from files"
             manifest = Manifest(

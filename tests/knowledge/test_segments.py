@@ -590,3 +590,28 @@ def test_segments_keep_the_workspace_codec_and_its_float32_rows(db: Path, codec:
         assert hits >= 95  # recall@10 over 10 queries
     finally:
         again.close()
+
+
+def test_tombstones_are_per_segment_rows_so_a_re_added_id_stays_live(tmp_path: Path) -> None:
+    from agentcore.knowledge.segments import Manifest
+
+    directory = SegmentDirectory(tmp_path / "ws")
+    codec = kernels.CODECS["float32"]
+    old_rows, new_row = unit_rows(3, 4, seed=1), unit_rows(1, 4, seed=2)
+    first = directory.write_segment(np.array([4, 5, 6]), old_rows, codec)
+    second = directory.write_segment(np.array([5]), new_row, codec)
+    tombstones = directory.write_tombstones([np.array([1]), np.empty(0, np.int64)])
+    assert first.name and second.name
+    directory.publish(Manifest(7, 4, "e", "s", (first.name, second.name), tombstones))
+    loaded = directory.load()
+    assert loaded is not None
+    manifest, parts = loaded
+    assert manifest.version == 7 and [p.dead.tolist() for p in parts] == [[1], []]
+    index = VectorIndex.from_parts(4, parts)
+    assert len(index) == 3 and sorted(index.ids().tolist()) == [4, 5, 6]
+    np.testing.assert_array_equal(index.get(5), new_row[0])
+    # a tombstone file that does not fit the manifest's segments is refused
+    bad = directory.write_tombstones([np.array([3])])
+    directory.publish(Manifest(8, 4, "e", "s", (first.name,), bad))
+    with pytest.raises(SegmentError):
+        directory.load()
