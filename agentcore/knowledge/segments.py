@@ -29,7 +29,6 @@ Validation
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import mmap
@@ -99,6 +98,9 @@ def _pause(stage: str, directory: Path) -> None:
         time.sleep(3600)
 
 
+_datasync = getattr(os, "fdatasync", os.fsync)  # macOS has no fdatasync
+
+
 def _fsync_dir(directory: Path) -> None:
     fd = os.open(directory, os.O_RDONLY)
     try:
@@ -157,7 +159,7 @@ def _write_file(
                     written += os.pwrite(fd, chunk[written:], offset + start + written)
                 unsynced += len(chunk)
                 if unsynced >= SYNC_BYTES:
-                    os.fdatasync(fd)
+                    _datasync(fd)
                     unsynced = 0
             if pause is not None and i == len(pieces) // 2:
                 _pause(pause, directory)
@@ -190,6 +192,8 @@ class SegmentDirectory:
     @contextlib.contextmanager
     def lock(self) -> Iterator[None]:
         """Exclusive across processes and threads (``flock`` on a fresh descriptor)."""
+        import fcntl  # POSIX only: segment_root() never gives a directory elsewhere
+
         self.path.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -430,8 +434,8 @@ def segment_root(url: str | None, index_dir: str) -> tuple[Path | None, str]:
     subdirectory per store URL. The identity (the URL, and a SQLite file's device and
     inode) keeps a manifest from being applied to another database at the same path.
     """
-    if index_dir.strip().lower() in ("", "off", "none"):
-        return None, ""
+    if index_dir.strip().lower() in ("", "off", "none") or os.name != "posix":
+        return None, ""  # (file locks and mapping semantics used here are POSIX)
     sqlite_file = None
     if url and url not in (":memory:", "sqlite://", "sqlite:///:memory:"):
         path = url[len("sqlite:///") :] if url.startswith("sqlite:///") else url
