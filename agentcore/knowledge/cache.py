@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import logging
+import atexit
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -17,6 +17,7 @@ from agentcore.errors import Conflict, InvalidRequest, ValidationFailed
 from agentcore.knowledge.embedders import Embedder, bounded_text
 from agentcore.knowledge.index import VectorIndex, codec_named
 from agentcore.knowledge.segments import Manifest, SegmentDirectory, SegmentError
+from agentcore.redact import get_logger
 from agentcore.storage.base import VectorSearchStore
 from agentcore.storage.records import KnowledgeChanges, KnowledgeState
 
@@ -34,7 +35,10 @@ _MIN_SPARE_ROWS = 4096
 # Tail rows (added since the segment files were written) that make a background merge
 # into a new segment due; the tail is private RAM of each process, the segments shared.
 SEGMENT_MERGE_ROWS = 16_384
-_log = logging.getLogger(__name__)
+# Versions a workspace may move past its manifest before one is written anyway: a
+# load then bridges a short change log (the store keeps 10,000 versions of deletes).
+MANIFEST_LAG_VERSIONS = 1_000
+_log = get_logger(__name__)
 
 
 @dataclass
@@ -43,6 +47,7 @@ class _Entry:
     index: VectorIndex
     manifest: str | None = None  # id of the segment manifest the index's parts come from
     embedder: str | None = None
+    manifest_version: int = 0  # the store version that manifest reflects
 
 
 class IndexCache:
@@ -211,6 +216,13 @@ class IndexCache:
             entry = self._entries.get(key)
             if entry is not None and not self._catch_up(key, entry):
                 self._entries.pop(key, None)
+            elif (
+                entry is not None
+                and self._maintainer is not None
+                and entry.version - entry.manifest_version >= MANIFEST_LAG_VERSIONS
+            ):
+                entry.manifest_version = entry.version  # asked once per lag
+                self._maintainer.submit(key, force=True)
             return result
 
     def _load(self, key: Key, state: KnowledgeState) -> VectorIndex:
@@ -297,7 +309,9 @@ class IndexCache:
         if not _apply(index, changes):
             return None
         self._attach(key, index)
-        self._entries[key] = _Entry(changes.version, index, manifest.id, state.embedder)
+        self._entries[key] = _Entry(
+            changes.version, index, manifest.id, state.embedder, manifest.version
+        )
         self.segment_loads += 1
         return index
 
@@ -335,8 +349,7 @@ class IndexCache:
             codec = codec_named(index.codec)
             new_parts = [directory.write_segment(ids, vectors, codec)] if ids.size else []
             keep = plan.keep
-            dead = [p.ids[p.dead] for p in keep if p.dead.size]
-            tombstones = directory.write_tombstones(np.concatenate(dead)) if dead else None
+            tombstones = directory.write_tombstones([p.dead for p in keep])
             names = [p.name for p in keep] + [p.name for p in new_parts]
             assert all(names), "a persisted index keeps only parts mapped from files"
             manifest = Manifest(
@@ -352,6 +365,7 @@ class IndexCache:
             with self._lock(key):
                 if applied and self._entries.get(key) is entry:
                     entry.manifest = manifest.id
+                    entry.manifest_version = max(entry.manifest_version, version)
             self.merges += 1
             if current is not None:
                 directory.remove(current.files() - manifest.files())
@@ -428,6 +442,8 @@ class _Maintainer:
                     target=self._loop, name="agentcore-segments", daemon=True
                 )
                 self._thread.start()
+                # a core never closed still stops between steps at interpreter exit
+                atexit.register(self.close, 30.0)
             self._cond.notify_all()
 
     def _loop(self) -> None:
@@ -461,6 +477,7 @@ class _Maintainer:
             thread = self._thread
         if thread is not None:
             thread.join(timeout)
+            atexit.unregister(self.close)
 
 
 EMBED_BATCH = 256  # texts per embedder call: bounds its temporaries, checks cancellation

@@ -38,7 +38,7 @@ Search
 
 from __future__ import annotations
 
-import logging
+import atexit
 import queue
 import threading
 from collections.abc import Callable, Iterable, Sequence
@@ -49,6 +49,7 @@ import numpy.typing as npt
 
 from agentcore.errors import ValidationFailed
 from agentcore.knowledge import kernels
+from agentcore.redact import get_logger
 
 IdArray = npt.NDArray[np.int64]
 ScoreArray = npt.NDArray[np.float32]
@@ -66,7 +67,7 @@ SEAL_ROWS = 65_536
 _NO_PARAMS = np.empty(0, dtype=np.float32)  # float32 rows need no codec parameters
 _FLOAT32 = kernels.Float32Codec()
 _EMPTY_IDS = np.empty(0, dtype=np.int64)
-_log = logging.getLogger(__name__)
+_log = get_logger(__name__)
 
 
 def codec_named(name: str) -> kernels.Codec:
@@ -155,9 +156,9 @@ class Part:
         return np.delete(self.ids, self.dead) if self.dead.size else np.asarray(self.ids)
 
     def live_rows(self) -> tuple[IdArray, Matrix]:
-        """Copies of the live ids and float32 rows."""
+        """The live ids and float32 rows (the part's own arrays when none is dead: read only)."""
         if not self.dead.size:
-            return np.array(self.ids, dtype=np.int64), np.array(self.vectors, dtype=np.float32)
+            return self.ids, self.vectors
         keep = np.ones(self.rows, dtype=bool)
         keep[self.dead] = False
         return np.compress(keep, self.ids), np.compress(keep, self.vectors, axis=0)
@@ -206,7 +207,11 @@ class MaintenancePlan:
         return self.tail_rows == self.snapshot.tail.rows
 
     def live_rows(self) -> tuple[IdArray, Matrix]:
-        """The live rows of the chosen parts and tail rows, sorted by id (copies)."""
+        """The live rows of the chosen parts and tail rows, sorted by id (read only).
+
+        One part with no dead rows and ascending ids is returned as it is (a store
+        load written out as a segment needs no second copy of the matrix).
+        """
         pieces = [part.live_rows() for part in self.parts]
         if self.tail_rows:
             tail = self.snapshot.tail
@@ -221,6 +226,8 @@ class MaintenancePlan:
         d = self.snapshot.buffer.shape[1]
         if not pieces:
             return _EMPTY_IDS, np.empty((0, d), dtype=np.float32)
+        if len(pieces) == 1 and _ascending(pieces[0][0]):
+            return pieces[0]
         ids = np.concatenate([p[0] for p in pieces]).astype(np.int64, copy=False)
         vectors = np.empty((ids.shape[0], d), dtype=np.float32)
         start = 0
@@ -362,10 +369,8 @@ class VectorIndex:
             index._install(matrix, id_array, n)
             return index
         index = cls(d, capacity=max(0, int(spare_rows)), codec=codec)
-        if n:
-            part = Part(id_array, matrix, _NO_PARAMS, matrix, _EMPTY_IDS, _FLOAT32)
-            snap = index._snap
-            index._snap = replace(snap, parts=(part,))
+        if n:  # encoded by the index's codec (for float32 the codes are the matrix itself)
+            index._snap = replace(index._snap, parts=(Part.build(id_array, matrix, index._codec),))
         return index
 
     @classmethod
@@ -613,7 +618,7 @@ class VectorIndex:
                 hit, rows = part.find(wanted)
                 if hit.any():
                     removed += int(np.count_nonzero(hit))
-                    part = part.with_dead(np.union1d(part.dead, rows[hit]))
+                    part = part.with_dead(_merged(part.dead, rows[hit]))
                 parts.append(part)
             row_of = snap.row_of
             tail_rows = [r for r in (row_of.get(i) for i in wanted.tolist()) if r is not None]
@@ -626,7 +631,7 @@ class VectorIndex:
                 return 0
             tail = snap.tail
             if tail_rows:
-                tail = tail.with_dead(np.union1d(tail.dead, np.asarray(tail_rows, dtype=np.int64)))
+                tail = tail.with_dead(_merged(tail.dead, np.sort(np.asarray(tail_rows, np.int64))))
             self._snap = _Snapshot(tuple(parts), tail, snap.buffer, row_of, snap.epoch)
         self._schedule_if_due()
         return removed
@@ -645,7 +650,8 @@ class VectorIndex:
     def plan_maintenance(self, *, force: bool = False) -> MaintenancePlan | None:
         """The next maintenance step on the current snapshot, or ``None`` if none is due.
 
-        With ``force`` (and ``persisted``) a non-empty tail is sealed even if small.
+        With ``force`` (and ``persisted``) there is always a step: the tail, however
+        small, is sealed, so that a new manifest can record the current state.
         """
         with self._lock:
             self._scheduled = False
@@ -665,7 +671,7 @@ class VectorIndex:
             rest = [p for p in snap.parts if all(p is not c for c in chosen)]
             rest.sort(key=lambda p: p.rows)
             chosen += rest[: len(snap.parts) - MAX_PARTS // 2 + 1]
-        if not chosen and not seal:
+        if not chosen and not seal and not (force and self.persisted):
             return None
         if self.persisted and tail.rows:
             seal = True  # a manifest describes whole snapshots: the tail goes with it
@@ -764,30 +770,49 @@ class VectorIndex:
 
 
 class _Background:
-    """One daemon thread per process that runs standalone indexes' maintenance in RAM."""
+    """One daemon thread per process that runs standalone indexes' maintenance in RAM.
+
+    Stopped at interpreter exit (after the step under way), so it is never frozen in
+    the middle of native code while the interpreter finalises.
+    """
 
     _lock = threading.Lock()
-    _queue: queue.SimpleQueue[VectorIndex] | None = None
+    _queue: queue.SimpleQueue[VectorIndex | None] | None = None
+    _thread: threading.Thread | None = None
+    _closing = False
 
     @classmethod
     def submit(cls, index: VectorIndex) -> None:
         with cls._lock:
+            if cls._closing:
+                return
             if cls._queue is None:
                 cls._queue = queue.SimpleQueue()
-                threading.Thread(
+                cls._thread = threading.Thread(
                     target=cls._run,
                     args=(cls._queue,),
                     name="agentcore-index-maintenance",
                     daemon=True,
-                ).start()
+                )
+                cls._thread.start()
+                atexit.register(cls.stop)
             cls._queue.put(index)
 
-    @staticmethod
-    def _run(jobs: queue.SimpleQueue[VectorIndex]) -> None:
-        while True:
-            index = jobs.get()
+    @classmethod
+    def stop(cls, timeout: float = 30.0) -> None:
+        with cls._lock:
+            cls._closing = True
+            if cls._queue is not None:
+                cls._queue.put(None)
+            thread = cls._thread
+        if thread is not None:
+            thread.join(timeout)
+
+    @classmethod
+    def _run(cls, jobs: queue.SimpleQueue[VectorIndex | None]) -> None:
+        while (index := jobs.get()) is not None:
             try:
-                while index.maintain():
+                while not cls._closing and index.maintain():
                     pass
             except Exception:  # a failed step leaves the index as it was
                 _log.exception("index maintenance failed")
@@ -800,6 +825,15 @@ def _background(index: VectorIndex) -> None:
 def _tail_part(buffer: Matrix, ids_buffer: IdArray, n: int, dead: IdArray) -> Part:
     rows = buffer[:n]
     return Part(ids_buffer[:n], rows, _NO_PARAMS, rows, dead, _FLOAT32)
+
+
+def _merged(dead: IdArray, rows: IdArray) -> IdArray:
+    """Sorted ``dead`` with the sorted, new (disjoint) ``rows`` inserted: one O(n) copy.
+
+    (``np.union1d`` would sort or hash everything again: milliseconds per delete once
+    a large part holds many tombstones.)
+    """
+    return np.insert(dead, np.searchsorted(dead, rows), rows)
 
 
 def _ascending(ids: IdArray) -> bool:

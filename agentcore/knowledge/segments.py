@@ -2,7 +2,7 @@
 
 The store stays the source of truth. A workspace's directory holds immutable segment
 files (sorted ids, the codec's codes and params, float32 rows) and a ``manifest.json``
-naming the live segments, a tombstone file (ids deleted from them) and the store's
+naming the live segments, a tombstone file (their deleted rows) and the store's
 change-log version they reflect. Every process on the machine maps the same files
 read-only, so the OS page cache holds one copy of the vectors however many workers
 serve them; a process applies ``changes_since(manifest.version)`` on top.
@@ -29,7 +29,6 @@ Validation
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import mmap
@@ -61,6 +60,8 @@ ORPHAN_SECONDS = 3600.0
 # kill it there: "segment" (half a segment file written), "manifest" (segment files
 # complete, manifest not yet published).
 PAUSE_ENV = "AGENTCORE_SEGMENTS_PAUSE_AT"
+WRITE_BYTES = 8 << 20  # one write call
+SYNC_BYTES = 64 << 20  # written bytes between two flushes to disk
 
 IdArray = npt.NDArray[np.int64]
 Matrix = npt.NDArray[np.float32]
@@ -95,6 +96,9 @@ def _pause(stage: str, directory: Path) -> None:
     if os.environ.get(PAUSE_ENV) == stage:
         (directory / f"paused-{stage}").touch()
         time.sleep(3600)
+
+
+_datasync = getattr(os, "fdatasync", os.fsync)  # macOS has no fdatasync
 
 
 def _fsync_dir(directory: Path) -> None:
@@ -137,22 +141,37 @@ def _write_file(
     size: int | None = None,
     pause: str | None = None,
 ) -> None:
-    """Write ``(offset, bytes)`` pieces to ``directory/name`` atomically and durably."""
+    """Write ``(offset, bytes)`` pieces to ``directory/name`` atomically and durably.
+
+    Large files are written in slices, flushed to disk every ``SYNC_BYTES``: the page
+    cache never holds gigabytes of dirty pages of ours, whose write-back would stall
+    the store's own small writes (a DELETE's commit) for seconds.
+    """
     tmp = directory / f".{name}.{uuid.uuid4().hex[:8]}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
-        with open(tmp, "wb") as f:
-            for i, (offset, data) in enumerate(pieces):
-                f.seek(offset)
-                f.write(data)
-                if pause is not None and i == len(pieces) // 2:
-                    f.flush()
-                    _pause(pause, directory)
-            if size is not None:
-                f.truncate(size)
-            f.flush()
-            os.fsync(f.fileno())
+        unsynced = 0
+        for i, (offset, data) in enumerate(pieces):
+            for start in range(0, len(data), WRITE_BYTES):
+                chunk = data[start : start + WRITE_BYTES]
+                written = 0
+                while written < len(chunk):
+                    written += os.pwrite(fd, chunk[written:], offset + start + written)
+                unsynced += len(chunk)
+                if unsynced >= SYNC_BYTES:
+                    _datasync(fd)
+                    unsynced = 0
+            if pause is not None and i == len(pieces) // 2:
+                _pause(pause, directory)
+        if size is not None:
+            os.ftruncate(fd, size)
+        os.fsync(fd)
+        os.close(fd)
+        fd = -1
         os.replace(tmp, directory / name)
     except BaseException:
+        if fd >= 0:
+            os.close(fd)
         tmp.unlink(missing_ok=True)
         raise
     _fsync_dir(directory)
@@ -173,6 +192,8 @@ class SegmentDirectory:
     @contextlib.contextmanager
     def lock(self) -> Iterator[None]:
         """Exclusive across processes and threads (``flock`` on a fresh descriptor)."""
+        import fcntl  # POSIX only: segment_root() never gives a directory elsewhere
+
         self.path.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -216,17 +237,22 @@ class SegmentDirectory:
         _write_file(self.path, name, [(0, header), *pieces], size=offset, pause="segment")
         return self.open_segment(name)
 
-    def write_tombstones(self, ids: IdArray) -> str | None:
-        """Write sorted unique ``ids`` as a tombstone file; its name (``None`` if empty)."""
-        if ids.size == 0:
+    def write_tombstones(self, dead: Sequence[IdArray]) -> str | None:
+        """Write each segment's sorted dead row numbers (in manifest order) as a
+        tombstone file; its name (``None`` if no row is dead)."""
+        if not any(rows.size for rows in dead):
             return None
-        ids = np.ascontiguousarray(np.unique(ids), dtype="<i8")
-        meta = {"format": FORMAT, "count": int(ids.size), "crc32": zlib.crc32(_bytes(ids))}
-        name = f"tomb-{uuid.uuid4().hex}.ids"
+        rows = np.ascontiguousarray(np.concatenate(list(dead)), dtype="<i8")
+        meta = {
+            "format": FORMAT,
+            "counts": [int(r.size) for r in dead],
+            "crc32": zlib.crc32(_bytes(rows)),
+        }
+        name = f"tomb-{uuid.uuid4().hex}.rows"
         _write_file(
             self.path,
             name,
-            [(0, memoryview(_header(TOMBSTONE_MAGIC, meta))), (HEADER_BYTES, _bytes(ids))],
+            [(0, memoryview(_header(TOMBSTONE_MAGIC, meta))), (HEADER_BYTES, _bytes(rows))],
         )
         return name
 
@@ -320,16 +346,12 @@ class SegmentDirectory:
                 return None
             try:
                 parts = [self.open_segment(name) for name in manifest.segments]
-                dead = self.read_tombstones(manifest.tombstones)
+                dead = self.read_tombstones(manifest.tombstones, [p.rows for p in parts])
             except FileNotFoundError:
                 continue  # a writer replaced the manifest and collected its files: again
-            if dead.size:
-                marked = []
-                for part in parts:
-                    hit, rows = part.find(dead)
-                    marked.append(part.with_dead(np.unique(rows[hit])) if hit.any() else part)
-                parts = marked
-            return manifest, parts
+            return manifest, [
+                p.with_dead(d) if d.size else p for p, d in zip(parts, dead, strict=True)
+            ]
         raise SegmentError("the manifest kept changing under the reader")
 
     def open_segment(self, name: str) -> Part:
@@ -374,20 +396,34 @@ class SegmentDirectory:
             raise SegmentError(f"{name}: header damaged: {exc}") from exc
         return Part(ids, codes, params, vectors, np.empty(0, np.int64), codec, name, mapped)
 
-    def read_tombstones(self, name: str | None) -> IdArray:
-        """The ids a tombstone file holds (sorted); empty for ``None``."""
+    def read_tombstones(self, name: str | None, rows: Sequence[int]) -> list[IdArray]:
+        """Each segment's dead rows from a tombstone file (``rows``: the segments' sizes)."""
         if name is None:
-            return np.empty(0, dtype=np.int64)
+            return [np.empty(0, dtype=np.int64) for _ in rows]
         raw = (self.path / name).read_bytes()
         meta = _parse_header(TOMBSTONE_MAGIC, raw, name)
         try:
-            count = int(meta["count"])
-            ids = np.frombuffer(raw, dtype="<i8", count=count, offset=HEADER_BYTES)
-            if zlib.crc32(_bytes(ids)) != meta["crc32"]:
+            counts = [int(c) for c in meta["counts"]]
+            if len(counts) != len(rows):
+                raise SegmentError(
+                    f"{name}: {len(counts)} segments, the manifest names {len(rows)}"
+                )
+            dead = np.frombuffer(raw, dtype="<i8", count=sum(counts), offset=HEADER_BYTES)
+            if zlib.crc32(_bytes(dead)) != meta["crc32"]:
                 raise SegmentError(f"{name}: checksum mismatch")
-        except (KeyError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError) as exc:
             raise SegmentError(f"{name}: damaged: {exc}") from exc
-        return ids.astype(np.int64)
+        out: list[IdArray] = []
+        start = 0
+        for count, n in zip(counts, rows, strict=True):
+            part = dead[start : start + count].astype(np.int64)
+            start += count
+            if part.size and (
+                part[0] < 0 or part[-1] >= n or not bool(np.all(part[1:] > part[:-1]))
+            ):
+                raise SegmentError(f"{name}: dead rows out of order or range")
+            out.append(part)
+        return out
 
 
 def segment_root(url: str | None, index_dir: str) -> tuple[Path | None, str]:
@@ -398,8 +434,8 @@ def segment_root(url: str | None, index_dir: str) -> tuple[Path | None, str]:
     subdirectory per store URL. The identity (the URL, and a SQLite file's device and
     inode) keeps a manifest from being applied to another database at the same path.
     """
-    if index_dir.strip().lower() in ("", "off", "none"):
-        return None, ""
+    if index_dir.strip().lower() in ("", "off", "none") or os.name != "posix":
+        return None, ""  # (file locks and mapping semantics used here are POSIX)
     sqlite_file = None
     if url and url not in (":memory:", "sqlite://", "sqlite:///:memory:"):
         path = url[len("sqlite:///") :] if url.startswith("sqlite:///") else url

@@ -533,3 +533,85 @@ def test_parts_round_trip_through_a_segment_file(tmp_path: Path) -> None:
     assert b.contains(2997) and not b.contains(2998)
     b.add([2998], unit_rows(1, 12, seed=1))  # into the tail: the mapping is never written
     assert b.contains(2998) and b.tail_rows == 1
+
+
+def test_a_manifest_follows_small_writes_so_a_load_bridges_a_short_log(
+    db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cache_module, "MANIFEST_LAG_VERSIONS", 3)
+    space = Workspace(db)
+    try:
+        docs = [space.add_document(f"d{i}", 30, seed=i) for i in range(4)]
+        space.index()
+        assert space.cache.wait_for_maintenance()
+        directory = space.directory()
+        first = directory.read_manifest()
+        assert first is not None
+        space.delete(docs[0])  # 30 of 120 rows: compaction anyway; then small writes
+        assert space.cache.wait_for_maintenance()
+        for i in range(3):  # a few rows each: no merge is due, but the lag is
+            space.add_document(f"small{i}", 2, seed=100 + i)
+        assert space.cache.wait_for_maintenance()
+        manifest = directory.read_manifest()
+        version = space.core.store.knowledge_state(space.org, ENV).version
+        assert manifest is not None and manifest.version == version
+        assert space.index().tail_rows == 0
+    finally:
+        space.close()
+
+
+@pytest.mark.parametrize("codec", sorted(set(kernels.CODECS) - {"float32"}))
+def test_segments_keep_the_workspace_codec_and_its_float32_rows(db: Path, codec: str) -> None:
+    space = Workspace(db, index_dtype=codec)
+    try:
+        for i in range(6):
+            space.add_document(f"d{i}", 200, seed=i)
+        space.index()
+        assert space.cache.wait_for_maintenance()
+    finally:
+        space.close()
+    again = Workspace(db, index_dtype=codec)
+    try:
+        index = again.index()
+        assert again.cache.segment_loads == 1
+        (part,) = index.parts()
+        assert part.codec.name == codec and part.codes.dtype != np.float32
+        assert part.codes is not part.vectors and not part.codes.flags.writeable
+        ids, vectors = again.core.store.load_vectors(again.org, ENV, again.d)
+        np.testing.assert_array_equal(part.vectors, vectors[np.argsort(ids)])
+        hits = 0
+        for q in unit_rows(10, again.d, seed=77):
+            scores = vectors @ q
+            best = ids[np.lexsort((ids, -scores))[:10]]
+            found, found_scores = index.search(q, 10)
+            hits += len(set(found.tolist()) & set(best.tolist()))
+            # scores are exact float32 re-scores of the candidates
+            np.testing.assert_allclose(found_scores, np.sort(scores)[::-1][: len(found)], atol=0.02)
+        assert hits >= 95  # recall@10 over 10 queries
+    finally:
+        again.close()
+
+
+def test_tombstones_are_per_segment_rows_so_a_re_added_id_stays_live(tmp_path: Path) -> None:
+    from agentcore.knowledge.segments import Manifest
+
+    directory = SegmentDirectory(tmp_path / "ws")
+    codec = kernels.CODECS["float32"]
+    old_rows, new_row = unit_rows(3, 4, seed=1), unit_rows(1, 4, seed=2)
+    first = directory.write_segment(np.array([4, 5, 6]), old_rows, codec)
+    second = directory.write_segment(np.array([5]), new_row, codec)
+    tombstones = directory.write_tombstones([np.array([1]), np.empty(0, np.int64)])
+    assert first.name and second.name
+    directory.publish(Manifest(7, 4, "e", "s", (first.name, second.name), tombstones))
+    loaded = directory.load()
+    assert loaded is not None
+    manifest, parts = loaded
+    assert manifest.version == 7 and [p.dead.tolist() for p in parts] == [[1], []]
+    index = VectorIndex.from_parts(4, parts)
+    assert len(index) == 3 and sorted(index.ids().tolist()) == [4, 5, 6]
+    np.testing.assert_array_equal(index.get(5), new_row[0])
+    # a tombstone file that does not fit the manifest's segments is refused
+    bad = directory.write_tombstones([np.array([3])])
+    directory.publish(Manifest(8, 4, "e", "s", (first.name,), bad))
+    with pytest.raises(SegmentError):
+        directory.load()
