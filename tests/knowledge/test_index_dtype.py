@@ -151,7 +151,7 @@ def test_workspaces_written_before_the_migration_are_float32(db_path: Path) -> N
     # as a database from before the column: NULL, then the migration's UPDATE runs again
     with sqlite3.connect(db_path) as conn:
         conn.execute("UPDATE knowledge_state SET index_dtype = NULL")
-        conn.execute("UPDATE knowledge_state SET index_dtype = 'float32'")  # what m009 does
+        conn.execute("UPDATE knowledge_state SET index_dtype = 'float32'")  # what m010 does
     with AgentCore.open(str(db_path), start_workers=False, index_dtype="int8") as core:
         assert _codec(core, _ws(core, "test")) == "float32"
         assert _ws(core).knowledge.search("red pump oil").results[0].source == "pumps.txt"
