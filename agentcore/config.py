@@ -103,6 +103,13 @@ class Settings(BaseSettings):
         description="Most rows a cached index adds from the change log to catch up with"
         " other processes' writes; a larger gap reloads the workspace.",
     )
+    index_dir: str = Field(
+        "auto",
+        description="Where each machine keeps memory-mapped vector segment files shared by"
+        " its processes: `auto` (`<database>.index/` next to a SQLite file; none for"
+        " `:memory:` and PostgreSQL), `off` (each process holds its vectors in RAM), or a"
+        " directory.",
+    )
     max_token_chars: int = Field(
         64,
         ge=8,
@@ -111,6 +118,14 @@ class Settings(BaseSettings):
     )
     max_document_chunks: int = Field(
         100_000, ge=1, description="Most chunks one document may make (413 beyond)."
+    )
+    index_dtype: Literal["float32", "float16", "int8"] = Field(
+        "float32",
+        description="How a workspace's in-memory index stores its rows: `float32` (exact),"
+        " `float16` (half the memory) or `int8` (scalar quantisation, a quarter);"
+        " the approximate ones re-score their best candidates against the float32 rows,"
+        " so results stay exact in practice. Fixed per workspace by its first write:"
+        " changing it affects new workspaces only.",
     )
     ingest_sync_max_bytes: int = Field(
         1 * MiB,

@@ -29,6 +29,7 @@ from agentcore.keys import KeyManager, check_environment, check_scopes
 from agentcore.knowledge.cache import IndexCache
 from agentcore.knowledge.embedders import Embedder
 from agentcore.knowledge.jobs import IngestRuntime
+from agentcore.knowledge.segments import segment_root
 from agentcore.knowledge.service import KnowledgeService
 from agentcore.knowledge.terms import TermCounter
 from agentcore.limits import RateLimiter
@@ -94,6 +95,12 @@ def _store_search(store: Store, settings: Settings) -> VectorSearchStore | None:
     return store
 
 
+def _segment_options(store: Store, settings: Settings) -> dict[str, Any]:
+    """The ``IndexCache`` arguments for the store's segment files (``index_dir``)."""
+    root, identity = segment_root(getattr(store, "url", None), settings.index_dir)
+    return {"segments": root, "store_identity": identity}
+
+
 class AgentCore:
     """The library's entry point: ``AgentCore.open(path_or_url)``.
 
@@ -121,6 +128,8 @@ class AgentCore:
             catchup_max_rows=settings.index_catchup_max_rows,
             store_search=_store_search(store, settings),
             max_token_chars=settings.max_token_chars,
+            codec=settings.index_dtype,
+            **_segment_options(store, settings),
         )
         # model calls run here, bounded in time even if a plugin hangs (threads start lazily)
         self.model_pool = ThreadPoolExecutor(8, thread_name_prefix="agentcore-model")
@@ -305,6 +314,7 @@ class AgentCore:
     def close(self) -> None:
         """Stop workers and close the store."""
         self.stop()
+        self.index_cache.close()
         self.keys.close()
         self.store.close()
 

@@ -27,7 +27,8 @@ import numpy.typing as npt
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from agentcore.knowledge.index import VectorIndex  # noqa: E402
+from agentcore.knowledge import kernels  # noqa: E402
+from agentcore.knowledge.index import Part, VectorIndex  # noqa: E402
 
 Matrix = npt.NDArray[np.float32]
 Ids = npt.NDArray[np.int64]
@@ -93,6 +94,45 @@ class VectorIndexEngine(Engine):
         del self.index
 
 
+class CodecEngine(Engine):
+    """VectorIndex over one frozen part stored by a codec (``index_dtype``).
+
+    The part is what a workspace's segment holds: the codec's codes (scanned) and the
+    float32 rows (read only at each query's candidates, to re-score them exactly;
+    memory-mapped segment files in a server, so they need not be resident). Memory
+    counts ids, codes and parameters; the note gives the float32 rows.
+    """
+
+    def __init__(self, codec: str) -> None:
+        self.codec = codec
+        self.name = f"VectorIndex ({codec})"
+
+    def build(self, data: Matrix, ids: Ids) -> None:
+        # rows numbered in order (a part's ids ascend), mapped to the ids on the way
+        # out: the float32 rows are ``data`` itself, not a sorted copy
+        rows = np.arange(data.shape[0], dtype=np.int64)
+        part = Part.build(rows, data, kernels.CODECS[self.codec])
+        self.part, self.ids = part, ids
+        self.index = VectorIndex.from_parts(data.shape[1], [part], codec=self.codec)
+
+    def search(self, q: Matrix, k: int) -> Ids:
+        found: Ids = self.ids[self.index.search(q, k)[0]]
+        return found
+
+    def search_batch(self, queries: Matrix, k: int) -> Ids:
+        found: Ids = self.ids[self.index.search_batch(queries, k)[0]]
+        return found
+
+    def memory_bytes(self) -> int:
+        return int(self.part.ids.nbytes + self.part.codes.nbytes + self.part.params.nbytes)
+
+    def rows_bytes(self) -> int:
+        return int(self.part.vectors.nbytes)
+
+    def close(self) -> None:
+        del self.index, self.part
+
+
 class NumpyEngine(Engine):
     """The textbook baseline: one matrix-vector product and an argpartition."""
 
@@ -140,9 +180,16 @@ class FaissEngine(Engine):
         self.default_threads = faiss.omp_get_max_threads()
         self.default_blas_threshold = int(faiss.cvar.distance_compute_blas_threshold)
 
+    _shared: tuple[int, Any] | None = None  # one index per data matrix, for all settings
+
     def build(self, data: Matrix, ids: Ids) -> None:
-        self.index = self.faiss.IndexFlatIP(data.shape[1])
-        self.index.add(data)
+        shared = FaissEngine._shared
+        self.reused = shared is not None and shared[0] == id(data)
+        if shared is None or shared[0] != id(data):
+            index = self.faiss.IndexFlatIP(data.shape[1])
+            index.add(data)
+            FaissEngine._shared = shared = (id(data), index)
+        self.index = shared[1]
         self.ids = ids
 
     def _pinned(self, call: Callable[[], Any]) -> Any:
@@ -168,6 +215,7 @@ class FaissEngine(Engine):
 
     def close(self) -> None:
         del self.index
+        FaissEngine._shared = None
 
 
 def _sqlite_connection(path: str) -> Any:
@@ -341,7 +389,11 @@ def store_load_seconds(data: Matrix, ids: Ids, runs: int) -> tuple[float, int] |
 
 
 def make_engines(skip: set[str]) -> tuple[list[Callable[[], Engine]], list[str]]:
-    factories: list[Callable[[], Engine]] = [VectorIndexEngine, NumpyEngine]
+    factories: list[Callable[[], Engine]] = [VectorIndexEngine]
+    for codec in ("float16", "int8"):
+        if codec not in skip:
+            factories.append(lambda codec=codec: CodecEngine(codec))  # type: ignore[misc]
+    factories.append(NumpyEngine)
     notes = []
     if "faiss" not in skip:
         try:
@@ -380,8 +432,10 @@ def bench_size(
         engine.build(data, ids)
         row = Row(engine.name, n, build_s=time.perf_counter() - start)
         row.memory_mb = engine.memory_bytes() / 2**20
-        if isinstance(engine, NumpyEngine):
+        if isinstance(engine, NumpyEngine) or getattr(engine, "reused", False):
             row.build_s = None
+        if isinstance(engine, CodecEngine):
+            row.note = f"+ {engine.rows_bytes() / 2**20:,.0f} MB float32 rows, read at candidates"
         engines.append((engine, row))
         print(f"  built {engine.name} at N={n:,} in {row.build_s or 0:.1f}s", file=sys.stderr)
     for run in range(args.runs):
@@ -407,8 +461,12 @@ def bench_size(
         row.recall_at_k = min(r["recall"] for r in row.runs)
         if engine.query_cap and engine.query_cap < args.queries:
             row.note = f"{row.queries} queries"
+        if isinstance(engine, VectorIndexEngine):
+            row.note = "float32 (exact)"
         engine.close()
         rows.append(row)
+    if "store-load" in args.skip:
+        return rows
     loaded = store_load_seconds(data, ids, args.runs)
     if loaded is None:
         rows.append(Row("VectorIndex load from store", n, note="store API missing: skipped"))
@@ -446,27 +504,31 @@ def table(rows: list[Row], k: int) -> str:
 
 
 def ratios(rows: list[Row]) -> list[dict[str, Any]]:
-    """VectorIndex relative to numpy and to the faster FAISS setting, per N."""
+    """Each VectorIndex mode relative to numpy, to the best FAISS setting and to float32."""
     out = []
     for n in sorted({r.n for r in rows}):
         at = {r.engine: r for r in rows if r.n == n}
-        ours = at.get("VectorIndex")
-        if ours is None or ours.single_median_ms is None:
-            continue
-        entry: dict[str, Any] = {"n": n}
-        for label, names in (
-            ("numpy", ["numpy"]),
-            ("faiss", [name for name in at if name.startswith("FAISS")]),
-        ):
-            others = [at[name] for name in names if at[name].single_median_ms is not None]
-            if not others:
+        float32 = at.get("VectorIndex")
+        for name, ours in at.items():
+            if not name.startswith("VectorIndex") or ours.single_median_ms is None:
                 continue
-            best_single = min(o.single_median_ms or np.inf for o in others)
-            best_batch = max(o.batch_qps or 0.0 for o in others)
-            entry[f"single_vs_{label}"] = ours.single_median_ms / best_single
-            if ours.batch_qps and best_batch:
-                entry[f"batch_vs_{label}"] = ours.batch_qps / best_batch
-        out.append(entry)
+            entry: dict[str, Any] = {"n": n, "engine": name}
+            peers = [
+                ("numpy", ["numpy"]),
+                ("faiss", [other for other in at if other.startswith("FAISS")]),
+            ]
+            if float32 is not None and ours is not float32:
+                peers.append(("float32", ["VectorIndex"]))
+            for label, names in peers:
+                others = [at[other] for other in names if at[other].single_median_ms is not None]
+                if not others:
+                    continue
+                best_single = min(o.single_median_ms or np.inf for o in others)
+                best_batch = max(o.batch_qps or 0.0 for o in others)
+                entry[f"single_vs_{label}"] = ours.single_median_ms / best_single
+                if ours.batch_qps and best_batch:
+                    entry[f"batch_vs_{label}"] = ours.batch_qps / best_batch
+            out.append(entry)
     return out
 
 
@@ -478,7 +540,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--json", default=str(Path(__file__).parent / "results/search_speed.json"))
-    parser.add_argument("--skip", default="", help="comma list: faiss,sqlite-vec")
+    parser.add_argument(
+        "--skip", default="", help="comma list: faiss,sqlite-vec,float16,int8,store-load"
+    )
     args = parser.parse_args(argv)
     skip = {s.strip() for s in args.skip.split(",") if s.strip()}
     factories, notes = make_engines(skip)
@@ -498,8 +562,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     summary = ratios(rows)
     for entry in summary:
-        parts = [f"{key} {value:.2f}" for key, value in entry.items() if key != "n"]
-        print(f"- N={entry['n']:,}: " + ", ".join(parts))
+        parts = [f"{key} {value:.2f}" for key, value in entry.items() if key not in ("n", "engine")]
+        print(f"- N={entry['n']:,} {entry['engine']}: " + ", ".join(parts))
     for note in notes:
         print(f"\nNote: {note}")
     out = Path(args.json)

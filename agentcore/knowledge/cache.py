@@ -2,19 +2,24 @@
 
 from __future__ import annotations
 
+import atexit
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
+from urllib.parse import quote
 
 import numpy as np
 import numpy.typing as npt
 
 from agentcore.errors import Conflict, InvalidRequest, ValidationFailed
 from agentcore.knowledge.embedders import Embedder, bounded_text
-from agentcore.knowledge.index import VectorIndex
+from agentcore.knowledge.index import VectorIndex, codec_named
+from agentcore.knowledge.segments import Manifest, SegmentDirectory, SegmentError
+from agentcore.redact import get_logger
 from agentcore.storage.base import VectorSearchStore
-from agentcore.storage.records import KnowledgeState
+from agentcore.storage.records import KnowledgeChanges, KnowledgeState
 
 if TYPE_CHECKING:
     from agentcore.cancellation import Cancellation
@@ -27,12 +32,22 @@ Key = tuple[str, str]
 # documents' worth), so the rows the next writes add need no copy of the matrix.
 _SPARE_FRACTION = 16
 _MIN_SPARE_ROWS = 4096
+# Tail rows (added since the segment files were written) that make a background merge
+# into a new segment due; the tail is private RAM of each process, the segments shared.
+SEGMENT_MERGE_ROWS = 16_384
+# Versions a workspace may move past its manifest before one is written anyway: a
+# load then bridges a short change log (the store keeps 10,000 versions of deletes).
+MANIFEST_LAG_VERSIONS = 1_000
+_log = get_logger(__name__)
 
 
 @dataclass
 class _Entry:
     version: int
     index: VectorIndex
+    manifest: str | None = None  # id of the segment manifest the index's parts come from
+    embedder: str | None = None
+    manifest_version: int = 0  # the store version that manifest reflects
 
 
 class IndexCache:
@@ -55,6 +70,18 @@ class IndexCache:
     :param store_search: a store that ranks vectors itself; when given
         (``vector_search="pgvector"``), searches run there and no index is held here.
     :param max_token_chars: the longest whitespace-free run re-embedding feeds it.
+    :param segments: a directory for this store's memory-mapped segment files
+        (``segments.py``; ``Settings.index_dir``), or ``None`` to keep indexes in RAM.
+        With it, a load maps the files and applies the change log since they were
+        written; rows added since live in each index's tail until a background
+        thread merges them into a new segment (``SEGMENT_MERGE_ROWS``), and deletes
+        are tombstones until it compacts the segment.
+    :param store_identity: names the store the files belong to (a manifest written
+        for another store is ignored).
+    :param codec: how a new workspace's index stores its rows (``Settings.index_dtype``,
+        a name in ``kernels.CODECS``). The first write to a workspace stores it with
+        the workspace (``claim_index_dtype``); from then on its stored dtype is used,
+        whatever this says.
     """
 
     def __init__(
@@ -66,8 +93,15 @@ class IndexCache:
         catchup_max_rows: int = 100_000,
         store_search: VectorSearchStore | None = None,
         max_token_chars: int = 64,
+        segments: Path | None = None,
+        store_identity: str = "",
+        codec: str = "float32",
     ) -> None:
         self._store = store
+        self._segments = None if store_search is not None else segments
+        self._store_identity = store_identity
+        self._codec = codec
+        self._maintainer = _Maintainer(self._maintain) if self._segments is not None else None
         self._store_search = store_search
         self._max_token_chars = max_token_chars
         self._embedders = embedders
@@ -78,6 +112,18 @@ class IndexCache:
         self._guard = threading.Lock()
         self.reloads = 0  # full workspace loads (a number tests and benchmarks read)
         self.catch_ups = 0  # change-log deltas applied
+        self.segment_loads = 0  # loads that mapped segment files instead of reading the store
+        self.switches = 0  # indexes replaced by segments another process (or thread) wrote
+        self.merges = 0  # segment files written by background maintenance
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Stop background maintenance (waits for a step under way, up to ``timeout``)."""
+        if self._maintainer is not None:
+            self._maintainer.close(timeout)
+
+    def wait_for_maintenance(self, timeout: float = 60.0) -> bool:
+        """Wait until no background maintenance is queued or running; whether it is so."""
+        return self._maintainer is None or self._maintainer.wait_idle(timeout)
 
     def _lock(self, key: Key) -> threading.RLock:
         with self._guard:
@@ -100,14 +146,27 @@ class IndexCache:
         key = (organization_id, environment)
         state = self._store.knowledge_state(organization_id, environment)
         entry = self._entries.get(key)
-        if entry is not None and entry.version == state.version:
+        if entry is not None and entry.version == state.version and self._fits(entry, state):
             return entry.index
         with self._lock(key):
             state = self._ensure_embedder(organization_id, environment)
             entry = self._entries.get(key)
-            if entry is not None and (entry.version == state.version or self._catch_up(key, entry)):
+            if (
+                entry is not None
+                and self._fits(entry, state)
+                and (entry.version == state.version or self._catch_up(key, entry))
+            ):
                 return entry.index
             return self._load(key, state)
+
+    def codec_of(self, state: KnowledgeState) -> str:
+        """The codec of a workspace's index: its stored dtype, else the configured one."""
+        return state.index_dtype or self._codec
+
+    def _fits(self, entry: _Entry, state: KnowledgeState) -> bool:
+        # an index loaded before another process fixed the workspace's dtype (to one
+        # other than this process's setting) is reloaded with the stored one
+        return entry.index.codec == self.codec_of(state)
 
     def is_current(self, organization_id: str, environment: str) -> bool:
         """Whether a workspace's index is loaded here and at the store's version, so a
@@ -117,7 +176,8 @@ class IndexCache:
         entry = self._entries.get((organization_id, environment))
         if entry is None:
             return False
-        return entry.version == self._store.knowledge_state(organization_id, environment).version
+        state = self._store.knowledge_state(organization_id, environment)
+        return entry.version == state.version and self._fits(entry, state)
 
     def search(
         self,
@@ -160,15 +220,34 @@ class IndexCache:
         """
         key = (organization_id, environment)
         with self._lock(key):
-            self._ensure_embedder(organization_id, environment)
+            state = self._ensure_embedder(organization_id, environment)
+            if state.index_dtype is None:  # the workspace's first write fixes its dtype
+                self._store.claim_index_dtype(organization_id, environment, self._codec)
             result = store_write()
             entry = self._entries.get(key)
             if entry is not None and not self._catch_up(key, entry):
                 self._entries.pop(key, None)
+            elif (
+                entry is not None
+                and self._maintainer is not None
+                and entry.version - entry.manifest_version >= MANIFEST_LAG_VERSIONS
+            ):
+                entry.manifest_version = entry.version  # asked once per lag
+                self._maintainer.submit(key, force=True)
             return result
 
     def _load(self, key: Key, state: KnowledgeState) -> VectorIndex:
-        """Load a workspace's whole index (call with the workspace lock held)."""
+        """Load a workspace's whole index (call with the workspace lock held).
+
+        From the segment files when they are usable (mapped, then the change log since
+        they were written); else from the store, and then (in the background) written
+        as segment files, which the index then maps instead of its RAM copy.
+        """
+        self.reloads += 1
+        if self._segments is not None:
+            mapped = self._load_segments(key, state)
+            if mapped is not None:
+                return mapped
         dimension = state.dimension or self.embedder().dimension
         # the version is read before the vectors: a write in between is applied again
         # by the next catch-up only if it is newer than this version, and a row the
@@ -176,9 +255,11 @@ class IndexCache:
         version = self._store.knowledge_state(*key).version
         ids, vectors = self._store.load_vectors(*key, dimension)
         spare = max(_MIN_SPARE_ROWS, ids.shape[0] // _SPARE_FRACTION)
-        index = VectorIndex.adopt(ids, vectors, spare_rows=spare)
-        self._entries[key] = _Entry(version, index)
-        self.reloads += 1
+        index = VectorIndex.adopt(ids, vectors, spare_rows=spare, codec=self.codec_of(state))
+        self._entries[key] = _Entry(version, index, None, state.embedder)
+        if self._maintainer is not None:
+            self._attach(key, index)
+            self._maintainer.submit(key, force=True)
         return index
 
     def _catch_up(self, key: Key, entry: _Entry) -> bool:
@@ -188,22 +269,119 @@ class IndexCache:
             return False
         if changes.version == entry.version:
             return True
-        index = entry.index
-        added = changes.added_ids
-        if added.size:
-            # a load that raced a write may already hold some of these rows
-            fresh = np.fromiter(
-                (not index.contains(i) for i in added.tolist()), dtype=bool, count=added.size
-            )
-            try:
-                index.add(added[fresh], changes.added_vectors[fresh])
-            except ValidationFailed:  # rows the index refuses: rebuild from the store
-                return False
-        if changes.deleted_ids.size:
-            index.remove(changes.deleted_ids)
+        if not _apply(entry.index, changes):
+            return False
         entry.version = changes.version
         self.catch_ups += 1
         return True
+
+    # -- segment files -------------------------------------------------------------
+
+    def _directory(self, key: Key) -> SegmentDirectory:
+        assert self._segments is not None
+        return SegmentDirectory(self._segments / quote(key[0], safe="") / quote(key[1], safe=""))
+
+    def _attach(self, key: Key, index: VectorIndex) -> None:
+        """Make ``index`` persist its parts as segment files, maintained in the background."""
+        maintainer = self._maintainer
+        assert maintainer is not None
+        index.persisted = True
+        index.merge_rows = SEGMENT_MERGE_ROWS
+        index.set_maintenance(lambda _: maintainer.submit(key))
+
+    def _load_segments(self, key: Key, state: KnowledgeState) -> VectorIndex | None:
+        """The index mapped from the workspace's segment files and brought up to date
+        by the change log; ``None`` when they are missing or unusable (call with the
+        workspace lock held). Installs the entry."""
+        try:
+            loaded = self._directory(key).load()
+        except (SegmentError, OSError) as exc:
+            _log.warning("segment files of %s/%s unusable, loading from the store: %s", *key, exc)
+            return None
+        if loaded is None:
+            return None
+        manifest, parts = loaded
+        dimension = state.dimension or self.embedder().dimension
+        if (manifest.store, manifest.dimension, manifest.embedder) != (
+            self._store_identity,
+            dimension,
+            state.embedder,
+        ):
+            return None
+        changes = self._store.changes_since(*key, manifest.version, max_rows=self._catchup_max_rows)
+        if changes is None:
+            return None
+        try:
+            index = VectorIndex.from_parts(
+                dimension, parts, spare_rows=_MIN_SPARE_ROWS, codec=self.codec_of(state)
+            )
+        except ValidationFailed:
+            return None
+        if not _apply(index, changes):
+            return None
+        self._attach(key, index)
+        self._entries[key] = _Entry(
+            changes.version, index, manifest.id, state.embedder, manifest.version
+        )
+        self.segment_loads += 1
+        return index
+
+    def _maintain(self, key: Key, force: bool) -> bool:
+        """One background maintenance step of a workspace; whether another may be due.
+
+        Under the directory's file lock: if another process (or an earlier step)
+        published a manifest this index does not come from, switch to it (map its
+        files, apply the change log) instead of writing. Else seal the tail and the
+        parts due for compaction or merging into one new segment, write the
+        tombstones of the parts kept, publish a manifest of the version the snapshot
+        reflects, swap the new part in, and delete the files no longer named.
+        """
+        directory = self._directory(key)
+        with directory.lock():
+            with self._lock(key):
+                entry = self._entries.get(key)
+                if entry is None:
+                    return False
+                try:
+                    current = directory.read_manifest()
+                except SegmentError:
+                    current = None  # damaged: the manifest written below replaces it
+                if current is not None and current.id != entry.manifest:
+                    state = self._store.knowledge_state(*key)
+                    if self._load_segments(key, state) is not None:
+                        self.switches += 1
+                        return False
+                index = entry.index
+                plan = index.plan_maintenance(force=force)
+                version, embedder = entry.version, entry.embedder
+            if plan is None:
+                return False
+            ids, vectors = plan.live_rows()
+            codec = codec_named(index.codec)
+            new_parts = [directory.write_segment(ids, vectors, codec)] if ids.size else []
+            keep = plan.keep
+            tombstones = directory.write_tombstones([p.dead for p in keep])
+            names = [p.name for p in keep] + [p.name for p in new_parts]
+            assert all(names), "a persisted index keeps only parts mapped from files"
+            manifest = Manifest(
+                version=version,
+                dimension=index.dimension,
+                embedder=embedder,
+                store=self._store_identity,
+                segments=tuple(n for n in names if n),
+                tombstones=tombstones,
+            )
+            directory.publish(manifest)
+            applied = index.apply(plan, new_parts)
+            with self._lock(key):
+                if applied and self._entries.get(key) is entry:
+                    entry.manifest = manifest.id
+                    entry.manifest_version = max(entry.manifest_version, version)
+            self.merges += 1
+            if current is not None:
+                directory.remove(current.files() - manifest.files())
+            directory.collect(manifest.files())
+        return index.maintenance_due()
 
     def _ensure_embedder(self, organization_id: str, environment: str) -> KnowledgeState:
         store = self._store
@@ -232,6 +410,85 @@ class IndexCache:
             organization_id, environment, embedder.name, segments, embedder.dimension
         )
         self._entries.pop((organization_id, environment), None)
+
+
+def _apply(index: VectorIndex, changes: KnowledgeChanges) -> bool:
+    """Apply a change log delta (adds first); False if the index refuses its rows."""
+    added = changes.added_ids
+    if added.size:
+        # a load that raced a write may already hold some of these rows
+        fresh = np.fromiter(
+            (not index.contains(i) for i in added.tolist()), dtype=bool, count=added.size
+        )
+        try:
+            index.add(added[fresh], changes.added_vectors[fresh])
+        except ValidationFailed:  # rows the index refuses: rebuild from the store
+            return False
+    if changes.deleted_ids.size:
+        index.remove(changes.deleted_ids)
+    return True
+
+
+class _Maintainer:
+    """A daemon thread running ``run(key, force)`` for the workspaces submitted to it.
+
+    ``run`` returns whether another step may be due; it is called again at once then.
+    """
+
+    def __init__(self, run: Callable[[Key, bool], bool]) -> None:
+        self._run = run
+        self._cond = threading.Condition()
+        self._pending: dict[Key, bool] = {}
+        self._busy = False
+        self._closed = False
+        self._thread: threading.Thread | None = None
+
+    def submit(self, key: Key, *, force: bool = False) -> None:
+        with self._cond:
+            if self._closed:
+                return
+            self._pending[key] = self._pending.get(key, False) or force
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._loop, name="agentcore-segments", daemon=True
+                )
+                self._thread.start()
+                # a core never closed still stops between steps at interpreter exit
+                atexit.register(self.close, 30.0)
+            self._cond.notify_all()
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while not self._pending and not self._closed:
+                    self._cond.wait()
+                if self._closed:
+                    return
+                key, force = self._pending.popitem()
+                self._busy = True
+            try:
+                while self._run(key, force) and not self._closed:
+                    force = False
+            except Exception:  # the files and the index stay as they were
+                _log.exception("segment maintenance of %s/%s failed", *key)
+            finally:
+                with self._cond:
+                    self._busy = False
+                    self._cond.notify_all()
+
+    def wait_idle(self, timeout: float) -> bool:
+        with self._cond:
+            return self._cond.wait_for(lambda: not self._pending and not self._busy, timeout)
+
+    def close(self, timeout: float) -> None:
+        with self._cond:
+            self._closed = True
+            self._pending.clear()
+            self._cond.notify_all()
+            thread = self._thread
+        if thread is not None:
+            thread.join(timeout)
+            atexit.unregister(self.close)
 
 
 EMBED_BATCH = 256  # texts per embedder call: bounds its temporaries, checks cancellation

@@ -1,48 +1,55 @@
-"""The exact cosine vector index: one float32 matrix, top-k by argpartition, thread-safe reads.
+"""The exact cosine vector index: immutable parts plus an in-RAM tail, thread-safe reads.
 
 Layout
-    One C-ordered float32 buffer of shape ``(capacity, dimension)`` and an int64 id
-    buffer of the same capacity. Rows are L2-normalised at insert, so a cosine
-    similarity is a dot product. Appends write into the spare capacity, which grows
-    geometrically. Deletes only mark rows dead (tombstones); once dead rows reach an
-    eighth of the rows, the live ones are compacted into a fresh buffer, so the cost of
-    a delete is amortised and no delete ever rewrites a row in place.
+    The rows live in *parts*. A frozen ``Part`` never changes after it is made: its ids
+    are sorted ascending (lookups are a binary search, so no per-row map is built), its
+    rows are kept by a ``kernels.Codec`` (codes and parameters, next to the float32
+    rows), and it may be a memory-mapped segment file (``segments.py``) shared by every
+    process on the machine. New rows go to the *tail*: one C-ordered float32 buffer with
+    spare capacity (growing geometrically) and an id-to-row map. Rows are L2-normalised
+    at insert, so a cosine similarity is a dot product. Deletes only mark rows dead
+    (tombstones: a sorted array of row numbers per part); no delete rewrites a row.
+
+Maintenance (never inside ``add`` or ``remove``)
+    A part whose dead rows pass an eighth of its rows is compacted, many small parts are
+    merged, and (when parts are persisted, or the codec is approximate) the tail is
+    sealed into a frozen part. ``plan_maintenance`` picks the parts and snapshots them;
+    the new part is built from that snapshot while readers and writers go on; ``apply``
+    swaps it in, carrying over the rows added and deleted meanwhile. It runs on a
+    background thread (``set_maintenance``: by default one shared daemon thread per
+    process; ``IndexCache`` runs its own, which also writes segment files).
 
 Concurrency (one writer lock, lock-free readers)
-    Every reader starts by taking ``self._snap``, one immutable ``_Snapshot`` (matrix
-    view, ids view, sorted dead rows, id-to-row map of that buffer) published by a
-    single attribute assignment, which is atomic. Writers serialise on a lock and
-    respect one invariant: *a row of a buffer that any snapshot can see is never
-    written again*. Appends write rows at or past the published row count and publish
-    afterwards; growth and compaction copy into a new buffer (old snapshots keep the
-    old one alive); deletes publish a new dead-row array instead of touching rows.
-    Hence a reader never sees a torn row or a wrong id-to-row pairing, and readers
-    never wait for each other or for writers.
+    Every reader starts by taking ``self._snap``, one immutable ``_Snapshot`` (the frozen
+    parts, the tail's part and buffer, the tail's id-to-row map) published by a single
+    attribute assignment, which is atomic. Writers serialise on a lock and respect one
+    invariant: *a row that any snapshot can see is never written again*. Appends write
+    tail rows at or past the published row count and publish afterwards; growth copies
+    into a new buffer (old snapshots keep the old one alive); deletes publish new
+    dead-row arrays; maintenance publishes new parts. Hence a reader never sees a torn
+    row or a wrong id-to-row pairing, and readers never wait for each other or writers.
 
-Search speed
-    Brute force at this scale is bound by memory bandwidth. A small index answers a
-    query with one BLAS matrix-vector product. Large single queries are split into row blocks that the calling thread and a small shared pool of helper
-    threads claim one by one; each block is scored with ``np.vecdot`` (per-row dot
-    products, which release the GIL and never start BLAS threads of their own) into a
-    thread-local buffer that stays in cache, reduced to its top-k at once, and the few
-    survivors of all blocks are merged; after a thread's first block, "reduced" is one
-    comparison against the k-th best score that thread has seen. Batches use one
-    matrix product per row block (BLAS threads it) and the same per-query bound.
-    Results are exact: ties at the cut are kept, and the order is score descending,
-    then id ascending.
+Search
+    Each part is searched by ``kernels.search_part`` (or ``search_part_batch``) with its
+    codec, and the candidates of all parts are merged by ``kernels.order``: results are
+    exact (approximate codecs are re-scored against the float32 rows), ties at the cut
+    are kept, and the order is score descending, then id ascending.
 """
 
 from __future__ import annotations
 
+import atexit
+import queue
 import threading
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import numpy.typing as npt
 
 from agentcore.errors import ValidationFailed
 from agentcore.knowledge import kernels
+from agentcore.redact import get_logger
 
 IdArray = npt.NDArray[np.int64]
 ScoreArray = npt.NDArray[np.float32]
@@ -52,24 +59,185 @@ _ID_DTYPE = np.dtype("<i8")
 _VECTOR_DTYPE = np.dtype("<f4")
 _MIN_CAPACITY = 256
 _GROWTH = 1.5
-_COMPACT_FRACTION = 8  # compact once dead rows exceed 1/8 of all rows
+COMPACT_FRACTION = 8  # a part is compacted once its dead rows exceed 1/8 of its rows
+MAX_PARTS = 8  # more frozen parts than this: the smallest are merged
+# A tail this large with ascending ids is sealed as a frozen part (its rows stay where
+# they are) instead of being copied into a larger buffer.
+SEAL_ROWS = 65_536
 _NO_PARAMS = np.empty(0, dtype=np.float32)  # float32 rows need no codec parameters
 _FLOAT32 = kernels.Float32Codec()
+_EMPTY_IDS = np.empty(0, dtype=np.int64)
+_log = get_logger(__name__)
+
+
+def codec_named(name: str) -> kernels.Codec:
+    """The codec registered as ``name`` in ``kernels.CODECS`` (a 400 if unknown)."""
+    codec = kernels.CODECS.get(name)
+    if codec is None:
+        known = ", ".join(sorted(kernels.CODECS))
+        raise ValidationFailed(
+            f"unknown index codec {name!r} (known: {known})", code="invalid_codec", param="codec"
+        )
+    return codec
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Part:
+    """An immutable block of rows: ids, the codec's codes and params, float32 rows, dead rows.
+
+    Frozen parts have strictly ascending ids. ``name`` is the segment file a persisted
+    part was mapped from (``None`` for a part in RAM); ``keepalive`` holds whatever
+    owns the memory of the arrays (a mapping). ``with_dead`` makes the same part with
+    other dead rows: it shares the arrays, and ``same_rows`` tells such parts apart
+    from others.
+    """
+
+    ids: IdArray
+    codes: kernels.Codes
+    params: ScoreArray
+    vectors: Matrix
+    dead: IdArray  # sorted row numbers
+    codec: kernels.Codec = field(default_factory=kernels.Float32Codec)
+    name: str | None = None
+    keepalive: object = None
+
+    @classmethod
+    def build(
+        cls, ids: IdArray, vectors: Matrix, codec: kernels.Codec, *, name: str | None = None
+    ) -> Part:
+        """A RAM part over unit ``vectors`` (sorted by id here if they are not)."""
+        if ids.size > 1 and not bool(np.all(ids[1:] > ids[:-1])):
+            order = np.argsort(ids, kind="stable")
+            ids, vectors = ids[order], vectors[order]
+        vectors = np.ascontiguousarray(vectors, dtype=_VECTOR_DTYPE)
+        codes, params = codec.encode(vectors)
+        if codec.name == "float32":
+            codes = vectors
+        return cls(ids, codes, params, vectors, _EMPTY_IDS, codec, name)
+
+    @property
+    def rows(self) -> int:
+        """Rows held, dead ones included."""
+        return int(self.ids.shape[0])
+
+    @property
+    def live(self) -> int:
+        """Rows not deleted."""
+        return self.rows - int(self.dead.shape[0])
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of ids, codes, params and float32 rows (shared arrays counted once)."""
+        total = self.ids.nbytes + self.codes.nbytes + self.params.nbytes
+        return int(total + (0 if self.vectors is self.codes else self.vectors.nbytes))
+
+    def with_dead(self, dead: IdArray) -> Part:
+        """This part with ``dead`` as its dead rows."""
+        return replace(self, dead=dead)
+
+    def same_rows(self, other: Part) -> bool:
+        """Whether ``other`` is this part (perhaps with other dead rows)."""
+        return self.ids is other.ids
+
+    def find(self, wanted: IdArray) -> tuple[npt.NDArray[np.bool_], IdArray]:
+        """For each of ``wanted``: whether it is a live row here, and its row number."""
+        n = self.rows
+        if n == 0 or wanted.size == 0:
+            return np.zeros(wanted.shape[0], dtype=bool), np.zeros(wanted.shape[0], np.int64)
+        rows = np.minimum(np.searchsorted(self.ids, wanted), n - 1).astype(np.int64)
+        hit = self.ids[rows] == wanted
+        if self.dead.size:
+            at = np.minimum(np.searchsorted(self.dead, rows), self.dead.shape[0] - 1)
+            hit &= self.dead[at] != rows
+        return hit, rows
+
+    def live_ids(self) -> IdArray:
+        """The ids of the live rows."""
+        return np.delete(self.ids, self.dead) if self.dead.size else np.asarray(self.ids)
+
+    def live_rows(self) -> tuple[IdArray, Matrix]:
+        """The live ids and float32 rows (the part's own arrays when none is dead: read only)."""
+        if not self.dead.size:
+            return self.ids, self.vectors
+        keep = np.ones(self.rows, dtype=bool)
+        keep[self.dead] = False
+        return np.compress(keep, self.ids), np.compress(keep, self.vectors, axis=0)
 
 
 @dataclass(frozen=True, slots=True)
 class _Snapshot:
     """What a reader needs, published as one object; never mutated after publishing."""
 
-    buffer: Matrix  # the whole buffer; rows past ``count`` may be filled later
-    matrix: Matrix  # buffer[:count]
-    ids: IdArray  # ids of buffer[:count], dead rows included
-    dead: IdArray  # sorted row numbers (not ids) of deleted rows
-    row_of: dict[int, int]  # live id -> row in ``buffer``; shared by one buffer's snapshots
+    parts: tuple[Part, ...]  # frozen parts
+    tail: Part  # the tail's first ``rows`` rows (views of ``buffer``)
+    buffer: Matrix  # the whole tail buffer; rows past the tail's may be filled later
+    row_of: dict[int, int]  # live tail id -> row in ``buffer``; shared by one buffer's snapshots
+    epoch: int = 0  # advances whenever maintenance cuts rows off the tail
 
     @property
     def live(self) -> int:
-        return int(self.matrix.shape[0] - self.dead.shape[0])
+        return self.tail.live + sum(part.live for part in self.parts)
+
+    def all_parts(self) -> tuple[Part, ...]:
+        return (*self.parts, self.tail)
+
+
+@dataclass(frozen=True, slots=True)
+class MaintenancePlan:
+    """The parts one maintenance step rewrites, as a snapshot saw them.
+
+    ``parts`` are frozen parts to merge or compact; ``tail_rows`` is how many leading
+    rows of the tail to seal (0: the tail stays). ``keep`` are the frozen parts left as
+    they are; with the new part they hold everything the snapshot held (if the whole
+    tail is sealed), which is what a persisted manifest then describes.
+    """
+
+    snapshot: _Snapshot
+    parts: tuple[Part, ...]
+    tail_rows: int
+
+    @property
+    def keep(self) -> tuple[Part, ...]:
+        """The frozen parts this step leaves as they are."""
+        return tuple(p for p in self.snapshot.parts if not any(p.same_rows(c) for c in self.parts))
+
+    @property
+    def whole(self) -> bool:
+        """Whether the step seals the whole tail (so the new parts hold every live row)."""
+        return self.tail_rows == self.snapshot.tail.rows
+
+    def live_rows(self) -> tuple[IdArray, Matrix]:
+        """The live rows of the chosen parts and tail rows, sorted by id (read only).
+
+        One part with no dead rows and ascending ids is returned as it is (a store
+        load written out as a segment needs no second copy of the matrix).
+        """
+        pieces = [part.live_rows() for part in self.parts]
+        if self.tail_rows:
+            tail = self.snapshot.tail
+            keep = np.ones(self.tail_rows, dtype=bool)
+            keep[tail.dead[tail.dead < self.tail_rows]] = False
+            pieces.append(
+                (
+                    np.compress(keep, tail.ids[: self.tail_rows]),
+                    np.compress(keep, tail.vectors[: self.tail_rows], axis=0),
+                )
+            )
+        d = self.snapshot.buffer.shape[1]
+        if not pieces:
+            return _EMPTY_IDS, np.empty((0, d), dtype=np.float32)
+        if len(pieces) == 1 and _ascending(pieces[0][0]):
+            return pieces[0]
+        ids = np.concatenate([p[0] for p in pieces]).astype(np.int64, copy=False)
+        vectors = np.empty((ids.shape[0], d), dtype=np.float32)
+        start = 0
+        for _, rows in pieces:  # one copy into place, then one gather by id order
+            vectors[start : start + rows.shape[0]] = rows
+            start += rows.shape[0]
+        if not _ascending(ids):
+            order = np.argsort(ids, kind="stable")
+            ids, vectors = ids[order], vectors[order]
+        return ids, vectors
 
 
 def _empty_result() -> tuple[IdArray, ScoreArray]:
@@ -83,28 +251,29 @@ class VectorIndex:
     a time adds or removes (writers serialise on an internal lock).
 
     :param dimension: the length of every vector.
-    :param capacity: rows to preallocate.
+    :param capacity: tail rows to preallocate.
+    :param codec: how frozen parts keep their rows (a name in ``kernels.CODECS``).
     """
 
-    def __init__(self, dimension: int, *, capacity: int = 0) -> None:
+    def __init__(self, dimension: int, *, capacity: int = 0, codec: str = "float32") -> None:
         if dimension < 1:
             raise ValidationFailed(
                 "dimension must be at least 1", code="invalid_dimension", param="dimension"
             )
         self._dimension = int(dimension)
+        self._codec = codec_named(codec)
         self._lock = threading.Lock()
+        self._maintaining = threading.Lock()  # one RAM maintenance step at a time
+        self._maintenance: Callable[[VectorIndex], None] | None = _background
+        self._scheduled = False
+        self.persisted = False  # frozen parts are segment files: always seal the whole tail
+        self.merge_rows = SEAL_ROWS  # tail rows that make sealing the tail due when persisted
         cap = max(int(capacity), 0)
         self._ids_buffer: IdArray = np.empty(cap, dtype=np.int64)
         buffer = np.empty((cap, self._dimension), dtype=np.float32)
-        self._snap = _Snapshot(
-            buffer=buffer,
-            matrix=buffer[:0],
-            ids=self._ids_buffer[:0],
-            dead=np.empty(0, dtype=np.int64),
-            row_of={},
-        )
+        self._snap = _Snapshot((), _tail_part(buffer, self._ids_buffer, 0, _EMPTY_IDS), buffer, {})
 
-    # -- construction from persisted buffers -------------------------------------
+    # -- construction ------------------------------------------------------------
 
     @classmethod
     def from_buffers(
@@ -165,21 +334,25 @@ class VectorIndex:
 
     @classmethod
     def adopt(
-        cls, ids: npt.ArrayLike, vectors: npt.ArrayLike, *, spare_rows: int = 0
+        cls,
+        ids: npt.ArrayLike,
+        vectors: npt.ArrayLike,
+        *,
+        spare_rows: int = 0,
+        codec: str = "float32",
     ) -> VectorIndex:
         """An index over arrays already in its layout, without copying them.
 
         ``vectors`` must be C-contiguous float32 rows of unit length (as the store
         keeps them) and ``ids`` int64, one per row: the store reads a whole workspace
         straight into such arrays, so loading costs one copy out of the database.
-        The index owns the arrays afterwards.
+        The index owns the arrays afterwards (it never writes to them).
 
-        :param spare_rows: room for this many appends before the first growth copy.
-            Arrays that own their memory are enlarged in place (``realloc``, which
-            for large buffers remaps pages rather than copying them), so the first
-            rows added after a load do not copy the whole matrix; other arrays are
-            adopted as they are. The caller hands such arrays over: no view of them
-            may outlive this call (``Store.load_vectors`` returns them that way).
+        Ascending ids (the store's order) make the arrays one frozen part: no per-row
+        map is built. Others are adopted as the tail, with an id-to-row map.
+
+        :param spare_rows: tail rows to preallocate, so the rows added after a load
+            need no allocation (and never copy the adopted matrix).
         """
         matrix = np.ascontiguousarray(vectors, dtype=_VECTOR_DTYPE)
         id_array = np.ascontiguousarray(ids, dtype=_ID_DTYPE)
@@ -190,28 +363,41 @@ class VectorIndex:
                 param="vectors",
             )
         n, d = matrix.shape
-        if spare_rows > 0 and matrix.flags.owndata and id_array.flags.owndata:
-            matrix.resize((n + spare_rows, d), refcheck=False)
-            id_array.resize(n + spare_rows, refcheck=False)
-        index = cls(d, capacity=0)
-        index._install(matrix, id_array, n)
+        ascending = n < 2 or bool(np.all(id_array[1:] > id_array[:-1]))
+        if not ascending:
+            index = cls(d, capacity=0, codec=codec)
+            index._install(matrix, id_array, n)
+            return index
+        index = cls(d, capacity=max(0, int(spare_rows)), codec=codec)
+        if n:  # encoded by the index's codec (for float32 the codes are the matrix itself)
+            index._snap = replace(index._snap, parts=(Part.build(id_array, matrix, index._codec),))
+        return index
+
+    @classmethod
+    def from_parts(
+        cls, dimension: int, parts: Sequence[Part], *, spare_rows: int = 0, codec: str = "float32"
+    ) -> VectorIndex:
+        """An index over frozen parts (e.g. mapped segment files) and an empty tail."""
+        index = cls(dimension, capacity=max(0, int(spare_rows)), codec=codec)
+        for part in parts:
+            if part.vectors.ndim != 2 or part.vectors.shape != (part.rows, dimension):
+                raise ValidationFailed(
+                    "a part's rows do not match its ids and the dimension",
+                    code="dimension_mismatch",
+                    param="vectors",
+                )
+        index._snap = replace(index._snap, parts=tuple(p for p in parts if p.rows))
         return index
 
     def _install(self, buffer: Matrix, ids_buffer: IdArray, n: int) -> None:
-        """Publish the first ``n`` rows of ``buffer``/``ids_buffer`` as the contents."""
+        """Publish the first ``n`` rows of ``buffer``/``ids_buffer`` as the tail."""
         row_of = dict(zip(ids_buffer[:n].tolist(), range(n), strict=True))
         if len(row_of) != n:
             raise ValidationFailed(
                 "the persisted ids contain duplicates", code="duplicate_id", param="ids"
             )
         self._ids_buffer = ids_buffer
-        self._snap = _Snapshot(
-            buffer=buffer,
-            matrix=buffer[:n],
-            ids=ids_buffer[:n],
-            dead=np.empty(0, dtype=np.int64),
-            row_of=row_of,
-        )
+        self._snap = _Snapshot((), _tail_part(buffer, ids_buffer, n, _EMPTY_IDS), buffer, row_of)
 
     # -- reading -----------------------------------------------------------------
 
@@ -220,44 +406,66 @@ class VectorIndex:
         """The length of every vector in this index."""
         return self._dimension
 
+    @property
+    def codec(self) -> str:
+        """The name of the codec new frozen parts use."""
+        return self._codec.name
+
     def __len__(self) -> int:
         return self._snap.live
 
     @property
     def nbytes(self) -> int:
-        """Bytes held by the matrix and id buffers (capacity included)."""
+        """Bytes held by the parts (mapped or not) and the tail buffers (capacity included)."""
         snap = self._snap
-        return int(snap.buffer.nbytes + self._ids_buffer.nbytes)
+        return int(sum(p.nbytes for p in snap.parts) + snap.buffer.nbytes + self._ids_buffer.nbytes)
+
+    def parts(self) -> tuple[Part, ...]:
+        """The frozen parts of the current snapshot (the tail excluded)."""
+        return self._snap.parts
+
+    @property
+    def tail_rows(self) -> int:
+        """Rows in the in-RAM tail (dead ones included)."""
+        return self._snap.tail.rows
 
     def ids(self) -> IdArray:
-        """A copy of the live ids, in storage order."""
+        """A copy of the live ids, part by part."""
         snap = self._snap
-        return np.delete(snap.ids, snap.dead) if snap.dead.size else snap.ids.copy()
+        pieces = [p.live_ids() for p in snap.all_parts()]
+        return np.concatenate(pieces).astype(np.int64, copy=True)
 
     def contains(self, id: int) -> bool:
         """Whether ``id`` is in the index."""
-        return self._row(self._snap, int(id)) is not None
+        return self._locate(self._snap, int(id)) is not None
 
     def get(self, id: int) -> npt.NDArray[np.float32] | None:
         """A copy of the stored (normalised) vector for ``id``, or ``None``."""
-        snap = self._snap
-        row = self._row(snap, int(id))
-        return None if row is None else snap.buffer[row].copy()
+        found = self._locate(self._snap, int(id))
+        if found is None:
+            return None
+        rows, row = found
+        return np.array(rows[row], dtype=np.float32)
 
     @staticmethod
-    def _row(snap: _Snapshot, id: int) -> int | None:
-        # The map may already hold rows appended after this snapshot; those rows are
-        # fully written before the map learns of them, so reading them is safe.
-        return snap.row_of.get(id)
+    def _locate(snap: _Snapshot, id: int) -> tuple[Matrix, int] | None:
+        # The map may already hold tail rows appended after this snapshot; those rows
+        # are fully written before the map learns of them, so reading them is safe.
+        row = snap.row_of.get(id)
+        if row is not None:
+            return snap.buffer, row
+        wanted = np.array([id], dtype=np.int64)
+        for part in snap.parts:
+            hit, rows = part.find(wanted)
+            if hit[0]:
+                return part.vectors, int(rows[0])
+        return None
 
     def to_buffers(self) -> tuple[bytes, bytes]:
         """The live rows as ``(ids, vectors)``: int64 and float32, little-endian."""
-        snap = self._snap
-        ids, matrix = snap.ids, snap.matrix
-        if snap.dead.size:
-            keep = np.ones(ids.shape[0], dtype=bool)
-            keep[snap.dead] = False
-            ids, matrix = ids[keep], matrix[keep]
+        pieces = [p.live_rows() for p in self._snap.all_parts()]
+        ids = np.concatenate([p[0] for p in pieces])
+        matrix = np.concatenate([p[1] for p in pieces])
         return (
             ids.astype(_ID_DTYPE, copy=False).tobytes(),
             matrix.astype(_VECTOR_DTYPE, copy=False).tobytes(),
@@ -285,10 +493,19 @@ class VectorIndex:
         if live == 0 or not q.any():
             return _empty_result()
         k = min(k, live)
-        rows, scores = kernels.search_part(
-            _FLOAT32, snap.matrix, _NO_PARAMS, snap.matrix, snap.dead, q, k
-        )
-        return kernels.order(snap.ids[rows], scores, k)
+        found_ids: list[IdArray] = []
+        found_scores: list[ScoreArray] = []
+        for part in snap.all_parts():
+            if part.live == 0:
+                continue
+            rows, scores = kernels.search_part(
+                part.codec, part.codes, part.params, part.vectors, part.dead, q, k
+            )
+            found_ids.append(part.ids[rows])
+            found_scores.append(scores)
+        if len(found_ids) == 1:
+            return kernels.order(found_ids[0], found_scores[0], k)
+        return kernels.order(np.concatenate(found_ids), np.concatenate(found_scores), k)
 
     def search_batch(self, queries: npt.ArrayLike, k: int) -> tuple[IdArray, ScoreArray]:
         """Top-``k`` for each row of ``queries`` ``(m, d)``: ids and scores ``(m, k')``.
@@ -303,10 +520,21 @@ class VectorIndex:
         k = min(k, snap.live)
         if k == 0 or m == 0:
             return kernels.order_batch(m, k, *_empty_triples())
-        query, rows, scores = kernels.search_part_batch(
-            _FLOAT32, snap.matrix, _NO_PARAMS, snap.matrix, snap.dead, q, k
+        triples: list[tuple[IdArray, IdArray, ScoreArray]] = []
+        for part in snap.all_parts():
+            if part.live == 0:
+                continue
+            query, rows, scores = kernels.search_part_batch(
+                part.codec, part.codes, part.params, part.vectors, part.dead, q, k
+            )
+            triples.append((query, part.ids[rows], scores))
+        return kernels.order_batch(
+            m,
+            k,
+            np.concatenate([t[0] for t in triples]),
+            np.concatenate([t[1] for t in triples]),
+            np.concatenate([t[2] for t in triples]),
         )
-        return kernels.order_batch(m, k, query, snap.ids[rows], scores)
 
     # -- writing -----------------------------------------------------------------
 
@@ -340,12 +568,28 @@ class VectorIndex:
         with self._lock:
             snap = self._snap
             known = [i for i in new_ids.tolist() if i in snap.row_of]
+            for part in snap.parts:
+                hit, _ = part.find(new_ids)
+                known += new_ids[hit].tolist()
             if known:
                 raise ValidationFailed(
                     f"id {known[0]} is already in the index", code="duplicate_id", param="ids"
                 )
-            n = snap.matrix.shape[0]
-            buffer, ids_buffer, row_of, dead = snap.buffer, self._ids_buffer, snap.row_of, snap.dead
+            tail = snap.tail
+            n = tail.rows
+            buffer, ids_buffer, row_of, parts = (
+                snap.buffer,
+                self._ids_buffer,
+                snap.row_of,
+                snap.parts,
+            )
+            if n + m > buffer.shape[0] and n >= SEAL_ROWS and _ascending(tail.ids):
+                # seal the full tail where it lies (no copy) and start a new one
+                parts = (*parts, tail)
+                n, row_of = 0, {}
+                ids_buffer = np.empty(0, dtype=np.int64)
+                buffer = np.empty((0, self._dimension), dtype=np.float32)
+                tail = _tail_part(buffer, ids_buffer, 0, _EMPTY_IDS)
             if n + m > buffer.shape[0]:
                 buffer, ids_buffer = _grown(buffer, ids_buffer, n, n + m)
                 row_of = dict(row_of)  # a new buffer gets its own map
@@ -354,44 +598,157 @@ class VectorIndex:
             ids_buffer[n : n + m] = new_ids
             row_of.update(zip(new_ids.tolist(), range(n, n + m), strict=True))
             self._ids_buffer = ids_buffer
-            self._snap = _Snapshot(buffer, buffer[: n + m], ids_buffer[: n + m], dead, row_of)
+            self._snap = _Snapshot(
+                parts, _tail_part(buffer, ids_buffer, n + m, tail.dead), buffer, row_of, snap.epoch
+            )
+        self._schedule_if_due()
 
     def remove(self, ids: Iterable[int] | npt.ArrayLike) -> int:
-        """Delete ``ids``; unknown ids are ignored. Returns how many were removed."""
+        """Delete ``ids``; unknown ids are ignored. Returns how many were removed.
+
+        Only marks rows dead: compaction happens later, in the background.
+        """
         raw = ids if isinstance(ids, np.ndarray) else list(ids)  # type: ignore[arg-type]
         wanted = np.unique(np.asarray(raw, dtype=np.int64).reshape(-1))
         with self._lock:
             snap = self._snap
-            rows = [r for r in (snap.row_of.get(i) for i in wanted.tolist()) if r is not None]
-            if not rows:
-                return 0
-            if len(rows) + snap.dead.shape[0] > snap.matrix.shape[0] // _COMPACT_FRACTION:
-                self._compact(snap, np.asarray(rows, dtype=np.int64))
-                return len(rows)
+            removed = 0
+            parts: list[Part] = []
+            for part in snap.parts:
+                hit, rows = part.find(wanted)
+                if hit.any():
+                    removed += int(np.count_nonzero(hit))
+                    part = part.with_dead(_merged(part.dead, rows[hit]))
+                parts.append(part)
             row_of = snap.row_of
-            for r in rows:
+            tail_rows = [r for r in (row_of.get(i) for i in wanted.tolist()) if r is not None]
+            for r in tail_rows:
                 # Old snapshots share this map: for them the id now reads as gone,
                 # which is the newer truth; their search still sees the row alive.
-                del row_of[int(snap.ids[r])]
-            dead = np.union1d(snap.dead, np.asarray(rows, dtype=np.int64))
-            self._snap = _Snapshot(snap.buffer, snap.matrix, snap.ids, dead, row_of)
-            return len(rows)
+                del row_of[int(self._ids_buffer[r])]
+            removed += len(tail_rows)
+            if removed == 0:
+                return 0
+            tail = snap.tail
+            if tail_rows:
+                tail = tail.with_dead(_merged(tail.dead, np.sort(np.asarray(tail_rows, np.int64))))
+            self._snap = _Snapshot(tuple(parts), tail, snap.buffer, row_of, snap.epoch)
+        self._schedule_if_due()
+        return removed
 
-    def _compact(self, snap: _Snapshot, newly_dead: IdArray) -> None:
-        keep = np.ones(snap.matrix.shape[0], dtype=bool)
-        keep[snap.dead] = False
-        keep[newly_dead] = False
-        live = int(np.count_nonzero(keep))
-        capacity = max(_MIN_CAPACITY, int(live * 1.25))
-        buffer = np.empty((capacity, self._dimension), dtype=np.float32)
-        ids_buffer = np.empty(capacity, dtype=np.int64)
-        np.compress(keep, snap.matrix, axis=0, out=buffer[:live])
-        np.compress(keep, snap.ids, out=ids_buffer[:live])
-        row_of = dict(zip(ids_buffer[:live].tolist(), range(live), strict=True))
-        self._ids_buffer = ids_buffer
-        self._snap = _Snapshot(
-            buffer, buffer[:live], ids_buffer[:live], np.empty(0, dtype=np.int64), row_of
-        )
+    # -- maintenance -------------------------------------------------------------
+
+    def set_maintenance(self, run: Callable[[VectorIndex], None] | None) -> None:
+        """Who runs maintenance when it falls due: ``run(self)`` is called (it should
+        hand the work to another thread and return), or nobody (``None``)."""
+        self._maintenance = run
+
+    def maintenance_due(self) -> bool:
+        """Whether a maintenance step has work to do."""
+        return self._plan(self._snap, force=False) is not None
+
+    def plan_maintenance(self, *, force: bool = False) -> MaintenancePlan | None:
+        """The next maintenance step on the current snapshot, or ``None`` if none is due.
+
+        With ``force`` (and ``persisted``) there is always a step: the tail, however
+        small, is sealed, so that a new manifest can record the current state.
+        """
+        with self._lock:
+            self._scheduled = False
+            return self._plan(self._snap, force=force)
+
+    def _plan(self, snap: _Snapshot, *, force: bool) -> MaintenancePlan | None:
+        chosen = [p for p in snap.parts if p.dead.shape[0] * COMPACT_FRACTION > p.rows]
+        if self.persisted:  # parts in RAM (a load from the store) become segment files
+            chosen += [p for p in snap.parts if p.name is None and all(p is not c for c in chosen)]
+        tail = snap.tail
+        seal = tail.dead.shape[0] * COMPACT_FRACTION > tail.rows
+        if self.persisted:
+            seal = seal or tail.live >= self.merge_rows or (force and tail.rows > 0)
+        elif not self._codec.exact:
+            seal = seal or tail.live >= self.merge_rows
+        if len(snap.parts) + (1 if seal else 0) > MAX_PARTS:
+            rest = [p for p in snap.parts if all(p is not c for c in chosen)]
+            rest.sort(key=lambda p: p.rows)
+            chosen += rest[: len(snap.parts) - MAX_PARTS // 2 + 1]
+        if not chosen and not seal and not (force and self.persisted):
+            return None
+        if self.persisted and tail.rows:
+            seal = True  # a manifest describes whole snapshots: the tail goes with it
+        return MaintenancePlan(snap, tuple(chosen), tail.rows if seal else 0)
+
+    def build_part(self, plan: MaintenancePlan) -> Part:
+        """The RAM part holding the live rows ``plan`` rewrites."""
+        ids, vectors = plan.live_rows()
+        return Part.build(ids, vectors, self._codec)
+
+    def apply(self, plan: MaintenancePlan, new_parts: Sequence[Part]) -> bool:
+        """Swap ``plan``'s parts (and sealed tail rows) for ``new_parts``; whether it did.
+
+        ``new_parts`` hold the live rows the plan's snapshot saw. Rows deleted since
+        are marked dead in them; rows added since stay in the tail. A plan overtaken
+        by another step (its parts or tail rows already rewritten) changes nothing.
+        """
+        with self._lock:
+            snap = self._snap
+            if (plan.tail_rows and snap.epoch != plan.snapshot.epoch) or not all(
+                any(p.same_rows(q) for q in snap.parts) for p in plan.parts
+            ):
+                return False
+            gone: list[IdArray] = []
+            parts: list[Part] = []
+            for part in snap.parts:
+                old = next((p for p in plan.parts if p.same_rows(part)), None)
+                if old is None:
+                    parts.append(part)
+                else:
+                    gone.append(part.ids[np.setdiff1d(part.dead, old.dead, assume_unique=True)])
+            tail = snap.tail
+            buffer, ids_buffer, row_of = snap.buffer, self._ids_buffer, snap.row_of
+            cut = plan.tail_rows
+            if cut:
+                before = plan.snapshot.tail.dead
+                now = tail.dead[tail.dead < cut]
+                gone.append(tail.ids[np.setdiff1d(now, before, assume_unique=True)])
+                rest = tail.rows - cut
+                capacity = max(rest + max(_MIN_CAPACITY, rest // 2), buffer.shape[0] - cut)
+                buffer = np.empty((capacity, self._dimension), dtype=np.float32)
+                ids_buffer = np.empty(capacity, dtype=np.int64)
+                buffer[:rest] = tail.vectors[cut:]
+                ids_buffer[:rest] = tail.ids[cut:]
+                dead = tail.dead[tail.dead >= cut] - cut
+                tail = _tail_part(buffer, ids_buffer, rest, dead)
+                alive = np.ones(rest, dtype=bool)
+                alive[dead] = False
+                live_rows = np.flatnonzero(alive)
+                row_of = dict(zip(ids_buffer[live_rows].tolist(), live_rows.tolist(), strict=True))
+            dead_ids = np.unique(np.concatenate(gone)) if gone else _EMPTY_IDS
+            for part in new_parts:
+                if part.rows == 0:
+                    continue
+                if dead_ids.size:
+                    hit, rows = part.find(dead_ids)
+                    part = part.with_dead(np.union1d(part.dead, rows[hit]))
+                parts.append(part)
+            self._ids_buffer = ids_buffer
+            epoch = snap.epoch + (1 if cut else 0)
+            self._snap = _Snapshot(tuple(parts), tail, buffer, row_of, epoch)
+            return True
+
+    def maintain(self) -> bool:
+        """Run one maintenance step in RAM now (in the calling thread); whether one ran."""
+        with self._maintaining:
+            plan = self.plan_maintenance()
+            if plan is None:
+                return False
+            return self.apply(plan, [self.build_part(plan)])
+
+    def _schedule_if_due(self) -> None:
+        run = self._maintenance
+        if run is None or self._scheduled or self._plan(self._snap, force=False) is None:
+            return
+        self._scheduled = True
+        run(self)
 
     # -- helpers -----------------------------------------------------------------
 
@@ -410,6 +767,77 @@ class VectorIndex:
         norms = np.linalg.norm(q.astype(np.float64), axis=1)
         norms[norms == 0] = 1.0
         return np.ascontiguousarray((q / norms[:, None]).astype(np.float32))
+
+
+class _Background:
+    """One daemon thread per process that runs standalone indexes' maintenance in RAM.
+
+    Stopped at interpreter exit (after the step under way), so it is never frozen in
+    the middle of native code while the interpreter finalises.
+    """
+
+    _lock = threading.Lock()
+    _queue: queue.SimpleQueue[VectorIndex | None] | None = None
+    _thread: threading.Thread | None = None
+    _closing = False
+
+    @classmethod
+    def submit(cls, index: VectorIndex) -> None:
+        with cls._lock:
+            if cls._closing:
+                return
+            if cls._queue is None:
+                cls._queue = queue.SimpleQueue()
+                cls._thread = threading.Thread(
+                    target=cls._run,
+                    args=(cls._queue,),
+                    name="agentcore-index-maintenance",
+                    daemon=True,
+                )
+                cls._thread.start()
+                atexit.register(cls.stop)
+            cls._queue.put(index)
+
+    @classmethod
+    def stop(cls, timeout: float = 30.0) -> None:
+        with cls._lock:
+            cls._closing = True
+            if cls._queue is not None:
+                cls._queue.put(None)
+            thread = cls._thread
+        if thread is not None:
+            thread.join(timeout)
+
+    @classmethod
+    def _run(cls, jobs: queue.SimpleQueue[VectorIndex | None]) -> None:
+        while (index := jobs.get()) is not None:
+            try:
+                while not cls._closing and index.maintain():
+                    pass
+            except Exception:  # a failed step leaves the index as it was
+                _log.exception("index maintenance failed")
+
+
+def _background(index: VectorIndex) -> None:
+    _Background.submit(index)
+
+
+def _tail_part(buffer: Matrix, ids_buffer: IdArray, n: int, dead: IdArray) -> Part:
+    rows = buffer[:n]
+    return Part(ids_buffer[:n], rows, _NO_PARAMS, rows, dead, _FLOAT32)
+
+
+def _merged(dead: IdArray, rows: IdArray) -> IdArray:
+    """Sorted ``dead`` with the sorted, new (disjoint) ``rows`` inserted: one O(n) copy.
+
+    (``np.union1d`` would sort or hash everything again: milliseconds per delete once
+    a large part holds many tombstones.)
+    """
+    return np.insert(dead, np.searchsorted(dead, rows), rows)
+
+
+def _ascending(ids: IdArray) -> bool:
+    return ids.size < 2 or bool(np.all(ids[1:] > ids[:-1]))
 
 
 def _empty_triples() -> tuple[IdArray, IdArray, ScoreArray]:

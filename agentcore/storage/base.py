@@ -136,7 +136,14 @@ class KnowledgeStorage(Protocol):
         """Swap every vector of a workspace for new ones atomically."""
 
     def knowledge_state(self, organization_id: str, environment: str) -> KnowledgeState:
-        """Embedder, dimension and version of a workspace index."""
+        """Embedder, dimension, version and index dtype of a workspace index."""
+
+    def claim_index_dtype(self, organization_id: str, environment: str, index_dtype: str) -> str:
+        """The workspace's index dtype: the stored one, else ``index_dtype``, stored now.
+
+        Atomic: of two processes claiming different dtypes for a new workspace, one
+        wins and both get its dtype. Does not advance the workspace version.
+        """
 
     def changes_since(
         self, organization_id: str, environment: str, version: int, *, max_rows: int

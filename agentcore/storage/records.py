@@ -25,11 +25,17 @@ class StoredChunk:
 
 @dataclass(frozen=True)
 class KnowledgeState:
-    """Which embedder indexed a workspace, its dimension, and a change counter."""
+    """Which embedder indexed a workspace, its dimension, and a change counter.
+
+    ``index_dtype`` is how the workspace's in-memory index stores its rows (a name in
+    ``kernels.CODECS``), fixed by its first knowledge write (``claim_index_dtype``);
+    ``None`` until then.
+    """
 
     embedder: str | None
     dimension: int | None
     version: int
+    index_dtype: str | None = None
 
 
 @dataclass(frozen=True)

@@ -268,7 +268,12 @@ def test_arrays_that_do_not_own_their_memory_are_adopted_as_they_are() -> None:
     from agentcore.knowledge.index import VectorIndex
 
     base = _vectors(20)
-    view = base[:10]  # a view: enlarging it in place would move memory under ``base``
+    before = base.copy()
+    view = base[:10]  # a view: the index must neither enlarge nor write it
     index = VectorIndex.adopt(np.arange(10), view, spare_rows=100)
-    assert index.nbytes == view.nbytes + np.arange(10).nbytes
-    np.testing.assert_array_equal(base[:10], view)
+    # the view is held as it is; the spare rows are a separate tail buffer
+    tail = 100 * (view.shape[1] * 4 + 8)
+    assert index.nbytes == view.nbytes + np.arange(10).nbytes + tail
+    index.add(np.arange(10, 110), _vectors(100, seed=9))
+    assert index.nbytes == view.nbytes + np.arange(10).nbytes + tail
+    np.testing.assert_array_equal(base, before)

@@ -315,12 +315,30 @@ class KnowledgeStore:
         """The embedder, dimension and version of a workspace's index."""
         with self.db.read() as conn:
             row = conn.execute(
-                f"SELECT embedder, dimension, version FROM knowledge_state WHERE {_WORKSPACE}",
+                "SELECT embedder, dimension, version, index_dtype FROM knowledge_state"
+                f" WHERE {_WORKSPACE}",
                 [organization_id, environment],
             ).fetchone()
         if row is None:
             return KnowledgeState(None, None, 0)
-        return KnowledgeState(row["embedder"], row["dimension"], int(row["version"]))
+        return KnowledgeState(
+            row["embedder"], row["dimension"], int(row["version"]), row["index_dtype"]
+        )
+
+    @retrying
+    def claim_index_dtype(self, organization_id: str, environment: str, index_dtype: str) -> str:
+        """The workspace's index dtype: the stored one, else ``index_dtype``, stored now."""
+        with self.db.write() as conn:
+            # a new row starts at version 0, which reads like no row at all
+            row = conn.execute(
+                "INSERT INTO knowledge_state AS s (organization_id, environment, version,"
+                " index_dtype) VALUES (%s, %s, 0, %s) ON CONFLICT (organization_id, environment)"
+                " DO UPDATE SET index_dtype = COALESCE(s.index_dtype, excluded.index_dtype)"
+                " RETURNING s.index_dtype",
+                [organization_id, environment, index_dtype],
+            ).fetchone()
+        assert row is not None
+        return str(row["index_dtype"])
 
     def _bump(
         self,

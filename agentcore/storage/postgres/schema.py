@@ -279,6 +279,15 @@ MIGRATIONS: list[tuple[str, str]] = [
         CREATE INDEX term_counts_term ON term_counts (organization_id, environment, term);
         """,
     ),
+    (
+        # how each workspace's index stores its rows, fixed by its first write
+        # (see storage/sqlite/schema.py, m010)
+        "workspace_index_dtype",
+        """
+        ALTER TABLE knowledge_state ADD COLUMN index_dtype TEXT;
+        UPDATE knowledge_state SET index_dtype = 'float32';
+        """,
+    ),
 ]
 
 # The pgvector table: created only when a node opens with ``vector_search = "pgvector"``

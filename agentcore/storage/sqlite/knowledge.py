@@ -267,12 +267,26 @@ class KnowledgeStore:
         """
         with self.db.read() as conn:
             row = conn.execute(
-                f"SELECT embedder, dimension, version FROM knowledge_state WHERE {_WORKSPACE}",
+                "SELECT embedder, dimension, version, index_dtype FROM knowledge_state"
+                f" WHERE {_WORKSPACE}",
                 [organization_id, environment],
             ).fetchone()
         if row is None:
             return KnowledgeState(None, None, 0)
-        return KnowledgeState(row["embedder"], row["dimension"], row["version"])
+        return KnowledgeState(row["embedder"], row["dimension"], row["version"], row["index_dtype"])
+
+    def claim_index_dtype(self, organization_id: str, environment: str, index_dtype: str) -> str:
+        """The workspace's index dtype: the stored one, else ``index_dtype``, stored now."""
+        with self.db.write() as conn:
+            # a new row starts at version 0, which reads like no row at all
+            row = conn.execute(
+                "INSERT INTO knowledge_state (organization_id, environment, version,"
+                " index_dtype) VALUES (?, ?, 0, ?) ON CONFLICT (organization_id, environment)"
+                " DO UPDATE SET index_dtype = COALESCE(index_dtype, excluded.index_dtype)"
+                " RETURNING index_dtype",
+                [organization_id, environment, index_dtype],
+            ).fetchone()
+        return str(row[0])
 
     def changes_since(
         self, organization_id: str, environment: str, version: int, *, max_rows: int

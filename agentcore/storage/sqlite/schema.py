@@ -354,3 +354,16 @@ def m009_term_counts(db: UtilsDatabase) -> None:
         CREATE INDEX term_counts_term ON term_counts (organization_id, environment, term);
         """,
     )
+
+
+@migrations()
+def m010_workspace_index_dtype(db: UtilsDatabase) -> None:
+    """How each workspace's index stores its rows (``Settings.index_dtype``), fixed by its
+    first write; workspaces that exist already were built with float32 rows."""
+    run_script(
+        db,
+        """
+        ALTER TABLE knowledge_state ADD COLUMN index_dtype TEXT;
+        UPDATE knowledge_state SET index_dtype = 'float32';
+        """,
+    )

@@ -1,0 +1,453 @@
+"""Vector segment files: a per-machine, memory-mapped, rebuildable cache of a workspace's vectors.
+
+The store stays the source of truth. A workspace's directory holds immutable segment
+files (sorted ids, the codec's codes and params, float32 rows) and a ``manifest.json``
+naming the live segments, a tombstone file (their deleted rows) and the store's
+change-log version they reflect. Every process on the machine maps the same files
+read-only, so the OS page cache holds one copy of the vectors however many workers
+serve them; a process applies ``changes_since(manifest.version)`` on top.
+
+Crash safety
+    Every file is written under a temporary name, fsynced, renamed into place with
+    ``os.replace`` and the directory fsynced; files are never modified afterwards. A
+    new manifest is published the same way, so a reader sees the old manifest or the
+    new one, each naming only complete files. A process killed mid-write leaves at
+    most an unnamed file (collected later); the previous manifest stays valid.
+    Writers (merge, compaction, garbage collection) serialise across processes with
+    ``flock`` on the directory's lock file; readers take no lock (a file unlinked
+    after they mapped it stays valid on POSIX, and a file gone before they open it
+    makes them read the manifest again).
+
+Validation
+    Headers carry a magic, a format version and a CRC-32; the ids carry a CRC-32 and
+    must be strictly ascending; sizes must match the header. Anything unusable raises
+    ``SegmentError``, and the caller loads from the store instead. The vector bytes are
+    not checksummed at load (that would read every page, defeating the mapping); files
+    are only ever published complete and fsynced.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import mmap
+import os
+import struct
+import time
+import uuid
+import zlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from agentcore.knowledge import kernels
+from agentcore.knowledge.index import Part
+
+FORMAT = 1
+SEGMENT_MAGIC = b"ACVSEG\x00\x01"
+TOMBSTONE_MAGIC = b"ACVTMB\x00\x01"
+HEADER_BYTES = 4096  # sections start page-aligned
+MANIFEST = "manifest.json"
+LOCK = "lock"
+# Files no manifest names and older than this are leftovers of a crash: deleted.
+ORPHAN_SECONDS = 3600.0
+# Test hook: a process pauses (forever) at the named stage of a write, so a test can
+# kill it there: "segment" (half a segment file written), "manifest" (segment files
+# complete, manifest not yet published).
+PAUSE_ENV = "AGENTCORE_SEGMENTS_PAUSE_AT"
+WRITE_BYTES = 8 << 20  # one write call
+SYNC_BYTES = 64 << 20  # written bytes between two flushes to disk
+
+IdArray = npt.NDArray[np.int64]
+Matrix = npt.NDArray[np.float32]
+
+
+class SegmentError(Exception):
+    """A segment directory, manifest or file is missing, damaged or of another format."""
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """What a workspace's segment directory holds, as of store version ``version``."""
+
+    version: int
+    dimension: int
+    embedder: str | None
+    store: str  # identity of the store the files were built from
+    segments: tuple[str, ...]
+    tombstones: str | None = None
+    id: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+    def files(self) -> set[str]:
+        """The file names this manifest needs."""
+        return set(self.segments) | ({self.tombstones} if self.tombstones else set())
+
+
+def _align(offset: int) -> int:
+    return -(-offset // HEADER_BYTES) * HEADER_BYTES
+
+
+def _pause(stage: str, directory: Path) -> None:
+    if os.environ.get(PAUSE_ENV) == stage:
+        (directory / f"paused-{stage}").touch()
+        time.sleep(3600)
+
+
+_datasync = getattr(os, "fdatasync", os.fsync)  # macOS has no fdatasync
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _header(magic: bytes, meta: dict[str, Any]) -> bytes:
+    body = json.dumps(meta, sort_keys=True).encode()
+    head = magic + struct.pack("<I", len(body)) + body
+    head += struct.pack("<I", zlib.crc32(head))
+    if len(head) > HEADER_BYTES:
+        raise ValueError("segment header too large")
+    return head.ljust(HEADER_BYTES, b"\0")
+
+
+def _parse_header(magic: bytes, data: mmap.mmap | bytes, name: str) -> dict[str, Any]:
+    if len(data) < HEADER_BYTES or data[:8] != magic:
+        raise SegmentError(f"{name}: not a segment file of this format")
+    (length,) = struct.unpack_from("<I", data, 8)
+    if 12 + length + 4 > HEADER_BYTES:
+        raise SegmentError(f"{name}: header length out of range")
+    (crc,) = struct.unpack_from("<I", data, 12 + length)
+    if zlib.crc32(data[: 12 + length]) != crc:
+        raise SegmentError(f"{name}: header checksum mismatch")
+    meta: dict[str, Any] = json.loads(bytes(data[12 : 12 + length]))
+    if meta.get("format") != FORMAT:
+        raise SegmentError(f"{name}: format {meta.get('format')} is not {FORMAT}")
+    return meta
+
+
+def _write_file(
+    directory: Path,
+    name: str,
+    pieces: Sequence[tuple[int, memoryview]],
+    *,
+    size: int | None = None,
+    pause: str | None = None,
+) -> None:
+    """Write ``(offset, bytes)`` pieces to ``directory/name`` atomically and durably.
+
+    Large files are written in slices, flushed to disk every ``SYNC_BYTES``: the page
+    cache never holds gigabytes of dirty pages of ours, whose write-back would stall
+    the store's own small writes (a DELETE's commit) for seconds.
+    """
+    tmp = directory / f".{name}.{uuid.uuid4().hex[:8]}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        unsynced = 0
+        for i, (offset, data) in enumerate(pieces):
+            for start in range(0, len(data), WRITE_BYTES):
+                chunk = data[start : start + WRITE_BYTES]
+                written = 0
+                while written < len(chunk):
+                    written += os.pwrite(fd, chunk[written:], offset + start + written)
+                unsynced += len(chunk)
+                if unsynced >= SYNC_BYTES:
+                    _datasync(fd)
+                    unsynced = 0
+            if pause is not None and i == len(pieces) // 2:
+                _pause(pause, directory)
+        if size is not None:
+            os.ftruncate(fd, size)
+        os.fsync(fd)
+        os.close(fd)
+        fd = -1
+        os.replace(tmp, directory / name)
+    except BaseException:
+        if fd >= 0:
+            os.close(fd)
+        tmp.unlink(missing_ok=True)
+        raise
+    _fsync_dir(directory)
+
+
+def _bytes(array: npt.NDArray[Any]) -> memoryview:
+    return np.ascontiguousarray(array).reshape(-1).view(np.uint8).data
+
+
+class SegmentDirectory:
+    """One workspace's segment files on this machine (created on first write)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+
+    # -- writing (call with ``lock()`` held) -------------------------------------
+
+    @contextlib.contextmanager
+    def lock(self) -> Iterator[None]:
+        """Exclusive across processes and threads (``flock`` on a fresh descriptor)."""
+        import fcntl  # POSIX only: segment_root() never gives a directory elsewhere
+
+        self.path.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # closing the descriptor releases the lock
+
+    def write_segment(self, ids: IdArray, vectors: Matrix, codec: kernels.Codec) -> Part:
+        """Write sorted ``ids`` and unit ``vectors`` as a new segment file; the mapped part."""
+        ids = np.ascontiguousarray(ids, dtype="<i8")
+        vectors = np.ascontiguousarray(vectors, dtype="<f4")
+        if ids.size > 1 and not bool(np.all(ids[1:] > ids[:-1])):
+            raise ValueError("segment ids must be strictly ascending")
+        codes, params = codec.encode(vectors)
+        own_codes = codec.name != "float32"  # float32 codes are the rows: stored once
+        sections: dict[str, list[int]] = {}
+        pieces: list[tuple[int, memoryview]] = []
+        offset = HEADER_BYTES
+        arrays: list[tuple[str, npt.NDArray[Any]]] = [("ids", ids), ("vectors", vectors)]
+        arrays += [("params", np.ascontiguousarray(params, dtype="<f4"))]
+        if own_codes:
+            arrays.append(("codes", np.ascontiguousarray(codes)))
+        for key, array in arrays:
+            sections[key] = [offset, int(array.nbytes)]
+            pieces.append((offset, _bytes(array)))
+            offset = _align(offset + array.nbytes)
+        meta = {
+            "format": FORMAT,
+            "rows": int(ids.shape[0]),
+            "dimension": int(vectors.shape[1]),
+            "codec": codec.name,
+            "codes_dtype": np.dtype(codes.dtype).str,
+            "sections": sections,
+            "ids_crc32": zlib.crc32(_bytes(ids)),
+            "size": offset,
+        }
+        name = f"seg-{uuid.uuid4().hex}.vec"
+        self.path.mkdir(parents=True, exist_ok=True)
+        header = memoryview(_header(SEGMENT_MAGIC, meta))
+        _write_file(self.path, name, [(0, header), *pieces], size=offset, pause="segment")
+        return self.open_segment(name)
+
+    def write_tombstones(self, dead: Sequence[IdArray]) -> str | None:
+        """Write each segment's sorted dead row numbers (in manifest order) as a
+        tombstone file; its name (``None`` if no row is dead)."""
+        if not any(rows.size for rows in dead):
+            return None
+        rows = np.ascontiguousarray(np.concatenate(list(dead)), dtype="<i8")
+        meta = {
+            "format": FORMAT,
+            "counts": [int(r.size) for r in dead],
+            "crc32": zlib.crc32(_bytes(rows)),
+        }
+        name = f"tomb-{uuid.uuid4().hex}.rows"
+        _write_file(
+            self.path,
+            name,
+            [(0, memoryview(_header(TOMBSTONE_MAGIC, meta))), (HEADER_BYTES, _bytes(rows))],
+        )
+        return name
+
+    def publish(self, manifest: Manifest) -> None:
+        """Make ``manifest`` the current one (atomic; every file it names must exist)."""
+        missing = [n for n in manifest.files() if not (self.path / n).is_file()]
+        if missing:
+            raise SegmentError(f"the manifest names missing files: {missing}")
+        _pause("manifest", self.path)
+        body = {
+            "format": FORMAT,
+            "id": manifest.id,
+            "version": manifest.version,
+            "dimension": manifest.dimension,
+            "embedder": manifest.embedder,
+            "store": manifest.store,
+            "segments": list(manifest.segments),
+            "tombstones": manifest.tombstones,
+        }
+        data = json.dumps(body, sort_keys=True).encode()
+        envelope = json.dumps({"crc32": zlib.crc32(data), "manifest": body}, sort_keys=True)
+        _write_file(self.path, MANIFEST, [(0, memoryview(envelope.encode()))])
+
+    def collect(self, keep: set[str]) -> int:
+        """Delete segment and tombstone files not in ``keep``; how many were deleted.
+
+        Files named by the manifest being replaced go at once (a process that mapped
+        them keeps its mapping); other unnamed files (a crash's leftovers, or a file
+        another writer has not published yet) only once ``ORPHAN_SECONDS`` old.
+        """
+        deleted = 0
+        now = time.time()
+        try:
+            entries = list(os.scandir(self.path))
+        except FileNotFoundError:
+            return 0
+        for entry in entries:
+            name = entry.name
+            if name in keep or not name.startswith(("seg-", "tomb-", ".seg-", ".tomb-")):
+                continue
+            try:
+                if now - entry.stat().st_mtime < ORPHAN_SECONDS:
+                    continue
+                os.unlink(entry.path)
+                deleted += 1
+            except FileNotFoundError:
+                continue
+        return deleted
+
+    def remove(self, names: set[str]) -> None:
+        """Delete these files (those the replaced manifest named, now unused)."""
+        for name in names:
+            (self.path / name).unlink(missing_ok=True)
+
+    # -- reading -----------------------------------------------------------------
+
+    def read_manifest(self) -> Manifest | None:
+        """The current manifest; ``None`` if there is none; ``SegmentError`` if damaged."""
+        try:
+            raw = (self.path / MANIFEST).read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise SegmentError(f"manifest unreadable: {exc}") from exc
+        try:
+            envelope = json.loads(raw)
+            body = envelope["manifest"]
+            data = json.dumps(body, sort_keys=True).encode()
+            if zlib.crc32(data) != envelope["crc32"] or body["format"] != FORMAT:
+                raise SegmentError("manifest checksum or format mismatch")
+            return Manifest(
+                version=int(body["version"]),
+                dimension=int(body["dimension"]),
+                embedder=body["embedder"],
+                store=str(body["store"]),
+                segments=tuple(str(s) for s in body["segments"]),
+                tombstones=body["tombstones"],
+                id=str(body["id"]),
+            )
+        except (ValueError, KeyError, TypeError) as exc:
+            raise SegmentError(f"manifest damaged: {exc}") from exc
+
+    def load(self) -> tuple[Manifest, list[Part]] | None:
+        """The current manifest and its segments mapped, tombstones applied.
+
+        ``None`` if there is no manifest; ``SegmentError`` if anything is unusable.
+        """
+        for _ in range(3):
+            manifest = self.read_manifest()
+            if manifest is None:
+                return None
+            try:
+                parts = [self.open_segment(name) for name in manifest.segments]
+                dead = self.read_tombstones(manifest.tombstones, [p.rows for p in parts])
+            except FileNotFoundError:
+                continue  # a writer replaced the manifest and collected its files: again
+            return manifest, [
+                p.with_dead(d) if d.size else p for p, d in zip(parts, dead, strict=True)
+            ]
+        raise SegmentError("the manifest kept changing under the reader")
+
+    def open_segment(self, name: str) -> Part:
+        """Map segment file ``name`` read-only: a frozen part over the mapping (no copy)."""
+        path = self.path / name
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size < HEADER_BYTES:
+                raise SegmentError(f"{name}: truncated ({size} bytes)")
+            mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        try:
+            meta = _parse_header(SEGMENT_MAGIC, mapped, name)
+            if size != meta["size"]:
+                raise SegmentError(f"{name}: {size} bytes, expected {meta['size']}")
+            codec = kernels.CODECS.get(meta["codec"])
+            if codec is None:
+                raise SegmentError(f"{name}: unknown codec {meta['codec']!r}")
+            n, d = int(meta["rows"]), int(meta["dimension"])
+            sections = meta["sections"]
+
+            def section(key: str, dtype: np.dtype[Any], shape: tuple[int, ...]) -> Any:
+                offset, nbytes = sections[key]
+                count = int(np.prod(shape))
+                if nbytes != count * dtype.itemsize or offset + nbytes > size:
+                    raise SegmentError(f"{name}: section {key} out of range")
+                return np.frombuffer(mapped, dtype=dtype, count=count, offset=offset).reshape(shape)
+
+            ids = section("ids", np.dtype("<i8"), (n,))
+            if zlib.crc32(_bytes(ids)) != meta["ids_crc32"]:
+                raise SegmentError(f"{name}: ids checksum mismatch")
+            if n > 1 and not bool(np.all(ids[1:] > ids[:-1])):
+                raise SegmentError(f"{name}: ids are not strictly ascending")
+            vectors = section("vectors", np.dtype("<f4"), (n, d))
+            params = section("params", np.dtype("<f4"), (sections["params"][1] // 4,))
+            codes = (
+                section("codes", np.dtype(meta["codes_dtype"]), (n, d))
+                if "codes" in sections
+                else vectors
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            # the mapping goes with the last array over it (closing it now would fail)
+            raise SegmentError(f"{name}: header damaged: {exc}") from exc
+        return Part(ids, codes, params, vectors, np.empty(0, np.int64), codec, name, mapped)
+
+    def read_tombstones(self, name: str | None, rows: Sequence[int]) -> list[IdArray]:
+        """Each segment's dead rows from a tombstone file (``rows``: the segments' sizes)."""
+        if name is None:
+            return [np.empty(0, dtype=np.int64) for _ in rows]
+        raw = (self.path / name).read_bytes()
+        meta = _parse_header(TOMBSTONE_MAGIC, raw, name)
+        try:
+            counts = [int(c) for c in meta["counts"]]
+            if len(counts) != len(rows):
+                raise SegmentError(
+                    f"{name}: {len(counts)} segments, the manifest names {len(rows)}"
+                )
+            dead = np.frombuffer(raw, dtype="<i8", count=sum(counts), offset=HEADER_BYTES)
+            if zlib.crc32(_bytes(dead)) != meta["crc32"]:
+                raise SegmentError(f"{name}: checksum mismatch")
+        except (KeyError, TypeError, ValueError) as exc:
+            raise SegmentError(f"{name}: damaged: {exc}") from exc
+        out: list[IdArray] = []
+        start = 0
+        for count, n in zip(counts, rows, strict=True):
+            part = dead[start : start + count].astype(np.int64)
+            start += count
+            if part.size and (
+                part[0] < 0 or part[-1] >= n or not bool(np.all(part[1:] > part[:-1]))
+            ):
+                raise SegmentError(f"{name}: dead rows out of order or range")
+            out.append(part)
+        return out
+
+
+def segment_root(url: str | None, index_dir: str) -> tuple[Path | None, str]:
+    """Where a store's segment files go (``Settings.index_dir``), and the store's identity.
+
+    ``"auto"``: ``<database file>.index/`` next to a SQLite file, none (indexes stay in
+    RAM) for ``:memory:`` and other stores; ``"off"``: none; else that directory, one
+    subdirectory per store URL. The identity (the URL, and a SQLite file's device and
+    inode) keeps a manifest from being applied to another database at the same path.
+    """
+    if index_dir.strip().lower() in ("", "off", "none") or os.name != "posix":
+        return None, ""  # (file locks and mapping semantics used here are POSIX)
+    sqlite_file = None
+    if url and url not in (":memory:", "sqlite://", "sqlite:///:memory:"):
+        path = url[len("sqlite:///") :] if url.startswith("sqlite:///") else url
+        if "://" not in path and Path(path).is_file():
+            sqlite_file = Path(path)
+    identity = url or ""
+    if sqlite_file is not None:
+        info = sqlite_file.stat()
+        identity = f"sqlite:{info.st_dev}:{info.st_ino}"
+    if index_dir.strip().lower() == "auto":
+        if sqlite_file is None:
+            return None, ""
+        return sqlite_file.with_name(sqlite_file.name + ".index"), identity
+    digest = hashlib.sha256((url or "").encode()).hexdigest()[:16]
+    return Path(index_dir) / digest, identity
