@@ -51,8 +51,15 @@ def clustered(n: int, d: int, seed: int, centres: int = 50) -> tuple[Matrix, Mat
 
 
 def exact_top(rows: Matrix, queries: Matrix, k: int) -> list[set[int]]:
+    """Each query's true top-``k`` ids, plus every id tied with the k-th within float32
+    rounding: rows whose float64 scores differ by 1e-9 are equal in float32, where the
+    index orders them by id, so either may rightly be returned."""
     scores = queries.astype(np.float64) @ rows.astype(np.float64).T
-    return [set(np.argsort(-s, kind="stable")[:k].tolist()) for s in scores]
+    tops = []
+    for s in scores:
+        kth = np.sort(s)[-k]
+        tops.append(set(np.flatnonzero(s >= kth - 1e-6).tolist()))
+    return tops
 
 
 def search(name: str, rows: Matrix, q: Matrix, k: int, dead: npt.NDArray[np.int64] = NO_DEAD):
