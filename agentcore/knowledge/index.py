@@ -201,11 +201,6 @@ class MaintenancePlan:
         """The frozen parts this step leaves as they are."""
         return tuple(p for p in self.snapshot.parts if not any(p.same_rows(c) for c in self.parts))
 
-    @property
-    def whole(self) -> bool:
-        """Whether the step seals the whole tail (so the new parts hold every live row)."""
-        return self.tail_rows == self.snapshot.tail.rows
-
     def live_rows(self) -> tuple[IdArray, Matrix]:
         """The live rows of the chosen parts and tail rows, sorted by id (read only).
 
@@ -229,15 +224,15 @@ class MaintenancePlan:
         if len(pieces) == 1 and _ascending(pieces[0][0]):
             return pieces[0]
         ids = np.concatenate([p[0] for p in pieces]).astype(np.int64, copy=False)
+        order = np.argsort(ids, kind="stable")
+        place = np.empty_like(order)
+        place[order] = np.arange(order.shape[0])
         vectors = np.empty((ids.shape[0], d), dtype=np.float32)
         start = 0
-        for _, rows in pieces:  # one copy into place, then one gather by id order
-            vectors[start : start + rows.shape[0]] = rows
+        for _, rows in pieces:  # each piece scattered straight to its sorted place
+            vectors[place[start : start + rows.shape[0]]] = rows
             start += rows.shape[0]
-        if not _ascending(ids):
-            order = np.argsort(ids, kind="stable")
-            ids, vectors = ids[order], vectors[order]
-        return ids, vectors
+        return ids[order], vectors
 
 
 def _empty_result() -> tuple[IdArray, ScoreArray]:
