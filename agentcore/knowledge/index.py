@@ -39,6 +39,8 @@ Search
 from __future__ import annotations
 
 import atexit
+import contextlib
+import os
 import queue
 import threading
 from collections.abc import Callable, Iterable, Sequence
@@ -805,12 +807,20 @@ class _Background:
 
     @classmethod
     def _run(cls, jobs: queue.SimpleQueue[VectorIndex | None]) -> None:
+        lower_priority()
         while (index := jobs.get()) is not None:
             try:
                 while not cls._closing and index.maintain():
                     pass
             except Exception:  # a failed step leaves the index as it was
                 _log.exception("index maintenance failed")
+
+
+def lower_priority() -> None:
+    """Lower the calling thread's CPU priority (Linux: a thread's own nice value), so
+    background maintenance yields the cores to requests; a no-op where unsupported."""
+    with contextlib.suppress(AttributeError, OSError):
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
 
 
 def _background(index: VectorIndex) -> None:
