@@ -70,6 +70,14 @@ class Settings(BaseSettings):
     max_upload_bytes: int = Field(50 * MiB, ge=1, description="Largest uploaded file.")
     max_json_depth: int = Field(32, ge=2, description="Deepest nesting of a JSON body.")
     request_deadline: float = Field(60.0, gt=0, description="Seconds a request may take.")
+    inline_budget: float = Field(
+        0.005,
+        ge=0,
+        description="Seconds: a search whose recent runs in its workspace took at most this"
+        " long, on an index that is loaded and current, while no other request's handler"
+        " runs, runs on the HTTP server's event loop instead of a worker thread (the"
+        " thread hop costs more than such a search); 0 always uses a thread.",
+    )
 
     # Field limits
     max_message_chars: int = Field(32_000, ge=1, description="Longest chat message.")

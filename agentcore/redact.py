@@ -31,6 +31,14 @@ _QUERY = re.compile(
     r"(?i)([?&](?:" + "|".join(re.escape(n) for n in sorted(QUERY_SECRET_NAMES)) + r")=)[^&\s\"']*"
 )
 
+# whether any of the three can match: one search, so text without a secret (nearly
+# every log argument, e.g. the access log's method, path and status) is returned as is
+_ANY = re.compile(
+    r"ak_(?:test|live)_|whsec_|(?i:\b(?:bearer|basic)\s)|(?i:[?&](?:"
+    + "|".join(re.escape(n) for n in sorted(QUERY_SECRET_NAMES))
+    + r")=)"
+)
+
 UVICORN_LOGGERS = ("uvicorn", "uvicorn.error", "uvicorn.access")
 
 
@@ -41,6 +49,8 @@ def looks_secret(text: str) -> bool:
 
 def redact(text: str) -> str:
     """``text`` with key-like values, bearer credentials and secret query values masked."""
+    if _ANY.search(text) is None:
+        return text
     text = _SECRET.sub(lambda m: m.group(1) + REDACTED, text)
     text = _BEARER.sub(lambda m: m.group(1) + m.group(2) + REDACTED, text)
     return _QUERY.sub(lambda m: m.group(1) + REDACTED, text)
@@ -48,6 +58,9 @@ def redact(text: str) -> str:
 
 def _redact_value(value: Any) -> Any:
     return redact(value) if isinstance(value, str) else value
+
+
+_DONE = "_agentcore_redacted"  # set on a record once redacted (filters sit on loggers and handlers)
 
 
 class SecretRedactingFilter(logging.Filter):
@@ -60,6 +73,8 @@ class SecretRedactingFilter(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         """Redact ``record`` in place; always keep it."""
+        if getattr(record, _DONE, False):
+            return True  # already redacted by this filter on its logger; now at a handler
         if isinstance(record.msg, str):
             record.msg = redact(record.msg)
         if isinstance(record.args, tuple):
@@ -71,6 +86,7 @@ class SecretRedactingFilter(logging.Filter):
             record.exc_text = logging.Formatter().formatException(record.exc_info)
         if record.exc_text:
             record.exc_text = redact(record.exc_text)
+        setattr(record, _DONE, True)
         return True
 
 

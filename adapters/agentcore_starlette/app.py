@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
+import contextvars
 import hashlib
 import json
 import re
+import threading
+import time
 from collections.abc import AsyncIterator, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from pydantic import BaseModel
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
@@ -33,6 +39,7 @@ from agentcore.errors import (
 )
 from agentcore.ids import new_id
 from agentcore.redact import QUERY_SECRET_NAMES, get_logger, looks_secret
+from agentcore.workspace import Workspace
 from agentcore_starlette.bodies import (
     media_type,
     parse_json,
@@ -51,6 +58,10 @@ from agentcore_starlette.streaming import event_stream
 log = get_logger("agentcore.http")  # masks keys and secrets in every record
 
 PREFIX = "/v1"
+RECENT_RUNS = 5
+"""Run times of a ``quick_when`` route (per workspace) whose median decides inline runs."""
+HANDLER_THREADS = 40
+"""Threads running blocking handlers (as many as anyio's default thread limiter)."""
 MULTIPART_OVERHEAD = 64 * 1024
 UPLOAD_FIELDS = ("file",)
 """The multipart fields a document upload may carry (openapi.py declares the same)."""
@@ -176,13 +187,26 @@ class Api:
     def __init__(self, core: AgentCore, settings: Settings) -> None:
         self.core = core
         self.settings = settings
+        # blocking handlers run here rather than through starlette's run_in_threadpool:
+        # a plain executor hop (submit, then one call_soon_threadsafe back) costs about
+        # half of anyio's worker-thread round trip, and under uvloop anyio's hop often
+        # stalls on the GIL (benchmarks/http_overhead.py); threads start lazily
+        self.pool = ThreadPoolExecutor(HANDLER_THREADS, thread_name_prefix="agentcore-http")
+        # recent run times of each quick_when route per workspace, (route, org, env) ->
+        # seconds, and their median (what _quick reads)
+        self.runs: dict[tuple[str, str, str], collections.deque[float]] = {}
+        self.durations: dict[tuple[str, str, str], float] = {}
+        self.runs_lock = threading.Lock()
+        self.running = 0  # blocking handlers running on threads now (read on the loop)
+        self.clock: Callable[[], float] = time.perf_counter  # what run times are read from
 
     def endpoint(self, route: ApiRoute) -> Callable[[Request], Any]:
         """The Starlette endpoint running ``route``."""
 
         async def run(request: Request) -> Response:
-            refuse_secrets_in_query(request)
-            refuse_unknown_query(route, request)
+            if request.scope["query_string"]:  # most requests have none: skip parsing it
+                refuse_secrets_in_query(request)
+                refuse_unknown_query(route, request)
             if any("\x00" in value for value in request.path_params.values()):
                 raise NotFound("No object has an id with a NUL character.")  # nor can one
             try:
@@ -199,17 +223,19 @@ class Api:
                 self.core.rate_limiter.enforce(workspace.key_id or "", workspace.environment)
             )
             call = Call(workspace, request.path_params, request.query_params, request.headers)
-            canonical = await self._read_body(route, request, call)
+            await self._read_body(route, request, call)
 
             async def handle() -> Response:
                 if not route.blocking:
                     return _json(route, route.handler(call), limits)
+                if self._quick(route, call):  # headers as for the thread: see below
+                    return _json(route, self._run_timed(route, call))
                 return await self._run_blocking(route, call, request)
 
             key = request.headers.get("idempotency-key")
             # a stream is not stored for replay: the key does not apply (as at OpenAI, Stripe)
             if route.method == "POST" and key is not None and not route.streams(call.body):
-                print_ = fingerprint(route.method, request.url.path, canonical)
+                print_ = fingerprint(route.method, request.url.path, _canonical(call))
                 response = await run_once(
                     workspace, check_key(key), print_, handle, wait=self.settings.request_deadline
                 )
@@ -222,6 +248,52 @@ class Api:
         run.__name__ = route.operation_id
         return run
 
+    def _quick(self, route: ApiRoute, call: Call) -> bool:
+        """Whether to run a blocking handler on the loop: its route allows it
+        (``quick_when``), its recent runs in this workspace took at most
+        ``inline_budget``, ``quick_when(call)`` holds (a search: the index is current),
+        and no other handler is running: under concurrent requests the worker threads
+        keep both cores busy (numpy and SQLite release the GIL), where the loop would
+        serialise them (a third fewer searches/s at 16 connections in http_load.py).
+
+        A thread hop costs two thread wake-ups, and on a busy machine each may wait for
+        a CPU: more than a search of a small index takes. The first run in a workspace
+        goes to a thread (no estimate yet); a handler that turns slow blocks the loop
+        for a few runs (until they are most of the recent ones, see ``_note``), then
+        runs on threads until its runs are quick again.
+        """
+        budget = self.settings.inline_budget
+        if route.quick_when is None or budget <= 0 or self.running:
+            return False
+        ws = call.workspace
+        recent = self.durations.get((route.operation_id, ws.organization_id, ws.environment))
+        return recent is not None and recent <= budget and route.quick_when(call)
+
+    def _run_timed(self, route: ApiRoute, call: Call) -> Any:
+        """``route.handler(call)``, noting how long it took when the route may run inline."""
+        if route.quick_when is None:
+            return route.handler(call)
+        began = self.clock()
+        result = route.handler(call)  # an error is not noted: it says nothing of the work
+        self._note(route, call.workspace, self.clock() - began)
+        return result
+
+    def _note(self, route: ApiRoute, ws: Workspace, seconds: float) -> None:
+        """Record a run: a route's estimate in a workspace is the median (the upper one
+        of an even count) of its last ``RECENT_RUNS`` run times (wall clock, so waiting
+        on I/O counts), which a stray slow run (the machine busy) does not move, but a
+        run of slow ones does. Worker threads and the loop both note runs."""
+        key = (route.operation_id, ws.organization_id, ws.environment)
+        with self.runs_lock:
+            runs = self.runs.get(key)
+            if runs is None:
+                runs = self.runs[key] = collections.deque(maxlen=RECENT_RUNS)
+            runs.append(seconds)
+            self.durations[key] = sorted(runs)[len(runs) // 2]
+
+    def _finished(self, task: asyncio.Future[Response]) -> None:
+        self.running -= 1
+
     async def _run_blocking(self, route: ApiRoute, call: Call, request: Request) -> Response:
         """Run the handler on a worker thread within the request deadline.
 
@@ -231,14 +303,21 @@ class Api:
         work still settling: it may yet commit (``run_once`` records what it ends as).
         """
 
+        loop = asyncio.get_running_loop()
+        context = contextvars.copy_context()  # as run_in_threadpool: the handler sees it
+
         async def work() -> Response:
-            result = await run_in_threadpool(route.handler, call)
+            result = await loop.run_in_executor(
+                self.pool, context.run, self._run_timed, route, call
+            )
             if isinstance(result, ChatStream):
                 request_id = request.scope["state"].get("request_id")
                 return event_stream(result, request_id, heartbeat=self.settings.stream_heartbeat)
             return _json(route, result)
 
         task = asyncio.ensure_future(work())
+        self.running += 1  # until the work ends, even past the deadline
+        task.add_done_callback(self._finished)
         watcher = asyncio.ensure_future(_cancel_on_disconnect(request, call))
         deadline = self.settings.request_deadline
         try:
@@ -254,23 +333,19 @@ class Api:
         finally:
             watcher.cancel()
 
-    async def _read_body(self, route: ApiRoute, request: Request, call: Call) -> bytes:
-        """Parse the body into ``call``; return its canonical bytes (for idempotency)."""
+    async def _read_body(self, route: ApiRoute, request: Request, call: Call) -> None:
+        """Parse the body into ``call`` (``call.body`` or ``call.upload``)."""
         if route.body == "none":
-            return b""
+            return
         settings = self.settings
         if route.body == "json_or_upload" and media_type(request) == "multipart/form-data":
-            upload = await self._read_upload(request)
-            call.upload = upload
-            meta = f"{upload.filename}\0{upload.content_type}\0".encode()
-            return meta + hashlib.sha256(upload.data).digest()
+            call.upload = await self._read_upload(request)
+            return
         require_json(request)
         raw = await read_limited(request, settings.max_body_bytes)
         data = parse_json(raw, max_depth=settings.max_json_depth)
         assert route.request is not None
-        body = validate(route.request, data)
-        call.body = body
-        return body.model_dump_json().encode()
+        call.body = validate(route.request, data)
 
     async def _read_upload(self, request: Request) -> Upload:
         limit = self.settings.max_upload_bytes
@@ -315,6 +390,20 @@ class Api:
                 param="file",
             )
         return Upload(file.filename or "upload", file.content_type, data)
+
+
+def _canonical(call: Call) -> bytes:
+    """The parsed body as bytes, for the idempotency fingerprint (computed only when a
+    request carries an ``Idempotency-Key``): the upload's name, type and digest, or the
+    validated JSON body re-serialised, so formatting differences do not count."""
+    upload = call.upload
+    if upload is not None:
+        meta = f"{upload.filename}\0{upload.content_type}\0".encode()
+        return meta + hashlib.sha256(upload.data).digest()
+    if call.body is None:
+        return b""
+    body: BaseModel = call.body
+    return body.model_dump_json().encode()
 
 
 async def _cancel_on_disconnect(request: Request, call: Call) -> None:
@@ -444,4 +533,5 @@ def create_app(
     app = ApiApp(routes=starlette_routes, lifespan=lifespan_for(core))
     app.state.core = core
     app.state.settings = merged
+    app.state.api = api
     return app

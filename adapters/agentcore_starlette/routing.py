@@ -107,6 +107,10 @@ class ApiRoute:
     status_code: int = 200
     query: tuple[QueryParam, ...] = field(default_factory=tuple)
     blocking: bool = True  # False: the handler neither does I/O nor heavy work; run inline
+    # a blocking handler that is often quick: it runs inline on the event loop while
+    # quick_when(call) holds and its recent runs in the caller's workspace took at most
+    # Settings.inline_budget (a thread hop costs more than the work); see Api.endpoint
+    quick_when: Callable[[Call], bool] | None = None
     events: tuple[StreamEvent, ...] = ()  # the events of its streamed answer, if it has one
 
     def streams(self, body: Any) -> bool:

@@ -168,6 +168,17 @@ class IndexCache:
         # other than this process's setting) is reloaded with the stored one
         return entry.index.codec == self.codec_of(state)
 
+    def is_current(self, organization_id: str, environment: str) -> bool:
+        """Whether a workspace's index is loaded here and at the store's version, so a
+        search now neither loads nor catches up (always, when the store searches)."""
+        if self._store_search is not None:
+            return True
+        entry = self._entries.get((organization_id, environment))
+        if entry is None:
+            return False
+        state = self._store.knowledge_state(organization_id, environment)
+        return entry.version == state.version and self._fits(entry, state)
+
     def search(
         self,
         organization_id: str,

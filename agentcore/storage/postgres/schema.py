@@ -264,8 +264,24 @@ MIGRATIONS: list[tuple[str, str]] = [
         """,
     ),
     (
+        # per document: its sentences (term '') and how many hold each word stem;
+        # dropped with the document (see storage/sqlite/schema.py, m009)
+        "term_counts",
+        """
+        CREATE TABLE term_counts (
+            document_id TEXT NOT NULL REFERENCES documents(id) ON DELETE CASCADE,
+            organization_id TEXT NOT NULL,
+            environment TEXT NOT NULL,
+            term TEXT NOT NULL,
+            sentences INTEGER NOT NULL,
+            PRIMARY KEY (document_id, term)
+        );
+        CREATE INDEX term_counts_term ON term_counts (organization_id, environment, term);
+        """,
+    ),
+    (
         # how each workspace's index stores its rows, fixed by its first write
-        # (see storage/sqlite/schema.py, m009)
+        # (see storage/sqlite/schema.py, m010)
         "workspace_index_dtype",
         """
         ALTER TABLE knowledge_state ADD COLUMN index_dtype TEXT;

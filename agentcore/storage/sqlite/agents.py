@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from agentcore.models import Agent
-from agentcore.storage.sqlite.connection import Database, first_row, page_rows
+from agentcore.storage.sqlite.connection import Database, page_rows
 
 _WORKSPACE = "organization_id = ? AND environment = ?"
 
@@ -39,13 +39,17 @@ class AgentStore:
             self.db.table(conn, "agents").insert(data)
 
     def get_agent(self, organization_id: str, environment: str, agent_id: str) -> Agent | None:
-        """The agent with this id in this workspace, or ``None`` (other workspaces' too)."""
+        """The agent with this id in this workspace, or ``None`` (other workspaces' too).
+
+        Raw SQL: every chat turn reads its agent, and sqlite-utils' ``rows_where`` (a
+        generator building its query, then a dict per row) took ~3x as long as one
+        indexed statement (``benchmarks/store_crud.py``, get agent).
+        """
         with self.db.read() as conn:
-            row = first_row(
-                self.db.table(conn, "agents"),
-                f"id = ? AND {_WORKSPACE}",
+            row = conn.execute(
+                f"SELECT * FROM agents WHERE id = ? AND {_WORKSPACE}",
                 [agent_id, organization_id, environment],
-            )
+            ).fetchone()
         return _agent(row) if row else None
 
     def update_agent(

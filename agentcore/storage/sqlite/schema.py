@@ -333,7 +333,31 @@ def m008_document_status_and_ingest_jobs(db: UtilsDatabase) -> None:
 
 
 @migrations()
-def m009_workspace_index_dtype(db: UtilsDatabase) -> None:
+def m009_term_counts(db: UtilsDatabase) -> None:
+    """Per document: its sentences (``term = ''``) and how many hold each word stem.
+
+    Written when a document is indexed and dropped with it (the foreign key), so a
+    workspace's sentence frequencies are sums over its documents, never a recount
+    (see ``agentcore/knowledge/terms.py``).
+    """
+    run_script(
+        db,
+        """
+        CREATE TABLE term_counts (
+            document_id TEXT NOT NULL REFERENCES documents(id) ON DELETE CASCADE,
+            organization_id TEXT NOT NULL,
+            environment TEXT NOT NULL,
+            term TEXT NOT NULL,
+            sentences INTEGER NOT NULL,
+            PRIMARY KEY (document_id, term)
+        ) WITHOUT ROWID;
+        CREATE INDEX term_counts_term ON term_counts (organization_id, environment, term);
+        """,
+    )
+
+
+@migrations()
+def m010_workspace_index_dtype(db: UtilsDatabase) -> None:
     """How each workspace's index stores its rows (``Settings.index_dtype``), fixed by its
     first write; workspaces that exist already were built with float32 rows."""
     run_script(
