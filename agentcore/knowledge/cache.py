@@ -15,7 +15,7 @@ import numpy.typing as npt
 
 from agentcore.errors import Conflict, InvalidRequest, ValidationFailed
 from agentcore.knowledge.embedders import Embedder, bounded_text
-from agentcore.knowledge.index import VectorIndex, codec_named
+from agentcore.knowledge.index import VectorIndex, codec_named, lower_priority
 from agentcore.knowledge.segments import Manifest, SegmentDirectory, SegmentError
 from agentcore.redact import get_logger
 from agentcore.storage.base import VectorSearchStore
@@ -458,6 +458,7 @@ class _Maintainer:
             self._cond.notify_all()
 
     def _loop(self) -> None:
+        lower_priority()
         while True:
             with self._cond:
                 while not self._pending and not self._closed:

@@ -39,6 +39,8 @@ Search
 from __future__ import annotations
 
 import atexit
+import contextlib
+import os
 import queue
 import threading
 from collections.abc import Callable, Iterable, Sequence
@@ -201,11 +203,6 @@ class MaintenancePlan:
         """The frozen parts this step leaves as they are."""
         return tuple(p for p in self.snapshot.parts if not any(p.same_rows(c) for c in self.parts))
 
-    @property
-    def whole(self) -> bool:
-        """Whether the step seals the whole tail (so the new parts hold every live row)."""
-        return self.tail_rows == self.snapshot.tail.rows
-
     def live_rows(self) -> tuple[IdArray, Matrix]:
         """The live rows of the chosen parts and tail rows, sorted by id (read only).
 
@@ -229,15 +226,15 @@ class MaintenancePlan:
         if len(pieces) == 1 and _ascending(pieces[0][0]):
             return pieces[0]
         ids = np.concatenate([p[0] for p in pieces]).astype(np.int64, copy=False)
+        order = np.argsort(ids, kind="stable")
+        place = np.empty_like(order)
+        place[order] = np.arange(order.shape[0])
         vectors = np.empty((ids.shape[0], d), dtype=np.float32)
         start = 0
-        for _, rows in pieces:  # one copy into place, then one gather by id order
-            vectors[start : start + rows.shape[0]] = rows
+        for _, rows in pieces:  # each piece scattered straight to its sorted place
+            vectors[place[start : start + rows.shape[0]]] = rows
             start += rows.shape[0]
-        if not _ascending(ids):
-            order = np.argsort(ids, kind="stable")
-            ids, vectors = ids[order], vectors[order]
-        return ids, vectors
+        return ids[order], vectors
 
 
 def _empty_result() -> tuple[IdArray, ScoreArray]:
@@ -810,12 +807,20 @@ class _Background:
 
     @classmethod
     def _run(cls, jobs: queue.SimpleQueue[VectorIndex | None]) -> None:
+        lower_priority()
         while (index := jobs.get()) is not None:
             try:
                 while not cls._closing and index.maintain():
                     pass
             except Exception:  # a failed step leaves the index as it was
                 _log.exception("index maintenance failed")
+
+
+def lower_priority() -> None:
+    """Lower the calling thread's CPU priority (Linux: a thread's own nice value), so
+    background maintenance yields the cores to requests; a no-op where unsupported."""
+    with contextlib.suppress(AttributeError, OSError):
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
 
 
 def _background(index: VectorIndex) -> None:

@@ -61,7 +61,9 @@ ORPHAN_SECONDS = 3600.0
 # complete, manifest not yet published).
 PAUSE_ENV = "AGENTCORE_SEGMENTS_PAUSE_AT"
 WRITE_BYTES = 8 << 20  # one write call
-SYNC_BYTES = 64 << 20  # written bytes between two flushes to disk
+# Written bytes between two flushes to disk: a store commit that must wait for the
+# disk (a WAL checkpoint's fsync) then waits behind at most this much of ours.
+SYNC_BYTES = 16 << 20
 
 IdArray = npt.NDArray[np.int64]
 Matrix = npt.NDArray[np.float32]
@@ -143,9 +145,10 @@ def _write_file(
 ) -> None:
     """Write ``(offset, bytes)`` pieces to ``directory/name`` atomically and durably.
 
-    Large files are written in slices, flushed to disk every ``SYNC_BYTES``: the page
-    cache never holds gigabytes of dirty pages of ours, whose write-back would stall
-    the store's own small writes (a DELETE's commit) for seconds.
+    Large files are written in slices, flushed to disk every ``SYNC_BYTES``, and after
+    each flush the writer pauses as long as the flush took (at most half the disk's
+    time is ours): the page cache never holds gigabytes of dirty pages of ours, whose
+    write-back would stall the store's own small writes (a DELETE's commit).
     """
     tmp = directory / f".{name}.{uuid.uuid4().hex[:8]}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
@@ -159,7 +162,9 @@ def _write_file(
                     written += os.pwrite(fd, chunk[written:], offset + start + written)
                 unsynced += len(chunk)
                 if unsynced >= SYNC_BYTES:
+                    began = time.monotonic()
                     _datasync(fd)
+                    time.sleep(min(time.monotonic() - began, 1.0))
                     unsynced = 0
             if pause is not None and i == len(pieces) // 2:
                 _pause(pause, directory)
