@@ -22,6 +22,8 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 Key = tuple[str, str]
+# the ids and unit vectors a write added
+Rows = tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]
 
 # Spare rows given to a freshly loaded index (a fraction of its size, at least a few
 # documents' worth), so the rows the next writes add need no copy of the matrix.
@@ -78,6 +80,7 @@ class IndexCache:
         self._guard = threading.Lock()
         self.reloads = 0  # full workspace loads (a number tests and benchmarks read)
         self.catch_ups = 0  # change-log deltas applied
+        self.own_writes = 0  # this process's writes added without reading them back
 
     def _lock(self, key: Key) -> threading.RLock:
         with self._guard:
@@ -141,21 +144,59 @@ class IndexCache:
             ids, scores = ids[keep], scores[keep]
         return ids, scores
 
-    def write(self, organization_id: str, environment: str, store_write: Callable[[], T]) -> T:
+    def write(
+        self,
+        organization_id: str,
+        environment: str,
+        store_write: Callable[[], T],
+        *,
+        added: Callable[[T], Rows | None] | None = None,
+    ) -> T:
         """Run ``store_write`` (a knowledge write to the store), then bring the cache up to date.
 
         Serialised per workspace in this process. The cached index, if any, applies
         the change log since its version, which holds this write and any other
         process's writes in between, so it never misses one.
+
+        :param added: for a write that only adds rows (one version step): the ids and
+            unit vectors it stored, from its result (``None``: it wrote nothing). When
+            the store's version is then exactly one past the cache's, this write was
+            the only one since, so the cache adds these rows without reading them
+            back; otherwise it reads the change log as usual.
         """
         key = (organization_id, environment)
         with self._lock(key):
             self._ensure_embedder(organization_id, environment)
             result = store_write()
             entry = self._entries.get(key)
-            if entry is not None and not self._catch_up(key, entry):
+            if entry is None:
+                return result
+            rows = added(result) if added is not None else None
+            if rows is not None and self._add_own(key, entry, rows):
+                return result
+            if not self._catch_up(key, entry):
                 self._entries.pop(key, None)
             return result
+
+    def _add_own(self, key: Key, entry: _Entry, rows: Rows) -> bool:
+        """Add the rows of this process's write if no other write came since the cache's
+        version (the store's version is one step past it); False to read the log."""
+        version = self._store.knowledge_state(*key).version
+        if version != entry.version + 1:
+            return False
+        ids, vectors = rows
+        if ids.size:
+            index = entry.index
+            fresh = np.fromiter(
+                (not index.contains(i) for i in ids.tolist()), dtype=bool, count=ids.size
+            )
+            try:
+                index.add(ids[fresh], vectors[fresh])
+            except ValidationFailed:
+                return False
+        entry.version = version
+        self.own_writes += 1
+        return True
 
     def _load(self, key: Key, state: KnowledgeState) -> VectorIndex:
         """Load a workspace's whole index (call with the workspace lock held)."""

@@ -41,6 +41,24 @@ def _stored_now() -> datetime:
     return now.replace(microsecond=now.microsecond // 1000 * 1000)
 
 
+def _indexed(
+    vectors: npt.NDArray[np.float32], keep: npt.NDArray[np.bool_]
+) -> Callable[
+    [builtins.list[int] | None], tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]] | None
+]:
+    """The rows a document's write indexed, from the chunk ids the store returns (all of
+    them, in order; ``None``: nothing written): the ``keep`` ones and their vectors."""
+
+    def rows(
+        ids: builtins.list[int] | None,
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]] | None:
+        if ids is None:
+            return None
+        return np.asarray(ids, dtype=np.int64)[keep], vectors[keep]
+
+    return rows
+
+
 class KnowledgeService:
     """The knowledge core of one workspace; reached as ``workspace.knowledge``.
 
@@ -222,8 +240,8 @@ class KnowledgeService:
         )
         ws = self._ws
 
-        def store_write() -> None:
-            self._store.insert_document(
+        def store_write() -> list[int]:
+            return self._store.insert_document(
                 ws.organization_id,
                 ws.environment,
                 document,
@@ -235,7 +253,9 @@ class KnowledgeService:
 
         if cancellation is not None:
             cancellation.check()  # the last point at which stopping leaves nothing behind
-        self._cache.write(ws.organization_id, ws.environment, store_write)
+        self._cache.write(
+            ws.organization_id, ws.environment, store_write, added=_indexed(vectors, keep)
+        )
         return document
 
     def run_job(self, job: IngestJob, cancellation: Cancellation) -> Document | None:
@@ -276,8 +296,8 @@ class KnowledgeService:
         del parsed
         vectors, keep, embedder = self._embed(chunks, cancellation)
 
-        def store_write() -> bool:
-            ids = self._store.complete_document(
+        def store_write() -> builtins.list[int] | None:
+            return self._store.complete_document(
                 ws.organization_id,
                 ws.environment,
                 ready,
@@ -286,12 +306,12 @@ class KnowledgeService:
                 vectors,
                 keep,
             )
-            return ids is not None
 
         cancellation.check()
-        if not self._cache.write(ws.organization_id, ws.environment, store_write):
-            return None
-        return ready
+        written = self._cache.write(
+            ws.organization_id, ws.environment, store_write, added=_indexed(vectors, keep)
+        )
+        return None if written is None else ready
 
     # documents -----------------------------------------------------------------
 
