@@ -96,7 +96,9 @@ class _Vocabulary:
 
     Raw tokens map to stem ids (``-1`` for dropped tokens); stem ``i`` has its
     features (its word feature first, then its character n-grams) at
-    ``feature_hashes[feature_start[i] : feature_start[i] + feature_count[i]]``.
+    ``feature_hashes[feature_start[i] : feature_start[i] + feature_count[i]]``, and
+    their buckets and signed weights at the same places of ``feature_buckets`` and
+    ``feature_signed``.
     """
 
     def __init__(self) -> None:
@@ -108,6 +110,10 @@ class _Vocabulary:
         self.feature_count = _Column(np.int64)
         self.feature_hashes = _Column(np.uint64)
         self.feature_weights = _Column(np.float32)
+        # derived from the two above for the embedder's dimension: each feature's
+        # bucket, and its weight with its sign (the hash's lowest bit) applied
+        self.feature_buckets = _Column(np.int64)
+        self.feature_signed = _Column(np.float32)
 
 
 class HashingEmbedder:
@@ -175,28 +181,36 @@ class HashingEmbedder:
             start = vocabulary.feature_start.values()
             count = vocabulary.feature_count.values()
             feature_hashes = vocabulary.feature_hashes.values()
-            feature_weights = vocabulary.feature_weights.values()
-        token_rows = np.repeat(np.arange(len(texts), dtype=np.int64), lengths)
+            feature_buckets = vocabulary.feature_buckets.values()
+            feature_signed = vocabulary.feature_signed.values()
         kept = token_stems >= 0
-        stems, rows = token_stems[kept], token_rows[kept]
+        stems = token_stems[kept]
+        if len(texts) == 1:
+            rows = np.zeros(len(stems), dtype=np.int64)
+            pairs = slice(None)  # every neighbour is in the same row
+        else:
+            rows = np.repeat(np.arange(len(texts), dtype=np.int64), lengths)[kept]
+            pairs = rows[1:] == rows[:-1]
         # Each stem's features, in text order: gather index ranges without a loop.
         counts = count[stems]
-        firsts = np.cumsum(counts) - counts
-        gather = np.repeat(start[stems] - firsts, counts) + np.arange(counts.sum())
-        word_hashes = feature_hashes[start[stems]]
-        same_row = rows[1:] == rows[:-1]
-        pair_hashes = _mix(word_hashes[:-1][same_row], word_hashes[1:][same_row])
+        firsts = start[stems]
+        gather = np.repeat(firsts - (np.cumsum(counts) - counts), counts) + np.arange(counts.sum())
+        word_hashes = feature_hashes[firsts]
+        pair_hashes = _mix(word_hashes[:-1][pairs], word_hashes[1:][pairs])
         # Per row, stem features come before pair features, as they always have: a
         # feature repeated in a row takes the weight of its first occurrence.
-        all_rows = np.concatenate([np.repeat(rows, counts), rows[1:][same_row]])
+        all_rows = np.concatenate([np.repeat(rows, counts), rows[1:][pairs]])
         all_hashes = np.concatenate([feature_hashes[gather], pair_hashes])
-        all_weights = np.concatenate(
-            [
-                feature_weights[gather],
-                np.full(len(pair_hashes), self.PAIR_WEIGHT, dtype=np.float32),
-            ]
+        pair_weight = np.float32(self.PAIR_WEIGHT)
+        all_buckets = np.concatenate(
+            [feature_buckets[gather], _buckets(pair_hashes, self.dimension)]
         )
-        flat = _bucket_sums(all_rows, all_hashes, all_weights, len(texts), self.dimension)
+        all_signed = np.concatenate(
+            [feature_signed[gather], _signed(pair_hashes, np.full(len(pair_hashes), pair_weight))]
+        )
+        flat = _bucket_sums(
+            all_rows, all_hashes, all_buckets, all_signed, len(texts), self.dimension
+        )
         out = flat.reshape(len(texts), self.dimension).astype(np.float32)
         norms = np.linalg.norm(out, axis=1, keepdims=True)
         np.divide(out, norms, out=out, where=norms > 0)
@@ -231,8 +245,12 @@ class HashingEmbedder:
             # One append per column for all the new stems of this call.
             vocabulary.feature_start.extend(new.starts)
             vocabulary.feature_count.extend(new.counts)
-            vocabulary.feature_hashes.extend(np.array(new.hashes, dtype=np.uint64))
-            vocabulary.feature_weights.extend(np.array(new.weights, dtype=np.float32))
+            hashes = np.array(new.hashes, dtype=np.uint64)
+            weights = np.array(new.weights, dtype=np.float32)
+            vocabulary.feature_hashes.extend(hashes)
+            vocabulary.feature_weights.extend(weights)
+            vocabulary.feature_buckets.extend(_buckets(hashes, self.dimension))
+            vocabulary.feature_signed.extend(_signed(hashes, weights))
             return [table[token] for token in raw]
 
     def _learn(self, vocabulary: _Vocabulary, token: str, new: _NewStems) -> int:
@@ -285,14 +303,32 @@ def _raw_tokens(text: str) -> list[str]:
     return _TOKEN.findall(unicodedata.normalize("NFKC", text).replace("\u2019", "'"))
 
 
-# The most bits a (bin, hash) sort key gives the bin: at least 24 are left for the hash.
+# The most bits a (row, hash) sort key gives the row: the rest are the hash's top bits.
 _KEY_SHIFT_LIMIT = 40
+
+
+def _buckets(hashes: npt.NDArray[np.uint64], dimension: int) -> npt.NDArray[np.int64]:
+    """The bucket of each feature hash (its bits above the sign bit, modulo ``dimension``)."""
+    buckets: npt.NDArray[np.int64] = ((hashes >> _ONE) % np.uint64(dimension)).astype(np.int64)
+    return buckets
+
+
+def _signed(
+    hashes: npt.NDArray[np.uint64], weights: npt.NDArray[np.float32]
+) -> npt.NDArray[np.float32]:
+    """``weights`` negated where the hash's lowest bit is 0 (a sign flip is exact, so
+    ``signed * factor`` equals ``weight * factor * sign`` bit for bit)."""
+    signed: npt.NDArray[np.float32] = np.where(hashes & _ONE, weights, -weights).astype(
+        np.float32, copy=False
+    )
+    return signed
 
 
 def _bucket_sums(
     rows: npt.NDArray[np.int64],
     hashes: npt.NDArray[np.uint64],
-    weights: npt.NDArray[np.float32],
+    buckets: npt.NDArray[np.int64],
+    signed: npt.NDArray[np.float32],
     count: int,
     dimension: int,
 ) -> npt.NDArray[np.float64]:
@@ -300,26 +336,31 @@ def _bucket_sums(
 
     Features repeated in a row are counted once, weighted by their first
     occurrence's weight times ``1 + log(repeats)``. Each bucket adds its features in
-    ascending hash order, as it always has, so the float64 sums are bit-identical.
+    ascending hash order, as it always has, so the float64 sums are bit-identical:
+    the features are sorted by (row, hash), which orders every bucket of a row by
+    hash, through one packed 64-bit key (the row in the top bits, then the hash's
+    top bits; a single text's key is its hash), with an exact two-key sort when two
+    different hashes of a row could tie in it.
     """
     if not len(rows):
         return np.zeros(count * dimension)
-    buckets = ((hashes >> np.uint64(1)) % np.uint64(dimension)).astype(np.int64)
-    bins = rows * dimension + buckets
-    shift = max(1, (count * dimension - 1).bit_length())
+    shift = (count - 1).bit_length()  # bits the row takes from the key
     grouped = None
-    if shift <= _KEY_SHIFT_LIMIT:
-        # One 64-bit key, (bin, top bits of the hash), sorts like (bin, hash) unless two
-        # different hashes share a bin and their top bits: then take the exact path.
-        key = (bins.astype(np.uint64) << np.uint64(64 - shift)) | (hashes >> np.uint64(shift))
+    if shift < _KEY_SHIFT_LIMIT:
+        key = hashes
+        if shift:
+            key = (rows.astype(np.uint64) << np.uint64(64 - shift)) | (hashes >> np.uint64(shift))
         order = np.argsort(key)
-        sorted_keys, sorted_hashes = key[order], hashes[order]
+        sorted_keys = key[order]
         same = sorted_keys[1:] == sorted_keys[:-1]
-        if not (same & (sorted_hashes[1:] != sorted_hashes[:-1])).any():
+        if shift and (same & (hashes[order][1:] != hashes[order][:-1])).any():
+            pass  # two hashes of a row tie in the key: take the exact path
+        elif not same.any():
+            grouped = None, order  # no feature repeats in its row
+        else:
             starts = np.flatnonzero(np.concatenate(([True], ~same)))
             # The sort is not stable: a repeated feature's weight is its first one's.
-            first = np.minimum.reduceat(order, starts)
-            grouped = starts, first
+            grouped = starts, np.minimum.reduceat(order, starts)
     if grouped is None:
         order = np.lexsort((hashes, rows))
         sorted_rows, sorted_hashes = rows[order], hashes[order]
@@ -328,21 +369,33 @@ def _bucket_sums(
         starts = np.flatnonzero(new)
         grouped = starts, order[starts]
     starts, first = grouped
-    repeats = np.diff(np.append(starts, len(rows)))
-    values = weights[first] * (1.0 + np.log(repeats)).astype(np.float32)
-    signs = np.where(hashes[first] & np.uint64(1), 1.0, -1.0).astype(np.float32)
+    values = signed[first]
+    if starts is not None:
+        repeats = np.diff(np.append(starts, len(rows)))
+        values = values * (1.0 + np.log(repeats)).astype(np.float32)
+    bins = buckets[first]
+    if count > 1:
+        bins = bins + rows[first] * dimension
     # bincount adds each bin's values in input order, here ascending hash order.
-    sums = np.bincount(bins[first], weights=values * signs, minlength=count * dimension)
+    sums = np.bincount(bins, weights=values, minlength=count * dimension)
     return np.asarray(sums, dtype=np.float64)  # already float64: typed, not copied
+
+
+_ONE = np.uint64(1)
+_MIX_A = np.uint64(0x9E3779B97F4A7C15)
+_MIX_B = np.uint64(0x632BE59BD9B4E019)
+_MIX_C = np.uint64(0xBF58476D1CE4E5B9)
+_SHIFT_31 = np.uint64(31)
+_SHIFT_29 = np.uint64(29)
 
 
 def _mix(left: npt.NDArray[np.uint64], right: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
     """Combine two feature hashes into a well-spread, order-sensitive third."""
-    with np.errstate(over="ignore"):
-        value = left * np.uint64(0x9E3779B97F4A7C15) + (right ^ np.uint64(0x632BE59BD9B4E019))
-        value ^= value >> np.uint64(31)
-        value *= np.uint64(0xBF58476D1CE4E5B9)
-        value ^= value >> np.uint64(29)
+    # array arithmetic on unsigned integers wraps silently (no overflow warning)
+    value = left * _MIX_A + (right ^ _MIX_B)
+    value ^= value >> _SHIFT_31
+    value *= _MIX_C
+    value ^= value >> _SHIFT_29
     return value
 
 
