@@ -185,31 +185,29 @@ class HashingEmbedder:
             feature_signed = vocabulary.feature_signed.values()
         kept = token_stems >= 0
         stems = token_stems[kept]
-        if len(texts) == 1:
-            rows = np.zeros(len(stems), dtype=np.int64)
-            pairs = slice(None)  # every neighbour is in the same row
-        else:
-            rows = np.repeat(np.arange(len(texts), dtype=np.int64), lengths)[kept]
-            pairs = rows[1:] == rows[:-1]
         # Each stem's features, in text order: gather index ranges without a loop.
         counts = count[stems]
         firsts = start[stems]
         gather = np.repeat(firsts - (np.cumsum(counts) - counts), counts) + np.arange(counts.sum())
         word_hashes = feature_hashes[firsts]
-        pair_hashes = _mix(word_hashes[:-1][pairs], word_hashes[1:][pairs])
+        if len(texts) == 1:
+            all_rows = None
+            pair_hashes = _mix(word_hashes[:-1], word_hashes[1:])
+        else:
+            rows = np.repeat(np.arange(len(texts), dtype=np.int64), lengths)[kept]
+            same_row = rows[1:] == rows[:-1]
+            pair_hashes = _mix(word_hashes[:-1][same_row], word_hashes[1:][same_row])
+            all_rows = np.concatenate([np.repeat(rows, counts), rows[1:][same_row]])
         # Per row, stem features come before pair features, as they always have: a
         # feature repeated in a row takes the weight of its first occurrence.
-        all_rows = np.concatenate([np.repeat(rows, counts), rows[1:][pairs]])
-        all_hashes = np.concatenate([feature_hashes[gather], pair_hashes])
-        pair_weight = np.float32(self.PAIR_WEIGHT)
-        all_buckets = np.concatenate(
-            [feature_buckets[gather], _buckets(pair_hashes, self.dimension)]
-        )
-        all_signed = np.concatenate(
-            [feature_signed[gather], _signed(pair_hashes, np.full(len(pair_hashes), pair_weight))]
-        )
+        pair_weights = np.full(len(pair_hashes), self.PAIR_WEIGHT, dtype=np.float32)
         flat = _bucket_sums(
-            all_rows, all_hashes, all_buckets, all_signed, len(texts), self.dimension
+            all_rows,
+            np.concatenate([feature_hashes[gather], pair_hashes]),
+            np.concatenate([feature_buckets[gather], _buckets(pair_hashes, self.dimension)]),
+            np.concatenate([feature_signed[gather], _signed(pair_hashes, pair_weights)]),
+            len(texts),
+            self.dimension,
         )
         out = flat.reshape(len(texts), self.dimension).astype(np.float32)
         norms = np.linalg.norm(out, axis=1, keepdims=True)
@@ -303,7 +301,8 @@ def _raw_tokens(text: str) -> list[str]:
     return _TOKEN.findall(unicodedata.normalize("NFKC", text).replace("\u2019", "'"))
 
 
-# The most bits a (row, hash) sort key gives the row: the rest are the hash's top bits.
+# The most bits a packed sort key gives the row and the position: at least 24 are left
+# for the hash (0: always sort exactly, in two passes).
 _KEY_SHIFT_LIMIT = 40
 
 
@@ -325,7 +324,7 @@ def _signed(
 
 
 def _bucket_sums(
-    rows: npt.NDArray[np.int64],
+    rows: npt.NDArray[np.int64] | None,
     hashes: npt.NDArray[np.uint64],
     buckets: npt.NDArray[np.int64],
     signed: npt.NDArray[np.float32],
@@ -334,51 +333,72 @@ def _bucket_sums(
 ) -> npt.NDArray[np.float64]:
     """The flat ``(count * dimension)`` sums of the signed, tf-weighted features.
 
+    ``rows`` says which text each feature belongs to (``None``: all to one text).
     Features repeated in a row are counted once, weighted by their first
     occurrence's weight times ``1 + log(repeats)``. Each bucket adds its features in
-    ascending hash order, as it always has, so the float64 sums are bit-identical:
-    the features are sorted by (row, hash), which orders every bucket of a row by
-    hash, through one packed 64-bit key (the row in the top bits, then the hash's
-    top bits; a single text's key is its hash), with an exact two-key sort when two
-    different hashes of a row could tie in it.
+    ascending hash order, as it always has, so the float64 sums are bit-identical.
     """
-    if not len(rows):
+    if not len(hashes):
         return np.zeros(count * dimension)
-    shift = (count - 1).bit_length()  # bits the row takes from the key
-    grouped = None
-    if shift < _KEY_SHIFT_LIMIT:
-        key = hashes
-        if shift:
-            key = (rows.astype(np.uint64) << np.uint64(64 - shift)) | (hashes >> np.uint64(shift))
-        order = np.argsort(key)
-        sorted_keys = key[order]
-        same = sorted_keys[1:] == sorted_keys[:-1]
-        if shift and (same & (hashes[order][1:] != hashes[order][:-1])).any():
-            pass  # two hashes of a row tie in the key: take the exact path
-        elif not same.any():
-            grouped = None, order  # no feature repeats in its row
-        else:
-            starts = np.flatnonzero(np.concatenate(([True], ~same)))
-            # The sort is not stable: a repeated feature's weight is its first one's.
-            grouped = starts, np.minimum.reduceat(order, starts)
-    if grouped is None:
-        order = np.lexsort((hashes, rows))
-        sorted_rows, sorted_hashes = rows[order], hashes[order]
-        new = np.ones(len(order), dtype=bool)
-        new[1:] = (sorted_rows[1:] != sorted_rows[:-1]) | (sorted_hashes[1:] != sorted_hashes[:-1])
-        starts = np.flatnonzero(new)
-        grouped = starts, order[starts]
-    starts, first = grouped
+    starts, first = _first_occurrences(rows, hashes, count)
     values = signed[first]
     if starts is not None:
-        repeats = np.diff(np.append(starts, len(rows)))
+        repeats = np.empty(len(starts), dtype=np.intp)
+        np.subtract(starts[1:], starts[:-1], out=repeats[:-1])
+        repeats[-1] = len(hashes) - starts[-1]
         values = values * (1.0 + np.log(repeats)).astype(np.float32)
     bins = buckets[first]
-    if count > 1:
+    if rows is not None:
         bins = bins + rows[first] * dimension
     # bincount adds each bin's values in input order, here ascending hash order.
     sums = np.bincount(bins, weights=values, minlength=count * dimension)
     return np.asarray(sums, dtype=np.float64)  # already float64: typed, not copied
+
+
+def _first_occurrences(
+    rows: npt.NDArray[np.int64] | None, hashes: npt.NDArray[np.uint64], count: int
+) -> tuple[npt.NDArray[np.intp] | None, npt.NDArray[np.intp]]:
+    """Where each distinct (row, hash) first occurs, ordered by (row, hash), and where
+    its run starts in that order (``None`` when nothing repeats). ``rows`` are in
+    ``range(count)`` (``None``: all 0).
+
+    Sorting by (row, hash) orders every bucket of a row by hash. One sort of packed
+    64-bit keys does it: the row in the top bits, then the hash's top bits, then the
+    feature's position (so equal hashes keep their order and the first is first),
+    unless two different hashes of a row could tie in it: then an exact, slower sort.
+    """
+    size = len(hashes)
+    position_bits = max(1, (size - 1).bit_length())
+    row_bits = 0 if rows is None else max(1, (count - 1).bit_length())
+    shift = row_bits + position_bits  # bits of the key that are not the hash's
+    if shift <= _KEY_SHIFT_LIMIT:
+        key = (hashes >> np.uint64(shift)) << np.uint64(position_bits)
+        key |= np.arange(size, dtype=np.uint64)
+        if rows is not None:
+            key |= rows.astype(np.uint64) << np.uint64(64 - row_bits)
+        key.sort()
+        order = (key & np.uint64((1 << position_bits) - 1)).astype(np.intp)
+        key >>= np.uint64(position_bits)
+        same = key[1:] == key[:-1]
+        if not same.any():
+            return None, order  # no feature repeats in its row
+        ordered = hashes[order]
+        if not (same & (ordered[1:] != ordered[:-1])).any():
+            new = np.empty(size, dtype=bool)
+            new[0] = True
+            np.logical_not(same, out=new[1:])
+            starts = np.flatnonzero(new)
+            return starts, order[starts]
+    # two hashes of a row tie in the key (or keys are too short): two stable sorts
+    order = np.lexsort((hashes,) if rows is None else (hashes, rows))
+    sorted_hashes = hashes[order]
+    new = np.ones(size, dtype=bool)
+    new[1:] = sorted_hashes[1:] != sorted_hashes[:-1]
+    if rows is not None:
+        sorted_rows = rows[order]
+        new[1:] |= sorted_rows[1:] != sorted_rows[:-1]
+    starts = np.flatnonzero(new)
+    return starts, order[starts]
 
 
 _ONE = np.uint64(1)
