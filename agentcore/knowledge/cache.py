@@ -186,12 +186,9 @@ class IndexCache:
             return False
         ids, vectors = rows
         if ids.size:
-            index = entry.index
-            fresh = np.fromiter(
-                (not index.contains(i) for i in ids.tolist()), dtype=bool, count=ids.size
-            )
+            # new ids: the write ran under this workspace's lock, after the index's load
             try:
-                index.add(ids[fresh], vectors[fresh])
+                entry.index.add(ids, vectors)
             except ValidationFailed:
                 return False
         entry.version = version
@@ -318,5 +315,8 @@ def unit_rows(vectors: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
     with np.errstate(over="ignore", invalid="ignore"):
         norms = np.sqrt(np.einsum("ij,ij->i", rows, rows, dtype=np.float64))
     ok = np.isfinite(norms) & (norms > 0)
-    rows[ok] = (rows[ok] / norms[ok, None]).astype(np.float32)
+    if ok.all():  # the usual case: divide in float64 and round once, without the mask
+        np.divide(rows, norms[:, None], out=rows, casting="same_kind")
+    else:
+        rows[ok] = (rows[ok] / norms[ok, None]).astype(np.float32)
     return rows
