@@ -26,11 +26,13 @@ from helpers import cli_env
 
 from agentcore import AgentCore
 from agentcore.knowledge.cache import unit_rows
+from agentcore.knowledge.chunking import chunk_pages
 from agentcore.knowledge.embedders import bounded_text
 from agentcore.plugins.hashing_embedder import HashingEmbedder
 from agentcore.workspace import Workspace
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+import chunking_reference  # noqa: E402
 from hashing_embedder_reference import HashingEmbedder as ReferenceEmbedder  # noqa: E402
 
 TEXTS: list[str] = json.loads(DATA.read_text(encoding="utf-8"))["texts"]
@@ -95,6 +97,63 @@ def test_empty_and_featureless_texts_embed_as_zero_rows() -> None:
     rows = HashingEmbedder().embed(["", "the of and", "   "])
     assert rows.shape == (3, 1024) and not rows.any()
     assert HashingEmbedder().embed([]).shape == (0, 1024)
+
+
+# the chunker: the original's cuts -----------------------------------------------------------
+
+_PIECES = [
+    "The pump needs oil.",
+    "Dr. Smith arrived at 3.14 p.m. on Jan. 5.",
+    "J. R. R. Tolkien wrote e.g. this, i.e. that.",
+    "Wait... what?",
+    "Really?! Yes!",
+    '"Quoted sentence." Next one.',
+    "(A bracketed one.) After it.",
+    "approx. five litres",
+    "\n# A heading\n",
+    "\n## Another heading",
+    "\n- a list item",
+    "\n1. numbered item",
+    "\n> a quote",
+    "\n| a | table |",
+    "\n\n",
+    "\n  \n\t",
+    "   ",
+    "\n",
+    "Ünïcödé wörds… and ‘curly’ “quotes”.",
+    "x" * 90,
+    "a" * 800,
+    "word " * 40,
+    "U.S. Army units moved.",
+    "It ended:",
+    "agentcore.errors is a module",
+]
+
+
+def _random_pages(rng: random.Random) -> list[str]:
+    pages = []
+    for _ in range(rng.choice([1, 1, 1, 2, 3])):
+        parts = rng.choices(_PIECES, k=rng.randint(0, 40))
+        pages.append("".join(p + rng.choice([" ", "", "  ", "\n"]) for p in parts))
+    return pages
+
+
+def _cuts(module: Any, pages: list[str], target: int, overlap: int) -> list[Any]:
+    chunks = module.chunk_pages(pages, target_chars=target, overlap_chars=overlap)
+    return [(c.text, c.pages, c.page_offsets) for c in chunks]
+
+
+@pytest.mark.parametrize(("target", "overlap"), [(700, 150), (300, 60), (80, 40), (2000, 0)])
+def test_the_chunker_cuts_every_text_as_the_original(target: int, overlap: int) -> None:
+    rng = random.Random(target)
+    corpora = [[text] for text in TEXTS if text.strip()]
+    corpora += [_random_pages(rng) for _ in range(300)]
+    for pages in corpora:
+        if not any(page.strip() for page in pages):
+            continue
+        assert _cuts(chunking_reference, pages, target, overlap) == _cuts(
+            sys.modules[chunk_pages.__module__], pages, target, overlap
+        ), pages
 
 
 # the store: what ingestion writes is what the original path wrote ------------------------
