@@ -54,6 +54,8 @@ def _indexed(
     ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]] | None:
         if ids is None:
             return None
+        if keep.all():
+            return np.asarray(ids, dtype=np.int64), vectors
         return np.asarray(ids, dtype=np.int64)[keep], vectors[keep]
 
     return rows
