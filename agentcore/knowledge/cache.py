@@ -169,14 +169,17 @@ class IndexCache:
             self._ensure_embedder(organization_id, environment)
             result = store_write()
             entry = self._entries.get(key)
-            if entry is None:
-                return result
-            rows = added(result) if added is not None else None
-            if rows is not None and self._add_own(key, entry, rows):
-                return result
-            if not self._catch_up(key, entry):
+            if entry is not None and not self._caught_up(key, entry, result, added):
                 self._entries.pop(key, None)
             return result
+
+    def _caught_up(
+        self, key: Key, entry: _Entry, result: T, added: Callable[[T], Rows | None] | None
+    ) -> bool:
+        """Bring ``entry`` past a write of this process that returned ``result``: its own
+        rows if that is all that changed, else the change log. False: reload instead."""
+        rows = added(result) if added is not None else None
+        return (rows is not None and self._add_own(key, entry, rows)) or self._catch_up(key, entry)
 
     def _add_own(self, key: Key, entry: _Entry, rows: Rows) -> bool:
         """Add the rows of this process's write if no other write came since the cache's

@@ -50,11 +50,18 @@ def _sources(core: AgentCore, query: str, k: int = 3) -> list[str]:
     return [r.source for r in _ws(core).knowledge.search(query, top_k=k).results]
 
 
+# PostgreSQL is marked slow: `-m "not slow"` starts no database server
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.slow)])
+def store_kind(request: pytest.FixtureRequest) -> str:
+    """The two-core tests run on both stores (conftest's ``store_url`` opens the one named)."""
+    return str(request.param)
+
+
 @pytest.fixture
-def pair(db_path: Path) -> Iterator[tuple[AgentCore, AgentCore]]:
-    """Two cores on one SQLite file: separate connections, as two processes have."""
-    a = AgentCore.open(str(db_path), start_workers=False)
-    b = AgentCore.open(str(db_path), start_workers=False)
+def pair(store_url: str) -> Iterator[tuple[AgentCore, AgentCore]]:
+    """Two cores on one store: separate connections, as two processes have."""
+    a = AgentCore.open(store_url, start_workers=False)
+    b = AgentCore.open(store_url, start_workers=False)
     yield a, b
     a.close()
     b.close()
