@@ -205,17 +205,20 @@ class HashingEmbedder:
             all_rows = np.concatenate([np.repeat(rows, counts), rows[1:][same_row]])
         # Per row, stem features come before pair features, as they always have: a
         # feature repeated in a row takes the weight of its first occurrence.
-        pair_weights = np.full(len(pair_hashes), self.PAIR_WEIGHT, dtype=np.float32)
+        pair_weight = np.float32(self.PAIR_WEIGHT)
+        pair_signed = np.where(pair_hashes & _ONE, pair_weight, -pair_weight)
         flat = _bucket_sums(
             all_rows,
             np.concatenate([feature_hashes[gather], pair_hashes]),
             np.concatenate([feature_buckets[gather], _buckets(pair_hashes, self.dimension)]),
-            np.concatenate([feature_signed[gather], _signed(pair_hashes, pair_weights)]),
+            np.concatenate([feature_signed[gather], pair_signed]),
             len(texts),
             self.dimension,
         )
         out = flat.reshape(len(texts), self.dimension).astype(np.float32)
-        norms = np.linalg.norm(out, axis=1, keepdims=True)
+        # np.linalg.norm(out, axis=1, keepdims=True) without its Python layer: the same
+        # float32 squares and pairwise sum, so the same bits
+        norms = np.sqrt(np.add.reduce(out * out, axis=1, keepdims=True))
         np.divide(out, norms, out=out, where=norms > 0)
         return out
 
@@ -357,12 +360,14 @@ def _bucket_sums(
     if not len(hashes):
         return np.zeros(count * dimension)
     starts, first = _first_occurrences(rows, hashes, count)
-    values = signed[first]
+    values = signed[first]  # a new array: scaled in place below
     if starts is not None:
         repeats = np.empty(len(starts), dtype=np.intp)
         np.subtract(starts[1:], starts[:-1], out=repeats[:-1])
         repeats[-1] = len(hashes) - starts[-1]
-        values = values * (1.0 + np.log(repeats)).astype(np.float32)
+        # only repeated features change: a single one's factor 1 + log(1) is exactly 1
+        again = np.flatnonzero(repeats > 1)
+        values[again] *= (1.0 + np.log(repeats[again])).astype(np.float32)
     bins = buckets[first]
     if rows is not None:
         bins = bins + rows[first] * dimension
