@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
@@ -31,10 +31,19 @@ _SPARE_FRACTION = 16
 _MIN_SPARE_ROWS = 4096
 
 
+# Rows of this process's own writes a cached index may hold back: they are added in one
+# batch at its next read (or once there are more), not one write at a time.
+_MAX_PENDING_ROWS = 4096
+
+
 @dataclass
 class _Entry:
     version: int
     index: VectorIndex
+    # this process's writes since ``version`` whose rows are not in ``index`` yet, one
+    # (ids, unit vectors) per write; each write moved the store's version one step
+    pending: list[Rows] = field(default_factory=list)
+    pending_rows: int = 0
 
 
 class IndexCache:
@@ -159,10 +168,11 @@ class IndexCache:
         process's writes in between, so it never misses one.
 
         :param added: for a write that only adds rows (one version step): the ids and
-            unit vectors it stored, from its result (``None``: it wrote nothing). When
-            the store's version is then exactly one past the cache's, this write was
-            the only one since, so the cache adds these rows without reading them
-            back; otherwise it reads the change log as usual.
+            unit vectors it stored, from its result (``None``: it wrote nothing). The
+            cached index holds them back until its next read (``_MAX_PENDING_ROWS`` at
+            most); if the store's version has then moved exactly one step per held-back
+            write, those writes were the only ones since, and it adds their rows in one
+            batch without reading them back; otherwise it reads the change log as usual.
         """
         key = (organization_id, environment)
         with self._lock(key):
@@ -176,26 +186,33 @@ class IndexCache:
     def _caught_up(
         self, key: Key, entry: _Entry, result: T, added: Callable[[T], Rows | None] | None
     ) -> bool:
-        """Bring ``entry`` past a write of this process that returned ``result``: its own
-        rows if that is all that changed, else the change log. False: reload instead."""
+        """Bring ``entry`` past a write of this process that returned ``result``: hold its
+        own rows back for the next read, else apply the change log. False: reload."""
         rows = added(result) if added is not None else None
-        return (rows is not None and self._add_own(key, entry, rows)) or self._catch_up(key, entry)
+        if rows is None:
+            return self._catch_up(key, entry)
+        entry.pending.append(rows)
+        entry.pending_rows += len(rows[0])
+        return entry.pending_rows <= _MAX_PENDING_ROWS or self._catch_up(key, entry)
 
-    def _add_own(self, key: Key, entry: _Entry, rows: Rows) -> bool:
-        """Add the rows of this process's write if no other write came since the cache's
-        version (the store's version is one step past it); False to read the log."""
+    def _add_own(self, key: Key, entry: _Entry) -> bool:
+        """Add the held-back rows of this process's writes if no other write came since
+        the cache's version (the store's version moved one step per held-back write);
+        False to read the change log instead."""
         version = self._store.knowledge_state(*key).version
-        if version != entry.version + 1:
+        if version != entry.version + len(entry.pending):
             return False
-        ids, vectors = rows
+        ids = np.concatenate([rows[0] for rows in entry.pending])
         if ids.size:
-            # new ids: the write ran under this workspace's lock, after the index's load
+            # new ids: each write ran under this workspace's lock, after the index's load
             try:
-                entry.index.add(ids, vectors)
+                entry.index.add(ids, np.concatenate([rows[1] for rows in entry.pending]))
             except ValidationFailed:
                 return False
         entry.version = version
-        self.own_writes += 1
+        self.own_writes += len(entry.pending)
+        entry.pending.clear()
+        entry.pending_rows = 0
         return True
 
     def _load(self, key: Key, state: KnowledgeState) -> VectorIndex:
@@ -213,7 +230,16 @@ class IndexCache:
         return index
 
     def _catch_up(self, key: Key, entry: _Entry) -> bool:
-        """Apply the store's changes since ``entry.version``; False if a reload is needed."""
+        """Apply the store's changes since ``entry.version``; False if a reload is needed.
+
+        Rows this process held back are added without a log read when its writes are
+        all that changed; else the log, which holds them too, replaces them.
+        """
+        if entry.pending:
+            if self._add_own(key, entry):
+                return True
+            entry.pending.clear()
+            entry.pending_rows = 0
         changes = self._store.changes_since(*key, entry.version, max_rows=self._catchup_max_rows)
         if changes is None:
             return False

@@ -186,6 +186,7 @@ def test_stored_vectors_are_the_original_embedders_unit_rows(
     limit = a.settings.max_token_chars  # what embedders are fed: long runs cut
     expected = unit_rows(reference.embed([bounded_text(chunks[int(i)].text, limit) for i in ids]))
     assert vectors.tobytes() == expected.tobytes()
+    ws.knowledge.search("Normans")  # adds the held-back rows
     assert a.index_cache.own_writes >= 50 and a.index_cache.reloads == 1
 
 
@@ -215,13 +216,17 @@ def test_a_write_by_another_core_between_two_of_ours_is_seen(
     _ws(a).knowledge.ingest_text("alpha.txt", ALPHA)
     assert _sources(a, "red pump oil")[0] == "alpha.txt"  # A caches the workspace
     _ws(a).knowledge.ingest_text("gamma.txt", GAMMA)
-    assert a.index_cache.own_writes == 1  # nothing in between: added directly
+    assert a.index_cache.own_writes == 0  # held back until the next read
+    assert _sources(a, "typewriters Lisbon")[0] == "gamma.txt"
+    assert (a.index_cache.own_writes, a.index_cache.catch_ups) == (1, 0)  # no log read
 
-    _ws(b).knowledge.ingest_text("beta.txt", BETA)  # another writer
-    _ws(a).knowledge.ingest_text("delta.txt", DELTA)  # two versions past A's cache
-    assert a.index_cache.own_writes == 1 and a.index_cache.catch_ups == 1
+    _ws(a).knowledge.ingest_text("epsilon.txt", ALPHA.replace("Alpha", "Epsilon"))
+    _ws(b).knowledge.ingest_text("beta.txt", BETA)  # another writer, between two of ours
+    _ws(a).knowledge.ingest_text("delta.txt", DELTA)
     assert _sources(a, "quantum flux capacitors zebras")[0] == "beta.txt"
+    assert (a.index_cache.own_writes, a.index_cache.catch_ups) == (1, 1)  # read the log
     assert _sources(a, "copper kettles Reykjavik")[0] == "delta.txt"
+    assert "epsilon.txt" in _sources(a, "Epsilon manual red pump")
     assert _sources(a, "typewriters Lisbon")[0] == "gamma.txt"
     assert a.index_cache.reloads == 1
 
@@ -275,8 +280,30 @@ def test_a_write_refused_before_the_store_changes_nothing(
     with pytest.raises(Exception):  # noqa: B017,PT011 - the blank text's 400
         _ws(a).knowledge.ingest_text("blank.txt", "   ")
     _ws(a).knowledge.ingest_text("gamma.txt", GAMMA)
-    assert a.index_cache.own_writes == 1
+    assert _sources(a, "typewriters Lisbon")[0] == "gamma.txt"
+    assert (a.index_cache.own_writes, a.index_cache.catch_ups) == (1, 0)
     assert [d.source for d in _ws(a).knowledge.list().documents] == ["gamma.txt", "alpha.txt"]
+
+
+def test_many_writes_without_a_read_are_added_in_bounded_batches(
+    pair: tuple[AgentCore, AgentCore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agentcore.knowledge import cache
+
+    monkeypatch.setattr(cache, "_MAX_PENDING_ROWS", 3)  # a few rows held back at most
+    a, _ = pair
+    ws = _ws(a)
+    ws.knowledge.ingest_text("alpha.txt", ALPHA)
+    _sources(a, "red pump")
+    for number in range(10):
+        ws.knowledge.ingest_text(f"{number}.txt", f"Item {number}. Lonely lighthouse {number}.")
+    entry = a.index_cache._entries[(ws.organization_id, ws.environment)]
+    assert entry.pending_rows <= 3 and a.index_cache.own_writes >= 6  # flushed on the way
+    found = ws.knowledge.search("lonely lighthouse", top_k=20).results
+    assert sorted(r.source for r in found if r.source != "alpha.txt") == [
+        f"{n}.txt" for n in range(10)
+    ]
+    assert (a.index_cache.own_writes, a.index_cache.catch_ups) == (10, 0)
 
 
 # nothing half-written on a crash ----------------------------------------------------------
