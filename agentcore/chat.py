@@ -40,6 +40,7 @@ from agentcore.errors import (
     ValidationFailed,
 )
 from agentcore.knowledge.citing import supporting_pages
+from agentcore.knowledge.terms import TermStats
 from agentcore.models import HANDOFF_TOOL, Agent, ChatMessageResponse, Citation
 from agentcore.redact import get_logger
 from agentcore.storage.base import AgentStorage, ConversationStorage
@@ -113,6 +114,10 @@ class Retriever(Protocol):
         self, query: str, k: int, min_score: float | None = None
     ) -> list[tuple[StoredChunk, float]]:
         """The top ``k`` chunks and scores for ``query``."""
+        ...
+
+    def term_stats(self, text: str) -> TermStats:
+        """How rare each word of ``text`` is in the knowledge (``ChatRequest.term_stats``)."""
         ...
 
 
@@ -399,6 +404,7 @@ class _Turn:
             )
             for number, (chunk, score) in enumerate(results, 1)
         ]
+        term_stats = self.service._knowledge.term_stats(self.message) if passages else None
         history = [
             ChatTurn(role="user" if m.role == "user" else "assistant", content=m.content)
             for m in self.service._store.recent_messages(
@@ -423,6 +429,7 @@ class _Turn:
                 tools=offer,
                 steps=list(steps),
                 timeout=self.settings.model_timeout,
+                term_stats=term_stats,
             )
             held = ""
             for item in self.call_model(model, request):

@@ -6,6 +6,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from agentcore.knowledge.terms import TermStats
+
 
 @dataclass(frozen=True)
 class Passage:
@@ -59,7 +61,12 @@ class ToolStep:
 
 @dataclass(frozen=True)
 class ChatRequest:
-    """Everything a chat model sees for one turn."""
+    """Everything a chat model sees for one turn.
+
+    ``term_stats`` says how rare each word of ``message`` is in the workspace's
+    knowledge (its sentences, and how many hold each question stem); ``None`` when
+    the caller has none. Models that only read ``passages`` ignore it.
+    """
 
     system_prompt: str
     message: str
@@ -68,6 +75,7 @@ class ChatRequest:
     tools: list[ToolSpec] = field(default_factory=list)
     steps: list[ToolStep] = field(default_factory=list)
     timeout: float = 30.0
+    term_stats: TermStats | None = None
 
 
 @dataclass(frozen=True)

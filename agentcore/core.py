@@ -30,9 +30,11 @@ from agentcore.knowledge.cache import IndexCache
 from agentcore.knowledge.embedders import Embedder
 from agentcore.knowledge.jobs import IngestRuntime
 from agentcore.knowledge.service import KnowledgeService
+from agentcore.knowledge.terms import TermCounter
 from agentcore.limits import RateLimiter
 from agentcore.models import Organization
 from agentcore.plugins import DEFAULT_PLUGINS
+from agentcore.plugins.extractive import tokens_of as extractive_tokens_of
 from agentcore.redact import get_logger
 from agentcore.storage.base import Store, VectorSearchStore
 from agentcore.storage.records import IngestJob
@@ -109,6 +111,8 @@ class AgentCore:
         self.idempotency = IdempotencyKeys(store, ttl=settings.idempotency_ttl)
         self.embedders: dict[str, Embedder] = {}
         self.chat_models: dict[str, ChatModel] = {}
+        # sentence frequencies kept per document, read by chat (the extractive tokenizer)
+        self.terms = TermCounter(extractive_tokens_of)
         # filled by the hooks below; the cache looks embedders up when it needs one
         self.index_cache = IndexCache(
             store,
@@ -238,6 +242,7 @@ class AgentCore:
             settings=self.settings,
             index=self.index_cache,
             on_queued=self.ingest.wake,
+            terms=self.terms,
         )
 
     def _run_ingest_job(self, job: IngestJob, cancellation: Cancellation) -> None:

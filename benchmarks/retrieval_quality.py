@@ -15,11 +15,18 @@ chat agent using the default (extractive) model:
     answered = share of answers whose text contains one of the gold answers (any case)
     pages/answer = mean number of pages an answer cites (a citation that named every
         page would be "cited" always; this shows it does not)
+    chat p50 ms = median wall time of one ``ws.chat.send`` (retrieval, the model,
+        citations, storing the turn); chat CPU ms = median CPU time of this process
+        during one, which other processes' load barely moves
+
+Rows are per article: a method or parameter chosen on one article is checked on the
+other (the sample has two). ``--code PATH`` imports ``agentcore`` from another checkout
+(e.g. ``main``) to measure the code before a change on the same machine.
 
 Last, a generated 100-page PDF (about 400 words a page) is ingested and timed.
 Prints Markdown tables, writes ``benchmarks/results/retrieval_quality.json`` and
 exits 0. Run: ``python benchmarks/retrieval_quality.py [--squad PATH] [--skip-chat]
-[--paragraphs-per-page N]``.
+[--paragraphs-per-page N] [--code PATH]``.
 """
 
 from __future__ import annotations
@@ -31,8 +38,9 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from statistics import median
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
@@ -117,6 +125,10 @@ class ArticleResult:
     cited: float | None = None
     answered: float | None = None
     pages_cited: float | None = None
+    chat_p50_ms: float | None = None
+    chat_seconds: list[float] = field(default_factory=list, repr=False)
+    chat_cpu_seconds: list[float] = field(default_factory=list, repr=False)
+    chat_cpu_p50_ms: float | None = None
 
 
 def _recall(
@@ -137,15 +149,20 @@ def _recall(
 
 def _chat_quality(
     ws: Any, agent_id: str, source: str, gold: dict[str, Gold]
-) -> tuple[float, float, float]:
+) -> tuple[float, float, float, list[float], list[float]]:
     cited = answered = pages = 0
+    times: list[float] = []
+    cpu: list[float] = []
     for question, expected in gold.items():
+        started, cpu_started = time.perf_counter(), time.process_time()
         reply = ws.chat.send(agent_id, question)
+        times.append(time.perf_counter() - started)
+        cpu.append(time.process_time() - cpu_started)
         cited += any(c.source == source and expected.page in c.pages for c in reply.citations)
         pages += sum(len(c.pages) for c in reply.citations)
         text = reply.response.casefold()
         answered += any(answer.casefold() in text for answer in expected.answers)
-    return cited / len(gold), answered / len(gold), pages / len(gold)
+    return cited / len(gold), answered / len(gold), pages / len(gold), times, cpu
 
 
 def run_api(
@@ -180,9 +197,15 @@ def run_api(
                     doc.source, len(gold), doc.pages, doc.chunks, r1, r5, seconds
                 )
                 if chat:
-                    result.cited, result.answered, result.pages_cited = _chat_quality(
-                        ws, agent.id, doc.source, gold
-                    )
+                    (
+                        result.cited,
+                        result.answered,
+                        result.pages_cited,
+                        result.chat_seconds,
+                        result.chat_cpu_seconds,
+                    ) = _chat_quality(ws, agent.id, doc.source, gold)
+                    result.chat_p50_ms = median(result.chat_seconds) * 1000
+                    result.chat_cpu_p50_ms = median(result.chat_cpu_seconds) * 1000
                 results.append(result)
         finally:
             core.close()
@@ -240,7 +263,13 @@ def main(argv: list[str] | None = None) -> int:
         default=PARAGRAPHS_PER_PAGE,
         help="paragraphs printed on each PDF page",
     )
+    parser.add_argument(
+        "--code", help="import agentcore from this checkout instead (e.g. /work/main)"
+    )
     args = parser.parse_args(argv)
+    if args.code:
+        sys.path.insert(0, str(Path(args.code).resolve()))
+        sys.modules.pop("agentcore", None)
     squad = Path(args.squad)
     if not squad.is_absolute() and not squad.exists():
         squad = REPO / squad
@@ -259,28 +288,41 @@ def main(argv: list[str] | None = None) -> int:
     cited = _weighted(results, "cited")
     answered = _weighted(results, "answered")
     pages_cited = _weighted(results, "pages_cited")
+    turns = [t for r in results for t in r.chat_seconds]
+    chat_p50 = median(turns) * 1000 if turns else None
+    cpu_turns = [t for r in results for t in r.chat_cpu_seconds]
+    chat_cpu_p50 = median(cpu_turns) * 1000 if cpu_turns else None
 
     def share(value: float | None) -> str:
         return "-" if value is None else f"{value:.3f}"
 
     print(f"Retrieval and answer quality (AgentCore, {per_page} paragraphs a page, page-level)\n")
+
+    def ms(value: float | None) -> str:
+        return "-" if value is None else f"{value:.1f}"
+
     print(
         "| article | questions | pages | chunks | R@1 | R@5 | chat cited | chat answered "
-        "| pages/answer | ingest s |"
+        "| pages/answer | chat p50 ms | chat CPU ms | ingest s |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in results:
         print(
             f"| {r.article} | {r.questions} | {r.pages} | {r.chunks} | {r.r_at_1:.3f} "
             f"| {r.r_at_5:.3f} | {share(r.cited)} | {share(r.answered)} "
-            f"| {share(r.pages_cited)} | {r.ingest_seconds:.2f} |"
+            f"| {share(r.pages_cited)} | {ms(r.chat_p50_ms)} | {ms(r.chat_cpu_p50_ms)} "
+            f"| {r.ingest_seconds:.2f} |"
         )
     print(
         f"| **overall** | {total} | {sum(r.pages for r in results)} "
         f"| {sum(r.chunks for r in results)} | {overall_r1:.3f} | {overall_r5:.3f} "
-        f"| {share(cited)} | {share(answered)} | {share(pages_cited)} | {seconds:.2f} |"
+        f"| {share(cited)} | {share(answered)} | {share(pages_cited)} | {ms(chat_p50)} "
+        f"| {ms(chat_cpu_p50)} | {seconds:.2f} |"
     )
     print(f"\n{large_pages}-page PDF ingested in {large_seconds:.2f} s (target < 5 s)")
+    import agentcore
+
+    print(f"agentcore imported from {Path(agentcore.__file__).parent}")
 
     from agentcore.config import Settings
 
@@ -288,11 +330,14 @@ def main(argv: list[str] | None = None) -> int:
     results_file = RESULTS
     if per_page != PARAGRAPHS_PER_PAGE:
         results_file = RESULTS.with_name(f"{RESULTS.stem}_{per_page}pp.json")
+    if args.code:
+        results_file = results_file.with_name(f"{results_file.stem}_code.json")
     results_file.parent.mkdir(parents=True, exist_ok=True)
     report = {
         "benchmark": "retrieval_quality",
         "squad": str(squad),
         "paragraphs_per_page": per_page,
+        "code": args.code or str(REPO),
         "top_k": TOP_K,
         "embedder": settings.embedder,
         "chunk_target_chars": settings.chunk_target_chars,
@@ -306,9 +351,14 @@ def main(argv: list[str] | None = None) -> int:
             "chat_cited": cited,
             "chat_answered": answered,
             "chat_pages_per_answer": pages_cited,
+            "chat_p50_ms": chat_p50,
+            "chat_cpu_p50_ms": chat_cpu_p50,
         },
         "large_pdf": {"pages": large_pages, "ingest_seconds": round(large_seconds, 3)},
-        "articles": [asdict(r) for r in results],
+        "articles": [
+            {k: v for k, v in asdict(r).items() if k not in {"chat_seconds", "chat_cpu_seconds"}}
+            for r in results
+        ],
         "misses": misses,
     }
     results_file.write_text(

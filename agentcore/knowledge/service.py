@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import builtins
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -26,11 +26,13 @@ from agentcore.knowledge.ingest import (
     parse_text,
     text_kind,
 )
+from agentcore.knowledge.terms import TermStats
 from agentcore.models import Deleted, Document, DocumentList, SearchResponse, SearchResult
 from agentcore.storage.records import IngestJob, StoredChunk
 
 if TYPE_CHECKING:
     from agentcore.config import Settings
+    from agentcore.knowledge.terms import TermCounter
     from agentcore.storage.base import KnowledgeStorage
     from agentcore.workspace import Workspace
 
@@ -70,6 +72,8 @@ class KnowledgeService:
     :param index: the core's shared cache of workspace indexes (and its embedder).
     :param on_queued: called after a document is queued for background ingestion
         (the core wakes its ingestion worker).
+    :param terms: counts each indexed document's sentences and word stems, stored with
+        it for ``term_stats`` (chat's word rarity); ``None``: no counts are kept.
     """
 
     def __init__(
@@ -80,9 +84,11 @@ class KnowledgeService:
         settings: Settings,
         index: IndexCache,
         on_queued: Callable[[], None] | None = None,
+        terms: TermCounter | None = None,
     ) -> None:
         self._ws = workspace
         self._on_queued = on_queued
+        self._terms = terms
         self._store = store
         self._settings = settings
         self._cache = index
@@ -241,6 +247,7 @@ class KnowledgeService:
             created_at=_stored_now(),
         )
         ws = self._ws
+        counts = self._count_terms(chunks)
 
         def store_write() -> list[int]:
             return self._store.insert_document(
@@ -251,6 +258,7 @@ class KnowledgeService:
                 embedder,
                 vectors,
                 keep,
+                term_counts=counts,
             )
 
         if cancellation is not None:
@@ -297,6 +305,7 @@ class KnowledgeService:
         )
         del parsed
         vectors, keep, embedder = self._embed(chunks, cancellation)
+        counts = self._count_terms(chunks)
 
         def store_write() -> builtins.list[int] | None:
             return self._store.complete_document(
@@ -307,6 +316,7 @@ class KnowledgeService:
                 embedder,
                 vectors,
                 keep,
+                term_counts=counts,
             )
 
         cancellation.check()
@@ -314,6 +324,27 @@ class KnowledgeService:
             ws.organization_id, ws.environment, store_write, added=_indexed(vectors, keep)
         )
         return None if written is None else ready
+
+    def _count_terms(self, chunks: builtins.list[Chunk]) -> tuple[int, Mapping[str, int]] | None:
+        """A document's sentence counts, stored with its chunks (none without a counter)."""
+        if self._terms is None:
+            return None
+        limit = self._settings.max_token_chars
+        counts = self._terms.count(bounded_text(chunk.text, limit) for chunk in chunks)
+        return counts.sentences, counts.stems
+
+    def term_stats(self, text: str) -> TermStats:
+        """How many sentences this workspace holds and how many of them hold each stem of
+        ``text`` (a question): the rarity chat weighs question words by. Read scope."""
+        self._ws.require("read")
+        if self._terms is None:
+            return TermStats(0)
+        stems = self._terms.stems(bounded_text(text, self._settings.max_token_chars))
+        if not stems:
+            return TermStats(0)
+        ws = self._ws
+        sentences, counts = self._store.term_counts(ws.organization_id, ws.environment, stems)
+        return TermStats(sentences, counts)
 
     # documents -----------------------------------------------------------------
 

@@ -164,6 +164,25 @@ class HashingEmbedder:
             ids = self._stem_ids(vocabulary, _raw_tokens(text))
             return [vocabulary.stems[i] for i in ids if i >= 0]
 
+    def tokens_of(self, texts: Sequence[str]) -> list[list[str]]:
+        """``tokens(text)`` of each of ``texts``, in one pass (one lock, one lookup)."""
+        raw: list[str] = []
+        lengths: list[int] = []
+        for text in texts:
+            found = _raw_tokens(text)
+            raw += found
+            lengths.append(len(found))
+        with self._lock:
+            vocabulary = self._current_vocabulary()
+            ids = self._stem_ids(vocabulary, raw)
+            stems = vocabulary.stems
+            out: list[list[str]] = []
+            start = 0
+            for length in lengths:
+                out.append([stems[i] for i in ids[start : start + length] if i >= 0])
+                start += length
+            return out
+
     def embed(self, texts: Sequence[str], kind: EmbedKind = "passage") -> npt.NDArray[np.float32]:
         """Embed ``texts`` as rows of a ``(len(texts), dimension)`` float32 array."""
         if len(texts) <= self._BATCH_ROWS:

@@ -7,7 +7,7 @@ data — so a PostgreSQL store can implement it without changes to the core.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
@@ -94,8 +94,13 @@ class KnowledgeStorage(Protocol):
         embedder: str,
         vectors: npt.NDArray[np.float32],
         keep: npt.NDArray[np.bool_],
+        term_counts: tuple[int, Mapping[str, int]] | None = None,
     ) -> list[int]:
-        """Store a document, its chunks and the ``keep`` rows' vectors atomically."""
+        """Store a document, its chunks and the ``keep`` rows' vectors atomically.
+
+        ``term_counts`` (``(sentences, {stem: sentences holding it})``) are stored with
+        them for ``term_counts`` and deleted with the document.
+        """
 
     def chunk_ids(self, organization_id: str, environment: str, document_id: str) -> list[int]:
         """The chunk ids of a document."""
@@ -156,6 +161,12 @@ class KnowledgeStorage(Protocol):
     def delete_document(self, organization_id: str, environment: str, document_id: str) -> bool:
         """Delete a document with its chunks, vectors and any ingestion job; whether it existed."""
 
+    def term_counts(
+        self, organization_id: str, environment: str, stems: Sequence[str]
+    ) -> tuple[int, dict[str, int]]:
+        """``(sentences, {stem: sentences holding it})`` summed over the workspace's
+        documents, for ``stems`` (those no sentence holds may be left out)."""
+
     def get_chunks(self, chunk_ids: Sequence[int]) -> dict[int, StoredChunk]:
         """Chunks by id."""
 
@@ -200,6 +211,7 @@ class KnowledgeStorage(Protocol):
         embedder: str,
         vectors: npt.NDArray[np.float32],
         keep: npt.NDArray[np.bool_],
+        term_counts: tuple[int, Mapping[str, int]] | None = None,
     ) -> list[int] | None:
         """A ``processing`` document becomes ``ready`` with its chunks and vectors.
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -70,6 +70,7 @@ class KnowledgeStore:
         embedder: str,
         vectors: npt.NDArray[np.float32],
         keep: npt.NDArray[np.bool_],
+        term_counts: tuple[int, Mapping[str, int]] | None = None,
     ) -> list[int]:
         """Store a document, its chunks and the vectors of the ``keep`` rows atomically.
 
@@ -77,9 +78,14 @@ class KnowledgeStore:
         """
         with self.db.write() as conn:
             self._insert_document_row(conn, organization_id, environment, document)
-            return self._insert_chunks(
+            ids = self._insert_chunks(
                 conn, organization_id, environment, document, chunks, embedder, vectors, keep
             )
+            if term_counts is not None:
+                self._insert_term_counts(
+                    conn, organization_id, environment, document.id, *term_counts
+                )
+            return ids
 
     def _insert_document_row(
         self, conn: Conn, organization_id: str, environment: str, document: Document
@@ -462,6 +468,44 @@ class KnowledgeStore:
         return True
 
     @retrying
+    def _insert_term_counts(
+        self,
+        conn: Conn,
+        organization_id: str,
+        environment: str,
+        document_id: str,
+        sentences: int,
+        stems: Mapping[str, int],
+    ) -> None:
+        """A document's sentence count (``term = ''``) and per-stem sentence counts, in
+        the transaction that stores its chunks; they leave with it (foreign key)."""
+        rows = [(document_id, organization_id, environment, "", sentences)] + [
+            (document_id, organization_id, environment, stem, count)
+            for stem, count in stems.items()
+            if stem and count > 0
+        ]
+        with conn.cursor() as cursor:
+            cursor.executemany(
+                "INSERT INTO term_counts (document_id, organization_id, environment, term,"
+                " sentences) VALUES (%s, %s, %s, %s, %s)",
+                rows,
+            )
+
+    def term_counts(
+        self, organization_id: str, environment: str, stems: Sequence[str]
+    ) -> tuple[int, dict[str, int]]:
+        """The workspace's sentences and, per stem of ``stems``, how many hold it
+        (stems no sentence holds are left out): sums over its documents' counts."""
+        wanted = sorted({stem for stem in stems if stem})
+        with self.db.read() as conn:
+            rows = conn.execute(
+                "SELECT term, SUM(sentences) AS total FROM term_counts"
+                f" WHERE {_WORKSPACE} AND term = ANY(%s) GROUP BY term",
+                [organization_id, environment, ["", *wanted]],
+            ).fetchall()
+        found = {row["term"]: int(row["total"]) for row in rows}
+        return found.pop("", 0), found
+
     def get_chunks(self, chunk_ids: Sequence[int]) -> dict[int, StoredChunk]:
         """Chunks by id (with their document's source); missing ids are left out."""
         if not chunk_ids:
@@ -608,6 +652,7 @@ class KnowledgeStore:
         embedder: str,
         vectors: npt.NDArray[np.float32],
         keep: npt.NDArray[np.bool_],
+        term_counts: tuple[int, Mapping[str, int]] | None = None,
     ) -> list[int] | None:
         """Make a ``processing`` document ``ready`` with its chunks and vectors, atomically.
 
@@ -631,9 +676,14 @@ class KnowledgeStore:
             if cursor.rowcount == 0:
                 return None
             conn.execute("DELETE FROM ingest_jobs WHERE document_id = %s", [document.id])
-            return self._insert_chunks(
+            ids = self._insert_chunks(
                 conn, organization_id, environment, document, chunks, embedder, vectors, keep
             )
+            if term_counts is not None:
+                self._insert_term_counts(
+                    conn, organization_id, environment, document.id, *term_counts
+                )
+            return ids
 
     @retrying
     def fail_document(

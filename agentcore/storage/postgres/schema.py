@@ -263,6 +263,22 @@ MIGRATIONS: list[tuple[str, str]] = [
         CREATE INDEX ingest_jobs_lease ON ingest_jobs (created_at);
         """,
     ),
+    (
+        # per document: its sentences (term '') and how many hold each word stem;
+        # dropped with the document (see storage/sqlite/schema.py, m009)
+        "term_counts",
+        """
+        CREATE TABLE term_counts (
+            document_id TEXT NOT NULL REFERENCES documents(id) ON DELETE CASCADE,
+            organization_id TEXT NOT NULL,
+            environment TEXT NOT NULL,
+            term TEXT NOT NULL,
+            sentences INTEGER NOT NULL,
+            PRIMARY KEY (document_id, term)
+        );
+        CREATE INDEX term_counts_term ON term_counts (organization_id, environment, term);
+        """,
+    ),
 ]
 
 # The pgvector table: created only when a node opens with ``vector_search = "pgvector"``

@@ -330,3 +330,27 @@ def m008_document_status_and_ingest_jobs(db: UtilsDatabase) -> None:
         CREATE INDEX ingest_jobs_lease ON ingest_jobs (leased_until, created_at);
         """,
     )
+
+
+@migrations()
+def m009_term_counts(db: UtilsDatabase) -> None:
+    """Per document: its sentences (``term = ''``) and how many hold each word stem.
+
+    Written when a document is indexed and dropped with it (the foreign key), so a
+    workspace's sentence frequencies are sums over its documents, never a recount
+    (see ``agentcore/knowledge/terms.py``).
+    """
+    run_script(
+        db,
+        """
+        CREATE TABLE term_counts (
+            document_id TEXT NOT NULL REFERENCES documents(id) ON DELETE CASCADE,
+            organization_id TEXT NOT NULL,
+            environment TEXT NOT NULL,
+            term TEXT NOT NULL,
+            sentences INTEGER NOT NULL,
+            PRIMARY KEY (document_id, term)
+        ) WITHOUT ROWID;
+        CREATE INDEX term_counts_term ON term_counts (organization_id, environment, term);
+        """,
+    )
