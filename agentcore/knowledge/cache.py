@@ -5,7 +5,7 @@ from __future__ import annotations
 import atexit
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 from urllib.parse import quote
@@ -27,6 +27,8 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 Key = tuple[str, str]
+# the ids and unit vectors a write added
+Rows = tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]
 
 # Spare rows given to a freshly loaded index (a fraction of its size, at least a few
 # documents' worth), so the rows the next writes add need no copy of the matrix.
@@ -41,6 +43,11 @@ MANIFEST_LAG_VERSIONS = 1_000
 _log = get_logger(__name__)
 
 
+# Rows of this process's own writes a cached index may hold back: they are added in one
+# batch at its next read (or once there are more), not one write at a time.
+_MAX_PENDING_ROWS = 4096
+
+
 @dataclass
 class _Entry:
     version: int
@@ -48,6 +55,10 @@ class _Entry:
     manifest: str | None = None  # id of the segment manifest the index's parts come from
     embedder: str | None = None
     manifest_version: int = 0  # the store version that manifest reflects
+    # this process's writes since ``version`` whose rows are not in ``index`` yet, one
+    # (ids, unit vectors) per write; each write moved the store's version one step
+    pending: list[Rows] = field(default_factory=list)
+    pending_rows: int = 0
 
 
 class IndexCache:
@@ -115,6 +126,7 @@ class IndexCache:
         self.segment_loads = 0  # loads that mapped segment files instead of reading the store
         self.switches = 0  # indexes replaced by segments another process (or thread) wrote
         self.merges = 0  # segment files written by background maintenance
+        self.own_writes = 0  # this process's writes added without reading them back
 
     def close(self, timeout: float = 30.0) -> None:
         """Stop background maintenance (waits for a step under way, up to ``timeout``)."""
@@ -211,12 +223,26 @@ class IndexCache:
             ids, scores = ids[keep], scores[keep]
         return ids, scores
 
-    def write(self, organization_id: str, environment: str, store_write: Callable[[], T]) -> T:
+    def write(
+        self,
+        organization_id: str,
+        environment: str,
+        store_write: Callable[[], T],
+        *,
+        added: Callable[[T], Rows | None] | None = None,
+    ) -> T:
         """Run ``store_write`` (a knowledge write to the store), then bring the cache up to date.
 
         Serialised per workspace in this process. The cached index, if any, applies
         the change log since its version, which holds this write and any other
         process's writes in between, so it never misses one.
+
+        :param added: for a write that only adds rows (one version step): the ids and
+            unit vectors it stored, from its result (``None``: it wrote nothing). The
+            cached index holds them back until its next read (``_MAX_PENDING_ROWS`` at
+            most); if the store's version has then moved exactly one step per held-back
+            write, those writes were the only ones since, and it adds their rows in one
+            batch without reading them back; otherwise it reads the change log as usual.
         """
         key = (organization_id, environment)
         with self._lock(key):
@@ -225,7 +251,7 @@ class IndexCache:
                 self._store.claim_index_dtype(organization_id, environment, self._codec)
             result = store_write()
             entry = self._entries.get(key)
-            if entry is not None and not self._catch_up(key, entry):
+            if entry is not None and not self._caught_up(key, entry, result, added):
                 self._entries.pop(key, None)
             elif (
                 entry is not None
@@ -235,6 +261,38 @@ class IndexCache:
                 entry.manifest_version = entry.version  # asked once per lag
                 self._maintainer.submit(key, force=True)
             return result
+
+    def _caught_up(
+        self, key: Key, entry: _Entry, result: T, added: Callable[[T], Rows | None] | None
+    ) -> bool:
+        """Bring ``entry`` past a write of this process that returned ``result``: hold its
+        own rows back for the next read, else apply the change log. False: reload."""
+        rows = added(result) if added is not None else None
+        if rows is None:
+            return self._catch_up(key, entry)
+        entry.pending.append(rows)
+        entry.pending_rows += len(rows[0])
+        return entry.pending_rows <= _MAX_PENDING_ROWS or self._catch_up(key, entry)
+
+    def _add_own(self, key: Key, entry: _Entry) -> bool:
+        """Add the held-back rows of this process's writes if no other write came since
+        the cache's version (the store's version moved one step per held-back write);
+        False to read the change log instead."""
+        version = self._store.knowledge_state(*key).version
+        if version != entry.version + len(entry.pending):
+            return False
+        ids = np.concatenate([rows[0] for rows in entry.pending])
+        if ids.size:
+            # new ids: each write ran under this workspace's lock, after the index's load
+            try:
+                entry.index.add(ids, np.concatenate([rows[1] for rows in entry.pending]))
+            except ValidationFailed:
+                return False
+        entry.version = version
+        self.own_writes += len(entry.pending)
+        entry.pending.clear()
+        entry.pending_rows = 0
+        return True
 
     def _load(self, key: Key, state: KnowledgeState) -> VectorIndex:
         """Load a workspace's whole index (call with the workspace lock held).
@@ -263,7 +321,16 @@ class IndexCache:
         return index
 
     def _catch_up(self, key: Key, entry: _Entry) -> bool:
-        """Apply the store's changes since ``entry.version``; False if a reload is needed."""
+        """Apply the store's changes since ``entry.version``; False if a reload is needed.
+
+        Rows this process held back are added without a log read when its writes are
+        all that changed; else the log, which holds them too, replaces them.
+        """
+        if entry.pending:
+            if self._add_own(key, entry):
+                return True
+            entry.pending.clear()
+            entry.pending_rows = 0
         changes = self._store.changes_since(*key, entry.version, max_rows=self._catchup_max_rows)
         if changes is None:
             return False
@@ -545,5 +612,8 @@ def unit_rows(vectors: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
     with np.errstate(over="ignore", invalid="ignore"):
         norms = np.sqrt(np.einsum("ij,ij->i", rows, rows, dtype=np.float64))
     ok = np.isfinite(norms) & (norms > 0)
-    rows[ok] = (rows[ok] / norms[ok, None]).astype(np.float32)
+    if ok.all():  # the usual case: divide in float64 and round once, without the mask
+        np.divide(rows, norms[:, None], out=rows, casting="same_kind")
+    else:
+        rows[ok] = (rows[ok] / norms[ok, None]).astype(np.float32)
     return rows

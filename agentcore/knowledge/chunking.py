@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import heapq
 import re
 from bisect import bisect_right
 from collections import deque
@@ -58,8 +57,10 @@ _CLOSERS = "\"'”’)]"
 # then whitespace. `_is_boundary` decides whether it really ends a sentence; decimals
 # ("3.14") and dotted names ("agentcore.errors") never match as no space follows.
 # Matches start only where a run of punctuation starts and never backtrack, so a
-# megabyte of "!!!!" is scanned once, not once per character.
-_CANDIDATE = re.compile(r"(?<![.!?…])[.!?…]++[\"'”’)\]]*+(?=\s)")
+# megabyte of "!!!!" is scanned once, not once per character. The pattern opens with
+# the character class (the run's start is checked just after it), so the engine
+# skips ahead to the next punctuation mark instead of trying every position.
+_CANDIDATE = re.compile(r"[.!?…](?<![.!?…].)[.!?…]*+[\"'”’)\]]*+(?=\s)")
 # A new line opening a Markdown heading, list item, quote or table row ends whatever
 # came before it, punctuation or not; so does the end of a heading line.
 _BLOCK_START = re.compile(r"\n[ \t]*(?=#{1,6}\s|[-*+>]\s|\d{1,3}[.)]\s|\|)")
@@ -87,7 +88,11 @@ def _is_boundary(text: str, match: re.Match[str]) -> bool:
     punct = match.group(0).rstrip(_CLOSERS)
     if punct == ".":
         end = match.start()
-        start = max(text.rfind(space, max(0, end - 40), end) for space in " \n\t") + 1
+        low = max(0, end - 40)
+        start = (
+            max(text.rfind(" ", low, end), text.rfind("\n", low, end), text.rfind("\t", low, end))
+            + 1
+        )
         token = text[max(start, end - 40) : end].lstrip("\"'“‘([")
         if token.lower() in _ABBREVIATIONS:
             return False
@@ -111,29 +116,35 @@ def _trim(text: str, start: int, end: int) -> tuple[int, int] | None:
     return (start, end) if start < end else None
 
 
-def _sentence_spans(text: str, start: int, end: int) -> Iterator[tuple[int, int]]:
-    """Split ``text[start:end]``, one paragraph, into trimmed sentence spans.
+def _sentence_spans(text: str, start: int, end: int) -> list[tuple[int, int]]:
+    """Split ``text[start:end]``, one block of a paragraph, into trimmed sentence spans.
 
-    Lazy: the cut points of the three kinds are merged as they are found, so a huge
-    paragraph costs no more memory than a small one.
+    The cut points of the three kinds are gathered and sorted per block, which holds
+    at most ``BLOCK_CHARS`` characters, so a huge paragraph costs no more memory
+    than one block's cuts.
     """
-    cuts = heapq.merge(
-        (start,),
-        (m.end() for m in _CANDIDATE.finditer(text, start, end) if _is_boundary(text, m)),
-        (m.start() for m in _BLOCK_START.finditer(text, start, end)),
-        (m.end() for m in _HEADING_END.finditer(text, start, end)),
-        (end,),
-    )
-    left = next(cuts)
-    for right in cuts:
+    cuts = [start]
+    cuts += [m.end() for m in _CANDIDATE.finditer(text, start, end) if _is_boundary(text, m)]
+    others = [m.start() for m in _BLOCK_START.finditer(text, start, end)]
+    if text.find("#", start, end) >= 0:  # no heading without one: skip the line scan
+        others += [m.end() for m in _HEADING_END.finditer(text, start, end)]
+    cuts.append(end)
+    if others:
+        cuts = sorted(cuts + others)
+    spans = []
+    left = start
+    for right in cuts[1:]:
         span = _trim(text, left, right)
         if span is not None:
-            yield span
+            spans.append(span)
         left = right
+    return spans
 
 
 def _hard_split(text: str, start: int, end: int, limit: int) -> list[tuple[int, int]]:
     """Cut a span longer than ``limit`` at whitespace, mid-word only for giant words."""
+    if end - start <= limit:
+        return [(start, end)]
     pieces: list[tuple[int, int]] = []
     while end - start > limit:
         window = text[start + 1 : start + limit + 1]
@@ -212,6 +223,24 @@ def _separator(unit: _Unit) -> str:
     return "\n\n" if unit.paragraph_start else " "
 
 
+def _single_chunk(text: str, target_chars: int) -> list[Chunk] | None:
+    """``chunk_pages([text])`` for a short one-paragraph text, without the packing loop.
+
+    When the whole text fits in ``target_chars`` and in one block and has no paragraph
+    break, no sentence is cut and the packing takes every sentence into one chunk:
+    its sentences joined by single spaces (their joined length never exceeds the
+    text's, as every cut drops at least one whitespace character). ``None`` for any
+    other text: the general path handles it.
+    """
+    if len(text) > min(target_chars, BLOCK_CHARS) or _PARAGRAPH_BREAK.search(text):
+        return None
+    spans = _sentence_spans(text, 0, len(text))
+    if not spans:
+        return []
+    joined = " ".join([text[start:end] for start, end in spans])
+    return [Chunk(text=joined, pages=[1], page_offsets=[0])]
+
+
 def chunk_pages(
     pages: list[str],
     *,
@@ -250,6 +279,13 @@ def chunk_pages(
         raise ValueError("overlap_chars must not be negative")
     if overlap_chars * 2 > target_chars:
         raise ValueError("overlap_chars must be at most half of target_chars")
+
+    if len(pages) == 1 and (max_chunks is None or max_chunks > 0):
+        single = _single_chunk(pages[0], target_chars)
+        if single is not None:
+            if cancellation is not None:
+                cancellation.check()
+            return single
 
     # A page that ends a sentence most likely ends a paragraph too (PDF extraction
     # cannot tell); one that does not is continued on the next page.

@@ -42,6 +42,11 @@ def bounded_text(text: str, max_token_chars: int) -> str:
     whose n-grams cost time and memory in proportion to its length, and no real
     word is that long. Linear: matches start only where a run starts.
     """
+    if len(text) <= max_token_chars or (
+        len(text) <= _SPLIT_CHECK_CHARS
+        and max(map(len, text.split()), default=0) <= max_token_chars
+    ):
+        return text  # no run is too long (split and \s agree on what whitespace is)
     pattern = _long_runs.get(max_token_chars)
     if pattern is None:
         pattern = re.compile(rf"(?<!\S)\S{{{max_token_chars + 1},}}+")
@@ -50,3 +55,6 @@ def bounded_text(text: str, max_token_chars: int) -> str:
 
 
 _long_runs: dict[int, re.Pattern[str]] = {}
+# Texts up to this long are checked by splitting (quicker than the regex scan); the
+# split's copy is then small. Longer ones go straight to the regex.
+_SPLIT_CHECK_CHARS = 1 << 16

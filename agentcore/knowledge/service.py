@@ -43,6 +43,26 @@ def _stored_now() -> datetime:
     return now.replace(microsecond=now.microsecond // 1000 * 1000)
 
 
+def _indexed(
+    vectors: npt.NDArray[np.float32], keep: npt.NDArray[np.bool_]
+) -> Callable[
+    [builtins.list[int] | None], tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]] | None
+]:
+    """The rows a document's write indexed, from the chunk ids the store returns (all of
+    them, in order; ``None``: nothing written): the ``keep`` ones and their vectors."""
+
+    def rows(
+        ids: builtins.list[int] | None,
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]] | None:
+        if ids is None:
+            return None
+        if keep.all():
+            return np.asarray(ids, dtype=np.int64), vectors
+        return np.asarray(ids, dtype=np.int64)[keep], vectors[keep]
+
+    return rows
+
+
 class KnowledgeService:
     """The knowledge core of one workspace; reached as ``workspace.knowledge``.
 
@@ -229,8 +249,8 @@ class KnowledgeService:
         ws = self._ws
         counts = self._count_terms(chunks)
 
-        def store_write() -> None:
-            self._store.insert_document(
+        def store_write() -> list[int]:
+            return self._store.insert_document(
                 ws.organization_id,
                 ws.environment,
                 document,
@@ -243,7 +263,9 @@ class KnowledgeService:
 
         if cancellation is not None:
             cancellation.check()  # the last point at which stopping leaves nothing behind
-        self._cache.write(ws.organization_id, ws.environment, store_write)
+        self._cache.write(
+            ws.organization_id, ws.environment, store_write, added=_indexed(vectors, keep)
+        )
         return document
 
     def run_job(self, job: IngestJob, cancellation: Cancellation) -> Document | None:
@@ -285,8 +307,8 @@ class KnowledgeService:
         vectors, keep, embedder = self._embed(chunks, cancellation)
         counts = self._count_terms(chunks)
 
-        def store_write() -> bool:
-            ids = self._store.complete_document(
+        def store_write() -> builtins.list[int] | None:
+            return self._store.complete_document(
                 ws.organization_id,
                 ws.environment,
                 ready,
@@ -296,12 +318,12 @@ class KnowledgeService:
                 keep,
                 term_counts=counts,
             )
-            return ids is not None
 
         cancellation.check()
-        if not self._cache.write(ws.organization_id, ws.environment, store_write):
-            return None
-        return ready
+        written = self._cache.write(
+            ws.organization_id, ws.environment, store_write, added=_indexed(vectors, keep)
+        )
+        return None if written is None else ready
 
     def _count_terms(self, chunks: builtins.list[Chunk]) -> tuple[int, Mapping[str, int]] | None:
         """A document's sentence counts, stored with its chunks (none without a counter)."""

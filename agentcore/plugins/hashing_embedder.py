@@ -39,7 +39,12 @@ _STOP_WORDS_TEXT = """
 """
 STOP_WORDS = frozenset(_STOP_WORDS_TEXT.split())
 
-_TOKEN = re.compile(r"[^\W_]+(?:'[^\W_]+)?")
+# Letters and digits, possibly joined by one apostrophe. The quantifiers are possessive:
+# nothing follows that could make them give characters back, so the matches are the
+# same, found without keeping backtracking state. On ASCII text ``[^\W_]`` is exactly
+# ``[A-Za-z0-9]``, which the engine tests faster.
+_TOKEN = re.compile(r"[^\W_]++(?:'[^\W_]++)?+")
+_ASCII_TOKEN = re.compile(r"[A-Za-z0-9]++(?:'[A-Za-z0-9]++)?+")
 
 
 def _stable_hash(feature: str) -> int:
@@ -96,7 +101,9 @@ class _Vocabulary:
 
     Raw tokens map to stem ids (``-1`` for dropped tokens); stem ``i`` has its
     features (its word feature first, then its character n-grams) at
-    ``feature_hashes[feature_start[i] : feature_start[i] + feature_count[i]]``.
+    ``feature_hashes[feature_start[i] : feature_start[i] + feature_count[i]]``, and
+    their buckets and signed weights at the same places of ``feature_buckets`` and
+    ``feature_signed``.
     """
 
     def __init__(self) -> None:
@@ -108,6 +115,10 @@ class _Vocabulary:
         self.feature_count = _Column(np.int64)
         self.feature_hashes = _Column(np.uint64)
         self.feature_weights = _Column(np.float32)
+        # derived from the two above for the embedder's dimension: each feature's
+        # bucket, and its weight with its sign (the hash's lowest bit) applied
+        self.feature_buckets = _Column(np.int64)
+        self.feature_signed = _Column(np.float32)
 
 
 class HashingEmbedder:
@@ -189,35 +200,44 @@ class HashingEmbedder:
             lengths.append(len(found))
         with self._lock:
             vocabulary = self._current_vocabulary()
-            token_stems = np.array(self._stem_ids(vocabulary, raw), dtype=np.int64)
+            token_stems = self._stem_array(vocabulary, raw)
             # Snapshots: later appends by other threads leave these prefixes alone.
             start = vocabulary.feature_start.values()
             count = vocabulary.feature_count.values()
             feature_hashes = vocabulary.feature_hashes.values()
-            feature_weights = vocabulary.feature_weights.values()
-        token_rows = np.repeat(np.arange(len(texts), dtype=np.int64), lengths)
+            feature_buckets = vocabulary.feature_buckets.values()
+            feature_signed = vocabulary.feature_signed.values()
         kept = token_stems >= 0
-        stems, rows = token_stems[kept], token_rows[kept]
+        stems = token_stems[kept]
         # Each stem's features, in text order: gather index ranges without a loop.
         counts = count[stems]
-        firsts = np.cumsum(counts) - counts
-        gather = np.repeat(start[stems] - firsts, counts) + np.arange(counts.sum())
-        word_hashes = feature_hashes[start[stems]]
-        same_row = rows[1:] == rows[:-1]
-        pair_hashes = _mix(word_hashes[:-1][same_row], word_hashes[1:][same_row])
+        firsts = start[stems]
+        gather = np.repeat(firsts - (np.cumsum(counts) - counts), counts) + np.arange(counts.sum())
+        word_hashes = feature_hashes[firsts]
+        if len(texts) == 1:
+            all_rows = None
+            pair_hashes = _mix(word_hashes[:-1], word_hashes[1:])
+        else:
+            rows = np.repeat(np.arange(len(texts), dtype=np.int64), lengths)[kept]
+            same_row = rows[1:] == rows[:-1]
+            pair_hashes = _mix(word_hashes[:-1][same_row], word_hashes[1:][same_row])
+            all_rows = np.concatenate([np.repeat(rows, counts), rows[1:][same_row]])
         # Per row, stem features come before pair features, as they always have: a
         # feature repeated in a row takes the weight of its first occurrence.
-        all_rows = np.concatenate([np.repeat(rows, counts), rows[1:][same_row]])
-        all_hashes = np.concatenate([feature_hashes[gather], pair_hashes])
-        all_weights = np.concatenate(
-            [
-                feature_weights[gather],
-                np.full(len(pair_hashes), self.PAIR_WEIGHT, dtype=np.float32),
-            ]
+        pair_weight = np.float32(self.PAIR_WEIGHT)
+        pair_signed = np.where(pair_hashes & _ONE, pair_weight, -pair_weight)
+        flat = _bucket_sums(
+            all_rows,
+            np.concatenate([feature_hashes[gather], pair_hashes]),
+            np.concatenate([feature_buckets[gather], _buckets(pair_hashes, self.dimension)]),
+            np.concatenate([feature_signed[gather], pair_signed]),
+            len(texts),
+            self.dimension,
         )
-        flat = _bucket_sums(all_rows, all_hashes, all_weights, len(texts), self.dimension)
         out = flat.reshape(len(texts), self.dimension).astype(np.float32)
-        norms = np.linalg.norm(out, axis=1, keepdims=True)
+        # np.linalg.norm(out, axis=1, keepdims=True) without its Python layer: the same
+        # float32 squares and pairwise sum, so the same bits
+        norms = np.sqrt(np.add.reduce(out * out, axis=1, keepdims=True))
         np.divide(out, norms, out=out, where=norms > 0)
         return out
 
@@ -238,6 +258,15 @@ class HashingEmbedder:
             vocabulary = self._vocabulary = _Vocabulary()
         return vocabulary
 
+    def _stem_array(self, vocabulary: _Vocabulary, raw: list[str]) -> npt.NDArray[np.int64]:
+        """``_stem_ids`` as an array, built without a list when every token is known."""
+        try:
+            return np.fromiter(
+                map(vocabulary.token_ids.__getitem__, raw), dtype=np.int64, count=len(raw)
+            )
+        except KeyError:
+            return np.array(self._stem_ids(vocabulary, raw), dtype=np.int64)
+
     def _stem_ids(self, vocabulary: _Vocabulary, raw: list[str]) -> list[int]:
         """The stem id of each raw token (``-1`` when dropped), learning new ones. Locked."""
         table = vocabulary.token_ids
@@ -250,8 +279,12 @@ class HashingEmbedder:
             # One append per column for all the new stems of this call.
             vocabulary.feature_start.extend(new.starts)
             vocabulary.feature_count.extend(new.counts)
-            vocabulary.feature_hashes.extend(np.array(new.hashes, dtype=np.uint64))
-            vocabulary.feature_weights.extend(np.array(new.weights, dtype=np.float32))
+            hashes = np.array(new.hashes, dtype=np.uint64)
+            weights = np.array(new.weights, dtype=np.float32)
+            vocabulary.feature_hashes.extend(hashes)
+            vocabulary.feature_weights.extend(weights)
+            vocabulary.feature_buckets.extend(_buckets(hashes, self.dimension))
+            vocabulary.feature_signed.extend(_signed(hashes, weights))
             return [table[token] for token in raw]
 
     def _learn(self, vocabulary: _Vocabulary, token: str, new: _NewStems) -> int:
@@ -301,67 +334,128 @@ class _NewStems:
 
 def _raw_tokens(text: str) -> list[str]:
     """The word tokens of ``text`` before case folding, stop words and stemming."""
+    if text.isascii():  # NFKC leaves ASCII as it is, and it holds no U+2019
+        return _ASCII_TOKEN.findall(text)
     return _TOKEN.findall(unicodedata.normalize("NFKC", text).replace("\u2019", "'"))
 
 
-# The most bits a (bin, hash) sort key gives the bin: at least 24 are left for the hash.
+# The most bits a packed sort key gives the row and the position: at least 24 are left
+# for the hash (0: always sort exactly, in two passes).
 _KEY_SHIFT_LIMIT = 40
 
 
+def _buckets(hashes: npt.NDArray[np.uint64], dimension: int) -> npt.NDArray[np.int64]:
+    """The bucket of each feature hash (its bits above the sign bit, modulo ``dimension``)."""
+    buckets: npt.NDArray[np.int64] = ((hashes >> _ONE) % np.uint64(dimension)).astype(np.int64)
+    return buckets
+
+
+def _signed(
+    hashes: npt.NDArray[np.uint64], weights: npt.NDArray[np.float32]
+) -> npt.NDArray[np.float32]:
+    """``weights`` negated where the hash's lowest bit is 0 (a sign flip is exact, so
+    ``signed * factor`` equals ``weight * factor * sign`` bit for bit)."""
+    signed: npt.NDArray[np.float32] = np.where(hashes & _ONE, weights, -weights).astype(
+        np.float32, copy=False
+    )
+    return signed
+
+
 def _bucket_sums(
-    rows: npt.NDArray[np.int64],
+    rows: npt.NDArray[np.int64] | None,
     hashes: npt.NDArray[np.uint64],
-    weights: npt.NDArray[np.float32],
+    buckets: npt.NDArray[np.int64],
+    signed: npt.NDArray[np.float32],
     count: int,
     dimension: int,
 ) -> npt.NDArray[np.float64]:
     """The flat ``(count * dimension)`` sums of the signed, tf-weighted features.
 
+    ``rows`` says which text each feature belongs to (``None``: all to one text).
     Features repeated in a row are counted once, weighted by their first
     occurrence's weight times ``1 + log(repeats)``. Each bucket adds its features in
     ascending hash order, as it always has, so the float64 sums are bit-identical.
     """
-    if not len(rows):
+    if not len(hashes):
         return np.zeros(count * dimension)
-    buckets = ((hashes >> np.uint64(1)) % np.uint64(dimension)).astype(np.int64)
-    bins = rows * dimension + buckets
-    shift = max(1, (count * dimension - 1).bit_length())
-    grouped = None
-    if shift <= _KEY_SHIFT_LIMIT:
-        # One 64-bit key, (bin, top bits of the hash), sorts like (bin, hash) unless two
-        # different hashes share a bin and their top bits: then take the exact path.
-        key = (bins.astype(np.uint64) << np.uint64(64 - shift)) | (hashes >> np.uint64(shift))
-        order = np.argsort(key)
-        sorted_keys, sorted_hashes = key[order], hashes[order]
-        same = sorted_keys[1:] == sorted_keys[:-1]
-        if not (same & (sorted_hashes[1:] != sorted_hashes[:-1])).any():
-            starts = np.flatnonzero(np.concatenate(([True], ~same)))
-            # The sort is not stable: a repeated feature's weight is its first one's.
-            first = np.minimum.reduceat(order, starts)
-            grouped = starts, first
-    if grouped is None:
-        order = np.lexsort((hashes, rows))
-        sorted_rows, sorted_hashes = rows[order], hashes[order]
-        new = np.ones(len(order), dtype=bool)
-        new[1:] = (sorted_rows[1:] != sorted_rows[:-1]) | (sorted_hashes[1:] != sorted_hashes[:-1])
-        starts = np.flatnonzero(new)
-        grouped = starts, order[starts]
-    starts, first = grouped
-    repeats = np.diff(np.append(starts, len(rows)))
-    values = weights[first] * (1.0 + np.log(repeats)).astype(np.float32)
-    signs = np.where(hashes[first] & np.uint64(1), 1.0, -1.0).astype(np.float32)
+    starts, first = _first_occurrences(rows, hashes, count)
+    values = signed[first]  # a new array: scaled in place below
+    if starts is not None:
+        repeats = np.empty(len(starts), dtype=np.intp)
+        np.subtract(starts[1:], starts[:-1], out=repeats[:-1])
+        repeats[-1] = len(hashes) - starts[-1]
+        # only repeated features change: a single one's factor 1 + log(1) is exactly 1
+        again = np.flatnonzero(repeats > 1)
+        values[again] *= (1.0 + np.log(repeats[again])).astype(np.float32)
+    bins = buckets[first]
+    if rows is not None:
+        bins = bins + rows[first] * dimension
     # bincount adds each bin's values in input order, here ascending hash order.
-    sums = np.bincount(bins[first], weights=values * signs, minlength=count * dimension)
+    sums = np.bincount(bins, weights=values, minlength=count * dimension)
     return np.asarray(sums, dtype=np.float64)  # already float64: typed, not copied
+
+
+def _first_occurrences(
+    rows: npt.NDArray[np.int64] | None, hashes: npt.NDArray[np.uint64], count: int
+) -> tuple[npt.NDArray[np.intp] | None, npt.NDArray[np.intp]]:
+    """Where each distinct (row, hash) first occurs, ordered by (row, hash), and where
+    its run starts in that order (``None`` when nothing repeats). ``rows`` are in
+    ``range(count)`` (``None``: all 0).
+
+    Sorting by (row, hash) orders every bucket of a row by hash. One sort of packed
+    64-bit keys does it: the row in the top bits, then the hash's top bits, then the
+    feature's position (so equal hashes keep their order and the first is first),
+    unless two different hashes of a row could tie in it: then an exact, slower sort.
+    """
+    size = len(hashes)
+    position_bits = max(1, (size - 1).bit_length())
+    row_bits = 0 if rows is None else max(1, (count - 1).bit_length())
+    shift = row_bits + position_bits  # bits of the key that are not the hash's
+    if shift <= _KEY_SHIFT_LIMIT:
+        key = (hashes >> np.uint64(shift)) << np.uint64(position_bits)
+        key |= np.arange(size, dtype=np.uint64)
+        if rows is not None:
+            key |= rows.astype(np.uint64) << np.uint64(64 - row_bits)
+        key.sort()
+        order = (key & np.uint64((1 << position_bits) - 1)).astype(np.intp)
+        key >>= np.uint64(position_bits)
+        same = key[1:] == key[:-1]
+        if not same.any():
+            return None, order  # no feature repeats in its row
+        ordered = hashes[order]
+        if not (same & (ordered[1:] != ordered[:-1])).any():
+            new = np.empty(size, dtype=bool)
+            new[0] = True
+            np.logical_not(same, out=new[1:])
+            starts = np.flatnonzero(new)
+            return starts, order[starts]
+    # two hashes of a row tie in the key (or keys are too short): two stable sorts
+    order = np.lexsort((hashes,) if rows is None else (hashes, rows))
+    sorted_hashes = hashes[order]
+    new = np.ones(size, dtype=bool)
+    new[1:] = sorted_hashes[1:] != sorted_hashes[:-1]
+    if rows is not None:
+        sorted_rows = rows[order]
+        new[1:] |= sorted_rows[1:] != sorted_rows[:-1]
+    starts = np.flatnonzero(new)
+    return starts, order[starts]
+
+
+_ONE = np.uint64(1)
+_MIX_A = np.uint64(0x9E3779B97F4A7C15)
+_MIX_B = np.uint64(0x632BE59BD9B4E019)
+_MIX_C = np.uint64(0xBF58476D1CE4E5B9)
+_SHIFT_31 = np.uint64(31)
+_SHIFT_29 = np.uint64(29)
 
 
 def _mix(left: npt.NDArray[np.uint64], right: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
     """Combine two feature hashes into a well-spread, order-sensitive third."""
-    with np.errstate(over="ignore"):
-        value = left * np.uint64(0x9E3779B97F4A7C15) + (right ^ np.uint64(0x632BE59BD9B4E019))
-        value ^= value >> np.uint64(31)
-        value *= np.uint64(0xBF58476D1CE4E5B9)
-        value ^= value >> np.uint64(29)
+    # array arithmetic on unsigned integers wraps silently (no overflow warning)
+    value = left * _MIX_A + (right ^ _MIX_B)
+    value ^= value >> _SHIFT_31
+    value *= _MIX_C
+    value ^= value >> _SHIFT_29
     return value
 
 
