@@ -234,28 +234,38 @@ def test_the_openapi_document_declares_the_202(server: httpx.Client) -> None:
 # a real `agentcore serve`, killed with SIGKILL mid-job ---------------------------------
 
 
-def _serve(db: Path, port: int, **settings: str) -> subprocess.Popen[str]:
+def _serve(db: Path, key: str, **settings: str) -> tuple[subprocess.Popen[str], httpx.Client]:
+    """A real ``agentcore serve`` on ``db`` and a client with ``key``, once it answers.
+
+    The port is free when picked, but a parallel test may take it before the server
+    binds: then this server exits, and another port is tried, so the client never talks
+    to another test's server (whose answer to our key would be a 401).
+    """
     env = cli_env()
     env.update({f"AGENTCORE_{name.upper()}": value for name, value in settings.items()})
-    return subprocess.Popen(
-        [sys.executable, "-m", "agentcore.cli", "--db", str(db), "serve", "--port", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        env=env,
-    )
-
-
-def _client(port: int, key: str) -> httpx.Client:
-    url = f"http://127.0.0.1:{port}"
-    give_up = time.monotonic() + 30
-    while time.monotonic() < give_up:
-        try:
-            httpx.get(url + "/v1/auth/verify", timeout=1)
-            break
-        except httpx.TransportError:
+    for _ in range(5):
+        port = free_port()
+        process = subprocess.Popen(
+            [sys.executable, "-m", "agentcore.cli", "--db", str(db), "serve", "--port", str(port)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            env=env,
+        )
+        url = f"http://127.0.0.1:{port}"
+        client = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=30)
+        give_up = time.monotonic() + 30
+        while process.poll() is None and time.monotonic() < give_up:
+            try:
+                if client.get("/v1/auth/verify").status_code == 200:
+                    return process, client
+            except httpx.TransportError:
+                pass
             time.sleep(0.1)
-    return httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=30)
+        client.close()
+        process.kill()
+        process.wait()
+    raise AssertionError("agentcore serve never answered our key on a port of its own")
 
 
 def _leased(db: Path, document_id: str) -> bool:
@@ -267,10 +277,9 @@ def _leased(db: Path, document_id: str) -> bool:
 
 
 def _kill_mid_job(db: Path, key: str, **settings: str) -> str:
-    port = free_port()
-    process = _serve(db, port, **settings)
+    process, client = _serve(db, key, **settings)
     try:
-        with _client(port, key) as client:
+        with client:
             # about 3 MB of prose: several seconds of work, so the kill lands mid-job
             data = ("Employees may carry over five unused days. " * 70_000).encode()
             response = client.post(
@@ -300,10 +309,9 @@ def test_a_job_survives_kill_9_of_the_server(tmp_path: Path, attempts: str, outc
     settings = {"ingest_job_lease": "2", "ingest_job_attempts": attempts}
     document_id = _kill_mid_job(db, key, **settings)
 
-    port = free_port()
-    process = _serve(db, port, **settings)
+    process, client = _serve(db, key, **settings)
     try:
-        with _client(port, key) as client:
+        with client:
             settled = wait_until_settled(client, document_id, limit=180)
             assert settled["status"] == outcome
             if outcome == "ready":
