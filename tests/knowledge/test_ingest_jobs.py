@@ -9,6 +9,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator, Sequence
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -279,7 +280,7 @@ def _leased(db: Path, document_id: str) -> bool:
 def _kill_mid_job(db: Path, key: str, **settings: str) -> str:
     process, client = _serve(db, key, **settings)
     try:
-        with client:
+        with closing(client):
             # about 3 MB of prose: several seconds of work, so the kill lands mid-job
             data = ("Employees may carry over five unused days. " * 70_000).encode()
             response = client.post(
@@ -311,7 +312,7 @@ def test_a_job_survives_kill_9_of_the_server(tmp_path: Path, attempts: str, outc
 
     process, client = _serve(db, key, **settings)
     try:
-        with client:
+        with closing(client):
             settled = wait_until_settled(client, document_id, limit=180)
             assert settled["status"] == outcome
             if outcome == "ready":
