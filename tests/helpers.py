@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -151,3 +152,39 @@ def api(request: pytest.FixtureRequest, app: Any, keys: Any) -> Any:
         return
     with ServerThread(app) as server:
         yield FastApi(app, server.url, key)
+
+
+def start_serve(
+    db: Path, key: str, *, env: dict[str, str] | None = None
+) -> tuple[subprocess.Popen[str], str]:
+    """A real ``agentcore --db db serve`` once it answers ``key``, and its base URL.
+
+    The port is free when picked, but a parallel test may take it before the server
+    binds: then this server exits and another port is tried, so a test never talks to
+    another test's server (whose answer to our key would be a 401). The caller stops
+    the process. ``env`` defaults to ``cli_env()``.
+    """
+    from conftest import free_port
+
+    for _ in range(5):
+        port = free_port()
+        process = subprocess.Popen(
+            [*CLI, "--db", str(db), "serve", "--port", str(port)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            env=cli_env() if env is None else env,
+        )
+        url = f"http://127.0.0.1:{port}"
+        give_up = time.monotonic() + 30  # only guards a hang
+        with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}) as client:
+            while process.poll() is None and time.monotonic() < give_up:
+                try:
+                    if client.get("/v1/auth/verify", timeout=1).status_code == 200:
+                        return process, url
+                except httpx.TransportError:
+                    pass
+                time.sleep(0.1)
+        process.kill()
+        process.wait()
+    raise AssertionError("agentcore serve never answered our key on a port of its own")

@@ -4,17 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from conftest import Keys, ServerThread, free_port
-from helpers import cli_env
+from conftest import Keys, ServerThread
+from helpers import start_serve
 
 import agentcore
 from agentcore import (
@@ -196,24 +193,8 @@ def test_agentcore_serve_streams_to_curl_style_clients(tmp_path: Path) -> None:
     ws.knowledge.ingest_text("facts.txt", FACTS)
     agent = ws.agents.create(name="Helper")
     core.close()
-    port = free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "agentcore.cli", "--db", str(db), "serve", "--port", str(port)],
-        env=cli_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    url = f"http://127.0.0.1:{port}"
+    process, url = start_serve(db, key)
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                httpx.get(f"{url}/v1/openapi.json", timeout=1)
-                break
-            except httpx.TransportError:
-                assert time.monotonic() < deadline and process.poll() is None, "serve is not up"
-                time.sleep(0.1)
         body = {"agentId": agent.id, "message": "What is the cat called?", "stream": True}
         headers = {"Authorization": f"Bearer {key}"}
         with httpx.stream("POST", f"{url}/v1/chat/message", json=body, headers=headers) as raw:

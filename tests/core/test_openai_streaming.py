@@ -6,10 +6,7 @@ from __future__ import annotations
 import json
 import signal
 import socket
-import subprocess
-import sys
 import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -18,8 +15,8 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import ServerThread, free_port
-from helpers import cli_env
+from conftest import ServerThread
+from helpers import cli_env, start_serve
 from httpx_sse import connect_sse
 from hypothesis import given
 from hypothesis import strategies as st
@@ -378,16 +375,9 @@ def test_agentcore_serve_ends_open_streams_with_an_error_event_on_sigterm(
     for piece in slow:
         piece.delay = 0.05  # 25 s in all: only the shutdown can end it early
     fake.script.append(StreamReply([chunk("Rollo"), *slow]))
-    port = free_port()
     env = {**cli_env(db), "AGENTCORE_OPENAI_BASE_URL": fake.url, "AGENTCORE_OPENAI_MODEL": "tiny"}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "agentcore.cli", "serve", "--port", str(port)],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    process, url = start_serve(db, key, env=env)
     try:
-        wait_for_port(port, process)
         body = {"agentId": agent.id, "message": "Who?", "stream": True}
         events: list[str] = []
         with (
@@ -395,7 +385,7 @@ def test_agentcore_serve_ends_open_streams_with_an_error_event_on_sigterm(
             connect_sse(
                 client,
                 "POST",
-                f"http://127.0.0.1:{port}/v1/chat/message",
+                f"{url}/v1/chat/message",
                 json=body,
                 headers={"Authorization": f"Bearer {key}"},
             ) as source,
@@ -412,15 +402,3 @@ def test_agentcore_serve_ends_open_streams_with_an_error_event_on_sigterm(
     finally:
         process.kill()
         process.wait(timeout=10)
-
-
-def wait_for_port(port: int, process: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        assert process.poll() is None, "agentcore serve exited"
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise AssertionError("agentcore serve did not come up")

@@ -5,11 +5,9 @@ from __future__ import annotations
 import signal
 import sqlite3
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +15,8 @@ import httpx
 import numpy as np
 import numpy.typing as npt
 import pytest
-from conftest import ServerThread, free_port
-from helpers import cli_env, cli_json
+from conftest import ServerThread
+from helpers import cli_env, cli_json, start_serve
 
 import agentcore
 from agentcore import AgentCore
@@ -236,37 +234,12 @@ def test_the_openapi_document_declares_the_202(server: httpx.Client) -> None:
 
 
 def _serve(db: Path, key: str, **settings: str) -> tuple[subprocess.Popen[str], httpx.Client]:
-    """A real ``agentcore serve`` on ``db`` and a client with ``key``, once it answers.
-
-    The port is free when picked, but a parallel test may take it before the server
-    binds: then this server exits, and another port is tried, so the client never talks
-    to another test's server (whose answer to our key would be a 401).
-    """
+    """A real ``agentcore serve`` with ``settings`` and a client with ``key`` (unopened)."""
     env = cli_env()
     env.update({f"AGENTCORE_{name.upper()}": value for name, value in settings.items()})
-    for _ in range(5):
-        port = free_port()
-        process = subprocess.Popen(
-            [sys.executable, "-m", "agentcore.cli", "--db", str(db), "serve", "--port", str(port)],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            text=True,
-            env=env,
-        )
-        url = f"http://127.0.0.1:{port}"
-        client = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=30)
-        give_up = time.monotonic() + 30
-        while process.poll() is None and time.monotonic() < give_up:
-            try:
-                if client.get("/v1/auth/verify").status_code == 200:
-                    return process, client
-            except httpx.TransportError:
-                pass
-            time.sleep(0.1)
-        client.close()
-        process.kill()
-        process.wait()
-    raise AssertionError("agentcore serve never answered our key on a port of its own")
+    process, url = start_serve(db, key, env=env)
+    headers = {"Authorization": f"Bearer {key}"}
+    return process, httpx.Client(base_url=url, headers=headers, timeout=30)
 
 
 def _leased(db: Path, document_id: str) -> bool:
@@ -280,7 +253,7 @@ def _leased(db: Path, document_id: str) -> bool:
 def _kill_mid_job(db: Path, key: str, **settings: str) -> str:
     process, client = _serve(db, key, **settings)
     try:
-        with closing(client):
+        with client:
             # about 3 MB of prose: several seconds of work, so the kill lands mid-job
             data = ("Employees may carry over five unused days. " * 70_000).encode()
             response = client.post(
@@ -312,7 +285,7 @@ def test_a_job_survives_kill_9_of_the_server(tmp_path: Path, attempts: str, outc
 
     process, client = _serve(db, key, **settings)
     try:
-        with closing(client):
+        with client:
             settled = wait_until_settled(client, document_id, limit=180)
             assert settled["status"] == outcome
             if outcome == "ready":
