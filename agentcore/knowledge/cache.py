@@ -158,7 +158,7 @@ class IndexCache:
         key = (organization_id, environment)
         state = self._store.knowledge_state(organization_id, environment)
         entry = self._entries.get(key)
-        if entry is not None and entry.version == state.version and self._fits(entry, state):
+        if entry is not None and self._current(entry, state):
             return entry.index
         with self._lock(key):
             state = self._ensure_embedder(organization_id, environment)
@@ -188,7 +188,10 @@ class IndexCache:
         entry = self._entries.get((organization_id, environment))
         if entry is None:
             return False
-        state = self._store.knowledge_state(organization_id, environment)
+        return self._current(entry, self._store.knowledge_state(organization_id, environment))
+
+    def _current(self, entry: _Entry, state: KnowledgeState) -> bool:
+        """Whether ``entry`` is at the store's version with the workspace's codec."""
         return entry.version == state.version and self._fits(entry, state)
 
     def search(
