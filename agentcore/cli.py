@@ -178,6 +178,8 @@ def serve_log_config() -> dict[str, Any]:
 
     config: dict[str, Any] = copy.deepcopy(uvicorn.config.LOGGING_CONFIG)
     config["filters"] = {"redact_secrets": {"()": "agentcore.redact.SecretRedactingFilter"}}
+    # the same access line as uvicorn's formatter, without its two record copies
+    config["formatters"]["access"]["()"] = "agentcore_starlette.logs.AccessFormatter"
     loggers: dict[str, dict[str, Any]] = config["loggers"]
     loggers["agentcore"] = {"handlers": ["default"], "level": "INFO", "propagate": False}
     # other libraries (httpx sending webhooks, ...) reach the default handler through root
