@@ -11,11 +11,15 @@ from __future__ import annotations
 
 import http
 import logging
+from typing import cast
 
 from uvicorn.logging import AccessFormatter as UvicornAccessFormatter
 
 DEFAULT_FORMAT = '%(levelprefix)s %(client_addr)s - "%(request_line)s" %(status_code)s'
 """uvicorn's access format (``uvicorn.config.LOGGING_CONFIG``): the one with a fast path."""
+
+AccessArgs = tuple[object, object, object, object, int]
+"""uvicorn's access record: client address, method, path with query, HTTP version, status."""
 
 _PHRASES = {status.value: status.phrase for status in http.HTTPStatus}
 
@@ -33,9 +37,7 @@ class AccessFormatter(UvicornAccessFormatter):
         args = record.args
         if self.use_colors or self._fmt != DEFAULT_FORMAT or not _access_args(args):
             return super().formatMessage(record)
-        assert isinstance(args, tuple)
-        client_addr, method, full_path, http_version, status_code = args
-        status = int(status_code)
+        client_addr, method, full_path, http_version, status = cast(AccessArgs, args)
         level = record.levelname
         return (
             f"{level}:{' ' * (8 - len(level))} {client_addr} -"

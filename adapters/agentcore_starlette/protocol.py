@@ -1,0 +1,82 @@
+"""uvicorn's httptools protocol, sending a response's head and body in one write.
+
+uvicorn writes the status line and headers as soon as the app sends
+``http.response.start``, and the body in a second write. On a keep-alive connection
+that is two TCP segments and two wake-ups of the client for one small JSON answer:
+the client reads the head, parses it and sleeps again until the body comes. Here
+the connection's writes are held until the end of the event loop's current step and
+then written together, so a response sent whole (``start`` then its only ``body``
+message, as every JSON answer is) leaves in one write. A streamed answer (server-sent
+events) is not held back: its head leaves at the end of the step that sent it, each
+event at the end of its own.
+
+``agentcore serve`` uses it when httptools is installed (the ``server`` extra); any
+uvicorn host can too: ``uvicorn --http agentcore_starlette.protocol:HttpToolsProtocol``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol as UvicornHttpToolsProtocol
+
+
+class CoalescingTransport:
+    """A transport whose writes made in one step of the loop leave as one write.
+
+    Everything but writing and closing is the wrapped transport's own. Closing (or
+    handing the connection to another protocol) first writes what is held.
+    """
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        self.transport = transport
+        self.loop = loop
+        self.held: list[bytes] = []
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        """Hold ``data`` until the end of this step of the loop (with any later writes)."""
+        if not self.held:
+            self.loop.call_soon(self.flush)
+        self.held.append(bytes(data))
+
+    def writelines(self, lines: Any) -> None:
+        """Hold each of ``lines`` as ``write`` does."""
+        for data in lines:
+            self.write(data)
+
+    def flush(self) -> None:
+        """Write what is held now, in one write (nothing once the transport is closing)."""
+        held, self.held = self.held, []
+        if held and not self.transport.is_closing():
+            self.transport.write(held[0] if len(held) == 1 else b"".join(held))
+
+    def close(self) -> None:
+        """Write what is held, then close."""
+        self.flush()
+        self.transport.close()
+
+    def write_eof(self) -> None:
+        """Write what is held, then half-close."""
+        self.flush()
+        self.transport.write_eof()
+
+    def set_protocol(self, protocol: asyncio.BaseProtocol) -> None:
+        """Write what is held, then hand the connection over (an upgrade)."""
+        self.flush()
+        self.transport.set_protocol(protocol)
+
+    def get_write_buffer_size(self) -> int:
+        """Bytes written but not sent yet: the transport's buffer and what is held."""
+        return self.transport.get_write_buffer_size() + sum(len(data) for data in self.held)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.transport, name)
+
+
+class HttpToolsProtocol(UvicornHttpToolsProtocol):
+    """uvicorn's httptools protocol on a ``CoalescingTransport``."""
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        """Start the connection, its writes coalesced per step of the loop."""
+        super().connection_made(CoalescingTransport(transport, self.loop))  # type: ignore[arg-type]
