@@ -4,11 +4,12 @@ uvicorn writes the status line and headers as soon as the app sends
 ``http.response.start``, and the body in a second write. On a keep-alive connection
 that is two TCP segments and two wake-ups of the client for one small JSON answer:
 the client reads the head, parses it and sleeps again until the body comes. Here
-the connection's writes are held until the end of the event loop's current step and
-then written together, so a response sent whole (``start`` then its only ``body``
-message, as every JSON answer is) leaves in one write. A streamed answer (server-sent
-events) is not held back: its head leaves at the end of the step that sent it, each
-event at the end of its own.
+the connection's writes are held until the response is complete, or else until the
+end of the event loop's current step, and then written together: a response sent
+whole (``start`` then its only ``body`` message, as every JSON answer is) leaves in
+one write, as soon as its last part is sent. A streamed answer (server-sent events)
+is not held back: its head leaves at the end of the step that sent it, each event at
+the end of its own.
 
 ``agentcore serve`` uses it when httptools is installed (the ``server`` extra); any
 uvicorn host can too: ``uvicorn --http agentcore_starlette.protocol:HttpToolsProtocol``.
@@ -75,8 +76,19 @@ class CoalescingTransport:
 
 
 class HttpToolsProtocol(UvicornHttpToolsProtocol):
-    """uvicorn's httptools protocol on a ``CoalescingTransport``."""
+    """uvicorn's httptools protocol on a ``CoalescingTransport``; a response is written
+    the moment its last part is sent, before uvicorn's bookkeeping for it."""
+
+    coalescing: CoalescingTransport | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         """Start the connection, its writes coalesced per step of the loop."""
-        super().connection_made(CoalescingTransport(transport, self.loop))  # type: ignore[arg-type]
+        self.coalescing = CoalescingTransport(transport, self.loop)
+        super().connection_made(self.coalescing)  # type: ignore[arg-type]
+
+    def on_response_complete(self) -> None:
+        """Write the whole response now (the client can read it while the rest of the
+        request's bookkeeping runs), then do that bookkeeping."""
+        if self.coalescing is not None:
+            self.coalescing.flush()
+        super().on_response_complete()
