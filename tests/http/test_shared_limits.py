@@ -150,3 +150,14 @@ def test_two_processes_taking_at_once_never_exceed_the_burst(store_url: str) -> 
     assert all(p.returncode == 0 for p in procs)
     # 30 takes at one instant against a burst of 20: exactly 20 succeed, whoever wins
     assert sum(sum(r) for r in results) == 20
+
+
+def test_a_shared_rate_below_one_a_second_still_allows_one(store_url: str) -> None:
+    clock = [1_000.0]
+    with AgentCore.open(
+        store_url, start_workers=False, rate_limit_backend="store", rate_limit_test=0.2
+    ) as core:
+        limiter = RateLimiter(core.settings, store=core.store, clock=lambda: clock[0])
+        assert [limiter.check("key_1", "test").allowed for _ in range(2)] == [True, False]
+        clock[0] += 5.0
+        assert [limiter.check("key_1", "test").allowed for _ in range(2)] == [True, False]
