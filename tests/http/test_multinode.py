@@ -27,16 +27,10 @@ from webhook_receiver import Receiver, Reply
 
 from agentcore import AgentCore
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.both_stores]
 
 HUMAN = "I want to talk to a human, please."  # each such message is one agent.handoff event
 WEBHOOK_TIMEOUT = 2  # seconds per attempt; a lease is this plus 10 s
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def store_kind(request: pytest.FixtureRequest) -> str:
-    """Every test here runs on both stores (conftest's ``store_url`` opens the one named)."""
-    return str(request.param)
 
 
 class Node:

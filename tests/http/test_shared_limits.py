@@ -16,12 +16,7 @@ from agentcore.limits import RateLimiter
 from agentcore.storage.base import Store
 from agentcore_starlette.ratelimit import rate_limit_headers
 
-
-# PostgreSQL is marked slow: `-m "not slow"` starts no database server
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.slow)])
-def store_kind(request: pytest.FixtureRequest) -> str:
-    """Every test here runs on both stores (conftest's ``store_url`` opens the one named)."""
-    return str(request.param)
+pytestmark = pytest.mark.both_stores
 
 
 @pytest.fixture
@@ -127,6 +122,7 @@ def test_a_bad_backend_name_is_refused() -> None:
 TAKE_SCRIPT = """
 import json, sys
 from agentcore import AgentCore
+
 with AgentCore.open(sys.argv[1], start_workers=False) as core:
     print(json.dumps([core.store.take_token("key_1", rate=20, burst=20, now=500.0).allowed
                       for _ in range(15)]))
