@@ -9,7 +9,7 @@ end of the event loop's current step, and then written together: a response sent
 whole (``start`` then its only ``body`` message, as every JSON answer is) leaves in
 one write, as soon as its last part is sent. A streamed answer (server-sent events)
 is not held back: its head leaves at the end of the step that sent it, each event at
-the end of its own.
+the end of its own. The access line is written after the response (``DeferredLogger``).
 
 ``agentcore serve`` uses it when httptools is installed (the ``server`` extra); any
 uvicorn host can too: ``uvicorn --http agentcore_starlette.protocol:HttpToolsProtocol``.
@@ -18,6 +18,8 @@ uvicorn host can too: ``uvicorn --http agentcore_starlette.protocol:HttpToolsPro
 from __future__ import annotations
 
 import asyncio
+import functools
+import logging
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol as UvicornHttpToolsProtocol
@@ -75,11 +77,40 @@ class CoalescingTransport:
         return getattr(self.transport, name)
 
 
+class DeferredLogger:
+    """A logger whose ``info`` records are made and written at the loop's next step.
+
+    uvicorn writes a request's access line when the app starts its response, before
+    the response is written; through this the line follows the written response (a
+    whole one leaves within the step that completed it), and a stream's line follows
+    its head. The line itself is the same. Everything but ``info`` is the logger's own.
+    """
+
+    def __init__(self, logger: logging.Logger, loop: asyncio.AbstractEventLoop) -> None:
+        self.logger = logger
+        self.loop = loop
+
+    def info(self, msg: object, *args: object, **kwargs: Any) -> None:
+        """``logger.info(msg, *args, **kwargs)`` at the next step of the loop."""
+        if kwargs:
+            self.loop.call_soon(functools.partial(self.logger.info, msg, *args, **kwargs))
+        else:
+            self.loop.call_soon(self.logger.info, msg, *args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.logger, name)
+
+
 class HttpToolsProtocol(UvicornHttpToolsProtocol):
     """uvicorn's httptools protocol on a ``CoalescingTransport``; a response is written
-    the moment its last part is sent, before uvicorn's bookkeeping for it."""
+    the moment its last part is sent, before uvicorn's bookkeeping for it and before its
+    access line (``DeferredLogger``)."""
 
     coalescing: CoalescingTransport | None = None
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.access_logger = DeferredLogger(self.access_logger, self.loop)  # type: ignore[assignment]
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         """Start the connection, its writes coalesced per step of the loop."""

@@ -4,6 +4,7 @@ and streamed answers are not held back, over a real uvicorn server on 127.0.0.1.
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 from collections.abc import Iterator
@@ -16,7 +17,7 @@ from conftest import free_port
 from starlette.types import Receive, Scope, Send
 
 from agentcore.cli import http_protocol
-from agentcore_starlette.protocol import CoalescingTransport, HttpToolsProtocol
+from agentcore_starlette.protocol import CoalescingTransport, DeferredLogger, HttpToolsProtocol
 
 
 class Recorder(asyncio.Transport):
@@ -126,6 +127,19 @@ async def app(scope: Scope, receive: Receive, send: Send) -> None:
 
 
 socket_writes: list[bytes] = []  # what the server wrote to its sockets
+happenings: list[str] = []  # socket writes and access lines, in order
+
+
+class Lines(logging.Handler):
+    """Notes each access line (uvicorn's record: its arguments, in order)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+        happenings.append("log")
 
 
 class Counted:
@@ -136,6 +150,7 @@ class Counted:
 
     def write(self, data: bytes) -> None:
         socket_writes.append(bytes(data))
+        happenings.append("write")
         self.transport.write(data)
 
     def __getattr__(self, name: str) -> Any:
@@ -150,8 +165,8 @@ class CountedProtocol(HttpToolsProtocol):
 @pytest.fixture
 def url() -> Iterator[str]:
     port = free_port()
-    config = uvicorn.Config(
-        app, host="127.0.0.1", port=port, log_level="warning", http=CountedProtocol
+    config = uvicorn.Config(  # no logging configuration: the test's handlers stay
+        app, host="127.0.0.1", port=port, log_config=None, log_level="info", http=CountedProtocol
     )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
@@ -185,6 +200,53 @@ def test_a_stream_is_not_held_back(url: str) -> None:
         assert next(lines) == "first"  # and the first part before the second exists
         released.set()
         assert next(lines) == "second"
+
+
+@pytest.fixture
+def lines() -> Iterator[Lines]:
+    logger = logging.getLogger("uvicorn.access")
+    handler, level = Lines(), logger.level
+    logger.addHandler(handler)  # before the server starts: uvicorn then logs access lines
+    logger.setLevel(logging.INFO)
+    yield handler
+    logger.removeHandler(handler)
+    logger.setLevel(level)
+
+
+def test_the_access_line_follows_the_written_response(lines: Lines, url: str) -> None:
+    happenings.clear()
+    with httpx.Client(base_url=url, timeout=30) as client:
+        for _ in range(2):
+            assert client.get("/whole?x=1").status_code == 200
+        deadline = time.monotonic() + 30  # the last line is written one loop step later
+        while len(lines.records) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    assert happenings == ["write", "log", "write", "log"]
+    first = lines.records[0]
+    assert first.args is not None and first.args[1:] == ("GET", "/whole?x=1", "1.1", 200)
+    assert first.getMessage().endswith('"GET /whole?x=1 HTTP/1.1" 200')
+
+
+def test_the_deferred_logger_passes_everything_on() -> None:
+    logger = logging.getLogger("tests.deferred")
+    handler = Lines()
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+
+        async def run() -> None:
+            deferred = DeferredLogger(logger, asyncio.get_running_loop())
+            deferred.info("%s and %s", "this", "that")
+            deferred.info("with %s", "extra", extra={"tag": 7})
+            assert handler.records == []  # not yet: at the next step
+            assert deferred.name == "tests.deferred"  # the logger's own attributes
+            await asyncio.sleep(0)
+
+        asyncio.run(run())
+    finally:
+        logger.removeHandler(handler)
+    assert [r.getMessage() for r in handler.records] == ["this and that", "with extra"]
+    assert handler.records[1].tag == 7  # type: ignore[attr-defined]
 
 
 def test_serve_uses_it_when_httptools_is_there() -> None:
