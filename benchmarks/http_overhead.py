@@ -20,8 +20,9 @@ In each round every query is answered by every side in turn (the order rotating
 from query to query), so all sides meet the same machine load at the same moments.
 Reported per size: p50 and p95 of each side (median over rounds); the overhead,
 ``HTTP p50 - in-process p50`` computed per round, median over rounds; and CPU
-milliseconds per query (the server process's, this process's), which stay steady
-when other work makes wall times noisy. Rate limits are lifted
+milliseconds per query (the server process's over the round, per request it served
+with both clients together; this process's per call), which stay steady when other
+work makes wall times noisy. Rate limits are lifted
 (``AGENTCORE_RATE_LIMIT_TEST=1000000``); everything else is the CLI's default.
 
 Sizes: up to ``--real-max`` chunks are made by the real ingestion path from the
@@ -259,32 +260,37 @@ def interleaved(sides: dict[str, Side], queries: list[str], turn: int) -> dict[s
     Per side: the milliseconds of each call, and the CPU milliseconds per call of this
     process and of its server process. CPU time barely moves when other work shares
     the machine, wall time does: the CPU figures show what each side costs even when
-    the latencies are noisy. (A server's CPU is read from ``/proc`` outside the timed
-    span; its 10 ms ticks average out over a round.)
+    the latencies are noisy. A server's CPU is read from ``/proc`` over the whole round
+    and divided by the requests it served (both clients'), so work it does after a
+    response has left (the access line, uvicorn's bookkeeping) counts too, however the
+    next call in the rotation overlaps it; ``server_cpu_ms`` is thus one figure per
+    server, the same for both of its clients.
     """
     names = list(sides)
     ms: dict[str, list[float]] = {name: [] for name in names}
     own_cpu = dict.fromkeys(names, 0.0)
-    server_cpu = dict.fromkeys(names, 0.0)
+    pids = {pid for _, pid in sides.values() if pid}
+    served = {pid: sum(1 for _, p in sides.values() if p == pid) * len(queries) for pid in pids}
+    started = {pid: cpu_seconds(pid) for pid in pids}
     clock, cpu = time.perf_counter, time.process_time
     for number, query in enumerate(queries):
         shift = (number + turn) % len(names)
         for name in names[shift:] + names[:shift]:
-            call, pid = sides[name]
-            theirs, own = (cpu_seconds(pid) if pid else 0.0), cpu()
+            call, _ = sides[name]
+            own = cpu()
             began = clock()
             call(query)
             took = clock() - began
             own_cpu[name] += cpu() - own
-            server_cpu[name] += (cpu_seconds(pid) if pid else 0.0) - theirs
             ms[name].append(took * 1000)
+    per_request = {pid: (cpu_seconds(pid) - started[pid]) / served[pid] for pid in pids}
     return {
         name: {
             "ms": ms[name],
             "client_cpu_ms": own_cpu[name] * 1000 / len(queries),
-            "server_cpu_ms": server_cpu[name] * 1000 / len(queries),
+            "server_cpu_ms": per_request[pid] * 1000 if pid else 0.0,
         }
-        for name in names
+        for name, (_, pid) in sides.items()
     }
 
 
@@ -559,7 +565,8 @@ def main(argv: list[str] | None = None) -> int:
             )
     print(
         "\n(overhead: HTTP minus in-process, per round, median of rounds; CPU: the server"
-        " process's, and this process's, per query; in-process CPU is the search itself)"
+        " process's over the round per request it served (both clients), and this process's"
+        " per call; in-process CPU is the search itself)"
     )
     print()
     for row in rows:
