@@ -49,6 +49,14 @@ def _read_blob(conn: sqlite3.Connection, rowid: int, column: str, into: npt.NDAr
             out[start : start + len(piece)] = piece
 
 
+def json_ints(values: list[int]) -> str:
+    """``json.dumps(values)`` for a short list of ints (a chunk's pages or offsets),
+    without the encoder's per-call setup; anything else goes to ``json.dumps``."""
+    if all(type(value) is int for value in values):
+        return "[" + ", ".join(map(str, values)) + "]"
+    return json.dumps(values)
+
+
 def pack_stems(stems: Mapping[str, int]) -> str:
     """A document's per-stem sentence counts as stored: ``"stem count"`` lines (stems
     with no sentence, and the empty stem, left out)."""
@@ -180,8 +188,8 @@ class KnowledgeStore:
                     environment,
                     ordinal,
                     text,
-                    json.dumps(pages),
-                    json.dumps(offsets),
+                    json_ints(pages),
+                    json_ints(offsets),
                 ],
             )
             ids.append(int(cursor.lastrowid or 0))
