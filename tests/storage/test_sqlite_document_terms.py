@@ -64,6 +64,9 @@ def test_pack_and_unpack_round_trip() -> None:
     assert pack_stems({}) == "" and list(unpack_stems("")) == []
     # a stem is read up to its last space, so even an odd one survives
     assert dict(unpack_stems(pack_stems({"a b": 2}))) == {"a b": 2}
+    # damaged lines are skipped, the rest still read
+    damaged = "blade 3\nnocount\n 4\nx -1\ny 2z\nz \u00b2\n\ncanteen 1"
+    assert list(unpack_stems(damaged)) == [("blade", 3), ("canteen", 1)]
 
 
 def test_sums_add_and_take_away_to_nothing() -> None:

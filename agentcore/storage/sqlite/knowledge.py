@@ -64,12 +64,14 @@ def pack_stems(stems: Mapping[str, int]) -> str:
 
 
 def unpack_stems(packed: str) -> Iterator[tuple[str, int]]:
-    """The ``(stem, count)`` pairs ``pack_stems`` wrote."""
+    """The ``(stem, count)`` pairs ``pack_stems`` wrote. A line that is not one (a
+    damaged row) is skipped: word rarity is a hint, and chat must not fail on it."""
     if not packed:
         return
     for line in packed.split("\n"):
         stem, _, count = line.rpartition(" ")
-        yield stem, int(count)
+        if stem and count.isascii() and count.isdigit():
+            yield stem, int(count)
 
 
 class TermSums:
