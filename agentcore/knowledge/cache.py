@@ -19,7 +19,7 @@ from agentcore.knowledge.index import MAX_STEPS, VectorIndex, codec_named
 from agentcore.knowledge.segments import Manifest, SegmentDirectory, SegmentError
 from agentcore.redact import get_logger
 from agentcore.storage.base import VectorSearchStore
-from agentcore.storage.records import KnowledgeChanges, KnowledgeState
+from agentcore.storage.records import KnowledgeChanges, KnowledgeState, StaleEmbedder
 
 if TYPE_CHECKING:
     from agentcore.cancellation import Cancellation
@@ -121,6 +121,9 @@ class IndexCache:
         self._entries: dict[Key, _Entry] = {}
         self._locks: dict[Key, threading.RLock] = {}
         self._guard = threading.Lock()
+        # workspaces whose embedder this cache has checked and whose dtype is claimed:
+        # their document writes check the embedder in their own transaction instead
+        self._checked: set[Key] = set()
         self.reloads = 0  # full workspace loads (a number tests and benchmarks read)
         self.catch_ups = 0  # change-log deltas applied
         self.segment_loads = 0  # loads that mapped segment files instead of reading the store
@@ -246,13 +249,19 @@ class IndexCache:
             most); if the store's version has then moved exactly one step per held-back
             write, those writes were the only ones since, and it adds their rows in one
             batch without reading them back; otherwise it reads the change log as usual.
+            Such a write (``insert_document``, ``complete_document``) checks the
+            workspace's embedder in its own transaction (``StaleEmbedder``), so after
+            the workspace's first one no read of its state precedes it.
         """
         key = (organization_id, environment)
         with self._lock(key):
-            state = self._ensure_embedder(organization_id, environment)
-            if state.index_dtype is None:  # the workspace's first write fixes its dtype
-                self._store.claim_index_dtype(organization_id, environment, self._codec)
-            result = store_write()
+            if added is None or key not in self._checked:
+                self._check_embedder(key)
+            try:
+                result = store_write()
+            except StaleEmbedder:  # another process re-embedded it: follow, write again
+                self._check_embedder(key)
+                result = store_write()
             entry = self._entries.get(key)
             if entry is not None and not self._caught_up(key, entry, result, added):
                 self._entries.pop(key, None)
@@ -264,6 +273,15 @@ class IndexCache:
                 entry.manifest_version = entry.version  # asked once per lag
                 self._maintainer.submit(key, force=True)
             return result
+
+    def _check_embedder(self, key: Key) -> None:
+        """Bring a workspace to this cache's embedder (a re-embed, or a 409 when only
+        the dimension changed) and claim its dtype on its first write. Locked."""
+        self._checked.discard(key)
+        state = self._ensure_embedder(*key)
+        if state.index_dtype is None:  # the workspace's first write fixes its dtype
+            self._store.claim_index_dtype(*key, self._codec)
+        self._checked.add(key)
 
     def _caught_up(
         self, key: Key, entry: _Entry, result: T, added: Callable[[T], Rows | None] | None
