@@ -591,21 +591,24 @@ def embed_passages(
     embedder: Embedder,
     texts: Sequence[str],
     *,
-    max_token_chars: int,
+    max_token_chars: int | None,
     cancellation: Cancellation | None = None,
 ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.bool_]]:
     """Unit vectors of ``texts`` and the mask of rows fit to index (``nonzero_rows``).
 
-    The embedder is fed ``EMBED_BATCH`` texts at a time, each cut by ``bounded_text``,
-    into one preallocated matrix: memory stays the matrix plus one batch, and
-    ``cancellation`` is checked between batches.
+    The embedder is fed ``EMBED_BATCH`` texts at a time, each cut by ``bounded_text``
+    (``max_token_chars=None``: the caller already cut them so), into one preallocated
+    matrix: memory stays the matrix plus one batch, and ``cancellation`` is checked
+    between batches.
     """
     vectors = np.empty((len(texts), embedder.dimension), dtype=np.float32)
     keep = np.empty(len(texts), dtype=bool)
     for start in range(0, len(texts), EMBED_BATCH):
         if cancellation is not None:
             cancellation.check()
-        batch = [bounded_text(text, max_token_chars) for text in texts[start : start + EMBED_BATCH]]
+        batch = texts[start : start + EMBED_BATCH]
+        if max_token_chars is not None:
+            batch = [bounded_text(text, max_token_chars) for text in batch]
         rows = np.asarray(embedder.embed(batch, kind="passage"), dtype=np.float32)
         if rows.shape != (len(batch), embedder.dimension):
             raise ValueError(
@@ -623,9 +626,10 @@ def _unit_rows_into(
     """``out[:] = unit_rows(rows)``, and ``nonzero_rows`` of that, from one pass over the
     norms (bit for bit the same). A row's float64 norm is finite and positive exactly
     when the float32 row is finite and not all zeros (float32 squares can neither
-    overflow nor vanish in float64), and such a row divided by it stays so."""
-    with np.errstate(over="ignore", invalid="ignore"):
-        norms = np.sqrt(np.einsum("ij,ij->i", rows, rows, dtype=np.float64))
+    overflow nor vanish in float64), and such a row divided by it stays so. Nothing here
+    can raise a floating-point warning (squares of float32 values cannot overflow in
+    float64 and are never negative, and NaN stays quiet), so no ``errstate`` is set."""
+    norms = np.sqrt(np.einsum("ij,ij->i", rows, rows, dtype=np.float64))
     ok: npt.NDArray[np.bool_] = np.isfinite(norms) & (norms > 0)
     if ok.all():
         np.divide(rows, norms[:, None], out=out, casting="same_kind")
