@@ -615,7 +615,13 @@ def scan_batch(
     block = max(k, _BATCH_MIN_ROWS, _BATCH_BLOCK_ELEMENTS // m)
     starts = range(0, n, block)
 
-    def work(i: int, state: dict[str, Any]) -> tuple[IdArray, IdArray, npt.NDArray[Any]]:
+    states: list[dict[str, Any]] = []  # one per thread that took part
+
+    def work(i: int, state: dict[str, Any]) -> None:
+        if not state:
+            state["kept"] = ([], [], [])  # query, row, key of this thread's candidates
+            state["pending"] = 0
+            states.append(state)  # list.append is atomic
         a = starts[i]
         b = min(a + block, n)
         keys = scorer.score(codes[a:b])
@@ -632,8 +638,6 @@ def scan_batch(
                 cut = np.partition(keys.T, b - a - k, axis=1)[:, b - a - k]
                 cut[zero] = scorer.high  # a zero query matches nothing
                 state["cut"] = cut
-                state["kept"] = ([], [])
-                state["pending"] = 0
             else:
                 cut = np.where(zero, scorer.high, scorer.low).astype(keys.dtype)
         mask = _scratch_mask(keys.shape)
@@ -641,21 +645,23 @@ def scan_batch(
         # one flat pass finds the few survivors; (row, query) follow from the flat index
         flat = np.flatnonzero(mask)
         row, query = np.divmod(flat, m)
-        found = keys.reshape(-1)[flat]  # copies out of the scratch buffer
-        if "kept" in state:
-            kept_q, kept_s = state["kept"]
-            kept_q.append(query)
-            kept_s.append(found)
-            state["pending"] += query.shape[0]
-            if state["pending"] > 2 * m * k:
-                _raise_cut(state, k)
-        return query, row + a, found
+        kept_q, kept_r, kept_k = state["kept"]
+        kept_q.append(query)
+        kept_r.append(row + a)
+        kept_k.append(keys.reshape(-1)[flat])  # copies out of the scratch buffer
+        state["pending"] += query.shape[0]
+        if "cut" in state and state["pending"] > 2 * m * k:
+            _raise_cut(state, k)
 
     with single_threaded_blas():
-        parts = run_blocks(len(starts), work)
-    query = np.concatenate([p[0] for p in parts]).astype(np.int64, copy=False)
-    rows = np.concatenate([p[1] for p in parts]).astype(np.int64, copy=False)
-    return query, rows, scorer.scores(query, np.concatenate([p[2] for p in parts]))
+        run_blocks(len(starts), work)
+    for state in states:
+        if "cut" in state and state["pending"]:
+            _raise_cut(state, k)  # each thread hands over only its best k per query
+    query = np.concatenate([q for state in states for q in state["kept"][0]])
+    rows = np.concatenate([r for state in states for r in state["kept"][1]])
+    keys = np.concatenate([key for state in states for key in state["kept"][2]])
+    return query, rows, scorer.scores(query, keys)
 
 
 class _BatchScorer:
@@ -731,17 +737,17 @@ class _BatchScorer:
 
 
 def _raise_cut(state: dict[str, Any], k: int) -> None:
-    """Raise a batch's per-query bound to the k-th best key this thread has kept.
+    """Raise a batch's per-query bound to the k-th best key this thread has kept,
+    and drop the kept candidates below it.
 
     Called each time the candidates kept since the last raise outnumber twice the
     wanted ones, so the bound tracks the keys seen so far at the cost of a sort of
-    a few thousand candidates now and then (about log(blocks) times per thread).
+    a few thousand candidates now and then (about log(blocks) times per thread), and
+    once at the end, so a thread hands over at most its best k per query (and ties).
     """
-    kept_q, kept_s = state["kept"]
-    query = np.concatenate(kept_q)
-    keys = np.concatenate(kept_s)
+    query, rows, keys = (np.concatenate(kept) for kept in state["kept"])
     ranked = np.lexsort((keys, query))  # by query, then key ascending (no negation)
-    query, keys = query[ranked], keys[ranked]
+    query, rows, keys = query[ranked], rows[ranked], keys[ranked]
     cut: npt.NDArray[Any] = state["cut"]
     each = np.arange(cut.shape[0])
     firsts = np.searchsorted(query, each)
@@ -749,7 +755,7 @@ def _raise_cut(state: dict[str, Any], k: int) -> None:
     full = ends - firsts >= k
     cut[full] = np.maximum(cut[full], keys[ends[full] - k])
     keep = keys >= cut[query]
-    state["kept"] = ([query[keep]], [keys[keep]])
+    state["kept"] = ([query[keep]], [rows[keep]], [keys[keep]])
     state["pending"] = 0
 
 
