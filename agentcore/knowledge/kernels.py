@@ -413,14 +413,13 @@ def _scratch_block(rows: int, m: int) -> Matrix:
     return buf[: m * rows].reshape(rows, m)
 
 
-def _scratch_mask(shape: tuple[int, ...]) -> npt.NDArray[np.bool_]:
-    """A per-thread boolean buffer of ``shape`` for a batch block's comparison."""
-    size = int(np.prod(shape))
+def _scratch_mask(rows: int, m: int) -> npt.NDArray[np.bool_]:
+    """A per-thread boolean ``(rows, m)`` buffer for a batch block's comparison."""
     buf: npt.NDArray[np.bool_] | None = getattr(_scratch, "mask", None)
-    if buf is None or buf.shape[0] < size:
-        buf = np.empty(size, dtype=np.bool_)
+    if buf is None or buf.shape[0] < rows * m:
+        buf = np.empty(rows * m, dtype=np.bool_)
         _scratch.mask = buf
-    return buf[:size].reshape(shape)
+    return buf[: rows * m].reshape(rows, m)
 
 
 def _scratch_tensor(rows: int, m: int) -> tuple[Any, npt.NDArray[np.int32]]:
@@ -640,7 +639,7 @@ def scan_batch(
                 state["cut"] = cut
             else:
                 cut = np.where(zero, scorer.high, scorer.low).astype(keys.dtype)
-        mask = _scratch_mask(keys.shape)
+        mask = _scratch_mask(b - a, m)
         np.greater_equal(keys, cut, out=mask)
         # one flat pass finds the few survivors; (row, query) follow from the flat index
         flat = np.flatnonzero(mask)
