@@ -22,7 +22,7 @@ class Decision:
     """The outcome of one check, and the key's bucket right after it.
 
     :param allowed: whether the request may run.
-    :param limit: requests a second for this key (also the burst).
+    :param limit: requests a second for this key (also the burst, if at least one).
     :param remaining: whole requests the bucket holds now.
     :param reset: seconds until the bucket is full again.
     :param retry_after: seconds until one more request would pass (0 when allowed).
@@ -36,7 +36,8 @@ class Decision:
 
 
 class RateLimiter:
-    """Token buckets keyed by API key id: ``rate`` tokens a second, burst of ``rate``.
+    """Token buckets keyed by API key id: ``rate`` tokens a second, burst of ``rate``
+    (at least one, so a rate below one a second allows one request every ``1/rate`` s).
 
     With ``rate_limit_backend = "local"`` the buckets live in this process (a host
     running several processes gets a limit per process). With ``"store"`` (and a
@@ -73,14 +74,15 @@ class RateLimiter:
     def check(self, key_id: str, environment: str) -> Decision:
         """Take one token for ``key_id`` if there is one."""
         rate = self._rates[environment]
+        burst = max(rate, 1.0)
         now = self._clock()
         if self._store is not None:
-            taken = self._store.take_token(key_id, rate=rate, burst=rate, now=now)
+            taken = self._store.take_token(key_id, rate=rate, burst=burst, now=now)
             allowed, tokens = taken.allowed, taken.tokens
         else:
             with self._lock:
-                tokens, last = self._buckets.get(key_id, (rate, now))
-                tokens = min(rate, tokens + (now - last) * rate)
+                tokens, last = self._buckets.get(key_id, (burst, now))
+                tokens = min(burst, tokens + (now - last) * rate)
                 allowed = tokens >= 1.0
                 if allowed:
                     tokens -= 1.0
@@ -89,7 +91,7 @@ class RateLimiter:
             allowed=allowed,
             limit=rate,
             remaining=int(tokens),
-            reset=(rate - tokens) / rate,
+            reset=(burst - tokens) / rate,
             retry_after=0.0 if allowed else (1.0 - tokens) / rate,
         )
 

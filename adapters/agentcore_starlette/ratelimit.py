@@ -11,8 +11,11 @@ POLICY = "per-key"
 
 def rate_limit_headers(decision: Decision) -> dict[str, str]:
     """``RateLimit-Policy`` and ``RateLimit``, plus ``Retry-After`` for a refused request."""
+    # a rate below one a second is one request per window of 1/rate seconds
+    rate = decision.limit
+    quota, window = (int(rate), 1) if rate >= 1 else (1, math.ceil(1 / rate))
     headers = {
-        "RateLimit-Policy": f'"{POLICY}";q={int(decision.limit)};w=1',
+        "RateLimit-Policy": f'"{POLICY}";q={quota};w={window}',
         "RateLimit": f'"{POLICY}";r={decision.remaining};t={math.ceil(decision.reset)}',
     }
     if not decision.allowed:

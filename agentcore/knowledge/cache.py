@@ -15,7 +15,7 @@ import numpy.typing as npt
 
 from agentcore.errors import Conflict, InvalidRequest, ValidationFailed
 from agentcore.knowledge.embedders import Embedder, bounded_text
-from agentcore.knowledge.index import VectorIndex, codec_named, lower_priority
+from agentcore.knowledge.index import MAX_STEPS, VectorIndex, codec_named
 from agentcore.knowledge.segments import Manifest, SegmentDirectory, SegmentError
 from agentcore.redact import get_logger
 from agentcore.storage.base import VectorSearchStore
@@ -528,7 +528,6 @@ class _Maintainer:
             self._cond.notify_all()
 
     def _loop(self) -> None:
-        lower_priority()
         while True:
             with self._cond:
                 while not self._pending and not self._closed:
@@ -538,8 +537,13 @@ class _Maintainer:
                 key, force = self._pending.popitem()
                 self._busy = True
             try:
+                steps = 1
                 while self._run(key, force) and not self._closed:
                     force = False
+                    if steps >= MAX_STEPS:  # resubmitted by the next write if still due
+                        _log.warning("segment maintenance of %s/%s still due", *key)
+                        break
+                    steps += 1
             except Exception:  # the files and the index stay as they were
                 _log.exception("segment maintenance of %s/%s failed", *key)
             finally:

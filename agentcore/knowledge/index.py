@@ -39,8 +39,6 @@ Search
 from __future__ import annotations
 
 import atexit
-import contextlib
-import os
 import queue
 import threading
 from collections.abc import Callable, Iterable, Sequence
@@ -63,6 +61,10 @@ _MIN_CAPACITY = 256
 _GROWTH = 1.5
 COMPACT_FRACTION = 8  # a part is compacted once its dead rows exceed 1/8 of its rows
 MAX_PARTS = 8  # more frozen parts than this: the smallest are merged
+# Steps one submission of an index may run back to back. Each step leaves fewer parts
+# or fewer dead rows, so a handful settle anything; the cap turns a step that would
+# never settle into a logged warning instead of a thread that spins forever.
+MAX_STEPS = 4 * MAX_PARTS
 # A tail this large with ascending ids is sealed as a frozen part (its rows stay where
 # they are) instead of being copied into a larger buffer.
 SEAL_ROWS = 65_536
@@ -807,20 +809,16 @@ class _Background:
 
     @classmethod
     def _run(cls, jobs: queue.SimpleQueue[VectorIndex | None]) -> None:
-        lower_priority()
         while (index := jobs.get()) is not None:
             try:
+                steps = 0
                 while not cls._closing and index.maintain():
-                    pass
+                    steps += 1
+                    if steps >= MAX_STEPS:
+                        _log.warning("index maintenance still due after %d steps", steps)
+                        break
             except Exception:  # a failed step leaves the index as it was
                 _log.exception("index maintenance failed")
-
-
-def lower_priority() -> None:
-    """Lower the calling thread's CPU priority (Linux: a thread's own nice value), so
-    background maintenance yields the cores to requests; a no-op where unsupported."""
-    with contextlib.suppress(AttributeError, OSError):
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
 
 
 def _background(index: VectorIndex) -> None:

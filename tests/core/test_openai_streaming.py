@@ -227,7 +227,8 @@ def test_an_http_error_and_an_error_chunk_are_provider_errors(
 
 
 def test_a_stall_between_chunks_times_out(fake: FakeStreamingProvider) -> None:
-    stalling = OpenAIChatModel("openai:tiny", fake.url, None, "tiny", timeout=0.3)
+    # the first chunk must arrive within the time-out even on a loaded machine
+    stalling = OpenAIChatModel("openai:tiny", fake.url, None, "tiny", timeout=2.0)
     slow = chunk(" late")
     slow.delay = 5
     fake.script.append(StreamReply([chunk("Rollo"), slow]))

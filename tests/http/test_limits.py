@@ -276,16 +276,6 @@ def test_enforce_raises_429_carrying_the_facts() -> None:
     limiter.enforce("k", "test")  # refilled
 
 
-def test_fractional_rates_wait_longer() -> None:
-    clock = FakeClock()
-    limiter = RateLimiter(Settings(rate_limit_test=0.5), clock=clock)
-    # a bucket of half a token never admits a request until it reaches one token
-    first = limiter.check("k", "test")
-    assert not first.allowed
-    assert rate_limit_headers(first)["Retry-After"] == "1"
-    assert first.retry_after == pytest.approx(1.0)
-
-
 # body, upload and JSON-depth limits --------------------------------------------------
 
 
@@ -516,3 +506,19 @@ def test_fast_model_is_within_every_limit(open_core) -> None:
     response = client.post("/v1/chat/message", json={"agentId": agent_id, "message": "hello"})
     assert response.status_code == 200, response.text
     assert response.json()["response"] == "echo: hello"
+
+
+def test_a_rate_below_one_a_second_allows_one_request_per_interval() -> None:
+    clock = FakeClock()
+    limiter = RateLimiter(Settings(rate_limit_test=0.2), clock=clock)
+    first, second = limiter.check("k", "test"), limiter.check("k", "test")
+    assert first.allowed and not second.allowed
+    assert second.retry_after == pytest.approx(5.0)
+    headers = rate_limit_headers(second)
+    assert headers["RateLimit-Policy"].endswith(";q=1;w=5") and headers["Retry-After"] == "5"
+    clock.now += 4.9
+    assert not limiter.check("k", "test").allowed
+    clock.now += 0.1
+    assert limiter.check("k", "test").allowed  # the burst is one: never two in a row
+    clock.now += 60
+    assert [limiter.check("k", "test").allowed for _ in range(2)] == [True, False]

@@ -16,12 +16,7 @@ from agentcore.limits import RateLimiter
 from agentcore.storage.base import Store
 from agentcore_starlette.ratelimit import rate_limit_headers
 
-
-# PostgreSQL is marked slow: `-m "not slow"` starts no database server
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.slow)])
-def store_kind(request: pytest.FixtureRequest) -> str:
-    """Every test here runs on both stores (conftest's ``store_url`` opens the one named)."""
-    return str(request.param)
+pytestmark = pytest.mark.both_stores
 
 
 @pytest.fixture
@@ -127,6 +122,7 @@ def test_a_bad_backend_name_is_refused() -> None:
 TAKE_SCRIPT = """
 import json, sys
 from agentcore import AgentCore
+
 with AgentCore.open(sys.argv[1], start_workers=False) as core:
     print(json.dumps([core.store.take_token("key_1", rate=20, burst=20, now=500.0).allowed
                       for _ in range(15)]))
@@ -150,3 +146,14 @@ def test_two_processes_taking_at_once_never_exceed_the_burst(store_url: str) -> 
     assert all(p.returncode == 0 for p in procs)
     # 30 takes at one instant against a burst of 20: exactly 20 succeed, whoever wins
     assert sum(sum(r) for r in results) == 20
+
+
+def test_a_shared_rate_below_one_a_second_still_allows_one(store_url: str) -> None:
+    clock = [1_000.0]
+    with AgentCore.open(
+        store_url, start_workers=False, rate_limit_backend="store", rate_limit_test=0.2
+    ) as core:
+        limiter = RateLimiter(core.settings, store=core.store, clock=lambda: clock[0])
+        assert [limiter.check("key_1", "test").allowed for _ in range(2)] == [True, False]
+        clock[0] += 5.0
+        assert [limiter.check("key_1", "test").allowed for _ in range(2)] == [True, False]

@@ -23,25 +23,11 @@ from agentcore.models import Document
 from agentcore.storage.base import Store
 from agentcore.workspace import Workspace
 
+pytestmark = pytest.mark.both_stores
+
 ALPHA = "Alpha manual. The red pump needs oil every week. " * 5
 BETA = "Beta guide. Quantum flux capacitors hum when charged by zebras. " * 5
 GAMMA = "Gamma notes. Vintage typewriters jam on humid mornings in Lisbon. " * 5
-
-
-# PostgreSQL is marked slow: `-m "not slow"` starts no database server
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.slow)])
-def store_kind(request: pytest.FixtureRequest) -> str:
-    """Every test here runs on both stores (conftest's ``store_url`` opens the one named)."""
-    return str(request.param)
-
-
-@pytest.fixture
-def pair(store_url: str) -> Iterator[tuple[AgentCore, AgentCore]]:
-    a = AgentCore.open(store_url, start_workers=False)
-    b = AgentCore.open(store_url, start_workers=False)
-    yield a, b
-    a.close()
-    b.close()
 
 
 def _ws(core: AgentCore) -> Workspace:
@@ -215,6 +201,7 @@ def test_changes_since_refuses_what_it_cannot_bridge(store: Store) -> None:
 DELETE_SCRIPT = """
 import sys
 from agentcore import AgentCore
+
 with AgentCore.open(sys.argv[1], start_workers=False) as core:
     ws = core.workspace("acme", "test")
     ws.knowledge.delete(sys.argv[2])

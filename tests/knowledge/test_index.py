@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from agentcore.errors import ValidationFailed
 from agentcore.knowledge import kernels
-from agentcore.knowledge.index import VectorIndex
+from agentcore.knowledge.index import MAX_STEPS, VectorIndex, _Background
 
 TOL = 1e-5
 
@@ -373,3 +373,24 @@ def test_store_load_vectors_reads_every_segment_into_one_matrix(tmp_path: Path) 
     assert ids.tolist() == list(range(28))
     assert vectors.flags.c_contiguous and vectors.dtype == np.float32
     np.testing.assert_array_equal(vectors, np.vstack(parts))
+
+
+def test_maintenance_that_never_settles_is_capped_and_the_thread_moves_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    steps: list[int] = []
+    spinning = VectorIndex(4)
+    monkeypatch.setattr(spinning, "maintain", lambda: steps.append(1) or True)
+    due = VectorIndex(4)
+    due.set_maintenance(None)  # submitted by hand below
+    due.add(np.arange(16), np.random.default_rng(3).standard_normal((16, 4)))
+    due.remove(np.arange(8))  # half the tail dead: sealing it is due
+    assert due.maintenance_due()
+    _Background.submit(spinning)
+    _Background.submit(due)
+    deadline = time.monotonic() + 30
+    while due.maintenance_due() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not due.maintenance_due()  # the shared thread got past the spinning index
+    assert len(steps) == MAX_STEPS
+    assert len(due) == 8 and due.tail_rows == 0

@@ -15,7 +15,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +29,8 @@ from agentcore.knowledge.chunking import chunk_pages
 from agentcore.knowledge.embedders import bounded_text
 from agentcore.plugins.hashing_embedder import HashingEmbedder
 from agentcore.workspace import Workspace
+
+pytestmark = pytest.mark.both_stores
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import chunking_reference  # noqa: E402
@@ -48,23 +49,6 @@ def _ws(core: AgentCore) -> Workspace:
 
 def _sources(core: AgentCore, query: str, k: int = 3) -> list[str]:
     return [r.source for r in _ws(core).knowledge.search(query, top_k=k).results]
-
-
-# PostgreSQL is marked slow: `-m "not slow"` starts no database server
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.slow)])
-def store_kind(request: pytest.FixtureRequest) -> str:
-    """The two-core tests run on both stores (conftest's ``store_url`` opens the one named)."""
-    return str(request.param)
-
-
-@pytest.fixture
-def pair(store_url: str) -> Iterator[tuple[AgentCore, AgentCore]]:
-    """Two cores on one store: separate connections, as two processes have."""
-    a = AgentCore.open(store_url, start_workers=False)
-    b = AgentCore.open(store_url, start_workers=False)
-    yield a, b
-    a.close()
-    b.close()
 
 
 # the embedder: the original's bits for every batch shape ----------------------------------
@@ -311,6 +295,7 @@ def test_many_writes_without_a_read_are_added_in_bounded_batches(
 CRASH_SCRIPT = """
 import sys
 from agentcore import AgentCore
+
 core = AgentCore.open(sys.argv[1], start_workers=False)
 knowledge = core.workspace("acme", "test").knowledge
 knowledge.ingest_text("first.txt", "The first document is stored before the signal.")
