@@ -288,13 +288,24 @@ class _Blas:
 
 
 def _find_blas_setters() -> list[Callable[[int], int]]:
+    """Per-thread thread-count setters of numpy's BLAS (found by threadpoolctl).
+
+    Only numpy's BLAS is ours to configure: other libraries in the process may load
+    their own (FAISS ships an OpenMP OpenBLAS), and limiting those process-wide would
+    change the host's behaviour (it made FAISS's BLAS single-threaded in the search
+    benchmark). numpy's is the one inside its wheel (``numpy.libs``,
+    ``numpy/.dylibs``); where none is recognisably numpy's (a system or conda BLAS),
+    every BLAS library loaded counts. One without a per-thread setter is limited to
+    one thread process-wide.
+    """
     import ctypes
 
-    from threadpoolctl import ThreadpoolController, threadpool_limits
+    from threadpoolctl import ThreadpoolController
 
+    libs = ThreadpoolController().select(user_api="blas").lib_controllers
+    ours = [lib for lib in libs if _inside_numpy(lib.filepath)] or libs
     setters: list[Callable[[int], int]] = []
-    unknown = False
-    for lib in ThreadpoolController().select(user_api="blas").lib_controllers:
+    for lib in ours:
         names = {
             "openblas": ["openblas_set_num_threads_local", f"{lib.prefix}_set_num_threads_local"],
             "mkl": ["MKL_Set_Num_Threads_Local"],
@@ -307,10 +318,14 @@ def _find_blas_setters() -> list[Callable[[int], int]]:
                 setters.append(function)
                 break
         else:
-            unknown = True
-    if unknown:
-        threadpool_limits(1, user_api="blas")
+            lib.set_num_threads(1)
     return setters
+
+
+def _inside_numpy(path: str | None) -> bool:
+    """Whether a shared library's ``path`` is one numpy's wheel ships."""
+    parts = os.path.normpath(path or "").split(os.sep)[:-1]
+    return "numpy.libs" in parts or "numpy" in parts
 
 
 _pinned = threading.local()

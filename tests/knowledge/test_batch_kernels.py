@@ -230,3 +230,47 @@ def test_the_int8_packed_keys_are_the_integer_products() -> None:
     query = np.repeat(np.arange(5), 700)
     approximate = scorer.scores(query, keys.T.reshape(-1)).reshape(5, 700)
     np.testing.assert_allclose(approximate, queries @ rows.T, atol=3e-2)
+
+
+# -- BLAS threads -------------------------------------------------------------------
+
+
+def test_only_numpys_blas_is_recognised_as_ours() -> None:
+    assert kernels._inside_numpy("/venv/site-packages/numpy.libs/libscipy_openblas64_.so")
+    assert kernels._inside_numpy("/venv/site-packages/numpy/.dylibs/libscipy_openblas.dylib")
+    assert not kernels._inside_numpy("/venv/site-packages/faiss_cpu.libs/libopenblaso.so")
+    assert not kernels._inside_numpy("/usr/lib/x86_64-linux-gnu/libopenblas.so.0")
+    assert not kernels._inside_numpy(None)
+
+
+_FOREIGN_BLAS = """
+import json, numpy as np
+import faiss  # loads its own OpenMP OpenBLAS next to numpy's
+from threadpoolctl import threadpool_info
+from agentcore.knowledge import kernels
+def threads():
+    return {i["filepath"]: i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"}
+before = threads()
+rows = np.random.default_rng(0).standard_normal((5000, 32), dtype=np.float32)
+codec = kernels.CODECS["float32"]
+kernels.search_part_batch(codec, rows, codec.encode(rows)[1], rows, np.empty(0, np.int64), rows[:64], 10)
+print(json.dumps({"before": before, "after": threads()}))
+"""
+
+
+def test_a_batch_search_leaves_another_librarys_blas_threads_alone() -> None:
+    """The kernels make numpy's BLAS single-threaded per calling thread only; a BLAS
+    another library loaded (FAISS's) keeps its thread count."""
+    import json
+    import subprocess
+    import sys
+
+    pytest.importorskip("faiss")
+    done = subprocess.run(
+        [sys.executable, "-c", _FOREIGN_BLAS], capture_output=True, text=True, check=True
+    )
+    found = json.loads(done.stdout)
+    foreign = [path for path in found["before"] if not kernels._inside_numpy(path)]
+    assert foreign, "faiss loaded no BLAS of its own"
+    for path in foreign:
+        assert found["after"][path] == found["before"][path]
