@@ -10,11 +10,11 @@ then the same texts again under new source names (``warm``). Parsing, chunking,
 embedding, the store's transaction and the index update are all inside the timing, and
 each pass ends with one search (so rows the index held back are added inside it too).
 
-The peer is the same workload on another version of the code, by default main just
-before this work was merged into it (``--peer ed6fa4d``, which already stores term counts
-per document; ``--peer a641ba4`` is where this work started), extracted with ``git
-archive`` into a temporary directory, run in the same invocation, alternating which goes
-first. The script
+The peer is the same workload on another version of the code, by default main before
+the packed term counts (``--peer 45cf151``, which stores one ``term_counts`` row per stem;
+``--peer 348c4ec`` is main before term counts were stored at all, ``--peer a641ba4``
+before the first round of ingestion work), extracted with ``git archive`` into a
+temporary directory, run in the same invocation, alternating which goes first. The script
 stops with an error unless both versions store identical documents, chunks, pages,
 page offsets and vectors (a digest over everything but the random ids). Prints the
 median docs/s of ``--runs`` runs and the ratio this ÷ peer.
@@ -53,7 +53,7 @@ SQUAD_CANDIDATES = [
     REPO / ".." / "shared" / "eval" / "squad-sample.json",
     REPO / ".." / ".." / "shared" / "eval" / "squad-sample.json",  # from a worktree
 ]
-DEFAULT_PEER = "ed6fa4d"
+DEFAULT_PEER = "45cf151"
 
 
 def default_squad() -> Path:

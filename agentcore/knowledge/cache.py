@@ -588,15 +588,33 @@ def embed_passages(
         if cancellation is not None:
             cancellation.check()
         batch = [bounded_text(text, max_token_chars) for text in texts[start : start + EMBED_BATCH]]
-        rows = unit_rows(embedder.embed(batch, kind="passage"))
+        rows = np.asarray(embedder.embed(batch, kind="passage"), dtype=np.float32)
         if rows.shape != (len(batch), embedder.dimension):
             raise ValueError(
                 f"embedder {embedder.name!r} returned shape {rows.shape},"
                 f" expected {(len(batch), embedder.dimension)}"
             )
-        vectors[start : start + len(batch)] = rows
-        keep[start : start + len(batch)] = nonzero_rows(rows)
+        end = start + len(batch)
+        keep[start:end] = _unit_rows_into(rows, vectors[start:end])
     return vectors, keep
+
+
+def _unit_rows_into(
+    rows: npt.NDArray[np.float32], out: npt.NDArray[np.float32]
+) -> npt.NDArray[np.bool_]:
+    """``out[:] = unit_rows(rows)``, and ``nonzero_rows`` of that, from one pass over the
+    norms (bit for bit the same). A row's float64 norm is finite and positive exactly
+    when the float32 row is finite and not all zeros (float32 squares can neither
+    overflow nor vanish in float64), and such a row divided by it stays so."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        norms = np.sqrt(np.einsum("ij,ij->i", rows, rows, dtype=np.float64))
+    ok: npt.NDArray[np.bool_] = np.isfinite(norms) & (norms > 0)
+    if ok.all():
+        np.divide(rows, norms[:, None], out=out, casting="same_kind")
+    else:
+        out[...] = rows
+        out[ok] = (rows[ok] / norms[ok, None]).astype(np.float32)
+    return ok
 
 
 def nonzero_rows(vectors: npt.NDArray[np.float32]) -> npt.NDArray[np.bool_]:

@@ -97,7 +97,9 @@ def _is_boundary(text: str, match: re.Match[str]) -> bool:
         if token.lower() in _ABBREVIATIONS:
             return False
         # Initials ("J. Smith") and dotted acronyms ("U.S. Army", "e.g. this").
-        if (len(token) == 1 and token.isalpha()) or _DOTTED_ACRONYM.fullmatch(token):
+        if (len(token) == 1 and token.isalpha()) or (
+            "." in token and _DOTTED_ACRONYM.fullmatch(token)  # it needs an inner "."
+        ):
             return False
     nxt = _NEXT_CHAR.match(text, match.end())
     if nxt is None:

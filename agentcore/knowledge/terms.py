@@ -57,7 +57,7 @@ class TermCounter:
     """Counts the sentences of chunk texts and the stems they hold, with one tokenizer.
 
     :param tokenize: the stems of each of several texts (e.g.
-        ``HashingEmbedder.tokens_of``); the same one must read the questions.
+        ``StemTokenizer.tokens_of``); the same one must read the questions.
     """
 
     def __init__(self, tokenize: Tokenizer) -> None:

@@ -15,7 +15,7 @@ from agentcore.chat_models import ChatRequest, ChatResult, Passage
 from agentcore.hookspecs import hookimpl
 from agentcore.knowledge.chunking import split_sentences
 from agentcore.knowledge.terms import TermStats
-from agentcore.plugins.hashing_embedder import HashingEmbedder
+from agentcore.plugins.hashing_embedder import StemTokenizer
 
 if TYPE_CHECKING:
     from agentcore.chat_models import ChatModel
@@ -28,7 +28,8 @@ NO_ANSWER = "I couldn't find anything about that in the knowledge base."
 # One tokenizer for retrieval and answering: the same stop words and stemmer make a
 # question match a sentence here exactly when it would match its chunk there. The
 # workspace's sentence frequencies (``ChatRequest.term_stats``) are counted with it too.
-_TOKENIZER = HashingEmbedder(dimension=1)
+# ``StemTokenizer`` gives ``HashingEmbedder``'s stems without learning their features.
+_TOKENIZER = StemTokenizer()
 _tokens = _TOKENIZER.tokens
 tokens_of = _TOKENIZER.tokens_of
 

@@ -20,7 +20,13 @@ if TYPE_CHECKING:
     from agentcore.config import Settings
     from agentcore.knowledge.embedders import Embedder
 
-__all__ = ["STOP_WORDS", "HashingEmbedder", "agentcore_register_embedders"]
+__all__ = [
+    "STOP_WORDS",
+    "HashingEmbedder",
+    "StemTokenizer",
+    "agentcore_register_embedders",
+    "stem_of",
+]
 
 _STOP_WORDS_TEXT = """
     a about above after again against all am an and any are aren't as at be because been
@@ -69,6 +75,63 @@ def _stem(word: str) -> str:
                 word = word[:-1]  # running -> run, stopped -> stop
             break
     return word
+
+
+def stem_of(token: str) -> str | None:
+    """The stem of one raw token (``_raw_tokens``), or ``None`` when it is dropped."""
+    word = token.casefold()
+    word = word[:-2] if word.endswith("'s") else word
+    # Lone capitals are names ("class P", "Mr. X"); lone lowercase letters are
+    # debris of abbreviations and contractions.
+    if word in STOP_WORDS or (len(word) == 1 and token.islower()):
+        return None
+    return _stem(word.replace("'", ""))
+
+
+class StemTokenizer:
+    """``HashingEmbedder.tokens``, for readers that need the stems and not the vectors.
+
+    The same raw tokens and the same ``stem_of``, so the same stems, without learning
+    each new stem's features (the blake2b hashes of its character n-grams) as the
+    embedder does: the extractive chat model and the workspace term counts read text
+    with it. Each token's stem is cached (emptied past ``_CACHE_LIMIT`` tokens).
+    Thread-safe.
+    """
+
+    _CACHE_LIMIT = 800_000
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._stems: dict[str, str | None] = {}
+
+    def tokens(self, text: str) -> list[str]:
+        """The stems of ``text``, in order."""
+        [found] = self.tokens_of([text])
+        return found
+
+    def tokens_of(self, texts: Sequence[str]) -> list[list[str]]:
+        """``tokens(text)`` of each of ``texts``."""
+        out: list[list[str]] = []
+        for text in texts:
+            raw = _raw_tokens(text)
+            table = self._stems
+            try:
+                found = [table[token] for token in raw]
+            except KeyError:
+                table = self._learn(raw)
+                found = [table[token] for token in raw]
+            out.append([stem for stem in found if stem is not None])
+        return out
+
+    def _learn(self, raw: list[str]) -> dict[str, str | None]:
+        """The cache, holding every token of ``raw`` (started afresh when full)."""
+        with self._lock:
+            table = self._stems
+            if len(table) >= self._CACHE_LIMIT:
+                table = self._stems = {}
+            for token in set(raw).difference(table):
+                table[token] = stem_of(token)
+            return table
 
 
 class _Column:
@@ -289,13 +352,9 @@ class HashingEmbedder:
 
     def _learn(self, vocabulary: _Vocabulary, token: str, new: _NewStems) -> int:
         """The stem id of a token not seen before (``-1`` when it is dropped). Locked."""
-        word = token.casefold()
-        word = word[:-2] if word.endswith("'s") else word
-        # Lone capitals are names ("class P", "Mr. X"); lone lowercase letters are
-        # debris of abbreviations and contractions.
-        if word in STOP_WORDS or (len(word) == 1 and token.islower()):
+        stem = stem_of(token)
+        if stem is None:
             return -1
-        stem = _stem(word.replace("'", ""))
         known = vocabulary.stem_ids.get(stem)
         if known is not None:
             return known

@@ -9,7 +9,7 @@ from agentcore.storage.sqlite.agents import AgentStore
 from agentcore.storage.sqlite.chat import ChatStore
 from agentcore.storage.sqlite.connection import Database
 from agentcore.storage.sqlite.idempotency import IdempotencyStore
-from agentcore.storage.sqlite.knowledge import KnowledgeStore
+from agentcore.storage.sqlite.knowledge import KnowledgeStore, TermSumsCache
 from agentcore.storage.sqlite.limits import RateLimitStore
 from agentcore.storage.sqlite.schema import migrations
 from agentcore.storage.sqlite.tenancy import TenancyStore
@@ -32,6 +32,7 @@ class SQLiteStore(
     def __init__(self, path: str) -> None:
         self.db = Database(path)
         self.url = path
+        self._term_sums = TermSumsCache()
 
     @classmethod
     def open(cls, path: str | Path) -> SQLiteStore:

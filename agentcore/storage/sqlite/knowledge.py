@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import threading
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -48,6 +49,59 @@ def _read_blob(conn: sqlite3.Connection, rowid: int, column: str, into: npt.NDAr
             out[start : start + len(piece)] = piece
 
 
+def json_ints(values: list[int]) -> str:
+    """``json.dumps(values)`` for a short list of ints (a chunk's pages or offsets),
+    without the encoder's per-call setup; anything else goes to ``json.dumps``."""
+    if all(type(value) is int for value in values):
+        return "[" + ", ".join(map(str, values)) + "]"
+    return json.dumps(values)
+
+
+def pack_stems(stems: Mapping[str, int]) -> str:
+    """A document's per-stem sentence counts as stored: ``"stem count"`` lines (stems
+    with no sentence, and the empty stem, left out)."""
+    return "\n".join([f"{stem} {count}" for stem, count in stems.items() if stem and count > 0])
+
+
+def unpack_stems(packed: str) -> Iterator[tuple[str, int]]:
+    """The ``(stem, count)`` pairs ``pack_stems`` wrote. A line that is not one (a
+    damaged row) is skipped: word rarity is a hint, and chat must not fail on it."""
+    if not packed:
+        return
+    for line in packed.split("\n"):
+        stem, _, count = line.rpartition(" ")
+        if stem and count.isascii() and count.isdigit():
+            yield stem, int(count)
+
+
+class TermSums:
+    """One workspace's sentence counts summed over its documents, at a store version."""
+
+    def __init__(self, version: int) -> None:
+        self.version = version
+        self.sentences = 0
+        self.counts: dict[str, int] = {}
+
+    def add(self, sentences: int, packed: str, sign: int) -> None:
+        """Add (``sign=1``) or take away (``-1``) one document's counts."""
+        self.sentences += sign * sentences
+        counts = self.counts
+        for stem, count in unpack_stems(packed):
+            total = counts.get(stem, 0) + sign * count
+            if total:
+                counts[stem] = total
+            else:
+                del counts[stem]
+
+
+class TermSumsCache:
+    """The ``TermSums`` of each workspace this process asked about, behind one lock."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.entries: dict[tuple[str, str], TermSums] = {}
+
+
 def _document(row: sqlite3.Row | dict[str, Any]) -> Document:
     values = dict(row)
     if values.get("last_error"):
@@ -59,6 +113,7 @@ class KnowledgeStore:
     """Documents, chunks and vectors of each workspace."""
 
     db: Database
+    _term_sums: TermSumsCache
 
     def insert_document(
         self,
@@ -77,20 +132,21 @@ class KnowledgeStore:
         (no features, so a zero vector) are stored but not indexed. Bumps the version.
         """
         with self.db.write() as conn:
-            self._insert_document_row(conn, organization_id, environment, document)
-            ids = self._insert_chunks(
+            seq = self._insert_document_row(conn, organization_id, environment, document)
+            ids, version = self._insert_chunks(
                 conn, organization_id, environment, document, chunks, embedder, vectors, keep
             )
             if term_counts is not None:
                 self._insert_term_counts(
-                    conn, organization_id, environment, document.id, *term_counts
+                    conn, organization_id, environment, seq, version, *term_counts
                 )
             return ids
 
     def _insert_document_row(
         self, conn: sqlite3.Connection, organization_id: str, environment: str, document: Document
-    ) -> None:
-        conn.execute(
+    ) -> int:
+        """Insert a document's row; its ``seq``."""
+        cursor = conn.execute(
             "INSERT INTO documents (id, organization_id, environment, source, content_type,"
             " pages, chunks, bytes, created_at, status, last_error)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -108,6 +164,7 @@ class KnowledgeStore:
                 document.last_error.model_dump_json() if document.last_error else None,
             ],
         )
+        return int(cursor.lastrowid or 0)
 
     def _insert_chunks(
         self,
@@ -119,7 +176,9 @@ class KnowledgeStore:
         embedder: str,
         vectors: npt.NDArray[np.float32],
         keep: npt.NDArray[np.bool_],
-    ) -> list[int]:
+    ) -> tuple[list[int], int]:
+        """Insert the chunks and the ``keep`` rows' vectors; every chunk id and the
+        workspace version this write took."""
         ids: list[int] = []
         for ordinal, (text, pages, offsets) in enumerate(chunks):
             cursor = conn.execute(
@@ -131,12 +190,13 @@ class KnowledgeStore:
                     environment,
                     ordinal,
                     text,
-                    json.dumps(pages),
-                    json.dumps(offsets),
+                    json_ints(pages),
+                    json_ints(offsets),
                 ],
             )
             ids.append(int(cursor.lastrowid or 0))
-        self.add_vectors(
+        version = self._append_vectors(
+            conn,
             organization_id,
             environment,
             document.id,
@@ -145,7 +205,7 @@ class KnowledgeStore:
             np.asarray(ids, dtype=np.int64)[keep],
             vectors if keep.all() else vectors[keep],  # no copy of a big matrix if all kept
         )
-        return ids
+        return ids, version
 
     def chunk_ids(self, organization_id: str, environment: str, document_id: str) -> list[int]:
         """The chunk ids of a document of this workspace."""
@@ -168,29 +228,46 @@ class KnowledgeStore:
         vectors: npt.NDArray[np.float32],
     ) -> None:
         """Append vectors as whole-buffer segments and bump the workspace version."""
-        ids, vectors = segment_arrays(ids, vectors, dimension)
         with self.db.write() as conn:
-            version = self._bump(conn, organization_id, environment, embedder, dimension)
-            rows = max(1, min(SEGMENT_ROWS, SEGMENT_BYTES // (4 * dimension)))
-            for start in range(0, len(ids), rows):
-                part = slice(start, start + rows)
-                conn.execute(
-                    "INSERT INTO vector_segments (organization_id, environment, document_id,"
-                    " embedder, dimension, count, ids, vectors, version)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    [
-                        organization_id,
-                        environment,
-                        document_id,
-                        embedder,
-                        dimension,
-                        len(ids[part]),
-                        # buffers, not bytes: no second copy of a large document's vectors
-                        ids[part].data.cast("B"),
-                        vectors[part].data.cast("B"),
-                        version,
-                    ],
-                )
+            self._append_vectors(
+                conn, organization_id, environment, document_id, embedder, dimension, ids, vectors
+            )
+
+    def _append_vectors(
+        self,
+        conn: sqlite3.Connection,
+        organization_id: str,
+        environment: str,
+        document_id: str | None,
+        embedder: str,
+        dimension: int,
+        ids: npt.NDArray[np.int64],
+        vectors: npt.NDArray[np.float32],
+    ) -> int:
+        """``add_vectors`` in the caller's transaction; the version it bumped to."""
+        ids, vectors = segment_arrays(ids, vectors, dimension)
+        version = self._bump(conn, organization_id, environment, embedder, dimension)
+        rows = max(1, min(SEGMENT_ROWS, SEGMENT_BYTES // (4 * dimension)))
+        for start in range(0, len(ids), rows):
+            part = slice(start, start + rows)
+            conn.execute(
+                "INSERT INTO vector_segments (organization_id, environment, document_id,"
+                " embedder, dimension, count, ids, vectors, version)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    organization_id,
+                    environment,
+                    document_id,
+                    embedder,
+                    dimension,
+                    len(ids[part]),
+                    # buffers, not bytes: no second copy of a large document's vectors
+                    ids[part].data.cast("B"),
+                    vectors[part].data.cast("B"),
+                    version,
+                ],
+            )
+        return version
 
     def load_vectors(
         self, organization_id: str, environment: str, dimension: int
@@ -382,14 +459,25 @@ class KnowledgeStore:
         return [_document(row) for row in rows], more
 
     def delete_document(self, organization_id: str, environment: str, document_id: str) -> bool:
-        """Delete a document, its chunks and vectors in one transaction; bumps the version."""
+        """Delete a document, its chunks and vectors in one transaction; bumps the version.
+
+        Its tombstone holds the deleted vector ids and its sentence counts (for the
+        in-memory sums of ``term_counts`` in every process).
+        """
         with self.db.write() as conn:
-            cursor = conn.execute(
-                f"DELETE FROM documents WHERE id = ? AND {_WORKSPACE}",
+            row = conn.execute(
+                f"SELECT seq FROM documents WHERE id = ? AND {_WORKSPACE}",
                 [document_id, organization_id, environment],
-            )
-            if cursor.rowcount == 0:
+            ).fetchone()
+            if row is None:
                 return False
+            # before the document, whose foreign key would drop them unread
+            terms = conn.execute(
+                "DELETE FROM document_terms WHERE document_seq = ?"
+                " RETURNING version, sentences, stems",
+                [row["seq"]],
+            ).fetchone()
+            conn.execute("DELETE FROM documents WHERE seq = ?", [row["seq"]])
             conn.execute("DELETE FROM chunks WHERE document_id = ?", [document_id])
             conn.execute("DELETE FROM ingest_jobs WHERE document_id = ?", [document_id])
             gone = b"".join(
@@ -401,11 +489,17 @@ class KnowledgeStore:
                 ).fetchall()
             )
             version = self._bump(conn, organization_id, environment)
-            if gone:
+            if gone or terms is not None:
                 conn.execute(
                     "INSERT INTO knowledge_tombstones (organization_id, environment, version,"
-                    " ids) VALUES (?, ?, ?, ?)",
-                    [organization_id, environment, version, gone],
+                    " ids, term_version, term_sentences, term_stems) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    [
+                        organization_id,
+                        environment,
+                        version,
+                        gone,
+                        *(tuple(terms) if terms is not None else (None, None, None)),
+                    ],
                 )
             self._prune_tombstones(conn, organization_id, environment, version)
         return True
@@ -431,38 +525,79 @@ class KnowledgeStore:
         conn: sqlite3.Connection,
         organization_id: str,
         environment: str,
-        document_id: str,
+        document_seq: int,
+        version: int,
         sentences: int,
         stems: Mapping[str, int],
     ) -> None:
-        """A document's sentence count (``term = ''``) and per-stem sentence counts, in
-        the transaction that stores its chunks; they leave with it (foreign key)."""
-        rows = [(document_id, organization_id, environment, "", sentences)] + [
-            (document_id, organization_id, environment, stem, count)
-            for stem, count in stems.items()
-            if stem and count > 0
-        ]
-        conn.executemany(
-            "INSERT INTO term_counts (document_id, organization_id, environment, term,"
-            " sentences) VALUES (?, ?, ?, ?, ?)",
-            rows,
+        """A document's sentence count and per-stem sentence counts as one row, in the
+        transaction that stores its chunks (``version``: the one it bumped to); they
+        leave with it (``delete_document`` copies them into its tombstone)."""
+        conn.execute(
+            "INSERT INTO document_terms (document_seq, organization_id, environment, version,"
+            " sentences, stems) VALUES (?, ?, ?, ?, ?, ?)",
+            [
+                document_seq,
+                organization_id,
+                environment,
+                version,
+                sentences,
+                pack_stems(stems),
+            ],
         )
 
     def term_counts(
         self, organization_id: str, environment: str, stems: Sequence[str]
     ) -> tuple[int, dict[str, int]]:
         """The workspace's sentences and, per stem of ``stems``, how many hold it
-        (stems no sentence holds are left out): sums over its documents' counts."""
-        wanted = sorted({stem for stem in stems if stem})
-        marks = ", ".join("?" for _ in range(len(wanted) + 1))
-        with self.db.read() as conn:
-            rows = conn.execute(
-                "SELECT term, SUM(sentences) AS total FROM term_counts"
-                f" WHERE {_WORKSPACE} AND term IN ({marks}) GROUP BY term",
-                [organization_id, environment, "", *wanted],
-            ).fetchall()
-        found = {row["term"]: int(row["total"]) for row in rows}
-        return found.pop("", 0), found
+        (stems no sentence holds are left out): sums over its documents' counts.
+
+        The sums are kept in memory per workspace, built on the first call and brought
+        up to date at each later one from the change log (documents whose counts were
+        stored, and tombstones holding the counts of those deleted, after the sums'
+        version), so any process's writes are seen; rebuilt from every document's row
+        when the log no longer reaches back that far.
+        """
+        wanted = {stem for stem in stems if stem}
+        key = (organization_id, environment)
+        sums = self._term_sums
+        with sums.lock:
+            entry = self._current_term_sums(key, sums.entries.get(key))
+            sums.entries[key] = entry
+            counts = entry.counts
+            return entry.sentences, {stem: counts[stem] for stem in wanted if counts.get(stem)}
+
+    def _current_term_sums(self, key: tuple[str, str], entry: TermSums | None) -> TermSums:
+        """``entry`` brought up to the store's version (a new one when it cannot be)."""
+        with self.db.snapshot() as conn:
+            state = conn.execute(
+                f"SELECT version, log_floor FROM knowledge_state WHERE {_WORKSPACE}", key
+            ).fetchone()
+            version, floor = (0, 0) if state is None else (state["version"], state["log_floor"])
+            if entry is not None and entry.version == version:
+                return entry
+            if entry is None or not floor <= entry.version < version:
+                entry = TermSums(version)
+                rows = conn.execute(
+                    f"SELECT sentences, stems FROM document_terms WHERE {_WORKSPACE}", key
+                )
+                for row in rows:
+                    entry.add(row["sentences"], row["stems"], 1)
+                return entry
+            for row in conn.execute(
+                f"SELECT sentences, stems FROM document_terms WHERE {_WORKSPACE} AND version > ?",
+                [*key, entry.version],
+            ):
+                entry.add(row["sentences"], row["stems"], 1)
+            # counts stored after the entry's version and deleted since were never added
+            for row in conn.execute(
+                "SELECT term_sentences, term_stems FROM knowledge_tombstones"
+                f" WHERE {_WORKSPACE} AND version > ? AND term_version <= ?",
+                [*key, entry.version, entry.version],
+            ):
+                entry.add(row["term_sentences"], row["term_stems"], -1)
+            entry.version = version
+            return entry
 
     def get_chunks(self, chunk_ids: Sequence[int]) -> dict[int, StoredChunk]:
         """Chunks by id (with their document's source); missing ids are left out."""
@@ -613,9 +748,10 @@ class KnowledgeStore:
         (deleted meanwhile, or finished by another worker).
         """
         with self.db.write() as conn:
-            cursor = conn.execute(
+            row = conn.execute(
                 "UPDATE documents SET status = 'ready', last_error = NULL, content_type = ?,"
-                f" pages = ?, chunks = ? WHERE id = ? AND {_WORKSPACE} AND status = 'processing'",
+                f" pages = ?, chunks = ? WHERE id = ? AND {_WORKSPACE} AND status = 'processing'"
+                " RETURNING seq",
                 [
                     document.content_type,
                     document.pages,
@@ -624,16 +760,16 @@ class KnowledgeStore:
                     organization_id,
                     environment,
                 ],
-            )
-            if cursor.rowcount == 0:
+            ).fetchone()
+            if row is None:
                 return None
             conn.execute("DELETE FROM ingest_jobs WHERE document_id = ?", [document.id])
-            ids = self._insert_chunks(
+            ids, version = self._insert_chunks(
                 conn, organization_id, environment, document, chunks, embedder, vectors, keep
             )
             if term_counts is not None:
                 self._insert_term_counts(
-                    conn, organization_id, environment, document.id, *term_counts
+                    conn, organization_id, environment, row["seq"], version, *term_counts
                 )
             return ids
 

@@ -367,3 +367,45 @@ def m010_workspace_index_dtype(db: UtilsDatabase) -> None:
         UPDATE knowledge_state SET index_dtype = 'float32';
         """,
     )
+
+
+@migrations()
+def m011_document_terms(db: UtilsDatabase) -> None:
+    """A document's sentence counts as one packed row instead of one row per stem.
+
+    ``term_counts`` put about 45 rows per document into scattered leaves of its term
+    index, which made each ingestion commit write several times the pages it otherwise
+    does. ``document_terms`` keeps one row per ready document, keyed by the
+    document's ``seq`` (appended in ingestion order): its sentence count, the version
+    of the write that stored it, and ``stems`` as ``"stem count"`` lines. A deletion
+    copies the row into its tombstone (``term_*`` columns), so a process's in-memory
+    sums follow the change log like the vector index (see ``KnowledgeStore.term_counts``).
+    Existing counts move over (at version 0, which every log floor covers).
+    """
+    run_script(
+        db,
+        """
+        CREATE TABLE document_terms (
+            document_seq INTEGER PRIMARY KEY REFERENCES documents(seq) ON DELETE CASCADE,
+            organization_id TEXT NOT NULL,
+            environment TEXT NOT NULL,
+            version INTEGER NOT NULL,
+            sentences INTEGER NOT NULL,
+            stems TEXT NOT NULL
+        );
+        CREATE INDEX document_terms_version
+            ON document_terms (organization_id, environment, version);
+        INSERT INTO document_terms
+            (document_seq, organization_id, environment, version, sentences, stems)
+            SELECT documents.seq, documents.organization_id, documents.environment, 0,
+                MAX(CASE WHEN term_counts.term = '' THEN term_counts.sentences ELSE 0 END),
+                COALESCE(GROUP_CONCAT(CASE WHEN term_counts.term <> ''
+                    THEN term_counts.term || ' ' || term_counts.sentences END, char(10)), '')
+            FROM term_counts JOIN documents ON documents.id = term_counts.document_id
+            GROUP BY documents.seq;
+        DROP TABLE term_counts;
+        ALTER TABLE knowledge_tombstones ADD COLUMN term_version INTEGER;
+        ALTER TABLE knowledge_tombstones ADD COLUMN term_sentences INTEGER;
+        ALTER TABLE knowledge_tombstones ADD COLUMN term_stems TEXT;
+        """,
+    )
