@@ -528,8 +528,41 @@ def ratios(rows: list[Row]) -> list[dict[str, Any]]:
                 entry[f"single_vs_{label}"] = ours.single_median_ms / best_single
                 if ours.batch_qps and best_batch:
                     entry[f"batch_vs_{label}"] = ours.batch_qps / best_batch
+            tuned = at.get(TUNED_FAISS)
+            if tuned is not None and tuned.batch_qps and ours.batch_qps:
+                entry["batch_vs_tuned_faiss"] = ours.batch_qps / tuned.batch_qps
             out.append(entry)
     return out
+
+
+TUNED_FAISS = "FAISS IndexFlatIP (BLAS threshold 20)"
+
+
+def targets(summary: list[dict[str, Any]]) -> list[str]:
+    """Issue 14's two search-speed targets, from the same run's ratios.
+
+    Batch-64 float32 VectorIndex ÷ FAISS with its BLAS threshold tuned to 20 (goal
+    ≥ 1.0 at every size), and each quantised mode ÷ float32 VectorIndex (goal: no
+    slower, i.e. single-query time ratio ≤ 1 and batch throughput ratio ≥ 1).
+    """
+    lines = []
+    for entry in summary:
+        n, engine = f"{entry['n']:,}", entry["engine"]
+        if engine == "VectorIndex" and "batch_vs_tuned_faiss" in entry:
+            ratio = entry["batch_vs_tuned_faiss"]
+            verdict = "met" if ratio >= 1.0 else "NOT met"
+            lines.append(
+                f"- N={n} batch-64 VectorIndex ÷ tuned FAISS (q/s): {ratio:.2f}"
+                f" (goal ≥ 1.0: {verdict})"
+            )
+        if "single_vs_float32" in entry and "batch_vs_float32" in entry:
+            single, batch = entry["single_vs_float32"], entry["batch_vs_float32"]
+            verdict = "met" if single <= 1.0 and batch >= 1.0 else "NOT met"
+            lines.append(
+                f"- N={n} {engine} ÷ float32: single-query time {single:.2f} (≤ 1),"
+                f" batch-64 q/s {batch:.2f} (≥ 1): {verdict}"
+            )
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -564,6 +597,10 @@ def main(argv: list[str] | None = None) -> int:
     for entry in summary:
         parts = [f"{key} {value:.2f}" for key, value in entry.items() if key not in ("n", "engine")]
         print(f"- N={entry['n']:,} {entry['engine']}: " + ", ".join(parts))
+    lines = targets(summary)
+    if lines:
+        print("\nIssue 14 targets (ratios from this run; trust an idle machine's):\n")
+        print("\n".join(lines))
     for note in notes:
         print(f"\nNote: {note}")
     out = Path(args.json)

@@ -19,7 +19,7 @@ from agentcore.knowledge.index import MAX_STEPS, VectorIndex, codec_named
 from agentcore.knowledge.segments import Manifest, SegmentDirectory, SegmentError
 from agentcore.redact import get_logger
 from agentcore.storage.base import VectorSearchStore
-from agentcore.storage.records import KnowledgeChanges, KnowledgeState
+from agentcore.storage.records import KnowledgeChanges, KnowledgeState, StaleEmbedder
 
 if TYPE_CHECKING:
     from agentcore.cancellation import Cancellation
@@ -121,6 +121,9 @@ class IndexCache:
         self._entries: dict[Key, _Entry] = {}
         self._locks: dict[Key, threading.RLock] = {}
         self._guard = threading.Lock()
+        # workspaces whose embedder this cache has checked and whose dtype is claimed:
+        # their document writes check the embedder in their own transaction instead
+        self._checked: set[Key] = set()
         self.reloads = 0  # full workspace loads (a number tests and benchmarks read)
         self.catch_ups = 0  # change-log deltas applied
         self.segment_loads = 0  # loads that mapped segment files instead of reading the store
@@ -246,13 +249,19 @@ class IndexCache:
             most); if the store's version has then moved exactly one step per held-back
             write, those writes were the only ones since, and it adds their rows in one
             batch without reading them back; otherwise it reads the change log as usual.
+            Such a write (``insert_document``, ``complete_document``) checks the
+            workspace's embedder in its own transaction (``StaleEmbedder``), so after
+            the workspace's first one no read of its state precedes it.
         """
         key = (organization_id, environment)
         with self._lock(key):
-            state = self._ensure_embedder(organization_id, environment)
-            if state.index_dtype is None:  # the workspace's first write fixes its dtype
-                self._store.claim_index_dtype(organization_id, environment, self._codec)
-            result = store_write()
+            if added is None or key not in self._checked:
+                self._check_embedder(key)
+            try:
+                result = store_write()
+            except StaleEmbedder:  # another process re-embedded it: follow, write again
+                self._check_embedder(key)
+                result = store_write()
             entry = self._entries.get(key)
             if entry is not None and not self._caught_up(key, entry, result, added):
                 self._entries.pop(key, None)
@@ -264,6 +273,15 @@ class IndexCache:
                 entry.manifest_version = entry.version  # asked once per lag
                 self._maintainer.submit(key, force=True)
             return result
+
+    def _check_embedder(self, key: Key) -> None:
+        """Bring a workspace to this cache's embedder (a re-embed, or a 409 when only
+        the dimension changed) and claim its dtype on its first write. Locked."""
+        self._checked.discard(key)
+        state = self._ensure_embedder(*key)
+        if state.index_dtype is None:  # the workspace's first write fixes its dtype
+            self._store.claim_index_dtype(*key, self._codec)
+        self._checked.add(key)
 
     def _caught_up(
         self, key: Key, entry: _Entry, result: T, added: Callable[[T], Rows | None] | None
@@ -573,21 +591,24 @@ def embed_passages(
     embedder: Embedder,
     texts: Sequence[str],
     *,
-    max_token_chars: int,
+    max_token_chars: int | None,
     cancellation: Cancellation | None = None,
 ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.bool_]]:
     """Unit vectors of ``texts`` and the mask of rows fit to index (``nonzero_rows``).
 
-    The embedder is fed ``EMBED_BATCH`` texts at a time, each cut by ``bounded_text``,
-    into one preallocated matrix: memory stays the matrix plus one batch, and
-    ``cancellation`` is checked between batches.
+    The embedder is fed ``EMBED_BATCH`` texts at a time, each cut by ``bounded_text``
+    (``max_token_chars=None``: the caller already cut them so), into one preallocated
+    matrix: memory stays the matrix plus one batch, and ``cancellation`` is checked
+    between batches.
     """
     vectors = np.empty((len(texts), embedder.dimension), dtype=np.float32)
     keep = np.empty(len(texts), dtype=bool)
     for start in range(0, len(texts), EMBED_BATCH):
         if cancellation is not None:
             cancellation.check()
-        batch = [bounded_text(text, max_token_chars) for text in texts[start : start + EMBED_BATCH]]
+        batch = texts[start : start + EMBED_BATCH]
+        if max_token_chars is not None:
+            batch = [bounded_text(text, max_token_chars) for text in batch]
         rows = np.asarray(embedder.embed(batch, kind="passage"), dtype=np.float32)
         if rows.shape != (len(batch), embedder.dimension):
             raise ValueError(
@@ -605,9 +626,10 @@ def _unit_rows_into(
     """``out[:] = unit_rows(rows)``, and ``nonzero_rows`` of that, from one pass over the
     norms (bit for bit the same). A row's float64 norm is finite and positive exactly
     when the float32 row is finite and not all zeros (float32 squares can neither
-    overflow nor vanish in float64), and such a row divided by it stays so."""
-    with np.errstate(over="ignore", invalid="ignore"):
-        norms = np.sqrt(np.einsum("ij,ij->i", rows, rows, dtype=np.float64))
+    overflow nor vanish in float64), and such a row divided by it stays so. Nothing here
+    can raise a floating-point warning (squares of float32 values cannot overflow in
+    float64 and are never negative, and NaN stays quiet), so no ``errstate`` is set."""
+    norms = np.sqrt(np.einsum("ij,ij->i", rows, rows, dtype=np.float64))
     ok: npt.NDArray[np.bool_] = np.isfinite(norms) & (norms > 0)
     if ok.all():
         np.divide(rows, norms[:, None], out=out, casting="same_kind")

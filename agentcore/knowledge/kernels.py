@@ -288,13 +288,24 @@ class _Blas:
 
 
 def _find_blas_setters() -> list[Callable[[int], int]]:
+    """Per-thread thread-count setters of numpy's BLAS (found by threadpoolctl).
+
+    Only numpy's BLAS is ours to configure: other libraries in the process may load
+    their own (FAISS ships an OpenMP OpenBLAS), and limiting those process-wide would
+    change the host's behaviour (it made FAISS's BLAS single-threaded in the search
+    benchmark). numpy's is the one inside its wheel (``numpy.libs``,
+    ``numpy/.dylibs``); where none is recognisably numpy's (a system or conda BLAS),
+    every BLAS library loaded counts. One without a per-thread setter is limited to
+    one thread process-wide.
+    """
     import ctypes
 
-    from threadpoolctl import ThreadpoolController, threadpool_limits
+    from threadpoolctl import ThreadpoolController
 
+    libs = ThreadpoolController().select(user_api="blas").lib_controllers
+    ours = [lib for lib in libs if _inside_numpy(lib.filepath)] or libs
     setters: list[Callable[[int], int]] = []
-    unknown = False
-    for lib in ThreadpoolController().select(user_api="blas").lib_controllers:
+    for lib in ours:
         names = {
             "openblas": ["openblas_set_num_threads_local", f"{lib.prefix}_set_num_threads_local"],
             "mkl": ["MKL_Set_Num_Threads_Local"],
@@ -307,10 +318,14 @@ def _find_blas_setters() -> list[Callable[[int], int]]:
                 setters.append(function)
                 break
         else:
-            unknown = True
-    if unknown:
-        threadpool_limits(1, user_api="blas")
+            lib.set_num_threads(1)
     return setters
+
+
+def _inside_numpy(path: str | None) -> bool:
+    """Whether a shared library's ``path`` is one numpy's wheel ships."""
+    parts = os.path.normpath(path or "").split(os.sep)[:-1]
+    return "numpy.libs" in parts or "numpy" in parts
 
 
 _pinned = threading.local()
@@ -404,13 +419,42 @@ def _scratch_rows(rows: int, d: int) -> Matrix:
     return buf[: rows * d].reshape(rows, d)
 
 
-def _scratch_block(m: int, rows: int) -> Matrix:
-    """A per-thread float32 ``(m, rows)`` buffer for a batch's block of scores."""
+def _scratch_block(rows: int, m: int) -> Matrix:
+    """A per-thread float32 ``(rows, m)`` buffer for a batch's block of scores."""
     buf: ScoreArray | None = getattr(_scratch, "block", None)
     if buf is None or buf.shape[0] < m * rows:
         buf = np.empty(m * rows, dtype=np.float32)
         _scratch.block = buf
-    return buf[: m * rows].reshape(m, rows)
+    return buf[: m * rows].reshape(rows, m)
+
+
+def _scratch_mask(rows: int, m: int) -> npt.NDArray[np.bool_]:
+    """A per-thread boolean ``(rows, m)`` buffer for a batch block's comparison."""
+    buf: npt.NDArray[np.bool_] | None = getattr(_scratch, "mask", None)
+    if buf is None or buf.shape[0] < rows * m:
+        buf = np.empty(rows * m, dtype=np.bool_)
+        _scratch.mask = buf
+    return buf[: rows * m].reshape(rows, m)
+
+
+def _scratch_tensor(rows: int, m: int) -> tuple[Any, npt.NDArray[np.int32]]:
+    """A per-thread numkong int32 ``(rows, m)`` tensor and a numpy view of it.
+
+    ``dots_packed`` writes only into its own tensors of the exact shape; a batch uses
+    one shape for its full blocks and one for its last, so a few are kept per thread.
+    """
+    cache: dict[tuple[int, int], tuple[Any, npt.NDArray[np.int32]]] | None = getattr(
+        _scratch, "tensors", None
+    )
+    if cache is None:
+        cache = _scratch.tensors = {}
+    found = cache.get((rows, m))
+    if found is None:
+        if len(cache) >= 8:
+            cache.clear()
+        tensor = _numkong().empty((rows, m), dtype="int32")
+        found = cache[(rows, m)] = (tensor, np.asarray(tensor))
+    return found
 
 
 def top_candidates(scores: ScoreArray, k: int) -> IdArray:
@@ -565,85 +609,167 @@ def scan_batch(
 
     A zero query row gets no candidates. Returns parallel arrays ``(query, row,
     score)``: for each query, its candidate rows of ``codes`` and their scores.
-    Row blocks run on this thread and the pool, one single-threaded matrix product
-    each, so the ``(m x block)`` scores of a block stay in cache.
+    Row blocks run on this thread and the pool, one single-threaded product each
+    (``_BatchScorer``), so the ``(block x m)`` scores of a block stay in cache, and each
+    thread selects its own blocks' candidates as it goes: no serial phase but the merge.
     """
     codec = codec or codec_of(codes)
     n, d = codes.shape
+    if queries.ndim != 2 or queries.shape[1] != d:
+        raise ValueError(f"queries must have shape (m, {d}), not {queries.shape}")
+    if k < 1:
+        raise ValueError(f"k must be at least 1, not {k}")
     m = queries.shape[0]
+    if n == 0 or m == 0:
+        empty = np.empty(0, dtype=np.int64)
+        return empty, empty, np.empty(0, dtype=np.float32)
     zero = ~queries.any(axis=1)
     folded, offsets = codec.fold(queries, params)
-    shift = offsets[:, None] if offsets.any() else None
-    block = max(k, _BATCH_MIN_ROWS, _BATCH_BLOCK_ELEMENTS // max(m, 1))
+    scorer = _BatchScorer(codec, folded, offsets)
+    block = max(k, _BATCH_MIN_ROWS, _BATCH_BLOCK_ELEMENTS // m)
     starts = range(0, n, block)
 
-    def work(i: int, state: dict[str, Any]) -> tuple[IdArray, IdArray, ScoreArray]:
+    states: list[dict[str, Any]] = []  # one per thread that took part
+
+    def work(i: int, state: dict[str, Any]) -> None:
+        if not state:
+            state["kept"] = ([], [], [])  # query, row, key of this thread's candidates
+            state["pending"] = 0
+            states.append(state)  # list.append is atomic
         a = starts[i]
         b = min(a + block, n)
-        rows = codec.decode(codes[a:b], _scratch_rows(b - a, d))
-        scores = _scratch_block(m, b - a)
-        np.matmul(folded, rows.T, out=scores)
-        if shift is not None:
-            scores += shift
+        keys = scorer.score(codes[a:b])
         if dead.size:
             lo, hi = np.searchsorted(dead, (a, b))
-            scores[:, dead[lo:hi] - a] = -np.inf
-        cut: ScoreArray | None = state.get("cut")
+            if hi > lo:
+                keys[dead[lo:hi] - a] = scorer.low
+        cut: npt.NDArray[Any] | None = state.get("cut")
         if cut is None:
             if b - a >= k:
                 # The first full block sets, per query, the bound later blocks must
-                # reach: its k-th best score (ties are kept by >=). This replaces an
-                # argpartition per block with one comparison pass.
-                part = np.argpartition(scores, b - a - k, axis=1)[:, b - a - k :]
-                cut = np.take_along_axis(scores, part, axis=1).min(axis=1)
-                cut[zero] = np.inf  # a zero query matches nothing
+                # reach: its k-th best key (ties are kept by >=). Later blocks then cost
+                # one comparison pass instead of an argpartition each.
+                cut = np.partition(keys.T, b - a - k, axis=1)[:, b - a - k]
+                cut[zero] = scorer.high  # a zero query matches nothing
                 state["cut"] = cut
-                state["kept"] = ([], [])
-                state["pending"] = 0
             else:
-                cut = np.where(zero, np.float32(np.inf), np.float32(-np.inf))
-        query, col = np.nonzero(scores >= cut[:, None])
-        found = scores[query, col]
-        if "kept" in state:
-            kept_q, kept_s = state["kept"]
-            kept_q.append(query)
-            kept_s.append(found)
-            state["pending"] += query.shape[0]
-            if state["pending"] > 2 * m * k:
-                _raise_cut(state, k)
-        return query, col + a, found
+                cut = np.where(zero, scorer.high, scorer.low).astype(keys.dtype)
+        mask = _scratch_mask(b - a, m)
+        np.greater_equal(keys, cut, out=mask)
+        # one flat pass finds the few survivors; (row, query) follow from the flat index
+        flat = np.flatnonzero(mask)
+        row, query = np.divmod(flat, m)
+        kept_q, kept_r, kept_k = state["kept"]
+        kept_q.append(query)
+        kept_r.append(row + a)
+        kept_k.append(keys.reshape(-1)[flat])  # copies out of the scratch buffer
+        state["pending"] += query.shape[0]
+        if "cut" in state and state["pending"] > 2 * m * k:
+            _raise_cut(state, k)
 
     with single_threaded_blas():
-        parts = run_blocks(len(starts), work)
-    if not parts:
-        empty = np.empty(0, dtype=np.int64)
-        return empty, empty, np.empty(0, dtype=np.float32)
-    return (
-        np.concatenate([p[0] for p in parts]).astype(np.int64, copy=False),
-        np.concatenate([p[1] for p in parts]).astype(np.int64, copy=False),
-        np.concatenate([p[2] for p in parts]),
-    )
+        run_blocks(len(starts), work)
+    for state in states:
+        if "cut" in state and state["pending"]:
+            _raise_cut(state, k)  # each thread hands over only its best k per query
+    query = np.concatenate([q for state in states for q in state["kept"][0]])
+    rows = np.concatenate([r for state in states for r in state["kept"][1]])
+    keys = np.concatenate([key for state in states for key in state["kept"][2]])
+    return query, rows, scorer.scores(query, keys)
+
+
+class _BatchScorer:
+    """How one batch scores a block of codes: ``(rows, m)`` keys, one product per block.
+
+    Keys order each query's candidates as its (approximate) scores do; ``scores`` turns
+    the few selected keys into those scores (adding the codec's offsets), so no pass
+    over a whole block is spent on an offset. The products:
+
+    - float32 rows: one single-threaded sgemm of the block against the folded queries;
+    - int8 codes with ``numkong``: its integer dot products straight on the codes
+      against the queries rounded to int8 (each scaled to +-127) and packed once per
+      batch (``dots_pack``), exact int32 keys; the query's rounding is one more
+      approximation that the re-scoring of the candidates absorbs, as for single queries;
+    - float16 codes with ``numkong``: widened by its F16C cast into a per-thread float32
+      buffer, then sgemm (numpy's float16 cast is not vectorised in this build);
+    - otherwise the codec's ``decode`` into that buffer, then sgemm.
+    """
+
+    def __init__(self, codec: Codec, folded: Matrix, offsets: ScoreArray) -> None:
+        self.m, self.d = folded.shape
+        self.codec = codec
+        self.offsets = offsets
+        self.unit: ScoreArray | None = None
+        self.packed: Any = None
+        self.widen: Callable[[Codes, Matrix], Any] | None = None
+        nk = _numkong() if USE_NUMKONG and not codec.exact else None
+        if nk is not None and codec.name == "int8":
+            top = np.abs(folded).max(axis=1)
+            self.unit = np.where(top > 0, top / 127, 1).astype(np.float32)
+            rounded = np.rint(folded / self.unit[:, None]).astype(np.int8)
+            self.packed = nk.dots_pack(rounded, dtype="int8")
+            self.low: Any = np.int32(np.iinfo(np.int32).min)  # dead rows
+            self.high: Any = np.int32(np.iinfo(np.int32).max)  # zero queries
+            return
+        if nk is not None and codec.name == "float16":
+            self.widen = lambda block, out: nk.astype(block, "float32", out=out)
+        self.low = np.float32(-np.inf)
+        self.high = np.float32(np.inf)
+        self.queries = np.ascontiguousarray(folded.T)  # (d, m): a plain NN product
+
+    def score(self, block: Codes) -> npt.NDArray[Any]:
+        """``(rows, m)`` keys of ``block`` in a per-thread buffer (valid until the next call)."""
+        rows = block.shape[0]
+        if self.packed is not None:
+            out = _scratch_tensor(rows, self.m)
+            self.packed_product(block, out[0])
+            return out[1]
+        if self.codec.exact:
+            wide = block
+        elif self.widen is not None:
+            wide = _scratch_rows(rows, self.d)
+            self.widen(block, wide)
+        else:
+            wide = self.codec.decode(block, _scratch_rows(rows, self.d))
+        keys = _scratch_block(rows, self.m)
+        np.matmul(wide, self.queries, out=keys)
+        return keys
+
+    def packed_product(self, block: Codes, out: Any) -> None:
+        """numkong's int8 products of ``block`` and the packed queries into ``out``."""
+        _numkong().dots_packed(block, self.packed, out=out)
+
+    def scores(self, query: IdArray, keys: npt.NDArray[Any]) -> ScoreArray:
+        """The (approximate) float32 scores of selected ``keys`` of queries ``query``."""
+        values = keys.astype(np.float32, copy=True)  # int32 -> float32 keeps the order
+        if self.unit is not None:
+            values *= self.unit[query]
+            values[keys == self.low] = -np.inf
+        if self.offsets.any():
+            values += self.offsets[query]
+        return values
 
 
 def _raise_cut(state: dict[str, Any], k: int) -> None:
-    """Raise a batch's per-query bound to the k-th best score this thread has kept.
+    """Raise a batch's per-query bound to the k-th best key this thread has kept,
+    and drop the kept candidates below it.
 
     Called each time the candidates kept since the last raise outnumber twice the
-    wanted ones, so the bound tracks the scores seen so far at the cost of a sort of
-    a few thousand candidates now and then (about log(blocks) times per thread).
+    wanted ones, so the bound tracks the keys seen so far at the cost of a sort of
+    a few thousand candidates now and then (about log(blocks) times per thread), and
+    once at the end, so a thread hands over at most its best k per query (and ties).
     """
-    kept_q, kept_s = state["kept"]
-    query = np.concatenate(kept_q)
-    scores = np.concatenate(kept_s)
-    ranked = np.lexsort((-scores, query))
-    query, scores = query[ranked], scores[ranked]
-    cut: ScoreArray = state["cut"]
-    firsts = np.searchsorted(query, np.arange(cut.shape[0]))
-    ends = np.append(firsts[1:], query.shape[0])
+    query, rows, keys = (np.concatenate(kept) for kept in state["kept"])
+    ranked = np.lexsort((keys, query))  # by query, then key ascending (no negation)
+    query, rows, keys = query[ranked], rows[ranked], keys[ranked]
+    cut: npt.NDArray[Any] = state["cut"]
+    each = np.arange(cut.shape[0])
+    firsts = np.searchsorted(query, each)
+    ends = np.searchsorted(query, each, side="right")
     full = ends - firsts >= k
-    cut[full] = np.maximum(cut[full], scores[firsts[full] + k - 1])
-    keep = scores >= cut[query]
-    state["kept"] = ([query[keep]], [scores[keep]])
+    cut[full] = np.maximum(cut[full], keys[ends[full] - k])
+    keep = keys >= cut[query]
+    state["kept"] = ([query[keep]], [rows[keep]], [keys[keep]])
     state["pending"] = 0
 
 

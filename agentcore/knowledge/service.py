@@ -219,16 +219,19 @@ class KnowledgeService:
             )
         return chunks
 
+    def _bounded(self, chunks: builtins.list[Chunk]) -> builtins.list[str]:
+        """The chunk texts as embedders and term counts read them (``bounded_text``)."""
+        limit = self._settings.max_token_chars
+        return [bounded_text(chunk.text, limit) for chunk in chunks]
+
     def _embed(
-        self, chunks: builtins.list[Chunk], cancellation: Cancellation | None
+        self, texts: builtins.list[str], cancellation: Cancellation | None
     ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.bool_], str]:
-        """Unit vectors of ``chunks``, the mask of indexable rows, the embedder's name."""
+        """Unit vectors of the ``_bounded`` chunk texts, the mask of indexable rows, the
+        embedder's name."""
         embedder = self._cache.embedder()
         vectors, keep = embed_passages(
-            embedder,
-            [chunk.text for chunk in chunks],
-            max_token_chars=self._settings.max_token_chars,
-            cancellation=cancellation,
+            embedder, texts, max_token_chars=None, cancellation=cancellation
         )
         return vectors, keep, embedder.name
 
@@ -236,7 +239,8 @@ class KnowledgeService:
         self, parsed: ParsedDocument, size: int, cancellation: Cancellation | None
     ) -> Document:
         chunks = self._chunk(parsed, cancellation)
-        vectors, keep, embedder = self._embed(chunks, cancellation)
+        texts = self._bounded(chunks)
+        vectors, keep, embedder = self._embed(texts, cancellation)
         document = Document(
             id=new_id("doc"),
             source=parsed.source,
@@ -247,7 +251,7 @@ class KnowledgeService:
             created_at=_stored_now(),
         )
         ws = self._ws
-        counts = self._count_terms(chunks)
+        counts = self._count_terms(texts)
 
         def store_write() -> list[int]:
             return self._store.insert_document(
@@ -304,8 +308,9 @@ class KnowledgeService:
             }
         )
         del parsed
-        vectors, keep, embedder = self._embed(chunks, cancellation)
-        counts = self._count_terms(chunks)
+        texts = self._bounded(chunks)
+        vectors, keep, embedder = self._embed(texts, cancellation)
+        counts = self._count_terms(texts)
 
         def store_write() -> builtins.list[int] | None:
             return self._store.complete_document(
@@ -325,12 +330,12 @@ class KnowledgeService:
         )
         return None if written is None else ready
 
-    def _count_terms(self, chunks: builtins.list[Chunk]) -> tuple[int, Mapping[str, int]] | None:
-        """A document's sentence counts, stored with its chunks (none without a counter)."""
+    def _count_terms(self, texts: builtins.list[str]) -> tuple[int, Mapping[str, int]] | None:
+        """A document's sentence counts (of its ``_bounded`` chunk texts), stored with its
+        chunks (none without a counter)."""
         if self._terms is None:
             return None
-        limit = self._settings.max_token_chars
-        counts = self._terms.count(bounded_text(chunk.text, limit) for chunk in chunks)
+        counts = self._terms.count(texts)
         return counts.sentences, counts.stems
 
     def term_stats(self, text: str) -> TermStats:

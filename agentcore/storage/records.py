@@ -38,6 +38,13 @@ class KnowledgeState:
     index_dtype: str | None = None
 
 
+class StaleEmbedder(Exception):
+    """A document write found its workspace indexed by another embedder or dimension
+    than its vectors'; the write stored nothing (``insert_document``,
+    ``complete_document``). ``IndexCache.write`` then brings the workspace to its
+    embedder (a re-embed, or a 409 on a dimension change) and writes again."""
+
+
 @dataclass(frozen=True)
 class KnowledgeChanges:
     """What changed in a workspace's index after a version, up to ``version``.

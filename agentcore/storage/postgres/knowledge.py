@@ -24,6 +24,7 @@ from agentcore.storage.records import (
     IngestJob,
     KnowledgeChanges,
     KnowledgeState,
+    StaleEmbedder,
     StoredChunk,
     segment_arrays,
 )
@@ -136,7 +137,8 @@ class KnowledgeStore:
         ).fetchall()
         by_ordinal = {row["ordinal"]: int(row["id"]) for row in rows}
         ids = [by_ordinal[i] for i in range(len(chunks))]
-        self.add_vectors(
+        self._append_vectors(
+            conn,
             organization_id,
             environment,
             document.id,
@@ -144,6 +146,7 @@ class KnowledgeStore:
             int(vectors.shape[1]),
             np.asarray(ids, dtype=np.int64)[keep],
             vectors if keep.all() else vectors[keep],  # no copy of a big matrix if all kept
+            check=True,
         )
         return ids
 
@@ -169,32 +172,51 @@ class KnowledgeStore:
         vectors: npt.NDArray[np.float32],
     ) -> None:
         """Append vectors as whole-buffer segments (and pgvector rows) and bump the version."""
-        ids, vectors = segment_arrays(ids, vectors, dimension)
         with self.db.write() as conn:
-            # the bump first: its row lock orders concurrent writers, so versions
-            # commit in order and each segment carries the version that added it
-            version = self._bump(conn, organization_id, environment, embedder, dimension)
-            with conn.cursor() as cursor:
-                for start in range(0, len(ids), SEGMENT_ROWS):
-                    part = slice(start, start + SEGMENT_ROWS)
-                    cursor.execute(
-                        "INSERT INTO vector_segments (organization_id, environment, document_id,"
-                        " embedder, dimension, count, ids, vectors, version)"
-                        " VALUES (%s, %s, %s, %s, %s, %s, %b, %b, %s)",
-                        [
-                            organization_id,
-                            environment,
-                            document_id,
-                            embedder,
-                            dimension,
-                            len(ids[part]),
-                            ids[part].tobytes(),
-                            vectors[part].tobytes(),
-                            version,
-                        ],
-                    )
-            if self.vector_rows and len(ids):
-                self._copy_rows(conn, organization_id, environment, document_id, ids, vectors)
+            self._append_vectors(
+                conn, organization_id, environment, document_id, embedder, dimension, ids, vectors
+            )
+
+    def _append_vectors(
+        self,
+        conn: Conn,
+        organization_id: str,
+        environment: str,
+        document_id: str | None,
+        embedder: str,
+        dimension: int,
+        ids: npt.NDArray[np.int64],
+        vectors: npt.NDArray[np.float32],
+        *,
+        check: bool = False,
+    ) -> None:
+        """``add_vectors`` in the caller's transaction. ``check``: raise ``StaleEmbedder``
+        if the workspace has another embedder or dimension (the transaction rolls back)."""
+        ids, vectors = segment_arrays(ids, vectors, dimension)
+        # the bump first: its row lock orders concurrent writers, so versions
+        # commit in order and each segment carries the version that added it
+        version = self._bump(conn, organization_id, environment, embedder, dimension, check=check)
+        with conn.cursor() as cursor:
+            for start in range(0, len(ids), SEGMENT_ROWS):
+                part = slice(start, start + SEGMENT_ROWS)
+                cursor.execute(
+                    "INSERT INTO vector_segments (organization_id, environment, document_id,"
+                    " embedder, dimension, count, ids, vectors, version)"
+                    " VALUES (%s, %s, %s, %s, %s, %s, %b, %b, %s)",
+                    [
+                        organization_id,
+                        environment,
+                        document_id,
+                        embedder,
+                        dimension,
+                        len(ids[part]),
+                        ids[part].tobytes(),
+                        vectors[part].tobytes(),
+                        version,
+                    ],
+                )
+        if self.vector_rows and len(ids):
+            self._copy_rows(conn, organization_id, environment, document_id, ids, vectors)
 
     def _copy_rows(
         self,
@@ -347,18 +369,29 @@ class KnowledgeStore:
         environment: str,
         embedder: str | None = None,
         dimension: int | None = None,
+        *,
+        check: bool = False,
     ) -> int:
-        """Advance the workspace version (in the caller's transaction); the new version."""
+        """Advance the workspace version (in the caller's transaction); the new version.
+
+        ``check``: raise ``StaleEmbedder`` unless the workspace's embedder and dimension
+        are (now) ``embedder`` and ``dimension`` (a document write's check, made in its
+        own transaction instead of a read before it).
+        """
         row = conn.execute(
             "INSERT INTO knowledge_state AS s (organization_id, environment, embedder,"
             " dimension, version) VALUES (%s, %s, %s, %s, 1)"
             " ON CONFLICT (organization_id, environment) DO UPDATE SET version = s.version + 1,"
             " embedder = COALESCE(s.embedder, excluded.embedder),"
             " dimension = COALESCE(s.dimension, excluded.dimension)"
-            " RETURNING s.version",
+            " RETURNING s.version, s.embedder, s.dimension",
             [organization_id, environment, embedder, dimension],
         ).fetchone()
         assert row is not None
+        if check and (row["embedder"] != embedder or row["dimension"] != dimension):
+            raise StaleEmbedder(
+                f"the workspace is indexed by {row['embedder']!r} with dimension {row['dimension']}"
+            )
         return int(row["version"])
 
     @retrying

@@ -22,6 +22,7 @@ from agentcore.storage.records import (
     IngestJob,
     KnowledgeChanges,
     KnowledgeState,
+    StaleEmbedder,
     StoredChunk,
     segment_arrays,
 )
@@ -204,6 +205,7 @@ class KnowledgeStore:
             int(vectors.shape[1]),
             np.asarray(ids, dtype=np.int64)[keep],
             vectors if keep.all() else vectors[keep],  # no copy of a big matrix if all kept
+            check=True,
         )
         return ids, version
 
@@ -243,10 +245,14 @@ class KnowledgeStore:
         dimension: int,
         ids: npt.NDArray[np.int64],
         vectors: npt.NDArray[np.float32],
+        *,
+        check: bool = False,
     ) -> int:
-        """``add_vectors`` in the caller's transaction; the version it bumped to."""
+        """``add_vectors`` in the caller's transaction; the version it bumped to.
+        ``check``: raise ``StaleEmbedder`` if the workspace has another embedder or
+        dimension (the caller's transaction then rolls back)."""
         ids, vectors = segment_arrays(ids, vectors, dimension)
-        version = self._bump(conn, organization_id, environment, embedder, dimension)
+        version = self._bump(conn, organization_id, environment, embedder, dimension, check=check)
         rows = max(1, min(SEGMENT_ROWS, SEGMENT_BYTES // (4 * dimension)))
         for start in range(0, len(ids), rows):
             part = slice(start, start + rows)
@@ -420,17 +426,26 @@ class KnowledgeStore:
         environment: str,
         embedder: str | None = None,
         dimension: int | None = None,
+        *,
+        check: bool = False,
     ) -> int:
-        """Advance the workspace version (in the caller's transaction); the new version."""
+        """Advance the workspace version (in the caller's transaction); the new version.
+
+        ``check``: raise ``StaleEmbedder`` unless the workspace's embedder and dimension
+        are (now) ``embedder`` and ``dimension``: the check a document write makes in
+        its own transaction instead of a read before it.
+        """
         row = conn.execute(
             "INSERT INTO knowledge_state (organization_id, environment, embedder, dimension,"
             " version) VALUES (?, ?, ?, ?, 1) ON CONFLICT (organization_id, environment) DO"
             " UPDATE SET version = version + 1,"
             " embedder = COALESCE(embedder, excluded.embedder),"
             " dimension = COALESCE(dimension, excluded.dimension)"
-            " RETURNING version",
+            " RETURNING version, embedder, dimension",
             [organization_id, environment, embedder, dimension],
         ).fetchone()
+        if check and (row[1] != embedder or row[2] != dimension):
+            raise StaleEmbedder(f"the workspace is indexed by {row[1]!r} with dimension {row[2]}")
         return int(row[0])
 
     def get_document(
