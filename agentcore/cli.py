@@ -178,6 +178,8 @@ def serve_log_config() -> dict[str, Any]:
 
     config: dict[str, Any] = copy.deepcopy(uvicorn.config.LOGGING_CONFIG)
     config["filters"] = {"redact_secrets": {"()": "agentcore.redact.SecretRedactingFilter"}}
+    # the same access line as uvicorn's formatter, without its two record copies
+    config["formatters"]["access"]["()"] = "agentcore_starlette.logs.AccessFormatter"
     loggers: dict[str, dict[str, Any]] = config["loggers"]
     loggers["agentcore"] = {"handlers": ["default"], "level": "INFO", "propagate": False}
     # other libraries (httpx sending webhooks, ...) reach the default handler through root
@@ -212,6 +214,7 @@ def cmd_serve(core: AgentCore, args: argparse.Namespace) -> int:
         log_level=args.log_level,
         log_config=serve_log_config(),
         lifespan="on",
+        http=http_protocol(),
     )
     logging.getLogger("agentcore").setLevel(args.log_level.upper())
     if args.log_level in ("debug", "trace"):
@@ -251,8 +254,19 @@ def _serve_workers(uvicorn: Any, args: argparse.Namespace, rate_limit_backend: s
         log_level=args.log_level,
         log_config=serve_log_config(),
         lifespan="on",
+        http=http_protocol(),
     )
     return 0
+
+
+def http_protocol() -> str:
+    """uvicorn's HTTP protocol for ``serve``: httptools' parser writing each response
+    in one piece (``agentcore_starlette.protocol``), else uvicorn's choice."""
+    try:
+        import httptools  # noqa: F401  (uvicorn's fast parser, in the server extra)
+    except ImportError:
+        return "auto"
+    return "agentcore_starlette.protocol:HttpToolsProtocol"
 
 
 def _files(paths: Sequence[str]) -> list[Path]:

@@ -18,6 +18,7 @@ from typing import Any
 from pydantic import BaseModel
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import QueryParams
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
@@ -47,6 +48,7 @@ from agentcore_starlette.bodies import (
     require_json,
     validate,
 )
+from agentcore_starlette.dispatch import RouteTable
 from agentcore_starlette.idempotency import OutcomePending, check_key, fingerprint, run_once
 from agentcore_starlette.openapi import build_openapi
 from agentcore_starlette.problems import problem_response
@@ -75,8 +77,9 @@ class ProblemMiddleware:
     trace goes to the log with the request id, never with the Authorization header).
     """
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, routes: RouteTable | None = None) -> None:
         self.app = app
+        self.routes = routes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -84,6 +87,24 @@ class ProblemMiddleware:
             return
         request_id = new_id("req")
         scope.setdefault("state", {})["request_id"] = request_id
+        app = self.app
+        found = self.routes.match(scope) if self.routes is not None else None
+        if found is not None:  # one of ours: call it directly (dispatch.py says why)
+            endpoint, scope["path_params"] = found
+            try:
+                response = await endpoint(Request(scope, receive, send))
+            except ClientDisconnect:
+                return
+            except Exception as exc:
+                await self._problem(exc, scope, receive, send, request_id)
+                return
+            if type(response) is Response:  # whole, not streamed: no error once sent
+                headers = response.raw_headers
+                if not any(name == b"request-id" for name, _ in headers):
+                    headers.append((b"request-id", request_id.encode()))
+                await response(scope, receive, send)
+                return
+            app = response  # a stream may fail before it starts: as any app below
         started = False
 
         async def send_with_id(message: Message) -> None:
@@ -97,21 +118,28 @@ class ProblemMiddleware:
             await send(message)
 
         try:
-            await self.app(scope, receive, send_with_id)
+            await app(scope, receive, send_with_id)
         except ClientDisconnect:  # the client left mid-request: nobody to answer
             return
         except Exception as exc:
             if started:  # too late for a problem document; let the server close it
                 raise
-            error = exc if isinstance(exc, AgentCoreError) else None
-            if isinstance(exc, HTTPException):  # the router's 404 and 405
-                error = http_problem(exc, scope["method"], scope["path"])
-            if error is None:
-                log.exception(
-                    "unhandled error in %s %s [%s]", scope["method"], scope["path"], request_id
-                )
-                error = AgentCoreError("The server hit an unexpected error.")
-            await problem_response(error, request_id)(scope, receive, send)
+            await self._problem(exc, scope, receive, send, request_id)
+
+    @staticmethod
+    async def _problem(
+        exc: Exception, scope: Scope, receive: Receive, send: Send, request_id: str
+    ) -> None:
+        """Answer ``exc`` (raised before the response started) as a problem document."""
+        error = exc if isinstance(exc, AgentCoreError) else None
+        if isinstance(exc, HTTPException):  # the router's 404 and 405
+            error = http_problem(exc, scope["method"], scope["path"])
+        if error is None:
+            log.exception(
+                "unhandled error in %s %s [%s]", scope["method"], scope["path"], request_id
+            )
+            error = AgentCoreError("The server hit an unexpected error.")
+        await problem_response(error, request_id)(scope, receive, send)
 
 
 _BEARER = re.compile(r"(?i)bearer ([^\s]+)")
@@ -172,6 +200,10 @@ def refuse_unknown_query(route: ApiRoute, request: Request) -> None:
             )
 
 
+NO_QUERY = QueryParams()
+"""The query parameters of a request without a query string (immutable, so shared)."""
+
+
 def _json(route: ApiRoute, result: Any, headers: dict[str, str] | None = None) -> Response:
     return Response(
         result.model_dump_json(),
@@ -222,15 +254,16 @@ class Api:
             limits = rate_limit_headers(
                 self.core.rate_limiter.enforce(workspace.key_id or "", workspace.environment)
             )
-            call = Call(workspace, request.path_params, request.query_params, request.headers)
+            query = request.query_params if request.scope["query_string"] else NO_QUERY
+            call = Call(workspace, request.path_params, query, request.headers)
             await self._read_body(route, request, call)
 
             async def handle() -> Response:
                 if not route.blocking:
                     return _json(route, route.handler(call), limits)
                 if self._quick(route, call):  # headers as for the thread: see below
-                    return _json(route, self._run_timed(route, call))
-                return await self._run_blocking(route, call, request)
+                    return _json(route, self._run_timed(route, call), limits)
+                return await self._run_blocking(route, call, request, limits)
 
             key = request.headers.get("idempotency-key")
             # a stream is not stored for replay: the key does not apply (as at OpenAI, Stripe)
@@ -241,7 +274,7 @@ class Api:
                 )
             else:
                 response = await handle()
-            if route.blocking:  # inline handlers got the headers at construction
+            if "ratelimit" not in response.headers:  # a replay, a stream: add them now
                 response.headers.update(limits)
             return response
 
@@ -294,7 +327,9 @@ class Api:
     def _finished(self, task: asyncio.Future[Response]) -> None:
         self.running -= 1
 
-    async def _run_blocking(self, route: ApiRoute, call: Call, request: Request) -> Response:
+    async def _run_blocking(
+        self, route: ApiRoute, call: Call, request: Request, limits: dict[str, str]
+    ) -> Response:
         """Run the handler on a worker thread within the request deadline.
 
         A client that disconnects, or a deadline that passes, fires
@@ -313,7 +348,7 @@ class Api:
             if isinstance(result, ChatStream):
                 request_id = request.scope["state"].get("request_id")
                 return event_stream(result, request_id, heartbeat=self.settings.stream_heartbeat)
-            return _json(route, result)
+            return _json(route, result, limits)
 
         task = asyncio.ensure_future(work())
         self.running += 1  # until the work ends, even past the deadline
@@ -454,9 +489,12 @@ class ApiApp(Starlette):
     exception middleware would only add two layers to every request.
     """
 
+    api_routes: RouteTable | None = None
+    """The API's own operations, dispatched without the router (``dispatch.py``)."""
+
     def build_middleware_stack(self) -> ASGIApp:
         """``ProblemMiddleware`` around the router, inside any middleware a host adds."""
-        app: ASGIApp = ProblemMiddleware(self.router)
+        app: ASGIApp = ProblemMiddleware(self.router, self.api_routes)
         for middleware in reversed(self.user_middleware):
             app = middleware.cls(app, *middleware.args, **middleware.kwargs)
         return app
@@ -531,6 +569,7 @@ def create_app(
     ]
     starlette_routes.append(Route(PREFIX + "/openapi.json", openapi, methods=["GET"]))
     app = ApiApp(routes=starlette_routes, lifespan=lifespan_for(core))
+    app.api_routes = RouteTable({PREFIX + path: handlers for path, handlers in by_path.items()})
     app.state.core = core
     app.state.settings = merged
     app.state.api = api

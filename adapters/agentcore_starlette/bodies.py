@@ -6,7 +6,7 @@ import json
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 
 from agentcore.errors import (
     InvalidRequest,
@@ -36,12 +36,18 @@ async def read_limited(request: Request, limit: int, *, what: str = "request bod
             raise _too_large(what, limit)
     chunks: list[bytes] = []
     received = 0
-    async for chunk in request.stream():
+    more = True
+    while more:  # the ASGI messages themselves: Request.stream() adds a generator's cost
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            raise ClientDisconnect()
+        chunk: bytes = message.get("body", b"")
+        more = message.get("more_body", False)
         received += len(chunk)
         if received > limit:
             raise _too_large(what, limit)
         chunks.append(chunk)
-    return b"".join(chunks)
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 def _too_large(what: str, limit: int) -> PayloadTooLarge:
@@ -71,10 +77,15 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
+"""One decoder for every body (``json.loads`` with an option builds one per call)."""
+
+
 def parse_json(raw: bytes, *, max_depth: int) -> dict[str, Any]:
     """Decode a JSON object body: 400 for bad syntax, non-objects, NaN, or deep nesting."""
     try:
-        value = json.loads(raw, parse_constant=_reject_constant)
+        # as json.loads reads bytes: UTF-8, -16 or -32, told apart by the first bytes
+        value = _DECODER.decode(raw.decode(json.detect_encoding(raw), "surrogatepass"))
     except (ValueError, UnicodeDecodeError) as exc:
         raise InvalidRequest(f"The body is not valid JSON: {exc}.", code="invalid_json") from None
     except RecursionError:  # nested deeper than the decoder's stack: far past any limit
@@ -83,7 +94,8 @@ def parse_json(raw: bytes, *, max_depth: int) -> dict[str, Any]:
         ) from None
     if not isinstance(value, dict):
         raise InvalidRequest("The body must be a JSON object.", code="invalid_json")
-    if _depth(value) > max_depth:
+    # a body with at most max_depth brackets in all cannot nest deeper: skip the walk
+    if raw.count(b"{") + raw.count(b"[") > max_depth and _depth(value) > max_depth:
         raise InvalidRequest(
             f"The JSON body is nested deeper than {max_depth} levels.", code="json_too_deep"
         )
