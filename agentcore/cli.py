@@ -264,7 +264,11 @@ def http_protocol() -> str:
     in one piece (``agentcore_starlette.protocol``), else uvicorn's choice."""
     try:
         import httptools  # noqa: F401  (uvicorn's fast parser, in the server extra)
+        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
     except ImportError:
+        return "auto"
+    # the subclass hooks uvicorn's own protocol; a uvicorn without these hooks gets its own
+    if not callable(getattr(HttpToolsProtocol, "on_response_complete", None)):
         return "auto"
     return "agentcore_starlette.protocol:HttpToolsProtocol"
 

@@ -251,3 +251,12 @@ def test_the_deferred_logger_passes_everything_on() -> None:
 
 def test_serve_uses_it_when_httptools_is_there() -> None:
     assert http_protocol() == "agentcore_starlette.protocol:HttpToolsProtocol"
+
+
+def test_serve_falls_back_to_uvicorns_protocol_without_the_hook(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from uvicorn.protocols.http import httptools_impl
+
+    monkeypatch.delattr(httptools_impl.HttpToolsProtocol, "on_response_complete")
+    assert http_protocol() == "auto"
