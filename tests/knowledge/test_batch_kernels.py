@@ -31,6 +31,15 @@ def blocks(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> I
     yield request.param
 
 
+@pytest.fixture(params=["numpy", "numkong"])
+def widen(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Products of quantised codes by numpy widening or by numkong's kernels."""
+    if request.param == "numkong":
+        pytest.importorskip("numkong")
+    monkeypatch.setattr(kernels, "USE_NUMKONG", request.param == "numkong")
+    return str(request.param)
+
+
 def integer_rows(n: int, d: int, seed: int, levels: int = 1) -> Matrix:
     """Rows of small integers over 4: every dot product is exact in float32 and
     float16, so many scores tie exactly (the adversarial case for the id tie-break)."""

@@ -32,6 +32,15 @@ def blocks(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> I
     yield request.param
 
 
+@pytest.fixture(params=["numpy", "numkong"])
+def widen(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Score int8/float16 codes by widening them in numpy, or with numkong's kernels."""
+    if request.param == "numkong":
+        pytest.importorskip("numkong")
+    monkeypatch.setattr(kernels, "USE_NUMKONG", request.param == "numkong")
+    return str(request.param)
+
+
 def clustered(n: int, d: int, seed: int, centres: int = 50) -> tuple[Matrix, Matrix]:
     """Unit rows around a few centres (as real embeddings are), and 40 queries near them."""
     rng = np.random.default_rng(seed)
