@@ -16,9 +16,7 @@ Run: ``python benchmarks/embedder_speed.py [--squad PATH] [--docs 1000] [--runs 
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import random
 import statistics
 import sys
 import time
@@ -33,26 +31,11 @@ DEFAULT_SQUAD = REPO / ".." / "shared" / "eval" / "squad-sample.json"
 sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]
 
 from hashing_embedder_reference import HashingEmbedder as ReferenceEmbedder  # noqa: E402
+from squad_corpus import corpus  # noqa: E402
 
 from agentcore.plugins.hashing_embedder import HashingEmbedder  # noqa: E402
 
 Embed = Callable[[Sequence[str]], npt.NDArray[np.float32]]
-
-
-def corpus(squad: Path, docs: int, seed: int = 7) -> list[str]:
-    """The SQuAD paragraphs, then shuffled-word passages of the same size, ``docs`` texts."""
-    data = json.loads(squad.read_text(encoding="utf-8"))
-    paragraphs = [p["context"] for article in data["data"] for p in article["paragraphs"]]
-    words = " ".join(paragraphs).split()
-    rng = random.Random(seed)
-    texts = paragraphs[:docs]
-    while len(texts) < docs:
-        size = len(rng.choice(paragraphs).split())
-        start = rng.randrange(len(words))
-        picked = words[start : start + size * 3]
-        rng.shuffle(picked)
-        texts.append(" ".join(picked[:size]))
-    return texts
 
 
 def run(embed: Embed, texts: list[str], batch: int) -> tuple[float, npt.NDArray[np.float32]]:

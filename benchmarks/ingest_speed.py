@@ -37,7 +37,6 @@ import io
 import json
 import os
 import pstats
-import random
 import shutil
 import socket
 import statistics
@@ -47,6 +46,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from squad_corpus import corpus  # standard library only: safe before choosing a checkout
 
 REPO = Path(__file__).resolve().parents[1]
 SQUAD_CANDIDATES = [
@@ -62,23 +63,6 @@ def default_squad() -> Path:
         if candidate.exists():
             return candidate.resolve()
     return SQUAD_CANDIDATES[0]
-
-
-def corpus(squad: Path, docs: int, seed: int = 7) -> list[str]:
-    """The texts ``embedder_speed.py`` times: SQuAD paragraphs, then seeded shuffles of
-    their words into passages of the same sizes (the same texts for the same seed)."""
-    data = json.loads(squad.read_text(encoding="utf-8"))
-    paragraphs = [p["context"] for article in data["data"] for p in article["paragraphs"]]
-    words = " ".join(paragraphs).split()
-    rng = random.Random(seed)
-    texts = paragraphs[:docs]
-    while len(texts) < docs:
-        size = len(rng.choice(paragraphs).split())
-        start = rng.randrange(len(words))
-        picked = words[start : start + size * 3]
-        rng.shuffle(picked)
-        texts.append(" ".join(picked[:size]))
-    return texts
 
 
 # one run, in a child process whose ``agentcore`` comes from ``--code`` -------------------
