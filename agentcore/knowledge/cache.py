@@ -444,9 +444,9 @@ class IndexCache:
                 version, embedder = entry.version, entry.embedder
             if plan is None:
                 return False
-            ids, vectors = plan.live_rows()
+            ids, rows = plan.gather()  # streamed into the file: no copy of the matrix
             codec = codec_named(index.codec)
-            new_parts = [directory.write_segment(ids, vectors, codec)] if ids.size else []
+            new_parts = [directory.write_segment(ids, rows, codec)] if ids.size else []
             keep = plan.keep
             tombstones = directory.write_tombstones([p.dead for p in keep])
             names = [p.name for p in keep] + [p.name for p in new_parts]

@@ -211,32 +211,101 @@ class MaintenancePlan:
         One part with no dead rows and ascending ids is returned as it is (a store
         load written out as a segment needs no second copy of the matrix).
         """
-        pieces = [part.live_rows() for part in self.parts]
+        ids, rows = self.gather()
+        if rows.view is not None:
+            return ids, rows.view
+        return ids, rows.fill(0, rows.rows, np.empty((rows.rows, rows.dimension), np.float32))
+
+    def gather(self) -> tuple[IdArray, RowSource]:
+        """The sorted live ids of the rows this step rewrites, and their rows as a
+        ``RowSource`` that copies them out block by block (nothing is copied here)."""
+        pieces: list[tuple[Matrix, IdArray | None]] = []
+        ids: list[IdArray] = []
+        for part in self.parts:
+            if part.dead.size:
+                keep = np.ones(part.rows, dtype=bool)
+                keep[part.dead] = False
+                selected = np.flatnonzero(keep)
+                pieces.append((part.vectors, selected))
+                ids.append(part.ids[selected])
+            else:
+                pieces.append((part.vectors, None))
+                ids.append(np.asarray(part.ids))
         if self.tail_rows:
             tail = self.snapshot.tail
             keep = np.ones(self.tail_rows, dtype=bool)
             keep[tail.dead[tail.dead < self.tail_rows]] = False
-            pieces.append(
-                (
-                    np.compress(keep, tail.ids[: self.tail_rows]),
-                    np.compress(keep, tail.vectors[: self.tail_rows], axis=0),
-                )
-            )
+            selected = np.flatnonzero(keep)
+            pieces.append((tail.vectors[: self.tail_rows], selected))
+            ids.append(tail.ids[selected])
         d = self.snapshot.buffer.shape[1]
         if not pieces:
-            return _EMPTY_IDS, np.empty((0, d), dtype=np.float32)
-        if len(pieces) == 1 and _ascending(pieces[0][0]):
-            return pieces[0]
-        ids = np.concatenate([p[0] for p in pieces]).astype(np.int64, copy=False)
-        order = np.argsort(ids, kind="stable")
-        place = np.empty_like(order)
-        place[order] = np.arange(order.shape[0])
-        vectors = np.empty((ids.shape[0], d), dtype=np.float32)
-        start = 0
-        for _, rows in pieces:  # each piece scattered straight to its sorted place
-            vectors[place[start : start + rows.shape[0]]] = rows
-            start += rows.shape[0]
-        return ids[order], vectors
+            return _EMPTY_IDS, RowSource((), None, d)
+        if len(pieces) == 1 and _ascending(ids[0]):
+            return ids[0], RowSource(tuple(pieces), None, d)
+        joined = np.concatenate(ids).astype(np.int64, copy=False)
+        order = np.argsort(joined, kind="stable")
+        return joined[order], RowSource(tuple(pieces), order, d)
+
+
+class RowSource:
+    """The rows of a maintenance step's new part, in id order, copied out on demand.
+
+    ``pieces`` are ``(rows, selected)`` pairs: a frozen part's or the tail's float32
+    rows and the row numbers taken from them (``None``: all). Output row ``i`` is
+    entry ``order[i]`` of the pieces' selections laid end to end (``order`` ``None``:
+    one piece, already in id order). ``fill`` copies any range of output rows, so a
+    writer can stream a part of any size through a small buffer: each copy is one
+    numpy call that runs without the GIL, and the GIL is handed over between blocks.
+    """
+
+    def __init__(
+        self,
+        pieces: tuple[tuple[Matrix, IdArray | None], ...],
+        order: IdArray | None,
+        dimension: int,
+    ) -> None:
+        self.pieces = pieces
+        self.order = order
+        self.dimension = dimension
+        sizes = [rows.shape[0] if sel is None else sel.shape[0] for rows, sel in pieces]
+        self.rows = int(sum(sizes))
+        self._starts = np.cumsum([0, *sizes]).astype(np.int64)
+
+    @property
+    def view(self) -> Matrix | None:
+        """All the rows as one existing array (no copy), when they are one whole piece."""
+        if self.order is None and len(self.pieces) == 1 and self.pieces[0][1] is None:
+            return self.pieces[0][0]
+        return None
+
+    def fill(self, start: int, stop: int, out: Matrix) -> Matrix:
+        """Copy output rows ``start:stop`` into ``out[: stop - start]``; that view."""
+        m = stop - start
+        target = out[:m]
+        if m <= 0:
+            return target
+        if self.order is None:
+            rows, selected = self.pieces[0]
+            if selected is None:
+                target[...] = rows[start:stop]
+            else:
+                np.take(rows, selected[start:stop], axis=0, out=target, mode="clip")
+            return target
+        wanted = self.order[start:stop]
+        which = np.searchsorted(self._starts, wanted, side="right") - 1
+        for p in np.unique(which).tolist():
+            at = np.flatnonzero(which == p)
+            local = wanted[at] - self._starts[p]
+            rows, selected = self.pieces[p]
+            target[at] = rows[local if selected is None else selected[local]]
+        return target
+
+    def block(self, start: int, stop: int, buffer: Matrix) -> Matrix:
+        """Output rows ``start:stop``: a view of the source when it is one whole piece,
+        else copied into ``buffer`` (at least ``stop - start`` rows)."""
+        view = self.view
+        return view[start:stop] if view is not None else self.fill(start, stop, buffer)
 
 
 def _empty_result() -> tuple[IdArray, ScoreArray]:
@@ -687,28 +756,26 @@ class VectorIndex:
         ``new_parts`` hold the live rows the plan's snapshot saw. Rows deleted since
         are marked dead in them; rows added since stay in the tail. A plan overtaken
         by another step (its parts or tail rows already rewritten) changes nothing.
+
+        The deletes made while the parts were built (possibly many) are carried over
+        before the writer lock is taken; under it only those of the last moments are
+        (usually none), so a concurrent ``add`` or ``remove`` never waits for the rest.
         """
+        seen = plan.snapshot
+        early = self._snap
+        if self._still_valid(plan, early):
+            new_parts = self._carry_deletes(plan, seen, early, new_parts)
+            seen = early
         with self._lock:
             snap = self._snap
-            if (plan.tail_rows and snap.epoch != plan.snapshot.epoch) or not all(
-                any(p.same_rows(q) for q in snap.parts) for p in plan.parts
-            ):
+            if not self._still_valid(plan, snap):
                 return False
-            gone: list[IdArray] = []
-            parts: list[Part] = []
-            for part in snap.parts:
-                old = next((p for p in plan.parts if p.same_rows(part)), None)
-                if old is None:
-                    parts.append(part)
-                else:
-                    gone.append(part.ids[np.setdiff1d(part.dead, old.dead, assume_unique=True)])
+            new_parts = self._carry_deletes(plan, seen, snap, new_parts)
+            parts = [p for p in snap.parts if not any(p.same_rows(q) for q in plan.parts)]
             tail = snap.tail
             buffer, ids_buffer, row_of = snap.buffer, self._ids_buffer, snap.row_of
             cut = plan.tail_rows
             if cut:
-                before = plan.snapshot.tail.dead
-                now = tail.dead[tail.dead < cut]
-                gone.append(tail.ids[np.setdiff1d(now, before, assume_unique=True)])
                 rest = tail.rows - cut
                 capacity = max(rest + max(_MIN_CAPACITY, rest // 2), buffer.shape[0] - cut)
                 buffer = np.empty((capacity, self._dimension), dtype=np.float32)
@@ -721,18 +788,49 @@ class VectorIndex:
                 alive[dead] = False
                 live_rows = np.flatnonzero(alive)
                 row_of = dict(zip(ids_buffer[live_rows].tolist(), live_rows.tolist(), strict=True))
-            dead_ids = np.unique(np.concatenate(gone)) if gone else _EMPTY_IDS
-            for part in new_parts:
-                if part.rows == 0:
-                    continue
-                if dead_ids.size:
-                    hit, rows = part.find(dead_ids)
-                    part = part.with_dead(np.union1d(part.dead, rows[hit]))
-                parts.append(part)
+            parts += [part for part in new_parts if part.rows]
             self._ids_buffer = ids_buffer
             epoch = snap.epoch + (1 if cut else 0)
             self._snap = _Snapshot(tuple(parts), tail, buffer, row_of, epoch)
             return True
+
+    @staticmethod
+    def _still_valid(plan: MaintenancePlan, snap: _Snapshot) -> bool:
+        """Whether ``snap`` still holds the parts and tail rows ``plan`` rewrites."""
+        if plan.tail_rows and snap.epoch != plan.snapshot.epoch:
+            return False
+        return all(any(p.same_rows(q) for q in snap.parts) for p in plan.parts)
+
+    @staticmethod
+    def _carry_deletes(
+        plan: MaintenancePlan, before: _Snapshot, now: _Snapshot, new_parts: Sequence[Part]
+    ) -> list[Part]:
+        """``new_parts`` with the rows deleted between snapshots ``before`` and ``now``
+        (both still valid for ``plan``) among the rows ``plan`` rewrites marked dead."""
+        gone: list[IdArray] = []
+        for part in now.parts:
+            if not any(p.same_rows(part) for p in plan.parts):
+                continue
+            old = next(p for p in before.parts if p.same_rows(part))
+            if part.dead is not old.dead and part.dead.shape != old.dead.shape:
+                gone.append(part.ids[_added(old.dead, part.dead)])
+        cut = plan.tail_rows
+        if cut and now.tail.dead is not before.tail.dead:
+            was = before.tail.dead[before.tail.dead < cut]
+            is_ = now.tail.dead[now.tail.dead < cut]
+            if is_.shape != was.shape:
+                gone.append(now.tail.ids[_added(was, is_)])
+        if not gone:
+            return list(new_parts)
+        dead_ids = np.unique(np.concatenate(gone))
+        out: list[Part] = []
+        for part in new_parts:
+            if part.rows:
+                hit, rows = part.find(dead_ids)
+                if hit.any():
+                    part = part.with_dead(np.union1d(part.dead, rows[hit]))
+            out.append(part)
+        return out
 
     def maintain(self) -> bool:
         """Run one maintenance step in RAM now (in the calling thread); whether one ran."""
@@ -837,6 +935,14 @@ def _merged(dead: IdArray, rows: IdArray) -> IdArray:
     a large part holds many tombstones.)
     """
     return np.insert(dead, np.searchsorted(dead, rows), rows)
+
+
+def _added(old: IdArray, new: IdArray) -> IdArray:
+    """The entries of sorted ``new`` not in sorted ``old`` (``old`` is a subset of ``new``:
+    dead rows only ever get added), in O(n) instead of ``setdiff1d``'s sorts."""
+    keep = np.ones(new.shape[0], dtype=bool)
+    keep[np.searchsorted(new, old)] = False
+    return new[keep]
 
 
 def _ascending(ids: IdArray) -> bool:

@@ -37,7 +37,7 @@ import struct
 import time
 import uuid
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,7 +46,7 @@ import numpy as np
 import numpy.typing as npt
 
 from agentcore.knowledge import kernels
-from agentcore.knowledge.index import Part
+from agentcore.knowledge.index import Part, RowSource
 
 FORMAT = 1
 SEGMENT_MAGIC = b"ACVSEG\x00\x01"
@@ -61,6 +61,10 @@ ORPHAN_SECONDS = 3600.0
 # complete, manifest not yet published).
 PAUSE_ENV = "AGENTCORE_SEGMENTS_PAUSE_AT"
 WRITE_BYTES = 8 << 20  # one write call
+# Rows a segment writer copies (and encodes) at a time: each block is one numpy call
+# that runs without the GIL (~1 ms), so a request thread waiting for the GIL behind a
+# compaction waits for at most one block's few Python steps, not a whole copy.
+BLOCK_BYTES = 4 << 20
 # Written bytes between two flushes to disk: a store commit that must wait for the
 # disk (a WAL checkpoint's fsync) then waits behind at most this much of ours.
 SYNC_BYTES = 16 << 20
@@ -138,23 +142,24 @@ def _parse_header(magic: bytes, data: mmap.mmap | bytes, name: str) -> dict[str,
 def _write_file(
     directory: Path,
     name: str,
-    pieces: Sequence[tuple[int, memoryview]],
+    pieces: Iterable[tuple[int, memoryview]],
     *,
     size: int | None = None,
-    pause: str | None = None,
 ) -> None:
     """Write ``(offset, bytes)`` pieces to ``directory/name`` atomically and durably.
 
-    Large files are written in slices, flushed to disk every ``SYNC_BYTES``, and after
-    each flush the writer pauses as long as the flush took (at most half the disk's
-    time is ours): the page cache never holds gigabytes of dirty pages of ours, whose
-    write-back would stall the store's own small writes (a DELETE's commit).
+    ``pieces`` may be produced lazily (each is written before the next is asked for,
+    so a producer may reuse its buffer). Large files are written in slices, flushed to
+    disk every ``SYNC_BYTES``, and after each flush the writer pauses as long as the
+    flush took (at most half the disk's time is ours): the page cache never holds
+    gigabytes of dirty pages of ours, whose write-back would stall the store's own
+    small writes (a DELETE's commit).
     """
     tmp = directory / f".{name}.{uuid.uuid4().hex[:8]}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
         unsynced = 0
-        for i, (offset, data) in enumerate(pieces):
+        for offset, data in pieces:
             for start in range(0, len(data), WRITE_BYTES):
                 chunk = data[start : start + WRITE_BYTES]
                 written = 0
@@ -166,8 +171,6 @@ def _write_file(
                     _datasync(fd)
                     time.sleep(min(time.monotonic() - began, 1.0))
                     unsynced = 0
-            if pause is not None and i == len(pieces) // 2:
-                _pause(pause, directory)
         if size is not None:
             os.ftruncate(fd, size)
         os.fsync(fd)
@@ -184,6 +187,37 @@ def _write_file(
 
 def _bytes(array: npt.NDArray[Any]) -> memoryview:
     return np.ascontiguousarray(array).reshape(-1).view(np.uint8).data
+
+
+def _matrix_source(vectors: Matrix) -> RowSource:
+    matrix = np.ascontiguousarray(vectors, dtype="<f4")
+    if matrix.ndim != 2:
+        raise ValueError(f"segment rows must be a matrix, not shape {matrix.shape}")
+    return RowSource(((matrix, None),), None, int(matrix.shape[1]))
+
+
+def _stream_params(codec: kernels.Codec, source: RowSource) -> npt.NDArray[np.float32] | None:
+    """The codec's parameters for ``source``'s rows, found block by block; ``None`` for
+    a codec whose fit is not known here (the rows are then encoded as one matrix).
+
+    float32 and float16 codes are the rows rounded one by one (no parameters); int8's
+    grid depends only on each dimension's minimum and maximum over the rows, so it is
+    fitted to a two-row matrix of those, which gives the very same grid.
+    """
+    d = source.dimension
+    if codec.name in ("float32", "float16"):
+        return codec.encode(np.empty((0, d), dtype=np.float32))[1]
+    if codec.name != "int8" or source.rows == 0:
+        return None
+    step = max(1, BLOCK_BYTES // (d * 4))
+    buffer = np.empty((min(step, source.rows), d), dtype=np.float32)
+    low = np.full(d, np.inf, dtype=np.float32)
+    high = np.full(d, -np.inf, dtype=np.float32)
+    for start in range(0, source.rows, step):
+        rows = source.block(start, min(start + step, source.rows), buffer)
+        np.minimum(low, rows.min(axis=0), out=low)
+        np.maximum(high, rows.max(axis=0), out=high)
+    return codec.encode(np.stack([low, high]))[1]
 
 
 class SegmentDirectory:
@@ -207,39 +241,74 @@ class SegmentDirectory:
         finally:
             os.close(fd)  # closing the descriptor releases the lock
 
-    def write_segment(self, ids: IdArray, vectors: Matrix, codec: kernels.Codec) -> Part:
-        """Write sorted ``ids`` and unit ``vectors`` as a new segment file; the mapped part."""
+    def write_segment(
+        self, ids: IdArray, vectors: Matrix | RowSource, codec: kernels.Codec
+    ) -> Part:
+        """Write sorted ``ids`` and their unit rows as a new segment file; the mapped part.
+
+        ``vectors`` is a matrix or a ``RowSource`` (a maintenance step's rows, never
+        gathered into one matrix): the rows and their codes go to the file
+        ``BLOCK_BYTES`` at a time through one reused buffer, so a compaction of any size
+        needs a few MB of memory, and holds the GIL only between blocks.
+        """
         ids = np.ascontiguousarray(ids, dtype="<i8")
-        vectors = np.ascontiguousarray(vectors, dtype="<f4")
         if ids.size > 1 and not bool(np.all(ids[1:] > ids[:-1])):
             raise ValueError("segment ids must be strictly ascending")
-        codes, params = codec.encode(vectors)
+        source = vectors if isinstance(vectors, RowSource) else _matrix_source(vectors)
+        n, d = source.rows, source.dimension
+        if n != ids.shape[0]:
+            raise ValueError(f"{ids.shape[0]} ids for {n} rows")
+        params = _stream_params(codec, source)
+        if params is None:  # a codec fitted to all rows in a way not known here
+            matrix = source.fill(0, n, np.empty((n, d), dtype=np.float32))
+            source, params = _matrix_source(matrix), codec.encode(matrix)[1]
+        params = np.ascontiguousarray(params, dtype="<f4")
         own_codes = codec.name != "float32"  # float32 codes are the rows: stored once
+        codes_dtype = np.dtype(codec.dtype)
         sections: dict[str, list[int]] = {}
-        pieces: list[tuple[int, memoryview]] = []
         offset = HEADER_BYTES
-        arrays: list[tuple[str, npt.NDArray[Any]]] = [("ids", ids), ("vectors", vectors)]
-        arrays += [("params", np.ascontiguousarray(params, dtype="<f4"))]
-        if own_codes:
-            arrays.append(("codes", np.ascontiguousarray(codes)))
-        for key, array in arrays:
-            sections[key] = [offset, int(array.nbytes)]
-            pieces.append((offset, _bytes(array)))
-            offset = _align(offset + array.nbytes)
+        for key, nbytes in (
+            ("ids", ids.nbytes),
+            ("vectors", n * d * 4),
+            ("params", params.nbytes),
+            *((("codes", n * d * codes_dtype.itemsize),) if own_codes else ()),
+        ):
+            sections[key] = [offset, int(nbytes)]
+            offset = _align(offset + nbytes)
         meta = {
             "format": FORMAT,
-            "rows": int(ids.shape[0]),
-            "dimension": int(vectors.shape[1]),
+            "rows": int(n),
+            "dimension": int(d),
             "codec": codec.name,
-            "codes_dtype": np.dtype(codes.dtype).str,
+            "codes_dtype": codes_dtype.str,
             "sections": sections,
             "ids_crc32": zlib.crc32(_bytes(ids)),
             "size": offset,
         }
         name = f"seg-{uuid.uuid4().hex}.vec"
         self.path.mkdir(parents=True, exist_ok=True)
-        header = memoryview(_header(SEGMENT_MAGIC, meta))
-        _write_file(self.path, name, [(0, header), *pieces], size=offset, pause="segment")
+
+        def pieces() -> Iterator[tuple[int, memoryview]]:
+            yield 0, memoryview(_header(SEGMENT_MAGIC, meta))
+            yield sections["ids"][0], _bytes(ids)
+            yield sections["params"][0], _bytes(params)
+            step = max(1, BLOCK_BYTES // (d * 4))
+            buffer = np.empty((min(step, n), d), dtype=np.float32)
+            starts = range(0, n, step)
+            for i, start in enumerate(starts):
+                stop = min(start + step, n)
+                rows = source.block(start, stop, buffer)
+                yield sections["vectors"][0] + start * d * 4, _bytes(rows)
+                if own_codes:
+                    codes = np.ascontiguousarray(codec.encode(rows, params)[0])
+                    at = sections["codes"][0] + start * d * codes_dtype.itemsize
+                    yield at, _bytes(codes)
+                if i == len(starts) // 2:
+                    _pause("segment", self.path)  # test hook: half the rows written
+            if n == 0:
+                _pause("segment", self.path)
+
+        _write_file(self.path, name, pieces(), size=offset)
         return self.open_segment(name)
 
     def write_tombstones(self, dead: Sequence[IdArray]) -> str | None:
