@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import atexit
+import contextlib
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
@@ -113,6 +114,7 @@ class IndexCache:
         self._store_identity = store_identity
         self._codec = codec
         self._maintainer = _Maintainer(self._maintain) if self._segments is not None else None
+        self._foreground = _Foreground()  # writes in flight: background steps give way
         self._store_search = store_search
         self._max_token_chars = max_token_chars
         self._embedders = embedders
@@ -254,7 +256,7 @@ class IndexCache:
             the workspace's first one no read of its state precedes it.
         """
         key = (organization_id, environment)
-        with self._lock(key):
+        with self._foreground.running(), self._lock(key):
             if added is None or key not in self._checked:
                 self._check_embedder(key)
             try:
@@ -446,7 +448,8 @@ class IndexCache:
                 return False
             ids, rows = plan.gather()  # streamed into the file: no copy of the matrix
             codec = codec_named(index.codec)
-            new_parts = [directory.write_segment(ids, rows, codec)] if ids.size else []
+            pace = self._foreground.wait_idle
+            new_parts = [directory.write_segment(ids, rows, codec, pace=pace)] if ids.size else []
             keep = plan.keep
             tombstones = directory.write_tombstones([p.dead for p in keep])
             names = [p.name for p in keep] + [p.name for p in new_parts]
@@ -515,6 +518,45 @@ def _apply(index: VectorIndex, changes: KnowledgeChanges) -> bool:
     if changes.deleted_ids.size:
         index.remove(changes.deleted_ids)
     return True
+
+
+# Longest a background step waits between two blocks for this process's writes in
+# flight to finish: under a steady stream of writes it still moves a block (4 MB) per wait.
+FOREGROUND_WAIT = 0.05
+
+
+class _Foreground:
+    """Counts a cache's writes in flight, so background maintenance can give way to them.
+
+    The segment maintainer calls ``wait_idle`` between the blocks it copies: while a
+    request's write (a DELETE, an ingest) runs in this process, the compaction pauses
+    instead of competing for the cores, the GIL and the disk (at most
+    ``FOREGROUND_WAIT`` per block, so it always progresses). The maintainer holds no
+    lock a request needs while it waits, and keeps the normal CPU priority (a lower one
+    is a priority inversion under the GIL).
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._running = 0
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[None]:
+        """Mark a write in flight for the duration of the block."""
+        with self._cond:
+            self._running += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._running -= 1
+                if not self._running:
+                    self._cond.notify_all()
+
+    def wait_idle(self, timeout: float = FOREGROUND_WAIT) -> bool:
+        """Wait until no write is in flight, at most ``timeout`` seconds; whether none is."""
+        with self._cond:
+            return self._cond.wait_for(lambda: not self._running, timeout)
 
 
 class _Maintainer:

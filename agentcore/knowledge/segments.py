@@ -37,7 +37,7 @@ import struct
 import time
 import uuid
 import zlib
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -196,7 +196,9 @@ def _matrix_source(vectors: Matrix) -> RowSource:
     return RowSource(((matrix, None),), None, int(matrix.shape[1]))
 
 
-def _stream_params(codec: kernels.Codec, source: RowSource) -> npt.NDArray[np.float32] | None:
+def _stream_params(
+    codec: kernels.Codec, source: RowSource, pace: Callable[[], object] | None = None
+) -> npt.NDArray[np.float32] | None:
     """The codec's parameters for ``source``'s rows, found block by block; ``None`` for
     a codec whose fit is not known here (the rows are then encoded as one matrix).
 
@@ -214,6 +216,8 @@ def _stream_params(codec: kernels.Codec, source: RowSource) -> npt.NDArray[np.fl
     low = np.full(d, np.inf, dtype=np.float32)
     high = np.full(d, -np.inf, dtype=np.float32)
     for start in range(0, source.rows, step):
+        if pace is not None:
+            pace()
         rows = source.block(start, min(start + step, source.rows), buffer)
         np.minimum(low, rows.min(axis=0), out=low)
         np.maximum(high, rows.max(axis=0), out=high)
@@ -242,14 +246,20 @@ class SegmentDirectory:
             os.close(fd)  # closing the descriptor releases the lock
 
     def write_segment(
-        self, ids: IdArray, vectors: Matrix | RowSource, codec: kernels.Codec
+        self,
+        ids: IdArray,
+        vectors: Matrix | RowSource,
+        codec: kernels.Codec,
+        *,
+        pace: Callable[[], object] | None = None,
     ) -> Part:
         """Write sorted ``ids`` and their unit rows as a new segment file; the mapped part.
 
         ``vectors`` is a matrix or a ``RowSource`` (a maintenance step's rows, never
         gathered into one matrix): the rows and their codes go to the file
         ``BLOCK_BYTES`` at a time through one reused buffer, so a compaction of any size
-        needs a few MB of memory, and holds the GIL only between blocks.
+        needs a few MB of memory, and holds the GIL only between blocks. ``pace`` is
+        called before each block (it may wait: the cache's waits while a request writes).
         """
         ids = np.ascontiguousarray(ids, dtype="<i8")
         if ids.size > 1 and not bool(np.all(ids[1:] > ids[:-1])):
@@ -258,7 +268,7 @@ class SegmentDirectory:
         n, d = source.rows, source.dimension
         if n != ids.shape[0]:
             raise ValueError(f"{ids.shape[0]} ids for {n} rows")
-        params = _stream_params(codec, source)
+        params = _stream_params(codec, source, pace)
         if params is None:  # a codec fitted to all rows in a way not known here
             matrix = source.fill(0, n, np.empty((n, d), dtype=np.float32))
             source, params = _matrix_source(matrix), codec.encode(matrix)[1]
@@ -296,6 +306,8 @@ class SegmentDirectory:
             buffer = np.empty((min(step, n), d), dtype=np.float32)
             starts = range(0, n, step)
             for i, start in enumerate(starts):
+                if pace is not None:
+                    pace()
                 stop = min(start + step, n)
                 rows = source.block(start, stop, buffer)
                 yield sections["vectors"][0] + start * d * 4, _bytes(rows)

@@ -245,3 +245,33 @@ def test_apply_refuses_a_plan_overtaken_by_another_step() -> None:
     assert index.apply(first, [index.build_part(first)])
     assert not index.apply(second, [index.build_part(second)])
     assert sorted(index.ids().tolist()) == [*range(20), 25, 30]
+
+
+@pytest.mark.usefixtures("small_blocks")
+@pytest.mark.parametrize("codec_name", ["float32", "int8"])
+def test_the_writer_paces_itself_before_every_block(tmp_path: Path, codec_name: str) -> None:
+    n = 2 * BLOCK_ROWS + 1  # three blocks
+    index = index_with(parts=[(range(n + 2), 1)], dead=[0, 5])
+    ids, source = plan_all(index).gather()
+    calls: list[int] = []
+    part = SegmentDirectory(tmp_path).write_segment(
+        ids, source, kernels.CODECS[codec_name], pace=lambda: calls.append(1)
+    )
+    assert part.rows == n
+    # int8 reads the rows twice: once to fit its grid, once to write them
+    assert len(calls) == (6 if codec_name == "int8" else 3)
+
+
+def test_background_steps_wait_while_a_write_is_in_flight() -> None:
+    from agentcore.knowledge.cache import _Foreground
+
+    foreground = _Foreground()
+    assert foreground.wait_idle(0)
+    with foreground.running():
+        with foreground.running():  # nested writes
+            assert not foreground.wait_idle(0.01)
+        assert not foreground.wait_idle(0.01)
+    assert foreground.wait_idle(0)
+    with pytest.raises(RuntimeError), foreground.running():
+        raise RuntimeError("a failed write still ends")
+    assert foreground.wait_idle(0)
