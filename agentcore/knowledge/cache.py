@@ -451,7 +451,9 @@ class IndexCache:
             pace = self._foreground.wait_idle
             new_parts = [directory.write_segment(ids, rows, codec, pace=pace)] if ids.size else []
             keep = plan.keep
-            tombstones = directory.write_tombstones([p.dead for p in keep])
+            # one entry per segment the manifest names: the new ones have no dead rows
+            dead = [p.dead for p in keep] + [p.dead[:0] for p in new_parts]
+            tombstones = directory.write_tombstones(dead)
             names = [p.name for p in keep] + [p.name for p in new_parts]
             assert all(names), "a persisted index keeps only parts mapped from files"
             manifest = Manifest(

@@ -275,3 +275,37 @@ def test_background_steps_wait_while_a_write_is_in_flight() -> None:
     with pytest.raises(RuntimeError), foreground.running():
         raise RuntimeError("a failed write still ends")
     assert foreground.wait_idle(0)
+
+
+def test_a_merge_beside_a_segment_with_dead_rows_reloads_from_the_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The tombstone file has an entry for every segment the manifest names, the new one
+    included: with one missing a reload found it unusable and read the store instead."""
+    from test_segments import Workspace
+
+    from agentcore.knowledge import cache as cache_module
+
+    monkeypatch.setattr(cache_module, "SEGMENT_MERGE_ROWS", 40)
+    db = tmp_path / "kb.db"
+    space = Workspace(db)
+    try:
+        for i in range(8):
+            space.add_document(f"d{i}", 12, seed=i)
+        space.index()
+        assert space.cache.wait_for_maintenance()
+        space.delete("doc_d0")  # 12 of 96 rows: kept, with tombstones (not compacted)
+        space.add_document("late", 45, seed=50)  # the tail passes the merge threshold
+        assert space.cache.wait_for_maintenance()
+        manifest = space.directory().read_manifest()
+        assert manifest is not None and len(manifest.segments) == 2
+        assert manifest.tombstones is not None
+        space.check()
+    finally:
+        space.close()
+    again = Workspace(db)
+    try:
+        again.check()
+        assert again.cache.segment_loads == 1  # the files, not the store
+    finally:
+        again.close()
