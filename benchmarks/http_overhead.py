@@ -11,7 +11,7 @@ file. Then, in rounds, the same queries (SQuAD questions, cycled) are answered:
   with a plain socket (the headline figure: its own CPU is a small part of the gap,
   which is then mostly the server's and the network's);
 - ``http.client``: the same requests on one keep-alive stdlib ``http.client``
-  connection (its header parsing through the ``email`` package costs it about four
+  connection (its header parsing through the ``email`` package costs it about 2.5
   times the thin client's CPU per request);
 - ``httpx``: the same on one keep-alive ``httpx.Client`` connection (a heavier client
   still: its own per-request CPU, about three times http.client's, is part of its
