@@ -29,8 +29,9 @@ Threads
     thread-local buffer that stays in cache, reduced to its top-k at once, and the few
     survivors of all blocks are merged; after a thread's first block, "reduced" is one
     comparison against the k-th best score that thread has seen. A batch takes one
-    matrix product per 1024-row block (its scores stay in L2) and a per-query bound
-    that each thread raises as it sees better scores.
+    matrix product per 2048-row block (float32 rows copied, or codes widened, 256 rows
+    at a time into a per-thread buffer that stays in L2) and a per-query bound that
+    each thread raises as it sees better scores.
 """
 
 from __future__ import annotations
