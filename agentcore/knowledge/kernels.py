@@ -72,14 +72,15 @@ _BATCH_MIN_ROWS = 1024
 # buffer before their product: 256 rows at d=384 (384 KB, stays in L2); 128 and 512
 # rows measured no better.
 _BATCH_WIDE_BYTES = 384 << 10
-# How float32 rows enter a batch's product: "copy" (through the L2 buffer first: a
-# streaming copy and an sgemm on cached rows measured 5-10% less CPU than "direct",
-# sgemm packing straight from rows that are not in cache at 100k and 1M x 384).
+# How float32 rows enter a batch's product: "copy" (through the L2 buffer first) or
+# "direct" (sgemm packs straight from the rows). With both cores streaming rows from
+# memory, "copy" measured 10-12% more batch throughput at 100k and 1M x 384; on one
+# thread the two are equal.
 BATCH_FLOAT32 = "copy"
 # The int8 batch product with numkong installed: "packed" (its int8 products) or
 # "widen" (numpy's cast into the L2 buffer, then sgemm; the path without numkong).
-# Measured at 100k: packed 80-84 vs widen 83-86 ms CPU per batch of 64; at 1M within
-# noise of each other.
+# Measured at 100k: packed 88-99 vs widen 115-120 ms CPU per batch of 64; at 1M within
+# noise of each other, so packed at every size.
 BATCH_INT8 = "packed"
 # Whether single int8/float16 queries use numkong's kernels when it is installed.
 USE_NUMKONG = True
@@ -706,7 +707,7 @@ class _BatchScorer:
     sgemm against the folded queries (``(d, m)``, packed once per batch by BLAS), of:
 
     - float32 rows: read in place (``BATCH_FLOAT32 = "direct"``) or first copied,
-      ``_BATCH_WIDE_ROWS`` at a time, into a per-thread buffer that stays in L2
+      ``_BATCH_WIDE_BYTES`` at a time, into a per-thread buffer that stays in L2
       (``"copy"``);
     - float16 codes: widened into that buffer by numkong's F16C cast (numpy's float16
       cast is not vectorised in this build), else by numpy;
