@@ -552,7 +552,7 @@ def _first_occurrences_in_one(
     later, earlier = ordered[1:], ordered[:-1]
     if (later < earlier).any():
         return _exact_first(None, hashes)
-    edges = np.flatnonzero(np.concatenate((_TRUE, later != earlier, _TRUE)))
+    edges = np.concatenate((_TRUE, later != earlier, _TRUE)).nonzero()[0]  # 1-D: no ravel
     if len(edges) == size + 1:
         return None, order  # no feature repeats
     starts = edges[:-1]
