@@ -6,22 +6,26 @@ For each workspace size, one temporary SQLite file holds one workspace; a real
 file. Then, in rounds, the same queries (SQuAD questions, cycled) are answered:
 
 - ``in-process``: ``ws.knowledge.search(query, top_k=5)`` in this process;
-- ``http.client``: sequential ``POST /v1/knowledge/search`` requests on one
-  keep-alive stdlib ``http.client`` connection (the headline figure: a thin client,
-  so the gap is mostly the server's and the network's);
-- ``httpx``: the same requests on one keep-alive ``httpx.Client`` connection (a
-  heavier client: its own per-request CPU, about twice http.client's, is part of
-  its gap).
+- ``socket``: sequential ``POST /v1/knowledge/search`` requests on one keep-alive
+  connection by ``ThinClient``, the least a correct HTTP/1.1 client does, written
+  with a plain socket (the headline figure: its own CPU is a small part of the gap,
+  which is then mostly the server's and the network's);
+- ``http.client``: the same requests on one keep-alive stdlib ``http.client``
+  connection (its header parsing through the ``email`` package costs it about 2.5
+  times the thin client's CPU per request);
+- ``httpx``: the same on one keep-alive ``httpx.Client`` connection (a heavier client
+  still: its own per-request CPU, about three times http.client's, is part of its
+  gap).
 
-Both send the JSON body as bytes encoded once per query and read the answer with
-``json.loads``.
+All three send the JSON body as bytes encoded once per query and read the answer
+with ``json.loads``.
 
 In each round every query is answered by every side in turn (the order rotating
 from query to query), so all sides meet the same machine load at the same moments.
 Reported per size: p50 and p95 of each side (median over rounds); the overhead,
 ``HTTP p50 - in-process p50`` computed per round, median over rounds; and CPU
 milliseconds per query (the server process's over the round, per request it served
-with both clients together; this process's per call), which stay steady when other
+with all its clients together; this process's per call), which stay steady when other
 work makes wall times noisy. Rate limits are lifted
 (``AGENTCORE_RATE_LIMIT_TEST=1000000``); everything else is the CLI's default.
 
@@ -261,10 +265,10 @@ def interleaved(sides: dict[str, Side], queries: list[str], turn: int) -> dict[s
     process and of its server process. CPU time barely moves when other work shares
     the machine, wall time does: the CPU figures show what each side costs even when
     the latencies are noisy. A server's CPU is read from ``/proc`` over the whole round
-    and divided by the requests it served (both clients'), so work it does after a
+    and divided by the requests it served (all its clients'), so work it does after a
     response has left (the access line, uvicorn's bookkeeping) counts too, however the
     next call in the rotation overlaps it; ``server_cpu_ms`` is thus one figure per
-    server, the same for both of its clients.
+    server, the same for all of its clients.
     """
     names = list(sides)
     ms: dict[str, list[float]] = {name: [] for name in names}
@@ -310,8 +314,9 @@ def in_process_side(db: str, secret: str) -> tuple[Callable[[str], None], Callab
 
 def http_sides(
     port: int, secret: str
-) -> tuple[Callable[[str], None], Callable[[str], None], Callable[[], None]]:
-    """Search over keep-alive ``httpx`` and ``http.client`` connections; and a closer."""
+) -> tuple[Callable[[str], None], Callable[[str], None], Callable[[str], None], Callable[[], None]]:
+    """Search over keep-alive ``httpx``, ``http.client`` and ``ThinClient`` connections;
+    and a closer."""
     import httpx
 
     headers = {"Authorization": f"Bearer {secret}", "Content-Type": "application/json"}
@@ -345,11 +350,109 @@ def http_sides(
         if response.status != 200 or not json.loads(body)["results"]:
             raise RuntimeError(f"search answered {response.status}: {body[:200]!r}")
 
+    thin = ThinClient(port, headers)
+
+    def via_socket(query: str) -> None:
+        status, body = thin.post(
+            "/v1/knowledge/search", json.dumps({"query": query, "top_k": TOP_K}).encode()
+        )
+        if status != 200 or not json.loads(body)["results"]:
+            raise RuntimeError(f"search answered {status}: {body[:200]!r}")
+
     def close() -> None:
         client.close()
         connection.close()
+        thin.close()
 
-    return via_httpx, via_stdlib, close
+    return via_httpx, via_stdlib, via_socket, close
+
+
+class ThinClient:
+    """The least work a correct HTTP/1.1 client does for one request on a keep-alive
+    connection, written out with a plain socket: the request line, headers and body in
+    one ``sendall``; then the status line and every header line of the answer parsed
+    (``Content-Length`` and ``Connection`` read, a chunked or length-less answer
+    refused), exactly ``Content-Length`` body bytes read, and the body decoded with
+    ``json.loads`` by the caller, as the other clients' callers do.
+
+    It skips nothing the protocol asks of a client; what it skips is the general
+    machinery of the stdlib's ``http.client`` (which parses headers with the ``email``
+    package into a message object) and of ``httpx`` (URL and header models, h11):
+    costs of those libraries, not of talking HTTP to this server.
+    """
+
+    def __init__(self, port: int, headers: dict[str, str]) -> None:
+        self.port = port
+        self.fixed = "".join(f"{name}: {value}\r\n" for name, value in headers.items())
+        self.sock: socket.socket | None = None
+        self.buffer = b""
+
+    def _connect(self) -> socket.socket:
+        sock = socket.create_connection(("127.0.0.1", self.port), timeout=30)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.sock, self.buffer = sock, b""
+        return sock
+
+    def close(self) -> None:
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
+
+    def post(self, path: str, body: bytes) -> tuple[int, bytes]:
+        """``POST path`` with a JSON ``body``: the status and the answer's body."""
+        request = (
+            f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{self.port}\r\n{self.fixed}"
+            f"Content-Length: {len(body)}\r\n\r\n"
+        ).encode("latin-1") + body
+        fresh = self.sock is None
+        sock = self.sock or self._connect()
+        try:
+            sock.sendall(request)
+            return self._answer(sock)
+        except (BrokenPipeError, ConnectionResetError, EOFError):
+            if fresh:
+                raise
+            self.close()  # idle past the server's keep-alive: reconnect once
+            sock = self._connect()
+            sock.sendall(request)
+            return self._answer(sock)
+
+    def _answer(self, sock: socket.socket) -> tuple[int, bytes]:
+        buffer = self.buffer
+        end = buffer.find(b"\r\n\r\n")
+        while end < 0:
+            more = sock.recv(65536)
+            if not more:
+                raise EOFError("the server closed the connection")
+            buffer += more
+            end = buffer.find(b"\r\n\r\n")
+        lines = buffer[:end].decode("latin-1").split("\r\n")
+        version, status, _ = (lines[0] + " ").split(" ", 2)
+        if not version.startswith("HTTP/1."):
+            raise RuntimeError(f"not an HTTP/1.x answer: {lines[0]!r}")
+        length = None
+        close = False
+        for line in lines[1:]:
+            name, _, value = line.partition(":")
+            name = name.strip().lower()
+            if name == "content-length":
+                length = int(value)
+            elif name == "transfer-encoding":
+                raise RuntimeError("a chunked answer: not expected from this server")
+            elif name == "connection":
+                close = value.strip().lower() == "close"
+        if length is None:
+            raise RuntimeError("an answer without Content-Length")
+        start = end + 4
+        while len(buffer) < start + length:
+            more = sock.recv(65536)
+            if not more:
+                raise EOFError("the server closed the connection mid-answer")
+            buffer += more
+        self.buffer = buffer[start + length :]
+        if close:
+            self.close()
+        return int(status), buffer[start : start + length]
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -357,7 +460,7 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-HTTP_SIDES = ("http.client", "httpx")
+HTTP_SIDES = ("socket", "http.client", "httpx")
 
 
 def measure_size(chunks: int, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
@@ -393,10 +496,11 @@ def measure_size(chunks: int, args: argparse.Namespace, tmp: Path) -> dict[str, 
         closers.append(close)
         sides: dict[str, Side] = {"in-process": (search, None)}
         for label, (server, port) in servers.items():
-            via_httpx, via_stdlib, close = http_sides(port, data["secret"])
+            via_httpx, via_stdlib, via_socket, close = http_sides(port, data["secret"])
             closers.append(close)
             sides[f"{label}httpx"] = (via_httpx, server.pid)
             sides[f"{label}http.client"] = (via_stdlib, server.pid)
+            sides[f"{label}socket"] = (via_socket, server.pid)
         for call, _ in sides.values():  # load the index on every side, warm every path
             timed(call, queries[: min(50, len(queries))])
         rounds: list[dict[str, Any]] = []
@@ -565,7 +669,7 @@ def main(argv: list[str] | None = None) -> int:
             )
     print(
         "\n(overhead: HTTP minus in-process, per round, median of rounds; CPU: the server"
-        " process's over the round per request it served (both clients), and this process's"
+        " process's over the round per request it served (all clients), and this process's"
         " per call; in-process CPU is the search itself)"
     )
     print()

@@ -205,8 +205,10 @@ NO_QUERY = QueryParams()
 
 
 def _json(route: ApiRoute, result: Any, headers: dict[str, str] | None = None) -> Response:
+    # the serializer's own bytes (model_dump_json() decodes them to a str, which the
+    # response would encode back): the same JSON, one copy fewer per answer
     return Response(
-        result.model_dump_json(),
+        result.__pydantic_serializer__.to_json(result),
         status_code=route.status_for(result),
         media_type="application/json",
         headers=headers,

@@ -29,8 +29,9 @@ Threads
     thread-local buffer that stays in cache, reduced to its top-k at once, and the few
     survivors of all blocks are merged; after a thread's first block, "reduced" is one
     comparison against the k-th best score that thread has seen. A batch takes one
-    matrix product per 1024-row block (its scores stay in L2) and a per-query bound
-    that each thread raises as it sees better scores.
+    matrix product per 2048-row block (float32 rows copied, or codes widened, 512 rows
+    at a time into a per-thread buffer that stays in cache) and a per-query bound that
+    each thread raises as it sees better scores.
 """
 
 from __future__ import annotations
@@ -62,10 +63,27 @@ _MIN_BLOCKS = 8
 # rows at d=384; 4096- and 8192-row blocks measured slower, 1024 no faster.
 _DECODE_BYTES = 3 << 20
 # Bound on the (queries x rows) score block of a batch search, and fewest rows a block has.
-# 64 queries x 1024 rows: 256 KB of scores stay in L2 between the product and the
-# comparison (as FAISS blocks its database); larger blocks measured slower.
-_BATCH_BLOCK_ELEMENTS = 65_536
+# 64 queries x 2048 rows: 512 KB of scores per block, one comparison pass each; measured
+# (CPU time per batch at 100k x 384, two threads) 5-10% below 1024-row blocks, which
+# pay the per-block Python and selection overhead twice as often; 4096 no better.
+_BATCH_BLOCK_ELEMENTS = 131_072
 _BATCH_MIN_ROWS = 1024
+# Most bytes of float32 rows a batch widens (or copies) at a time into a per-thread
+# buffer before their product: 512 rows at d=384 (768 KB). Measured at 100k x 384, two
+# threads, batch q/s against tuned FAISS in the same process: 128 rows 0.97x, 256 rows
+# 1.07x, 512 rows 1.19x, 1024 rows 1.21-1.26x, 2048 rows 1.04x (each sgemm call packs
+# the queries again, so small slices pay that more often).
+_BATCH_WIDE_BYTES = 768 << 10
+# How float32 rows enter a batch's product: "copy" (through the L2 buffer first) or
+# "direct" (sgemm packs straight from the rows). With both cores streaming rows from
+# memory, "copy" measured 10-12% more batch throughput at 100k and 1M x 384; on one
+# thread the two are equal.
+BATCH_FLOAT32 = "copy"
+# The int8 batch product with numkong installed: "packed" (its int8 products) or
+# "widen" (numpy's cast into the L2 buffer, then sgemm; the path without numkong).
+# Measured at 100k: packed 88-99 vs widen 115-120 ms CPU per batch of 64; at 1M within
+# noise of each other, so packed at every size.
+BATCH_INT8 = "packed"
 # Whether single int8/float16 queries use numkong's kernels when it is installed.
 USE_NUMKONG = True
 
@@ -628,71 +646,77 @@ def scan_batch(
     scorer = _BatchScorer(codec, folded, offsets)
     block = max(k, _BATCH_MIN_ROWS, _BATCH_BLOCK_ELEMENTS // m)
     starts = range(0, n, block)
-
+    low, high = scorer.low, scorer.high
     states: list[dict[str, Any]] = []  # one per thread that took part
 
     def work(i: int, state: dict[str, Any]) -> None:
         if not state:
-            state["kept"] = ([], [], [])  # query, row, key of this thread's candidates
+            state["kept"] = ([], [])  # flat (row * m + query) positions and keys
             state["pending"] = 0
             states.append(state)  # list.append is atomic
         a = starts[i]
         b = min(a + block, n)
-        keys = scorer.score(codes[a:b])
+        keys = scorer.score(codes, a, b)
         if dead.size:
             lo, hi = np.searchsorted(dead, (a, b))
             if hi > lo:
-                keys[dead[lo:hi] - a] = scorer.low
+                keys[dead[lo:hi] - a] = low
         cut: npt.NDArray[Any] | None = state.get("cut")
         if cut is None:
             if b - a >= k:
                 # The first full block sets, per query, the bound later blocks must
                 # reach: its k-th best key (ties are kept by >=). Later blocks then cost
                 # one comparison pass instead of an argpartition each.
-                cut = np.partition(keys.T, b - a - k, axis=1)[:, b - a - k]
-                cut[zero] = scorer.high  # a zero query matches nothing
+                cut = np.partition(keys, b - a - k, axis=0)[b - a - k]
+                cut[zero] = high  # a zero query matches nothing
                 state["cut"] = cut
             else:
-                cut = np.where(zero, scorer.high, scorer.low).astype(keys.dtype)
+                cut = np.where(zero, high, low).astype(keys.dtype)
         mask = _scratch_mask(b - a, m)
         np.greater_equal(keys, cut, out=mask)
         # one flat pass finds the few survivors; (row, query) follow from the flat index
         flat = np.flatnonzero(mask)
-        row, query = np.divmod(flat, m)
-        kept_q, kept_r, kept_k = state["kept"]
-        kept_q.append(query)
-        kept_r.append(row + a)
-        kept_k.append(keys.reshape(-1)[flat])  # copies out of the scratch buffer
-        state["pending"] += query.shape[0]
-        if "cut" in state and state["pending"] > 2 * m * k:
-            _raise_cut(state, k)
+        if flat.shape[0]:
+            state["kept"][1].append(keys.reshape(-1)[flat])  # copies out of the scratch
+            flat += a * m
+            state["kept"][0].append(flat)
+            state["pending"] += flat.shape[0]
+            if "cut" in state and state["pending"] > 2 * m * k:
+                _raise_cut(state, k, m)
 
     with single_threaded_blas():
         run_blocks(len(starts), work)
     for state in states:
         if "cut" in state and state["pending"]:
-            _raise_cut(state, k)  # each thread hands over only its best k per query
-    query = np.concatenate([q for state in states for q in state["kept"][0]])
-    rows = np.concatenate([r for state in states for r in state["kept"][1]])
-    keys = np.concatenate([key for state in states for key in state["kept"][2]])
+            _raise_cut(state, k, m)  # each thread hands over only its best k per query
+    flat = np.concatenate([f for state in states for f in state["kept"][0]] or [_NO_ROWS])
+    keys = np.concatenate(
+        [key for state in states for key in state["kept"][1]] or [np.empty(0, scorer.dtype)]
+    )
+    rows, query = np.divmod(flat, m)
     return query, rows, scorer.scores(query, keys)
 
 
+_NO_ROWS = np.empty(0, dtype=np.int64)
+
+
 class _BatchScorer:
-    """How one batch scores a block of codes: ``(rows, m)`` keys, one product per block.
+    """How one batch scores rows ``a:b`` of a part: ``(rows, m)`` keys in a per-thread buffer.
 
     Keys order each query's candidates as its (approximate) scores do; ``scores`` turns
     the few selected keys into those scores (adding the codec's offsets), so no pass
-    over a whole block is spent on an offset. The products:
+    over a whole block is spent on an offset. A block's product is one single-threaded
+    sgemm against the folded queries (``(d, m)``, packed once per batch by BLAS), of:
 
-    - float32 rows: one single-threaded sgemm of the block against the folded queries;
-    - int8 codes with ``numkong``: its integer dot products straight on the codes
-      against the queries rounded to int8 (each scaled to +-127) and packed once per
-      batch (``dots_pack``), exact int32 keys; the query's rounding is one more
-      approximation that the re-scoring of the candidates absorbs, as for single queries;
-    - float16 codes with ``numkong``: widened by its F16C cast into a per-thread float32
-      buffer, then sgemm (numpy's float16 cast is not vectorised in this build);
-    - otherwise the codec's ``decode`` into that buffer, then sgemm.
+    - float32 rows: read in place (``BATCH_FLOAT32 = "direct"``) or first copied,
+      ``_BATCH_WIDE_BYTES`` at a time, into a per-thread buffer that stays in L2
+      (``"copy"``);
+    - float16 codes: widened into that buffer by numkong's F16C cast (numpy's float16
+      cast is not vectorised in this build), else by numpy;
+    - int8 codes: widened into that buffer by numpy's cast (``BATCH_INT8 = "widen"``),
+      products of the unrounded folded queries; or numkong's packed integer products
+      against the queries rounded to int8 (``"packed"``, exact int32 keys; the query's
+      rounding is one more approximation the re-scoring absorbs).
     """
 
     def __init__(self, codec: Codec, folded: Matrix, offsets: ScoreArray) -> None:
@@ -702,37 +726,46 @@ class _BatchScorer:
         self.unit: ScoreArray | None = None
         self.packed: Any = None
         self.widen: Callable[[Codes, Matrix], Any] | None = None
+        self.wide_rows = max(1, _BATCH_WIDE_BYTES // (4 * self.d))
         nk = _numkong() if USE_NUMKONG and not codec.exact else None
-        if nk is not None and codec.name == "int8":
+        if nk is not None and codec.name == "int8" and BATCH_INT8 == "packed":
             top = np.abs(folded).max(axis=1)
             self.unit = np.where(top > 0, top / 127, 1).astype(np.float32)
             rounded = np.rint(folded / self.unit[:, None]).astype(np.int8)
             self.packed = nk.dots_pack(rounded, dtype="int8")
+            self.dtype: np.dtype[Any] = np.dtype(np.int32)
             self.low: Any = np.int32(np.iinfo(np.int32).min)  # dead rows
             self.high: Any = np.int32(np.iinfo(np.int32).max)  # zero queries
             return
-        if nk is not None and codec.name == "float16":
+        if codec.exact:
+            if BATCH_FLOAT32 == "copy":
+                self.widen = _copy_rows
+        elif nk is not None and codec.name == "float16":
             self.widen = lambda block, out: nk.astype(block, "float32", out=out)
+        else:
+            self.widen = codec.decode
+        self.dtype = np.dtype(np.float32)
         self.low = np.float32(-np.inf)
         self.high = np.float32(np.inf)
         self.queries = np.ascontiguousarray(folded.T)  # (d, m): a plain NN product
 
-    def score(self, block: Codes) -> npt.NDArray[Any]:
-        """``(rows, m)`` keys of ``block`` in a per-thread buffer (valid until the next call)."""
-        rows = block.shape[0]
+    def score(self, codes: Codes, a: int, b: int) -> npt.NDArray[Any]:
+        """``(b - a, m)`` keys of rows ``a:b`` in a per-thread buffer (valid until the next call)."""
+        rows = b - a
         if self.packed is not None:
             out = _scratch_tensor(rows, self.m)
-            self.packed_product(block, out[0])
+            self.packed_product(codes[a:b], out[0])
             return out[1]
-        if self.codec.exact:
-            wide = block
-        elif self.widen is not None:
-            wide = _scratch_rows(rows, self.d)
-            self.widen(block, wide)
-        else:
-            wide = self.codec.decode(block, _scratch_rows(rows, self.d))
         keys = _scratch_block(rows, self.m)
-        np.matmul(wide, self.queries, out=keys)
+        if self.widen is None:
+            np.matmul(codes[a:b], self.queries, out=keys)
+            return keys
+        step = self.wide_rows
+        wide = _scratch_rows(min(step, rows), self.d)
+        for s in range(0, rows, step):
+            e = min(s + step, rows)
+            part = self.widen(codes[a + s : a + e], wide[: e - s])
+            np.matmul(part, self.queries, out=keys[s:e])
         return keys
 
     def packed_product(self, block: Codes, out: Any) -> None:
@@ -750,7 +783,13 @@ class _BatchScorer:
         return values
 
 
-def _raise_cut(state: dict[str, Any], k: int) -> None:
+def _copy_rows(block: Codes, out: Matrix) -> Matrix:
+    """Copy float32 rows into ``out`` (a cache-resident buffer)."""
+    np.copyto(out, block)
+    return out
+
+
+def _raise_cut(state: dict[str, Any], k: int, m: int) -> None:
     """Raise a batch's per-query bound to the k-th best key this thread has kept,
     and drop the kept candidates below it.
 
@@ -759,17 +798,18 @@ def _raise_cut(state: dict[str, Any], k: int) -> None:
     a few thousand candidates now and then (about log(blocks) times per thread), and
     once at the end, so a thread hands over at most its best k per query (and ties).
     """
-    query, rows, keys = (np.concatenate(kept) for kept in state["kept"])
+    flat, keys = (np.concatenate(kept) for kept in state["kept"])
+    query = flat % m
     ranked = np.lexsort((keys, query))  # by query, then key ascending (no negation)
-    query, rows, keys = query[ranked], rows[ranked], keys[ranked]
+    query, flat, keys = query[ranked], flat[ranked], keys[ranked]
     cut: npt.NDArray[Any] = state["cut"]
-    each = np.arange(cut.shape[0])
+    each = np.arange(m)
     firsts = np.searchsorted(query, each)
     ends = np.searchsorted(query, each, side="right")
     full = ends - firsts >= k
     cut[full] = np.maximum(cut[full], keys[ends[full] - k])
     keep = keys >= cut[query]
-    state["kept"] = ([query[keep]], [rows[keep]], [keys[keep]])
+    state["kept"] = ([flat[keep]], [keys[keep]])
     state["pending"] = 0
 
 

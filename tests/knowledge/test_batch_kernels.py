@@ -1,7 +1,9 @@
 """Batch kernels (``scan_batch`` / ``search_part_batch``) against a plain reference.
 
-Every product path a batch can take is covered: float32 sgemm, float16 widened by
-numkong or numpy, int8 scored by numkong's packed integer products or widened by numpy.
+Every product path a batch can take is covered: float32 rows read in place or copied
+through the per-thread buffer, float16 widened by numkong or numpy, int8 scored by
+numkong's packed integer products or widened by numpy; each with one block or many
+(rows not a multiple of the block, nor of the widening step).
 Integer-valued rows make float32 and float16 scores exact, so those paths must return
 exactly the reference's ids (ties ordered by id); int8 is approximate before its
 re-scoring, so it must return rows whose exact scores are the reference's top scores.
@@ -25,18 +27,30 @@ ALL = ["float32", "float16", "int8"]
 
 @pytest.fixture(params=["single-block", "many-blocks"])
 def blocks(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """One block for the whole part, or 1024-row blocks shared with the pool."""
+    """One block for the whole part, or 1024-row blocks shared with the pool, widened
+    or copied 100 rows at a time (neither divides the other nor the part)."""
     if request.param == "many-blocks":
         monkeypatch.setattr(kernels, "_BATCH_BLOCK_ELEMENTS", 1)
+        monkeypatch.setattr(kernels, "_BATCH_WIDE_BYTES", 100 * 8 * 4)  # d = 8 below
     yield request.param
 
 
-@pytest.fixture(params=["numpy", "numkong"])
+@pytest.fixture(params=["numpy", "numkong", "numkong-widen", "direct"])
 def widen(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Products of quantised codes by numpy widening or by numkong's kernels."""
-    if request.param == "numkong":
+    """Which products a batch takes.
+
+    ``numpy``: float16 and int8 widened by numpy's cast; ``numkong``: float16 widened by
+    numkong's cast and int8 by numkong's packed products (the defaults); ``numkong-widen``:
+    int8 widened by numpy although numkong is there (``BATCH_INT8 = "widen"``);
+    ``direct``: float32 rows read in place instead of copied (``BATCH_FLOAT32``).
+    """
+    if request.param.startswith("numkong"):
         pytest.importorskip("numkong")
-    monkeypatch.setattr(kernels, "USE_NUMKONG", request.param == "numkong")
+    monkeypatch.setattr(kernels, "USE_NUMKONG", request.param.startswith("numkong"))
+    monkeypatch.setattr(
+        kernels, "BATCH_INT8", "widen" if request.param == "numkong-widen" else "packed"
+    )
+    monkeypatch.setattr(kernels, "BATCH_FLOAT32", "direct" if request.param == "direct" else "copy")
     return str(request.param)
 
 
@@ -159,6 +173,36 @@ def test_duplicate_rows_across_blocks_tie_and_are_ordered_by_id(
     np.testing.assert_array_equal(scores[0], 0.5)
 
 
+@pytest.mark.parametrize("name", ALL)
+def test_a_batch_of_one_query(name: str, blocks: str, widen: str) -> None:
+    rows = integer_rows(3077, 8, seed=17)
+    queries = integer_rows(1, 8, seed=18)
+    for k in (1, 10):
+        assert_matches(name, batch(name, rows, queries, k), reference(rows, queries, k))
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_rising_scores_raise_every_bound_again(name: str, blocks: str, widen: str) -> None:
+    """Each block beats the last (the worst order for a running bound): every block's
+    candidates survive, so the bound is raised over and over, and still exact."""
+    n = 9000
+    rows = np.zeros((n, 8), dtype=np.float32)
+    # 18 levels of 500 identical rows each: identical rows have identical codes, so
+    # every codec ties them and the answer is the first ids of the best level
+    rows[:, 0] = 0.05 + 0.9 * (np.arange(n) // 500) / 17
+    rows[:, 1] = np.sqrt(1 - rows[:, 0] ** 2)
+    queries = np.zeros((2, 8), dtype=np.float32)
+    queries[0, 0] = 1.0  # scores rise with the row number
+    queries[1, 0] = -1.0  # scores fall: the first block holds the answer
+    for k in (1, 12, 700):  # 700: more than one level
+        ids, scores = batch(name, rows, queries, k)
+        want_ids, _ = reference(rows, queries, k)
+        np.testing.assert_array_equal(ids, want_ids)
+        np.testing.assert_array_equal(scores, np.clip(rows[ids, 0] * queries[:, :1], -1, 1))
+    assert ids[0, :3].tolist() == [8500, 8501, 8502]
+    assert ids[1, :3].tolist() == [0, 1, 2]
+
+
 def test_an_empty_part_and_an_empty_batch_give_no_candidates() -> None:
     codec = kernels.CODECS["float32"]
     empty = np.empty((0, 8), dtype=np.float32)
@@ -198,16 +242,35 @@ def test_numkong_paths_are_taken_when_enabled(monkeypatch: pytest.MonkeyPatch) -
 
     monkeypatch.setattr(kernels._BatchScorer, "packed_product", counting)
     monkeypatch.setattr(kernels, "USE_NUMKONG", True)
+    monkeypatch.setattr(kernels, "BATCH_INT8", "packed")
     with_numkong = {name: batch(name, rows, queries, 10) for name in ("int8", "float16")}
     assert calls == ["int8"] * len(calls) and len(calls) >= 1
     codec = kernels.CODECS["float16"]
-    assert kernels._BatchScorer(codec, queries, np.zeros(6, np.float32)).widen is not None
+    offsets = np.zeros(6, np.float32)
+    numkong_cast = kernels._BatchScorer(codec, queries, offsets).widen
+    assert numkong_cast is not None and numkong_cast != codec.decode
     calls.clear()
     monkeypatch.setattr(kernels, "USE_NUMKONG", False)
-    assert kernels._BatchScorer(codec, queries, np.zeros(6, np.float32)).widen is None
+    assert kernels._BatchScorer(codec, queries, offsets).widen == codec.decode
     for name, got in with_numkong.items():
         assert_matches(name, batch(name, rows, queries, 10), got)
     assert calls == []
+
+
+def test_the_kernel_settings_choose_the_products(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``BATCH_FLOAT32`` copies float32 rows through the buffer or reads them in place;
+    ``BATCH_INT8 = "widen"`` widens int8 codes by numpy even with numkong installed."""
+    queries = integer_rows(4, 8, seed=16)
+    offsets = np.zeros(4, np.float32)
+    float32, int8 = kernels.CODECS["float32"], kernels.CODECS["int8"]
+    monkeypatch.setattr(kernels, "BATCH_FLOAT32", "copy")
+    assert kernels._BatchScorer(float32, queries, offsets).widen is kernels._copy_rows
+    monkeypatch.setattr(kernels, "BATCH_FLOAT32", "direct")
+    assert kernels._BatchScorer(float32, queries, offsets).widen is None
+    monkeypatch.setattr(kernels, "USE_NUMKONG", True)
+    monkeypatch.setattr(kernels, "BATCH_INT8", "widen")
+    scorer = kernels._BatchScorer(int8, queries, offsets)
+    assert scorer.packed is None and scorer.widen == int8.decode
 
 
 def test_the_int8_packed_keys_are_the_integer_products() -> None:
@@ -224,7 +287,7 @@ def test_the_int8_packed_keys_are_the_integer_products() -> None:
     folded, offsets = codec.fold(queries, params)
     scorer = kernels._BatchScorer(codec, folded, offsets)
     assert scorer.unit is not None
-    keys = scorer.score(codes).copy()
+    keys = scorer.score(codes, 0, 700).copy()
     rounded = np.rint(folded / scorer.unit[:, None]).astype(np.int64)
     np.testing.assert_array_equal(keys, codes.astype(np.int64) @ rounded.T)
     query = np.repeat(np.arange(5), 700)

@@ -36,6 +36,9 @@ SEGMENT_BYTES = 64 << 20
 TOMBSTONE_VERSIONS = 10_000
 
 
+_STAMP = object()  # the state cache's entry holding the database stamp it is valid for
+_STATE_CACHE_LIMIT = 10_000  # workspaces remembered per thread (then read each time)
+
 BLOB_CHUNK = 8 << 20  # bytes per blob read: big enough to be fast, small enough to reuse
 
 
@@ -346,8 +349,27 @@ class KnowledgeStore:
     def knowledge_state(self, organization_id: str, environment: str) -> KnowledgeState:
         """The embedder, dimension and version of a workspace's index.
 
-        Raw SQL: every search asks this (to know whether its cached index is current).
+        Raw SQL: every search asks this (to know whether its cached index is current),
+        and a search over HTTP asks it twice (before choosing to run on the event loop,
+        then in the search). So states read are remembered per thread for as long as
+        nothing at all has been written to the database since (``PRAGMA data_version``
+        and this process's commit count, checked on each call, as for keys): a write
+        by any connection or process is seen by the very next call. Inside a
+        transaction on this thread (which may hold its own uncommitted writes, or read
+        a snapshot) the row is read as it is there.
         """
+        key = (organization_id, environment)
+        cache: dict[Any, Any] | None = None
+        if not self.db.connection().in_transaction:
+            cache = self.db.thread_cache("knowledge_state")
+            stamp, unchanged = self.db.unchanged_since(cache.get(_STAMP))
+            if not unchanged:
+                cache.clear()
+                cache[_STAMP] = stamp
+            else:
+                found: KnowledgeState | None = cache.get(key)
+                if found is not None:
+                    return found
         with self.db.read() as conn:
             row = conn.execute(
                 "SELECT embedder, dimension, version, index_dtype FROM knowledge_state"
@@ -355,8 +377,14 @@ class KnowledgeStore:
                 [organization_id, environment],
             ).fetchone()
         if row is None:
-            return KnowledgeState(None, None, 0)
-        return KnowledgeState(row["embedder"], row["dimension"], row["version"], row["index_dtype"])
+            state = KnowledgeState(None, None, 0)
+        else:
+            state = KnowledgeState(
+                row["embedder"], row["dimension"], row["version"], row["index_dtype"]
+            )
+        if cache is not None and len(cache) < _STATE_CACHE_LIMIT:
+            cache[key] = state
+        return state
 
     def claim_index_dtype(self, organization_id: str, environment: str, index_dtype: str) -> str:
         """The workspace's index dtype: the stored one, else ``index_dtype``, stored now."""
