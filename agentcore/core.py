@@ -35,6 +35,7 @@ from agentcore.knowledge.terms import TermCounter
 from agentcore.limits import RateLimiter
 from agentcore.models import Organization
 from agentcore.plugins import DEFAULT_PLUGINS
+from agentcore.plugins.extractive import stem_frequencies as extractive_stem_frequencies
 from agentcore.plugins.extractive import tokens_of as extractive_tokens_of
 from agentcore.redact import get_logger
 from agentcore.storage.base import Store, VectorSearchStore
@@ -119,7 +120,7 @@ class AgentCore:
         self.embedders: dict[str, Embedder] = {}
         self.chat_models: dict[str, ChatModel] = {}
         # sentence frequencies kept per document, read by chat (the extractive tokenizer)
-        self.terms = TermCounter(extractive_tokens_of)
+        self.terms = TermCounter(extractive_tokens_of, extractive_stem_frequencies)
         # filled by the hooks below; the cache looks embedders up when it needs one
         self.index_cache = IndexCache(
             store,

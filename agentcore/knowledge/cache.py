@@ -674,6 +674,11 @@ def _unit_rows_into(
     can raise a floating-point warning (squares of float32 values cannot overflow in
     float64 and are never negative, and NaN stays quiet), so no ``errstate`` is set."""
     norms = np.sqrt(np.einsum("ij,ij->i", rows, rows, dtype=np.float64))
+    # every norm finite and positive (the usual case), in two reductions: the least is
+    # positive (NaN is not) and the largest finite
+    if len(norms) and norms.min() > 0 and norms.max() < np.inf:
+        np.divide(rows, norms[:, None], out=out, casting="same_kind")
+        return np.ones(len(norms), dtype=bool)
     ok: npt.NDArray[np.bool_] = np.isfinite(norms) & (norms > 0)
     if ok.all():
         np.divide(rows, norms[:, None], out=out, casting="same_kind")

@@ -21,7 +21,13 @@ if TYPE_CHECKING:
     from agentcore.chat_models import ChatModel
     from agentcore.config import Settings
 
-__all__ = ["NO_ANSWER", "ExtractiveModel", "agentcore_register_chat_models", "tokens_of"]
+__all__ = [
+    "NO_ANSWER",
+    "ExtractiveModel",
+    "agentcore_register_chat_models",
+    "stem_frequencies",
+    "tokens_of",
+]
 
 NO_ANSWER = "I couldn't find anything about that in the knowledge base."
 
@@ -32,6 +38,7 @@ NO_ANSWER = "I couldn't find anything about that in the knowledge base."
 _TOKENIZER = StemTokenizer()
 _tokens = _TOKENIZER.tokens
 tokens_of = _TOKENIZER.tokens_of
+stem_frequencies = _TOKENIZER.stem_frequencies  # ``tokens_of`` counted, for term counts
 
 _NUMBER = re.compile(r"\d")
 _YEAR_OR_DATE = re.compile(

@@ -7,8 +7,9 @@ import math
 import re
 import threading
 import unicodedata
+from collections import Counter
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -51,6 +52,8 @@ STOP_WORDS = frozenset(_STOP_WORDS_TEXT.split())
 # ``[A-Za-z0-9]``, which the engine tests faster.
 _TOKEN = re.compile(r"[^\W_]++(?:'[^\W_]++)?+")
 _ASCII_TOKEN = re.compile(r"[A-Za-z0-9]++(?:'[A-Za-z0-9]++)?+")
+# Every ASCII character but letters and digits, to a space (for ``_raw_tokens``).
+_NOT_ALNUM = {code: " " for code in range(128) if not chr(code).isalnum()}
 
 
 def _stable_hash(feature: str) -> int:
@@ -123,6 +126,23 @@ class StemTokenizer:
             out.append([stem for stem in found if stem is not None])
         return out
 
+    def stem_frequencies(self, texts: Sequence[str]) -> Counter[str]:
+        """Per stem, how many of ``texts`` hold it (``tokens_of`` counted once per text),
+        without building the stem lists: what ``TermCounter`` counts sentences with."""
+        counts: Counter[str | None] = Counter()
+        update = counts.update
+        table = self._stems
+        for text in texts:
+            raw = _raw_tokens(text)
+            try:
+                found = set(map(table.__getitem__, raw))
+            except KeyError:
+                table = self._learn(raw)
+                found = set(map(table.__getitem__, raw))
+            update(found)  # a dropped token adds to None, taken out below
+        counts.pop(None, None)
+        return cast("Counter[str]", counts)  # no None left
+
     def _learn(self, raw: list[str]) -> dict[str, str | None]:
         """The cache, holding every token of ``raw`` (started afresh when full)."""
         with self._lock:
@@ -165,8 +185,7 @@ class _Vocabulary:
     Raw tokens map to stem ids (``-1`` for dropped tokens); stem ``i`` has its
     features (its word feature first, then its character n-grams) at
     ``feature_hashes[feature_start[i] : feature_start[i] + feature_count[i]]``, and
-    their buckets and signed weights at the same places of ``feature_buckets`` and
-    ``feature_signed``.
+    their signed weights at the same places of ``feature_signed``.
     """
 
     def __init__(self) -> None:
@@ -178,9 +197,8 @@ class _Vocabulary:
         self.feature_count = _Column(np.int64)
         self.feature_hashes = _Column(np.uint64)
         self.feature_weights = _Column(np.float32)
-        # derived from the two above for the embedder's dimension: each feature's
-        # bucket, and its weight with its sign (the hash's lowest bit) applied
-        self.feature_buckets = _Column(np.int64)
+        # derived from the two above: each feature's weight with its sign (the hash's
+        # lowest bit) applied
         self.feature_signed = _Column(np.float32)
 
 
@@ -268,7 +286,6 @@ class HashingEmbedder:
             start = vocabulary.feature_start.values()
             count = vocabulary.feature_count.values()
             feature_hashes = vocabulary.feature_hashes.values()
-            feature_buckets = vocabulary.feature_buckets.values()
             feature_signed = vocabulary.feature_signed.values()
         kept = token_stems >= 0
         stems = token_stems[kept]
@@ -292,7 +309,6 @@ class HashingEmbedder:
         flat = _bucket_sums(
             all_rows,
             np.concatenate([feature_hashes[gather], pair_hashes]),
-            np.concatenate([feature_buckets[gather], _buckets(pair_hashes, self.dimension)]),
             np.concatenate([feature_signed[gather], pair_signed]),
             len(texts),
             self.dimension,
@@ -346,7 +362,6 @@ class HashingEmbedder:
             weights = np.array(new.weights, dtype=np.float32)
             vocabulary.feature_hashes.extend(hashes)
             vocabulary.feature_weights.extend(weights)
-            vocabulary.feature_buckets.extend(_buckets(hashes, self.dimension))
             vocabulary.feature_signed.extend(_signed(hashes, weights))
             return [table[token] for token in raw]
 
@@ -394,7 +409,11 @@ class _NewStems:
 def _raw_tokens(text: str) -> list[str]:
     """The word tokens of ``text`` before case folding, stop words and stemming."""
     if text.isascii():  # NFKC leaves ASCII as it is, and it holds no U+2019
-        return _ASCII_TOKEN.findall(text)
+        if "'" in text:
+            return _ASCII_TOKEN.findall(text)
+        # Without apostrophes a token is a maximal run of ASCII letters and digits:
+        # every other character made a space, ``split`` finds the runs (quicker).
+        return text.translate(_NOT_ALNUM).split()
     return _TOKEN.findall(unicodedata.normalize("NFKC", text).replace("\u2019", "'"))
 
 
@@ -405,7 +424,7 @@ _KEY_SHIFT_LIMIT = 40
 
 def _buckets(hashes: npt.NDArray[np.uint64], dimension: int) -> npt.NDArray[np.int64]:
     """The bucket of each feature hash (its bits above the sign bit, modulo ``dimension``)."""
-    buckets: npt.NDArray[np.int64] = ((hashes >> _ONE) % np.uint64(dimension)).astype(np.int64)
+    buckets: npt.NDArray[np.int64] = ((hashes >> _ONE) % np.uint64(dimension)).view(np.int64)
     return buckets
 
 
@@ -423,7 +442,6 @@ def _signed(
 def _bucket_sums(
     rows: npt.NDArray[np.int64] | None,
     hashes: npt.NDArray[np.uint64],
-    buckets: npt.NDArray[np.int64],
     signed: npt.NDArray[np.float32],
     count: int,
     dimension: int,
@@ -437,28 +455,45 @@ def _bucket_sums(
     """
     if not len(hashes):
         return np.zeros(count * dimension)
-    starts, first = _first_occurrences(rows, hashes, count)
+    repeats, first = _first_occurrences(rows, hashes, count)
     values = signed[first]  # a new array: scaled in place below
-    if starts is not None:
-        repeats = np.empty(len(starts), dtype=np.intp)
-        np.subtract(starts[1:], starts[:-1], out=repeats[:-1])
-        repeats[-1] = len(hashes) - starts[-1]
-        # only repeated features change: a single one's factor 1 + log(1) is exactly 1
-        again = np.flatnonzero(repeats > 1)
-        values[again] *= (1.0 + np.log(repeats[again])).astype(np.float32)
-    bins = buckets[first]
+    if repeats is not None:
+        # a single feature's factor 1 + log(1) is exactly 1: multiplying every value
+        # by its factor changes only the repeated ones, as scaling just those did
+        values *= _tf_factors(repeats, len(hashes))
+    # the buckets of the distinct features only (a bucket never exceeds the dimension)
+    bins = _buckets(hashes[first], dimension)
     if rows is not None:
         bins = bins + rows[first] * dimension
     # bincount adds each bin's values in input order, here ascending hash order.
     sums = np.bincount(bins, weights=values, minlength=count * dimension)
-    return np.asarray(sums, dtype=np.float64)  # already float64: typed, not copied
+    return cast("npt.NDArray[np.float64]", sums)  # float64 with weights: typed, not copied
+
+
+def _tf_factors(repeats: npt.NDArray[np.intp], most: int) -> npt.NDArray[np.float32]:
+    """``float32(1 + log(repeats))``, from a table when no count can pass it (``most``
+    bounds them): the same float64 ``log`` of each count, rounded once."""
+    if most < len(_TF_FACTORS):
+        factors: npt.NDArray[np.float32] = _TF_FACTORS[repeats]
+        return factors
+    return (1.0 + np.log(repeats)).astype(np.float32)
+
+
+# ``float32(1 + log(n))`` for every count n a text of up to 64k features can hold
+# (index 0 is unused), computed as ``_tf_factors`` would: 256 KiB.
+_TF_FACTORS = np.concatenate(
+    [
+        np.zeros(1, np.float32),
+        (1.0 + np.log(np.arange(1, 1 << 16, dtype=np.intp))).astype(np.float32),
+    ]
+)
 
 
 def _first_occurrences(
     rows: npt.NDArray[np.int64] | None, hashes: npt.NDArray[np.uint64], count: int
 ) -> tuple[npt.NDArray[np.intp] | None, npt.NDArray[np.intp]]:
-    """Where each distinct (row, hash) first occurs, ordered by (row, hash), and where
-    its run starts in that order (``None`` when nothing repeats). ``rows`` are in
+    """Where each distinct (row, hash) first occurs, ordered by (row, hash), and how
+    many times it occurs (``None`` when nothing repeats). ``rows`` are in
     ``range(count)`` (``None``: all 0).
 
     Sorting by (row, hash) orders every bucket of a row by hash. One sort of packed
@@ -470,6 +505,8 @@ def _first_occurrences(
     position_bits = max(1, (size - 1).bit_length())
     row_bits = 0 if rows is None else max(1, (count - 1).bit_length())
     shift = row_bits + position_bits  # bits of the key that are not the hash's
+    if shift <= _KEY_SHIFT_LIMIT and rows is None:
+        return _first_occurrences_in_one(hashes, position_bits)
     if shift <= _KEY_SHIFT_LIMIT:
         key = (hashes >> np.uint64(shift)) << np.uint64(position_bits)
         key |= np.arange(size, dtype=np.uint64)
@@ -487,8 +524,46 @@ def _first_occurrences(
             new[0] = True
             np.logical_not(same, out=new[1:])
             starts = np.flatnonzero(new)
-            return starts, order[starts]
-    # two hashes of a row tie in the key (or keys are too short): two stable sorts
+            return _run_lengths(starts, size), order[starts]
+    return _exact_first(rows, hashes)  # two hashes of a row tie in the key (or keys are too short)
+
+
+def _first_occurrences_in_one(
+    hashes: npt.NDArray[np.uint64], position_bits: int
+) -> tuple[npt.NDArray[np.intp] | None, npt.NDArray[np.intp]]:
+    """``_first_occurrences`` of one text's features, with fewer array operations (each
+    costs microseconds, the features of a short text far less).
+
+    The key is the hash with its low ``position_bits`` bits replaced by the position
+    (the same key as ``(hash >> bits) << bits | position``). The order it sorts to is
+    the exact (hash, position) order exactly when the hashes it lists never decrease
+    (two different hashes tying in the key, listed out of order, would show as a
+    decrease; listed in order they are in the exact order too): checked, else the
+    exact sort. The runs of equal hashes are then found on the hashes themselves.
+    """
+    size = len(hashes)
+    low = (1 << position_bits) - 1
+    key = hashes & np.uint64(~low & _ALL_BITS)
+    key |= _positions(size)
+    key.sort()
+    key &= np.uint64(low)
+    order = key.view(np.intp)  # positions: far below 2**63
+    ordered = hashes[order]
+    later, earlier = ordered[1:], ordered[:-1]
+    if (later < earlier).any():
+        return _exact_first(None, hashes)
+    edges = np.concatenate((_TRUE, later != earlier, _TRUE)).nonzero()[0]  # 1-D: no ravel
+    if len(edges) == size + 1:
+        return None, order  # no feature repeats
+    starts = edges[:-1]
+    return np.subtract(edges[1:], starts), order[starts]
+
+
+def _exact_first(
+    rows: npt.NDArray[np.int64] | None, hashes: npt.NDArray[np.uint64]
+) -> tuple[npt.NDArray[np.intp] | None, npt.NDArray[np.intp]]:
+    """``_first_occurrences`` by two stable sorts (of the hashes, then the rows)."""
+    size = len(hashes)
     order = np.lexsort((hashes,) if rows is None else (hashes, rows))
     sorted_hashes = hashes[order]
     new = np.ones(size, dtype=bool)
@@ -497,7 +572,28 @@ def _first_occurrences(
         sorted_rows = rows[order]
         new[1:] |= sorted_rows[1:] != sorted_rows[:-1]
     starts = np.flatnonzero(new)
-    return starts, order[starts]
+    return _run_lengths(starts, size), order[starts]
+
+
+def _run_lengths(starts: npt.NDArray[np.intp], size: int) -> npt.NDArray[np.intp]:
+    """The length of each run, from where the runs start in ``size`` items."""
+    repeats = np.empty(len(starts), dtype=np.intp)
+    np.subtract(starts[1:], starts[:-1], out=repeats[:-1])
+    repeats[-1] = size - starts[-1]
+    return repeats
+
+
+def _positions(size: int) -> npt.NDArray[np.uint64]:
+    """``arange(size)`` as uint64, a view of a shared read-only array when it is short."""
+    if size <= len(_POSITIONS):
+        return _POSITIONS[:size]
+    return np.arange(size, dtype=np.uint64)
+
+
+_POSITIONS = np.arange(1 << 14, dtype=np.uint64)
+_POSITIONS.flags.writeable = False
+_TRUE = np.ones(1, dtype=bool)
+_ALL_BITS = (1 << 64) - 1
 
 
 _ONE = np.uint64(1)

@@ -409,3 +409,14 @@ def m011_document_terms(db: UtilsDatabase) -> None:
         ALTER TABLE knowledge_tombstones ADD COLUMN term_stems TEXT;
         """,
     )
+
+
+@migrations()
+def m012_drop_chunks_workspace_index(db: UtilsDatabase) -> None:
+    """Drop ``chunks_workspace``, an index on ``chunks (organization_id, environment)``
+    that no query reads (chunks are found by id or by ``document_id``).
+
+    Every ingestion commit wrote one of its pages besides the chunk itself: without
+    it a document's write touches one b-tree fewer (about one WAL frame in 18).
+    """
+    run_script(db, "DROP INDEX IF EXISTS chunks_workspace;")
