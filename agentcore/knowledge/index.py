@@ -176,7 +176,7 @@ class _Snapshot:
     tail: Part  # the tail's first ``rows`` rows (views of ``buffer``)
     buffer: Matrix  # the whole tail buffer; rows past the tail's may be filled later
     row_of: dict[int, int]  # live tail id -> row in ``buffer``; shared by one buffer's snapshots
-    epoch: int = 0  # advances whenever maintenance cuts rows off the tail
+    epoch: int = 0  # advances whenever the tail is cut (maintenance) or sealed (add)
 
     @property
     def live(self) -> int:
@@ -651,9 +651,12 @@ class VectorIndex:
                 snap.row_of,
                 snap.parts,
             )
+            epoch = snap.epoch
             if n + m > buffer.shape[0] and n >= SEAL_ROWS and _ascending(tail.ids):
-                # seal the full tail where it lies (no copy) and start a new one
+                # seal the full tail where it lies (no copy) and start a new one; a new
+                # epoch, so a step planned on the old tail's rows starts again
                 parts = (*parts, tail)
+                epoch += 1
                 n, row_of = 0, {}
                 ids_buffer = np.empty(0, dtype=np.int64)
                 buffer = np.empty((0, self._dimension), dtype=np.float32)
@@ -667,7 +670,7 @@ class VectorIndex:
             row_of.update(zip(new_ids.tolist(), range(n, n + m), strict=True))
             self._ids_buffer = ids_buffer
             self._snap = _Snapshot(
-                parts, _tail_part(buffer, ids_buffer, n + m, tail.dead), buffer, row_of, snap.epoch
+                parts, _tail_part(buffer, ids_buffer, n + m, tail.dead), buffer, row_of, epoch
             )
         self._schedule_if_due()
 

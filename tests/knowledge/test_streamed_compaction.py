@@ -21,6 +21,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
+from agentcore.knowledge import index as index_module
 from agentcore.knowledge import kernels, segments
 from agentcore.knowledge.index import MaintenancePlan, Part, RowSource, VectorIndex
 from agentcore.knowledge.segments import HEADER_BYTES, SegmentDirectory
@@ -309,3 +310,27 @@ def test_a_merge_beside_a_segment_with_dead_rows_reloads_from_the_files(
         assert again.cache.segment_loads == 1  # the files, not the store
     finally:
         again.close()
+
+
+def test_a_tail_sealed_while_a_step_ran_makes_the_step_start_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``add`` seals a full tail into a part and starts a new tail: a step planned on
+    the old tail's rows must not cut them off the new one (that would drop new rows
+    and keep the sealed ones twice)."""
+    monkeypatch.setattr(index_module, "SEAL_ROWS", 4)
+    index = VectorIndex(D, capacity=4)
+    index.set_maintenance(None)
+    index.add(np.arange(4, dtype=np.int64), unit_rows(4, 1))
+    plan = plan_all(index)
+    assert plan.tail_rows == 4
+    built = index.build_part(plan)
+    index.add(np.array([10, 11], np.int64), unit_rows(2, 2))  # seals rows 0-3, new tail
+    assert not index.apply(plan, [built])
+    assert sorted(index.ids().tolist()) == [0, 1, 2, 3, 10, 11]
+    again = plan_all(index)
+    assert index.apply(again, [index.build_part(again)])
+    assert sorted(index.ids().tolist()) == [0, 1, 2, 3, 10, 11]
+    assert len(index) == 6
+    top, _ = index.search(unit_rows(2, 2)[1], 6)
+    assert sorted(top.tolist()) == [0, 1, 2, 3, 10, 11]
