@@ -65,6 +65,18 @@ def run_cli(
     )
 
 
+def run_python(script: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """Run ``python -c script args...`` in a fresh process (the CLI's environment)."""
+    return subprocess.run(
+        [sys.executable, "-c", script, *args],
+        capture_output=True,
+        text=True,
+        env=cli_env(),
+        timeout=timeout,
+        check=False,
+    )
+
+
 def cli_json(*args: str, db: Path | None = None, env_db: Path | None = None) -> Any:
     """Run the CLI, assert exit 0 and no stderr traceback, and parse stdout as JSON."""
     result = run_cli(*args, db=db, env_db=env_db)

@@ -7,15 +7,13 @@ search, by applying only what changed, never by reloading the workspace.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import cli_env, run_cli
+from helpers import run_cli, run_python
 
 from agentcore import AgentCore
 from agentcore.knowledge.cache import IndexCache
@@ -222,14 +220,7 @@ def test_another_process_writes_are_seen_at_the_next_search(store_url: str, tmp_
         assert _sources(core, "quantum flux capacitors zebras")[0] == "beta.txt"
 
         doc_id = next(d.id for d in _ws(core).knowledge.list().documents if d.source == "beta.txt")
-        deleted = subprocess.run(
-            [sys.executable, "-c", DELETE_SCRIPT, str(db), doc_id],
-            env=cli_env(),
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
+        deleted = run_python(DELETE_SCRIPT, str(db), doc_id)
         assert deleted.returncode == 0, deleted.stderr
         assert "beta.txt" not in _sources(core, "quantum flux capacitors zebras")
         assert (_cache(core).reloads, _cache(core).catch_ups) == (1, 2)

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import pytest
 from embedder_corpus import DATA, fingerprint
-from helpers import cli_env
+from helpers import cli_env, run_python
 
 from agentcore import AgentCore
 from agentcore.knowledge.cache import unit_rows
@@ -240,14 +240,7 @@ def test_a_write_by_another_process_between_two_of_ours_is_seen(db_path: Path) -
             "with AgentCore.open(sys.argv[1], start_workers=False) as core:\n"
             "    core.workspace('acme', 'test').knowledge.ingest_text('beta.txt', sys.argv[2])\n"
         )
-        done = subprocess.run(
-            [sys.executable, "-c", script, str(db_path), BETA],
-            env=cli_env(),
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
+        done = run_python(script, str(db_path), BETA)
         assert done.returncode == 0, done.stderr
         _ws(core).knowledge.ingest_text("gamma.txt", GAMMA)
         assert _sources(core, "quantum flux capacitors zebras")[0] == "beta.txt"

@@ -9,14 +9,12 @@ the log reaches is rebuilt from every row. Migration m011 moves the old per-stem
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-from helpers import core_with
+from helpers import core_with, run_python
 from sqlite_utils import Database as UtilsDatabase
 
 from agentcore import AgentCore
@@ -162,7 +160,8 @@ def test_another_process_writing_is_seen(tmp_path: Path) -> None:
             f"k.ingest_text('z.txt', {TEXTS[4]!r})\n"
             "core.close()\n"
         )
-        subprocess.run([sys.executable, "-c", script, str(tmp_path / "chat.db")], check=True)
+        done = run_python(script, str(tmp_path / "chat.db"))
+        assert done.returncode == 0, done.stderr
         assert stored(core) == recount(core)
         assert stored(core)[1] == {"zeppelin": 1, "hangar": 1, "stor": 1}
     finally:
