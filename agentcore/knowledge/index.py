@@ -417,7 +417,10 @@ class VectorIndex:
         The index owns the arrays afterwards (it never writes to them).
 
         Ascending ids (the store's order) make the arrays one frozen part: no per-row
-        map is built. Others are adopted as the tail, with an id-to-row map.
+        map is built. Ids out of order (ids a caller assigned) are sorted first, which
+        copies the rows once: adopted as the tail instead, the matrix had no spare
+        rows, so the first rows added after the load copied the whole of it again
+        (1.2 s at 200k x 1024, inside a search's catch-up).
 
         :param spare_rows: tail rows to preallocate, so the rows added after a load
             need no allocation (and never copy the adopted matrix).
@@ -431,11 +434,14 @@ class VectorIndex:
                 param="vectors",
             )
         n, d = matrix.shape
-        ascending = n < 2 or bool(np.all(id_array[1:] > id_array[:-1]))
-        if not ascending:
-            index = cls(d, capacity=0, codec=codec)
-            index._install(matrix, id_array, n)
-            return index
+        if not _ascending(id_array):
+            order = np.argsort(id_array, kind="stable")
+            id_array = id_array[order]
+            if bool(np.any(id_array[1:] == id_array[:-1])):
+                raise ValidationFailed(
+                    "the persisted ids contain duplicates", code="duplicate_id", param="ids"
+                )
+            matrix = np.take(matrix, order, axis=0)
         index = cls(d, capacity=max(0, int(spare_rows)), codec=codec)
         if n:  # encoded by the index's codec (for float32 the codes are the matrix itself)
             index._snap = replace(index._snap, parts=(Part.build(id_array, matrix, index._codec),))

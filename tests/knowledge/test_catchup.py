@@ -255,3 +255,32 @@ def test_arrays_that_do_not_own_their_memory_are_adopted_as_they_are() -> None:
     index.add(np.arange(10, 110), _vectors(100, seed=9))
     assert index.nbytes == view.nbytes + np.arange(10).nbytes + tail
     np.testing.assert_array_equal(base, before)
+
+
+def test_ids_out_of_order_are_adopted_sorted_with_their_spare_rows() -> None:
+    """A load whose ids are not ascending (ids a caller assigned) still gets spare
+    rows: the first rows added after it must not copy the whole matrix."""
+    from agentcore.knowledge.index import VectorIndex
+
+    ids = np.array([50, 10, 40, 20, 30])
+    vectors = _vectors(5)
+    index = VectorIndex.adopt(ids, vectors, spare_rows=3)
+    size = index.nbytes
+    index.add(np.array([5, 60, 1]), _vectors(3, seed=7))  # fills the spare rows exactly
+    assert index.nbytes == size and len(index) == 8
+    assert sorted(index.ids().tolist()) == [1, 5, 10, 20, 30, 40, 50, 60]
+    for row, i in enumerate(ids.tolist()):
+        found, scores = index.search(vectors[row], 1)
+        assert found.tolist() == [i] and scores[0] == pytest.approx(1.0, abs=1e-6)
+    assert index.remove([40, 60]) == 2 and not index.contains(40)
+    index.add([200], _vectors(1, seed=4))  # one past the spare room: grows
+    assert index.nbytes > size and len(index) == 7
+
+
+def test_repeated_ids_out_of_order_are_refused() -> None:
+    from agentcore.errors import ValidationFailed
+    from agentcore.knowledge.index import VectorIndex
+
+    with pytest.raises(ValidationFailed) as refused:
+        VectorIndex.adopt(np.array([3, 1, 3]), _vectors(3))
+    assert refused.value.code == "duplicate_id"
