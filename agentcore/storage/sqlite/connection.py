@@ -22,6 +22,8 @@ from sqlite_utils.db import NotFoundError, Table
 from agentcore.errors import NotFound
 
 BUSY_TIMEOUT_MS = 30_000
+_STAMP = object()  # a current_cache entry: the database stamp the cache is valid for
+CACHE_LIMIT = 10_000  # entries a current_cache holds (then read each time)
 # Seconds between the checkpointer's looks at the WAL; it checkpoints only after commits.
 CHECKPOINT_INTERVAL = 0.5
 # A commit checkpoints by itself only past this many WAL pages (the checkpointer fell behind).
@@ -225,6 +227,20 @@ class Database:
         if caches is None:
             caches = self._local.caches = {}
         return caches.setdefault(name, {})
+
+    def current_cache(self, name: str) -> dict[Any, Any]:
+        """``thread_cache(name)``, emptied first when anything at all was written to the
+        database since it was last asked for (``unchanged_since``, checked on each call),
+        so what it holds was read from the database as it is now: a write by any
+        connection or process empties it at the next call. Callers hold at most
+        ``CACHE_LIMIT`` entries in it; for ``:memory:`` it is always empty.
+        """
+        cache = self.thread_cache(name)
+        stamp, unchanged = self.unchanged_since(cache.get(_STAMP))
+        if not unchanged:
+            cache.clear()
+            cache[_STAMP] = stamp
+        return cache
 
     def close(self) -> None:
         """Close every connection this object opened (any thread)."""

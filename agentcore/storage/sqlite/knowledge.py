@@ -26,7 +26,7 @@ from agentcore.storage.records import (
     StoredChunk,
     segment_arrays,
 )
-from agentcore.storage.sqlite.connection import Database, first_row, page_rows
+from agentcore.storage.sqlite.connection import CACHE_LIMIT, Database, first_row, page_rows
 
 _WORKSPACE = "organization_id = ? AND environment = ?"
 SEGMENT_ROWS = 65_536  # ~100 MB of float32 at d=384: far below SQLite's 1 GB blob limit
@@ -35,9 +35,6 @@ SEGMENT_BYTES = 64 << 20
 # Versions of deletions the change log keeps; a cache further behind reloads the workspace.
 TOMBSTONE_VERSIONS = 10_000
 
-
-_STAMP = object()  # the state cache's entry holding the database stamp it is valid for
-_STATE_CACHE_LIMIT = 10_000  # workspaces remembered per thread (then read each time)
 
 BLOB_CHUNK = 8 << 20  # bytes per blob read: big enough to be fast, small enough to reuse
 
@@ -361,15 +358,10 @@ class KnowledgeStore:
         key = (organization_id, environment)
         cache: dict[Any, Any] | None = None
         if not self.db.connection().in_transaction:
-            cache = self.db.thread_cache("knowledge_state")
-            stamp, unchanged = self.db.unchanged_since(cache.get(_STAMP))
-            if not unchanged:
-                cache.clear()
-                cache[_STAMP] = stamp
-            else:
-                found: KnowledgeState | None = cache.get(key)
-                if found is not None:
-                    return found
+            cache = self.db.current_cache("knowledge_state")
+            found: KnowledgeState | None = cache.get(key)
+            if found is not None:
+                return found
         with self.db.read() as conn:
             row = conn.execute(
                 "SELECT embedder, dimension, version, index_dtype FROM knowledge_state"
@@ -382,7 +374,7 @@ class KnowledgeStore:
             state = KnowledgeState(
                 row["embedder"], row["dimension"], row["version"], row["index_dtype"]
             )
-        if cache is not None and len(cache) < _STATE_CACHE_LIMIT:
+        if cache is not None and len(cache) < CACHE_LIMIT:
             cache[key] = state
         return state
 

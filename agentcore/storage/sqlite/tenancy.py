@@ -9,7 +9,7 @@ from typing import Any
 
 from agentcore.ids import isoformat, new_id, now_iso
 from agentcore.models import ApiKey, Organization
-from agentcore.storage.sqlite.connection import Database, first_row, update_row
+from agentcore.storage.sqlite.connection import CACHE_LIMIT, Database, first_row, update_row
 
 
 def _key(row: sqlite3.Row) -> ApiKey:
@@ -43,8 +43,6 @@ _KEY_SELECT = (
     "JOIN organizations ON organizations.id = api_keys.organization_id"
 )
 _KEY_COLUMNS = {"revoked_at", "expires_at", "last_used_at", "name"}
-_STAMP = object()  # the cache entry holding the database stamp the cache is valid for
-_CACHE_LIMIT = 10_000
 
 
 class TenancyStore:
@@ -97,12 +95,8 @@ class TenancyStore:
         each call with ``PRAGMA data_version`` and this process's commit count): a key
         revoked by any process is refused on the very next request.
         """
-        cache = self.db.thread_cache("keys")
-        stamp, unchanged = self.db.unchanged_since(cache.get(_STAMP))
-        if not unchanged:
-            cache.clear()
-            cache[_STAMP] = stamp
-        elif digest in cache:
+        cache = self.db.current_cache("keys")
+        if digest in cache:
             found: tuple[ApiKey, str, str] = cache[digest]
             return found
         with self.db.read() as conn:
@@ -110,7 +104,7 @@ class TenancyStore:
         if row is None:
             return None
         found = (_key(row), row["organization_id"], row["digest"])
-        if len(cache) < _CACHE_LIMIT:
+        if len(cache) < CACHE_LIMIT:
             cache[digest] = found
         return found
 
