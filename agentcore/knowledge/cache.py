@@ -676,15 +676,12 @@ def _unit_rows_into(
     norms = np.sqrt(np.einsum("ij,ij->i", rows, rows, dtype=np.float64))
     # every norm finite and positive (the usual case), in two reductions: the least is
     # positive (NaN is not) and the largest finite
-    if len(norms) and norms.min() > 0 and norms.max() < np.inf:
+    if not len(norms) or (norms.min() > 0 and norms.max() < np.inf):
         np.divide(rows, norms[:, None], out=out, casting="same_kind")
         return np.ones(len(norms), dtype=bool)
     ok: npt.NDArray[np.bool_] = np.isfinite(norms) & (norms > 0)
-    if ok.all():
-        np.divide(rows, norms[:, None], out=out, casting="same_kind")
-    else:
-        out[...] = rows
-        out[ok] = (rows[ok] / norms[ok, None]).astype(np.float32)
+    out[...] = rows
+    out[ok] = (rows[ok] / norms[ok, None]).astype(np.float32)
     return ok
 
 

@@ -223,9 +223,7 @@ class MaintenancePlan:
         ids: list[IdArray] = []
         for part in self.parts:
             if part.dead.size:
-                keep = np.ones(part.rows, dtype=bool)
-                keep[part.dead] = False
-                selected = np.flatnonzero(keep)
+                selected = _live_positions(part.rows, part.dead)
                 pieces.append((part.vectors, selected))
                 ids.append(part.ids[selected])
             else:
@@ -233,9 +231,7 @@ class MaintenancePlan:
                 ids.append(np.asarray(part.ids))
         if self.tail_rows:
             tail = self.snapshot.tail
-            keep = np.ones(self.tail_rows, dtype=bool)
-            keep[tail.dead[tail.dead < self.tail_rows]] = False
-            selected = np.flatnonzero(keep)
+            selected = _live_positions(self.tail_rows, tail.dead[tail.dead < self.tail_rows])
             pieces.append((tail.vectors[: self.tail_rows], selected))
             ids.append(tail.ids[selected])
         d = self.snapshot.buffer.shape[1]
@@ -952,6 +948,13 @@ def _added(old: IdArray, new: IdArray) -> IdArray:
     keep = np.ones(new.shape[0], dtype=bool)
     keep[np.searchsorted(new, old)] = False
     return new[keep]
+
+
+def _live_positions(rows: int, dead: IdArray) -> IdArray:
+    """The positions in ``range(rows)`` that are not in ``dead``, ascending."""
+    keep = np.ones(rows, dtype=bool)
+    keep[dead] = False
+    return np.flatnonzero(keep)
 
 
 def _ascending(ids: IdArray) -> bool:
