@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import socket
@@ -62,6 +63,19 @@ class ServerThread:
     def __exit__(self, *exc: object) -> None:
         self.server.should_exit = True
         self.thread.join(timeout=10)
+
+
+@contextlib.contextmanager
+def served_client(app: ASGIApp, secret: str) -> Iterator[httpx.Client]:
+    """``app`` on a real uvicorn server (``ServerThread``) and an httpx client of it
+    that sends ``secret`` as its bearer key."""
+    with (
+        ServerThread(app) as server,
+        httpx.Client(
+            base_url=server.url, headers={"Authorization": f"Bearer {secret}"}, timeout=30
+        ) as http,
+    ):
+        yield http
 
 
 @dataclass

@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import ServerThread
+from conftest import served_client
 from helpers import assert_problem
 
 from agentcore import AgentCore
@@ -82,12 +82,7 @@ def client(tmp_path: Path) -> Iterator[httpx.Client]:
     core.workspace("acme").knowledge.ingest_text("a.md", "Refunds are paid within 14 days.")
     secret = core.keys.create("acme", "test", ["read", "write"]).secret
     app = create_app(core, max_json_depth=DEPTH, max_body_bytes=2000)
-    with (
-        ServerThread(app) as server,
-        httpx.Client(
-            base_url=server.url, headers={"Authorization": f"Bearer {secret}"}, timeout=30
-        ) as http,
-    ):
+    with served_client(app, secret) as http:
         yield http
     core.close()
 

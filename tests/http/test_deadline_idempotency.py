@@ -15,7 +15,7 @@ import httpx
 import numpy as np
 import numpy.typing as npt
 import pytest
-from conftest import ServerThread
+from conftest import served_client
 from helpers import assert_problem
 
 import agentcore
@@ -77,12 +77,7 @@ def client(tmp_path: Path, slow: SlowOnce) -> Iterator[httpx.Client]:
     core.create_organization("acme")
     key = core.keys.create("acme", "test", ["read", "write"]).secret
     app = create_app(core, request_deadline=DEADLINE)
-    with (
-        ServerThread(app) as server,
-        httpx.Client(
-            base_url=server.url, headers={"Authorization": f"Bearer {key}"}, timeout=30
-        ) as http,
-    ):
+    with served_client(app, key) as http:
         yield http
     core.close()
 

@@ -15,7 +15,7 @@ import httpx
 import numpy as np
 import numpy.typing as npt
 import pytest
-from conftest import ServerThread
+from conftest import ServerThread, served_client
 from helpers import assert_problem
 
 import agentcore
@@ -100,12 +100,7 @@ def served(tmp_path: Path, embedder: RecordingEmbedder) -> Iterator[dict[str, An
     secret = core.keys.create("acme", "test", ["read", "write"]).secret
     app = create_app(core)
     app.state.api.clock = embedder.clock
-    with (
-        ServerThread(app) as server,
-        httpx.Client(
-            base_url=server.url, headers={"Authorization": f"Bearer {secret}"}, timeout=30
-        ) as client,
-    ):
+    with served_client(app, secret) as client:
         yield {"core": core, "client": client, "app": app, "db": tmp_path / "path.db"}
     core.close()
 
