@@ -243,8 +243,9 @@ class HashingEmbedder:
 
     The Python work is done once per distinct token: a token's stem and the hashes
     and weights of the stem's features are kept in flat arrays (emptied past
-    ``_CACHE_LIMIT`` stems), and a batch is assembled, counted and bucketed with
-    whole-array numpy operations. Thread-safe.
+    ``_CACHE_LIMIT`` stems), and a batch is assembled, counted and bucketed by the
+    compiled kernel when it was built (``kernel_active()``), else with whole-array numpy
+    operations: the same bits either way. Thread-safe.
 
     :param dimension: the vector length.
     """
