@@ -5,34 +5,23 @@ from __future__ import annotations
 from pathlib import Path
 
 from agentcore.storage.records import KnowledgeState, StoredChunk
-from agentcore.storage.sqlite.agents import AgentStore
-from agentcore.storage.sqlite.chat import ChatStore
+from agentcore.storage.sql.dialect import SQLITE
+from agentcore.storage.sql.store import SQLStore
 from agentcore.storage.sqlite.connection import Database
-from agentcore.storage.sqlite.idempotency import IdempotencyStore
-from agentcore.storage.sqlite.knowledge import KnowledgeStore, TermSumsCache
-from agentcore.storage.sqlite.limits import RateLimitStore
-from agentcore.storage.sqlite.schema import migrations
-from agentcore.storage.sqlite.tenancy import TenancyStore
-from agentcore.storage.sqlite.webhooks import WebhookStore
+from agentcore.storage.sqlite.migrations import migrations
+from agentcore.storage.sqlite.terms import PackedTerms
 
 
-class SQLiteStore(
-    TenancyStore,
-    AgentStore,
-    KnowledgeStore,
-    WebhookStore,
-    ChatStore,
-    IdempotencyStore,
-    RateLimitStore,
-):
+class SQLiteStore(PackedTerms, SQLStore):
     """Everything agentcore keeps, in one SQLite database with WAL and migrations."""
 
+    dialect = SQLITE
     shared_by_nodes = False  # one machine's processes; `serve --workers` opts into "store"
 
     def __init__(self, path: str) -> None:
-        self.db = Database(path)
+        super().__init__()
+        self.db: Database = Database(path)
         self.url = path
-        self._term_sums = TermSumsCache()
 
     @classmethod
     def open(cls, path: str | Path) -> SQLiteStore:
@@ -45,10 +34,6 @@ class SQLiteStore(
         """Apply pending migrations in one ``BEGIN IMMEDIATE``, so concurrent openers queue."""
         with self.db.write() as conn:
             migrations.apply(self.db.utils(conn))
-
-    def close(self) -> None:
-        """Close every connection."""
-        self.db.close()
 
 
 def path_for_url(url: str) -> str | None:
