@@ -16,7 +16,7 @@ from agentcore.storage.records import IngestJob
 
 if TYPE_CHECKING:
     from agentcore.config import Settings
-    from agentcore.storage.base import KnowledgeStorage
+    from agentcore.storage.base import KnowledgeStore
 
 log = get_logger("agentcore.ingest")
 
@@ -50,7 +50,7 @@ class IngestRuntime:
 
     def __init__(
         self,
-        store: KnowledgeStorage,
+        store: KnowledgeStore,
         settings: Settings,
         *,
         run: Callable[[IngestJob, Cancellation], object],

@@ -33,7 +33,7 @@ from agentcore.storage.records import IngestJob, StoredChunk
 if TYPE_CHECKING:
     from agentcore.config import Settings
     from agentcore.knowledge.terms import TermCounter
-    from agentcore.storage.base import KnowledgeStorage
+    from agentcore.storage.base import KnowledgeStore
     from agentcore.workspace import Workspace
 
 
@@ -80,7 +80,7 @@ class KnowledgeService:
         self,
         workspace: Workspace,
         *,
-        store: KnowledgeStorage,
+        store: KnowledgeStore,
         settings: Settings,
         index: IndexCache,
         on_queued: Callable[[], None] | None = None,

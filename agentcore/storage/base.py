@@ -1,8 +1,9 @@
-"""The ``Store`` protocol: what the core needs from a backend (SQLite now, PostgreSQL later).
+"""The ``Store`` protocol: what the core needs from a backend, in slices per service.
 
 Every method takes plain values and returns models or small dataclasses, commits its
 own transaction, and scopes by (organization_id, environment) where data is tenant
-data — so a PostgreSQL store can implement it without changes to the core.
+data. Each slice (``AgentStore``, ...) is what one service depends on; ``Store`` is all
+of them. ``storage/sql`` implements them once, for SQLite and PostgreSQL alike.
 """
 
 from __future__ import annotations
@@ -28,10 +29,9 @@ from agentcore.storage.records import (
 )
 
 
-class KeyStorage(Protocol):
+class KeyStore(Protocol):
     """Organizations and API keys: what ``KeyManager`` and ``AgentCore`` use."""
 
-    # organizations and keys
     def ensure_organization(self, name: str) -> Organization:
         """The organization named ``name``, created if missing."""
 
@@ -54,10 +54,9 @@ class KeyStorage(Protocol):
         """Set ``revoked_at``, ``expires_at``, ``last_used_at`` or ``name``."""
 
 
-class AgentStorage(Protocol):
+class AgentStore(Protocol):
     """Agents: what ``AgentService`` uses (and chat, to find the answering agent)."""
 
-    # agents
     def insert_agent(self, organization_id: str, environment: str, agent: Agent) -> None:
         """Store a new agent."""
 
@@ -81,10 +80,9 @@ class AgentStorage(Protocol):
         """A page of agents with one of ``statuses``, newest first, and ``has_more``."""
 
 
-class KnowledgeStorage(Protocol):
+class KnowledgeStore(Protocol):
     """Documents, chunks and vectors: what ``KnowledgeService`` and ``IndexCache`` use."""
 
-    # knowledge
     def insert_document(
         self,
         organization_id: str,
@@ -182,7 +180,6 @@ class KnowledgeStorage(Protocol):
     ) -> Iterator[tuple[str, list[int], list[str]]]:
         """``(document_id, chunk ids, texts)`` per document."""
 
-    # background ingestion (documents in status "processing" and their durable jobs)
     def insert_processing_document(
         self,
         organization_id: str,
@@ -233,10 +230,9 @@ class KnowledgeStorage(Protocol):
         """A ``processing`` document becomes ``failed`` with ``last_error``; its job goes."""
 
 
-class WebhookStorage(Protocol):
+class WebhookStore(Protocol):
     """Subscriptions and the event outbox: what ``WebhookService`` and ``WebhookRuntime`` use."""
 
-    # webhooks and the event outbox
     def insert_subscription(
         self,
         organization_id: str,
@@ -311,10 +307,9 @@ class WebhookStorage(Protocol):
         """A page of a subscription's deliveries with attempts."""
 
 
-class ConversationStorage(Protocol):
+class ConversationStore(Protocol):
     """Conversations and their messages: what ``ChatService`` uses."""
 
-    # conversations
     def create_conversation(self, organization_id: str, environment: str, agent_id: str) -> str:
         """A new conversation's id."""
 
@@ -330,10 +325,9 @@ class ConversationStorage(Protocol):
         """The last ``limit`` messages, oldest first."""
 
 
-class IdempotencyStorage(Protocol):
+class IdempotencyStore(Protocol):
     """Idempotency keys and the results they replay: what ``agentcore.idempotency`` uses."""
 
-    # idempotency
     def claim_idempotency_key(
         self,
         organization_id: str,
@@ -355,7 +349,7 @@ class IdempotencyStorage(Protocol):
         """Forget an in-progress claim."""
 
 
-class RateLimitStorage(Protocol):
+class RateLimitStore(Protocol):
     """Token buckets shared by every process on the store (``rate_limit_backend = "store"``)."""
 
     def take_token(self, key_id: str, *, rate: float, burst: float, now: float) -> TokenTake:
@@ -367,18 +361,18 @@ class RateLimitStorage(Protocol):
 
 
 class Store(
-    KeyStorage,
-    AgentStorage,
-    KnowledgeStorage,
-    WebhookStorage,
-    ConversationStorage,
-    IdempotencyStorage,
-    RateLimitStorage,
+    KeyStore,
+    AgentStore,
+    KnowledgeStore,
+    WebhookStore,
+    ConversationStore,
+    IdempotencyStore,
+    RateLimitStore,
     Protocol,
 ):
     """A backend for everything agentcore keeps: every slice above, plus its lifecycle.
 
-    Services depend on the slice they use (``AgentStorage``, ...); only the core, which
+    Services depend on the slice they use (``AgentStore``, ...); only the core, which
     wires them, holds the whole ``Store``.
     """
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from agentcore.storage.base import Store
 from agentcore.storage.sql.agents import AgentTables
 from agentcore.storage.sql.conversations import ConversationTables
 from agentcore.storage.sql.documents import DocumentTables
@@ -19,8 +20,10 @@ class SQLStore(
     ConversationTables,
     IdempotencyTables,
     RateLimitTables,
+    Store,
 ):
-    """A ``Store`` over one SQL database.
+    """A ``Store`` over one SQL database (subclassing the protocol, so that mypy refuses to
+    build a store that leaves any of its methods out).
 
     Its table modules write each statement once against ``db`` (the database's
     ``Database``) in the words of ``dialect``; a subclass per database
