@@ -8,7 +8,7 @@ of them. ``storage/sql`` implements them once, for SQLite and PostgreSQL alike.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
@@ -17,7 +17,9 @@ import numpy.typing as npt
 from agentcore.events import Event
 from agentcore.models import Agent, ApiKey, Delivery, Document, Organization, Problem
 from agentcore.storage.records import (
+    Chunks,
     DueDelivery,
+    Ids,
     IngestJob,
     KnowledgeChanges,
     KnowledgeState,
@@ -25,7 +27,9 @@ from agentcore.storage.records import (
     StoredMessage,
     StoredResult,
     StoredSubscription,
+    TermCounts,
     TokenTake,
+    Vectors,
 )
 
 
@@ -88,11 +92,11 @@ class KnowledgeStore(Protocol):
         organization_id: str,
         environment: str,
         document: Document,
-        chunks: Sequence[tuple[str, list[int], list[int]]],
+        chunks: Chunks,
         embedder: str,
-        vectors: npt.NDArray[np.float32],
+        vectors: Vectors,
         keep: npt.NDArray[np.bool_],
-        term_counts: tuple[int, Mapping[str, int]] | None = None,
+        term_counts: TermCounts | None = None,
     ) -> list[int]:
         """Store a document, its chunks and the ``keep`` rows' vectors atomically.
 
@@ -110,14 +114,14 @@ class KnowledgeStore(Protocol):
         document_id: str | None,
         embedder: str,
         dimension: int,
-        ids: npt.NDArray[np.int64],
-        vectors: npt.NDArray[np.float32],
+        ids: Ids,
+        vectors: Vectors,
     ) -> None:
         """Append vectors as whole-buffer segments."""
 
     def load_vectors(
         self, organization_id: str, environment: str, dimension: int
-    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]:
+    ) -> tuple[Ids, Vectors]:
         """Every vector of a workspace: an id array and one contiguous float32 matrix."""
 
     def count_vectors(self, organization_id: str, environment: str) -> int:
@@ -128,7 +132,7 @@ class KnowledgeStore(Protocol):
         organization_id: str,
         environment: str,
         embedder: str,
-        segments: Sequence[tuple[str | None, npt.NDArray[np.int64], npt.NDArray[np.float32]]],
+        segments: Sequence[tuple[str | None, Ids, Vectors]],
         dimension: int,
     ) -> None:
         """Swap every vector of a workspace for new ones atomically."""
@@ -211,11 +215,11 @@ class KnowledgeStore(Protocol):
         organization_id: str,
         environment: str,
         document: Document,
-        chunks: Sequence[tuple[str, list[int], list[int]]],
+        chunks: Chunks,
         embedder: str,
-        vectors: npt.NDArray[np.float32],
+        vectors: Vectors,
         keep: npt.NDArray[np.bool_],
-        term_counts: tuple[int, Mapping[str, int]] | None = None,
+        term_counts: TermCounts | None = None,
     ) -> list[int] | None:
         """A ``processing`` document becomes ``ready`` with its chunks and vectors.
 
@@ -393,9 +397,9 @@ class VectorSearchStore(Protocol):
         self,
         organization_id: str,
         environment: str,
-        query: npt.NDArray[np.float32],
+        query: Vectors,
         k: int,
-    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]:
+    ) -> tuple[Ids, Vectors]:
         """The ``k`` ids most cosine-similar to the unit vector ``query`` and their scores,
         best first, ties by ascending id (as ``VectorIndex.search``)."""
 

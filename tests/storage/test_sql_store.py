@@ -3,6 +3,8 @@ translate for psycopg, and its migrations render for each dialect."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from agentcore.storage.base import Store
@@ -57,7 +59,7 @@ def test_migrations_render_for_each_dialect() -> None:
     sqlite = [step.name for step in migrations_for(SQLITE)]
     postgres = [step.name.partition("_")[2] for step in migrations_for(POSTGRES)]
     assert sqlite == names
-    # PostgreSQL's ledger numbers its steps: the databases it made know them as 1..9
+    # PostgreSQL's ledger numbers its steps: databases made before know them as 1..9
     assert postgres == [
         "tenancy_and_agents",
         "knowledge",
@@ -68,6 +70,8 @@ def test_migrations_render_for_each_dialect() -> None:
         "document_status_and_ingest_jobs",
         "term_counts",
         "workspace_index_dtype",
+        "document_terms",
+        "drop_chunks_workspace_index",
     ]
     for step in MIGRATIONS:
         for dialect in (SQLITE, POSTGRES):
@@ -79,3 +83,64 @@ def test_migrations_render_for_each_dialect() -> None:
         POSTGRES
     )
     assert "BYTEA" not in knowledge.script(SQLITE) and "STORAGE" not in knowledge.script(SQLITE)
+
+
+@pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgres", marks=pytest.mark.slow)])
+def test_term_sums_follow_another_nodes_writes(
+    kind: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each store object keeps its own sums; another one's writes and deletes (another
+    process, or node) are counted at the next call, through the change log or, once
+    the log no longer reaches back, by a rebuild."""
+    import numpy as np
+
+    from agentcore.ids import new_id, utcnow
+    from agentcore.models import Document
+    from agentcore.storage.sql import vectors
+
+    def open_store() -> Any:
+        if kind == "sqlite":
+            return SQLiteStore.open(request.getfixturevalue("tmp_path") / "terms.db")
+        from agentcore.storage.postgres import PostgresStore
+
+        return PostgresStore.open(request.getfixturevalue("postgres_url"))
+
+    def ingest(store: Any, stems: dict[str, int]) -> str:
+        document = Document(
+            id=new_id("doc"),
+            source="a.txt",
+            content_type="text/plain",
+            pages=1,
+            chunks=1,
+            bytes=1,
+            created_at=utcnow(),
+        )
+        vector = np.ones((1, 4), dtype=np.float32) / 2
+        store.insert_document(
+            "org",
+            "test",
+            document,
+            [("t", [1], [0])],
+            "e",
+            vector,
+            np.ones(1, bool),
+            (sum(stems.values()), stems),
+        )
+        return document.id
+
+    writer, reader = open_store(), open_store()
+    try:
+        assert reader.term_counts("org", "test", ["a", "b"]) == (0, {})
+        first = ingest(writer, {"a": 2, "b": 1})
+        assert reader.term_counts("org", "test", ["a", "b"]) == (3, {"a": 2, "b": 1})
+        ingest(writer, {"a": 1})
+        writer.delete_document("org", "test", first)
+        assert reader.term_counts("org", "test", ["a", "b"]) == (1, {"a": 1})
+        monkeypatch.setattr(vectors, "TOMBSTONE_VERSIONS", 1)  # the log forgets at once
+        for _ in range(3):
+            writer.delete_document("org", "test", ingest(writer, {"b": 5}))
+        ingest(writer, {"b": 2})
+        assert reader.term_counts("org", "test", ["a", "b", "c"]) == (3, {"a": 1, "b": 2})
+    finally:
+        writer.close()
+        reader.close()

@@ -23,8 +23,8 @@ from agentcore.knowledge.terms import count_terms
 from agentcore.plugins.extractive import tokens_of
 from agentcore.storage.sql import vectors as sql_vectors
 from agentcore.storage.sql.documents import json_ints
+from agentcore.storage.sql.terms import TermSums, pack_stems, unpack_stems
 from agentcore.storage.sqlite.migrations import migrations
-from agentcore.storage.sqlite.terms import TermSums, pack_stems, unpack_stems
 
 TEXTS = [
     "The turbine blades are stored in Rotterdam. Each blade weighs nine tonnes.",

@@ -22,7 +22,6 @@ from agentcore.storage.postgres.connection import (
 )
 from agentcore.storage.postgres.migrations import SchemaTooNew, migrate
 from agentcore.storage.postgres.pgvector import VectorRows
-from agentcore.storage.postgres.terms import StemRows
 from agentcore.storage.sql.database import Connection
 from agentcore.storage.sql.dialect import POSTGRES
 from agentcore.storage.sql.store import SQLStore
@@ -37,7 +36,7 @@ def is_postgres_url(url: str) -> bool:
 
 
 @retry_public_methods
-class PostgresStore(StemRows, VectorRows, SQLStore):
+class PostgresStore(VectorRows, SQLStore):
     """Everything agentcore keeps, in one PostgreSQL database shared by every node.
 
     Every public method is retried as ``retrying`` says (``retry_public_methods``).

@@ -26,7 +26,6 @@ from contextlib import contextmanager
 from typing import Any, Literal, ParamSpec, Self, TypeVar, cast
 
 import numpy as np
-import numpy.typing as npt
 import psycopg
 from psycopg import errors
 from psycopg.abc import Params, Query, QueryNoTemplate
@@ -35,6 +34,7 @@ from psycopg.rows import DictRow, dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from agentcore.errors import ServiceUnavailable, ValidationFailed
+from agentcore.storage.records import Ids, Vectors
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -235,8 +235,8 @@ class Database:
         self,
         conn: Conn,
         segment_id: int,
-        ids: npt.NDArray[np.int64],
-        vectors: npt.NDArray[np.float32],
+        ids: Ids,
+        vectors: Vectors,
     ) -> None:
         """Copy a segment's two buffers into ``ids`` and ``vectors``; they arrive in binary
         (text would send them hex-encoded, at twice the size)."""

@@ -12,10 +12,10 @@ import weakref
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 
 from agentcore.storage.postgres.connection import Conn
 from agentcore.storage.postgres.migrations import MIGRATION_LOCK
+from agentcore.storage.records import Ids, Vectors
 from agentcore.storage.sql.migrations import statements
 from agentcore.storage.sql.queries import WORKSPACE
 from agentcore.storage.sql.vectors import VectorTables
@@ -50,6 +50,7 @@ class VectorRows(VectorTables):
     vector_rows: bool  # whether the table exists (every node then maintains it)
 
     def __init__(self) -> None:
+        super().__init__()
         self.vector_rows = False
         self._registered: weakref.WeakSet[Any] = weakref.WeakSet()
 
@@ -90,8 +91,8 @@ class VectorRows(VectorTables):
         organization_id: str,
         environment: str,
         document_id: str | None,
-        ids: npt.NDArray[np.int64],
-        vectors: npt.NDArray[np.float32],
+        ids: Ids,
+        vectors: Vectors,
     ) -> None:
         if self.vector_rows:
             self._copy_rows(conn, organization_id, environment, document_id, ids, vectors)
@@ -117,8 +118,8 @@ class VectorRows(VectorTables):
         organization_id: str,
         environment: str,
         document_id: str | None,
-        ids: npt.NDArray[np.int64],
-        vectors: npt.NDArray[np.float32],
+        ids: Ids,
+        vectors: Vectors,
     ) -> None:
         """Append pgvector rows with one binary COPY."""
         from pgvector import HalfVector
@@ -153,9 +154,9 @@ class VectorRows(VectorTables):
         self,
         organization_id: str,
         environment: str,
-        query: npt.NDArray[np.float32],
+        query: Vectors,
         k: int,
-    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]:
+    ) -> tuple[Ids, Vectors]:
         """The ``k`` chunk ids most cosine-similar to the unit vector ``query``, best first.
 
         Rows are unit length, so cosine is the inner product (pgvector's ``<#>`` is its

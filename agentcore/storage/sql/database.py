@@ -11,9 +11,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
-import numpy as np
-import numpy.typing as npt
-
+from agentcore.storage.records import Ids, Vectors
 from agentcore.storage.sql.dialect import Dialect
 
 
@@ -77,8 +75,8 @@ class Database(Protocol):
         self,
         conn: Any,
         segment_id: int,
-        ids: npt.NDArray[np.int64],
-        vectors: npt.NDArray[np.float32],
+        ids: Ids,
+        vectors: Vectors,
     ) -> None:
         """Copy vector segment ``segment_id``'s buffers into ``ids`` and ``vectors``."""
 

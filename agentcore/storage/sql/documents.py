@@ -7,7 +7,7 @@ transaction; so does its deletion, which leaves a tombstone in the change log.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -15,13 +15,12 @@ import numpy.typing as npt
 
 from agentcore.ids import isoformat
 from agentcore.models import Document, Problem
-from agentcore.storage.records import IngestJob, StoredChunk
+from agentcore.storage.records import Chunks, IngestJob, StoredChunk, TermCounts, Vectors
 from agentcore.storage.sql.database import Connection
 from agentcore.storage.sql.queries import WORKSPACE, marks, page_rows
+from agentcore.storage.sql.terms import TermTables
 from agentcore.storage.sql.vectors import VectorTables
 
-Chunks = Sequence[tuple[str, list[int], list[int]]]
-TermCounts = tuple[int, Mapping[str, int]]
 _CHUNK_COLUMNS = (
     "document_id",
     "organization_id",
@@ -49,39 +48,8 @@ def _document(row: Any) -> Document:
     return Document.model_validate(values)
 
 
-class DocumentTables(VectorTables):
-    """Documents, chunks, vectors and ingestion jobs (``KnowledgeStore``).
-
-    Each database keeps a document's sentence counts in its own layout (the three
-    term methods below): SQLite one packed row per document summed in memory,
-    PostgreSQL one row per stem summed by a query.
-    """
-
-    def _store_terms(
-        self,
-        conn: Connection,
-        organization_id: str,
-        environment: str,
-        document_id: str,
-        document_seq: int,
-        version: int,
-        counts: TermCounts,
-    ) -> None:
-        """Keep a document's sentence counts (``(sentences, {stem: sentences})``), in
-        the transaction that stores its chunks (``version``: the one it bumped to)."""
-        raise NotImplementedError
-
-    def _take_terms(self, conn: Connection, document_seq: int) -> dict[str, Any]:
-        """Delete a document's counts before the document; the tombstone columns that
-        keep them (none where the document's foreign key drops them)."""
-        raise NotImplementedError
-
-    def term_counts(
-        self, organization_id: str, environment: str, stems: Sequence[str]
-    ) -> tuple[int, dict[str, int]]:
-        """The workspace's sentences and, per stem of ``stems``, how many hold it
-        (stems no sentence holds are left out): sums over its documents' counts."""
-        raise NotImplementedError
+class DocumentTables(TermTables, VectorTables):
+    """Documents, chunks, vectors, sentence counts and ingestion jobs (``KnowledgeStore``)."""
 
     def insert_document(
         self,
@@ -90,7 +58,7 @@ class DocumentTables(VectorTables):
         document: Document,
         chunks: Chunks,
         embedder: str,
-        vectors: npt.NDArray[np.float32],
+        vectors: Vectors,
         keep: npt.NDArray[np.bool_],
         term_counts: TermCounts | None = None,
     ) -> list[int]:
@@ -148,7 +116,7 @@ class DocumentTables(VectorTables):
         document_seq: int,
         chunks: Chunks,
         embedder: str,
-        vectors: npt.NDArray[np.float32],
+        vectors: Vectors,
         keep: npt.NDArray[np.bool_],
         term_counts: TermCounts | None,
     ) -> list[int]:
@@ -184,13 +152,7 @@ class DocumentTables(VectorTables):
         )
         if term_counts is not None:
             self._store_terms(
-                conn,
-                organization_id,
-                environment,
-                document.id,
-                document_seq,
-                version,
-                term_counts,
+                conn, (organization_id, environment), document_seq, version, term_counts
             )
         return ids
 
@@ -230,8 +192,8 @@ class DocumentTables(VectorTables):
 
     def delete_document(self, organization_id: str, environment: str, document_id: str) -> bool:
         """Delete a document, its chunks, vectors and any job in one transaction; bumps the
-        version. Its tombstone holds the deleted vector ids (and, on SQLite, its
-        sentence counts, for the in-memory sums of ``term_counts`` in every process)."""
+        version. Its tombstone holds the deleted vector ids and its sentence counts (for
+        the in-memory sums of ``term_counts`` in every process and node)."""
         scope = [document_id, organization_id, environment]
         with self.db.write() as conn:
             row = conn.execute(
@@ -403,7 +365,7 @@ class DocumentTables(VectorTables):
         document: Document,
         chunks: Chunks,
         embedder: str,
-        vectors: npt.NDArray[np.float32],
+        vectors: Vectors,
         keep: npt.NDArray[np.bool_],
         term_counts: TermCounts | None = None,
     ) -> list[int] | None:

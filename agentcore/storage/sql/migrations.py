@@ -1,11 +1,10 @@
 """The schema of both databases, as one list of numbered migrations.
 
-Each migration renders its statements for a ``Dialect`` (types, storage options); the
-few that exist for one database only say so (``only``): SQLite files already had
-``m005`` when the PostgreSQL schema was first written with that column in ``m002``, and
-``m011``/``m012`` reshaped SQLite's term counts and chunk indexes for measured write
-costs. Each database records what it applied in its own ledger, as the databases
-made by earlier versions already do (``sqlite/migrations.py``, ``postgres/migrations.py``).
+Each migration renders its statements for a ``Dialect`` (types, storage options). A
+step that exists for one database only says so (``only``): SQLite files already had
+``m005`` when the PostgreSQL schema was first written with that column in ``m002``.
+Each database records what it applied in its own ledger, as the databases made by
+earlier versions already do (``sqlite/migrations.py``, ``postgres/migrations.py``).
 """
 
 from __future__ import annotations
@@ -355,7 +354,7 @@ def m009_term_counts(d: Dialect) -> str:
 
     Written when a document is indexed and dropped with it (the foreign key), so a
     workspace's sentence frequencies are sums over its documents, never a recount
-    (see ``agentcore/knowledge/terms.py``). SQLite moves them to ``document_terms`` (m011).
+    (see ``agentcore/knowledge/terms.py``). m011 packs them into ``document_terms``.
     """
     return f"""
         CREATE TABLE term_counts (
@@ -380,25 +379,27 @@ def m010_workspace_index_dtype(d: Dialect) -> str:
         """
 
 
-@migration(only="sqlite")
+@migration()
 def m011_document_terms(d: Dialect) -> str:
     """A document's sentence counts as one packed row instead of one row per stem.
 
     ``term_counts`` put about 45 rows per document into scattered leaves of its term
-    index, which made each ingestion commit write several times the pages it otherwise
-    does. ``document_terms`` keeps one row per ready document, keyed by the
+    index, which made each SQLite ingestion commit write several times the pages it
+    otherwise does. ``document_terms`` keeps one row per ready document, keyed by the
     document's ``seq`` (appended in ingestion order): its sentence count, the version
     of the write that stored it, and ``stems`` as ``"stem count"`` lines. A deletion
-    copies the row into its tombstone (``term_*`` columns), so a process's in-memory
-    sums follow the change log like the vector index (see ``sqlite/terms.py``).
+    copies the row into its tombstone (``term_*`` columns), so each process's in-memory
+    sums follow the change log like the vector index (see ``sql/terms.py``).
     Existing counts move over (at version 0, which every log floor covers).
     """
-    return """
+    concat = d.either(sqlite="GROUP_CONCAT", postgres="STRING_AGG")
+    newline = d.either(sqlite="char(10)", postgres="chr(10)")
+    return f"""
         CREATE TABLE document_terms (
-            document_seq INTEGER PRIMARY KEY REFERENCES documents(seq) ON DELETE CASCADE,
+            document_seq {d.bigint} PRIMARY KEY REFERENCES documents(seq) ON DELETE CASCADE,
             organization_id TEXT NOT NULL,
             environment TEXT NOT NULL,
-            version INTEGER NOT NULL,
+            version {d.bigint} NOT NULL,
             sentences INTEGER NOT NULL,
             stems TEXT NOT NULL
         );
@@ -408,18 +409,18 @@ def m011_document_terms(d: Dialect) -> str:
             (document_seq, organization_id, environment, version, sentences, stems)
             SELECT documents.seq, documents.organization_id, documents.environment, 0,
                 MAX(CASE WHEN term_counts.term = '' THEN term_counts.sentences ELSE 0 END),
-                COALESCE(GROUP_CONCAT(CASE WHEN term_counts.term <> ''
-                    THEN term_counts.term || ' ' || term_counts.sentences END, char(10)), '')
+                COALESCE({concat}(CASE WHEN term_counts.term <> ''
+                    THEN term_counts.term || ' ' || term_counts.sentences END, {newline}), '')
             FROM term_counts JOIN documents ON documents.id = term_counts.document_id
             GROUP BY documents.seq;
         DROP TABLE term_counts;
-        ALTER TABLE knowledge_tombstones ADD COLUMN term_version INTEGER;
+        ALTER TABLE knowledge_tombstones ADD COLUMN term_version {d.bigint};
         ALTER TABLE knowledge_tombstones ADD COLUMN term_sentences INTEGER;
         ALTER TABLE knowledge_tombstones ADD COLUMN term_stems TEXT;
         """
 
 
-@migration(only="sqlite")
+@migration()
 def m012_drop_chunks_workspace_index(d: Dialect) -> str:
     """Drop ``chunks_workspace``, an index on ``chunks (organization_id, environment)``
     that no query reads (chunks are found by id or by ``document_id``).

@@ -13,12 +13,13 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 
 from agentcore.storage.records import (
+    Ids,
     KnowledgeChanges,
     KnowledgeState,
     StaleEmbedder,
+    Vectors,
     segment_arrays,
 )
 from agentcore.storage.sql.database import CACHE_LIMIT, Connection, Tables
@@ -40,8 +41,8 @@ class VectorTables(Tables):
         organization_id: str,
         environment: str,
         document_id: str | None,
-        ids: npt.NDArray[np.int64],
-        vectors: npt.NDArray[np.float32],
+        ids: Ids,
+        vectors: Vectors,
     ) -> None:
         """Hook: a segment of these rows was written (PostgreSQL's pgvector rows follow)."""
 
@@ -57,8 +58,8 @@ class VectorTables(Tables):
         document_id: str | None,
         embedder: str,
         dimension: int,
-        ids: npt.NDArray[np.int64],
-        vectors: npt.NDArray[np.float32],
+        ids: Ids,
+        vectors: Vectors,
     ) -> None:
         """Append vectors as whole-buffer segments and bump the workspace version."""
         with self.db.write() as conn:
@@ -74,8 +75,8 @@ class VectorTables(Tables):
         document_id: str | None,
         embedder: str,
         dimension: int,
-        ids: npt.NDArray[np.int64],
-        vectors: npt.NDArray[np.float32],
+        ids: Ids,
+        vectors: Vectors,
         *,
         check: bool = False,
     ) -> int:
@@ -112,7 +113,7 @@ class VectorTables(Tables):
 
     def load_vectors(
         self, organization_id: str, environment: str, dimension: int
-    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]:
+    ) -> tuple[Ids, Vectors]:
         """Every vector of a workspace as one id array and one contiguous float32 matrix.
 
         Read inside one read transaction (a consistent snapshot), each segment copied
@@ -129,7 +130,7 @@ class VectorTables(Tables):
 
     def _read_segments(
         self, conn: Connection, rows: Sequence[Any], dimension: int
-    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]:
+    ) -> tuple[Ids, Vectors]:
         """The segments ``rows`` (``id`` and ``count`` each) as one id array and matrix."""
         total = sum(int(row["count"]) for row in rows)
         ids = np.empty(total, dtype="<i8")
@@ -155,7 +156,7 @@ class VectorTables(Tables):
         organization_id: str,
         environment: str,
         embedder: str,
-        segments: Sequence[tuple[str | None, npt.NDArray[np.int64], npt.NDArray[np.float32]]],
+        segments: Sequence[tuple[str | None, Ids, Vectors]],
         dimension: int,
     ) -> None:
         """Swap every vector of a workspace for new ones (a re-embed), atomically."""

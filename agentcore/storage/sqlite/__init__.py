@@ -9,10 +9,9 @@ from agentcore.storage.sql.dialect import SQLITE
 from agentcore.storage.sql.store import SQLStore
 from agentcore.storage.sqlite.connection import Database
 from agentcore.storage.sqlite.migrations import migrations
-from agentcore.storage.sqlite.terms import PackedTerms
 
 
-class SQLiteStore(PackedTerms, SQLStore):
+class SQLiteStore(SQLStore):
     """Everything agentcore keeps, in one SQLite database with WAL and migrations."""
 
     dialect = SQLITE

@@ -16,10 +16,9 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import numpy.typing as npt
 from sqlite_utils import Database as UtilsDatabase
 
+from agentcore.storage.records import Ids, Vectors
 from agentcore.storage.sql.queries import marks
 
 BUSY_TIMEOUT_MS = 30_000
@@ -218,8 +217,8 @@ class Database:
         self,
         conn: sqlite3.Connection,
         segment_id: int,
-        ids: npt.NDArray[np.int64],
-        vectors: npt.NDArray[np.float32],
+        ids: Ids,
+        vectors: Vectors,
     ) -> None:
         """Copy a segment's blobs straight into ``ids`` and ``vectors`` with incremental
         blob I/O: one copy out of the database, no intermediate ``bytes``."""

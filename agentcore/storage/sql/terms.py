@@ -1,9 +1,9 @@
-"""SQLite's sentence counts: one packed ``document_terms`` row per document, summed in memory.
+"""Sentence counts: one packed ``document_terms`` row per document, summed in memory.
 
-One row per stem (``term_counts``, PostgreSQL's layout) put about 45 rows per document
-into scattered leaves of its term index, which made each ingestion commit write
-several times the pages it otherwise does (migration m011). A process keeps each
-workspace's sums and follows the change log to stay current, like the vector index.
+One row per stem (``term_counts``, m009) put about 45 rows per document into scattered
+leaves of its term index, which made each SQLite ingestion commit write several times
+the pages it otherwise does (m011). Each process or node keeps its workspaces' sums and
+follows the change log to stay current, like the vector index.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import threading
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+from agentcore.storage.records import TermCounts
 from agentcore.storage.sql.database import Connection, Tables
-from agentcore.storage.sql.documents import TermCounts
 from agentcore.storage.sql.queries import WORKSPACE
 
 
@@ -54,37 +54,31 @@ class TermSums:
                 del counts[stem]
 
 
-class PackedTerms(Tables):
-    """The term-count hooks of ``DocumentTables``, SQLite's way."""
+class TermTables(Tables):
+    """Documents' sentence counts and their sums (``KnowledgeStore.term_counts``)."""
 
     def __init__(self) -> None:
         self._term_lock = threading.Lock()
         self._term_sums: dict[tuple[str, str], TermSums] = {}
 
     def _store_terms(
-        self,
-        conn: Connection,
-        organization_id: str,
-        environment: str,
-        document_id: str,
-        document_seq: int,
-        version: int,
-        counts: TermCounts,
+        self, conn: Connection, workspace: Sequence[str], seq: int, version: int, counts: TermCounts
     ) -> None:
-        """A document's sentence count and per-stem sentence counts as one row; they
-        leave with it (``delete_document`` copies them into its tombstone)."""
+        """Store document ``seq``'s counts as one row, in the transaction that stores its
+        chunks (``version``: the one it bumped to); ``delete_document`` takes them out."""
         sentences, stems = counts
         conn.execute(
             "INSERT INTO document_terms (document_seq, organization_id, environment, version,"
             " sentences, stems) VALUES (?, ?, ?, ?, ?, ?)",
-            [document_seq, organization_id, environment, version, sentences, pack_stems(stems)],
+            [seq, *workspace, version, sentences, pack_stems(stems)],
         )
 
-    def _take_terms(self, conn: Connection, document_seq: int) -> dict[str, Any]:
-        # before the document, whose foreign key would drop them unread
+    def _take_terms(self, conn: Connection, seq: int) -> dict[str, Any]:
+        """Delete document ``seq``'s counts (before the document, whose foreign key would
+        drop them unread); the tombstone columns that keep them for the sums."""
         row = conn.execute(
             "DELETE FROM document_terms WHERE document_seq = ? RETURNING version, sentences, stems",
-            [document_seq],
+            [seq],
         ).fetchone()
         if row is None:
             return {}
@@ -103,8 +97,9 @@ class PackedTerms(Tables):
         The sums are kept in memory per workspace, built on the first call and brought
         up to date at each later one from the change log (documents whose counts were
         stored, and tombstones holding the counts of those deleted, after the sums'
-        version), so any process's writes are seen; rebuilt from every document's row
-        when the log no longer reaches back that far.
+        version), so any process's or node's writes are seen; rebuilt from every
+        document's row when the log no longer reaches back that far. Sums that are
+        current cost one read of the workspace's version.
         """
         wanted = {stem for stem in stems if stem}
         key = (organization_id, environment)
@@ -116,10 +111,14 @@ class PackedTerms(Tables):
 
     def _current_term_sums(self, key: tuple[str, str], entry: TermSums | None) -> TermSums:
         """``entry`` brought up to the store's version (a new one when it cannot be)."""
+        state_sql = f"SELECT version, log_floor FROM knowledge_state WHERE {WORKSPACE}"
+        if entry is not None:
+            with self.db.read() as conn:
+                state = conn.execute(state_sql, key).fetchone()
+            if (0 if state is None else state["version"]) == entry.version:
+                return entry
         with self.db.snapshot() as conn:
-            state = conn.execute(
-                f"SELECT version, log_floor FROM knowledge_state WHERE {WORKSPACE}", key
-            ).fetchone()
+            state = conn.execute(state_sql, key).fetchone()
             version, floor = (0, 0) if state is None else (state["version"], state["log_floor"])
             if entry is not None and entry.version == version:
                 return entry
