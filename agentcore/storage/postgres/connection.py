@@ -23,7 +23,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any, Literal, ParamSpec, Self, TypeVar, cast
+from typing import Any, ParamSpec, Self, TypeVar, cast
 
 import numpy as np
 import psycopg
@@ -248,21 +248,19 @@ class Database:
         vectors[:] = np.frombuffer(found["vectors"], dtype="<f4").reshape(vectors.shape)
 
     @contextmanager
-    def write(
-        self, isolation: Literal["read committed", "repeatable read", "serializable"] | None = None
-    ) -> Iterator[Conn]:
+    def write(self) -> Iterator[Conn]:
         """A transaction, committed on success, rolled back on error; re-entrant."""
-        with self._transaction(isolation, read_only=False) as conn:
+        with self._transaction("BEGIN") as conn:
             yield conn
 
     @contextmanager
     def snapshot(self) -> Iterator[Conn]:
         """A read-only REPEATABLE READ transaction: one consistent view for several reads."""
-        with self._transaction("repeatable read", read_only=True) as conn:
+        with self._transaction("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY") as conn:
             yield conn
 
     @contextmanager
-    def _transaction(self, isolation: str | None, *, read_only: bool) -> Iterator[Conn]:
+    def _transaction(self, begin: str) -> Iterator[Conn]:
         if self.depth:
             self._local.depth += 1
             try:
@@ -271,13 +269,9 @@ class Database:
                 self._local.depth -= 1
             return
         with self._connection() as conn:
-            conn.execute("BEGIN")
+            conn.execute(begin)
             self._local.depth = 1
             try:
-                if isolation is not None or read_only:
-                    mode = f"ISOLATION LEVEL {(isolation or 'read committed').upper()}"
-                    mode += " READ ONLY" if read_only else ""
-                    conn.execute(f"SET TRANSACTION {mode}")
                 yield conn
             except BaseException:
                 if not conn.closed and not conn.broken:

@@ -130,17 +130,15 @@ class TermTables(Tables):
                 for row in rows:
                     entry.add(row["sentences"], row["stems"], 1)
                 return entry
+            # counts stored after the entry's version come in, and those stored at or before
+            # it and deleted since go out
             for row in conn.execute(
-                f"SELECT sentences, stems FROM document_terms WHERE {WORKSPACE} AND version > ?",
-                [*key, entry.version],
-            ):
-                entry.add(row["sentences"], row["stems"], 1)
-            # counts stored after the entry's version and deleted since were never added
-            for row in conn.execute(
-                "SELECT term_sentences, term_stems FROM knowledge_tombstones"
+                "SELECT sentences, stems, 1 AS sign FROM document_terms"
+                f" WHERE {WORKSPACE} AND version > ? UNION ALL"
+                " SELECT term_sentences, term_stems, -1 FROM knowledge_tombstones"
                 f" WHERE {WORKSPACE} AND version > ? AND term_version <= ?",
-                [*key, entry.version, entry.version],
+                [*key, entry.version, *key, entry.version, entry.version],
             ):
-                entry.add(row["term_sentences"], row["term_stems"], -1)
+                entry.add(row["sentences"], row["stems"], row["sign"])
             entry.version = version
             return entry
