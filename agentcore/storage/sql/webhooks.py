@@ -28,28 +28,22 @@ _SUBSCRIPTION_COLUMNS = {
     "failing_since",
     "disabled_reason",
 }
+_PUBLIC = ("id", "status", "url", "description", "disabled_reason", "created_at", "updated_at")
+_PRIVATE = (  # StoredSubscription's fields after ``public``, in order
+    "organization_id",
+    "environment",
+    "secret",
+    "previous_secret",
+    "previous_secret_expires_at",
+    "failing_since",
+)
 
 
 def _subscription(row: Any) -> StoredSubscription:
     public = WebhookSubscription(
-        id=row["id"],
-        status=row["status"],
-        url=row["url"],
-        events=json.loads(row["events"]),
-        description=row["description"],
-        disabled_reason=row["disabled_reason"],
-        created_at=row["created_at"],
-        updated_at=row["updated_at"],
+        events=json.loads(row["events"]), **{name: row[name] for name in _PUBLIC}
     )
-    return StoredSubscription(
-        public=public,
-        organization_id=row["organization_id"],
-        environment=row["environment"],
-        secret=row["secret"],
-        previous_secret=row["previous_secret"],
-        previous_secret_expires_at=row["previous_secret_expires_at"],
-        failing_since=row["failing_since"],
-    )
+    return StoredSubscription(public, *(row[name] for name in _PRIVATE))
 
 
 def _due(row: Any, now: float) -> DueDelivery:
@@ -371,14 +365,8 @@ class WebhookTables(Tables):
                 f" FROM webhook_attempts WHERE delivery_id IN ({marks(len(ids))}) ORDER BY seq",
                 ids,
             ).fetchall():
-                attempts[found["delivery_id"]].append(
-                    DeliveryAttempt(
-                        attempted_at=found["attempted_at"],
-                        status_code=found["status_code"],
-                        error=found["error"],
-                        duration_ms=found["duration_ms"],
-                    )
-                )
+                attempt = dict(found)
+                attempts[attempt.pop("delivery_id")].append(DeliveryAttempt(**attempt))
         deliveries = [
             Delivery(
                 id=row["id"],
