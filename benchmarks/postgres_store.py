@@ -23,7 +23,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -149,51 +148,39 @@ def main() -> int:
         return 0
     sys.path.insert(0, str(REPO / "benchmarks"))
     from ingest_speed import peer_checkout
+    from throwaway_postgres import postgres
 
-    server = None
-    with tempfile.TemporaryDirectory(prefix="postgres_store_peer") as tmp:
+    with (
+        tempfile.TemporaryDirectory(prefix="postgres_store_peer") as tmp,
+        postgres(args.db) as url,
+    ):
         versions = {"this": REPO, "peer": peer_checkout(args.peer, Path(tmp))}
-        url = args.db
-        if url is None:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                import pgserver
-
-                data = Path(tempfile.mkdtemp(prefix="agentcore-bench-pg-"))
-                server = pgserver.get_server(data, cleanup_mode="delete")
-            url = server.get_uri()
         timings: dict[str, dict[str, list[float]]] = {name: {} for name in versions}
-        try:
-            for number in range(args.runs):
-                order = list(versions) if number % 2 == 0 else list(versions)[::-1]
-                for name in order:
-                    database = fresh_database(url, f"bench_{name}_{number}")
-                    done = subprocess.run(
-                        [
-                            sys.executable,
-                            __file__,
-                            "run",
-                            "--code",
-                            str(versions[name]),
-                            "--db",
-                            database,
-                            "--docs",
-                            str(args.docs),
-                            "--calls",
-                            str(args.calls),
-                        ],
-                        check=True,
-                        stdout=subprocess.PIPE,
-                        text=True,
-                    )
-                    answer = json.loads(done.stdout.strip().splitlines()[-1])
-                    for operation, value in answer.items():
-                        timings[name].setdefault(operation, []).append(value)
-        finally:
-            if server is not None:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    server.cleanup()
+        for number in range(args.runs):
+            order = list(versions) if number % 2 == 0 else list(versions)[::-1]
+            for name in order:
+                database = fresh_database(url, f"bench_{name}_{number}")
+                done = subprocess.run(
+                    [
+                        sys.executable,
+                        __file__,
+                        "run",
+                        "--code",
+                        str(versions[name]),
+                        "--db",
+                        database,
+                        "--docs",
+                        str(args.docs),
+                        "--calls",
+                        str(args.calls),
+                    ],
+                    check=True,
+                    stdout=subprocess.PIPE,
+                    text=True,
+                )
+                answer = json.loads(done.stdout.strip().splitlines()[-1])
+                for operation, value in answer.items():
+                    timings[name].setdefault(operation, []).append(value)
     print(
         f"PostgreSQL store, µs per call (median of {args.runs} runs, {args.docs} documents);"
         f" peer {args.peer}; a shared, loaded machine: compare within a run\n"

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 from conftest import Api, free_port
-from helpers import assert_problem, run_cli
+from helpers import assert_problem, make_document, run_cli
 
 from agentcore import AgentCore
 from agentcore_starlette import create_app
@@ -117,20 +117,25 @@ def test_postgres_down_mid_request_is_a_503_and_the_node_recovers(own_server: An
         core.close()
 
 
-def test_connections_dropped_by_the_server_are_retried_transparently(postgres_url: str) -> None:
+def terminate_other_backends(url: str) -> None:
+    """Kill every connection to the database but this one (the store's pool is idle)."""
     import psycopg
 
+    with psycopg.connect(url, autocommit=True) as admin:
+        killed = admin.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        ).fetchone()
+    assert killed is not None and killed[0] >= 1
+
+
+def test_connections_dropped_by_the_server_are_retried_transparently(postgres_url: str) -> None:
     from agentcore.storage.postgres import PostgresStore
 
     store = PostgresStore.open(postgres_url, pool_size=3)
     try:
         org = store.ensure_organization("acme")
-        with psycopg.connect(postgres_url, autocommit=True) as admin:
-            killed = admin.execute(
-                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
-                " WHERE datname = current_database() AND pid <> pg_backend_pid()"
-            ).fetchone()
-        assert killed is not None and killed[0] >= 1
+        terminate_other_backends(postgres_url)
         # the pooled connection is dead: the read retries on a fresh one, no 503
         assert store.get_organization_by_name("acme") == org
         assert store.ensure_organization("globex").name == "globex"
@@ -166,18 +171,6 @@ def test_cli_refuses_a_schema_newer_than_the_code(postgres_server: str) -> None:
     assert "sekrit" not in result.stderr and "Traceback" not in result.stderr
 
 
-def terminate_other_backends(url: str) -> None:
-    """Kill every connection to the database but this one (the store's pool is idle)."""
-    import psycopg
-
-    with psycopg.connect(url, autocommit=True) as admin:
-        killed = admin.execute(
-            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
-            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
-        ).fetchone()
-    assert killed is not None and killed[0] >= 1
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("call", ["get_chunks", "term_counts", "iter_chunk_texts"])
 def test_chat_reads_on_a_killed_connection_are_retried(postgres_url: str, call: str) -> None:
@@ -185,22 +178,12 @@ def test_chat_reads_on_a_killed_connection_are_retried(postgres_url: str, call: 
     failed (a 500); each is now retried on a fresh connection like every store method."""
     import numpy as np
 
-    from agentcore.ids import utcnow
-    from agentcore.models import Document
     from agentcore.storage.postgres import PostgresStore
 
     store = PostgresStore.open(postgres_url, pool_size=1)
     try:
         org = store.ensure_organization("acme").id
-        document = Document(
-            id="doc_1",
-            source="a.txt",
-            content_type="text/plain",
-            pages=1,
-            chunks=1,
-            bytes=9,
-            created_at=utcnow(),
-        )
+        document = make_document(id="doc_1")
         vector = np.ones((1, 4), dtype=np.float32) / 2
         (chunk,) = store.insert_document(
             org,

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from helpers import make_document
 
 from agentcore.storage.base import Store
 from agentcore.storage.sql.dialect import POSTGRES, SQLITE
@@ -94,8 +95,6 @@ def test_term_sums_follow_another_nodes_writes(
     the log no longer reaches back, by a rebuild."""
     import numpy as np
 
-    from agentcore.ids import new_id, utcnow
-    from agentcore.models import Document
     from agentcore.storage.sql import vectors
 
     def open_store() -> Any:
@@ -106,15 +105,7 @@ def test_term_sums_follow_another_nodes_writes(
         return PostgresStore.open(request.getfixturevalue("postgres_url"))
 
     def ingest(store: Any, stems: dict[str, int]) -> str:
-        document = Document(
-            id=new_id("doc"),
-            source="a.txt",
-            content_type="text/plain",
-            pages=1,
-            chunks=1,
-            bytes=1,
-            created_at=utcnow(),
-        )
+        document = make_document()
         vector = np.ones((1, 4), dtype=np.float32) / 2
         store.insert_document(
             "org",
