@@ -103,22 +103,30 @@ class TermTables(Tables):
         """
         wanted = {stem for stem in stems if stem}
         key = (organization_id, environment)
+        known = self._term_sums.get(key)
+        # outside the lock: on PostgreSQL this read is a round trip, and calls for sums
+        # that are current need no more than it
+        current = known is not None and self._version(key) == known.version
         with self._term_lock:
-            entry = self._current_term_sums(key, self._term_sums.get(key))
-            self._term_sums[key] = entry
+            entry = self._term_sums.get(key)
+            if entry is None or not current:
+                entry = self._term_sums[key] = self._current_term_sums(key, entry)
             counts = entry.counts
             return entry.sentences, {stem: counts[stem] for stem in wanted if counts.get(stem)}
 
+    def _version(self, key: tuple[str, str]) -> int:
+        with self.db.read() as conn:
+            row = conn.execute(
+                f"SELECT version FROM knowledge_state WHERE {WORKSPACE}", key
+            ).fetchone()
+        return 0 if row is None else int(row["version"])
+
     def _current_term_sums(self, key: tuple[str, str], entry: TermSums | None) -> TermSums:
         """``entry`` brought up to the store's version (a new one when it cannot be)."""
-        state_sql = f"SELECT version, log_floor FROM knowledge_state WHERE {WORKSPACE}"
-        if entry is not None:
-            with self.db.read() as conn:
-                state = conn.execute(state_sql, key).fetchone()
-            if (0 if state is None else state["version"]) == entry.version:
-                return entry
         with self.db.snapshot() as conn:
-            state = conn.execute(state_sql, key).fetchone()
+            state = conn.execute(
+                f"SELECT version, log_floor FROM knowledge_state WHERE {WORKSPACE}", key
+            ).fetchone()
             version, floor = (0, 0) if state is None else (state["version"], state["log_floor"])
             if entry is not None and entry.version == version:
                 return entry
