@@ -1,5 +1,5 @@
-"""The README's "Rate limits" section is true: its settings, defaults and header examples
-are what a real server sends."""
+"""The "Rate limits" section of docs/http-api.md is true: its settings, defaults and
+header examples are what a real server sends."""
 
 from __future__ import annotations
 
@@ -12,17 +12,17 @@ from conftest import ServerThread
 from agentcore import AgentCore, Settings
 from agentcore_starlette import create_app
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+HTTP_API = Path(__file__).resolve().parents[2] / "docs" / "http-api.md"
 
 
 def _section(title: str) -> str:
-    text = README.read_text()
+    text = HTTP_API.read_text()
     start = text.index(f"## {title}\n")
     end = text.find("\n## ", start + 1)
     return text[start:end]
 
 
-def test_readme_names_the_rate_limit_settings_and_defaults() -> None:
+def test_docs_name_the_rate_limit_settings_and_defaults() -> None:
     section = _section("Rate limits")
     defaults = Settings.model_validate({})
     assert f"`rate_limit_live` = {defaults.rate_limit_live:g} requests/s" in section
@@ -31,7 +31,7 @@ def test_readme_names_the_rate_limit_settings_and_defaults() -> None:
         assert name in section, name
 
 
-def test_readme_header_examples_are_what_the_server_sends(tmp_path: Path) -> None:
+def test_docs_header_examples_are_what_the_server_sends(tmp_path: Path) -> None:
     section = _section("Rate limits")
     policy = re.search(r"^RateLimit-Policy: (\S+)", section, re.MULTILINE)
     limit = re.search(r"^RateLimit: (\S+)", section, re.MULTILINE)
