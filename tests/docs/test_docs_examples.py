@@ -158,12 +158,27 @@ def blocks_of(page: Path) -> list[Block]:
 
 
 ALL_BLOCKS = [block for page in PAGES for block in blocks_of(page)]
-SERVER_PLACEHOLDERS = ("localhost:8000", "127.0.0.1:8000", "ak_test_...", "ak_live_...", "agt_...")
+SERVER_PLACEHOLDERS = (
+    "localhost:8000",
+    "127.0.0.1:8000",
+    "--port 8000",
+    "ak_test_...",
+    "ak_live_...",
+    "agt_...",
+)
+_SERVE = re.compile(r"^\s*agentcore\b[^&|;#\n]*\bserve\b[^&|;#\n]*$", re.MULTILINE)
+
+
+def serves(block: Block) -> bool:
+    """Whether ``block`` is a shell block that runs ``agentcore serve`` in the foreground."""
+    return block.lang == "sh" and _SERVE.search(block.code) is not None
 
 
 def needs_server(block: Block) -> bool:
-    """Whether ``block`` talks to the docs server (it holds one of its placeholders)."""
-    return block.lang in RUNNABLE and any(p in block.code for p in SERVER_PLACEHOLDERS)
+    """Whether ``block`` talks to the docs server (it holds one of its placeholders; a
+    block that serves by itself gets a port of its own instead)."""
+    code = block.code.replace("--port 8000", "") if serves(block) else block.code
+    return block.lang in RUNNABLE and any(p in code for p in SERVER_PLACEHOLDERS)
 
 
 def _page_param(page: Path) -> Any:
@@ -284,6 +299,7 @@ def _substitutions(request: pytest.FixtureRequest, blocks: list[Block]) -> Subst
         server: DocsServer = request.getfixturevalue("docs_server")
         address = server.url.removeprefix("http://")
         pairs += [
+            ("--port 8000", "--port " + address.rpartition(":")[2]),
             ("localhost:8000", address),
             ("127.0.0.1:8000", address),
             ("ak_test_...", server.test_key),
@@ -359,7 +375,6 @@ def shell_env() -> dict[str, str]:
     return env
 
 
-_FOREGROUND_SERVE = re.compile(r"^\s*agentcore\b[^&|;#]*\bserve\b[^&]*$", re.MULTILINE)
 _END = "__docs_block_end__"
 
 
@@ -422,7 +437,7 @@ def run_shell(block: Block, code: str, cwd: Path, shell: Shell) -> str:
     """Run one shell block in the page's shell (or, for ``serve``, on its own)."""
     if "curl " in code and shutil.which("curl") is None:
         pytest.skip(f"{block.where} needs curl, which is not installed")
-    if _FOREGROUND_SERVE.search(code):
+    if serves(block):
         return run_serve(block, code, cwd)
     return shell.run(block, code)
 
@@ -430,8 +445,9 @@ def run_shell(block: Block, code: str, cwd: Path, shell: Shell) -> str:
 def run_serve(block: Block, code: str, cwd: Path) -> str:
     """Run a block that ends in ``agentcore serve`` until its server answers, then stop
     it with SIGTERM: it must exit 0."""
-    port = free_port()
-    code = code.replace("--port 8000", f"--port {port}")
+    ports = re.findall(r"--port (\d+)", code)
+    assert ports, f"{block.where}: a block that serves says --port 8000 (it gets a free one)"
+    port = int(ports[-1])
     process = subprocess.Popen(
         ["bash", "-euo", "pipefail", "-c", code],
         cwd=cwd,
@@ -476,7 +492,10 @@ def run_page(page: Path, request: pytest.FixtureRequest, cwd: Path) -> None:
                 continue
             if block.lang not in RUNNABLE or block.not_run is not None:
                 continue
-            code = substitutions.apply(block.code)
+            code = block.code
+            if serves(block):  # a server of its own: on a port of its own
+                code = code.replace("--port 8000", f"--port {free_port()}")
+            code = substitutions.apply(code)
             if block.lang == "python":
                 printed = run_python(block, code, namespace)
             else:
@@ -521,3 +540,57 @@ def test_block_languages() -> None:
 def test_readme_is_a_five_minute_read() -> None:
     lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
     assert len(lines) <= 200, len(lines)
+
+
+def _section(page: str, title: str) -> str:
+    """The text of a page's section, from its ``## title`` heading to the next ``## ``."""
+    text = (ROOT / page).read_text(encoding="utf-8")
+    start = text.index(f"\n## {title}\n")
+    end = text.find("\n## ", start + 1)
+    return text[start : end if end >= 0 else None]
+
+
+def test_every_setting_is_in_the_operations_table() -> None:
+    """docs/operations.md lists each field of ``Settings`` with its default, as JSON."""
+    from agentcore import Settings
+
+    rows = {
+        match.group(1): line
+        for line in _section("docs/operations.md", "Settings").splitlines()
+        if (match := re.match(r"\| `([a-z0-9_]+)` \|", line))
+    }
+    for name, field in Settings.model_fields.items():
+        assert name in rows, f"document setting {name!r} in docs/operations.md"
+        default = field.default
+        shown = json.dumps(list(default) if isinstance(default, tuple) else default)
+        assert f"| `{shown}`" in rows[name], f"{name}: default {shown} in docs/operations.md"
+    assert not rows.keys() - Settings.model_fields.keys(), "a documented setting does not exist"
+
+
+def test_every_route_is_in_the_http_api_table() -> None:
+    """docs/http-api.md lists each route of the adapter with its scope."""
+    from agentcore_starlette.routes import ROUTES
+
+    table = _section("docs/http-api.md", "Routes")
+    for route in ROUTES:
+        scope = "any key" if route.scope == "any" else route.scope
+        path = re.sub(r"\{\w+_id\}", "{id}", route.path)  # the docs call every id {id}
+        row = f"| `{route.method} /v1{path}` | {scope} |"
+        assert row in table, f"document {route.method} {route.path} in docs/http-api.md: {row}"
+
+
+def test_every_error_code_is_in_the_http_api_table() -> None:
+    """Each error code the source can raise is in the error code table of docs/http-api.md."""
+    table = _section("docs/http-api.md", "Problem documents")
+    source = [*(ROOT / "agentcore").rglob("*.py"), *(ROOT / "adapters").rglob("*.py")]
+    raised = {
+        code
+        for path in source
+        for code in re.findall(
+            r'(?:\bcode="|default_code = "|code: str = ")([a-z_]+)"',
+            path.read_text(encoding="utf-8"),
+        )
+    }
+    assert len(raised) > 50, raised  # the pattern still finds them
+    missing = sorted(code for code in raised if f"`{code}`" not in table)
+    assert not missing, f"document these error codes in docs/http-api.md: {missing}"
