@@ -22,6 +22,8 @@ uploaded and one agent deployed with its test key):
 ``ak_live_...``           its live key
 ``agt_...``               the id of the deployed agent "HR helper" (test environment)
 ``127.0.0.1:8080/v1``     a local fake OpenAI-compatible server (chat completions)
+``postgresql://agentcore  a fresh database on the session's PostgreSQL server
+:secret@db.internal/...`` (``tests/conftest.py``)
 ========================  =========================================================
 
 A block that must not run says why on the line before it: ``<!-- not-run: reason -->``;
@@ -60,7 +62,7 @@ from agentcore import AgentCore
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 RUNNABLE = {"python", "sh"}
-DISPLAY = {"text", "json"}
+DISPLAY = {"text", "json", "toml"}
 """Languages of blocks that are shown, never run: output, payloads, diagrams."""
 
 HANDBOOK = [
@@ -166,7 +168,9 @@ SERVER_PLACEHOLDERS = (
     "ak_live_...",
     "agt_...",
 )
-_SERVE = re.compile(r"^\s*agentcore\b[^&|;#\n]*\bserve\b[^&|;#\n]*$", re.MULTILINE)
+POSTGRES_URL = "postgresql://agentcore:secret@db.internal/agentcore"
+"""The docs' PostgreSQL: a fresh database on the test session's server stands for it."""
+_SERVE = re.compile(r"^\s*agentcore\b[^&|;#\n]*\bserve\b[^&|;#\n]*(#.*)?$", re.MULTILINE)
 
 
 def serves(block: Block) -> bool:
@@ -295,6 +299,11 @@ def _substitutions(request: pytest.FixtureRequest, blocks: list[Block]) -> Subst
     if any("127.0.0.1:8080/v1" in b.code for b in blocks):
         base = str(request.getfixturevalue("fake_openai"))
         pairs.append(("http://127.0.0.1:8080/v1", base))
+    if any(POSTGRES_URL in b.code for b in blocks):
+        from conftest import create_database
+
+        server_url = str(request.getfixturevalue("postgres_server"))
+        pairs.append((POSTGRES_URL, create_database(server_url, "agentcore_docs")))
     if any(needs_server(b) for b in blocks):
         server: DocsServer = request.getfixturevalue("docs_server")
         address = server.url.removeprefix("http://")
