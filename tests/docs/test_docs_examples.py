@@ -168,6 +168,8 @@ SERVER_PLACEHOLDERS = (
     "ak_live_...",
     "agt_...",
 )
+OPENAI_URL = "http://127.0.0.1:8080/v1"
+"""The docs' OpenAI-compatible server: a local fake stands for it."""
 POSTGRES_URL = "postgresql://agentcore:secret@db.internal/agentcore"
 """The docs' PostgreSQL: a fresh database on the test session's server stands for it."""
 _SERVE = re.compile(r"^\s*agentcore\b[^&|;#\n]*\bserve\b[^&|;#\n]*(#.*)?$", re.MULTILINE)
@@ -187,7 +189,8 @@ def needs_server(block: Block) -> bool:
 
 def _page_param(page: Path) -> Any:
     blocks = [b for b in blocks_of(page) if b.lang in RUNNABLE and b.not_run is None]
-    slow = any(needs_server(b) or "agentcore" in b.code and b.lang == "sh" for b in blocks)
+    # a server, or a CLI subprocess: as the rest of the suite, marked slow
+    slow = any(needs_server(b) or (b.lang == "sh" and "agentcore" in b.code) for b in blocks)
     marks = [pytest.mark.slow] if slow else []
     return pytest.param(page, id=str(page.relative_to(ROOT)), marks=marks)
 
@@ -296,9 +299,8 @@ class Substitutions:
 
 def _substitutions(request: pytest.FixtureRequest, blocks: list[Block]) -> Substitutions:
     pairs: list[tuple[str, str]] = []
-    if any("127.0.0.1:8080/v1" in b.code for b in blocks):
-        base = str(request.getfixturevalue("fake_openai"))
-        pairs.append(("http://127.0.0.1:8080/v1", base))
+    if any(OPENAI_URL in b.code for b in blocks):
+        pairs.append((OPENAI_URL, str(request.getfixturevalue("fake_openai"))))
     if any(POSTGRES_URL in b.code for b in blocks):
         from conftest import create_database
 
@@ -539,7 +541,11 @@ def test_not_run(block: Block) -> None:
 
 def test_block_languages() -> None:
     """Every block says its language, and only ``python`` and ``sh`` blocks hold code to
-    run: a ``bash`` or ``console`` block would silently escape this test."""
+    run: a ``bash`` or ``console`` block, or an indented fence this test does not read,
+    would silently escape it."""
+    for page in PAGES:
+        for number, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1):
+            assert not re.match(r"\s+```", line), f"{page.name}:{number}: an indented fence"
     for block in ALL_BLOCKS:
         assert block.lang in RUNNABLE | DISPLAY, f"{block.where}: language {block.lang!r}"
         if block.output:
