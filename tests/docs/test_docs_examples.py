@@ -55,6 +55,7 @@ import httpx
 import pytest
 from conftest import free_port
 from helpers import cli_env, cli_json, start_serve
+from markdown_blocks import Block, blocks_of, section
 from pdfs import make_pdf
 
 from agentcore import AgentCore
@@ -105,58 +106,6 @@ HANDBOOK = [
     " confidential, and the best way to tell us what we could do better.",
 ]
 """The pages of ``handbook.pdf``, the document the examples upload and ask about."""
-
-
-# Reading the Markdown ------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Block:
-    """One fenced code block of a page."""
-
-    page: Path
-    line: int  # of the opening fence, 1-based
-    lang: str
-    code: str
-    not_run: str | None = None  # the reason given by <!-- not-run: ... -->
-    output: bool = False  # marked <!-- output -->: what the block before it prints
-
-    @property
-    def where(self) -> str:
-        return f"{self.page.relative_to(ROOT)}:{self.line}"
-
-
-_FENCE = re.compile(r"^```(\S*)\s*$")
-_NOT_RUN = re.compile(r"^<!-- not-run: (.+?) -->$")
-
-
-def blocks_of(page: Path) -> list[Block]:
-    """The fenced blocks of ``page``, with the marker comment on the line before each."""
-    lines = page.read_text(encoding="utf-8").splitlines()
-    found: list[Block] = []
-    index = 0
-    while index < len(lines):
-        opening = _FENCE.match(lines[index])
-        if opening is None:
-            index += 1
-            continue
-        end = index + 1
-        while end < len(lines) and lines[end] != "```":
-            end += 1
-        before = lines[index - 1].strip() if index else ""
-        not_run = _NOT_RUN.match(before)
-        found.append(
-            Block(
-                page=page,
-                line=index + 1,
-                lang=opening.group(1),
-                code="\n".join(lines[index + 1 : end]) + "\n",
-                not_run=not_run.group(1) if not_run else None,
-                output=before == "<!-- output -->",
-            )
-        )
-        index = end + 1
-    return found
 
 
 ALL_BLOCKS = [block for page in PAGES for block in blocks_of(page)]
@@ -557,21 +506,13 @@ def test_readme_is_a_five_minute_read() -> None:
     assert len(lines) <= 200, len(lines)
 
 
-def _section(page: str, title: str) -> str:
-    """The text of a page's section, from its ``## title`` heading to the next ``## ``."""
-    text = (ROOT / page).read_text(encoding="utf-8")
-    start = text.index(f"\n## {title}\n")
-    end = text.find("\n## ", start + 1)
-    return text[start : end if end >= 0 else None]
-
-
 def test_every_setting_is_in_the_operations_table() -> None:
     """docs/operations.md lists each field of ``Settings`` with its default, as JSON."""
     from agentcore import Settings
 
     rows = {
         match.group(1): line
-        for line in _section("docs/operations.md", "Settings").splitlines()
+        for line in section(ROOT / "docs/operations.md", "Settings").splitlines()
         if (match := re.match(r"\| `([a-z0-9_]+)` \|", line))
     }
     for name, field in Settings.model_fields.items():
@@ -586,7 +527,7 @@ def test_every_route_is_in_the_http_api_table() -> None:
     """docs/http-api.md lists each route of the adapter with its scope."""
     from agentcore_starlette.routes import ROUTES
 
-    table = _section("docs/http-api.md", "Routes")
+    table = section(ROOT / "docs/http-api.md", "Routes")
     for route in ROUTES:
         scope = "any key" if route.scope == "any" else route.scope
         path = re.sub(r"\{\w+_id\}", "{id}", route.path)  # the docs call every id {id}
@@ -596,7 +537,7 @@ def test_every_route_is_in_the_http_api_table() -> None:
 
 def test_every_error_code_is_in_the_http_api_table() -> None:
     """Each error code the source can raise is in the error code table of docs/http-api.md."""
-    table = _section("docs/http-api.md", "Problem documents")
+    table = section(ROOT / "docs/http-api.md", "Problem documents")
     source = [*(ROOT / "agentcore").rglob("*.py"), *(ROOT / "adapters").rglob("*.py")]
     raised = {
         code
