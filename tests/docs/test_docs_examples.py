@@ -55,12 +55,11 @@ import httpx
 import pytest
 from conftest import free_port
 from helpers import cli_env, cli_json, start_serve
-from markdown_blocks import Block, blocks_of, section
+from markdown_blocks import ROOT, Block, blocks_of, section
 from pdfs import make_pdf
 
 from agentcore import AgentCore
 
-ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 RUNNABLE = {"python", "sh"}
 DISPLAY = {"text", "json", "toml"}
