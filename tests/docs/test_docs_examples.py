@@ -470,11 +470,13 @@ def run_page(page: Path, request: pytest.FixtureRequest, cwd: Path) -> None:
 @pytest.mark.parametrize("page", [_page_param(page) for page in PAGES])
 def test_page(page: Path, request: pytest.FixtureRequest, tmp_path: Path) -> None:
     """Each page's blocks run, in order, and print what the page says they print."""
-    here = Path.cwd()
+    here, environment = Path.cwd(), dict(os.environ)
     try:
         run_page(page, request, tmp_path)
-    finally:
+    finally:  # examples may change both; the next test must not inherit that
         os.chdir(here)
+        os.environ.clear()
+        os.environ.update(environment)
 
 
 @pytest.mark.parametrize(
