@@ -2,12 +2,14 @@
 
 How a page runs (``test_page``): its blocks run in order, as a reader would paste them,
 in a fresh working directory holding ``handbook.pdf`` (the examples' five-page
-handbook). Python blocks share one namespace per page; ``sh`` blocks run in
-``bash -euo pipefail`` with the package's ``agentcore`` and ``python`` first on the PATH.
-A block followed by a ``text`` block marked ``<!-- output -->`` must print exactly that
-(``...`` in an expected line matches any text). A shell block that runs ``agentcore
-serve`` in the foreground is run until the server answers, then stopped with SIGTERM,
-which must end it with status 0.
+handbook). Python blocks share one namespace per page; ``sh`` blocks share one ``bash``
+per page (``-euo pipefail``: a failing command fails the page), with the package's
+``agentcore`` and ``python`` first on the PATH. A ``text`` or ``json`` block marked
+``<!-- output -->`` must be what the block before it printed: line for line for
+``text`` (``...`` in a line matches any text), value for value for ``json`` (the string
+``"..."`` matches any value). A shell block that runs ``agentcore serve`` in the
+foreground runs on its own, on a free port, until the server answers; SIGTERM must then
+end it with status 0.
 
 Placeholders the docs use for what a reader would paste from their own server, and
 what they stand for here (a real ``agentcore serve`` subprocess on 127.0.0.1, set up
@@ -15,9 +17,9 @@ like the README's first command: ``agentcore init --org demo``, then the handboo
 uploaded and one agent deployed with its test key):
 
 ========================  =========================================================
-``localhost:8000``,       the served API's address (``127.0.0.1:<free port>``); in a
-``127.0.0.1:8000``        shell block that starts ``serve``, ``--port 8000`` gets a
-                          free port too
+``localhost:8000``,       the served API's address (``127.0.0.1:<port>``); elsewhere
+``127.0.0.1:8000``,       ``--port 8000`` is its port (taken: a second ``serve`` there
+``--port 8000``           cannot start)
 ``ak_test_...``           the demo organization's test key
 ``ak_live_...``           its live key
 ``agt_...``               the id of the deployed agent "HR helper" (test environment)
