@@ -451,7 +451,10 @@ def run_page(page: Path, request: pytest.FixtureRequest, cwd: Path) -> None:
                 check_output(last[0], block, last[1])
                 last = None
                 continue
-            if block.lang not in RUNNABLE or block.not_run is not None:
+            if block.lang not in RUNNABLE:
+                continue
+            if block.not_run is not None:
+                last = None  # an output block after it would show nothing that ran
                 continue
             code = block.code
             if serves(block):  # a server of its own: on a port of its own
