@@ -114,7 +114,7 @@ class Database:
 
     Connections are in autocommit mode; ``write`` and ``snapshot`` open a transaction
     on the calling thread's connection and are re-entrant (an inner ``write`` joins the
-    outer transaction), so store methods compose like the SQLite store's do.
+    outer transaction), so store methods compose (one calls another inside its own).
     """
 
     def __init__(self, url: str, *, pool_size: int, timeout: float) -> None:
