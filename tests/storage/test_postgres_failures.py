@@ -7,19 +7,15 @@ postmaster cannot disturb the other tests' server; the postmaster is stopped wit
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 import threading
 import time
-import warnings
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import Api, free_port
 from helpers import assert_problem, run_cli
+from own_postgres import dedicated_postgres, start_postmaster, stop_postmaster
 
 from agentcore import AgentCore
 from agentcore_starlette import create_app
@@ -48,29 +44,8 @@ def test_open_raises_service_unavailable_naming_the_server() -> None:
 
 @pytest.fixture
 def own_server() -> Iterator[Any]:
-    if os.environ.get("AGENTCORE_TEST_POSTGRES_URL"):
-        pytest.skip("stops and restarts its own pgserver; not run against an external server")
-    data = Path(tempfile.mkdtemp(prefix="agentcore-test-pg-down-"))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        server = pgserver.get_server(data, cleanup_mode=None)
-    yield server
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        server.cleanup()
-    shutil.rmtree(data, ignore_errors=True)
-
-
-def stop_postmaster(server: Any) -> None:
-    from pgserver._commands import pg_ctl
-
-    pg_ctl(["-w", "-m", "fast", "stop"], pgdata=server.pgdata, user=server.system_user, timeout=30)
-
-
-def start_postmaster(server: Any) -> None:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        server.ensure_postgres_running()
+    with dedicated_postgres("agentcore-test-pg-down-") as server:
+        yield server
 
 
 def until_ok(api: Api, path: str, attempts: int = 100) -> Any:

@@ -77,7 +77,7 @@ class Database:
                 "row_factory": dict_row,
                 "connect_timeout": max(int(timeout), 1),
             },
-            name="agentcore",
+            name="agentcore-postgres",  # its threads: agentcore-postgres-worker-N
         )
 
     def open(self) -> None:
