@@ -40,7 +40,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable, Iterator
-from concurrent.futures import Executor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any, Protocol
 
@@ -261,6 +261,16 @@ def default_helpers() -> int:
     """Helper threads worth giving block scans here: one per core beyond the calling
     thread's, at most 7 (``0`` on one core: the calling thread does it all)."""
     return max(0, min(os.cpu_count() or 1, 8) - 1)
+
+
+def scan_helpers(name: str = "scan-helper") -> ThreadPoolExecutor | None:
+    """A new pool of scan helpers as a core gives its indexes (``default_helpers``
+    threads, BLAS pinned to one thread each), for a ``VectorIndex`` used on its own:
+    the caller owns it and shuts it down. ``None`` on one core (nothing to share)."""
+    helpers = default_helpers()
+    if not helpers:
+        return None
+    return ThreadPoolExecutor(helpers, thread_name_prefix=name, initializer=pin_blas_thread)
 
 
 def helper_count(helpers: Executor | None) -> int:
