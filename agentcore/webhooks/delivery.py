@@ -221,16 +221,19 @@ class WebhookRuntime:
         except Exception:
             log.exception("webhook attempt %s failed unexpectedly", delivery.id)
         finally:
-            following = self._release(delivery.subscription_id)
+            # once stopping, the backlog is left to its leases: handing it on would
+            # start new sender threads after the core's stop() had ended them
+            following = self._release(delivery.subscription_id, hand_on=not self._stopping())
             if following is not None and self._pool is not None:
                 self._submit(self._pool, following, client)
             self.wake()
 
-    def _release(self, subscription: str) -> DueDelivery | None:
-        """Free one slot of ``subscription``, or hand it the next backlogged delivery."""
+    def _release(self, subscription: str, *, hand_on: bool = True) -> DueDelivery | None:
+        """Free one slot of ``subscription``, or (``hand_on``) hand it the next
+        backlogged delivery."""
         now = time.monotonic()
         with self._lock:
-            queue = self._backlog.get(subscription)
+            queue = self._backlog.get(subscription) if hand_on else None
             while queue:
                 delivery, lease_ends = queue.popleft()
                 if not queue:

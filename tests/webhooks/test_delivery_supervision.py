@@ -118,3 +118,24 @@ def test_stopping_while_the_worker_claims_sends_nothing_with_a_closed_client(
     assert {d.event_id for d in deliveries} == set(events)
     assert {d.status for d in deliveries} <= {"pending", "succeeded"}
     assert not any(t.name.startswith("agentcore") for t in threading.enumerate())
+
+
+def test_stopping_with_attempts_under_way_and_a_backlog_leaves_no_sender_thread(
+    faulty: tuple[AgentCore, FaultyStore], receiver: Receiver, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The attempts under way finish (and are recorded); the deliveries waiting behind
+    them are left to their leases instead of starting new sender threads after stop."""
+    core, _ = faulty
+    receiver.always("/hook", Reply(delay=0.5))
+    ws = core.workspace("acme", "test")
+    sub = ws.webhooks.subscribe(receiver.url("/hook"), ["agent.action"])
+    for n in range(8):  # one subscription: 2 attempts at a time, the rest in the backlog
+        ws.publish("agent.action", {"n": n})
+    core.start()
+    assert receiver.wait_for(2, timeout=10)
+    core.stop(timeout=10)
+    assert not any(t.name.startswith("agentcore") for t in threading.enumerate())
+    assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []
+    statuses = [d.status for d in ws.webhooks.deliveries(sub.id, limit=100).deliveries]
+    assert statuses.count("succeeded") >= 2 and set(statuses) <= {"pending", "succeeded"}
+    assert receiver.count() < 8  # the backlog was not sent after the stop
