@@ -624,10 +624,15 @@ class _Maintainer:
         self._loop.wake()
 
     def _pass(self) -> float | None:
-        """One workspace's steps; then at once the next one's, or sleep if none waits."""
+        """The loop's pass: one workspace's steps; then at once the next one's, or sleep
+        if none waits. Steps end early once the loop is stopping."""
+        return 0.0 if self._run_next(lambda: self._loop.stopping) else None
+
+    def _run_next(self, stopping: Callable[[], bool]) -> bool:
+        """Run the steps of one queued workspace; whether one was queued."""
         with self._cond:
             if not self._pending:
-                return None
+                return False
             key, force = self._pending.popitem()
             self._busy = True
         try:
@@ -637,25 +642,22 @@ class _Maintainer:
                 forced, first[0] = first[0], False  # a forced seal is the first step's
                 return self._run(key, forced)
 
-            settle(
-                step,
-                what="index maintenance of {}/{}".format(*key),
-                stopping=lambda: self._loop.stopping,
-            )
+            settle(step, what="index maintenance of {}/{}".format(*key), stopping=stopping)
         finally:
             with self._cond:
                 self._busy = False
                 self._cond.notify_all()
-        return 0.0
+        return True
 
     def wait_idle(self, timeout: float) -> bool:
-        """Wait until nothing is queued or running; without a running loop, run the
-        queued steps here first."""
+        """Wait until nothing is queued or running; without a running loop (the core
+        not started, or stopped), run the queued steps here first."""
         if not self._loop.health().running:
             end = time.monotonic() + timeout
-            while self._pending and time.monotonic() < end:
+            while time.monotonic() < end:
                 try:
-                    self._pass()
+                    if not self._run_next(lambda: False):
+                        break
                 except Exception:  # as the loop would: logged, and the files left as they were
                     _log.exception("index maintenance failed")
         with self._cond:

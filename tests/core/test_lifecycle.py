@@ -200,3 +200,24 @@ def test_health_over_http_needs_no_key_and_shows_no_tenant_data(tmp_path: Path) 
             assert httpx.get(url).status_code == 200
     finally:
         core.close()
+
+
+@pytest.mark.parametrize("index_dir", ["auto", "off"])
+def test_without_a_running_loop_wait_for_maintenance_runs_it_here(
+    tmp_path: Path, index_dir: str
+) -> None:
+    with AgentCore.open(tmp_path / "m.db", index_dir=index_dir) as core:
+        ws = core.workspace("acme", "test")
+        for rounds in range(2):  # never started, then started and stopped again
+            documents = [ws.knowledge.ingest_text(f"d{rounds}-{n}.txt", TEXT) for n in range(12)]
+            assert ws.knowledge.search("pump").results  # the index is loaded
+            for document in documents[:10]:
+                ws.knowledge.delete(document.id)
+            index = core.index_cache.get(ws.organization_id, "test")
+            assert index.maintenance_due()  # nobody ran it: no loop runs
+            assert core.index_cache.wait_for_maintenance(30)
+            assert not index.maintenance_due()
+            assert all(part.dead.size == 0 for part in index.parts())
+            core.start()
+            core.stop()
+        assert ours() == []
