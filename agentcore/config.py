@@ -13,7 +13,14 @@ import re
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal, TypeVar, overload
 
-from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
+from pydantic import (
+    Field,
+    PrivateAttr,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_core import PydanticCustomError
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
@@ -63,6 +70,9 @@ class Settings(BaseSettings):
         # the .env file is shared with plugins (AGENTCORE_OPENAI_*) and the CLI
         # (AGENTCORE_DB): only its lines naming a field of this model are ours
         dotenv_filtering="only_existing",
+        # an error names the setting and the rule, never the value: one may be a key
+        # (webhook_secret_key), and errors end up in logs
+        hide_input_in_errors=True,
     )
 
     # HTTP request limits
@@ -162,6 +172,12 @@ class Settings(BaseSettings):
     webhook_timeout: float = Field(15.0, gt=0)
     webhook_workers: int = Field(8, ge=1)
     webhook_disable_after: float = Field(5 * 86_400, gt=0, description="Seconds of failure.")
+    webhook_secret_key: SecretStr | None = Field(
+        None,
+        description="AES-256 key(s) sealing webhook signing secrets at rest: base64 of 32"
+        " random bytes, comma-separated to rotate keys (the first seals, all open). Unset:"
+        " secrets are stored in plaintext (docs/operations.md, 'Webhook secrets at rest').",
+    )
     start_workers: bool = Field(True, description="Whether `start()` runs webhook delivery.")
 
     # PostgreSQL store (postgresql:// URLs; the `postgres` extra)
@@ -195,6 +211,15 @@ class Settings(BaseSettings):
         for cidr in value:
             ipaddress.ip_network(cidr, strict=False)
         return tuple(value)
+
+    @field_validator("webhook_secret_key", mode="after")
+    @classmethod
+    def _check_secret_key(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None:
+            from agentcore.webhooks.sealing import parse_keys
+
+            parse_keys(value.get_secret_value())  # its message never quotes a key
+        return value
 
     @model_validator(mode="after")
     def _check_chunking(self) -> Settings:

@@ -12,7 +12,6 @@ import re
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from pydantic import BaseModel
@@ -36,6 +35,7 @@ from agentcore.errors import (
     MethodNotAllowed,
     NotFound,
     PayloadTooLarge,
+    ServiceUnavailable,
     ValidationFailed,
 )
 from agentcore.ids import new_id
@@ -224,8 +224,9 @@ class Api:
         # blocking handlers run here rather than through starlette's run_in_threadpool:
         # a plain executor hop (submit, then one call_soon_threadsafe back) costs about
         # half of anyio's worker-thread round trip, and under uvloop anyio's hop often
-        # stalls on the GIL (benchmarks/http_overhead.py); threads start lazily
-        self.pool = ThreadPoolExecutor(HANDLER_THREADS, thread_name_prefix="agentcore-http")
+        # stalls on the GIL (benchmarks/http_overhead.py); threads start lazily, and
+        # the core's runtime ends them when the core stops
+        self.pool = core.runtime.executor("agentcore-http", HANDLER_THREADS)
         # recent run times of each quick_when route per workspace, (route, org, env) ->
         # seconds, and their median (what _quick reads)
         self.runs: dict[tuple[str, str, str], collections.deque[float]] = {}
@@ -560,6 +561,21 @@ def create_app(
             ).encode()
         return Response(document, media_type="application/json")
 
+    async def health(request: Request) -> Response:
+        # no key: a load balancer asks; the report holds no tenant data
+        report = await asyncio.get_running_loop().run_in_executor(api.pool, core.health)
+        if report.status != "ok":
+            raise ServiceUnavailable(
+                " ".join(report.problems),
+                code="unhealthy",
+                extra=report.model_dump(mode="json", exclude={"status"}),
+            )
+        return Response(
+            report.model_dump_json(),
+            media_type="application/json",
+            headers={"Cache-Control": "no-store"},
+        )
+
     # one Starlette route per path, dispatching on the method, so a 405 lists every
     # method the path allows in its Allow header
     by_path: dict[str, dict[str, Callable[[Request], Any]]] = {}
@@ -570,6 +586,7 @@ def create_app(
         for path, handlers in by_path.items()
     ]
     starlette_routes.append(Route(PREFIX + "/openapi.json", openapi, methods=["GET"]))
+    starlette_routes.append(Route(PREFIX + "/health", health, methods=["GET"]))
     app = ApiApp(routes=starlette_routes, lifespan=lifespan_for(core))
     app.api_routes = RouteTable({PREFIX + path: handlers for path, handlers in by_path.items()})
     app.state.core = core

@@ -37,6 +37,12 @@ class SQLStore(
     #: file: no). ``rate_limit_backend = "auto"`` keeps token buckets in such a store.
     shared_by_nodes: bool
 
+    def ping(self) -> None:
+        """``SELECT 1``: raises when the database does not answer (on PostgreSQL
+        ``ServiceUnavailable`` once retries found no connection)."""
+        with self.db.read() as conn:
+            conn.execute("SELECT 1").fetchone()
+
     def close(self) -> None:
         """Close every connection."""
         self.db.close()

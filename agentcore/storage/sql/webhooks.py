@@ -39,6 +39,24 @@ _PRIVATE = (  # StoredSubscription's fields after ``public``, in order
 )
 
 
+# A disabled subscription's pending deliveries end as failed, so no delivery waits
+# forever for a subscription nobody may re-enable; ``enable`` applies to the events
+# recorded after it.
+_FAIL_PENDING_OF_DISABLED = (
+    "UPDATE webhook_deliveries SET status = 'failed', next_attempt_at = NULL,"
+    " leased_until = NULL, last_error = 'subscription disabled: ' || COALESCE("
+    "(SELECT disabled_reason FROM webhook_subscriptions WHERE id = ?), 'disabled'),"
+    " updated_at = ? WHERE subscription_id = ? AND status = 'pending' AND EXISTS ("
+    "SELECT 1 FROM webhook_subscriptions WHERE id = ? AND status = 'disabled')"
+)
+
+
+def _fail_pending_of_disabled(conn: Connection, subscription_id: str) -> None:
+    conn.execute(
+        _FAIL_PENDING_OF_DISABLED, [subscription_id, now_iso(), subscription_id, subscription_id]
+    )
+
+
 def _subscription(row: Any) -> StoredSubscription:
     public = WebhookSubscription(
         events=json.loads(row["events"]), **{name: row[name] for name in _PUBLIC}
@@ -137,7 +155,8 @@ class WebhookTables(Tables):
         return [_subscription(row) for row in rows], more
 
     def update_subscription(self, subscription_id: str, **changes: Any) -> None:
-        """Set status, secrets, failure tracking or the disabled reason."""
+        """Set status, secrets, failure tracking or the disabled reason; disabling it
+        ends its pending deliveries as ``failed`` (in the same transaction)."""
         with self.db.write() as conn:
             update_row(
                 conn,
@@ -148,6 +167,8 @@ class WebhookTables(Tables):
                 stamp_column="updated_at",
                 stamp=now_iso(),
             )
+            if changes.get("status") == "disabled":
+                _fail_pending_of_disabled(conn, subscription_id)
 
     def delete_subscription(
         self, organization_id: str, environment: str, subscription_id: str
@@ -327,6 +348,8 @@ class WebhookTables(Tables):
                 )
             if changes:
                 self.update_subscription(delivery.subscription_id, **changes)
+            # disabled meanwhile (by another delivery's 410): a retry would wait forever
+            _fail_pending_of_disabled(conn, delivery.subscription_id)
 
     def list_deliveries(
         self,

@@ -34,6 +34,16 @@ class SQLiteStore(SQLStore):
         with self.db.write() as conn:
             migrations.apply(self.db.utils(conn))
 
+    @property
+    def checkpoint_interval(self) -> float | None:
+        """Seconds between ``checkpoint()`` calls (``None`` for ``:memory:``)."""
+        return self.db.checkpoint_interval
+
+    def checkpoint(self) -> bool:
+        """Fold committed WAL frames into the database file, if any were committed
+        since the last call (``Database.checkpoint``); whether it ran."""
+        return self.db.checkpoint()
+
 
 def path_for_url(url: str) -> str | None:
     """The SQLite path a store URL names, or ``None`` if the URL is for another store."""
