@@ -479,9 +479,12 @@ def create_app(
     by_path: dict[str, dict[str, Callable[[Request], Any]]] = {}
     for route in table:
         by_path.setdefault(route.path, {})[route.method] = api.endpoint(route)
+    # static paths first: the router tries its routes in turn, and the busiest
+    # operations (search, chat, verify) have static paths (no two paths overlap but
+    # for a static one and a parameterised one, whose methods differ: order is free)
     starlette_routes = [
         Route(PREFIX + path, PathEndpoint(handlers), methods=list(handlers))
-        for path, handlers in by_path.items()
+        for path, handlers in sorted(by_path.items(), key=lambda item: "{" in item[0])
     ]
     starlette_routes.append(Route(PREFIX + "/openapi.json", openapi, methods=["GET"]))
     app = Starlette(

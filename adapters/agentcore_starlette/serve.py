@@ -71,12 +71,15 @@ def serve_log_config() -> dict[str, Any]:
     The access log line holds the query string, where a careless client may put a key
     (the API refuses it, but the line is written anyway): every logger here carries
     ``SecretRedactingFilter``. agentcore's own records go to uvicorn's default handler.
-    The access handler writes each line after its answer (``logs.DeferredStreamHandler``).
+    The access line is uvicorn's, made by ``logs.AccessFormatter`` and written after its
+    answer by ``logs.DeferredStreamHandler``.
     """
     config: dict[str, Any] = copy.deepcopy(uvicorn.config.LOGGING_CONFIG)
     config["filters"] = {"redact_secrets": {"()": "agentcore.redact.SecretRedactingFilter"}}
-    # the access line follows its answer onto the wire instead of preceding it
+    # the access line follows its answer onto the wire instead of preceding it, and is
+    # uvicorn's line made without uvicorn's record copies
     config["handlers"]["access"]["class"] = "agentcore_starlette.logs.DeferredStreamHandler"
+    config["formatters"]["access"]["()"] = "agentcore_starlette.logs.AccessFormatter"
     loggers: dict[str, dict[str, Any]] = config["loggers"]
     loggers["agentcore"] = {"handlers": ["default"], "level": "INFO", "propagate": False}
     # other libraries (httpx sending webhooks, ...) reach the default handler through root

@@ -1,5 +1,6 @@
-"""The access log of ``agentcore serve``: uvicorn's own formatter and line, behind the
-redacting filter, written by ``DeferredStreamHandler`` after the answer it describes."""
+"""The access log of ``agentcore serve``: uvicorn's own line, character for character,
+from ``AccessFormatter`` (a plain ``logging.Formatter``), behind the redacting filter,
+written by ``DeferredStreamHandler`` after the answer it describes."""
 
 from __future__ import annotations
 
@@ -8,20 +9,60 @@ import io
 import logging
 import logging.config
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
+from uvicorn.logging import AccessFormatter as UvicornAccessFormatter
 
 from agentcore.redact import SecretRedactingFilter
-from agentcore_starlette.logs import DeferredStreamHandler
+from agentcore_starlette.logs import DEFAULT_FORMAT, AccessFormatter, DeferredStreamHandler
 from agentcore_starlette.serve import serve_log_config
 
-ACCESS = '%(levelprefix)s %(client_addr)s - "%(request_line)s" %(status_code)s'
 
-
-def record(*args: object) -> logging.LogRecord:
+def record(*args: Any, level: int = logging.INFO) -> logging.LogRecord:
     return logging.LogRecord(
-        "uvicorn.access", logging.INFO, __file__, 1, '%s - "%s %s HTTP/%s" %d', args, None
+        "uvicorn.access", level, __file__, 1, '%s - "%s %s HTTP/%s" %d', args, None
     )
+
+
+CASES = [
+    ("127.0.0.1:5000", "POST", "/v1/knowledge/search", "1.1", 200),
+    ("10.0.0.2:1", "GET", "/v1/agents?limit=2", "1.1", 404),
+    ("[::1]:80", "DELETE", "/v1/agents/agt_1", "2", 204),
+    ("127.0.0.1:5000", "GET", "/v1/x", "1.0", 599),  # no phrase: uvicorn leaves it empty
+    ("127.0.0.1:5000", "GET", "/v1/x", "1.1", 429),
+]
+
+
+@pytest.mark.parametrize("args", CASES)
+@pytest.mark.parametrize("level", [logging.INFO, logging.WARNING, logging.CRITICAL])
+def test_the_line_is_uvicorns(args: tuple[Any, ...], level: int) -> None:
+    ours = AccessFormatter(DEFAULT_FORMAT, use_colors=False)
+    theirs = UvicornAccessFormatter(DEFAULT_FORMAT, use_colors=False)
+    assert ours.format(record(*args, level=level)) == theirs.format(record(*args, level=level))
+
+
+def test_colours_another_format_and_odd_records_go_through_uvicorn() -> None:
+    args = CASES[0]
+    coloured = AccessFormatter(DEFAULT_FORMAT, use_colors=True)
+    expected = UvicornAccessFormatter(DEFAULT_FORMAT, use_colors=True).format(record(*args))
+    assert coloured.format(record(*args)) == expected and "\x1b[" in expected
+    other = "%(client_addr)s %(status_code)s"
+    assert AccessFormatter(other, use_colors=False).format(record(*args)) == (
+        UvicornAccessFormatter(other, use_colors=False).format(record(*args))
+    )
+    as_text = logging.LogRecord(
+        "uvicorn.access", logging.INFO, "f", 1, "%s %s %s %s %s", None, None
+    )
+    as_text.args = (*args[:4], "200")  # a status given as text: uvicorn's int() reads it
+    copy = logging.makeLogRecord(as_text.__dict__)
+    plain = UvicornAccessFormatter(DEFAULT_FORMAT, use_colors=False)
+    ours = AccessFormatter(DEFAULT_FORMAT, use_colors=False)
+    assert ours.format(as_text) == plain.format(copy) and ours.format(as_text).endswith("200 OK")
+    with pytest.raises(ValueError):  # not an access record at all: uvicorn's own error
+        short = logging.LogRecord("uvicorn.access", logging.INFO, "f", 1, "%s", None, None)
+        short.args = ("just one",)
+        ours.format(short)
 
 
 @pytest.fixture
@@ -41,12 +82,12 @@ def restored_logging() -> Iterator[None]:
 
 
 @pytest.mark.usefixtures("restored_logging")
-def test_serve_configures_uvicorns_formatter_behind_the_redacting_filter() -> None:
+def test_serve_configures_it_behind_the_redacting_filter() -> None:
     # the live line (redacted, from a real `agentcore serve`) is checked in
     # tests/core/test_secrets_in_logs.py; here: the configuration that produces it
     config = serve_log_config()
-    assert config["formatters"]["access"]["()"] == "uvicorn.logging.AccessFormatter"
-    assert config["formatters"]["access"]["fmt"] == ACCESS
+    assert config["formatters"]["access"]["()"] == "agentcore_starlette.logs.AccessFormatter"
+    assert config["formatters"]["access"]["fmt"] == DEFAULT_FORMAT
     assert config["loggers"]["uvicorn.access"]["filters"] == ["redact_secrets"]
     access = config["handlers"]["access"]
     assert access["class"] == "agentcore_starlette.logs.DeferredStreamHandler"
