@@ -70,6 +70,9 @@ class HeadGuard(HttpToolsProtocol):
     def __init__(self, *args: Any, limits: HeadLimits, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.limits = limits
+        # when the wait for the current head began (None: a request is being answered);
+        # one timer per connection checks it, so a request costs no timer of its own
+        self.waiting_since: float | None = None
         self.head_timer: asyncio.TimerHandle | None = None
         self.in_head = False  # between the first byte of a request and its last header
         self.head_bytes = 0  # bytes read while this head was arriving (an upper bound)
@@ -79,33 +82,39 @@ class HeadGuard(HttpToolsProtocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         """Start the connection, and the clock of its first head."""
         super().connection_made(transport)
-        self._await_head()
+        self.waiting_since = self.loop.time()
+        self.head_timer = self.loop.call_later(self.limits.header_timeout, self._check_head)
 
     def on_response_complete(self) -> None:
         """After an answer: the clock of the next head starts, unless another request
         (pipelined) is already being answered."""
         super().on_response_complete()
-        if not self.transport.is_closing() and (self.cycle is None or self.cycle.response_complete):
-            self._await_head()
+        if self.cycle is None or self.cycle.response_complete:
+            self.waiting_since = self.loop.time()
 
     def connection_lost(self, exc: Exception | None) -> None:
         """Stop the clock, then close as uvicorn does."""
-        self._stop_clock()
-        super().connection_lost(exc)
-
-    def _await_head(self) -> None:
-        self._stop_clock()
-        self.head_timer = self.loop.call_later(self.limits.header_timeout, self._head_timed_out)
-
-    def _stop_clock(self) -> None:
         if self.head_timer is not None:
             self.head_timer.cancel()
             self.head_timer = None
+        super().connection_lost(exc)
 
-    def _head_timed_out(self) -> None:
+    def _check_head(self) -> None:
+        """The connection's timer: close it if a head has been awaited too long, else
+        look again when the current wait would run out."""
         self.head_timer = None
         if self.transport.is_closing():
             return
+        timeout = self.limits.header_timeout
+        since = self.waiting_since
+        now = self.loop.time()
+        if since is not None and now - since >= timeout:
+            self._head_timed_out()
+            return
+        again = timeout if since is None else since + timeout - now
+        self.head_timer = self.loop.call_later(again, self._check_head)
+
+    def _head_timed_out(self) -> None:
         if not self.in_head:  # not a byte of a request: close, as for an idle keep-alive
             self.transport.close()
             return
@@ -127,7 +136,7 @@ class HeadGuard(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         """The head is whole: stop its clock, then let uvicorn start the request."""
         self.in_head = False
-        self._stop_clock()
+        self.waiting_since = None
         super().on_headers_complete()
 
     def data_received(self, data: bytes) -> None:
@@ -154,8 +163,8 @@ class HeadGuard(HttpToolsProtocol):
 
     def _refuse(self, error: AgentCoreError) -> None:
         """Answer ``error`` as a problem document and close the connection."""
-        self._stop_clock()
         self.in_head = False
+        self.waiting_since = None
         request_id = new_id("req")
         body = problem_bytes(error, request_id)
         headers = {
