@@ -52,7 +52,7 @@ class Settings(BaseSettings):
     and the ``.env`` file of the working directory (see ``ENV_FILE``; pass
     ``_env_file=None`` to skip it, or another path), then applies ``values``.
     Plugins' settings travel with it: ``settings.plugin(Model)``; ``Settings.load``
-    builds both (``AgentCore.open`` calls it). The README lists every limit.
+    builds both (``AgentCore.open`` calls it). docs/operations.md lists every setting.
     """
 
     model_config = SettingsConfigDict(
