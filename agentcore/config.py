@@ -80,6 +80,36 @@ class Settings(BaseSettings):
     max_upload_bytes: int = Field(50 * MiB, ge=1, description="Largest uploaded file.")
     max_json_depth: int = Field(32, ge=2, description="Deepest nesting of a JSON body.")
     request_deadline: float = Field(60.0, gt=0, description="Seconds a request may take.")
+    max_url_bytes: int = Field(
+        8 * 1024, ge=256, description="Longest request target (path and query string); 414 beyond."
+    )
+    max_header_bytes: int = Field(
+        32 * 1024,
+        ge=1024,
+        description="Largest request header section (every name and value together); 431 beyond.",
+    )
+    body_timeout: float = Field(
+        30.0,
+        gt=0,
+        description="Seconds a request body may stall (no byte arriving) before the request is"
+        " answered 408 and its connection closed.",
+    )
+    header_timeout: float = Field(
+        10.0,
+        gt=0,
+        description="`agentcore serve`: seconds a client has to send a request's head (request"
+        " line and headers), from connecting or from the previous answer; then 408 (or, when"
+        " nothing was sent, a silent close).",
+    )
+    max_connections: int = Field(
+        1000,
+        ge=1,
+        description="`agentcore serve`: open connections (or requests in progress) at which a"
+        " new request is answered 503 instead of being served.",
+    )
+    keep_alive_timeout: int = Field(
+        5, ge=1, description="`agentcore serve`: seconds an idle keep-alive connection stays open."
+    )
     inline_budget: float = Field(
         0.005,
         ge=0,

@@ -153,7 +153,7 @@ class Database:
             raise ServiceUnavailable(
                 f"Cannot connect to PostgreSQL at {self.where}: {reason}",
                 code="database_unavailable",
-                headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
+                retry_after=RETRY_AFTER_SECONDS,
             ) from None
 
     def _probe(self) -> str | None:
@@ -294,7 +294,7 @@ class Database:
         return ServiceUnavailable(
             f"The database is unavailable ({reason}); retry shortly.",
             code="database_unavailable",
-            headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
+            retry_after=RETRY_AFTER_SECONDS,
         )
 
     def lost(self) -> None:
