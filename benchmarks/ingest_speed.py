@@ -249,6 +249,9 @@ def peer_checkout(rev: str, into: Path) -> Path:
     subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
     # the adapter is imported as a top-level package, as the editable install does
     shutil.copytree(into / "adapters" / "agentcore_starlette", into / "agentcore_starlette")
+    commands = into / "agentcore_starlette" / "commands.py"
+    if not commands.exists():  # older than the installed entry point that names it
+        commands.write_text('"""No commands: this version of the adapter predates the hook."""\n')
     return into
 
 
