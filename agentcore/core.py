@@ -6,10 +6,12 @@ the ``Settings`` and the plugin manager, and hands each service just what it use
 
 from __future__ import annotations
 
+import functools
 import importlib
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from types import ModuleType, TracebackType
 from typing import Any
 
@@ -28,17 +30,19 @@ from agentcore.idempotency import IdempotencyKeys
 from agentcore.keys import KeyManager, check_environment, check_scopes
 from agentcore.knowledge.cache import IndexCache
 from agentcore.knowledge.embedders import Embedder
-from agentcore.knowledge.jobs import IngestRuntime
+from agentcore.knowledge.jobs import IngestRuntime, WorkersUnavailable
 from agentcore.knowledge.segments import segment_root
 from agentcore.knowledge.service import KnowledgeService
 from agentcore.knowledge.terms import TermCounter
+from agentcore.knowledge.workers import WorkerSpec
 from agentcore.limits import RateLimiter
-from agentcore.models import Organization
+from agentcore.models import Document, Organization
 from agentcore.plugins import DEFAULT_PLUGINS
 from agentcore.plugins.extractive import stem_frequencies as extractive_stem_frequencies
 from agentcore.plugins.extractive import tokens_of as extractive_tokens_of
 from agentcore.redact import get_logger
-from agentcore.storage.base import Store, VectorSearchStore
+from agentcore.runtime import Runtime
+from agentcore.storage.base import ReopenableStore, Store, VectorSearchStore
 from agentcore.storage.records import IngestJob
 from agentcore.webhooks.delivery import WebhookRuntime
 from agentcore.webhooks.service import WebhookService
@@ -102,6 +106,16 @@ def _segment_options(store: Store, settings: Settings) -> dict[str, Any]:
     return {"segments": root, "store_identity": identity}
 
 
+@dataclass(frozen=True)
+class _Origin:
+    """How ``AgentCore.open`` built a core: what an ingestion worker process needs to
+    build the same one (pickled to it: plugins as module names or objects)."""
+
+    plugins: tuple[object, ...]
+    entry_points: bool
+    settings: Settings
+
+
 class AgentCore:
     """The library's entry point: ``AgentCore.open(path_or_url)``.
 
@@ -109,10 +123,20 @@ class AgentCore:
     state that cannot be rebuilt from the store, so several processes may share one.
     """
 
-    def __init__(self, store: Store, settings: Settings, pm: pluggy.PluginManager) -> None:
+    def __init__(
+        self,
+        store: Store,
+        settings: Settings,
+        pm: pluggy.PluginManager,
+        *,
+        origin: _Origin | None = None,
+    ) -> None:
         self.store = store
         self.settings = settings
         self.pm = pm
+        self._origin = origin
+        # every background thread, pool and process of this core, started by start()
+        self.runtime = Runtime()
         self.events = EventBus()
         self.keys = KeyManager(store)
         self.rate_limiter = RateLimiter(settings, store=store)
@@ -137,7 +161,13 @@ class AgentCore:
         self._started = False
         self._lock = threading.Lock()
         self.webhooks = WebhookRuntime(store, settings)
-        self.ingest = IngestRuntime(store, settings, run=self._run_ingest_job)
+        self.ingest = IngestRuntime(
+            store,
+            settings,
+            run=self.run_ingest_job,
+            runtime=self.runtime,
+            workers=self._worker_spec,
+        )
         # through a lambda, so a test may swap in a runtime with a fake clock or resolver
         self.events.add_sink(lambda event: self.webhooks.record(event))
         pm.hook.agentcore_register_event_kinds(register=self.events.register_kind)
@@ -166,12 +196,45 @@ class AgentCore:
         :param overrides: individual ``Settings`` fields, e.g. ``max_top_k=50``, or a
             plugin's as ``<namespace>_<field>``, e.g. ``openai_model="llama3"``.
         """
+        plugins = tuple(plugins)
         pm = make_plugin_manager(plugins, entry_points=entry_points)
         settings = Settings.load(plugin_settings_models(pm), base=settings, **overrides)
         store = pm.hook.agentcore_open_store(url=str(url), settings=settings)
         if store is None:
             raise ValueError(f"No store plugin handles {url!r}.")
-        return cls(store, settings, pm)
+        named = tuple(p.__name__ if isinstance(p, ModuleType) else p for p in plugins)
+        return cls(store, settings, pm, origin=_Origin(named, entry_points, settings))
+
+    @classmethod
+    def _for_worker(cls, origin: _Origin, open_store: Callable[[], Store]) -> AgentCore:
+        """The core an ingestion worker process builds: the same plugins and settings
+        (so the same embedder), on the same database opened again, unmigrated."""
+        pm = make_plugin_manager(origin.plugins, entry_points=origin.entry_points)
+        return cls(open_store(), origin.settings, pm)
+
+    def _worker_spec(self) -> WorkerSpec:
+        """What this core's ingestion worker processes are built from, or why there are none.
+
+        :raises WorkersUnavailable: ``ingest_workers`` is 0, the core was not made by
+            ``open``, or its database cannot be opened by another process.
+        """
+        settings = self.settings
+        if settings.ingest_workers == 0:
+            raise WorkersUnavailable("ingest_workers is 0")
+        if self._origin is None:
+            raise WorkersUnavailable(
+                "the core was not made by AgentCore.open, so a worker cannot rebuild it"
+            )
+        reopen = self.store.reopener() if isinstance(self.store, ReopenableStore) else None
+        if reopen is None:
+            raise WorkersUnavailable(
+                f"another process cannot open this core's database ({self.store.url!r})"
+            )
+        return WorkerSpec(
+            bootstrap=functools.partial(AgentCore._for_worker, self._origin, reopen),
+            memory_mb=settings.ingest_worker_memory_mb,
+            nice=settings.ingest_worker_nice,
+        )
 
     def _add_embedder(self, embedder: Embedder) -> None:
         if embedder.name in self.embedders:
@@ -251,12 +314,13 @@ class AgentCore:
             store=self.store,
             settings=self.settings,
             index=self.index_cache,
-            on_queued=self.ingest.wake,
+            jobs=self.ingest,
             terms=self.terms,
         )
 
-    def _run_ingest_job(self, job: IngestJob, cancellation: Cancellation) -> None:
-        """Index a background job's upload in its workspace (the ingestion worker calls it)."""
+    def run_ingest_job(self, job: IngestJob, cancellation: Cancellation) -> Document | None:
+        """Index a leased ingestion job's upload in its workspace; the ready document, or
+        ``None`` if it is gone. What an ingestion worker (process or thread) runs."""
         workspace = Workspace(
             self,
             organization_id=job.organization_id,
@@ -264,7 +328,7 @@ class AgentCore:
             environment=check_environment(job.environment),
             scopes=frozenset({"read", "write"}),
         )
-        self.knowledge_service(workspace).run_job(job, cancellation)
+        return self.knowledge_service(workspace).run_job(job, cancellation)
 
     def chat_service(self, workspace: Workspace) -> ChatService:
         """Chat in ``workspace`` (host code uses ``workspace.chat``)."""
@@ -291,7 +355,8 @@ class AgentCore:
         """Start background workers (webhook delivery, ingestion jobs) and plugins'. Idempotent.
 
         Ingestion jobs left by a stopped or crashed process are resumed (or, after
-        ``ingest_job_attempts`` tries, marked failed) by the ingestion worker.
+        ``ingest_job_attempts`` tries, marked failed). Ingestion worker processes start
+        with the first job that needs one.
         """
         with self._lock:
             if self._started:
@@ -299,17 +364,22 @@ class AgentCore:
             self._started = True
         if self.settings.start_workers:
             self.webhooks.start()
-        self.ingest.start()
+        self.runtime.start()
         self.pm.hook.agentcore_startup(core=self)
 
     def stop(self) -> None:
-        """Stop background workers; pending work stays in the store for the next start."""
+        """Stop background workers; pending work stays in the store for the next start.
+
+        Bounded whatever a job is doing: running ingestion jobs get
+        ``ingest_stop_grace`` seconds, then their worker processes are killed and the
+        jobs go back to the queue.
+        """
         with self._lock:
             if not self._started:
                 return
             self._started = False
         self.webhooks.stop()
-        self.ingest.stop()
+        self.runtime.stop()
         self.pm.hook.agentcore_shutdown(core=self)
 
     def close(self) -> None:

@@ -7,8 +7,10 @@ without it.
 
 from __future__ import annotations
 
+import functools
 import threading
 import weakref
+from collections.abc import Callable
 from typing import Literal
 
 import numpy as np
@@ -92,14 +94,43 @@ class PostgresStore(
             raise
         return store
 
+    @classmethod
+    def attach(
+        cls, url: str, *, pool_size: int, timeout: float, vector_search: VectorSearch
+    ) -> PostgresStore:
+        """Connect to a database another process migrated (no migration, no lock)."""
+        store = cls(url, pool_size=pool_size, timeout=timeout, vector_search=vector_search)
+        store.db.open()
+        try:
+            with store.db.pool.connection() as conn:
+                store._find_vector_rows(conn)
+        except BaseException:
+            store.db.close()
+            raise
+        return store
+
+    def reopener(self) -> Callable[[], PostgresStore]:
+        """Connects to this database from another process (a small pool, no migration)."""
+        return functools.partial(
+            PostgresStore.attach,
+            self.url,
+            pool_size=min(self.db.pool.max_size, 2),
+            timeout=self.db.timeout,
+            vector_search=self.vector_search,
+        )
+
     def migrate(self) -> None:
         """Apply pending migrations; with ``pgvector``, create and fill the rows table."""
         with self.db.pool.connection() as conn:
             migrate(conn)
             if self.vector_search == "pgvector":
                 self._create_vector_rows(conn)
-            found = conn.execute("SELECT to_regclass('vector_rows') IS NOT NULL AS ok").fetchone()
-            self.vector_rows = bool(found and found["ok"])
+            self._find_vector_rows(conn)
+
+    def _find_vector_rows(self, conn: Conn) -> None:
+        # the rows table exists once any node asked for pgvector: keep it up to date
+        found = conn.execute("SELECT to_regclass('vector_rows') IS NOT NULL AS ok").fetchone()
+        self.vector_rows = bool(found and found["ok"])
 
     def _create_vector_rows(self, conn: Conn) -> None:
         with conn.transaction():

@@ -637,21 +637,26 @@ class KnowledgeStore:
 
     @retrying
     def claim_ingest_job(self, *, now: float, lease_seconds: float) -> IngestJob | None:
-        """Lease the oldest job nobody holds (or whose lease ran out), on any node.
+        """Lease a job nobody holds (or whose lease ran out), on any node, fairly.
 
-        ``FOR UPDATE SKIP LOCKED``: two nodes claiming at once take different jobs.
-        The claim counts as an attempt; the lease lasts ``lease_seconds``.
+        Fair across workspaces: the oldest job of the workspace with the fewest jobs
+        leased right now (by any node), so one tenant's queue of slow uploads cannot
+        starve another's. ``FOR UPDATE SKIP LOCKED``: two nodes claiming at once take
+        different jobs. The claim counts as an attempt; the lease lasts ``lease_seconds``.
         """
         with self.db.write() as conn:
             job = conn.execute(
-                "WITH next AS (SELECT document_id FROM ingest_jobs"
-                " WHERE leased_until IS NULL OR leased_until <= %s"
-                " ORDER BY created_at LIMIT 1 FOR UPDATE SKIP LOCKED)"
+                "WITH busy AS (SELECT organization_id, environment, COUNT(*) AS leased"
+                " FROM ingest_jobs WHERE leased_until > %s GROUP BY organization_id, environment),"
+                " next AS (SELECT q.document_id FROM ingest_jobs q LEFT JOIN busy b"
+                " ON b.organization_id = q.organization_id AND b.environment = q.environment"
+                " WHERE q.leased_until IS NULL OR q.leased_until <= %s"
+                " ORDER BY COALESCE(b.leased, 0), q.created_at LIMIT 1 FOR UPDATE OF q SKIP LOCKED)"
                 " UPDATE ingest_jobs j SET leased_until = %s, attempts = j.attempts + 1"
                 " FROM next WHERE j.document_id = next.document_id"
                 " RETURNING j.document_id, j.organization_id, j.environment, j.kind,"
                 " j.filename, j.content_type, j.attempts",
-                [now, now + lease_seconds],
+                [now, now, now + lease_seconds],
             ).fetchone()
         if job is None:
             return None

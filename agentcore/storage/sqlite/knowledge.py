@@ -711,15 +711,22 @@ class KnowledgeStore:
             )
 
     def claim_ingest_job(self, *, now: float, lease_seconds: float) -> IngestJob | None:
-        """Lease the oldest job that nobody holds (or whose lease ran out), atomically.
+        """Lease a job that nobody holds (or whose lease ran out), atomically, fairly.
 
-        The claim counts as an attempt; the lease lasts ``lease_seconds``.
+        Fair across workspaces: the oldest job of the workspace with the fewest jobs
+        leased right now (by any process), so one tenant's queue of slow uploads
+        cannot starve another's. The claim counts as an attempt; the lease lasts
+        ``lease_seconds``.
         """
         with self.db.write() as conn:
             row = conn.execute(
-                "SELECT document_id FROM ingest_jobs WHERE leased_until IS NULL"
-                " OR leased_until <= ? ORDER BY created_at LIMIT 1",
-                [now],
+                "WITH busy AS (SELECT organization_id, environment, COUNT(*) AS leased"
+                " FROM ingest_jobs WHERE leased_until > ? GROUP BY organization_id, environment)"
+                " SELECT j.document_id FROM ingest_jobs j LEFT JOIN busy b"
+                " ON b.organization_id = j.organization_id AND b.environment = j.environment"
+                " WHERE j.leased_until IS NULL OR j.leased_until <= ?"
+                " ORDER BY COALESCE(b.leased, 0), j.created_at LIMIT 1",
+                [now, now],
             ).fetchone()
             if row is None:
                 return None
