@@ -109,14 +109,16 @@ class _Waiter:
 class _Running:
     """A job being run: its deadline, its worker (or cancellation), and why it was stopped."""
 
-    def __init__(self, job: IngestJob, settings: Settings) -> None:
+    def __init__(
+        self, job: IngestJob, settings: Settings, worker: WorkerProcess | None = None
+    ) -> None:
         self.job = job
         self.timeout = settings.ingest_job_timeout
         self.deadline = time.monotonic() + self.timeout
         self.renew_interval = settings.ingest_job_lease / 3
         self.next_renewal = time.monotonic() + self.renew_interval
         self.cancellation = Cancellation(timeout=self.timeout)
-        self.worker: WorkerProcess | None = None
+        self.worker = worker  # None: the job runs on a thread, under ``cancellation``
         self.reason: str | None = None
         self._lock = threading.Lock()
 
@@ -129,15 +131,6 @@ class _Running:
         self.cancellation.cancel(reason)
         if worker is not None:
             worker.signal_kill()  # its supervisor sees the process end and says why
-
-    def attach(self, worker: WorkerProcess) -> bool:
-        """Record the job's worker; ``False`` (and the worker killed) if already stopped."""
-        with self._lock:
-            self.worker = worker
-            stopped = self.reason is not None
-        if stopped:
-            worker.signal_kill()
-        return not stopped
 
 
 class IngestRuntime:
@@ -291,11 +284,12 @@ class IngestRuntime:
 
     def _begin(self, job: IngestJob) -> bool:
         """Hand a claimed job to a worker and a watching thread; ``False``: given back."""
-        running = _Running(job, self._settings)
         pool = self._pool
+        worker = None
         try:
             if pool is not None and job.attempts <= self._settings.ingest_job_attempts:
-                running.attach(pool.acquire())  # may take a moment: a new process
+                worker = pool.acquire()  # may take a moment: a new process
+            running = _Running(job, self._settings, worker)  # its time starts now
             with self._lock:
                 if not self._active:
                     raise RuntimeError("stopping")
@@ -307,8 +301,8 @@ class IngestRuntime:
         except BaseException:
             with self._lock:
                 self._running.pop(job.document_id, None)
-            if running.worker is not None:
-                running.worker.kill()
+            if worker is not None:
+                worker.kill()
             self._store.release_ingest_job(job.document_id)
             if self._active:
                 raise  # the loop logs it and backs off (a worker that cannot start)

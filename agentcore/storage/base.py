@@ -201,7 +201,8 @@ class KnowledgeStorage(Protocol):
         """Lease an unleased (or lease-expired) job; counts one attempt. Atomic.
 
         Fair across workspaces: the oldest job of the workspace (organization and
-        environment) with the fewest jobs leased at ``now``, by any process.
+        environment) with the fewest jobs leased at ``now`` by any process, then with
+        the fewest jobs queued.
         """
 
     def ingest_job_data(self, document_id: str) -> bytes | None:

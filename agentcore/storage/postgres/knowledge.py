@@ -640,18 +640,20 @@ class KnowledgeStore:
         """Lease a job nobody holds (or whose lease ran out), on any node, fairly.
 
         Fair across workspaces: the oldest job of the workspace with the fewest jobs
-        leased right now (by any node), so one tenant's queue of slow uploads cannot
-        starve another's. ``FOR UPDATE SKIP LOCKED``: two nodes claiming at once take
-        different jobs. The claim counts as an attempt; the lease lasts ``lease_seconds``.
+        leased right now (by any node), then with the fewest jobs queued, so one
+        tenant's queue of slow uploads cannot starve another's, even with one worker.
+        ``FOR UPDATE SKIP LOCKED``: two nodes claiming at once take different jobs.
+        The claim counts as an attempt; the lease lasts ``lease_seconds``.
         """
         with self.db.write() as conn:
             job = conn.execute(
-                "WITH busy AS (SELECT organization_id, environment, COUNT(*) AS leased"
-                " FROM ingest_jobs WHERE leased_until > %s GROUP BY organization_id, environment),"
-                " next AS (SELECT q.document_id FROM ingest_jobs q LEFT JOIN busy b"
-                " ON b.organization_id = q.organization_id AND b.environment = q.environment"
+                "WITH load AS (SELECT organization_id, environment, COUNT(*) AS jobs,"
+                " COUNT(*) FILTER (WHERE leased_until > %s) AS leased FROM ingest_jobs"
+                " GROUP BY organization_id, environment),"
+                " next AS (SELECT q.document_id FROM ingest_jobs q JOIN load l"
+                " ON l.organization_id = q.organization_id AND l.environment = q.environment"
                 " WHERE q.leased_until IS NULL OR q.leased_until <= %s"
-                " ORDER BY COALESCE(b.leased, 0), q.created_at LIMIT 1 FOR UPDATE OF q SKIP LOCKED)"
+                " ORDER BY l.leased, l.jobs, q.created_at LIMIT 1 FOR UPDATE OF q SKIP LOCKED)"
                 " UPDATE ingest_jobs j SET leased_until = %s, attempts = j.attempts + 1"
                 " FROM next WHERE j.document_id = next.document_id"
                 " RETURNING j.document_id, j.organization_id, j.environment, j.kind,"

@@ -714,18 +714,19 @@ class KnowledgeStore:
         """Lease a job that nobody holds (or whose lease ran out), atomically, fairly.
 
         Fair across workspaces: the oldest job of the workspace with the fewest jobs
-        leased right now (by any process), so one tenant's queue of slow uploads
-        cannot starve another's. The claim counts as an attempt; the lease lasts
-        ``lease_seconds``.
+        leased right now (by any process), then with the fewest jobs queued, so one
+        tenant's queue of slow uploads cannot starve another's, even with one worker.
+        The claim counts as an attempt; the lease lasts ``lease_seconds``.
         """
         with self.db.write() as conn:
             row = conn.execute(
-                "WITH busy AS (SELECT organization_id, environment, COUNT(*) AS leased"
-                " FROM ingest_jobs WHERE leased_until > ? GROUP BY organization_id, environment)"
-                " SELECT j.document_id FROM ingest_jobs j LEFT JOIN busy b"
-                " ON b.organization_id = j.organization_id AND b.environment = j.environment"
+                "WITH load AS (SELECT organization_id, environment, COUNT(*) AS jobs,"
+                " COUNT(CASE WHEN leased_until > ? THEN 1 END) AS leased FROM ingest_jobs"
+                " GROUP BY organization_id, environment)"
+                " SELECT j.document_id FROM ingest_jobs j JOIN load l"
+                " ON l.organization_id = j.organization_id AND l.environment = j.environment"
                 " WHERE j.leased_until IS NULL OR j.leased_until <= ?"
-                " ORDER BY COALESCE(b.leased, 0), j.created_at LIMIT 1",
+                " ORDER BY l.leased, l.jobs, j.created_at LIMIT 1",
                 [now, now],
             ).fetchone()
             if row is None:
