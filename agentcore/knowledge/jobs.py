@@ -465,7 +465,7 @@ class IngestRuntime:
         until: float | None = None,
         cancellation: Cancellation | None = None,
     ) -> Outcome | None:
-        """Queue a job (``enqueue`` stores it) and wait for its outcome.
+        """Queue a job (``enqueue`` stores it and calls ``wake``) and wait for its outcome.
 
         ``None`` when the wait ended first: ``cancellation`` fired, ``until`` (a
         ``time.monotonic()`` value) passed, the runtime is stopping, or, unless
@@ -481,7 +481,6 @@ class IngestRuntime:
             self._waiters[document_id] = waiter
         try:
             enqueue()
-            self.wake()
             look = time.monotonic() + STORE_LOOK
             while (outcome := waiter.wait(WAIT_STEP)) is None:
                 now = time.monotonic()

@@ -216,8 +216,6 @@ class KnowledgeService:
         if wait is False or (wait is None and size > settings.ingest_sync_max_bytes):
             document = self._processing(source, content_type, size)
             self._store_job(document, job_kind, filename, declared, data)
-            if self._jobs is not None:
-                self._jobs.wake()
             return document
         jobs = self._jobs
         if (
@@ -281,7 +279,8 @@ class KnowledgeService:
     def _store_job(
         self, document: Document, kind: str, filename: str, declared: str | None, data: bytes
     ) -> None:
-        """Store a ``processing`` document and its job (the raw upload), atomically."""
+        """Store a ``processing`` document and its job (the raw upload), atomically, and
+        tell the jobs runtime."""
         self._store.insert_processing_document(
             *self._scope,
             document,
@@ -291,6 +290,8 @@ class KnowledgeService:
             data=data,
             now=time.time(),
         )
+        if self._jobs is not None:
+            self._jobs.wake()
 
     def _parse_file(
         self,
