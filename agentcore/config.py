@@ -29,13 +29,6 @@ M = TypeVar("M", bound=BaseSettings)
 _NAMESPACE = re.compile(r"[a-z][a-z0-9]*\Z")
 
 
-def default_ingest_workers() -> int:
-    """Half the machine's CPUs, at least 1 and at most 4: the default ``ingest_workers``.
-
-    Ingestion is CPU-bound; the other half stays with the API process (whose requests
-    also win the CPU: workers run at a lower priority).
-    """
-    return max(1, min(4, (os.cpu_count() or 2) // 2))
 
 
 class PluginSettings(BaseSettings):
@@ -157,11 +150,11 @@ class Settings(BaseSettings):
         " calling thread (no parser risk, bounded work); larger ones and every PDF go to a"
         " worker process.",
     )
-    ingest_workers: int = Field(
-        default_factory=default_ingest_workers,
+    ingest_workers: int | None = Field(
+        None,
         ge=0,
         description="Worker processes that parse and embed uploads, per core (so per"
-        " `serve --workers` process); default half the CPUs, 1 to 4. 0: ingest on a thread"
+        " `serve --workers` process); unset: half the CPUs, 1 to 4. 0: ingest on a thread"
         " of the core's own process instead.",
     )
     ingest_worker_memory_mb: int = Field(
@@ -172,7 +165,7 @@ class Settings(BaseSettings):
         " replaced.",
     )
     ingest_worker_recycle_mb: int = Field(
-        256,
+        64,
         ge=1,
         description="A worker process whose resident memory grew by more than this many MiB"
         " since its start (measured after each job) is replaced, returning the memory.",
@@ -247,6 +240,16 @@ class Settings(BaseSettings):
     )
     key_touch_interval: float = Field(60.0, ge=0, description="Resolution of last_used_at.")
     idempotency_ttl: float = Field(86_400.0, gt=0)
+
+    @property
+    def ingest_pool_size(self) -> int:
+        """How many ingestion worker processes a core runs: ``ingest_workers``, or when
+        it is unset half the machine's CPUs, at least 1 and at most 4 (ingestion is
+        CPU-bound; the other half stays with the API process, whose requests also win
+        the CPU: workers run at a lower priority)."""
+        if self.ingest_workers is not None:
+            return self.ingest_workers
+        return max(1, min(4, (os.cpu_count() or 2) // 2))
 
     @field_validator("webhook_allowed_networks", mode="before")
     @classmethod

@@ -219,7 +219,7 @@ class AgentCore:
             ``open``, or its database cannot be opened by another process.
         """
         settings = self.settings
-        if settings.ingest_workers == 0:
+        if settings.ingest_pool_size == 0:
             raise WorkersUnavailable("ingest_workers is 0")
         if self._origin is None:
             raise WorkersUnavailable(

@@ -34,7 +34,6 @@ import argparse
 import json
 import os
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -48,12 +47,13 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from ingest_memory import free_port, prose, rss_kb
+from ingest_memory import prose, rss_kb, start_server, test_key, wait_for_server
 from ingest_speed import peer_checkout
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 from pdfs import make_pdf_bomb  # noqa: E402  (tests/ is not a package)
+from probes import VerifyProbe  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results"
 MB = 1_000_000
@@ -127,88 +127,15 @@ def serving(code: Path | None, database: Callable[[], str]) -> Iterator[Server]:
     with tempfile.TemporaryDirectory() as tmp:
         db = database() or os.path.join(tmp, "bench.db")
         cli = [sys.executable, "-m", "agentcore.cli", "--db", db]
-        keys = []
-        for org in ("mallory", "acme"):
-            init = subprocess.run(
-                [*cli, "init", "--org", org, "--json"],
-                env=env,
-                cwd=tmp,
-                capture_output=True,
-                text=True,
-                check=True,
-            )
-            keys.append(
-                next(
-                    k["secret"]
-                    for k in json.loads(init.stdout)["keys"]
-                    if k["environment"] == "test"
-                )
-            )
-        port = free_port()
-        process = subprocess.Popen(
-            [*cli, "serve", "--port", str(port), "--log-level", "warning"],
-            env=env,
-            cwd=tmp,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        server = Server(process, f"http://127.0.0.1:{port}", keys[0], keys[1])
+        keys = [test_key(cli, org, env, tmp) for org in ("mallory", "acme")]
+        process, url = start_server(cli, env, tmp)
+        server = Server(process, url, keys[0], keys[1])
         try:
-            with server.client(server.acme, timeout=5) as http:
-                for _ in range(300):
-                    try:
-                        if http.get("/v1/auth/verify").status_code == 200:
-                            break
-                    except httpx.TransportError:
-                        time.sleep(0.1)
-                else:
-                    raise RuntimeError("the server did not start")
-            time.sleep(0.5)
+            wait_for_server(server.url, {"Authorization": f"Bearer {server.acme}"})
             yield server
         finally:
             kill_tree(process.pid)
             process.wait()
-
-
-class Verifier:
-    """``GET /v1/auth/verify`` every 50 ms on a thread; latencies in ms."""
-
-    def __init__(self, server: Server) -> None:
-        self._client = server.client(server.acme, timeout=120)
-        self._stop = threading.Event()
-        self.latencies: list[float] = []
-        self.errors = 0
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            began = time.perf_counter()
-            try:
-                ok = self._client.get("/v1/auth/verify").status_code == 200
-            except httpx.HTTPError:
-                ok = False
-            self.latencies.append((time.perf_counter() - began) * 1000)
-            self.errors += not ok
-            self._stop.wait(0.05)
-
-    def __enter__(self) -> Verifier:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(150)
-        self._client.close()
-
-    def summary(self) -> dict[str, float]:
-        ordered = sorted(self.latencies) or [float("nan")]
-        return {
-            "verify_p50_ms": statistics.median(ordered),
-            "verify_p99_ms": ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))],
-            "verify_max_ms": ordered[-1],
-            "verify_n": len(self.latencies),
-            "verify_errors": self.errors,
-        }
 
 
 def upload(
@@ -242,6 +169,23 @@ def outcome(status: int, body: dict[str, Any]) -> str:
     return f"{status} {body.get('code', body.get('error', ''))}".strip()
 
 
+def tally(
+    server: Server, replies: list[tuple[int, dict[str, Any]]], until: float
+) -> tuple[dict[str, int], dict[str, int]]:
+    """How many uploads got each HTTP status, and how many ended each way (a 202's
+    document followed until it settles, or ``until``)."""
+    statuses: dict[str, int] = {}
+    ends: dict[str, int] = {}
+    for code, reply in replies:
+        statuses[str(code)] = statuses.get(str(code), 0) + 1
+        end = outcome(code, reply)
+        if code == 202:
+            settled = settle(server, server.mallory, reply["id"], until)
+            end = "> cap" if settled is None else str(settled.get("status"))
+        ends[end] = ends.get(end, 0) + 1
+    return statuses, ends
+
+
 # the cases -----------------------------------------------------------------------------
 
 
@@ -266,7 +210,7 @@ def case_flood(server: Server, cap: float, bombs: int = 45) -> dict[str, Any]:
     began = time.monotonic()
     result: dict[str, Any] = {}
     acme_data = prose(int(1.2 * MB), seed=5)
-    with Verifier(server) as verifier, ThreadPoolExecutor(bombs + 1) as pool:
+    with VerifyProbe(server.url, server.acme) as verifier, ThreadPoolExecutor(bombs) as pool:
         answers = [
             pool.submit(upload, server, server.mallory, "bomb.pdf", bomb, "application/pdf")
             for _ in range(bombs)
@@ -278,22 +222,13 @@ def case_flood(server: Server, cap: float, bombs: int = 45) -> dict[str, Any]:
         result["acme_upload"] = outcome(status, body) if acme is None else str(acme.get("status"))
         if acme is not None:
             result["acme_ready_s"] = time.monotonic() - acme_began
-        statuses: dict[str, int] = {}
-        ends: dict[str, int] = {}
+        replies = []
         for future in answers:
-            left = max(began + cap - time.monotonic(), 0.1)
             try:
-                code, reply = future.result(timeout=left)
+                replies.append(future.result(timeout=max(began + cap - time.monotonic(), 0.1)))
             except TimeoutError:
-                code, reply = 0, {"error": "no answer by the cap"}
-            statuses[str(code)] = statuses.get(str(code), 0) + 1
-            end = outcome(code, reply)
-            if code == 202:
-                settled = settle(server, server.mallory, reply["id"], began + cap)
-                end = "> cap" if settled is None else str(settled.get("status"))
-            ends[end] = ends.get(end, 0) + 1
-        result["bomb_http"] = statuses
-        result["bomb_ends"] = ends
+                replies.append((0, {"error": "no answer by the cap"}))
+        result["bomb_http"], result["bomb_ends"] = tally(server, replies, began + cap)
         result["bombs_settled_s"] = time.monotonic() - began
         result.update(verifier.summary())
     stopped = time.monotonic()
@@ -355,15 +290,7 @@ def case_concurrent(server: Server, cap: float, uploads: int = 40) -> dict[str, 
             )
         )
     answered = time.monotonic() - began
-    statuses: dict[str, int] = {}
-    ends: dict[str, int] = {}
-    for code, reply in answers:
-        statuses[str(code)] = statuses.get(str(code), 0) + 1
-        end = outcome(code, reply)
-        if code == 202:
-            settled = settle(server, server.mallory, reply["id"], began + cap)
-            end = "> cap" if settled is None else str(settled.get("status"))
-        ends[end] = ends.get(end, 0) + 1
+    statuses, ends = tally(server, answers, began + cap)
     return {
         "http": statuses,
         "ends": ends,

@@ -39,6 +39,7 @@ from agentcore.knowledge.workers import (
     WorkerPool,
     WorkerProcess,
     WorkerSpec,
+    WorkerStartFailed,
     trim_heap,
 )
 from agentcore.redact import get_logger
@@ -58,6 +59,7 @@ POLL_SECONDS = 1.0  # how often an idle scheduler looks for jobs queued by other
 WAIT_STEP = 0.1  # how often a waiting caller checks its deadline and whether the pool is busy
 STORE_LOOK = 0.5  # how often it reads its document, for a job another process runs
 MiB = 1024 * 1024
+START_FAILURES = 3  # workers that fail to start in a row before jobs move to a thread
 
 
 class WorkersUnavailable(Exception):
@@ -174,12 +176,13 @@ class IngestRuntime:
         self._decided = False
         self._pool: WorkerPool | None = None
         self._slots = 1
+        self._start_failures = 0
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)  # a job ended
         self._running: dict[str, _Running] = {}
         self._waiters: dict[str, _Waiter] = {}
         self._active = False
-        self._threads = runtime.executor("agentcore-ingest-job", max(1, settings.ingest_workers))
+        self._threads = runtime.executor("agentcore-ingest-job", max(1, settings.ingest_pool_size))
         self._loop = runtime.loop("agentcore-ingest", self._schedule, interval=POLL_SECONDS)
         runtime.own(self)
 
@@ -207,7 +210,7 @@ class IngestRuntime:
                 self._pool = WorkerPool(
                     self._spec, recycle_bytes=self._settings.ingest_worker_recycle_mb * MiB
                 )
-            self._slots = max(1, self._settings.ingest_workers) if self._spec else 1
+            self._slots = max(1, self._settings.ingest_pool_size) if self._spec else 1
             self._active = True
         self._loop.wake()
 
@@ -288,7 +291,7 @@ class IngestRuntime:
         worker = None
         try:
             if pool is not None and job.attempts <= self._settings.ingest_job_attempts:
-                worker = pool.acquire()  # may take a moment: a new process
+                worker = self._acquire(pool)  # may take a moment: a new process
             running = _Running(job, self._settings, worker)  # its time starts now
             with self._lock:
                 if not self._active:
@@ -308,6 +311,28 @@ class IngestRuntime:
                 raise  # the loop logs it and backs off (a worker that cannot start)
             return False
         return True
+
+    def _acquire(self, pool: WorkerPool) -> WorkerProcess:
+        """A worker for the next job; after ``START_FAILURES`` failed starts in a row,
+        jobs move to a thread of this process (one warning says why)."""
+        try:
+            worker = pool.acquire()
+        except WorkerStartFailed as failed:
+            self._start_failures += 1
+            if self._start_failures < START_FAILURES:
+                raise
+            log.warning(
+                "ingestion runs on a thread of this process, not in worker processes:"
+                " %d worker processes in a row failed to start (%s)",
+                self._start_failures,
+                failed,
+            )
+            with self._lock:
+                self._spec, self._pool, self._slots = None, None, 1
+            pool.close()
+            raise
+        self._start_failures = 0
+        return worker
 
     def _renew_leases(self) -> float:
         """Renew the leases that are due; seconds until the next one is."""

@@ -150,9 +150,9 @@ class WorkerProcess:
                 pass_fds=[theirs.fileno()],
                 stdin=subprocess.DEVNULL,
             )
-        except BaseException:
+        except OSError as exc:  # out of processes or memory
             self._conn.close()
-            raise
+            raise WorkerStartFailed(f"an ingestion worker process did not start: {exc}") from exc
         finally:
             theirs.close()
         try:

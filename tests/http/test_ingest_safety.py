@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import signal
 import sqlite3
-import statistics
 import subprocess
-import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -27,6 +25,7 @@ from conftest import ServerThread
 from helpers import cli_env, start_serve
 from ingest_plugins import MisbehavingEmbedder
 from pdfs import filler, make_pdf, make_pdf_bomb
+from probes import VerifyProbe
 
 from agentcore import AgentCore
 from agentcore_starlette import create_app
@@ -35,7 +34,7 @@ pytestmark = pytest.mark.timeout(300)
 
 BOMBS = 4
 BOMB_ANSWER_LIMIT = 15.0  # seconds: the issue's target is 10 on a quiet machine
-VERIFY_P99_LIMIT = 0.25  # seconds: the benchmark's target is 50 ms; this machine is shared
+VERIFY_P99_LIMIT = 250  # ms: the benchmark's target is 50; this machine is shared
 
 
 def keys_for(db: Path, *organizations: str) -> list[str]:
@@ -89,41 +88,6 @@ def settle(http: httpx.Client, document_id: str, limit: float = 120) -> dict[str
     raise AssertionError(f"document {document_id} still processing after {limit} s")
 
 
-class VerifyProbe:
-    """Calls ``GET /v1/auth/verify`` every 50 ms on a thread and records each latency."""
-
-    def __init__(self, url: str, key: str) -> None:
-        self._client = client(url, key)
-        self._stop = threading.Event()
-        self.latencies: list[float] = []
-        self.failures: list[str] = []
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            began = time.perf_counter()
-            try:
-                response = self._client.get("/v1/auth/verify")
-                if response.status_code != 200:
-                    self.failures.append(str(response.status_code))
-            except httpx.HTTPError as exc:
-                self.failures.append(repr(exc))
-            self.latencies.append(time.perf_counter() - began)
-            self._stop.wait(0.05)
-
-    def __enter__(self) -> VerifyProbe:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(30)
-        self._client.close()
-
-    def p99(self) -> float:
-        return statistics.quantiles(self.latencies, n=100)[98]
-
-
 @pytest.mark.slow
 def test_pdf_bombs_are_refused_fast_and_another_org_stays_served(serve: Serve) -> None:
     attacker, bystander = keys_for(serve.db, "mallory", "acme")
@@ -154,7 +118,7 @@ def test_pdf_bombs_are_refused_fast_and_another_org_stays_served(serve: Serve) -
             assert body["code"] == "too_large" and body["param"] == "file"
     assert not probe.failures, probe.failures[:5]
     assert len(probe.latencies) >= 20
-    assert probe.p99() < VERIFY_P99_LIMIT, sorted(probe.latencies)[-5:]
+    assert probe.percentile(0.99) < VERIFY_P99_LIMIT, sorted(probe.latencies)[-5:]
     with client(url, attacker) as http:  # nothing refused at once stays stored
         stored = http.get("/v1/knowledge/documents", params={"limit": 100}).json()["documents"]
     assert len(stored) == statuses.count(202)

@@ -13,6 +13,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ import agentcore
 from agentcore import AgentCore, Cancellation, DeadlineExceeded, PayloadTooLarge
 from agentcore.models import Document
 from agentcore.plugins.hashing_embedder import HashingEmbedder
+from agentcore.workspace import Workspace
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -63,9 +65,25 @@ def open_core(
     return AgentCore.open(path, plugins=plugins, **settings)
 
 
+@contextmanager
+def started(
+    url: Path | str, embedder: MisbehavingEmbedder | None = None, **settings: Any
+) -> Iterator[tuple[AgentCore, Workspace]]:
+    """A started core on ``url`` (with ``embedder`` as its embedder) and acme's workspace."""
+    with open_core(url, embedder, **settings) as core:
+        core.start()
+        yield core, core.workspace("acme")
+
+
 @pytest.fixture
 def pid_file(tmp_path: Path) -> Path:
     return tmp_path / "worker.pid"
+
+
+@pytest.fixture
+def slow(pid_file: Path) -> MisbehavingEmbedder:
+    """Sleeps two minutes on a passage with TRIGGER, writing its process id to pid_file."""
+    return MisbehavingEmbedder(sleep=120, pid_file=str(pid_file))
 
 
 def worker_pid(pid_file: Path) -> int:
@@ -103,9 +121,7 @@ def test_a_worker_stores_exactly_what_the_calling_thread_stores(tmp_path: Path) 
 
 
 def test_small_plain_text_stays_in_the_calling_thread(tmp_path: Path) -> None:
-    with open_core(tmp_path / "a.db", ingest_inline_max_bytes=1_000) as core:
-        core.start()
-        ws = core.workspace("acme")
+    with started(tmp_path / "a.db", ingest_inline_max_bytes=1_000) as (core, ws):
         assert ws.knowledge.ingest_text("a.txt", "A short note. " * 70).status == "ready"
         assert ws.knowledge.ingest_file(b"# Title\n\nSome words.", filename="b.md").status == (
             "ready"
@@ -120,12 +136,9 @@ def test_small_plain_text_stays_in_the_calling_thread(tmp_path: Path) -> None:
 
 
 def test_a_job_past_its_wall_clock_limit_is_killed_and_failed(
-    tmp_path: Path, pid_file: Path
+    tmp_path: Path, pid_file: Path, slow: MisbehavingEmbedder
 ) -> None:
-    slow = MisbehavingEmbedder(sleep=120, pid_file=str(pid_file))
-    with open_core(tmp_path / "a.db", slow, ingest_job_timeout=2, ingest_workers=1) as core:
-        core.start()
-        ws = core.workspace("acme")
+    with started(tmp_path / "a.db", slow, ingest_job_timeout=2, ingest_workers=1) as (core, ws):
         queued = ws.knowledge.ingest_text("slow.txt", "TRIGGER " + BIG_TEXT, wait=False)
         pid = worker_pid(pid_file)
         began = time.monotonic()
@@ -142,9 +155,7 @@ def test_a_job_past_its_memory_limit_fails_too_large_and_the_worker_is_replaced(
     tmp_path: Path, pid_file: Path
 ) -> None:
     hungry = MisbehavingEmbedder(allocate_mb=1_024, pid_file=str(pid_file))
-    with open_core(tmp_path / "a.db", hungry, ingest_worker_memory_mb=256) as core:
-        core.start()
-        ws = core.workspace("acme")
+    with started(tmp_path / "a.db", hungry, ingest_worker_memory_mb=256) as (core, ws):
         queued = ws.knowledge.ingest_text("big.txt", "TRIGGER " + BIG_TEXT, wait=False)
         pid = worker_pid(pid_file)
         failed = settled(core, queued.id)
@@ -163,9 +174,7 @@ def test_a_job_past_its_memory_limit_fails_too_large_and_the_worker_is_replaced(
 
 
 def test_a_worker_whose_memory_grew_is_replaced(tmp_path: Path) -> None:
-    with open_core(tmp_path / "a.db", ingest_worker_recycle_mb=1, ingest_workers=1) as core:
-        core.start()
-        ws = core.workspace("acme")
+    with started(tmp_path / "a.db", ingest_worker_recycle_mb=1, ingest_workers=1) as (core, ws):
         for n in range(2):
             data = filler(8_000, n).encode()  # ~500 KB: tens of MB while it is indexed
             ws.knowledge.ingest_file(data, filename=f"{n}.txt", wait=True)
@@ -175,9 +184,7 @@ def test_a_worker_whose_memory_grew_is_replaced(tmp_path: Path) -> None:
 
 
 def test_a_pdf_bomb_fails_quickly_in_a_worker(tmp_path: Path) -> None:
-    with open_core(tmp_path / "a.db") as core:
-        core.start()
-        ws = core.workspace("acme")
+    with started(tmp_path / "a.db") as (core, ws):
         queued = ws.knowledge.ingest_file(make_pdf_bomb(), filename="bomb.pdf", wait=False)
         failed = settled(core, queued.id)
         assert failed.last_error is not None and failed.last_error.code == "too_large"
@@ -190,9 +197,7 @@ def test_a_pdf_bomb_fails_quickly_in_a_worker(tmp_path: Path) -> None:
 
 
 def test_wait_true_raises_the_error_and_stores_nothing(tmp_path: Path) -> None:
-    with open_core(tmp_path / "a.db") as core:
-        core.start()
-        ws = core.workspace("acme")
+    with started(tmp_path / "a.db") as (core, ws):
         with pytest.raises(agentcore.ValidationFailed) as caught:
             ws.knowledge.ingest_file(b"%PDF-1.4 not really", filename="a.pdf", wait=True)
         assert caught.value.code == "invalid_pdf"
@@ -200,12 +205,9 @@ def test_wait_true_raises_the_error_and_stores_nothing(tmp_path: Path) -> None:
 
 
 def test_wait_none_returns_processing_when_every_worker_is_busy(
-    tmp_path: Path, pid_file: Path
+    tmp_path: Path, pid_file: Path, slow: MisbehavingEmbedder
 ) -> None:
-    slow = MisbehavingEmbedder(sleep=120, pid_file=str(pid_file))
-    with open_core(tmp_path / "a.db", slow, ingest_workers=1) as core:
-        core.start()
-        ws = core.workspace("acme")
+    with started(tmp_path / "a.db", slow, ingest_workers=1) as (core, ws):
         ws.knowledge.ingest_text("slow.txt", "TRIGGER " + BIG_TEXT, wait=False)
         worker_pid(pid_file)  # the only worker is busy
         began = time.monotonic()
@@ -215,11 +217,10 @@ def test_wait_none_returns_processing_when_every_worker_is_busy(
         assert ws.knowledge.get(document.id).status == "processing"
 
 
-def test_wait_none_stops_waiting_before_the_deadline(tmp_path: Path, pid_file: Path) -> None:
-    slow = MisbehavingEmbedder(sleep=120, pid_file=str(pid_file))
-    with open_core(tmp_path / "a.db", slow, ingest_workers=1) as core:
-        core.start()
-        ws = core.workspace("acme")
+def test_wait_none_stops_waiting_before_the_deadline(
+    tmp_path: Path, pid_file: Path, slow: MisbehavingEmbedder
+) -> None:
+    with started(tmp_path / "a.db", slow, ingest_workers=1) as (core, ws):
         began = time.monotonic()
         document = ws.knowledge.ingest_text(
             "slow.txt", "TRIGGER " + BIG_TEXT, cancellation=Cancellation(timeout=3)
@@ -230,12 +231,9 @@ def test_wait_none_stops_waiting_before_the_deadline(tmp_path: Path, pid_file: P
 
 
 def test_wait_true_with_a_cancellation_stops_the_job_and_stores_nothing(
-    tmp_path: Path, pid_file: Path
+    tmp_path: Path, pid_file: Path, slow: MisbehavingEmbedder
 ) -> None:
-    slow = MisbehavingEmbedder(sleep=120, pid_file=str(pid_file))
-    with open_core(tmp_path / "a.db", slow, ingest_workers=1) as core:
-        core.start()
-        ws = core.workspace("acme")
+    with started(tmp_path / "a.db", slow, ingest_workers=1) as (core, ws):
         with pytest.raises(DeadlineExceeded):
             ws.knowledge.ingest_text(
                 "slow.txt", "TRIGGER " + BIG_TEXT, wait=True, cancellation=Cancellation(timeout=2)
@@ -245,12 +243,9 @@ def test_wait_true_with_a_cancellation_stops_the_job_and_stores_nothing(
 
 
 def test_deleting_a_processing_document_kills_its_worker_at_once(
-    tmp_path: Path, pid_file: Path
+    tmp_path: Path, pid_file: Path, slow: MisbehavingEmbedder
 ) -> None:
-    slow = MisbehavingEmbedder(sleep=120, pid_file=str(pid_file))
-    with open_core(tmp_path / "a.db", slow, ingest_workers=1) as core:
-        core.start()
-        ws = core.workspace("acme")
+    with started(tmp_path / "a.db", slow, ingest_workers=1) as (core, ws):
         queued = ws.knowledge.ingest_text("slow.txt", "TRIGGER " + BIG_TEXT, wait=False)
         pid = worker_pid(pid_file)
         began = time.monotonic()
@@ -268,14 +263,12 @@ def job_row(path: Path) -> tuple[int, float | None] | None:
     return None if row is None else (row[0], row[1])
 
 
-def test_stop_is_bounded_and_gives_the_running_job_back(tmp_path: Path, pid_file: Path) -> None:
-    slow = MisbehavingEmbedder(sleep=120, pid_file=str(pid_file))
+def test_stop_is_bounded_and_gives_the_running_job_back(
+    tmp_path: Path, pid_file: Path, slow: MisbehavingEmbedder
+) -> None:
     db = tmp_path / "a.db"
-    with open_core(db, slow, ingest_workers=1, ingest_stop_grace=0.5) as core:
-        core.start()
-        queued = core.workspace("acme").knowledge.ingest_text(
-            "slow.txt", "TRIGGER " + BIG_TEXT, wait=False
-        )
+    with started(db, slow, ingest_workers=1, ingest_stop_grace=0.5) as (core, ws):
+        queued = ws.knowledge.ingest_text("slow.txt", "TRIGGER " + BIG_TEXT, wait=False)
         pid = worker_pid(pid_file)
         began = time.monotonic()
         core.stop()
@@ -284,8 +277,7 @@ def test_stop_is_bounded_and_gives_the_running_job_back(tmp_path: Path, pid_file
         assert job_row(db) == (0, None)  # queued again; the interrupted try does not count
         assert core.workspace("acme").knowledge.get(queued.id).status == "processing"
     # the next start resumes it (here with an embedder that does not sleep)
-    with open_core(db, MisbehavingEmbedder()) as core:
-        core.start()
+    with started(db, MisbehavingEmbedder()) as (core, _):
         assert settled(core, queued.id).status == "ready"
 
 
@@ -397,3 +389,55 @@ os._exit(0)  # as a SIGKILL would: no stop(), nothing closed
     pid = int((tmp_path / "worker.pid").read_text())
     wait_for(lambda: not alive(pid), limit=15)
     assert os.path.exists(tmp_path / "a.db")
+
+
+# PostgreSQL: workers open the same database, and a killed worker's transaction is undone --
+
+
+def test_workers_on_postgres(postgres_url: str, pid_file: Path, slow: MisbehavingEmbedder) -> None:
+    with started(postgres_url, slow, ingest_workers=1, ingest_job_timeout=3) as (core, ws):
+        ready = ws.knowledge.ingest_file(make_pdf([filler(40, 1)]), filename="a.pdf", wait=True)
+        assert ready.status == "ready" and ready.chunks > 0
+        hits = ws.knowledge.search("night porter").results
+        assert hits and hits[0].document_id == ready.id
+        queued = ws.knowledge.ingest_text("slow.txt", "TRIGGER " + BIG_TEXT, wait=False)
+        pid = worker_pid(pid_file)
+        failed = settled(core, queued.id)
+        assert failed.last_error is not None and failed.last_error.code == "deadline_exceeded"
+        assert not alive(pid)
+        assert [d.id for d in ws.knowledge.list().documents] == [queued.id, ready.id]
+        assert ws.knowledge.search("night porter").results[0].document_id == ready.id
+
+
+class BreaksInWorkers(MisbehavingEmbedder):
+    """Pickles fine, but cannot be unpickled in another process: no worker starts."""
+
+    def __init__(self) -> None:
+        super().__init__("breaks-in-workers")
+        self.home = os.getpid()
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        if state["home"] != os.getpid():
+            raise RuntimeError("this plugin cannot load here")
+        self.__dict__.update(state)
+
+
+def test_workers_that_fail_to_start_move_jobs_to_a_thread(
+    tmp_path: Path, warnings_logged: Callable[[], list[str]]
+) -> None:
+    embedder = BreaksInWorkers()
+    with started(tmp_path / "a.db", embedder) as (core, ws):
+        document = ws.knowledge.ingest_file(make_pdf([filler(20, 1)]), filename="a.pdf", wait=True)
+        assert document.status == "ready"
+        assert core.ingest.pool is None and not core.ingest.isolated
+    (message,) = warnings_logged()
+    assert "3 worker processes in a row failed to start" in message
+    assert "this plugin cannot load here" in message
+
+
+def test_the_pool_size_defaults_to_half_the_cpus() -> None:
+    assert agentcore.Settings(_env_file=None).ingest_pool_size == max(
+        1, min(4, (os.cpu_count() or 2) // 2)
+    )
+    assert agentcore.Settings(_env_file=None, ingest_workers=3).ingest_pool_size == 3
+    assert agentcore.Settings(_env_file=None, ingest_workers=0).ingest_pool_size == 0
