@@ -29,8 +29,6 @@ M = TypeVar("M", bound=BaseSettings)
 _NAMESPACE = re.compile(r"[a-z][a-z0-9]*\Z")
 
 
-
-
 class PluginSettings(BaseSettings):
     """A convenient base for a plugin's settings model (any ``BaseSettings`` will do).
 
