@@ -134,6 +134,11 @@ class _Running:
         if worker is not None:
             worker.signal_kill()  # its supervisor sees the process end and says why
 
+    def detach(self) -> None:
+        """The worker reported: from now on it is not this job's to kill (it is reused)."""
+        with self._lock:
+            self.worker = None
+
 
 class IngestRuntime:
     """Runs the store's queue of ingestion jobs for one core; a component of its runtime.
@@ -180,6 +185,9 @@ class IngestRuntime:
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)  # a job ended
         self._running: dict[str, _Running] = {}
+        # jobs holding a worker slot: one leaves it as soon as its worker is done, before
+        # its outcome is recorded (its caller may send the next upload on seeing it)
+        self._busy = 0
         self._waiters: dict[str, _Waiter] = {}
         self._active = False
         self._threads = runtime.executor("agentcore-ingest-job", max(1, settings.ingest_pool_size))
@@ -268,7 +276,8 @@ class IngestRuntime:
     # scheduling ----------------------------------------------------------------------------
 
     def _free(self) -> bool:
-        return self._active and len(self._running) < self._slots
+        """Whether a worker slot is free (locked by the caller)."""
+        return self._active and self._busy < self._slots
 
     def _schedule(self) -> float | None:
         """One pass of the scheduling loop: renew leases, then fill the free workers."""
@@ -297,13 +306,15 @@ class IngestRuntime:
                 if not self._active:
                     raise RuntimeError("stopping")
                 self._running[job.document_id] = running
+                self._busy += 1
                 waiter = self._waiters.get(job.document_id)
                 if waiter is not None:
                     waiter.started = True
             self._threads().submit(self._supervise, running)
         except BaseException:
             with self._lock:
-                self._running.pop(job.document_id, None)
+                if self._running.pop(job.document_id, None) is not None:
+                    self._busy -= 1
             if worker is not None:
                 worker.kill()
             self._store.release_ingest_job(job.document_id)
@@ -362,6 +373,9 @@ class IngestRuntime:
         except Exception:
             log.exception("ingestion of document %s failed unexpectedly", running.job.document_id)
             outcome = Outcome(error=AgentCoreError("Indexing hit an unexpected error."))
+        with self._lock:
+            self._busy -= 1
+        self._loop.wake()
         try:
             self._settle(running.job, outcome)
         except Exception:  # the lease runs out: the job is claimed again
@@ -412,6 +426,7 @@ class IngestRuntime:
         except (WorkerDied, OSError) as died:
             worker.kill()
             return self._ended(running, died)
+        running.detach()
         pool = self._pool
         if result.out_of_memory or pool is None:
             worker.close()
@@ -509,11 +524,13 @@ class IngestRuntime:
             look = time.monotonic() + STORE_LOOK
             while (outcome := waiter.wait(WAIT_STEP)) is None:
                 now = time.monotonic()
+                with self._lock:
+                    busy = not waiter.started and not self._free()
                 if (
                     (cancellation is not None and cancellation.cancelled)
                     or (until is not None and now >= until)
                     or not self._active
-                    or (not block and not waiter.started and not self._free())
+                    or (busy and not block)
                 ):
                     break
                 if now >= look:
