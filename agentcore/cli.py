@@ -1,14 +1,14 @@
 """The ``agentcore`` command: init, keys, serve, ingest, search."""
 
+# Plugins add commands through the agentcore_register_commands hook; the HTTP adapter
+# adds `serve` that way (agentcore_starlette.commands), so the core never imports a server.
+
 from __future__ import annotations
 
 import argparse
-import copy
 import json
-import logging
 import math
 import os
-import signal
 import sys
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
@@ -16,7 +16,9 @@ from pathlib import Path
 from typing import Any, NoReturn
 from urllib.parse import urlsplit, urlunsplit
 
-from agentcore.core import AgentCore
+import pluggy
+
+from agentcore.core import AgentCore, make_plugin_manager
 from agentcore.errors import AgentCoreError, ValidationFailed
 from agentcore.models import ApiKey, IssuedKey
 
@@ -25,6 +27,9 @@ MAX_GRACE_HOURS = 24 * 365 * 10  # ten years: far enough, and far from datetime'
 MAX_EXPIRY_DAYS = 365 * 100
 USAGE_ERROR = 2  # the arguments are wrong (argparse's status for the same)
 FAILED = 1  # the arguments are fine but the command could not be done
+
+Command = Callable[[AgentCore, argparse.Namespace], int]
+"""A command: runs with the opened core and the parsed arguments, returns the exit status."""
 
 
 class Parser(argparse.ArgumentParser):
@@ -54,7 +59,7 @@ def _number(name: str, low: float, high: float, *, low_inclusive: bool) -> Calla
     return parse
 
 
-def _int_in(name: str, low: int, high: int) -> Callable[[str], int]:
+def int_in(name: str, low: int, high: int) -> Callable[[str], int]:
     """An argparse type: an integer in ``[low, high]``, or an error."""
 
     def parse(raw: str) -> int:
@@ -167,112 +172,6 @@ def cmd_keys_rotate(core: AgentCore, args: argparse.Namespace) -> int:
     return 0
 
 
-def serve_log_config() -> dict[str, Any]:
-    """uvicorn's logging configuration, plus agentcore's loggers, all redacting secrets.
-
-    The access log line holds the query string, where a careless client may put a key
-    (the API refuses it, but the line is written anyway): every logger here carries
-    ``SecretRedactingFilter``. agentcore's own records go to uvicorn's default handler.
-    """
-    import uvicorn.config
-
-    config: dict[str, Any] = copy.deepcopy(uvicorn.config.LOGGING_CONFIG)
-    config["filters"] = {"redact_secrets": {"()": "agentcore.redact.SecretRedactingFilter"}}
-    # the same access line as uvicorn's formatter, without its two record copies
-    config["formatters"]["access"]["()"] = "agentcore_starlette.logs.AccessFormatter"
-    loggers: dict[str, dict[str, Any]] = config["loggers"]
-    loggers["agentcore"] = {"handlers": ["default"], "level": "INFO", "propagate": False}
-    # other libraries (httpx sending webhooks, ...) reach the default handler through root
-    config["root"] = {"handlers": ["default"], "level": "WARNING"}
-    for logger in loggers.values():
-        logger["filters"] = ["redact_secrets"]
-    for handler in config["handlers"].values():  # also covers records propagated to root
-        handler["filters"] = ["redact_secrets"]
-    return config
-
-
-def cmd_serve(core: AgentCore, args: argparse.Namespace) -> int:
-    """Serve the /v1 API with uvicorn until SIGTERM or SIGINT."""
-    try:
-        import uvicorn
-
-        from agentcore_starlette import create_app
-    except ImportError:
-        print(
-            "agentcore serve needs the server extra: pip install 'agentcore[server]'",
-            file=sys.stderr,
-        )
-        return 2
-    if args.workers > 1:
-        core.close()  # the store is migrated; each worker process opens its own core
-        return _serve_workers(uvicorn, args, core.settings.rate_limit_backend)
-    app = create_app(core)
-    config = uvicorn.Config(
-        app,
-        host=args.host,
-        port=args.port,
-        log_level=args.log_level,
-        log_config=serve_log_config(),
-        lifespan="on",
-        http=http_protocol(),
-    )
-    logging.getLogger("agentcore").setLevel(args.log_level.upper())
-    if args.log_level in ("debug", "trace"):
-        logging.getLogger().setLevel(logging.DEBUG)
-    server = uvicorn.Server(config)
-    # uvicorn re-raises SIGTERM/SIGINT after its graceful shutdown; this handler makes that
-    # a clean exit 0 instead of death by signal or a KeyboardInterrupt traceback
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: setattr(server, "should_exit", True))
-    print(f"agentcore serving {args.db} on http://{args.host}:{args.port}/v1", flush=True)
-    server.run()  # uvicorn handles SIGTERM/SIGINT: stops accepting, drains, runs shutdown
-    return 0
-
-
-def _serve_workers(uvicorn: Any, args: argparse.Namespace, rate_limit_backend: str) -> int:
-    """Serve with ``args.workers`` processes on one socket (the store is already migrated).
-
-    Each worker opens its own core on the same store from the environment; uvicorn's
-    supervisor restarts a worker that dies and, on SIGTERM or SIGINT, stops every
-    worker gracefully (each drains and stops its webhook worker) before returning.
-    """
-    os.environ["AGENTCORE_DB"] = args.db
-    if rate_limit_backend == "auto":
-        # N processes behind one port must share one limit per key, as one process would
-        os.environ["AGENTCORE_RATE_LIMIT_BACKEND"] = "store"
-    print(
-        f"agentcore serving {args.db} on http://{args.host}:{args.port}/v1"
-        f" with {args.workers} worker processes",
-        flush=True,
-    )
-    uvicorn.run(
-        "agentcore_starlette.serve:app_from_environment",
-        factory=True,
-        workers=args.workers,
-        host=args.host,
-        port=args.port,
-        log_level=args.log_level,
-        log_config=serve_log_config(),
-        lifespan="on",
-        http=http_protocol(),
-    )
-    return 0
-
-
-def http_protocol() -> str:
-    """uvicorn's HTTP protocol for ``serve``: httptools' parser writing each response
-    in one piece (``agentcore_starlette.protocol``), else uvicorn's choice."""
-    try:
-        import httptools  # noqa: F401  (uvicorn's fast parser, in the server extra)
-        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
-    except ImportError:
-        return "auto"
-    # the subclass hooks uvicorn's own protocol; a uvicorn without these hooks gets its own
-    if not callable(getattr(HttpToolsProtocol, "on_response_complete", None)):
-        return "auto"
-    return "agentcore_starlette.protocol:HttpToolsProtocol"
-
-
 def _files(paths: Sequence[str]) -> list[Path]:
     found: list[Path] = []
     for raw in paths:
@@ -333,8 +232,9 @@ def cmd_search(core: AgentCore, args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of the ``agentcore`` command."""
+def build_parser(pm: pluggy.PluginManager | None = None) -> argparse.ArgumentParser:
+    """The argument parser of the ``agentcore`` command: the built-in commands, then
+    those plugins register (``pm``: built-in plugins and entry points by default)."""
     parser = Parser(prog="agentcore", description=__doc__)
     parser.add_argument(
         "--db",
@@ -389,21 +289,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--json", action="store_true")
 
-    p = command("serve", cmd_serve, "serve the /v1 API")
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=_int_in("--port", 1, 65535), default=8000)
-    p.add_argument(
-        "--log-level",
-        default="info",
-        choices=["critical", "error", "warning", "info", "debug", "trace"],
-    )
-    p.add_argument(
-        "--workers",
-        type=_int_in("--workers", 1, 64),
-        default=1,
-        help="worker processes sharing the port and the store (default 1)",
-    )
-
     p = command("ingest", cmd_ingest, "ingest files and folders into the knowledge core")
     p.add_argument("--org", required=True)
     p.add_argument("--env", required=True, choices=["test", "live"])
@@ -412,9 +297,16 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("search", cmd_search, "search the knowledge core")
     p.add_argument("--org", required=True)
     p.add_argument("--env", required=True, choices=["test", "live"])
-    p.add_argument("--top-k", type=_int_in("--top-k", 1, 1_000_000), default=5)
+    p.add_argument("--top-k", type=int_in("--top-k", 1, 1_000_000), default=5)
     p.add_argument("--json", action="store_true")
     p.add_argument("query")
+
+    def register(name: str, run: Command, help_text: str) -> argparse.ArgumentParser:
+        if name in sub.choices:
+            raise ValueError(f"a plugin registers the command {name!r}, which exists already")
+        return command(name, run, help_text)
+
+    (pm or make_plugin_manager()).hook.agentcore_register_commands(register=register)
     return parser
 
 

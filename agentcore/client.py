@@ -8,6 +8,7 @@ cannot drift apart; they differ only in how the request is sent.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from dataclasses import dataclass, field
@@ -34,6 +35,7 @@ from agentcore.models import (
     WebhookSubscriptionWithSecret,
     WebhookTestSent,
 )
+from agentcore.webhooks.schedule import parse_retry_after
 
 M = TypeVar("M", bound=BaseModel)
 _BY_STATUS: dict[int, type[errors.AgentCoreError]] = {
@@ -44,12 +46,16 @@ _BY_STATUS: dict[int, type[errors.AgentCoreError]] = {
         errors.PermissionDenied,
         errors.NotFound,
         errors.MethodNotAllowed,
+        errors.RequestTimeout,
         errors.Conflict,
         errors.PayloadTooLarge,
+        errors.UriTooLong,
         errors.UnsupportedMediaType,
         errors.ValidationFailed,
         errors.RateLimited,
+        errors.HeadersTooLarge,
         errors.ProviderError,
+        errors.ServiceUnavailable,
         errors.ProviderTimeout,
     )
 }
@@ -662,15 +668,27 @@ def _error(response: httpx.Response) -> errors.AgentCoreError:
         problem = {}
     if not isinstance(problem, dict):
         problem = {}
-    return _problem_error(problem, response.status_code, response.reason_phrase)
+    return _problem_error(problem, response.status_code, response.reason_phrase, response.headers)
 
 
-def _problem_error(problem: dict[str, Any], status: int, reason: str) -> errors.AgentCoreError:
-    """The ``agentcore.errors`` class for ``status``, carrying the problem's members."""
+def _problem_error(
+    problem: dict[str, Any], status: int, reason: str, headers: httpx.Headers | None = None
+) -> errors.AgentCoreError:
+    """The ``agentcore.errors`` class for ``status``, carrying the problem's members and
+    the facts its headers state: ``retry_after`` of a 429 or 503 (``Retry-After``), the
+    ``allowed`` methods of a 405 (``Allow``)."""
     cls = _BY_STATUS.get(status, errors.AgentCoreError)
+    facts: dict[str, Any] = {}
+    if headers is not None:
+        if cls is errors.RateLimited or cls is errors.ServiceUnavailable:
+            facts["retry_after"] = parse_retry_after(headers.get("retry-after"), now=time.time())
+        elif cls is errors.MethodNotAllowed:
+            allowed = headers.get("allow", "").split(",")
+            facts["allowed"] = [name.strip() for name in allowed if name.strip()]
     return cls(
         str(problem.get("detail") or reason),
         code=problem.get("code"),
         param=problem.get("param"),
         extra={"request_id": problem.get("request_id"), "status": status},
+        **facts,
     )

@@ -14,7 +14,14 @@ import re
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal, TypeVar, overload
 
-from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
+from pydantic import (
+    Field,
+    PrivateAttr,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_core import PydanticCustomError
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
@@ -53,7 +60,7 @@ class Settings(BaseSettings):
     and the ``.env`` file of the working directory (see ``ENV_FILE``; pass
     ``_env_file=None`` to skip it, or another path), then applies ``values``.
     Plugins' settings travel with it: ``settings.plugin(Model)``; ``Settings.load``
-    builds both (``AgentCore.open`` calls it). The README lists every limit.
+    builds both (``AgentCore.open`` calls it). docs/operations.md lists every setting.
     """
 
     model_config = SettingsConfigDict(
@@ -64,6 +71,9 @@ class Settings(BaseSettings):
         # the .env file is shared with plugins (AGENTCORE_OPENAI_*) and the CLI
         # (AGENTCORE_DB): only its lines naming a field of this model are ours
         dotenv_filtering="only_existing",
+        # an error names the setting and the rule, never the value: one may be a key
+        # (webhook_secret_key), and errors end up in logs
+        hide_input_in_errors=True,
     )
 
     # HTTP request limits
@@ -71,6 +81,36 @@ class Settings(BaseSettings):
     max_upload_bytes: int = Field(50 * MiB, ge=1, description="Largest uploaded file.")
     max_json_depth: int = Field(32, ge=2, description="Deepest nesting of a JSON body.")
     request_deadline: float = Field(60.0, gt=0, description="Seconds a request may take.")
+    max_url_bytes: int = Field(
+        8 * 1024, ge=256, description="Longest request target (path and query string); 414 beyond."
+    )
+    max_header_bytes: int = Field(
+        32 * 1024,
+        ge=1024,
+        description="Largest request header section (every name and value together); 431 beyond.",
+    )
+    body_timeout: float = Field(
+        30.0,
+        gt=0,
+        description="Seconds a request body may stall (no byte arriving) before the request is"
+        " answered 408 and its connection closed.",
+    )
+    header_timeout: float = Field(
+        10.0,
+        gt=0,
+        description="`agentcore serve`: seconds a client has to send a request's head (request"
+        " line and headers), from connecting or from the previous answer; then 408 (or, when"
+        " nothing was sent, a silent close).",
+    )
+    max_connections: int = Field(
+        1000,
+        ge=1,
+        description="`agentcore serve`: open connections (or requests in progress) at which a"
+        " new request is answered 503 instead of being served.",
+    )
+    keep_alive_timeout: int = Field(
+        5, ge=1, description="`agentcore serve`: seconds an idle keep-alive connection stays open."
+    )
     inline_budget: float = Field(
         0.005,
         ge=0,
@@ -214,6 +254,12 @@ class Settings(BaseSettings):
     webhook_timeout: float = Field(15.0, gt=0)
     webhook_workers: int = Field(8, ge=1)
     webhook_disable_after: float = Field(5 * 86_400, gt=0, description="Seconds of failure.")
+    webhook_secret_key: SecretStr | None = Field(
+        None,
+        description="AES-256 key(s) sealing webhook signing secrets at rest: base64 of 32"
+        " random bytes, comma-separated to rotate keys (the first seals, all open). Unset:"
+        " secrets are stored in plaintext (docs/operations.md, 'Webhook secrets at rest').",
+    )
     start_workers: bool = Field(True, description="Whether `start()` runs webhook delivery.")
 
     # PostgreSQL store (postgresql:// URLs; the `postgres` extra)
@@ -257,6 +303,15 @@ class Settings(BaseSettings):
         for cidr in value:
             ipaddress.ip_network(cidr, strict=False)
         return tuple(value)
+
+    @field_validator("webhook_secret_key", mode="after")
+    @classmethod
+    def _check_secret_key(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None:
+            from agentcore.webhooks.sealing import parse_keys
+
+            parse_keys(value.get_secret_value())  # its message never quotes a key
+        return value
 
     @model_validator(mode="after")
     def _check_chunking(self) -> Settings:

@@ -10,8 +10,8 @@ import functools
 import importlib
 import threading
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from types import ModuleType, TracebackType
 from typing import Any
 
@@ -36,19 +36,21 @@ from agentcore.knowledge.service import KnowledgeService
 from agentcore.knowledge.terms import TermCounter
 from agentcore.knowledge.workers import WorkerSpec
 from agentcore.limits import RateLimiter
-from agentcore.models import Document, Organization
+from agentcore.models import Document, Health, LoopState, Organization
 from agentcore.plugins import DEFAULT_PLUGINS
 from agentcore.plugins.extractive import stem_frequencies as extractive_stem_frequencies
 from agentcore.plugins.extractive import tokens_of as extractive_tokens_of
 from agentcore.redact import get_logger
 from agentcore.runtime import Runtime
-from agentcore.storage.base import ReopenableStore, Store, VectorSearchStore
+from agentcore.storage.base import Checkpointing, ReopenableStore, Store, VectorSearchStore
 from agentcore.storage.records import IngestJob
 from agentcore.webhooks.delivery import WebhookRuntime
 from agentcore.webhooks.service import WebhookService
 from agentcore.workspace import Workspace
 
 log = get_logger("agentcore")  # masks keys and secrets in every record
+
+MODEL_THREADS = 8  # model calls under way at once (each bounded by model_timeout)
 
 
 def make_plugin_manager(
@@ -100,6 +102,15 @@ def _store_search(store: Store, settings: Settings) -> VectorSearchStore | None:
     return store
 
 
+def _checkpoint_step(store: Checkpointing) -> Callable[[], None]:
+    """The pass of the checkpoint loop: the store's housekeeping, then its interval."""
+
+    def step() -> None:
+        store.checkpoint()
+
+    return step
+
+
 def _segment_options(store: Store, settings: Settings) -> dict[str, Any]:
     """The ``IndexCache`` arguments for the store's segment files (``index_dir``)."""
     root, identity = segment_root(getattr(store, "url", None), settings.index_dir)
@@ -135,10 +146,13 @@ class AgentCore:
         self.settings = settings
         self.pm = pm
         self._origin = origin
-        # every background thread, pool and process of this core, started by start()
+        # every background thread, pool and component of this core; start()/stop() run it
         self.runtime = Runtime()
         self.events = EventBus()
-        self.keys = KeyManager(store)
+        # last_used_at writes of keys seen on the event loop; finished when the core stops
+        self.keys = KeyManager(
+            store, toucher=self.runtime.executor("agentcore-key-touch", 1, finish_queued=True)
+        )
         self.rate_limiter = RateLimiter(settings, store=store)
         self.idempotency = IdempotencyKeys(store, ttl=settings.idempotency_ttl)
         self.embedders: dict[str, Embedder] = {}
@@ -154,13 +168,17 @@ class AgentCore:
             store_search=_store_search(store, settings),
             max_token_chars=settings.max_token_chars,
             codec=settings.index_dtype,
+            runtime=self.runtime,
             **_segment_options(store, settings),
         )
         # model calls run here, bounded in time even if a plugin hangs (threads start lazily)
-        self.model_pool = ThreadPoolExecutor(8, thread_name_prefix="agentcore-model")
+        self.model_pool = self.runtime.executor("agentcore-model", MODEL_THREADS)
         self._started = False
         self._lock = threading.Lock()
-        self.webhooks = WebhookRuntime(store, settings)
+        self.webhooks = WebhookRuntime(
+            store, settings, runtime=self.runtime if settings.start_workers else None
+        )
+        # a component of the runtime: its scheduling loop, watching threads, worker processes
         self.ingest = IngestRuntime(
             store,
             settings,
@@ -168,6 +186,11 @@ class AgentCore:
             runtime=self.runtime,
             workers=self._worker_spec,
         )
+        if isinstance(store, Checkpointing) and store.checkpoint_interval is not None:
+            # a SQLite file's WAL is folded into the database here, never in a request
+            self.runtime.loop(
+                "agentcore-checkpoint", _checkpoint_step(store), interval=store.checkpoint_interval
+            )
         # through a lambda, so a test may swap in a runtime with a fake clock or resolver
         self.events.add_sink(lambda event: self.webhooks.record(event))
         pm.hook.agentcore_register_event_kinds(register=self.events.register_kind)
@@ -352,41 +375,86 @@ class AgentCore:
     # lifecycle ---------------------------------------------------------------
 
     def start(self) -> None:
-        """Start background workers (webhook delivery, ingestion jobs) and plugins'. Idempotent.
+        """Start the background work (``runtime``) and plugins'. Idempotent.
 
-        Ingestion jobs left by a stopped or crashed process are resumed (or, after
-        ``ingest_job_attempts`` tries, marked failed). Ingestion worker processes start
-        with the first job that needs one.
+        Every background thread of the core runs between ``start()`` and ``stop()``:
+        index maintenance, the SQLite checkpointer, the ingestion scheduler, and (with
+        ``start_workers``) webhook delivery. Ingestion jobs left by a stopped or
+        crashed process are resumed (or, after ``ingest_job_attempts`` tries, marked
+        failed); ingestion worker processes start with the first job that needs one.
         """
         with self._lock:
             if self._started:
                 return
             self._started = True
-        if self.settings.start_workers:
-            self.webhooks.start()
         self.runtime.start()
         self.pm.hook.agentcore_startup(core=self)
 
-    def stop(self) -> None:
-        """Stop background workers; pending work stays in the store for the next start.
+    def stop(self, timeout: float = 30.0) -> None:
+        """Stop every background thread and pool within ``timeout`` seconds; pending
+        work stays in the store for the next start. Afterwards no thread the core
+        started is alive (unless work outlived the grace period; it is logged).
 
-        Bounded whatever a job is doing: running ingestion jobs get
+        Bounded whatever an ingestion job is doing: running jobs get
         ``ingest_stop_grace`` seconds, then their worker processes are killed and the
         jobs go back to the queue.
         """
         with self._lock:
-            if not self._started:
-                return
-            self._started = False
-        self.webhooks.stop()
-        self.runtime.stop()
-        self.pm.hook.agentcore_shutdown(core=self)
+            started, self._started = self._started, False
+        self.runtime.stop(timeout)  # also the pools a core that never started used
+        if started:
+            self.pm.hook.agentcore_shutdown(core=self)
+
+    def health(self) -> Health:
+        """Whether this node can do its work: the store answers a cheap query and
+        every background loop that should run is running (``GET /v1/health``).
+
+        Never raises; holds no tenant data. ``status`` is ``"unhealthy"`` (and
+        ``problems`` says why) when the store does not answer, when the core was not
+        started, or when a loop is not running.
+        """
+        problems: list[str] = []
+        store = "ok"
+        ping = getattr(self.store, "ping", None)
+        try:
+            if ping is not None:
+                ping()
+        except Exception as exc:  # whatever the driver raises: the node cannot serve
+            store = "unavailable"
+            problems.append(f"The store does not answer ({type(exc).__name__}).")
+        loops = [
+            LoopState(
+                name=loop.name,
+                running=loop.running,
+                failures=loop.failures,
+                last_error=loop.last_error_type,
+                last_error_at=(
+                    None
+                    if loop.last_error_at is None
+                    else datetime.fromtimestamp(loop.last_error_at, UTC)
+                ),
+            )
+            for loop in self.runtime.health()
+        ]
+        started = self.runtime.started
+        if not started:
+            problems.append("The core is not started: its background work does not run.")
+        else:
+            stopped = [loop.name for loop in loops if not loop.running]
+            if stopped:
+                problems.append(f"Background loops not running: {', '.join(stopped)}.")
+        return Health(
+            status="unhealthy" if problems else "ok",
+            store=store,  # type: ignore[arg-type]
+            started=started,
+            loops=loops,
+            problems=problems,
+        )
 
     def close(self) -> None:
         """Stop workers and close the store."""
         self.stop()
         self.index_cache.close()
-        self.keys.close()
         self.store.close()
 
     def __enter__(self) -> AgentCore:

@@ -5,24 +5,31 @@
     ├── AuthenticationError           401 invalid_api_key     (missing, malformed, unknown, ...)
     ├── PermissionDenied              403 insufficient_scope
     ├── NotFound                      404 resource_missing    (also other org / environment)
-    ├── MethodNotAllowed              405 method_not_allowed
+    ├── MethodNotAllowed              405 method_not_allowed  (carries the allowed methods)
+    ├── RequestTimeout                408 request_timeout     (the request was not sent in time)
     ├── Conflict                      409 conflict            (invalid state transition, ...)
     ├── PayloadTooLarge               413 payload_too_large
+    ├── UriTooLong                    414 uri_too_long
     ├── UnsupportedMediaType          415 unsupported_media_type
     ├── ValidationFailed              422 validation_error    (names the offending field)
     ├── RateLimited                   429 rate_limited        (carries retry_after seconds)
+    ├── HeadersTooLarge               431 headers_too_large
     ├── ProviderError                 502 provider_error      (a model provider failed)
-    ├── ServiceUnavailable            503 service_unavailable (the database is unreachable)
+    ├── ServiceUnavailable            503 service_unavailable (the database is unreachable;
+    │                                                          carries retry_after seconds)
     ├── ProviderTimeout               504 provider_timeout    (a model provider timed out)
     ├── Cancelled                     503 cancelled           (work stopped: shutdown, client left)
     └── DeadlineExceeded              504 deadline_exceeded   (the request ran too long)
 
-The adapter renders each one as RFC 9457 problem details in one place. Messages never
-contain an API key: callers pass descriptions, never secrets.
+Errors carry facts (``retry_after`` seconds, the methods a path allows), never header
+strings: the HTTP adapter renders each one as RFC 9457 problem details, and writes its
+headers, in one place. Messages never contain an API key: callers pass descriptions,
+never secrets.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
@@ -52,14 +59,12 @@ class AgentCoreError(Exception):
         *,
         code: str | None = None,
         param: str | None = None,
-        headers: dict[str, str] | None = None,
         extra: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(detail)
         self.detail = detail
         self.code = code or self.default_code
         self.param = param
-        self.headers: dict[str, str] = dict(headers or {})
         self.extra: dict[str, Any] = dict(extra or {})
 
     def __repr__(self) -> str:
@@ -110,11 +115,34 @@ class NotFound(AgentCoreError):
 
 
 class MethodNotAllowed(AgentCoreError):
-    """The path exists but not with this HTTP method."""
+    """The path exists but not with this HTTP method; ``allowed`` lists the ones it has.
+
+    :param allowed: the methods the path allows (the adapter sends them as ``Allow``).
+    """
 
     status = 405
     default_code = "method_not_allowed"
     title = "Method Not Allowed"
+
+    def __init__(
+        self,
+        detail: str,
+        *,
+        allowed: Iterable[str] = (),
+        code: str | None = None,
+        param: str | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(detail, code=code, param=param, extra=extra)
+        self.allowed: tuple[str, ...] = tuple(allowed)
+
+
+class RequestTimeout(AgentCoreError):
+    """The client did not send its request (its head or its body) within the time allowed."""
+
+    status = 408
+    default_code = "request_timeout"
+    title = "Request Timeout"
 
 
 class Conflict(AgentCoreError):
@@ -131,6 +159,14 @@ class PayloadTooLarge(AgentCoreError):
     status = 413
     default_code = "payload_too_large"
     title = "Content Too Large"
+
+
+class UriTooLong(AgentCoreError):
+    """The request's target (path and query string) is longer than the limit."""
+
+    status = 414
+    default_code = "uri_too_long"
+    title = "URI Too Long"
 
 
 class UnsupportedMediaType(AgentCoreError):
@@ -154,6 +190,8 @@ class RateLimited(AgentCoreError):
 
     :param decision: the rate limiter's facts (limit, remaining, reset, retry-after
         seconds); the HTTP adapter renders them as headers.
+    :param retry_after: seconds to wait, when known without a decision (the HTTP
+        client reads them from ``Retry-After``).
     """
 
     status = 429
@@ -165,18 +203,27 @@ class RateLimited(AgentCoreError):
         detail: str,
         *,
         decision: Decision | None = None,
+        retry_after: float | None = None,
         code: str | None = None,
         param: str | None = None,
-        headers: dict[str, str] | None = None,
         extra: dict[str, Any] | None = None,
     ) -> None:
-        super().__init__(detail, code=code, param=param, headers=headers, extra=extra)
+        super().__init__(detail, code=code, param=param, extra=extra)
         self.decision = decision
+        self._retry_after = retry_after
 
     @property
     def retry_after(self) -> float | None:
-        """Seconds until the key may send again, when the limiter said."""
-        return None if self.decision is None else self.decision.retry_after
+        """Seconds until the key may send again, when the limiter (or the server) said."""
+        return self._retry_after if self.decision is None else self.decision.retry_after
+
+
+class HeadersTooLarge(AgentCoreError):
+    """The request's header fields together are larger than the limit."""
+
+    status = 431
+    default_code = "headers_too_large"
+    title = "Request Header Fields Too Large"
 
 
 class ProviderError(AgentCoreError):
@@ -190,12 +237,26 @@ class ProviderError(AgentCoreError):
 class ServiceUnavailable(AgentCoreError):
     """A backing service (the database) cannot be reached right now; retry later.
 
-    Carries a ``Retry-After`` header; nothing was half-written.
+    Nothing was half-written.
+
+    :param retry_after: seconds after which a retry may succeed, when known.
     """
 
     status = 503
     default_code = "service_unavailable"
     title = "Service Unavailable"
+
+    def __init__(
+        self,
+        detail: str,
+        *,
+        retry_after: float | None = None,
+        code: str | None = None,
+        param: str | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(detail, code=code, param=param, extra=extra)
+        self.retry_after = retry_after
 
 
 class ProviderTimeout(AgentCoreError):
@@ -265,6 +326,7 @@ __all__ = [
     "Cancelled",
     "Conflict",
     "DeadlineExceeded",
+    "HeadersTooLarge",
     "InvalidRequest",
     "MethodNotAllowed",
     "NotFound",
@@ -273,8 +335,10 @@ __all__ = [
     "ProviderError",
     "ProviderTimeout",
     "RateLimited",
+    "RequestTimeout",
     "ServiceUnavailable",
     "UnsupportedMediaType",
+    "UriTooLong",
     "ValidationFailed",
     "as_problem",
     "error_from_problem",

@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 if TYPE_CHECKING:
+    import argparse
+
     from pydantic_settings import BaseSettings
 
     from agentcore.chat_models import ChatModel
@@ -140,4 +142,27 @@ def agentcore_shutdown(core: AgentCore) -> None:
     Stop what ``agentcore_startup`` started; must return within a few seconds.
 
     :param core: the core being stopped.
+    """
+
+
+@hookspec
+def agentcore_register_commands(
+    register: Callable[
+        [str, Callable[[AgentCore, argparse.Namespace], int], str], argparse.ArgumentParser
+    ],
+) -> None:
+    """Add subcommands to the ``agentcore`` command line by calling ``register(name,
+    run, help)`` once per command.
+
+    Called once each time the CLI builds its argument parser, before any core is
+    opened, on the built-in plugins and those of the ``agentcore`` entry points (the
+    HTTP adapter adds ``serve`` this way). ``register`` returns the command's
+    ``argparse`` parser: add its arguments to it. When the command is chosen, the CLI
+    opens the core on ``--db`` and calls ``run(core, args)``; its return value is the
+    exit status (0 done, 1 failed, 2 bad arguments), and it may raise
+    ``AgentCoreError`` (printed as one line). Keep the plugin's module importable
+    without the command's own dependencies: import them inside ``run``.
+
+    :param register: callback taking the command's name, its ``run`` function and a
+        one-line help text; a name that is taken already raises ``ValueError``.
     """

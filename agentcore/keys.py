@@ -8,7 +8,7 @@ import re
 import threading
 import zlib
 from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, cast
 
@@ -93,12 +93,15 @@ class KeyManager:
     """Mints, lists, revokes and rotates keys; reached as ``core.keys``.
 
     :param store: organizations and keys.
+    :param toucher: where deferred ``last_used_at`` writes run (the core's pool
+        ``agentcore-key-touch``, which finishes queued ones when the core stops);
+        without one they are written at once, in the calling thread.
     """
 
-    def __init__(self, store: KeyStorage) -> None:
+    def __init__(self, store: KeyStorage, *, toucher: Executor | None = None) -> None:
         self._store = store
         self._lock = threading.Lock()
-        self._toucher: ThreadPoolExecutor | None = None
+        self._toucher = toucher
         self._pending_touches: dict[str, datetime] = {}
 
     def create(
@@ -223,17 +226,10 @@ class KeyManager:
             if last is not None and not _older_than(last, now, interval):
                 return  # a touch for this key is already queued or just written
             self._pending_touches[key_id] = now
-            if self._toucher is None:
-                self._toucher = ThreadPoolExecutor(1, thread_name_prefix="agentcore-key-touch")
-            toucher = self._toucher
-        toucher.submit(self._store.update_key, key_id, last_used_at=isoformat(now))
-
-    def close(self) -> None:
-        """Finish queued ``last_used_at`` writes."""
-        with self._lock:
-            toucher, self._toucher = self._toucher, None
-        if toucher is not None:
-            toucher.shutdown(wait=True)
+        if self._toucher is None:
+            self._store.update_key(key_id, last_used_at=isoformat(now))
+        else:
+            self._toucher.submit(self._store.update_key, key_id, last_used_at=isoformat(now))
 
 
 def _later(now: datetime, delta: timedelta, param: str) -> datetime:

@@ -433,3 +433,30 @@ class Deleted(BaseModel):
 
     id: str
     deleted: Literal[True] = True
+
+
+class LoopState(BaseModel):
+    """One background loop of a node, as ``GET /v1/health`` reports it."""
+
+    name: str = Field(
+        description="The loop (and its thread's) name, e.g. agentcore-webhook-worker."
+    )
+    running: bool
+    failures: int = Field(description="Consecutive failed passes; 0 when the last one succeeded.")
+    last_error: str | None = Field(
+        None, description="The exception type of the last failure (its message is in the log)."
+    )
+    last_error_at: datetime | None = None
+
+
+class Health(BaseModel):
+    """Whether a node can do its work: its store answers and its background loops run.
+
+    Holds no tenant data (no organization, key or object), so it needs no key.
+    """
+
+    status: Literal["ok", "unhealthy"]
+    store: Literal["ok", "unavailable"]
+    started: bool = Field(description="Whether the core was started (its loops run).")
+    loops: list[LoopState]
+    problems: list[str] = Field(description="What is wrong, one sentence each; empty when ok.")

@@ -10,8 +10,10 @@ Background work comes in three shapes:
   *supervised*: an exception is logged and the loop resumes after a backoff that
   grows with consecutive failures (0.1 s doubling to 30 s); it never dies silently.
   ``Runtime.health()`` reports each loop's state for ``/v1/health``.
-- an **executor** (``Runtime.executor``): a thread pool started lazily, shut down on
-  ``stop()``.
+- an **executor** (``Runtime.executor``): a thread pool (``Pool``) whose threads start
+  on first use, shut down on ``stop()`` (queued work cancelled, or finished when the
+  pool says so); a use after ``stop()`` starts new threads, which the next ``stop()``
+  ends.
 - a **component** (``Runtime.own``): anything with ``start()`` and ``stop(timeout)``
   (the ingestion worker processes, a store's own connections), started and stopped
   with the runtime, in order, stopped in reverse.
@@ -22,15 +24,18 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Protocol
+from typing import ParamSpec, Protocol, TypeVar
 
 from agentcore.redact import get_logger
 
 log = get_logger("agentcore.runtime")
 
-__all__ = ["Component", "Loop", "LoopHealth", "Runtime", "Step"]
+__all__ = ["Component", "Loop", "LoopHealth", "Pool", "Runtime", "Step"]
+
+P = ParamSpec("P")
+T = TypeVar("T")
 
 BACKOFF_FIRST = 0.1
 BACKOFF_MAX = 30.0
@@ -62,6 +67,9 @@ class LoopHealth:
     """The type and message of the last failure, if any pass ever failed."""
     last_error_at: float | None
     """Unix time of that failure."""
+    last_error_type: str | None = None
+    """The exception type of that failure alone (what a public health check may show:
+    a message can quote data)."""
 
 
 class Loop:
@@ -70,17 +78,22 @@ class Loop:
     :param name: the thread's name and the loop's name in ``health()``.
     :param step: one pass; see ``Step``.
     :param interval: seconds between passes when ``step`` returns ``None``.
+    :param backoff_max: the longest wait after consecutive failures.
     """
 
-    def __init__(self, name: str, step: Step, *, interval: float) -> None:
+    def __init__(
+        self, name: str, step: Step, *, interval: float, backoff_max: float = BACKOFF_MAX
+    ) -> None:
         self.name = name
         self._step = step
         self.interval = interval
+        self.backoff_max = backoff_max
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.failures = 0
         self.last_error: str | None = None
+        self.last_error_type: str | None = None
         self.last_error_at: float | None = None
 
     def wake(self) -> None:
@@ -119,10 +132,14 @@ class Loop:
             failures=self.failures,
             last_error=self.last_error,
             last_error_at=self.last_error_at,
+            last_error_type=self.last_error_type,
         )
 
     def _run(self) -> None:
         while not self._stop.is_set():
+            # cleared before the pass, not after the wait: a wake-up that comes while
+            # the pass runs (or just after the wait ended) is never lost
+            self._wake.clear()
             try:
                 wait = self._step()
             except BaseException as exc:  # supervised: log, back off, carry on
@@ -130,8 +147,9 @@ class Loop:
                     raise
                 self.failures += 1
                 self.last_error = f"{type(exc).__name__}: {exc}"
+                self.last_error_type = type(exc).__name__
                 self.last_error_at = time.time()
-                wait = min(BACKOFF_FIRST * 2 ** (self.failures - 1), BACKOFF_MAX)
+                wait = min(BACKOFF_FIRST * 2 ** (self.failures - 1), self.backoff_max)
                 log.exception(
                     "background loop %s failed (%d in a row); retrying in %.1f s",
                     self.name,
@@ -143,7 +161,89 @@ class Loop:
             if self._stop.is_set():
                 break
             self._wake.wait(self.interval if wait is None else max(wait, 0.0))
-            self._wake.clear()
+
+
+class Pool(Executor):
+    """A thread pool declared on a runtime (``Runtime.executor``).
+
+    An ``Executor`` whose ``ThreadPoolExecutor`` is made on first use: the pool can be
+    handed to its users when the core is built, and threads exist only once work
+    comes. ``stop()`` (the runtime's) shuts them down; a later use makes new ones.
+    Calling the pool gives the current ``ThreadPoolExecutor``.
+
+    :param name: the prefix of its threads' names.
+    :param max_workers: how many threads it runs at most.
+    :param initializer: run on each new thread first.
+    :param finish_queued: on ``stop()``, run the work already queued (within the
+        grace period) instead of cancelling it.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        max_workers: int,
+        *,
+        initializer: Callable[[], object] | None = None,
+        finish_queued: bool = False,
+    ) -> None:
+        if max_workers < 1:
+            raise ValueError(f"pool {name!r} needs at least one worker, not {max_workers}")
+        self.name = name
+        self.max_workers = max_workers
+        self.finish_queued = finish_queued
+        self._initializer = initializer
+        self._lock = threading.Lock()
+        self._pool: ThreadPoolExecutor | None = None
+
+    def __call__(self) -> ThreadPoolExecutor:
+        """The current thread pool, made now if there is none."""
+        pool = self._pool
+        if pool is None:
+            with self._lock:
+                pool = self._pool
+                if pool is None:
+                    pool = ThreadPoolExecutor(
+                        self.max_workers,
+                        thread_name_prefix=self.name,
+                        initializer=self._initializer,
+                    )
+                    self._pool = pool
+        return pool
+
+    def submit(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> Future[T]:
+        """Run ``fn(*args, **kwargs)`` on one of the pool's threads."""
+        return self().submit(fn, *args, **kwargs)
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        """End the current threads (as ``ThreadPoolExecutor.shutdown``); a later use
+        makes new ones."""
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=wait, cancel_futures=cancel_futures)
+
+    def close(self, timeout: float) -> bool:
+        """Shut down, waiting at most ``timeout`` seconds for the work under way (and
+        the queued work, with ``finish_queued``); whether it all ended in time."""
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is None:
+            return True
+        # shut down on a helper thread, so waiting for running work stays bounded
+        closer = threading.Thread(
+            target=pool.shutdown,
+            kwargs={"cancel_futures": not self.finish_queued},
+            name=f"{self.name}-stop",
+        )
+        closer.start()
+        closer.join(max(timeout, 0.0))
+        if closer.is_alive():
+            log.warning("work on %s did not end within %.1f s", self.name, timeout)
+            return False
+        return True
+
+    def __repr__(self) -> str:
+        return f"Pool({self.name!r}, max_workers={self.max_workers})"
 
 
 class Runtime:
@@ -156,7 +256,7 @@ class Runtime:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._loops: list[Loop] = []
-        self._executors: dict[str, tuple[int, ThreadPoolExecutor | None]] = {}
+        self._executors: dict[str, Pool] = {}
         self._components: list[Component] = []
         self._started = False
 
@@ -165,9 +265,11 @@ class Runtime:
         """Whether ``start()`` ran and ``stop()`` has not since."""
         return self._started
 
-    def loop(self, name: str, step: Step, *, interval: float = 1.0) -> Loop:
-        """Declare a supervised loop running ``step`` (started with the runtime)."""
-        loop = Loop(name, step, interval=interval)
+    def loop(
+        self, name: str, step: Step, *, interval: float = 1.0, backoff_max: float = BACKOFF_MAX
+    ) -> Loop:
+        """Declare a supervised loop running ``step`` (started with the runtime); see ``Loop``."""
+        loop = Loop(name, step, interval=interval, backoff_max=backoff_max)
         with self._lock:
             self._loops.append(loop)
             started = self._started
@@ -175,24 +277,27 @@ class Runtime:
             loop.start()
         return loop
 
-    def executor(self, name: str, workers: int) -> Callable[[], ThreadPoolExecutor]:
-        """Declare a thread pool; the returned function gives the pool, made on first use.
+    def executor(
+        self,
+        name: str,
+        workers: int,
+        *,
+        initializer: Callable[[], object] | None = None,
+        finish_queued: bool = False,
+    ) -> Pool:
+        """Declare a thread pool (see ``Pool``); its threads start on first use.
 
-        Its threads start lazily (as ``ThreadPoolExecutor``'s do); ``stop()`` shuts it
-        down, cancelling queued work, and the next use after a restart makes a new one.
+        Declaring a name again gives the pool already declared (two apps over one core
+        share its handler threads); with another size it is an error.
         """
         with self._lock:
-            self._executors[name] = (workers, None)
-
-        def get() -> ThreadPoolExecutor:
-            with self._lock:
-                size, pool = self._executors[name]
-                if pool is None:
-                    pool = ThreadPoolExecutor(size, thread_name_prefix=name)
-                    self._executors[name] = (size, pool)
-                return pool
-
-        return get
+            pool = self._executors.get(name)
+            if pool is None:
+                pool = Pool(name, workers, initializer=initializer, finish_queued=finish_queued)
+                self._executors[name] = pool
+        if pool.max_workers != workers:
+            raise ValueError(f"pool {name!r} is declared with {pool.max_workers} workers")
+        return pool
 
     def own(self, component: Component) -> None:
         """Start ``component`` with the runtime and stop it (in reverse order) with it."""
@@ -219,14 +324,14 @@ class Runtime:
         """Stop loops, then components (last first), then pools, within ``timeout`` s.
 
         Each piece gets what is left of the grace period, so the whole stop is bounded
-        whatever the work is doing.
+        whatever the work is doing. Pools are shut down even if the runtime was never
+        started (their threads start on use).
         """
         with self._lock:
             self._started = False
             loops = list(self._loops)
             components = list(reversed(self._components))
-            pools = [pool for _, pool in self._executors.values() if pool is not None]
-            self._executors = {name: (size, None) for name, (size, _) in self._executors.items()}
+            pools = list(self._executors.values())
         deadline = time.monotonic() + timeout
         for loop in loops:
             loop._stop.set()
@@ -239,12 +344,7 @@ class Runtime:
             except Exception:
                 log.exception("stopping %r failed", component)
         for pool in pools:
-            # shut down on a helper thread, so waiting for running work stays bounded
-            closer = threading.Thread(
-                target=pool.shutdown, kwargs={"cancel_futures": True}, name="agentcore-stop"
-            )
-            closer.start()
-            closer.join(max(deadline - time.monotonic(), 0.0))
+            pool.close(deadline - time.monotonic())
 
     def health(self) -> list[LoopHealth]:
         """The state of every declared loop (a stopped runtime's loops are not running)."""

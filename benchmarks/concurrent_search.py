@@ -22,7 +22,11 @@ REPO = Path(__file__).resolve().parent.parent
 if os.environ.get("AGENTCORE_BENCH_NO_REPO_PATH") is None:
     sys.path.insert(0, str(REPO))
 
+from agentcore.knowledge import kernels  # noqa: E402
 from agentcore.knowledge.index import VectorIndex  # noqa: E402
+
+# the scan helpers a core's runtime lends its indexes (one pool for every workspace)
+HELPERS = kernels.scan_helpers()
 
 
 def build(workspaces: int, rows: int, dim: int) -> list[VectorIndex]:
@@ -30,7 +34,7 @@ def build(workspaces: int, rows: int, dim: int) -> list[VectorIndex]:
     for w in range(workspaces):
         rng = np.random.default_rng(w)
         data = rng.standard_normal((rows, dim), dtype=np.float32)
-        index = VectorIndex(dim, capacity=rows)
+        index = VectorIndex(dim, capacity=rows, executor=HELPERS)
         index.add(np.arange(rows, dtype=np.int64), data)
         indexes.append(index)
     return indexes

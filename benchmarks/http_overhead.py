@@ -20,6 +20,14 @@ file. Then, in rounds, the same queries (SQuAD questions, cycled) are answered:
 All three send the JSON body as bytes encoded once per query and read the answer
 with ``json.loads``.
 
+The framework floor: the same three clients also talk to a bare Starlette route
+(``benchmarks/bare_route.py``: read the body, ``json.loads`` it, answer a real search
+answer's bytes) under the same uvicorn settings as ``agentcore serve``
+(``agentcore_starlette.serve.server_options``), in the same rounds. ``HTTP p50 -
+in-process p50 - floor p50`` (per round, median of rounds) is what agentcore adds
+beyond the framework; the server's CPU per search beyond the search and beyond the
+floor's CPU per request is reported too.
+
 In each round every query is answered by every side in turn (the order rotating
 from query to query), so all sides meet the same machine load at the same moments.
 Reported per size: p50 and p95 of each side (median over rounds); the overhead,
@@ -35,7 +43,7 @@ paragraphs with random unit vectors written straight to the store (search cost
 depends on rows × dimension, not on what the vectors mean).
 
 Run: ``python benchmarks/http_overhead.py [--sizes 2000 50000] [--requests 400]
-[--runs 5] [--blas-threads 1] [--baseline CMD] [--profile]``; writes
+[--runs 5] [--blas-threads 1] [--baseline CMD] [--profile] [--no-floor]``; writes
 ``benchmarks/results/http_overhead.json``. ``--baseline CMD`` serves the same file
 with another ``agentcore`` command too (e.g. the script in a virtualenv of an older
 checkout) and measures it in the same rounds, so before/after compare like for like.
@@ -78,6 +86,8 @@ SQUAD = (
     / "squad-sample.json"
 )
 TARGET_MS = 1.0
+BEYOND_FLOOR_TARGET_MS = 0.5  # issue 24: what agentcore adds beyond the bare route, httpx
+SERVER_CPU_TARGET_MS = 0.3  # issue 24: server CPU per search beyond the search itself
 TOP_K = 5
 
 
@@ -225,6 +235,33 @@ def wait_ready(base: str, secret: str, server: subprocess.Popen[bytes]) -> None:
     raise RuntimeError("agentcore serve did not start")
 
 
+def start_floor(answer: Path, port: int, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """``benchmarks/bare_route.py`` answering ``answer``'s bytes, access log to nowhere."""
+    return subprocess.Popen(
+        [sys.executable, str(REPO / "benchmarks" / "bare_route.py"), "--port", str(port)]
+        + ["--answer", str(answer)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def wait_floor_ready(base: str, server: subprocess.Popen[bytes]) -> None:
+    import httpx
+
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise RuntimeError("the bare route's server exited")
+        try:
+            if httpx.post(base + "/v1/knowledge/search", content=b"{}", timeout=1).is_success:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError("the bare route's server did not start")
+
+
 def stop_server(server: subprocess.Popen[bytes]) -> None:
     server.terminate()
     try:
@@ -310,6 +347,15 @@ def in_process_side(db: str, secret: str) -> tuple[Callable[[str], None], Callab
             raise RuntimeError("no results")
 
     return search, core.close
+
+
+def search_answer(db: str, secret: str, query: str) -> bytes:
+    """A real search answer's JSON bytes (what the API sends for ``query``)."""
+    from agentcore import AgentCore
+
+    with AgentCore.open(db, start_workers=False) as core:
+        answer = core.authenticate(secret).knowledge.search(query, top_k=TOP_K)
+        return answer.model_dump_json().encode()
 
 
 def http_sides(
@@ -490,8 +536,16 @@ def measure_size(chunks: int, args: argparse.Namespace, tmp: Path) -> dict[str, 
         for label, command in commands.items():
             port = free_port()
             servers[label] = (start_server(command, db, port, env), port)
-        for server, port in servers.values():
-            wait_ready(f"http://127.0.0.1:{port}", data["secret"], server)
+        if not args.no_floor:
+            answer = tmp / f"answer-{chunks}.json"
+            answer.write_bytes(search_answer(db, data["secret"], queries[0]))
+            port = free_port()
+            servers["floor "] = (start_floor(answer, port, env), port)
+        for label, (server, port) in servers.items():
+            if label == "floor ":
+                wait_floor_ready(f"http://127.0.0.1:{port}", server)
+            else:
+                wait_ready(f"http://127.0.0.1:{port}", data["secret"], server)
         search, close = in_process_side(db, data["secret"])
         closers.append(close)
         sides: dict[str, Side] = {"in-process": (search, None)}
@@ -543,6 +597,21 @@ def measure_size(chunks: int, args: argparse.Namespace, tmp: Path) -> dict[str, 
         row[name]["server_cpu_overhead_ms"] = statistics.median(
             r[name]["server_cpu_ms"] - r["in-process"]["client_cpu_ms"] for r in rounds
         )
+        client = name.rsplit(" ", 1)[-1]
+        floor = f"floor {client}"
+        if floor in sides and name != floor:
+
+            def beyond(r: dict[str, Any], side: str = name, floor: str = floor) -> float:
+                return gap(r, 0.5, side) - percentile(r[floor]["ms"], 0.5)
+
+            row[name]["beyond_floor_p50_ms"] = statistics.median(beyond(r) for r in rounds)
+            row[name]["beyond_floor_p50_runs"] = [round(beyond(r), 3) for r in rounds]
+            row[name]["server_cpu_beyond_floor_ms"] = statistics.median(
+                r[name]["server_cpu_ms"]
+                - r["in-process"]["client_cpu_ms"]
+                - r[floor]["server_cpu_ms"]
+                for r in rounds
+            )
     row["sides"] = [name for name in sides if name != "in-process"]
     if profile is not None:
         row["profile"] = profile
@@ -626,6 +695,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--profile", action="store_true", help="sample the server with py-spy")
     parser.add_argument(
+        "--no-floor", action="store_true", help="skip the bare Starlette route (the floor)"
+    )
+    parser.add_argument(
         "--baseline",
         help="another server command measured in the same run, e.g. the agentcore script"
         " of another checkout's virtualenv ('/tmp/base/.venv/bin/agentcore'); its sides"
@@ -649,28 +721,41 @@ def main(argv: list[str] | None = None) -> int:
     )
     print()
     print(
-        "| chunks | side | p50 / p95 ms | overhead p50 (p95) ms | server CPU ms/query"
-        " (beyond the search) | client CPU ms/query |"
+        "| chunks | side | p50 / p95 ms | overhead p50 (p95) ms | beyond the floor p50 ms"
+        " | server CPU ms/query (beyond the search; beyond it and the floor)"
+        " | client CPU ms/query |"
     )
-    print("|---:|---|---:|---:|---:|---:|")
+    print("|---:|---|---:|---:|---:|---:|---:|")
     for row in rows:
         side = row["in-process"]
         print(
             f"| {row['chunks']:,} | in-process | {side['p50_ms']:.2f} / {side['p95_ms']:.2f}"
-            f" | - | - | {side['client_cpu_ms']:.2f} |"
+            f" | - | - | - | {side['client_cpu_ms']:.2f} |"
         )
         for name in row["sides"]:
             side = row[name]
+            if name.startswith("floor "):  # the bare route: its own latency and CPU
+                print(
+                    f"| {row['chunks']:,} | {name} (bare route) | {side['p50_ms']:.2f} /"
+                    f" {side['p95_ms']:.2f} | - | - | {side['server_cpu_ms']:.2f}"
+                    f" | {side['client_cpu_ms']:.2f} |"
+                )
+                continue
+            beyond = side.get("beyond_floor_p50_ms")
+            cpu_beyond = side.get("server_cpu_beyond_floor_ms")
             print(
                 f"| {row['chunks']:,} | {name} | {side['p50_ms']:.2f} / {side['p95_ms']:.2f}"
                 f" | **{side['overhead_p50_ms']:.2f}** ({side['overhead_p95_ms']:.2f})"
-                f" | {side['server_cpu_ms']:.2f} ({side['server_cpu_overhead_ms']:.2f})"
+                f" | {'-' if beyond is None else f'**{beyond:.2f}**'}"
+                f" | {side['server_cpu_ms']:.2f} ({side['server_cpu_overhead_ms']:.2f};"
+                f" {'-' if cpu_beyond is None else f'{cpu_beyond:.2f}'})"
                 f" | {side['client_cpu_ms']:.2f} |"
             )
     print(
-        "\n(overhead: HTTP minus in-process, per round, median of rounds; CPU: the server"
-        " process's over the round per request it served (all clients), and this process's"
-        " per call; in-process CPU is the search itself)"
+        "\n(overhead: HTTP minus in-process, per round, median of rounds; beyond the floor:"
+        " that minus the bare route's p50 with the same client; CPU: the server process's"
+        " over the round per request it served (all clients), and this process's per call;"
+        " in-process CPU is the search itself)"
     )
     print()
     for row in rows:
@@ -683,14 +768,39 @@ def main(argv: list[str] | None = None) -> int:
                 f" target); per round {row[name]['overhead_p50_runs']}; the client's own CPU"
                 f" {row[name]['client_cpu_ms']:.2f} ms per request"
             )
+            if "beyond_floor_p50_ms" in row[name]:
+                beyond = row[name]["beyond_floor_p50_ms"]
+                line = f"    beyond the bare route: {beyond:.2f} ms"
+                if name == "httpx":
+                    verdict = "meets" if beyond <= BEYOND_FLOOR_TARGET_MS else "misses"
+                    line += f" ({verdict} the {BEYOND_FLOOR_TARGET_MS:g} ms target)"
+                print(f"{line}; per round {row[name]['beyond_floor_p50_runs']}")
             if f"baseline {name}" in row:
                 before = row[f"baseline {name}"]
-                print(
+                line = (
                     f"    baseline in the same run: overhead p50"
                     f" {before['overhead_p50_ms']:.2f} -> {overhead:.2f} ms; server CPU beyond"
                     f" the search {before['server_cpu_overhead_ms']:.2f} ->"
                     f" {row[name]['server_cpu_overhead_ms']:.2f} ms per query"
                 )
+                if "beyond_floor_p50_ms" in before:
+                    line += (
+                        f"; beyond the bare route {before['beyond_floor_p50_ms']:.2f} ->"
+                        f" {row[name]['beyond_floor_p50_ms']:.2f} ms"
+                    )
+                print(line)
+        cpu = row["httpx"]["server_cpu_overhead_ms"]
+        verdict = "meets" if cpu <= SERVER_CPU_TARGET_MS else "misses"
+        print(
+            f"  server CPU per search beyond the search: {cpu:.2f} ms ({verdict} the"
+            f" {SERVER_CPU_TARGET_MS:g} ms target)"
+            + (
+                f"; beyond the search and the bare route's CPU per request:"
+                f" {row['httpx']['server_cpu_beyond_floor_ms']:.2f} ms"
+                if "server_cpu_beyond_floor_ms" in row["httpx"]
+                else ""
+            )
+        )
     for row in rows:
         if row.get("profile"):
             print_profile(row["chunks"], row["profile"])

@@ -1,4 +1,4 @@
-"""create_app: the /v1 API as a Starlette app — auth, body limits, dispatch, problems."""
+"""create_app: the /v1 API as a Starlette app — its routes, auth, bodies and handlers."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ import re
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from pydantic import BaseModel
@@ -20,10 +19,11 @@ from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import QueryParams
 from starlette.exceptions import HTTPException
-from starlette.requests import ClientDisconnect, Request
+from starlette.middleware import Middleware
+from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from agentcore import __version__
 from agentcore.cancellation import Cancellation
@@ -31,15 +31,13 @@ from agentcore.chat import ChatStream
 from agentcore.config import Settings
 from agentcore.core import AgentCore
 from agentcore.errors import (
-    AgentCoreError,
     AuthenticationError,
     InvalidRequest,
-    MethodNotAllowed,
     NotFound,
     PayloadTooLarge,
+    ServiceUnavailable,
     ValidationFailed,
 )
-from agentcore.ids import new_id
 from agentcore.redact import QUERY_SECRET_NAMES, get_logger, looks_secret
 from agentcore.workspace import Workspace
 from agentcore_starlette.bodies import (
@@ -49,10 +47,10 @@ from agentcore_starlette.bodies import (
     require_json,
     validate,
 )
-from agentcore_starlette.dispatch import RouteTable
 from agentcore_starlette.idempotency import OutcomePending, check_key, fingerprint, run_once
+from agentcore_starlette.middleware import ApiMiddleware
 from agentcore_starlette.openapi import build_openapi
-from agentcore_starlette.problems import problem_response
+from agentcore_starlette.problems import http_exception_problem
 from agentcore_starlette.ratelimit import rate_limit_headers
 from agentcore_starlette.routes import ROUTES
 from agentcore_starlette.routing import ApiRoute, Call, Upload
@@ -70,79 +68,6 @@ UPLOAD_FIELDS = ("file",)
 """The multipart fields a document upload may carry (openapi.py declares the same)."""
 
 
-class ProblemMiddleware:
-    """Gives every request an id and turns any failure into a problem response.
-
-    Pure ASGI, so it wraps everything, including body reading and routing; an
-    unexpected exception becomes a 500 problem with no stack trace in the body (the
-    trace goes to the log with the request id, never with the Authorization header).
-    """
-
-    def __init__(self, app: ASGIApp, routes: RouteTable | None = None) -> None:
-        self.app = app
-        self.routes = routes
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        request_id = new_id("req")
-        scope.setdefault("state", {})["request_id"] = request_id
-        app = self.app
-        found = self.routes.match(scope) if self.routes is not None else None
-        if found is not None:  # one of ours: call it directly (dispatch.py says why)
-            endpoint, scope["path_params"] = found
-            try:
-                response = await endpoint(Request(scope, receive, send))
-            except ClientDisconnect:
-                return
-            except Exception as exc:
-                await self._problem(exc, scope, receive, send, request_id)
-                return
-            if type(response) is Response:  # whole, not streamed: no error once sent
-                headers = response.raw_headers
-                if not any(name == b"request-id" for name, _ in headers):
-                    headers.append((b"request-id", request_id.encode()))
-                await response(scope, receive, send)
-                return
-            app = response  # a stream may fail before it starts: as any app below
-        started = False
-
-        async def send_with_id(message: Message) -> None:
-            nonlocal started
-            if message["type"] == "http.response.start":
-                started = True
-                headers = list(message.get("headers", []))
-                if not any(name.lower() == b"request-id" for name, _ in headers):
-                    headers.append((b"request-id", request_id.encode()))
-                message = {**message, "headers": headers}
-            await send(message)
-
-        try:
-            await app(scope, receive, send_with_id)
-        except ClientDisconnect:  # the client left mid-request: nobody to answer
-            return
-        except Exception as exc:
-            if started:  # too late for a problem document; let the server close it
-                raise
-            await self._problem(exc, scope, receive, send, request_id)
-
-    @staticmethod
-    async def _problem(
-        exc: Exception, scope: Scope, receive: Receive, send: Send, request_id: str
-    ) -> None:
-        """Answer ``exc`` (raised before the response started) as a problem document."""
-        error = exc if isinstance(exc, AgentCoreError) else None
-        if isinstance(exc, HTTPException):  # the router's 404 and 405
-            error = http_problem(exc, scope["method"], scope["path"])
-        if error is None:
-            log.exception(
-                "unhandled error in %s %s [%s]", scope["method"], scope["path"], request_id
-            )
-            error = AgentCoreError("The server hit an unexpected error.")
-        await problem_response(error, request_id)(scope, receive, send)
-
-
 _BEARER = re.compile(r"(?i)bearer ([^\s]+)")
 
 
@@ -151,11 +76,20 @@ def bearer_token(request: Request) -> str | None:
 
     The scheme is case-insensitive; exactly one space separates it from the key, and
     the key has no whitespace (``Bearer  key``, ``Bearer``, ``Basic …`` are refused).
+    Two ``Authorization`` headers are a 400 ``duplicate_authorization``: which one a
+    proxy or a server would pick differs, so neither is used.
     """
-    header = request.headers.get("authorization")
-    if header is None:
+    found = [value for name, value in request.scope["headers"] if name == b"authorization"]
+    if not found:
         return None
-    match = _BEARER.fullmatch(header)
+    if len(found) > 1:
+        raise InvalidRequest(
+            "The request has more than one Authorization header: send exactly one,"
+            " 'Authorization: Bearer <key>'.",
+            code="duplicate_authorization",
+            param="Authorization",
+        )
+    match = _BEARER.fullmatch(found[0].decode("latin-1"))
     if match is None:
         raise AuthenticationError(
             "Malformed Authorization header: send exactly 'Authorization: Bearer <key>'"
@@ -225,8 +159,9 @@ class Api:
         # blocking handlers run here rather than through starlette's run_in_threadpool:
         # a plain executor hop (submit, then one call_soon_threadsafe back) costs about
         # half of anyio's worker-thread round trip, and under uvloop anyio's hop often
-        # stalls on the GIL (benchmarks/http_overhead.py); threads start lazily
-        self.pool = ThreadPoolExecutor(HANDLER_THREADS, thread_name_prefix="agentcore-http")
+        # stalls on the GIL (benchmarks/http_overhead.py); threads start lazily, and
+        # the core's runtime ends them when the core stops
+        self.pool = core.runtime.executor("agentcore-http", HANDLER_THREADS)
         # recent run times of each quick_when route per workspace, (route, org, env) ->
         # seconds, and their median (what _quick reads)
         self.runs: dict[tuple[str, str, str], collections.deque[float]] = {}
@@ -244,14 +179,10 @@ class Api:
                 refuse_unknown_query(route, request)
             if any("\x00" in value for value in request.path_params.values()):
                 raise NotFound("No object has an id with a NUL character.")  # nor can one
-            try:
-                secret = bearer_token(request)
-                # on the loop: a read of one indexed row (WAL readers never wait for the
-                # writer); the occasional last_used_at write goes to a background thread
-                workspace = self.core.authenticate(secret, defer_touch=True)
-            except AuthenticationError as error:
-                error.headers.setdefault("WWW-Authenticate", 'Bearer realm="agentcore"')
-                raise
+            secret = bearer_token(request)
+            # on the loop: a read of one indexed row (WAL readers never wait for the
+            # writer); the occasional last_used_at write goes to a background thread
+            workspace = self.core.authenticate(secret, defer_touch=True)
             if route.scope != "any":  # before the body is read: 403 does not depend on it
                 workspace.require(route.scope)
             limits = rate_limit_headers(
@@ -385,14 +316,19 @@ class Api:
             call.upload = await self._read_upload(request)
             return
         require_json(request)
-        raw = await read_limited(request, settings.max_body_bytes)
+        raw = await read_limited(request, settings.max_body_bytes, timeout=settings.body_timeout)
         data = parse_json(raw, max_depth=settings.max_json_depth)
         assert route.request is not None
         call.body = validate(route.request, data)
 
     async def _read_upload(self, request: Request) -> Upload:
         limit = self.settings.max_upload_bytes
-        raw = await read_limited(request, limit + MULTIPART_OVERHEAD, what="upload")
+        raw = await read_limited(
+            request,
+            limit + MULTIPART_OVERHEAD,
+            timeout=self.settings.body_timeout,
+            what="upload",
+        )
         replayed = False
 
         async def replay() -> Message:
@@ -464,48 +400,25 @@ def _retrieve(task: asyncio.Future[Response]) -> None:
         task.exception()
 
 
-def _dispatch(handlers: dict[str, Callable[[Request], Any]]) -> Callable[[Request], Any]:
-    """One endpoint for a path that calls the handler of the request's method."""
-    if "GET" in handlers:
-        handlers = {**handlers, "HEAD": handlers["GET"]}
+class PathEndpoint:
+    """The ASGI endpoint of one path of the API: the request's method picks the operation
+    (``HEAD`` is answered by ``GET``'s).
 
-    async def endpoint(request: Request) -> Response:
-        response: Response = await handlers[request.method](request)
-        return response
-
-    return endpoint
-
-
-def http_problem(exc: HTTPException, method: str, path: str) -> AgentCoreError:
-    """The problem for a routing failure: 404 (no such route) or 405 (with ``Allow``)."""
-    error: AgentCoreError
-    if exc.status_code == 405:
-        error = MethodNotAllowed(f"{method} is not allowed on {path}.")
-        error.headers.update(exc.headers or {})
-    elif exc.status_code == 404:
-        error = NotFound(f"No route for {path}.", code="route_not_found")
-    else:
-        error = InvalidRequest(str(exc.detail))
-    return error
-
-
-class ApiApp(Starlette):
-    """The /v1 app: Starlette, with ``ProblemMiddleware`` as its only error layer.
-
-    ``ProblemMiddleware`` already turns every failure (ours, the router's 404/405,
-    anything unexpected) into a problem document, so Starlette's own error and
-    exception middleware would only add two layers to every request.
+    One Starlette ``Route`` per path (not per operation), so a 405 lists every method
+    the path allows in ``Allow``. An ASGI object rather than a function: Starlette's
+    ``Route`` calls it as it is, where a function endpoint would get two more layers
+    (``request_response`` and its exception wrapper) around every request.
     """
 
-    api_routes: RouteTable | None = None
-    """The API's own operations, dispatched without the router (``dispatch.py``)."""
+    def __init__(self, handlers: dict[str, Callable[[Request], Any]]) -> None:
+        self.handlers = dict(handlers)
+        if "GET" in handlers:
+            self.handlers.setdefault("HEAD", handlers["GET"])
 
-    def build_middleware_stack(self) -> ASGIApp:
-        """``ProblemMiddleware`` around the router, inside any middleware a host adds."""
-        app: ASGIApp = ProblemMiddleware(self.router, self.api_routes)
-        for middleware in reversed(self.user_middleware):
-            app = middleware.cls(app, *middleware.args, **middleware.kwargs)
-        return app
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        # the route let only the path's methods through: others are its 405
+        response: Response = await self.handlers[scope["method"]](Request(scope, receive, send))
+        await response(scope, receive, send)
 
 
 def lifespan_for(
@@ -542,6 +455,10 @@ def create_app(
 
     Serve it alone (``agentcore serve``) or mount it: ``host.mount("/api",
     create_app(core))`` serves ``/api/v1/...``.
+
+    Built from Starlette's public parts only: a ``Route`` per path, ``ApiMiddleware``
+    through ``middleware=`` (request ids, head limits, problems for failures), and an
+    exception handler that answers the router's 404 and 405 as problems.
     """
     # validated, so a misspelt setting is an error rather than silently ignored
     merged = Settings.model_validate({**core.settings.model_dump(), **settings})
@@ -566,18 +483,45 @@ def create_app(
             ).encode()
         return Response(document, media_type="application/json")
 
-    # one Starlette route per path, dispatching on the method, so a 405 lists every
-    # method the path allows in its Allow header
+    async def health(request: Request) -> Response:
+        # no key: a load balancer asks; the report holds no tenant data
+        report = await asyncio.get_running_loop().run_in_executor(api.pool, core.health)
+        if report.status != "ok":
+            raise ServiceUnavailable(
+                " ".join(report.problems),
+                code="unhealthy",
+                extra=report.model_dump(mode="json", exclude={"status"}),
+            )
+        return Response(
+            report.model_dump_json(),
+            media_type="application/json",
+            headers={"Cache-Control": "no-store"},
+        )
+
     by_path: dict[str, dict[str, Callable[[Request], Any]]] = {}
     for route in table:
         by_path.setdefault(route.path, {})[route.method] = api.endpoint(route)
+    # static paths first: the router tries its routes in turn, and the busiest
+    # operations (search, chat, verify) have static paths (no two paths overlap but
+    # for a static one and a parameterised one, whose methods differ: order is free)
     starlette_routes = [
-        Route(PREFIX + path, _dispatch(handlers), methods=list(handlers))
-        for path, handlers in by_path.items()
+        Route(PREFIX + path, PathEndpoint(handlers), methods=list(handlers))
+        for path, handlers in sorted(by_path.items(), key=lambda item: "{" in item[0])
     ]
     starlette_routes.append(Route(PREFIX + "/openapi.json", openapi, methods=["GET"]))
-    app = ApiApp(routes=starlette_routes, lifespan=lifespan_for(core))
-    app.api_routes = RouteTable({PREFIX + path: handlers for path, handlers in by_path.items()})
+    starlette_routes.append(Route(PREFIX + "/health", health, methods=["GET"]))
+    app = Starlette(
+        routes=starlette_routes,
+        middleware=[
+            Middleware(
+                ApiMiddleware,
+                max_url_bytes=merged.max_url_bytes,
+                max_header_bytes=merged.max_header_bytes,
+            )
+        ],
+        exception_handlers={HTTPException: http_exception_problem},
+        lifespan=lifespan_for(core),
+    )
     app.state.core = core
     app.state.settings = merged
     app.state.api = api

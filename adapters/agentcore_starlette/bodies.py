@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any, TypeVar
 
@@ -11,6 +12,7 @@ from starlette.requests import ClientDisconnect, Request
 from agentcore.errors import (
     InvalidRequest,
     PayloadTooLarge,
+    RequestTimeout,
     UnsupportedMediaType,
     ValidationFailed,
 )
@@ -18,11 +20,16 @@ from agentcore.errors import (
 M = TypeVar("M", bound=BaseModel)
 
 
-async def read_limited(request: Request, limit: int, *, what: str = "request body") -> bytes:
-    """The raw body, refused with 413 past ``limit`` bytes without reading it all.
+async def read_limited(
+    request: Request, limit: int, *, timeout: float, what: str = "request body"
+) -> bytes:
+    """The raw body, refused with 413 past ``limit`` bytes without reading it all, and
+    with 408 when it stalls: no byte for ``timeout`` seconds.
 
     A declared ``Content-Length`` over the limit is refused before a byte is read;
     a chunked body is counted as it streams and dropped once it crosses the limit.
+    Either refusal closes the connection (``problems.CLOSES_CONNECTION``): the rest of
+    the body is not read.
     """
     declared = request.headers.get("content-length")
     if declared is not None:
@@ -37,24 +44,36 @@ async def read_limited(request: Request, limit: int, *, what: str = "request bod
     chunks: list[bytes] = []
     received = 0
     more = True
-    while more:  # the ASGI messages themselves: Request.stream() adds a generator's cost
-        message = await request.receive()
-        if message["type"] == "http.disconnect":
-            raise ClientDisconnect()
-        chunk: bytes = message.get("body", b"")
-        more = message.get("more_body", False)
-        received += len(chunk)
-        if received > limit:
-            raise _too_large(what, limit)
-        chunks.append(chunk)
+    loop = asyncio.get_running_loop()
+    try:
+        # one timer for the whole body, moved on at each chunk: a stall, not a slow body,
+        # is what it catches (asyncio.timeout costs a timer handle; wait_for, a task each)
+        async with asyncio.timeout(timeout) as deadline:
+            while more:  # the ASGI messages themselves: Request.stream() adds a generator
+                message = await request.receive()
+                if message["type"] == "http.disconnect":
+                    raise ClientDisconnect()
+                chunk: bytes = message.get("body", b"")
+                more = message.get("more_body", False)
+                received += len(chunk)
+                if received > limit:
+                    raise _too_large(what, limit)
+                chunks.append(chunk)
+                if more:
+                    deadline.reschedule(loop.time() + timeout)
+    except TimeoutError:
+        raise _stalled(what, timeout) from None
     return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 def _too_large(what: str, limit: int) -> PayloadTooLarge:
-    return PayloadTooLarge(
-        f"The {what} exceeds the limit of {limit} bytes.",
-        code="body_too_large",
-        headers={"Connection": "close"},  # the server drops the unread rest, not drains it
+    return PayloadTooLarge(f"The {what} exceeds the limit of {limit} bytes.", code="body_too_large")
+
+
+def _stalled(what: str, timeout: float) -> RequestTimeout:
+    return RequestTimeout(
+        f"The {what} stalled: no data for {timeout:g} s. Send the whole body promptly.",
+        code="body_timeout",
     )
 
 

@@ -9,7 +9,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from agentcore.config import Settings
-from agentcore.models import NO_NUL, Problem
+from agentcore.models import NO_NUL, Health, Problem
 from agentcore_starlette.routing import ApiRoute
 
 REF = "#/components/schemas/{model}"
@@ -129,6 +129,35 @@ def _query_schema(name: str, schema: dict[str, Any], settings: Settings) -> dict
     return schema
 
 
+def _health_operation(components: dict[str, Any], problem: dict[str, Any]) -> dict[str, Any]:
+    """``GET /health``: public (no key), for load balancers."""
+    return {
+        "get": {
+            "operationId": "health",
+            "summary": "Node health",
+            "description": "200 when the store answers a cheap query and every background"
+            " loop of the node (webhook delivery, index maintenance, ...) runs; 503 with"
+            " a problem (code `unhealthy`) naming what failed, so a load balancer can take"
+            " the node out. Needs no key and holds no tenant data.",
+            "tags": ["health"],
+            "security": [],
+            "responses": {
+                "200": {
+                    "description": "Healthy",
+                    "content": {
+                        "application/json": {"schema": _schema(Health, components, "serialization")}
+                    },
+                },
+                "503": {
+                    "description": "Unhealthy: the store does not answer or a loop is not"
+                    " running (the members of the health report are added to the problem)",
+                    "content": {"application/problem+json": {"schema": problem}},
+                },
+            },
+        }
+    }
+
+
 def build_openapi(
     routes: Sequence[ApiRoute],
     *,
@@ -232,6 +261,7 @@ def build_openapi(
                 }
             operation["requestBody"] = {"required": True, "content": content}
         paths.setdefault(prefix + route.path, {})[route.method.lower()] = operation
+    paths[prefix + "/health"] = _health_operation(components, problem)
     declare_limits(components, requests, settings, event_kinds=event_kinds, chat_models=chat_models)
     return {
         "openapi": "3.1.0",

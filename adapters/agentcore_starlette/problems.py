@@ -1,19 +1,37 @@
-"""RFC 9457 problem responses: every failure of the API leaves through here."""
+"""RFC 9457 problem responses: every failure of the API leaves through here, and this is
+the one place where an error's facts (``retry_after``, the allowed methods, ...) become
+HTTP headers."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
 from starlette.responses import Response
 
-from agentcore.errors import PROBLEM_TYPE, AgentCoreError, RateLimited
+from agentcore.errors import (
+    PROBLEM_TYPE,
+    AgentCoreError,
+    AuthenticationError,
+    InvalidRequest,
+    MethodNotAllowed,
+    NotFound,
+    RateLimited,
+    ServiceUnavailable,
+)
 from agentcore.redact import get_logger
-from agentcore_starlette.ratelimit import rate_limit_headers
+from agentcore_starlette.ratelimit import rate_limit_headers, retry_after_header
 
 log = get_logger("agentcore.http")  # masks keys and secrets in every record
 
 MEDIA_TYPE = "application/problem+json"
+CHALLENGE = 'Bearer realm="agentcore"'
+"""The ``WWW-Authenticate`` challenge of every 401 (RFC 9110 asks one of each)."""
+CLOSES_CONNECTION = frozenset({"body_too_large", "body_timeout"})
+"""Codes of problems answered before the request's body was read to its end: the
+connection is closed (``Connection: close``) rather than the unread rest drained."""
 
 
 def problem_body(error: AgentCoreError, request_id: str | None) -> dict[str, Any]:
@@ -31,16 +49,68 @@ def problem_document(fields: dict[str, Any], request_id: str | None) -> dict[str
     return body
 
 
+def problem_bytes(error: AgentCoreError, request_id: str | None) -> bytes:
+    """The problem document for ``error`` as compact JSON bytes."""
+    return json.dumps(problem_body(error, request_id), separators=(",", ":")).encode()
+
+
+def problem_headers(error: AgentCoreError) -> dict[str, str]:
+    """The headers ``error``'s facts call for: ``WWW-Authenticate`` on a 401, ``Allow``
+    on a 405, ``RateLimit-*`` and ``Retry-After`` on a 429, ``Retry-After`` on a 503
+    that knows when to retry, ``Connection: close`` when the body was left unread."""
+    headers: dict[str, str] = {}
+    if isinstance(error, AuthenticationError):
+        headers["WWW-Authenticate"] = CHALLENGE
+    elif isinstance(error, MethodNotAllowed) and error.allowed:
+        headers["Allow"] = ", ".join(error.allowed)
+    elif isinstance(error, RateLimited):
+        if error.decision is not None:
+            headers.update(rate_limit_headers(error.decision))
+        elif error.retry_after is not None:
+            headers["Retry-After"] = retry_after_header(error.retry_after)
+    elif isinstance(error, ServiceUnavailable) and error.retry_after is not None:
+        headers["Retry-After"] = retry_after_header(error.retry_after)
+    if error.code in CLOSES_CONNECTION:
+        headers["Connection"] = "close"
+    return headers
+
+
 def problem_response(error: AgentCoreError, request_id: str | None) -> Response:
     """``error`` rendered as ``application/problem+json`` with its status and headers."""
-    headers = dict(error.headers)
-    if isinstance(error, RateLimited) and error.decision is not None:
-        headers.update(rate_limit_headers(error.decision))
+    headers = problem_headers(error)
     if request_id:
         headers["Request-Id"] = request_id
     return Response(
-        json.dumps(problem_body(error, request_id), separators=(",", ":")),
+        problem_bytes(error, request_id),
         status_code=error.status,
         media_type=MEDIA_TYPE,
         headers=headers,
     )
+
+
+def routing_error(exc: HTTPException, method: str, path: str) -> AgentCoreError:
+    """The error of a routing failure: 404 (no such route), 405 (with the allowed
+    methods, from the router's ``Allow``), or a 400 for anything else Starlette refuses."""
+    if exc.status_code == 405:
+        allowed = (exc.headers or {}).get("Allow", "")
+        return MethodNotAllowed(
+            f"{method} is not allowed on {path}.",
+            allowed=[name.strip() for name in allowed.split(",") if name.strip()],
+        )
+    if exc.status_code == 404:
+        return NotFound(f"No route for {path}.", code="route_not_found")
+    return InvalidRequest(str(exc.detail))
+
+
+async def http_exception_problem(request: Request, exc: Exception) -> Response:
+    """Starlette's exception handler for ``HTTPException`` (the router's 404 and 405):
+    the same problem document as every other failure."""
+    assert isinstance(exc, HTTPException)
+    error = routing_error(exc, request.method, request.url.path)
+    return problem_response(error, request_id_of(request.scope))
+
+
+def request_id_of(scope: Any) -> str | None:
+    """The id ``ApiMiddleware`` gave the request (``None`` outside it)."""
+    state = scope.get("state")
+    return None if state is None else state.get("request_id")

@@ -1,125 +1,182 @@
-"""uvicorn's httptools protocol, sending a response's head and body in one write.
+"""uvicorn's httptools protocol with a bounded, timed request head (``agentcore serve``).
 
-uvicorn writes the status line and headers as soon as the app sends
-``http.response.start``, and the body in a second write. On a keep-alive connection
-that is two TCP segments and two wake-ups of the client for one small JSON answer:
-the client reads the head, parses it and sleeps again until the body comes. Here
-the connection's writes are held until the response is complete, or else until the
-end of the event loop's current step, and then written together: a response sent
-whole (``start`` then its only ``body`` message, as every JSON answer is) leaves in
-one write, as soon as its last part is sent. A streamed answer (server-sent events)
-is not held back: its head leaves at the end of the step that sent it, each event at
-the end of its own. The access line is written after the response (``DeferredLogger``).
+Stock uvicorn reads a request head for as long and as far as the client likes: httptools
+has no size limit on the request line or headers, and no timer runs before a head is
+complete (the keep-alive timer stops at the first byte). One connection could push a
+276 MB URL; a thousand could hold their heads open for ever. ``HeadGuard`` adds the two
+bounds the server needs, before the app sees anything:
 
-``agentcore serve`` uses it when httptools is installed (the ``server`` extra); any
-uvicorn host can too: ``uvicorn --http agentcore_starlette.protocol:HttpToolsProtocol``.
+- **size**: a head still arriving is refused once its URL is longer than
+  ``max_url_bytes`` (414) or the head as a whole longer than ``max_head_bytes`` (431);
+- **time**: a head must be complete ``header_timeout`` seconds after the connection
+  opened or after the previous answer was sent; else 408 (or a silent close when not a
+  byte of it came).
+
+Either refusal is a problem document and closes the connection. The app checks the
+exact limits again on every complete head (``ApiMiddleware``), wherever it is served.
+
+This subclasses a private uvicorn module, so it meets the project's three conditions
+for framework internals: uvicorn is pinned below the next minor release
+(``pyproject.toml``), ``tests/http/test_head_guard_contract.py`` fails when uvicorn's
+methods it builds on change, and the win is measured (``benchmarks/slow_clients.py``,
+``docs/decisions.md``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
-import logging
+from dataclasses import dataclass
 from typing import Any
 
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol as UvicornHttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from agentcore.config import Settings
+from agentcore.errors import AgentCoreError, HeadersTooLarge, RequestTimeout, UriTooLong
+from agentcore.ids import new_id
+from agentcore_starlette.problems import MEDIA_TYPE, problem_bytes, problem_headers
+
+HEAD_SLACK = 8 * 1024
+"""Bytes a head may hold beyond its URL and header limits: the method, the version,
+the line breaks and ``": "`` separators, and whatever of a previous message shared the
+read that began it."""
 
 
-class CoalescingTransport:
-    """A transport whose writes made in one step of the loop leave as one write.
+@dataclass(frozen=True)
+class HeadLimits:
+    """How large a request head may grow, and how long it may take, under ``HeadGuard``."""
 
-    Everything but writing and closing is the wrapped transport's own. Closing (or
-    handing the connection to another protocol) first writes what is held.
+    max_url_bytes: int
+    max_head_bytes: int
+    header_timeout: float
+
+    @classmethod
+    def of(cls, settings: Settings) -> HeadLimits:
+        """The limits ``settings`` set (``max_url_bytes``, ``max_header_bytes``,
+        ``header_timeout``)."""
+        return cls(
+            max_url_bytes=settings.max_url_bytes,
+            max_head_bytes=settings.max_url_bytes + settings.max_header_bytes + HEAD_SLACK,
+            header_timeout=settings.header_timeout,
+        )
+
+
+class HeadGuard(HttpToolsProtocol):
+    """uvicorn's httptools protocol refusing a head that grows too large or too slowly.
+
+    uvicorn builds one per connection; ``agentcore serve`` passes ``limits`` with
+    ``functools.partial`` (a partial of this class pickles, for ``--workers``).
     """
 
-    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
-        self.transport = transport
-        self.loop = loop
-        self.held: list[bytes] = []
-
-    def write(self, data: bytes | bytearray | memoryview) -> None:
-        """Hold ``data`` until the end of this step of the loop (with any later writes)."""
-        if not self.held:
-            self.loop.call_soon(self.flush)
-        self.held.append(bytes(data))
-
-    def writelines(self, lines: Any) -> None:
-        """Hold each of ``lines`` as ``write`` does."""
-        for data in lines:
-            self.write(data)
-
-    def flush(self) -> None:
-        """Write what is held now, in one write (nothing once the transport is closing)."""
-        held, self.held = self.held, []
-        if held and not self.transport.is_closing():
-            self.transport.write(held[0] if len(held) == 1 else b"".join(held))
-
-    def close(self) -> None:
-        """Write what is held, then close."""
-        self.flush()
-        self.transport.close()
-
-    def write_eof(self) -> None:
-        """Write what is held, then half-close."""
-        self.flush()
-        self.transport.write_eof()
-
-    def set_protocol(self, protocol: asyncio.BaseProtocol) -> None:
-        """Write what is held, then hand the connection over (an upgrade)."""
-        self.flush()
-        self.transport.set_protocol(protocol)
-
-    def get_write_buffer_size(self) -> int:
-        """Bytes written but not sent yet: the transport's buffer and what is held."""
-        return self.transport.get_write_buffer_size() + sum(len(data) for data in self.held)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.transport, name)
-
-
-class DeferredLogger:
-    """A logger whose ``info`` records are made and written at the loop's next step.
-
-    uvicorn writes a request's access line when the app starts its response, before
-    the response is written; through this the line follows the written response (a
-    whole one leaves within the step that completed it), and a stream's line follows
-    its head. The line itself is the same. Everything but ``info`` is the logger's own.
-    """
-
-    def __init__(self, logger: logging.Logger, loop: asyncio.AbstractEventLoop) -> None:
-        self.logger = logger
-        self.loop = loop
-
-    def info(self, msg: object, *args: object, **kwargs: Any) -> None:
-        """``logger.info(msg, *args, **kwargs)`` at the next step of the loop."""
-        if kwargs:
-            self.loop.call_soon(functools.partial(self.logger.info, msg, *args, **kwargs))
-        else:
-            self.loop.call_soon(self.logger.info, msg, *args)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.logger, name)
-
-
-class HttpToolsProtocol(UvicornHttpToolsProtocol):
-    """uvicorn's httptools protocol on a ``CoalescingTransport``; a response is written
-    the moment its last part is sent, before uvicorn's bookkeeping for it and before its
-    access line (``DeferredLogger``)."""
-
-    coalescing: CoalescingTransport | None = None
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, limits: HeadLimits, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.access_logger = DeferredLogger(self.access_logger, self.loop)  # type: ignore[assignment]
+        self.limits = limits
+        # when the wait for the current head began (None: a request is being answered);
+        # one timer per connection checks it, so a request costs no timer of its own
+        self.waiting_since: float | None = None
+        self.head_timer: asyncio.TimerHandle | None = None
+        self.in_head = False  # between the first byte of a request and its last header
+        self.head_bytes = 0  # bytes read while this head was arriving (an upper bound)
+
+    # the head's clock ---------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        """Start the connection, its writes coalesced per step of the loop."""
-        self.coalescing = CoalescingTransport(transport, self.loop)
-        super().connection_made(self.coalescing)  # type: ignore[arg-type]
+        """Start the connection, and the clock of its first head."""
+        super().connection_made(transport)
+        self.waiting_since = self.loop.time()
+        self.head_timer = self.loop.call_later(self.limits.header_timeout, self._check_head)
 
     def on_response_complete(self) -> None:
-        """Write the whole response now (the client can read it while the rest of the
-        request's bookkeeping runs), then do that bookkeeping."""
-        if self.coalescing is not None:
-            self.coalescing.flush()
+        """After an answer: the clock of the next head starts, unless another request
+        (pipelined) is already being answered."""
         super().on_response_complete()
+        if self.cycle is None or self.cycle.response_complete:
+            self.waiting_since = self.loop.time()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        """Stop the clock, then close as uvicorn does."""
+        if self.head_timer is not None:
+            self.head_timer.cancel()
+            self.head_timer = None
+        super().connection_lost(exc)
+
+    def _check_head(self) -> None:
+        """The connection's timer: close it if a head has been awaited too long, else
+        look again when the current wait would run out."""
+        self.head_timer = None
+        if self.transport.is_closing():
+            return
+        timeout = self.limits.header_timeout
+        since = self.waiting_since
+        now = self.loop.time()
+        if since is not None and now - since >= timeout:
+            self._head_timed_out()
+            return
+        again = timeout if since is None else since + timeout - now
+        self.head_timer = self.loop.call_later(again, self._check_head)
+
+    def _head_timed_out(self) -> None:
+        if not self.in_head:  # not a byte of a request: close, as for an idle keep-alive
+            self.transport.close()
+            return
+        self._refuse(
+            RequestTimeout(
+                f"The request head did not arrive within {self.limits.header_timeout:g} s.",
+                code="header_timeout",
+            )
+        )
+
+    # the head's size ----------------------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        """A request's first byte: its head is being read."""
+        super().on_message_begin()
+        self.in_head = True
+        self.head_bytes = 0
+
+    def on_headers_complete(self) -> None:
+        """The head is whole: stop its clock, then let uvicorn start the request."""
+        self.in_head = False
+        self.waiting_since = None
+        super().on_headers_complete()
+
+    def data_received(self, data: bytes) -> None:
+        """Parse ``data``; refuse the head if it is still incomplete and over a limit.
+
+        Counted after parsing, so a head that completes within this read is never
+        refused here (the app checks the exact limits): what is held for a head is at
+        most ``max_head_bytes`` plus one read.
+        """
+        super().data_received(data)
+        if not self.in_head or self.transport.is_closing():
+            return
+        self.head_bytes += len(data)
+        if len(self.url) > self.limits.max_url_bytes:
+            self._refuse(
+                UriTooLong(f"The request target is longer than {self.limits.max_url_bytes} bytes.")
+            )
+        elif self.head_bytes > self.limits.max_head_bytes:
+            self._refuse(
+                HeadersTooLarge(
+                    f"The request head is larger than {self.limits.max_head_bytes} bytes."
+                )
+            )
+
+    def _refuse(self, error: AgentCoreError) -> None:
+        """Answer ``error`` as a problem document and close the connection."""
+        self.in_head = False
+        self.waiting_since = None
+        request_id = new_id("req")
+        body = problem_bytes(error, request_id)
+        headers = {
+            **problem_headers(error),
+            "Content-Type": MEDIA_TYPE,
+            "Content-Length": str(len(body)),
+            "Request-Id": request_id,
+            "Connection": "close",
+        }
+        head = f"HTTP/1.1 {error.status} {error.title}\r\n" + "".join(
+            f"{name}: {value}\r\n" for name, value in headers.items()
+        )
+        self.logger.warning("Refused a request head: %s", error.detail)
+        self.transport.write(head.encode("latin-1") + b"\r\n" + body)
+        self.transport.close()

@@ -19,5 +19,10 @@ def rate_limit_headers(decision: Decision) -> dict[str, str]:
         "RateLimit": f'"{POLICY}";r={decision.remaining};t={math.ceil(decision.reset)}',
     }
     if not decision.allowed:
-        headers["Retry-After"] = str(max(1, math.ceil(decision.retry_after)))
+        headers["Retry-After"] = retry_after_header(decision.retry_after)
     return headers
+
+
+def retry_after_header(seconds: float) -> str:
+    """``Retry-After`` for a wait of ``seconds``: whole seconds, rounded up, at least one."""
+    return str(max(1, math.ceil(seconds)))

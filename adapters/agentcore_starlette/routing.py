@@ -85,9 +85,9 @@ class StreamEvent:
     description: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ApiRoute:
-    """One operation of the /v1 API.
+    """One operation of the /v1 API (every field by keyword: the table reads as a form).
 
     ``handler(call)`` returns a pydantic model; it runs in a worker thread unless
     ``blocking`` is False. ``scope`` is checked before the body is read (the core

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,10 +15,12 @@ import numpy as np
 import numpy.typing as npt
 
 from agentcore.errors import Conflict, InvalidRequest, ValidationFailed
+from agentcore.knowledge import kernels
 from agentcore.knowledge.embedders import Embedder, bounded_text
-from agentcore.knowledge.index import MAX_STEPS, VectorIndex, codec_named
+from agentcore.knowledge.index import VectorIndex, codec_named, settle
 from agentcore.knowledge.segments import Manifest, SegmentDirectory, SegmentError
 from agentcore.redact import get_logger
+from agentcore.runtime import Loop, Runtime
 from agentcore.storage.base import VectorSearchStore
 from agentcore.storage.records import KnowledgeChanges, KnowledgeState, StaleEmbedder
 
@@ -41,6 +43,8 @@ SEGMENT_MERGE_ROWS = 16_384
 # Versions a workspace may move past its manifest before one is written anyway: a
 # load then bridges a short change log (the store keeps 10,000 versions of deletes).
 MANIFEST_LAG_VERSIONS = 1_000
+# Seconds the idle maintenance loop sleeps between looks (a submission wakes it at once).
+MAINTENANCE_IDLE = 60.0
 _log = get_logger(__name__)
 
 
@@ -94,6 +98,11 @@ class IndexCache:
         a name in ``kernels.CODECS``). The first write to a workspace stores it with
         the workspace (``claim_index_dtype``); from then on its stored dtype is used,
         whatever this says.
+    :param runtime: the core's runtime, which runs index maintenance (compaction,
+        merges, segment files) on its loop ``agentcore-index-maintenance`` and lends
+        the indexes its pool ``agentcore-index`` of scan helpers. Without one the
+        cache makes its own, which nobody starts: maintenance then runs only in
+        ``wait_for_maintenance``, and ``close()`` ends the helpers.
     """
 
     def __init__(
@@ -108,12 +117,22 @@ class IndexCache:
         segments: Path | None = None,
         store_identity: str = "",
         codec: str = "float32",
+        runtime: Runtime | None = None,
     ) -> None:
         self._store = store
         self._segments = None if store_search is not None else segments
         self._store_identity = store_identity
         self._codec = codec
-        self._maintainer = _Maintainer(self._maintain) if self._segments is not None else None
+        self._own_runtime = runtime is None
+        self._runtime = runtime or Runtime()
+        helpers = kernels.default_helpers()
+        self._helpers = (
+            self._runtime.executor("agentcore-index", helpers, initializer=kernels.pin_blas_thread)
+            if helpers
+            else None
+        )
+        run = self._maintain if self._segments is not None else self._maintain_in_ram
+        self._maintainer = _Maintainer(run, self._runtime)
         self._foreground = _Foreground()  # writes in flight: background steps give way
         self._store_search = store_search
         self._max_token_chars = max_token_chars
@@ -134,13 +153,20 @@ class IndexCache:
         self.own_writes = 0  # this process's writes added without reading them back
 
     def close(self, timeout: float = 30.0) -> None:
-        """Stop background maintenance (waits for a step under way, up to ``timeout``)."""
-        if self._maintainer is not None:
-            self._maintainer.close(timeout)
+        """Drop the maintenance not yet started; a cache with its own runtime also ends
+        its threads (waiting up to ``timeout`` for a step under way). A core's
+        runtime is stopped by the core."""
+        self._maintainer.close()
+        if self._own_runtime:
+            self._runtime.stop(timeout)
 
     def wait_for_maintenance(self, timeout: float = 60.0) -> bool:
-        """Wait until no background maintenance is queued or running; whether it is so."""
-        return self._maintainer is None or self._maintainer.wait_idle(timeout)
+        """Wait until no background maintenance is queued or running; whether it is so.
+
+        When the maintenance loop is not running (the core was not started), the
+        queued steps run here, in the calling thread.
+        """
+        return self._maintainer.wait_idle(timeout)
 
     def _lock(self, key: Key) -> threading.RLock:
         with self._guard:
@@ -269,7 +295,7 @@ class IndexCache:
                 self._entries.pop(key, None)
             elif (
                 entry is not None
-                and self._maintainer is not None
+                and self._segments is not None
                 and entry.version - entry.manifest_version >= MANIFEST_LAG_VERSIONS
             ):
                 entry.manifest_version = entry.version  # asked once per lag
@@ -336,10 +362,12 @@ class IndexCache:
         version = self._store.knowledge_state(*key).version
         ids, vectors = self._store.load_vectors(*key, dimension)
         spare = max(_MIN_SPARE_ROWS, ids.shape[0] // _SPARE_FRACTION)
-        index = VectorIndex.adopt(ids, vectors, spare_rows=spare, codec=self.codec_of(state))
+        index = VectorIndex.adopt(
+            ids, vectors, spare_rows=spare, codec=self.codec_of(state), executor=self._helpers
+        )
         self._entries[key] = _Entry(version, index, None, state.embedder)
-        if self._maintainer is not None:
-            self._attach(key, index)
+        self._attach(key, index)
+        if self._segments is not None:  # written out as segment files in the background
             self._maintainer.submit(key, force=True)
         return index
 
@@ -372,11 +400,12 @@ class IndexCache:
         return SegmentDirectory(self._segments / quote(key[0], safe="") / quote(key[1], safe=""))
 
     def _attach(self, key: Key, index: VectorIndex) -> None:
-        """Make ``index`` persist its parts as segment files, maintained in the background."""
+        """Make ``index``'s maintenance run on the maintenance loop; with segment files,
+        make it persist its parts as such files."""
         maintainer = self._maintainer
-        assert maintainer is not None
-        index.persisted = True
-        index.merge_rows = SEGMENT_MERGE_ROWS
+        if self._segments is not None:
+            index.persisted = True
+            index.merge_rows = SEGMENT_MERGE_ROWS
         index.set_maintenance(lambda _: maintainer.submit(key))
 
     def _load_segments(self, key: Key, state: KnowledgeState) -> VectorIndex | None:
@@ -403,7 +432,11 @@ class IndexCache:
             return None
         try:
             index = VectorIndex.from_parts(
-                dimension, parts, spare_rows=_MIN_SPARE_ROWS, codec=self.codec_of(state)
+                dimension,
+                parts,
+                spare_rows=_MIN_SPARE_ROWS,
+                codec=self.codec_of(state),
+                executor=self._helpers,
             )
         except ValidationFailed:
             return None
@@ -415,6 +448,11 @@ class IndexCache:
         )
         self.segment_loads += 1
         return index
+
+    def _maintain_in_ram(self, key: Key, force: bool) -> bool:
+        """One maintenance step of a workspace's index kept in RAM; whether one ran."""
+        entry = self._entries.get(key)
+        return entry is not None and entry.index.maintain()
 
     def _maintain(self, key: Key, force: bool) -> bool:
         """One background maintenance step of a workspace; whether another may be due.
@@ -562,70 +600,73 @@ class _Foreground:
 
 
 class _Maintainer:
-    """A daemon thread running ``run(key, force)`` for the workspaces submitted to it.
+    """The workspaces whose index maintenance is due, and the runtime loop running it.
 
-    ``run`` returns whether another step may be due; it is called again at once then.
+    ``run(key, force)`` makes one step and returns whether another may be due; the
+    loop ``agentcore-index-maintenance`` takes one workspace per pass and runs its
+    steps until none is (``settle``). A failing step is the loop's to log and retry
+    after a backoff (the workspace is submitted again by its next write).
     """
 
-    def __init__(self, run: Callable[[Key, bool], bool]) -> None:
+    def __init__(self, run: Callable[[Key, bool], bool], runtime: Runtime) -> None:
         self._run = run
         self._cond = threading.Condition()
         self._pending: dict[Key, bool] = {}
         self._busy = False
-        self._closed = False
-        self._thread: threading.Thread | None = None
+        self._loop: Loop = runtime.loop(
+            "agentcore-index-maintenance", self._pass, interval=MAINTENANCE_IDLE
+        )
 
     def submit(self, key: Key, *, force: bool = False) -> None:
+        """Maintain ``key``'s index soon (``force``: seal and persist even if not due)."""
         with self._cond:
-            if self._closed:
-                return
             self._pending[key] = self._pending.get(key, False) or force
-            if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._loop, name="agentcore-segments", daemon=True
-                )
-                self._thread.start()
-                # a core never closed still stops between steps at interpreter exit
-                atexit.register(self.close, 30.0)
-            self._cond.notify_all()
+        self._loop.wake()
 
-    def _loop(self) -> None:
-        while True:
+    def _pass(self) -> float | None:
+        """The loop's pass: one workspace's steps; then at once the next one's, or sleep
+        if none waits. Steps end early once the loop is stopping."""
+        return 0.0 if self._run_next(lambda: self._loop.stopping) else None
+
+    def _run_next(self, stopping: Callable[[], bool]) -> bool:
+        """Run the steps of one queued workspace; whether one was queued."""
+        with self._cond:
+            if not self._pending:
+                return False
+            key, force = self._pending.popitem()
+            self._busy = True
+        try:
+            first = [force]
+
+            def step() -> bool:
+                forced, first[0] = first[0], False  # a forced seal is the first step's
+                return self._run(key, forced)
+
+            settle(step, what="index maintenance of {}/{}".format(*key), stopping=stopping)
+        finally:
             with self._cond:
-                while not self._pending and not self._closed:
-                    self._cond.wait()
-                if self._closed:
-                    return
-                key, force = self._pending.popitem()
-                self._busy = True
-            try:
-                steps = 1
-                while self._run(key, force) and not self._closed:
-                    force = False
-                    if steps >= MAX_STEPS:  # resubmitted by the next write if still due
-                        _log.warning("segment maintenance of %s/%s still due", *key)
-                        break
-                    steps += 1
-            except Exception:  # the files and the index stay as they were
-                _log.exception("segment maintenance of %s/%s failed", *key)
-            finally:
-                with self._cond:
-                    self._busy = False
-                    self._cond.notify_all()
+                self._busy = False
+                self._cond.notify_all()
+        return True
 
     def wait_idle(self, timeout: float) -> bool:
+        """Wait until nothing is queued or running; without a running loop (the core
+        not started, or stopped), run the queued steps here first."""
+        if not self._loop.health().running:
+            end = time.monotonic() + timeout
+            while time.monotonic() < end:
+                try:
+                    if not self._run_next(lambda: False):
+                        break
+                except Exception:  # as the loop would: logged, and the files left as they were
+                    _log.exception("index maintenance failed")
         with self._cond:
             return self._cond.wait_for(lambda: not self._pending and not self._busy, timeout)
 
-    def close(self, timeout: float) -> None:
+    def close(self) -> None:
+        """Drop the steps not started yet (a later load writes what they would have)."""
         with self._cond:
-            self._closed = True
             self._pending.clear()
-            self._cond.notify_all()
-            thread = self._thread
-        if thread is not None:
-            thread.join(timeout)
-            atexit.unregister(self.close)
 
 
 EMBED_BATCH = 256  # texts per embedder call: bounds its temporaries, checks cancellation

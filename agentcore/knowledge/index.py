@@ -15,9 +15,11 @@ Maintenance (never inside ``add`` or ``remove``)
     merged, and (when parts are persisted, or the codec is approximate) the tail is
     sealed into a frozen part. ``plan_maintenance`` picks the parts and snapshots them;
     the new part is built from that snapshot while readers and writers go on; ``apply``
-    swaps it in, carrying over the rows added and deleted meanwhile. It runs on a
-    background thread (``set_maintenance``: by default one shared daemon thread per
-    process; ``IndexCache`` runs its own, which also writes segment files).
+    swaps it in, carrying over the rows added and deleted meanwhile. It runs on the
+    index's owner's threads: an index given an ``executor`` submits its steps there
+    when they fall due, ``IndexCache`` runs them on its core's maintenance loop (which
+    also writes segment files), and an index with neither is maintained only when
+    its user calls ``maintain()`` (``set_maintenance`` chooses).
 
 Concurrency (one writer lock, lock-free readers)
     Every reader starts by taking ``self._snap``, one immutable ``_Snapshot`` (the frozen
@@ -33,15 +35,15 @@ Search
     Each part is searched by ``kernels.search_part`` (or ``search_part_batch``) with its
     codec, and the candidates of all parts are merged by ``kernels.order``: results are
     exact (approximate codecs are re-scored against the float32 rows), ties at the cut
-    are kept, and the order is score descending, then id ascending.
+    are kept, and the order is score descending, then id ascending. Large parts are
+    scanned in row blocks shared with the ``executor``'s threads, when there is one.
 """
 
 from __future__ import annotations
 
-import atexit
-import queue
 import threading
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Executor
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -314,12 +316,27 @@ class VectorIndex:
     Safe to share between threads: any number of searches may run while one thread at
     a time adds or removes (writers serialise on an internal lock).
 
+    The index starts no thread of its own. Given an ``executor`` (a thread pool its
+    owner keeps and shuts down, e.g. ``concurrent.futures.ThreadPoolExecutor``), large
+    scans share their row blocks with its threads, and maintenance steps (compaction,
+    merging parts) run there when they fall due; without one, searches run on the
+    calling thread alone and maintenance waits for ``maintain()`` (or whatever
+    ``set_maintenance`` installs).
+
     :param dimension: the length of every vector.
     :param capacity: tail rows to preallocate.
     :param codec: how frozen parts keep their rows (a name in ``kernels.CODECS``).
+    :param executor: helper threads for scans and maintenance.
     """
 
-    def __init__(self, dimension: int, *, capacity: int = 0, codec: str = "float32") -> None:
+    def __init__(
+        self,
+        dimension: int,
+        *,
+        capacity: int = 0,
+        codec: str = "float32",
+        executor: Executor | None = None,
+    ) -> None:
         if dimension < 1:
             raise ValidationFailed(
                 "dimension must be at least 1", code="invalid_dimension", param="dimension"
@@ -328,7 +345,10 @@ class VectorIndex:
         self._codec = codec_named(codec)
         self._lock = threading.Lock()
         self._maintaining = threading.Lock()  # one RAM maintenance step at a time
-        self._maintenance: Callable[[VectorIndex], None] | None = _background
+        self._executor = executor
+        self._maintenance: Callable[[VectorIndex], None] | None = (
+            None if executor is None else _submit_to(executor)
+        )
         self._scheduled = False
         self.persisted = False  # frozen parts are segment files: always seal the whole tail
         self.merge_rows = SEAL_ROWS  # tail rows that make sealing the tail due when persisted
@@ -347,13 +367,16 @@ class VectorIndex:
         vectors: bytes | memoryview,
         *,
         normalized: bool = True,
+        executor: Executor | None = None,
     ) -> VectorIndex:
         """Build an index from ``to_buffers()`` output (int64 and float32, little-endian).
 
         With ``normalized=True`` the rows are trusted to be unit length already (as
         written by ``to_buffers``); otherwise they are validated and normalised.
         """
-        return cls.from_segments(dimension, [(ids, vectors)], normalized=normalized)
+        return cls.from_segments(
+            dimension, [(ids, vectors)], normalized=normalized, executor=executor
+        )
 
     @classmethod
     def from_segments(
@@ -363,13 +386,14 @@ class VectorIndex:
         *,
         total_rows: int | None = None,
         normalized: bool = True,
+        executor: Executor | None = None,
     ) -> VectorIndex:
         """Build an index from many ``(ids, vectors)`` buffer pairs into one matrix.
 
         Each pair is copied with one slice assignment. ``total_rows``, when known,
         lets the matrix be allocated once; otherwise it grows geometrically.
         """
-        index = cls(dimension, capacity=total_rows or 0)
+        index = cls(dimension, capacity=total_rows or 0, executor=executor)
         d = index._dimension
         buffer = index._snap.buffer
         ids_buffer = index._ids_buffer
@@ -404,6 +428,7 @@ class VectorIndex:
         *,
         spare_rows: int = 0,
         codec: str = "float32",
+        executor: Executor | None = None,
     ) -> VectorIndex:
         """An index over arrays already in its layout, without copying them.
 
@@ -438,17 +463,23 @@ class VectorIndex:
                     "the persisted ids contain duplicates", code="duplicate_id", param="ids"
                 )
             matrix = np.take(matrix, order, axis=0)
-        index = cls(d, capacity=max(0, int(spare_rows)), codec=codec)
+        index = cls(d, capacity=max(0, int(spare_rows)), codec=codec, executor=executor)
         if n:  # encoded by the index's codec (for float32 the codes are the matrix itself)
             index._snap = replace(index._snap, parts=(Part.build(id_array, matrix, index._codec),))
         return index
 
     @classmethod
     def from_parts(
-        cls, dimension: int, parts: Sequence[Part], *, spare_rows: int = 0, codec: str = "float32"
+        cls,
+        dimension: int,
+        parts: Sequence[Part],
+        *,
+        spare_rows: int = 0,
+        codec: str = "float32",
+        executor: Executor | None = None,
     ) -> VectorIndex:
         """An index over frozen parts (e.g. mapped segment files) and an empty tail."""
-        index = cls(dimension, capacity=max(0, int(spare_rows)), codec=codec)
+        index = cls(dimension, capacity=max(0, int(spare_rows)), codec=codec, executor=executor)
         for part in parts:
             if part.vectors.ndim != 2 or part.vectors.shape != (part.rows, dimension):
                 raise ValidationFailed(
@@ -569,7 +600,7 @@ class VectorIndex:
             if part.live == 0:
                 continue
             rows, scores = kernels.search_part(
-                part.codec, part.codes, part.params, part.vectors, part.dead, q, k
+                part.codec, part.codes, part.params, part.vectors, part.dead, q, k, self._executor
             )
             found_ids.append(part.ids[rows])
             found_scores.append(scores)
@@ -595,7 +626,7 @@ class VectorIndex:
             if part.live == 0:
                 continue
             query, rows, scores = kernels.search_part_batch(
-                part.codec, part.codes, part.params, part.vectors, part.dead, q, k
+                part.codec, part.codes, part.params, part.vectors, part.dead, q, k, self._executor
             )
             triples.append((query, part.ids[rows], scores))
         return kernels.order_batch(
@@ -713,7 +744,8 @@ class VectorIndex:
 
     def set_maintenance(self, run: Callable[[VectorIndex], None] | None) -> None:
         """Who runs maintenance when it falls due: ``run(self)`` is called (it should
-        hand the work to another thread and return), or nobody (``None``)."""
+        hand the work to another thread and return; ``settle`` runs the steps due),
+        or nobody (``None``: ``maintain()`` by hand)."""
         self._maintenance = run
 
     def maintenance_due(self) -> bool:
@@ -871,61 +903,41 @@ class VectorIndex:
         return np.ascontiguousarray((q / norms[:, None]).astype(np.float32))
 
 
-class _Background:
-    """One daemon thread per process that runs standalone indexes' maintenance in RAM.
+def settle(step: Callable[[], bool], *, what: str, stopping: Callable[[], bool] = bool) -> int:
+    """Call ``step()`` while it says another step is due, at most ``MAX_STEPS`` times,
+    and not once ``stopping()`` is true; how many ran.
 
-    Stopped at interpreter exit (after the step under way), so it is never frozen in
-    the middle of native code while the interpreter finalises.
+    Each maintenance step leaves fewer parts or fewer dead rows, so a handful settle
+    anything; one that never settles is logged as ``what`` instead of spun on.
     """
-
-    _lock = threading.Lock()
-    _queue: queue.SimpleQueue[VectorIndex | None] | None = None
-    _thread: threading.Thread | None = None
-    _closing = False
-
-    @classmethod
-    def submit(cls, index: VectorIndex) -> None:
-        with cls._lock:
-            if cls._closing:
-                return
-            if cls._queue is None:
-                cls._queue = queue.SimpleQueue()
-                cls._thread = threading.Thread(
-                    target=cls._run,
-                    args=(cls._queue,),
-                    name="agentcore-index-maintenance",
-                    daemon=True,
-                )
-                cls._thread.start()
-                atexit.register(cls.stop)
-            cls._queue.put(index)
-
-    @classmethod
-    def stop(cls, timeout: float = 30.0) -> None:
-        with cls._lock:
-            cls._closing = True
-            if cls._queue is not None:
-                cls._queue.put(None)
-            thread = cls._thread
-        if thread is not None:
-            thread.join(timeout)
-
-    @classmethod
-    def _run(cls, jobs: queue.SimpleQueue[VectorIndex | None]) -> None:
-        while (index := jobs.get()) is not None:
-            try:
-                steps = 0
-                while not cls._closing and index.maintain():
-                    steps += 1
-                    if steps >= MAX_STEPS:
-                        _log.warning("index maintenance still due after %d steps", steps)
-                        break
-            except Exception:  # a failed step leaves the index as it was
-                _log.exception("index maintenance failed")
+    steps = 0
+    while not stopping():
+        steps += 1
+        if not step():
+            break
+        if steps >= MAX_STEPS:
+            _log.warning("%s still due after %d steps", what, steps)
+            break
+    return steps
 
 
-def _background(index: VectorIndex) -> None:
-    _Background.submit(index)
+def _submit_to(executor: Executor) -> Callable[[VectorIndex], None]:
+    """Maintenance for indexes given an executor: their due steps run on its threads."""
+
+    def run(index: VectorIndex) -> None:
+        try:
+            executor.submit(_maintain_quietly, index)
+        except RuntimeError:  # the executor is shutting down: due again at the next write
+            index._scheduled = False
+
+    return run
+
+
+def _maintain_quietly(index: VectorIndex) -> None:
+    try:
+        settle(index.maintain, what="index maintenance")
+    except Exception:  # a failed step leaves the index as it was
+        _log.exception("index maintenance failed")
 
 
 def _tail_part(buffer: Matrix, ids_buffer: IdArray, n: int, dead: IdArray) -> Part:

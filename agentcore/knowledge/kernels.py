@@ -23,9 +23,10 @@ Threads
     No process-wide lock: every BLAS call here runs single-threaded on its calling
     thread (``single_threaded_blas``: a per-thread BLAS setting found by
     threadpoolctl), and the parallelism is ours. Scans are split into row blocks that
-    the calling thread and a shared pool of helper threads (one per extra core) claim
-    one by one, so concurrent searches share the cores instead of queueing or
-    oversubscribing them. A single query scores each block with ``np.vecdot`` into a
+    the calling thread and the helper threads of an executor its owner gives (the
+    core's runtime: one per extra core, ``default_helpers``) claim one by one, so
+    concurrent searches share the cores instead of queueing or oversubscribing them;
+    without an executor the calling thread scans every block itself. A single query scores each block with ``np.vecdot`` into a
     thread-local buffer that stays in cache, reduced to its top-k at once, and the few
     survivors of all blocks are merged; after a thread's first block, "reduced" is one
     comparison against the k-th best score that thread has seen. A batch takes one
@@ -39,7 +40,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any, Protocol
 
@@ -256,28 +257,29 @@ def codec_of(codes: Codes) -> Codec:
         raise ValueError(f"no codec stores rows as {codes.dtype}") from None
 
 
-class _Pool:
-    """A lazily started, process-wide pool of helper threads for block scans.
+def default_helpers() -> int:
+    """Helper threads worth giving block scans here: one per core beyond the calling
+    thread's, at most 7 (``0`` on one core: the calling thread does it all)."""
+    return max(0, min(os.cpu_count() or 1, 8) - 1)
 
-    One helper per core beyond the calling thread (at most 7): a search runs on its
-    own thread plus whichever helpers are idle, so concurrent searches share the
-    cores instead of queueing behind each other or oversubscribing them.
-    """
 
-    _lock = threading.Lock()
-    _executor: ThreadPoolExecutor | None = None
-    helpers = max(0, min(os.cpu_count() or 1, 8) - 1)
+def scan_helpers(name: str = "scan-helper") -> ThreadPoolExecutor | None:
+    """A new pool of scan helpers as a core gives its indexes (``default_helpers``
+    threads, BLAS pinned to one thread each), for a ``VectorIndex`` used on its own:
+    the caller owns it and shuts it down. ``None`` on one core (nothing to share)."""
+    helpers = default_helpers()
+    if not helpers:
+        return None
+    return ThreadPoolExecutor(helpers, thread_name_prefix=name, initializer=pin_blas_thread)
 
-    @classmethod
-    def executor(cls) -> ThreadPoolExecutor:
-        with cls._lock:
-            if cls._executor is None:
-                cls._executor = ThreadPoolExecutor(
-                    max_workers=max(1, cls.helpers),
-                    thread_name_prefix="agentcore-index",
-                    initializer=_pin_blas_thread,
-                )
-            return cls._executor
+
+def helper_count(helpers: Executor | None) -> int:
+    """How many threads ``helpers`` runs: its ``max_workers`` (a runtime's ``Pool``),
+    else a ``ThreadPoolExecutor``'s own count, else one."""
+    if helpers is None:
+        return 0
+    count = getattr(helpers, "max_workers", None) or getattr(helpers, "_max_workers", None)
+    return max(int(count or 1), 1)
 
 
 class _Blas:
@@ -349,8 +351,9 @@ def _inside_numpy(path: str | None) -> bool:
 _pinned = threading.local()
 
 
-def _pin_blas_thread() -> None:
-    """Make this (pool) thread's BLAS calls single-threaded for good."""
+def pin_blas_thread() -> None:
+    """Make this (helper) thread's BLAS calls single-threaded for good: the
+    ``initializer`` of a pool of scan helpers."""
     for setter in _Blas.setters():
         setter(1)
     _pinned.done = True
@@ -371,15 +374,19 @@ def single_threaded_blas() -> Iterator[None]:
             setter(count)
 
 
-def run_blocks(count: int, work: Callable[[int, dict[str, Any]], Any]) -> list[Any]:
+def run_blocks(
+    count: int, work: Callable[[int, dict[str, Any]], Any], helpers: Executor | None = None
+) -> list[Any]:
     """Run ``work(i, state)`` for ``i`` in ``range(count)`` on this thread plus idle helpers.
 
-    Blocks are claimed one at a time, so a busy pool only means this thread does more
-    of them itself; it never waits for a helper that has not started. ``state`` is a
-    dict private to one thread for the duration of the call (a running top-k bound).
+    Blocks are claimed one at a time, so a busy (or absent) pool of ``helpers`` only
+    means this thread does more of them itself; it never waits for a helper that has
+    not started. ``state`` is a dict private to one thread for the duration of the
+    call (a running top-k bound).
     """
     results: list[Any] = [None] * count
-    if count <= 1 or _Pool.helpers == 0:
+    extra = min(helper_count(helpers), count - 1)
+    if extra <= 0 or helpers is None:
         own: dict[str, Any] = {}
         for i in range(count):
             results[i] = work(i, own)
@@ -406,9 +413,16 @@ def run_blocks(count: int, work: Callable[[int, dict[str, Any]], Any]) -> list[A
                 if progress[1] == count:
                     done.set()
 
-    executor = _Pool.executor()
-    for _ in range(min(_Pool.helpers, count - 1)):
-        executor.submit(drain)
+    def help_out() -> None:
+        # a helper pool made without pin_blas_thread: single-threaded BLAS all the same
+        with single_threaded_blas():
+            drain()
+
+    for _ in range(extra):
+        try:
+            helpers.submit(help_out)
+        except RuntimeError:  # the pool is shutting down: this thread does the rest
+            break
     drain()
     done.wait()
     if errors:
@@ -506,12 +520,14 @@ def scan(
     q: Matrix,
     k: int,
     codec: Codec | None = None,
+    helpers: Executor | None = None,
 ) -> tuple[IdArray, ScoreArray]:
     """Candidates for one unit query ``q`` ``(d,)`` over ``codes`` ``(n, d)``.
 
     ``dead`` holds sorted row numbers that must not be returned (scored ``-inf``).
     ``params`` are the codec's parameters of this part (empty for float32); the
-    codec is the one named by ``codec`` or else the one of ``codes``' dtype.
+    codec is the one named by ``codec`` or else the one of ``codes``' dtype. Row
+    blocks of a large scan are shared with the threads of ``helpers``, if given.
     Returns rows of ``codes`` and their (for an approximate codec, approximate) scores.
     """
     codec = codec or codec_of(codes)
@@ -528,11 +544,17 @@ def scan(
             scores[dead] = -np.inf
         rows = top_candidates(scores, k)
         return rows, scores[rows]
-    return _parallel_scan(codec, codes, dead, folded[0], float(offsets[0]), k)
+    return _parallel_scan(codec, codes, dead, folded[0], float(offsets[0]), k, helpers)
 
 
 def _parallel_scan(
-    codec: Codec, codes: Codes, dead: IdArray, q: Matrix, offset: float, k: int
+    codec: Codec,
+    codes: Codes,
+    dead: IdArray,
+    q: Matrix,
+    offset: float,
+    k: int,
+    helpers: Executor | None,
 ) -> tuple[IdArray, ScoreArray]:
     n, d = codes.shape
     limit = _BLOCK_BYTES if codec.exact else min(_BLOCK_BYTES, _DECODE_BYTES)
@@ -565,7 +587,7 @@ def _parallel_scan(
             state["best"].sort()
         return local + a, found
 
-    parts = run_blocks(len(starts), work)
+    parts = run_blocks(len(starts), work, helpers)
     rows = np.concatenate([p[0] for p in parts])
     return rows, np.concatenate([p[1] for p in parts])
 
@@ -622,12 +644,13 @@ def scan_batch(
     queries: Matrix,
     k: int,
     codec: Codec | None = None,
+    helpers: Executor | None = None,
 ) -> tuple[IdArray, IdArray, ScoreArray]:
     """Candidates for each row of unit ``queries`` ``(m, d)`` over ``codes`` ``(n, d)``.
 
     A zero query row gets no candidates. Returns parallel arrays ``(query, row,
     score)``: for each query, its candidate rows of ``codes`` and their scores.
-    Row blocks run on this thread and the pool, one single-threaded product each
+    Row blocks run on this thread and ``helpers``' threads, one single-threaded product each
     (``_BatchScorer``), so the ``(block x m)`` scores of a block stay in cache, and each
     thread selects its own blocks' candidates as it goes: no serial phase but the merge.
     """
@@ -685,7 +708,7 @@ def scan_batch(
                 _raise_cut(state, k, m)
 
     with single_threaded_blas():
-        run_blocks(len(starts), work)
+        run_blocks(len(starts), work, helpers)
     for state in states:
         if "cut" in state and state["pending"]:
             _raise_cut(state, k, m)  # each thread hands over only its best k per query
@@ -838,6 +861,7 @@ def search_part(
     dead: IdArray,
     q: Matrix,
     k: int,
+    helpers: Executor | None = None,
 ) -> tuple[IdArray, ScoreArray]:
     """Exact candidates for one unit query over one part: rows and float32 scores.
 
@@ -845,7 +869,7 @@ def search_part(
     the same rows in float32 (the same array for the float32 codec; for others, read
     only at the candidates' rows, to re-score them exactly).
     """
-    rows, scores = scan(codes, params, dead, q, codec.candidates(k), codec)
+    rows, scores = scan(codes, params, dead, q, codec.candidates(k), codec, helpers)
     if codec.exact or rows.size == 0:
         return rows, scores
     rows = np.sort(rows[scores > -np.inf])  # dead rows stay out; read in file order
@@ -862,9 +886,12 @@ def search_part_batch(
     dead: IdArray,
     queries: Matrix,
     k: int,
+    helpers: Executor | None = None,
 ) -> tuple[IdArray, IdArray, ScoreArray]:
     """``search_part`` for each row of ``queries``: triples ``(query, row, score)``."""
-    query, rows, scores = scan_batch(codes, params, dead, queries, codec.candidates(k), codec)
+    query, rows, scores = scan_batch(
+        codes, params, dead, queries, codec.candidates(k), codec, helpers
+    )
     if codec.exact or rows.size == 0:
         return query, rows, scores
     # Only each query's best candidates(k) by approximate score (and ties) are read

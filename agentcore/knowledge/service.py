@@ -224,6 +224,8 @@ class KnowledgeService:
             or (content_type != PDF and size <= settings.ingest_inline_max_bytes)
         ):
             return self._store_parsed(parse(), size, cancellation)
+        if cancellation is not None:
+            cancellation.check()  # already stopped: store nothing
         document = self._processing(source, content_type, size)
         outcome = jobs.run_and_wait(
             document.id,

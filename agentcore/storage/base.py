@@ -265,7 +265,9 @@ class WebhookStorage(Protocol):
         """A page of subscriptions, newest first."""
 
     def update_subscription(self, subscription_id: str, **changes: Any) -> None:
-        """Set status, secrets, failure tracking or the disabled reason."""
+        """Set status, secrets, failure tracking or the disabled reason. Disabling a
+        subscription ends its pending deliveries as ``failed``, and so does recording
+        an attempt of a subscription found disabled."""
 
     def delete_subscription(
         self, organization_id: str, environment: str, subscription_id: str
@@ -392,6 +394,10 @@ class Store(
     #: file: no). ``rate_limit_backend = "auto"`` keeps token buckets in such a store.
     shared_by_nodes: bool
 
+    def ping(self) -> None:
+        """Run the cheapest query there is; raises (``ServiceUnavailable`` or the
+        driver's error) when the database does not answer. For health checks."""
+
     def close(self) -> None:
         """Release connections."""
 
@@ -431,3 +437,17 @@ class EventWaiter(Protocol):
         ``False`` on timeout (or while the wake-up channel is broken): callers then poll,
         so a store without this capability, or a lost wake-up, only adds latency.
         """
+
+
+@runtime_checkable
+class Checkpointing(Protocol):
+    """Optional capability: a store with housekeeping to run off the request path (a
+    SQLite file folds its write-ahead log into the database)."""
+
+    @property
+    def checkpoint_interval(self) -> float | None:
+        """Seconds between ``checkpoint()`` calls, or ``None`` when none are needed."""
+
+    def checkpoint(self) -> bool:
+        """Do the housekeeping due now, without waiting for readers or writers; whether
+        there was any. The core's runtime calls it on a loop of its own."""

@@ -9,20 +9,24 @@ sent again with the same ``webhook-id`` (at-least-once; the id is the dedupe key
 
 from __future__ import annotations
 
+import functools
 import random
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
+
+import httpx
 
 from agentcore.events import Event
 from agentcore.ids import isoformat, utcnow
 from agentcore.redact import get_logger
+from agentcore.runtime import Loop, Pool, Runtime
 from agentcore.storage.base import EventWaiter
 from agentcore.storage.records import DueDelivery
 from agentcore.webhooks.schedule import next_delay
+from agentcore.webhooks.sealing import SecretBox
 from agentcore.webhooks.sender import AttemptResult, make_client, send
 from agentcore.webhooks.signing import build_headers, encode_payload
 from agentcore.webhooks.ssrf import AddressPolicy, Resolver, default_resolver
@@ -38,6 +42,9 @@ HEALTHY_IN_FLIGHT = 4  # a receiver answering 2xx quickly may have this many att
 FAST_ENOUGH_MS = 1000.0
 LEASE_MARGIN = 10.0
 IDLE_POLL = 1.0  # also notices deliveries written by other processes
+# Longest wait after consecutive failed passes (the database restarting): short, since
+# events acknowledged meanwhile wait for it
+BACKOFF_MAX = 5.0
 
 
 class WebhookRuntime:
@@ -45,6 +52,16 @@ class WebhookRuntime:
 
     ``clock`` (Unix seconds) and ``rng`` are injectable so tests drive retries without
     sleeping; ``resolver`` is injectable so tests can point host names anywhere.
+
+    Given the core's ``runtime``, it declares its background work there, which runs
+    between the core's ``start()`` and ``stop()``: the supervised loop
+    ``agentcore-webhook-worker`` (claim due deliveries, hand them to the sender pool
+    ``agentcore-webhook``, sleep until the next is due), on a store that can wake it
+    the loop ``agentcore-webhook-listen`` (events recorded by other nodes), and itself
+    as a component (its HTTP client; ``stop`` lets attempts under way finish). A
+    failing pass (the database restarting) is logged and retried after a backoff of
+    at most ``BACKOFF_MAX`` seconds, never ends the worker. Without a runtime there is
+    no worker: ``deliver_due()`` sends in the calling thread.
 
     :param store: subscriptions, deliveries and the event outbox.
     :param settings: the ``webhook_*`` settings (allowed networks, time-out, workers,
@@ -59,6 +76,7 @@ class WebhookRuntime:
         clock: Callable[[], float] = time.time,
         rng: random.Random | None = None,
         resolver: Resolver = default_resolver,
+        runtime: Runtime | None = None,
     ) -> None:
         self.store = store
         self.clock = clock
@@ -67,90 +85,82 @@ class WebhookRuntime:
         self.policy = AddressPolicy(settings.webhook_allowed_networks)
         self.timeout = settings.webhook_timeout
         self.disable_after = settings.webhook_disable_after
+        # seals secrets for the store and opens them to sign (webhook_secret_key)
+        self.secrets = SecretBox.from_setting(settings.webhook_secret_key)
         self._pool_size = settings.webhook_workers
-        self._wake = threading.Event()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._listener: threading.Thread | None = None
-        self._pool: ThreadPoolExecutor | None = None
-        self._client: Any = None
+        self._client: httpx.Client | None = None
         self._in_flight: dict[str, int] = {}
         self._healthy: dict[str, bool] = {}  # last attempt was a quick 2xx
         # leased deliveries of a subscription already at its in-flight cap, each with
         # the monotonic time its lease ends; sent as that subscription's slots free up
         self._backlog: dict[str, deque[tuple[DueDelivery, float]]] = {}
         self._lock = threading.Lock()
+        self._pool: Pool | None = None
+        self._worker: Loop | None = None
+        if runtime is not None:
+            runtime.own(self)  # first: the client exists before the worker's first pass
+            self._pool = runtime.executor("agentcore-webhook", self._pool_size)
+            self._worker = runtime.loop(
+                "agentcore-webhook-worker", self._work, interval=IDLE_POLL, backoff_max=BACKOFF_MAX
+            )
+            if isinstance(store, EventWaiter):
+                # events recorded by other nodes wake this worker at once
+                runtime.loop(
+                    "agentcore-webhook-listen",
+                    functools.partial(self._listen, store),
+                    interval=0.0,
+                    backoff_max=BACKOFF_MAX,
+                )
 
     # the outbox sink --------------------------------------------------------------
 
     def record(self, event: Event) -> None:
         """Bus sink: store the event and its deliveries, then wake the worker."""
         if self.store.record_event(event, now=self.clock()):
-            self._wake.set()
+            self.wake()
 
     def wake(self) -> None:
         """Ask the worker to look for due deliveries now."""
-        self._wake.set()
+        if self._worker is not None:
+            self._worker.wake()
 
     # the worker --------------------------------------------------------------------
 
     def start(self) -> None:
-        """Start the delivery thread and its sender pool (idempotent)."""
+        """Open the HTTP client the worker's attempts use (the runtime calls this)."""
         with self._lock:
-            if self._thread is not None:
-                return
-            self._stop.clear()
-            self._client = make_client(self.policy, timeout=self.timeout, resolver=self.resolver)
-            self._pool = ThreadPoolExecutor(self._pool_size, thread_name_prefix="agentcore-webhook")
-            self._thread = threading.Thread(
-                target=self._run, name="agentcore-webhook-worker", daemon=True
-            )
-            self._thread.start()
-            store = self.store
-            if isinstance(store, EventWaiter):
-                # events recorded by other nodes wake this worker at once
-                self._listener = threading.Thread(
-                    target=self._listen, args=(store,), name="agentcore-webhook-listen", daemon=True
+            if self._client is None:
+                self._client = make_client(
+                    self.policy, timeout=self.timeout, resolver=self.resolver
                 )
-                self._listener.start()
 
-    def _listen(self, store: EventWaiter) -> None:
-        while not self._stop.is_set():
-            try:
-                if store.wait_for_events(IDLE_POLL):
-                    self._wake.set()
-            except Exception:  # the worker still polls; keep listening
-                log.exception("waiting for webhook events failed")
-                self._stop.wait(IDLE_POLL)
+    def stop(self, timeout: float) -> None:
+        """Let the attempts under way finish (up to ``timeout`` s), then close the client.
 
-    def stop(self, timeout: float = 5.0) -> None:
-        """Stop claiming work; wait briefly for attempts under way (leases cover the rest)."""
-        with self._lock:
-            thread, pool, client = self._thread, self._pool, self._client
-            listener = self._listener
-            self._thread = self._pool = self._client = self._listener = None
-        if thread is None:
-            return
-        self._stop.set()
-        self._wake.set()
-        thread.join(timeout)
-        # the listener (a daemon) ends at its next wake-up; closing the store wakes it
-        del listener
-        if pool is not None:
-            pool.shutdown(wait=True, cancel_futures=True)
+        The runtime calls this after the worker loop has stopped claiming. Attempts
+        not started yet are skipped (their leases lapse and they are sent again);
+        one still running after ``timeout`` keeps the client open until it ends.
+        """
+        finished = self._pool.close(timeout) if self._pool is not None else True
         with self._lock:
             self._backlog.clear()  # their leases lapse and another worker takes them
-        if client is not None:
+            client, self._client = self._client, None
+        if client is not None and finished:
             client.close()
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.dispatch_due()
-            except Exception:  # keep the worker alive through store hiccups
-                log.exception("webhook worker pass failed")
-            self._wake.wait(self._idle_wait())
-            self._wake.clear()
+    def _stopping(self) -> bool:
+        return self._worker is not None and self._worker.stopping
+
+    def _listen(self, store: EventWaiter) -> float:
+        """A pass of the listener: wait (up to ``IDLE_POLL``) for another node's event."""
+        if store.wait_for_events(IDLE_POLL):
+            self.wake()
+        return 0.0
+
+    def _work(self) -> float:
+        """A pass of the worker: send what is due, then sleep until the next is due."""
+        self.dispatch_due()
+        return self._idle_wait()
 
     def _idle_wait(self) -> float:
         due = self.store.next_due_at()
@@ -165,8 +175,8 @@ class WebhookRuntime:
         under way; leased deliveries beyond that wait in a local backlog and are sent
         as its attempts finish (never left idle until their lease lapses).
         """
-        pool = self._pool
-        if pool is None:
+        pool, client = self._pool, self._client
+        if pool is None or client is None:
             return 0
         with self._lock:
             busy = [s for s, n in self._in_flight.items() if n >= self._cap(s)]
@@ -186,7 +196,7 @@ class WebhookRuntime:
                     self._backlog.setdefault(subscription, deque()).append((delivery, lease_ends))
                     continue
                 self._in_flight[subscription] = self._in_flight.get(subscription, 0) + 1
-            self._submit(pool, delivery)
+            self._submit(pool, delivery, client)
         return len(due)
 
     def _cap(self, subscription: str) -> int:
@@ -194,29 +204,36 @@ class WebhookRuntime:
         healthy = self._healthy.get(subscription, False)
         return HEALTHY_IN_FLIGHT if healthy else PER_SUBSCRIPTION_IN_FLIGHT
 
-    def _submit(self, pool: ThreadPoolExecutor, delivery: DueDelivery) -> None:
+    def _submit(self, pool: Pool, delivery: DueDelivery, client: httpx.Client) -> None:
         try:
-            pool.submit(self._attempt_and_release, delivery)
+            pool.submit(self._attempt_and_release, delivery, client)
         except RuntimeError:  # the pool is shutting down; the lease lapses, nothing lost
             self._release(delivery.subscription_id)
 
-    def _attempt_and_release(self, delivery: DueDelivery) -> None:
+    def _attempt_and_release(self, delivery: DueDelivery, client: httpx.Client) -> None:
+        """Send one leased delivery with the client it was claimed with (kept open by
+        ``stop`` until attempts end), then hand its slot on. Once the core is
+        stopping, attempts not begun are skipped: their leases lapse and they are
+        sent again (by this node's next start, or another node)."""
         try:
-            self.attempt(delivery)
+            if not self._stopping():
+                self.attempt(delivery, client=client)
         except Exception:
             log.exception("webhook attempt %s failed unexpectedly", delivery.id)
         finally:
-            following = self._release(delivery.subscription_id)
-            pool = self._pool
-            if following is not None and pool is not None:
-                self._submit(pool, following)
-            self._wake.set()
+            # once stopping, the backlog is left to its leases: handing it on would
+            # start new sender threads after the core's stop() had ended them
+            following = self._release(delivery.subscription_id, hand_on=not self._stopping())
+            if following is not None and self._pool is not None:
+                self._submit(self._pool, following, client)
+            self.wake()
 
-    def _release(self, subscription: str) -> DueDelivery | None:
-        """Free one slot of ``subscription``, or hand it the next backlogged delivery."""
+    def _release(self, subscription: str, *, hand_on: bool = True) -> DueDelivery | None:
+        """Free one slot of ``subscription``, or (``hand_on``) hand it the next
+        backlogged delivery."""
         now = time.monotonic()
         with self._lock:
-            queue = self._backlog.get(subscription)
+            queue = self._backlog.get(subscription) if hand_on else None
             while queue:
                 delivery, lease_ends = queue.popleft()
                 if not queue:
@@ -243,8 +260,14 @@ class WebhookRuntime:
         finally:
             client.close()
 
-    def attempt(self, delivery: DueDelivery, *, client: Any = None) -> AttemptResult:
-        """Send one delivery once and record the outcome and the next retry."""
+    def attempt(
+        self, delivery: DueDelivery, *, client: httpx.Client | None = None
+    ) -> AttemptResult:
+        """Send one delivery once and record the outcome and the next retry (with
+        ``client``, else the worker's; one of them must be open)."""
+        client = client or self._client
+        if client is None:
+            raise RuntimeError("the webhook worker is not started: pass a client")
         body = encode_payload(
             delivery.event_type,
             delivery.event_timestamp,
@@ -252,8 +275,9 @@ class WebhookRuntime:
             event_id=delivery.event_id,
         )
         now = self.clock()
-        headers = build_headers(delivery.secrets, delivery.event_id, int(now), body)
-        result = send(client or self._client, delivery.url, headers, body, timeout=self.timeout)
+        secrets = [self.secrets.open(secret) for secret in delivery.secrets]
+        headers = build_headers(secrets, delivery.event_id, int(now), body)
+        result = send(client, delivery.url, headers, body, timeout=self.timeout)
         with self._lock:
             self._healthy[delivery.subscription_id] = (
                 result.succeeded and result.duration_ms < FAST_ENOUGH_MS

@@ -81,7 +81,7 @@ class WebhookService:
             self._ws.environment,
             url=checked,
             events=kinds,
-            secret=secret,
+            secret=self._runtime.secrets.seal(secret),  # the store never sees it, with a key
             description=description,
         )
         return WebhookSubscriptionWithSecret(**stored.public.model_dump(), secret=secret)
@@ -120,14 +120,19 @@ class WebhookService:
         return Deleted(id=subscription_id)
 
     def rotate_secret(self, subscription_id: str) -> WebhookSubscriptionWithSecret:
-        """A new secret; the old one keeps signing (beside it) for 24 hours. Write scope."""
+        """A new secret; the old one keeps signing (beside it) for 24 hours. Write scope.
+
+        With ``webhook_secret_key`` set both are stored sealed: a secret stored in
+        plaintext before the key was set, or sealed with an older key, is sealed anew.
+        """
         self._ws.require("write")
         current = self._find(subscription_id)
         secret = generate_secret()
+        box = self._runtime.secrets
         self._store.update_subscription(
             subscription_id,
-            secret=secret,
-            previous_secret=current.secret,
+            secret=box.seal(secret),
+            previous_secret=box.seal(box.open(current.secret)),
             previous_secret_expires_at=self._runtime.clock() + ROTATION_OVERLAP,
         )
         return WebhookSubscriptionWithSecret(
@@ -135,7 +140,11 @@ class WebhookService:
         )
 
     def enable(self, subscription_id: str) -> WebhookSubscription:
-        """Re-enable a disabled subscription; its pending deliveries resume. Write scope."""
+        """Re-enable a disabled subscription: events recorded from now on are delivered.
+
+        Its deliveries that were pending when it was disabled ended as ``failed`` then
+        (``GET /v1/webhooks/{id}/deliveries`` shows them); they are not resent. Write scope.
+        """
         self._ws.require("write")
         self._find(subscription_id)
         self._store.update_subscription(

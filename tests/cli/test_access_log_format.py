@@ -1,17 +1,22 @@
-"""The access line of ``agentcore serve``: uvicorn's own, character for character,
-from a formatter that skips uvicorn's record copies (``agentcore_starlette.logs``)."""
+"""The access log of ``agentcore serve``: uvicorn's own line, character for character,
+from ``AccessFormatter`` (a plain ``logging.Formatter``), behind the redacting filter,
+written by ``DeferredStreamHandler`` after the answer it describes."""
 
 from __future__ import annotations
 
+import asyncio
+import io
 import logging
+import logging.config
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from uvicorn.logging import AccessFormatter as UvicornAccessFormatter
 
-from agentcore.cli import serve_log_config
 from agentcore.redact import SecretRedactingFilter
-from agentcore_starlette.logs import DEFAULT_FORMAT, AccessFormatter
+from agentcore_starlette.logs import DEFAULT_FORMAT, AccessFormatter, DeferredStreamHandler
+from agentcore_starlette.serve import serve_log_config
 
 
 def record(*args: Any, level: int = logging.INFO) -> logging.LogRecord:
@@ -60,6 +65,23 @@ def test_colours_another_format_and_odd_records_go_through_uvicorn() -> None:
         ours.format(short)
 
 
+@pytest.fixture
+def restored_logging() -> Iterator[None]:
+    """The loggers ``serve_log_config`` configures, put back as they were afterwards."""
+    names = ("", "uvicorn", "uvicorn.error", "uvicorn.access", "agentcore")
+    saved = {}
+    for name in names:
+        logger = logging.getLogger(name)
+        saved[name] = (logger.handlers[:], logger.filters[:], logger.level, logger.propagate)
+    yield
+    for name, (handlers, filters, level, propagate) in saved.items():
+        logger = logging.getLogger(name)
+        logger.handlers[:], logger.filters[:] = handlers, filters
+        logger.setLevel(level)
+        logger.propagate = propagate
+
+
+@pytest.mark.usefixtures("restored_logging")
 def test_serve_configures_it_behind_the_redacting_filter() -> None:
     # the live line (redacted, from a real `agentcore serve`) is checked in
     # tests/core/test_secrets_in_logs.py; here: the configuration that produces it
@@ -67,9 +89,46 @@ def test_serve_configures_it_behind_the_redacting_filter() -> None:
     assert config["formatters"]["access"]["()"] == "agentcore_starlette.logs.AccessFormatter"
     assert config["formatters"]["access"]["fmt"] == DEFAULT_FORMAT
     assert config["loggers"]["uvicorn.access"]["filters"] == ["redact_secrets"]
-    assert config["handlers"]["access"]["formatter"] == "access"
+    access = config["handlers"]["access"]
+    assert access["class"] == "agentcore_starlette.logs.DeferredStreamHandler"
+    assert access["formatter"] == "access" and access["filters"] == ["redact_secrets"]
+    config["formatters"]["access"]["use_colors"] = False
+    config["handlers"]["access"]["stream"] = "ext://sys.stderr"
+    logging.config.dictConfig(config)  # it loads: every class and name resolves
+    handler = logging.getLogger("uvicorn.access").handlers[0]
+    out = io.StringIO()
+    handler.setStream(out)  # type: ignore[attr-defined]
     key = "ak_test_" + "Q" * 38
-    line = record("127.0.0.1:9", "GET", f"/v1/x?api_key={key}", "1.1", 400)
-    assert SecretRedactingFilter().filter(line)
-    text = AccessFormatter(DEFAULT_FORMAT, use_colors=False).format(line)
-    assert text == 'INFO:     127.0.0.1:9 - "GET /v1/x?api_key=[REDACTED] HTTP/1.1" 400 Bad Request'
+    logging.getLogger("uvicorn.access").info(
+        '%s - "%s %s HTTP/%s" %d', "127.0.0.1:9", "GET", f"/v1/x?api_key={key}", "1.1", 400
+    )
+    assert out.getvalue() == (
+        'INFO:     127.0.0.1:9 - "GET /v1/x?api_key=[REDACTED] HTTP/1.1" 400 Bad Request\n'
+    )
+
+
+def test_on_a_loop_a_record_is_written_at_the_next_step() -> None:
+    out = io.StringIO()
+    handler = DeferredStreamHandler(out)
+    handler.addFilter(SecretRedactingFilter())
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    logger = logging.getLogger("tests.deferred")
+    logger.propagate = False
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+
+    async def answer() -> list[str]:
+        seen = []
+        logger.info("first")
+        logger.info("second")
+        seen.append(out.getvalue())  # this step: nothing written yet
+        await asyncio.sleep(0)
+        seen.append(out.getvalue())
+        return seen
+
+    try:
+        assert asyncio.run(answer()) == ["", "first\nsecond\n"]  # in order, one step later
+        logger.info("off the loop")  # at once
+        assert out.getvalue().endswith("off the loop\n")
+    finally:
+        logger.removeHandler(handler)

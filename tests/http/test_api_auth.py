@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from datetime import timedelta
 
+import httpx
 from helpers import api, assert_problem  # noqa: F401 (api: faster fixture)
 
 from agentcore.ids import BASE62
@@ -77,6 +79,32 @@ def test_malformed_authorization(api) -> None:
 def test_key_without_bearer_scheme(api) -> None:
     response = api.get("/v1/auth/verify", key=None, headers={"Authorization": api.key})
     _assert_401(response, "malformed_authorization", api.key)
+
+
+def _with_headers(api, headers: list[tuple[str, str]]) -> httpx.Response:
+    """GET /v1/auth/verify sending ``headers`` as they are (repeated names kept)."""
+    if api.base_url is not None:
+        return httpx.get(api.base_url + "/v1/auth/verify", headers=headers, timeout=30)
+
+    async def go() -> httpx.Response:
+        transport = httpx.ASGITransport(app=api.app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://asgi") as client:
+            return await client.get("/v1/auth/verify", headers=headers)
+
+    return asyncio.run(go())
+
+
+def test_two_authorization_headers_are_refused(api, keys) -> None:
+    other = keys.make("globex").secret
+    for first, second in [(api.key, api.key), (api.key, other), (api.key, "garbage")]:
+        headers = [("Authorization", f"Bearer {first}"), ("Authorization", f"Bearer {second}")]
+        response = _with_headers(api, headers)
+        assert_problem(response, 400, "duplicate_authorization", param="Authorization")
+        assert first not in response.text and second not in response.text
+    # one header carrying two keys is a malformed one: 401, as before
+    joined = [("Authorization", f"Bearer {api.key}, Bearer {other}")]
+    _assert_401(_with_headers(api, joined), "malformed_authorization", api.key, other)
+    assert _with_headers(api, [("Authorization", f"Bearer {api.key}")]).status_code == 200
 
 
 def test_bad_checksum(api) -> None:

@@ -5,7 +5,6 @@ one-liner never did). The README's Python blocks are executed, so they stay true
 from __future__ import annotations
 
 import json
-import re
 import time
 from pathlib import Path
 from typing import Any
@@ -13,6 +12,7 @@ from typing import Any
 import httpx
 import pytest
 from conftest import ServerThread
+from markdown_blocks import ROOT, blocks_of
 from webhook_receiver import Receiver
 
 from agentcore import AgentCore
@@ -20,13 +20,12 @@ from agentcore_starlette import create_app
 
 pytest.importorskip("fastapi")
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+README = ROOT / "README.md"
 
 
 def readme_block(marker: str) -> str:
     """The README's ```python block containing ``marker``."""
-    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), re.DOTALL)
-    found = [block for block in blocks if marker in block]
+    found = [b.code for b in blocks_of(README) if b.lang == "python" and marker in b.code]
     assert len(found) == 1, f"expected one README python block with {marker!r}"
     return found[0]
 

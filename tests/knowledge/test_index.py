@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import Executor, ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -15,19 +16,25 @@ from hypothesis import strategies as st
 
 from agentcore.errors import ValidationFailed
 from agentcore.knowledge import kernels
-from agentcore.knowledge.index import MAX_STEPS, VectorIndex, _Background
+from agentcore.knowledge.index import MAX_STEPS, VectorIndex
 
 TOL = 1e-5
 
 
 @pytest.fixture(params=["single-block", "many-blocks"])
-def blocks(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """Run a test on the plain path and on the blocked, multi-threaded path."""
-    if request.param == "many-blocks":
-        monkeypatch.setattr(kernels, "PARALLEL_MIN_ELEMENTS", 1)
-        monkeypatch.setattr(kernels, "_BLOCK_BYTES", 1)  # 4096-row blocks
-        monkeypatch.setattr(kernels, "_BATCH_BLOCK_ELEMENTS", 1)  # 1024-row blocks
-    yield request.param
+def blocks(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Executor | None]:
+    """Run a test on the plain path (no executor) and on the blocked path, with helper
+    threads (the executor a test's indexes are given: scans and maintenance use it)."""
+    if request.param == "single-block":
+        yield None
+        return
+    monkeypatch.setattr(kernels, "PARALLEL_MIN_ELEMENTS", 1)
+    monkeypatch.setattr(kernels, "_BLOCK_BYTES", 1)  # 4096-row blocks
+    monkeypatch.setattr(kernels, "_BATCH_BLOCK_ELEMENTS", 1)  # 1024-row blocks
+    with ThreadPoolExecutor(3, initializer=kernels.pin_blas_thread) as helpers:
+        yield helpers
 
 
 def unit(v: npt.ArrayLike) -> npt.NDArray[np.float64]:
@@ -84,12 +91,12 @@ def test_search_matches_float64_brute_force(
 
 
 @pytest.mark.slow
-def test_large_index_matches_reference_on_both_paths(blocks: str) -> None:
+def test_large_index_matches_reference_on_both_paths(blocks: Executor | None) -> None:
     rng = np.random.default_rng(7)
     data = rng.standard_normal((20_000, 16)).astype(np.float32)
     data[5000:5100] = data[0]  # duplicates straddling block borders: ties at the cut
     ids = rng.permutation(10**6)[:20_000].astype(np.int64)
-    index = VectorIndex(16)
+    index = VectorIndex(16, executor=blocks)
     index.add(ids, data)
     live = dict(zip(ids.tolist(), data.astype(np.float64), strict=True))
     for query in [*rng.standard_normal((5, 16)), data[0]]:
@@ -120,10 +127,10 @@ def test_rows_are_normalised_and_scores_bounded() -> None:
     np.testing.assert_allclose(index.get(101), [0.6, 0, 0.8, 0, 0, 0, 0, 0], atol=1e-6)
 
 
-def test_deletes_readds_and_compaction(blocks: str) -> None:
+def test_deletes_readds_and_compaction(blocks: Executor | None) -> None:
     rng = np.random.default_rng(2)
     data = rng.standard_normal((9000, 8)).astype(np.float32)
-    index = VectorIndex(8)
+    index = VectorIndex(8, executor=blocks)
     index.add(range(9000), data)
     assert index.remove([1, 2, 3, 10**9]) == 3  # unknown ids are ignored
     assert index.remove([1]) == 0
@@ -171,22 +178,24 @@ def test_random_adds_and_removes_match_a_model(ops: list[tuple[bool, list[int]]]
             assert_exact_top_k(*index.search([1.0, -1.0, 2.0], 100), model, [1.0, -1.0, 2.0], 100)
 
 
-def test_round_trip_through_buffers_and_segments(blocks: str) -> None:
+def test_round_trip_through_buffers_and_segments(blocks: Executor | None) -> None:
     rng = np.random.default_rng(3)
     data = rng.standard_normal((10_000, 12)).astype(np.float32)
-    index = VectorIndex(12)
+    index = VectorIndex(12, executor=blocks)
     index.add(np.arange(10_000) * 2, data)
     index.remove(range(0, 400, 2))
     id_bytes, vector_bytes = index.to_buffers()
     assert len(id_bytes) == 8 * len(index) and len(vector_bytes) == 4 * 12 * len(index)
 
-    loaded = VectorIndex.from_buffers(12, memoryview(id_bytes), vector_bytes)
+    loaded = VectorIndex.from_buffers(12, memoryview(id_bytes), vector_bytes, executor=blocks)
     cuts = [0, 1, 777, 5000, len(index)]
     segments = [
         (id_bytes[8 * a : 8 * b], vector_bytes[48 * a : 48 * b])
         for a, b in zip(cuts, cuts[1:], strict=False)
     ]
-    from_segments = VectorIndex.from_segments(12, iter(segments), total_rows=len(index))
+    from_segments = VectorIndex.from_segments(
+        12, iter(segments), total_rows=len(index), executor=blocks
+    )
     grown = VectorIndex.from_segments(12, segments)  # no size hint: grows as it goes
     queries = rng.standard_normal((6, 12)).astype(np.float32)
     for other in (loaded, from_segments, grown):
@@ -259,11 +268,11 @@ def test_query_refusals_and_boundaries() -> None:
     assert index.search([0, 0, 1], 2)[0].tolist() == [10, 20]  # all tie at 0: by id
 
 
-def test_batch_equals_single_queries(blocks: str) -> None:
+def test_batch_equals_single_queries(blocks: Executor | None) -> None:
     rng = np.random.default_rng(4)
     data = rng.standard_normal((6000, 16)).astype(np.float32)
     data[100:140] = data[7]  # ties at the cut exercise the exact tie handling
-    index = VectorIndex(16)
+    index = VectorIndex(16, executor=blocks)
     index.add(rng.permutation(6000), data)
     index.remove(range(0, 6000, 11))
     queries = np.vstack([rng.standard_normal((20, 16)), data[7:8], np.zeros((1, 16))])
@@ -285,8 +294,8 @@ def vector_of(i: int, dimension: int = 24) -> npt.NDArray[np.float32]:
 
 
 @pytest.mark.slow
-def test_readers_see_consistent_rows_while_a_writer_churns(blocks: str) -> None:
-    index = VectorIndex(24)
+def test_readers_see_consistent_rows_while_a_writer_churns(blocks: Executor | None) -> None:
+    index = VectorIndex(24, executor=blocks)
     index.add(range(3000), np.array([vector_of(i) for i in range(3000)]))
     stop = threading.Event()
     failures: list[str] = []
@@ -375,22 +384,63 @@ def test_store_load_vectors_reads_every_segment_into_one_matrix(tmp_path: Path) 
     np.testing.assert_array_equal(vectors, np.vstack(parts))
 
 
-def test_maintenance_that_never_settles_is_capped_and_the_thread_moves_on(
+def test_maintenance_that_never_settles_is_capped_and_the_executor_moves_on(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     steps: list[int] = []
-    spinning = VectorIndex(4)
-    monkeypatch.setattr(spinning, "maintain", lambda: steps.append(1) or True)
-    due = VectorIndex(4)
-    due.set_maintenance(None)  # submitted by hand below
-    due.add(np.arange(16), np.random.default_rng(3).standard_normal((16, 4)))
-    due.remove(np.arange(8))  # half the tail dead: sealing it is due
-    assert due.maintenance_due()
-    _Background.submit(spinning)
-    _Background.submit(due)
-    deadline = time.monotonic() + 30
-    while due.maintenance_due() and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert not due.maintenance_due()  # the shared thread got past the spinning index
+    rows = np.random.default_rng(3).standard_normal((16, 4))
+    with ThreadPoolExecutor(1) as pool:  # one thread: the capped index must let it go
+        spinning = VectorIndex(4, executor=pool)
+        monkeypatch.setattr(spinning, "maintain", lambda: steps.append(1) or True)
+        due = VectorIndex(4, executor=pool)
+        for index in (spinning, due):
+            index.add(np.arange(16), rows)
+            index.remove(np.arange(8))  # half the tail dead: sealing it is due, and submitted
+        deadline = time.monotonic() + 30
+        while due.maintenance_due() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not due.maintenance_due()  # the pool's thread got past the spinning index
     assert len(steps) == MAX_STEPS
     assert len(due) == 8 and due.tail_rows == 0
+
+
+def test_an_index_without_an_executor_starts_no_thread_and_waits_for_maintain() -> None:
+    before = set(threading.enumerate())
+    index = VectorIndex(8)
+    index.add(np.arange(1000), np.random.default_rng(4).standard_normal((1000, 8)))
+    index.remove(np.arange(500))
+    assert index.maintenance_due()
+    time.sleep(0.05)
+    assert index.maintenance_due() and index.tail_rows == 1000  # nobody ran it
+    assert set(threading.enumerate()) == before
+    assert index.maintain() and not index.maintenance_due() and len(index) == 500
+
+
+def test_large_scans_share_their_blocks_with_the_executor_and_agree_without_it() -> None:
+    rng = np.random.default_rng(5)
+    rows = rng.standard_normal((60_000, 32)).astype(np.float32)  # past PARALLEL_MIN_ELEMENTS
+    queries = rng.standard_normal((5, 32)).astype(np.float32)
+    alone = VectorIndex.adopt(np.arange(60_000), rows / np.linalg.norm(rows, axis=1)[:, None])
+    used: set[str] = set()
+    with ThreadPoolExecutor(3, thread_name_prefix="helper") as pool:
+        original = pool.submit
+
+        def submit(fn, /, *args, **kwargs):  # type: ignore[no-untyped-def]
+            def run():  # type: ignore[no-untyped-def]
+                used.add(threading.current_thread().name)
+                return fn(*args, **kwargs)
+
+            return original(run)
+
+        pool.submit = submit  # type: ignore[method-assign]
+        helped = VectorIndex.adopt(
+            np.arange(60_000), rows / np.linalg.norm(rows, axis=1)[:, None], executor=pool
+        )
+        for q in queries:
+            ids, scores = helped.search(q, 10)
+            expected = alone.search(q, 10)
+            assert ids.tolist() == expected[0].tolist()
+            np.testing.assert_allclose(scores, expected[1], rtol=1e-6)
+        batch = helped.search_batch(queries, 10)
+        np.testing.assert_array_equal(batch[0], alone.search_batch(queries, 10)[0])
+    assert used and all(name.startswith("helper") for name in used)

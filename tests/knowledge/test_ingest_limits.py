@@ -213,7 +213,13 @@ def waiting_route(seen: queue.Queue[str]) -> ApiRoute:
         return call.workspace.verify()
 
     return ApiRoute(
-        "POST", "/test/wait", wait_for_cancellation, VerifyResponse, "Wait", "any", "test"
+        method="POST",
+        path="/test/wait",
+        handler=wait_for_cancellation,
+        response=VerifyResponse,
+        summary="Wait",
+        scope="any",
+        tag="test",
     )
 
 

@@ -46,11 +46,13 @@ def unit_rows(n: int, d: int, seed: int) -> npt.NDArray[np.float32]:
 
 
 class Workspace:
-    """A core on a SQLite file and helpers to write documents of synthetic vectors."""
+    """A started core on a SQLite file (its maintenance loop runs) and helpers to write
+    documents of synthetic vectors."""
 
     def __init__(self, db: Path, **settings: object) -> None:
         self.db = db
         self.core = AgentCore.open(str(db), start_workers=False, **settings)
+        self.core.start()
         self.ws = self.core.workspace(ORG, ENV)
         self.org = self.ws.organization_id
         embedder = self.core.embedders[self.core.settings.embedder]

@@ -1,11 +1,14 @@
-"""SQLite checkpoints run on the store's own thread, never inside a request's COMMIT."""
+"""SQLite checkpoints run on the core's runtime (``Database.checkpoint``), never inside a
+request's COMMIT, and only after commits."""
 
 from __future__ import annotations
 
 import os
+import threading
 import time
 from pathlib import Path
 
+from agentcore import AgentCore
 from agentcore.storage.sqlite.connection import BACKSTOP_CHECKPOINT_PAGES, Database
 
 
@@ -17,7 +20,7 @@ def _fill(db: Database, rows: int) -> None:
             conn.execute("INSERT INTO blobs (data) VALUES (?)", [os.urandom(16_384)])
 
 
-def test_commits_leave_checkpoints_to_the_background(tmp_path: Path) -> None:
+def test_commits_leave_checkpoints_to_checkpoint(tmp_path: Path) -> None:
     path = tmp_path / "a.db"
     db = Database(str(path))
     try:
@@ -25,35 +28,58 @@ def test_commits_leave_checkpoints_to_the_background(tmp_path: Path) -> None:
         # a commit checkpoints by itself only far past SQLite's default of 1,000 pages
         assert conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == BACKSTOP_CHECKPOINT_PAGES
         _fill(db, 400)  # ~6.5 MB of WAL: past the default threshold, far below ours
-        # the checkpointer copies the frames into the database file (it grows) by itself
-        give_up = time.monotonic() + 30  # only guards a hang
-        while path.stat().st_size < 6_000_000:
-            assert time.monotonic() < give_up, "the WAL was never checkpointed"
-            time.sleep(0.05)
-        assert conn.execute("SELECT COUNT(*) FROM blobs").fetchone()[0] == 400
+        assert path.stat().st_size < 1_000_000  # the commits copied nothing into the file
+        assert db.checkpoint()  # the frames are copied into the database file (it grows)
+        assert path.stat().st_size > 6_000_000
+        assert not db.checkpoint()  # nothing committed since: no work
+        _fill(db, 1)
+        assert db.checkpoint()
+        assert conn.execute("SELECT COUNT(*) FROM blobs").fetchone()[0] == 401
     finally:
         db.close()
+    assert not db.checkpoint()  # a closed database is left alone
 
 
-def test_close_stops_the_checkpointer_and_memory_databases_have_none(tmp_path: Path) -> None:
-    db = Database(str(tmp_path / "b.db"))
-    _fill(db, 3)
-    db.close()
-    assert db._checkpointer is not None and not db._checkpointer.is_alive()
+def test_memory_databases_need_no_checkpoints() -> None:
     memory = Database(":memory:")
     try:
-        assert memory._checkpointer is None
+        assert memory.checkpoint_interval is None
+        _fill(memory, 2)
+        assert not memory.checkpoint()
     finally:
         memory.close()
 
 
-def test_data_survives_reopening_after_background_checkpoints(tmp_path: Path) -> None:
+def test_a_started_core_checkpoints_on_its_runtime_and_stop_ends_the_loop(tmp_path: Path) -> None:
+    path = tmp_path / "core.db"
+    core = AgentCore.open(path)
+    try:
+        assert path.with_name("core.db-wal").stat().st_size > 0  # the migrations
+        size = path.stat().st_size
+        core.start()
+        ws = core.workspace("acme", "test")
+        for n in range(50):
+            ws.agents.create(name=f"agent {n}", system_prompt="x" * 20_000)
+        give_up = time.monotonic() + 30  # only guards a hang
+        while path.stat().st_size <= size + 500_000:
+            assert time.monotonic() < give_up, "the WAL was never checkpointed"
+            time.sleep(0.05)
+        assert any(t.name == "agentcore-checkpoint" for t in threading.enumerate())
+        core.stop()
+        assert not any(t.name == "agentcore-checkpoint" for t in threading.enumerate())
+    finally:
+        core.close()
+
+
+def test_data_survives_reopening_after_checkpoints(tmp_path: Path) -> None:
     path = tmp_path / "c.db"
     db = Database(str(path))
     _fill(db, 50)
+    db.checkpoint()
+    _fill(db, 5)
     db.close()
     again = Database(str(path))
     try:
-        assert again.connection().execute("SELECT COUNT(*) FROM blobs").fetchone()[0] == 50
+        assert again.connection().execute("SELECT COUNT(*) FROM blobs").fetchone()[0] == 55
     finally:
         again.close()

@@ -13,12 +13,15 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import Api, Keys
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
+from starlette.types import ASGIApp
 from webhook_receiver import Receiver, Reply
 
 from agentcore import AgentCore
 from agentcore.webhooks.delivery import WebhookRuntime
 from agentcore.webhooks.schedule import JITTER, RETRY_SCHEDULE
+from agentcore.webhooks.sender import make_client
 
 DAY = 86_400.0
 
@@ -231,7 +234,7 @@ def test_redirect_is_a_failure_and_not_followed(
     assert receiver.count("/elsewhere") == 0 and receiver.count("/hook") == 2
 
 
-def test_410_disables_and_enable_resumes(
+def test_410_disables_and_its_pending_deliveries_end_failed(
     fake: AgentCore, clock: FakeClock, receiver: Receiver
 ) -> None:
     ws = fake.workspace("acme", "test")
@@ -242,7 +245,11 @@ def test_410_disables_and_enable_resumes(
     assert fake.webhooks.deliver_due() == 2
     found = ws.webhooks.get(sub.id)
     assert found.status == "disabled" and "410" in (found.disabled_reason or "")
-    assert {d.event_id: d.status for d in _deliveries(fake, sub.id)}[second.id] == "failed"
+    # the retry of the first would wait forever for a subscription nobody may re-enable
+    assert {d.event_id: d.status for d in _deliveries(fake, sub.id)} == {
+        first.id: "failed",
+        second.id: "failed",
+    }
 
     ws.publish("agent.action", {"n": 3})  # not for a disabled subscription
     clock.advance(DAY)
@@ -252,12 +259,58 @@ def test_410_disables_and_enable_resumes(
     enabled = ws.webhooks.enable(sub.id)
     assert enabled.status == "active" and enabled.disabled_reason is None
     fourth = ws.publish("agent.action", {"n": 4})
-    assert fake.webhooks.deliver_due() == 2  # the pending retry of the first, and the new one
-    assert [r.webhook_id for r in receiver.requests()[2:]] == [first.id, fourth.id] or {
-        r.webhook_id for r in receiver.requests()[2:]
-    } == {first.id, fourth.id}
+    assert fake.webhooks.deliver_due() == 1  # the new event only: the failed are not resent
+    assert [r.webhook_id for r in receiver.requests()[2:]] == [fourth.id]
     statuses = {d.event_id: d.status for d in _deliveries(fake, sub.id)}
-    assert statuses[first.id] == "succeeded" and statuses[fourth.id] == "succeeded"
+    assert statuses[first.id] == "failed" and statuses[fourth.id] == "succeeded"
+
+
+def test_a_retry_recorded_after_its_subscription_was_disabled_ends_failed(
+    fake: AgentCore, clock: FakeClock, receiver: Receiver
+) -> None:
+    ws = fake.workspace("acme", "test")
+    sub = ws.webhooks.subscribe(receiver.url("/hook"), ["agent.action"])
+    receiver.always("/hook", Reply(500))
+    event = ws.publish("agent.action", {"n": 1})
+    [leased] = fake.store.claim_due_deliveries(now=clock(), lease_seconds=60, limit=10)
+    # meanwhile another node's attempt got a 410 and disabled the subscription
+    fake.store.update_subscription(sub.id, status="disabled", disabled_reason="gone")
+    with make_client(fake.webhooks.policy, timeout=5) as client:
+        fake.webhooks.attempt(leased, client=client)
+    [delivery] = _deliveries(fake, sub.id)
+    assert delivery.event_id == event.id and delivery.status == "failed"
+    assert [a.status_code for a in delivery.attempts] == [500]
+    clock.advance(DAY)
+    assert fake.webhooks.deliver_due() == 0
+
+
+def test_deliveries_of_a_disabled_subscription_are_listed_failed(
+    app: ASGIApp, keys: Keys, fake: AgentCore, clock: FakeClock, receiver: Receiver
+) -> None:
+    """On both stores (a test of the ``app`` runs on SQLite and PostgreSQL), over HTTP
+    (the ASGI transport: no lifespan, so no worker races ``deliver_due``)."""
+    api = Api(app, None, keys.make().secret)
+    made = api.post(
+        "/v1/webhooks/subscribe", json={"url": receiver.url("/hook"), "events": ["agent.action"]}
+    )
+    assert made.status_code == 201, made.text
+    sub_id = made.json()["id"]
+    receiver.script("/hook", [Reply(503), Reply(410)], then=Reply(200))
+    ws = fake.workspace("acme", "test")
+    retried = ws.publish("agent.action", {"n": 1})
+    assert fake.webhooks.deliver_due() == 1  # 503: a retry in 5 s
+    gone = ws.publish("agent.action", {"n": 2})
+    assert fake.webhooks.deliver_due() == 1  # 410: disabled
+    listed = api.get(f"/v1/webhooks/{sub_id}/deliveries")
+    assert listed.status_code == 200, listed.text
+    by_event = {d["event_id"]: d for d in listed.json()["deliveries"]}
+    assert by_event[retried.id]["status"] == "failed"
+    assert by_event[retried.id]["next_attempt_at"] is None
+    assert [a["status_code"] for a in by_event[retried.id]["attempts"]] == [503]
+    assert by_event[gone.id]["status"] == "failed"
+    assert fake.store.delivery_counts() == {"failed": 2}  # nothing left pending
+    clock.advance(DAY)
+    assert fake.webhooks.deliver_due() == 0 and receiver.count() == 2
 
 
 @pytest.mark.slow
@@ -279,6 +332,9 @@ def test_failing_for_five_days_disables(
     assert disabled_at is not None, "still active after ~6 days of failures"
     assert 5 * DAY <= disabled_at - began <= 5 * DAY + 2 * 3600 + 1
     assert "5 days" in (ws.webhooks.get(sub.id).disabled_reason or "")
+    # the retries still scheduled when it was disabled ended with it
+    statuses = {d.status for d in _deliveries(fake, sub.id)}
+    assert statuses == {"failed"}, statuses
     sent = receiver.count()
     ws.publish("agent.action", {"after": True})
     clock.advance(DAY)

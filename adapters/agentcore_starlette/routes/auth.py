@@ -13,13 +13,13 @@ def verify_key(call: Call) -> VerifyResponse:
 
 ROUTES = [
     ApiRoute(
-        "GET",
-        "/auth/verify",
-        verify_key,
-        VerifyResponse,
-        "Verify the API key",
-        "any",
-        "auth",
+        method="GET",
+        path="/auth/verify",
+        handler=verify_key,
+        response=VerifyResponse,
+        summary="Verify the API key",
+        scope="any",
+        tag="auth",
         blocking=False,
     ),
 ]

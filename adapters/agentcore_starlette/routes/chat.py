@@ -29,13 +29,13 @@ def send_chat_message(call: Call) -> ChatMessageResponse | ChatStream:
 
 ROUTES = [
     ApiRoute(
-        "POST",
-        "/chat/message",
-        send_chat_message,
-        ChatMessageResponse,
-        "Send a message to an agent",
-        "read",
-        "chat",
+        method="POST",
+        path="/chat/message",
+        handler=send_chat_message,
+        response=ChatMessageResponse,
+        summary="Send a message to an agent",
+        scope="read",
+        tag="chat",
         body="json",
         request=ChatMessageRequest,
         events=CHAT_EVENTS,

@@ -25,6 +25,7 @@ from agentcore.storage.postgres.connection import (
     Conn,
     Database,
     describe,
+    retrying,
 )
 from agentcore.storage.postgres.idempotency import IdempotencyStore
 from agentcore.storage.postgres.knowledge import KnowledgeStore
@@ -158,6 +159,12 @@ class PostgresStore(
             self._copy_rows(
                 conn, row["organization_id"], row["environment"], row["document_id"], ids, vectors
             )
+
+    @retrying
+    def ping(self) -> None:
+        """``SELECT 1`` on a pooled connection; ``ServiceUnavailable`` if none answers."""
+        with self.db.read() as conn:
+            conn.execute("SELECT 1").fetchone()
 
     # waking other nodes -----------------------------------------------------------
 

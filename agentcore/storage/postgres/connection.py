@@ -77,7 +77,7 @@ class Database:
                 "row_factory": dict_row,
                 "connect_timeout": max(int(timeout), 1),
             },
-            name="agentcore",
+            name="agentcore-postgres",  # its threads: agentcore-postgres-worker-N
         )
 
     def open(self) -> None:
@@ -94,7 +94,7 @@ class Database:
             raise ServiceUnavailable(
                 f"Cannot connect to PostgreSQL at {self.where}: {reason}",
                 code="database_unavailable",
-                headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
+                retry_after=RETRY_AFTER_SECONDS,
             ) from None
 
     def _probe(self) -> str | None:
@@ -191,14 +191,22 @@ class Database:
         return ServiceUnavailable(
             f"The database is unavailable ({reason}); retry shortly.",
             code="database_unavailable",
-            headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
+            retry_after=RETRY_AFTER_SECONDS,
         )
 
     def lost(self) -> None:
-        """Note a connection failure: fail fast for a moment, drop broken idle connections."""
-        self._down_until = time.monotonic() + FAIL_FAST_SECONDS
+        """Note a broken connection: drop the pool's broken idle connections, so a retry
+        gets a working one (a server that restarted, or killed idle backends)."""
         with contextlib.suppress(Exception):  # best effort: the pool also heals on its own
             self.pool.check()
+
+    def down(self) -> None:
+        """Note that the server cannot be reached: for a moment, calls fail fast.
+
+        Only when a retry could not get a working connection either: one broken
+        connection (others are still fine) must not fail other threads' calls.
+        """
+        self._down_until = time.monotonic() + FAIL_FAST_SECONDS
 
 
 def retrying(method: Callable[P, T]) -> Callable[P, T]:
@@ -206,9 +214,11 @@ def retrying(method: Callable[P, T]) -> Callable[P, T]:
 
     Only the outermost call retries (an inner call is part of its caller's
     transaction). Serialization failures and deadlocks retry with a short backoff;
-    a connection lost before the commit retries once the pool has dropped broken
-    connections; anything else, or running out of attempts while the server is
-    unreachable, surfaces as ``ServiceUnavailable``.
+    a connection lost before the commit retries at once, after the pool has dropped
+    its broken idle connections (so a server that killed idle backends costs a retry,
+    never a failed call, and other threads are not told it is down); a connection
+    that cannot be had (``PoolTimeout``), or running out of attempts, surfaces as
+    ``ServiceUnavailable`` and makes calls fail fast for a moment.
     """
 
     @functools.wraps(method)
@@ -237,10 +247,10 @@ def retrying(method: Callable[P, T]) -> Callable[P, T]:
             except (psycopg.OperationalError, PoolTimeout) as exc:
                 if isinstance(exc, psycopg.errors.QueryCanceled):
                     raise
-                db.lost()
                 if attempt == RETRIES - 1 or isinstance(exc, PoolTimeout):
+                    db.down()
                     raise db.unavailable("cannot reach the server") from exc
-                db._down_until = 0.0  # one immediate retry on a fresh connection
+                db.lost()  # and retry at once, on a connection the pool has checked
         raise AssertionError("unreachable")
 
     return wrapper

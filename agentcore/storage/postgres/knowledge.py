@@ -542,6 +542,7 @@ class KnowledgeStore:
                 rows,
             )
 
+    @retrying
     def term_counts(
         self, organization_id: str, environment: str, stems: Sequence[str]
     ) -> tuple[int, dict[str, int]]:
@@ -557,6 +558,7 @@ class KnowledgeStore:
         found = {row["term"]: int(row["total"]) for row in rows}
         return found.pop("", 0), found
 
+    @retrying
     def get_chunks(self, chunk_ids: Sequence[int]) -> dict[int, StoredChunk]:
         """Chunks by id (with their document's source); missing ids are left out."""
         if not chunk_ids:
@@ -584,22 +586,30 @@ class KnowledgeStore:
     def iter_chunk_texts(
         self, organization_id: str, environment: str
     ) -> Iterator[tuple[str, list[int], list[str]]]:
-        """``(document_id, chunk ids, chunk texts)`` per document, for re-embedding."""
+        """``(document_id, chunk ids, chunk texts)`` per document, for re-embedding.
+
+        A generator cannot be retried as a whole: each of its reads is a retried method.
+        """
+        for document_id in self._document_ids(organization_id, environment):
+            yield document_id, *self._chunk_texts(document_id)
+
+    @retrying
+    def _document_ids(self, organization_id: str, environment: str) -> list[str]:
         with self.db.read() as conn:
-            documents = [
-                row["id"]
-                for row in conn.execute(
-                    f"SELECT id FROM documents WHERE {_WORKSPACE} ORDER BY seq",
-                    [organization_id, environment],
-                ).fetchall()
-            ]
-        for document_id in documents:
-            with self.db.read() as conn:
-                rows = conn.execute(
-                    "SELECT id, text FROM chunks WHERE document_id = %s ORDER BY ordinal",
-                    [document_id],
-                ).fetchall()
-            yield document_id, [int(row["id"]) for row in rows], [row["text"] for row in rows]
+            rows = conn.execute(
+                f"SELECT id FROM documents WHERE {_WORKSPACE} ORDER BY seq",
+                [organization_id, environment],
+            ).fetchall()
+        return [row["id"] for row in rows]
+
+    @retrying
+    def _chunk_texts(self, document_id: str) -> tuple[list[int], list[str]]:
+        with self.db.read() as conn:
+            rows = conn.execute(
+                "SELECT id, text FROM chunks WHERE document_id = %s ORDER BY ordinal",
+                [document_id],
+            ).fetchall()
+        return [int(row["id"]) for row in rows], [row["text"] for row in rows]
 
     # background ingestion -------------------------------------------------------------
 

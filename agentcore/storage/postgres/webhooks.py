@@ -18,7 +18,13 @@ from psycopg.rows import DictRow
 from agentcore.events import Event
 from agentcore.ids import new_id, now_iso
 from agentcore.models import Delivery, DeliveryAttempt, WebhookSubscription
-from agentcore.storage.postgres.connection import Database, page_rows, retrying, update_row
+from agentcore.storage.postgres.connection import (
+    Conn,
+    Database,
+    page_rows,
+    retrying,
+    update_row,
+)
 from agentcore.storage.records import DueDelivery, StoredSubscription
 
 _WORKSPACE = "organization_id = %s AND environment = %s"
@@ -31,6 +37,21 @@ _SUBSCRIPTION_COLUMNS = {
     "failing_since",
     "disabled_reason",
 }
+
+
+# A disabled subscription's pending deliveries end as failed (as SQLite's), so no
+# delivery waits forever for a subscription nobody may re-enable.
+_FAIL_PENDING_OF_DISABLED = (
+    "UPDATE webhook_deliveries d SET status = 'failed', next_attempt_at = NULL,"
+    " leased_until = NULL, updated_at = %s,"
+    " last_error = 'subscription disabled: ' || COALESCE(s.disabled_reason, 'disabled')"
+    " FROM webhook_subscriptions s WHERE s.id = %s AND s.status = 'disabled'"
+    " AND d.subscription_id = s.id AND d.status = 'pending'"
+)
+
+
+def _fail_pending_of_disabled(conn: Conn, subscription_id: str) -> None:
+    conn.execute(_FAIL_PENDING_OF_DISABLED, [now_iso(), subscription_id])
 
 
 def _subscription(data: DictRow) -> StoredSubscription:
@@ -129,7 +150,8 @@ class WebhookStore:
 
     @retrying
     def update_subscription(self, subscription_id: str, **changes: Any) -> None:
-        """Set status, secrets, failure tracking or the disabled reason."""
+        """Set status, secrets, failure tracking or the disabled reason; disabling it
+        ends its pending deliveries as ``failed`` (in the same transaction)."""
         with self.db.write() as conn:
             update_row(
                 conn,
@@ -140,6 +162,8 @@ class WebhookStore:
                 stamp_column="updated_at",
                 stamp=now_iso(),
             )
+            if changes.get("status") == "disabled":
+                _fail_pending_of_disabled(conn, subscription_id)
 
     @retrying
     def delete_subscription(
@@ -345,6 +369,8 @@ class WebhookStore:
                 )
             if changes:
                 self.update_subscription(delivery.subscription_id, **changes)
+            # disabled meanwhile (by another delivery's 410): a retry would wait forever
+            _fail_pending_of_disabled(conn, delivery.subscription_id)
 
     @retrying
     def list_deliveries(

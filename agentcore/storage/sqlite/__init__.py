@@ -54,6 +54,21 @@ class SQLiteStore(
         with self.db.write() as conn:
             migrations.apply(self.db.utils(conn))
 
+    def ping(self) -> None:
+        """``SELECT 1`` on this thread's connection (raises if the file is unusable)."""
+        with self.db.read() as conn:
+            conn.execute("SELECT 1").fetchone()
+
+    @property
+    def checkpoint_interval(self) -> float | None:
+        """Seconds between ``checkpoint()`` calls (``None`` for ``:memory:``)."""
+        return self.db.checkpoint_interval
+
+    def checkpoint(self) -> bool:
+        """Fold committed WAL frames into the database file, if any were committed
+        since the last call (``Database.checkpoint``); whether it ran."""
+        return self.db.checkpoint()
+
     def close(self) -> None:
         """Close every connection."""
         self.db.close()

@@ -24,7 +24,7 @@ from agentcore.errors import NotFound
 BUSY_TIMEOUT_MS = 30_000
 _STAMP = object()  # a current_cache entry: the database stamp the cache is valid for
 CACHE_LIMIT = 10_000  # entries a current_cache holds (then read each time)
-# Seconds between the checkpointer's looks at the WAL; it checkpoints only after commits.
+# Seconds between looks at the WAL (``Database.checkpoint``); it checkpoints only after commits.
 CHECKPOINT_INTERVAL = 0.5
 # A commit checkpoints by itself only past this many WAL pages (the checkpointer fell behind).
 BACKSTOP_CHECKPOINT_PAGES = 100_000
@@ -52,34 +52,37 @@ class Database:
         self._closed = False
         self.generation = 0  # commits made through this object
         self._shared = self._connect() if self.memory else None
-        self._stop = threading.Event()
-        self._checkpointer: threading.Thread | None = None
-        if not self.memory:
-            self._checkpointer = threading.Thread(
-                target=self._checkpoint_loop, name="agentcore-sqlite-checkpoint", daemon=True
-            )
-            self._checkpointer.start()
+        self._checkpoint_lock = threading.Lock()
+        self._checkpoint_conn: sqlite3.Connection | None = None
+        self._checkpointed = 0  # the ``generation`` the last checkpoint saw
 
-    def _checkpoint_loop(self) -> None:
-        """Copy committed WAL frames into the database off the request path.
+    @property
+    def checkpoint_interval(self) -> float | None:
+        """Seconds between ``checkpoint()`` calls the owner should make (``None``:
+        none needed, ``:memory:`` has no WAL)."""
+        return None if self.memory else CHECKPOINT_INTERVAL
 
-        ``PASSIVE`` never waits for readers or writers: it copies what it can now and
-        the rest on a later round. Only rounds after this object committed do work.
+    def checkpoint(self) -> bool:
+        """Copy committed WAL frames into the database file, off the request path.
+
+        The core's runtime calls this every ``checkpoint_interval`` seconds (the loop
+        ``agentcore-sqlite-checkpoint``). ``PASSIVE`` never waits for readers or
+        writers: it copies what it can now and the rest on a later call. Only a call
+        after this object committed does work; whether one ran. Busy or closing is
+        not an error: the next call tries again.
         """
-        conn: sqlite3.Connection | None = None
-        seen = self.generation
-        try:
-            while not self._stop.wait(CHECKPOINT_INTERVAL):
-                if self.generation == seen:
-                    continue
-                seen = self.generation
-                if conn is None:
-                    conn = sqlite3.connect(self.path, check_same_thread=False)
-                with contextlib.suppress(sqlite3.Error):  # busy or closing: next round
-                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
-        finally:
-            if conn is not None:
-                conn.close()
+        if self.memory:
+            return False
+        with self._checkpoint_lock:
+            generation = self.generation
+            if self._closed or generation == self._checkpointed:
+                return False
+            self._checkpointed = generation
+            if self._checkpoint_conn is None:
+                self._checkpoint_conn = sqlite3.connect(self.path, check_same_thread=False)
+            with contextlib.suppress(sqlite3.Error):  # busy or closing: next round
+                self._checkpoint_conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+            return True
 
     def _connect(self) -> sqlite3.Connection:
         conn = sqlite3.connect(
@@ -101,10 +104,11 @@ class Database:
         if not self.memory:
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute("PRAGMA synchronous = NORMAL")
-            # Checkpoints run on this object's checkpointer thread, not inside a
+            # Checkpoints run in ``checkpoint()`` on the core's runtime, not inside a
             # request's COMMIT: SQLite's automatic one copies the WAL into the database
             # and fsyncs it in whichever commit crosses the threshold, which made the
-            # slowest DELETEs wait ~0.4 s. This threshold (~400 MB) is only a backstop.
+            # slowest DELETEs wait ~0.4 s. This threshold (~400 MB) is only a backstop
+            # (and what a database nobody calls ``checkpoint()`` on relies on).
             conn.execute(f"PRAGMA wal_autocheckpoint = {BACKSTOP_CHECKPOINT_PAGES}")
         # sqlite-utils' view of the same connection: it never commits on its own inside
         # our transactions (it nests in a SAVEPOINT), and, with these options, runs no
@@ -244,9 +248,12 @@ class Database:
 
     def close(self) -> None:
         """Close every connection this object opened (any thread)."""
-        self._stop.set()
-        if self._checkpointer is not None and self._checkpointer is not threading.current_thread():
-            self._checkpointer.join(timeout=10)
+        with self._checkpoint_lock:  # a checkpoint under way ends first
+            self._closed = True
+            if self._checkpoint_conn is not None:
+                with contextlib.suppress(sqlite3.Error):
+                    self._checkpoint_conn.close()
+                self._checkpoint_conn = None
         with self._lock:
             self._closed = True
             for conn in self._connections:

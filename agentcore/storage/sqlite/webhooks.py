@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -21,6 +22,24 @@ _SUBSCRIPTION_COLUMNS = {
     "failing_since",
     "disabled_reason",
 }
+
+
+# A disabled subscription's pending deliveries end as failed (one statement per store),
+# so no delivery waits forever for a subscription nobody may re-enable; ``enable``
+# applies to the events recorded after it.
+_FAIL_PENDING_OF_DISABLED = (
+    "UPDATE webhook_deliveries SET status = 'failed', next_attempt_at = NULL,"
+    " leased_until = NULL, last_error = 'subscription disabled: ' || COALESCE("
+    "(SELECT disabled_reason FROM webhook_subscriptions WHERE id = ?), 'disabled'),"
+    " updated_at = ? WHERE subscription_id = ? AND status = 'pending' AND EXISTS ("
+    "SELECT 1 FROM webhook_subscriptions WHERE id = ? AND status = 'disabled')"
+)
+
+
+def _fail_pending_of_disabled(conn: sqlite3.Connection, subscription_id: str) -> None:
+    conn.execute(
+        _FAIL_PENDING_OF_DISABLED, [subscription_id, now_iso(), subscription_id, subscription_id]
+    )
 
 
 def _subscription(data: Mapping[str, Any]) -> StoredSubscription:
@@ -114,7 +133,8 @@ class WebhookStore:
         return [_subscription(row) for row in rows], more
 
     def update_subscription(self, subscription_id: str, **changes: Any) -> None:
-        """Set status, secrets, failure tracking or the disabled reason.
+        """Set status, secrets, failure tracking or the disabled reason; disabling it
+        ends its pending deliveries as ``failed`` (in the same transaction).
 
         Raw SQL: sqlite-utils' ``update`` addresses a row by primary key, and this
         table's is ``seq`` (the keyset of its pages), not the ``id`` callers hold.
@@ -132,6 +152,8 @@ class WebhookStore:
                 f"UPDATE webhook_subscriptions SET {assignments} WHERE id = ?",
                 [*values.values(), subscription_id],
             )
+            if values.get("status") == "disabled":
+                _fail_pending_of_disabled(conn, subscription_id)
 
     def delete_subscription(
         self, organization_id: str, environment: str, subscription_id: str
@@ -323,6 +345,8 @@ class WebhookStore:
                 )
             if changes:
                 self.update_subscription(delivery.subscription_id, **changes)
+            # disabled meanwhile (by another delivery's 410): a retry would wait forever
+            _fail_pending_of_disabled(conn, delivery.subscription_id)
 
     def list_deliveries(
         self,

@@ -1,5 +1,5 @@
-"""The README's "Rate limits" section is true: its settings, defaults and header examples
-are what a real server sends."""
+"""The "Rate limits" section of docs/http-api.md is true: its settings, defaults and
+header examples are what a real server sends."""
 
 from __future__ import annotations
 
@@ -8,33 +8,27 @@ from pathlib import Path
 
 import httpx
 from conftest import ServerThread
+from markdown_blocks import ROOT, section
 
 from agentcore import AgentCore, Settings
 from agentcore_starlette import create_app
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+HTTP_API = ROOT / "docs" / "http-api.md"
 
 
-def _section(title: str) -> str:
-    text = README.read_text()
-    start = text.index(f"## {title}\n")
-    end = text.find("\n## ", start + 1)
-    return text[start:end]
-
-
-def test_readme_names_the_rate_limit_settings_and_defaults() -> None:
-    section = _section("Rate limits")
+def test_docs_name_the_rate_limit_settings_and_defaults() -> None:
+    text = section(HTTP_API, "Rate limits")
     defaults = Settings.model_validate({})
-    assert f"`rate_limit_live` = {defaults.rate_limit_live:g} requests/s" in section
-    assert f"`rate_limit_test` = {defaults.rate_limit_test:g}/s" in section
+    assert f"`rate_limit_live` = {defaults.rate_limit_live:g} requests/s" in text
+    assert f"`rate_limit_test` = {defaults.rate_limit_test:g}/s" in text
     for name in ("RateLimit-Policy", "RateLimit:", "Retry-After", "429", "rate_limited"):
-        assert name in section, name
+        assert name in text, name
 
 
-def test_readme_header_examples_are_what_the_server_sends(tmp_path: Path) -> None:
-    section = _section("Rate limits")
-    policy = re.search(r"^RateLimit-Policy: (\S+)", section, re.MULTILINE)
-    limit = re.search(r"^RateLimit: (\S+)", section, re.MULTILINE)
+def test_docs_header_examples_are_what_the_server_sends(tmp_path: Path) -> None:
+    text = section(HTTP_API, "Rate limits")
+    policy = re.search(r"^RateLimit-Policy: (\S+)", text, re.MULTILINE)
+    limit = re.search(r"^RateLimit: (\S+)", text, re.MULTILINE)
     assert policy and limit
     core = AgentCore.open(tmp_path / "x.db")  # default limits: 25/s for test keys
     core.create_organization("acme")

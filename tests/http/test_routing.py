@@ -1,5 +1,6 @@
-"""The API's own routes dispatched in one lookup (``agentcore_starlette.dispatch``):
-the same answers as Starlette's router gave, over a real uvicorn server on 127.0.0.1."""
+"""Routing through Starlette's public parts (a ``Route`` per path, ``ApiMiddleware``,
+an exception handler for the router's 404 and 405): every kind of route answers with
+its headers, and what no route matches is a problem, over a real uvicorn server."""
 
 from __future__ import annotations
 
@@ -16,71 +17,6 @@ from starlette.routing import Mount
 
 from agentcore import AgentCore
 from agentcore_starlette import create_app
-from agentcore_starlette.dispatch import RouteTable, path_pattern, route_path
-
-
-async def _one(request: Any) -> Any:
-    raise AssertionError("never called")
-
-
-async def _two(request: Any) -> Any:
-    raise AssertionError("never called")
-
-
-TABLE = RouteTable(
-    {
-        "/v1/agents": {"GET": _one, "POST": _two},
-        "/v1/agents/{agent_id}": {"GET": _one, "DELETE": _two},
-        "/v1/agents/{agent_id}/deploy": {"POST": _two},
-    }
-)
-
-
-def scope(method: str, path: str, root_path: str = "") -> dict[str, Any]:
-    return {"type": "http", "method": method, "path": path, "root_path": root_path}
-
-
-# the table by itself ------------------------------------------------------------------
-
-
-def test_a_path_without_parameters_is_one_lookup() -> None:
-    assert TABLE.match(scope("GET", "/v1/agents")) == (_one, {})
-    assert TABLE.match(scope("POST", "/v1/agents")) == (_two, {})
-
-
-def test_parameters_are_single_segments() -> None:
-    assert TABLE.match(scope("DELETE", "/v1/agents/agt_1")) == (_two, {"agent_id": "agt_1"})
-    assert TABLE.match(scope("POST", "/v1/agents/agt_1/deploy")) == (_two, {"agent_id": "agt_1"})
-    assert TABLE.match(scope("GET", "/v1/agents/a/b")) is None  # a slash is no id
-    assert TABLE.match(scope("GET", "/v1/agents/")) is None  # nor is nothing
-
-
-def test_head_answers_with_get_and_other_methods_fall_through() -> None:
-    assert TABLE.match(scope("HEAD", "/v1/agents")) == (_one, {})
-    assert TABLE.match(scope("HEAD", "/v1/agents/x")) == (_one, {"agent_id": "x"})
-    # not ours to answer: Starlette's router gives the 405 with its Allow header
-    assert TABLE.match(scope("PUT", "/v1/agents")) is None
-    assert TABLE.match(scope("GET", "/v1/agents/x/deploy")) is None
-    assert TABLE.match(scope("GET", "/v1/nowhere")) is None
-    assert TABLE.match(scope("GET", "/v1/agents.json")) is None
-
-
-def test_a_mounted_app_matches_below_its_mount_point() -> None:
-    assert TABLE.match(scope("GET", "/api/v1/agents", "/api")) == (_one, {})
-    assert TABLE.match(scope("GET", "/api/v1/agents/x", "/api")) == (_one, {"agent_id": "x"})
-    assert route_path(scope("GET", "/api", "/api")) == "/api"  # the mount point itself
-    assert route_path(scope("GET", "/apiv1/agents", "/api")) == "/apiv1/agents"  # no boundary
-    assert route_path(scope("GET", "/other/v1", "/api")) == "/other/v1"
-
-
-def test_path_patterns_escape_the_literal_parts() -> None:
-    pattern = path_pattern("/v1/a.b/{name}/c+d")
-    assert pattern.fullmatch("/v1/a.b/x/c+d") is not None
-    assert pattern.fullmatch("/v1/aXb/x/c+d") is None  # "." is not a wildcard
-    assert pattern.fullmatch("/v1/a.b/x/ccd") is None  # "+" is not a repeat
-
-
-# over HTTP: the answers Starlette's router gave ------------------------------------------
 
 
 @pytest.fixture

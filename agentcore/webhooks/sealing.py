@@ -1,0 +1,144 @@
+"""Webhook signing secrets at rest: sealed with AES-256-GCM when a key is configured.
+
+A subscription's ``whsec_`` secret must be readable by the server (it signs every
+delivery with it), so it cannot be hashed like an API key. With
+``Settings.webhook_secret_key`` set, the store holds ``enc:v1:<key id>:<base64>``
+instead: a random 96-bit nonce, the AES-GCM ciphertext and its tag (the
+``cryptography`` package's ``AESGCM``), so a copy of the database (a backup, a stolen
+file) does not let anyone forge deliveries. The key never reaches the store.
+
+Rows written before a key was set keep their plaintext and keep working; they are
+sealed when the secret is rotated. Several keys may be configured (comma-separated):
+the first seals, every one opens, so the key itself can be replaced without a
+flag day (configure ``new,old``, rotate the secrets, then drop ``old``).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from agentcore.errors import AgentCoreError
+
+SEALED_PREFIX = "enc:v1:"
+KEY_BYTES = 32  # AES-256
+NONCE_BYTES = 12  # the size GCM is specified for
+# Bound into every ciphertext: a sealed value means "an agentcore webhook secret"
+_ASSOCIATED_DATA = b"agentcore webhook secret v1"
+
+
+class SealedSecretError(AgentCoreError):
+    """A sealed secret that cannot be opened: its key is not configured, or it was
+    altered (a 500: the server's configuration, not the request, is at fault)."""
+
+    default_code = "webhook_secret_unreadable"
+
+
+def parse_keys(value: str) -> list[bytes]:
+    """The AES keys in ``value``: comma-separated base64 (standard or URL-safe) of 32
+    bytes each, the sealing key first. ``ValueError`` (never echoing a key) otherwise."""
+    keys: list[bytes] = []
+    for number, part in enumerate((p.strip() for p in value.split(",")), start=1):
+        if not part:
+            continue
+        text = part.replace("-", "+").replace("_", "/").rstrip("=")
+        try:
+            raw = base64.b64decode(text + "=" * (-len(text) % 4), validate=True)
+        except (binascii.Error, ValueError):
+            raise ValueError(f"webhook secret key {number} is not base64") from None
+        if len(raw) != KEY_BYTES:
+            raise ValueError(
+                f"webhook secret key {number} holds {len(raw)} bytes; AES-256 needs {KEY_BYTES}"
+                ' (make one with: python -c "import base64, os;'
+                ' print(base64.b64encode(os.urandom(32)).decode())")'
+            )
+        keys.append(raw)
+    if not keys:
+        raise ValueError("the webhook secret key setting names no key")
+    return keys
+
+
+def _key_id(key: bytes) -> str:
+    """A short public name of a key (not secret: a hash prefix), stored with each value."""
+    return hashlib.sha256(b"agentcore key id\0" + key).hexdigest()[:8]
+
+
+class SecretBox:
+    """Seals webhook secrets for the store and opens them for signing.
+
+    Without keys it is the identity (plaintext at rest, as before a key is set).
+
+    :param keys: AES-256 keys, the one that seals first (see ``parse_keys``).
+    """
+
+    def __init__(self, keys: Sequence[bytes] = ()) -> None:
+        self._ciphers: dict[str, Any] = {}
+        self._sealing: tuple[str, Any] | None = None
+        if keys:
+            from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+            for key in keys:
+                cipher = AESGCM(key)
+                self._ciphers.setdefault(_key_id(key), cipher)
+                if self._sealing is None:
+                    self._sealing = (_key_id(key), cipher)
+
+    @classmethod
+    def from_setting(cls, value: Any) -> SecretBox:
+        """The box for ``Settings.webhook_secret_key`` (a ``SecretStr`` or ``None``)."""
+        if value is None:
+            return cls()
+        text = value.get_secret_value() if hasattr(value, "get_secret_value") else str(value)
+        return cls(parse_keys(text))
+
+    @property
+    def sealing(self) -> bool:
+        """Whether new secrets are stored sealed (a key is configured)."""
+        return self._sealing is not None
+
+    def seal(self, secret: str) -> str:
+        """What the store keeps for ``secret``: sealed with the first key, or ``secret``
+        itself without one. A value sealed already is returned as it is."""
+        if self._sealing is None or is_sealed(secret):
+            return secret
+        key_id, cipher = self._sealing
+        nonce = os.urandom(NONCE_BYTES)
+        sealed = cipher.encrypt(nonce, secret.encode("utf-8"), _ASSOCIATED_DATA)
+        return f"{SEALED_PREFIX}{key_id}:{base64.b64encode(nonce + sealed).decode('ascii')}"
+
+    def open(self, stored: str) -> str:
+        """The secret a stored value holds (a plaintext row is returned as it is).
+
+        :raises SealedSecretError: sealed with a key not configured here, or altered.
+        """
+        if not is_sealed(stored):
+            return stored
+        key_id, _, payload = stored[len(SEALED_PREFIX) :].partition(":")
+        cipher = self._ciphers.get(key_id)
+        if cipher is None:
+            raise SealedSecretError(
+                f"a webhook secret is sealed with key {key_id}, which webhook_secret_key"
+                " does not hold: configure that key (it may follow the current one)"
+            )
+        from cryptography.exceptions import InvalidTag
+
+        try:
+            raw = base64.b64decode(payload, validate=True)
+            opened: bytes = cipher.decrypt(raw[:NONCE_BYTES], raw[NONCE_BYTES:], _ASSOCIATED_DATA)
+        except (binascii.Error, ValueError, InvalidTag):
+            raise SealedSecretError(
+                f"a webhook secret sealed with key {key_id} does not open: it was altered"
+            ) from None
+        return opened.decode("utf-8")
+
+
+def is_sealed(stored: str) -> bool:
+    """Whether a stored secret is sealed (else it is a plaintext ``whsec_`` secret)."""
+    return stored.startswith(SEALED_PREFIX)
+
+
+__all__ = ["SEALED_PREFIX", "SealedSecretError", "SecretBox", "is_sealed", "parse_keys"]

@@ -1,0 +1,141 @@
+"""The delivery worker is supervised: a store outage is logged, backed off and survived.
+
+The store is a real SQLite store whose chosen methods fail or wait on demand
+(``faulty_store.py``), opened through the public store hook.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from faulty_store import FaultyStore, FaultyStorePlugin
+from webhook_receiver import Receiver, Reply
+
+from agentcore import AgentCore
+from agentcore.models import LoopState
+
+WORKER = "agentcore-webhook-worker"
+
+
+def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
+    end = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < end, "condition not met in time"
+        time.sleep(0.02)
+
+
+@pytest.fixture
+def faulty(tmp_path: Path) -> Iterator[tuple[AgentCore, FaultyStore]]:
+    plugin = FaultyStorePlugin()
+    core = AgentCore.open(
+        f"faulty:{tmp_path / 'a.db'}",
+        plugins=[plugin],
+        webhook_allowed_networks="127.0.0.0/8",
+        webhook_timeout=2.0,
+    )
+    try:
+        yield core, plugin.stores[-1]
+    finally:
+        core.close()
+
+
+def loop_state(core: AgentCore, name: str) -> LoopState:
+    return next(loop for loop in core.health().loops if loop.name == name)
+
+
+def test_the_worker_survives_a_store_outage_and_delivers_afterwards(
+    faulty: tuple[AgentCore, FaultyStore], receiver: Receiver, caplog: pytest.LogCaptureFixture
+) -> None:
+    core, store = faulty
+    ws = core.workspace("acme", "test")
+    ws.webhooks.subscribe(receiver.url("/hook"), ["agent.action"])
+    core.start()
+    # the database "restarts": the worker's claims and its idle wait (next_due_at) fail
+    store.fail("next_due_at", "claim_due_deliveries")
+    acknowledged = {ws.publish("agent.action", {"n": n}).id for n in range(5)}  # in the outbox
+    wait_until(lambda: sum(store.failures.values()) >= 4)  # several passes, backing off
+    worker = loop_state(core, WORKER)
+    assert worker.running and worker.failures >= 2
+    assert worker.last_error == "ServiceUnavailable" and worker.last_error_at is not None
+    health = core.health()
+    assert health.status == "ok" and health.store == "ok"  # the node serves; the loop retries
+    assert receiver.count() == 0
+
+    store.recover()
+    assert receiver.wait_for_ids(5, timeout=15), receiver.count()
+    assert receiver.distinct_ids() == acknowledged
+    wait_until(lambda: loop_state(core, WORKER).failures == 0)
+    assert "background loop agentcore-webhook-worker failed" in caplog.text
+    assert "Exception in thread" not in caplog.text
+
+
+def test_health_is_unhealthy_while_the_store_does_not_answer(
+    faulty: tuple[AgentCore, FaultyStore],
+) -> None:
+    core, store = faulty
+    not_started = core.health()
+    assert not_started.status == "unhealthy" and not not_started.started
+    assert "not started" in not_started.problems[0]
+    core.start()
+    assert core.health().status == "ok"
+    store.fail("ping")
+    down = core.health()
+    assert down.status == "unhealthy" and down.store == "unavailable"
+    assert down.problems == ["The store does not answer (ServiceUnavailable)."]
+    store.recover()
+    assert core.health().status == "ok"
+
+
+def test_stopping_while_the_worker_claims_sends_nothing_with_a_closed_client(
+    faulty: tuple[AgentCore, FaultyStore], receiver: Receiver, caplog: pytest.LogCaptureFixture
+) -> None:
+    """SIGTERM while a pass is under way: the pass finishes with the client it began with,
+    and attempts it queued after the stop began are left to their leases (no crash)."""
+    core, store = faulty
+    receiver.always("/hook", Reply(delay=0.3))
+    ws = core.workspace("acme", "test")
+    sub = ws.webhooks.subscribe(receiver.url("/hook"), ["agent.action"])
+    core.start()
+    gate = store.gate("claim_due_deliveries")  # the worker's next claim waits
+    events = [ws.publish("agent.action", {"n": n}).id for n in range(6)]
+    assert gate.entered.wait(10)
+    stopping = threading.Thread(target=core.stop, kwargs={"timeout": 10})
+    stopping.start()
+    time.sleep(0.2)  # stop() is under way while the claim is
+    gate.open()  # the claim leases the six deliveries and hands them to the sender pool
+    stopping.join(15)
+    assert not stopping.is_alive()
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert errors == [], [r.getMessage() for r in errors]
+    assert "NoneType" not in caplog.text
+    # nothing lost: every delivery is either sent or still pending (leased), none failed
+    deliveries = ws.webhooks.deliveries(sub.id, limit=100).deliveries
+    assert {d.event_id for d in deliveries} == set(events)
+    assert {d.status for d in deliveries} <= {"pending", "succeeded"}
+    assert not any(t.name.startswith("agentcore") for t in threading.enumerate())
+
+
+def test_stopping_with_attempts_under_way_and_a_backlog_leaves_no_sender_thread(
+    faulty: tuple[AgentCore, FaultyStore], receiver: Receiver, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The attempts under way finish (and are recorded); the deliveries waiting behind
+    them are left to their leases instead of starting new sender threads after stop."""
+    core, _ = faulty
+    receiver.always("/hook", Reply(delay=0.5))
+    ws = core.workspace("acme", "test")
+    sub = ws.webhooks.subscribe(receiver.url("/hook"), ["agent.action"])
+    for n in range(8):  # one subscription: 2 attempts at a time, the rest in the backlog
+        ws.publish("agent.action", {"n": n})
+    core.start()
+    assert receiver.wait_for(2, timeout=10)
+    core.stop(timeout=10)
+    assert not any(t.name.startswith("agentcore") for t in threading.enumerate())
+    assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []
+    statuses = [d.status for d in ws.webhooks.deliveries(sub.id, limit=100).deliveries]
+    assert statuses.count("succeeded") >= 2 and set(statuses) <= {"pending", "succeeded"}
+    assert receiver.count() < 8  # the backlog was not sent after the stop
