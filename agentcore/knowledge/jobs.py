@@ -310,7 +310,7 @@ class IngestRuntime:
                 waiter = self._waiters.get(job.document_id)
                 if waiter is not None:
                     waiter.started = True
-            self._threads().submit(self._supervise, running)
+            self._threads.submit(self._supervise, running)
         except BaseException:
             with self._lock:
                 if self._running.pop(job.document_id, None) is not None:
