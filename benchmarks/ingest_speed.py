@@ -249,6 +249,13 @@ def peer_checkout(rev: str, into: Path) -> Path:
     subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
     # the adapter is imported as a top-level package, as the editable install does
     shutil.copytree(into / "adapters" / "agentcore_starlette", into / "agentcore_starlette")
+    # compiled kernels are not in git: give the peer this checkout's build of the same C
+    # source, else it would time the numpy fallback
+    for built in (REPO / "agentcore" / "plugins").glob("_*.so"):
+        source = built.with_name(built.name.split(".", 1)[0] + ".c")
+        twin = into / "agentcore" / "plugins" / source.name
+        if source.exists() and twin.exists() and twin.read_bytes() == source.read_bytes():
+            shutil.copy2(built, twin.parent / built.name)
     return into
 
 
