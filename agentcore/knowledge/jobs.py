@@ -51,7 +51,7 @@ if TYPE_CHECKING:
     from agentcore.runtime import Runtime
     from agentcore.storage.base import KnowledgeStorage
 
-__all__ = ["IngestRuntime", "Outcome", "WorkersUnavailable"]
+__all__ = ["IngestRuntime", "Outcome", "WorkersUnavailable", "outcome_of"]
 
 log = get_logger("agentcore.ingest")
 
@@ -266,12 +266,6 @@ class IngestRuntime:
             running = self._running.get(document_id)
         if running is not None:
             running.stop("deleted")
-
-    def running_pids(self) -> list[int]:
-        """Process ids of the workers running jobs now."""
-        with self._lock:
-            workers = [job.worker for job in self._running.values()]
-        return [pid for worker in workers if worker is not None and (pid := worker.pid)]
 
     # scheduling ----------------------------------------------------------------------------
 
