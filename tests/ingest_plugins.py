@@ -24,7 +24,8 @@ MiB = 1024 * 1024
 
 class MisbehavingEmbedder:
     """The default embedder, except when a passage holds ``trigger``: then it sleeps
-    ``sleep`` seconds and/or holds ``allocate_mb`` MiB while it embeds.
+    ``sleep`` seconds and/or holds ``allocate_mb`` MiB while it embeds, or ends its
+    process at once with ``exit_code`` (a crash).
 
     A plugin object: register it with ``AgentCore.open(..., plugins=[it],
     embedder=it.name)``. ``pid_file`` (if given) gets the id of the process embedding
@@ -40,12 +41,14 @@ class MisbehavingEmbedder:
         trigger: str = "TRIGGER",
         sleep: float = 0.0,
         allocate_mb: int = 0,
+        exit_code: int | None = None,
         pid_file: str | None = None,
     ) -> None:
         self.name = name
         self.trigger = trigger
         self.sleep = sleep
         self.allocate_mb = allocate_mb
+        self.exit_code = exit_code
         self.pid_file = pid_file
         self._inner: HashingEmbedder | None = None
 
@@ -60,6 +63,8 @@ class MisbehavingEmbedder:
             if self.pid_file is not None:
                 with open(self.pid_file, "w") as out:
                     out.write(str(os.getpid()))
+            if self.exit_code is not None:
+                os._exit(self.exit_code)
             if self.allocate_mb:
                 held = np.ones(self.allocate_mb * MiB, dtype=np.uint8)  # touched: resident
             if self.sleep:

@@ -17,30 +17,21 @@ from __future__ import annotations
 
 import gc
 import pickle
-import signal
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from agentcore.cancellation import Cancellation
-from agentcore.errors import (
-    AgentCoreError,
-    Cancelled,
-    DeadlineExceeded,
-    PayloadTooLarge,
-    as_problem,
-    error_from_problem,
-)
+from agentcore.errors import AgentCoreError, Cancelled, as_problem
+from agentcore.knowledge.outcomes import Outcome, Waiter, outcome_of_end, outcome_of_result
+from agentcore.knowledge.worker_main import trim_heap
 from agentcore.knowledge.workers import (
-    Result,
     WorkerDied,
     WorkerPool,
     WorkerProcess,
     WorkerSpec,
     WorkerStartFailed,
-    trim_heap,
 )
 from agentcore.redact import get_logger
 from agentcore.storage.records import IngestJob
@@ -51,7 +42,7 @@ if TYPE_CHECKING:
     from agentcore.runtime import Runtime
     from agentcore.storage.base import KnowledgeStorage
 
-__all__ = ["IngestRuntime", "Outcome", "WorkersUnavailable", "outcome_of"]
+__all__ = ["IngestRuntime", "WorkersUnavailable"]
 
 log = get_logger("agentcore.ingest")
 
@@ -64,48 +55,6 @@ START_FAILURES = 3  # workers that fail to start in a row before jobs move to a 
 
 class WorkersUnavailable(Exception):
     """Why this core's jobs cannot run in worker processes (they run on a thread)."""
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """How a job ended: ``document`` ready, ``error``, ``released`` (back to the queue
-    at shutdown) or ``gone`` (its document was deleted meanwhile)."""
-
-    document: Document | None = None
-    error: AgentCoreError | None = None
-    released: bool = False
-    gone: bool = False
-
-
-class _Waiter:
-    """A caller waiting for one job: the runner hands it the outcome, unless it left."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._done = threading.Event()
-        self._outcome: Outcome | None = None
-        self._left = False
-        self.started = False  # a worker of this process took the job
-
-    def deliver(self, outcome: Outcome) -> bool:
-        """Hand over ``outcome``; ``False`` when the waiter has left (it is not seen)."""
-        with self._lock:
-            if self._left:
-                return False
-            self._outcome = outcome
-        self._done.set()
-        return True
-
-    def wait(self, seconds: float) -> Outcome | None:
-        """The outcome, once delivered (``None`` after ``seconds`` without one)."""
-        self._done.wait(seconds)
-        return self._outcome
-
-    def leave(self) -> Outcome | None:
-        """Stop waiting; an outcome delivered just before is returned (it must be handled)."""
-        with self._lock:
-            self._left = True
-            return self._outcome
 
 
 class _Running:
@@ -188,7 +137,7 @@ class IngestRuntime:
         # jobs holding a worker slot: one leaves it as soon as its worker is done, before
         # its outcome is recorded (its caller may send the next upload on seeing it)
         self._busy = 0
-        self._waiters: dict[str, _Waiter] = {}
+        self._waiters: dict[str, Waiter] = {}
         self._active = False
         self._threads = runtime.executor("agentcore-ingest-job", max(1, settings.ingest_pool_size))
         self._loop = runtime.loop("agentcore-ingest", self._schedule, interval=POLL_SECONDS)
@@ -413,67 +362,23 @@ class IngestRuntime:
             worker.send(running.job, running.timeout)
         except OSError:  # the idle worker had ended: nothing was done, try again
             worker.kill()
-            return Outcome(released=True) if running.reason is None else self._ended(running, None)
+            if running.reason is None:
+                return Outcome(released=True)
+            return outcome_of_end(running.reason, None, running.timeout)
         try:
             while (result := worker.result(max(running.deadline - time.monotonic(), 0.05))) is None:
                 running.stop("deadline")  # the result did not come in time: killed
         except (WorkerDied, OSError) as died:
             worker.kill()
-            return self._ended(running, died)
+            code = died.exitcode if isinstance(died, WorkerDied) else None
+            return outcome_of_end(running.reason, code, running.timeout)
         running.detach()
         pool = self._pool
         if result.out_of_memory or pool is None:
             worker.close()
         else:
             pool.release(worker)
-        return self._outcome(result)
-
-    def _outcome(self, result: Result) -> Outcome:
-        if result.out_of_memory:
-            limit = self._settings.ingest_worker_memory_mb
-            return Outcome(
-                error=PayloadTooLarge(
-                    f"Indexing the document needed more than {limit} MiB of memory"
-                    " (ingest_worker_memory_mb).",
-                    code="too_large",
-                    param="file",
-                )
-            )
-        if result.problem is not None:
-            return Outcome(error=error_from_problem(result.problem))
-        return Outcome(document=result.document, gone=result.document is None)
-
-    def _ended(self, running: _Running, died: Exception | None) -> Outcome:
-        """Why a worker ended without a result: ours (deadline, deletion, shutdown) or not."""
-        if running.reason == "deadline":
-            return Outcome(
-                error=DeadlineExceeded(
-                    f"Indexing took longer than {running.timeout:g} s (ingest_job_timeout)"
-                    " and was stopped."
-                )
-            )
-        if running.reason == "deleted":
-            return Outcome(gone=True)
-        if running.reason == "shutdown":
-            return Outcome(released=True)
-        code = died.exitcode if isinstance(died, WorkerDied) else None
-        if code in (-signal.SIGTERM, -signal.SIGINT):  # the machine is stopping: try again later
-            return Outcome(released=True)
-        if code == -signal.SIGKILL:  # not by us: most likely the kernel, out of memory
-            return Outcome(
-                error=PayloadTooLarge(
-                    "The worker indexing the document was killed, most likely for running"
-                    " out of memory.",
-                    code="too_large",
-                    param="file",
-                )
-            )
-        return Outcome(
-            error=AgentCoreError(
-                f"The worker process indexing the document ended unexpectedly ({died}).",
-                code="ingestion_failed",
-            )
-        )
+        return outcome_of_result(result, self._settings.ingest_worker_memory_mb)
 
     def _settle(self, job: IngestJob, outcome: Outcome) -> None:
         """Record how a job ended: hand it to a waiting caller, else write it down."""
@@ -510,7 +415,7 @@ class IngestRuntime:
         :param settled: reads the document: its outcome once another process ended
             the job (``None`` while it is processing).
         """
-        waiter = _Waiter()
+        waiter = Waiter()
         with self._lock:
             self._waiters[document_id] = waiter
         try:
@@ -552,20 +457,3 @@ class IngestRuntime:
             self._settle(job, outcome)
             ran += 1
         return ran
-
-
-def outcome_of(document: Document | None) -> Outcome | None:
-    """The outcome a stored document shows: ``None`` while it is still ``processing``."""
-    if document is None:
-        return Outcome(gone=True)
-    if document.status == "ready":
-        return Outcome(document=document)
-    if document.status == "failed":
-        problem = document.last_error
-        error = (
-            error_from_problem(problem)
-            if problem is not None
-            else AgentCoreError("Indexing failed.", code="ingestion_failed")
-        )
-        return Outcome(error=error)
-    return None

@@ -28,7 +28,7 @@ from agentcore.knowledge.ingest import (
     parse_text,
     text_kind,
 )
-from agentcore.knowledge.jobs import Outcome, outcome_of
+from agentcore.knowledge.outcomes import Outcome, outcome_of
 from agentcore.knowledge.terms import TermStats
 from agentcore.models import Deleted, Document, DocumentList, SearchResponse, SearchResult
 from agentcore.storage.records import IngestJob, StoredChunk

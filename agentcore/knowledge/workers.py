@@ -1,6 +1,7 @@
-"""Ingestion worker processes: untrusted parsing and embedding where a kill stops them.
+"""Ingestion worker processes, seen from the parent: start, feed, watch, kill, reuse.
 
-A worker is a clean interpreter (``python -c``, as ``multiprocessing``'s ``spawn`` makes
+Untrusted parsing and embedding run where a kill stops them (what runs inside is
+``worker_main.py``). A worker is a clean interpreter (``python -c``, as ``multiprocessing``'s ``spawn`` makes
 one; never a ``fork`` of the threaded server) that builds its own core from a picklable
 ``bootstrap`` (the store opened again, unmigrated; the same plugins and settings, so
 the same embedder), then runs one job at a time: read the upload from the store,
@@ -25,22 +26,16 @@ replaces a worker whose resident memory grew, which returns that memory to the s
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import gc
-import os
-import signal
 import socket
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from agentcore.cancellation import Cancellation
-from agentcore.errors import AgentCoreError, as_problem
 from agentcore.models import Document, Problem
 from agentcore.redact import get_logger
 
@@ -49,22 +44,19 @@ if TYPE_CHECKING:
 
 __all__ = [
     "JobRunner",
+    "Ready",
     "Result",
     "WorkerDied",
     "WorkerPool",
     "WorkerProcess",
     "WorkerSpec",
     "WorkerStartFailed",
-    "trim_heap",
 ]
 
 log = get_logger("agentcore.ingest")
 
 MiB = 1024 * 1024
 START_TIMEOUT = 120.0  # seconds a new worker may take to import, open the store and report
-# freed before a MemoryError is reported, so the report itself has memory to work with
-_RESERVE_BYTES = 8 * MiB
-_PARENT_CHECK_SECONDS = 1.0
 
 
 class JobRunner(Protocol):
@@ -104,7 +96,7 @@ class Result:
 
 
 @dataclass(frozen=True)
-class _Ready:
+class Ready:
     """A worker's first message: started (its resident memory then), or why not."""
 
     rss: int = 0
@@ -131,7 +123,7 @@ class WorkerDied(RuntimeError):
 _BOOT = (
     "import sys; from multiprocessing.connection import Connection;"
     " conn = Connection(int(sys.argv[1])); sys.path[:] = conn.recv();"
-    " from agentcore.knowledge.workers import worker_main; worker_main(conn)"
+    " from agentcore.knowledge.worker_main import worker_main; worker_main(conn)"
 )
 
 
@@ -160,10 +152,10 @@ class WorkerProcess:
             self._conn.send(spec)
             ready = self._receive(START_TIMEOUT)
         except (OSError, WorkerDied) as exc:
-            ready = _Ready(error=str(exc))
-        if not isinstance(ready, _Ready) or ready.error is not None:
+            ready = Ready(error=str(exc))
+        if not isinstance(ready, Ready) or ready.error is not None:
             self.kill()
-            reason = ready.error if isinstance(ready, _Ready) else "it never reported"
+            reason = ready.error if isinstance(ready, Ready) else "it never reported"
             raise WorkerStartFailed(f"an ingestion worker process did not start: {reason}")
         self.baseline_rss = ready.rss
         self.last_rss = ready.rss
@@ -297,125 +289,3 @@ class WorkerPool:
             idle, self._idle = self._idle, []
         for worker in idle:
             worker.close()
-
-
-# the worker process ---------------------------------------------------------------------
-
-
-def trim_heap() -> None:
-    """Hand freed heap memory back to the OS (glibc keeps it otherwise); no-op elsewhere."""
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-        libc.malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
-
-
-def _resident_bytes() -> int:
-    """This process's resident memory (Linux ``/proc``; else its peak, from ``getrusage``)."""
-    try:
-        with open("/proc/self/statm") as statm:
-            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        import resource
-
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        return int(peak if sys.platform == "darwin" else peak * 1024)
-
-
-def _limit_memory(extra_mb: int) -> None:
-    """Cap the address space at its current size plus ``extra_mb`` (Linux only)."""
-    try:
-        import resource
-
-        with open("/proc/self/statm") as statm:
-            size = int(statm.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
-        _, hard = resource.getrlimit(resource.RLIMIT_AS)
-        limit = size + extra_mb * MiB
-        if hard != resource.RLIM_INFINITY:
-            limit = min(limit, hard)
-        resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
-    except (ImportError, OSError, ValueError):  # no /proc or no RLIMIT_AS: no limit
-        log.debug("ingestion worker: no address-space limit on this platform")
-
-
-def _exit_with_parent() -> None:
-    """End this process once its parent has (a daemon thread watching ``getppid``).
-
-    The parent is the fork server (or, with ``spawn``, the server itself), which ends
-    with the server: a worker busy with a job would otherwise run on as an orphan.
-    """
-    parent = os.getppid()
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(_PARENT_CHECK_SECONDS)
-        os._exit(1)
-
-    threading.Thread(target=watch, name="agentcore-parent-watch", daemon=True).start()
-
-
-def _quiet_blas() -> None:
-    """One BLAS thread: the worker is one job's worth of CPU, never more."""
-    try:
-        from threadpoolctl import threadpool_limits
-
-        threadpool_limits(1)
-    except Exception:  # threadpoolctl missing or confused: BLAS keeps its threads
-        log.debug("ingestion worker: could not limit BLAS threads")
-
-
-def worker_main(conn: Connection) -> None:
-    """The worker process: start up, report ready, then run jobs until told to stop.
-
-    Receives its ``WorkerSpec``, then ``(job, timeout)`` tuples, and sends a ``Result``
-    for each; ``None`` (or the socket closing) ends it.
-    """
-    # Ctrl-C in a terminal reaches the whole process group: the parent decides
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _exit_with_parent()
-    try:
-        spec: WorkerSpec = conn.recv()
-        with contextlib.suppress(OSError):
-            os.nice(spec.nice)
-        _quiet_blas()
-        runner = spec.bootstrap()
-    except BaseException as exc:
-        conn.send(_Ready(error=f"{type(exc).__name__}: {exc}"))
-        return
-    conn.send(_Ready(rss=_resident_bytes()))
-    _limit_memory(spec.memory_mb)
-    _serve(conn, runner)
-
-
-def _serve(conn: Connection, runner: JobRunner) -> None:
-    reserve: bytearray | None = bytearray(_RESERVE_BYTES)
-    while True:
-        try:
-            message: Any = conn.recv()
-        except (EOFError, OSError):
-            return
-        if message is None:
-            return
-        job, timeout = message
-        result = _run(runner, job, timeout)
-        if result.out_of_memory:
-            reserve = None  # noqa: F841 - freed: the report below needs a little memory
-        gc.collect()  # the document's strings and arrays go back to the allocator now
-        trim_heap()
-        conn.send(replace(result, rss=_resident_bytes()))
-        if result.out_of_memory:
-            return  # a heap that ran out is not trusted with the next job
-
-
-def _run(runner: JobRunner, job: IngestJob, timeout: float) -> Result:
-    try:
-        return Result(document=runner.run_ingest_job(job, Cancellation(timeout=timeout)))
-    except MemoryError:
-        return Result(out_of_memory=True)
-    except AgentCoreError as error:
-        return Result(problem=as_problem(error))
-    except Exception:
-        log.exception("ingestion of document %s failed unexpectedly", job.document_id)
-        unexpected = AgentCoreError("Indexing hit an unexpected error.", code="ingestion_failed")
-        return Result(problem=as_problem(unexpected))

@@ -25,6 +25,7 @@ from pdfs import filler, make_pdf, make_pdf_bomb
 
 import agentcore
 from agentcore import AgentCore, Cancellation, DeadlineExceeded, PayloadTooLarge
+from agentcore.knowledge.outcomes import outcome_of_end
 from agentcore.models import Document
 from agentcore.plugins.hashing_embedder import HashingEmbedder
 from agentcore.workspace import Workspace
@@ -181,6 +182,41 @@ def test_a_worker_whose_memory_grew_is_replaced(tmp_path: Path) -> None:
         pool = core.ingest.pool
         assert pool is not None and pool.started == 2  # the first one grew past 1 MiB
         assert len(pool.idle_pids()) == 0
+
+
+def test_a_worker_that_crashes_fails_its_job_and_is_replaced(tmp_path: Path) -> None:
+    crashing = MisbehavingEmbedder(exit_code=3)
+    with started(tmp_path / "a.db", crashing, ingest_workers=1) as (core, ws):
+        queued = ws.knowledge.ingest_text("crash.txt", "TRIGGER " + BIG_TEXT, wait=False)
+        failed = settled(core, queued.id)
+        assert failed.last_error is not None
+        assert (failed.last_error.code, failed.last_error.status) == ("ingestion_failed", 500)
+        assert "exit code 3" in failed.last_error.detail
+        assert ws.knowledge.ingest_text("fine.txt", BIG_TEXT, wait=True).status == "ready"
+        assert core.ingest.pool is not None and core.ingest.pool.started == 2
+
+
+@pytest.mark.parametrize(
+    ("reason", "exitcode", "expected"),
+    [
+        ("deadline", -9, "deadline_exceeded"),  # killed by us at the deadline
+        ("deleted", -9, "gone"),
+        ("shutdown", -9, "released"),
+        (None, -15, "released"),  # SIGTERM from outside: the machine is stopping
+        (None, -2, "released"),
+        (None, -9, "too_large"),  # SIGKILL from outside: the OOM killer
+        (None, -11, "ingestion_failed"),
+        (None, 1, "ingestion_failed"),
+    ],
+)
+def test_why_a_worker_ended_decides_its_jobs_outcome(
+    reason: str | None, exitcode: int, expected: str
+) -> None:
+    outcome = outcome_of_end(reason, exitcode, timeout=60)
+    if expected in ("gone", "released"):
+        assert getattr(outcome, expected) and outcome.error is None
+    else:
+        assert outcome.error is not None and outcome.error.code == expected
 
 
 def test_a_pdf_bomb_fails_quickly_in_a_worker(tmp_path: Path) -> None:
