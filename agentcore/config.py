@@ -9,6 +9,7 @@ places, highest priority first: keyword arguments (``AgentCore.open(path, name=v
 from __future__ import annotations
 
 import ipaddress
+import os
 import re
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal, TypeVar, overload
@@ -167,10 +168,58 @@ class Settings(BaseSettings):
         " so results stay exact in practice. Fixed per workspace by its first write:"
         " changing it affects new workspaces only.",
     )
+    max_pdf_page_chars: int = Field(
+        1_000_000,
+        ge=1,
+        description="Most characters of text one PDF page may extract to (413 `too_large`"
+        " beyond); a whole PDF may extract to `max_document_chunks` x `chunk_target_chars`.",
+    )
     ingest_sync_max_bytes: int = Field(
         1 * MiB,
         ge=0,
-        description="Larger uploads are ingested in the background: 202, status processing.",
+        description="Larger uploads are ingested in the background: 202, status processing."
+        " Smaller ones are waited for (201 ready) while a worker is free and the request's"
+        " deadline allows.",
+    )
+    ingest_inline_max_bytes: int = Field(
+        64 * 1024,
+        ge=0,
+        description="Plain-text and Markdown documents up to this size are ingested in the"
+        " calling thread (no parser risk, bounded work); larger ones and every PDF go to a"
+        " worker process.",
+    )
+    ingest_workers: int | None = Field(
+        None,
+        ge=0,
+        description="Worker processes that parse and embed uploads, per core (so per"
+        " `serve --workers` process); unset: half the CPUs, 1 to 4. 0: ingest on a thread"
+        " of the core's own process instead.",
+    )
+    ingest_worker_memory_mb: int = Field(
+        2048,
+        ge=64,
+        description="MiB of address space a worker process may add over its size at start"
+        " (RLIMIT_AS, Linux); a job that needs more fails `too_large` and the worker is"
+        " replaced.",
+    )
+    ingest_worker_recycle_mb: int = Field(
+        64,
+        ge=1,
+        description="A worker process whose resident memory grew by more than this many MiB"
+        " since its start (measured after each job) is replaced, returning the memory.",
+    )
+    ingest_worker_nice: int = Field(
+        10,
+        ge=0,
+        le=19,
+        description="How much lower than the API process a worker process is scheduled"
+        " (added to its nice value), so requests keep their CPU while uploads are indexed.",
+    )
+    ingest_stop_grace: float = Field(
+        2.0,
+        ge=0,
+        description="Seconds running ingestion jobs get to finish on `stop()` before their"
+        " workers are killed and the jobs go back to the queue.",
     )
     ingest_job_lease: float = Field(
         30.0, gt=0, description="Seconds a background ingestion job is leased, renewed while alive."
@@ -179,7 +228,10 @@ class Settings(BaseSettings):
         3, ge=1, description="Tries of a background ingestion job before it is marked failed."
     )
     ingest_job_timeout: float = Field(
-        3600.0, gt=0, description="Seconds one try of a background ingestion job may take."
+        3600.0,
+        gt=0,
+        description="Seconds one try of an ingestion job may take; a worker past it is"
+        " killed and the document `failed` with `deadline_exceeded`.",
     )
 
     # Chat
@@ -232,6 +284,16 @@ class Settings(BaseSettings):
     )
     key_touch_interval: float = Field(60.0, ge=0, description="Resolution of last_used_at.")
     idempotency_ttl: float = Field(86_400.0, gt=0)
+
+    @property
+    def ingest_pool_size(self) -> int:
+        """How many ingestion worker processes a core runs: ``ingest_workers``, or when
+        it is unset half the machine's CPUs, at least 1 and at most 4 (ingestion is
+        CPU-bound; the other half stays with the API process, whose requests also win
+        the CPU: workers run at a lower priority)."""
+        if self.ingest_workers is not None:
+            return self.ingest_workers
+        return max(1, min(4, (os.cpu_count() or 2) // 2))
 
     @field_validator("webhook_allowed_networks", mode="before")
     @classmethod

@@ -6,9 +6,11 @@ the ``Settings`` and the plugin manager, and hands each service just what it use
 
 from __future__ import annotations
 
+import functools
 import importlib
 import threading
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import ModuleType, TracebackType
 from typing import Any
@@ -28,18 +30,19 @@ from agentcore.idempotency import IdempotencyKeys
 from agentcore.keys import KeyManager, check_environment, check_scopes
 from agentcore.knowledge.cache import IndexCache
 from agentcore.knowledge.embedders import Embedder
-from agentcore.knowledge.jobs import IngestRuntime
+from agentcore.knowledge.jobs import IngestRuntime, WorkersUnavailable
 from agentcore.knowledge.segments import segment_root
 from agentcore.knowledge.service import KnowledgeService
 from agentcore.knowledge.terms import TermCounter
+from agentcore.knowledge.workers import WorkerSpec
 from agentcore.limits import RateLimiter
-from agentcore.models import Health, LoopState, Organization
+from agentcore.models import Document, Health, LoopState, Organization
 from agentcore.plugins import DEFAULT_PLUGINS
 from agentcore.plugins.extractive import stem_frequencies as extractive_stem_frequencies
 from agentcore.plugins.extractive import tokens_of as extractive_tokens_of
 from agentcore.redact import get_logger
 from agentcore.runtime import Runtime
-from agentcore.storage.base import Checkpointing, Store, VectorSearchStore
+from agentcore.storage.base import Checkpointing, ReopenableStore, Store, VectorSearchStore
 from agentcore.storage.records import IngestJob
 from agentcore.webhooks.delivery import WebhookRuntime
 from agentcore.webhooks.service import WebhookService
@@ -114,6 +117,16 @@ def _segment_options(store: Store, settings: Settings) -> dict[str, Any]:
     return {"segments": root, "store_identity": identity}
 
 
+@dataclass(frozen=True)
+class _Origin:
+    """How ``AgentCore.open`` built a core: what an ingestion worker process needs to
+    build the same one (pickled to it: plugins as module names or objects)."""
+
+    plugins: tuple[object, ...]
+    entry_points: bool
+    settings: Settings
+
+
 class AgentCore:
     """The library's entry point: ``AgentCore.open(path_or_url)``.
 
@@ -121,10 +134,18 @@ class AgentCore:
     state that cannot be rebuilt from the store, so several processes may share one.
     """
 
-    def __init__(self, store: Store, settings: Settings, pm: pluggy.PluginManager) -> None:
+    def __init__(
+        self,
+        store: Store,
+        settings: Settings,
+        pm: pluggy.PluginManager,
+        *,
+        origin: _Origin | None = None,
+    ) -> None:
         self.store = store
         self.settings = settings
         self.pm = pm
+        self._origin = origin
         # every background thread, pool and component of this core; start()/stop() run it
         self.runtime = Runtime()
         self.events = EventBus()
@@ -157,8 +178,14 @@ class AgentCore:
         self.webhooks = WebhookRuntime(
             store, settings, runtime=self.runtime if settings.start_workers else None
         )
-        self.ingest = IngestRuntime(store, settings, run=self._run_ingest_job)
-        self.runtime.own(self.ingest)
+        # a component of the runtime: its scheduling loop, watching threads, worker processes
+        self.ingest = IngestRuntime(
+            store,
+            settings,
+            run=self.run_ingest_job,
+            runtime=self.runtime,
+            workers=self._worker_spec,
+        )
         if isinstance(store, Checkpointing) and store.checkpoint_interval is not None:
             # a SQLite file's WAL is folded into the database here, never in a request
             self.runtime.loop(
@@ -192,12 +219,45 @@ class AgentCore:
         :param overrides: individual ``Settings`` fields, e.g. ``max_top_k=50``, or a
             plugin's as ``<namespace>_<field>``, e.g. ``openai_model="llama3"``.
         """
+        plugins = tuple(plugins)
         pm = make_plugin_manager(plugins, entry_points=entry_points)
         settings = Settings.load(plugin_settings_models(pm), base=settings, **overrides)
         store = pm.hook.agentcore_open_store(url=str(url), settings=settings)
         if store is None:
             raise ValueError(f"No store plugin handles {url!r}.")
-        return cls(store, settings, pm)
+        named = tuple(p.__name__ if isinstance(p, ModuleType) else p for p in plugins)
+        return cls(store, settings, pm, origin=_Origin(named, entry_points, settings))
+
+    @classmethod
+    def _for_worker(cls, origin: _Origin, open_store: Callable[[], Store]) -> AgentCore:
+        """The core an ingestion worker process builds: the same plugins and settings
+        (so the same embedder), on the same database opened again, unmigrated."""
+        pm = make_plugin_manager(origin.plugins, entry_points=origin.entry_points)
+        return cls(open_store(), origin.settings, pm)
+
+    def _worker_spec(self) -> WorkerSpec:
+        """What this core's ingestion worker processes are built from, or why there are none.
+
+        :raises WorkersUnavailable: ``ingest_workers`` is 0, the core was not made by
+            ``open``, or its database cannot be opened by another process.
+        """
+        settings = self.settings
+        if settings.ingest_pool_size == 0:
+            raise WorkersUnavailable("ingest_workers is 0")
+        if self._origin is None:
+            raise WorkersUnavailable(
+                "the core was not made by AgentCore.open, so a worker cannot rebuild it"
+            )
+        reopen = self.store.reopener() if isinstance(self.store, ReopenableStore) else None
+        if reopen is None:
+            raise WorkersUnavailable(
+                f"another process cannot open this core's database ({self.store.url!r})"
+            )
+        return WorkerSpec(
+            bootstrap=functools.partial(AgentCore._for_worker, self._origin, reopen),
+            memory_mb=settings.ingest_worker_memory_mb,
+            nice=settings.ingest_worker_nice,
+        )
 
     def _add_embedder(self, embedder: Embedder) -> None:
         if embedder.name in self.embedders:
@@ -277,12 +337,13 @@ class AgentCore:
             store=self.store,
             settings=self.settings,
             index=self.index_cache,
-            on_queued=self.ingest.wake,
+            jobs=self.ingest,
             terms=self.terms,
         )
 
-    def _run_ingest_job(self, job: IngestJob, cancellation: Cancellation) -> None:
-        """Index a background job's upload in its workspace (the ingestion worker calls it)."""
+    def run_ingest_job(self, job: IngestJob, cancellation: Cancellation) -> Document | None:
+        """Index a leased ingestion job's upload in its workspace; the ready document, or
+        ``None`` if it is gone. What an ingestion worker (process or thread) runs."""
         workspace = Workspace(
             self,
             organization_id=job.organization_id,
@@ -290,7 +351,7 @@ class AgentCore:
             environment=check_environment(job.environment),
             scopes=frozenset({"read", "write"}),
         )
-        self.knowledge_service(workspace).run_job(job, cancellation)
+        return self.knowledge_service(workspace).run_job(job, cancellation)
 
     def chat_service(self, workspace: Workspace) -> ChatService:
         """Chat in ``workspace`` (host code uses ``workspace.chat``)."""
@@ -317,10 +378,10 @@ class AgentCore:
         """Start the background work (``runtime``) and plugins'. Idempotent.
 
         Every background thread of the core runs between ``start()`` and ``stop()``:
-        index maintenance, the SQLite checkpointer, the ingestion worker, and (with
+        index maintenance, the SQLite checkpointer, the ingestion scheduler, and (with
         ``start_workers``) webhook delivery. Ingestion jobs left by a stopped or
         crashed process are resumed (or, after ``ingest_job_attempts`` tries, marked
-        failed) by the ingestion worker.
+        failed); ingestion worker processes start with the first job that needs one.
         """
         with self._lock:
             if self._started:
@@ -332,7 +393,12 @@ class AgentCore:
     def stop(self, timeout: float = 30.0) -> None:
         """Stop every background thread and pool within ``timeout`` seconds; pending
         work stays in the store for the next start. Afterwards no thread the core
-        started is alive (unless work outlived the grace period; it is logged)."""
+        started is alive (unless work outlived the grace period; it is logged).
+
+        Bounded whatever an ingestion job is doing: running jobs get
+        ``ingest_stop_grace`` seconds, then their worker processes are killed and the
+        jobs go back to the queue.
+        """
         with self._lock:
             started, self._started = self._started, False
         self.runtime.stop(timeout)  # also the pools a core that never started used

@@ -295,6 +295,30 @@ def as_problem(error: AgentCoreError) -> Problem:
     )
 
 
+def error_from_problem(problem: Problem) -> AgentCoreError:
+    """The error a stored problem describes (a failed job's ``last_error``), to raise again.
+
+    The class is the one whose default code matches, else the first with its status
+    (``AgentCoreError`` itself for an unknown one); code, detail and param are kept.
+    """
+    classes = _error_classes()
+    cls = next((c for c in classes if c.default_code == problem.code), None)
+    if cls is None:
+        cls = next((c for c in classes if c.status == problem.status), AgentCoreError)
+    return cls(problem.detail, code=problem.code, param=problem.param)
+
+
+def _error_classes() -> list[type[AgentCoreError]]:
+    """``AgentCoreError`` and its subclasses, the hierarchy above first."""
+    found: list[type[AgentCoreError]] = []
+    pending: list[type[AgentCoreError]] = [AgentCoreError]
+    while pending:
+        cls = pending.pop(0)
+        found.append(cls)
+        pending.extend(cls.__subclasses__())
+    return found
+
+
 __all__ = [
     "PROBLEM_TYPE",
     "AgentCoreError",
@@ -317,4 +341,5 @@ __all__ = [
     "UriTooLong",
     "ValidationFailed",
     "as_problem",
+    "error_from_problem",
 ]

@@ -55,7 +55,9 @@ def agentcore_open_store(url: str, settings: Settings) -> Store | None:
     Called once by ``AgentCore.open``. Return a ready ``Store`` (migrations applied)
     when this plugin handles the URL's scheme, else ``None``; the first non-``None``
     result wins. The built-in SQLite store handles plain paths, ``:memory:`` and
-    ``sqlite:///path`` URLs.
+    ``sqlite:///path`` URLs. A store that another process can open again
+    (``storage.base.ReopenableStore``) lets uploads be ingested in worker processes;
+    without it they are ingested on a thread of the core's process.
 
     :param url: what the host passed to ``AgentCore.open``.
     :param settings: the core's settings.

@@ -121,6 +121,50 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def test_key(cli: list[str], organization: str, env: dict[str, str], cwd: str) -> str:
+    """``agentcore init --org organization`` with the ``cli`` command; the test key."""
+    init = subprocess.run(
+        [*cli, "init", "--org", organization, "--json"],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    keys = json.loads(init.stdout)["keys"]
+    return str(next(k["secret"] for k in keys if k["environment"] == "test"))
+
+
+def start_server(
+    cli: list[str], env: dict[str, str], cwd: str
+) -> tuple[subprocess.Popen[bytes], str]:
+    """``agentcore serve`` on a free port with the ``cli`` command; the process and its URL."""
+    port = free_port()
+    server = subprocess.Popen(
+        [*cli, "serve", "--port", str(port), "--log-level", "warning"],
+        env=env,
+        cwd=cwd,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    return server, f"http://127.0.0.1:{port}"
+
+
+def wait_for_server(base: str, headers: dict[str, str]) -> None:
+    """Return once the server at ``base`` answers ``verify`` (then half a second more, so
+    it is idle), or raise after about 30 s."""
+    with httpx.Client(base_url=base, headers=headers, timeout=5) as client:
+        for _ in range(300):
+            try:
+                if client.get("/v1/auth/verify").status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.1)
+        else:
+            raise RuntimeError("the server did not start")
+    time.sleep(0.5)
+
+
 def cpu_seconds(pid: int) -> float:
     """User + system CPU time a process has used."""
     with open(f"/proc/{pid}/stat") as stat:
@@ -171,38 +215,11 @@ def run_one(args: argparse.Namespace, kind: str, data: bytes) -> Run:
     with tempfile.TemporaryDirectory() as tmp:
         db = os.path.join(tmp, "bench.db")
         cli = [sys.executable, "-m", "agentcore.cli", "--db", db]
-        init = subprocess.run(
-            [*cli, "init", "--org", "bench", "--json"],
-            env=env,
-            cwd=cwd,
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        key = next(
-            k["secret"] for k in json.loads(init.stdout)["keys"] if k["environment"] == "test"
-        )
-        port = free_port()
-        server = subprocess.Popen(
-            [*cli, "serve", "--port", str(port), "--log-level", "warning"],
-            env=env,
-            cwd=cwd,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-        )
-        base = f"http://127.0.0.1:{port}"
+        key = test_key(cli, "bench", env, cwd)
+        server, base = start_server(cli, env, cwd)
         headers = {"Authorization": f"Bearer {key}"}
         try:
-            with httpx.Client(base_url=base, headers=headers, timeout=5) as client:
-                for _ in range(200):
-                    try:
-                        if client.get("/v1/auth/verify").status_code == 200:
-                            break
-                    except httpx.TransportError:
-                        time.sleep(0.1)
-                else:
-                    raise RuntimeError("the server did not start")
-            time.sleep(0.5)
+            wait_for_server(base, headers)
             result.baseline_rss_mb = rss_kb(server.pid)[0] / 1024
             measure(args, result, server, base, headers, data)
         finally:

@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import hashlib
+import importlib.metadata
 import io
 import json
 import os
@@ -249,9 +250,20 @@ def peer_checkout(rev: str, into: Path) -> Path:
     subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
     # the adapter is imported as a top-level package, as the editable install does
     shutil.copytree(into / "adapters" / "agentcore_starlette", into / "agentcore_starlette")
-    commands = into / "agentcore_starlette" / "commands.py"
-    if not commands.exists():  # older than the installed entry point that names it
-        commands.write_text('"""No commands: this version of the adapter predates the hook."""\n')
+    # compiled kernels are not in git: give the peer this checkout's build of the same C
+    # source, else it would time the numpy fallback
+    for built in (REPO / "agentcore" / "plugins").glob("_*.so"):
+        source = built.with_name(built.name.split(".", 1)[0] + ".c")
+        twin = into / "agentcore" / "plugins" / source.name
+        if source.exists() and twin.exists() and twin.read_bytes() == source.read_bytes():
+            shutil.copy2(built, twin.parent / built.name)
+    # a plugin module the installed distribution declares (an entry point) but the peer
+    # predates would stop the peer's core from opening: it gets an empty one
+    for point in importlib.metadata.entry_points(group="agentcore"):
+        for root in (into, into / "adapters"):
+            module = (root / Path(*point.module.split("."))).with_suffix(".py")
+            if module.parent.is_dir() and not module.exists():
+                module.write_text('"""Not in this version: an empty plugin."""\n')
     return into
 
 

@@ -10,11 +10,12 @@ must refuse: a password-protected file and a page with no text at all.
 from __future__ import annotations
 
 import random
+import zlib
 from datetime import UTC, datetime
 
 from fpdf import FPDF
 
-__all__ = ["filler", "make_drawing_pdf", "make_encrypted_pdf", "make_pdf"]
+__all__ = ["filler", "make_drawing_pdf", "make_encrypted_pdf", "make_pdf", "make_pdf_bomb"]
 
 
 def _new_pdf() -> FPDF:
@@ -118,3 +119,49 @@ def filler(sentences: int, seed: int) -> str:
         f"{rng.choice(_SUBJECTS)} {rng.choice(_VERBS)} {rng.choice(_OBJECTS)} {rng.choice(_WHEN)}."
         for _ in range(sentences)
     )
+
+
+def make_pdf_bomb(pages: int = 4_999, text_bytes: int = 4_000_000, seed: int = 7) -> bytes:
+    """A small PDF whose extracted text is enormous: a decompression bomb for text extraction.
+
+    Hand-written (no library): ``pages`` page objects whose ``/Contents`` all reference
+    one Flate-compressed content stream of about ``text_bytes`` of ``(words) Tj``
+    operators, so each page extracts to the whole stream's text. With the defaults the
+    file is about 680 KB and would extract to ``pages`` x ~3.5 MB (~17 GB) of text.
+    """
+    rng = random.Random(seed)
+    # a thousand distinct lines repeated in random order: the stream compresses ~50:1
+    pool = [b"(" + filler(1, seed + n).encode() + b") Tj T*" for n in range(1024)]
+    lines = [b"BT /F1 9 Tf 20 780 Td 11 TL"]
+    size = 0
+    while size < text_bytes:
+        line = rng.choice(pool)
+        lines.append(line)
+        size += len(line) + 1
+    lines.append(b"ET")
+    stream = zlib.compress(b"\n".join(lines), 9)
+    font, content, first_page = 3, 4, 5
+    kids = " ".join(f"{first_page + n} 0 R" for n in range(pages))
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        # the page size and font are inherited by every page from here
+        f"<< /Type /Pages /Kids [{kids}] /Count {pages} /MediaBox [0 0 612 792]"
+        f" /Resources << /Font << /F1 {font} 0 R >> >> >>".encode(),
+        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+        b"<< /Length %d /Filter /FlateDecode >>\nstream\n" % len(stream) + stream + b"\nendstream",
+    ]
+    page = f"<< /Type /Page /Parent 2 0 R /Contents {content} 0 R >>".encode()
+    objects += [page] * pages
+    out = bytearray(b"%PDF-1.4\n%\xe2\xe3\xcf\xd3\n")
+    offsets = []
+    for number, body in enumerate(objects, start=1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n" % number + body + b"\nendobj\n"
+    xref = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
+    out += b"".join(b"%010d 00000 n \n" % offset for offset in offsets)
+    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (
+        len(objects) + 1,
+        xref,
+    )
+    return bytes(out)

@@ -26,6 +26,7 @@ from starlette.routing import Route
 from starlette.types import Message, Receive, Scope, Send
 
 from agentcore import __version__
+from agentcore.cancellation import Cancellation
 from agentcore.chat import ChatStream
 from agentcore.config import Settings
 from agentcore.core import AgentCore
@@ -188,7 +189,12 @@ class Api:
                 self.core.rate_limiter.enforce(workspace.key_id or "", workspace.environment)
             )
             query = request.query_params if request.scope["query_string"] else NO_QUERY
-            call = Call(workspace, request.path_params, query, request.headers)
+            # the request's deadline rides on its cancellation: work that waits (an upload
+            # waiting for its worker) stops in time to answer before the adapter's 504
+            deadline = Cancellation(timeout=self.settings.request_deadline)
+            call = Call(
+                workspace, request.path_params, query, request.headers, cancellation=deadline
+            )
             await self._read_body(route, request, call)
 
             async def handle() -> Response:

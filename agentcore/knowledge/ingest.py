@@ -6,14 +6,19 @@ import io
 import posixpath
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from agentcore.errors import PayloadTooLarge, UnsupportedMediaType, ValidationFailed
+
+if TYPE_CHECKING:
+    from agentcore.cancellation import Cancellation
 
 __all__ = [
     "PDF",
     "PLAIN",
     "MARKDOWN",
     "ParsedDocument",
+    "TextBudget",
     "check_text",
     "check_upload",
     "clean_pdf_text",
@@ -41,6 +46,19 @@ _PDF_MAGIC = b"%PDF-"
 
 
 @dataclass(frozen=True)
+class TextBudget:
+    """How much text a PDF may extract to: per page and in all, in characters.
+
+    Counted as extraction goes (a crafted file can make every page extract to megabytes
+    of text from a few bytes: thousands of pages sharing one compressed content stream),
+    so a file over budget stops within one page's budget of work, not after all of it.
+    """
+
+    page_chars: int
+    total_chars: int
+
+
+@dataclass(frozen=True)
 class ParsedDocument:
     """A parsed upload: its source name, canonical content type and page texts.
 
@@ -60,6 +78,8 @@ def parse_document(
     *,
     max_bytes: int,
     max_pages: int,
+    budget: TextBudget | None = None,
+    cancellation: Cancellation | None = None,
 ) -> ParsedDocument:
     """Parse an uploaded file into pages.
 
@@ -76,13 +96,20 @@ def parse_document(
     :param content_type: the declared media type, parameters allowed.
     :param max_bytes: the largest accepted file.
     :param max_pages: the most pages accepted in a PDF.
-    :raises PayloadTooLarge: ``file_too_large``, ``too_many_pages``.
+    :param budget: the most text a PDF may extract to (``None``: no limit).
+    :param cancellation: checked between the pages of a PDF.
+    :raises PayloadTooLarge: ``file_too_large``, ``too_many_pages``, ``too_large`` (a PDF
+        whose text passes ``budget``).
     :raises UnsupportedMediaType: ``unsupported_file_type``.
     :raises ValidationFailed: ``empty_file``, ``invalid_encoding``, ``invalid_pdf``,
         ``encrypted_pdf``, ``no_text``. Every error has ``param="file"``.
     """
     source, kind = check_upload(data, filename, content_type, max_bytes=max_bytes)
-    pages = _pdf_pages(data, max_pages) if kind == PDF else _text_pages(decode_text(data), kind)
+    pages = (
+        _pdf_pages(data, max_pages, budget, cancellation)
+        if kind == PDF
+        else _text_pages(decode_text(data), kind)
+    )
     if not any(page and not page.isspace() for page in pages):  # no copy of a huge page
         raise ValidationFailed(
             "The file contains no extractable text"
@@ -210,7 +237,17 @@ def _text_pages(text: str, kind: str) -> list[str]:
     return [text.replace("\f", "\n")]
 
 
-def _pdf_pages(data: bytes, max_pages: int) -> list[str]:
+class _OverBudget(Exception):
+    """Raised from pypdf's text visitor to stop an extraction that passed its budget."""
+
+    def __init__(self, per_page: bool) -> None:
+        super().__init__()
+        self.per_page = per_page
+
+
+def _pdf_pages(
+    data: bytes, max_pages: int, budget: TextBudget | None, cancellation: Cancellation | None
+) -> list[str]:
     # Imported here: a host that never ingests PDFs does not pay for pypdf.
     from pypdf import PasswordType, PdfReader
 
@@ -246,17 +283,54 @@ def _pdf_pages(data: bytes, max_pages: int) -> list[str]:
             param="file",
         )
     pages: list[str] = []
+    total = 0
     for number in range(count):
+        if cancellation is not None:
+            cancellation.check()
         try:
-            raw = reader.pages[number].extract_text()
+            raw = _page_text(reader.pages[number], budget, total)
+        except _OverBudget as over:
+            assert budget is not None
+            raise PayloadTooLarge(
+                f"Page {number + 1} of the PDF extracts to more than {budget.page_chars:,}"
+                " characters of text, the limit for one page."
+                if over.per_page
+                else f"The PDF extracts to more than {budget.total_chars:,} characters of text"
+                f" by page {number + 1}, more than one document may hold.",
+                code="too_large",
+                param="file",
+            ) from None
         except Exception:
             raise ValidationFailed(
                 f"Page {number + 1} of the PDF could not be read (corrupt content).",
                 code="invalid_pdf",
                 param="file",
             ) from None
+        total += len(raw)
         pages.append(clean_pdf_text(raw))
     return pages
+
+
+def _page_text(page: Any, budget: TextBudget | None, before: int) -> str:
+    """One page's raw text; ``_OverBudget`` as soon as it passes ``budget`` (``before``:
+    the characters the earlier pages extracted to).
+
+    pypdf calls the visitor with each piece of text as it goes, so counting there stops
+    the extraction early: its cost grows with the page's text, faster than linearly.
+    """
+    if budget is None:
+        return str(page.extract_text())
+    per_page = budget.page_chars <= budget.total_chars - before
+    limit = budget.page_chars if per_page else budget.total_chars - before
+    seen = 0
+
+    def count(text: str, *_: Any) -> None:
+        nonlocal seen
+        seen += len(text)
+        if seen > limit:
+            raise _OverBudget(per_page)
+
+    return str(page.extract_text(visitor_text=count))
 
 
 _LIGATURES = str.maketrans(

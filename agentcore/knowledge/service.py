@@ -12,13 +12,15 @@ import numpy as np
 import numpy.typing as npt
 
 from agentcore.cancellation import Cancellation
-from agentcore.errors import NotFound, PayloadTooLarge, ValidationFailed
+from agentcore.errors import Cancelled, Conflict, NotFound, PayloadTooLarge, ValidationFailed
 from agentcore.ids import new_id, utcnow
 from agentcore.knowledge.cache import IndexCache, embed_passages
 from agentcore.knowledge.chunking import Chunk, chunk_pages
 from agentcore.knowledge.embedders import bounded_text
 from agentcore.knowledge.ingest import (
+    PDF,
     ParsedDocument,
+    TextBudget,
     check_text,
     check_upload,
     decode_text,
@@ -26,12 +28,14 @@ from agentcore.knowledge.ingest import (
     parse_text,
     text_kind,
 )
+from agentcore.knowledge.outcomes import Outcome, outcome_of
 from agentcore.knowledge.terms import TermStats
 from agentcore.models import Deleted, Document, DocumentList, SearchResponse, SearchResult
 from agentcore.storage.records import IngestJob, StoredChunk
 
 if TYPE_CHECKING:
     from agentcore.config import Settings
+    from agentcore.knowledge.jobs import IngestRuntime
     from agentcore.knowledge.terms import TermCounter
     from agentcore.storage.base import KnowledgeStore
     from agentcore.workspace import Workspace
@@ -63,6 +67,16 @@ def _indexed(
     return rows
 
 
+def _wait_until(cancellation: Cancellation | None) -> float | None:
+    """When a caller with ``cancellation`` stops waiting for a worker: a little before its
+    deadline (an HTTP request's), so it can still answer 202 in time; ``None``: never."""
+    deadline = None if cancellation is None else cancellation.deadline
+    if deadline is None:
+        return None
+    left = deadline - time.monotonic()
+    return deadline - min(1.0, max(left, 0.0) / 10)
+
+
 class KnowledgeService:
     """The knowledge core of one workspace; reached as ``workspace.knowledge``.
 
@@ -70,8 +84,9 @@ class KnowledgeService:
     :param store: where documents, chunks and vectors are kept.
     :param settings: upload, chunking and search limits.
     :param index: the core's shared cache of workspace indexes (and its embedder).
-    :param on_queued: called after a document is queued for background ingestion
-        (the core wakes its ingestion worker).
+    :param jobs: the core's ingestion jobs (worker processes, or a thread): uploads
+        that are not small plain text go there; ``None``: every upload is indexed in
+        the calling thread, or queued for ``wait=False``.
     :param terms: counts each indexed document's sentences and word stems, stored with
         it for ``term_stats`` (chat's word rarity); ``None``: no counts are kept.
     """
@@ -83,11 +98,11 @@ class KnowledgeService:
         store: KnowledgeStore,
         settings: Settings,
         index: IndexCache,
-        on_queued: Callable[[], None] | None = None,
+        jobs: IngestRuntime | None = None,
         terms: TermCounter | None = None,
     ) -> None:
         self._ws = workspace
-        self._on_queued = on_queued
+        self._jobs = jobs
         self._terms = terms
         self._store = store
         self._settings = settings
@@ -107,31 +122,40 @@ class KnowledgeService:
         """Parse, chunk, embed and store a PDF, Markdown or text file. Write scope.
 
         Either the whole document is stored (document, chunks, vectors in one
-        transaction) or nothing is.
+        transaction) or nothing is. Once the core is started (``core.start()``; the
+        HTTP app's lifespan does it), PDFs and all but small text files are parsed and
+        embedded in a worker process, under the ``ingest_*`` time and memory limits;
+        the upload is stored as a ``processing`` document first.
 
-        :param wait: ``True``: index it now, in this thread, and return it ``ready``;
-            ``False``: store the upload as a background job and return the document at
-            once in status ``processing`` (the core's worker, run by ``core.start()``,
-            makes it ``ready`` or ``failed``; poll ``get``); ``None`` (default): wait
-            for files up to ``ingest_sync_max_bytes``.
-        :param cancellation: checked while indexing in this thread; once it fires the
-            work stops with its error and nothing is stored.
+        :param wait: ``True``: return the document ``ready``, or raise its error, and
+            then nothing is stored (a worker process indexes it when the core is
+            started, else this thread). ``False``: store the upload as a job and return
+            the document at once in status ``processing`` (the core's workers make it
+            ``ready`` or ``failed``; poll ``get``). ``None`` (default): files larger
+            than ``ingest_sync_max_bytes`` as ``False``; smaller ones are waited for
+            while a worker of this process is free to take them and ``cancellation``'s
+            deadline allows (then ``processing`` is returned and the job goes on; an
+            error while waiting is raised, nothing stored), or indexed in this thread
+            when the core is not started.
+        :param cancellation: the caller's deadline or disconnect. Work in this thread
+            stops at its next checkpoint, storing nothing; with ``wait=True`` a job in
+            a worker is stopped too (nothing stored); otherwise waiting ends.
         """
         self._ws.require("write")
-        settings = self._settings
-        if not self._waits(len(data), wait):
-            source, kind = check_upload(
-                data, filename, content_type, max_bytes=settings.max_upload_bytes
-            )
-            return self._enqueue("file", filename, content_type, data, source, kind)
-        parsed = parse_document(
+        source, kind = check_upload(
+            data, filename, content_type, max_bytes=self._settings.max_upload_bytes
+        )
+        return self._ingest(
+            "file",
             data,
             filename,
             content_type,
-            max_bytes=settings.max_upload_bytes,
-            max_pages=settings.max_pdf_pages,
+            source,
+            kind,
+            wait,
+            cancellation,
+            parse=lambda: self._parse_file(data, filename, content_type, cancellation),
         )
-        return self._store_parsed(parsed, len(data), cancellation)
 
     def ingest_text(
         self,
@@ -160,37 +184,107 @@ class KnowledgeService:
                 code="file_too_large",
                 param="text",
             )
-        parsed = parse_text(source, text) if self._waits(len(encoded), wait) else None
-        if parsed is None:
-            check_text(source, text)
-            return self._enqueue("text", source, None, encoded, source.strip(), text_kind(source))
-        return self._store_parsed(parsed, len(encoded), cancellation)
+        check_text(source, text)
+        return self._ingest(
+            "text",
+            encoded,
+            source,
+            None,
+            source.strip(),
+            text_kind(source),
+            wait,
+            cancellation,
+            parse=lambda: parse_text(source, text),
+        )
 
-    def _waits(self, size: int, wait: bool | None) -> bool:
-        return size <= self._settings.ingest_sync_max_bytes if wait is None else wait
-
-    def _enqueue(
+    def _ingest(
         self,
-        kind: str,
+        job_kind: str,
+        data: bytes,
         filename: str,
         declared: str | None,
-        data: bytes,
         source: str,
         content_type: str,
+        wait: bool | None,
+        cancellation: Cancellation | None,
+        *,
+        parse: Callable[[], ParsedDocument],
     ) -> Document:
-        document = Document(
+        """Queue, index in this thread, or hand to a worker and wait: see ``ingest_file``."""
+        settings = self._settings
+        size = len(data)
+        if wait is False or (wait is None and size > settings.ingest_sync_max_bytes):
+            document = self._processing(source, content_type, size)
+            self._store_job(document, job_kind, filename, declared, data)
+            return document
+        jobs = self._jobs
+        if (
+            jobs is None
+            or not jobs.isolated
+            or (content_type != PDF and size <= settings.ingest_inline_max_bytes)
+        ):
+            return self._store_parsed(parse(), size, cancellation)
+        if cancellation is not None:
+            cancellation.check()  # already stopped: store nothing
+        document = self._processing(source, content_type, size)
+        outcome = jobs.run_and_wait(
+            document.id,
+            lambda: self._store_job(document, job_kind, filename, declared, data),
+            lambda: outcome_of(self._store.get_document(*self._scope, document.id)),
+            block=wait is True,
+            until=None if wait else _wait_until(cancellation),
+            cancellation=cancellation,
+        )
+        return self._waited(document, outcome, wait is True, cancellation)
+
+    def _waited(
+        self,
+        document: Document,
+        outcome: Outcome | None,
+        block: bool,
+        cancellation: Cancellation | None,
+    ) -> Document:
+        """What a caller that waited for a worker gets: the ready document, the
+        ``processing`` one (its job goes on), or the job's error with nothing stored."""
+        if outcome is not None and outcome.document is not None:
+            return outcome.document
+        if outcome is not None and outcome.gone:
+            raise Conflict(
+                "The document was deleted before it was indexed.", code="document_deleted"
+            )
+        error = None if outcome is None else outcome.error
+        if error is None and not block:
+            return document  # still processing, or given back to the queue at shutdown
+        self._discard(document.id)
+        if error is not None:
+            raise error
+        if cancellation is not None:
+            cancellation.check()
+        raise Cancelled("The core stopped before the document was indexed.", code="cancelled")
+
+    @property
+    def _scope(self) -> tuple[str, str]:
+        return self._ws.organization_id, self._ws.environment
+
+    def _processing(self, source: str, content_type: str, size: int) -> Document:
+        return Document(
             id=new_id("doc"),
             source=source,
             content_type=content_type,
             pages=0,
             chunks=0,
-            bytes=len(data),
+            bytes=size,
             created_at=_stored_now(),
             status="processing",
         )
+
+    def _store_job(
+        self, document: Document, kind: str, filename: str, declared: str | None, data: bytes
+    ) -> None:
+        """Store a ``processing`` document and its job (the raw upload), atomically, and
+        tell the jobs runtime."""
         self._store.insert_processing_document(
-            self._ws.organization_id,
-            self._ws.environment,
+            *self._scope,
             document,
             kind=kind,
             filename=filename,
@@ -198,9 +292,32 @@ class KnowledgeService:
             data=data,
             now=time.time(),
         )
-        if self._on_queued is not None:
-            self._on_queued()
-        return document
+        if self._jobs is not None:
+            self._jobs.wake()
+
+    def _parse_file(
+        self,
+        data: bytes,
+        filename: str,
+        content_type: str | None,
+        cancellation: Cancellation | None,
+    ) -> ParsedDocument:
+        """``parse_document`` with this core's limits: size, pages, and the text budget
+        (a document that extracts to more text than ``max_document_chunks`` chunks could
+        hold is refused while it is extracted, not after)."""
+        settings = self._settings
+        return parse_document(
+            data,
+            filename,
+            content_type,
+            max_bytes=settings.max_upload_bytes,
+            max_pages=settings.max_pdf_pages,
+            budget=TextBudget(
+                page_chars=settings.max_pdf_page_chars,
+                total_chars=settings.max_document_chunks * settings.chunk_target_chars,
+            ),
+            cancellation=cancellation,
+        )
 
     def _chunk(
         self, parsed: ParsedDocument, cancellation: Cancellation | None
@@ -286,17 +403,10 @@ class KnowledgeService:
         data = self._store.ingest_job_data(job.document_id)
         if data is None:
             return None
-        settings = self._settings
         if job.kind == "text":
             parsed = parse_text(job.filename, decode_text(data, param="text"))
         else:
-            parsed = parse_document(
-                data,
-                job.filename,
-                job.content_type,
-                max_bytes=settings.max_upload_bytes,
-                max_pages=settings.max_pdf_pages,
-            )
+            parsed = self._parse_file(data, job.filename, job.content_type, cancellation)
         del data  # the chunks hold the text from here on: let the upload go
         chunks = self._chunk(parsed, cancellation)
         ready = document.model_copy(
@@ -375,16 +485,24 @@ class KnowledgeService:
         return DocumentList(documents=documents, has_more=more)
 
     def delete(self, document_id: str) -> Deleted:
-        """Delete a document; its chunks leave search at once. Write scope."""
+        """Delete a document; its chunks leave search at once, and a worker indexing it
+        (in this process) is stopped at once. Write scope."""
         self._ws.require("write")
-        ws = self._ws
-
-        def store_write() -> bool:
-            return self._store.delete_document(ws.organization_id, ws.environment, document_id)
-
-        if not self._cache.write(ws.organization_id, ws.environment, store_write):
+        if not self._discard(document_id):
             raise NotFound(f"No document with id {document_id!r}.", param="id")
         return Deleted(id=document_id)
+
+    def _discard(self, document_id: str) -> bool:
+        """Delete a document (whatever its status; its job too, stopping a worker of this
+        process that runs it); whether it existed."""
+
+        def store_write() -> bool:
+            return self._store.delete_document(*self._scope, document_id)
+
+        deleted = self._cache.write(*self._scope, store_write)
+        if deleted and self._jobs is not None:
+            self._jobs.forget(document_id)
+        return deleted
 
     # search --------------------------------------------------------------------
 

@@ -8,7 +8,7 @@ of them. ``storage/sql`` implements them once, for SQLite and PostgreSQL alike.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
@@ -199,7 +199,12 @@ class KnowledgeStore(Protocol):
         """Store a ``processing`` document and its job (the raw upload) atomically."""
 
     def claim_ingest_job(self, *, now: float, lease_seconds: float) -> IngestJob | None:
-        """Lease the oldest unleased (or lease-expired) job; counts one attempt. Atomic."""
+        """Lease an unleased (or lease-expired) job; counts one attempt. Atomic.
+
+        Fair across workspaces: the oldest job of the workspace (organization and
+        environment) with the fewest jobs leased at ``now`` by any process, then with
+        the fewest jobs queued.
+        """
 
     def ingest_job_data(self, document_id: str) -> bytes | None:
         """The raw upload of a job, or ``None`` if the job no longer exists."""
@@ -408,6 +413,16 @@ class VectorSearchStore(Protocol):
     ) -> tuple[Ids, Vectors]:
         """The ``k`` ids most cosine-similar to the unit vector ``query`` and their scores,
         best first, ties by ascending id (as ``VectorIndex.search``)."""
+
+
+@runtime_checkable
+class ReopenableStore(Protocol):
+    """Optional capability: a store that another process can open again (ingestion workers)."""
+
+    def reopener(self) -> Callable[[], Store] | None:
+        """A picklable function that opens this store's database in another process,
+        without migrating it (this process did); ``None`` when no other process can
+        reach the database (``:memory:``)."""
 
 
 @runtime_checkable

@@ -16,12 +16,14 @@ import numpy.typing as npt
 import pytest
 from conftest import ServerThread
 from helpers import assert_problem
+from pdfs import filler, make_pdf, make_pdf_bomb
 
 import agentcore
 from agentcore import AgentCore, Cancellation, Cancelled, DeadlineExceeded, PayloadTooLarge
 from agentcore.knowledge.cache import EMBED_BATCH
 from agentcore.knowledge.chunking import chunk_pages
 from agentcore.knowledge.embedders import bounded_text
+from agentcore.knowledge.ingest import TextBudget, parse_document
 from agentcore.models import VerifyResponse
 from agentcore.plugins.hashing_embedder import HashingEmbedder
 from agentcore_starlette import create_app
@@ -279,3 +281,65 @@ def test_huge_paragraphs_are_searched_in_bounded_blocks() -> None:
         assert all(0 < end - start <= BLOCK_CHARS for start, end in pieces)
     # with whitespace about, every cut falls just after it
     assert all(words[end - 1] == " " for _, end in list(_blocks(words, 0, len(words)))[:-1])
+
+
+# PDF text budgets ------------------------------------------------------------------------
+
+BUDGET = TextBudget(page_chars=100_000, total_chars=1_000_000)
+
+
+def parse_pdf(data: bytes, budget: TextBudget | None = BUDGET, **kwargs: Any) -> Any:
+    return parse_document(
+        data, "doc.pdf", max_bytes=50 * 1024 * 1024, max_pages=5_000, budget=budget, **kwargs
+    )
+
+
+def test_a_pdf_bomb_stops_at_the_page_budget() -> None:
+    bomb = make_pdf_bomb(pages=50)  # each page extracts to ~3.5 MB of text
+    with pytest.raises(PayloadTooLarge) as caught:
+        parse_pdf(bomb)
+    assert (caught.value.code, caught.value.param, caught.value.status) == (
+        "too_large",
+        "file",
+        413,
+    )
+    assert "Page 1 " in caught.value.detail and "100,000" in caught.value.detail
+
+
+def test_the_total_budget_counts_every_page() -> None:
+    pages = [filler(40, seed) for seed in range(6)]  # ~2,500 characters a page
+    document = make_pdf(pages)
+    assert len(parse_pdf(document, TextBudget(page_chars=5_000, total_chars=50_000)).pages) == 6
+    with pytest.raises(PayloadTooLarge) as caught:
+        parse_pdf(document, TextBudget(page_chars=5_000, total_chars=8_000))
+    assert caught.value.code == "too_large"
+    assert "8,000" in caught.value.detail and "by page 4" in caught.value.detail
+
+
+def test_a_page_just_within_its_budget_is_kept() -> None:
+    document = make_pdf([filler(40, 1)])
+    text = parse_pdf(document, None).pages[0]
+    raw = len(text)  # cleaned text: the raw extraction is at least this long
+    with pytest.raises(PayloadTooLarge):
+        parse_pdf(document, TextBudget(page_chars=raw // 2, total_chars=10 * raw))
+    assert parse_pdf(document, TextBudget(page_chars=2 * raw, total_chars=10 * raw)).pages == [text]
+
+
+def test_pdf_extraction_checks_the_cancellation_between_pages() -> None:
+    cancellation = Cancellation()
+    cancellation.cancel("shutdown")
+    with pytest.raises(Cancelled):
+        parse_pdf(make_pdf(["One page of words."]), cancellation=cancellation)
+    with pytest.raises(DeadlineExceeded):
+        parse_pdf(make_pdf(["One page of words."]), cancellation=Cancellation(timeout=0))
+
+
+def test_the_core_refuses_a_pdf_bomb_quickly_in_process(tmp_path: Path) -> None:
+    """Not started, the core parses in the calling thread: the budget still holds."""
+    with AgentCore.open(tmp_path / "a.db") as core:
+        ws = core.workspace("acme")
+        with pytest.raises(PayloadTooLarge) as caught:
+            ws.knowledge.ingest_file(make_pdf_bomb(), filename="bomb.pdf")
+        assert caught.value.code == "too_large"
+        assert ws.knowledge.list().documents == []
+    assert table_counts(tmp_path / "a.db") == {"documents": 0, "chunks": 0, "vector_segments": 0}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 from collections.abc import Iterator
 from typing import Any
 
@@ -24,11 +25,11 @@ def store(request: pytest.FixtureRequest) -> Iterator[Any]:
     instance.close()
 
 
-def queue(store: Any, org_id: str, now: float = 100.0) -> str:
+def queue(store: Any, org_id: str, now: float = 100.0, env: str = "test") -> str:
     document = make_document(0).model_copy(update={"status": "processing", "pages": 0})
     store.insert_processing_document(
         org_id,
-        "test",
+        env,
         document,
         kind="file",
         filename="a.txt",
@@ -120,3 +121,73 @@ def test_jobs_are_claimed_oldest_first(store: Any) -> None:
     first = queue(store, org_id, now=10.0)
     claimed = [store.claim_ingest_job(now=200.0, lease_seconds=30).document_id for _ in "ab"]
     assert claimed == [first, second]
+
+
+def claim(store: Any, now: float = 100.0) -> str:
+    return str(store.claim_ingest_job(now=now, lease_seconds=30).document_id)
+
+
+def test_claims_prefer_the_workspace_with_the_fewest_leased_then_queued_jobs(
+    store: Any,
+) -> None:
+    acme, globex = org(store), org(store, "globex")
+    acme_jobs = [queue(store, acme, now=10.0 + n) for n in range(2)]
+    globex_jobs = [queue(store, globex, now=1.0 + n) for n in range(3)]  # older, more
+    assert claim(store) == acme_jobs[0]  # nobody holds a lease: the shorter queue
+    assert claim(store) == globex_jobs[0]  # acme holds one, globex none
+    assert claim(store) == acme_jobs[1]  # one each: the shorter queue again
+    assert claim(store) == globex_jobs[1]  # acme holds two, globex one
+    assert claim(store) == globex_jobs[2]
+    assert store.claim_ingest_job(now=100.0, lease_seconds=30) is None
+
+
+def test_one_workspaces_flood_does_not_delay_another_with_one_worker(store: Any) -> None:
+    acme, globex = org(store), org(store, "globex")
+    flood = [queue(store, acme, now=10.0 + n) for n in range(45)]
+    assert claim(store) == flood[0]
+    upload = queue(store, globex, now=60.0)  # the newest job of all
+    assert store.delete_document(acme, "test", flood[0])  # the one worker is free again
+    assert claim(store) == upload
+
+
+def test_workspaces_are_per_environment_and_expired_leases_count_for_nothing(
+    store: Any,
+) -> None:
+    acme, globex = org(store), org(store, "globex")
+    tests = [queue(store, acme, now=10.0 + n) for n in range(2)]
+    live = queue(store, acme, now=30.0, env="live")
+    assert claim(store) == live  # acme/live is a workspace of its own, with one job
+    assert claim(store) == tests[0]
+    lone = queue(store, globex, now=40.0)
+    more = queue(store, globex, now=41.0)
+    # at 140 every lease has run out: acme/live's job is claimable again, first, as it
+    # would not be if its lapsed lease still counted (globex holds none)
+    assert claim(store, now=140.0) == live
+    assert claim(store, now=141.0) == tests[0]  # two jobs each, none leased: the oldest
+    assert claim(store, now=142.0) == lone  # acme/test holds one now, globex none
+    assert claim(store, now=143.0) == tests[1]
+    assert claim(store, now=144.0) == more
+
+
+def test_another_process_can_open_the_store_again(store: Any) -> None:
+    """What an ingestion worker does: the same database, without migrating it."""
+    org_id = org(store)
+    doc_id = queue(store, org_id)
+    reopen = store.reopener()
+    assert reopen is not None
+    again = pickle.loads(pickle.dumps(reopen))()  # as a worker process gets it
+    try:
+        assert again.get_document(org_id, "test", doc_id).status == "processing"
+        assert again.ingest_job_data(doc_id) == UPLOAD
+    finally:
+        again.close()
+
+
+def test_an_in_memory_store_cannot_be_opened_again() -> None:
+    from agentcore.storage.sqlite import SQLiteStore
+
+    memory = SQLiteStore.open(":memory:")
+    try:
+        assert memory.reopener() is None
+    finally:
+        memory.close()

@@ -18,8 +18,11 @@ from agentcore_starlette.routing import PAGINATION, ApiRoute, Call
 def create_document(call: Call) -> Document:
     """Ingest a PDF, Markdown or text file (multipart ``file``) or JSON ``{source, text}``.
 
-    201 with the ready document; 202 with it in status ``processing`` when the file
-    is larger than ``ingest_sync_max_bytes`` (poll ``GET`` until ``ready`` or ``failed``).
+    201 with the ready document; 202 with it in status ``processing`` (poll ``GET``
+    until ``ready`` or ``failed``) when the file is larger than ``ingest_sync_max_bytes``,
+    when every ingestion worker is busy, or when the worker is still at it as the
+    request's deadline nears. The upload is stored before a worker starts on it, so it
+    is never lost to a timeout; a file the worker refuses (a 4xx) is not kept.
     """
     knowledge = call.workspace.knowledge
     if call.upload is not None:

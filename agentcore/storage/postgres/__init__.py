@@ -7,7 +7,9 @@ without it.
 
 from __future__ import annotations
 
+import functools
 import threading
+from collections.abc import Callable
 from typing import Literal
 
 import psycopg
@@ -76,13 +78,38 @@ class PostgresStore(VectorRows, SQLStore):
         cannot be reached; ``SchemaTooNew`` when newer code migrated the database.
         """
         store = cls(url, pool_size=pool_size, timeout=timeout, vector_search=vector_search)
-        store.db.open()
+        return store._start(migrate=True)
+
+    @classmethod
+    def attach(
+        cls, url: str, *, pool_size: int, timeout: float, vector_search: VectorSearch
+    ) -> PostgresStore:
+        """Connect to a database another process migrated (no migration, no lock)."""
+        store = cls(url, pool_size=pool_size, timeout=timeout, vector_search=vector_search)
+        return store._start(migrate=False)
+
+    def _start(self, *, migrate: bool) -> PostgresStore:
+        self.db.open()
         try:
-            store.migrate()
+            if migrate:
+                self.migrate()
+            else:
+                with self.db.pool.connection() as conn:
+                    self._open_vector_rows(conn, create=False)
         except BaseException:
-            store.db.close()
+            self.db.close()
             raise
-        return store
+        return self
+
+    def reopener(self) -> Callable[[], PostgresStore]:
+        """Connects to this database from another process (a small pool, no migration)."""
+        return functools.partial(
+            PostgresStore.attach,
+            self.url,
+            pool_size=min(self.db.pool.max_size, 2),
+            timeout=self.db.timeout,
+            vector_search=self.vector_search,
+        )
 
     def migrate(self) -> None:
         """Apply pending migrations; with ``pgvector``, create and fill the rows table."""

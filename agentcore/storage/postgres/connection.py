@@ -231,6 +231,14 @@ class Database:
                 cursor.nextset()
         return ids
 
+    def insert_with_blob(
+        self, conn: Conn, table: str, values: Mapping[str, Any], column: str, data: bytes
+    ) -> None:
+        """Insert the row, ``data`` bound in binary like any other value."""
+        names = ", ".join([*values, column])
+        marks = ", ".join("?" * (len(values) + 1))
+        conn.execute(f"INSERT INTO {table} ({names}) VALUES ({marks})", [*values.values(), data])
+
     def read_segment(
         self,
         conn: Conn,
@@ -360,7 +368,7 @@ def retrying(method: Callable[P, T]) -> Callable[P, T]:
 
 
 #: Public methods that run no statement of their own, or handle failures themselves.
-NOT_RETRIED = frozenset({"close", "wait_for_events"})
+NOT_RETRIED = frozenset({"close", "wait_for_events", "reopener"})
 
 
 def retry_public_methods(cls: C) -> C:

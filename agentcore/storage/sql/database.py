@@ -7,7 +7,7 @@ once, with ``?`` placeholders, against the ``Connection`` it hands out.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
@@ -70,6 +70,11 @@ class Database(Protocol):
     ) -> list[int]:
         """Insert ``rows`` into ``table``; the integer keys they were given, in order.
         (``conn``: one of this database's own connections, as its blocks hand out.)"""
+
+    def insert_with_blob(
+        self, conn: Any, table: str, values: Mapping[str, Any], column: str, data: bytes
+    ) -> None:
+        """Insert a row of ``values`` whose ``column`` holds ``data`` (a large upload)."""
 
     def read_segment(
         self,

@@ -289,36 +289,44 @@ class DocumentTables(TermTables, VectorTables):
         """Store a ``processing`` document and its job (the raw upload) atomically."""
         with self.db.write() as conn:
             self._insert_document_row(conn, organization_id, environment, document)
-            conn.execute(
-                "INSERT INTO ingest_jobs (document_id, organization_id, environment, kind,"
-                " filename, content_type, data, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                [
-                    document.id,
-                    organization_id,
-                    environment,
-                    kind,
-                    filename,
-                    content_type,
-                    data,
-                    now,
-                ],
+            self.db.insert_with_blob(
+                conn,
+                "ingest_jobs",
+                {
+                    "document_id": document.id,
+                    "organization_id": organization_id,
+                    "environment": environment,
+                    "kind": kind,
+                    "filename": filename,
+                    "content_type": content_type,
+                    "created_at": now,
+                },
+                "data",
+                data,
             )
 
     def claim_ingest_job(self, *, now: float, lease_seconds: float) -> IngestJob | None:
-        """Lease the oldest job that nobody holds (or whose lease ran out), atomically.
+        """Lease a job that nobody holds (or whose lease ran out), atomically, fairly.
 
-        The claim counts as an attempt; the lease lasts ``lease_seconds``. Two nodes
-        claiming at once take different jobs (``Dialect.lock``).
+        Fair across workspaces: the oldest job of the workspace with the fewest jobs
+        leased right now (by any process or node), then with the fewest jobs queued, so
+        one tenant's queue of slow uploads cannot starve another's, even with one
+        worker. Two nodes claiming at once take different jobs (``Dialect.lock``). The
+        claim counts as an attempt; the lease lasts ``lease_seconds``.
         """
         with self.db.write() as conn:
             job = conn.execute(
-                "UPDATE ingest_jobs SET leased_until = ?, attempts = attempts + 1"
-                " WHERE document_id = (SELECT document_id FROM ingest_jobs"
-                " WHERE leased_until IS NULL OR leased_until <= ?"
-                f" ORDER BY created_at LIMIT 1{self.dialect.lock('ingest_jobs')})"
+                "WITH load AS (SELECT organization_id, environment, COUNT(*) AS jobs,"
+                " COUNT(CASE WHEN leased_until > ? THEN 1 END) AS leased FROM ingest_jobs"
+                " GROUP BY organization_id, environment)"
+                " UPDATE ingest_jobs SET leased_until = ?, attempts = attempts + 1"
+                " WHERE document_id = (SELECT j.document_id FROM ingest_jobs j JOIN load l"
+                " ON l.organization_id = j.organization_id AND l.environment = j.environment"
+                " WHERE j.leased_until IS NULL OR j.leased_until <= ?"
+                f" ORDER BY l.leased, l.jobs, j.created_at LIMIT 1{self.dialect.lock('j')})"
                 " RETURNING document_id, organization_id, environment, kind, filename,"
                 " content_type, attempts",
-                [now + lease_seconds, now],
+                [now, now + lease_seconds, now],
             ).fetchone()
         if job is None:
             return None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from pathlib import Path
 
 from agentcore.storage.records import KnowledgeState, StoredChunk
@@ -28,6 +30,12 @@ class SQLiteStore(SQLStore):
         store = cls(str(path))
         store.migrate()
         return store
+
+    def reopener(self) -> Callable[[], SQLiteStore] | None:
+        """Opens this file again in another process, unmigrated (``None`` for ``:memory:``)."""
+        if self.url == ":memory:":
+            return None
+        return functools.partial(SQLiteStore, self.url)
 
     def migrate(self) -> None:
         """Apply pending migrations in one ``BEGIN IMMEDIATE``, so concurrent openers queue."""

@@ -1,0 +1,78 @@
+"""Embedder plugins that misbehave on purpose, for the ingestion worker tests.
+
+They live in a module of their own (``tests/`` is on ``sys.path`` under pytest) so a
+worker process can import them: a worker gets its parent's ``sys.path`` and the plugin
+objects by pickle, and rebuilds the same embedder. Each wraps the default embedder,
+so the vectors it returns are the default ones.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+import agentcore
+from agentcore.plugins.hashing_embedder import HashingEmbedder
+
+MiB = 1024 * 1024
+
+
+class MisbehavingEmbedder:
+    """The default embedder, except when a passage holds ``trigger``: then it sleeps
+    ``sleep`` seconds and/or holds ``allocate_mb`` MiB while it embeds, or ends its
+    process at once with ``exit_code`` (a crash).
+
+    A plugin object: register it with ``AgentCore.open(..., plugins=[it],
+    embedder=it.name)``. ``pid_file`` (if given) gets the id of the process embedding
+    a triggered batch, so a test can see which worker ran it.
+    """
+
+    dimension = 1024
+
+    def __init__(
+        self,
+        name: str = "misbehaving",
+        *,
+        trigger: str = "TRIGGER",
+        sleep: float = 0.0,
+        allocate_mb: int = 0,
+        exit_code: int | None = None,
+        pid_file: str | None = None,
+    ) -> None:
+        self.name = name
+        self.trigger = trigger
+        self.sleep = sleep
+        self.allocate_mb = allocate_mb
+        self.exit_code = exit_code
+        self.pid_file = pid_file
+        self._inner: HashingEmbedder | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_inner": None}  # the worker makes its own
+
+    def embed(self, texts: Sequence[str], kind: str = "passage") -> npt.NDArray[np.float32]:
+        if self._inner is None:
+            self._inner = HashingEmbedder()
+        held = None
+        if kind == "passage" and any(self.trigger in text for text in texts):
+            if self.pid_file is not None:
+                with open(self.pid_file, "w") as out:
+                    out.write(str(os.getpid()))
+            if self.exit_code is not None:
+                os._exit(self.exit_code)
+            if self.allocate_mb:
+                held = np.ones(self.allocate_mb * MiB, dtype=np.uint8)  # touched: resident
+            if self.sleep:
+                time.sleep(self.sleep)
+        vectors = self._inner.embed(texts, kind=kind)  # type: ignore[arg-type]
+        del held
+        return vectors
+
+    @agentcore.hookimpl
+    def agentcore_register_embedders(self, register: Any, settings: Any) -> None:
+        register(self)

@@ -1,0 +1,479 @@
+"""Ingestion in worker processes: the same vectors, killed at their limits, fair, stoppable.
+
+Every test here starts real worker processes (a started core on a SQLite file) and
+uses the embedder plugins of ``tests/ingest_plugins.py``, which a worker imports
+through the ``sys.path`` it gets from its parent.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+from ingest_plugins import MisbehavingEmbedder
+from pdfs import filler, make_pdf, make_pdf_bomb
+
+import agentcore
+from agentcore import AgentCore, Cancellation, DeadlineExceeded, PayloadTooLarge
+from agentcore.knowledge.outcomes import outcome_of_end
+from agentcore.models import Document
+from agentcore.plugins.hashing_embedder import HashingEmbedder
+from agentcore.workspace import Workspace
+
+pytestmark = pytest.mark.timeout(180)
+
+BIG_TEXT = filler(1_500, 3)  # ~90 KB: above ingest_inline_max_bytes, so a worker's job
+
+
+def wait_for(condition: Callable[[], object], limit: float = 60.0) -> Any:
+    """Poll ``condition`` until it is truthy (``limit`` only guards a hang)."""
+    give_up = time.monotonic() + limit
+    while not (value := condition()):
+        assert time.monotonic() < give_up, "condition not met in time"
+        time.sleep(0.05)
+    return value
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split()[2] != "Z"  # a zombie has ended
+    except FileNotFoundError:
+        return False
+
+
+def settled(core: AgentCore, document_id: str, organization: str = "acme") -> Document:
+    ws = core.workspace(organization)
+    return wait_for(lambda: (d := ws.knowledge.get(document_id)).status != "processing" and d)
+
+
+def open_core(
+    path: Path, embedder: MisbehavingEmbedder | None = None, **settings: Any
+) -> AgentCore:
+    plugins = [] if embedder is None else [embedder]
+    if embedder is not None:
+        settings.setdefault("embedder", embedder.name)
+    return AgentCore.open(path, plugins=plugins, **settings)
+
+
+@contextmanager
+def started(
+    url: Path | str, embedder: MisbehavingEmbedder | None = None, **settings: Any
+) -> Iterator[tuple[AgentCore, Workspace]]:
+    """A started core on ``url`` (with ``embedder`` as its embedder) and acme's workspace."""
+    with open_core(url, embedder, **settings) as core:
+        core.start()
+        yield core, core.workspace("acme")
+
+
+@pytest.fixture
+def pid_file(tmp_path: Path) -> Path:
+    return tmp_path / "worker.pid"
+
+
+@pytest.fixture
+def slow(pid_file: Path) -> MisbehavingEmbedder:
+    """Sleeps two minutes on a passage with TRIGGER, writing its process id to pid_file."""
+    return MisbehavingEmbedder(sleep=120, pid_file=str(pid_file))
+
+
+def worker_pid(pid_file: Path) -> int:
+    return int(wait_for(lambda: pid_file.exists() and pid_file.read_text()))
+
+
+# the same result as in the calling thread ----------------------------------------------
+
+
+def stored(path: Path) -> list[tuple[Any, ...]]:
+    with sqlite3.connect(path) as conn:
+        documents = conn.execute(
+            "SELECT source, content_type, pages, chunks, bytes, status FROM documents"
+        ).fetchall()
+        chunks = conn.execute(
+            "SELECT text, pages, page_offsets FROM chunks ORDER BY ordinal"
+        ).fetchall()
+        vectors = conn.execute("SELECT dimension, ids, vectors FROM vector_segments").fetchall()
+    blobs = [np.frombuffer(row[2], dtype="<f4").tobytes() for row in vectors]
+    return [*documents, *chunks, *[row[0] for row in vectors], *blobs]
+
+
+def test_a_worker_stores_exactly_what_the_calling_thread_stores(tmp_path: Path) -> None:
+    pdf = make_pdf([filler(60, 1), filler(60, 2), "", filler(30, 3)])
+    with open_core(tmp_path / "thread.db") as core:  # not started: the calling thread
+        here = core.workspace("acme").knowledge.ingest_file(pdf, filename="a.pdf")
+    with open_core(tmp_path / "worker.db") as core:
+        core.start()
+        there = core.workspace("acme").knowledge.ingest_file(pdf, filename="a.pdf")
+        assert core.ingest.pool is not None and core.ingest.pool.started == 1
+        hits = core.workspace("acme").knowledge.search("night porter staircase").results
+        assert hits and hits[0].document_id == there.id  # this process sees the write
+    assert (here.status, here.pages, here.chunks) == (there.status, there.pages, there.chunks)
+    assert stored(tmp_path / "thread.db") == stored(tmp_path / "worker.db")
+
+
+def test_small_plain_text_stays_in_the_calling_thread(tmp_path: Path) -> None:
+    with started(tmp_path / "a.db", ingest_inline_max_bytes=1_000) as (core, ws):
+        assert ws.knowledge.ingest_text("a.txt", "A short note. " * 70).status == "ready"
+        assert ws.knowledge.ingest_file(b"# Title\n\nSome words.", filename="b.md").status == (
+            "ready"
+        )
+        assert core.ingest.pool is not None and core.ingest.pool.started == 0
+        # one byte over the limit goes to a worker, as every PDF does
+        assert ws.knowledge.ingest_text("c.txt", "x" * 1_001).status == "ready"
+        assert core.ingest.pool.started == 1
+
+
+# limits -----------------------------------------------------------------------------------
+
+
+def test_a_job_past_its_wall_clock_limit_is_killed_and_failed(
+    tmp_path: Path, pid_file: Path, slow: MisbehavingEmbedder
+) -> None:
+    with started(tmp_path / "a.db", slow, ingest_job_timeout=2, ingest_workers=1) as (core, ws):
+        queued = ws.knowledge.ingest_text("slow.txt", "TRIGGER " + BIG_TEXT, wait=False)
+        pid = worker_pid(pid_file)
+        began = time.monotonic()
+        failed = settled(core, queued.id)
+        assert time.monotonic() - began < 30  # two seconds, not the sleep's two minutes
+        assert failed.status == "failed" and failed.last_error is not None
+        assert failed.last_error.code == "deadline_exceeded" and failed.last_error.status == 504
+        assert not alive(pid)
+        # the next job gets a new worker and finishes
+        assert ws.knowledge.ingest_text("next.txt", BIG_TEXT, wait=True).status == "ready"
+
+
+def test_a_job_past_its_memory_limit_fails_too_large_and_the_worker_is_replaced(
+    tmp_path: Path, pid_file: Path
+) -> None:
+    hungry = MisbehavingEmbedder(allocate_mb=1_024, pid_file=str(pid_file))
+    with started(tmp_path / "a.db", hungry, ingest_worker_memory_mb=256) as (core, ws):
+        queued = ws.knowledge.ingest_text("big.txt", "TRIGGER " + BIG_TEXT, wait=False)
+        pid = worker_pid(pid_file)
+        failed = settled(core, queued.id)
+        assert failed.status == "failed" and failed.last_error is not None
+        assert (failed.last_error.code, failed.last_error.status) == ("too_large", 413)
+        assert "256 MiB" in failed.last_error.detail
+        wait_for(lambda: not alive(pid))
+        # waited for, the same job is refused and nothing stays stored
+        with pytest.raises(PayloadTooLarge) as caught:
+            ws.knowledge.ingest_text("big2.txt", "TRIGGER " + BIG_TEXT, wait=True)
+        assert caught.value.code == "too_large"
+        assert [d.source for d in ws.knowledge.list().documents] == ["big.txt"]
+        fine = ws.knowledge.ingest_text("fine.txt", BIG_TEXT, wait=True)
+        assert fine.status == "ready"
+        assert core.ingest.pool is not None and core.ingest.pool.started == 3
+
+
+def test_a_worker_whose_memory_grew_is_replaced(tmp_path: Path) -> None:
+    with started(tmp_path / "a.db", ingest_worker_recycle_mb=1, ingest_workers=1) as (core, ws):
+        for n in range(2):
+            data = filler(8_000, n).encode()  # ~500 KB: tens of MB while it is indexed
+            ws.knowledge.ingest_file(data, filename=f"{n}.txt", wait=True)
+        pool = core.ingest.pool
+        assert pool is not None and pool.started == 2  # the first one grew past 1 MiB
+        assert len(pool.idle_pids()) == 0
+
+
+def test_a_worker_that_crashes_fails_its_job_and_is_replaced(tmp_path: Path) -> None:
+    crashing = MisbehavingEmbedder(exit_code=3)
+    with started(tmp_path / "a.db", crashing, ingest_workers=1) as (core, ws):
+        queued = ws.knowledge.ingest_text("crash.txt", "TRIGGER " + BIG_TEXT, wait=False)
+        failed = settled(core, queued.id)
+        assert failed.last_error is not None
+        assert (failed.last_error.code, failed.last_error.status) == ("ingestion_failed", 500)
+        assert "exit code 3" in failed.last_error.detail
+        assert ws.knowledge.ingest_text("fine.txt", BIG_TEXT, wait=True).status == "ready"
+        assert core.ingest.pool is not None and core.ingest.pool.started == 2
+
+
+@pytest.mark.parametrize(
+    ("reason", "exitcode", "expected"),
+    [
+        ("deadline", -9, "deadline_exceeded"),  # killed by us at the deadline
+        ("deleted", -9, "gone"),
+        ("shutdown", -9, "released"),
+        (None, -15, "released"),  # SIGTERM from outside: the machine is stopping
+        (None, -2, "released"),
+        (None, -9, "too_large"),  # SIGKILL from outside: the OOM killer
+        (None, -11, "ingestion_failed"),
+        (None, 1, "ingestion_failed"),
+    ],
+)
+def test_why_a_worker_ended_decides_its_jobs_outcome(
+    reason: str | None, exitcode: int, expected: str
+) -> None:
+    outcome = outcome_of_end(reason, exitcode, timeout=60)
+    if expected in ("gone", "released"):
+        assert getattr(outcome, expected) and outcome.error is None
+    else:
+        assert outcome.error is not None and outcome.error.code == expected
+
+
+def test_a_pdf_bomb_fails_quickly_in_a_worker(tmp_path: Path) -> None:
+    with started(tmp_path / "a.db") as (core, ws):
+        queued = ws.knowledge.ingest_file(make_pdf_bomb(), filename="bomb.pdf", wait=False)
+        failed = settled(core, queued.id)
+        assert failed.last_error is not None and failed.last_error.code == "too_large"
+        with pytest.raises(PayloadTooLarge):
+            ws.knowledge.ingest_file(make_pdf_bomb(), filename="bomb.pdf", wait=True)
+        assert [d.id for d in ws.knowledge.list().documents] == [queued.id]
+
+
+# waiting, deleting, stopping --------------------------------------------------------------
+
+
+def test_wait_true_raises_the_error_and_stores_nothing(tmp_path: Path) -> None:
+    with started(tmp_path / "a.db") as (core, ws):
+        with pytest.raises(agentcore.ValidationFailed) as caught:
+            ws.knowledge.ingest_file(b"%PDF-1.4 not really", filename="a.pdf", wait=True)
+        assert caught.value.code == "invalid_pdf"
+        assert ws.knowledge.list().documents == []
+
+
+def test_wait_none_returns_processing_when_every_worker_is_busy(
+    tmp_path: Path, pid_file: Path, slow: MisbehavingEmbedder
+) -> None:
+    with started(tmp_path / "a.db", slow, ingest_workers=1) as (core, ws):
+        ws.knowledge.ingest_text("slow.txt", "TRIGGER " + BIG_TEXT, wait=False)
+        worker_pid(pid_file)  # the only worker is busy
+        began = time.monotonic()
+        document = ws.knowledge.ingest_file(make_pdf([filler(20, 1)]), filename="a.pdf")
+        assert document.status == "processing"
+        assert time.monotonic() - began < 5  # at once, not when the worker is free
+        assert ws.knowledge.get(document.id).status == "processing"
+
+
+def test_wait_none_stops_waiting_before_the_deadline(
+    tmp_path: Path, pid_file: Path, slow: MisbehavingEmbedder
+) -> None:
+    with started(tmp_path / "a.db", slow, ingest_workers=1) as (core, ws):
+        began = time.monotonic()
+        document = ws.knowledge.ingest_text(
+            "slow.txt", "TRIGGER " + BIG_TEXT, cancellation=Cancellation(timeout=3)
+        )
+        assert 1.5 < time.monotonic() - began < 3  # a little before the deadline
+        assert document.status == "processing"  # the job goes on
+        assert ws.knowledge.get(document.id).status == "processing"
+
+
+def test_wait_true_with_a_cancellation_stops_the_job_and_stores_nothing(
+    tmp_path: Path, pid_file: Path, slow: MisbehavingEmbedder
+) -> None:
+    with started(tmp_path / "a.db", slow, ingest_workers=1) as (core, ws):
+        with pytest.raises(DeadlineExceeded):
+            ws.knowledge.ingest_text(
+                "slow.txt", "TRIGGER " + BIG_TEXT, wait=True, cancellation=Cancellation(timeout=2)
+            )
+        wait_for(lambda: not alive(worker_pid(pid_file)), limit=10)
+        assert ws.knowledge.list().documents == []
+
+
+def test_deleting_a_processing_document_kills_its_worker_at_once(
+    tmp_path: Path, pid_file: Path, slow: MisbehavingEmbedder
+) -> None:
+    with started(tmp_path / "a.db", slow, ingest_workers=1) as (core, ws):
+        queued = ws.knowledge.ingest_text("slow.txt", "TRIGGER " + BIG_TEXT, wait=False)
+        pid = worker_pid(pid_file)
+        began = time.monotonic()
+        ws.knowledge.delete(queued.id)
+        wait_for(lambda: not alive(pid), limit=10)
+        # the one worker slot is free again: the next upload is indexed right away
+        assert ws.knowledge.ingest_text("next.txt", BIG_TEXT, wait=True).status == "ready"
+        assert time.monotonic() - began < 30
+        assert [d.source for d in ws.knowledge.list().documents] == ["next.txt"]
+
+
+def job_row(path: Path) -> tuple[int, float | None] | None:
+    with sqlite3.connect(path) as conn:
+        row = conn.execute("SELECT attempts, leased_until FROM ingest_jobs").fetchone()
+    return None if row is None else (row[0], row[1])
+
+
+def test_stop_is_bounded_and_gives_the_running_job_back(
+    tmp_path: Path, pid_file: Path, slow: MisbehavingEmbedder
+) -> None:
+    db = tmp_path / "a.db"
+    with started(db, slow, ingest_workers=1, ingest_stop_grace=0.5) as (core, ws):
+        queued = ws.knowledge.ingest_text("slow.txt", "TRIGGER " + BIG_TEXT, wait=False)
+        pid = worker_pid(pid_file)
+        began = time.monotonic()
+        core.stop()
+        assert time.monotonic() - began < 5  # the grace, then a kill: not the two minutes
+        assert not alive(pid)
+        assert job_row(db) == (0, None)  # queued again; the interrupted try does not count
+        assert core.workspace("acme").knowledge.get(queued.id).status == "processing"
+    # the next start resumes it (here with an embedder that does not sleep)
+    with started(db, MisbehavingEmbedder()) as (core, _):
+        assert settled(core, queued.id).status == "ready"
+
+
+# fairness -----------------------------------------------------------------------------------
+
+
+def test_one_workspaces_queue_does_not_starve_another(tmp_path: Path) -> None:
+    slow = MisbehavingEmbedder(sleep=1.5)
+    with open_core(tmp_path / "a.db", slow, ingest_workers=1) as core:
+        acme, globex = core.workspace("acme"), core.workspace("globex")
+        floods = [
+            acme.knowledge.ingest_text(f"{n}.txt", "TRIGGER " + BIG_TEXT, wait=False)
+            for n in range(4)
+        ]
+        other = globex.knowledge.ingest_text("other.txt", BIG_TEXT, wait=False)
+        core.start()
+        done = settled(core, other.id, "globex")
+        assert done.status == "ready"
+        # globex's one job went first, ahead of acme's four older ones
+        finished = [acme.knowledge.get(d.id).status for d in floods]
+        assert finished.count("ready") == 0, finished
+
+
+# where worker processes cannot be used ------------------------------------------------------
+
+
+class Unpicklable:
+    """An embedder plugin holding a lock: it cannot be sent to another process."""
+
+    name = "unpicklable"
+    dimension = 1024
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.inner = HashingEmbedder()
+        self.calls = 0
+
+    def embed(self, texts: Sequence[str], kind: str = "passage") -> npt.NDArray[np.float32]:
+        self.calls += 1
+        return self.inner.embed(texts, kind="passage")
+
+    @agentcore.hookimpl
+    def agentcore_register_embedders(self, register: Any, settings: Any) -> None:
+        register(self)
+
+
+@pytest.fixture
+def warnings_logged(caplog: pytest.LogCaptureFixture) -> Iterator[Callable[[], list[str]]]:
+    caplog.set_level(logging.WARNING, logger="agentcore.ingest")
+    yield lambda: [r.getMessage() for r in caplog.records if r.name == "agentcore.ingest"]
+
+
+@pytest.mark.parametrize("case", ["memory", "unpicklable", "zero", "constructed"])
+def test_without_worker_processes_jobs_run_on_a_thread_with_one_warning(
+    tmp_path: Path, case: str, warnings_logged: Callable[[], list[str]]
+) -> None:
+    embedder = Unpicklable()
+    if case == "memory":
+        core = AgentCore.open(":memory:")
+    elif case == "unpicklable":
+        core = AgentCore.open(tmp_path / "a.db", plugins=[embedder], embedder=embedder.name)
+    elif case == "zero":
+        core = AgentCore.open(tmp_path / "a.db", ingest_workers=0)
+    else:
+        opened = AgentCore.open(tmp_path / "a.db")
+        core = AgentCore(opened.store, opened.settings, opened.pm)
+    with core:
+        core.start()
+        core.stop()
+        core.start()  # decided once: one warning however often it starts
+        ws = core.workspace("acme")
+        document = ws.knowledge.ingest_file(make_pdf([filler(20, 1)]), filename="a.pdf")
+        assert document.status == "ready"
+        queued = ws.knowledge.ingest_text("b.txt", BIG_TEXT, wait=False)
+        assert settled(core, queued.id).status == "ready"
+        assert core.ingest.pool is None
+    if case == "unpicklable":
+        assert embedder.calls > 0  # this very object embedded: no copy in another process
+    reasons = {
+        "memory": "another process cannot open this core's database",
+        "unpicklable": "cannot be sent to a worker process",
+        "zero": "ingest_workers is 0",
+        "constructed": "not made by AgentCore.open",
+    }
+    (message,) = warnings_logged()
+    assert "ingestion runs on a thread of this process" in message
+    assert reasons[case] in message
+
+
+def test_a_worker_ends_when_its_server_process_is_killed(tmp_path: Path) -> None:
+    """An orphaned worker does not run on: it watches its parent."""
+    from helpers import run_python
+
+    script = f"""
+import os, sys, time
+sys.path[:0] = {[str(Path(__file__).parents[1])]!r}
+from ingest_plugins import MisbehavingEmbedder
+from agentcore import AgentCore
+slow = MisbehavingEmbedder(sleep=120, pid_file={str(tmp_path / "worker.pid")!r})
+core = AgentCore.open({str(tmp_path / "a.db")!r}, plugins=[slow], embedder=slow.name)
+core.start()
+core.workspace("acme").knowledge.ingest_text("a.txt", "TRIGGER " + "word " * 20000, wait=False)
+while not os.path.exists({str(tmp_path / "worker.pid")!r}):
+    time.sleep(0.05)
+os._exit(0)  # as a SIGKILL would: no stop(), nothing closed
+"""
+    result = run_python(script)
+    assert result.returncode == 0, result.stderr
+    pid = int((tmp_path / "worker.pid").read_text())
+    wait_for(lambda: not alive(pid), limit=15)
+    assert os.path.exists(tmp_path / "a.db")
+
+
+# PostgreSQL: workers open the same database, and a killed worker's transaction is undone --
+
+
+def test_workers_on_postgres(postgres_url: str, pid_file: Path, slow: MisbehavingEmbedder) -> None:
+    with started(postgres_url, slow, ingest_workers=1, ingest_job_timeout=3) as (core, ws):
+        ready = ws.knowledge.ingest_file(make_pdf([filler(40, 1)]), filename="a.pdf", wait=True)
+        assert ready.status == "ready" and ready.chunks > 0
+        hits = ws.knowledge.search("night porter").results
+        assert hits and hits[0].document_id == ready.id
+        queued = ws.knowledge.ingest_text("slow.txt", "TRIGGER " + BIG_TEXT, wait=False)
+        pid = worker_pid(pid_file)
+        failed = settled(core, queued.id)
+        assert failed.last_error is not None and failed.last_error.code == "deadline_exceeded"
+        assert not alive(pid)
+        assert [d.id for d in ws.knowledge.list().documents] == [queued.id, ready.id]
+        assert ws.knowledge.search("night porter").results[0].document_id == ready.id
+
+
+class BreaksInWorkers(MisbehavingEmbedder):
+    """Pickles fine, but cannot be unpickled in another process: no worker starts."""
+
+    def __init__(self) -> None:
+        super().__init__("breaks-in-workers")
+        self.home = os.getpid()
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        if state["home"] != os.getpid():
+            raise RuntimeError("this plugin cannot load here")
+        self.__dict__.update(state)
+
+
+def test_workers_that_fail_to_start_move_jobs_to_a_thread(
+    tmp_path: Path, warnings_logged: Callable[[], list[str]]
+) -> None:
+    embedder = BreaksInWorkers()
+    with started(tmp_path / "a.db", embedder) as (core, ws):
+        document = ws.knowledge.ingest_file(make_pdf([filler(20, 1)]), filename="a.pdf", wait=True)
+        assert document.status == "ready"
+        assert core.ingest.pool is None and not core.ingest.isolated
+    (message,) = warnings_logged()
+    assert "3 worker processes in a row failed to start" in message
+    assert "this plugin cannot load here" in message
+
+
+def test_the_pool_size_defaults_to_half_the_cpus() -> None:
+    assert agentcore.Settings(_env_file=None).ingest_pool_size == max(
+        1, min(4, (os.cpu_count() or 2) // 2)
+    )
+    assert agentcore.Settings(_env_file=None, ingest_workers=3).ingest_pool_size == 3
+    assert agentcore.Settings(_env_file=None, ingest_workers=0).ingest_pool_size == 0
