@@ -405,11 +405,7 @@ class VectorSearchStore(Protocol):
     """Optional capability: a store that ranks vectors itself (``vector_search="pgvector"``)."""
 
     def search_vectors(
-        self,
-        organization_id: str,
-        environment: str,
-        query: Vectors,
-        k: int,
+        self, organization_id: str, environment: str, query: Vectors, k: int
     ) -> tuple[Ids, Vectors]:
         """The ``k`` ids most cosine-similar to the unit vector ``query`` and their scores,
         best first, ties by ascending id (as ``VectorIndex.search``)."""

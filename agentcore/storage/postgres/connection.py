@@ -239,13 +239,7 @@ class Database:
         marks = ", ".join("?" * (len(values) + 1))
         conn.execute(f"INSERT INTO {table} ({names}) VALUES ({marks})", [*values.values(), data])
 
-    def read_segment(
-        self,
-        conn: Conn,
-        segment_id: int,
-        ids: Ids,
-        vectors: Vectors,
-    ) -> None:
+    def read_segment(self, conn: Conn, segment_id: int, ids: Ids, vectors: Vectors) -> None:
         """Copy a segment's two buffers into ``ids`` and ``vectors``; they arrive in binary
         (text would send them hex-encoded, at twice the size)."""
         with conn.cursor(binary=True) as cursor:

@@ -151,11 +151,7 @@ class VectorRows(VectorTables):
                 )
 
     def search_vectors(
-        self,
-        organization_id: str,
-        environment: str,
-        query: Vectors,
-        k: int,
+        self, organization_id: str, environment: str, query: Vectors, k: int
     ) -> tuple[Ids, Vectors]:
         """The ``k`` chunk ids most cosine-similar to the unit vector ``query``, best first.
 

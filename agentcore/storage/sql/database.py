@@ -76,13 +76,7 @@ class Database(Protocol):
     ) -> None:
         """Insert a row of ``values`` whose ``column`` holds ``data`` (a large upload)."""
 
-    def read_segment(
-        self,
-        conn: Any,
-        segment_id: int,
-        ids: Ids,
-        vectors: Vectors,
-    ) -> None:
+    def read_segment(self, conn: Any, segment_id: int, ids: Ids, vectors: Vectors) -> None:
         """Copy vector segment ``segment_id``'s buffers into ``ids`` and ``vectors``."""
 
     def current_cache(self, name: str) -> dict[Any, Any]:

@@ -239,11 +239,7 @@ class Database:
             blob.write(data)
 
     def read_segment(
-        self,
-        conn: sqlite3.Connection,
-        segment_id: int,
-        ids: Ids,
-        vectors: Vectors,
+        self, conn: sqlite3.Connection, segment_id: int, ids: Ids, vectors: Vectors
     ) -> None:
         """Copy a segment's blobs straight into ``ids`` and ``vectors`` with incremental
         blob I/O: one copy out of the database, no intermediate ``bytes``."""
