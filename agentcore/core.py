@@ -31,7 +31,7 @@ from agentcore.keys import KeyManager, check_environment, check_scopes
 from agentcore.knowledge.cache import IndexCache
 from agentcore.knowledge.embedders import Embedder
 from agentcore.knowledge.jobs import IngestRuntime, WorkersUnavailable
-from agentcore.knowledge.segments import segment_root
+from agentcore.knowledge.segments import max_mapped_files, segment_root
 from agentcore.knowledge.service import KnowledgeService
 from agentcore.knowledge.terms import TermCounter
 from agentcore.knowledge.workers import WorkerSpec
@@ -168,6 +168,8 @@ class AgentCore:
             store_search=_store_search(store, settings),
             max_token_chars=settings.max_token_chars,
             codec=settings.index_dtype,
+            budget_bytes=settings.index_cache_budget,
+            max_mapped_files=max_mapped_files(),
             runtime=self.runtime,
             **_segment_options(store, settings),
         )

@@ -95,9 +95,14 @@ def run(core: AgentCore, args: argparse.Namespace) -> int:
     """Serve ``core``'s /v1 API with uvicorn until SIGTERM or SIGINT; 0 when stopped."""
     options = server_options(core.settings)
     if args.workers > 1:
-        backend = core.settings.rate_limit_backend
+        settings = core.settings
+        backend = settings.rate_limit_backend
+        # each process keeps its own indexes: the default budget is the node's, shared
+        budget = settings.index_cache_bytes
+        if budget is None:
+            budget = settings.index_cache_budget // args.workers
         core.close()  # the store is migrated; each worker process opens its own core
-        return _serve_workers(args, backend, options)
+        return _serve_workers(args, backend, options, budget)
     config = uvicorn.Config(
         create_app(core),
         host=args.host,
@@ -119,7 +124,9 @@ def run(core: AgentCore, args: argparse.Namespace) -> int:
     return 0
 
 
-def _serve_workers(args: argparse.Namespace, rate_limit_backend: str, options: Any) -> int:
+def _serve_workers(
+    args: argparse.Namespace, rate_limit_backend: str, options: Any, index_cache_bytes: int
+) -> int:
     """Serve with ``args.workers`` processes on one socket (the store is already migrated).
 
     Each worker opens its own core on the same store from the environment; uvicorn's
@@ -130,6 +137,7 @@ def _serve_workers(args: argparse.Namespace, rate_limit_backend: str, options: A
     if rate_limit_backend == "auto":
         # N processes behind one port must share one limit per key, as one process would
         os.environ["AGENTCORE_RATE_LIMIT_BACKEND"] = "store"
+    os.environ["AGENTCORE_INDEX_CACHE_BYTES"] = str(index_cache_bytes)
     print(
         f"agentcore serving {args.db} on http://{args.host}:{args.port}/v1"
         f" with {args.workers} worker processes",

@@ -41,6 +41,7 @@ Search
 
 from __future__ import annotations
 
+import mmap
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Executor
@@ -70,6 +71,11 @@ MAX_STEPS = 4 * MAX_PARTS
 # A tail this large with ascending ids is sealed as a frozen part (its rows stay where
 # they are) instead of being copied into a larger buffer.
 SEAL_ROWS = 65_536
+# Bytes of Python objects an index keeps besides its arrays (the index, its snapshot,
+# parts, locks; measured with tracemalloc, rounded up), and per row of the tail's
+# id-to-row map (a dict entry and two ints).
+INDEX_OVERHEAD_BYTES = 4096
+ROW_MAP_BYTES = 100
 _NO_PARAMS = np.empty(0, dtype=np.float32)  # float32 rows need no codec parameters
 _FLOAT32 = kernels.Float32Codec()
 _EMPTY_IDS = np.empty(0, dtype=np.int64)
@@ -136,6 +142,22 @@ class Part:
         """Bytes of ids, codes, params and float32 rows (shared arrays counted once)."""
         total = self.ids.nbytes + self.codes.nbytes + self.params.nbytes
         return int(total + (0 if self.vectors is self.codes else self.vectors.nbytes))
+
+    @property
+    def mapped(self) -> bool:
+        """Whether the arrays are a memory mapping of a segment file (pages the OS
+        shares between processes, and reads in only when they are touched)."""
+        return isinstance(self.keepalive, mmap.mmap)
+
+    @property
+    def resident_bytes(self) -> int:
+        """Bytes this part keeps in memory while it is searched: all of a RAM part's;
+        of a mapped part, the pages every scan reads (ids, codes, parameters), not the
+        float32 rows an approximate codec reads only at its few candidates."""
+        scanned = self.ids.nbytes + self.codes.nbytes + self.params.nbytes + self.dead.nbytes
+        if self.mapped or self.vectors is self.codes:
+            return int(scanned)
+        return int(scanned + self.vectors.nbytes)
 
     def with_dead(self, dead: IdArray) -> Part:
         """This part with ``dead`` as its dead rows."""
@@ -520,6 +542,23 @@ class VectorIndex:
         """Bytes held by the parts (mapped or not) and the tail buffers (capacity included)."""
         snap = self._snap
         return int(sum(p.nbytes for p in snap.parts) + snap.buffer.nbytes + self._ids_buffer.nbytes)
+
+    @property
+    def resident_bytes(self) -> int:
+        """Bytes this index keeps in memory while it is searched (what a memory budget
+        charges it): its RAM parts, the scanned pages of its mapped ones
+        (``Part.resident_bytes``), the tail's buffers (capacity included) and its
+        id-to-row map, and the objects themselves."""
+        snap = self._snap
+        parts = sum(p.resident_bytes for p in snap.parts)
+        tail = snap.buffer.nbytes + self._ids_buffer.nbytes + snap.tail.dead.nbytes
+        return int(INDEX_OVERHEAD_BYTES + parts + tail + ROW_MAP_BYTES * len(snap.row_of))
+
+    @property
+    def mapped_files(self) -> int:
+        """How many segment files this index's parts map (each holds a mapping and,
+        while mapped, an open file)."""
+        return sum(1 for p in self._snap.parts if p.mapped)
 
     def parts(self) -> tuple[Part, ...]:
         """The frozen parts of the current snapshot (the tail excluded)."""

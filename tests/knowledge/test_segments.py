@@ -25,7 +25,7 @@ from helpers import cli_env
 
 from agentcore import AgentCore
 from agentcore.knowledge import cache as cache_module
-from agentcore.knowledge import kernels
+from agentcore.knowledge import kernels, segments
 from agentcore.knowledge.index import Part, VectorIndex
 from agentcore.knowledge.segments import (
     MANIFEST,
@@ -111,6 +111,13 @@ class Workspace:
 
     def close(self) -> None:
         self.core.close()
+
+
+@pytest.fixture(autouse=True)
+def files_for_small_workspaces(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These workspaces hold a few rows: give them segment files anyway, mapped."""
+    monkeypatch.setattr(cache_module, "SEGMENT_MIN_BYTES", 0)
+    monkeypatch.setattr(segments, "MAP_MIN_BYTES", 0)
 
 
 @pytest.fixture
