@@ -34,17 +34,10 @@ Key = tuple[str, str]
 # the ids and unit vectors a write added
 Rows = tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]
 
-# Spare tail rows given to a freshly loaded index: a fraction of its size, at most a few
-# documents' worth, so the rows the next writes add rarely grow the tail. (The loaded
-# rows are a frozen part, never copied by a write; a tail that fills grows geometrically.
-# At least 4,096 spare rows once cost every small workspace 6 MB of address space and
-# a memory mapping of its own: 100,000 tenants would pass vm.max_map_count.)
-_SPARE_FRACTION = 16
-_MAX_SPARE_ROWS = 4096
-
-
-def _spare_rows(rows: int) -> int:
-    return min(_MAX_SPARE_ROWS, rows // _SPARE_FRACTION)
+# A loaded index gets no spare tail rows: its loaded rows are a frozen part that no write
+# copies, and the tail its writes fill grows geometrically from a few hundred rows.
+# (4,096 spare rows once cost every small workspace 6 MB of address space and a memory
+# mapping of its own: 100,000 tenants would pass vm.max_map_count.)
 
 
 # Tail rows (added since the segment files were written) that make a background merge
@@ -477,17 +470,29 @@ class IndexCache:
         # by the next catch-up only if it is newer than this version, and a row the
         # load already holds is never added twice (see _catch_up)
         version = self._store.knowledge_state(*key).version
-        ids, vectors = self._store.load_vectors(*key, dimension)
-        index = VectorIndex.adopt(
-            ids,
-            vectors,
-            spare_rows=_spare_rows(ids.shape[0]),
-            codec=self.codec_of(state),
-            executor=self._helpers,
-        )
+        codec = self.codec_of(state)
+        approximate = not codec_named(codec).exact
+        located = None
+        if approximate:
+            ids, vectors, located = self._store.load_located_vectors(*key, dimension)
+        else:
+            ids, vectors = self._store.load_vectors(*key, dimension)
         # a small workspace reads from the store in about a millisecond: it is not
         # worth files (and an open file and a mapping each while loaded)
         persist = self._segments is not None and vectors.nbytes >= SEGMENT_MIN_BYTES
+        # an approximate codec in RAM keeps its codes only: the few float32 rows a
+        # search re-scores are read back from the store (those of a persisted index
+        # from its segment files, once written)
+        rows = _WorkspaceRows(self._store, key, dimension) if approximate and not persist else None
+        index = VectorIndex.adopt(
+            ids,
+            vectors,
+            codec=codec,
+            executor=self._helpers,
+            row_store=rows,
+            locators=located,
+        )
+        del vectors  # kept as codes (and by the store) when rows is given
         self._attach(key, index, persist)
         slot = self._install(key, _Entry(version, index, None, state.embedder))
         if persist:  # written out as segment files in the background
@@ -573,7 +578,6 @@ class IndexCache:
             index = VectorIndex.from_parts(
                 dimension,
                 parts,
-                spare_rows=_spare_rows(sum(p.rows for p in parts)),
                 codec=self.codec_of(state),
                 executor=self._helpers,
             )
@@ -693,6 +697,23 @@ class IndexCache:
             organization_id, environment, embedder.name, segments, embedder.dimension
         )
         self._entries.discard((organization_id, environment))
+
+
+class _WorkspaceRows:
+    """The ``RowStore`` of one workspace: its float32 rows as the store keeps them."""
+
+    def __init__(self, store: KnowledgeStore, key: Key, dimension: int) -> None:
+        self._store = store
+        self._key = key
+        self._dimension = dimension
+
+    def locate(self, ids: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+        """Where the store keeps the rows ``ids``."""
+        return self._store.locate_vectors(*self._key, ids)
+
+    def read(self, locators: npt.NDArray[np.int64]) -> npt.NDArray[np.float32]:
+        """The rows at ``locators`` (NaN for one deleted since)."""
+        return self._store.read_vector_rows(*self._key, locators, self._dimension)
 
 
 def _bytes_of(entry: _Entry) -> int:

@@ -46,6 +46,7 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -82,6 +83,61 @@ _EMPTY_IDS = np.empty(0, dtype=np.int64)
 _log = get_logger(__name__)
 
 
+class RowStore(Protocol):
+    """Where the float32 rows of an approximate codec's parts are kept instead of RAM
+    (a workspace's rows in the store): an index given one keeps only the codes of such
+    parts, and reads the few rows it re-scores back at each search."""
+
+    def locate(self, ids: IdArray) -> IdArray:
+        """Locators of the rows ``ids`` (-1 for one not kept)."""
+
+    def read(self, locators: IdArray) -> Matrix:
+        """The float32 rows at ``locators``; all NaN for a row no longer kept."""
+
+
+class StoredRows:
+    """A part's float32 rows kept by a ``RowStore``: what ``Part.vectors`` holds in their
+    place. Indexing it by row numbers (or a slice) reads those rows back; it costs only
+    its locators (8 bytes a row)."""
+
+    ndim = 2
+    dtype = _VECTOR_DTYPE
+
+    def __init__(self, store: RowStore, locators: IdArray, dimension: int) -> None:
+        self.store = store
+        self.locators = np.ascontiguousarray(locators, dtype=np.int64)
+        self.dimension = dimension
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """``(rows, dimension)``, like the matrix it stands for."""
+        return (int(self.locators.shape[0]), self.dimension)
+
+    @property
+    def nbytes(self) -> int:
+        """The bytes it holds: its locators."""
+        return int(self.locators.nbytes)
+
+    def __len__(self) -> int:
+        return int(self.locators.shape[0])
+
+    def __getitem__(self, rows: Any) -> Matrix:
+        wanted = self.locators[rows]
+        if wanted.ndim == 0:  # one row number: one row, as a matrix would give
+            row: Matrix = self.store.read(wanted.reshape(1))[0]
+            return row
+        return self.store.read(wanted)
+
+    def take(self, rows: IdArray) -> StoredRows:
+        """These rows, still kept by the store."""
+        return StoredRows(self.store, self.locators[rows], self.dimension)
+
+
+def materialized(rows: Matrix | StoredRows) -> Matrix:
+    """``rows`` as a matrix in RAM (read back whole if a ``RowStore`` keeps them)."""
+    return rows[:] if isinstance(rows, StoredRows) else rows
+
+
 def codec_named(name: str) -> kernels.Codec:
     """The codec registered as ``name`` in ``kernels.CODECS`` (a 400 if unknown)."""
     codec = kernels.CODECS.get(name)
@@ -107,7 +163,7 @@ class Part:
     ids: IdArray
     codes: kernels.Codes
     params: ScoreArray
-    vectors: Matrix
+    vectors: Matrix | StoredRows  # StoredRows: an approximate codec's rows kept elsewhere
     dead: IdArray  # sorted row numbers
     codec: kernels.Codec = field(default_factory=kernels.Float32Codec)
     name: str | None = None
@@ -115,16 +171,32 @@ class Part:
 
     @classmethod
     def build(
-        cls, ids: IdArray, vectors: Matrix, codec: kernels.Codec, *, name: str | None = None
+        cls,
+        ids: IdArray,
+        vectors: Matrix,
+        codec: kernels.Codec,
+        *,
+        name: str | None = None,
+        rows: RowStore | None = None,
+        locators: IdArray | None = None,
     ) -> Part:
-        """A RAM part over unit ``vectors`` (sorted by id here if they are not)."""
+        """A RAM part over unit ``vectors`` (sorted by id here if they are not).
+
+        With ``rows``, an approximate codec's part keeps only its codes: its float32
+        rows are left to ``rows`` (at ``locators``, one per row, or located by id).
+        """
         if ids.size > 1 and not bool(np.all(ids[1:] > ids[:-1])):
             order = np.argsort(ids, kind="stable")
             ids, vectors = ids[order], vectors[order]
+            locators = None if locators is None else locators[order]
         vectors = np.ascontiguousarray(vectors, dtype=_VECTOR_DTYPE)
         codes, params = codec.encode(vectors)
         if codec.name == "float32":
             codes = vectors
+        elif rows is not None:
+            where = rows.locate(ids) if locators is None else locators
+            kept = StoredRows(rows, where, vectors.shape[1])
+            return cls(ids, codes, params, kept, _EMPTY_IDS, codec, name)
         return cls(ids, codes, params, vectors, _EMPTY_IDS, codec, name)
 
     @property
@@ -186,9 +258,11 @@ class Part:
     def live_rows(self) -> tuple[IdArray, Matrix]:
         """The live ids and float32 rows (the part's own arrays when none is dead: read only)."""
         if not self.dead.size:
-            return self.ids, self.vectors
+            return self.ids, materialized(self.vectors)
         keep = np.ones(self.rows, dtype=bool)
         keep[self.dead] = False
+        if isinstance(self.vectors, StoredRows):
+            return np.compress(keep, self.ids), self.vectors[np.flatnonzero(keep)]
         return np.compress(keep, self.ids), np.compress(keep, self.vectors, axis=0)
 
 
@@ -243,7 +317,7 @@ class MaintenancePlan:
     def gather(self) -> tuple[IdArray, RowSource]:
         """The sorted live ids of the rows this step rewrites, and their rows as a
         ``RowSource`` that copies them out block by block (nothing is copied here)."""
-        pieces: list[tuple[Matrix, IdArray | None]] = []
+        pieces: list[tuple[Matrix | StoredRows, IdArray | None]] = []
         ids: list[IdArray] = []
         for part in self.parts:
             if part.dead.size:
@@ -281,7 +355,7 @@ class RowSource:
 
     def __init__(
         self,
-        pieces: tuple[tuple[Matrix, IdArray | None], ...],
+        pieces: tuple[tuple[Matrix | StoredRows, IdArray | None], ...],
         order: IdArray | None,
         dimension: int,
     ) -> None:
@@ -296,7 +370,8 @@ class RowSource:
     def view(self) -> Matrix | None:
         """All the rows as one existing array (no copy), when they are one whole piece."""
         if self.order is None and len(self.pieces) == 1 and self.pieces[0][1] is None:
-            return self.pieces[0][0]
+            rows = self.pieces[0][0]
+            return None if isinstance(rows, StoredRows) else rows
         return None
 
     def fill(self, start: int, stop: int, out: Matrix) -> Matrix:
@@ -310,7 +385,10 @@ class RowSource:
             if selected is None:
                 target[...] = rows[start:stop]
             else:
-                np.take(rows, selected[start:stop], axis=0, out=target, mode="clip")
+                if isinstance(rows, StoredRows):
+                    target[...] = rows[selected[start:stop]]
+                else:
+                    np.take(rows, selected[start:stop], axis=0, out=target, mode="clip")
             return target
         wanted = self.order[start:stop]
         which = np.searchsorted(self._starts, wanted, side="right") - 1
@@ -373,6 +451,8 @@ class VectorIndex:
         )
         self._scheduled = False
         self.persisted = False  # frozen parts are segment files: always seal the whole tail
+        # where the float32 rows of parts an approximate codec builds are kept (None: RAM)
+        self.row_store: RowStore | None = None
         self.merge_rows = SEAL_ROWS  # tail rows that make sealing the tail due when persisted
         cap = max(int(capacity), 0)
         self._ids_buffer: IdArray = np.empty(cap, dtype=np.int64)
@@ -451,6 +531,8 @@ class VectorIndex:
         spare_rows: int = 0,
         codec: str = "float32",
         executor: Executor | None = None,
+        row_store: RowStore | None = None,
+        locators: IdArray | None = None,
     ) -> VectorIndex:
         """An index over arrays already in its layout, without copying them.
 
@@ -467,6 +549,9 @@ class VectorIndex:
 
         :param spare_rows: tail rows to preallocate, so the rows added after a load
             need no allocation (and never copy the adopted matrix).
+        :param row_store: for an approximate codec, where the float32 rows are kept
+            (``locators``: where each row is, else located by id): the index then holds
+            only their codes, and so do the parts its maintenance builds.
         """
         matrix = np.ascontiguousarray(vectors, dtype=_VECTOR_DTYPE)
         id_array = np.ascontiguousarray(ids, dtype=_ID_DTYPE)
@@ -485,9 +570,12 @@ class VectorIndex:
                     "the persisted ids contain duplicates", code="duplicate_id", param="ids"
                 )
             matrix = np.take(matrix, order, axis=0)
+            locators = None if locators is None else locators[order]
         index = cls(d, capacity=max(0, int(spare_rows)), codec=codec, executor=executor)
+        index.row_store = row_store
         if n:  # encoded by the index's codec (for float32 the codes are the matrix itself)
-            index._snap = replace(index._snap, parts=(Part.build(id_array, matrix, index._codec),))
+            part = Part.build(id_array, matrix, index._codec, rows=row_store, locators=locators)
+            index._snap = replace(index._snap, parts=(part,))
         return index
 
     @classmethod
@@ -588,7 +676,7 @@ class VectorIndex:
         return np.array(rows[row], dtype=np.float32)
 
     @staticmethod
-    def _locate(snap: _Snapshot, id: int) -> tuple[Matrix, int] | None:
+    def _locate(snap: _Snapshot, id: int) -> tuple[Matrix | StoredRows, int] | None:
         # The map may already hold tail rows appended after this snapshot; those rows
         # are fully written before the map learns of them, so reading them is safe.
         row = snap.row_of.get(id)
@@ -824,7 +912,7 @@ class VectorIndex:
     def build_part(self, plan: MaintenancePlan) -> Part:
         """The RAM part holding the live rows ``plan`` rewrites."""
         ids, vectors = plan.live_rows()
-        return Part.build(ids, vectors, self._codec)
+        return Part.build(ids, vectors, self._codec, rows=self.row_store)
 
     def apply(self, plan: MaintenancePlan, new_parts: Sequence[Part]) -> bool:
         """Swap ``plan``'s parts (and sealed tail rows) for ``new_parts``; whether it did.

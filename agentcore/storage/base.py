@@ -124,6 +124,22 @@ class KnowledgeStore(Protocol):
     ) -> tuple[Ids, Vectors]:
         """Every vector of a workspace: an id array and one contiguous float32 matrix."""
 
+    def load_located_vectors(
+        self, organization_id: str, environment: str, dimension: int
+    ) -> tuple[Ids, Vectors, Ids]:
+        """``load_vectors``, and where each row is kept: its locator (``records.LOCATOR_SHIFT``)
+        for ``read_vector_rows``, valid for as long as the row is stored."""
+
+    def locate_vectors(self, organization_id: str, environment: str, ids: Ids) -> Ids:
+        """The locators of the workspace's vectors ``ids`` (-1 for an id not stored)."""
+
+    def read_vector_rows(
+        self, organization_id: str, environment: str, locators: Ids, dimension: int
+    ) -> Vectors:
+        """The workspace's float32 vectors at ``locators``, one row each, read without
+        reading their segments whole; a row no longer stored (or not the workspace's)
+        is all NaN."""
+
     def count_vectors(self, organization_id: str, environment: str) -> int:
         """How many vectors a workspace stores."""
 

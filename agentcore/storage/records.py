@@ -20,6 +20,15 @@ Chunks = Sequence[tuple[str, list[int], list[int]]]
 TermCounts = tuple[int, Mapping[str, int]]
 """A document's ``(sentences, {stem: sentences holding it})``."""
 
+#: Where the store keeps one vector: ``segment_id << LOCATOR_SHIFT | row_in_segment``
+#: (a segment holds at most ``2**LOCATOR_SHIFT`` rows), or -1 for none.
+LOCATOR_SHIFT = 20
+
+
+def segment_locators(segment_id: int, count: int) -> Ids:
+    """The locators of the ``count`` rows of vector segment ``segment_id``."""
+    return np.arange(count, dtype=np.int64) + (int(segment_id) << LOCATOR_SHIFT)
+
 
 @dataclass(frozen=True)
 class StoredChunk:

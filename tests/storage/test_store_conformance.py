@@ -237,6 +237,32 @@ def test_keep_mask_and_add_vectors(store: Any) -> None:
         store.add_vectors(org_id, "test", None, "e1", 8, np.array([1, 2]), unit(1))
 
 
+def test_single_rows_are_read_back_by_locator(store: Any) -> None:
+    org_id, other = org(store), org(store, "globex")
+    first, ids = ingest(store, org_id, n=4)
+    second, more = ingest(store, org_id, n=3)
+    loaded, vectors, located = store.load_located_vectors(org_id, "test", 8)
+    assert loaded.tolist() == ids + more and located.shape == (7,)
+    assert len(set(located.tolist())) == 7 and (located >= 0).all()
+    np.testing.assert_array_equal(store.locate_vectors(org_id, "test", loaded), located)
+    wanted = np.array([located[5], located[0], located[5]])
+    np.testing.assert_array_equal(
+        store.read_vector_rows(org_id, "test", wanted, 8), vectors[[5, 0, 5]]
+    )
+    # an id not stored has no locator; a row not stored (any more) reads as NaN
+    assert store.locate_vectors(org_id, "test", np.array([999_999])).tolist() == [-1]
+    assert np.isnan(store.read_vector_rows(org_id, "test", np.array([-1]), 8)).all()
+    store.delete_document(org_id, "test", first)
+    rows = store.read_vector_rows(org_id, "test", located[[0, 4]], 8)
+    assert np.isnan(rows[0]).all()
+    np.testing.assert_array_equal(rows[1], vectors[4])
+    assert store.locate_vectors(org_id, "test", loaded[:1]).tolist() == [-1]
+    # another workspace's locators read nothing of this one
+    assert np.isnan(store.read_vector_rows(other, "test", located[4:], 8)).all()
+    assert np.isnan(store.read_vector_rows(org_id, "live", located[4:], 8)).all()
+    assert second  # the survivor's rows above
+
+
 def test_documents_paging(store: Any) -> None:
     org_id = org(store)
     docs = [ingest(store, org_id, n=1)[0] for _ in range(3)]

@@ -249,6 +249,32 @@ class Database:
         ids[:] = np.frombuffer(found["ids"], dtype="<i8")
         vectors[:] = np.frombuffer(found["vectors"], dtype="<f4").reshape(vectors.shape)
 
+    def read_vector_rows(
+        self, conn: Conn, workspace: Sequence[str], segments: Ids, offsets: Ids, out: Vectors
+    ) -> None:
+        """Copy single rows of a workspace's segments into ``out``, in one statement:
+        ``substring`` of an uncompressed out-of-line ``bytea`` reads only the pages
+        holding the row, not the whole segment."""
+        width = out.shape[1] * 4
+        with conn.cursor(binary=True) as cursor:
+            cursor.execute(
+                "SELECT o.i, substring(s.vectors FROM (o.off * ?::int + 1)::int FOR ?::int) AS row"
+                " FROM unnest(?::bigint[], ?::bigint[], ?::int[]) AS o(seg, off, i)"
+                " JOIN vector_segments s ON s.id = o.seg"
+                " WHERE s.organization_id = ? AND s.environment = ?",
+                [
+                    width,
+                    width,
+                    segments.tolist(),
+                    offsets.tolist(),
+                    list(range(len(segments))),
+                    *workspace,
+                ],
+            )
+            for found in cursor.fetchall():
+                if len(found["row"]) == width:
+                    out[found["i"]] = np.frombuffer(found["row"], dtype="<f4")
+
     @contextmanager
     def write(self) -> Iterator[Conn]:
         """A transaction, committed on success, rolled back on error; re-entrant."""
