@@ -42,6 +42,7 @@ from agentcore.plugins.extractive import stem_frequencies as extractive_stem_fre
 from agentcore.plugins.extractive import tokens_of as extractive_tokens_of
 from agentcore.redact import get_logger
 from agentcore.runtime import Runtime
+from agentcore.services import WorkspaceServices
 from agentcore.storage.base import Checkpointing, ReopenableStore, Store, VectorSearchStore
 from agentcore.storage.records import IngestJob
 from agentcore.webhooks.delivery import WebhookRuntime
@@ -278,8 +279,9 @@ class AgentCore:
             raise ValueError("an organization name is 1-200 characters")
         return self.store.ensure_organization(name)
 
-    def authenticate(self, secret: str | None, *, defer_touch: bool = False) -> Workspace:
-        """The workspace a key opens, or ``AuthenticationError`` (401) saying why.
+    def authenticate(self, secret: str | None, *, defer_touch: bool = False) -> WorkspaceServices:
+        """The workspace a key opens, with its services, or ``AuthenticationError`` (401)
+        saying why.
 
         :param defer_touch: write ``last_used_at`` on a background thread, so that this
             call only reads the store (the HTTP adapter calls it on the event loop).
@@ -287,13 +289,13 @@ class AgentCore:
         key, organization_id = self.keys.resolve(
             secret, touch_interval=self.settings.key_touch_interval, defer_touch=defer_touch
         )
-        return Workspace(
-            self,
+        return WorkspaceServices(
             organization_id=organization_id,
             organization=key.organization,
             environment=key.environment,
             scopes=frozenset(key.scopes),
             key_id=key.id,
+            core=self,
         )
 
     def workspace(
@@ -303,8 +305,8 @@ class AgentCore:
         *,
         scopes: Iterable[str] = ("read", "write"),
         create: bool = True,
-    ) -> Workspace:
-        """A workspace for trusted host code and the CLI, without a key.
+    ) -> WorkspaceServices:
+        """A workspace, with its services, for trusted host code and the CLI, without a key.
 
         :param create: create the organization when it does not exist yet.
         """
@@ -316,19 +318,21 @@ class AgentCore:
         )
         if org is None:
             raise NotFound(f"No organization named {organization!r}.", param="organization")
-        return Workspace(
-            self,
+        return WorkspaceServices(
             organization_id=org.id,
             organization=org.name,
             environment=env,
             scopes=frozenset(check_scopes(scopes)),
+            core=self,
         )
 
     # composition: each service of a workspace gets exactly what it uses ------------
 
     def agent_service(self, workspace: Workspace) -> AgentService:
         """The agents of ``workspace`` (host code uses ``workspace.agents``)."""
-        return AgentService(workspace, store=self.store, chat_models=self.chat_models)
+        return AgentService(
+            workspace, store=self.store, chat_models=self.chat_models, settings=self.settings
+        )
 
     def knowledge_service(self, workspace: Workspace) -> KnowledgeService:
         """The knowledge core of ``workspace`` (host code uses ``workspace.knowledge``)."""
@@ -345,7 +349,6 @@ class AgentCore:
         """Index a leased ingestion job's upload in its workspace; the ready document, or
         ``None`` if it is gone. What an ingestion worker (process or thread) runs."""
         workspace = Workspace(
-            self,
             organization_id=job.organization_id,
             organization=job.organization_id,  # the name is not needed to index
             environment=check_environment(job.environment),
@@ -355,13 +358,20 @@ class AgentCore:
 
     def chat_service(self, workspace: Workspace) -> ChatService:
         """Chat in ``workspace`` (host code uses ``workspace.chat``)."""
+        # a tool plugin gets the workspace with its services (it may publish, search, ...)
+        services = (
+            workspace
+            if isinstance(workspace, WorkspaceServices)
+            else WorkspaceServices.of(workspace, self)
+        )
         return ChatService(
             workspace,
             store=self.store,
             settings=self.settings,
             chat_models=self.chat_models,
-            knowledge=workspace.knowledge,
-            run_tool=self.pm.hook.agentcore_run_tool,
+            knowledge=services.knowledge,
+            run_tool=functools.partial(self.pm.hook.agentcore_run_tool, workspace=services),
+            events=self.events,
             guard_pool=self.model_pool,
         )
 

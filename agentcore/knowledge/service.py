@@ -479,7 +479,7 @@ class KnowledgeService:
         documents, more = self._store.list_documents(
             self._ws.organization_id,
             self._ws.environment,
-            limit=self._ws.page_size(limit),
+            limit=self._settings.page_size(limit),
             starting_after=starting_after,
         )
         return DocumentList(documents=documents, has_more=more)
