@@ -250,13 +250,10 @@ def peer_checkout(rev: str, into: Path) -> Path:
     subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
     # the adapter is imported as a top-level package, as the editable install does
     shutil.copytree(into / "adapters" / "agentcore_starlette", into / "agentcore_starlette")
-    # compiled kernels are not in git: give the peer this checkout's build of the same C
-    # source, else it would time the numpy fallback
-    for built in (REPO / "agentcore" / "plugins").glob("_*.so"):
-        source = built.with_name(built.name.split(".", 1)[0] + ".c")
-        twin = into / "agentcore" / "plugins" / source.name
-        if source.exists() and twin.exists() and twin.read_bytes() == source.read_bytes():
-            shutil.copy2(built, twin.parent / built.name)
+    # a peer from before the compiled hashing kernel was removed carries its C source:
+    # build it as that version's install did, else the peer would time its numpy fallback
+    for source in (into / "agentcore" / "plugins").glob("_*.c"):
+        build_extension(into, source)
     # a plugin module the installed distribution declares (an entry point) but the peer
     # predates would stop the peer's core from opening: it gets an empty one
     for point in importlib.metadata.entry_points(group="agentcore"):
@@ -265,6 +262,20 @@ def peer_checkout(rev: str, into: Path) -> Path:
             if module.parent.is_dir() and not module.exists():
                 module.write_text('"""Not in this version: an empty plugin."""\n')
     return into
+
+
+def build_extension(root: Path, source: Path) -> None:
+    """Compile ``source`` (a C extension of ``root``'s package) in place, with the flags
+    its ``setup.py`` used (IEEE float semantics: no contraction, no fast-math)."""
+    module = ".".join(source.relative_to(root).with_suffix("").parts)
+    script = (
+        "import sys; from setuptools import Extension, setup; setup(ext_modules=[Extension("
+        f"{module!r}, [{str(source.relative_to(root))!r}],"
+        " extra_compile_args=['-O2', '-ffp-contract=off', '-fno-fast-math'])],"
+        " script_args=['-q', 'build_ext', '--inplace', '--build-temp', sys.argv[1]])"
+    )
+    with tempfile.TemporaryDirectory(prefix="ingest_speed_build") as temp:
+        subprocess.run([sys.executable, "-c", script, temp], cwd=root, check=True)
 
 
 def child(args: list[str]) -> dict[str, Any]:

@@ -1,7 +1,4 @@
-"""The built-in default embedder: signed feature hashing of words and n-grams.
-
-numpy, and an optional compiled kernel (``_hashing_kernel.c``) that gives the same bits.
-"""
+"""The built-in default embedder: signed feature hashing of words and n-grams, in numpy."""
 
 from __future__ import annotations
 
@@ -22,28 +19,14 @@ from agentcore.hookspecs import hookimpl
 from agentcore.knowledge.embedders import EmbedKind
 
 if TYPE_CHECKING:
-    from types import ModuleType
-
     from agentcore.config import Settings
     from agentcore.knowledge.embedders import Embedder
 
-_kernel: ModuleType | None
-try:  # built from _hashing_kernel.c when the package was installed with a C compiler
-    from agentcore.plugins import _hashing_kernel as _kernel
-except ImportError:  # pragma: no cover - an install without a compiler
-    _kernel = None
-
-#: Whether ``HashingEmbedder`` uses the compiled kernel when it was built (read on every
-#: call; tests set it to False to run the numpy path, which gives the same bits).
-USE_KERNEL = True
-
 __all__ = [
     "STOP_WORDS",
-    "USE_KERNEL",
     "HashingEmbedder",
     "StemTokenizer",
     "agentcore_register_embedders",
-    "kernel_active",
     "stem_of",
 ]
 
@@ -110,12 +93,6 @@ def stem_of(token: str) -> str | None:
     if word in STOP_WORDS or (len(word) == 1 and token.islower()):
         return None
     return _stem(word.replace("'", ""))
-
-
-def kernel_active() -> bool:
-    """Whether ``HashingEmbedder`` embeds with the compiled kernel now (it was built and
-    ``USE_KERNEL`` is set); else with numpy alone: the same vectors, slower."""
-    return USE_KERNEL and _kernel is not None
 
 
 class StemTokenizer:
@@ -243,9 +220,8 @@ class HashingEmbedder:
 
     The Python work is done once per distinct token: a token's stem and the hashes
     and weights of the stem's features are kept in flat arrays (emptied past
-    ``_CACHE_LIMIT`` stems), and a batch is assembled, counted and bucketed by the
-    compiled kernel when it was built (``kernel_active()``), else with whole-array numpy
-    operations: the same bits either way. Thread-safe.
+    ``_CACHE_LIMIT`` stems), and a batch is assembled, counted and bucketed with
+    whole-array numpy operations. Thread-safe.
 
     :param dimension: the vector length.
     """
@@ -309,37 +285,14 @@ class HashingEmbedder:
             found = _raw_tokens(text)
             raw += found
             lengths.append(len(found))
-        kernel = _kernel if USE_KERNEL else None
         with self._lock:
             vocabulary = self._current_vocabulary()
-            if kernel is None:
-                token_stems = self._stem_array(vocabulary, raw)
-            else:
-                token_stems = np.empty(len(raw), dtype=np.int64)
-                if not kernel.stem_ids(vocabulary.token_ids, raw, token_stems):
-                    token_stems = np.array(self._stem_ids(vocabulary, raw), dtype=np.int64)
+            token_stems = self._stem_array(vocabulary, raw)
             # Snapshots: later appends by other threads leave these prefixes alone.
             start = vocabulary.feature_start.values()
             count = vocabulary.feature_count.values()
             feature_hashes = vocabulary.feature_hashes.values()
             feature_signed = vocabulary.feature_signed.values()
-        if kernel is not None:
-            out = np.empty((len(texts), self.dimension), dtype=np.float32)
-            # the same sums, with the GIL released; False: a row too long for the tf
-            # table, left to the numpy path below
-            if kernel.embed_rows(
-                token_stems,
-                lengths,
-                start,
-                count,
-                feature_hashes,
-                feature_signed,
-                _TF_FACTORS,
-                self.PAIR_WEIGHT,
-                self.dimension,
-                out,
-            ):
-                return _normalised(out)
         kept = token_stems >= 0
         stems = token_stems[kept]
         # Each stem's features, in text order: gather index ranges without a loop.
