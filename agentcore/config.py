@@ -35,6 +35,11 @@ MiB = 1024 * 1024
 #: directory; a missing file is skipped. Variables set in the environment win over it.
 ENV_FILE = ".env"
 
+#: The variable naming the store of ``agentcore`` commands and of ``serve``'s worker
+#: processes (not a ``Settings`` field: the store is opened before settings apply).
+DATABASE_VARIABLE = "AGENTCORE_DB"
+DEFAULT_DATABASE = "./agentcore.db"
+
 M = TypeVar("M", bound=BaseSettings)
 
 _NAMESPACE = re.compile(r"[a-z][a-z0-9]*\Z")
@@ -55,6 +60,23 @@ class PluginSettings(BaseSettings):
         dotenv_filtering="only_existing",
         populate_by_name=True,
     )
+
+
+def database_url() -> str:
+    """The store named by ``AGENTCORE_DB``, else ``./agentcore.db``."""
+    return os.environ.get(DATABASE_VARIABLE, DEFAULT_DATABASE)
+
+
+def export_to_children(database: str, **settings: str) -> None:
+    """Name ``database`` and set ``settings`` (``Settings`` field names) in this process's
+    environment, for the processes it starts next: they open that store with those
+    settings (``serve --workers``: uvicorn's workers import an app factory and read
+    nothing else)."""
+    os.environ[DATABASE_VARIABLE] = database
+    for name, value in settings.items():
+        if name not in Settings.model_fields:
+            raise ValueError(f"no setting is named {name!r}")
+        os.environ[f"AGENTCORE_{name.upper()}"] = value
 
 
 WEBHOOK_KEY_BYTES = 32  # AES-256: the size of each ``webhook_secret_key``
