@@ -18,7 +18,7 @@ from agentcore.errors import Conflict, InvalidRequest, ValidationFailed
 from agentcore.knowledge import kernels
 from agentcore.knowledge.embedders import Embedder, bounded_text
 from agentcore.knowledge.index import VectorIndex, codec_named, settle
-from agentcore.knowledge.segments import Manifest, SegmentDirectory, SegmentError
+from agentcore.knowledge.segments import Manifest, SegmentDirectory, SegmentError, WriteStages
 from agentcore.redact import get_logger
 from agentcore.runtime import Loop, Runtime
 from agentcore.storage.base import VectorSearchStore
@@ -103,6 +103,8 @@ class IndexCache:
         the indexes its pool ``agentcore-index`` of scan helpers. Without one the
         cache makes its own, which nobody starts: maintenance then runs only in
         ``wait_for_maintenance``, and ``close()`` ends the helpers.
+    :param segment_write_stages: called at each stage of a segment file write
+        (``segments.WriteStages``, a fault-injection point); none by default.
     """
 
     def __init__(
@@ -118,10 +120,12 @@ class IndexCache:
         store_identity: str = "",
         codec: str = "float32",
         runtime: Runtime | None = None,
+        segment_write_stages: WriteStages | None = None,
     ) -> None:
         self._store = store
         self._segments = None if store_search is not None else segments
         self._store_identity = store_identity
+        self._write_stages = segment_write_stages
         self._codec = codec
         self._own_runtime = runtime is None
         self._runtime = runtime or Runtime()
@@ -397,7 +401,10 @@ class IndexCache:
 
     def _directory(self, key: Key) -> SegmentDirectory:
         assert self._segments is not None
-        return SegmentDirectory(self._segments / quote(key[0], safe="") / quote(key[1], safe=""))
+        return SegmentDirectory(
+            self._segments / quote(key[0], safe="") / quote(key[1], safe=""),
+            write_stages=self._write_stages,
+        )
 
     def _attach(self, key: Key, index: VectorIndex) -> None:
         """Make ``index``'s maintenance run on the maintenance loop; with segment files,

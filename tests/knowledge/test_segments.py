@@ -7,6 +7,7 @@ brute force over ``store.load_vectors``, the source of truth.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -26,15 +27,18 @@ from helpers import cli_env
 from agentcore import AgentCore
 from agentcore.knowledge import cache as cache_module
 from agentcore.knowledge import kernels
+from agentcore.knowledge.cache import IndexCache
 from agentcore.knowledge.index import Part, VectorIndex
 from agentcore.knowledge.segments import (
     MANIFEST,
-    PAUSE_ENV,
     SegmentDirectory,
     SegmentError,
     segment_root,
 )
 from agentcore.models import Document
+from agentcore.plugins.hashing_embedder import HashingEmbedder
+from agentcore.storage.base import Store
+from agentcore.storage.sqlite import SQLiteStore
 
 ORG = "acme"
 ENV = "test"
@@ -43,6 +47,38 @@ ENV = "test"
 def unit_rows(n: int, d: int, seed: int) -> npt.NDArray[np.float32]:
     rows = np.random.default_rng(seed).standard_normal((n, d)).astype(np.float32)
     return rows / np.linalg.norm(rows, axis=1, keepdims=True)
+
+
+def write_document(
+    cache: IndexCache,
+    store: Store,
+    org: str,
+    name: str,
+    n: int,
+    seed: int,
+    dimension: int,
+    embedder: str = HashingEmbedder.name,
+) -> str:
+    """Store a document ``doc_<name>`` of ``n`` chunks with synthetic unit vectors, through
+    ``cache`` as the knowledge service writes (the cached index catches up); its id."""
+    document = Document(
+        id=f"doc_{name}",
+        source=f"{name}.txt",
+        content_type="text/plain",
+        pages=1,
+        chunks=n,
+        bytes=1,
+        created_at=datetime(2026, 1, 1, tzinfo=UTC),
+    )
+    chunks = [(f"chunk {i}", [1], [0]) for i in range(n)]
+    keep = np.ones(n, dtype=bool)
+    vectors = unit_rows(n, dimension, seed)
+    cache.write(
+        org,
+        ENV,
+        lambda: store.insert_document(org, ENV, document, chunks, embedder, vectors, keep),
+    )
+    return document.id
 
 
 class Workspace:
@@ -60,27 +96,8 @@ class Workspace:
         self.cache = self.core.index_cache
 
     def add_document(self, name: str, n: int, seed: int) -> str:
-        document = Document(
-            id=f"doc_{name}",
-            source=f"{name}.txt",
-            content_type="text/plain",
-            pages=1,
-            chunks=n,
-            bytes=1,
-            created_at=datetime(2026, 1, 1, tzinfo=UTC),
-        )
-        chunks = [(f"chunk {i}", [1], [0]) for i in range(n)]
-        keep = np.ones(n, dtype=bool)
-        vectors = unit_rows(n, self.d, seed)
-        # through the cache, as the service writes: the cached index catches up
-        self.cache.write(
-            self.org,
-            ENV,
-            lambda: self.core.store.insert_document(
-                self.org, ENV, document, chunks, self.embedder, vectors, keep
-            ),
-        )
-        return document.id
+        store = self.core.store
+        return write_document(self.cache, store, self.org, name, n, seed, self.d, self.embedder)
 
     def delete(self, document_id: str) -> None:
         self.ws.knowledge.delete(document_id)
@@ -272,21 +289,54 @@ def test_a_delete_returns_before_compaction_and_searches_stay_right_meanwhile(
 
 # -- crash safety ----------------------------------------------------------------------
 
+
+class PauseAt:
+    """A ``segments.WriteStages`` that stops a write at ``stage`` for good, after
+    creating ``marker`` (so a test can kill the process there)."""
+
+    def __init__(self, stage: str, marker: Path) -> None:
+        self.stage, self.marker = stage, marker
+
+    def __call__(self, stage: str) -> None:
+        if stage == self.stage:
+            self.marker.touch()
+            time.sleep(3600)
+
+
+def paused_maintenance(db: Path, step: str, stage: str, marker: Path) -> None:
+    """Open ``db``'s store and an index cache over it as the core builds one, whose
+    segment writes pause at ``stage``; run a merge or a compaction (``step``)."""
+    store = SQLiteStore.open(db)
+    embedder = HashingEmbedder()
+    root, identity = segment_root(str(db), "auto")
+    cache = IndexCache(
+        store,
+        embedders={embedder.name: embedder},
+        embedder=embedder.name,
+        segments=root,
+        store_identity=identity,
+        segment_write_stages=PauseAt(stage, marker),
+    )
+    organization = store.get_organization_by_name(ORG)
+    assert organization is not None
+    org = organization.id
+    cache.get(org, ENV)
+    if step == "merge":  # the tail passes the merge threshold
+        write_document(cache, store, org, "late", 30, seed=99, dimension=embedder.dimension)
+    else:  # tombstones pass the compaction threshold
+        for name in ("d0", "d1", "d2", "d3"):
+            cache.write(org, ENV, functools.partial(store.delete_document, org, ENV, f"doc_{name}"))
+    cache.wait_for_maintenance(timeout=3600)
+
+
 CRASH_SCRIPT = """
 import sys
-sys.path.insert(0, sys.argv[3])
-from test_segments import Workspace
-from agentcore.knowledge import cache
+sys.path.insert(0, sys.argv[1])
 from pathlib import Path
+from agentcore.knowledge import cache
+from test_segments import paused_maintenance
 cache.SEGMENT_MERGE_ROWS = 10
-space = Workspace(Path(sys.argv[1]))
-space.index()
-if sys.argv[2] == "merge":
-    space.add_document("late", 30, seed=99)  # the tail passes the merge threshold
-else:
-    for name in ("d0", "d1", "d2", "d3"):
-        space.delete("doc_" + name)  # tombstones pass the compaction threshold
-space.cache.wait_for_maintenance(timeout=3600)
+paused_maintenance(Path(sys.argv[2]), sys.argv[3], sys.argv[4], Path(sys.argv[5]))
 """
 
 
@@ -306,16 +356,16 @@ def test_kill_9_during_maintenance_leaves_the_old_segments_valid(
     assert before is not None
     space.close()
 
-    env = cli_env() | {PAUSE_ENV: stage}
+    env = cli_env()
     tests_dir = str(Path(__file__).parent)
     env["PYTHONPATH"] = os.pathsep.join([tests_dir, str(Path(tests_dir).parent)])
+    marker = db.with_name(f"paused-{stage}")
     child = subprocess.Popen(
-        [sys.executable, "-c", CRASH_SCRIPT, str(db), step, tests_dir],
+        [sys.executable, "-c", CRASH_SCRIPT, tests_dir, str(db), step, stage, str(marker)],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
-    marker = directory.path / f"paused-{stage}"
     deadline = time.monotonic() + 120
     while not marker.exists():
         if child.poll() is not None:
