@@ -41,7 +41,7 @@ from agentcore.plugins import DEFAULT_PLUGINS
 from agentcore.plugins.extractive import stem_frequencies as extractive_stem_frequencies
 from agentcore.plugins.extractive import tokens_of as extractive_tokens_of
 from agentcore.redact import get_logger
-from agentcore.runtime import Runtime
+from agentcore.runtime import Observer, Runtime, unobserved
 from agentcore.services import WorkspaceServices
 from agentcore.storage.base import Checkpointing, ReopenableStore, Store, VectorSearchStore
 from agentcore.storage.records import IngestJob
@@ -142,6 +142,7 @@ class AgentCore:
         pm: pluggy.PluginManager,
         *,
         origin: _Origin | None = None,
+        observer: Observer = unobserved,
     ) -> None:
         self.store = store
         self.settings = settings
@@ -170,6 +171,7 @@ class AgentCore:
             max_token_chars=settings.max_token_chars,
             codec=settings.index_dtype,
             runtime=self.runtime,
+            observer=observer,
             **_segment_options(store, settings),
         )
         # model calls run here, bounded in time even if a plugin hangs (threads start lazily)
@@ -186,6 +188,7 @@ class AgentCore:
             run=self.run_ingest_job,
             runtime=self.runtime,
             workers=self._worker_spec,
+            observer=observer,
         )
         if isinstance(store, Checkpointing) and store.checkpoint_interval is not None:
             # a SQLite file's WAL is folded into the database here, never in a request
@@ -206,6 +209,7 @@ class AgentCore:
         settings: Settings | None = None,
         plugins: Iterable[object | ModuleType | str] = (),
         entry_points: bool = True,
+        observer: Observer | None = None,
         **overrides: Any,
     ) -> AgentCore:
         """Open a core on ``url``: a SQLite path (default ``:memory:``) or a plugin's URL.
@@ -217,6 +221,8 @@ class AgentCore:
         :param settings: the core's settings; default read from the environment.
         :param plugins: extra plugin objects or module names to register.
         :param entry_points: load plugins from the ``agentcore`` entry-point group.
+        :param observer: told what the core's parts do (index loads, catch-ups, merges,
+            worker processes started: ``runtime.Observer``), for metrics or tests.
         :param overrides: individual ``Settings`` fields, e.g. ``max_top_k=50``, or a
             plugin's as ``<namespace>_<field>``, e.g. ``openai_model="llama3"``.
         """
@@ -227,7 +233,8 @@ class AgentCore:
         if store is None:
             raise ValueError(f"No store plugin handles {url!r}.")
         named = tuple(p.__name__ if isinstance(p, ModuleType) else p for p in plugins)
-        return cls(store, settings, pm, origin=_Origin(named, entry_points, settings))
+        origin = _Origin(named, entry_points, settings)
+        return cls(store, settings, pm, origin=origin, observer=observer or unobserved)
 
     @classmethod
     def _for_worker(cls, origin: _Origin, open_store: Callable[[], Store]) -> AgentCore:

@@ -135,7 +135,6 @@ def one_run(code: Path, texts: list[str], profile: bool) -> dict[str, Any]:
         if not knowledge.search(texts[0][:200], top_k=1).results:
             raise SystemExit("search found nothing after ingestion")
         out["digest"] = stored_digest(core, ws.organization_id, ws.environment)
-        out["reloads"] = core.index_cache.reloads
         core.close()
     if profiler is not None:
         buffer = io.StringIO()

@@ -6,7 +6,10 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
+import weakref
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,6 +22,46 @@ from agentcore.chat_models import ChatRequest, ChatResult
 
 PROBLEM_MEMBERS = {"type", "title", "status", "detail", "code", "request_id"}
 CLI = [sys.executable, "-m", "agentcore.cli"]
+
+
+class Seen:
+    """An observer of a core (``AgentCore.open(..., observer=seen)``): counts what its
+    parts tell it, e.g. ``seen["index.reload"]`` (``agentcore.runtime.Observer``)."""
+
+    def __init__(self) -> None:
+        self.counts: Counter[str] = Counter()
+        self._lock = threading.Lock()
+
+    def __call__(self, event: str, count: int) -> None:
+        with self._lock:
+            self.counts[event] += count
+
+    def __getitem__(self, event: str) -> int:
+        with self._lock:
+            return self.counts[event]
+
+
+_SEEN: weakref.WeakKeyDictionary[AgentCore, Seen] = weakref.WeakKeyDictionary()
+
+
+def open_seen(url: str | Path, **settings: Any) -> AgentCore:
+    """``AgentCore.open(url, **settings)`` with a ``Seen`` observer (``seen(core)``)."""
+    observer = Seen()
+    core = AgentCore.open(url, observer=observer, **settings)
+    _SEEN[core] = observer
+    return core
+
+
+def seen(core: AgentCore) -> Seen:
+    """The observer of a core opened by ``open_seen``."""
+    return _SEEN[core]
+
+
+def index_loads(core: AgentCore) -> tuple[int, int]:
+    """How many times a core opened by ``open_seen`` loaded a workspace's whole index,
+    and how many change-log deltas it applied."""
+    observed = seen(core)
+    return observed["index.reload"], observed["index.catch_up"]
 
 
 def assert_problem(

@@ -20,7 +20,7 @@ from agentcore.knowledge.embedders import Embedder, bounded_text
 from agentcore.knowledge.index import VectorIndex, codec_named, settle
 from agentcore.knowledge.segments import Manifest, SegmentDirectory, SegmentError, WriteStages
 from agentcore.redact import get_logger
-from agentcore.runtime import Loop, Runtime
+from agentcore.runtime import Loop, Observer, Runtime, unobserved
 from agentcore.storage.base import VectorSearchStore
 from agentcore.storage.records import KnowledgeChanges, KnowledgeState, StaleEmbedder
 
@@ -105,6 +105,8 @@ class IndexCache:
         ``wait_for_maintenance``, and ``close()`` ends the helpers.
     :param segment_write_stages: called at each stage of a segment file write
         (``segments.WriteStages``, a fault-injection point); none by default.
+    :param observer: told of each load, catch-up, segment load, switch and merge
+        (``runtime.Observer``).
     """
 
     def __init__(
@@ -121,6 +123,7 @@ class IndexCache:
         codec: str = "float32",
         runtime: Runtime | None = None,
         segment_write_stages: WriteStages | None = None,
+        observer: Observer = unobserved,
     ) -> None:
         self._store = store
         self._segments = None if store_search is not None else segments
@@ -149,12 +152,7 @@ class IndexCache:
         # workspaces whose embedder this cache has checked and whose dtype is claimed:
         # their document writes check the embedder in their own transaction instead
         self._checked: set[Key] = set()
-        self.reloads = 0  # full workspace loads (a number tests and benchmarks read)
-        self.catch_ups = 0  # change-log deltas applied
-        self.segment_loads = 0  # loads that mapped segment files instead of reading the store
-        self.switches = 0  # indexes replaced by segments another process (or thread) wrote
-        self.merges = 0  # segment files written by background maintenance
-        self.own_writes = 0  # this process's writes added without reading them back
+        self._observe = observer
 
     def close(self, timeout: float = 30.0) -> None:
         """Drop the maintenance not yet started; a cache with its own runtime also ends
@@ -342,7 +340,7 @@ class IndexCache:
             except ValidationFailed:
                 return False
         entry.version = version
-        self.own_writes += len(entry.pending)
+        self._observe("index.own_write", len(entry.pending))
         entry.pending.clear()
         entry.pending_rows = 0
         return True
@@ -354,7 +352,7 @@ class IndexCache:
         they were written); else from the store, and then (in the background) written
         as segment files, which the index then maps instead of its RAM copy.
         """
-        self.reloads += 1
+        self._observe("index.reload", 1)
         if self._segments is not None:
             mapped = self._load_segments(key, state)
             if mapped is not None:
@@ -394,7 +392,7 @@ class IndexCache:
         if not _apply(entry.index, changes):
             return False
         entry.version = changes.version
-        self.catch_ups += 1
+        self._observe("index.catch_up", 1)
         return True
 
     # -- segment files -------------------------------------------------------------
@@ -453,7 +451,7 @@ class IndexCache:
         self._entries[key] = _Entry(
             changes.version, index, manifest.id, state.embedder, manifest.version
         )
-        self.segment_loads += 1
+        self._observe("index.segment_load", 1)
         return index
 
     def _maintain_in_ram(self, key: Key, force: bool) -> bool:
@@ -484,7 +482,7 @@ class IndexCache:
                 if current is not None and current.id != entry.manifest:
                     state = self._store.knowledge_state(*key)
                     if self._load_segments(key, state) is not None:
-                        self.switches += 1
+                        self._observe("index.switch", 1)
                         return False
                 index = entry.index
                 plan = index.plan_maintenance(force=force)
@@ -515,7 +513,7 @@ class IndexCache:
                 if applied and self._entries.get(key) is entry:
                     entry.manifest = manifest.id
                     entry.manifest_version = max(entry.manifest_version, version)
-            self.merges += 1
+            self._observe("index.merge", 1)
             if current is not None:
                 directory.remove(current.files() - manifest.files())
             directory.collect(manifest.files())

@@ -34,6 +34,7 @@ from agentcore.knowledge.workers import (
     WorkerStartFailed,
 )
 from agentcore.redact import get_logger
+from agentcore.runtime import Observer, unobserved
 from agentcore.storage.records import IngestJob
 
 if TYPE_CHECKING:
@@ -111,6 +112,7 @@ class IngestRuntime:
         watch running jobs, and this component.
     :param workers: gives what worker processes are built from, or raises
         ``WorkersUnavailable`` saying why there can be none (asked once, at start).
+    :param observer: told of each worker process started (``runtime.Observer``).
     """
 
     def __init__(
@@ -121,8 +123,10 @@ class IngestRuntime:
         run: Callable[[IngestJob, Cancellation], Document | None],
         runtime: Runtime,
         workers: Callable[[], WorkerSpec] | None = None,
+        observer: Observer = unobserved,
     ) -> None:
         self._store = store
+        self._observe = observer
         self._settings = settings
         self._run_job = run
         self._workers = workers
@@ -165,7 +169,9 @@ class IngestRuntime:
                 return
             if self._spec is not None:
                 self._pool = WorkerPool(
-                    self._spec, recycle_bytes=self._settings.ingest_worker_recycle_mb * MiB
+                    self._spec,
+                    recycle_bytes=self._settings.ingest_worker_recycle_mb * MiB,
+                    observer=self._observe,
                 )
             self._slots = max(1, self._settings.ingest_pool_size) if self._spec else 1
             self._active = True

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Protocol
 from agentcore.cancellation import Cancellation
 from agentcore.models import Document, Problem
 from agentcore.redact import get_logger
+from agentcore.runtime import Observer, unobserved
 
 if TYPE_CHECKING:
     from agentcore.storage.records import IngestJob
@@ -234,15 +235,18 @@ class WorkerPool:
     :param spec: what each worker is built from.
     :param recycle_bytes: a worker whose resident memory grew by more than this since
         it started is closed instead of reused.
+    :param observer: told of each process started (``runtime.Observer``).
     """
 
-    def __init__(self, spec: WorkerSpec, *, recycle_bytes: int) -> None:
+    def __init__(
+        self, spec: WorkerSpec, *, recycle_bytes: int, observer: Observer = unobserved
+    ) -> None:
         self._spec = spec
         self._recycle = recycle_bytes
         self._idle: list[WorkerProcess] = []
         self._lock = threading.Lock()
         self._closed = False
-        self.started = 0  # processes started (a number tests read)
+        self._observe = observer
 
     def acquire(self) -> WorkerProcess:
         """An idle worker, or a new one (which takes a moment to start)."""
@@ -257,8 +261,7 @@ class WorkerPool:
                 return idle
             idle.kill()  # it ended while idle (the OOM killer, say): start another
         worker = WorkerProcess(self._spec)
-        with self._lock:
-            self.started += 1
+        self._observe("ingest.worker_start", 1)
         return worker
 
     def release(self, worker: WorkerProcess) -> None:

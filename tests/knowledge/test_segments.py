@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 import pytest
-from helpers import cli_env
+from helpers import cli_env, open_seen, seen
 
 from agentcore import AgentCore
 from agentcore.knowledge import cache as cache_module
@@ -87,7 +87,7 @@ class Workspace:
 
     def __init__(self, db: Path, **settings: object) -> None:
         self.db = db
-        self.core = AgentCore.open(str(db), start_workers=False, **settings)
+        self.core = open_seen(str(db), start_workers=False, **settings)
         self.core.start()
         self.ws = self.core.workspace(ORG, ENV)
         self.org = self.ws.organization_id
@@ -98,6 +98,14 @@ class Workspace:
     def add_document(self, name: str, n: int, seed: int) -> str:
         store = self.core.store
         return write_document(self.cache, store, self.org, name, n, seed, self.d, self.embedder)
+
+    def segment_loads(self) -> int:
+        """Loads of a workspace's index that mapped its segment files."""
+        return seen(self.core)["index.segment_load"]
+
+    def merges(self) -> int:
+        """Segment files the background maintenance wrote."""
+        return seen(self.core)["index.merge"]
 
     def delete(self, document_id: str) -> None:
         self.ws.knowledge.delete(document_id)
@@ -172,11 +180,11 @@ def test_results_equal_the_store_through_appends_deletes_merges_and_reloads(
                 index = space.index()
                 assert index.tail_rows < 40 and all(p.name for p in index.parts())
             if step % 20 == 19:  # a new process: maps the files, applies the change log
-                merges += space.cache.merges
+                merges += space.merges()
                 space.close()
                 space = Workspace(db)
                 space.check()
-                assert space.cache.segment_loads == 1
+                assert space.segment_loads() == 1
         assert space.cache.wait_for_maintenance()
         assert merges > 6  # tails merged and segments compacted along the way
         space.check()
@@ -191,7 +199,7 @@ def test_results_equal_the_store_through_appends_deletes_merges_and_reloads(
     again = Workspace(db)
     try:
         again.check()
-        assert again.cache.segment_loads == 1
+        assert again.segment_loads() == 1
     finally:
         again.close()
 
@@ -252,7 +260,7 @@ def test_a_delete_returns_before_compaction_and_searches_stay_right_meanwhile(
     assert space.cache.wait_for_maintenance()
     (segment,) = space.index().parts()
     directory = space.directory()
-    merges = space.cache.merges
+    merges = space.merges()
     # Hold the directory's lock: background maintenance cannot write a segment, so
     # every delete below must return without compacting.
     with directory.lock():
@@ -263,7 +271,7 @@ def test_a_delete_returns_before_compaction_and_searches_stay_right_meanwhile(
         assert part.same_rows(segment) and part.dead.size == 240
         assert index.maintenance_due()
         space.check()  # searches skip the tombstoned rows
-        assert space.cache.merges == merges
+        assert space.merges() == merges
         # a search thread runs on while the compaction starts
         errors: list[BaseException] = []
         stop = threading.Event()
@@ -281,7 +289,7 @@ def test_a_delete_returns_before_compaction_and_searches_stay_right_meanwhile(
     stop.set()
     reader.join()
     assert not errors, errors[:1]
-    assert space.cache.merges == merges + 1
+    assert space.merges() == merges + 1
     (part,) = space.index().parts()
     assert part.rows == 360 and part.dead.size == 0
     space.check()
@@ -384,7 +392,7 @@ def test_kill_9_during_maintenance_leaves_the_old_segments_valid(
     after = Workspace(db)
     try:
         after.check()
-        assert after.cache.segment_loads == 1  # the old segments were used, not the store
+        assert after.segment_loads() == 1  # the old segments were used, not the store
         assert after.cache.wait_for_maintenance()
         after.check()
     finally:
@@ -441,14 +449,14 @@ def test_damaged_segments_or_manifest_fall_back_to_the_store(db: Path, damage: s
     after = Workspace(db)
     try:
         after.check()  # never an error, never a row lost: the store answers
-        assert after.cache.segment_loads == 0
+        assert after.segment_loads() == 0
         assert after.cache.wait_for_maintenance()  # and fresh files are written
     finally:
         after.close()
     healed = Workspace(db)
     try:
         healed.check()
-        assert healed.cache.segment_loads == 1
+        assert healed.segment_loads() == 1
     finally:
         healed.close()
 
@@ -478,7 +486,7 @@ from pathlib import Path
 from test_segments import Workspace, mapped_segment_memory
 space = Workspace(Path(sys.argv[1]))
 space.check(queries=2)
-print(space.cache.segment_loads, flush=True)
+print(space.segment_loads(), flush=True)
 sys.stdin.readline()  # both processes now hold their mapping
 print(mapped_segment_memory(), flush=True)
 sys.stdin.readline()
@@ -625,7 +633,7 @@ def test_segments_keep_the_workspace_codec_and_its_float32_rows(db: Path, codec:
     again = Workspace(db, index_dtype=codec)
     try:
         index = again.index()
-        assert again.cache.segment_loads == 1
+        assert again.segment_loads() == 1
         (part,) = index.parts()
         assert part.codec.name == codec and part.codes.dtype != np.float32
         assert part.codes is not part.vectors and not part.codes.flags.writeable

@@ -307,7 +307,7 @@ def test_a_merge_beside_a_segment_with_dead_rows_reloads_from_the_files(
     again = Workspace(db)
     try:
         again.check()
-        assert again.cache.segment_loads == 1  # the files, not the store
+        assert again.segment_loads() == 1  # the files, not the store
     finally:
         again.close()
 
