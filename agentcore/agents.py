@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from agentcore.errors import Conflict, NotFound, ValidationFailed
 from agentcore.ids import new_id, utcnow
-from agentcore.models import Agent, AgentCreate, AgentList, AgentStatus, AgentUpdate
+from agentcore.schema import Agent, AgentCreate, AgentList, AgentStatus, AgentUpdate
 
 if TYPE_CHECKING:
     from agentcore.chat_models import ChatModel

@@ -41,8 +41,8 @@ from agentcore.errors import (
 )
 from agentcore.knowledge.citing import supporting_pages
 from agentcore.knowledge.terms import TermStats
-from agentcore.models import HANDOFF_TOOL, Agent, ChatMessageResponse, Citation, Environment
 from agentcore.redact import get_logger
+from agentcore.schema import HANDOFF_TOOL, Agent, ChatMessageResponse, Citation, Environment
 from agentcore.storage.base import AgentStorage, ConversationStorage
 from agentcore.storage.records import StoredChunk, StoredMessage
 

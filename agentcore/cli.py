@@ -20,7 +20,7 @@ import pluggy
 from agentcore.config import database_url
 from agentcore.core import AgentCore, make_plugin_manager
 from agentcore.errors import AgentCoreError, ValidationFailed
-from agentcore.models import ApiKey, IssuedKey
+from agentcore.schema import ApiKey, IssuedKey
 
 MAX_GRACE_HOURS = 24 * 365 * 10  # ten years: far enough, and far from datetime's limits
 MAX_EXPIRY_DAYS = 365 * 100

@@ -28,20 +28,20 @@ from agentcore.errors import NotFound
 from agentcore.events import EventBus
 from agentcore.idempotency import IdempotencyKeys
 from agentcore.keys import KeyManager, check_environment, check_scopes
-from agentcore.knowledge.cache import IndexCache
 from agentcore.knowledge.embedders import Embedder
-from agentcore.knowledge.jobs import IngestRuntime, WorkersUnavailable
+from agentcore.knowledge.jobs import IngestionJobs, WorkersUnavailable
 from agentcore.knowledge.segments import segment_root
 from agentcore.knowledge.service import KnowledgeService
 from agentcore.knowledge.terms import TermCounter
 from agentcore.knowledge.workers import WorkerSpec
-from agentcore.limits import RateLimiter
-from agentcore.models import Document, Health, LoopState, Organization
+from agentcore.knowledge.workspace_indexes import WorkspaceIndexes
 from agentcore.plugins import DEFAULT_PLUGINS
 from agentcore.plugins.extractive import stem_frequencies as extractive_stem_frequencies
 from agentcore.plugins.extractive import tokens_of as extractive_tokens_of
+from agentcore.rate_limits import RateLimiter
 from agentcore.redact import get_logger
 from agentcore.runtime import Observer, Runtime, unobserved
+from agentcore.schema import Document, Health, LoopState, Organization
 from agentcore.services import WorkspaceServices
 from agentcore.storage.base import Checkpointing, ReopenableStore, Store, VectorSearchStore
 from agentcore.storage.records import IngestJob
@@ -113,7 +113,7 @@ def _checkpoint_step(store: Checkpointing) -> Callable[[], None]:
 
 
 def _segment_options(store: Store, settings: Settings) -> dict[str, Any]:
-    """The ``IndexCache`` arguments for the store's segment files (``index_dir``)."""
+    """The ``WorkspaceIndexes`` arguments for the store's segment files (``index_dir``)."""
     root, identity = segment_root(getattr(store, "url", None), settings.index_dir)
     return {"segments": root, "store_identity": identity}
 
@@ -161,8 +161,8 @@ class AgentCore:
         self.chat_models: dict[str, ChatModel] = {}
         # sentence frequencies kept per document, read by chat (the extractive tokenizer)
         self.terms = TermCounter(extractive_tokens_of, extractive_stem_frequencies)
-        # filled by the hooks below; the cache looks embedders up when it needs one
-        self.index_cache = IndexCache(
+        # filled by the hooks below; the indexes look embedders up when they need one
+        self.indexes = WorkspaceIndexes(
             store,
             embedders=self.embedders,
             embedder=settings.embedder,
@@ -182,7 +182,7 @@ class AgentCore:
             store, settings, runtime=self.runtime if settings.start_workers else None
         )
         # a component of the runtime: its scheduling loop, watching threads, worker processes
-        self.ingest = IngestRuntime(
+        self.ingestion_jobs = IngestionJobs(
             store,
             settings,
             run=self.run_ingest_job,
@@ -347,8 +347,8 @@ class AgentCore:
             workspace,
             store=self.store,
             settings=self.settings,
-            index=self.index_cache,
-            jobs=self.ingest,
+            index=self.indexes,
+            jobs=self.ingestion_jobs,
             terms=self.terms,
         )
 
@@ -471,7 +471,7 @@ class AgentCore:
     def close(self) -> None:
         """Stop workers and close the store."""
         self.stop()
-        self.index_cache.close()
+        self.indexes.close()
         self.store.close()
 
     def __enter__(self) -> AgentCore:

@@ -33,7 +33,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from agentcore.models import Problem
+from agentcore.schema import Problem
 
 #: The base of every problem's ``type`` URI; the code completes it.
 PROBLEM_TYPE = "https://agentcore.dev/problems/"

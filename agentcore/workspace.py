@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from agentcore.errors import PermissionDenied
-from agentcore.models import Environment, Scope, VerifyResponse
+from agentcore.schema import Environment, Scope, VerifyResponse
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -54,7 +54,7 @@ def worker(db: str) -> None:
         db, start_workers=False, observer=lambda event, count: seen.update({event: count})
     )
     ws = core.workspace("bench", "test")
-    cache = core.index_cache
+    cache = core.indexes
 
     def search_ms() -> float:
         began = time.perf_counter()

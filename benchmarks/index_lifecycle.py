@@ -12,7 +12,7 @@ same run:
 
 Figures (medians of ``--runs``):
 
-* cold load: ``IndexCache.get`` of a fresh core (mapping + change log, or reading the
+* cold load: ``WorkspaceIndexes.get`` of a fresh core (mapping + change log, or reading the
   store), and the first search after it (which touches every page);
 * add one row right after the load: ms, and whether a matrix was copied (the loaded
   part's memory is compared before and after);
@@ -55,7 +55,7 @@ ORG = "bench"
 ENV = "test"
 
 from agentcore import AgentCore, hookimpl  # noqa: E402
-from agentcore.models import Document  # noqa: E402
+from agentcore.schema import Document  # noqa: E402
 
 
 class BenchEmbedder:
@@ -140,7 +140,7 @@ def cold_load(db: str, dim: int, index_dir: str) -> dict[str, Any]:
     try:
         org = core.workspace(ORG, ENV).organization_id
         began = time.perf_counter()
-        index = core.index_cache.get(org, ENV)
+        index = core.indexes.get(org, ENV)
         load = time.perf_counter() - began
         q = np.random.default_rng(1).standard_normal(dim).astype(np.float32)
         began = time.perf_counter()
@@ -169,7 +169,7 @@ def deletes(db: str, dim: int, index_dir: str, doc_ids: list[str]) -> dict[str, 
     core = open_core(db, dim, index_dir)
     try:
         ws = core.workspace(ORG, ENV)
-        cache = core.index_cache
+        cache = core.indexes
         index = cache.get(ws.organization_id, ENV)
         cache.wait_for_maintenance(600)
         merges = SEEN["index.merge"]
@@ -216,7 +216,7 @@ def deletes(db: str, dim: int, index_dir: str, doc_ids: list[str]) -> dict[str, 
 def worker(db: str, dim: int, index_dir: str) -> None:
     core = open_core(db, dim, index_dir)
     org = core.workspace(ORG, ENV).organization_id
-    index = core.index_cache.get(org, ENV)
+    index = core.indexes.get(org, ENV)
     rng = np.random.default_rng(os.getpid())
     for _ in range(3):
         index.search(rng.standard_normal(dim).astype(np.float32), 10)
@@ -301,8 +301,8 @@ def main(argv: list[str] | None = None) -> int:
         # the first core in segment mode loads from the store and writes the segments
         first = open_core(db, args.dim, "auto")
         began = time.perf_counter()
-        first.index_cache.get(first.workspace(ORG, ENV).organization_id, ENV)
-        first.index_cache.wait_for_maintenance(3600)
+        first.indexes.get(first.workspace(ORG, ENV).organization_id, ENV)
+        first.indexes.wait_for_maintenance(3600)
         write_s = time.perf_counter() - began
         first.close()
         print(f"first load + segment write: {write_s:.1f} s", flush=True)

@@ -38,7 +38,7 @@ def timed(calls: int, fn: Callable[[int], object]) -> float:
 
 def one_run(calls: int) -> dict[str, float]:
     from agentcore.ids import new_id, utcnow
-    from agentcore.models import Agent, ApiKey
+    from agentcore.schema import Agent, ApiKey
     from agentcore.storage.sqlite import SQLiteStore
 
     out: dict[str, float] = {}

@@ -25,7 +25,7 @@ from starlette.types import ASGIApp
 from webhook_receiver import Receiver
 
 from agentcore import AgentCore
-from agentcore.models import IssuedKey
+from agentcore.schema import IssuedKey
 from agentcore_starlette import create_app
 
 

@@ -190,7 +190,7 @@ class FastApi(_Api):
 
 def relax_rate_limits(core: Any) -> None:
     """Per-key limits high enough that a test's quick loop of requests is never a 429."""
-    from agentcore.limits import RateLimiter
+    from agentcore.rate_limits import RateLimiter
 
     settings = core.settings.model_copy(update={"rate_limit_test": 1e6, "rate_limit_live": 1e6})
     core.rate_limiter = RateLimiter(settings)

@@ -9,7 +9,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from agentcore.config import Settings
-from agentcore.models import NO_NUL, Health, Problem
+from agentcore.schema import NO_NUL, Health, Problem
 from agentcore_starlette.routing import ApiRoute
 
 REF = "#/components/schemas/{model}"

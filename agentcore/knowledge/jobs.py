@@ -1,7 +1,7 @@
 """Ingestion jobs: the store's queue, claimed fairly and run in killable worker processes.
 
 Uploads that are not small plain text become jobs in the store (a ``processing``
-document and its raw bytes, durable) before any work starts. ``IngestRuntime`` claims
+document and its raw bytes, durable) before any work starts. ``IngestionJobs`` claims
 them (fairly across workspaces: see ``claim_ingest_job``) and runs each in a worker
 process (``workers.py``) under a wall-clock limit, renewing its lease while it runs.
 A caller that waits for its upload (``ws.knowledge.ingest_file``, the HTTP upload) is
@@ -39,11 +39,11 @@ from agentcore.storage.records import IngestJob
 
 if TYPE_CHECKING:
     from agentcore.config import Settings
-    from agentcore.models import Document
     from agentcore.runtime import Runtime
+    from agentcore.schema import Document
     from agentcore.storage.base import KnowledgeStorage
 
-__all__ = ["IngestRuntime", "WorkersUnavailable"]
+__all__ = ["IngestionJobs", "WorkersUnavailable"]
 
 log = get_logger("agentcore.ingest")
 
@@ -90,7 +90,7 @@ class _Running:
             self.worker = None
 
 
-class IngestRuntime:
+class IngestionJobs:
     """Runs the store's queue of ingestion jobs for one core; a component of its runtime.
 
     A job is leased (``ingest_job_lease`` seconds, renewed while it runs), so a job

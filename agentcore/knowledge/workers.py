@@ -18,7 +18,7 @@ importable by it.
 Each worker runs at a lower CPU priority (``os.nice``) with single-threaded BLAS, and
 under an address-space limit (``RLIMIT_AS``, Linux) relative to its size once started:
 a job that needs more memory gets ``MemoryError``, reported as ``too_large``, and the
-worker exits. The parent (``IngestRuntime``) kills a worker whose job passes its
+worker exits. The parent (``IngestionJobs``) kills a worker whose job passes its
 deadline, whose document is deleted, or that is still busy when the core stops, and
 replaces a worker whose resident memory grew, which returns that memory to the system.
 """
@@ -36,9 +36,9 @@ from multiprocessing.connection import Connection, wait
 from typing import TYPE_CHECKING, Protocol
 
 from agentcore.cancellation import Cancellation
-from agentcore.models import Document, Problem
 from agentcore.redact import get_logger
 from agentcore.runtime import Observer, unobserved
+from agentcore.schema import Document, Problem
 
 if TYPE_CHECKING:
     from agentcore.storage.records import IngestJob
@@ -228,7 +228,7 @@ class WorkerProcess:
 class WorkerPool:
     """Idle worker processes kept for the next job; new ones start on demand.
 
-    How many jobs run at once is the caller's business (``IngestRuntime`` counts them);
+    How many jobs run at once is the caller's business (``IngestionJobs`` counts them);
     the pool only reuses processes. It starts none until the first job, so a core
     that never ingests a file never starts a process.
 

@@ -14,7 +14,7 @@ import numpy as np
 import numpy.typing as npt
 
 from agentcore.events import Event
-from agentcore.models import Agent, ApiKey, Delivery, Document, Organization, Problem
+from agentcore.schema import Agent, ApiKey, Delivery, Document, Organization, Problem
 from agentcore.storage.records import (
     DueDelivery,
     IngestJob,
@@ -82,7 +82,7 @@ class AgentStorage(Protocol):
 
 
 class KnowledgeStorage(Protocol):
-    """Documents, chunks and vectors: what ``KnowledgeService`` and ``IndexCache`` use."""
+    """Documents, chunks and vectors: what ``KnowledgeService`` and ``WorkspaceIndexes`` use."""
 
     # knowledge
     def insert_document(

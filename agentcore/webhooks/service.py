@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from agentcore.errors import NotFound, ValidationFailed
 from agentcore.events import Event
-from agentcore.models import (
+from agentcore.schema import (
     Deleted,
     DeliveryList,
     WebhookList,

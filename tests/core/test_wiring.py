@@ -22,7 +22,7 @@ from agentcore import (
 from agentcore.agents import AgentService
 from agentcore.events import EventBus
 from agentcore.idempotency import IdempotencyKeys
-from agentcore.knowledge.cache import IndexCache
+from agentcore.knowledge.workspace_indexes import WorkspaceIndexes
 from agentcore.storage.sqlite import SQLiteStore
 from agentcore.webhooks.service import WebhookService
 
@@ -44,7 +44,7 @@ def other_store(tmp_path: Path):
 
 def test_the_core_holds_typed_collaborators_not_a_string_registry(core: AgentCore) -> None:
     assert not hasattr(core, "service")
-    assert isinstance(core.index_cache, IndexCache)
+    assert isinstance(core.indexes, WorkspaceIndexes)
     assert isinstance(core.idempotency, IdempotencyKeys)
     ws = core.workspace("acme", "test")
     assert ws.knowledge is ws.knowledge  # one service per workspace object
@@ -103,9 +103,9 @@ def test_agent_service_checks_models_against_its_registry(core: AgentCore) -> No
 
 
 def test_index_cache_uses_its_embedder_registry(other_store: SQLiteStore) -> None:
-    cache = IndexCache(other_store, embedders={"ones": OnesEmbedder()}, embedder="ones")
+    cache = WorkspaceIndexes(other_store, embedders={"ones": OnesEmbedder()}, embedder="ones")
     assert cache.embedder().name == "ones"
-    missing = IndexCache(other_store, embedders={"ones": OnesEmbedder()}, embedder="nope")
+    missing = WorkspaceIndexes(other_store, embedders={"ones": OnesEmbedder()}, embedder="nope")
     with pytest.raises(InvalidRequest) as caught:
         missing.embedder()
     assert caught.value.code == "embedder_unavailable"

@@ -28,7 +28,7 @@ def test_deletes_return_without_compacting_and_search_stays_right(
         assert created.status_code == 201, created.text
         ids.append(created.json()["id"])
     assert api.post("/v1/knowledge/search", json={"query": "pump"}).status_code == 200
-    cache = core.index_cache
+    cache = core.indexes
     assert cache.wait_for_maintenance()
     org = core.store.get_organization_by_name("acme")
     assert org is not None

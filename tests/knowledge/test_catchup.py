@@ -16,8 +16,8 @@ import pytest
 from helpers import index_loads, open_seen, run_cli, run_python
 
 from agentcore import AgentCore
-from agentcore.knowledge.cache import IndexCache
-from agentcore.models import Document
+from agentcore.knowledge.workspace_indexes import WorkspaceIndexes
+from agentcore.schema import Document
 from agentcore.storage.base import Store
 from agentcore.workspace import Workspace
 
@@ -32,8 +32,8 @@ def _ws(core: AgentCore) -> Workspace:
     return core.workspace("acme", "test")
 
 
-def _cache(core: AgentCore) -> IndexCache:
-    return core.index_cache
+def _cache(core: AgentCore) -> WorkspaceIndexes:
+    return core.indexes
 
 
 def _sources(core: AgentCore, query: str) -> list[str]:

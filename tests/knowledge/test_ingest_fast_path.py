@@ -24,9 +24,9 @@ from embedder_corpus import DATA, fingerprint
 from helpers import cli_env, index_loads, open_seen, run_python, seen
 
 from agentcore import AgentCore
-from agentcore.knowledge.cache import unit_rows
 from agentcore.knowledge.chunking import chunk_pages
 from agentcore.knowledge.embedders import bounded_text
+from agentcore.knowledge.workspace_indexes import unit_rows
 from agentcore.plugins.hashing_embedder import HashingEmbedder
 from agentcore.workspace import Workspace
 
@@ -230,7 +230,7 @@ def test_a_delete_by_another_core_between_two_of_ours_is_applied(
     gone = a.store.chunk_ids(ws.organization_id, ws.environment, beta.id)
     _ws(b).knowledge.delete(beta.id)
     ws.knowledge.ingest_text("alpha.txt", ALPHA)
-    index = a.index_cache.get(ws.organization_id, ws.environment)
+    index = a.indexes.get(ws.organization_id, ws.environment)
     assert gone and not any(index.contains(i) for i in gone)
     assert "beta.txt" not in _sources(a, "quantum flux capacitors zebras", k=5)
     assert _sources(a, "red pump oil")[0] == "alpha.txt"
@@ -270,16 +270,16 @@ def test_a_write_refused_before_the_store_changes_nothing(
 def test_many_writes_without_a_read_are_added_in_bounded_batches(
     pair: tuple[AgentCore, AgentCore], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from agentcore.knowledge import cache
+    from agentcore.knowledge import workspace_indexes
 
-    monkeypatch.setattr(cache, "_MAX_PENDING_ROWS", 3)  # a few rows held back at most
+    monkeypatch.setattr(workspace_indexes, "_MAX_PENDING_ROWS", 3)  # a few rows held back at most
     a, _ = pair
     ws = _ws(a)
     ws.knowledge.ingest_text("alpha.txt", ALPHA)
     _sources(a, "red pump")
     for number in range(10):
         ws.knowledge.ingest_text(f"{number}.txt", f"Item {number}. Lonely lighthouse {number}.")
-    entry = a.index_cache._entries[(ws.organization_id, ws.environment)]
+    entry = a.indexes._entries[(ws.organization_id, ws.environment)]
     assert entry.pending_rows <= 3 and seen(a)["index.own_write"] >= 6  # flushed on the way
     found = ws.knowledge.search("lonely lighthouse", top_k=20).results
     assert sorted(r.source for r in found if r.source != "alpha.txt") == [

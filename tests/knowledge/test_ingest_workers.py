@@ -27,8 +27,8 @@ from pdfs import filler, make_pdf, make_pdf_bomb
 import agentcore
 from agentcore import AgentCore, Cancellation, DeadlineExceeded, PayloadTooLarge
 from agentcore.knowledge.outcomes import outcome_of_end
-from agentcore.models import Document
 from agentcore.plugins.hashing_embedder import HashingEmbedder
+from agentcore.schema import Document
 from agentcore.workspace import Workspace
 
 pytestmark = pytest.mark.timeout(180)
@@ -180,7 +180,7 @@ def test_a_worker_whose_memory_grew_is_replaced(tmp_path: Path) -> None:
         for n in range(2):
             data = filler(8_000, n).encode()  # ~500 KB: tens of MB while it is indexed
             ws.knowledge.ingest_file(data, filename=f"{n}.txt", wait=True)
-        pool = core.ingest.pool
+        pool = core.ingestion_jobs.pool
         assert pool is not None and seen(core)["ingest.worker_start"] == 2  # the first grew
         assert len(pool.idle_pids()) == 0
 
@@ -390,7 +390,7 @@ def test_without_worker_processes_jobs_run_on_a_thread_with_one_warning(
         assert document.status == "ready"
         queued = ws.knowledge.ingest_text("b.txt", BIG_TEXT, wait=False)
         assert settled(core, queued.id).status == "ready"
-        assert core.ingest.pool is None
+        assert core.ingestion_jobs.pool is None
     if case == "unpicklable":
         assert embedder.calls > 0  # this very object embedded: no copy in another process
     reasons = {
@@ -466,7 +466,7 @@ def test_workers_that_fail_to_start_move_jobs_to_a_thread(
     with started(tmp_path / "a.db", embedder) as (core, ws):
         document = ws.knowledge.ingest_file(make_pdf([filler(20, 1)]), filename="a.pdf", wait=True)
         assert document.status == "ready"
-        assert core.ingest.pool is None and not core.ingest.isolated
+        assert core.ingestion_jobs.pool is None and not core.ingestion_jobs.isolated
     (message,) = warnings_logged()
     assert "3 worker processes in a row failed to start" in message
     assert "this plugin cannot load here" in message

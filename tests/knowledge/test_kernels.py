@@ -12,7 +12,7 @@ import numpy.typing as npt
 import pytest
 
 from agentcore.knowledge import kernels
-from agentcore.knowledge.cache import unit_rows
+from agentcore.knowledge.workspace_indexes import unit_rows
 from agentcore.plugins.hashing_embedder import HashingEmbedder
 
 Matrix = npt.NDArray[np.float32]

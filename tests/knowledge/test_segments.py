@@ -25,9 +25,8 @@ import pytest
 from helpers import cli_env, open_seen, seen
 
 from agentcore import AgentCore
-from agentcore.knowledge import cache as cache_module
 from agentcore.knowledge import kernels
-from agentcore.knowledge.cache import IndexCache
+from agentcore.knowledge import workspace_indexes as indexes_module
 from agentcore.knowledge.index import Part, VectorIndex
 from agentcore.knowledge.segments import (
     MANIFEST,
@@ -35,8 +34,9 @@ from agentcore.knowledge.segments import (
     SegmentError,
     segment_root,
 )
-from agentcore.models import Document
+from agentcore.knowledge.workspace_indexes import WorkspaceIndexes
 from agentcore.plugins.hashing_embedder import HashingEmbedder
+from agentcore.schema import Document
 from agentcore.storage.base import Store
 from agentcore.storage.sqlite import SQLiteStore
 
@@ -50,7 +50,7 @@ def unit_rows(n: int, d: int, seed: int) -> npt.NDArray[np.float32]:
 
 
 def write_document(
-    cache: IndexCache,
+    cache: WorkspaceIndexes,
     store: Store,
     org: str,
     name: str,
@@ -93,7 +93,7 @@ class Workspace:
         self.org = self.ws.organization_id
         embedder = self.core.embedders[self.core.settings.embedder]
         self.embedder, self.d = embedder.name, embedder.dimension
-        self.cache = self.core.index_cache
+        self.cache = self.core.indexes
 
     def add_document(self, name: str, n: int, seed: int) -> str:
         store = self.core.store
@@ -141,7 +141,7 @@ class Workspace:
 @pytest.fixture
 def small_merges(monkeypatch: pytest.MonkeyPatch) -> None:
     """Merge the tail into a segment after a few dozen rows, so tests see many merges."""
-    monkeypatch.setattr(cache_module, "SEGMENT_MERGE_ROWS", 40)
+    monkeypatch.setattr(indexes_module, "SEGMENT_MERGE_ROWS", 40)
 
 
 @pytest.fixture
@@ -317,7 +317,7 @@ def paused_maintenance(db: Path, step: str, stage: str, marker: Path) -> None:
     store = SQLiteStore.open(db)
     embedder = HashingEmbedder()
     root, identity = segment_root(str(db), "auto")
-    cache = IndexCache(
+    cache = WorkspaceIndexes(
         store,
         embedders={embedder.name: embedder},
         embedder=embedder.name,
@@ -341,9 +341,9 @@ CRASH_SCRIPT = """
 import sys
 sys.path.insert(0, sys.argv[1])
 from pathlib import Path
-from agentcore.knowledge import cache
+from agentcore.knowledge import workspace_indexes
 from test_segments import paused_maintenance
-cache.SEGMENT_MERGE_ROWS = 10
+workspace_indexes.SEGMENT_MERGE_ROWS = 10
 paused_maintenance(Path(sys.argv[2]), sys.argv[3], sys.argv[4], Path(sys.argv[5]))
 """
 
@@ -577,7 +577,7 @@ def test_index_dir_setting(tmp_path: Path) -> None:
         ws = core.workspace(ORG, ENV)
         ws.knowledge.ingest_text("a.txt", "red pump oil " * 30)
         assert ws.knowledge.search("red pump", top_k=1).results[0].source == "a.txt"
-        assert core.index_cache.wait_for_maintenance()
+        assert core.indexes.wait_for_maintenance()
     assert not (tmp_path / "a.db.index").exists()
 
 
@@ -598,7 +598,7 @@ def test_parts_round_trip_through_a_segment_file(tmp_path: Path) -> None:
 def test_a_manifest_follows_small_writes_so_a_load_bridges_a_short_log(
     db: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(cache_module, "MANIFEST_LAG_VERSIONS", 3)
+    monkeypatch.setattr(indexes_module, "MANIFEST_LAG_VERSIONS", 3)
     space = Workspace(db)
     try:
         docs = [space.add_document(f"d{i}", 30, seed=i) for i in range(4)]

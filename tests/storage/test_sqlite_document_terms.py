@@ -18,8 +18,8 @@ from helpers import core_with, run_python
 from sqlite_utils import Database as UtilsDatabase
 
 from agentcore import AgentCore
-from agentcore.knowledge.cache import _unit_rows_into, nonzero_rows, unit_rows
 from agentcore.knowledge.terms import count_terms
+from agentcore.knowledge.workspace_indexes import _unit_rows_into, nonzero_rows, unit_rows
 from agentcore.plugins.extractive import tokens_of
 from agentcore.storage.sqlite import knowledge as sqlite_knowledge
 from agentcore.storage.sqlite.knowledge import TermSums, json_ints, pack_stems, unpack_stems

@@ -8,7 +8,7 @@ from typing import Any
 from psycopg import sql
 from psycopg.rows import DictRow
 
-from agentcore.models import Agent
+from agentcore.schema import Agent
 from agentcore.storage.postgres.connection import Database, page_rows, retrying
 
 _WORKSPACE = "organization_id = %s AND environment = %s"

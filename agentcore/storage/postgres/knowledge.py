@@ -18,7 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from agentcore.ids import isoformat
-from agentcore.models import Document, Problem
+from agentcore.schema import Document, Problem
 from agentcore.storage.postgres.connection import Conn, Database, page_rows, retrying
 from agentcore.storage.records import (
     IngestJob,

@@ -9,7 +9,7 @@ from typing import Any
 from psycopg.rows import DictRow
 
 from agentcore.ids import isoformat, new_id, now_iso
-from agentcore.models import ApiKey, Organization
+from agentcore.schema import ApiKey, Organization
 from agentcore.storage.postgres.connection import Database, retrying, update_row
 
 

@@ -17,7 +17,7 @@ from psycopg.rows import DictRow
 
 from agentcore.events import Event
 from agentcore.ids import new_id, now_iso
-from agentcore.models import Delivery, DeliveryAttempt, WebhookSubscription
+from agentcore.schema import Delivery, DeliveryAttempt, WebhookSubscription
 from agentcore.storage.postgres.connection import (
     Conn,
     Database,

@@ -6,7 +6,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from agentcore.models import Agent
+from agentcore.schema import Agent
 from agentcore.storage.sqlite.connection import Database, page_rows
 
 _WORKSPACE = "organization_id = ? AND environment = ?"

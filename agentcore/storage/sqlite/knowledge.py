@@ -17,7 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from agentcore.ids import isoformat
-from agentcore.models import Document, Problem
+from agentcore.schema import Document, Problem
 from agentcore.storage.records import (
     IngestJob,
     KnowledgeChanges,

@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from agentcore.ids import isoformat, new_id, now_iso
-from agentcore.models import ApiKey, Organization
+from agentcore.schema import ApiKey, Organization
 from agentcore.storage.sqlite.connection import CACHE_LIMIT, Database, first_row, update_row
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from agentcore.events import Event
 from agentcore.ids import new_id, now_iso
-from agentcore.models import Delivery, DeliveryAttempt, WebhookSubscription
+from agentcore.schema import Delivery, DeliveryAttempt, WebhookSubscription
 from agentcore.storage.records import DueDelivery, StoredSubscription
 from agentcore.storage.sqlite.connection import Database, checked_changes, first_row, page_rows
 

@@ -1,4 +1,5 @@
-"""The per-core cache of workspace indexes, kept in step with the store's change log."""
+"""WorkspaceIndexes: each workspace's vector index, loaded once per core and kept in step
+with the store's change log (catch-up, own writes, re-embedding, segment maintenance)."""
 
 from __future__ import annotations
 
@@ -66,11 +67,11 @@ class _Entry:
     pending_rows: int = 0
 
 
-class IndexCache:
+class WorkspaceIndexes:
     """Loads each workspace's index once, shares it between threads, keeps it current.
 
     The store keeps a per-workspace version that every knowledge write advances and a
-    change log (rows added, ids deleted, per version). Before each search the cache
+    change log (rows added, ids deleted, per version). Before each search it
     compares its version with the store's (one small read); if it is behind (a write
     by this or another process, on this or another machine), it applies only the
     changes since its version. It reloads the whole workspace only when the log cannot
@@ -101,7 +102,7 @@ class IndexCache:
     :param runtime: the core's runtime, which runs index maintenance (compaction,
         merges, segment files) on its loop ``agentcore-index-maintenance`` and lends
         the indexes its pool ``agentcore-index`` of scan helpers. Without one the
-        cache makes its own, which nobody starts: maintenance then runs only in
+        object makes its own, which nobody starts: maintenance then runs only in
         ``wait_for_maintenance``, and ``close()`` ends the helpers.
     :param segment_write_stages: called at each stage of a segment file write
         (``segments.WriteStages``, a fault-injection point); none by default.
@@ -149,13 +150,13 @@ class IndexCache:
         self._entries: dict[Key, _Entry] = {}
         self._locks: dict[Key, threading.RLock] = {}
         self._guard = threading.Lock()
-        # workspaces whose embedder this cache has checked and whose dtype is claimed:
+        # workspaces whose embedder this object has checked and whose dtype is claimed:
         # their document writes check the embedder in their own transaction instead
         self._checked: set[Key] = set()
         self._observe = observer
 
     def close(self, timeout: float = 30.0) -> None:
-        """Drop the maintenance not yet started; a cache with its own runtime also ends
+        """Drop the maintenance not yet started; one with its own runtime also ends
         its threads (waiting up to ``timeout`` for a step under way). A core's
         runtime is stopped by the core."""
         self._maintainer.close()
@@ -267,7 +268,7 @@ class IndexCache:
         *,
         added: Callable[[T], Rows | None] | None = None,
     ) -> T:
-        """Run ``store_write`` (a knowledge write to the store), then bring the cache up to date.
+        """Run ``store_write`` (a knowledge write to the store), then bring the index up to date.
 
         Serialised per workspace in this process. The cached index, if any, applies
         the change log since its version, which holds this write and any other
@@ -305,7 +306,7 @@ class IndexCache:
             return result
 
     def _check_embedder(self, key: Key) -> None:
-        """Bring a workspace to this cache's embedder (a re-embed, or a 409 when only
+        """Bring a workspace to this object's embedder (a re-embed, or a 409 when only
         the dimension changed) and claim its dtype on its first write. Locked."""
         self._checked.discard(key)
         state = self._ensure_embedder(*key)
@@ -327,7 +328,7 @@ class IndexCache:
 
     def _add_own(self, key: Key, entry: _Entry) -> bool:
         """Add the held-back rows of this process's writes if no other write came since
-        the cache's version (the store's version moved one step per held-back write);
+        the index's version (the store's version moved one step per held-back write);
         False to read the change log instead."""
         version = self._store.knowledge_state(*key).version
         if version != entry.version + len(entry.pending):
@@ -571,7 +572,7 @@ FOREGROUND_WAIT = 0.05
 
 
 class _Foreground:
-    """Counts a cache's writes in flight, so background maintenance can give way to them.
+    """Counts the writes in flight, so background maintenance can give way to them.
 
     The segment maintainer calls ``wait_idle`` between the blocks it copies: while a
     request's write (a DELETE, an ingest) runs in this process, the compaction pauses
