@@ -12,7 +12,7 @@ from agentcore.schema import Agent, AgentCreate, AgentList, AgentStatus, AgentUp
 if TYPE_CHECKING:
     from agentcore.chat_models import ChatModel
     from agentcore.config import Settings
-    from agentcore.storage.base import AgentStorage
+    from agentcore.storage.base import AgentStore
     from agentcore.workspace import Workspace
 
 # (from, to) pairs that are allowed; anything else is a 409.
@@ -38,7 +38,7 @@ class AgentService:
         self,
         workspace: Workspace,
         *,
-        store: AgentStorage,
+        store: AgentStore,
         chat_models: Mapping[str, ChatModel],
         settings: Settings,
     ) -> None:

@@ -43,7 +43,7 @@ from agentcore.knowledge.citing import supporting_pages
 from agentcore.knowledge.terms import TermStats
 from agentcore.redact import get_logger
 from agentcore.schema import HANDOFF_TOOL, Agent, ChatMessageResponse, Citation, Environment
-from agentcore.storage.base import AgentStorage, ConversationStorage
+from agentcore.storage.base import AgentStore, ConversationStore
 from agentcore.storage.records import StoredChunk, StoredMessage
 
 if TYPE_CHECKING:
@@ -104,7 +104,7 @@ def build_citations(
     return [Citation(source=source, pages=sorted(found)) for source, found in pages.items()]
 
 
-class ChatStore(AgentStorage, ConversationStorage, Protocol):
+class ChatStore(AgentStore, ConversationStore, Protocol):
     """What chat keeps: it reads agents and writes conversations."""
 
 

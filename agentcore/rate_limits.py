@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from agentcore.config import Settings
 from agentcore.errors import Decision, RateLimited
-from agentcore.storage.base import RateLimitStorage
+from agentcore.storage.base import RateLimitStore
 
 
 class RateLimiter:
@@ -34,7 +34,7 @@ class RateLimiter:
         settings: Settings,
         *,
         clock: Callable[[], float] | None = None,
-        store: RateLimitStorage | None = None,
+        store: RateLimitStore | None = None,
     ):
         self._rates = {"live": settings.rate_limit_live, "test": settings.rate_limit_test}
         backend = settings.rate_limit_backend

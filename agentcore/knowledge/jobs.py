@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from agentcore.config import Settings
     from agentcore.runtime import Runtime
     from agentcore.schema import Document
-    from agentcore.storage.base import KnowledgeStorage
+    from agentcore.storage.base import KnowledgeStore
 
 __all__ = ["IngestionJobs", "WorkersUnavailable"]
 
@@ -117,7 +117,7 @@ class IngestionJobs:
 
     def __init__(
         self,
-        store: KnowledgeStorage,
+        store: KnowledgeStore,
         settings: Settings,
         *,
         run: Callable[[IngestJob, Cancellation], Document | None],

@@ -295,7 +295,7 @@ def test_the_database_variable_is_read_and_exported_by_the_settings_module(
     --workers`` hands its store and settings to worker processes through
     ``config.export_to_children``, which the workers' settings then read."""
     for name in ("AGENTCORE_RATE_LIMIT_BACKEND", "AGENTCORE_MAX_TOP_K"):
-        monkeypatch.delenv(name, raising=False)  # restored (unset) after the test
+        monkeypatch.setenv(name, "")  # so that they are unset again after the test
     assert database_url() == "./agentcore.db"
     monkeypatch.setenv("AGENTCORE_DB", "postgresql://db/app")
     assert database_url() == "postgresql://db/app"

@@ -1,19 +1,25 @@
-"""SQLite storage of events, webhook subscriptions, the delivery outbox and attempts."""
+"""Events, webhook subscriptions, the delivery outbox and attempts, in SQL.
+
+A durable outbox: an event and its deliveries commit before anything is sent.
+Deliveries are claimed with a lease inside one write transaction (SQLite's is exclusive;
+PostgreSQL's claim adds ``FOR UPDATE ... SKIP LOCKED``, so nodes claiming at the same
+moment take disjoint rows without waiting for each other); a delivery leased by a
+worker that died is claimed again once its lease has run out (at-least-once).
+"""
 
 from __future__ import annotations
 
 import json
-import sqlite3
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from agentcore.events import Event
 from agentcore.ids import new_id, now_iso
 from agentcore.schema import Delivery, DeliveryAttempt, WebhookSubscription
 from agentcore.storage.records import DueDelivery, StoredSubscription
-from agentcore.storage.sqlite.connection import Database, checked_changes, first_row, page_rows
+from agentcore.storage.sql.database import Connection, Tables
+from agentcore.storage.sql.queries import WORKSPACE, insert_row, marks, page_rows, update_row
 
-_WORKSPACE = "organization_id = ? AND environment = ?"
 _SUBSCRIPTION_COLUMNS = {
     "status",
     "secret",
@@ -22,11 +28,20 @@ _SUBSCRIPTION_COLUMNS = {
     "failing_since",
     "disabled_reason",
 }
+_PUBLIC = ("id", "status", "url", "description", "disabled_reason", "created_at", "updated_at")
+_PRIVATE = (  # StoredSubscription's fields after ``public``, in order
+    "organization_id",
+    "environment",
+    "secret",
+    "previous_secret",
+    "previous_secret_expires_at",
+    "failing_since",
+)
 
 
-# A disabled subscription's pending deliveries end as failed (one statement per store),
-# so no delivery waits forever for a subscription nobody may re-enable; ``enable``
-# applies to the events recorded after it.
+# A disabled subscription's pending deliveries end as failed, so no delivery waits
+# forever for a subscription nobody may re-enable; ``enable`` applies to the events
+# recorded after it.
 _FAIL_PENDING_OF_DISABLED = (
     "UPDATE webhook_deliveries SET status = 'failed', next_attempt_at = NULL,"
     " leased_until = NULL, last_error = 'subscription disabled: ' || COALESCE("
@@ -36,38 +51,45 @@ _FAIL_PENDING_OF_DISABLED = (
 )
 
 
-def _fail_pending_of_disabled(conn: sqlite3.Connection, subscription_id: str) -> None:
+def _fail_pending_of_disabled(conn: Connection, subscription_id: str) -> None:
     conn.execute(
         _FAIL_PENDING_OF_DISABLED, [subscription_id, now_iso(), subscription_id, subscription_id]
     )
 
 
-def _subscription(data: Mapping[str, Any]) -> StoredSubscription:
+def _subscription(row: Any) -> StoredSubscription:
     public = WebhookSubscription(
-        id=data["id"],
-        status=data["status"],
-        url=data["url"],
-        events=json.loads(data["events"]),
-        description=data.get("description"),
-        disabled_reason=data["disabled_reason"],
-        created_at=data["created_at"],
-        updated_at=data["updated_at"],
+        events=json.loads(row["events"]), **{name: row[name] for name in _PUBLIC}
     )
-    return StoredSubscription(
-        public=public,
-        organization_id=data["organization_id"],
-        environment=data["environment"],
-        secret=data["secret"],
-        previous_secret=data["previous_secret"],
-        previous_secret_expires_at=data["previous_secret_expires_at"],
-        failing_since=data["failing_since"],
+    return StoredSubscription(public, *(row[name] for name in _PRIVATE))
+
+
+def _due(row: Any, now: float) -> DueDelivery:
+    previous = (
+        [row["previous_secret"]]
+        if row["previous_secret"] and (row["previous_secret_expires_at"] or 0) > now
+        else []
+    )
+    return DueDelivery(
+        id=row["id"],
+        event_id=row["event_id"],
+        subscription_id=row["subscription_id"],
+        attempts=row["attempts"],
+        url=row["url"],
+        secrets=[row["secret"], *previous],
+        failing_since=row["failing_since"],
+        event_type=row["type"],
+        event_timestamp=row["timestamp"],
+        event_data=json.loads(row["data"]),
     )
 
 
-class WebhookStore:
-    """Subscriptions and a durable outbox: events and deliveries commit before sending."""
+class WebhookTables(Tables):
+    """Subscriptions and the outbox (``WebhookStore``)."""
 
-    db: Database
+    def _events_recorded(self, conn: Connection) -> None:
+        """Hook: the transaction ``conn`` is in recorded deliveries (PostgreSQL wakes
+        the other nodes when it commits)."""
 
     # subscriptions ---------------------------------------------------------------
 
@@ -83,49 +105,49 @@ class WebhookStore:
     ) -> StoredSubscription:
         """Store a new active subscription."""
         now = now_iso()
-        subscription_id = new_id("whk")
         with self.db.write() as conn:
-            self.db.table(conn, "webhook_subscriptions").insert(
-                {
-                    "id": subscription_id,
-                    "organization_id": organization_id,
-                    "environment": environment,
-                    "url": url,
-                    "events": json.dumps(list(events)),
-                    "status": "active",
-                    "secret": secret,
-                    "description": description,
-                    "created_at": now,
-                    "updated_at": now,
-                }
-            )
-        found = self.get_subscription(organization_id, environment, subscription_id)
-        assert found is not None
-        return found
+            row = conn.execute(
+                "INSERT INTO webhook_subscriptions (id, organization_id, environment, url,"
+                " events, status, secret, description, created_at, updated_at)"
+                " VALUES (?, ?, ?, ?, ?, 'active', ?, ?, ?, ?) RETURNING *",
+                [
+                    new_id("whk"),
+                    organization_id,
+                    environment,
+                    url,
+                    json.dumps(list(events)),
+                    secret,
+                    description,
+                    now,
+                    now,
+                ],
+            ).fetchone()
+        return _subscription(row)
 
     def get_subscription(
         self, organization_id: str | None, environment: str | None, subscription_id: str
     ) -> StoredSubscription | None:
         """A subscription of this workspace (any workspace if both are ``None``)."""
         with self.db.read() as conn:
-            subscriptions = self.db.table(conn, "webhook_subscriptions")
             if organization_id is None:
-                row = first_row(subscriptions, "id = ?", [subscription_id])
+                row = conn.execute(
+                    "SELECT * FROM webhook_subscriptions WHERE id = ?", [subscription_id]
+                ).fetchone()
             else:
-                row = first_row(
-                    subscriptions,
-                    f"id = ? AND {_WORKSPACE}",
+                row = conn.execute(
+                    f"SELECT * FROM webhook_subscriptions WHERE id = ? AND {WORKSPACE}",
                     [subscription_id, organization_id, environment],
-                )
+                ).fetchone()
         return _subscription(row) if row else None
 
     def list_subscriptions(
         self, organization_id: str, environment: str, *, limit: int, starting_after: str | None
     ) -> tuple[list[StoredSubscription], bool]:
         """A page of subscriptions, newest first."""
-        with self.db.read() as conn:
+        with self.db.snapshot() as conn:
             rows, more = page_rows(
-                self.db.table(conn, "webhook_subscriptions"),
+                conn,
+                "webhook_subscriptions",
                 scope=(organization_id, environment),
                 limit=limit,
                 starting_after=starting_after,
@@ -134,25 +156,18 @@ class WebhookStore:
 
     def update_subscription(self, subscription_id: str, **changes: Any) -> None:
         """Set status, secrets, failure tracking or the disabled reason; disabling it
-        ends its pending deliveries as ``failed`` (in the same transaction).
-
-        Raw SQL: sqlite-utils' ``update`` addresses a row by primary key, and this
-        table's is ``seq`` (the keyset of its pages), not the ``id`` callers hold.
-        """
-        values = checked_changes(
-            "webhook_subscriptions",
-            changes,
-            allowed=_SUBSCRIPTION_COLUMNS,
-            stamp_column="updated_at",
-            stamp=now_iso(),
-        )
-        assignments = ", ".join(f"{column} = ?" for column in values)
+        ends its pending deliveries as ``failed`` (in the same transaction)."""
         with self.db.write() as conn:
-            conn.execute(
-                f"UPDATE webhook_subscriptions SET {assignments} WHERE id = ?",
-                [*values.values(), subscription_id],
+            update_row(
+                conn,
+                "webhook_subscriptions",
+                subscription_id,
+                changes,
+                allowed=_SUBSCRIPTION_COLUMNS,
+                stamp_column="updated_at",
+                stamp=now_iso(),
             )
-            if values.get("status") == "disabled":
+            if changes.get("status") == "disabled":
                 _fail_pending_of_disabled(conn, subscription_id)
 
     def delete_subscription(
@@ -161,7 +176,7 @@ class WebhookStore:
         """Delete a subscription; its pending deliveries end as failed (one transaction)."""
         with self.db.write() as conn:
             cursor = conn.execute(
-                f"DELETE FROM webhook_subscriptions WHERE id = ? AND {_WORKSPACE}",
+                f"DELETE FROM webhook_subscriptions WHERE id = ? AND {WORKSPACE}",
                 [subscription_id, organization_id, environment],
             )
             if cursor.rowcount == 0:
@@ -183,49 +198,51 @@ class WebhookStore:
 
         One transaction: after it commits, a crash cannot lose the event or its
         deliveries. ``only_subscription`` targets one subscription whatever its event
-        list (test pings). Returns how many deliveries were created. Raw SQL, like the
-        rest of the outbox below: every event runs it, and leases, attempts and
-        failure streaks are conditional updates that the table API does not express.
+        list (test pings). Returns how many deliveries were created.
         """
         with self.db.write() as conn:
-            conn.execute(
-                "INSERT INTO events (id, organization_id, environment, type, timestamp, data)"
-                " VALUES (?, ?, ?, ?, ?, ?)",
-                [
-                    event.id,
-                    event.organization_id,
-                    event.environment,
-                    event.type,
-                    event.timestamp,
-                    json.dumps(event.data, separators=(",", ":")),
-                ],
+            insert_row(
+                conn,
+                "events",
+                {
+                    "id": event.id,
+                    "organization_id": event.organization_id,
+                    "environment": event.environment,
+                    "type": event.type,
+                    "timestamp": event.timestamp,
+                    "data": json.dumps(event.data, separators=(",", ":")),
+                },
             )
             if only_subscription is not None:
                 targets = [only_subscription]
             else:
                 rows = conn.execute(
                     "SELECT id, events FROM webhook_subscriptions"
-                    f" WHERE {_WORKSPACE} AND status = 'active'",
+                    f" WHERE {WORKSPACE} AND status = 'active'",
                     [event.organization_id, event.environment],
                 ).fetchall()
                 targets = [row["id"] for row in rows if event.type in json.loads(row["events"])]
-            stamp = now_iso()
-            for subscription_id in targets:
-                conn.execute(
+            if targets:
+                stamp = now_iso()
+                conn.executemany(
                     "INSERT INTO webhook_deliveries (id, event_id, subscription_id,"
                     " organization_id, environment, status, next_attempt_at, created_at,"
                     " updated_at) VALUES (?, ?, ?, ?, ?, 'pending', ?, ?, ?)",
                     [
-                        new_id("dlv"),
-                        event.id,
-                        subscription_id,
-                        event.organization_id,
-                        event.environment,
-                        now,
-                        stamp,
-                        stamp,
+                        [
+                            new_id("dlv"),
+                            event.id,
+                            subscription_id,
+                            event.organization_id,
+                            event.environment,
+                            now,
+                            stamp,
+                            stamp,
+                        ]
+                        for subscription_id in targets
                     ],
                 )
+                self._events_recorded(conn)
         return len(targets)
 
     def claim_due_deliveries(
@@ -238,62 +255,48 @@ class WebhookStore:
     ) -> list[DueDelivery]:
         """Lease up to ``limit`` due deliveries of active subscriptions, oldest first.
 
-        Leasing happens inside one write transaction, so two workers (even in two
-        processes) never claim the same delivery; a lease that outlives a crashed
-        worker expires and the delivery is claimed again (at-least-once).
-        ``busy_subscriptions`` are skipped, so one slow receiver cannot take every slot.
+        Two workers (in two processes, on two nodes) never claim the same delivery: the
+        lease is set in the claiming transaction. ``busy_subscriptions`` are skipped, so
+        one slow receiver cannot take every slot.
         """
         busy = list(busy_subscriptions)
-        marks = ", ".join("?" for _ in busy) or "''"
+        skipped = marks(len(busy)) or "''"
         with self.db.write() as conn:
+            leased = conn.execute(
+                "WITH due AS (SELECT d.seq FROM webhook_deliveries d"
+                " JOIN webhook_subscriptions s ON s.id = d.subscription_id"
+                " WHERE d.status = 'pending' AND d.next_attempt_at <= ?"
+                " AND (d.leased_until IS NULL OR d.leased_until < ?)"
+                f" AND s.status = 'active' AND d.subscription_id NOT IN ({skipped})"
+                f" ORDER BY d.next_attempt_at, d.seq LIMIT ?{self.dialect.lock('d')})"
+                " UPDATE webhook_deliveries SET leased_until = ?"
+                " WHERE seq IN (SELECT seq FROM due) RETURNING id",
+                [now, now, *busy, limit, now + lease_seconds],
+            ).fetchall()
+            if not leased:
+                return []
             rows = conn.execute(
                 "SELECT d.id, d.event_id, d.subscription_id, d.attempts, s.url, s.secret,"
                 " s.previous_secret, s.previous_secret_expires_at, s.failing_since,"
                 " e.type, e.timestamp, e.data"
                 " FROM webhook_deliveries d"
                 " JOIN webhook_subscriptions s ON s.id = d.subscription_id"
-                " JOIN events e ON e.id = d.event_id"
-                " WHERE d.status = 'pending' AND d.next_attempt_at <= ?"
-                " AND (d.leased_until IS NULL OR d.leased_until < ?)"
-                f" AND s.status = 'active' AND d.subscription_id NOT IN ({marks})"
-                " ORDER BY d.next_attempt_at, d.seq LIMIT ?",
-                [now, now, *busy, limit],
+                f" JOIN events e ON e.id = d.event_id WHERE d.id IN ({marks(len(leased))})"
+                " ORDER BY d.next_attempt_at, d.seq",
+                [row["id"] for row in leased],
             ).fetchall()
-            for row in rows:
-                conn.execute(
-                    "UPDATE webhook_deliveries SET leased_until = ? WHERE id = ?",
-                    [now + lease_seconds, row["id"]],
-                )
-        return [
-            DueDelivery(
-                id=row["id"],
-                event_id=row["event_id"],
-                subscription_id=row["subscription_id"],
-                attempts=row["attempts"],
-                url=row["url"],
-                secrets=[row["secret"]]
-                + (
-                    [row["previous_secret"]]
-                    if row["previous_secret"] and (row["previous_secret_expires_at"] or 0) > now
-                    else []
-                ),
-                failing_since=row["failing_since"],
-                event_type=row["type"],
-                event_timestamp=row["timestamp"],
-                event_data=json.loads(row["data"]),
-            )
-            for row in rows
-        ]
+        return [_due(row, now) for row in rows]
 
     def next_due_at(self) -> float | None:
         """When the earliest pending delivery of an active subscription falls due."""
         with self.db.read() as conn:
             row = conn.execute(
-                "SELECT MIN(MAX(d.next_attempt_at, COALESCE(d.leased_until, 0)))"
+                f"SELECT MIN({self.dialect.greatest}(d.next_attempt_at,"
+                " COALESCE(d.leased_until, 0))) AS due"
                 " FROM webhook_deliveries d JOIN webhook_subscriptions s"
                 " ON s.id = d.subscription_id WHERE d.status = 'pending' AND s.status = 'active'"
             ).fetchone()
-        return None if row[0] is None else float(row[0])
+        return None if row["due"] is None else float(row["due"])
 
     def record_attempt(
         self,
@@ -360,35 +363,45 @@ class WebhookStore:
         """A page of a subscription's deliveries with their attempts, newest first."""
         with self.db.snapshot() as conn:
             rows, more = page_rows(
-                self.db.table(conn, "webhook_deliveries"),
+                conn,
+                "webhook_deliveries",
                 scope=(organization_id, environment),
                 limit=limit,
                 starting_after=starting_after,
                 where="subscription_id = ?",
                 where_args=[subscription_id],
             )
-            deliveries = []
-            for row in rows:
-                event = first_row(
-                    self.db.table(conn, "events"), "id = ?", [row["event_id"]], select="type"
-                )
-                attempts = self.db.table(conn, "webhook_attempts").rows_where(
-                    "delivery_id = ?",
-                    [row["id"]],
-                    select="attempted_at, status_code, error, duration_ms",
-                    order_by="seq",
-                )
-                deliveries.append(
-                    Delivery(
-                        id=row["id"],
-                        event_id=row["event_id"],
-                        event_type=event["type"] if event else "",
-                        status=row["status"],
-                        attempts=[DeliveryAttempt(**attempt) for attempt in attempts],
-                        next_attempt_at=row["next_attempt_at"],
-                        created_at=row["created_at"],
-                    )
-                )
+            if not rows:
+                return [], more
+            ids = [row["id"] for row in rows]
+            events = {row["event_id"] for row in rows}
+            types = {
+                found["id"]: found["type"]
+                for found in conn.execute(
+                    f"SELECT id, type FROM events WHERE id IN ({marks(len(events))})",
+                    list(events),
+                ).fetchall()
+            }
+            attempts: dict[str, list[DeliveryAttempt]] = {i: [] for i in ids}
+            for found in conn.execute(
+                "SELECT delivery_id, attempted_at, status_code, error, duration_ms"
+                f" FROM webhook_attempts WHERE delivery_id IN ({marks(len(ids))}) ORDER BY seq",
+                ids,
+            ).fetchall():
+                attempt = dict(found)
+                attempts[attempt.pop("delivery_id")].append(DeliveryAttempt(**attempt))
+        deliveries = [
+            Delivery(
+                id=row["id"],
+                event_id=row["event_id"],
+                event_type=types.get(row["event_id"], ""),
+                status=row["status"],
+                attempts=attempts[row["id"]],
+                next_attempt_at=row["next_attempt_at"],
+                created_at=row["created_at"],
+            )
+            for row in rows
+        ]
         return deliveries, more
 
     def delivery_counts(self) -> dict[str, int]:
@@ -397,4 +410,4 @@ class WebhookStore:
             rows = conn.execute(
                 "SELECT status, COUNT(*) AS n FROM webhook_deliveries GROUP BY status"
             ).fetchall()
-        return {row["status"]: row["n"] for row in rows}
+        return {row["status"]: int(row["n"]) for row in rows}
