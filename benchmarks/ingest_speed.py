@@ -84,7 +84,7 @@ def stored_digest(core: Any, organization_id: str, environment: str) -> str:
     vector bits), in ingestion order; ids are random and left out."""
     store = core.store
     digest = hashlib.sha256()
-    dimension = core.indexes.embedder().dimension
+    dimension = core.embedders[core.settings.embedder].dimension  # any version has these
     ids, vectors = store.load_vectors(organization_id, environment, dimension)
     row_of = {int(i): n for n, i in enumerate(ids.tolist())}
     with store.db.read() as conn:
