@@ -16,13 +16,12 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
 import pytest
-from helpers import cli_env, open_seen, seen
+from helpers import cli_env, make_document, open_seen, seen
 
 from agentcore import AgentCore
 from agentcore.knowledge import kernels
@@ -36,7 +35,6 @@ from agentcore.knowledge.segments import (
 )
 from agentcore.knowledge.workspace_indexes import WorkspaceIndexes
 from agentcore.plugins.hashing_embedder import HashingEmbedder
-from agentcore.schema import Document
 from agentcore.storage.base import Store
 from agentcore.storage.sqlite import SQLiteStore
 
@@ -61,15 +59,7 @@ def write_document(
 ) -> str:
     """Store a document ``doc_<name>`` of ``n`` chunks with synthetic unit vectors, through
     ``cache`` as the knowledge service writes (the cached index catches up); its id."""
-    document = Document(
-        id=f"doc_{name}",
-        source=f"{name}.txt",
-        content_type="text/plain",
-        pages=1,
-        chunks=n,
-        bytes=1,
-        created_at=datetime(2026, 1, 1, tzinfo=UTC),
-    )
+    document = make_document(id=f"doc_{name}", source=f"{name}.txt", chunks=n, bytes=1)
     chunks = [(f"chunk {i}", [1], [0]) for i in range(n)]
     keep = np.ones(n, dtype=bool)
     vectors = unit_rows(n, dimension, seed)
