@@ -14,7 +14,8 @@ The peer is the same workload on another version of the code, by default main be
 the packed term counts (``--peer 45cf151``, which stores one ``term_counts`` row per stem;
 ``--peer 348c4ec`` is main before term counts were stored at all, ``--peer a641ba4``
 before the first round of ingestion work), extracted with ``git archive`` into a
-temporary directory, run in the same invocation, alternating which goes first. The script
+temporary directory (a peer that still has the compiled hashing kernel's C source gets
+it built, as its install did), run in the same invocation, alternating which goes first. The script
 stops with an error unless both versions store identical documents, chunks, pages,
 page offsets and vectors (a digest over everything but the random ids). Prints the
 median docs/s of ``--runs`` runs and the ratio this ÷ peer.
