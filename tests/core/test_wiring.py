@@ -102,7 +102,7 @@ def test_agent_service_checks_models_against_its_registry(core: AgentCore) -> No
     assert "available: none" in str(caught.value)
 
 
-def test_index_cache_uses_its_embedder_registry(other_store: SQLiteStore) -> None:
+def test_workspace_indexes_use_their_embedder_registry(other_store: SQLiteStore) -> None:
     cache = WorkspaceIndexes(other_store, embedders={"ones": OnesEmbedder()}, embedder="ones")
     assert cache.embedder().name == "ones"
     missing = WorkspaceIndexes(other_store, embedders={"ones": OnesEmbedder()}, embedder="nope")
