@@ -221,9 +221,7 @@ def p(values: Sequence[float], q: float) -> float:
 
 
 def cache_stats(core: AgentCore) -> dict[str, Any]:
-    cache = core.index_cache
-    stats = getattr(cache, "stats", None)
-    return dict(stats()) if callable(stats) else {"reloads": cache.reloads}
+    return dict(core.indexes.stats())
 
 
 def measure(config: dict[str, Any]) -> dict[str, Any]:
@@ -305,7 +303,7 @@ def prepare(config: dict[str, Any]) -> dict[str, Any]:
     try:
         for name in names:
             core.workspace(name, ENV, create=False).knowledge.search(QUERY)
-            core.index_cache.wait_for_maintenance(600)
+            core.indexes.wait_for_maintenance(600)
     finally:
         core.close()
     return {"seconds": time.perf_counter() - began}

@@ -18,10 +18,10 @@ from helpers import run_python
 
 from agentcore import AgentCore
 from agentcore.config import Settings, machine_memory
-from agentcore.knowledge import cache as cache_module
 from agentcore.knowledge import segments
-from agentcore.knowledge.cache import IndexCache
+from agentcore.knowledge import workspace_indexes as indexes_module
 from agentcore.knowledge.residency import Residency
+from agentcore.knowledge.workspace_indexes import WorkspaceIndexes
 from agentcore.plugins.hashing_embedder import HashingEmbedder
 from agentcore.storage.records import Ids, Vectors
 from agentcore.storage.sqlite import SQLiteStore
@@ -38,7 +38,7 @@ def _tenant(core: AgentCore, n: int) -> str:
 
 
 def _search(core: AgentCore, org: str, query: str = "red pump oil") -> list[tuple[int, float]]:
-    ids, scores = core.index_cache.search(
+    ids, scores = core.indexes.search(
         org, ENV, lambda: core.embedders["hashing-v1"].embed([query], kind="query")[0], 5
     )
     return list(zip(ids.tolist(), scores.tolist(), strict=True))
@@ -57,7 +57,7 @@ def _one_workspace_bytes(db: Path) -> int:
     with AgentCore.open(str(db), start_workers=False, index_dir="off") as core:
         org = _tenant(core, 0)
         _search(core, org)
-        charged = core.index_cache.stats()["bytes"]
+        charged = core.indexes.stats()["bytes"]
     assert isinstance(charged, int) and charged > 0
     return charged
 
@@ -128,7 +128,7 @@ def test_the_cache_evicts_least_recently_searched_workspaces(db: Path) -> None:
         str(db), start_workers=False, index_dir="off", index_cache_bytes=int(2.5 * one)
     ) as core:
         orgs = [_tenant(core, n) for n in range(1, 5)]
-        cache = core.index_cache
+        cache = core.indexes
         a, b, c, d = orgs
         for org in (a, b):
             _search(core, org)
@@ -143,9 +143,9 @@ def test_the_cache_evicts_least_recently_searched_workspaces(db: Path) -> None:
         assert stats["bytes"] is not None and stats["bytes"] <= int(2.5 * one)
         assert stats["budget_bytes"] == int(2.5 * one)
         # an evicted workspace loads again at its next search, with the same answer
-        before = cache.reloads
+        before = cache.stats()["loads"]
         assert _search(core, b)[0][0] in core.store.chunk_ids(b, ENV, _first_document(core, b))
-        assert cache.reloads == before + 1
+        assert cache.stats()["loads"] == before + 1
 
 
 def _first_document(core: AgentCore, org: str) -> str:
@@ -159,7 +159,7 @@ def test_a_search_in_flight_is_never_evicted(db: Path) -> None:
         str(db), start_workers=False, index_dir="off", index_cache_bytes=int(1.5 * one)
     ) as core:
         a, b, c = (_tenant(core, n) for n in range(1, 4))
-        cache = core.index_cache
+        cache = core.indexes
         embed = core.embedders["hashing-v1"]
         inside, leave = threading.Event(), threading.Event()
         found: list[Any] = []
@@ -204,7 +204,7 @@ def test_concurrent_loads_of_one_workspace_load_it_once(db: Path) -> None:
         org = _tenant(core, 1)
     store = SlowLoadStore(str(db))
     embedder = HashingEmbedder()
-    cache = IndexCache(
+    cache = WorkspaceIndexes(
         store, embedders={embedder.name: embedder}, embedder=embedder.name, budget_bytes=1 << 30
     )
     try:
@@ -224,7 +224,7 @@ def test_concurrent_loads_of_one_workspace_load_it_once(db: Path) -> None:
         for thread in threads:
             thread.join(30)
         assert results == [1] * 8  # its one chunk, for every thread
-        assert store.loads == 1 and cache.reloads == 1
+        assert store.loads == 1 and cache.stats()["loads"] == 1
         assert not cache._locks  # no lock is left behind for the workspace
     finally:
         cache.close()
@@ -249,7 +249,7 @@ def test_a_zero_budget_loads_every_search_and_answers_the_same(db: Path) -> None
     with AgentCore.open(str(db), start_workers=False, index_dir="off", index_cache_bytes=0) as core:
         for _ in range(3):
             assert _search(core, org) == expected
-        stats = core.index_cache.stats()
+        stats = core.indexes.stats()
         assert stats["entries"] == 0 and stats["loads"] == 3 and stats["evictions"] == 3
 
 
@@ -266,7 +266,7 @@ with AgentCore.open(url, start_workers=False) as core:
 
 @pytest.fixture
 def small_segment_files(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cache_module, "SEGMENT_MIN_BYTES", 0)
+    monkeypatch.setattr(indexes_module, "SEGMENT_MIN_BYTES", 0)
     monkeypatch.setattr(segments, "MAP_MIN_BYTES", 0)
 
 
@@ -309,8 +309,8 @@ def test_evicting_never_changes_an_answer(store_url: str, index_dir: str, tmp_pa
                 for other in orgs:
                     got, expected = _search(tight, other, query), _search(full, other, query)
                     assert _same(got, expected), (step, action, got, expected)
-            tight.index_cache.wait_for_maintenance(30)
-        stats = tight.index_cache.stats()
+            tight.indexes.wait_for_maintenance(30)
+        stats = tight.indexes.stats()
         assert stats["entries"] <= 1 and stats["evictions"] > 20
         if index_dir == "segments":
             assert stats["segment_loads"] > 0 and stats["segment_fallbacks"] == 0
@@ -330,7 +330,7 @@ def _first_document_named(core: AgentCore, org: str, source: str) -> str:
 def test_small_workspaces_get_no_segment_files_and_large_ones_are_mapped(
     db: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(cache_module, "SEGMENT_MIN_BYTES", 64 * 4096)  # 64 rows at d=1024
+    monkeypatch.setattr(indexes_module, "SEGMENT_MIN_BYTES", 64 * 4096)  # 64 rows at d=1024
     with AgentCore.open(str(db), start_workers=False, index_dir="auto") as core:
         core.start()
         small = _tenant(core, 1)
@@ -341,41 +341,41 @@ def test_small_workspaces_get_no_segment_files_and_large_ones_are_mapped(
         assert core.store.count_vectors(large, ENV) >= 64
         for org in (small, large):
             _search(core, org)
-        assert core.index_cache.wait_for_maintenance(30)
+        assert core.indexes.wait_for_maintenance(30)
         root = Path(str(db) + ".index")
         assert not any(root.rglob(f"*{small}*")), "a small workspace wrote segment files"
         assert list(root.rglob("seg-*.vec")), "a large workspace wrote none"
     with AgentCore.open(str(db), start_workers=False, index_dir="auto") as core:
         for org in (small, large):
             _search(core, org)
-        stats = core.index_cache.stats()
+        stats = core.indexes.stats()
         assert stats["segment_loads"] == 1 and stats["segment_fallbacks"] == 0
-        index = core.index_cache.get(large, ENV)
+        index = core.indexes.get(large, ENV)
         # read into memory, not mapped: the file is under MAP_MIN_BYTES (1 MiB)
         assert index.mapped_files == 0 and stats["mapped_files"] == 0
     monkeypatch.setattr(segments, "MAP_MIN_BYTES", 0)
     with AgentCore.open(str(db), start_workers=False, index_dir="auto") as core:
-        index = core.index_cache.get(large, ENV)
-        assert index.mapped_files == 1 and core.index_cache.stats()["mapped_files"] == 1
+        index = core.indexes.get(large, ENV)
+        assert index.mapped_files == 1 and core.indexes.stats()["mapped_files"] == 1
 
 
 def test_mapped_files_are_bounded_and_closed_on_eviction(
     db: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(cache_module, "SEGMENT_MIN_BYTES", 0)
+    monkeypatch.setattr(indexes_module, "SEGMENT_MIN_BYTES", 0)
     monkeypatch.setattr(segments, "MAP_MIN_BYTES", 0)
     with AgentCore.open(str(db), start_workers=False, index_dir="auto") as core:
         core.start()
         orgs = [_tenant(core, n) for n in range(6)]
         for org in orgs:
             _search(core, org)
-            assert core.index_cache.wait_for_maintenance(30)
+            assert core.indexes.wait_for_maintenance(30)
     gc.collect()  # the first core's cycles, with its mappings
     assert _open_vec_files() == 0
     store = SQLiteStore(str(db))
     embedder = HashingEmbedder()
     root, identity = segments.segment_root(str(db), "auto")
-    cache = IndexCache(
+    cache = WorkspaceIndexes(
         store,
         embedders={embedder.name: embedder},
         embedder=embedder.name,
@@ -395,7 +395,7 @@ def test_mapped_files_are_bounded_and_closed_on_eviction(
         store.close()
 
 
-def _search_cache(cache: IndexCache, embedder: HashingEmbedder, org: str) -> None:
+def _search_cache(cache: WorkspaceIndexes, embedder: HashingEmbedder, org: str) -> None:
     ids, _ = cache.search(org, ENV, lambda: embedder.embed(["red pump"], kind="query")[0], 3)
     assert len(ids)
 
@@ -417,17 +417,17 @@ def _open_vec_files() -> int:
 def test_unusable_segment_files_are_logged_and_counted(
     db: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setattr(cache_module, "SEGMENT_MIN_BYTES", 0)
+    monkeypatch.setattr(indexes_module, "SEGMENT_MIN_BYTES", 0)
     with AgentCore.open(str(db), start_workers=False, index_dir="auto") as core:
         core.start()
         org = _tenant(core, 1)
         expected = _search(core, org)
-        assert core.index_cache.wait_for_maintenance(30)
+        assert core.indexes.wait_for_maintenance(30)
     for segment in Path(str(db) + ".index").rglob("seg-*.vec"):
         segment.write_bytes(b"\0" * 10)  # truncated
     with AgentCore.open(str(db), start_workers=False, index_dir="auto") as core:
         assert _search(core, org) == expected  # from the store, and said so
-        stats = core.index_cache.stats()
+        stats = core.indexes.stats()
         assert stats["segment_fallbacks"] == 1 and stats["segment_loads"] == 0
     assert any(
         "segment files of" in r.getMessage() and "not used" in r.getMessage()

@@ -36,9 +36,7 @@ def _answers(core: AgentCore, org: str, queries: list[str]) -> list[list[tuple[i
     embed = core.embedders[core.settings.embedder].embed
     out = []
     for query in queries:
-        ids, scores = core.index_cache.search(
-            org, ENV, lambda q=query: embed([q], kind="query")[0], 10
-        )
+        ids, scores = core.indexes.search(org, ENV, lambda q=query: embed([q], kind="query")[0], 10)
         out.append(list(zip(ids.tolist(), scores.tolist(), strict=True)))
     return out
 
@@ -69,7 +67,7 @@ def test_a_quantised_index_in_ram_keeps_codes_only_and_answers_exactly(
     settings: dict[str, Any] = {"start_workers": False, "index_dir": "off"}
     with AgentCore.open(store_url, index_dtype=codec, **settings) as small:
         org, documents = _fill(small, 200)
-        index = small.index_cache.get(org, ENV)
+        index = small.indexes.get(org, ENV)
         (part,) = index.parts()
         assert isinstance(part.vectors, StoredRows)  # no float32 copy in RAM
         assert part.codes.dtype == np.dtype("i1" if codec == "int8" else "<f2")
@@ -97,10 +95,10 @@ def test_maintenance_keeps_quantised_parts_out_of_ram(tmp_path: Path) -> None:
     settings: dict[str, Any] = {"start_workers": False, "index_dir": "off"}
     with AgentCore.open(db, index_dtype="int8", **settings) as core:
         org, documents = _fill(core, 40)
-        index = core.index_cache.get(org, ENV)
+        index = core.indexes.get(org, ENV)
         for document in documents[:10]:  # a quarter dead: compaction is due
             core.workspace("acme", ENV).knowledge.delete(document)
-        index = core.index_cache.get(org, ENV)
+        index = core.indexes.get(org, ENV)
         assert index.maintenance_due()
         while index.maintain():
             pass
