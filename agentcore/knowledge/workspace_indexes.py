@@ -497,7 +497,7 @@ class WorkspaceIndexes:
         # an approximate codec in RAM keeps its codes only: the few float32 rows a
         # search re-scores are read back from the store (those of a persisted index
         # from its segment files, once written)
-        rows = _WorkspaceRows(self._store, key, dimension) if approximate and not persist else None
+        rows = WorkspaceRows(self._store, key, dimension) if approximate and not persist else None
         index = VectorIndex.adopt(
             ids,
             vectors,
@@ -717,7 +717,7 @@ class WorkspaceIndexes:
         self._entries.discard((organization_id, environment))
 
 
-class _WorkspaceRows:
+class WorkspaceRows:
     """The ``RowStore`` of one workspace: its float32 rows as the store keeps them."""
 
     def __init__(self, store: KnowledgeStore, key: Key, dimension: int) -> None:

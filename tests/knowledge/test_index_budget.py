@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from helpers import run_python
+from helpers import open_seen, run_python, seen
 
 from agentcore import AgentCore
 from agentcore.config import Settings, machine_memory
@@ -124,7 +124,7 @@ def db(tmp_path: Path) -> Path:
 
 def test_the_cache_evicts_least_recently_searched_workspaces(db: Path) -> None:
     one = _one_workspace_bytes(db)
-    with AgentCore.open(
+    with open_seen(
         str(db), start_workers=False, index_dir="off", index_cache_bytes=int(2.5 * one)
     ) as core:
         orgs = [_tenant(core, n) for n in range(1, 5)]
@@ -142,6 +142,7 @@ def test_the_cache_evicts_least_recently_searched_workspaces(db: Path) -> None:
         assert stats["evictions"] == 2 and stats["entries"] == 2
         assert stats["bytes"] is not None and stats["bytes"] <= int(2.5 * one)
         assert stats["budget_bytes"] == int(2.5 * one)
+        assert seen(core)["index.evict"] == 2  # told to the observer (metrics) too
         # an evicted workspace loads again at its next search, with the same answer
         before = cache.stats()["loads"]
         assert _search(core, b)[0][0] in core.store.chunk_ids(b, ENV, _first_document(core, b))
@@ -425,10 +426,11 @@ def test_unusable_segment_files_are_logged_and_counted(
         assert core.indexes.wait_for_maintenance(30)
     for segment in Path(str(db) + ".index").rglob("seg-*.vec"):
         segment.write_bytes(b"\0" * 10)  # truncated
-    with AgentCore.open(str(db), start_workers=False, index_dir="auto") as core:
+    with open_seen(str(db), start_workers=False, index_dir="auto") as core:
         assert _search(core, org) == expected  # from the store, and said so
         stats = core.indexes.stats()
         assert stats["segment_fallbacks"] == 1 and stats["segment_loads"] == 0
+        assert seen(core)["index.segment_fallback"] == 1
     assert any(
         "segment files of" in r.getMessage() and "not used" in r.getMessage()
         for r in caplog.records
