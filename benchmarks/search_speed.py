@@ -156,7 +156,7 @@ class StoredRowsEngine(CodecEngine):
         from agentcore.storage.sqlite import SQLiteStore
 
         self.folder = tempfile.TemporaryDirectory(prefix="agentcore-rows-")
-        self.store = SQLiteStore(str(Path(self.folder.name) / "rows.db"))
+        self.store = SQLiteStore.open(Path(self.folder.name) / "rows.db")
         key = (self.store.ensure_organization("bench").id, "test")
         rows = np.arange(data.shape[0], dtype=np.int64)  # as CodecEngine: mapped on the way out
         self.store.replace_all_vectors(*key, "bench", [(None, rows, data)], data.shape[1])
