@@ -42,7 +42,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
-import hashlib
 import json
 import os
 import shutil
@@ -56,7 +55,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -66,7 +64,9 @@ ENV = "test"
 BIG = "big-tenant"
 QUERY = "how are the quarterly numbers reported to the board"
 
-from agentcore import AgentCore, hookimpl  # noqa: E402
+from bench_embedder import BenchPlugin  # noqa: E402
+
+from agentcore import AgentCore  # noqa: E402
 
 WORDS = [
     "the",
@@ -111,34 +111,6 @@ WORDS = [
     "benefit",
     "pension",
 ]
-
-
-class BenchEmbedder:
-    """Deterministic unit vectors of any dimension, seeded by each text's digest."""
-
-    def __init__(self, dimension: int) -> None:
-        self.name = f"bench-{dimension}"
-        self.dimension = dimension
-
-    def embed(self, texts: Sequence[str], kind: str = "passage") -> npt.NDArray[np.float32]:
-        """One pseudo-random vector per text (the same text, the same vector)."""
-        out = np.empty((len(texts), self.dimension), dtype=np.float32)
-        for i, text in enumerate(texts):
-            seed = int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little")
-            out[i] = np.random.default_rng(seed).standard_normal(self.dimension)
-        return out
-
-
-class BenchPlugin:
-    """Registers the benchmark embedder."""
-
-    def __init__(self, dimension: int) -> None:
-        self.dimension = dimension
-
-    @hookimpl
-    def agentcore_register_embedders(self, register: Any, settings: Any) -> None:
-        """The benchmark embedder of this dimension."""
-        register(BenchEmbedder(self.dimension))
 
 
 def open_core(url: str, dim: int, **settings: Any) -> AgentCore:

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from helpers import open_seen, run_python, seen
+from helpers import file_indexes, open_seen, run_python, seen
 
 from agentcore import AgentCore
 from agentcore.config import Settings, machine_memory
@@ -373,17 +373,8 @@ def test_mapped_files_are_bounded_and_closed_on_eviction(
             assert core.indexes.wait_for_maintenance(30)
     gc.collect()  # the first core's cycles, with its mappings
     assert _open_vec_files() == 0
-    store = SQLiteStore(str(db))
+    store, cache = file_indexes(db, max_mapped_files=2)
     embedder = HashingEmbedder()
-    root, identity = segments.segment_root(str(db), "auto")
-    cache = WorkspaceIndexes(
-        store,
-        embedders={embedder.name: embedder},
-        embedder=embedder.name,
-        segments=root,
-        store_identity=identity,
-        max_mapped_files=2,
-    )
     try:
         for org in orgs:
             _search_cache(cache, embedder, org)
