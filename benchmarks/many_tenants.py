@@ -31,9 +31,12 @@ and from the store alone (``off``).
 
 Run: ``python benchmarks/many_tenants.py [--tenants 10000] [--chunks 40] [--dim 384]
 [--budget-mib 32] [--stores sqlite,postgres] [--index-dirs off,auto] [--big-chunks
-100000] [--data DIR] [--postgres URL]``. The databases are built once into ``--data``
-(default a temporary directory; give one to reuse them between runs: a database whose
-parameters match is not built again). Writes ``benchmarks/results/many_tenants.json``.
+100000] [--runs 3] [--data DIR] [--postgres URL]``. Each row is the median of ``--runs``
+fresh processes. The databases are built once into ``--data`` (default a temporary
+directory; give one to reuse a SQLite file or a ``--postgres`` database between runs: one
+whose parameters match is not built again; a throwaway PostgreSQL is built every time).
+The build's documents per second (tenants and the large workspace, ``wait=True``) are
+printed per store. Writes ``benchmarks/results/many_tenants.json``.
 Timings are noisy on a shared machine; memory, file and mapping counts are not.
 """
 
@@ -305,6 +308,16 @@ def postgres(url: str | None) -> Iterator[str]:
         yield server
 
 
+def median_of(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each number's median over ``results`` (the runs of one row); the rest from the first."""
+    out = dict(results[0])
+    for name, value in results[0].items():
+        if isinstance(value, int | float):
+            out[name] = statistics.median(r[name] for r in results)
+    out["runs"] = len(results)
+    return out
+
+
 def built(data: Path, name: str, params: dict[str, Any], url: str, fresh: Any) -> float | None:
     """Build the database at ``url`` unless ``data/name.json`` says it holds ``params``."""
     marker = data / f"{name}.json"
@@ -328,6 +341,7 @@ def main() -> None:
     parser.add_argument("--big-chunks", type=int, default=100_000)
     parser.add_argument("--evicted", type=int, default=200)
     parser.add_argument("--cached", type=int, default=200)
+    parser.add_argument("--runs", type=int, default=3, help="fresh processes per row (median)")
     parser.add_argument("--data", type=Path, default=None)
     parser.add_argument("--postgres", default=None, help="a PostgreSQL URL (default: throwaway)")
     parser.add_argument("--peer", action=argparse.BooleanOptionalAction, default=True)
@@ -353,6 +367,7 @@ def main() -> None:
     stores = [s.strip() for s in args.stores.split(",") if s.strip()]
     with contextlib.ExitStack() as stack:
         urls: dict[str, str] = {}
+        builds: dict[str, float | None] = {}  # seconds to build each store (None: reused)
         for store in stores:
             if store == "sqlite":
                 db = data / "tenants.db"
@@ -365,14 +380,16 @@ def main() -> None:
                             leftover.unlink()
 
                 urls[store] = str(db)
-                built(data, "sqlite", params, str(db), fresh_sqlite)
+                builds[store] = built(data, "sqlite", params, str(db), fresh_sqlite)
             elif store == "postgres":
                 server = stack.enter_context(postgres(args.postgres))
                 urls[store] = server
-                if args.postgres is None:
-                    built(data, "postgres-throwaway", params, server, lambda: None)
+                if args.postgres is None:  # a new, empty server: build every time
+                    print(f"building postgres: {params['tenants']} tenants ...", flush=True)
+                    info = build(server, args.tenants, args.chunks, args.dim, args.big_chunks)
+                    builds[store] = float(info["seconds"])
                 else:
-                    built(data, "postgres", params, server, lambda: None)
+                    builds[store] = built(data, "postgres", params, server, lambda: None)
             else:
                 raise SystemExit(f"unknown store {store!r}")
         index_dirs = [d.strip() for d in args.index_dirs.split(",") if d.strip()]
@@ -403,15 +420,21 @@ def main() -> None:
                         "evicted": args.evicted,
                         "cached": args.cached,
                     }
-                    result = child("measure", config)
+                    result = median_of([child("measure", config) for _ in range(args.runs)])
                     rows.append({"store": store, "index_dir": index_dir, "cache": label, **result})
                     print_row(rows[-1])
                 if args.big_chunks:
                     config = {"url": url, "dim": args.dim, "index_dir": where}
-                    result = child("big", config)
+                    result = median_of([child("big", config) for _ in range(args.runs)])
                     big_rows.append({"store": store, "index_dir": index_dir, **result})
     print()
     print_table(rows, big_rows, params, args.budget_mib)
+    documents = args.tenants + max(1, args.big_chunks // args.chunks) * bool(args.big_chunks)
+    for store, seconds in builds.items():
+        if seconds:
+            print(
+                f"built {store}: {documents} documents in {seconds:.0f} s ({documents / seconds:.1f} docs/s)"
+            )
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(
         json.dumps({"params": params, "budget_mib": args.budget_mib, "rows": rows, "big": big_rows})
@@ -445,7 +468,7 @@ def print_table(
         stats = r["stats"]
         print(
             f"| {r['store']} | {r['index_dir']} | {r['cache']} | {r['rss_growth_mib']:.1f}"
-            f" | {r['vm_growth_mib']:.1f} | {r['files']} | {r['mappings']}"
+            f" | {r['vm_growth_mib']:.1f} | {r['files']:.0f} | {r['mappings']:.0f}"
             f" | {r['first_p50_ms']:.2f} / {r['first_p95_ms']:.2f} | {r['evicted_p50_ms']:.2f}"
             f" | {r['cached_p50_ms']:.2f} | {stats.get('loads', stats.get('reloads', '?'))}"
             f" | {stats.get('evictions', '-')} |"
