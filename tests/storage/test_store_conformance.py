@@ -263,6 +263,22 @@ def test_single_rows_are_read_back_by_locator(store: Any) -> None:
     assert second  # the survivor's rows above
 
 
+def test_a_workspace_of_many_segments_loads_them_in_order(
+    store: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agentcore.storage.postgres import connection as postgres_connection
+
+    # PostgreSQL reads segments a batch at a time: two of these segments a statement
+    monkeypatch.setattr(postgres_connection, "SEGMENT_BATCH_BYTES", 250)
+    org_id = org(store)
+    written = [ingest(store, org_id, n=3, seed=seed)[1] for seed in range(5)]
+    ids, vectors = store.load_vectors(org_id, "test", 8)
+    assert ids.tolist() == [i for part in written for i in part]
+    np.testing.assert_array_equal(vectors, np.concatenate([unit(3, 8, s) for s in range(5)]))
+    located = store.load_located_vectors(org_id, "test", 8)
+    np.testing.assert_array_equal(located[1], vectors)
+
+
 def test_documents_paging(store: Any) -> None:
     org_id = org(store)
     docs = [ingest(store, org_id, n=1)[0] for _ in range(3)]

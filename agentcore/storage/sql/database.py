@@ -79,6 +79,12 @@ class Database(Protocol):
     def read_segment(self, conn: Any, segment_id: int, ids: Ids, vectors: Vectors) -> None:
         """Copy vector segment ``segment_id``'s buffers into ``ids`` and ``vectors``."""
 
+    def read_segments(
+        self, conn: Any, segments: Sequence[tuple[int, int]], ids: Ids, vectors: Vectors
+    ) -> None:
+        """Copy the vector segments ``segments`` (``(id, count)`` each, in order) into
+        consecutive rows of ``ids`` and ``vectors``."""
+
     def read_vector_rows(
         self, conn: Any, workspace: Sequence[str], segments: Ids, offsets: Ids, out: Vectors
     ) -> None:

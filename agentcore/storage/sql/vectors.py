@@ -194,14 +194,11 @@ class VectorTables(Tables):
         self, conn: Connection, rows: Sequence[Any], dimension: int
     ) -> tuple[Ids, Vectors]:
         """The segments ``rows`` (``id`` and ``count`` each) as one id array and matrix."""
-        total = sum(int(row["count"]) for row in rows)
+        segments = [(int(row["id"]), int(row["count"])) for row in rows]
+        total = sum(count for _, count in segments)
         ids = np.empty(total, dtype="<i8")
         vectors = np.empty((total, dimension), dtype="<f4")
-        start = 0
-        for row in rows:
-            end = start + int(row["count"])
-            self.db.read_segment(conn, row["id"], ids[start:end], vectors[start:end])
-            start = end
+        self.db.read_segments(conn, segments, ids, vectors)
         return ids, vectors
 
     def count_vectors(self, organization_id: str, environment: str) -> int:

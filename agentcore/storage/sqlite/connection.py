@@ -255,6 +255,20 @@ class Database:
                     piece = blob.read(BLOB_CHUNK)
                     out[start : start + len(piece)] = piece
 
+    def read_segments(
+        self,
+        conn: sqlite3.Connection,
+        segments: Sequence[tuple[int, int]],
+        ids: Ids,
+        vectors: Vectors,
+    ) -> None:
+        """Each segment with ``read_segment`` (blob reads in process: no round trips)."""
+        start = 0
+        for segment_id, count in segments:
+            end = start + count
+            self.read_segment(conn, segment_id, ids[start:end], vectors[start:end])
+            start = end
+
     def read_vector_rows(
         self,
         conn: sqlite3.Connection,
