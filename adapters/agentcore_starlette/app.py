@@ -50,11 +50,11 @@ from agentcore_starlette.bodies import (
 from agentcore_starlette.idempotency import OutcomePending, check_key, fingerprint, run_once
 from agentcore_starlette.middleware import ApiMiddleware
 from agentcore_starlette.openapi import build_openapi
-from agentcore_starlette.problems import http_exception_problem
+from agentcore_starlette.problems import RESPONDER, http_exception_problem, openai_error_response
 from agentcore_starlette.ratelimit import rate_limit_headers
 from agentcore_starlette.routes import ROUTES
 from agentcore_starlette.routing import ApiRoute, Call, Upload
-from agentcore_starlette.streaming import event_stream
+from agentcore_starlette.streaming import Streamed, event_stream
 
 log = get_logger("agentcore.http")  # masks keys and secrets in every record
 
@@ -173,7 +173,11 @@ class Api:
     def endpoint(self, route: ApiRoute) -> Callable[[Request], Any]:
         """The Starlette endpoint running ``route``."""
 
+        responder = openai_error_response if route.error_format == "openai" else None
+
         async def run(request: Request) -> Response:
+            if responder is not None:  # ApiMiddleware answers failures in this format
+                request.scope["state"][RESPONDER] = responder
             if request.scope["query_string"]:  # most requests have none: skip parsing it
                 refuse_secrets_in_query(request)
                 refuse_unknown_query(route, request)
@@ -206,7 +210,12 @@ class Api:
 
             key = request.headers.get("idempotency-key")
             # a stream is not stored for replay: the key does not apply (as at OpenAI, Stripe)
-            if route.method == "POST" and key is not None and not route.streams(call.body):
+            if (
+                route.method == "POST"
+                and key is not None
+                and route.idempotency
+                and not route.streams(call.body)
+            ):
                 print_ = fingerprint(route.method, request.url.path, _canonical(call))
                 response = await run_once(
                     workspace, check_key(key), print_, handle, wait=self.settings.request_deadline
@@ -285,6 +294,8 @@ class Api:
                 self.pool, context.run, self._run_timed, route, call
             )
             if isinstance(result, ChatStream):
+                result = Streamed(result)
+            if isinstance(result, Streamed):
                 request_id = request.scope["state"].get("request_id")
                 return event_stream(result, request_id, heartbeat=self.settings.stream_heartbeat)
             return _json(route, result, limits)

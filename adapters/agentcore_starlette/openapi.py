@@ -10,6 +10,7 @@ from pydantic import BaseModel
 
 from agentcore.config import Settings
 from agentcore.models import NO_NUL, Health, Problem
+from agentcore_starlette.openai_responses import OpenAIErrorResponse
 from agentcore_starlette.routing import ApiRoute
 
 REF = "#/components/schemas/{model}"
@@ -51,6 +52,24 @@ def _event_stream(route: ApiRoute, components: dict[str, Any]) -> dict[str, Any]
             }
             for event in route.events
         },
+    }
+
+
+def _error_responses(
+    route: ApiRoute, components: dict[str, Any], problem: dict[str, Any]
+) -> dict[str, Any]:
+    """The failures of ``route``: problem documents, or for the OpenAI-compatible routes
+    OpenAI's error envelope (an invalid field is a 400 there, not a 422)."""
+    if route.error_format == "openai":
+        envelope = _schema(OpenAIErrorResponse, components, "serialization")
+        return {
+            status: {"description": text, "content": {"application/json": {"schema": envelope}}}
+            for status, text in _ERRORS.items()
+            if status != "422"
+        }
+    return {
+        status: {"description": text, "content": {"application/problem+json": {"schema": problem}}}
+        for status, text in _ERRORS.items()
     }
 
 
@@ -107,6 +126,14 @@ def declare_limits(
         prop("SearchRequest", "query")["maxLength"] = settings.max_query_chars
     if "ChatMessageRequest" in requests:
         prop("ChatMessageRequest", "message")["maxLength"] = settings.max_message_chars
+    if "ChatCompletionRequest" in requests:
+        _no_nul_strings(components["ChatCompletionMessageParam"])
+        message = components["ChatCompletionMessageParam"]["properties"]
+        _typed(message["content"], "string")["maxLength"] = settings.max_message_chars
+        for part in _typed(message["content"], "array")["items"]["anyOf"]:
+            for text in part["properties"].values():
+                if text.get("type") == "string":
+                    text["maxLength"] = settings.max_message_chars
     if "TextDocumentCreate" in requests:
         prop("TextDocumentCreate", "text")["maxLength"] = settings.max_text_chars
     if "WebhookSubscribeRequest" in requests:
@@ -224,13 +251,7 @@ def build_openapi(
                     if route.accepted is not None
                     else {}
                 ),
-                **{
-                    status: {
-                        "description": text,
-                        "content": {"application/problem+json": {"schema": problem}},
-                    }
-                    for status, text in _ERRORS.items()
-                },
+                **_error_responses(route, components, problem),
             },
         }
         if route.events:
