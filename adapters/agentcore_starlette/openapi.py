@@ -185,6 +185,61 @@ def _health_operation(components: dict[str, Any], problem: dict[str, Any]) -> di
     }
 
 
+def _mcp_operation(settings: Settings, problem: dict[str, Any]) -> dict[str, Any]:
+    """``POST /mcp``: the MCP endpoint (JSON-RPC 2.0 over streamable HTTP)."""
+    return {
+        "post": {
+            "operationId": "mcp",
+            "summary": "Model Context Protocol (streamable HTTP)",
+            "description": "One JSON-RPC 2.0 message per request (stateless: no"
+            " `Mcp-Session-Id`), answered as JSON. Tools: `search_knowledge`, `list_agents`,"
+            " `chat_with_agent`, and for write keys `ingest_document`. Point an MCP client"
+            " here with the `Authorization: Bearer` header; docs/openai-and-mcp.md has the"
+            " details.",
+            "tags": ["mcp"],
+            "x-scope": "any",
+            "requestBody": {
+                "required": True,
+                "content": {
+                    "application/json": {
+                        "schema": {
+                            "type": "object",
+                            "description": "A JSON-RPC 2.0 request or notification, at most"
+                            f" {settings.max_body_bytes} bytes.",
+                            "required": ["jsonrpc", "method"],
+                            "properties": {
+                                "jsonrpc": {"const": "2.0"},
+                                "id": {"type": ["string", "integer"]},
+                                "method": {"type": "string"},
+                                "params": {"type": "object"},
+                            },
+                        }
+                    }
+                },
+            },
+            "responses": {
+                "200": {
+                    "description": "The JSON-RPC response (a result or a JSON-RPC error)",
+                    "content": {"application/json": {"schema": {"type": "object"}}},
+                },
+                "202": {"description": "A notification, accepted"},
+                **{
+                    status: {
+                        "description": text,
+                        "content": {"application/problem+json": {"schema": problem}},
+                    }
+                    for status, text in _ERRORS.items()
+                    if status in ("401", "413", "429")
+                },
+                "400": {
+                    "description": "Not a JSON-RPC message, or not JSON",
+                    "content": {"application/json": {"schema": {"type": "object"}}},
+                },
+            },
+        }
+    }
+
+
 def build_openapi(
     routes: Sequence[ApiRoute],
     *,
@@ -194,6 +249,7 @@ def build_openapi(
     event_kinds: Sequence[str] = (),
     chat_models: Sequence[str] = (),
     root_path: str = "",
+    mcp: bool = False,
 ) -> dict[str, Any]:
     """An OpenAPI 3.1 document covering every route in ``routes``.
 
@@ -201,6 +257,7 @@ def build_openapi(
     :param event_kinds: the kinds a subscription may name (the core's event bus).
     :param chat_models: the names an agent's ``model`` may take.
     :param root_path: where the app is mounted (ASGI ``root_path``): the ``servers`` URL.
+    :param mcp: whether the app serves the MCP endpoint (``/mcp``).
     """
     settings = settings or Settings.model_validate({})
     components: dict[str, Any] = {}
@@ -283,6 +340,8 @@ def build_openapi(
             operation["requestBody"] = {"required": True, "content": content}
         paths.setdefault(prefix + route.path, {})[route.method.lower()] = operation
     paths[prefix + "/health"] = _health_operation(components, problem)
+    if mcp:
+        paths[prefix + "/mcp"] = _mcp_operation(settings, problem)
     declare_limits(components, requests, settings, event_kinds=event_kinds, chat_models=chat_models)
     return {
         "openapi": "3.1.0",

@@ -4,7 +4,7 @@ headers.
 
 The API answers failures as RFC 9457 problem documents; the OpenAI-compatible routes
 answer them in OpenAI's error envelope (``openai_error_response``), so OpenAI's SDKs
-raise their own exceptions. A route picks its format for the request by putting its
+raise their own exceptions, and ``/v1/mcp`` as JSON-RPC errors (``mcp_error_response``). A route picks its format for the request by putting its
 responder in ``scope["state"][RESPONDER]``, which ``ApiMiddleware`` reads.
 """
 
@@ -150,6 +150,32 @@ def openai_error_response(error: AgentCoreError, request_id: str | None) -> Resp
     return Response(
         json.dumps(openai_error_body(error), separators=(",", ":")).encode(),
         status_code=openai_status(error),
+        media_type="application/json",
+        headers=headers,
+    )
+
+
+JSONRPC_INVALID_REQUEST = -32600
+JSONRPC_INTERNAL_ERROR = -32603
+
+
+def mcp_error_response(error: AgentCoreError, request_id: str | None) -> Response:
+    """``error`` as a JSON-RPC error, for ``/v1/mcp``: the HTTP status and headers of the
+    problem (a 401 still says ``WWW-Authenticate``), ``message`` its detail and ``data``
+    the problem document. MCP clients surface such a body as the error of the request
+    they sent (a problem document they would only report as a failed request)."""
+    headers = problem_headers(error)
+    if request_id:
+        headers["Request-Id"] = request_id
+    code = JSONRPC_INTERNAL_ERROR if error.status >= 500 else JSONRPC_INVALID_REQUEST
+    body = {
+        "jsonrpc": "2.0",
+        "id": None,  # refused before the message was read
+        "error": {"code": code, "message": error.detail, "data": problem_body(error, request_id)},
+    }
+    return Response(
+        json.dumps(body, separators=(",", ":")).encode(),
+        status_code=error.status,
         media_type="application/json",
         headers=headers,
     )
