@@ -66,6 +66,11 @@ class McpEndpoint:
         self._manager: StreamableHTTPSessionManager | None = None
         _ENDPOINTS.setdefault(api.core, weakref.WeakSet()).add(self)
 
+    @property
+    def serving(self) -> bool:
+        """Whether the SDK's session manager runs now (from the first request on)."""
+        return self._manager is not None
+
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
         """While this runs, requests may start the SDK's session manager (in this task
