@@ -31,7 +31,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 from agentcore.errors import NotFound, ServiceUnavailable
 from agentcore.redact import get_logger
-from agentcore_starlette.bodies import read_limited
+from agentcore_starlette.bodies import read_limited, require_json
 from agentcore_starlette.credentials import refuse_secrets_in_query
 from agentcore_starlette.problems import RESPONDER, mcp_error_response
 
@@ -98,8 +98,7 @@ class McpEndpoint:
                 "The MCP endpoint needs the official MCP SDK: pip install 'agentcore[mcp]'.",
                 code="mcp_not_installed",
             )
-        if scope["method"] == "POST":  # within the API's own body limits, as REST reads
-            receive = await self._read_body(request)
+        receive = await self._read_body(request)
         scope["state"][WORKSPACE] = workspace
         manager = await self._manager_now()
         extra = [(name.lower().encode(), value.encode()) for name, value in limits.items()]
@@ -112,8 +111,10 @@ class McpEndpoint:
         await manager.handle_request(scope, receive, send_with_limits)
 
     async def _read_body(self, request: Request) -> Receive:
-        """Read the body within ``max_body_bytes`` and ``body_timeout`` (413, 408), and
-        hand it to the SDK as it had come."""
+        """Read the JSON body as REST reads one: 415 for another media type, 413 past
+        ``max_body_bytes``, 408 when it stalls (``body_timeout``); then hand it to the
+        SDK as it had come."""
+        require_json(request)
         settings = self.api.settings
         body = await read_limited(request, settings.max_body_bytes, timeout=settings.body_timeout)
         sent = False

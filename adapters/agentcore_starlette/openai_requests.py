@@ -24,88 +24,48 @@ from agentcore.models import Request
 
 Handling = Literal["used", "ignored", "refused"]
 
-
-@dataclass(frozen=True)
-class Parameter:
-    """One request field of Chat Completions and what agentcore does with it.
-
-    ``handling`` is ``used`` (it has its effect), ``ignored`` (accepted, checked for
-    type and range, without effect) or ``refused`` (a 400 ``unsupported_parameter``
-    when set to what ``note`` says; the neutral values are accepted).
-    """
-
-    name: str
-    handling: Handling
-    note: str
-
-
-PARAMETERS = (
-    Parameter("model", "used", "The id of the agent that answers (`GET /v1/models` lists them)."),
-    Parameter(
-        "messages",
-        "used",
-        "The last message, a user's, is answered; the user and assistant messages before"
-        " it are the model's history (the last `history_turns`). `system` and `developer`"
-        " messages are ignored: the agent's own system prompt applies. `tool` and `function`"
-        " messages, assistant `tool_calls`, and content parts other than text are refused.",
-    ),
-    Parameter("stream", "used", "`true`: `chat.completion.chunk` events, then `data: [DONE]`."),
-    Parameter(
-        "stream_options",
-        "used",
-        "`include_usage`: a last chunk with empty `choices` and `usage` (`null` while the"
-        " chat model does not report it). `include_obfuscation` is ignored.",
-    ),
-    Parameter("n", "refused", "Above 1: an agent gives one answer per turn."),
-    Parameter(
-        "tools", "refused", "Non-empty: an agent's tools are set on the agent and run there."
-    ),
-    Parameter(
-        "tool_choice", "refused", "`required` or a named function (`none`, `auto`: ignored)."
-    ),
-    Parameter("parallel_tool_calls", "ignored", "No client-side tools."),
-    Parameter("functions", "refused", "Non-empty (the deprecated form of `tools`)."),
-    Parameter("function_call", "refused", "A named function (`none`, `auto`: ignored)."),
-    Parameter(
-        "response_format",
-        "refused",
-        "`json_object` or `json_schema`: the answer is cited text, never guaranteed JSON"
-        " (`text` is accepted).",
-    ),
-    Parameter("logprobs", "refused", "`true`: the chat model reports no token probabilities."),
-    Parameter("top_logprobs", "refused", "Any value (it needs `logprobs`)."),
-    Parameter("logit_bias", "refused", "Non-empty: token biases cannot be applied."),
-    Parameter("stop", "refused", "Any stop sequence: the answer is not cut at one."),
-    Parameter("modalities", "refused", 'Anything but `text` (`["text"]` is accepted).'),
-    Parameter("audio", "refused", "Any value: answers are text."),
-    Parameter("web_search_options", "refused", "Any value: answers come from the knowledge core."),
-    Parameter(
-        "store",
-        "refused",
-        "`false`: every answered turn is kept in its conversation (`true` is accepted).",
-    ),
-    Parameter("temperature", "ignored", "The agent's chat model decides (range 0-2 checked)."),
-    Parameter("top_p", "ignored", "The agent's chat model decides (range 0-1 checked)."),
-    Parameter("max_tokens", "ignored", "The answer is not cut short."),
-    Parameter("max_completion_tokens", "ignored", "The answer is not cut short."),
-    Parameter("presence_penalty", "ignored", "Range -2 to 2 checked."),
-    Parameter("frequency_penalty", "ignored", "Range -2 to 2 checked."),
-    Parameter("seed", "ignored", "Answers of the built-in model are deterministic anyway."),
-    Parameter("user", "ignored", "Deprecated by OpenAI too."),
-    Parameter("safety_identifier", "ignored", ""),
-    Parameter("prompt_cache_key", "ignored", ""),
-    Parameter("metadata", "ignored", ""),
-    Parameter("service_tier", "ignored", ""),
-    Parameter("reasoning_effort", "ignored", ""),
-    Parameter("verbosity", "ignored", ""),
-    Parameter("prediction", "ignored", "A hint for speed only."),
-    Parameter(
-        "conversation_id",
-        "used",
-        "agentcore's extension: continue a stored conversation (its turns are the history;"
-        " `messages` then holds only the new user message).",
-    ),
-)
+PARAMETERS: dict[str, Handling] = {
+    "model": "used",
+    "messages": "used",
+    "stream": "used",
+    "stream_options": "used",
+    "conversation_id": "used",  # agentcore's extension
+    "n": "refused",
+    "tools": "refused",
+    "tool_choice": "refused",
+    "functions": "refused",
+    "function_call": "refused",
+    "response_format": "refused",
+    "logprobs": "refused",
+    "top_logprobs": "refused",
+    "logit_bias": "refused",
+    "stop": "refused",
+    "modalities": "refused",
+    "audio": "refused",
+    "web_search_options": "refused",
+    "store": "refused",
+    "parallel_tool_calls": "ignored",
+    "temperature": "ignored",
+    "top_p": "ignored",
+    "max_tokens": "ignored",
+    "max_completion_tokens": "ignored",
+    "presence_penalty": "ignored",
+    "frequency_penalty": "ignored",
+    "seed": "ignored",
+    "user": "ignored",
+    "safety_identifier": "ignored",
+    "prompt_cache_key": "ignored",
+    "metadata": "ignored",
+    "service_tier": "ignored",
+    "reasoning_effort": "ignored",
+    "verbosity": "ignored",
+    "prediction": "ignored",
+}
+"""What agentcore does with each field of a Chat Completions request: ``used`` (it has
+its effect), ``ignored`` (accepted, checked for type and range, without effect), or
+``refused`` (400 ``unsupported_parameter`` when set to a value that would change the
+answer's meaning; its neutral values, such as ``n: 1`` or ``tools: []``, are accepted).
+docs/openai-and-mcp.md says why for each."""
 
 _TEXT_PARTS = ("text", "refusal")
 _FREE_CHOICES = ("none", "auto")

@@ -185,8 +185,37 @@ def _health_operation(components: dict[str, Any], problem: dict[str, Any]) -> di
     }
 
 
-def _mcp_operation(settings: Settings, problem: dict[str, Any]) -> dict[str, Any]:
+_MCP_REFUSALS = {
+    "401": "Missing or invalid API key",
+    "404": "The MCP SDK is not installed (`mcp_not_installed`)",
+    "408": "The body stalled",
+    "413": "Body too large",
+    "415": "Not JSON",
+    "429": "Rate limited",
+    "503": "The endpoint is not running (`mcp_not_started`: served without its lifespan)",
+}
+
+
+def _mcp_operation(settings: Settings) -> dict[str, Any]:
     """``POST /mcp``: the MCP endpoint (JSON-RPC 2.0 over streamable HTTP)."""
+    error = {
+        "type": "object",
+        "required": ["jsonrpc", "error"],
+        "properties": {
+            "jsonrpc": {"const": "2.0"},
+            "id": {"type": ["string", "integer", "null"]},
+            "error": {
+                "type": "object",
+                "required": ["code", "message"],
+                "properties": {
+                    "code": {"type": "integer"},
+                    "message": {"type": "string"},
+                    "data": {"description": "For the API's own refusals, the problem document."},
+                },
+            },
+        },
+    }
+    json_rpc_error = {"application/json": {"schema": error}}
     return {
         "post": {
             "operationId": "mcp",
@@ -194,8 +223,9 @@ def _mcp_operation(settings: Settings, problem: dict[str, Any]) -> dict[str, Any
             "description": "One JSON-RPC 2.0 message per request (stateless: no"
             " `Mcp-Session-Id`), answered as JSON. Tools: `search_knowledge`, `list_agents`,"
             " `chat_with_agent`, and for write keys `ingest_document`. Point an MCP client"
-            " here with the `Authorization: Bearer` header; docs/openai-and-mcp.md has the"
-            " details.",
+            " here with the `Authorization: Bearer` header. A request the API refuses"
+            " (401, 413, 429, ...) is answered with that status and a JSON-RPC error whose"
+            " `data` is the problem document.",
             "tags": ["mcp"],
             "x-scope": "any",
             "requestBody": {
@@ -209,9 +239,12 @@ def _mcp_operation(settings: Settings, problem: dict[str, Any]) -> dict[str, Any
                             "required": ["jsonrpc", "method"],
                             "properties": {
                                 "jsonrpc": {"const": "2.0"},
-                                "id": {"type": ["string", "integer"]},
+                                "id": {
+                                    "description": "A string or integer; none for a"
+                                    " notification (answered 202)."
+                                },
                                 "method": {"type": "string"},
-                                "params": {"type": "object"},
+                                "params": {"type": ["object", "null"]},
                             },
                         }
                     }
@@ -223,17 +256,11 @@ def _mcp_operation(settings: Settings, problem: dict[str, Any]) -> dict[str, Any
                     "content": {"application/json": {"schema": {"type": "object"}}},
                 },
                 "202": {"description": "A notification, accepted"},
+                "400": {"description": "Not a JSON-RPC message", "content": json_rpc_error},
+                "406": {"description": "`Accept` lacks application/json"},
                 **{
-                    status: {
-                        "description": text,
-                        "content": {"application/problem+json": {"schema": problem}},
-                    }
-                    for status, text in _ERRORS.items()
-                    if status in ("401", "413", "429")
-                },
-                "400": {
-                    "description": "Not a JSON-RPC message, or not JSON",
-                    "content": {"application/json": {"schema": {"type": "object"}}},
+                    status: {"description": text, "content": json_rpc_error}
+                    for status, text in _MCP_REFUSALS.items()
                 },
             },
         }
@@ -341,7 +368,7 @@ def build_openapi(
         paths.setdefault(prefix + route.path, {})[route.method.lower()] = operation
     paths[prefix + "/health"] = _health_operation(components, problem)
     if mcp:
-        paths[prefix + "/mcp"] = _mcp_operation(settings, problem)
+        paths[prefix + "/mcp"] = _mcp_operation(settings)
     declare_limits(components, requests, settings, event_kinds=event_kinds, chat_models=chat_models)
     return {
         "openapi": "3.1.0",
