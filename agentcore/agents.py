@@ -11,7 +11,7 @@ from agentcore.models import Agent, AgentCreate, AgentList, AgentStatus, AgentUp
 
 if TYPE_CHECKING:
     from agentcore.chat_models import ChatModel
-    from agentcore.storage.base import AgentStorage
+    from agentcore.storage.base import AgentStore
     from agentcore.workspace import Workspace
 
 # (from, to) pairs that are allowed; anything else is a 409.
@@ -36,7 +36,7 @@ class AgentService:
         self,
         workspace: Workspace,
         *,
-        store: AgentStorage,
+        store: AgentStore,
         chat_models: Mapping[str, ChatModel],
     ) -> None:
         self._ws = workspace

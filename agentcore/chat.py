@@ -43,7 +43,7 @@ from agentcore.knowledge.citing import supporting_pages
 from agentcore.knowledge.terms import TermStats
 from agentcore.models import HANDOFF_TOOL, Agent, AgentStatus, ChatMessageResponse, Citation
 from agentcore.redact import get_logger
-from agentcore.storage.base import AgentStorage, ConversationStorage
+from agentcore.storage.base import AgentStore, ConversationStore
 from agentcore.storage.records import StoredChunk, StoredMessage
 
 if TYPE_CHECKING:
@@ -109,7 +109,7 @@ def build_citations(
     return [Citation(source=source, pages=sorted(found)) for source, found in pages.items()]
 
 
-class ChatStore(AgentStorage, ConversationStorage, Protocol):
+class ChatStore(AgentStore, ConversationStore, Protocol):
     """What chat keeps: it reads agents and writes conversations."""
 
 

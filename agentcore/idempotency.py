@@ -20,7 +20,7 @@ from agentcore.errors import AgentCoreError, Cancelled, Conflict, DeadlineExceed
 from agentcore.storage.records import StoredResult
 
 if TYPE_CHECKING:
-    from agentcore.storage.base import IdempotencyStorage
+    from agentcore.storage.base import IdempotencyStore
 
 KEY_PARAM = "Idempotency-Key"
 
@@ -50,7 +50,7 @@ class IdempotencyKeys:
 
     def __init__(
         self,
-        store: IdempotencyStorage,
+        store: IdempotencyStore,
         *,
         ttl: float,
         clock: Callable[[], float] = time.time,

@@ -17,7 +17,7 @@ from agentcore.ids import BASE62, isoformat, new_id, random_base62, to_base62, u
 from agentcore.models import ApiKey, Environment, IssuedKey, Scope
 
 if TYPE_CHECKING:
-    from agentcore.storage.base import KeyStorage
+    from agentcore.storage.base import KeyStore
 
 RANDOM_CHARS = 32  # 32 base62 characters: 190 bits of randomness
 CHECKSUM_CHARS = 6  # base62 CRC32, as GitHub tokens carry
@@ -98,7 +98,7 @@ class KeyManager:
         without one they are written at once, in the calling thread.
     """
 
-    def __init__(self, store: KeyStorage, *, toucher: Executor | None = None) -> None:
+    def __init__(self, store: KeyStore, *, toucher: Executor | None = None) -> None:
         self._store = store
         self._lock = threading.Lock()
         self._toucher = toucher

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from agentcore.config import Settings
 from agentcore.errors import RateLimited
-from agentcore.storage.base import RateLimitStorage
+from agentcore.storage.base import RateLimitStore
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,7 @@ class RateLimiter:
         settings: Settings,
         *,
         clock: Callable[[], float] | None = None,
-        store: RateLimitStorage | None = None,
+        store: RateLimitStore | None = None,
     ):
         self._rates = {"live": settings.rate_limit_live, "test": settings.rate_limit_test}
         backend = settings.rate_limit_backend

@@ -18,7 +18,6 @@ import os
 import sys
 import tempfile
 import time
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +26,7 @@ for extra in (REPO, REPO / "tests"):
     if str(extra) not in sys.path:
         sys.path.insert(0, str(extra))
 
+from throwaway_postgres import postgres  # noqa: E402
 from webhook_receiver import Receiver  # noqa: E402
 
 from agentcore import AgentCore  # noqa: E402
@@ -75,31 +75,15 @@ def main() -> int:
     parser.add_argument("--events", type=int, default=20)
     parser.add_argument("--interval", type=float, default=0.3, help="seconds between events")
     args = parser.parse_args()
-    server = None
-    url = args.db
-    if url is None:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            import pgserver
-
-            data = Path(tempfile.mkdtemp(prefix="agentcore-bench-pg-"))
-            server = pgserver.get_server(data, cleanup_mode="delete")
-        url = server.get_uri()
     rows = []
-    try:
-        with tempfile.TemporaryDirectory() as tmp:
-            rows.append(
-                (
-                    "SQLite, two cores on one file (polling)",
-                    run(f"{tmp}/w.db", args.events, args.interval),
-                )
+    with postgres(args.db) as url, tempfile.TemporaryDirectory() as tmp:
+        rows.append(
+            (
+                "SQLite, two cores on one file (polling)",
+                run(f"{tmp}/w.db", args.events, args.interval),
             )
+        )
         rows.append(("PostgreSQL, two cores (LISTEN/NOTIFY)", run(url, args.events, args.interval)))
-    finally:
-        if server is not None:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                server.cleanup()
     print(
         f"\n{args.events} events, one every {args.interval} s; {os.cpu_count()} CPUs, shared and loaded\n"
     )

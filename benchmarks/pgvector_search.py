@@ -24,9 +24,7 @@ import json
 import os
 import platform
 import sys
-import tempfile
 import time
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +38,9 @@ from agentcore.knowledge.index import VectorIndex  # noqa: E402
 
 HELPERS = kernels.scan_helpers()  # the scan helpers a core's runtime lends its indexes
 from agentcore.storage.postgres import PostgresStore  # noqa: E402
+
+sys.path.insert(0, str(REPO / "benchmarks"))
+from throwaway_postgres import postgres  # noqa: E402
 
 SEGMENT = 65_536
 
@@ -144,26 +145,10 @@ def main() -> int:
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
 
-    server = None
-    url = args.db
-    if url is None:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            import pgserver
-
-            server = pgserver.get_server(
-                Path(tempfile.mkdtemp(prefix="agentcore-bench-pg-")), cleanup_mode="delete"
-            )
-        url = server.get_uri()
     rows: list[dict[str, Any]] = []
-    try:
+    with postgres(args.db) as url:
         for n in args.sizes:
             rows += run_size(url, n, args.dim, args.k, args.queries)
-    finally:
-        if server is not None:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                server.cleanup()
 
     print(
         f"\nk={args.k}, d={args.dim}, {args.queries} queries, {platform.processor() or platform.machine()}"

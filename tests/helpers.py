@@ -16,6 +16,8 @@ import httpx
 import agentcore
 from agentcore import AgentCore
 from agentcore.chat_models import ChatRequest, ChatResult
+from agentcore.ids import new_id, utcnow
+from agentcore.models import Document
 
 PROBLEM_MEMBERS = {"type", "title", "status", "detail", "code", "request_id"}
 CLI = [sys.executable, "-m", "agentcore.cli"]
@@ -44,6 +46,20 @@ def assert_problem(
     if param is not ...:
         assert body.get("param") == param, body
     return body
+
+
+def make_document(**fields: Any) -> Document:
+    """A ready one-page text document with one chunk, for the store's write methods."""
+    values: dict[str, Any] = {
+        "id": new_id("doc"),
+        "source": "a.txt",
+        "content_type": "text/plain",
+        "pages": 1,
+        "chunks": 1,
+        "bytes": 100,
+        "created_at": utcnow(),
+    }
+    return Document.model_validate({**values, **fields})
 
 
 def cli_env(db: Path | None = None) -> dict[str, str]:

@@ -26,7 +26,7 @@ from agentcore.storage.records import KnowledgeChanges, KnowledgeState, StaleEmb
 
 if TYPE_CHECKING:
     from agentcore.cancellation import Cancellation
-    from agentcore.storage.base import KnowledgeStorage
+    from agentcore.storage.base import KnowledgeStore
 
 T = TypeVar("T")
 Key = tuple[str, str]
@@ -107,7 +107,7 @@ class IndexCache:
 
     def __init__(
         self,
-        store: KnowledgeStorage,
+        store: KnowledgeStore,
         *,
         embedders: Mapping[str, Embedder],
         embedder: str,

@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from agentcore.config import Settings
     from agentcore.models import Document
     from agentcore.runtime import Runtime
-    from agentcore.storage.base import KnowledgeStorage
+    from agentcore.storage.base import KnowledgeStore
 
 __all__ = ["IngestRuntime", "WorkersUnavailable"]
 
@@ -115,7 +115,7 @@ class IngestRuntime:
 
     def __init__(
         self,
-        store: KnowledgeStorage,
+        store: KnowledgeStore,
         settings: Settings,
         *,
         run: Callable[[IngestJob, Cancellation], Document | None],

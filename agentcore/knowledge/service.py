@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from agentcore.config import Settings
     from agentcore.knowledge.jobs import IngestRuntime
     from agentcore.knowledge.terms import TermCounter
-    from agentcore.storage.base import KnowledgeStorage
+    from agentcore.storage.base import KnowledgeStore
     from agentcore.workspace import Workspace
 
 
@@ -95,7 +95,7 @@ class KnowledgeService:
         self,
         workspace: Workspace,
         *,
-        store: KnowledgeStorage,
+        store: KnowledgeStore,
         settings: Settings,
         index: IndexCache,
         jobs: IngestRuntime | None = None,

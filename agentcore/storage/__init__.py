@@ -1,1 +1,1 @@
-"""Storage backends: the ``Store`` protocol and the embedded SQLite store."""
+"""Storage: the ``Store`` protocol, and one SQL store for SQLite and PostgreSQL."""

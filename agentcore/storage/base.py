@@ -1,13 +1,14 @@
-"""The ``Store`` protocol: what the core needs from a backend (SQLite now, PostgreSQL later).
+"""The ``Store`` protocol: what the core needs from a backend, in slices per service.
 
 Every method takes plain values and returns models or small dataclasses, commits its
 own transaction, and scopes by (organization_id, environment) where data is tenant
-data — so a PostgreSQL store can implement it without changes to the core.
+data. Each slice (``AgentStore``, ...) is what one service depends on; ``Store`` is all
+of them. ``storage/sql`` implements them once, for SQLite and PostgreSQL alike.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
@@ -16,7 +17,9 @@ import numpy.typing as npt
 from agentcore.events import Event
 from agentcore.models import Agent, ApiKey, Delivery, Document, Organization, Problem
 from agentcore.storage.records import (
+    Chunks,
     DueDelivery,
+    Ids,
     IngestJob,
     KnowledgeChanges,
     KnowledgeState,
@@ -24,14 +27,15 @@ from agentcore.storage.records import (
     StoredMessage,
     StoredResult,
     StoredSubscription,
+    TermCounts,
     TokenTake,
+    Vectors,
 )
 
 
-class KeyStorage(Protocol):
+class KeyStore(Protocol):
     """Organizations and API keys: what ``KeyManager`` and ``AgentCore`` use."""
 
-    # organizations and keys
     def ensure_organization(self, name: str) -> Organization:
         """The organization named ``name``, created if missing."""
 
@@ -54,10 +58,9 @@ class KeyStorage(Protocol):
         """Set ``revoked_at``, ``expires_at``, ``last_used_at`` or ``name``."""
 
 
-class AgentStorage(Protocol):
+class AgentStore(Protocol):
     """Agents: what ``AgentService`` uses (and chat, to find the answering agent)."""
 
-    # agents
     def insert_agent(self, organization_id: str, environment: str, agent: Agent) -> None:
         """Store a new agent."""
 
@@ -81,20 +84,19 @@ class AgentStorage(Protocol):
         """A page of agents with one of ``statuses``, newest first, and ``has_more``."""
 
 
-class KnowledgeStorage(Protocol):
+class KnowledgeStore(Protocol):
     """Documents, chunks and vectors: what ``KnowledgeService`` and ``IndexCache`` use."""
 
-    # knowledge
     def insert_document(
         self,
         organization_id: str,
         environment: str,
         document: Document,
-        chunks: Sequence[tuple[str, list[int], list[int]]],
+        chunks: Chunks,
         embedder: str,
-        vectors: npt.NDArray[np.float32],
+        vectors: Vectors,
         keep: npt.NDArray[np.bool_],
-        term_counts: tuple[int, Mapping[str, int]] | None = None,
+        term_counts: TermCounts | None = None,
     ) -> list[int]:
         """Store a document, its chunks and the ``keep`` rows' vectors atomically.
 
@@ -112,14 +114,14 @@ class KnowledgeStorage(Protocol):
         document_id: str | None,
         embedder: str,
         dimension: int,
-        ids: npt.NDArray[np.int64],
-        vectors: npt.NDArray[np.float32],
+        ids: Ids,
+        vectors: Vectors,
     ) -> None:
         """Append vectors as whole-buffer segments."""
 
     def load_vectors(
         self, organization_id: str, environment: str, dimension: int
-    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]:
+    ) -> tuple[Ids, Vectors]:
         """Every vector of a workspace: an id array and one contiguous float32 matrix."""
 
     def count_vectors(self, organization_id: str, environment: str) -> int:
@@ -130,7 +132,7 @@ class KnowledgeStorage(Protocol):
         organization_id: str,
         environment: str,
         embedder: str,
-        segments: Sequence[tuple[str | None, npt.NDArray[np.int64], npt.NDArray[np.float32]]],
+        segments: Sequence[tuple[str | None, Ids, Vectors]],
         dimension: int,
     ) -> None:
         """Swap every vector of a workspace for new ones atomically."""
@@ -182,7 +184,6 @@ class KnowledgeStorage(Protocol):
     ) -> Iterator[tuple[str, list[int], list[str]]]:
         """``(document_id, chunk ids, texts)`` per document."""
 
-    # background ingestion (documents in status "processing" and their durable jobs)
     def insert_processing_document(
         self,
         organization_id: str,
@@ -219,11 +220,11 @@ class KnowledgeStorage(Protocol):
         organization_id: str,
         environment: str,
         document: Document,
-        chunks: Sequence[tuple[str, list[int], list[int]]],
+        chunks: Chunks,
         embedder: str,
-        vectors: npt.NDArray[np.float32],
+        vectors: Vectors,
         keep: npt.NDArray[np.bool_],
-        term_counts: tuple[int, Mapping[str, int]] | None = None,
+        term_counts: TermCounts | None = None,
     ) -> list[int] | None:
         """A ``processing`` document becomes ``ready`` with its chunks and vectors.
 
@@ -238,10 +239,9 @@ class KnowledgeStorage(Protocol):
         """A ``processing`` document becomes ``failed`` with ``last_error``; its job goes."""
 
 
-class WebhookStorage(Protocol):
+class WebhookStore(Protocol):
     """Subscriptions and the event outbox: what ``WebhookService`` and ``WebhookRuntime`` use."""
 
-    # webhooks and the event outbox
     def insert_subscription(
         self,
         organization_id: str,
@@ -318,10 +318,9 @@ class WebhookStorage(Protocol):
         """A page of a subscription's deliveries with attempts."""
 
 
-class ConversationStorage(Protocol):
+class ConversationStore(Protocol):
     """Conversations and their messages: what ``ChatService`` uses."""
 
-    # conversations
     def create_conversation(self, organization_id: str, environment: str, agent_id: str) -> str:
         """A new conversation's id."""
 
@@ -337,10 +336,9 @@ class ConversationStorage(Protocol):
         """The last ``limit`` messages, oldest first."""
 
 
-class IdempotencyStorage(Protocol):
+class IdempotencyStore(Protocol):
     """Idempotency keys and the results they replay: what ``agentcore.idempotency`` uses."""
 
-    # idempotency
     def claim_idempotency_key(
         self,
         organization_id: str,
@@ -362,7 +360,7 @@ class IdempotencyStorage(Protocol):
         """Forget an in-progress claim."""
 
 
-class RateLimitStorage(Protocol):
+class RateLimitStore(Protocol):
     """Token buckets shared by every process on the store (``rate_limit_backend = "store"``)."""
 
     def take_token(self, key_id: str, *, rate: float, burst: float, now: float) -> TokenTake:
@@ -374,18 +372,18 @@ class RateLimitStorage(Protocol):
 
 
 class Store(
-    KeyStorage,
-    AgentStorage,
-    KnowledgeStorage,
-    WebhookStorage,
-    ConversationStorage,
-    IdempotencyStorage,
-    RateLimitStorage,
+    KeyStore,
+    AgentStore,
+    KnowledgeStore,
+    WebhookStore,
+    ConversationStore,
+    IdempotencyStore,
+    RateLimitStore,
     Protocol,
 ):
     """A backend for everything agentcore keeps: every slice above, plus its lifecycle.
 
-    Services depend on the slice they use (``AgentStorage``, ...); only the core, which
+    Services depend on the slice they use (``AgentStore``, ...); only the core, which
     wires them, holds the whole ``Store``.
     """
 
@@ -407,12 +405,8 @@ class VectorSearchStore(Protocol):
     """Optional capability: a store that ranks vectors itself (``vector_search="pgvector"``)."""
 
     def search_vectors(
-        self,
-        organization_id: str,
-        environment: str,
-        query: npt.NDArray[np.float32],
-        k: int,
-    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]:
+        self, organization_id: str, environment: str, query: Vectors, k: int
+    ) -> tuple[Ids, Vectors]:
         """The ``k`` ids most cosine-similar to the unit vector ``query`` and their scores,
         best first, ties by ascending id (as ``VectorIndex.search``)."""
 

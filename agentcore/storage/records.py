@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -9,6 +10,15 @@ import numpy as np
 import numpy.typing as npt
 
 from agentcore.models import WebhookSubscription
+
+Ids = npt.NDArray[np.int64]
+"""Vector ids (a vector's id is its chunk's)."""
+Vectors = npt.NDArray[np.float32]
+"""Vectors, one row each."""
+Chunks = Sequence[tuple[str, list[int], list[int]]]
+"""A document's chunks: ``(text, pages, page offsets)`` each."""
+TermCounts = tuple[int, Mapping[str, int]]
+"""A document's ``(sentences, {stem: sentences holding it})``."""
 
 
 @dataclass(frozen=True)
@@ -55,9 +65,9 @@ class KnowledgeChanges:
     """
 
     version: int
-    added_ids: npt.NDArray[np.int64]
-    added_vectors: npt.NDArray[np.float32]
-    deleted_ids: npt.NDArray[np.int64]
+    added_ids: Ids
+    added_vectors: Vectors
+    deleted_ids: Ids
 
 
 @dataclass(frozen=True)
@@ -144,7 +154,7 @@ class IngestJob:
 
 def segment_arrays(
     ids: npt.ArrayLike, vectors: npt.ArrayLike, dimension: int
-) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]:
+) -> tuple[Ids, Vectors]:
     """``ids`` and ``vectors`` as the little-endian int64/float32 buffers every store
     persists as a vector segment; ``ValueError`` unless the shape is (len(ids), dimension).
     """

@@ -33,7 +33,7 @@ from agentcore.webhooks.ssrf import AddressPolicy, Resolver, default_resolver
 
 if TYPE_CHECKING:
     from agentcore.config import Settings
-    from agentcore.storage.base import WebhookStorage
+    from agentcore.storage.base import WebhookStore
 
 log = get_logger("agentcore.webhooks")  # masks keys and secrets in every record
 
@@ -70,7 +70,7 @@ class WebhookRuntime:
 
     def __init__(
         self,
-        store: WebhookStorage,
+        store: WebhookStore,
         settings: Settings,
         *,
         clock: Callable[[], float] = time.time,

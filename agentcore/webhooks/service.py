@@ -20,7 +20,7 @@ from agentcore.webhooks.ssrf import validate_url
 
 if TYPE_CHECKING:
     from agentcore.config import Settings
-    from agentcore.storage.base import WebhookStorage
+    from agentcore.storage.base import WebhookStore
     from agentcore.webhooks.delivery import WebhookRuntime
     from agentcore.workspace import Workspace
 
@@ -51,7 +51,7 @@ class WebhookService:
         workspace: Workspace,
         runtime: WebhookRuntime,
         *,
-        store: WebhookStorage,
+        store: WebhookStore,
         kinds: EventKinds,
         settings: Settings,
     ) -> None:

@@ -361,7 +361,7 @@ def test_adopt_takes_the_arrays_without_copying_and_searches_them() -> None:
 
 def test_store_load_vectors_reads_every_segment_into_one_matrix(tmp_path: Path) -> None:
     from agentcore.storage.sqlite import SQLiteStore
-    from agentcore.storage.sqlite import knowledge as stored
+    from agentcore.storage.sqlite import connection as stored
 
     store = SQLiteStore.open(tmp_path / "v.db")
     rng = np.random.default_rng(5)

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from conftest import Api, free_port
-from helpers import assert_problem, run_cli
+from helpers import assert_problem, make_document, run_cli
 from own_postgres import dedicated_postgres, start_postmaster, stop_postmaster
 
 from agentcore import AgentCore
@@ -230,3 +230,67 @@ def test_cli_refuses_a_schema_newer_than_the_code(postgres_server: str) -> None:
     assert result.returncode == 2
     assert "version 999" in result.stderr and "upgrade agentcore" in result.stderr
     assert "sekrit" not in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("call", ["get_chunks", "term_counts", "iter_chunk_texts"])
+def test_chat_reads_on_a_killed_connection_are_retried(postgres_url: str, call: str) -> None:
+    """What a chat turn reads after retrieval ran once on a dead pooled connection and
+    failed (a 500); each is now retried on a fresh connection like every store method."""
+    import numpy as np
+
+    from agentcore.storage.postgres import PostgresStore
+
+    store = PostgresStore.open(postgres_url, pool_size=1)
+    try:
+        org = store.ensure_organization("acme").id
+        document = make_document(id="doc_1")
+        vector = np.ones((1, 4), dtype=np.float32) / 2
+        (chunk,) = store.insert_document(
+            org,
+            "test",
+            document,
+            [("Blades.", [1], [0])],
+            "e",
+            vector,
+            np.ones(1, bool),
+            (1, {"blade": 1}),
+        )
+        with store.db.read() as conn:
+            before = conn.execute("SELECT pg_backend_pid() AS pid").fetchone()["pid"]
+        assert _kill_backends(postgres_url) >= 1
+        if call == "get_chunks":
+            assert store.get_chunks([chunk])[chunk].text == "Blades."
+        elif call == "term_counts":
+            assert store.term_counts(org, "test", ["blade"]) == (1, {"blade": 1})
+        else:
+            assert list(store.iter_chunk_texts(org, "test")) == [("doc_1", [chunk], ["Blades."])]
+        with store.db.read() as conn:  # the call ran again, on a new connection
+            assert conn.execute("SELECT pg_backend_pid() AS pid").fetchone()["pid"] != before
+    finally:
+        store.close()
+
+
+def test_every_public_postgres_store_method_is_retried() -> None:
+    from agentcore.storage.base import Store, VectorSearchStore
+    from agentcore.storage.postgres import PostgresStore
+
+    names = {
+        name
+        for protocol in (Store, VectorSearchStore)
+        for name, member in vars_of(protocol).items()
+        if callable(member) and not name.startswith("_")
+    }
+    assert {"get_chunks", "term_counts", "search_vectors", "take_token"} <= names
+    for name in names - {"close", "iter_chunk_texts"}:
+        assert hasattr(getattr(PostgresStore, name), "__wrapped__"), name
+    # a generator's steps are public methods, retried each
+    assert hasattr(PostgresStore.document_ids, "__wrapped__")
+    assert hasattr(PostgresStore.chunk_texts, "__wrapped__")
+
+
+def vars_of(protocol: type) -> dict[str, Any]:
+    members: dict[str, Any] = {}
+    for cls in reversed(protocol.__mro__):
+        members.update(vars(cls))
+    return members

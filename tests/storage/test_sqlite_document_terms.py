@@ -21,9 +21,10 @@ from agentcore import AgentCore
 from agentcore.knowledge.cache import _unit_rows_into, nonzero_rows, unit_rows
 from agentcore.knowledge.terms import count_terms
 from agentcore.plugins.extractive import tokens_of
-from agentcore.storage.sqlite import knowledge as sqlite_knowledge
-from agentcore.storage.sqlite.knowledge import TermSums, json_ints, pack_stems, unpack_stems
-from agentcore.storage.sqlite.schema import migrations
+from agentcore.storage.sql import vectors as sql_vectors
+from agentcore.storage.sql.documents import json_ints
+from agentcore.storage.sql.terms import TermSums, pack_stems, unpack_stems
+from agentcore.storage.sqlite.migrations import migrations
 
 TEXTS = [
     "The turbine blades are stored in Rotterdam. Each blade weighs nine tonnes.",
@@ -116,7 +117,7 @@ def test_a_sums_version_older_than_the_log_is_rebuilt(
         first = knowledge.ingest_text("a.txt", TEXTS[0])
         assert stored(reader) == recount(reader)
         # the log forgets deletions older than this many versions: the reader falls behind
-        monkeypatch.setattr(sqlite_knowledge, "TOMBSTONE_VERSIONS", 2)
+        monkeypatch.setattr(sql_vectors, "TOMBSTONE_VERSIONS", 2)
         knowledge.ingest_text("b.txt", TEXTS[1])
         for n in range(3):
             knowledge.ingest_text(f"c{n}.txt", TEXTS[2])

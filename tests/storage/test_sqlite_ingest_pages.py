@@ -11,7 +11,7 @@ from pathlib import Path
 from sqlite_utils import Database as UtilsDatabase
 
 from agentcore import AgentCore
-from agentcore.storage.sqlite.schema import migrations
+from agentcore.storage.sqlite.migrations import migrations
 
 
 def _indexes(core: AgentCore) -> set[str]:

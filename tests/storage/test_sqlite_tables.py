@@ -1,4 +1,4 @@
-"""The SQLite store's plain CRUD through sqlite-utils' table API, inside our transactions."""
+"""The SQLite store's plain CRUD, inside our transactions, on a file and in memory."""
 
 from __future__ import annotations
 
@@ -118,7 +118,7 @@ def test_keyset_pages(store: SQLiteStore) -> None:
         )
 
 
-def test_every_thread_gets_its_own_connection_and_tables(tmp_path: Path) -> None:
+def test_every_thread_gets_its_own_connection(tmp_path: Path) -> None:
     store = SQLiteStore.open(tmp_path / "core.db")
     org = store.ensure_organization("acme")
     errors: list[BaseException] = []

@@ -9,32 +9,27 @@ from __future__ import annotations
 
 import functools
 import threading
-import weakref
 from collections.abc import Callable
 from typing import Literal
 
-import numpy as np
 import psycopg
 from psycopg import sql
 
 from agentcore.errors import ServiceUnavailable
-from agentcore.storage.postgres.agents import AgentStore
-from agentcore.storage.postgres.chat import ChatStore
 from agentcore.storage.postgres.connection import (
     RETRY_AFTER_SECONDS,
-    Conn,
     Database,
     describe,
-    retrying,
+    retry_public_methods,
 )
-from agentcore.storage.postgres.idempotency import IdempotencyStore
-from agentcore.storage.postgres.knowledge import KnowledgeStore
-from agentcore.storage.postgres.limits import RateLimitStore
-from agentcore.storage.postgres.schema import MIGRATION_LOCK, VECTOR_ROWS, SchemaTooNew, migrate
-from agentcore.storage.postgres.tenancy import TenancyStore
-from agentcore.storage.postgres.webhooks import CHANNEL, WebhookStore
+from agentcore.storage.postgres.migrations import SchemaTooNew, migrate
+from agentcore.storage.postgres.pgvector import VectorRows
+from agentcore.storage.sql.database import Connection
+from agentcore.storage.sql.dialect import POSTGRES
+from agentcore.storage.sql.store import SQLStore
 
 VectorSearch = Literal["memory", "pgvector"]
+CHANNEL = "agentcore_events"  # NOTIFY'd when an event is recorded: idle nodes wake at once
 
 
 def is_postgres_url(url: str) -> bool:
@@ -42,17 +37,14 @@ def is_postgres_url(url: str) -> bool:
     return url.startswith(("postgresql://", "postgres://"))
 
 
-class PostgresStore(
-    TenancyStore,
-    AgentStore,
-    KnowledgeStore,
-    WebhookStore,
-    ChatStore,
-    IdempotencyStore,
-    RateLimitStore,
-):
-    """Everything agentcore keeps, in one PostgreSQL database shared by every node."""
+@retry_public_methods
+class PostgresStore(VectorRows, SQLStore):
+    """Everything agentcore keeps, in one PostgreSQL database shared by every node.
 
+    Every public method is retried as ``retrying`` says (``retry_public_methods``).
+    """
+
+    dialect = POSTGRES
     shared_by_nodes = True
 
     def __init__(
@@ -63,11 +55,10 @@ class PostgresStore(
         timeout: float = 5.0,
         vector_search: VectorSearch = "memory",
     ) -> None:
+        super().__init__()
         self.url = url
-        self.db = Database(url, pool_size=pool_size, timeout=timeout)
+        self.db: Database = Database(url, pool_size=pool_size, timeout=timeout)
         self.vector_search = vector_search
-        self.vector_rows = False
-        self._registered = weakref.WeakSet()
         self._listener: psycopg.Connection[tuple[object, ...]] | None = None
         self._listen_lock = threading.Lock()
         self._closed = False
@@ -87,13 +78,7 @@ class PostgresStore(
         cannot be reached; ``SchemaTooNew`` when newer code migrated the database.
         """
         store = cls(url, pool_size=pool_size, timeout=timeout, vector_search=vector_search)
-        store.db.open()
-        try:
-            store.migrate()
-        except BaseException:
-            store.db.close()
-            raise
-        return store
+        return store._start(migrate=True)
 
     @classmethod
     def attach(
@@ -101,14 +86,20 @@ class PostgresStore(
     ) -> PostgresStore:
         """Connect to a database another process migrated (no migration, no lock)."""
         store = cls(url, pool_size=pool_size, timeout=timeout, vector_search=vector_search)
-        store.db.open()
+        return store._start(migrate=False)
+
+    def _start(self, *, migrate: bool) -> PostgresStore:
+        self.db.open()
         try:
-            with store.db.pool.connection() as conn:
-                store._find_vector_rows(conn)
+            if migrate:
+                self.migrate()
+            else:
+                with self.db.pool.connection() as conn:
+                    self._open_vector_rows(conn, create=False)
         except BaseException:
-            store.db.close()
+            self.db.close()
             raise
-        return store
+        return self
 
     def reopener(self) -> Callable[[], PostgresStore]:
         """Connects to this database from another process (a small pool, no migration)."""
@@ -124,49 +115,12 @@ class PostgresStore(
         """Apply pending migrations; with ``pgvector``, create and fill the rows table."""
         with self.db.pool.connection() as conn:
             migrate(conn)
-            if self.vector_search == "pgvector":
-                self._create_vector_rows(conn)
-            self._find_vector_rows(conn)
-
-    def _find_vector_rows(self, conn: Conn) -> None:
-        # the rows table exists once any node asked for pgvector: keep it up to date
-        found = conn.execute("SELECT to_regclass('vector_rows') IS NOT NULL AS ok").fetchone()
-        self.vector_rows = bool(found and found["ok"])
-
-    def _create_vector_rows(self, conn: Conn) -> None:
-        with conn.transaction():
-            conn.execute("SELECT pg_advisory_xact_lock(%s)", [MIGRATION_LOCK])
-            exists = conn.execute("SELECT to_regclass('vector_rows') IS NOT NULL AS ok").fetchone()
-            if exists and exists["ok"]:
-                return
-            for statement in VECTOR_ROWS.split(";"):
-                if statement.strip():
-                    conn.execute(statement.encode())
-            self.vector_rows = True
-            self._backfill(conn)  # the segments written while nobody kept rows
-
-    def _backfill(self, conn: Conn) -> None:
-        segments = conn.execute("SELECT id FROM vector_segments ORDER BY id").fetchall()
-        for segment in segments:
-            row = conn.execute(
-                "SELECT organization_id, environment, document_id, dimension, ids, vectors"
-                " FROM vector_segments WHERE id = %s",
-                [segment["id"]],
-            ).fetchone()
-            assert row is not None
-            ids = np.frombuffer(row["ids"], dtype="<i8")
-            vectors = np.frombuffer(row["vectors"], dtype="<f4").reshape(-1, row["dimension"])
-            self._copy_rows(
-                conn, row["organization_id"], row["environment"], row["document_id"], ids, vectors
-            )
-
-    @retrying
-    def ping(self) -> None:
-        """``SELECT 1`` on a pooled connection; ``ServiceUnavailable`` if none answers."""
-        with self.db.read() as conn:
-            conn.execute("SELECT 1").fetchone()
+            self._open_vector_rows(conn, create=self.vector_search == "pgvector")
 
     # waking other nodes -----------------------------------------------------------
+
+    def _events_recorded(self, conn: Connection) -> None:
+        conn.execute(f"NOTIFY {CHANNEL}")  # delivered to the listening nodes at commit
 
     def wait_for_events(self, timeout: float) -> bool:
         """Wait up to ``timeout`` s for an event recorded by any node; whether one came.

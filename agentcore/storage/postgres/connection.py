@@ -1,7 +1,9 @@
 """PostgreSQL connections: a psycopg pool, re-entrant transactions, safe retries.
 
-Every store method is one transaction (``Database.write``/``snapshot``) or one
-autocommit read (``Database.read``), and is wrapped by ``retrying``: a serialization
+The ``Database`` the SQL store (``storage/sql``) runs its statements on: its
+connections take the store's ``?`` (and ``:name``) placeholders. Every store method is
+one transaction (``Database.write``/``snapshot``) or one autocommit read
+(``Database.read``), and every public one is wrapped by ``retrying``: a serialization
 failure or deadlock re-runs the whole method, and so does a connection that broke
 *before* the commit was sent (PostgreSQL rolled the transaction back, nothing is
 half-written). A connection that broke during the commit leaves the outcome unknown,
@@ -15,27 +17,83 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
+import re
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any, Literal, ParamSpec, TypeVar
+from typing import Any, ParamSpec, Self, TypeVar, cast
 
+import numpy as np
 import psycopg
-from psycopg import Connection, errors, sql
+from psycopg import errors
+from psycopg.abc import Params, Query, QueryNoTemplate
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import DictRow, dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from agentcore.errors import NotFound, ServiceUnavailable, ValidationFailed
+from agentcore.errors import ServiceUnavailable, ValidationFailed
+from agentcore.storage.records import Ids, Vectors
 
 P = ParamSpec("P")
 T = TypeVar("T")
-Conn = Connection[DictRow]
+C = TypeVar("C", bound=type)
+_NAMED = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
 
 RETRIES = 4  # attempts of one store method on a serialization failure or lost connection
 FAIL_FAST_SECONDS = 1.0  # after a connection failure, calls fail at once for this long
 RETRY_AFTER_SECONDS = 2  # what a 503 tells the client
+
+
+@functools.lru_cache(maxsize=1024)
+def translate(sql: str, named: bool) -> str:
+    """The store's ``?`` (or, for ``named``, ``:name``) placeholders in psycopg's words
+    (``%s``, ``%(name)s``); a literal ``%`` doubled."""
+    sql = sql.replace("%", "%%")
+    if named:
+        return _NAMED.sub(r"%(\1)s", sql)
+    return sql.replace("?", "%s")
+
+
+class Cursor(psycopg.Cursor[DictRow]):
+    """A psycopg cursor that takes the store's placeholders (see ``translate``)."""
+
+    def execute(
+        self,
+        query: Query,
+        params: Params | None = None,
+        *,
+        prepare: bool | None = None,
+        binary: bool | None = None,
+    ) -> Self:
+        """Run ``query``; a ``str`` with parameters is translated first."""
+        if isinstance(query, str) and params is not None:
+            query = translate(query, isinstance(params, Mapping))
+        # the store sends no t-string templates
+        return super().execute(cast(QueryNoTemplate, query), params, prepare=prepare, binary=binary)
+
+    def executemany(
+        self, query: Query, params_seq: Iterable[Params], *, returning: bool = False
+    ) -> None:
+        """Run ``query`` once per parameter row (pipelined: one round trip)."""
+        if isinstance(query, str):
+            query = translate(query, False)
+        super().executemany(query, params_seq, returning=returning)
+
+
+class Connection(psycopg.Connection[DictRow]):
+    """A pooled connection whose cursors take the store's placeholders."""
+
+    def executemany(self, query: str, params_seq: Iterable[Sequence[Any]]) -> Cursor:
+        """Run ``query`` once per row of ``params_seq``, as ``sqlite3`` connections do."""
+        cursor = self.cursor()
+        cursor.executemany(query, params_seq)
+        assert isinstance(cursor, Cursor)
+        return cursor
+
+
+Conn = Connection
 
 
 class CommitUnknown(Exception):
@@ -56,7 +114,7 @@ class Database:
 
     Connections are in autocommit mode; ``write`` and ``snapshot`` open a transaction
     on the calling thread's connection and are re-entrant (an inner ``write`` joins the
-    outer transaction), so store methods compose like the SQLite store's do.
+    outer transaction), so store methods compose (one calls another inside its own).
     """
 
     def __init__(self, url: str, *, pool_size: int, timeout: float) -> None:
@@ -71,10 +129,11 @@ class Database:
             max_size=max(pool_size, 1),
             timeout=timeout,
             open=False,
-            connection_class=Connection[DictRow],
+            connection_class=Connection,
             kwargs={
                 "autocommit": True,
                 "row_factory": dict_row,
+                "cursor_factory": Cursor,
                 "connect_timeout": max(int(timeout), 1),
             },
             name="agentcore-postgres",  # its threads: agentcore-postgres-worker-N
@@ -132,28 +191,78 @@ class Database:
             finally:
                 self._local.conn = None
 
+    @property
+    def in_transaction(self) -> bool:
+        """Whether the calling thread is inside a ``write`` or ``snapshot`` block."""
+        return self.depth > 0
+
     @contextmanager
     def read(self) -> Iterator[Conn]:
         """A connection for reads: autocommit, each statement sees committed data."""
         with self._connection() as conn:
             yield conn
 
+    def write_one(self, sql: str, params: Any) -> Any:
+        """One write statement in autocommit (or in the open transaction); its first row."""
+        with self.read() as conn:
+            return conn.execute(sql, params).fetchone()
+
+    def current_cache(self, name: str) -> dict[Any, Any]:
+        """An empty dict each time: any node may have written since, and asking the
+        database costs what the cached read would."""
+        return {}
+
+    def insert_ids(
+        self, conn: Conn, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]
+    ) -> list[int]:
+        """Insert ``rows`` in one pipelined round trip; the ``id`` each was given."""
+        marks = ", ".join("?" * len(columns))
+        with conn.cursor() as cursor:
+            cursor.executemany(
+                f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({marks}) RETURNING id",
+                rows,
+                returning=True,
+            )
+            ids = []
+            for _ in rows:
+                row = cursor.fetchone()
+                assert row is not None
+                ids.append(int(row["id"]))
+                cursor.nextset()
+        return ids
+
+    def insert_with_blob(
+        self, conn: Conn, table: str, values: Mapping[str, Any], column: str, data: bytes
+    ) -> None:
+        """Insert the row, ``data`` bound in binary like any other value."""
+        names = ", ".join([*values, column])
+        marks = ", ".join("?" * (len(values) + 1))
+        conn.execute(f"INSERT INTO {table} ({names}) VALUES ({marks})", [*values.values(), data])
+
+    def read_segment(self, conn: Conn, segment_id: int, ids: Ids, vectors: Vectors) -> None:
+        """Copy a segment's two buffers into ``ids`` and ``vectors``; they arrive in binary
+        (text would send them hex-encoded, at twice the size)."""
+        with conn.cursor(binary=True) as cursor:
+            cursor.execute("SELECT ids, vectors FROM vector_segments WHERE id = ?", [segment_id])
+            found = cursor.fetchone()
+        assert found is not None
+        ids[:] = np.frombuffer(found["ids"], dtype="<i8")
+        vectors[:] = np.frombuffer(found["vectors"], dtype="<f4").reshape(vectors.shape)
+
     @contextmanager
-    def write(
-        self, isolation: Literal["read committed", "repeatable read", "serializable"] | None = None
-    ) -> Iterator[Conn]:
+    def write(self) -> Iterator[Conn]:
         """A transaction, committed on success, rolled back on error; re-entrant."""
-        with self._transaction(isolation, read_only=False) as conn:
+        with self._transaction("BEGIN") as conn:
             yield conn
 
     @contextmanager
     def snapshot(self) -> Iterator[Conn]:
         """A read-only REPEATABLE READ transaction: one consistent view for several reads."""
-        with self._transaction("repeatable read", read_only=True) as conn:
+        with self._transaction("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY") as conn:
             yield conn
 
     @contextmanager
-    def _transaction(self, isolation: str | None, *, read_only: bool) -> Iterator[Conn]:
+    def _transaction(self, begin: str) -> Iterator[Conn]:
         if self.depth:
             self._local.depth += 1
             try:
@@ -162,13 +271,9 @@ class Database:
                 self._local.depth -= 1
             return
         with self._connection() as conn:
-            conn.execute("BEGIN")
+            conn.execute(begin)
             self._local.depth = 1
             try:
-                if isolation is not None or read_only:
-                    mode = f"ISOLATION LEVEL {(isolation or 'read committed').upper()}"
-                    mode += " READ ONLY" if read_only else ""
-                    conn.execute(f"SET TRANSACTION {mode}")
                 yield conn
             except BaseException:
                 if not conn.closed and not conn.broken:
@@ -256,66 +361,23 @@ def retrying(method: Callable[P, T]) -> Callable[P, T]:
     return wrapper
 
 
-_TRUE = sql.SQL("TRUE")
+#: Public methods that run no statement of their own, or handle failures themselves.
+NOT_RETRIED = frozenset({"close", "wait_for_events", "reopener"})
 
 
-def page_rows(
-    conn: Conn,
-    table: str,
-    *,
-    scope: Sequence[Any],
-    limit: int,
-    starting_after: str | None,
-    filters: sql.Composable = _TRUE,
-    filter_params: Sequence[Any] = (),
-) -> tuple[list[DictRow], bool]:
-    """One page of ``table`` newest first, rows after ``starting_after`` (as SQLite's)."""
-    where = sql.SQL("organization_id = %s AND environment = %s AND ({})").format(filters)
-    params: list[Any] = [*scope, *filter_params]
-    if starting_after is not None:
-        row = conn.execute(
-            sql.SQL(
-                "SELECT seq FROM {} WHERE id = %s AND organization_id = %s AND environment = %s"
-            ).format(sql.Identifier(table)),
-            [starting_after, *scope],
-        ).fetchone()
-        if row is None:
-            raise NotFound(
-                f"No object with id '{starting_after}' to start after.",
-                param="starting_after",
-            )
-        where = sql.SQL("{} AND seq < %s").format(where)
-        params.append(row["seq"])
-    rows = conn.execute(
-        sql.SQL("SELECT * FROM {} WHERE {} ORDER BY seq DESC LIMIT %s").format(
-            sql.Identifier(table), where
-        ),
-        [*params, limit + 1],
-    ).fetchall()
-    return rows[:limit], len(rows) > limit
-
-
-def update_row(
-    conn: Conn,
-    table: str,
-    row_id: str,
-    changes: dict[str, Any],
-    *,
-    allowed: set[str],
-    stamp_column: str | None = None,
-    stamp: str | None = None,
-) -> None:
-    """``UPDATE table SET <changes> WHERE id = row_id``, refusing columns not ``allowed``."""
-    unknown = set(changes) - allowed
-    if unknown:
-        raise ValueError(f"cannot update {sorted(unknown)} of {table}")
-    values = dict(changes)
-    if stamp_column is not None:
-        values[stamp_column] = stamp
-    assignments = sql.SQL(", ").join(
-        sql.SQL("{} = %s").format(sql.Identifier(column)) for column in values
-    )
-    conn.execute(
-        sql.SQL("UPDATE {} SET {} WHERE id = %s").format(sql.Identifier(table), assignments),
-        [*values.values(), row_id],
-    )
+def retry_public_methods(cls: C) -> C:
+    """Wrap every public method of store class ``cls`` (inherited ones too) in
+    ``retrying``, so none can be left out. Generators are skipped: their steps call
+    public methods, each retried on its own."""
+    for name in dir(cls):
+        method = inspect.getattr_static(cls, name)
+        if (
+            name.startswith("_")
+            or name in NOT_RETRIED
+            or not inspect.isfunction(method)
+            or inspect.isgeneratorfunction(method)
+            or hasattr(method, "__wrapped__")  # wrapped for a parent class already
+        ):
+            continue
+        setattr(cls, name, retrying(method))
+    return cls

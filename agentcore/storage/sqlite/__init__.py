@@ -7,34 +7,22 @@ from collections.abc import Callable
 from pathlib import Path
 
 from agentcore.storage.records import KnowledgeState, StoredChunk
-from agentcore.storage.sqlite.agents import AgentStore
-from agentcore.storage.sqlite.chat import ChatStore
+from agentcore.storage.sql.dialect import SQLITE
+from agentcore.storage.sql.store import SQLStore
 from agentcore.storage.sqlite.connection import Database
-from agentcore.storage.sqlite.idempotency import IdempotencyStore
-from agentcore.storage.sqlite.knowledge import KnowledgeStore, TermSumsCache
-from agentcore.storage.sqlite.limits import RateLimitStore
-from agentcore.storage.sqlite.schema import migrations
-from agentcore.storage.sqlite.tenancy import TenancyStore
-from agentcore.storage.sqlite.webhooks import WebhookStore
+from agentcore.storage.sqlite.migrations import migrations
 
 
-class SQLiteStore(
-    TenancyStore,
-    AgentStore,
-    KnowledgeStore,
-    WebhookStore,
-    ChatStore,
-    IdempotencyStore,
-    RateLimitStore,
-):
+class SQLiteStore(SQLStore):
     """Everything agentcore keeps, in one SQLite database with WAL and migrations."""
 
+    dialect = SQLITE
     shared_by_nodes = False  # one machine's processes; `serve --workers` opts into "store"
 
     def __init__(self, path: str) -> None:
-        self.db = Database(path)
+        super().__init__()
+        self.db: Database = Database(path)
         self.url = path
-        self._term_sums = TermSumsCache()
 
     @classmethod
     def open(cls, path: str | Path) -> SQLiteStore:
@@ -54,11 +42,6 @@ class SQLiteStore(
         with self.db.write() as conn:
             migrations.apply(self.db.utils(conn))
 
-    def ping(self) -> None:
-        """``SELECT 1`` on this thread's connection (raises if the file is unusable)."""
-        with self.db.read() as conn:
-            conn.execute("SELECT 1").fetchone()
-
     @property
     def checkpoint_interval(self) -> float | None:
         """Seconds between ``checkpoint()`` calls (``None`` for ``:memory:``)."""
@@ -68,10 +51,6 @@ class SQLiteStore(
         """Fold committed WAL frames into the database file, if any were committed
         since the last call (``Database.checkpoint``); whether it ran."""
         return self.db.checkpoint()
-
-    def close(self) -> None:
-        """Close every connection."""
-        self.db.close()
 
 
 def path_for_url(url: str) -> str | None:

@@ -1,9 +1,8 @@
 """SQLite connections: one per thread, WAL, busy timeout, BEGIN IMMEDIATE writes.
 
-Plain CRUD goes through sqlite-utils' table API on these same connections
-(``Database.table(conn, name)``), so it runs inside our transactions; raw SQL stays where
-it is the clearer tool (joins, claims, counters, vector blobs, multi-statement
-transactions on hot paths), each place saying why.
+The ``Database`` the SQL store (``storage/sql``) runs its statements on, plus what only
+SQLite does: incremental blob I/O for vector segments, and caches that hold while
+``PRAGMA data_version`` says nothing was written.
 """
 
 from __future__ import annotations
@@ -11,19 +10,20 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from functools import cache
 from pathlib import Path
 from typing import Any
 
 from sqlite_utils import Database as UtilsDatabase
-from sqlite_utils.db import NotFoundError, Table
 
-from agentcore.errors import NotFound
+from agentcore.storage.records import Ids, Vectors
+from agentcore.storage.sql.queries import marks
 
 BUSY_TIMEOUT_MS = 30_000
 _STAMP = object()  # a current_cache entry: the database stamp the cache is valid for
-CACHE_LIMIT = 10_000  # entries a current_cache holds (then read each time)
+BLOB_CHUNK = 8 << 20  # bytes per blob read: big enough to be fast, small enough to reuse
 # Seconds between looks at the WAL (``Database.checkpoint``); it checkpoints only after commits.
 CHECKPOINT_INTERVAL = 0.5
 # A commit checkpoints by itself only past this many WAL pages (the checkpointer fell behind).
@@ -48,7 +48,6 @@ class Database:
         self._lock = threading.RLock()
         self._local = threading.local()
         self._connections: list[sqlite3.Connection] = []
-        self._tables: dict[sqlite3.Connection, UtilsDatabase] = {}
         self._closed = False
         self.generation = 0  # commits made through this object
         self._shared = self._connect() if self.memory else None
@@ -110,13 +109,8 @@ class Database:
             # slowest DELETEs wait ~0.4 s. This threshold (~400 MB) is only a backstop
             # (and what a database nobody calls ``checkpoint()`` on relies on).
             conn.execute(f"PRAGMA wal_autocheckpoint = {BACKSTOP_CHECKPOINT_PAGES}")
-        # sqlite-utils' view of the same connection: it never commits on its own inside
-        # our transactions (it nests in a SAVEPOINT), and, with these options, runs no
-        # statement when created (no recursive_triggers pragma, no plugin hooks)
-        tables = UtilsDatabase(conn, recursive_triggers=False, execute_plugins=False)
         with self._lock:
             self._connections.append(conn)
-            self._tables[conn] = tables
         return conn
 
     def connection(self) -> sqlite3.Connection:
@@ -130,6 +124,11 @@ class Database:
             conn = self._connect()
             self._local.conn = conn
         return conn
+
+    @property
+    def in_transaction(self) -> bool:
+        """Whether the calling thread's connection is inside a transaction."""
+        return self.connection().in_transaction
 
     @contextmanager
     def read(self) -> Iterator[sqlite3.Connection]:
@@ -187,14 +186,10 @@ class Database:
                 self._local.depth = 0
 
     def utils(self, conn: sqlite3.Connection) -> UtilsDatabase:
-        """sqlite-utils' ``Database`` over ``conn`` (from ``read``/``snapshot``/``write``)."""
-        return self._tables[conn]
-
-    def table(self, conn: sqlite3.Connection, name: str) -> Table:
-        """sqlite-utils' ``Table`` ``name`` over ``conn``: ``table(conn, "agents").insert(...)``
-        joins the transaction ``conn`` is in. Built directly rather than by ``db[name]``,
-        which asks ``sqlite_master`` whether the name is a view on every call."""
-        return Table(self._tables[conn], name)
+        """sqlite-utils' ``Database`` over ``conn`` (for migrations). It never commits on
+        its own inside our transactions (it nests in a SAVEPOINT), and, with these
+        options, runs no statement when created (no recursive_triggers pragma, no hooks)."""
+        return UtilsDatabase(conn, recursive_triggers=False, execute_plugins=False)
 
     def write_one(self, sql: str, params: Any) -> sqlite3.Row | None:
         """Run one write statement as its own transaction; its first row (``RETURNING``).
@@ -210,6 +205,54 @@ class Database:
             if not getattr(self._local, "depth", 0):
                 self.generation += 1
             return row
+
+    def insert_ids(
+        self,
+        conn: sqlite3.Connection,
+        table: str,
+        columns: Sequence[str],
+        rows: Sequence[Sequence[Any]],
+    ) -> list[int]:
+        """Insert ``rows`` into ``table``, one cached statement each; their rowids."""
+        sql = _insert_sql(table, tuple(columns))
+        return [int(conn.execute(sql, row).lastrowid or 0) for row in rows]
+
+    def insert_with_blob(
+        self,
+        conn: sqlite3.Connection,
+        table: str,
+        values: Mapping[str, Any],
+        column: str,
+        data: bytes,
+    ) -> None:
+        """Insert the row with a zero-filled ``column``, then write ``data`` into it with
+        incremental blob I/O: a bound blob is copied by SQLite and the copy stays
+        attached to the cached statement until it runs again (50 MB held after a 50 MB
+        upload)."""
+        names = ", ".join([*values, column])
+        cursor = conn.execute(
+            f"INSERT INTO {table} ({names}) VALUES ({marks(len(values))}, zeroblob(?))",
+            [*values.values(), len(data)],
+        )
+        assert cursor.lastrowid is not None
+        with conn.blobopen(table, column, cursor.lastrowid) as blob:
+            blob.write(data)
+
+    def read_segment(
+        self, conn: sqlite3.Connection, segment_id: int, ids: Ids, vectors: Vectors
+    ) -> None:
+        """Copy a segment's blobs straight into ``ids`` and ``vectors`` with incremental
+        blob I/O: one copy out of the database, no intermediate ``bytes``."""
+        for column, into in (("ids", ids), ("vectors", vectors)):
+            out = into.data.cast("B")
+            with conn.blobopen("vector_segments", column, segment_id, readonly=True) as blob:
+                if len(blob) != len(out):
+                    raise ValueError(
+                        f"segment {segment_id} {column}: {len(blob)} bytes, expected {len(out)}"
+                    )
+                for start in range(0, len(out), BLOB_CHUNK):
+                    piece = blob.read(BLOB_CHUNK)
+                    out[start : start + len(piece)] = piece
 
     def unchanged_since(self, stamp: object) -> tuple[object, bool]:
         """A stamp of the database's state, and whether it equals ``stamp``.
@@ -260,81 +303,8 @@ class Database:
                 with contextlib.suppress(sqlite3.Error):  # closing is best effort
                     conn.close()
             self._connections.clear()
-            self._tables.clear()
 
 
-_SCOPE = "organization_id = ? AND environment = ?"
-
-
-def first_row(
-    table: Table, where: str, where_args: Sequence[Any], *, select: str = "*"
-) -> dict[str, Any] | None:
-    """The first row of ``table`` matching ``where`` (sqlite-utils' ``rows_where``), or
-    ``None``; read to the end, so no statement stays open on the connection."""
-    rows = list(table.rows_where(where, where_args, select=select, limit=1))
-    return rows[0] if rows else None
-
-
-def page_rows(
-    table: Table,
-    *,
-    scope: Sequence[Any],
-    limit: int,
-    starting_after: str | None,
-    where: str = "1 = 1",
-    where_args: Sequence[Any] = (),
-) -> tuple[list[dict[str, Any]], bool]:
-    """One page of ``table`` newest first, Stripe style: rows after ``starting_after``.
-
-    A keyset page through sqlite-utils' ``rows_where``: ``scope`` is
-    ``(organization_id, environment)``; ``where`` narrows the listing. The cursor
-    must be an id in the same scope (else ``NotFound`` names it), but need not pass
-    ``where``: an object that changed status mid-listing still works as a cursor.
-    Returns the rows and whether more follow.
-    """
-    condition = f"{_SCOPE} AND ({where})"
-    args: list[Any] = [*scope, *where_args]
-    if starting_after is not None:
-        cursor = first_row(table, f"id = ? AND {_SCOPE}", [starting_after, *scope], select="seq")
-        if cursor is None:
-            raise NotFound(
-                f"No object with id '{starting_after}' to start after.",
-                param="starting_after",
-            )
-        condition += " AND seq < ?"
-        args.append(cursor["seq"])
-    rows = list(table.rows_where(condition, args, order_by="seq DESC", limit=limit + 1))
-    return rows[:limit], len(rows) > limit
-
-
-def checked_changes(
-    table: str,
-    changes: dict[str, Any],
-    *,
-    allowed: set[str],
-    stamp_column: str | None = None,
-    stamp: str | None = None,
-) -> dict[str, Any]:
-    """``changes`` (plus ``stamp_column``: ``stamp``), refusing columns not ``allowed``.
-
-    Column names of an UPDATE then come only from ``allowed`` (never from a caller's
-    data), so the statement cannot be steered.
-    """
-    unknown = set(changes) - allowed
-    if unknown:
-        raise ValueError(f"cannot update {sorted(unknown)} of {table}")
-    values = dict(changes)
-    if stamp_column is not None:
-        values[stamp_column] = stamp
-    return values
-
-
-def update_row(table: Table, pk: str, changes: dict[str, Any], *, allowed: set[str]) -> None:
-    """sqlite-utils' ``table.update(pk, changes)`` for the ``allowed`` columns only.
-
-    ``pk`` is the table's primary key. A row that no longer exists (deleted meanwhile)
-    is left alone, like an ``UPDATE`` that matches nothing.
-    """
-    values = checked_changes(table.name, changes, allowed=allowed)
-    with contextlib.suppress(NotFoundError):
-        table.update(pk, values)
+@cache
+def _insert_sql(table: str, columns: tuple[str, ...]) -> str:
+    return f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({marks(len(columns))})"

@@ -1,4 +1,4 @@
-"""SQLite storage of conversations and their messages."""
+"""Conversations and their messages, in SQL, scoped to a workspace and an agent."""
 
 from __future__ import annotations
 
@@ -7,36 +7,28 @@ from collections.abc import Sequence
 
 from agentcore.ids import new_id, now_iso
 from agentcore.storage.records import StoredMessage
-from agentcore.storage.sqlite.connection import Database
+from agentcore.storage.sql.database import Tables
+from agentcore.storage.sql.queries import WORKSPACE
 
-_WORKSPACE = "organization_id = ? AND environment = ?"
 
+class ConversationTables(Tables):
+    """Conversations (``ConversationStore``).
 
-class ChatStore:
-    """Conversations, scoped to a workspace and an agent.
-
-    What every chat turn runs (``conversation_agent``, ``recent_messages``,
-    ``add_messages``) stays raw SQL: sqlite-utils' table API adds a ``sqlite_master``
-    lookup (and a SAVEPOINT for writes) to each call, about 3x the time of these
-    small statements (``benchmarks/store_crud.py``).
+    Every chat turn runs ``conversation_agent``, ``recent_messages`` and
+    ``add_messages``: small statements each (sqlite-utils' table API added a
+    ``sqlite_master`` lookup, and a SAVEPOINT for writes, to each call: about 3x their
+    time on SQLite, ``benchmarks/store_crud.py``).
     """
-
-    db: Database
 
     def create_conversation(self, organization_id: str, environment: str, agent_id: str) -> str:
         """A new conversation's id."""
         conversation_id = new_id("conv")
         now = now_iso()
         with self.db.write() as conn:
-            self.db.table(conn, "conversations").insert(
-                {
-                    "id": conversation_id,
-                    "organization_id": organization_id,
-                    "environment": environment,
-                    "agent_id": agent_id,
-                    "created_at": now,
-                    "updated_at": now,
-                }
+            conn.execute(
+                "INSERT INTO conversations (id, organization_id, environment, agent_id,"
+                " created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?)",
+                [conversation_id, organization_id, environment, agent_id, now, now],
             )
         return conversation_id
 
@@ -46,28 +38,23 @@ class ChatStore:
         """The agent a conversation of this workspace belongs to, or ``None``."""
         with self.db.read() as conn:
             row = conn.execute(
-                f"SELECT agent_id FROM conversations WHERE id = ? AND {_WORKSPACE}",
+                f"SELECT agent_id FROM conversations WHERE id = ? AND {WORKSPACE}",
                 [conversation_id, organization_id, environment],
             ).fetchone()
         return None if row is None else str(row["agent_id"])
 
     def add_messages(self, conversation_id: str, messages: Sequence[StoredMessage]) -> None:
-        """Append messages to a conversation in one transaction (one INSERT per message
-        and one UPDATE; sqlite-utils' ``update`` would read the row first)."""
+        """Append messages to a conversation in one transaction."""
         now = now_iso()
         with self.db.write() as conn:
-            for message in messages:
-                conn.execute(
-                    "INSERT INTO messages (conversation_id, role, content, citations, created_at)"
-                    " VALUES (?, ?, ?, ?, ?)",
-                    [
-                        conversation_id,
-                        message.role,
-                        message.content,
-                        json.dumps(message.citations),
-                        now,
-                    ],
-                )
+            conn.executemany(
+                "INSERT INTO messages (conversation_id, role, content, citations, created_at)"
+                " VALUES (?, ?, ?, ?, ?)",
+                [
+                    [conversation_id, m.role, m.content, json.dumps(m.citations), now]
+                    for m in messages
+                ],
+            )
             conn.execute(
                 "UPDATE conversations SET updated_at = ? WHERE id = ?", [now, conversation_id]
             )

@@ -1,9 +1,10 @@
-"""PostgreSQL storage of events, webhook subscriptions, the delivery outbox and attempts.
+"""Events, webhook subscriptions, the delivery outbox and attempts, in SQL.
 
-Deliveries are claimed with ``FOR UPDATE SKIP LOCKED`` plus a lease: nodes claiming at
-the same moment take disjoint rows without waiting for each other, and a delivery
-leased by a node that died is claimed again once its lease has run out. Recording an
-event sends ``NOTIFY agentcore_events`` at commit, so idle nodes wake at once.
+A durable outbox: an event and its deliveries commit before anything is sent.
+Deliveries are claimed with a lease inside one write transaction (SQLite's is exclusive;
+PostgreSQL's claim adds ``FOR UPDATE ... SKIP LOCKED``, so nodes claiming at the same
+moment take disjoint rows without waiting for each other); a delivery leased by a
+worker that died is claimed again once its lease has run out (at-least-once).
 """
 
 from __future__ import annotations
@@ -12,23 +13,13 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from psycopg import sql
-from psycopg.rows import DictRow
-
 from agentcore.events import Event
 from agentcore.ids import new_id, now_iso
 from agentcore.models import Delivery, DeliveryAttempt, WebhookSubscription
-from agentcore.storage.postgres.connection import (
-    Conn,
-    Database,
-    page_rows,
-    retrying,
-    update_row,
-)
 from agentcore.storage.records import DueDelivery, StoredSubscription
+from agentcore.storage.sql.database import Connection, Tables
+from agentcore.storage.sql.queries import WORKSPACE, insert_row, marks, page_rows, update_row
 
-_WORKSPACE = "organization_id = %s AND environment = %s"
-CHANNEL = "agentcore_events"
 _SUBSCRIPTION_COLUMNS = {
     "status",
     "secret",
@@ -37,53 +28,71 @@ _SUBSCRIPTION_COLUMNS = {
     "failing_since",
     "disabled_reason",
 }
-
-
-# A disabled subscription's pending deliveries end as failed (as SQLite's), so no
-# delivery waits forever for a subscription nobody may re-enable.
-_FAIL_PENDING_OF_DISABLED = (
-    "UPDATE webhook_deliveries d SET status = 'failed', next_attempt_at = NULL,"
-    " leased_until = NULL, updated_at = %s,"
-    " last_error = 'subscription disabled: ' || COALESCE(s.disabled_reason, 'disabled')"
-    " FROM webhook_subscriptions s WHERE s.id = %s AND s.status = 'disabled'"
-    " AND d.subscription_id = s.id AND d.status = 'pending'"
+_PUBLIC = ("id", "status", "url", "description", "disabled_reason", "created_at", "updated_at")
+_PRIVATE = (  # StoredSubscription's fields after ``public``, in order
+    "organization_id",
+    "environment",
+    "secret",
+    "previous_secret",
+    "previous_secret_expires_at",
+    "failing_since",
 )
 
 
-def _fail_pending_of_disabled(conn: Conn, subscription_id: str) -> None:
-    conn.execute(_FAIL_PENDING_OF_DISABLED, [now_iso(), subscription_id])
+# A disabled subscription's pending deliveries end as failed, so no delivery waits
+# forever for a subscription nobody may re-enable; ``enable`` applies to the events
+# recorded after it.
+_FAIL_PENDING_OF_DISABLED = (
+    "UPDATE webhook_deliveries SET status = 'failed', next_attempt_at = NULL,"
+    " leased_until = NULL, last_error = 'subscription disabled: ' || COALESCE("
+    "(SELECT disabled_reason FROM webhook_subscriptions WHERE id = ?), 'disabled'),"
+    " updated_at = ? WHERE subscription_id = ? AND status = 'pending' AND EXISTS ("
+    "SELECT 1 FROM webhook_subscriptions WHERE id = ? AND status = 'disabled')"
+)
 
 
-def _subscription(data: DictRow) -> StoredSubscription:
+def _fail_pending_of_disabled(conn: Connection, subscription_id: str) -> None:
+    conn.execute(
+        _FAIL_PENDING_OF_DISABLED, [subscription_id, now_iso(), subscription_id, subscription_id]
+    )
+
+
+def _subscription(row: Any) -> StoredSubscription:
     public = WebhookSubscription(
-        id=data["id"],
-        status=data["status"],
-        url=data["url"],
-        events=json.loads(data["events"]),
-        description=data.get("description"),
-        disabled_reason=data["disabled_reason"],
-        created_at=data["created_at"],
-        updated_at=data["updated_at"],
+        events=json.loads(row["events"]), **{name: row[name] for name in _PUBLIC}
     )
-    return StoredSubscription(
-        public=public,
-        organization_id=data["organization_id"],
-        environment=data["environment"],
-        secret=data["secret"],
-        previous_secret=data["previous_secret"],
-        previous_secret_expires_at=data["previous_secret_expires_at"],
-        failing_since=data["failing_since"],
+    return StoredSubscription(public, *(row[name] for name in _PRIVATE))
+
+
+def _due(row: Any, now: float) -> DueDelivery:
+    previous = (
+        [row["previous_secret"]]
+        if row["previous_secret"] and (row["previous_secret_expires_at"] or 0) > now
+        else []
+    )
+    return DueDelivery(
+        id=row["id"],
+        event_id=row["event_id"],
+        subscription_id=row["subscription_id"],
+        attempts=row["attempts"],
+        url=row["url"],
+        secrets=[row["secret"], *previous],
+        failing_since=row["failing_since"],
+        event_type=row["type"],
+        event_timestamp=row["timestamp"],
+        event_data=json.loads(row["data"]),
     )
 
 
-class WebhookStore:
-    """Subscriptions and a durable outbox shared by every node."""
+class WebhookTables(Tables):
+    """Subscriptions and the outbox (``WebhookStore``)."""
 
-    db: Database
+    def _events_recorded(self, conn: Connection) -> None:
+        """Hook: the transaction ``conn`` is in recorded deliveries (PostgreSQL wakes
+        the other nodes when it commits)."""
 
     # subscriptions ---------------------------------------------------------------
 
-    @retrying
     def insert_subscription(
         self,
         organization_id: str,
@@ -100,7 +109,7 @@ class WebhookStore:
             row = conn.execute(
                 "INSERT INTO webhook_subscriptions (id, organization_id, environment, url,"
                 " events, status, secret, description, created_at, updated_at)"
-                " VALUES (%s, %s, %s, %s, %s, 'active', %s, %s, %s, %s) RETURNING *",
+                " VALUES (?, ?, ?, ?, ?, 'active', ?, ?, ?, ?) RETURNING *",
                 [
                     new_id("whk"),
                     organization_id,
@@ -113,10 +122,8 @@ class WebhookStore:
                     now,
                 ],
             ).fetchone()
-        assert row is not None
         return _subscription(row)
 
-    @retrying
     def get_subscription(
         self, organization_id: str | None, environment: str | None, subscription_id: str
     ) -> StoredSubscription | None:
@@ -124,16 +131,15 @@ class WebhookStore:
         with self.db.read() as conn:
             if organization_id is None:
                 row = conn.execute(
-                    "SELECT * FROM webhook_subscriptions WHERE id = %s", [subscription_id]
+                    "SELECT * FROM webhook_subscriptions WHERE id = ?", [subscription_id]
                 ).fetchone()
             else:
                 row = conn.execute(
-                    f"SELECT * FROM webhook_subscriptions WHERE id = %s AND {_WORKSPACE}",
+                    f"SELECT * FROM webhook_subscriptions WHERE id = ? AND {WORKSPACE}",
                     [subscription_id, organization_id, environment],
                 ).fetchone()
         return _subscription(row) if row else None
 
-    @retrying
     def list_subscriptions(
         self, organization_id: str, environment: str, *, limit: int, starting_after: str | None
     ) -> tuple[list[StoredSubscription], bool]:
@@ -148,7 +154,6 @@ class WebhookStore:
             )
         return [_subscription(row) for row in rows], more
 
-    @retrying
     def update_subscription(self, subscription_id: str, **changes: Any) -> None:
         """Set status, secrets, failure tracking or the disabled reason; disabling it
         ends its pending deliveries as ``failed`` (in the same transaction)."""
@@ -165,84 +170,81 @@ class WebhookStore:
             if changes.get("status") == "disabled":
                 _fail_pending_of_disabled(conn, subscription_id)
 
-    @retrying
     def delete_subscription(
         self, organization_id: str, environment: str, subscription_id: str
     ) -> bool:
-        """Delete a subscription; its pending deliveries end as failed."""
+        """Delete a subscription; its pending deliveries end as failed (one transaction)."""
         with self.db.write() as conn:
             cursor = conn.execute(
-                f"DELETE FROM webhook_subscriptions WHERE id = %s AND {_WORKSPACE}",
+                f"DELETE FROM webhook_subscriptions WHERE id = ? AND {WORKSPACE}",
                 [subscription_id, organization_id, environment],
             )
             if cursor.rowcount == 0:
                 return False
             conn.execute(
                 "UPDATE webhook_deliveries SET status = 'failed', next_attempt_at = NULL,"
-                " last_error = 'subscription deleted', updated_at = %s"
-                " WHERE subscription_id = %s AND status = 'pending'",
+                " last_error = 'subscription deleted', updated_at = ?"
+                " WHERE subscription_id = ? AND status = 'pending'",
                 [now_iso(), subscription_id],
             )
         return True
 
     # the outbox ------------------------------------------------------------------
 
-    @retrying
     def record_event(
         self, event: Event, *, now: float, only_subscription: str | None = None
     ) -> int:
         """Store ``event`` and a pending delivery per matching active subscription.
 
-        One transaction, which also notifies ``agentcore_events`` (delivered to the
-        listening nodes when it commits). Returns how many deliveries were created.
+        One transaction: after it commits, a crash cannot lose the event or its
+        deliveries. ``only_subscription`` targets one subscription whatever its event
+        list (test pings). Returns how many deliveries were created.
         """
         with self.db.write() as conn:
-            conn.execute(
-                "INSERT INTO events (id, organization_id, environment, type, timestamp, data)"
-                " VALUES (%s, %s, %s, %s, %s, %s)",
-                [
-                    event.id,
-                    event.organization_id,
-                    event.environment,
-                    event.type,
-                    event.timestamp,
-                    json.dumps(event.data, separators=(",", ":")),
-                ],
+            insert_row(
+                conn,
+                "events",
+                {
+                    "id": event.id,
+                    "organization_id": event.organization_id,
+                    "environment": event.environment,
+                    "type": event.type,
+                    "timestamp": event.timestamp,
+                    "data": json.dumps(event.data, separators=(",", ":")),
+                },
             )
             if only_subscription is not None:
                 targets = [only_subscription]
             else:
                 rows = conn.execute(
                     "SELECT id, events FROM webhook_subscriptions"
-                    f" WHERE {_WORKSPACE} AND status = 'active'",
+                    f" WHERE {WORKSPACE} AND status = 'active'",
                     [event.organization_id, event.environment],
                 ).fetchall()
                 targets = [row["id"] for row in rows if event.type in json.loads(row["events"])]
-            stamp = now_iso()
             if targets:
-                with conn.cursor() as cursor:
-                    cursor.executemany(
-                        "INSERT INTO webhook_deliveries (id, event_id, subscription_id,"
-                        " organization_id, environment, status, next_attempt_at, created_at,"
-                        " updated_at) VALUES (%s, %s, %s, %s, %s, 'pending', %s, %s, %s)",
+                stamp = now_iso()
+                conn.executemany(
+                    "INSERT INTO webhook_deliveries (id, event_id, subscription_id,"
+                    " organization_id, environment, status, next_attempt_at, created_at,"
+                    " updated_at) VALUES (?, ?, ?, ?, ?, 'pending', ?, ?, ?)",
+                    [
                         [
-                            [
-                                new_id("dlv"),
-                                event.id,
-                                subscription_id,
-                                event.organization_id,
-                                event.environment,
-                                now,
-                                stamp,
-                                stamp,
-                            ]
-                            for subscription_id in targets
-                        ],
-                    )
-                conn.execute(sql.SQL("NOTIFY {}").format(sql.Identifier(CHANNEL)))
+                            new_id("dlv"),
+                            event.id,
+                            subscription_id,
+                            event.organization_id,
+                            event.environment,
+                            now,
+                            stamp,
+                            stamp,
+                        ]
+                        for subscription_id in targets
+                    ],
+                )
+                self._events_recorded(conn)
         return len(targets)
 
-    @retrying
     def claim_due_deliveries(
         self,
         *,
@@ -253,73 +255,49 @@ class WebhookStore:
     ) -> list[DueDelivery]:
         """Lease up to ``limit`` due deliveries of active subscriptions, oldest first.
 
-        ``FOR UPDATE OF d SKIP LOCKED``: rows another node is leasing right now are
-        skipped rather than waited for, and the lease set in the same transaction
-        keeps them from every other claimer until it runs out.
+        Two workers (in two processes, on two nodes) never claim the same delivery: the
+        lease is set in the claiming transaction. ``busy_subscriptions`` are skipped, so
+        one slow receiver cannot take every slot.
         """
+        busy = list(busy_subscriptions)
+        skipped = marks(len(busy)) or "''"
         with self.db.write() as conn:
-            rows = conn.execute(
-                "WITH due AS ("
-                " SELECT d.seq FROM webhook_deliveries d"
+            leased = conn.execute(
+                "WITH due AS (SELECT d.seq FROM webhook_deliveries d"
                 " JOIN webhook_subscriptions s ON s.id = d.subscription_id"
-                " WHERE d.status = 'pending' AND d.next_attempt_at <= %s"
-                " AND (d.leased_until IS NULL OR d.leased_until < %s)"
-                " AND s.status = 'active' AND NOT (d.subscription_id = ANY(%s))"
-                " ORDER BY d.next_attempt_at, d.seq LIMIT %s"
-                " FOR UPDATE OF d SKIP LOCKED)"
-                " UPDATE webhook_deliveries d SET leased_until = %s FROM due"
-                " WHERE d.seq = due.seq RETURNING d.id, d.seq, d.next_attempt_at",
-                [now, now, list(busy_subscriptions), limit, now + lease_seconds],
+                " WHERE d.status = 'pending' AND d.next_attempt_at <= ?"
+                " AND (d.leased_until IS NULL OR d.leased_until < ?)"
+                f" AND s.status = 'active' AND d.subscription_id NOT IN ({skipped})"
+                f" ORDER BY d.next_attempt_at, d.seq LIMIT ?{self.dialect.lock('d')})"
+                " UPDATE webhook_deliveries SET leased_until = ?"
+                " WHERE seq IN (SELECT seq FROM due) RETURNING id",
+                [now, now, *busy, limit, now + lease_seconds],
             ).fetchall()
-            if not rows:
+            if not leased:
                 return []
-            order = sorted(rows, key=lambda row: (row["next_attempt_at"], row["seq"]))
-            details = conn.execute(
+            rows = conn.execute(
                 "SELECT d.id, d.event_id, d.subscription_id, d.attempts, s.url, s.secret,"
                 " s.previous_secret, s.previous_secret_expires_at, s.failing_since,"
                 " e.type, e.timestamp, e.data"
                 " FROM webhook_deliveries d"
                 " JOIN webhook_subscriptions s ON s.id = d.subscription_id"
-                " JOIN events e ON e.id = d.event_id WHERE d.id = ANY(%s)",
-                [[row["id"] for row in order]],
+                f" JOIN events e ON e.id = d.event_id WHERE d.id IN ({marks(len(leased))})"
+                " ORDER BY d.next_attempt_at, d.seq",
+                [row["id"] for row in leased],
             ).fetchall()
-        by_id = {row["id"]: row for row in details}
-        claimed = []
-        for leased in order:
-            row = by_id[leased["id"]]
-            previous = (
-                [row["previous_secret"]]
-                if row["previous_secret"] and (row["previous_secret_expires_at"] or 0) > now
-                else []
-            )
-            claimed.append(
-                DueDelivery(
-                    id=row["id"],
-                    event_id=row["event_id"],
-                    subscription_id=row["subscription_id"],
-                    attempts=row["attempts"],
-                    url=row["url"],
-                    secrets=[row["secret"], *previous],
-                    failing_since=row["failing_since"],
-                    event_type=row["type"],
-                    event_timestamp=row["timestamp"],
-                    event_data=json.loads(row["data"]),
-                )
-            )
-        return claimed
+        return [_due(row, now) for row in rows]
 
-    @retrying
     def next_due_at(self) -> float | None:
         """When the earliest pending delivery of an active subscription falls due."""
         with self.db.read() as conn:
             row = conn.execute(
-                "SELECT MIN(GREATEST(d.next_attempt_at, COALESCE(d.leased_until, 0))) AS due"
+                f"SELECT MIN({self.dialect.greatest}(d.next_attempt_at,"
+                " COALESCE(d.leased_until, 0))) AS due"
                 " FROM webhook_deliveries d JOIN webhook_subscriptions s"
                 " ON s.id = d.subscription_id WHERE d.status = 'pending' AND s.status = 'active'"
             ).fetchone()
-        return None if row is None or row["due"] is None else float(row["due"])
+        return None if row["due"] is None else float(row["due"])
 
-    @retrying
     def record_attempt(
         self,
         delivery: DueDelivery,
@@ -336,7 +314,7 @@ class WebhookStore:
         with self.db.write() as conn:
             conn.execute(
                 "INSERT INTO webhook_attempts (delivery_id, subscription_id, attempted_at,"
-                " status_code, error, duration_ms) VALUES (%s, %s, %s, %s, %s, %s)",
+                " status_code, error, duration_ms) VALUES (?, ?, ?, ?, ?, ?)",
                 [
                     delivery.id,
                     delivery.subscription_id,
@@ -347,24 +325,25 @@ class WebhookStore:
                 ],
             )
             conn.execute(
-                "UPDATE webhook_deliveries SET attempts = attempts + 1, status = %s,"
-                " next_attempt_at = %s, leased_until = NULL, last_status_code = %s,"
-                " last_error = %s, updated_at = %s WHERE id = %s",
+                "UPDATE webhook_deliveries SET attempts = attempts + 1, status = ?,"
+                " next_attempt_at = ?, leased_until = NULL, last_status_code = ?,"
+                " last_error = ?, updated_at = ? WHERE id = ?",
                 [outcome, next_attempt_at, status_code, error, now_iso(), delivery.id],
             )
             changes = dict(subscription_changes)
-            # the failure streak is decided here, not from the lease-time snapshot
+            # The failure streak is decided here, not from the lease-time snapshot in
+            # ``delivery``: deliveries leased together all saw the same old value.
             if outcome == "succeeded":
                 changes.pop("failing_since", None)
                 conn.execute(
-                    "UPDATE webhook_subscriptions SET failing_since = NULL, updated_at = %s"
-                    " WHERE id = %s AND failing_since IS NOT NULL",
+                    "UPDATE webhook_subscriptions SET failing_since = NULL, updated_at = ?"
+                    " WHERE id = ? AND failing_since IS NOT NULL",
                     [now_iso(), delivery.subscription_id],
                 )
             elif changes.get("failing_since") is not None:
                 conn.execute(
-                    "UPDATE webhook_subscriptions"
-                    " SET failing_since = COALESCE(failing_since, %s) WHERE id = %s",
+                    "UPDATE webhook_subscriptions SET failing_since = COALESCE(failing_since, ?)"
+                    " WHERE id = ?",
                     [changes.pop("failing_since"), delivery.subscription_id],
                 )
             if changes:
@@ -372,7 +351,6 @@ class WebhookStore:
             # disabled meanwhile (by another delivery's 410): a retry would wait forever
             _fail_pending_of_disabled(conn, delivery.subscription_id)
 
-    @retrying
     def list_deliveries(
         self,
         organization_id: str,
@@ -390,24 +368,28 @@ class WebhookStore:
                 scope=(organization_id, environment),
                 limit=limit,
                 starting_after=starting_after,
-                filters=sql.SQL("subscription_id = %s"),
-                filter_params=[subscription_id],
+                where="subscription_id = ?",
+                where_args=[subscription_id],
             )
+            if not rows:
+                return [], more
             ids = [row["id"] for row in rows]
+            events = {row["event_id"] for row in rows}
             types = {
-                r["id"]: r["type"]
-                for r in conn.execute(
-                    "SELECT id, type FROM events WHERE id = ANY(%s)",
-                    [[row["event_id"] for row in rows]],
+                found["id"]: found["type"]
+                for found in conn.execute(
+                    f"SELECT id, type FROM events WHERE id IN ({marks(len(events))})",
+                    list(events),
                 ).fetchall()
             }
             attempts: dict[str, list[DeliveryAttempt]] = {i: [] for i in ids}
-            for a in conn.execute(
+            for found in conn.execute(
                 "SELECT delivery_id, attempted_at, status_code, error, duration_ms"
-                " FROM webhook_attempts WHERE delivery_id = ANY(%s) ORDER BY seq",
-                [ids],
+                f" FROM webhook_attempts WHERE delivery_id IN ({marks(len(ids))}) ORDER BY seq",
+                ids,
             ).fetchall():
-                attempts[a.pop("delivery_id")].append(DeliveryAttempt(**a))
+                attempt = dict(found)
+                attempts[attempt.pop("delivery_id")].append(DeliveryAttempt(**attempt))
         deliveries = [
             Delivery(
                 id=row["id"],
@@ -422,7 +404,6 @@ class WebhookStore:
         ]
         return deliveries, more
 
-    @retrying
     def delivery_counts(self) -> dict[str, int]:
         """How many deliveries are in each status (for tests and benchmarks)."""
         with self.db.read() as conn:

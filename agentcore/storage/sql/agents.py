@@ -1,19 +1,17 @@
-"""SQLite storage of agents."""
+"""Agents, in SQL, each inside one (organization, environment)."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from typing import Any
 
 from agentcore.models import Agent
-from agentcore.storage.sqlite.connection import Database, page_rows
+from agentcore.storage.sql.database import Tables
+from agentcore.storage.sql.queries import WORKSPACE, insert_row, marks, page_rows
 
-_WORKSPACE = "organization_id = ? AND environment = ?"
 
-
-def _agent(row: Mapping[str, Any]) -> Agent:
-    data = dict(row)
+def _agent(row: Any) -> Agent:
+    data = dict(row)  # the columns of the row that are not the agent's are ignored
     data["tools"] = json.loads(data["tools"])
     data["handoff_on_no_answer"] = bool(data["handoff_on_no_answer"])
     return Agent.model_validate(data)
@@ -26,28 +24,26 @@ def _columns(agent: Agent) -> dict[str, Any]:
     return data
 
 
-class AgentStore:
-    """Agents, each inside one (organization, environment)."""
-
-    db: Database
+class AgentTables(Tables):
+    """Agents (``AgentStore``)."""
 
     def insert_agent(self, organization_id: str, environment: str, agent: Agent) -> None:
         """Store a new agent."""
         data = _columns(agent)
         data.update(organization_id=organization_id, environment=environment)
         with self.db.write() as conn:
-            self.db.table(conn, "agents").insert(data)
+            insert_row(conn, "agents", data)
 
     def get_agent(self, organization_id: str, environment: str, agent_id: str) -> Agent | None:
         """The agent with this id in this workspace, or ``None`` (other workspaces' too).
 
-        Raw SQL: every chat turn reads its agent, and sqlite-utils' ``rows_where`` (a
-        generator building its query, then a dict per row) took ~3x as long as one
-        indexed statement (``benchmarks/store_crud.py``, get agent).
+        One indexed statement: every chat turn reads its agent (sqlite-utils'
+        ``rows_where``, a generator building its query and then a dict per row, took
+        ~3x as long: ``benchmarks/store_crud.py``, get agent).
         """
         with self.db.read() as conn:
             row = conn.execute(
-                f"SELECT * FROM agents WHERE id = ? AND {_WORKSPACE}",
+                f"SELECT * FROM agents WHERE id = ? AND {WORKSPACE}",
                 [agent_id, organization_id, environment],
             ).fetchone()
         return _agent(row) if row else None
@@ -57,9 +53,9 @@ class AgentStore:
     ) -> bool:
         """Replace an agent's fields if its status is still ``expected_status``.
 
-        The check and the write are one statement, so concurrent transitions cannot
-        both win. Returns whether the agent was updated. (Raw SQL: sqlite-utils'
-        ``update`` is by primary key only, with no condition to compare and set.)
+        The check and the write are one statement (PostgreSQL re-checks the condition
+        on the row it locks), so concurrent transitions, on any node, cannot both win.
+        Returns whether the agent was updated.
         """
         data = _columns(agent)
         agent_id = data.pop("id")
@@ -67,7 +63,7 @@ class AgentStore:
         assignments = ", ".join(f"{column} = ?" for column in data)
         with self.db.write() as conn:
             cursor = conn.execute(
-                f"UPDATE agents SET {assignments} WHERE id = ? AND {_WORKSPACE} AND status = ?",
+                f"UPDATE agents SET {assignments} WHERE id = ? AND {WORKSPACE} AND status = ?",
                 [*data.values(), agent_id, organization_id, environment, expected_status],
             )
         return cursor.rowcount == 1
@@ -82,14 +78,14 @@ class AgentStore:
         statuses: tuple[str, ...],
     ) -> tuple[list[Agent], bool]:
         """A page of agents whose status is one of ``statuses``, newest first."""
-        marks = ", ".join("?" for _ in statuses)
-        with self.db.read() as conn:
+        with self.db.snapshot() as conn:
             rows, more = page_rows(
-                self.db.table(conn, "agents"),
+                conn,
+                "agents",
                 scope=(organization_id, environment),
                 limit=limit,
                 starting_after=starting_after,
-                where=f"status IN ({marks})",
+                where=f"status IN ({marks(len(statuses))})",
                 where_args=statuses,
             )
         return [_agent(row) for row in rows], more

@@ -1,18 +1,26 @@
-"""SQLite storage of organizations and API keys."""
+"""Organizations and API keys, in SQL; the key secret itself is never stored, only its digest."""
 
 from __future__ import annotations
 
 import json
-import sqlite3
 from datetime import datetime
 from typing import Any
 
 from agentcore.ids import isoformat, new_id, now_iso
 from agentcore.models import ApiKey, Organization
-from agentcore.storage.sqlite.connection import CACHE_LIMIT, Database, first_row, update_row
+from agentcore.storage.sql.database import CACHE_LIMIT, Tables
+from agentcore.storage.sql.queries import insert_row, update_row
+
+# Every request authenticates: a key comes with its organization's name in one
+# indexed join.
+_KEY_SELECT = (
+    "SELECT api_keys.*, organizations.name AS org_name FROM api_keys "
+    "JOIN organizations ON organizations.id = api_keys.organization_id"
+)
+_KEY_COLUMNS = {"revoked_at", "expires_at", "last_used_at", "name"}
 
 
-def _key(row: sqlite3.Row) -> ApiKey:
+def _key(row: Any) -> ApiKey:
     # model_construct: every request authenticates, and these values were validated
     # on their way in; only the timestamps need parsing back.
     return ApiKey.model_construct(
@@ -35,43 +43,37 @@ def _time(value: str | None) -> datetime | None:
     return None if value is None else datetime.fromisoformat(value)
 
 
-# Raw SQL for reading keys: every request authenticates, and a key comes with its
-# organization's name in one indexed join (sqlite-utils' table API reads one table
-# and adds a schema lookup per call).
-_KEY_SELECT = (
-    "SELECT api_keys.*, organizations.name AS org_name FROM api_keys "
-    "JOIN organizations ON organizations.id = api_keys.organization_id"
-)
-_KEY_COLUMNS = {"revoked_at", "expires_at", "last_used_at", "name"}
+def _iso(value: datetime | None) -> str | None:
+    return None if value is None else isoformat(value)
 
 
-class TenancyStore:
-    """Organizations and keys; the key secret itself is never stored, only its digest."""
-
-    db: Database
+class KeyTables(Tables):
+    """Organizations and keys (``KeyStore``)."""
 
     def ensure_organization(self, name: str) -> Organization:
         """The organization named ``name``, created if missing."""
         with self.db.write() as conn:
-            organizations = self.db.table(conn, "organizations")
-            # ignore=True: an organization of that name already exists (names are unique)
-            organizations.insert(
-                {"id": new_id("org"), "name": name, "created_at": now_iso()}, ignore=True
+            # names are unique: an organization of that name may exist already
+            conn.execute(
+                "INSERT INTO organizations (id, name, created_at) VALUES (?, ?, ?)"
+                " ON CONFLICT (name) DO NOTHING",
+                [new_id("org"), name, now_iso()],
             )
-            row = first_row(organizations, "name = ?", [name])
-        assert row is not None
+            row = conn.execute("SELECT * FROM organizations WHERE name = ?", [name]).fetchone()
         return Organization(**row)
 
     def get_organization_by_name(self, name: str) -> Organization | None:
         """The organization named ``name``, or ``None``."""
         with self.db.read() as conn:
-            row = first_row(self.db.table(conn, "organizations"), "name = ?", [name])
+            row = conn.execute("SELECT * FROM organizations WHERE name = ?", [name]).fetchone()
         return Organization(**row) if row else None
 
     def insert_key(self, key: ApiKey, organization_id: str, digest: str) -> None:
         """Store a new key's record and the digest of its secret."""
         with self.db.write() as conn:
-            self.db.table(conn, "api_keys").insert(
+            insert_row(
+                conn,
+                "api_keys",
                 {
                     "id": key.id,
                     "organization_id": organization_id,
@@ -84,16 +86,17 @@ class TenancyStore:
                     "created_at": _iso(key.created_at),
                     "expires_at": _iso(key.expires_at),
                     "rotated_from": key.rotated_from,
-                }
+                },
             )
 
     def find_key_by_digest(self, digest: str) -> tuple[ApiKey, str, str] | None:
         """``(key, organization_id, stored digest)`` for a digest, or ``None``.
 
         Every request authenticates, so found keys are remembered per thread for as
-        long as nothing at all has been written to the database since (checked on
-        each call with ``PRAGMA data_version`` and this process's commit count): a key
-        revoked by any process is refused on the very next request.
+        long as nothing at all has been written to the database since (SQLite checks
+        ``PRAGMA data_version`` and this process's commit count on each call; a
+        PostgreSQL node reads each time): a key revoked by any process or node is
+        refused on the very next request.
         """
         cache = self.db.current_cache("keys")
         if digest in cache:
@@ -126,8 +129,4 @@ class TenancyStore:
     def update_key(self, key_id: str, **changes: Any) -> None:
         """Set ``revoked_at``, ``expires_at``, ``last_used_at`` or ``name`` of a key."""
         with self.db.write() as conn:
-            update_row(self.db.table(conn, "api_keys"), key_id, changes, allowed=_KEY_COLUMNS)
-
-
-def _iso(value: datetime | None) -> str | None:
-    return None if value is None else isoformat(value)
+            update_row(conn, "api_keys", key_id, changes, allowed=_KEY_COLUMNS)

@@ -1,22 +1,25 @@
-"""PostgreSQL storage of idempotent responses (Stripe's Idempotency-Key semantics)."""
+"""Idempotency keys and the results they replay, in SQL (Stripe's Idempotency-Key semantics)."""
 
 from __future__ import annotations
 
 from typing import Literal
 
-from agentcore.storage.postgres.connection import Database, retrying
 from agentcore.storage.records import StoredResult
+from agentcore.storage.sql.database import Tables
 
 Claim = Literal["new", "replay", "mismatch", "in_progress"]
-_KEY = "organization_id = %s AND environment = %s AND key = %s"
+_KEY = "organization_id = ? AND environment = ? AND key = ?"
 
 
-class IdempotencyStore:
-    """One row per (workspace, key): in progress, then the response to replay."""
+class IdempotencyTables(Tables):
+    """One row per (workspace, key): in progress, then the result to replay
+    (``IdempotencyStore``).
 
-    db: Database
+    The result's JSON body is kept as UTF-8 bytes in ``response_body`` (SQLite rows of
+    some earlier versions hold it as text, which reads the same); ``response_headers``
+    is no longer used.
+    """
 
-    @retrying
     def claim_idempotency_key(
         self,
         organization_id: str,
@@ -27,21 +30,23 @@ class IdempotencyStore:
         now: float,
         ttl: float,
     ) -> tuple[Claim, StoredResult | None]:
-        """Claim ``key`` for a request, atomically across every node.
+        """Claim ``key`` for a request, atomically across every process and node.
 
-        An expired row is removed, then ``INSERT ... ON CONFLICT DO NOTHING`` decides
-        the race: exactly one caller inserts (``new``); the others read the row the
-        winner committed (after waiting on its row lock while it is uncommitted).
+        ``new``: the caller runs the request and must ``finish`` or ``release`` it;
+        ``replay``: the stored result; ``mismatch``: the key was used with another
+        request; ``in_progress``: a duplicate is running right now. An expired row is
+        removed, then ``INSERT ... ON CONFLICT DO NOTHING`` decides the race: exactly
+        one caller inserts; the others read the row the winner committed.
         """
         scope = [organization_id, environment, key]
         with self.db.write() as conn:
             conn.execute(
-                f"DELETE FROM idempotency_keys WHERE {_KEY} AND created_at <= %s",
+                f"DELETE FROM idempotency_keys WHERE {_KEY} AND created_at <= ?",
                 [*scope, now - ttl],
             )
             inserted = conn.execute(
                 "INSERT INTO idempotency_keys (organization_id, environment, key,"
-                " fingerprint, status, created_at) VALUES (%s, %s, %s, %s, 'in_progress', %s)"
+                " fingerprint, status, created_at) VALUES (?, ?, ?, ?, 'in_progress', ?)"
                 " ON CONFLICT DO NOTHING",
                 [*scope, fingerprint, now],
             )
@@ -56,21 +61,21 @@ class IdempotencyStore:
             return "mismatch", None
         if row["status"] != "done":
             return "in_progress", None
-        return "replay", StoredResult(row["response_status"], bytes(row["response_body"]).decode())
+        body = row["response_body"]
+        text = body if isinstance(body, str) else bytes(body).decode()
+        return "replay", StoredResult(row["response_status"], text)
 
-    @retrying
     def finish_idempotency_key(
         self, organization_id: str, environment: str, key: str, result: StoredResult
     ) -> None:
-        """Store the result to replay for ``key`` (its JSON body as UTF-8 bytes)."""
+        """Store the result to replay for ``key``."""
         with self.db.write() as conn:
             conn.execute(
-                "UPDATE idempotency_keys SET status = 'done', response_status = %s,"
-                f" response_body = %s, response_headers = NULL WHERE {_KEY}",
+                "UPDATE idempotency_keys SET status = 'done', response_status = ?,"
+                f" response_body = ?, response_headers = NULL WHERE {_KEY}",
                 [result.status, result.body.encode(), organization_id, environment, key],
             )
 
-    @retrying
     def release_idempotency_key(self, organization_id: str, environment: str, key: str) -> None:
         """Forget an in-progress claim whose request crashed, so a retry can run."""
         with self.db.write() as conn:

@@ -1,14 +1,52 @@
-"""The SQLite schema, as numbered sqlite-utils migrations (applied in order, once)."""
+"""The schema of both databases, as one list of numbered migrations.
+
+Each migration renders its statements for a ``Dialect`` (types, storage options). A
+step that exists for one database only says so (``only``): SQLite files already had
+``m005`` when the PostgreSQL schema was first written with that column in ``m002``.
+Each database records what it applied in its own ledger, as the databases made by
+earlier versions already do (``sqlite/migrations.py``, ``postgres/migrations.py``).
+"""
 
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
-from sqlite_utils import Database as UtilsDatabase
-from sqlite_utils import Migrations
+from agentcore.storage.sql.dialect import Dialect
 
-migrations = Migrations("agentcore")
+Render = Callable[[Dialect], str]
+
+
+@dataclass(frozen=True)
+class Migration:
+    """One step of the schema: its name (``m001_...``) and its statements per dialect."""
+
+    name: str
+    render: Render
+    only: str | None = None  # the one dialect this step exists for
+
+    def script(self, dialect: Dialect) -> str:
+        """The step's statements in ``dialect``'s words."""
+        return self.render(dialect)
+
+
+MIGRATIONS: list[Migration] = []
+
+
+def migration(*, only: str | None = None) -> Callable[[Render], Render]:
+    """Append the decorated function to ``MIGRATIONS`` (its name is the step's name)."""
+
+    def register(render: Render) -> Render:
+        MIGRATIONS.append(Migration(render.__name__, render, only))
+        return render
+
+    return register
+
+
+def migrations_for(dialect: Dialect) -> list[Migration]:
+    """The steps ``dialect`` applies, in order."""
+    return [step for step in MIGRATIONS if step.only in (None, dialect.name)]
 
 
 def statements(script: str) -> Iterator[str]:
@@ -34,23 +72,10 @@ def statements(script: str) -> Iterator[str]:
         yield pending.strip()
 
 
-def run_script(db: UtilsDatabase, script: str) -> None:
-    """Run a migration script statement by statement, inside the caller's transaction.
-
-    ``sqlite3``'s ``executescript()`` would COMMIT it first, and migrations run inside
-    one ``BEGIN IMMEDIATE`` so that concurrent openers queue and a failing migration
-    leaves nothing behind.
-    """
-    for statement in statements(script):
-        db.execute(statement)
-
-
-@migrations()
-def m001_tenancy_and_agents(db: UtilsDatabase) -> None:
+@migration()
+def m001_tenancy_and_agents(d: Dialect) -> str:
     """Organizations, API keys and agents."""
-    run_script(
-        db,
-        """
+    return f"""
         CREATE TABLE organizations (
             id TEXT PRIMARY KEY,
             name TEXT NOT NULL UNIQUE,
@@ -73,7 +98,7 @@ def m001_tenancy_and_agents(db: UtilsDatabase) -> None:
         );
         CREATE INDEX api_keys_org ON api_keys (organization_id);
         CREATE TABLE agents (
-            seq INTEGER PRIMARY KEY AUTOINCREMENT,
+            seq {d.serial_key},
             id TEXT NOT NULL UNIQUE,
             organization_id TEXT NOT NULL REFERENCES organizations(id),
             environment TEXT NOT NULL,
@@ -88,18 +113,16 @@ def m001_tenancy_and_agents(db: UtilsDatabase) -> None:
             updated_at TEXT NOT NULL
         );
         CREATE INDEX agents_workspace ON agents (organization_id, environment, seq);
-        """,
-    )
-
-
-@migrations()
-def m002_knowledge(db: UtilsDatabase) -> None:
-    """Documents, chunks (the integer id is the vector id) and vector segments."""
-    run_script(
-        db,
         """
+
+
+@migration()
+def m002_knowledge(d: Dialect) -> str:
+    """Documents, chunks (the integer id is the vector id) and vector segments."""
+    page_offsets = d.either(sqlite="", postgres=",\n page_offsets TEXT NOT NULL DEFAULT '[]'")
+    return f"""
         CREATE TABLE documents (
-            seq INTEGER PRIMARY KEY AUTOINCREMENT,
+            seq {d.serial_key},
             id TEXT NOT NULL UNIQUE,
             organization_id TEXT NOT NULL,
             environment TEXT NOT NULL,
@@ -107,32 +130,33 @@ def m002_knowledge(db: UtilsDatabase) -> None:
             content_type TEXT NOT NULL,
             pages INTEGER NOT NULL,
             chunks INTEGER NOT NULL,
-            bytes INTEGER NOT NULL,
+            bytes {d.bigint} NOT NULL,
             created_at TEXT NOT NULL
         );
         CREATE INDEX documents_workspace ON documents (organization_id, environment, seq);
         CREATE TABLE chunks (
-            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            id {d.serial_key},
             document_id TEXT NOT NULL REFERENCES documents(id) ON DELETE CASCADE,
             organization_id TEXT NOT NULL,
             environment TEXT NOT NULL,
             ordinal INTEGER NOT NULL,
             text TEXT NOT NULL,
-            pages TEXT NOT NULL
+            pages TEXT NOT NULL{page_offsets}
         );
         CREATE INDEX chunks_document ON chunks (document_id);
         CREATE INDEX chunks_workspace ON chunks (organization_id, environment);
         CREATE TABLE vector_segments (
-            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            id {d.serial_key},
             organization_id TEXT NOT NULL,
             environment TEXT NOT NULL,
             document_id TEXT,
             embedder TEXT NOT NULL,
             dimension INTEGER NOT NULL,
             count INTEGER NOT NULL,
-            ids BLOB NOT NULL,
-            vectors BLOB NOT NULL
+            ids {d.blob} NOT NULL,
+            vectors {d.blob} NOT NULL
         );
+        {d.external("vector_segments", "ids", "vectors")}
         CREATE INDEX vector_segments_workspace
             ON vector_segments (organization_id, environment, document_id);
         CREATE TABLE knowledge_state (
@@ -140,21 +164,23 @@ def m002_knowledge(db: UtilsDatabase) -> None:
             environment TEXT NOT NULL,
             embedder TEXT,
             dimension INTEGER,
-            version INTEGER NOT NULL DEFAULT 0,
+            version {d.bigint} NOT NULL DEFAULT 0,
             PRIMARY KEY (organization_id, environment)
         );
-        """,
-    )
-
-
-@migrations()
-def m003_events_and_webhooks(db: UtilsDatabase) -> None:
-    """The event log, webhook subscriptions, the delivery outbox and attempts."""
-    run_script(
-        db,
         """
+
+
+@migration()
+def m003_events_and_webhooks(d: Dialect) -> str:
+    """The event log, webhook subscriptions, the delivery outbox and attempts."""
+    # SQLite's files have indexed every delivery by status; PostgreSQL's schema, written
+    # later, indexes only the pending ones (the only ones a claim looks for)
+    due = d.either(
+        sqlite="(status, next_attempt_at)", postgres="(next_attempt_at) WHERE status = 'pending'"
+    )
+    return f"""
         CREATE TABLE events (
-            seq INTEGER PRIMARY KEY AUTOINCREMENT,
+            seq {d.serial_key},
             id TEXT NOT NULL UNIQUE,
             organization_id TEXT NOT NULL,
             environment TEXT NOT NULL,
@@ -164,7 +190,7 @@ def m003_events_and_webhooks(db: UtilsDatabase) -> None:
         );
         CREATE INDEX events_workspace ON events (organization_id, environment, seq);
         CREATE TABLE webhook_subscriptions (
-            seq INTEGER PRIMARY KEY AUTOINCREMENT,
+            seq {d.serial_key},
             id TEXT NOT NULL UNIQUE,
             organization_id TEXT NOT NULL,
             environment TEXT NOT NULL,
@@ -174,8 +200,8 @@ def m003_events_and_webhooks(db: UtilsDatabase) -> None:
             secret TEXT NOT NULL,
             description TEXT,
             previous_secret TEXT,
-            previous_secret_expires_at REAL,
-            failing_since REAL,
+            previous_secret_expires_at {d.real},
+            failing_since {d.real},
             disabled_reason TEXT,
             created_at TEXT NOT NULL,
             updated_at TEXT NOT NULL
@@ -183,7 +209,7 @@ def m003_events_and_webhooks(db: UtilsDatabase) -> None:
         CREATE INDEX webhook_subscriptions_workspace
             ON webhook_subscriptions (organization_id, environment, seq);
         CREATE TABLE webhook_deliveries (
-            seq INTEGER PRIMARY KEY AUTOINCREMENT,
+            seq {d.serial_key},
             id TEXT NOT NULL UNIQUE,
             event_id TEXT NOT NULL,
             subscription_id TEXT NOT NULL,
@@ -191,38 +217,35 @@ def m003_events_and_webhooks(db: UtilsDatabase) -> None:
             environment TEXT NOT NULL,
             status TEXT NOT NULL,
             attempts INTEGER NOT NULL DEFAULT 0,
-            next_attempt_at REAL,
-            leased_until REAL,
+            next_attempt_at {d.real},
+            leased_until {d.real},
             last_status_code INTEGER,
             last_error TEXT,
             created_at TEXT NOT NULL,
             updated_at TEXT NOT NULL
         );
-        CREATE INDEX webhook_deliveries_due ON webhook_deliveries (status, next_attempt_at);
+        CREATE INDEX webhook_deliveries_due ON webhook_deliveries {due};
         CREATE INDEX webhook_deliveries_subscription
             ON webhook_deliveries (subscription_id, seq);
         CREATE TABLE webhook_attempts (
-            seq INTEGER PRIMARY KEY AUTOINCREMENT,
+            seq {d.serial_key},
             delivery_id TEXT NOT NULL,
             subscription_id TEXT NOT NULL,
             attempted_at TEXT NOT NULL,
             status_code INTEGER,
             error TEXT,
-            duration_ms REAL NOT NULL
+            duration_ms {d.real} NOT NULL
         );
         CREATE INDEX webhook_attempts_delivery ON webhook_attempts (delivery_id, seq);
-        """,
-    )
-
-
-@migrations()
-def m004_chat_and_idempotency(db: UtilsDatabase) -> None:
-    """Conversations, their messages, and stored idempotent responses."""
-    run_script(
-        db,
         """
+
+
+@migration()
+def m004_chat_and_idempotency(d: Dialect) -> str:
+    """Conversations, their messages, and stored idempotent responses."""
+    return f"""
         CREATE TABLE conversations (
-            seq INTEGER PRIMARY KEY AUTOINCREMENT,
+            seq {d.serial_key},
             id TEXT NOT NULL UNIQUE,
             organization_id TEXT NOT NULL,
             environment TEXT NOT NULL,
@@ -232,7 +255,7 @@ def m004_chat_and_idempotency(db: UtilsDatabase) -> None:
         );
         CREATE INDEX conversations_workspace ON conversations (organization_id, environment);
         CREATE TABLE messages (
-            seq INTEGER PRIMARY KEY AUTOINCREMENT,
+            seq {d.serial_key},
             conversation_id TEXT NOT NULL REFERENCES conversations(id),
             role TEXT NOT NULL,
             content TEXT NOT NULL,
@@ -247,23 +270,22 @@ def m004_chat_and_idempotency(db: UtilsDatabase) -> None:
             fingerprint TEXT NOT NULL,
             status TEXT NOT NULL,
             response_status INTEGER,
-            response_body BLOB,
+            response_body {d.blob},
             response_headers TEXT,
-            created_at REAL NOT NULL,
+            created_at {d.real} NOT NULL,
             PRIMARY KEY (organization_id, environment, key)
         );
-        """,
-    )
+        """
 
 
-@migrations()
-def m005_chunk_page_offsets(db: UtilsDatabase) -> None:
+@migration(only="sqlite")
+def m005_chunk_page_offsets(d: Dialect) -> str:
     """Where each page starts inside a chunk, so quotes cite only their own pages."""
-    run_script(db, "ALTER TABLE chunks ADD COLUMN page_offsets TEXT NOT NULL DEFAULT '[]'")
+    return "ALTER TABLE chunks ADD COLUMN page_offsets TEXT NOT NULL DEFAULT '[]'"
 
 
-@migrations()
-def m006_knowledge_change_log(db: UtilsDatabase) -> None:
+@migration()
+def m006_knowledge_change_log(d: Dialect) -> str:
     """A per-workspace change log, so a cached index catches up by applying only the delta.
 
     Each vector segment records the workspace version that added it; each deletion
@@ -271,48 +293,42 @@ def m006_knowledge_change_log(db: UtilsDatabase) -> None:
     covers the versions after ``knowledge_state.log_floor``: existing workspaces start
     with a floor at their current version (their old segments carry version 0).
     """
-    run_script(
-        db,
-        """
-        ALTER TABLE vector_segments ADD COLUMN version INTEGER NOT NULL DEFAULT 0;
+    return f"""
+        ALTER TABLE vector_segments ADD COLUMN version {d.bigint} NOT NULL DEFAULT 0;
         CREATE INDEX vector_segments_version
             ON vector_segments (organization_id, environment, version);
-        ALTER TABLE knowledge_state ADD COLUMN log_floor INTEGER NOT NULL DEFAULT 0;
+        ALTER TABLE knowledge_state ADD COLUMN log_floor {d.bigint} NOT NULL DEFAULT 0;
         UPDATE knowledge_state SET log_floor = version;
         CREATE TABLE knowledge_tombstones (
             organization_id TEXT NOT NULL,
             environment TEXT NOT NULL,
-            version INTEGER NOT NULL,
-            ids BLOB NOT NULL
+            version {d.bigint} NOT NULL,
+            ids {d.blob} NOT NULL
         );
         CREATE INDEX knowledge_tombstones_version
             ON knowledge_tombstones (organization_id, environment, version);
-        """,
-    )
-
-
-@migrations()
-def m007_rate_limit_buckets(db: UtilsDatabase) -> None:
-    """Token buckets kept in the store, so every process sharing it enforces one limit."""
-    run_script(
-        db,
         """
+
+
+@migration()
+def m007_rate_limit_buckets(d: Dialect) -> str:
+    """Token buckets kept in the store, so every process sharing it enforces one limit."""
+    return f"""
         CREATE TABLE rate_limit_buckets (
             key_id TEXT PRIMARY KEY,
-            tokens REAL NOT NULL,
-            updated_at REAL NOT NULL,
-            allowed INTEGER NOT NULL
-        ) WITHOUT ROWID;
-        """,
-    )
-
-
-@migrations()
-def m008_document_status_and_ingest_jobs(db: UtilsDatabase) -> None:
-    """Document status and last error; the durable queue of background ingestion jobs."""
-    run_script(
-        db,
+            tokens {d.real} NOT NULL,
+            updated_at {d.real} NOT NULL,
+            allowed {d.boolean} NOT NULL
+        ){d.without_rowid};
         """
+
+
+@migration()
+def m008_document_status_and_ingest_jobs(d: Dialect) -> str:
+    """Document status and last error; the durable queue of background ingestion jobs."""
+    # claims order by created_at; SQLite's files also lead the index with the lease
+    lease = d.either(sqlite="(leased_until, created_at)", postgres="(created_at)")
+    return f"""
         ALTER TABLE documents ADD COLUMN status TEXT NOT NULL DEFAULT 'ready';
         ALTER TABLE documents ADD COLUMN last_error TEXT;
         CREATE TABLE ingest_jobs (
@@ -322,27 +338,25 @@ def m008_document_status_and_ingest_jobs(db: UtilsDatabase) -> None:
             kind TEXT NOT NULL,
             filename TEXT NOT NULL,
             content_type TEXT,
-            data BLOB NOT NULL,
+            data {d.blob} NOT NULL,
             attempts INTEGER NOT NULL DEFAULT 0,
-            leased_until REAL,
-            created_at REAL NOT NULL
+            leased_until {d.real},
+            created_at {d.real} NOT NULL
         );
-        CREATE INDEX ingest_jobs_lease ON ingest_jobs (leased_until, created_at);
-        """,
-    )
+        {d.external("ingest_jobs", "data")}
+        CREATE INDEX ingest_jobs_lease ON ingest_jobs {lease};
+        """
 
 
-@migrations()
-def m009_term_counts(db: UtilsDatabase) -> None:
+@migration()
+def m009_term_counts(d: Dialect) -> str:
     """Per document: its sentences (``term = ''``) and how many hold each word stem.
 
     Written when a document is indexed and dropped with it (the foreign key), so a
     workspace's sentence frequencies are sums over its documents, never a recount
-    (see ``agentcore/knowledge/terms.py``).
+    (see ``agentcore/knowledge/terms.py``). m011 packs them into ``document_terms``.
     """
-    run_script(
-        db,
-        """
+    return f"""
         CREATE TABLE term_counts (
             document_id TEXT NOT NULL REFERENCES documents(id) ON DELETE CASCADE,
             organization_id TEXT NOT NULL,
@@ -350,46 +364,42 @@ def m009_term_counts(db: UtilsDatabase) -> None:
             term TEXT NOT NULL,
             sentences INTEGER NOT NULL,
             PRIMARY KEY (document_id, term)
-        ) WITHOUT ROWID;
+        ){d.without_rowid};
         CREATE INDEX term_counts_term ON term_counts (organization_id, environment, term);
-        """,
-    )
+        """
 
 
-@migrations()
-def m010_workspace_index_dtype(db: UtilsDatabase) -> None:
+@migration()
+def m010_workspace_index_dtype(d: Dialect) -> str:
     """How each workspace's index stores its rows (``Settings.index_dtype``), fixed by its
     first write; workspaces that exist already were built with float32 rows."""
-    run_script(
-        db,
-        """
+    return """
         ALTER TABLE knowledge_state ADD COLUMN index_dtype TEXT;
         UPDATE knowledge_state SET index_dtype = 'float32';
-        """,
-    )
+        """
 
 
-@migrations()
-def m011_document_terms(db: UtilsDatabase) -> None:
+@migration()
+def m011_document_terms(d: Dialect) -> str:
     """A document's sentence counts as one packed row instead of one row per stem.
 
     ``term_counts`` put about 45 rows per document into scattered leaves of its term
-    index, which made each ingestion commit write several times the pages it otherwise
-    does. ``document_terms`` keeps one row per ready document, keyed by the
+    index, which made each SQLite ingestion commit write several times the pages it
+    otherwise does. ``document_terms`` keeps one row per ready document, keyed by the
     document's ``seq`` (appended in ingestion order): its sentence count, the version
     of the write that stored it, and ``stems`` as ``"stem count"`` lines. A deletion
-    copies the row into its tombstone (``term_*`` columns), so a process's in-memory
-    sums follow the change log like the vector index (see ``KnowledgeStore.term_counts``).
+    copies the row into its tombstone (``term_*`` columns), so each process's in-memory
+    sums follow the change log like the vector index (see ``sql/terms.py``).
     Existing counts move over (at version 0, which every log floor covers).
     """
-    run_script(
-        db,
-        """
+    concat = d.either(sqlite="GROUP_CONCAT", postgres="STRING_AGG")
+    newline = d.either(sqlite="char(10)", postgres="chr(10)")
+    return f"""
         CREATE TABLE document_terms (
-            document_seq INTEGER PRIMARY KEY REFERENCES documents(seq) ON DELETE CASCADE,
+            document_seq {d.bigint} PRIMARY KEY REFERENCES documents(seq) ON DELETE CASCADE,
             organization_id TEXT NOT NULL,
             environment TEXT NOT NULL,
-            version INTEGER NOT NULL,
+            version {d.bigint} NOT NULL,
             sentences INTEGER NOT NULL,
             stems TEXT NOT NULL
         );
@@ -399,24 +409,23 @@ def m011_document_terms(db: UtilsDatabase) -> None:
             (document_seq, organization_id, environment, version, sentences, stems)
             SELECT documents.seq, documents.organization_id, documents.environment, 0,
                 MAX(CASE WHEN term_counts.term = '' THEN term_counts.sentences ELSE 0 END),
-                COALESCE(GROUP_CONCAT(CASE WHEN term_counts.term <> ''
-                    THEN term_counts.term || ' ' || term_counts.sentences END, char(10)), '')
+                COALESCE({concat}(CASE WHEN term_counts.term <> ''
+                    THEN term_counts.term || ' ' || term_counts.sentences END, {newline}), '')
             FROM term_counts JOIN documents ON documents.id = term_counts.document_id
             GROUP BY documents.seq;
         DROP TABLE term_counts;
-        ALTER TABLE knowledge_tombstones ADD COLUMN term_version INTEGER;
+        ALTER TABLE knowledge_tombstones ADD COLUMN term_version {d.bigint};
         ALTER TABLE knowledge_tombstones ADD COLUMN term_sentences INTEGER;
         ALTER TABLE knowledge_tombstones ADD COLUMN term_stems TEXT;
-        """,
-    )
+        """
 
 
-@migrations()
-def m012_drop_chunks_workspace_index(db: UtilsDatabase) -> None:
+@migration()
+def m012_drop_chunks_workspace_index(d: Dialect) -> str:
     """Drop ``chunks_workspace``, an index on ``chunks (organization_id, environment)``
     that no query reads (chunks are found by id or by ``document_id``).
 
     Every ingestion commit wrote one of its pages besides the chunk itself: without
     it a document's write touches one b-tree fewer (about one WAL frame in 18).
     """
-    run_script(db, "DROP INDEX IF EXISTS chunks_workspace;")
+    return "DROP INDEX IF EXISTS chunks_workspace;"

@@ -1,0 +1,1 @@
+"""One SQL store for both databases: statements written once over a small ``Dialect``."""

@@ -1,0 +1,82 @@
+"""How SQLite and PostgreSQL spell what the one SQL store says differently.
+
+The store writes each statement once, with ``?`` placeholders (PostgreSQL's connections
+translate them) and, where the two databases use other words, with its ``Dialect``'s:
+DDL types, two scalar functions and the row lock of a claim. What differs beyond
+spelling (connections, blob I/O, term counts, pgvector, wake-ups) lives in each
+database's store class.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """The words one database uses where the other uses different ones."""
+
+    name: str
+    #: an auto-numbered 64-bit primary key column: its type and constraint
+    serial_key: str
+    bigint: str
+    real: str
+    blob: str
+    boolean: str
+    #: the table option of tables read only by their primary key
+    without_rowid: str
+    #: the scalar (not aggregate) maximum and minimum of their arguments
+    greatest: str
+    least: str
+    #: what a claim adds to its SELECT so concurrent claimers skip each other's rows
+    skip_locked: str
+
+    def lock(self, alias: str) -> str:
+        """The claim clause for the rows of the table aliased ``alias`` ("" where the
+        whole write transaction is exclusive anyway)."""
+        return self.skip_locked.format(alias)
+
+    def external(self, table: str, *columns: str) -> str:
+        """Statements that store ``columns`` of ``table`` out of line and uncompressed.
+
+        Vector and upload bytes do not compress: PostgreSQL's default (``EXTENDED``) tries
+        on every write and read. SQLite has no such setting.
+        """
+        if self.name != "postgres":
+            return ""
+        return "".join(
+            f"ALTER TABLE {table} ALTER COLUMN {column} SET STORAGE EXTERNAL;\n"
+            for column in columns
+        )
+
+    def either(self, *, sqlite: str, postgres: str) -> str:
+        """``sqlite`` or ``postgres``: for a migration whose two histories differ."""
+        return postgres if self.name == "postgres" else sqlite
+
+
+SQLITE = Dialect(
+    name="sqlite",
+    serial_key="INTEGER PRIMARY KEY AUTOINCREMENT",
+    bigint="INTEGER",  # every SQLite integer is up to 64 bits
+    real="REAL",
+    blob="BLOB",
+    boolean="INTEGER",
+    without_rowid=" WITHOUT ROWID",
+    greatest="MAX",
+    least="MIN",
+    skip_locked="",  # BEGIN IMMEDIATE: one writer at a time, in every process
+)
+
+POSTGRES = Dialect(
+    name="postgres",
+    serial_key="BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY",
+    bigint="BIGINT",
+    real="DOUBLE PRECISION",
+    blob="BYTEA",
+    boolean="BOOLEAN",
+    without_rowid="",
+    greatest="GREATEST",
+    least="LEAST",
+    # rows another node is claiming right now are passed over, not waited for
+    skip_locked=" FOR UPDATE OF {} SKIP LOCKED",
+)

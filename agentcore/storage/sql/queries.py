@@ -1,0 +1,87 @@
+"""Statements the table modules build the same way: keyset pages, inserts, checked updates.
+
+Table and column names in them come from the code (and, for updates, from an allowed
+set), never from a caller's data, so no statement can be steered.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from agentcore.errors import NotFound
+from agentcore.storage.sql.database import Connection
+
+WORKSPACE = "organization_id = ? AND environment = ?"
+
+
+def marks(count: int) -> str:
+    """``?, ?, ?``: the placeholders of an ``IN`` list of ``count`` values."""
+    return ", ".join("?" * count)
+
+
+def insert_row(conn: Connection, table: str, values: Mapping[str, Any]) -> None:
+    """``INSERT INTO table (<keys>) VALUES (<values>)``."""
+    conn.execute(
+        f"INSERT INTO {table} ({', '.join(values)}) VALUES ({marks(len(values))})",
+        list(values.values()),
+    )
+
+
+def update_row(
+    conn: Connection,
+    table: str,
+    row_id: str,
+    changes: Mapping[str, Any],
+    *,
+    allowed: set[str],
+    stamp_column: str | None = None,
+    stamp: str | None = None,
+) -> None:
+    """``UPDATE table SET <changes> WHERE id = row_id``, refusing columns not ``allowed``
+    (``stamp_column`` is set to ``stamp`` too). A row that no longer exists is left
+    alone, like any ``UPDATE`` that matches nothing."""
+    unknown = set(changes) - allowed
+    if unknown:
+        raise ValueError(f"cannot update {sorted(unknown)} of {table}")
+    values = dict(changes)
+    if stamp_column is not None:
+        values[stamp_column] = stamp
+    assignments = ", ".join(f"{column} = ?" for column in values)
+    conn.execute(f"UPDATE {table} SET {assignments} WHERE id = ?", [*values.values(), row_id])
+
+
+def page_rows(
+    conn: Connection,
+    table: str,
+    *,
+    scope: Sequence[Any],
+    limit: int,
+    starting_after: str | None,
+    where: str = "1 = 1",
+    where_args: Sequence[Any] = (),
+) -> tuple[list[Any], bool]:
+    """One page of ``table`` newest first, Stripe style: rows after ``starting_after``.
+
+    A keyset page on ``seq``: ``scope`` is ``(organization_id, environment)``; ``where``
+    narrows the listing. The cursor must be an id in the same scope (else ``NotFound``
+    names it), but need not pass ``where``: an object that changed status mid-listing
+    still works as a cursor. Returns the rows and whether more follow.
+    """
+    condition = f"{WORKSPACE} AND ({where})"
+    args: list[Any] = [*scope, *where_args]
+    if starting_after is not None:
+        cursor = conn.execute(
+            f"SELECT seq FROM {table} WHERE id = ? AND {WORKSPACE}", [starting_after, *scope]
+        ).fetchone()
+        if cursor is None:
+            raise NotFound(
+                f"No object with id '{starting_after}' to start after.",
+                param="starting_after",
+            )
+        condition += " AND seq < ?"
+        args.append(cursor["seq"])
+    rows = conn.execute(
+        f"SELECT * FROM {table} WHERE {condition} ORDER BY seq DESC LIMIT ?", [*args, limit + 1]
+    ).fetchall()
+    return rows[:limit], len(rows) > limit

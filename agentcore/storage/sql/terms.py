@@ -1,0 +1,152 @@
+"""Sentence counts: one packed ``document_terms`` row per document, summed in memory.
+
+One row per stem (``term_counts``, m009) put about 45 rows per document into scattered
+leaves of its term index, which made each SQLite ingestion commit write several times
+the pages it otherwise does (m011). Each process or node keeps its workspaces' sums and
+follows the change log to stay current, like the vector index.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+from agentcore.storage.records import TermCounts
+from agentcore.storage.sql.database import Connection, Tables
+from agentcore.storage.sql.queries import WORKSPACE
+
+
+def pack_stems(stems: Mapping[str, int]) -> str:
+    """A document's per-stem sentence counts as stored: ``"stem count"`` lines (stems
+    with no sentence, and the empty stem, left out)."""
+    return "\n".join([f"{stem} {count}" for stem, count in stems.items() if stem and count > 0])
+
+
+def unpack_stems(packed: str) -> Iterator[tuple[str, int]]:
+    """The ``(stem, count)`` pairs ``pack_stems`` wrote. A line that is not one (a
+    damaged row) is skipped: word rarity is a hint, and chat must not fail on it."""
+    if not packed:
+        return
+    for line in packed.split("\n"):
+        stem, _, count = line.rpartition(" ")
+        if stem and count.isascii() and count.isdigit():
+            yield stem, int(count)
+
+
+class TermSums:
+    """One workspace's sentence counts summed over its documents, at a store version."""
+
+    def __init__(self, version: int) -> None:
+        self.version = version
+        self.sentences = 0
+        self.counts: dict[str, int] = {}
+
+    def add(self, sentences: int, packed: str, sign: int) -> None:
+        """Add (``sign=1``) or take away (``-1``) one document's counts."""
+        self.sentences += sign * sentences
+        counts = self.counts
+        for stem, count in unpack_stems(packed):
+            total = counts.get(stem, 0) + sign * count
+            if total:
+                counts[stem] = total
+            else:
+                del counts[stem]
+
+
+class TermTables(Tables):
+    """Documents' sentence counts and their sums (``KnowledgeStore.term_counts``)."""
+
+    def __init__(self) -> None:
+        self._term_lock = threading.Lock()
+        self._term_sums: dict[tuple[str, str], TermSums] = {}
+
+    def _store_terms(
+        self, conn: Connection, workspace: Sequence[str], seq: int, version: int, counts: TermCounts
+    ) -> None:
+        """Store document ``seq``'s counts as one row, in the transaction that stores its
+        chunks (``version``: the one it bumped to); ``delete_document`` takes them out."""
+        sentences, stems = counts
+        conn.execute(
+            "INSERT INTO document_terms (document_seq, organization_id, environment, version,"
+            " sentences, stems) VALUES (?, ?, ?, ?, ?, ?)",
+            [seq, *workspace, version, sentences, pack_stems(stems)],
+        )
+
+    def _take_terms(self, conn: Connection, seq: int) -> dict[str, Any]:
+        """Delete document ``seq``'s counts (before the document, whose foreign key would
+        drop them unread); the tombstone columns that keep them for the sums."""
+        row = conn.execute(
+            "DELETE FROM document_terms WHERE document_seq = ? RETURNING version, sentences, stems",
+            [seq],
+        ).fetchone()
+        if row is None:
+            return {}
+        return {
+            "term_version": row["version"],
+            "term_sentences": row["sentences"],
+            "term_stems": row["stems"],
+        }
+
+    def term_counts(
+        self, organization_id: str, environment: str, stems: Sequence[str]
+    ) -> tuple[int, dict[str, int]]:
+        """The workspace's sentences and, per stem of ``stems``, how many hold it
+        (stems no sentence holds are left out): sums over its documents' counts.
+
+        The sums are kept in memory per workspace, built on the first call and brought
+        up to date at each later one from the change log (documents whose counts were
+        stored, and tombstones holding the counts of those deleted, after the sums'
+        version), so any process's or node's writes are seen; rebuilt from every
+        document's row when the log no longer reaches back that far. Sums that are
+        current cost one read of the workspace's version.
+        """
+        wanted = {stem for stem in stems if stem}
+        key = (organization_id, environment)
+        known = self._term_sums.get(key)
+        # outside the lock: on PostgreSQL this read is a round trip, and calls for sums
+        # that are current need no more than it
+        current = known is not None and self._version(key) == known.version
+        with self._term_lock:
+            entry = self._term_sums.get(key)
+            if entry is None or not current:
+                entry = self._term_sums[key] = self._current_term_sums(key, entry)
+            counts = entry.counts
+            return entry.sentences, {stem: counts[stem] for stem in wanted if counts.get(stem)}
+
+    def _version(self, key: tuple[str, str]) -> int:
+        with self.db.read() as conn:
+            row = conn.execute(
+                f"SELECT version FROM knowledge_state WHERE {WORKSPACE}", key
+            ).fetchone()
+        return 0 if row is None else int(row["version"])
+
+    def _current_term_sums(self, key: tuple[str, str], entry: TermSums | None) -> TermSums:
+        """``entry`` brought up to the store's version (a new one when it cannot be)."""
+        with self.db.snapshot() as conn:
+            state = conn.execute(
+                f"SELECT version, log_floor FROM knowledge_state WHERE {WORKSPACE}", key
+            ).fetchone()
+            version, floor = (0, 0) if state is None else (state["version"], state["log_floor"])
+            if entry is not None and entry.version == version:
+                return entry
+            if entry is None or not floor <= entry.version < version:
+                entry = TermSums(version)
+                rows = conn.execute(
+                    f"SELECT sentences, stems FROM document_terms WHERE {WORKSPACE}", key
+                )
+                for row in rows:
+                    entry.add(row["sentences"], row["stems"], 1)
+                return entry
+            # counts stored after the entry's version come in, and those stored at or before
+            # it and deleted since go out
+            for row in conn.execute(
+                "SELECT sentences, stems, 1 AS sign FROM document_terms"
+                f" WHERE {WORKSPACE} AND version > ? UNION ALL"
+                " SELECT term_sentences, term_stems, -1 FROM knowledge_tombstones"
+                f" WHERE {WORKSPACE} AND version > ? AND term_version <= ?",
+                [*key, entry.version, *key, entry.version, entry.version],
+            ):
+                entry.add(row["sentences"], row["stems"], row["sign"])
+            entry.version = version
+            return entry

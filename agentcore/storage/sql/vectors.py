@@ -1,0 +1,331 @@
+"""Vector segments, each workspace's knowledge state and its change log, in SQL.
+
+Vectors are stored as whole-buffer segments (an id array and a float32 matrix per
+row, never a row per vector), so a workspace's index loads with one read per segment
+straight into one matrix. Every write advances the workspace's version; each segment
+records the version that added it and each deletion leaves a tombstone under the
+version that deleted it, so a cached index catches up by applying only the delta.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from agentcore.storage.records import (
+    Ids,
+    KnowledgeChanges,
+    KnowledgeState,
+    StaleEmbedder,
+    Vectors,
+    segment_arrays,
+)
+from agentcore.storage.sql.database import CACHE_LIMIT, Connection, Tables
+from agentcore.storage.sql.queries import WORKSPACE, insert_row
+
+SEGMENT_ROWS = 65_536  # ~100 MB of float32 at d=384: far below either database's 1 GB limit
+# SQLite copies a bound blob: segments of at most this many bytes keep that copy small
+SEGMENT_BYTES = 64 << 20
+# Versions of deletions the change log keeps; a cache further behind reloads the workspace.
+TOMBSTONE_VERSIONS = 10_000
+
+
+class VectorTables(Tables):
+    """Vectors, versions and the change log of each workspace (part of ``KnowledgeStore``)."""
+
+    def _vectors_added(
+        self,
+        conn: Connection,
+        organization_id: str,
+        environment: str,
+        document_id: str | None,
+        ids: Ids,
+        vectors: Vectors,
+    ) -> None:
+        """Hook: a segment of these rows was written (PostgreSQL's pgvector rows follow)."""
+
+    def _vectors_deleted(
+        self, conn: Connection, organization_id: str, environment: str, document_id: str | None
+    ) -> None:
+        """Hook: a document's segments (``None``: the whole workspace's) were deleted."""
+
+    def add_vectors(
+        self,
+        organization_id: str,
+        environment: str,
+        document_id: str | None,
+        embedder: str,
+        dimension: int,
+        ids: Ids,
+        vectors: Vectors,
+    ) -> None:
+        """Append vectors as whole-buffer segments and bump the workspace version."""
+        with self.db.write() as conn:
+            self._append_vectors(
+                conn, organization_id, environment, document_id, embedder, dimension, ids, vectors
+            )
+
+    def _append_vectors(
+        self,
+        conn: Connection,
+        organization_id: str,
+        environment: str,
+        document_id: str | None,
+        embedder: str,
+        dimension: int,
+        ids: Ids,
+        vectors: Vectors,
+        *,
+        check: bool = False,
+    ) -> int:
+        """``add_vectors`` in the caller's transaction; the version it bumped to.
+        ``check``: raise ``StaleEmbedder`` if the workspace has another embedder or
+        dimension (the caller's transaction then rolls back)."""
+        ids, vectors = segment_arrays(ids, vectors, dimension)
+        # the bump first: on PostgreSQL its row lock orders concurrent writers, so
+        # versions commit in order and each segment carries the version that added it
+        version = self._bump(conn, organization_id, environment, embedder, dimension, check=check)
+        rows = max(1, min(SEGMENT_ROWS, SEGMENT_BYTES // (4 * dimension)))
+        for start in range(0, len(ids), rows):
+            part = slice(start, start + rows)
+            conn.execute(
+                "INSERT INTO vector_segments (organization_id, environment, document_id,"
+                " embedder, dimension, count, ids, vectors, version)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    organization_id,
+                    environment,
+                    document_id,
+                    embedder,
+                    dimension,
+                    len(ids[part]),
+                    # buffers, not bytes: no second copy of a large document's vectors
+                    ids[part].data.cast("B"),
+                    vectors[part].data.cast("B"),
+                    version,
+                ],
+            )
+        if len(ids):
+            self._vectors_added(conn, organization_id, environment, document_id, ids, vectors)
+        return version
+
+    def load_vectors(
+        self, organization_id: str, environment: str, dimension: int
+    ) -> tuple[Ids, Vectors]:
+        """Every vector of a workspace as one id array and one contiguous float32 matrix.
+
+        Read inside one read transaction (a consistent snapshot), each segment copied
+        once into the preallocated arrays: no per-row Python, no intermediate buffers.
+        """
+        with self.db.snapshot() as conn:
+            rows = conn.execute(
+                f"SELECT id, dimension, count FROM vector_segments WHERE {WORKSPACE} ORDER BY id",
+                [organization_id, environment],
+            ).fetchall()
+            if any(row["dimension"] != dimension for row in rows):
+                raise ValueError("the stored vectors have another dimension")
+            return self._read_segments(conn, rows, dimension)
+
+    def _read_segments(
+        self, conn: Connection, rows: Sequence[Any], dimension: int
+    ) -> tuple[Ids, Vectors]:
+        """The segments ``rows`` (``id`` and ``count`` each) as one id array and matrix."""
+        total = sum(int(row["count"]) for row in rows)
+        ids = np.empty(total, dtype="<i8")
+        vectors = np.empty((total, dimension), dtype="<f4")
+        start = 0
+        for row in rows:
+            end = start + int(row["count"])
+            self.db.read_segment(conn, row["id"], ids[start:end], vectors[start:end])
+            start = end
+        return ids, vectors
+
+    def count_vectors(self, organization_id: str, environment: str) -> int:
+        """How many vectors a workspace stores."""
+        with self.db.read() as conn:
+            row = conn.execute(
+                f"SELECT COALESCE(SUM(count), 0) AS n FROM vector_segments WHERE {WORKSPACE}",
+                [organization_id, environment],
+            ).fetchone()
+        return int(row["n"])
+
+    def replace_all_vectors(
+        self,
+        organization_id: str,
+        environment: str,
+        embedder: str,
+        segments: Sequence[tuple[str | None, Ids, Vectors]],
+        dimension: int,
+    ) -> None:
+        """Swap every vector of a workspace for new ones (a re-embed), atomically."""
+        scope = [organization_id, environment]
+        with self.db.write() as conn:
+            # the state row first: on PostgreSQL concurrent re-embeds queue on its lock
+            self._bump(conn, organization_id, environment)
+            conn.execute(f"DELETE FROM vector_segments WHERE {WORKSPACE}", scope)
+            self._vectors_deleted(conn, organization_id, environment, None)
+            conn.execute(
+                f"UPDATE knowledge_state SET embedder = ?, dimension = ? WHERE {WORKSPACE}",
+                [embedder, dimension, *scope],
+            )
+            for document_id, ids, vectors in segments:
+                self.add_vectors(
+                    organization_id, environment, document_id, embedder, dimension, ids, vectors
+                )
+            # every vector changed: the change log starts afresh after this version
+            version = self._bump(conn, organization_id, environment)
+            conn.execute(
+                f"UPDATE knowledge_state SET log_floor = ? WHERE {WORKSPACE}", [version, *scope]
+            )
+            conn.execute(f"DELETE FROM knowledge_tombstones WHERE {WORKSPACE}", scope)
+
+    def knowledge_state(self, organization_id: str, environment: str) -> KnowledgeState:
+        """The embedder, dimension and version of a workspace's index.
+
+        Every search asks this (to know whether its cached index is current), and a
+        search over HTTP asks it twice (before choosing to run on the event loop, then
+        in the search). So states read are remembered per thread for as long as
+        nothing at all has been written to the database since (``current_cache``, as
+        for keys; SQLite checks ``PRAGMA data_version`` and its commit count on each
+        call): a write by any connection or process is seen by the very next call.
+        Inside a transaction on this thread (which may hold its own uncommitted
+        writes, or read a snapshot) the row is read as it is there.
+        """
+        key = (organization_id, environment)
+        cache: dict[Any, Any] | None = None
+        if not self.db.in_transaction:
+            cache = self.db.current_cache("knowledge_state")
+            found: KnowledgeState | None = cache.get(key)
+            if found is not None:
+                return found
+        with self.db.read() as conn:
+            row = conn.execute(
+                "SELECT embedder, dimension, version, index_dtype FROM knowledge_state"
+                f" WHERE {WORKSPACE}",
+                key,
+            ).fetchone()
+        if row is None:
+            state = KnowledgeState(None, None, 0)
+        else:
+            state = KnowledgeState(
+                row["embedder"], row["dimension"], int(row["version"]), row["index_dtype"]
+            )
+        if cache is not None and len(cache) < CACHE_LIMIT:
+            cache[key] = state
+        return state
+
+    def claim_index_dtype(self, organization_id: str, environment: str, index_dtype: str) -> str:
+        """The workspace's index dtype: the stored one, else ``index_dtype``, stored now."""
+        with self.db.write() as conn:
+            # a new row starts at version 0, which reads like no row at all
+            row = conn.execute(
+                "INSERT INTO knowledge_state AS s (organization_id, environment, version,"
+                " index_dtype) VALUES (?, ?, 0, ?) ON CONFLICT (organization_id, environment)"
+                " DO UPDATE SET index_dtype = COALESCE(s.index_dtype, excluded.index_dtype)"
+                " RETURNING index_dtype",
+                [organization_id, environment, index_dtype],
+            ).fetchone()
+        return str(row["index_dtype"])
+
+    def changes_since(
+        self, organization_id: str, environment: str, version: int, *, max_rows: int
+    ) -> KnowledgeChanges | None:
+        """The rows added and ids deleted after ``version``, read in one snapshot.
+
+        ``None`` when the change log cannot bring ``version`` up to date by itself:
+        it is older than the log keeps (a re-embed or pruned tombstones), newer than
+        the store (the database was replaced), or more than ``max_rows`` rows were
+        added since (loading the whole workspace is then the better deal).
+        """
+        scope = [organization_id, environment]
+        with self.db.snapshot() as conn:
+            state = conn.execute(
+                f"SELECT dimension, version, log_floor FROM knowledge_state WHERE {WORKSPACE}",
+                scope,
+            ).fetchone()
+            current = 0 if state is None else int(state["version"])
+            if state is None or version == current:
+                empty = np.empty(0, dtype=np.int64)
+                return KnowledgeChanges(current, empty, np.empty((0, 0), dtype=np.float32), empty)
+            if version < int(state["log_floor"]) or version > current:
+                return None
+            rows = conn.execute(
+                "SELECT id, count FROM vector_segments"
+                f" WHERE {WORKSPACE} AND version > ? ORDER BY id",
+                [*scope, version],
+            ).fetchall()
+            if sum(int(row["count"]) for row in rows) > max_rows:
+                return None
+            ids, vectors = self._read_segments(conn, rows, int(state["dimension"]))
+            deleted = [
+                np.frombuffer(row["ids"], dtype="<i8")
+                for row in conn.execute(
+                    f"SELECT ids FROM knowledge_tombstones WHERE {WORKSPACE} AND version > ?",
+                    [*scope, version],
+                ).fetchall()
+            ]
+        gone = np.concatenate(deleted) if deleted else np.empty(0, dtype=np.int64)
+        return KnowledgeChanges(current, ids, vectors, gone.astype(np.int64, copy=False))
+
+    def _bump(
+        self,
+        conn: Connection,
+        organization_id: str,
+        environment: str,
+        embedder: str | None = None,
+        dimension: int | None = None,
+        *,
+        check: bool = False,
+    ) -> int:
+        """Advance the workspace version (in the caller's transaction); the new version.
+
+        ``check``: raise ``StaleEmbedder`` unless the workspace's embedder and dimension
+        are (now) ``embedder`` and ``dimension``: the check a document write makes in
+        its own transaction instead of a read before it.
+        """
+        row = conn.execute(
+            "INSERT INTO knowledge_state AS s (organization_id, environment, embedder,"
+            " dimension, version) VALUES (?, ?, ?, ?, 1) ON CONFLICT (organization_id,"
+            " environment) DO UPDATE SET version = s.version + 1,"
+            " embedder = COALESCE(s.embedder, excluded.embedder),"
+            " dimension = COALESCE(s.dimension, excluded.dimension)"
+            " RETURNING version, embedder, dimension",
+            [organization_id, environment, embedder, dimension],
+        ).fetchone()
+        if check and (row["embedder"] != embedder or row["dimension"] != dimension):
+            raise StaleEmbedder(
+                f"the workspace is indexed by {row['embedder']!r} with dimension {row['dimension']}"
+            )
+        return int(row["version"])
+
+    def _log_deletion(
+        self,
+        conn: Connection,
+        organization_id: str,
+        environment: str,
+        version: int,
+        ids: bytes,
+        terms: dict[str, Any],
+    ) -> None:
+        """Leave a tombstone of ``version``'s deletion (the vector ``ids`` as stored, and
+        any ``terms`` columns), and forget deletions older than ``TOMBSTONE_VERSIONS``
+        versions (raising the log's floor: caches further behind reload)."""
+        if ids or terms:
+            values = {"organization_id": organization_id, "environment": environment}
+            insert_row(
+                conn, "knowledge_tombstones", {**values, "version": version, "ids": ids, **terms}
+            )
+        floor = version - TOMBSTONE_VERSIONS
+        if floor <= 0:
+            return
+        conn.execute(
+            f"DELETE FROM knowledge_tombstones WHERE {WORKSPACE} AND version <= ?",
+            [organization_id, environment, floor],
+        )
+        conn.execute(
+            f"UPDATE knowledge_state SET log_floor = {self.dialect.greatest}(log_floor, ?)"
+            f" WHERE {WORKSPACE}",
+            [floor, organization_id, environment],
+        )
