@@ -33,16 +33,16 @@ import asyncio
 import json
 import os
 import platform
-import shutil
-import socket
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
+
+# the server's start, as http_overhead.py starts it
+from http_overhead import agentcore_command, free_port, start_server, wait_ready
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results" / "client_protocols.json"
@@ -53,20 +53,6 @@ HANDBOOK = (
 )
 QUESTION = "How many vacation days do employees get?"
 QUERY = "vacation days"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def agentcore_command() -> list[str]:
-    script = Path(sys.executable).with_name("agentcore")
-    if script.exists():
-        return [str(script)]
-    found = shutil.which("agentcore")
-    return [found] if found else [sys.executable, "-m", "agentcore.cli"]
 
 
 def prepare(db: Path) -> tuple[str, str]:
@@ -83,31 +69,18 @@ def prepare(db: Path) -> tuple[str, str]:
 
 
 def serve(db: Path, secret: str) -> tuple[subprocess.Popen[bytes], str]:
-    import httpx
-
+    """``agentcore serve`` on ``db`` (rate limits lifted), once it answers; its URL."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTCORE_")}
     env.update(AGENTCORE_RATE_LIMIT_TEST="1000000", AGENTCORE_RATE_LIMIT_LIVE="1000000")
-    server = subprocess.Popen(
-        [*agentcore_command(), "--db", str(db), "serve", "--port", str(port)],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    server = start_server(agentcore_command(), str(db), port, env)
     base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            raise RuntimeError("agentcore serve exited")
-        try:
-            auth = {"Authorization": f"Bearer {secret}"}
-            if httpx.get(base + "/v1/auth/verify", headers=auth, timeout=1).status_code == 200:
-                return server, base
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    server.kill()
-    raise RuntimeError("agentcore serve did not start")
+    try:
+        wait_ready(base, secret, server)
+    except RuntimeError:
+        server.kill()
+        raise
+    return server, base
 
 
 def stop(server: subprocess.Popen[bytes]) -> None:

@@ -341,6 +341,25 @@ def fastapi_host(core: AgentCore) -> Any:
     return host
 
 
+HANDBOOK_PAGES = [
+    "This page describes the company picnic and the parking rules of the campus. " * 3,
+    "Employees get 25 vacation days per year. Unused days expire at the end of March. " * 2,
+]
+"""A two-page handbook: the vacation days are on page 2."""
+
+
+@pytest.fixture
+def handbook_agent(core: AgentCore, keys: Keys) -> str:
+    """A draft agent of acme/test (test keys chat with drafts) over ``handbook.pdf``
+    (``HANDBOOK_PAGES``)."""
+    from pdfs import make_pdf
+
+    keys.make()
+    ws = core.workspace("acme", "test")
+    ws.knowledge.ingest_file(make_pdf(HANDBOOK_PAGES), filename="handbook.pdf")
+    return ws.agents.create(name="HR").id
+
+
 # the FastAPI variant is marked slow: `-m "not slow"` serves the app alone only
 @pytest.fixture(params=["alone", pytest.param("fastapi", marks=pytest.mark.slow)])
 def served_v1(request: pytest.FixtureRequest, app: ASGIApp, core: AgentCore) -> Iterator[str]:

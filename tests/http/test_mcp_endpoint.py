@@ -18,16 +18,11 @@ from mcp import Client, ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
-from pdfs import make_pdf
 
 from agentcore import AgentCore
 from agentcore_starlette import create_app
 
 T = TypeVar("T")
-PAGES = [
-    "This page describes the company picnic and the parking rules of the campus. " * 3,
-    "Employees get 25 vacation days per year. Unused days expire at the end of March. " * 2,
-]
 
 
 @contextlib.asynccontextmanager
@@ -68,12 +63,8 @@ def mcp_url(served_v1: str) -> str:
 
 
 @pytest.fixture
-def agent(core: AgentCore, keys: Keys) -> str:
-    """A draft agent of acme/test that knows the handbook."""
-    keys.make()
-    ws = core.workspace("acme", "test")
-    ws.knowledge.ingest_file(make_pdf(PAGES), filename="handbook.pdf")
-    return ws.agents.create(name="HR").id
+def agent(handbook_agent: str) -> str:
+    return handbook_agent
 
 
 def test_each_key_lists_the_tools_its_scopes_allow(

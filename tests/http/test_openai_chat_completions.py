@@ -12,17 +12,12 @@ import httpx
 import openai
 import pytest
 from conftest import Keys
-from pdfs import make_pdf
 
 import agentcore
 from agentcore import AgentCore, Event
 from agentcore.chat_models import ChatRequest, ChatResult
 from agentcore.errors import ProviderError
 
-PAGES = [
-    "This page describes the company picnic and the parking rules of the campus. " * 3,
-    "Employees get 25 vacation days per year. Unused days expire at the end of March. " * 2,
-]
 QUESTION = "How many vacation days do employees get?"
 
 
@@ -66,12 +61,8 @@ def key(keys: Keys) -> str:
 
 
 @pytest.fixture
-def agent(core: AgentCore, keys: Keys) -> str:
-    """A draft agent of acme/test that knows the handbook (test keys chat with drafts)."""
-    keys.make()
-    ws = core.workspace("acme", "test")
-    ws.knowledge.ingest_file(make_pdf(PAGES), filename="handbook.pdf")
-    return ws.agents.create(name="HR").id
+def agent(handbook_agent: str) -> str:
+    return handbook_agent
 
 
 def client(base_url: str, key: str, **options: Any) -> openai.OpenAI:
