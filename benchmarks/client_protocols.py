@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 # the server's start, as http_overhead.py starts it
-from http_overhead import agentcore_command, free_port, start_server, wait_ready
+from http_overhead import agentcore_command, free_port, start_server, stop_server, wait_ready
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results" / "client_protocols.json"
@@ -81,15 +81,6 @@ def serve(db: Path, secret: str) -> tuple[subprocess.Popen[bytes], str]:
         server.kill()
         raise
     return server, base
-
-
-def stop(server: subprocess.Popen[bytes]) -> None:
-    server.terminate()
-    try:
-        server.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        server.kill()
-        server.wait()
 
 
 async def measure(base: str, secret: str, agent: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -218,7 +209,7 @@ def main() -> None:
                 if run == 0:
                     measured = asyncio.run(measure(base, secret, agent, args))
             finally:
-                stop(server)
+                stop_server(server)
     sides: dict[str, str] = measured["sides"]
     rounds: list[dict[str, list[float]]] = measured["rounds"]
     peers = {"chat": "chat/message (httpx)", "search": "knowledge/search (httpx)"}
