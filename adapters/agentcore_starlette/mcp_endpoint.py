@@ -10,8 +10,8 @@ request, and a revoked key stops working at once). The tools are ``mcp_tools``.
 The session manager runs a task group, which must live inside the app's lifespan
 (``lifespan_for(core)``, also when the API is mounted in a host app): the lifespan
 opens a task group for each endpoint of the core, and the first MCP request starts
-the manager in it (importing the SDK costs about 0.6 s; a server nobody asks over
-MCP never pays it). The lifespan's end stops it.
+the manager in it (importing the SDK costs about half a second; a server nobody asks
+over MCP never pays it). The lifespan's end stops it.
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ from starlette.requests import Request
 from starlette.types import Message, Receive, Scope, Send
 
 from agentcore.errors import NotFound, ServiceUnavailable
-from agentcore.redact import get_logger
 from agentcore_starlette.bodies import read_limited, require_json
 from agentcore_starlette.credentials import refuse_secrets_in_query
 from agentcore_starlette.problems import RESPONDER, mcp_error_response
@@ -40,8 +39,6 @@ if TYPE_CHECKING:
 
     from agentcore.core import AgentCore
     from agentcore_starlette.app import Api
-
-log = get_logger("agentcore.mcp")  # masks keys and secrets in every record
 
 PATH = "/mcp"
 METHODS = ["POST"]
@@ -147,7 +144,7 @@ class McpEndpoint:
 
     async def _serve(self, *, task_status: anyio.abc.TaskStatus[Any]) -> None:
         """Run the session manager until the lifespan ends."""
-        # the SDK's import takes ~0.6 s: on a thread, so other requests go on meanwhile
+        # the SDK's import takes about half a second: on a thread, so other requests go on
         tools = await anyio.to_thread.run_sync(
             importlib.import_module, "agentcore_starlette.mcp_tools"
         )

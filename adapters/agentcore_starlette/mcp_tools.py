@@ -228,12 +228,10 @@ class McpTools:
         try:
             result = await asyncio.get_running_loop().run_in_executor(self.pool, context.run, work)
         except AgentCoreError as error:
-            problem = problem_body(error, request_id)
-            return types.CallToolResult(
-                content=[types.TextContent(text=json.dumps(problem))],
-                structured_content=problem,
-                is_error=True,
-            )
+            return _failed(error, request_id)
+        except Exception:  # as REST answers one: a 500 problem, the trace in the log only
+            log.exception("unhandled error in MCP tool %s [%s]", name, request_id)
+            return _failed(AgentCoreError("The server hit an unexpected error."), request_id)
         structured = result.model_dump(mode="json")
         return types.CallToolResult(
             content=[types.TextContent(text=json.dumps(structured))],
@@ -256,6 +254,16 @@ class McpTools:
             cancellation=Cancellation(timeout=self.deadline),
         )
         return route.handler(call)
+
+
+def _failed(error: AgentCoreError, request_id: str | None) -> types.CallToolResult:
+    """A tool error: the problem document as text and as structured content."""
+    problem = problem_body(error, request_id)
+    return types.CallToolResult(
+        content=[types.TextContent(text=json.dumps(problem))],
+        structured_content=problem,
+        is_error=True,
+    )
 
 
 def caller(ctx: ServerRequestContext[Any, Any]) -> tuple[Workspace, str | None]:

@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
@@ -19,6 +20,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
 
+import agentcore
 from agentcore import AgentCore
 from agentcore_starlette import create_app
 
@@ -296,3 +298,59 @@ def test_the_endpoint_runs_again_after_a_restart(core: AgentCore, keys: Keys) ->
             listed = run(server.url + "/v1/mcp", key, lambda c: c.list_tools())
             assert len(listed.tools) == 4 and app.state.mcp.serving
         assert not app.state.mcp.serving  # stopped with the lifespan
+
+
+class BrokenQueries:
+    """An embedder plugin that embeds passages but fails on every query, as a plugin
+    with a bug would (a plain exception, not an agentcore error)."""
+
+    name = "broken-queries"
+    dimension = 1024
+
+    def __init__(self) -> None:
+        from agentcore.plugins.hashing_embedder import HashingEmbedder
+
+        self.inner = HashingEmbedder()
+
+    def embed(self, texts: Any, kind: str = "passage") -> Any:
+        if kind != "passage":
+            raise RuntimeError("the plugin broke")
+        return self.inner.embed(texts, kind="passage")
+
+    @agentcore.hookimpl
+    def agentcore_register_embedders(self, register: Any, settings: Any) -> None:
+        register(self)
+
+
+def test_an_unexpected_failure_is_a_500_tool_error_logged_with_its_request_id(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    plugin = BrokenQueries()
+    core = AgentCore.open(tmp_path / "b.db", embedder=plugin.name, plugins=[plugin])
+    core.create_organization("acme")
+    key = core.keys.create("acme", "test", ["read"]).secret
+    core.workspace("acme", "test").knowledge.ingest_text("a.txt", "Vacation is 25 days.")
+    try:
+        with ServerThread(create_app(core)) as server:
+            result = run(
+                server.url + "/v1/mcp",
+                key,
+                lambda c: c.call_tool("search_knowledge", {"query": "vacation"}),
+            )
+    finally:
+        core.close()
+    problem = result.structured_content
+    assert result.is_error and problem["status"] == 500 and problem["code"] == "internal_error"
+    assert "the plugin broke" not in json.dumps(problem)  # no internals in the answer
+    logged = [r for r in caplog.records if r.name == "agentcore.mcp"]
+    assert logged and problem["request_id"] in logged[0].getMessage()
+    assert logged[0].exc_info is not None
+
+
+def test_without_the_sdk_the_endpoint_says_how_to_install_it(core: AgentCore, keys: Keys) -> None:
+    app = create_app(core)
+    app.state.mcp.installed = False  # what find_spec says where the mcp extra is missing
+    with ServerThread(app) as server:
+        error = refusal(server.url + "/v1/mcp", keys.make().secret, lambda c: c.list_tools())
+    assert error.error.data["code"] == "mcp_not_installed" and error.error.data["status"] == 404
+    assert "agentcore[mcp]" in error.error.message
