@@ -159,7 +159,7 @@ def assert_refused(response: httpx.Response, route: ApiRoute, status: int, code:
         assert_problem(response, status, code)
         return
     assert response.status_code == status, (response.status_code, response.text)
-    if code == "resource_missing" and route.request is ChatCompletionRequest:
+    if code == "resource_missing":  # OpenAI's routes name only agents ("models")
         code = "model_not_found"
     assert response.json()["error"]["code"] == code, response.text
 

@@ -206,6 +206,19 @@ def test_models_lists_the_agents_each_key_may_chat_with(
     assert listed.data[0].created == int(deployed.created_at.timestamp())
     assert [m.id for m in client(served_v1, live_key).models.list().data] == [live_on.id]
     assert client(served_v1, other_key).models.list().data == []
+    one = client(served_v1, test_key).models.retrieve(draft.id)
+    assert (one.id, one.object, one.owned_by) == (draft.id, "model", "acme")
+    archived = test.agents.list(status="archived").agents[0].id
+    refused = [
+        (test_key, archived),  # archived: no chat
+        (live_key, live.agents.list().agents[-1].id),  # a live key and a draft agent
+        (other_key, draft.id),  # another tenant's
+        (test_key, "agt_unknown"),
+    ]
+    for key, agent_id in refused:
+        with pytest.raises(openai.NotFoundError) as missing:
+            client(served_v1, key, max_retries=0).models.retrieve(agent_id)
+        assert (missing.value.code, missing.value.param) == ("model_not_found", "model")
 
 
 def test_sdk_errors_for_unknown_and_foreign_agents_and_bad_keys(

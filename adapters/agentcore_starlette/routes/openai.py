@@ -1,4 +1,5 @@
-"""Routes: OpenAI-compatible POST /v1/chat/completions and GET /v1/models.
+"""Routes: OpenAI-compatible POST /v1/chat/completions, GET /v1/models and
+GET /v1/models/{id}.
 
 Requests, answers, errors and streams are in OpenAI's shapes (``openai_requests``,
 ``openai_responses``), so OpenAI's SDKs and the tools built on them talk to agents as
@@ -16,10 +17,11 @@ from typing import cast
 
 from sse_starlette import ServerSentEvent
 
+from agentcore.chat import CHAT_STATUSES
 from agentcore.chat_models import ChatTurn
 from agentcore.errors import AgentCoreError, NotFound
 from agentcore.ids import new_id
-from agentcore.models import ChatMessageResponse
+from agentcore.models import Agent, ChatMessageResponse
 from agentcore_starlette.openai_requests import (
     ChatCompletionRequest,
     refuse_unsupported,
@@ -86,13 +88,27 @@ def list_models(call: Call) -> ModelList:
     """The agents this key may chat with, as OpenAI lists models: with a test key every
     agent in `draft` or `deployed`, with a live key the deployed ones."""
     ws = call.workspace
-    return ModelList(
-        data=[
-            ModelObject(
-                id=agent.id, created=int(agent.created_at.timestamp()), owned_by=ws.organization
-            )
-            for agent in ws.chat.agents()
-        ]
+    return ModelList(data=[_model(agent, ws.organization) for agent in ws.chat.agents()])
+
+
+def retrieve_model(call: Call) -> ModelObject:
+    """One agent as OpenAI describes a model, if this key may chat with it (else 404
+    `model_not_found`, as for an agent of another tenant)."""
+    ws = call.workspace
+    with _openai_params(0):
+        agent = ws.agents.get(call.path["agent_id"])
+    if agent.status not in CHAT_STATUSES[ws.environment]:
+        raise NotFound(
+            f"The agent {agent.id!r} does not chat with this key (it is {agent.status}).",
+            code="model_not_found",
+            param="model",
+        )
+    return _model(agent, ws.organization)
+
+
+def _model(agent: Agent, organization: str) -> ModelObject:
+    return ModelObject(
+        id=agent.id, created=int(agent.created_at.timestamp()), owned_by=organization
     )
 
 
@@ -105,7 +121,7 @@ def completion_usage(answer: ChatMessageResponse) -> CompletionUsage | None:
     return None
 
 
-_PARAMS = {"agentId": "model", "conversationId": "conversation_id"}
+_PARAMS = {"agentId": "model", "id": "model", "conversationId": "conversation_id"}
 """The chat call's field names and the request fields of Chat Completions they came from."""
 
 
@@ -119,7 +135,7 @@ def _openai_params(answered: int) -> Iterator[None]:
         if error.param == "message":
             error.param = f"messages.{answered}.content"
         elif error.param in _PARAMS:
-            if isinstance(error, NotFound) and error.param == "agentId":
+            if isinstance(error, NotFound) and error.param in ("agentId", "id"):
                 error.code = "model_not_found"
             error.param = _PARAMS[error.param]
         raise
@@ -211,6 +227,16 @@ ROUTES = [
         ),
         error_format="openai",
         idempotency=False,
+    ),
+    ApiRoute(
+        method="GET",
+        path="/models/{agent_id}",
+        handler=retrieve_model,
+        response=ModelObject,
+        summary="Retrieve an agent as a model (OpenAI-compatible)",
+        scope="read",
+        tag="openai",
+        error_format="openai",
     ),
     ApiRoute(
         method="GET",
