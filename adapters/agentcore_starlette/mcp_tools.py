@@ -129,6 +129,8 @@ TOOLS = (
         description="Chunks of the workspace's documents ranked by cosine similarity to"
         " the query, each with its score, source document and pages.",
         operation="search_knowledge",
+        # the route's own body: a field it gains (issue #22's filter and mode) is an
+        # argument of the tool at once
         arguments=SearchRequest,
         to_request=_as_body,
         read_only=True,
