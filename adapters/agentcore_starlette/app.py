@@ -37,6 +37,7 @@ from agentcore.errors import (
     ValidationFailed,
 )
 from agentcore.redact import get_logger
+from agentcore.services import WorkspaceServices
 from agentcore.workspace import Workspace
 from agentcore_starlette.bodies import (
     media_type,
@@ -163,7 +164,12 @@ class Api:
             ):
                 print_ = fingerprint(route.method, request.url.path, _canonical(call))
                 response = await run_once(
-                    workspace, check_key(key), print_, handle, wait=self.settings.request_deadline
+                    self.core.idempotency,
+                    workspace,
+                    check_key(key),
+                    print_,
+                    handle,
+                    wait=self.settings.request_deadline,
                 )
             else:
                 response = await handle()
@@ -176,7 +182,7 @@ class Api:
 
     def identify(
         self, request: Request, scope: Literal["any", "read", "write"]
-    ) -> tuple[Workspace, dict[str, str]]:
+    ) -> tuple[WorkspaceServices, dict[str, str]]:
         """The caller's workspace, from its key (401 without a valid one), checked for
         ``scope`` (403; before the body is read, which it does not depend on), and the
         ``RateLimit`` headers of the request it is charged for (429 past the limit)."""

@@ -45,7 +45,7 @@ METHODS = ["POST"]
 """Stateless, there is no session to end (DELETE) and nothing the server would send on
 its own (a GET stream): both are a 405, as the MCP specification allows."""
 WORKSPACE = "agentcore.workspace"
-"""Key in ``scope["state"]`` of the caller's ``Workspace`` (what the tools act for)."""
+"""Key in ``scope["state"]`` of the caller's ``WorkspaceServices`` (what the tools act for)."""
 
 
 class McpEndpoint:

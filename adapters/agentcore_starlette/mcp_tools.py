@@ -37,14 +37,15 @@ from agentcore import __version__
 from agentcore.cancellation import Cancellation
 from agentcore.config import Settings
 from agentcore.errors import AgentCoreError
-from agentcore.models import (
+from agentcore.redact import get_logger
+from agentcore.schema import (
     AgentStatus,
     ChatMessageRequest,
     Request,
     SearchRequest,
     TextDocumentCreate,
 )
-from agentcore.redact import get_logger
+from agentcore.services import WorkspaceServices
 from agentcore.workspace import Workspace
 from agentcore_starlette.bodies import validate
 from agentcore_starlette.mcp_endpoint import WORKSPACE
@@ -215,7 +216,7 @@ class McpTools:
 
     async def call(
         self,
-        workspace: Workspace,
+        workspace: WorkspaceServices,
         name: str,
         arguments: Mapping[str, Any],
         request_id: str | None = None,
@@ -240,7 +241,9 @@ class McpTools:
             structured_content=structured,
         )
 
-    def _run(self, tool: McpTool, workspace: Workspace, arguments: Mapping[str, Any]) -> Any:
+    def _run(
+        self, tool: McpTool, workspace: WorkspaceServices, arguments: Mapping[str, Any]
+    ) -> Any:
         """The tool's work, on a handler thread: as REST runs the route."""
         route = tool.route
         if route.scope != "any":
@@ -268,13 +271,13 @@ def _failed(error: AgentCoreError, request_id: str | None) -> types.CallToolResu
     )
 
 
-def caller(ctx: ServerRequestContext[Any, Any]) -> tuple[Workspace, str | None]:
+def caller(ctx: ServerRequestContext[Any, Any]) -> tuple[WorkspaceServices, str | None]:
     """The caller's workspace and the request's id, which ``McpEndpoint`` and
     ``ApiMiddleware`` put in the state of the HTTP request carrying the message."""
     request = ctx.request
     state = {} if request is None else request.scope.get("state", {})
     workspace = state.get(WORKSPACE)
-    if not isinstance(workspace, Workspace):  # only reachable through McpEndpoint
+    if not isinstance(workspace, WorkspaceServices):  # only reachable through McpEndpoint
         raise MCPError(code=types.INTERNAL_ERROR, message="The request was not authenticated.")
     return workspace, state.get("request_id")
 

@@ -20,7 +20,7 @@ from pydantic import Field, StrictBool, field_validator
 
 from agentcore.chat_models import ChatTurn
 from agentcore.errors import InvalidRequest, ValidationFailed
-from agentcore.models import Request
+from agentcore.schema import Request
 
 Handling = Literal["used", "ignored", "refused"]
 

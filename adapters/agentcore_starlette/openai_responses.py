@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from agentcore.models import Citation
+from agentcore.schema import Citation
 
 
 class CompletionUsage(BaseModel):

@@ -21,7 +21,7 @@ from agentcore.chat import CHAT_STATUSES
 from agentcore.chat_models import ChatTurn
 from agentcore.errors import AgentCoreError, NotFound
 from agentcore.ids import new_id
-from agentcore.models import Agent, ChatMessageResponse
+from agentcore.schema import Agent, ChatMessageResponse
 from agentcore_starlette.openai_requests import (
     ChatCompletionRequest,
     refuse_unsupported,
