@@ -376,6 +376,14 @@ class Settings(BaseSettings):
             return self.index_cache_bytes
         return machine_memory() // INDEX_CACHE_SHARE
 
+    def index_cache_budget_of(self, processes: int) -> int:
+        """The budget of each of ``processes`` processes serving together (``serve
+        --workers``): ``index_cache_bytes`` when set (it is per process), else the
+        default divided among them, so the node keeps its share whatever N is."""
+        if self.index_cache_bytes is not None:
+            return self.index_cache_bytes
+        return self.index_cache_budget // max(1, processes)
+
     def page_size(self, limit: int | None) -> int:
         """``limit`` checked against ``max_page_size`` (``default_page_size`` if None)."""
         if limit is None:

@@ -95,9 +95,7 @@ def run(core: AgentCore, args: argparse.Namespace) -> int:
         settings = core.settings
         backend = settings.rate_limit_backend
         # each process keeps its own indexes: the default budget is the node's, shared
-        budget = settings.index_cache_bytes
-        if budget is None:
-            budget = settings.index_cache_budget // args.workers
+        budget = settings.index_cache_budget_of(args.workers)
         core.close()  # the store is migrated; each worker process opens its own core
         return _serve_workers(args, backend, options, budget)
     config = uvicorn.Config(

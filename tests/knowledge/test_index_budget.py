@@ -240,6 +240,10 @@ def test_the_budget_setting_and_its_default(monkeypatch: pytest.MonkeyPatch) -> 
     assert Settings(_env_file=None).index_cache_budget == 32 << 20
     with pytest.raises(ValueError, match="index_cache_bytes"):
         Settings(_env_file=None, index_cache_bytes=-1)
+    # serve --workers N: a set budget is each worker's, the default is shared among them
+    assert Settings(_env_file=None).index_cache_budget_of(4) == 32 << 20
+    monkeypatch.delenv("AGENTCORE_INDEX_CACHE_BYTES")
+    assert Settings(_env_file=None).index_cache_budget_of(4) == machine_memory() // 4 // 4
     assert machine_memory() > 0
 
 
