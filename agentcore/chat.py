@@ -41,7 +41,7 @@ from agentcore.errors import (
 )
 from agentcore.knowledge.citing import supporting_pages
 from agentcore.knowledge.terms import TermStats
-from agentcore.models import HANDOFF_TOOL, Agent, ChatMessageResponse, Citation
+from agentcore.models import HANDOFF_TOOL, Agent, ChatMessageResponse, Citation, Usage
 from agentcore.redact import get_logger
 from agentcore.storage.base import AgentStore, ConversationStore
 from agentcore.storage.records import StoredChunk, StoredMessage
@@ -208,19 +208,21 @@ class ChatService:
     def _answer(self, turn: _Turn) -> Generator[str, None, ChatMessageResponse]:
         """Run ``turn``, passing its deltas on; store and announce the finished answer."""
         text, citations = yield from turn.run()
+        cited = [c.model_dump() for c in citations]
         self._store.add_messages(
             turn.conversation_id,
             [
                 StoredMessage("user", turn.message, []),
-                StoredMessage("assistant", text, [c.model_dump() for c in citations]),
+                StoredMessage("assistant", text, cited, usage=turn.usage),
             ],
         )
-        turn.action("reply_sent", citations=[c.model_dump() for c in citations])
+        turn.action("reply_sent", citations=cited)
         return ChatMessageResponse(
             agentId=turn.agent.id,
             response=text,
             citations=citations,
             conversationId=turn.conversation_id,
+            usage=turn.usage,
         )
 
     def _answering_agent(self, agent_id: str) -> Agent:
@@ -356,6 +358,7 @@ class _Turn:
         self.message = message
         self.cancel = cancel
         self.streaming = streaming
+        self.usage: Usage | None = None  # summed over the model calls that reported it
 
     def event(self, kind: str, **data: Any) -> None:
         self.ws.publish(
@@ -435,6 +438,8 @@ class _Turn:
             for item in self.call_model(model, request):
                 if isinstance(item, ChatResult):
                     result = item
+                    if item.usage is not None:
+                        self.usage = item.usage if self.usage is None else self.usage + item.usage
                 elif hold:
                     held += item
                 else:

@@ -24,6 +24,7 @@ from agentcore.cancellation import Cancellation
 from agentcore.chat import ChatService
 from agentcore.chat_models import ChatModel
 from agentcore.config import Settings
+from agentcore.conversations import ConversationService
 from agentcore.errors import NotFound
 from agentcore.events import EventBus
 from agentcore.idempotency import IdempotencyKeys
@@ -364,6 +365,10 @@ class AgentCore:
             run_tool=self.pm.hook.agentcore_run_tool,
             guard_pool=self.model_pool,
         )
+
+    def conversation_service(self, workspace: Workspace) -> ConversationService:
+        """The conversations of ``workspace`` (host code uses ``workspace.conversations``)."""
+        return ConversationService(workspace, store=self.store)
 
     def webhook_service(self, workspace: Workspace) -> WebhookService:
         """Webhook subscriptions of ``workspace`` (host code uses ``workspace.webhooks``)."""

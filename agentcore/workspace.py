@@ -11,6 +11,7 @@ from agentcore.models import Environment, Scope, VerifyResponse
 if TYPE_CHECKING:
     from agentcore.agents import AgentService
     from agentcore.chat import ChatService
+    from agentcore.conversations import ConversationService
     from agentcore.core import AgentCore
     from agentcore.events import Event
     from agentcore.knowledge.service import KnowledgeService
@@ -97,6 +98,11 @@ class Workspace:
     def chat(self) -> ChatService:
         """Chat with this workspace's agents."""
         return self.core.chat_service(self)
+
+    @cached_property
+    def conversations(self) -> ConversationService:
+        """The conversations of this workspace: their history, and deleting them."""
+        return self.core.conversation_service(self)
 
     @cached_property
     def webhooks(self) -> WebhookService:

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from agentcore.models import WebhookSubscription
+from agentcore.models import Usage, WebhookSubscription
 
 Ids = npt.NDArray[np.int64]
 """Vector ids (a vector's id is its chunk's)."""
@@ -109,11 +109,13 @@ class DueDelivery:
 
 @dataclass(frozen=True)
 class StoredMessage:
-    """One message of a conversation; ``citations`` as ``[{source, pages}]``."""
+    """One message of a conversation; ``citations`` as ``[{source, pages}]``, ``usage``
+    the tokens its chat model reported (answers only, when it reported any)."""
 
     role: str
     content: str
     citations: list[dict[str, Any]]
+    usage: Usage | None = None
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agentcore_starlette.routes import agents, auth, chat, knowledge, webhooks
+from agentcore_starlette.routes import agents, auth, chat, conversations, knowledge, webhooks
 from agentcore_starlette.routing import ApiRoute
 
 ROUTES: list[ApiRoute] = [
@@ -10,5 +10,6 @@ ROUTES: list[ApiRoute] = [
     *agents.ROUTES,
     *knowledge.ROUTES,
     *chat.ROUTES,
+    *conversations.ROUTES,
     *webhooks.ROUTES,
 ]
