@@ -60,7 +60,7 @@ def reads_back_and_works(store: Any, expected: dict[str, Any]) -> None:
         {"blade": 2, "canteen": 1, "rotterdam": 1},
     )
     assert counts == {"blade": 4, "canteen": 1, "rotterdam": 2}
-    # m013: the old messages got ids and their conversation its count
+    # m014: the old messages got ids and their conversation its count
     conversation = made["conversation"]
     assert store.get_conversation(org, "test", conversation).message_count == 2
     messages, _ = store.list_messages(org, "test", conversation, limit=10, starting_after=None)

@@ -73,6 +73,8 @@ def test_migrations_render_for_each_dialect() -> None:
         "workspace_index_dtype",
         "document_terms",
         "drop_chunks_workspace_index",
+        "fail_pending_of_disabled",
+        "conversation_history",
     ]
     for step in MIGRATIONS:
         for dialect in (SQLITE, POSTGRES):
