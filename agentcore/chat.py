@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+import time
 from collections.abc import Generator, Iterator, Mapping
 from concurrent.futures import FIRST_COMPLETED, Executor, Future, InvalidStateError, wait
 from types import TracebackType
@@ -121,6 +122,17 @@ class Retriever(Protocol):
         ...
 
 
+class ChatObserver(Protocol):
+    """Told how each turn went (the core's ``Metrics``): names of models and error
+    codes only, never a tenant's."""
+
+    def answered(self, model: str, seconds: float, usage: Usage | None) -> None:
+        """A turn answered by ``model`` took ``seconds`` and ``usage`` tokens."""
+
+    def chat_failed(self, model: str, code: str) -> None:
+        """A call to ``model`` failed with error ``code``."""
+
+
 class ToolRunner(Protocol):
     """Runs a tool an agent's model called (the ``agentcore_run_tool`` hook)."""
 
@@ -143,6 +155,7 @@ class ChatService:
     :param run_tool: runs tools the model calls (the plugins' hook).
     :param guard_pool: the core's threads that model calls run on, so a hung plugin
         cannot hold a request past its time-out.
+    :param observer: told how each turn went (the core's metrics); ``None``: nobody.
     """
 
     def __init__(
@@ -155,6 +168,7 @@ class ChatService:
         knowledge: Retriever,
         run_tool: ToolRunner,
         guard_pool: Executor,
+        observer: ChatObserver | None = None,
     ) -> None:
         self._ws = workspace
         self._store = store
@@ -163,6 +177,7 @@ class ChatService:
         self._knowledge = knowledge
         self._run_tool = run_tool
         self._guard_pool = guard_pool
+        self._observer = observer
 
     def send(
         self, agent_id: str, message: str, conversation_id: str | None = None
@@ -217,6 +232,9 @@ class ChatService:
             ],
         )
         turn.action("reply_sent", citations=cited)
+        if self._observer is not None:
+            seconds = time.perf_counter() - turn.began
+            self._observer.answered(turn.model_name, seconds, turn.usage)
         return ChatMessageResponse(
             agentId=turn.agent.id,
             response=text,
@@ -359,6 +377,9 @@ class _Turn:
         self.cancel = cancel
         self.streaming = streaming
         self.usage: Usage | None = None  # summed over the model calls that reported it
+        self.began = time.perf_counter()
+        # the metrics' label: a registered model's name (or the default's), never a tenant's
+        self.model_name = agent.model or service._settings.default_chat_model
 
     def event(self, kind: str, **data: Any) -> None:
         self.ws.publish(
@@ -534,6 +555,8 @@ class _Turn:
                 what = "ended without a result" if item is _END else "sent a non-text delta"
                 error = ProviderError(f"The model {model.name!r} {what}.")
         self.event("agent.error", error=error.code, detail=error.detail, model=model.name)
+        if self.service._observer is not None:
+            self.service._observer.chat_failed(model.name, error.code)
         raise error
 
 

@@ -37,11 +37,12 @@ from agentcore.knowledge.service import KnowledgeService
 from agentcore.knowledge.terms import TermCounter
 from agentcore.knowledge.workers import WorkerSpec
 from agentcore.limits import RateLimiter
+from agentcore.metrics import Metrics
 from agentcore.models import Document, Health, LoopState, Organization
 from agentcore.plugins import DEFAULT_PLUGINS
 from agentcore.plugins.extractive import stem_frequencies as extractive_stem_frequencies
 from agentcore.plugins.extractive import tokens_of as extractive_tokens_of
-from agentcore.redact import get_logger
+from agentcore.redact import get_logger, hide_passwords
 from agentcore.runtime import Runtime
 from agentcore.storage.base import Checkpointing, ReopenableStore, Store, VectorSearchStore
 from agentcore.storage.records import IngestJob
@@ -172,6 +173,8 @@ class AgentCore:
             runtime=self.runtime,
             **_segment_options(store, settings),
         )
+        # Prometheus metrics of this core (its own registry); `metrics = false` records none
+        self.metrics = Metrics(store, self.index_cache, enabled=settings.metrics is not False)
         # model calls run here, bounded in time even if a plugin hangs (threads start lazily)
         self.model_pool = self.runtime.executor("agentcore-model", MODEL_THREADS)
         self._started = False
@@ -225,7 +228,7 @@ class AgentCore:
         settings = Settings.load(plugin_settings_models(pm), base=settings, **overrides)
         store = pm.hook.agentcore_open_store(url=str(url), settings=settings)
         if store is None:
-            raise ValueError(f"No store plugin handles {url!r}.")
+            raise ValueError(f"No store plugin handles {hide_passwords(str(url))!r}.")
         named = tuple(p.__name__ if isinstance(p, ModuleType) else p for p in plugins)
         return cls(store, settings, pm, origin=_Origin(named, entry_points, settings))
 
@@ -340,6 +343,7 @@ class AgentCore:
             index=self.index_cache,
             jobs=self.ingest,
             terms=self.terms,
+            on_search=self.metrics.searched,
         )
 
     def run_ingest_job(self, job: IngestJob, cancellation: Cancellation) -> Document | None:
@@ -364,6 +368,7 @@ class AgentCore:
             knowledge=workspace.knowledge,
             run_tool=self.pm.hook.agentcore_run_tool,
             guard_pool=self.model_pool,
+            observer=self.metrics,
         )
 
     def conversation_service(self, workspace: Workspace) -> ConversationService:

@@ -14,6 +14,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
+from prometheus_client import CollectorRegistry
 from pydantic import BaseModel
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -28,7 +29,7 @@ from starlette.types import Message, Receive, Scope, Send
 from agentcore import __version__
 from agentcore.cancellation import Cancellation
 from agentcore.chat import ChatStream
-from agentcore.config import Settings
+from agentcore.config import Settings, metrics_multiprocess_dir
 from agentcore.core import AgentCore
 from agentcore.errors import (
     AuthenticationError,
@@ -48,6 +49,13 @@ from agentcore_starlette.bodies import (
     validate,
 )
 from agentcore_starlette.idempotency import OutcomePending, check_key, fingerprint, run_once
+from agentcore_starlette.metrics import (
+    RequestMetrics,
+    forget_this_process,
+    metrics_route,
+    request_histogram,
+    scraped,
+)
 from agentcore_starlette.middleware import ApiMiddleware
 from agentcore_starlette.openapi import build_openapi
 from agentcore_starlette.problems import http_exception_problem
@@ -422,9 +430,10 @@ class PathEndpoint:
 
 
 def lifespan_for(
-    core: AgentCore,
+    core: AgentCore, *, on_stop: Callable[[], None] | None = None
 ) -> Callable[[Starlette], contextlib.AbstractAsyncContextManager[None]]:
-    """A Starlette lifespan that starts the core's workers and stops them on shutdown.
+    """A Starlette lifespan that starts the core's workers and stops them on shutdown
+    (then calls ``on_stop``, if given).
 
     Mounted sub-apps do not get lifespan events: a host app passes this (or calls
     ``core.start()``/``core.stop()`` in its own lifespan).
@@ -437,6 +446,8 @@ def lifespan_for(
             yield
         finally:
             await run_in_threadpool(core.stop)
+            if on_stop is not None:
+                on_stop()
 
     return lifespan
 
@@ -451,6 +462,8 @@ def create_app(
 
     :param settings: overrides of ``Settings`` fields for HTTP, e.g.
         ``max_body_bytes=2_000_000``; the core's settings are the defaults.
+        ``metrics=True`` adds ``GET /metrics`` (Prometheus; off unless asked for here,
+        on under ``agentcore serve``).
     :param routes: the route table (default: every built-in route).
 
     Serve it alone (``agentcore serve``) or mount it: ``host.mount("/api",
@@ -510,17 +523,33 @@ def create_app(
     ]
     starlette_routes.append(Route(PREFIX + "/openapi.json", openapi, methods=["GET"]))
     starlette_routes.append(Route(PREFIX + "/health", health, methods=["GET"]))
+    middleware = [
+        Middleware(
+            ApiMiddleware,
+            max_url_bytes=merged.max_url_bytes,
+            max_header_bytes=merged.max_header_bytes,
+        )
+    ]
+    on_stop = None
+    if merged.metrics:
+        registry = CollectorRegistry()
+        multiprocess = metrics_multiprocess_dir() is not None
+        starlette_routes.append(metrics_route(scraped(core, registry), api.pool))
+        # outermost: it times the problems ApiMiddleware answers too
+        middleware.insert(
+            0,
+            Middleware(
+                RequestMetrics,
+                histogram=request_histogram(registry),
+                refresh=core.metrics.refresh if multiprocess else None,
+            ),
+        )
+        on_stop = forget_this_process if multiprocess else None
     app = Starlette(
         routes=starlette_routes,
-        middleware=[
-            Middleware(
-                ApiMiddleware,
-                max_url_bytes=merged.max_url_bytes,
-                max_header_bytes=merged.max_header_bytes,
-            )
-        ],
+        middleware=middleware,
         exception_handlers={HTTPException: http_exception_problem},
-        lifespan=lifespan_for(core),
+        lifespan=lifespan_for(core, on_stop=on_stop),
     )
     app.state.core = core
     app.state.settings = merged

@@ -26,7 +26,9 @@ from agentcore.models import (
     Problem,
 )
 from agentcore.storage.records import (
+    Backlog,
     Chunks,
+    ConnectionStats,
     DueDelivery,
     Ids,
     IngestJob,
@@ -454,6 +456,18 @@ class VectorSearchStore(Protocol):
     ) -> tuple[Ids, Vectors]:
         """The ``k`` ids most cosine-similar to the unit vector ``query`` and their scores,
         best first, ties by ascending id (as ``VectorIndex.search``)."""
+
+
+@runtime_checkable
+class ObservableStore(Protocol):
+    """A store that reports what the metrics show: its backlog and its connections
+    (the built-in stores do; the metrics leave out what a store cannot report)."""
+
+    def backlog(self, now: float) -> Backlog:
+        """Ingestion jobs and webhook deliveries waiting, over every tenant."""
+
+    def connection_stats(self) -> ConnectionStats:
+        """This process's connections to the database."""
 
 
 @runtime_checkable
