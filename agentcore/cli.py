@@ -9,6 +9,7 @@ import argparse
 import json
 import math
 import os
+import shutil
 import sys
 import time
 import traceback
@@ -57,7 +58,7 @@ class HelpFormatter(argparse.HelpFormatter):
         default = action.default
         if (
             "%(default)" in text
-            or "default" in text
+            or "(default:" in text
             or default in (None, False, argparse.SUPPRESS)
             or not action.option_strings
         ):
@@ -106,9 +107,9 @@ def _print_json(value: Any) -> None:
 
 
 def say(message: str) -> None:
-    """``agentcore: <message>`` on stderr, one line, with any secret in it masked
-    (a database URL's password, a key)."""
-    print(f"agentcore: {redact(message)}", file=sys.stderr)
+    """``agentcore: <message>`` on stderr as one line (its line breaks made spaces), with
+    any secret in it masked (a database URL's password, a key)."""
+    print(f"agentcore: {redact(' '.join(message.split()))}", file=sys.stderr)
 
 
 def _key_json(key: ApiKey | IssuedKey) -> dict[str, Any]:
@@ -293,6 +294,9 @@ def _progress(files: Sequence[Path]) -> Iterator[Report]:
         yield line
         return
     sizes = {path: path.stat().st_size for path in files}
+    # COLUMNS and LINES, else the terminal's size, else 80 x 24 (a new pseudo-terminal
+    # says 0 x 0, which tqdm takes for a screen with no room for a bar)
+    screen = shutil.get_terminal_size()
     with tqdm(
         total=sum(sizes.values()),
         unit="B",
@@ -300,7 +304,8 @@ def _progress(files: Sequence[Path]) -> Iterator[Report]:
         unit_divisor=1024,
         file=sys.stderr,
         desc=f"{total} file(s)",
-        dynamic_ncols=True,
+        ncols=screen.columns,
+        nrows=screen.lines,
     ) as bar:
 
         def advance(path: Path, text: str) -> None:

@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
+from agentcore.config import metrics_multiprocess_dir
 from agentcore.knowledge.cache import IndexCache
 from agentcore.models import Usage
 from agentcore.redact import get_logger
@@ -54,6 +56,11 @@ class Metrics:
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.enabled = enabled
+        directory = metrics_multiprocess_dir()
+        if directory is not None:
+            # multiprocess mode writes each metric's file there as the metric is made
+            # (``serve --workers N`` with the operator's directory: made before it starts)
+            Path(directory).mkdir(parents=True, exist_ok=True)
         self.registry = CollectorRegistry()
         self._store = store
         self._indexes = indexes
