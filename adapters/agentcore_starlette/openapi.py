@@ -251,7 +251,10 @@ def build_openapi(
                         "properties": {
                             "file": {
                                 "type": "string",
+                                # 3.1's way, and 3.0's, which generated clients read as
+                                # a file to upload (openapi-python-client's File)
                                 "contentMediaType": "application/octet-stream",
+                                "format": "binary",
                                 "minLength": 1,
                                 "description": "A PDF, Markdown or UTF-8 text file,"
                                 f" at most {settings.max_upload_bytes} bytes.",
