@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from agentcore.knowledge.terms import TermStats
-from agentcore.models import Usage
+from agentcore.schema import Usage
 
 
 @dataclass(frozen=True)

@@ -23,14 +23,13 @@ import pluggy
 from pydantic import ValidationError
 from tqdm import tqdm
 
-from agentcore.config import Settings
+from agentcore.config import DEFAULT_DATABASE, Settings, database_url
 from agentcore.core import AgentCore, make_plugin_manager, plugin_settings_models
 from agentcore.errors import AgentCoreError, ValidationFailed
-from agentcore.models import ApiKey, IssuedKey
 from agentcore.redact import hide_passwords, redact
+from agentcore.schema import ApiKey, IssuedKey
 from agentcore.storage.sqlite import path_for_url
 
-DEFAULT_DB = "./agentcore.db"
 MAX_GRACE_HOURS = 24 * 365 * 10  # ten years: far enough, and far from datetime's limits
 MAX_EXPIRY_DAYS = 365 * 100
 USAGE_ERROR = 2  # the arguments are wrong (argparse's status for the same)
@@ -346,10 +345,10 @@ def build_parser(
     parser = Parser(prog="agentcore", description=__doc__, formatter_class=HelpFormatter)
     parser.add_argument(
         "--db",
-        default=os.environ.get("AGENTCORE_DB", DEFAULT_DB),
+        default=database_url(),
         metavar="PATH_OR_URL",
         help=f"the store: a SQLite file (its folder must exist) or a postgresql:// URL"
-        f" (default: $AGENTCORE_DB, else {DEFAULT_DB})",
+        f" (default: $AGENTCORE_DB, else {DEFAULT_DATABASE})",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 

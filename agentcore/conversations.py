@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
+from agentcore.config import Settings
 from agentcore.errors import NotFound, ValidationFailed
-from agentcore.models import Conversation, ConversationList, Deleted, MessageList
+from agentcore.schema import Conversation, ConversationList, Deleted, MessageList
 from agentcore.storage.base import ConversationStore
-
-if TYPE_CHECKING:
-    from agentcore.workspace import Workspace
+from agentcore.workspace import Workspace
 
 Order = Literal["asc", "desc"]
 ORDERS: tuple[Order, ...] = ("asc", "desc")
@@ -30,11 +29,15 @@ class ConversationService:
 
     :param workspace: whose conversations, and the caller's scopes.
     :param store: where conversations are kept.
+    :param settings: the page sizes.
     """
 
-    def __init__(self, workspace: Workspace, *, store: ConversationStore) -> None:
+    def __init__(
+        self, workspace: Workspace, *, store: ConversationStore, settings: Settings
+    ) -> None:
         self._ws = workspace
         self._store = store
+        self._settings = settings
 
     def list(
         self,
@@ -53,7 +56,7 @@ class ConversationService:
         conversations, more = self._store.list_conversations(
             ws.organization_id,
             ws.environment,
-            limit=ws.page_size(limit),
+            limit=self._settings.page_size(limit),
             starting_after=starting_after,
             agent_id=agent_id,
         )
@@ -86,7 +89,7 @@ class ConversationService:
             ws.organization_id,
             ws.environment,
             conversation_id,
-            limit=ws.page_size(limit),
+            limit=self._settings.page_size(limit),
             starting_after=starting_after,
             newest_first=order == "desc",
         )

@@ -23,9 +23,9 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from agentcore.config import metrics_multiprocess_dir
-from agentcore.knowledge.cache import IndexCache
-from agentcore.models import Usage
+from agentcore.knowledge.workspace_indexes import WorkspaceIndexes
 from agentcore.redact import get_logger
+from agentcore.schema import Usage
 from agentcore.storage.base import ObservableStore, Store
 
 log = get_logger("agentcore.metrics")
@@ -50,7 +50,7 @@ class Metrics:
     def __init__(
         self,
         store: Store,
-        indexes: IndexCache,
+        indexes: WorkspaceIndexes,
         *,
         enabled: bool = True,
         clock: Callable[[], float] = time.time,

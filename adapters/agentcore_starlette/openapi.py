@@ -9,7 +9,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from agentcore.config import Settings
-from agentcore.models import NO_NUL, Health, Problem
+from agentcore.schema import NO_NUL, Health, Problem
 from agentcore_starlette.routing import ApiRoute
 
 REF = "#/components/schemas/{model}"
@@ -122,7 +122,7 @@ def declare_limits(
 
 
 def _query_schema(name: str, schema: dict[str, Any], settings: Settings) -> dict[str, Any]:
-    if name == "limit":  # pagination: as Workspace.page_size enforces it
+    if name == "limit":  # pagination: as Settings.page_size enforces it
         return {**schema, "minimum": 1, "maximum": settings.max_page_size}
     if schema.get("type") == "string" and "enum" not in schema:
         return {**schema, "pattern": NO_NUL}

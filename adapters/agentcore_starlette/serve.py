@@ -28,7 +28,6 @@ import contextlib
 import copy
 import functools
 import logging
-import os
 import shutil
 import signal
 import socket
@@ -43,18 +42,22 @@ from starlette.applications import Starlette
 
 from agentcore import AgentCore
 from agentcore.cli import START_FAILED, say
-from agentcore.config import Settings, export_metrics_multiprocess_dir, metrics_multiprocess_dir
+from agentcore.config import (
+    Settings,
+    database_url,
+    export_metrics_multiprocess_dir,
+    export_to_children,
+    metrics_multiprocess_dir,
+)
 from agentcore.redact import hide_passwords
 from agentcore_starlette.app import create_app
 from agentcore_starlette.protocol import HeadGuard, HeadLimits
-
-DEFAULT_DB = "./agentcore.db"
 
 
 def app_from_environment() -> Starlette:
     """The /v1 app of a core on ``$AGENTCORE_DB``; its lifespan starts and stops workers.
     ``GET /metrics`` is on, as under ``agentcore serve``, unless ``AGENTCORE_METRICS=false``."""
-    core = AgentCore.open(os.environ.get("AGENTCORE_DB", DEFAULT_DB))
+    core = AgentCore.open(database_url())
     return create_app(core, metrics=serves_metrics(core.settings))
 
 
@@ -183,10 +186,9 @@ def _serve_workers(
     worker gracefully (each drains and stops its webhook worker) before returning.
     With metrics on, the workers share a multiprocess directory (``metrics_directory``).
     """
-    os.environ["AGENTCORE_DB"] = args.db
-    if rate_limit_backend == "auto":
-        # N processes behind one port must share one limit per key, as one process would
-        os.environ["AGENTCORE_RATE_LIMIT_BACKEND"] = "store"
+    # N processes behind one port must share one limit per key, as one process would
+    shared = {"rate_limit_backend": "store"} if rate_limit_backend == "auto" else {}
+    export_to_children(args.db, **shared)
     with metrics_directory() if metrics else contextlib.nullcontext():
         print(_banner(args, f" with {args.workers} worker processes"), flush=True)
         uvicorn.run(

@@ -1,7 +1,7 @@
 """Ingestion jobs: the store's queue, claimed fairly and run in killable worker processes.
 
 Uploads that are not small plain text become jobs in the store (a ``processing``
-document and its raw bytes, durable) before any work starts. ``IngestRuntime`` claims
+document and its raw bytes, durable) before any work starts. ``IngestionJobs`` claims
 them (fairly across workspaces: see ``claim_ingest_job``) and runs each in a worker
 process (``workers.py``) under a wall-clock limit, renewing its lease while it runs.
 A caller that waits for its upload (``ws.knowledge.ingest_file``, the HTTP upload) is
@@ -34,15 +34,16 @@ from agentcore.knowledge.workers import (
     WorkerStartFailed,
 )
 from agentcore.redact import get_logger
+from agentcore.runtime import Observer, unobserved
 from agentcore.storage.records import IngestJob
 
 if TYPE_CHECKING:
     from agentcore.config import Settings
-    from agentcore.models import Document
     from agentcore.runtime import Runtime
+    from agentcore.schema import Document
     from agentcore.storage.base import KnowledgeStore
 
-__all__ = ["IngestRuntime", "WorkersUnavailable"]
+__all__ = ["IngestionJobs", "WorkersUnavailable"]
 
 log = get_logger("agentcore.ingest")
 
@@ -89,7 +90,7 @@ class _Running:
             self.worker = None
 
 
-class IngestRuntime:
+class IngestionJobs:
     """Runs the store's queue of ingestion jobs for one core; a component of its runtime.
 
     A job is leased (``ingest_job_lease`` seconds, renewed while it runs), so a job
@@ -111,6 +112,7 @@ class IngestRuntime:
         watch running jobs, and this component.
     :param workers: gives what worker processes are built from, or raises
         ``WorkersUnavailable`` saying why there can be none (asked once, at start).
+    :param observer: told of each worker process started (``runtime.Observer``).
     """
 
     def __init__(
@@ -121,8 +123,10 @@ class IngestRuntime:
         run: Callable[[IngestJob, Cancellation], Document | None],
         runtime: Runtime,
         workers: Callable[[], WorkerSpec] | None = None,
+        observer: Observer = unobserved,
     ) -> None:
         self._store = store
+        self._observe = observer
         self._settings = settings
         self._run_job = run
         self._workers = workers
@@ -165,7 +169,9 @@ class IngestRuntime:
                 return
             if self._spec is not None:
                 self._pool = WorkerPool(
-                    self._spec, recycle_bytes=self._settings.ingest_worker_recycle_mb * MiB
+                    self._spec,
+                    recycle_bytes=self._settings.ingest_worker_recycle_mb * MiB,
+                    observer=self._observe,
                 )
             self._slots = max(1, self._settings.ingest_pool_size) if self._spec else 1
             self._active = True

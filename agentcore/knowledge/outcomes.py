@@ -11,7 +11,7 @@ from agentcore.errors import AgentCoreError, DeadlineExceeded, PayloadTooLarge, 
 
 if TYPE_CHECKING:
     from agentcore.knowledge.workers import Result
-    from agentcore.models import Document
+    from agentcore.schema import Document
 
 __all__ = ["Outcome", "Waiter", "outcome_of", "outcome_of_end", "outcome_of_result"]
 

@@ -14,10 +14,10 @@ import numpy.typing as npt
 from agentcore.cancellation import Cancellation
 from agentcore.errors import Cancelled, Conflict, NotFound, PayloadTooLarge, ValidationFailed
 from agentcore.ids import new_id, utcnow
-from agentcore.knowledge.cache import IndexCache, embed_passages
 from agentcore.knowledge.chunking import Chunk, chunk_pages
 from agentcore.knowledge.embedders import bounded_text
-from agentcore.knowledge.ingest import (
+from agentcore.knowledge.outcomes import Outcome, outcome_of
+from agentcore.knowledge.parsing import (
     PDF,
     ParsedDocument,
     TextBudget,
@@ -28,14 +28,14 @@ from agentcore.knowledge.ingest import (
     parse_text,
     text_kind,
 )
-from agentcore.knowledge.outcomes import Outcome, outcome_of
 from agentcore.knowledge.terms import TermStats
-from agentcore.models import Deleted, Document, DocumentList, SearchResponse, SearchResult
+from agentcore.knowledge.workspace_indexes import WorkspaceIndexes, embed_passages
+from agentcore.schema import Deleted, Document, DocumentList, SearchResponse, SearchResult
 from agentcore.storage.records import IngestJob, StoredChunk
 
 if TYPE_CHECKING:
     from agentcore.config import Settings
-    from agentcore.knowledge.jobs import IngestRuntime
+    from agentcore.knowledge.jobs import IngestionJobs
     from agentcore.knowledge.terms import TermCounter
     from agentcore.storage.base import KnowledgeStore
     from agentcore.workspace import Workspace
@@ -98,8 +98,8 @@ class KnowledgeService:
         *,
         store: KnowledgeStore,
         settings: Settings,
-        index: IndexCache,
-        jobs: IngestRuntime | None = None,
+        index: WorkspaceIndexes,
+        jobs: IngestionJobs | None = None,
         terms: TermCounter | None = None,
         on_search: Callable[[float], None] | None = None,
     ) -> None:
@@ -482,7 +482,7 @@ class KnowledgeService:
         documents, more = self._store.list_documents(
             self._ws.organization_id,
             self._ws.environment,
-            limit=self._ws.page_size(limit),
+            limit=self._settings.page_size(limit),
             starting_after=starting_after,
         )
         return DocumentList(documents=documents, has_more=more)

@@ -22,7 +22,7 @@ from agentcore.config import PluginSettings
 from agentcore.errors import ProviderError, ProviderTimeout
 from agentcore.hookspecs import hookimpl
 from agentcore.knowledge.embedders import EmbedKind
-from agentcore.models import Usage
+from agentcore.schema import Usage
 
 if TYPE_CHECKING:
     from agentcore.chat_models import ChatModel

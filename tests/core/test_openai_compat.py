@@ -32,7 +32,6 @@ from agentcore.chat_models import (
 )
 from agentcore.config import Settings
 from agentcore.errors import ProviderError, ProviderTimeout
-from agentcore.models import Usage
 from agentcore.plugins import openai_compat
 from agentcore.plugins.openai_compat import (
     DEFAULT_BASE_URL,
@@ -40,6 +39,7 @@ from agentcore.plugins.openai_compat import (
     OpenAIEmbedder,
     OpenAISettings,
 )
+from agentcore.schema import Usage
 
 KEY = "sk-test-0123456789abcdef-secret"
 

@@ -25,8 +25,8 @@ import agentcore
 from agentcore import AgentCore
 from agentcore.chat_models import ChatRequest, ChatResult, Passage, StreamingChatModel, ToolSpec
 from agentcore.errors import ProviderError, ProviderTimeout
-from agentcore.models import Usage
 from agentcore.plugins.openai_compat import OpenAIChatModel, _MarkerFilter, _strip_markers
+from agentcore.schema import Usage
 from agentcore_starlette import create_app
 
 KEY = "sk-stream-0123456789abcdef-secret"

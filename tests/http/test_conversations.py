@@ -14,7 +14,7 @@ from helpers import api, assert_problem  # noqa: F401 (api: faster fixture)
 import agentcore
 from agentcore import AgentCore
 from agentcore.chat_models import ChatRequest, ChatResult, ToolCall
-from agentcore.models import Usage
+from agentcore.schema import Usage
 
 HANDBOOK = "Employees get 25 vacation days per year. The office opens at 9 am on weekdays."
 

@@ -23,7 +23,7 @@ from webhook_receiver import Receiver
 import agentcore
 from agentcore import AgentCore
 from agentcore.chat_models import ChatRequest, ChatResult
-from agentcore.models import Usage
+from agentcore.schema import Usage
 from agentcore_starlette import create_app
 
 pytestmark = pytest.mark.both_stores

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import cast
 
 from agentcore.conversations import ORDERS, Order
-from agentcore.models import Conversation, ConversationList, Deleted, MessageList
+from agentcore.schema import Conversation, ConversationList, Deleted, MessageList
 from agentcore_starlette.routing import PAGINATION, ApiRoute, Call, QueryParam
 
 

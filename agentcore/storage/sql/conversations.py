@@ -8,7 +8,7 @@ from typing import Any
 
 from agentcore.errors import NotFound
 from agentcore.ids import new_id, now_iso
-from agentcore.models import Conversation, Message, Usage
+from agentcore.schema import Conversation, Message, Usage
 from agentcore.storage.records import StoredMessage
 from agentcore.storage.sql.database import Connection, Tables
 from agentcore.storage.sql.queries import WORKSPACE, page_rows

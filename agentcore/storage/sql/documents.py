@@ -14,7 +14,7 @@ import numpy as np
 import numpy.typing as npt
 
 from agentcore.ids import isoformat
-from agentcore.models import Document, Problem
+from agentcore.schema import Document, Problem
 from agentcore.storage.records import Chunks, IngestJob, StoredChunk, TermCounts, Vectors
 from agentcore.storage.sql.database import Connection
 from agentcore.storage.sql.queries import WORKSPACE, marks, page_rows

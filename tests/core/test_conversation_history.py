@@ -12,7 +12,7 @@ from helpers import Recorder, core_with
 from agentcore import AgentCore
 from agentcore.chat_models import ChatRequest, ChatResult, ToolCall
 from agentcore.errors import NotFound, PermissionDenied, ValidationFailed
-from agentcore.models import HANDOFF_TOOL, Usage
+from agentcore.schema import HANDOFF_TOOL, Usage
 
 TEXT = "Employees get 25 vacation days per year."
 
