@@ -8,8 +8,10 @@ command line too through ``tests/schemathesis_hooks.py`` (docs/operations.md)::
 
 A webhook URL must resolve to an allowed address (the receiver here), an upload must be
 a parseable file, a tool's ``required`` names must be among its ``properties``, tool
-names must be unique within an agent, and no string at any depth of a tool's free-form
-``parameters`` may hold a NUL (the declared schema says so for every other string).
+names must be unique within an agent, no string at any depth of a tool's free-form
+``parameters`` (or of a Chat Completions request's free-form members) may hold a NUL
+(the declared schema says so for every other string), and the last message of a Chat
+Completions request is the user's to answer (its only one with a ``conversation_id``).
 ``tests/schemathesis.toml`` holds the one check that does not apply to one operation.
 """
 
@@ -43,6 +45,15 @@ def fix_positive(case: Any) -> None:
         body["url"] = RECEIVER
     if "file" in body and case.media_type == "multipart/form-data":
         body["file"] = b"Plain text to index."
+    messages = body.get("messages")
+    if isinstance(messages, list) and "model" in body:  # Chat Completions
+        # a user asks last, and the free-form members (content parts, prediction, ...)
+        # hold no NUL, as every other string is declared not to
+        case.body = body = without_nul(body)
+        asked = {"role": "user", "content": "Vacation days?"}
+        # with a stored conversation, its turns are the history: messages has no other
+        earlier = [] if "conversation_id" in body else body["messages"][:-1]
+        body["messages"] = [*earlier, asked]
     tools = body.get("tools")
     if isinstance(tools, list):
         unique: dict[str, Any] = {}

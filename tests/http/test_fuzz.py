@@ -9,8 +9,9 @@ data accepted, invalid data rejected, auth not ignored, undeclared methods refus
 
 The stateful phase runs sequences of linked calls (an id one answer gives is used by
 the next call) with the same checks. What JSON Schema cannot say is fixed up in
-positive cases only, and nowhere else (``tests/fuzz_fixups.py``); the one check that
-does not apply to one operation is configured in ``tests/schemathesis.toml``.
+positive cases only, and nowhere else (``tests/fuzz_fixups.py``, Chat Completions
+requests included); the one check that does not apply to one operation is configured
+in ``tests/schemathesis.toml``.
 """
 
 from __future__ import annotations
@@ -84,6 +85,7 @@ def _document() -> dict[str, Any]:
             settings=core.settings,
             event_kinds=list(core.events.kinds),
             chat_models=list(core.chat_models),
+            mcp=True,
         )
 
 
@@ -118,7 +120,8 @@ def test_openapi_document_covers_every_route() -> None:
     documented = {
         (method.upper(), path) for path, item in DOCUMENT["paths"].items() for method in item
     }
-    public = {("GET", "/v1/health")}  # the one route outside the keyed route table
+    # outside the keyed route table: the public health route and the MCP endpoint
+    public = {("GET", "/v1/health"), ("POST", "/v1/mcp")}
     assert documented == {(r.method, "/v1" + r.path) for r in ROUTES} | public
 
 

@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-from agentcore_starlette.routes import agents, auth, chat, conversations, knowledge, webhooks
+from agentcore_starlette.routes import (
+    agents,
+    auth,
+    chat,
+    conversations,
+    knowledge,
+    openai,
+    webhooks,
+)
 from agentcore_starlette.routing import ApiRoute
 
 ROUTES: list[ApiRoute] = [
@@ -12,4 +20,5 @@ ROUTES: list[ApiRoute] = [
     *chat.ROUTES,
     *conversations.ROUTES,
     *webhooks.ROUTES,
+    *openai.ROUTES,
 ]
