@@ -149,6 +149,11 @@ class Residency(Generic[K, V]):
                 evictions=self.evictions,
             )
 
+    def values(self) -> list[V]:
+        """The values, least recently used first (a copy)."""
+        with self._lock:
+            return [slot.value for slot in self._slots.values()]
+
     def keys(self) -> list[K]:
         """The keys, least recently used first."""
         with self._lock:

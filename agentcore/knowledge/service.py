@@ -89,6 +89,7 @@ class KnowledgeService:
         the calling thread, or queued for ``wait=False``.
     :param terms: counts each indexed document's sentences and word stems, stored with
         it for ``term_stats`` (chat's word rarity); ``None``: no counts are kept.
+    :param on_search: told the seconds each ``search`` took (the core's metrics).
     """
 
     def __init__(
@@ -100,8 +101,10 @@ class KnowledgeService:
         index: WorkspaceIndexes,
         jobs: IngestionJobs | None = None,
         terms: TermCounter | None = None,
+        on_search: Callable[[float], None] | None = None,
     ) -> None:
         self._ws = workspace
+        self._on_search = on_search
         self._jobs = jobs
         self._terms = terms
         self._store = store
@@ -533,6 +536,7 @@ class KnowledgeService:
                 code="min_score_out_of_range",
                 param="min_score",
             )
+        began = time.perf_counter()
         results = [
             SearchResult(
                 chunk=chunk.text,
@@ -543,6 +547,8 @@ class KnowledgeService:
             )
             for chunk, score in self.retrieve(query, k, min_score)
         ]
+        if self._on_search is not None:
+            self._on_search(time.perf_counter() - began)
         return SearchResponse(query=query, results=results)
 
     def index_is_current(self) -> bool:

@@ -203,6 +203,14 @@ class WorkspaceIndexes:
         """
         return self._maintainer.wait_idle(timeout)
 
+    def size(self) -> tuple[int, int, int]:
+        """``(workspaces, rows, bytes)`` of the indexes this process holds now: what the
+        metrics report (``nbytes``: in RAM or mapped; ``stats()["bytes"]`` is what the
+        budget charges)."""
+        entries = self._entries.values()  # a copy: other threads add and drop
+        rows = sum(len(entry.index) for entry in entries)
+        return len(entries), rows, sum(entry.index.nbytes for entry in entries)
+
     @contextlib.contextmanager
     def _lock(self, key: Key) -> Iterator[None]:
         """Hold ``key``'s lock (re-entrant): one load or write of a workspace at a time."""
