@@ -30,13 +30,16 @@ from agentcore.idempotency import IdempotencyKeys
 from agentcore.keys import KeyManager, check_environment, check_scopes
 from agentcore.knowledge.cache import IndexCache
 from agentcore.knowledge.embedders import Embedder
+from agentcore.knowledge.filters import MetadataCache
 from agentcore.knowledge.jobs import IngestRuntime, WorkersUnavailable
+from agentcore.knowledge.keywords import KeywordCache
+from agentcore.knowledge.outcomes import Completed
 from agentcore.knowledge.segments import segment_root
 from agentcore.knowledge.service import KnowledgeService
 from agentcore.knowledge.terms import TermCounter
 from agentcore.knowledge.workers import WorkerSpec
 from agentcore.limits import RateLimiter
-from agentcore.models import Document, Health, LoopState, Organization
+from agentcore.models import Health, LoopState, Organization
 from agentcore.plugins import DEFAULT_PLUGINS
 from agentcore.plugins.extractive import stem_frequencies as extractive_stem_frequencies
 from agentcore.plugins.extractive import tokens_of as extractive_tokens_of
@@ -171,6 +174,13 @@ class AgentCore:
             runtime=self.runtime,
             **_segment_options(store, settings),
         )
+        # each workspace's document metadata, which filters read (kept at the store's version)
+        self.metadata = MetadataCache(store)
+        # BM25 indexes for keyword and hybrid search, built on a workspace's first use with
+        # the same stemming tokenizer as the term counts
+        self.keywords = KeywordCache(
+            store, extractive_tokens_of, catchup_max_rows=settings.index_catchup_max_rows
+        )
         # model calls run here, bounded in time even if a plugin hangs (threads start lazily)
         self.model_pool = self.runtime.executor("agentcore-model", MODEL_THREADS)
         self._started = False
@@ -185,6 +195,7 @@ class AgentCore:
             run=self.run_ingest_job,
             runtime=self.runtime,
             workers=self._worker_spec,
+            events=self.events,
         )
         if isinstance(store, Checkpointing) and store.checkpoint_interval is not None:
             # a SQLite file's WAL is folded into the database here, never in a request
@@ -339,11 +350,15 @@ class AgentCore:
             index=self.index_cache,
             jobs=self.ingest,
             terms=self.terms,
+            metadata=self.metadata,
+            keywords=self.keywords,
+            events=self.events,
         )
 
-    def run_ingest_job(self, job: IngestJob, cancellation: Cancellation) -> Document | None:
-        """Index a leased ingestion job's upload in its workspace; the ready document, or
-        ``None`` if it is gone. What an ingestion worker (process or thread) runs."""
+    def run_ingest_job(self, job: IngestJob, cancellation: Cancellation) -> Completed | None:
+        """Index a leased ingestion job's upload in its workspace; the ready document (and
+        its ``document.ready`` event), or ``None`` if it is gone. What an ingestion worker
+        (process or thread) runs."""
         workspace = Workspace(
             self,
             organization_id=job.organization_id,
