@@ -194,7 +194,7 @@ def invalid_fields(exc: ValidationError, *, prefix: tuple[str | int, ...] = ()) 
     Paths name fields and list positions only: the kind of filter pydantic tried (a
     union tag after ``filter`` or after a position in ``filters``) and the ``[key]``
     marker of a bad dictionary key are left out, so a bad key of ``metadata`` is
-    ``metadata.<key>``.
+    ``metadata.<key>`` (``metadata`` for an empty key).
     """
     errors = []
     for err in exc.errors(include_url=False, include_input=False):
@@ -203,7 +203,7 @@ def invalid_fields(exc: ValidationError, *, prefix: tuple[str | int, ...] = ()) 
             tag = part in FILTER_TAGS and (
                 not parts or parts[-1] == "filter" or isinstance(parts[-1], int)
             )
-            if not tag and part != "[key]":
+            if not tag and part not in ("[key]", ""):
                 parts.append(part)
         errors.append({"param": ".".join(map(str, parts)) or None, "message": err["msg"]})
     first = errors[0]

@@ -146,13 +146,29 @@ MetadataValue = Annotated[
     WithJsonSchema({"anyOf": [_STRING_VALUE, {"type": "number"}, {"type": "boolean"}]}),
 ]
 """A metadata value: a string of at most 512 characters, a number or a boolean."""
+_METADATA_TEXT = (
+    f"At most {MAX_METADATA_KEYS} keys of 1-{MAX_METADATA_KEY_CHARS} characters; each value"
+    f" a string of at most {MAX_METADATA_STRING_CHARS} characters, a number or a boolean."
+)
 Metadata = Annotated[
     dict[MetadataKey, MetadataValue],
-    Field(
-        max_length=MAX_METADATA_KEYS,
-        description=f"At most {MAX_METADATA_KEYS} keys of 1-{MAX_METADATA_KEY_CHARS}"
-        f" characters; each value a string of at most {MAX_METADATA_STRING_CHARS}"
-        " characters, a number or a boolean.",
+    Field(max_length=MAX_METADATA_KEYS, description=_METADATA_TEXT),
+    # spelt out: pydantic would turn the keys' pattern into patternProperties, which
+    # leaves a key outside the pattern unchecked
+    WithJsonSchema(
+        {
+            "type": "object",
+            "description": _METADATA_TEXT,
+            "maxProperties": MAX_METADATA_KEYS,
+            "propertyNames": {
+                "minLength": 1,
+                "maxLength": MAX_METADATA_KEY_CHARS,
+                "pattern": NO_NUL,
+            },
+            "additionalProperties": {
+                "anyOf": [_STRING_VALUE, {"type": "number"}, {"type": "boolean"}]
+            },
+        }
     ),
 ]
 """Attributes of a document, which search filters and agents' knowledge select by."""

@@ -146,19 +146,19 @@ class Part:
         codec: kernels.Codec,
         *,
         name: str | None = None,
-        labels: IdArray | None = None,
+        labels: IdArray | tuple[LabelCodes | None, IdArray | None] | None = None,
     ) -> Part:
-        """A RAM part over unit ``vectors`` and their ``labels`` (sorted by id here if
-        they are not)."""
+        """A RAM part over unit ``vectors`` and their ``labels`` (one per row, or
+        already as ``(codes, values)``), sorted by id here if they are not."""
+        label_codes, label_values = labels if isinstance(labels, tuple) else encode_labels(labels)
         if ids.size > 1 and not bool(np.all(ids[1:] > ids[:-1])):
             order = np.argsort(ids, kind="stable")
             ids, vectors = ids[order], vectors[order]
-            labels = None if labels is None else labels[order]
+            label_codes = None if label_codes is None else label_codes[order]
         vectors = np.ascontiguousarray(vectors, dtype=_VECTOR_DTYPE)
         codes, params = codec.encode(vectors)
         if codec.name == "float32":
             codes = vectors
-        label_codes, label_values = encode_labels(labels)
         return cls(
             ids, codes, params, vectors, _EMPTY_IDS, codec, name, None, label_codes, label_values
         )
@@ -340,16 +340,30 @@ class RowSource:
         self.rows = int(sum(sizes))
         self._starts = np.cumsum([0, *sizes]).astype(np.int64)
 
-    def labels(self) -> IdArray:
-        """The output rows' labels, in output order (``NO_LABEL`` where unknown)."""
-        if not self._labelled:
-            return np.full(self.rows, NO_LABEL, dtype=np.int64)
-        pieces = []
-        for (rows, selected), part in zip(self.pieces, self._labelled, strict=True):
-            labels = part.labels()[: rows.shape[0]]
-            pieces.append(labels if selected is None else labels[selected])
-        joined = np.concatenate(pieces) if pieces else _EMPTY_IDS
-        return joined if self.order is None else joined[self.order]
+    def label_codes(self) -> tuple[LabelCodes | None, IdArray | None]:
+        """The output rows' labels as ``(codes, values)`` in output order (``values``
+        sorted; ``(None, None)``: no row has a label). Codes are gathered, never the
+        labels themselves: 4 bytes a row, nothing when no source part has labels."""
+        parts = self._labelled
+        if not parts or all(p.label_codes is None for p in parts):
+            return None, None
+        values = np.unique(
+            np.concatenate(
+                [_UNLABELLED if p.label_values is None else p.label_values for p in parts]
+            )
+        )
+        pieces: list[LabelCodes] = []
+        for (rows, selected), part in zip(self.pieces, parts, strict=True):
+            count = rows.shape[0] if selected is None else selected.shape[0]
+            if part.label_codes is None or part.label_values is None:
+                none = int(np.searchsorted(values, NO_LABEL))
+                pieces.append(np.full(count, none, dtype=np.int32))
+                continue
+            remap = np.searchsorted(values, part.label_values).astype(np.int32)
+            codes = part.label_codes[: rows.shape[0]]
+            pieces.append(remap[codes if selected is None else codes[selected]])
+        joined = np.concatenate(pieces)
+        return (joined if self.order is None else joined[self.order]), values
 
     @property
     def view(self) -> Matrix | None:
@@ -959,7 +973,7 @@ class VectorIndex:
         vectors = rows.view
         if vectors is None:
             vectors = rows.fill(0, rows.rows, np.empty((rows.rows, rows.dimension), np.float32))
-        return Part.build(ids, vectors, self._codec, labels=rows.labels())
+        return Part.build(ids, vectors, self._codec, labels=rows.label_codes())
 
     def apply(self, plan: MaintenancePlan, new_parts: Sequence[Part]) -> bool:
         """Swap ``plan``'s parts (and sealed tail rows) for ``new_parts``; whether it did.

@@ -273,8 +273,9 @@ class SegmentDirectory:
         if n != ids.shape[0]:
             raise ValueError(f"{ids.shape[0]} ids for {n} rows")
         if labels is None and isinstance(vectors, RowSource):
-            labels = vectors.labels()
-        label_codes, label_values = encode_labels(labels)
+            label_codes, label_values = vectors.label_codes()
+        else:
+            label_codes, label_values = encode_labels(labels)
         if label_codes is None or label_values is None:
             label_codes, label_values = np.zeros(n, np.int32), np.full(1, -1, np.int64)
         label_codes = np.ascontiguousarray(label_codes, dtype="<i4")

@@ -59,13 +59,18 @@ def _document(row: Any) -> Document:
     values = dict(row)
     if values["last_error"]:
         values["last_error"] = json.loads(values["last_error"])
-    values["metadata"] = json.loads(values["metadata"])
+    values["metadata"] = parse_object(values["metadata"])
     return Document.model_validate(values)
 
 
-def json_object(value: dict[str, Any]) -> str:
-    """A metadata object as stored: compact JSON (``{}`` when empty)."""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False) if value else "{}"
+def json_object(value: dict[str, Any]) -> str | None:
+    """A metadata object as stored: compact JSON (``NULL`` when empty)."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False) if value else None
+
+
+def parse_object(stored: str | None) -> dict[str, Any]:
+    """What ``json_object`` stored, as the object again."""
+    return json.loads(stored) if stored else {}
 
 
 class DocumentTables(TermTables, VectorTables):
@@ -268,7 +273,7 @@ class DocumentTables(TermTables, VectorTables):
                 row["text"],
                 json.loads(row["pages"]),
                 json.loads(row["page_offsets"]),
-                json.loads(row["metadata"]),
+                parse_object(row["metadata"]),
             )
             for row in rows
         }
@@ -327,7 +332,10 @@ class DocumentTables(TermTables, VectorTables):
             ).fetchall()
         return DocumentChanges(
             0 if state is None else int(state["version"]),
-            [DocumentRow(int(row["seq"]), row["id"], json.loads(row["metadata"])) for row in rows],
+            [
+                DocumentRow(int(row["seq"]), row["id"], parse_object(row["metadata"]))
+                for row in rows
+            ],
         )
 
     def iter_chunk_texts(
