@@ -73,6 +73,7 @@ def test_migrations_render_for_each_dialect() -> None:
         "workspace_index_dtype",
         "document_terms",
         "drop_chunks_workspace_index",
+        "fail_pending_of_disabled",
         "document_metadata",
     ]
     for step in MIGRATIONS:

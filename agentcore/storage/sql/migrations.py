@@ -432,7 +432,26 @@ def m012_drop_chunks_workspace_index(d: Dialect) -> str:
 
 
 @migration()
-def m013_document_metadata(d: Dialect) -> str:
+def m013_fail_pending_of_disabled(d: Dialect) -> str:
+    """End as ``failed`` the deliveries still pending for subscriptions disabled before
+    the stores did it at the moment of disabling (they waited forever)."""
+    now = d.either(
+        sqlite="strftime('%Y-%m-%dT%H:%M:%fZ', 'now')",
+        postgres="to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')",
+    )
+    return f"""
+        UPDATE webhook_deliveries SET status = 'failed', next_attempt_at = NULL,
+            leased_until = NULL, updated_at = {now},
+            last_error = 'subscription disabled: ' || COALESCE((SELECT disabled_reason
+                FROM webhook_subscriptions WHERE webhook_subscriptions.id
+                = webhook_deliveries.subscription_id), 'disabled')
+        WHERE status = 'pending' AND subscription_id IN
+            (SELECT id FROM webhook_subscriptions WHERE status = 'disabled');
+        """
+
+
+@migration()
+def m015_document_metadata(d: Dialect) -> str:
     """Document metadata (a JSON object; NULL: none), the version of each document's last write,
     so every process's filters follow metadata changes through the change log; an
     agent's knowledge (a JSON object: the filter that selects its documents)."""
