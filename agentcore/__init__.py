@@ -25,6 +25,7 @@ from agentcore.errors import (
 from agentcore.events import Event, EventBus
 from agentcore.hookspecs import hookimpl
 from agentcore.knowledge.index import VectorIndex
+from agentcore.services import WorkspaceServices
 from agentcore.workspace import Workspace
 
 __version__ = "0.1.0"
@@ -55,5 +56,6 @@ __all__ = [
     "ValidationFailed",
     "VectorIndex",
     "Workspace",
+    "WorkspaceServices",
     "hookimpl",
 ]

@@ -7,10 +7,11 @@ from typing import TYPE_CHECKING
 
 from agentcore.errors import Conflict, NotFound, ValidationFailed
 from agentcore.ids import new_id, utcnow
-from agentcore.models import Agent, AgentCreate, AgentList, AgentStatus, AgentUpdate
+from agentcore.schema import Agent, AgentCreate, AgentList, AgentStatus, AgentUpdate
 
 if TYPE_CHECKING:
     from agentcore.chat_models import ChatModel
+    from agentcore.config import Settings
     from agentcore.storage.base import AgentStore
     from agentcore.workspace import Workspace
 
@@ -30,6 +31,7 @@ class AgentService:
     :param store: where agents are kept.
     :param chat_models: the registered chat models, by name (an agent's ``model``
         must name one of them).
+    :param settings: page-size limits.
     """
 
     def __init__(
@@ -38,10 +40,12 @@ class AgentService:
         *,
         store: AgentStore,
         chat_models: Mapping[str, ChatModel],
+        settings: Settings,
     ) -> None:
         self._ws = workspace
         self._store = store
         self._chat_models = chat_models
+        self._settings = settings
 
     def create(self, spec: AgentCreate | None = None, **fields: object) -> Agent:
         """Create an agent in ``draft``. Write scope."""
@@ -84,7 +88,7 @@ class AgentService:
         agents, more = self._store.list_agents(
             self._ws.organization_id,
             self._ws.environment,
-            limit=self._ws.page_size(limit),
+            limit=self._settings.page_size(limit),
             starting_after=starting_after,
             statuses=statuses,
         )

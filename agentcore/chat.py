@@ -41,20 +41,22 @@ from agentcore.errors import (
 )
 from agentcore.knowledge.citing import supporting_pages
 from agentcore.knowledge.terms import TermStats
-from agentcore.models import (
+from agentcore.redact import get_logger
+from agentcore.schema import (
     HANDOFF_TOOL,
     Agent,
     ChatMessageResponse,
     Citation,
+    Environment,
     Filter,
     SearchMode,
 )
-from agentcore.redact import get_logger
 from agentcore.storage.base import AgentStore, ConversationStore
 from agentcore.storage.records import StoredChunk, StoredMessage
 
 if TYPE_CHECKING:
     from agentcore.config import Settings
+    from agentcore.events import Event
     from agentcore.workspace import Workspace
 
 HANDOFF_REPLY = (
@@ -136,25 +138,34 @@ class Retriever(Protocol):
 
 
 class ToolRunner(Protocol):
-    """Runs a tool an agent's model called (the ``agentcore_run_tool`` hook)."""
+    """Runs a tool an agent's model called in this workspace (the ``agentcore_run_tool``
+    hook, given the workspace by the core)."""
 
-    def __call__(
-        self, *, workspace: Workspace, agent_id: str, name: str, arguments: dict[str, Any]
-    ) -> Any:
+    def __call__(self, *, agent_id: str, name: str, arguments: dict[str, Any]) -> Any:
         """The tool's result, or ``None`` when no plugin runs a tool of that name."""
+        ...
+
+
+class Publisher(Protocol):
+    """Where a turn's events go (``EventBus.publish``)."""
+
+    def publish(
+        self, kind: str, data: dict[str, Any], *, organization_id: str, environment: Environment
+    ) -> Event:
+        """Record and announce an event of a workspace."""
         ...
 
 
 class ChatService:
     """Chat with the agents of one workspace; reached as ``workspace.chat``.
 
-    :param workspace: whose agents and conversations, the caller's scopes, and where
-        the turn's events are published (``workspace.publish``).
+    :param workspace: whose agents and conversations, and the caller's scopes.
     :param store: agents (read) and conversations (read and written).
     :param settings: message, retrieval, history, tool-step and model-time limits.
     :param chat_models: the registered chat models, by name.
     :param knowledge: the workspace's retrieval (its ``KnowledgeService``).
     :param run_tool: runs tools the model calls (the plugins' hook).
+    :param events: where the turn's events are published, in the workspace.
     :param guard_pool: the core's threads that model calls run on, so a hung plugin
         cannot hold a request past its time-out.
     """
@@ -168,6 +179,7 @@ class ChatService:
         chat_models: Mapping[str, ChatModel],
         knowledge: Retriever,
         run_tool: ToolRunner,
+        events: Publisher,
         guard_pool: Executor,
     ) -> None:
         self._ws = workspace
@@ -176,6 +188,7 @@ class ChatService:
         self._chat_models = chat_models
         self._knowledge = knowledge
         self._run_tool = run_tool
+        self._events = events
         self._guard_pool = guard_pool
 
     def send(
@@ -372,8 +385,11 @@ class _Turn:
         self.streaming = streaming
 
     def event(self, kind: str, **data: Any) -> None:
-        self.ws.publish(
-            kind, {"agent_id": self.agent.id, "conversation_id": self.conversation_id, **data}
+        self.service._events.publish(
+            kind,
+            {"agent_id": self.agent.id, "conversation_id": self.conversation_id, **data},
+            organization_id=self.ws.organization_id,
+            environment=self.ws.environment,
         )
 
     def action(self, action: str, **data: Any) -> None:
@@ -484,9 +500,7 @@ class _Turn:
         known = {tool.name for tool in self.agent.tools}
         if name not in known:
             return json.dumps({"error": f"unknown tool {name!r}"})
-        outcome = self.service._run_tool(
-            workspace=self.ws, agent_id=self.agent.id, name=name, arguments=arguments
-        )
+        outcome = self.service._run_tool(agent_id=self.agent.id, name=name, arguments=arguments)
         if outcome is None:
             return json.dumps({"error": "this tool is not available here"})
         return outcome if isinstance(outcome, str) else json.dumps(outcome, default=str)

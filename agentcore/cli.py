@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import sys
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
@@ -18,11 +17,11 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pluggy
 
+from agentcore.config import database_url
 from agentcore.core import AgentCore, make_plugin_manager
 from agentcore.errors import AgentCoreError, ValidationFailed
-from agentcore.models import ApiKey, IssuedKey
+from agentcore.schema import ApiKey, IssuedKey
 
-DEFAULT_DB = "./agentcore.db"
 MAX_GRACE_HOURS = 24 * 365 * 10  # ten years: far enough, and far from datetime's limits
 MAX_EXPIRY_DAYS = 365 * 100
 USAGE_ERROR = 2  # the arguments are wrong (argparse's status for the same)
@@ -238,7 +237,7 @@ def build_parser(pm: pluggy.PluginManager | None = None) -> argparse.ArgumentPar
     parser = Parser(prog="agentcore", description=__doc__)
     parser.add_argument(
         "--db",
-        default=os.environ.get("AGENTCORE_DB", DEFAULT_DB),
+        default=database_url(),
         help="SQLite file or postgresql:// URL (default ./agentcore.db or $AGENTCORE_DB)",
     )
     sub = parser.add_subparsers(dest="command", required=True)

@@ -21,7 +21,7 @@ from httpx_sse import EventSource, ServerSentEvent, aconnect_sse, connect_sse
 from pydantic import BaseModel
 
 import agentcore.errors as errors
-from agentcore.models import (
+from agentcore.schema import (
     Agent,
     AgentList,
     ChatMessageResponse,

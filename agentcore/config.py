@@ -8,6 +8,8 @@ places, highest priority first: keyword arguments (``AgentCore.open(path, name=v
 
 from __future__ import annotations
 
+import base64
+import binascii
 import ipaddress
 import os
 import re
@@ -25,11 +27,18 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from agentcore.errors import ValidationFailed
+
 MiB = 1024 * 1024
 
 #: The dotenv file read by ``Settings`` and by plugin settings, relative to the working
 #: directory; a missing file is skipped. Variables set in the environment win over it.
 ENV_FILE = ".env"
+
+#: The variable naming the store of ``agentcore`` commands and of ``serve``'s worker
+#: processes (not a ``Settings`` field: the store is opened before settings apply).
+DATABASE_VARIABLE = "AGENTCORE_DB"
+DEFAULT_DATABASE = "./agentcore.db"
 
 M = TypeVar("M", bound=BaseSettings)
 
@@ -51,6 +60,52 @@ class PluginSettings(BaseSettings):
         dotenv_filtering="only_existing",
         populate_by_name=True,
     )
+
+
+def database_url() -> str:
+    """The store named by ``AGENTCORE_DB``, else ``./agentcore.db``."""
+    return os.environ.get(DATABASE_VARIABLE, DEFAULT_DATABASE)
+
+
+def export_to_children(database: str, **settings: str) -> None:
+    """Name ``database`` and set ``settings`` (``Settings`` field names) in this process's
+    environment, for the processes it starts next: they open that store with those
+    settings (``serve --workers``: uvicorn's workers import an app factory and read
+    nothing else)."""
+    os.environ[DATABASE_VARIABLE] = database
+    for name, value in settings.items():
+        if name not in Settings.model_fields:
+            raise ValueError(f"no setting is named {name!r}")
+        os.environ[f"AGENTCORE_{name.upper()}"] = value
+
+
+WEBHOOK_KEY_BYTES = 32  # AES-256: the size of each ``webhook_secret_key``
+
+
+def parse_keys(value: str) -> list[bytes]:
+    """The AES keys of a ``webhook_secret_key`` value: comma-separated base64 (standard
+    or URL-safe) of 32 bytes each, the sealing key first. ``ValueError`` (never echoing
+    a key) otherwise. ``webhooks.sealing.SecretBox`` seals with them."""
+    keys: list[bytes] = []
+    for number, part in enumerate((p.strip() for p in value.split(",")), start=1):
+        if not part:
+            continue
+        text = part.replace("-", "+").replace("_", "/").rstrip("=")
+        try:
+            raw = base64.b64decode(text + "=" * (-len(text) % 4), validate=True)
+        except (binascii.Error, ValueError):
+            raise ValueError(f"webhook secret key {number} is not base64") from None
+        if len(raw) != WEBHOOK_KEY_BYTES:
+            raise ValueError(
+                f"webhook secret key {number} holds {len(raw)} bytes;"
+                f" AES-256 needs {WEBHOOK_KEY_BYTES}"
+                ' (make one with: python -c "import base64, os;'
+                ' print(base64.b64encode(os.urandom(32)).decode())")'
+            )
+        keys.append(raw)
+    if not keys:
+        raise ValueError("the webhook secret key setting names no key")
+    return keys
 
 
 class Settings(BaseSettings):
@@ -300,6 +355,18 @@ class Settings(BaseSettings):
             return self.ingest_workers
         return max(1, min(4, (os.cpu_count() or 2) // 2))
 
+    def page_size(self, limit: int | None) -> int:
+        """``limit`` checked against ``max_page_size`` (``default_page_size`` if None)."""
+        if limit is None:
+            return self.default_page_size
+        if not 1 <= limit <= self.max_page_size:
+            raise ValidationFailed(
+                f"limit must be between 1 and {self.max_page_size}.",
+                code="limit_out_of_range",
+                param="limit",
+            )
+        return limit
+
     @field_validator("webhook_allowed_networks", mode="before")
     @classmethod
     def _split_networks(cls, value: Any) -> Any:
@@ -313,8 +380,6 @@ class Settings(BaseSettings):
     @classmethod
     def _check_secret_key(cls, value: SecretStr | None) -> SecretStr | None:
         if value is not None:
-            from agentcore.webhooks.sealing import parse_keys
-
             parse_keys(value.get_secret_value())  # its message never quotes a key
         return value
 

@@ -28,23 +28,23 @@ from agentcore.errors import NotFound
 from agentcore.events import EventBus
 from agentcore.idempotency import IdempotencyKeys
 from agentcore.keys import KeyManager, check_environment, check_scopes
-from agentcore.knowledge.cache import IndexCache
 from agentcore.knowledge.embedders import Embedder
 from agentcore.knowledge.filters import MetadataCache
-from agentcore.knowledge.jobs import IngestRuntime, WorkersUnavailable
+from agentcore.knowledge.jobs import IngestionJobs, WorkersUnavailable
 from agentcore.knowledge.keywords import KeywordCache
-from agentcore.knowledge.outcomes import Completed
 from agentcore.knowledge.segments import segment_root
 from agentcore.knowledge.service import KnowledgeService
 from agentcore.knowledge.terms import TermCounter
-from agentcore.knowledge.workers import WorkerSpec
-from agentcore.limits import RateLimiter
-from agentcore.models import Health, LoopState, Organization
+from agentcore.knowledge.workers import Completed, WorkerSpec
+from agentcore.knowledge.workspace_indexes import WorkspaceIndexes
 from agentcore.plugins import DEFAULT_PLUGINS
 from agentcore.plugins.extractive import stem_frequencies as extractive_stem_frequencies
 from agentcore.plugins.extractive import tokens_of as extractive_tokens_of
+from agentcore.rate_limits import RateLimiter
 from agentcore.redact import get_logger
-from agentcore.runtime import Runtime
+from agentcore.runtime import Observer, Runtime, unobserved
+from agentcore.schema import Health, LoopState, Organization
+from agentcore.services import WorkspaceServices
 from agentcore.storage.base import Checkpointing, ReopenableStore, Store, VectorSearchStore
 from agentcore.storage.records import IngestJob
 from agentcore.webhooks.delivery import WebhookRuntime
@@ -115,7 +115,7 @@ def _checkpoint_step(store: Checkpointing) -> Callable[[], None]:
 
 
 def _segment_options(store: Store, settings: Settings) -> dict[str, Any]:
-    """The ``IndexCache`` arguments for the store's segment files (``index_dir``)."""
+    """The ``WorkspaceIndexes`` arguments for the store's segment files (``index_dir``)."""
     root, identity = segment_root(getattr(store, "url", None), settings.index_dir)
     return {"segments": root, "store_identity": identity}
 
@@ -144,6 +144,7 @@ class AgentCore:
         pm: pluggy.PluginManager,
         *,
         origin: _Origin | None = None,
+        observer: Observer = unobserved,
     ) -> None:
         self.store = store
         self.settings = settings
@@ -162,8 +163,8 @@ class AgentCore:
         self.chat_models: dict[str, ChatModel] = {}
         # sentence frequencies kept per document, read by chat (the extractive tokenizer)
         self.terms = TermCounter(extractive_tokens_of, extractive_stem_frequencies)
-        # filled by the hooks below; the cache looks embedders up when it needs one
-        self.index_cache = IndexCache(
+        # filled by the hooks below; the indexes look embedders up when they need one
+        self.indexes = WorkspaceIndexes(
             store,
             embedders=self.embedders,
             embedder=settings.embedder,
@@ -172,6 +173,7 @@ class AgentCore:
             max_token_chars=settings.max_token_chars,
             codec=settings.index_dtype,
             runtime=self.runtime,
+            observer=observer,
             **_segment_options(store, settings),
         )
         # each workspace's document metadata, which filters read (kept at the store's version)
@@ -189,13 +191,14 @@ class AgentCore:
             store, settings, runtime=self.runtime if settings.start_workers else None
         )
         # a component of the runtime: its scheduling loop, watching threads, worker processes
-        self.ingest = IngestRuntime(
+        self.ingestion_jobs = IngestionJobs(
             store,
             settings,
             run=self.run_ingest_job,
             runtime=self.runtime,
             workers=self._worker_spec,
             events=self.events,
+            observer=observer,
         )
         if isinstance(store, Checkpointing) and store.checkpoint_interval is not None:
             # a SQLite file's WAL is folded into the database here, never in a request
@@ -216,6 +219,7 @@ class AgentCore:
         settings: Settings | None = None,
         plugins: Iterable[object | ModuleType | str] = (),
         entry_points: bool = True,
+        observer: Observer | None = None,
         **overrides: Any,
     ) -> AgentCore:
         """Open a core on ``url``: a SQLite path (default ``:memory:``) or a plugin's URL.
@@ -227,6 +231,8 @@ class AgentCore:
         :param settings: the core's settings; default read from the environment.
         :param plugins: extra plugin objects or module names to register.
         :param entry_points: load plugins from the ``agentcore`` entry-point group.
+        :param observer: told what the core's parts do (index loads, catch-ups, merges,
+            worker processes started: ``runtime.Observer``), for metrics or tests.
         :param overrides: individual ``Settings`` fields, e.g. ``max_top_k=50``, or a
             plugin's as ``<namespace>_<field>``, e.g. ``openai_model="llama3"``.
         """
@@ -237,7 +243,8 @@ class AgentCore:
         if store is None:
             raise ValueError(f"No store plugin handles {url!r}.")
         named = tuple(p.__name__ if isinstance(p, ModuleType) else p for p in plugins)
-        return cls(store, settings, pm, origin=_Origin(named, entry_points, settings))
+        origin = _Origin(named, entry_points, settings)
+        return cls(store, settings, pm, origin=origin, observer=observer or unobserved)
 
     @classmethod
     def _for_worker(cls, origin: _Origin, open_store: Callable[[], Store]) -> AgentCore:
@@ -289,8 +296,9 @@ class AgentCore:
             raise ValueError("an organization name is 1-200 characters")
         return self.store.ensure_organization(name)
 
-    def authenticate(self, secret: str | None, *, defer_touch: bool = False) -> Workspace:
-        """The workspace a key opens, or ``AuthenticationError`` (401) saying why.
+    def authenticate(self, secret: str | None, *, defer_touch: bool = False) -> WorkspaceServices:
+        """The workspace a key opens, with its services, or ``AuthenticationError`` (401)
+        saying why.
 
         :param defer_touch: write ``last_used_at`` on a background thread, so that this
             call only reads the store (the HTTP adapter calls it on the event loop).
@@ -298,13 +306,13 @@ class AgentCore:
         key, organization_id = self.keys.resolve(
             secret, touch_interval=self.settings.key_touch_interval, defer_touch=defer_touch
         )
-        return Workspace(
-            self,
+        return WorkspaceServices(
             organization_id=organization_id,
             organization=key.organization,
             environment=key.environment,
             scopes=frozenset(key.scopes),
             key_id=key.id,
+            core=self,
         )
 
     def workspace(
@@ -314,8 +322,8 @@ class AgentCore:
         *,
         scopes: Iterable[str] = ("read", "write"),
         create: bool = True,
-    ) -> Workspace:
-        """A workspace for trusted host code and the CLI, without a key.
+    ) -> WorkspaceServices:
+        """A workspace, with its services, for trusted host code and the CLI, without a key.
 
         :param create: create the organization when it does not exist yet.
         """
@@ -327,19 +335,21 @@ class AgentCore:
         )
         if org is None:
             raise NotFound(f"No organization named {organization!r}.", param="organization")
-        return Workspace(
-            self,
+        return WorkspaceServices(
             organization_id=org.id,
             organization=org.name,
             environment=env,
             scopes=frozenset(check_scopes(scopes)),
+            core=self,
         )
 
     # composition: each service of a workspace gets exactly what it uses ------------
 
     def agent_service(self, workspace: Workspace) -> AgentService:
         """The agents of ``workspace`` (host code uses ``workspace.agents``)."""
-        return AgentService(workspace, store=self.store, chat_models=self.chat_models)
+        return AgentService(
+            workspace, store=self.store, chat_models=self.chat_models, settings=self.settings
+        )
 
     def knowledge_service(self, workspace: Workspace) -> KnowledgeService:
         """The knowledge core of ``workspace`` (host code uses ``workspace.knowledge``)."""
@@ -347,8 +357,8 @@ class AgentCore:
             workspace,
             store=self.store,
             settings=self.settings,
-            index=self.index_cache,
-            jobs=self.ingest,
+            index=self.indexes,
+            jobs=self.ingestion_jobs,
             terms=self.terms,
             metadata=self.metadata,
             keywords=self.keywords,
@@ -360,7 +370,6 @@ class AgentCore:
         its ``document.ready`` event), or ``None`` if it is gone. What an ingestion worker
         (process or thread) runs."""
         workspace = Workspace(
-            self,
             organization_id=job.organization_id,
             organization=job.organization_id,  # the name is not needed to index
             environment=check_environment(job.environment),
@@ -370,13 +379,20 @@ class AgentCore:
 
     def chat_service(self, workspace: Workspace) -> ChatService:
         """Chat in ``workspace`` (host code uses ``workspace.chat``)."""
+        # a tool plugin gets the workspace with its services (it may publish, search, ...)
+        services = (
+            workspace
+            if isinstance(workspace, WorkspaceServices)
+            else WorkspaceServices.of(workspace, self)
+        )
         return ChatService(
             workspace,
             store=self.store,
             settings=self.settings,
             chat_models=self.chat_models,
-            knowledge=workspace.knowledge,
-            run_tool=self.pm.hook.agentcore_run_tool,
+            knowledge=services.knowledge,
+            run_tool=functools.partial(self.pm.hook.agentcore_run_tool, workspace=services),
+            events=self.events,
             guard_pool=self.model_pool,
         )
 
@@ -469,7 +485,7 @@ class AgentCore:
     def close(self) -> None:
         """Stop workers and close the store."""
         self.stop()
-        self.index_cache.close()
+        self.indexes.close()
         self.store.close()
 
     def __enter__(self) -> AgentCore:

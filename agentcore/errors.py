@@ -30,17 +30,35 @@ never secrets.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, ClassVar
-
-if TYPE_CHECKING:
-    from agentcore.limits import Decision
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from pydantic import ValidationError
 
-from agentcore.models import FILTER_TAGS, Problem
+from agentcore.schema import FILTER_TAGS, Problem
 
 #: The base of every problem's ``type`` URI; the code completes it.
 PROBLEM_TYPE = "https://agentcore.dev/problems/"
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The outcome of one rate-limit check (``limits.RateLimiter``), and the key's bucket
+    right after it: the facts ``RateLimited`` carries, and that an allowed request's
+    ``RateLimit`` headers report.
+
+    :param allowed: whether the request may run.
+    :param limit: requests a second for this key (also the burst, if at least one).
+    :param remaining: whole requests the bucket holds now.
+    :param reset: seconds until the bucket is full again.
+    :param retry_after: seconds until one more request would pass (0 when allowed).
+    """
+
+    allowed: bool
+    limit: float
+    remaining: int
+    reset: float
+    retry_after: float
 
 
 class AgentCoreError(Exception):

@@ -9,8 +9,8 @@ from typing import Any
 
 from agentcore.errors import ValidationFailed
 from agentcore.ids import new_id, now_iso
-from agentcore.models import Environment, EventPayload
 from agentcore.redact import get_logger
+from agentcore.schema import Environment, EventPayload
 
 log = get_logger("agentcore.events")  # masks keys and secrets in every record
 

@@ -6,8 +6,8 @@ third-party plugins are found through the ``agentcore`` entry-point group.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import pluggy
 
@@ -18,15 +18,57 @@ if TYPE_CHECKING:
 
     from agentcore.chat_models import ChatModel
     from agentcore.config import Settings
-    from agentcore.core import AgentCore
+    from agentcore.events import EventBus
     from agentcore.knowledge.embedders import Embedder
+    from agentcore.runtime import Runtime
+    from agentcore.services import WorkspaceServices
     from agentcore.storage.base import Store
-    from agentcore.workspace import Workspace
 
 PROJECT = "agentcore"
 
 hookspec = pluggy.HookspecMarker(PROJECT)
 hookimpl = pluggy.HookimplMarker(PROJECT)
+
+
+@runtime_checkable
+class PluginHost(Protocol):
+    """The core a lifecycle hook or a command is given: an ``AgentCore``.
+
+    Spelt as a protocol (what ``AgentCore`` offers plugins) so that these specifications
+    sit below the core in the import graph: the core calls the hooks, the hooks name
+    no module above them. A plugin may annotate its own hook with ``AgentCore``.
+    """
+
+    @property
+    def settings(self) -> Settings:
+        """The settings in force (the core's and every plugin's)."""
+        ...
+
+    @property
+    def store(self) -> Store:
+        """The store the core opened."""
+        ...
+
+    @property
+    def events(self) -> EventBus:
+        """The event bus: in-process listeners, registered kinds."""
+        ...
+
+    @property
+    def runtime(self) -> Runtime:
+        """Every loop, pool and worker of the core: a plugin may declare its own."""
+        ...
+
+    def workspace(
+        self,
+        organization: str,
+        environment: str = "test",
+        *,
+        scopes: Iterable[str] = ("read", "write"),
+        create: bool = True,
+    ) -> WorkspaceServices:
+        """A workspace with its services, without a key."""
+        ...
 
 
 @hookspec
@@ -108,7 +150,7 @@ def agentcore_register_event_kinds(register: Callable[[str, str], None]) -> None
 
 @hookspec(firstresult=True)
 def agentcore_run_tool(
-    workspace: Workspace, agent_id: str, name: str, arguments: dict[str, Any]
+    workspace: WorkspaceServices, agent_id: str, name: str, arguments: dict[str, Any]
 ) -> Any | None:
     """Run a tool that an agent's model asked for.
 
@@ -119,7 +161,8 @@ def agentcore_run_tool(
     wins. With no implementation answering, the call is reported as an
     ``agent.action`` event and the model is told the tool is not available here.
 
-    :param workspace: the calling workspace (organization, environment, scopes).
+    :param workspace: the calling workspace (organization, environment, scopes) with
+        its services (``workspace.publish``, ``workspace.knowledge``, ...).
     :param agent_id: the agent whose model called the tool.
     :param name: the tool's name, one of the agent's ``tools``.
     :param arguments: the arguments the model gave, already parsed from JSON.
@@ -128,29 +171,29 @@ def agentcore_run_tool(
 
 
 @hookspec
-def agentcore_startup(core: AgentCore) -> None:
+def agentcore_startup(core: PluginHost) -> None:
     """Called when the core's background workers start (``AgentCore.start``).
 
     Use it to start a plugin's own workers. Must return quickly.
 
-    :param core: the core being started.
+    :param core: the ``AgentCore`` being started.
     """
 
 
 @hookspec
-def agentcore_shutdown(core: AgentCore) -> None:
+def agentcore_shutdown(core: PluginHost) -> None:
     """Called when the core's background workers stop (``AgentCore.stop``/``close``).
 
     Stop what ``agentcore_startup`` started; must return within a few seconds.
 
-    :param core: the core being stopped.
+    :param core: the ``AgentCore`` being stopped.
     """
 
 
 @hookspec
 def agentcore_register_commands(
     register: Callable[
-        [str, Callable[[AgentCore, argparse.Namespace], int], str], argparse.ArgumentParser
+        [str, Callable[[PluginHost, argparse.Namespace], int], str], argparse.ArgumentParser
     ],
 ) -> None:
     """Add subcommands to the ``agentcore`` command line by calling ``register(name,

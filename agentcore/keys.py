@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, cast
 
 from agentcore.errors import AuthenticationError, InvalidRequest, NotFound, ValidationFailed
 from agentcore.ids import BASE62, isoformat, new_id, random_base62, to_base62, utcnow
-from agentcore.models import ApiKey, Environment, IssuedKey, Scope
+from agentcore.schema import ApiKey, Environment, IssuedKey, Scope
 
 if TYPE_CHECKING:
     from agentcore.storage.base import KeyStore

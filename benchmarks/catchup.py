@@ -29,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -48,9 +49,12 @@ SYNTHETIC_ID_BASE = 10**12
 def worker(db: str) -> None:
     from agentcore import AgentCore
 
-    core = AgentCore.open(db, start_workers=False)
+    seen: Counter[str] = Counter()  # what the core's index cache tells its observer
+    core = AgentCore.open(
+        db, start_workers=False, observer=lambda event, count: seen.update({event: count})
+    )
     ws = core.workspace("bench", "test")
-    cache = core.index_cache
+    cache = core.indexes
 
     def search_ms() -> float:
         began = time.perf_counter()
@@ -65,12 +69,12 @@ def worker(db: str) -> None:
             times = [search_ms() for _ in range(int(arg))]
             reply: dict[str, Any] = {"ms": statistics.median(times)}
         elif command == "search":
-            before = (cache.reloads, cache.catch_ups)
+            before = (seen["index.reload"], seen["index.catch_up"])
             ms = search_ms()
             reply = {
                 "ms": ms,
-                "reloaded": cache.reloads - before[0],
-                "caught_up": cache.catch_ups - before[1],
+                "reloaded": seen["index.reload"] - before[0],
+                "caught_up": seen["index.catch_up"] - before[1],
             }
         elif command == "reload":
             cache._entries.clear()  # what a foreign write used to force

@@ -8,10 +8,8 @@ document's chunks are embedded in one call), then again with the now warm embedd
 The original implementation is ``hashing_embedder_reference.py`` (a verbatim copy of
 the code before vectorisation, kept only for this comparison); both run in the same
 process, alternately, and the script checks that their vectors are bit-identical.
-The package's embedder runs twice: on its numpy path alone (``USE_KERNEL = False``)
-and, when it was built, with its compiled kernel (``_hashing_kernel.c``). Prints the
-median docs/s of ``--runs`` runs and each one's ratio to the original; ``--batch 1``
-embeds one text per call, as ingesting one short document does.
+Prints the median docs/s of ``--runs`` runs and the package's ratio to the original;
+``--batch 1`` embeds one text per call, as ingesting one short document does.
 
 Run: ``python benchmarks/embedder_speed.py [--squad PATH] [--docs 1000] [--batch 16]
 [--runs 5]``.
@@ -37,7 +35,6 @@ sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]
 from hashing_embedder_reference import HashingEmbedder as ReferenceEmbedder  # noqa: E402
 from squad_corpus import corpus  # noqa: E402
 
-from agentcore.plugins import hashing_embedder  # noqa: E402
 from agentcore.plugins.hashing_embedder import HashingEmbedder  # noqa: E402
 
 Embed = Callable[[Sequence[str]], npt.NDArray[np.float32]]
@@ -61,13 +58,12 @@ def main(argv: list[str] | None = None) -> int:
     texts = corpus(Path(args.squad), args.docs)
     chars = sum(map(len, texts)) / len(texts)
     timings: dict[tuple[str, str], list[float]] = {}
-    names = ["old", "numpy"] + (["kernel"] if hashing_embedder._kernel is not None else [])
+    names = ["old", "numpy"]
     for number in range(args.runs):
         # Rotate which goes first, so none always meets a warmer machine.
         order = names[number % len(names) :] + names[: number % len(names)]
         outputs = {}
         for name in order:
-            hashing_embedder.USE_KERNEL = name == "kernel"
             embedder = ReferenceEmbedder() if name == "old" else HashingEmbedder()
             cold, vectors = run(embedder.embed, texts, args.batch)
             warm, again = run(embedder.embed, texts, args.batch)
@@ -75,7 +71,6 @@ def main(argv: list[str] | None = None) -> int:
             timings.setdefault((name, "cold"), []).append(cold)
             timings.setdefault((name, "warm"), []).append(warm)
             outputs[name] = vectors
-        hashing_embedder.USE_KERNEL = True
         if any(outputs[name].tobytes() != outputs["old"].tobytes() for name in names):
             raise SystemExit("the implementations disagree: vectors are not bit-identical")
 
@@ -90,8 +85,6 @@ def main(argv: list[str] | None = None) -> int:
         rates = [len(texts) / statistics.median(timings[(name, mode)]) for name in names]
         ratios = " / ".join(f"{rate / rates[0]:.1f}×" for rate in rates[1:])
         print(f"| {mode} | " + " | ".join(f"{rate:,.0f}" for rate in rates) + f" | {ratios} |")
-    if "kernel" not in names:
-        print("\nthe compiled kernel was not built: the numpy path only")
     print("\nvectors: bit-identical in every run")
     return 0
 

@@ -140,9 +140,7 @@ def vector_part(args: argparse.Namespace) -> dict[str, Any]:
 
                 rounds[name].append(_timed(one))
     per_round = {
-        name: [
-            median(times[r * len(queries) : (r + 1) * len(queries)]) for r in range(args.rounds)
-        ]
+        name: [median(times[r * len(queries) : (r + 1) * len(queries)]) for r in range(args.rounds)]
         for name, times in rounds.items()
     }
     return {
@@ -207,9 +205,7 @@ def keyword_part(args: argparse.Namespace) -> dict[str, Any]:
         for question in questions:
             unfiltered.append(_timed(lambda q=question: index.search(q, K)))
             filtered.append(
-                _timed(
-                    lambda q=question: index.search(q, K, allow=table.selection(selective))
-                )
+                _timed(lambda q=question: index.search(q, K, allow=table.selection(selective)))
             )
     return {
         "chunks": len(texts),

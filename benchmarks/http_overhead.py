@@ -123,7 +123,7 @@ def prepare(db: str, chunks: int, real_max: int) -> dict[str, Any]:
 
     from agentcore import AgentCore
     from agentcore.ids import new_id, utcnow
-    from agentcore.models import Document
+    from agentcore.schema import Document
 
     contexts, _ = squad()
     rng = random.Random(11)
@@ -145,7 +145,7 @@ def prepare(db: str, chunks: int, real_max: int) -> dict[str, Any]:
                 documents += 1
         else:
             how = "synthetic (random unit vectors, SQuAD texts)"
-            embedder = core.index_cache.embedder()
+            embedder = core.indexes.embedder()
             vectors_rng = np.random.default_rng(5)
             per_document = 1000
             while made < chunks:

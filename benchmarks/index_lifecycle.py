@@ -12,7 +12,7 @@ same run:
 
 Figures (medians of ``--runs``):
 
-* cold load: ``IndexCache.get`` of a fresh core (mapping + change log, or reading the
+* cold load: ``WorkspaceIndexes.get`` of a fresh core (mapping + change log, or reading the
   store), and the first search after it (which touches every page);
 * add one row right after the load: ms, and whether a matrix was copied (the loaded
   part's memory is compared before and after);
@@ -39,6 +39,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -54,7 +55,7 @@ ORG = "bench"
 ENV = "test"
 
 from agentcore import AgentCore, hookimpl  # noqa: E402
-from agentcore.models import Document  # noqa: E402
+from agentcore.schema import Document  # noqa: E402
 
 
 class BenchEmbedder:
@@ -81,6 +82,10 @@ class BenchPlugin:
         register(BenchEmbedder(self.dimension))
 
 
+# what the cores' index caches told their observer (loads, merges, ...), by event
+SEEN: Counter[str] = Counter()
+
+
 def open_core(db: str, dim: int, index_dir: str) -> AgentCore:
     return AgentCore.open(
         db,
@@ -88,6 +93,7 @@ def open_core(db: str, dim: int, index_dir: str) -> AgentCore:
         plugins=[BenchPlugin(dim)],
         embedder=f"bench-{dim}",
         index_dir=index_dir,
+        observer=lambda event, count: SEEN.update({event: count}),
     )
 
 
@@ -130,10 +136,11 @@ def ms(seconds: float) -> float:
 
 def cold_load(db: str, dim: int, index_dir: str) -> dict[str, Any]:
     core = open_core(db, dim, index_dir)
+    segment_loads = SEEN["index.segment_load"]
     try:
         org = core.workspace(ORG, ENV).organization_id
         began = time.perf_counter()
-        index = core.index_cache.get(org, ENV)
+        index = core.indexes.get(org, ENV)
         load = time.perf_counter() - began
         q = np.random.default_rng(1).standard_normal(dim).astype(np.float32)
         began = time.perf_counter()
@@ -152,7 +159,7 @@ def cold_load(db: str, dim: int, index_dir: str) -> dict[str, Any]:
             "add_ms": ms(add),
             "copied": copied,
             "mapped": mapped,
-            "segment_load": core.index_cache.segment_loads == 1,
+            "segment_load": SEEN["index.segment_load"] - segment_loads == 1,
         }
     finally:
         core.close()
@@ -162,10 +169,10 @@ def deletes(db: str, dim: int, index_dir: str, doc_ids: list[str]) -> dict[str, 
     core = open_core(db, dim, index_dir)
     try:
         ws = core.workspace(ORG, ENV)
-        cache = core.index_cache
+        cache = core.indexes
         index = cache.get(ws.organization_id, ENV)
         cache.wait_for_maintenance(600)
-        merges = cache.merges
+        merges = SEEN["index.merge"]
         times: list[float] = []
         store_times: list[float] = []
         for doc_id in doc_ids:
@@ -195,7 +202,7 @@ def deletes(db: str, dim: int, index_dir: str, doc_ids: list[str]) -> dict[str, 
             "index_p50_ms": ms(statistics.median(index_times)),
             "index_p99_ms": ms(index_times[p99]),
             "index_max_ms": ms(index_times[-1]),
-            "background_merges": cache.merges - merges,
+            "background_merges": SEEN["index.merge"] - merges,
             "settle_ms": ms(settle),
             "dead_left": sum(int(p.dead.size) for p in cache.get(ws.organization_id, ENV).parts()),
         }
@@ -209,7 +216,7 @@ def deletes(db: str, dim: int, index_dir: str, doc_ids: list[str]) -> dict[str, 
 def worker(db: str, dim: int, index_dir: str) -> None:
     core = open_core(db, dim, index_dir)
     org = core.workspace(ORG, ENV).organization_id
-    index = core.index_cache.get(org, ENV)
+    index = core.indexes.get(org, ENV)
     rng = np.random.default_rng(os.getpid())
     for _ in range(3):
         index.search(rng.standard_normal(dim).astype(np.float32), 10)
@@ -294,8 +301,8 @@ def main(argv: list[str] | None = None) -> int:
         # the first core in segment mode loads from the store and writes the segments
         first = open_core(db, args.dim, "auto")
         began = time.perf_counter()
-        first.index_cache.get(first.workspace(ORG, ENV).organization_id, ENV)
-        first.index_cache.wait_for_maintenance(3600)
+        first.indexes.get(first.workspace(ORG, ENV).organization_id, ENV)
+        first.indexes.wait_for_maintenance(3600)
         write_s = time.perf_counter() - began
         first.close()
         print(f"first load + segment write: {write_s:.1f} s", flush=True)

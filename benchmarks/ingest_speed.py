@@ -14,7 +14,8 @@ The peer is the same workload on another version of the code, by default main be
 the packed term counts (``--peer 45cf151``, which stores one ``term_counts`` row per stem;
 ``--peer 348c4ec`` is main before term counts were stored at all, ``--peer a641ba4``
 before the first round of ingestion work), extracted with ``git archive`` into a
-temporary directory, run in the same invocation, alternating which goes first. The script
+temporary directory (a peer that still has the compiled hashing kernel's C source gets
+it built, as its install did), run in the same invocation, alternating which goes first. The script
 stops with an error unless both versions store identical documents, chunks, pages,
 page offsets and vectors (a digest over everything but the random ids). Prints the
 median docs/s of ``--runs`` runs and the ratio this ÷ peer.
@@ -84,7 +85,7 @@ def stored_digest(core: Any, organization_id: str, environment: str) -> str:
     vector bits), in ingestion order; ids are random and left out."""
     store = core.store
     digest = hashlib.sha256()
-    dimension = core.index_cache.embedder().dimension
+    dimension = core.embedders[core.settings.embedder].dimension  # any version has these
     ids, vectors = store.load_vectors(organization_id, environment, dimension)
     row_of = {int(i): n for n, i in enumerate(ids.tolist())}
     with store.db.read() as conn:
@@ -135,7 +136,6 @@ def one_run(code: Path, texts: list[str], profile: bool) -> dict[str, Any]:
         if not knowledge.search(texts[0][:200], top_k=1).results:
             raise SystemExit("search found nothing after ingestion")
         out["digest"] = stored_digest(core, ws.organization_id, ws.environment)
-        out["reloads"] = core.index_cache.reloads
         core.close()
     if profiler is not None:
         buffer = io.StringIO()
@@ -250,13 +250,10 @@ def peer_checkout(rev: str, into: Path) -> Path:
     subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
     # the adapter is imported as a top-level package, as the editable install does
     shutil.copytree(into / "adapters" / "agentcore_starlette", into / "agentcore_starlette")
-    # compiled kernels are not in git: give the peer this checkout's build of the same C
-    # source, else it would time the numpy fallback
-    for built in (REPO / "agentcore" / "plugins").glob("_*.so"):
-        source = built.with_name(built.name.split(".", 1)[0] + ".c")
-        twin = into / "agentcore" / "plugins" / source.name
-        if source.exists() and twin.exists() and twin.read_bytes() == source.read_bytes():
-            shutil.copy2(built, twin.parent / built.name)
+    # a peer from before the compiled hashing kernel was removed carries its C source:
+    # build it as that version's install did, else the peer would time its numpy fallback
+    for source in (into / "agentcore" / "plugins").glob("_*.c"):
+        build_extension(into, source)
     # a plugin module the installed distribution declares (an entry point) but the peer
     # predates would stop the peer's core from opening: it gets an empty one
     for point in importlib.metadata.entry_points(group="agentcore"):
@@ -265,6 +262,20 @@ def peer_checkout(rev: str, into: Path) -> Path:
             if module.parent.is_dir() and not module.exists():
                 module.write_text('"""Not in this version: an empty plugin."""\n')
     return into
+
+
+def build_extension(root: Path, source: Path) -> None:
+    """Compile ``source`` (a C extension of ``root``'s package) in place, with the flags
+    its ``setup.py`` used (IEEE float semantics: no contraction, no fast-math)."""
+    module = ".".join(source.relative_to(root).with_suffix("").parts)
+    script = (
+        "import sys; from setuptools import Extension, setup; setup(ext_modules=[Extension("
+        f"{module!r}, [{str(source.relative_to(root))!r}],"
+        " extra_compile_args=['-O2', '-ffp-contract=off', '-fno-fast-math'])],"
+        " script_args=['-q', 'build_ext', '--inplace', '--build-temp', sys.argv[1]])"
+    )
+    with tempfile.TemporaryDirectory(prefix="ingest_speed_build") as temp:
+        subprocess.run([sys.executable, "-c", script, temp], cwd=root, check=True)
 
 
 def child(args: list[str]) -> dict[str, Any]:

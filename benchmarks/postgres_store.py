@@ -47,7 +47,11 @@ def one_run(code: Path, url: str, docs: int, calls: int) -> dict[str, float]:
 
     import agentcore
     from agentcore.ids import new_id, utcnow
-    from agentcore.models import Agent, ApiKey, Document
+
+    try:
+        from agentcore.schema import Agent, ApiKey, Document
+    except ImportError:  # a peer from before models.py was named schema.py
+        from agentcore.models import Agent, ApiKey, Document
 
     assert Path(agentcore.__file__).resolve().is_relative_to(code.resolve())
     from agentcore.storage.postgres import PostgresStore

@@ -48,7 +48,11 @@ def timed(calls: int, fn: Callable[[int], object]) -> float:
 
 def one_run(calls: int) -> dict[str, float]:
     from agentcore.ids import new_id, utcnow
-    from agentcore.models import Agent, ApiKey
+
+    try:
+        from agentcore.schema import Agent, ApiKey
+    except ImportError:  # a peer from before models.py was named schema.py
+        from agentcore.models import Agent, ApiKey
     from agentcore.storage.sqlite import SQLiteStore
 
     out: dict[str, float] = {}

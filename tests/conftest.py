@@ -25,7 +25,7 @@ from starlette.types import ASGIApp
 from webhook_receiver import Receiver
 
 from agentcore import AgentCore
-from agentcore.models import IssuedKey
+from agentcore.schema import IssuedKey
 from agentcore_starlette import create_app
 
 
@@ -260,9 +260,12 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 @pytest.fixture
 def pair(store_url: str) -> Iterator[tuple[AgentCore, AgentCore]]:
-    """Two cores on one store: separate connections, as two processes have."""
-    a = AgentCore.open(store_url, start_workers=False)
-    b = AgentCore.open(store_url, start_workers=False)
+    """Two cores on one store: separate connections, as two processes have (each
+    observed: ``helpers.seen(core)``)."""
+    from helpers import open_seen  # helpers imports this module
+
+    a = open_seen(store_url, start_workers=False)
+    b = open_seen(store_url, start_workers=False)
     yield a, b
     a.close()
     b.close()

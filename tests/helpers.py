@@ -6,7 +6,10 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
+import weakref
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,10 +20,50 @@ import agentcore
 from agentcore import AgentCore
 from agentcore.chat_models import ChatRequest, ChatResult
 from agentcore.ids import new_id, utcnow
-from agentcore.models import Document
+from agentcore.schema import Document
 
 PROBLEM_MEMBERS = {"type", "title", "status", "detail", "code", "request_id"}
 CLI = [sys.executable, "-m", "agentcore.cli"]
+
+
+class Seen:
+    """An observer of a core (``AgentCore.open(..., observer=seen)``): counts what its
+    parts tell it, e.g. ``seen["index.reload"]`` (``agentcore.runtime.Observer``)."""
+
+    def __init__(self) -> None:
+        self.counts: Counter[str] = Counter()
+        self._lock = threading.Lock()
+
+    def __call__(self, event: str, count: int) -> None:
+        with self._lock:
+            self.counts[event] += count
+
+    def __getitem__(self, event: str) -> int:
+        with self._lock:
+            return self.counts[event]
+
+
+_SEEN: weakref.WeakKeyDictionary[AgentCore, Seen] = weakref.WeakKeyDictionary()
+
+
+def open_seen(url: str | Path, **settings: Any) -> AgentCore:
+    """``AgentCore.open(url, **settings)`` with a ``Seen`` observer (``seen(core)``)."""
+    observer = Seen()
+    core = AgentCore.open(url, observer=observer, **settings)
+    _SEEN[core] = observer
+    return core
+
+
+def seen(core: AgentCore) -> Seen:
+    """The observer of a core opened by ``open_seen``."""
+    return _SEEN[core]
+
+
+def index_loads(core: AgentCore) -> tuple[int, int]:
+    """How many times a core opened by ``open_seen`` loaded a workspace's whole index,
+    and how many change-log deltas it applied."""
+    observed = seen(core)
+    return observed["index.reload"], observed["index.catch_up"]
 
 
 def assert_problem(
@@ -163,7 +206,7 @@ class FastApi(_Api):
 
 def relax_rate_limits(core: Any) -> None:
     """Per-key limits high enough that a test's quick loop of requests is never a 429."""
-    from agentcore.limits import RateLimiter
+    from agentcore.rate_limits import RateLimiter
 
     settings = core.settings.model_copy(update={"rate_limit_test": 1e6, "rate_limit_live": 1e6})
     core.rate_limiter = RateLimiter(settings)

@@ -209,7 +209,12 @@ class Api:
             if route.method == "POST" and key is not None and not route.streams(call.body):
                 print_ = fingerprint(route.method, request.url.path, _canonical(call))
                 response = await run_once(
-                    workspace, check_key(key), print_, handle, wait=self.settings.request_deadline
+                    self.core.idempotency,
+                    workspace,
+                    check_key(key),
+                    print_,
+                    handle,
+                    wait=self.settings.request_deadline,
                 )
             else:
                 response = await handle()

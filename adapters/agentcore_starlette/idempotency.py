@@ -12,6 +12,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
 from agentcore.errors import AgentCoreError, DeadlineExceeded, InvalidRequest
+from agentcore.idempotency import IdempotencyKeys
 from agentcore.storage.records import StoredResult
 from agentcore.workspace import Workspace
 from agentcore_starlette.problems import MEDIA_TYPE, problem_document
@@ -64,6 +65,7 @@ def replay_response(result: StoredResult) -> Response:
 
 
 async def run_once(
+    keys: IdempotencyKeys,
     workspace: Workspace,
     key: str,
     print_: str,
@@ -76,14 +78,13 @@ async def run_once(
     Same key and same request → the kept result (``Idempotent-Replayed: true``);
     same key and another request → 409; a duplicate that arrives while the first is
     still running waits for it (up to ``wait`` seconds, polling on the event loop)
-    and then replays it. The rules are the core's (``core.idempotency``).
+    and then replays it. The rules are the core's (``keys``: ``core.idempotency``).
 
     Never a stored resource behind a cached error: work that stopped before it
     committed releases the key (``IdempotencyKeys.fail``), and work past its
     deadline whose outcome is not known yet (``OutcomePending``) keeps the key
     claimed until it settles, then keeps its real result (or releases the key).
     """
-    keys = workspace.core.idempotency
     org, env = workspace.organization_id, workspace.environment
     wait_until = time.monotonic() + wait
     while True:
@@ -96,7 +97,7 @@ async def run_once(
     try:
         response = await run()
     except OutcomePending as pending:
-        task = asyncio.ensure_future(_settle(workspace, key, pending.outcome))
+        task = asyncio.ensure_future(_settle(keys, workspace, key, pending.outcome))
         _settling.add(task)
         task.add_done_callback(_settling.discard)
         raise
@@ -106,13 +107,15 @@ async def run_once(
     except BaseException:
         await run_in_threadpool(keys.release, org, env, key)
         raise
-    await _succeed(workspace, key, response)
+    await _succeed(keys, workspace, key, response)
     return response
 
 
-async def _succeed(workspace: Workspace, key: str, response: Response) -> None:
+async def _succeed(
+    keys: IdempotencyKeys, workspace: Workspace, key: str, response: Response
+) -> None:
     await run_in_threadpool(
-        workspace.core.idempotency.succeed,
+        keys.succeed,
         workspace.organization_id,
         workspace.environment,
         key,
@@ -121,9 +124,10 @@ async def _succeed(workspace: Workspace, key: str, response: Response) -> None:
     )
 
 
-async def _settle(workspace: Workspace, key: str, outcome: asyncio.Future[Response]) -> None:
+async def _settle(
+    keys: IdempotencyKeys, workspace: Workspace, key: str, outcome: asyncio.Future[Response]
+) -> None:
     """Keep what late work ended as, or release the key if it stopped before committing."""
-    keys = workspace.core.idempotency
     org, env = workspace.organization_id, workspace.environment
     try:
         response = await outcome
@@ -132,4 +136,4 @@ async def _settle(workspace: Workspace, key: str, outcome: asyncio.Future[Respon
     except BaseException:
         await run_in_threadpool(keys.release, org, env, key)
     else:
-        await _succeed(workspace, key, response)
+        await _succeed(keys, workspace, key, response)

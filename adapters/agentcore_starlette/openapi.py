@@ -9,7 +9,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from agentcore.config import Settings
-from agentcore.models import (
+from agentcore.schema import (
     MAX_METADATA_KEY_CHARS,
     MAX_METADATA_KEYS,
     MAX_METADATA_STRING_CHARS,
@@ -129,7 +129,7 @@ def declare_limits(
 
 
 def _query_schema(name: str, schema: dict[str, Any], settings: Settings) -> dict[str, Any]:
-    if name == "limit":  # pagination: as Workspace.page_size enforces it
+    if name == "limit":  # pagination: as Settings.page_size enforces it
         return {**schema, "minimum": 1, "maximum": settings.max_page_size}
     if schema.get("type") == "string" and "enum" not in schema:
         return {**schema, "pattern": NO_NUL}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from agentcore.limits import Decision
+from agentcore.errors import Decision
 
 POLICY = "per-key"
 

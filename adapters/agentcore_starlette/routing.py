@@ -11,7 +11,7 @@ from starlette.datastructures import Headers, QueryParams
 
 from agentcore.cancellation import Cancellation
 from agentcore.errors import ValidationFailed
-from agentcore.workspace import Workspace
+from agentcore.services import WorkspaceServices
 
 BodyKind = Literal["none", "json", "json_or_upload"]
 
@@ -34,7 +34,7 @@ class Call:
     disconnects; long handlers pass it on to the core.
     """
 
-    workspace: Workspace
+    workspace: WorkspaceServices
     path: Mapping[str, str]
     query: QueryParams
     headers: Headers

@@ -27,7 +27,6 @@ import argparse
 import copy
 import functools
 import logging
-import os
 import signal
 from typing import Any
 
@@ -36,16 +35,14 @@ import uvicorn.config
 from starlette.applications import Starlette
 
 from agentcore import AgentCore
-from agentcore.config import Settings
+from agentcore.config import Settings, database_url, export_to_children
 from agentcore_starlette.app import create_app
 from agentcore_starlette.protocol import HeadGuard, HeadLimits
-
-DEFAULT_DB = "./agentcore.db"
 
 
 def app_from_environment() -> Starlette:
     """The /v1 app of a core on ``$AGENTCORE_DB``; its lifespan starts and stops workers."""
-    return create_app(AgentCore.open(os.environ.get("AGENTCORE_DB", DEFAULT_DB)))
+    return create_app(AgentCore.open(database_url()))
 
 
 def server_options(settings: Settings) -> dict[str, Any]:
@@ -126,10 +123,9 @@ def _serve_workers(args: argparse.Namespace, rate_limit_backend: str, options: A
     supervisor restarts a worker that dies and, on SIGTERM or SIGINT, stops every
     worker gracefully (each drains and stops its webhook worker) before returning.
     """
-    os.environ["AGENTCORE_DB"] = args.db
-    if rate_limit_backend == "auto":
-        # N processes behind one port must share one limit per key, as one process would
-        os.environ["AGENTCORE_RATE_LIMIT_BACKEND"] = "store"
+    # N processes behind one port must share one limit per key, as one process would
+    shared = {"rate_limit_backend": "store"} if rate_limit_backend == "auto" else {}
+    export_to_children(args.db, **shared)
     print(
         f"agentcore serving {args.db} on http://{args.host}:{args.port}/v1"
         f" with {args.workers} worker processes",

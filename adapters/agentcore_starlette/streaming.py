@@ -21,8 +21,8 @@ from starlette.responses import Response
 
 from agentcore.chat import ChatStream
 from agentcore.errors import AgentCoreError
-from agentcore.models import ChatDelta, ChatMessageResponse, Problem
 from agentcore.redact import get_logger
+from agentcore.schema import ChatDelta, ChatMessageResponse, Problem
 from agentcore_starlette.problems import problem_body
 from agentcore_starlette.routing import StreamEvent
 

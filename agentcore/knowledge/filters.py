@@ -36,7 +36,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from agentcore.errors import invalid_fields
 from agentcore.knowledge.index import NO_LABEL
-from agentcore.models import (
+from agentcore.schema import (
     BoundedFilter,
     CompoundFilter,
     EqualityFilter,

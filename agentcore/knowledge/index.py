@@ -17,7 +17,7 @@ Maintenance (never inside ``add`` or ``remove``)
     the new part is built from that snapshot while readers and writers go on; ``apply``
     swaps it in, carrying over the rows added and deleted meanwhile. It runs on the
     index's owner's threads: an index given an ``executor`` submits its steps there
-    when they fall due, ``IndexCache`` runs them on its core's maintenance loop (which
+    when they fall due, ``WorkspaceIndexes`` runs them on its core's maintenance loop (which
     also writes segment files), and an index with neither is maintained only when
     its user calls ``maintain()`` (``set_maintenance`` chooses).
 

@@ -1,7 +1,7 @@
 """Ingestion jobs: the store's queue, claimed fairly and run in killable worker processes.
 
 Uploads that are not small plain text become jobs in the store (a ``processing``
-document and its raw bytes, durable) before any work starts. ``IngestRuntime`` claims
+document and its raw bytes, durable) before any work starts. ``IngestionJobs`` claims
 them (fairly across workspaces: see ``claim_ingest_job``) and runs each in a worker
 process (``workers.py``) under a wall-clock limit, renewing its lease while it runs.
 A caller that waits for its upload (``ws.knowledge.ingest_file``, the HTTP upload) is
@@ -26,7 +26,6 @@ from agentcore.cancellation import Cancellation
 from agentcore.errors import AgentCoreError, Cancelled, as_problem
 from agentcore.keys import check_environment
 from agentcore.knowledge.outcomes import (
-    Completed,
     Outcome,
     Waiter,
     document_event,
@@ -35,6 +34,7 @@ from agentcore.knowledge.outcomes import (
 )
 from agentcore.knowledge.worker_main import trim_heap
 from agentcore.knowledge.workers import (
+    Completed,
     WorkerDied,
     WorkerPool,
     WorkerProcess,
@@ -42,6 +42,7 @@ from agentcore.knowledge.workers import (
     WorkerStartFailed,
 )
 from agentcore.redact import get_logger
+from agentcore.runtime import Observer, unobserved
 from agentcore.storage.records import IngestJob
 
 if TYPE_CHECKING:
@@ -50,7 +51,7 @@ if TYPE_CHECKING:
     from agentcore.runtime import Runtime
     from agentcore.storage.base import KnowledgeStore
 
-__all__ = ["IngestRuntime", "WorkersUnavailable"]
+__all__ = ["IngestionJobs", "WorkersUnavailable"]
 
 log = get_logger("agentcore.ingest")
 
@@ -97,7 +98,7 @@ class _Running:
             self.worker = None
 
 
-class IngestRuntime:
+class IngestionJobs:
     """Runs the store's queue of ingestion jobs for one core; a component of its runtime.
 
     A job is leased (``ingest_job_lease`` seconds, renewed while it runs), so a job
@@ -124,6 +125,7 @@ class IngestRuntime:
         transaction) or ``document.failed`` (recorded here with the failure), announced
         here to the in-process listeners either way; none for a job whose document was
         deleted, or whose waiting caller took its error (nothing is stored then).
+    :param observer: told of each worker process started (``runtime.Observer``).
     """
 
     def __init__(
@@ -135,9 +137,11 @@ class IngestRuntime:
         runtime: Runtime,
         workers: Callable[[], WorkerSpec] | None = None,
         events: EventBus | None = None,
+        observer: Observer = unobserved,
     ) -> None:
         self._events = events
         self._store = store
+        self._observe = observer
         self._settings = settings
         self._run_job = run
         self._workers = workers
@@ -180,7 +184,9 @@ class IngestRuntime:
                 return
             if self._spec is not None:
                 self._pool = WorkerPool(
-                    self._spec, recycle_bytes=self._settings.ingest_worker_recycle_mb * MiB
+                    self._spec,
+                    recycle_bytes=self._settings.ingest_worker_recycle_mb * MiB,
+                    observer=self._observe,
                 )
             self._slots = max(1, self._settings.ingest_pool_size) if self._spec else 1
             self._active = True

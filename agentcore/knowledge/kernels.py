@@ -42,7 +42,7 @@ import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, ThreadPoolExecutor
 from contextlib import contextmanager
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -75,18 +75,6 @@ _BATCH_MIN_ROWS = 1024
 # 1.07x, 512 rows 1.19x, 1024 rows 1.21-1.26x, 2048 rows 1.04x (each sgemm call packs
 # the queries again, so small slices pay that more often).
 _BATCH_WIDE_BYTES = 768 << 10
-# How float32 rows enter a batch's product: "copy" (through the L2 buffer first) or
-# "direct" (sgemm packs straight from the rows). With both cores streaming rows from
-# memory, "copy" measured 10-12% more batch throughput at 100k and 1M x 384; on one
-# thread the two are equal.
-BATCH_FLOAT32 = "copy"
-# The int8 batch product with numkong installed: "packed" (its int8 products) or
-# "widen" (numpy's cast into the L2 buffer, then sgemm; the path without numkong).
-# Measured at 100k: packed 88-99 vs widen 115-120 ms CPU per batch of 64; at 1M within
-# noise of each other, so packed at every size.
-BATCH_INT8 = "packed"
-# Whether single int8/float16 queries use numkong's kernels when it is installed.
-USE_NUMKONG = True
 
 
 class Codec(Protocol):
@@ -100,6 +88,8 @@ class Codec(Protocol):
     name: str
     dtype: np.dtype[Any]
     exact: bool
+    #: whether its codes are scored with numkong's SIMD kernels when numkong is installed
+    numkong: bool
 
     def encode(self, rows: Matrix, params: ScoreArray | None = None) -> tuple[Codes, ScoreArray]:
         """``(codes, params)`` for unit float32 ``rows`` ``(n, d)``.
@@ -119,11 +109,21 @@ class Codec(Protocol):
 
 
 class Float32Codec:
-    """Rows kept as they are: exact scores, 4 bytes per dimension."""
+    """Rows kept as they are: exact scores, 4 bytes per dimension.
+
+    :param batch_rows: how rows enter a batch's product: ``"copy"`` (through the L2
+        buffer first) or ``"direct"`` (sgemm packs straight from the rows). With both
+        cores streaming rows from memory, ``"copy"`` measured 10-12% more batch
+        throughput at 100k and 1M x 384; on one thread the two are equal.
+    """
 
     name: str = "float32"
     dtype: np.dtype[Any] = np.dtype("<f4")
     exact: bool = True
+    numkong: bool = False  # float32 rows go to BLAS
+
+    def __init__(self, *, batch_rows: Literal["copy", "direct"] = "copy") -> None:
+        self.batch_rows = batch_rows
 
     def encode(self, rows: Matrix, params: ScoreArray | None = None) -> tuple[Codes, ScoreArray]:
         """The rows themselves and no parameters."""
@@ -153,6 +153,9 @@ class Float16Codec:
     name: str = "float16"
     dtype: np.dtype[Any] = np.dtype("<f2")
     exact: bool = False
+
+    def __init__(self, *, numkong: bool = True) -> None:
+        self.numkong = numkong
 
     def encode(self, rows: Matrix, params: ScoreArray | None = None) -> tuple[Codes, ScoreArray]:
         """Rows rounded to float16; no parameters."""
@@ -186,11 +189,23 @@ class Int8Codec:
     clipped. The score of a query is then ``code @ (q * step) + q @ (lo + 128 step)``:
     the per-dimension scales fold into the query, and codes are widened to float32
     one cache-sized block at a time.
+
+    :param numkong: score codes with numkong's kernels when it is installed.
+    :param batch: a batch's product with numkong: ``"packed"`` (its int8 products) or
+        ``"widen"`` (numpy's cast into the L2 buffer, then sgemm; the path without
+        numkong). Measured at 100k: packed 88-99 vs widen 115-120 ms CPU per batch of
+        64; at 1M within noise of each other, so packed at every size.
     """
 
     name: str = "int8"
     dtype: np.dtype[Any] = np.dtype("i1")
     exact: bool = False
+
+    def __init__(
+        self, *, numkong: bool = True, batch: Literal["packed", "widen"] = "packed"
+    ) -> None:
+        self.numkong = numkong
+        self.batch = batch
 
     def encode(self, rows: Matrix, params: ScoreArray | None = None) -> tuple[Codes, ScoreArray]:
         """Codes on the part's grid; fits the grid to ``rows`` unless ``params`` is given."""
@@ -644,7 +659,7 @@ def _direct_scorer(codec: Codec, q: Matrix) -> Callable[[Codes, ScoreArray], Non
     candidates absorbs). Measured at 200k x 384 on one thread: 49 ms against 244 ms
     (int8 widened by numpy) and 264 ms (float32 rows), and about 10x for float16.
     """
-    if not USE_NUMKONG or codec.exact or codec.name not in ("int8", "float16"):
+    if not codec.numkong or codec.exact or codec.name not in ("int8", "float16"):
         return None
     nk = _numkong()
     if nk is None:
@@ -774,12 +789,12 @@ class _BatchScorer:
     over a whole block is spent on an offset. A block's product is one single-threaded
     sgemm against the folded queries (``(d, m)``, packed once per batch by BLAS), of:
 
-    - float32 rows: read in place (``BATCH_FLOAT32 = "direct"``) or first copied,
+    - float32 rows: read in place (``Float32Codec(batch_rows="direct")``) or first copied,
       ``_BATCH_WIDE_BYTES`` at a time, into a per-thread buffer that stays in L2
       (``"copy"``);
     - float16 codes: widened into that buffer by numkong's F16C cast (numpy's float16
       cast is not vectorised in this build), else by numpy;
-    - int8 codes: widened into that buffer by numpy's cast (``BATCH_INT8 = "widen"``),
+    - int8 codes: widened into that buffer by numpy's cast (``Int8Codec(batch="widen")``),
       products of the unrounded folded queries; or numkong's packed integer products
       against the queries rounded to int8 (``"packed"``, exact int32 keys; the query's
       rounding is one more approximation the re-scoring absorbs).
@@ -793,8 +808,8 @@ class _BatchScorer:
         self.packed: Any = None
         self.widen: Callable[[Codes, Matrix], Any] | None = None
         self.wide_rows = max(1, _BATCH_WIDE_BYTES // (4 * self.d))
-        nk = _numkong() if USE_NUMKONG and not codec.exact else None
-        if nk is not None and codec.name == "int8" and BATCH_INT8 == "packed":
+        nk = _numkong() if codec.numkong and not codec.exact else None
+        if nk is not None and isinstance(codec, Int8Codec) and codec.batch == "packed":
             top = np.abs(folded).max(axis=1)
             self.unit = np.where(top > 0, top / 127, 1).astype(np.float32)
             rounded = np.rint(folded / self.unit[:, None]).astype(np.int8)
@@ -804,7 +819,7 @@ class _BatchScorer:
             self.high: Any = np.int32(np.iinfo(np.int32).max)  # zero queries
             return
         if codec.exact:
-            if BATCH_FLOAT32 == "copy":
+            if isinstance(codec, Float32Codec) and codec.batch_rows == "copy":
                 self.widen = _copy_rows
         elif nk is not None and codec.name == "float16":
             self.widen = lambda block, out: nk.astype(block, "float32", out=out)

@@ -12,10 +12,9 @@ from agentcore.errors import AgentCoreError, DeadlineExceeded, PayloadTooLarge, 
 if TYPE_CHECKING:
     from agentcore.events import Event
     from agentcore.knowledge.workers import Result
-    from agentcore.models import Document, Problem
+    from agentcore.schema import Document, Problem
 
 __all__ = [
-    "Completed",
     "Outcome",
     "Waiter",
     "document_event",
@@ -23,15 +22,6 @@ __all__ = [
     "outcome_of_end",
     "outcome_of_result",
 ]
-
-
-@dataclass(frozen=True)
-class Completed:
-    """A job's document, ``ready``, and the ``document.ready`` event recorded with it
-    (``None`` on a core without an event bus)."""
-
-    document: Document
-    event: Event | None = None
 
 
 def document_event(document: Document, error: Problem | None = None) -> dict[str, Any]:

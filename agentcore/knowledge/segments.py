@@ -56,10 +56,6 @@ MANIFEST = "manifest.json"
 LOCK = "lock"
 # Files no manifest names and older than this are leftovers of a crash: deleted.
 ORPHAN_SECONDS = 3600.0
-# Test hook: a process pauses (forever) at the named stage of a write, so a test can
-# kill it there: "segment" (half a segment file written), "manifest" (segment files
-# complete, manifest not yet published).
-PAUSE_ENV = "AGENTCORE_SEGMENTS_PAUSE_AT"
 WRITE_BYTES = 8 << 20  # one write call
 # Rows a segment writer copies (and encodes) at a time: each block is one numpy call
 # that runs without the GIL (~1 ms), so a request thread waiting for the GIL behind a
@@ -94,14 +90,12 @@ class Manifest:
         return set(self.segments) | ({self.tombstones} if self.tombstones else set())
 
 
+def _no_stage(stage: str) -> None:
+    """The default ``WriteStages``: nothing to do."""
+
+
 def _align(offset: int) -> int:
     return -(-offset // HEADER_BYTES) * HEADER_BYTES
-
-
-def _pause(stage: str, directory: Path) -> None:
-    if os.environ.get(PAUSE_ENV) == stage:
-        (directory / f"paused-{stage}").touch()
-        time.sleep(3600)
 
 
 _datasync = getattr(os, "fdatasync", os.fsync)  # macOS has no fdatasync
@@ -224,11 +218,23 @@ def _stream_params(
     return codec.encode(np.stack([low, high]))[1]
 
 
-class SegmentDirectory:
-    """One workspace's segment files on this machine (created on first write)."""
+#: Called with the name of each stage a write reaches: ``"segment"`` (half a segment
+#: file's rows written) and ``"manifest"`` (its files complete, the manifest not yet
+#: published). A fault-injection point: a crash test stops the process there.
+WriteStages = Callable[[str], object]
 
-    def __init__(self, path: Path) -> None:
+
+class SegmentDirectory:
+    """One workspace's segment files on this machine (created on first write).
+
+    :param path: the workspace's directory.
+    :param write_stages: called at each stage of a write (``WriteStages``); none by
+        default.
+    """
+
+    def __init__(self, path: Path, *, write_stages: WriteStages | None = None) -> None:
         self.path = Path(path)
+        self._stage = write_stages or _no_stage
 
     # -- writing (call with ``lock()`` held) -------------------------------------
 
@@ -332,9 +338,9 @@ class SegmentDirectory:
                     at = sections["codes"][0] + start * d * codes_dtype.itemsize
                     yield at, _bytes(codes)
                 if i == len(starts) // 2:
-                    _pause("segment", self.path)  # test hook: half the rows written
+                    self._stage("segment")  # half the rows written
             if n == 0:
-                _pause("segment", self.path)
+                self._stage("segment")
 
         _write_file(self.path, name, pieces(), size=offset)
         return self.open_segment(name)
@@ -363,7 +369,7 @@ class SegmentDirectory:
         missing = [n for n in manifest.files() if not (self.path / n).is_file()]
         if missing:
             raise SegmentError(f"the manifest names missing files: {missing}")
-        _pause("manifest", self.path)
+        self._stage("manifest")
         body = {
             "format": FORMAT,
             "id": manifest.id,

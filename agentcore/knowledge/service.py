@@ -22,11 +22,11 @@ from agentcore.errors import (
     ValidationFailed,
 )
 from agentcore.ids import new_id, utcnow
-from agentcore.knowledge.cache import IndexCache, embed_passages
 from agentcore.knowledge.chunking import Chunk, chunk_pages
 from agentcore.knowledge.embedders import bounded_text
 from agentcore.knowledge.filters import MetadataCache, Selection, check_filter, check_metadata
-from agentcore.knowledge.ingest import (
+from agentcore.knowledge.outcomes import Outcome, document_event, outcome_of
+from agentcore.knowledge.parsing import (
     PDF,
     ParsedDocument,
     TextBudget,
@@ -37,9 +37,10 @@ from agentcore.knowledge.ingest import (
     parse_text,
     text_kind,
 )
-from agentcore.knowledge.outcomes import Completed, Outcome, document_event, outcome_of
 from agentcore.knowledge.terms import TermStats
-from agentcore.models import (
+from agentcore.knowledge.workers import Completed
+from agentcore.knowledge.workspace_indexes import WorkspaceIndexes, embed_passages
+from agentcore.schema import (
     Deleted,
     Document,
     DocumentList,
@@ -53,7 +54,7 @@ from agentcore.storage.records import IngestJob, StoredChunk, WrittenDocument
 if TYPE_CHECKING:
     from agentcore.config import Settings
     from agentcore.events import EventBus
-    from agentcore.knowledge.jobs import IngestRuntime
+    from agentcore.knowledge.jobs import IngestionJobs
     from agentcore.knowledge.keywords import KeywordCache
     from agentcore.knowledge.terms import TermCounter
     from agentcore.storage.base import KnowledgeStore
@@ -143,8 +144,8 @@ class KnowledgeService:
         *,
         store: KnowledgeStore,
         settings: Settings,
-        index: IndexCache,
-        jobs: IngestRuntime | None = None,
+        index: WorkspaceIndexes,
+        jobs: IngestionJobs | None = None,
         terms: TermCounter | None = None,
         metadata: MetadataCache | None = None,
         keywords: KeywordCache | None = None,
@@ -562,7 +563,7 @@ class KnowledgeService:
         documents, more = self._store.list_documents(
             self._ws.organization_id,
             self._ws.environment,
-            limit=self._ws.page_size(limit),
+            limit=self._settings.page_size(limit),
             starting_after=starting_after,
         )
         return DocumentList(documents=documents, has_more=more)

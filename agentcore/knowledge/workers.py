@@ -18,7 +18,7 @@ importable by it.
 Each worker runs at a lower CPU priority (``os.nice``) with single-threaded BLAS, and
 under an address-space limit (``RLIMIT_AS``, Linux) relative to its size once started:
 a job that needs more memory gets ``MemoryError``, reported as ``too_large``, and the
-worker exits. The parent (``IngestRuntime``) kills a worker whose job passes its
+worker exits. The parent (``IngestionJobs``) kills a worker whose job passes its
 deadline, whose document is deleted, or that is still busy when the core stops, and
 replaces a worker whose resident memory grew, which returns that memory to the system.
 """
@@ -37,14 +37,15 @@ from typing import TYPE_CHECKING, Protocol
 
 from agentcore.cancellation import Cancellation
 from agentcore.events import Event
-from agentcore.models import Document, Problem
 from agentcore.redact import get_logger
+from agentcore.runtime import Observer, unobserved
+from agentcore.schema import Document, Problem
 
 if TYPE_CHECKING:
-    from agentcore.knowledge.outcomes import Completed
     from agentcore.storage.records import IngestJob
 
 __all__ = [
+    "Completed",
     "JobRunner",
     "Ready",
     "Result",
@@ -59,6 +60,15 @@ log = get_logger("agentcore.ingest")
 
 MiB = 1024 * 1024
 START_TIMEOUT = 120.0  # seconds a new worker may take to import, open the store and report
+
+
+@dataclass(frozen=True)
+class Completed:
+    """A job's document, ``ready``, and the ``document.ready`` event recorded with it
+    (``None`` on a core without an event bus)."""
+
+    document: Document
+    event: Event | None = None
 
 
 class JobRunner(Protocol):
@@ -233,22 +243,25 @@ class WorkerProcess:
 class WorkerPool:
     """Idle worker processes kept for the next job; new ones start on demand.
 
-    How many jobs run at once is the caller's business (``IngestRuntime`` counts them);
+    How many jobs run at once is the caller's business (``IngestionJobs`` counts them);
     the pool only reuses processes. It starts none until the first job, so a core
     that never ingests a file never starts a process.
 
     :param spec: what each worker is built from.
     :param recycle_bytes: a worker whose resident memory grew by more than this since
         it started is closed instead of reused.
+    :param observer: told of each process started (``runtime.Observer``).
     """
 
-    def __init__(self, spec: WorkerSpec, *, recycle_bytes: int) -> None:
+    def __init__(
+        self, spec: WorkerSpec, *, recycle_bytes: int, observer: Observer = unobserved
+    ) -> None:
         self._spec = spec
         self._recycle = recycle_bytes
         self._idle: list[WorkerProcess] = []
         self._lock = threading.Lock()
         self._closed = False
-        self.started = 0  # processes started (a number tests read)
+        self._observe = observer
 
     def acquire(self) -> WorkerProcess:
         """An idle worker, or a new one (which takes a moment to start)."""
@@ -263,8 +276,7 @@ class WorkerPool:
                 return idle
             idle.kill()  # it ended while idle (the OOM killer, say): start another
         worker = WorkerProcess(self._spec)
-        with self._lock:
-            self.started += 1
+        self._observe("ingest.worker_start", 1)
         return worker
 
     def release(self, worker: WorkerProcess) -> None:

@@ -1,7 +1,4 @@
-"""The built-in default embedder: signed feature hashing of words and n-grams.
-
-numpy, and an optional compiled kernel (``_hashing_kernel.c``) that gives the same bits.
-"""
+"""The built-in default embedder: signed feature hashing of words and n-grams, in numpy."""
 
 from __future__ import annotations
 
@@ -13,6 +10,7 @@ import unicodedata
 from collections import Counter
 from collections.abc import Callable, Sequence
 from itertools import chain
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
@@ -22,28 +20,14 @@ from agentcore.hookspecs import hookimpl
 from agentcore.knowledge.embedders import EmbedKind
 
 if TYPE_CHECKING:
-    from types import ModuleType
-
     from agentcore.config import Settings
     from agentcore.knowledge.embedders import Embedder
 
-_kernel: ModuleType | None
-try:  # built from _hashing_kernel.c when the package was installed with a C compiler
-    from agentcore.plugins import _hashing_kernel as _kernel
-except ImportError:  # pragma: no cover - an install without a compiler
-    _kernel = None
-
-#: Whether ``HashingEmbedder`` uses the compiled kernel when it was built (read on every
-#: call; tests set it to False to run the numpy path, which gives the same bits).
-USE_KERNEL = True
-
 __all__ = [
     "STOP_WORDS",
-    "USE_KERNEL",
     "HashingEmbedder",
     "StemTokenizer",
     "agentcore_register_embedders",
-    "kernel_active",
     "stem_of",
 ]
 
@@ -110,12 +94,6 @@ def stem_of(token: str) -> str | None:
     if word in STOP_WORDS or (len(word) == 1 and token.islower()):
         return None
     return _stem(word.replace("'", ""))
-
-
-def kernel_active() -> bool:
-    """Whether ``HashingEmbedder`` embeds with the compiled kernel now (it was built and
-    ``USE_KERNEL`` is set); else with numpy alone: the same vectors, slower."""
-    return USE_KERNEL and _kernel is not None
 
 
 class StemTokenizer:
@@ -243,9 +221,8 @@ class HashingEmbedder:
 
     The Python work is done once per distinct token: a token's stem and the hashes
     and weights of the stem's features are kept in flat arrays (emptied past
-    ``_CACHE_LIMIT`` stems), and a batch is assembled, counted and bucketed by the
-    compiled kernel when it was built (``kernel_active()``), else with whole-array numpy
-    operations: the same bits either way. Thread-safe.
+    ``_CACHE_LIMIT`` stems), and a batch is assembled, counted and bucketed with
+    whole-array numpy operations. Thread-safe.
 
     :param dimension: the vector length.
     """
@@ -265,6 +242,9 @@ class HashingEmbedder:
         if dimension < 1:
             raise ValueError("dimension must be positive")
         self.dimension = dimension
+        pair_weight = np.float32(self.PAIR_WEIGHT)
+        # a pair feature's signed weight, by its hash's lowest bit (0: negative)
+        self._pair_signs = np.array([-pair_weight, pair_weight], dtype=np.float32)
         self._lock = threading.Lock()
         self._vocabulary = _Vocabulary()
 
@@ -309,43 +289,27 @@ class HashingEmbedder:
             found = _raw_tokens(text)
             raw += found
             lengths.append(len(found))
-        kernel = _kernel if USE_KERNEL else None
         with self._lock:
             vocabulary = self._current_vocabulary()
-            if kernel is None:
-                token_stems = self._stem_array(vocabulary, raw)
-            else:
-                token_stems = np.empty(len(raw), dtype=np.int64)
-                if not kernel.stem_ids(vocabulary.token_ids, raw, token_stems):
-                    token_stems = np.array(self._stem_ids(vocabulary, raw), dtype=np.int64)
+            token_stems = self._stem_array(vocabulary, raw)
             # Snapshots: later appends by other threads leave these prefixes alone.
             start = vocabulary.feature_start.values()
             count = vocabulary.feature_count.values()
             feature_hashes = vocabulary.feature_hashes.values()
             feature_signed = vocabulary.feature_signed.values()
-        if kernel is not None:
-            out = np.empty((len(texts), self.dimension), dtype=np.float32)
-            # the same sums, with the GIL released; False: a row too long for the tf
-            # table, left to the numpy path below
-            if kernel.embed_rows(
-                token_stems,
-                lengths,
-                start,
-                count,
-                feature_hashes,
-                feature_signed,
-                _TF_FACTORS,
-                self.PAIR_WEIGHT,
-                self.dimension,
-                out,
-            ):
-                return _normalised(out)
         kept = token_stems >= 0
         stems = token_stems[kept]
-        # Each stem's features, in text order: gather index ranges without a loop.
+        if not stems.size:  # no features: zero rows
+            return np.zeros((len(texts), self.dimension), dtype=np.float32)
+        # Each stem's features, in text order: gather index ranges without a loop (in
+        # place where it can: each numpy call on arrays this small costs about a µs).
         counts = count[stems]
         firsts = start[stems]
-        gather = np.repeat(firsts - (np.cumsum(counts) - counts), counts) + np.arange(counts.sum())
+        ends = np.cumsum(counts)
+        gather = firsts - ends
+        gather += counts
+        gather = gather.repeat(counts)
+        gather += _int_positions(int(ends[-1]))
         word_hashes = feature_hashes[firsts]
         if len(texts) == 1:
             all_rows = None
@@ -357,8 +321,7 @@ class HashingEmbedder:
             all_rows = np.concatenate([np.repeat(rows, counts), rows[1:][same_row]])
         # Per row, stem features come before pair features, as they always have: a
         # feature repeated in a row takes the weight of its first occurrence.
-        pair_weight = np.float32(self.PAIR_WEIGHT)
-        pair_signed = np.where(pair_hashes & _ONE, pair_weight, -pair_weight)
+        pair_signed = self._pair_signs.take(pair_hashes & _ONE)  # the hash's low bit
         flat = _bucket_sums(
             all_rows,
             np.concatenate([feature_hashes[gather], pair_hashes]),
@@ -386,11 +349,11 @@ class HashingEmbedder:
         return vocabulary
 
     def _stem_array(self, vocabulary: _Vocabulary, raw: list[str]) -> npt.NDArray[np.int64]:
-        """``_stem_ids`` as an array, built without a list when every token is known."""
+        """``_stem_ids`` as an array, looked up in one call when every token is known."""
         try:
-            return np.fromiter(
-                map(vocabulary.token_ids.__getitem__, raw), dtype=np.int64, count=len(raw)
-            )
+            if len(raw) > 1:  # itemgetter of several keys: one C loop, a tuple
+                return np.array(itemgetter(*raw)(vocabulary.token_ids), dtype=np.int64)
+            return np.array([vocabulary.token_ids[token] for token in raw], dtype=np.int64)
         except KeyError:
             return np.array(self._stem_ids(vocabulary, raw), dtype=np.int64)
 
@@ -459,6 +422,10 @@ def _normalised(out: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
     # np.linalg.norm(out, axis=1, keepdims=True) without its Python layer: the same
     # float32 squares and pairwise sum, so the same bits
     norms = np.sqrt(np.add.reduce(out * out, axis=1, keepdims=True))
+    if len(out) == 1:  # one row: a scalar division, the same quotients, no mask
+        if norms[0, 0] > 0:
+            out /= norms[0, 0]
+        return out
     np.divide(out, norms, out=out, where=norms > 0)
     return out
 
@@ -481,7 +448,12 @@ _KEY_SHIFT_LIMIT = 40
 
 def _buckets(hashes: npt.NDArray[np.uint64], dimension: int) -> npt.NDArray[np.int64]:
     """The bucket of each feature hash (its bits above the sign bit, modulo ``dimension``)."""
-    buckets: npt.NDArray[np.int64] = ((hashes >> _ONE) % np.uint64(dimension)).view(np.int64)
+    high = hashes >> _ONE
+    if dimension & (dimension - 1) == 0:  # a power of two: the same remainder, quicker
+        high &= np.uint64(dimension - 1)
+    else:
+        high %= np.uint64(dimension)
+    buckets: npt.NDArray[np.int64] = high.view(np.int64)
     return buckets
 
 
@@ -647,8 +619,17 @@ def _positions(size: int) -> npt.NDArray[np.uint64]:
     return np.arange(size, dtype=np.uint64)
 
 
+def _int_positions(size: int) -> npt.NDArray[np.int64]:
+    """``arange(size)`` as int64, a view of a shared read-only array when it is short."""
+    if size <= len(_INT_POSITIONS):
+        return _INT_POSITIONS[:size]
+    return np.arange(size, dtype=np.int64)
+
+
 _POSITIONS = np.arange(1 << 14, dtype=np.uint64)
 _POSITIONS.flags.writeable = False
+_INT_POSITIONS = np.arange(1 << 14, dtype=np.int64)
+_INT_POSITIONS.flags.writeable = False
 _TRUE = np.ones(1, dtype=bool)
 _ALL_BITS = (1 << 64) - 1
 

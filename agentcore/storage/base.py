@@ -15,7 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from agentcore.events import Event
-from agentcore.models import Agent, ApiKey, Delivery, Document, Organization, Problem
+from agentcore.schema import Agent, ApiKey, Delivery, Document, Organization, Problem
 from agentcore.storage.records import (
     Chunks,
     DocumentChanges,
@@ -88,7 +88,7 @@ class AgentStore(Protocol):
 
 
 class KnowledgeStore(Protocol):
-    """Documents, chunks and vectors: what ``KnowledgeService`` and ``IndexCache`` use."""
+    """Documents, chunks and vectors: what ``KnowledgeService`` and ``WorkspaceIndexes`` use."""
 
     def insert_document(
         self,

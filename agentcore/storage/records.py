@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from agentcore.models import WebhookSubscription
+from agentcore.schema import WebhookSubscription
 
 Ids = npt.NDArray[np.int64]
 """Vector ids (a vector's id is its chunk's)."""
@@ -52,7 +52,7 @@ class KnowledgeState:
 class StaleEmbedder(Exception):
     """A document write found its workspace indexed by another embedder or dimension
     than its vectors'; the write stored nothing (``insert_document``,
-    ``complete_document``). ``IndexCache.write`` then brings the workspace to its
+    ``complete_document``). ``WorkspaceIndexes.write`` then brings the workspace to its
     embedder (a re-embed, or a 409 on a dimension change) and writes again."""
 
 

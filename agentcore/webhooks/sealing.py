@@ -22,10 +22,10 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+from agentcore.config import parse_keys
 from agentcore.errors import AgentCoreError
 
 SEALED_PREFIX = "enc:v1:"
-KEY_BYTES = 32  # AES-256
 NONCE_BYTES = 12  # the size GCM is specified for
 # Bound into every ciphertext: a sealed value means "an agentcore webhook secret"
 _ASSOCIATED_DATA = b"agentcore webhook secret v1"
@@ -36,30 +36,6 @@ class SealedSecretError(AgentCoreError):
     altered (a 500: the server's configuration, not the request, is at fault)."""
 
     default_code = "webhook_secret_unreadable"
-
-
-def parse_keys(value: str) -> list[bytes]:
-    """The AES keys in ``value``: comma-separated base64 (standard or URL-safe) of 32
-    bytes each, the sealing key first. ``ValueError`` (never echoing a key) otherwise."""
-    keys: list[bytes] = []
-    for number, part in enumerate((p.strip() for p in value.split(",")), start=1):
-        if not part:
-            continue
-        text = part.replace("-", "+").replace("_", "/").rstrip("=")
-        try:
-            raw = base64.b64decode(text + "=" * (-len(text) % 4), validate=True)
-        except (binascii.Error, ValueError):
-            raise ValueError(f"webhook secret key {number} is not base64") from None
-        if len(raw) != KEY_BYTES:
-            raise ValueError(
-                f"webhook secret key {number} holds {len(raw)} bytes; AES-256 needs {KEY_BYTES}"
-                ' (make one with: python -c "import base64, os;'
-                ' print(base64.b64encode(os.urandom(32)).decode())")'
-            )
-        keys.append(raw)
-    if not keys:
-        raise ValueError("the webhook secret key setting names no key")
-    return keys
 
 
 def _key_id(key: bytes) -> str:

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from agentcore.errors import NotFound, ValidationFailed
 from agentcore.events import Event
-from agentcore.models import (
+from agentcore.schema import (
     Deleted,
     DeliveryList,
     WebhookList,
@@ -105,7 +105,7 @@ class WebhookService:
         found, more = self._store.list_subscriptions(
             self._ws.organization_id,
             self._ws.environment,
-            limit=self._ws.page_size(limit),
+            limit=self._settings.page_size(limit),
             starting_after=starting_after,
         )
         return WebhookList(webhooks=[s.public for s in found], has_more=more)
@@ -196,7 +196,7 @@ class WebhookService:
             self._ws.organization_id,
             self._ws.environment,
             subscription_id,
-            limit=self._ws.page_size(limit),
+            limit=self._settings.page_size(limit),
             starting_after=starting_after,
         )
         return DeliveryList(deliveries=found, has_more=more)

@@ -187,11 +187,14 @@ def test_tools_run_through_the_hook_and_results_go_back_to_the_model(tmp_path: A
     class Tools:
         calls: list[tuple[str, dict[str, Any]]] = []
 
+        workspaces: list[Any] = []
+
         @agentcore.hookimpl
         def agentcore_run_tool(
             self, workspace: Any, agent_id: str, name: str, arguments: Any
         ) -> Any:
             self.calls.append((name, arguments))
+            self.workspaces.append(workspace)
             return "shipped" if name == "order_status" else None
 
     tools = Tools()
@@ -206,6 +209,10 @@ def test_tools_run_through_the_hook_and_results_go_back_to_the_model(tmp_path: A
     reply = ws.chat.send(agent.id, "Where is order 42?")
     assert reply.response == "Your order is shipped."
     assert tools.calls == [("order_status", {"id": "42"})]
+    # the hook gets the calling workspace with its services, as the plugins page shows
+    (given,) = tools.workspaces
+    assert isinstance(given, agentcore.WorkspaceServices) and given == ws
+    assert given.knowledge.list().documents == []
     offered = [t.name for t in model.requests[0].tools]
     assert offered == ["order_status", "handoff_to_human"]
     calls = [e.data for e in events if e.data["action"] == "tool_call"]

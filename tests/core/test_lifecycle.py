@@ -134,7 +134,7 @@ def test_two_cores_in_one_process_share_nothing(tmp_path: Path, receiver: Receiv
     try:
         assert a.runtime is not b.runtime
         assert a.model_pool is not b.model_pool and a.model_pool() is not b.model_pool()
-        assert a.pm is not b.pm and a.index_cache is not b.index_cache
+        assert a.pm is not b.pm and a.indexes is not b.indexes
         a.start()
         b.start()
         for core, name in ((a, "a"), (b, "b")):
@@ -213,9 +213,9 @@ def test_without_a_running_loop_wait_for_maintenance_runs_it_here(
             assert ws.knowledge.search("pump").results  # the index is loaded
             for document in documents[:10]:
                 ws.knowledge.delete(document.id)
-            index = core.index_cache.get(ws.organization_id, "test")
+            index = core.indexes.get(ws.organization_id, "test")
             assert index.maintenance_due()  # nobody ran it: no loop runs
-            assert core.index_cache.wait_for_maintenance(30)
+            assert core.indexes.wait_for_maintenance(30)
             assert not index.maintenance_due()
             assert all(part.dead.size == 0 for part in index.parts())
             core.start()

@@ -46,6 +46,18 @@ def test_every_hookspec_is_documented(name: str, func) -> None:
         assert ":return:" in doc or "return" in doc.lower(), f"{name} does not say what it returns"
 
 
+def test_the_core_is_what_lifecycle_hooks_are_typed_with(tmp_path: Path) -> None:
+    """``PluginHost`` spells what the hooks get of an ``AgentCore`` (so that the hook
+    specifications need not import the core): the core has all of it."""
+    with AgentCore.open(tmp_path / "a.db") as core:
+        assert isinstance(core, hookspecs.PluginHost)
+        members = {name for name in dir(hookspecs.PluginHost) if not name.startswith("_")} - set(
+            dir(object)
+        )
+        assert members == {"events", "runtime", "settings", "store", "workspace"}
+        assert core.workspace("acme").organization == "acme"
+
+
 def test_check_pending_passes_with_builtins_and_entry_points() -> None:
     pm = make_plugin_manager()
     pm.check_pending()

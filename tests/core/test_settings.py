@@ -12,7 +12,7 @@ from pydantic import Field, SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from agentcore import AgentCore, Settings, hookimpl
-from agentcore.config import PluginSettings
+from agentcore.config import PluginSettings, database_url, export_to_children
 from agentcore.plugins.openai_compat import DEFAULT_BASE_URL, OpenAISettings
 
 
@@ -286,3 +286,22 @@ def test_plugin_settings_outside_open() -> None:
     assert chosen.plugin("acme") == chosen.plugin(AcmeSettings) == AcmeSettings(greeting="yo")
     loaded = Settings.load({"acme": AcmeSettings}, acme_retries=1, max_top_k=7)
     assert loaded.plugin(AcmeSettings).retries == 1 and loaded.max_top_k == 7
+
+
+def test_the_database_variable_is_read_and_exported_by_the_settings_module(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``AGENTCORE_DB`` is read in one place (``config.database_url``), and ``serve
+    --workers`` hands its store and settings to worker processes through
+    ``config.export_to_children``, which the workers' settings then read."""
+    for name in ("AGENTCORE_RATE_LIMIT_BACKEND", "AGENTCORE_MAX_TOP_K"):
+        monkeypatch.setenv(name, "")  # so that they are unset again after the test
+    assert database_url() == "./agentcore.db"
+    monkeypatch.setenv("AGENTCORE_DB", "postgresql://db/app")
+    assert database_url() == "postgresql://db/app"
+    export_to_children("other.db", rate_limit_backend="store", max_top_k="7")
+    assert database_url() == "other.db"
+    settings = Settings()
+    assert (settings.rate_limit_backend, settings.max_top_k) == ("store", 7)
+    with pytest.raises(ValueError, match="no_such_setting"):
+        export_to_children("other.db", no_such_setting="1")

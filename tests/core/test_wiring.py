@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import pickle
 import sqlite3
 from pathlib import Path
 
@@ -9,11 +11,18 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from agentcore import AgentCore, InvalidRequest, ValidationFailed
+from agentcore import (
+    AgentCore,
+    InvalidRequest,
+    PermissionDenied,
+    ValidationFailed,
+    Workspace,
+    WorkspaceServices,
+)
 from agentcore.agents import AgentService
 from agentcore.events import EventBus
 from agentcore.idempotency import IdempotencyKeys
-from agentcore.knowledge.cache import IndexCache
+from agentcore.knowledge.workspace_indexes import WorkspaceIndexes
 from agentcore.storage.sqlite import SQLiteStore
 from agentcore.webhooks.service import WebhookService
 
@@ -35,11 +44,33 @@ def other_store(tmp_path: Path):
 
 def test_the_core_holds_typed_collaborators_not_a_string_registry(core: AgentCore) -> None:
     assert not hasattr(core, "service")
-    assert isinstance(core.index_cache, IndexCache)
+    assert isinstance(core.indexes, WorkspaceIndexes)
     assert isinstance(core.idempotency, IdempotencyKeys)
     ws = core.workspace("acme", "test")
     assert ws.knowledge is ws.knowledge  # one service per workspace object
     assert ws.chat._knowledge is ws.knowledge  # chat retrieves through the same service
+
+
+def test_a_workspace_is_a_plain_value(core: AgentCore) -> None:
+    """The value names a tenant and its scopes; it holds no core, and services take it."""
+    ws = core.workspace("acme", "test", scopes=["read"])
+    value = Workspace(
+        organization_id=ws.organization_id,
+        organization="acme",
+        environment="test",
+        scopes=frozenset({"read"}),
+    )
+    assert not hasattr(value, "core") and not hasattr(value, "knowledge")
+    assert value == pickle.loads(pickle.dumps(value))  # what an ingestion worker is sent
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        value.scopes = frozenset({"read", "write"})  # type: ignore[misc]
+    # what authenticate() and workspace() return is that value with its services
+    assert isinstance(ws, WorkspaceServices) and isinstance(ws, Workspace)
+    assert WorkspaceServices.of(value, core) == ws and repr(ws) == repr(value)
+    agents = core.agent_service(value)
+    with pytest.raises(PermissionDenied):
+        agents.create(name="A")  # the value's scopes are checked
+    assert agents.list().agents == []
 
 
 def test_agent_service_writes_to_the_store_it_is_given(
@@ -51,7 +82,9 @@ def test_agent_service_writes_to_the_store_it_is_given(
         conn.execute("VACUUM INTO ?", [str(copy)])
     other = SQLiteStore.open(copy)
     try:
-        service = AgentService(ws, store=other, chat_models=core.chat_models)
+        service = AgentService(
+            ws, store=other, chat_models=core.chat_models, settings=core.settings
+        )
         agent = service.create(name="Elsewhere")
         assert other.get_agent(ws.organization_id, "test", agent.id) == agent
         assert core.store.get_agent(ws.organization_id, "test", agent.id) is None
@@ -62,17 +95,17 @@ def test_agent_service_writes_to_the_store_it_is_given(
 
 def test_agent_service_checks_models_against_its_registry(core: AgentCore) -> None:
     ws = core.workspace("acme", "test")
-    service = AgentService(ws, store=core.store, chat_models={})
+    service = AgentService(ws, store=core.store, chat_models={}, settings=core.settings)
     with pytest.raises(ValidationFailed) as caught:
         service.create(name="A", model="extractive")  # registered in the core, not here
     assert caught.value.code == "unknown_model"
     assert "available: none" in str(caught.value)
 
 
-def test_index_cache_uses_its_embedder_registry(other_store: SQLiteStore) -> None:
-    cache = IndexCache(other_store, embedders={"ones": OnesEmbedder()}, embedder="ones")
+def test_workspace_indexes_use_their_embedder_registry(other_store: SQLiteStore) -> None:
+    cache = WorkspaceIndexes(other_store, embedders={"ones": OnesEmbedder()}, embedder="ones")
     assert cache.embedder().name == "ones"
-    missing = IndexCache(other_store, embedders={"ones": OnesEmbedder()}, embedder="nope")
+    missing = WorkspaceIndexes(other_store, embedders={"ones": OnesEmbedder()}, embedder="nope")
     with pytest.raises(InvalidRequest) as caught:
         missing.embedder()
     assert caught.value.code == "embedder_unavailable"

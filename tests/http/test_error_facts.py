@@ -15,7 +15,7 @@ from conftest import ServerThread
 import agentcore.errors as errors
 from agentcore import AgentCore, Client
 from agentcore.client import _error
-from agentcore.limits import Decision
+from agentcore.errors import Decision
 from agentcore_starlette import create_app
 from agentcore_starlette.problems import problem_headers, problem_response
 

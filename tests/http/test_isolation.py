@@ -32,7 +32,7 @@ from helpers import assert_problem
 import agentcore
 from agentcore import AgentCore
 from agentcore.chat_models import ChatRequest, ChatResult
-from agentcore.models import (
+from agentcore.schema import (
     AgentCreate,
     AgentUpdate,
     ChatMessageRequest,

@@ -23,7 +23,7 @@ import agentcore
 from agentcore import AgentCore, RateLimited, Settings
 from agentcore.chat_models import ChatRequest, ChatResult
 from agentcore.events import Event
-from agentcore.limits import RateLimiter
+from agentcore.rate_limits import RateLimiter
 from agentcore_starlette import create_app
 from agentcore_starlette.ratelimit import rate_limit_headers
 

@@ -15,7 +15,7 @@ from starlette.applications import Starlette
 from starlette.routing import Mount
 
 from agentcore import AgentCore
-from agentcore.models import HANDOFF_TOOL
+from agentcore.schema import HANDOFF_TOOL
 from agentcore_starlette import create_app
 
 

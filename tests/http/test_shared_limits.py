@@ -12,7 +12,7 @@ from helpers import cli_env
 
 from agentcore import AgentCore, RateLimited
 from agentcore.config import Settings
-from agentcore.limits import RateLimiter
+from agentcore.rate_limits import RateLimiter
 from agentcore.storage.base import Store
 from agentcore_starlette.ratelimit import rate_limit_headers
 

@@ -35,22 +35,29 @@ def blocks(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> I
     yield request.param
 
 
+# The codecs the helpers below search with, by name: the package's, unless a fixture
+# puts in others (a codec carries how its codes are scored)
+codecs: dict[str, kernels.Codec] = dict(kernels.CODECS)
+
+
 @pytest.fixture(params=["numpy", "numkong", "numkong-widen", "direct"])
 def widen(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Which products a batch takes.
 
     ``numpy``: float16 and int8 widened by numpy's cast; ``numkong``: float16 widened by
     numkong's cast and int8 by numkong's packed products (the defaults); ``numkong-widen``:
-    int8 widened by numpy although numkong is there (``BATCH_INT8 = "widen"``);
-    ``direct``: float32 rows read in place instead of copied (``BATCH_FLOAT32``).
+    int8 widened by numpy although numkong is there (``Int8Codec(batch="widen")``);
+    ``direct``: float32 rows read in place instead of copied
+    (``Float32Codec(batch_rows="direct")``).
     """
     if request.param.startswith("numkong"):
         pytest.importorskip("numkong")
-    monkeypatch.setattr(kernels, "USE_NUMKONG", request.param.startswith("numkong"))
-    monkeypatch.setattr(
-        kernels, "BATCH_INT8", "widen" if request.param == "numkong-widen" else "packed"
-    )
-    monkeypatch.setattr(kernels, "BATCH_FLOAT32", "direct" if request.param == "direct" else "copy")
+    use = request.param.startswith("numkong")
+    batch = "widen" if request.param == "numkong-widen" else "packed"
+    rows = "direct" if request.param == "direct" else "copy"
+    monkeypatch.setitem(codecs, "int8", kernels.Int8Codec(numkong=use, batch=batch))
+    monkeypatch.setitem(codecs, "float16", kernels.Float16Codec(numkong=use))
+    monkeypatch.setitem(codecs, "float32", kernels.Float32Codec(batch_rows=rows))
     return str(request.param)
 
 
@@ -81,7 +88,7 @@ def reference(
 def batch(
     name: str, rows: Matrix, queries: Matrix, k: int, dead: IdArray = NO_DEAD
 ) -> tuple[IdArray, Matrix]:
-    codec = kernels.CODECS[name]
+    codec = codecs[name]
     codes, params = codec.encode(rows)
     triples = kernels.search_part_batch(codec, codes, params, rows, dead, queries, k)
     return kernels.order_batch(queries.shape[0], min(k, rows.shape[0] - dead.size), *triples)
@@ -216,7 +223,7 @@ def test_an_empty_part_and_an_empty_batch_give_no_candidates() -> None:
 
 @pytest.mark.parametrize("name", ALL)
 def test_bad_batch_input_is_refused(name: str, widen: str) -> None:
-    codec = kernels.CODECS[name]
+    codec = codecs[name]
     rows = integer_rows(100, 8, seed=11)
     codes, params = codec.encode(rows)
     with pytest.raises(ValueError, match="queries must have shape"):
@@ -241,8 +248,6 @@ def test_numkong_paths_are_taken_when_enabled(monkeypatch: pytest.MonkeyPatch) -
         packed(self, block, out)
 
     monkeypatch.setattr(kernels._BatchScorer, "packed_product", counting)
-    monkeypatch.setattr(kernels, "USE_NUMKONG", True)
-    monkeypatch.setattr(kernels, "BATCH_INT8", "packed")
     with_numkong = {name: batch(name, rows, queries, 10) for name in ("int8", "float16")}
     assert calls == ["int8"] * len(calls) and len(calls) >= 1
     codec = kernels.CODECS["float16"]
@@ -250,27 +255,32 @@ def test_numkong_paths_are_taken_when_enabled(monkeypatch: pytest.MonkeyPatch) -
     numkong_cast = kernels._BatchScorer(codec, queries, offsets).widen
     assert numkong_cast is not None and numkong_cast != codec.decode
     calls.clear()
-    monkeypatch.setattr(kernels, "USE_NUMKONG", False)
-    assert kernels._BatchScorer(codec, queries, offsets).widen == codec.decode
+    monkeypatch.setitem(codecs, "int8", kernels.Int8Codec(numkong=False))
+    monkeypatch.setitem(codecs, "float16", kernels.Float16Codec(numkong=False))
+    assert (
+        kernels._BatchScorer(codecs["float16"], queries, offsets).widen == codecs["float16"].decode
+    )
     for name, got in with_numkong.items():
         assert_matches(name, batch(name, rows, queries, 10), got)
     assert calls == []
 
 
-def test_the_kernel_settings_choose_the_products(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``BATCH_FLOAT32`` copies float32 rows through the buffer or reads them in place;
-    ``BATCH_INT8 = "widen"`` widens int8 codes by numpy even with numkong installed."""
+def test_the_codec_options_choose_the_products() -> None:
+    """``Float32Codec(batch_rows=...)`` copies float32 rows through the buffer or reads
+    them in place; ``Int8Codec(batch="widen")`` widens int8 codes by numpy even with
+    numkong installed."""
     queries = integer_rows(4, 8, seed=16)
     offsets = np.zeros(4, np.float32)
-    float32, int8 = kernels.CODECS["float32"], kernels.CODECS["int8"]
-    monkeypatch.setattr(kernels, "BATCH_FLOAT32", "copy")
-    assert kernels._BatchScorer(float32, queries, offsets).widen is kernels._copy_rows
-    monkeypatch.setattr(kernels, "BATCH_FLOAT32", "direct")
-    assert kernels._BatchScorer(float32, queries, offsets).widen is None
-    monkeypatch.setattr(kernels, "USE_NUMKONG", True)
-    monkeypatch.setattr(kernels, "BATCH_INT8", "widen")
+    copied = kernels._BatchScorer(kernels.Float32Codec(batch_rows="copy"), queries, offsets)
+    assert copied.widen is kernels._copy_rows
+    direct = kernels._BatchScorer(kernels.Float32Codec(batch_rows="direct"), queries, offsets)
+    assert direct.widen is None
+    int8 = kernels.Int8Codec(numkong=True, batch="widen")
     scorer = kernels._BatchScorer(int8, queries, offsets)
     assert scorer.packed is None and scorer.widen == int8.decode
+    # the package's codecs take the measured defaults
+    assert kernels.CODECS["float32"].batch_rows == "copy"  # type: ignore[attr-defined]
+    assert kernels.CODECS["int8"].batch == "packed" and kernels.CODECS["int8"].numkong  # type: ignore[attr-defined]
 
 
 def test_the_int8_packed_keys_are_the_integer_products() -> None:

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import run_cli, run_python
+from helpers import index_loads, open_seen, run_cli, run_python
 
 from agentcore import AgentCore
-from agentcore.knowledge.cache import IndexCache
-from agentcore.models import Document
+from agentcore.knowledge.workspace_indexes import WorkspaceIndexes
+from agentcore.schema import Document
 from agentcore.storage.base import Store
 from agentcore.workspace import Workspace
 
@@ -32,8 +32,8 @@ def _ws(core: AgentCore) -> Workspace:
     return core.workspace("acme", "test")
 
 
-def _cache(core: AgentCore) -> IndexCache:
-    return core.index_cache
+def _cache(core: AgentCore) -> WorkspaceIndexes:
+    return core.indexes
 
 
 def _sources(core: AgentCore, query: str) -> list[str]:
@@ -46,20 +46,20 @@ def test_search_after_another_cores_write_applies_only_the_delta(
     a, b = pair
     _ws(a).knowledge.ingest_text("alpha.txt", ALPHA)
     assert _sources(b, "red pump oil")[0] == "alpha.txt"  # B loads the workspace once
-    assert (_cache(b).reloads, _cache(b).catch_ups) == (1, 0)
+    assert index_loads(b) == (1, 0)
 
     beta = _ws(a).knowledge.ingest_text("beta.txt", BETA)
     assert _sources(b, "quantum flux capacitors zebras")[0] == "beta.txt"
-    assert (_cache(b).reloads, _cache(b).catch_ups) == (1, 1)
+    assert index_loads(b) == (1, 1)
 
     _ws(a).knowledge.delete(beta.id)
     assert "beta.txt" not in _sources(b, "quantum flux capacitors zebras")
-    assert (_cache(b).reloads, _cache(b).catch_ups) == (1, 2)
+    assert index_loads(b) == (1, 2)
 
     # and the other way round: A's cached index catches up with B's write
     _ws(b).knowledge.ingest_text("gamma.txt", GAMMA)
     assert _sources(a, "typewriters jam humid Lisbon")[0] == "gamma.txt"
-    assert _cache(a).reloads <= 1
+    assert index_loads(a)[0] <= 1
 
 
 def test_a_search_with_nothing_changed_reads_nothing_more(
@@ -69,7 +69,7 @@ def test_a_search_with_nothing_changed_reads_nothing_more(
     _ws(a).knowledge.ingest_text("alpha.txt", ALPHA)
     for _ in range(3):
         assert _sources(b, "red pump")[0] == "alpha.txt"
-    assert (_cache(b).reloads, _cache(b).catch_ups) == (1, 0)
+    assert index_loads(b) == (1, 0)
 
 
 def test_several_writes_in_between_are_applied_as_one_delta(
@@ -83,7 +83,7 @@ def test_several_writes_in_between_are_applied_as_one_delta(
     _ws(a).knowledge.delete(alpha.id)
     found = {r.source for r in _ws(b).knowledge.search("pump flux typewriters", top_k=10).results}
     assert found == {"beta.txt", "gamma.txt"}
-    assert (_cache(b).reloads, _cache(b).catch_ups) == (1, 1)
+    assert index_loads(b) == (1, 1)
     assert len(_cache(b).get(*_key(b))) == len(_cache(a).get(*_key(a)))
 
 
@@ -93,15 +93,14 @@ def _key(core: AgentCore) -> tuple[str, str]:
 
 
 def test_a_gap_above_the_threshold_reloads_the_workspace(store_url: str) -> None:
-    with (
-        AgentCore.open(store_url, start_workers=False) as a,
-        AgentCore.open(store_url, start_workers=False, index_catchup_max_rows=0) as b,
-    ):
+    a = open_seen(store_url, start_workers=False)
+    b = open_seen(store_url, start_workers=False, index_catchup_max_rows=0)
+    with a, b:
         _ws(a).knowledge.ingest_text("alpha.txt", ALPHA)
         _sources(b, "red pump")
         _ws(a).knowledge.ingest_text("beta.txt", BETA)
         assert _sources(b, "quantum flux capacitors zebras")[0] == "beta.txt"
-        assert (_cache(b).reloads, _cache(b).catch_ups) == (2, 0)
+        assert index_loads(b) == (2, 0)
 
 
 def test_own_writes_keep_the_cached_index_without_reloading(
@@ -112,7 +111,7 @@ def test_own_writes_keep_the_cached_index_without_reloading(
     _sources(a, "red pump")
     _ws(a).knowledge.ingest_text("beta.txt", BETA)
     assert _sources(a, "quantum flux")[0] == "beta.txt"
-    assert _cache(a).reloads == 1
+    assert index_loads(a)[0] == 1
 
 
 def test_a_delete_of_a_missing_document_does_not_hide_another_cores_write(
@@ -212,7 +211,7 @@ with AgentCore.open(sys.argv[1], start_workers=False) as core:
 @pytest.mark.slow
 def test_another_process_writes_are_seen_at_the_next_search(store_url: str, tmp_path: Path) -> None:
     db = store_url
-    with AgentCore.open(db, start_workers=False) as core:
+    with open_seen(db, start_workers=False) as core:
         _ws(core).knowledge.ingest_text("alpha.txt", ALPHA)
         assert _sources(core, "red pump")[0] == "alpha.txt"
 
@@ -226,7 +225,7 @@ def test_another_process_writes_are_seen_at_the_next_search(store_url: str, tmp_
         deleted = run_python(DELETE_SCRIPT, str(db), doc_id)
         assert deleted.returncode == 0, deleted.stderr
         assert "beta.txt" not in _sources(core, "quantum flux capacitors zebras")
-        assert (_cache(core).reloads, _cache(core).catch_ups) == (1, 2)
+        assert index_loads(core) == (1, 2)
 
 
 # room to grow after a load -------------------------------------------------------------

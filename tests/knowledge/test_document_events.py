@@ -24,7 +24,7 @@ from webhook_receiver import Receiver
 
 from agentcore import AgentCore
 from agentcore.events import Event
-from agentcore.models import Problem
+from agentcore.schema import Problem
 from agentcore.workspace import Workspace
 
 pytestmark = pytest.mark.timeout(180)
@@ -128,7 +128,7 @@ def test_a_job_completed_twice_is_announced_once(tmp_path: Path) -> None:
     with AgentCore.open(tmp_path / "twice.db") as core:
         ws = core.workspace("acme")
         document = ws.knowledge.ingest_text("a.txt", BIG_TEXT, wait=False)
-        assert core.ingest.run_pending() == 1
+        assert core.ingestion_jobs.run_pending() == 1
         ready = ws.knowledge.get(document.id)
         assert ready.status == "ready"
         scope = (ws.organization_id, ws.environment)

@@ -1,6 +1,6 @@
 """A document write checks the workspace's embedder in its own transaction.
 
-After a workspace's first write, ``IndexCache.write`` no longer reads the workspace's
+After a workspace's first write, ``WorkspaceIndexes.write`` no longer reads the workspace's
 state before each document write: ``insert_document`` and ``complete_document`` refuse
 (``StaleEmbedder``, nothing stored) when the workspace is indexed by another embedder
 or dimension than the vectors they are given, and the cache then follows the
@@ -18,7 +18,7 @@ from test_knowledge_embedder import BagOfWords, EmbedderPlugin
 
 from agentcore import AgentCore
 from agentcore.ids import new_id, utcnow
-from agentcore.models import Document
+from agentcore.schema import Document
 from agentcore.storage.records import StaleEmbedder
 
 pytestmark = pytest.mark.both_stores

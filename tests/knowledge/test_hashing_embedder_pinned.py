@@ -81,7 +81,6 @@ def test_the_exact_sort_path_gives_the_same_bits(monkeypatch: pytest.MonkeyPatch
     # The fast path sorts one packed key and falls back to a two-key sort when two
     # features could tie in it; force the fallback everywhere and compare.
     monkeypatch.setattr(hashing_embedder, "_KEY_SHIFT_LIMIT", 0)
-    monkeypatch.setattr(hashing_embedder, "USE_KERNEL", False)  # the sorts are numpy's
     assert fingerprint(HashingEmbedder().embed(TEXTS).ravel()) == PINNED["batch"]["1024"]
 
 

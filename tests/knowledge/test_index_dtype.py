@@ -45,7 +45,7 @@ def _state(core: AgentCore, ws: Workspace) -> KnowledgeState:
 
 
 def _codec(core: AgentCore, ws: Workspace) -> str:
-    return core.index_cache.get(ws.organization_id, ws.environment).codec
+    return core.indexes.get(ws.organization_id, ws.environment).codec
 
 
 def _fill(ws: Workspace) -> None:

@@ -21,12 +21,12 @@ from typing import Any
 import numpy as np
 import pytest
 from embedder_corpus import DATA, fingerprint
-from helpers import cli_env, run_python
+from helpers import cli_env, index_loads, open_seen, run_python, seen
 
 from agentcore import AgentCore
-from agentcore.knowledge.cache import unit_rows
 from agentcore.knowledge.chunking import chunk_pages
 from agentcore.knowledge.embedders import bounded_text
+from agentcore.knowledge.workspace_indexes import unit_rows
 from agentcore.plugins.hashing_embedder import HashingEmbedder
 from agentcore.workspace import Workspace
 
@@ -79,7 +79,6 @@ def test_the_exact_fallback_sort_gives_the_same_bits(monkeypatch: pytest.MonkeyP
 
     expected = ReferenceEmbedder().embed(TEXTS[:40])
     monkeypatch.setattr(hashing_embedder, "_KEY_SHIFT_LIMIT", 0)
-    monkeypatch.setattr(hashing_embedder, "USE_KERNEL", False)  # the sorts are numpy's
     assert HashingEmbedder().embed(TEXTS[:40]).tobytes() == expected.tobytes()
     single = [HashingEmbedder().embed([text])[0] for text in TEXTS[:40]]
     assert np.stack(single).tobytes() == expected.tobytes()
@@ -172,7 +171,7 @@ def test_stored_vectors_are_the_original_embedders_unit_rows(
     expected = unit_rows(reference.embed([bounded_text(chunks[int(i)].text, limit) for i in ids]))
     assert vectors.tobytes() == expected.tobytes()
     ws.knowledge.search("Normans")  # adds the held-back rows
-    assert a.index_cache.own_writes >= 50 and a.index_cache.reloads == 1
+    assert seen(a)["index.own_write"] >= 50 and seen(a)["index.reload"] == 1
 
 
 def test_the_cached_index_equals_a_fresh_load(pair: tuple[AgentCore, AgentCore]) -> None:
@@ -188,10 +187,15 @@ def test_the_cached_index_equals_a_fresh_load(pair: tuple[AgentCore, AgentCore])
             (r.document_id, r.chunk) for r in fresh.results
         ]
         assert [r.score for r in mine.results] == pytest.approx([r.score for r in fresh.results])
-    assert a.index_cache.reloads == 1 and a.index_cache.catch_ups == 0
+    assert index_loads(a) == (1, 0)
 
 
 # read-your-writes across processes --------------------------------------------------------
+
+
+def _own_and_deltas(core: AgentCore) -> tuple[int, int]:
+    """Writes of this core added to its index without a read, and deltas it applied."""
+    return seen(core)["index.own_write"], seen(core)["index.catch_up"]
 
 
 def test_a_write_by_another_core_between_two_of_ours_is_seen(
@@ -201,19 +205,19 @@ def test_a_write_by_another_core_between_two_of_ours_is_seen(
     _ws(a).knowledge.ingest_text("alpha.txt", ALPHA)
     assert _sources(a, "red pump oil")[0] == "alpha.txt"  # A caches the workspace
     _ws(a).knowledge.ingest_text("gamma.txt", GAMMA)
-    assert a.index_cache.own_writes == 0  # held back until the next read
+    assert seen(a)["index.own_write"] == 0  # held back until the next read
     assert _sources(a, "typewriters Lisbon")[0] == "gamma.txt"
-    assert (a.index_cache.own_writes, a.index_cache.catch_ups) == (1, 0)  # no log read
+    assert _own_and_deltas(a) == (1, 0)  # no log read
 
     _ws(a).knowledge.ingest_text("epsilon.txt", ALPHA.replace("Alpha", "Epsilon"))
     _ws(b).knowledge.ingest_text("beta.txt", BETA)  # another writer, between two of ours
     _ws(a).knowledge.ingest_text("delta.txt", DELTA)
     assert _sources(a, "quantum flux capacitors zebras")[0] == "beta.txt"
-    assert (a.index_cache.own_writes, a.index_cache.catch_ups) == (1, 1)  # read the log
+    assert _own_and_deltas(a) == (1, 1)  # read the log
     assert _sources(a, "copper kettles Reykjavik")[0] == "delta.txt"
     assert "epsilon.txt" in _sources(a, "Epsilon manual red pump")
     assert _sources(a, "typewriters Lisbon")[0] == "gamma.txt"
-    assert a.index_cache.reloads == 1
+    assert seen(a)["index.reload"] == 1
 
 
 def test_a_delete_by_another_core_between_two_of_ours_is_applied(
@@ -226,14 +230,14 @@ def test_a_delete_by_another_core_between_two_of_ours_is_applied(
     gone = a.store.chunk_ids(ws.organization_id, ws.environment, beta.id)
     _ws(b).knowledge.delete(beta.id)
     ws.knowledge.ingest_text("alpha.txt", ALPHA)
-    index = a.index_cache.get(ws.organization_id, ws.environment)
+    index = a.indexes.get(ws.organization_id, ws.environment)
     assert gone and not any(index.contains(i) for i in gone)
     assert "beta.txt" not in _sources(a, "quantum flux capacitors zebras", k=5)
     assert _sources(a, "red pump oil")[0] == "alpha.txt"
 
 
 def test_a_write_by_another_process_between_two_of_ours_is_seen(db_path: Path) -> None:
-    with AgentCore.open(str(db_path), start_workers=False) as core:
+    with open_seen(str(db_path), start_workers=False) as core:
         _ws(core).knowledge.ingest_text("alpha.txt", ALPHA)
         assert _sources(core, "red pump")[0] == "alpha.txt"
         script = (
@@ -246,7 +250,7 @@ def test_a_write_by_another_process_between_two_of_ours_is_seen(db_path: Path) -
         _ws(core).knowledge.ingest_text("gamma.txt", GAMMA)
         assert _sources(core, "quantum flux capacitors zebras")[0] == "beta.txt"
         assert _sources(core, "typewriters Lisbon")[0] == "gamma.txt"
-        assert core.index_cache.own_writes == 0 and core.index_cache.catch_ups == 1
+        assert _own_and_deltas(core) == (0, 1)
 
 
 def test_a_write_refused_before_the_store_changes_nothing(
@@ -259,29 +263,29 @@ def test_a_write_refused_before_the_store_changes_nothing(
         _ws(a).knowledge.ingest_text("blank.txt", "   ")
     _ws(a).knowledge.ingest_text("gamma.txt", GAMMA)
     assert _sources(a, "typewriters Lisbon")[0] == "gamma.txt"
-    assert (a.index_cache.own_writes, a.index_cache.catch_ups) == (1, 0)
+    assert _own_and_deltas(a) == (1, 0)
     assert [d.source for d in _ws(a).knowledge.list().documents] == ["gamma.txt", "alpha.txt"]
 
 
 def test_many_writes_without_a_read_are_added_in_bounded_batches(
     pair: tuple[AgentCore, AgentCore], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from agentcore.knowledge import cache
+    from agentcore.knowledge import workspace_indexes
 
-    monkeypatch.setattr(cache, "_MAX_PENDING_ROWS", 3)  # a few rows held back at most
+    monkeypatch.setattr(workspace_indexes, "_MAX_PENDING_ROWS", 3)  # a few rows held back at most
     a, _ = pair
     ws = _ws(a)
     ws.knowledge.ingest_text("alpha.txt", ALPHA)
     _sources(a, "red pump")
     for number in range(10):
         ws.knowledge.ingest_text(f"{number}.txt", f"Item {number}. Lonely lighthouse {number}.")
-    entry = a.index_cache._entries[(ws.organization_id, ws.environment)]
-    assert entry.pending_rows <= 3 and a.index_cache.own_writes >= 6  # flushed on the way
+    entry = a.indexes._entries[(ws.organization_id, ws.environment)]
+    assert entry.pending_rows <= 3 and seen(a)["index.own_write"] >= 6  # flushed on the way
     found = ws.knowledge.search("lonely lighthouse", top_k=20).results
     assert sorted(r.source for r in found if r.source != "alpha.txt") == [
         f"{n}.txt" for n in range(10)
     ]
-    assert (a.index_cache.own_writes, a.index_cache.catch_ups) == (10, 0)
+    assert _own_and_deltas(a) == (10, 0)
 
 
 # nothing half-written on a crash ----------------------------------------------------------

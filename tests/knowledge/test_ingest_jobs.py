@@ -52,13 +52,13 @@ def test_wait_false_queues_the_document_until_a_worker_runs_it(tmp_path: Path) -
         assert [d.id for d in ws.knowledge.list().documents] == [queued.id]
         assert ws.knowledge.search("vacation leave").results == []  # not searchable yet
 
-        assert core.ingest.run_pending() == 1
+        assert core.ingestion_jobs.run_pending() == 1
         ready = ws.knowledge.get(queued.id)
         assert ready.status == "ready" and ready.chunks > 0 and ready.pages == 1
         assert ready.last_error is None
         hits = ws.knowledge.search("vacation leave").results
         assert hits and hits[0].document_id == queued.id
-        assert core.ingest.run_pending() == 0  # the job is gone
+        assert core.ingestion_jobs.run_pending() == 0  # the job is gone
 
 
 def test_the_size_threshold_picks_the_mode(tmp_path: Path) -> None:
@@ -77,7 +77,7 @@ def test_a_job_that_fails_records_a_problem(tmp_path: Path) -> None:
     with AgentCore.open(tmp_path / "a.db") as core:
         ws = core.workspace("acme")
         queued = ws.knowledge.ingest_file(b"caf\xe9 latin-1 text", filename="a.txt", wait=False)
-        core.ingest.run_pending()
+        core.ingestion_jobs.run_pending()
         failed = ws.knowledge.get(queued.id)
     assert failed.status == "failed" and failed.chunks == 0
     assert failed.last_error is not None
@@ -104,7 +104,7 @@ def test_deleting_a_processing_document_drops_its_job(tmp_path: Path) -> None:
         ws = core.workspace("acme")
         queued = ws.knowledge.ingest_text("policy.txt", TEXT, wait=False)
         ws.knowledge.delete(queued.id)
-        assert core.ingest.run_pending() == 0
+        assert core.ingestion_jobs.run_pending() == 0
         assert ws.knowledge.list().documents == []
 
 
@@ -158,7 +158,7 @@ def test_stop_gives_the_running_job_back(tmp_path: Path) -> None:
         queued = ws.knowledge.ingest_text("policy.txt", TEXT, wait=False)
         core.start()
         assert embedder.started.wait(30)  # the worker is inside the job
-        core.ingest.stop(timeout=0)  # cancels the running job, does not wait for it
+        core.ingestion_jobs.stop(timeout=0)  # cancels the running job, does not wait for it
         embedder.proceed.set()
         give_up = time.monotonic() + 30
         while (row := job_row(db)) is not None and row[1] is not None:  # until given back
@@ -166,7 +166,7 @@ def test_stop_gives_the_running_job_back(tmp_path: Path) -> None:
             time.sleep(0.02)
         assert row == (0, None)  # queued again, and the interrupted try does not count
         assert ws.knowledge.get(queued.id).status == "processing"
-        assert core.ingest.run_pending() == 1
+        assert core.ingestion_jobs.run_pending() == 1
         assert ws.knowledge.get(queued.id).status == "ready"
 
 

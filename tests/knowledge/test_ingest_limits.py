@@ -20,12 +20,12 @@ from pdfs import filler, make_pdf, make_pdf_bomb
 
 import agentcore
 from agentcore import AgentCore, Cancellation, Cancelled, DeadlineExceeded, PayloadTooLarge
-from agentcore.knowledge.cache import EMBED_BATCH
 from agentcore.knowledge.chunking import chunk_pages
 from agentcore.knowledge.embedders import bounded_text
-from agentcore.knowledge.ingest import TextBudget, parse_document
-from agentcore.models import VerifyResponse
+from agentcore.knowledge.parsing import TextBudget, parse_document
+from agentcore.knowledge.workspace_indexes import EMBED_BATCH
 from agentcore.plugins.hashing_embedder import HashingEmbedder
+from agentcore.schema import VerifyResponse
 from agentcore_starlette import create_app
 from agentcore_starlette.routes import ROUTES
 from agentcore_starlette.routing import ApiRoute, Call

@@ -20,14 +20,15 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import pytest
+from helpers import open_seen, seen
 from ingest_plugins import MisbehavingEmbedder
 from pdfs import filler, make_pdf, make_pdf_bomb
 
 import agentcore
 from agentcore import AgentCore, Cancellation, DeadlineExceeded, PayloadTooLarge
 from agentcore.knowledge.outcomes import outcome_of_end
-from agentcore.models import Document
 from agentcore.plugins.hashing_embedder import HashingEmbedder
+from agentcore.schema import Document
 from agentcore.workspace import Workspace
 
 pytestmark = pytest.mark.timeout(180)
@@ -63,7 +64,7 @@ def open_core(
     plugins = [] if embedder is None else [embedder]
     if embedder is not None:
         settings.setdefault("embedder", embedder.name)
-    return AgentCore.open(path, plugins=plugins, **settings)
+    return open_seen(path, plugins=plugins, **settings)
 
 
 @contextmanager
@@ -114,7 +115,7 @@ def test_a_worker_stores_exactly_what_the_calling_thread_stores(tmp_path: Path) 
     with open_core(tmp_path / "worker.db") as core:
         core.start()
         there = core.workspace("acme").knowledge.ingest_file(pdf, filename="a.pdf")
-        assert core.ingest.pool is not None and core.ingest.pool.started == 1
+        assert seen(core)["ingest.worker_start"] == 1
         hits = core.workspace("acme").knowledge.search("night porter staircase").results
         assert hits and hits[0].document_id == there.id  # this process sees the write
     assert (here.status, here.pages, here.chunks) == (there.status, there.pages, there.chunks)
@@ -127,10 +128,10 @@ def test_small_plain_text_stays_in_the_calling_thread(tmp_path: Path) -> None:
         assert ws.knowledge.ingest_file(b"# Title\n\nSome words.", filename="b.md").status == (
             "ready"
         )
-        assert core.ingest.pool is not None and core.ingest.pool.started == 0
+        assert seen(core)["ingest.worker_start"] == 0
         # one byte over the limit goes to a worker, as every PDF does
         assert ws.knowledge.ingest_text("c.txt", "x" * 1_001).status == "ready"
-        assert core.ingest.pool.started == 1
+        assert seen(core)["ingest.worker_start"] == 1
 
 
 # limits -----------------------------------------------------------------------------------
@@ -171,7 +172,7 @@ def test_a_job_past_its_memory_limit_fails_too_large_and_the_worker_is_replaced(
         assert [d.source for d in ws.knowledge.list().documents] == ["big.txt"]
         fine = ws.knowledge.ingest_text("fine.txt", BIG_TEXT, wait=True)
         assert fine.status == "ready"
-        assert core.ingest.pool is not None and core.ingest.pool.started == 3
+        assert seen(core)["ingest.worker_start"] == 3
 
 
 def test_a_worker_whose_memory_grew_is_replaced(tmp_path: Path) -> None:
@@ -179,8 +180,8 @@ def test_a_worker_whose_memory_grew_is_replaced(tmp_path: Path) -> None:
         for n in range(2):
             data = filler(8_000, n).encode()  # ~500 KB: tens of MB while it is indexed
             ws.knowledge.ingest_file(data, filename=f"{n}.txt", wait=True)
-        pool = core.ingest.pool
-        assert pool is not None and pool.started == 2  # the first one grew past 1 MiB
+        pool = core.ingestion_jobs.pool
+        assert pool is not None and seen(core)["ingest.worker_start"] == 2  # the first grew
         assert len(pool.idle_pids()) == 0
 
 
@@ -193,7 +194,7 @@ def test_a_worker_that_crashes_fails_its_job_and_is_replaced(tmp_path: Path) -> 
         assert (failed.last_error.code, failed.last_error.status) == ("ingestion_failed", 500)
         assert "exit code 3" in failed.last_error.detail
         assert ws.knowledge.ingest_text("fine.txt", BIG_TEXT, wait=True).status == "ready"
-        assert core.ingest.pool is not None and core.ingest.pool.started == 2
+        assert seen(core)["ingest.worker_start"] == 2
 
 
 @pytest.mark.parametrize(
@@ -389,7 +390,7 @@ def test_without_worker_processes_jobs_run_on_a_thread_with_one_warning(
         assert document.status == "ready"
         queued = ws.knowledge.ingest_text("b.txt", BIG_TEXT, wait=False)
         assert settled(core, queued.id).status == "ready"
-        assert core.ingest.pool is None
+        assert core.ingestion_jobs.pool is None
     if case == "unpicklable":
         assert embedder.calls > 0  # this very object embedded: no copy in another process
     reasons = {
@@ -465,7 +466,7 @@ def test_workers_that_fail_to_start_move_jobs_to_a_thread(
     with started(tmp_path / "a.db", embedder) as (core, ws):
         document = ws.knowledge.ingest_file(make_pdf([filler(20, 1)]), filename="a.pdf", wait=True)
         assert document.status == "ready"
-        assert core.ingest.pool is None and not core.ingest.isolated
+        assert core.ingestion_jobs.pool is None and not core.ingestion_jobs.isolated
     (message,) = warnings_logged()
     assert "3 worker processes in a row failed to start" in message
     assert "this plugin cannot load here" in message

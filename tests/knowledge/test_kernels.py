@@ -12,7 +12,7 @@ import numpy.typing as npt
 import pytest
 
 from agentcore.knowledge import kernels
-from agentcore.knowledge.cache import unit_rows
+from agentcore.knowledge.workspace_indexes import unit_rows
 from agentcore.plugins.hashing_embedder import HashingEmbedder
 
 Matrix = npt.NDArray[np.float32]
@@ -32,12 +32,19 @@ def blocks(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> I
     yield request.param
 
 
+# The codecs the helpers below search with, by name: the package's, unless a fixture
+# puts in others (a codec carries how its codes are scored)
+codecs: dict[str, kernels.Codec] = dict(kernels.CODECS)
+
+
 @pytest.fixture(params=["numpy", "numkong"])
 def widen(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Score int8/float16 codes by widening them in numpy, or with numkong's kernels."""
     if request.param == "numkong":
         pytest.importorskip("numkong")
-    monkeypatch.setattr(kernels, "USE_NUMKONG", request.param == "numkong")
+    use = request.param == "numkong"
+    monkeypatch.setitem(codecs, "int8", kernels.Int8Codec(numkong=use))
+    monkeypatch.setitem(codecs, "float16", kernels.Float16Codec(numkong=use))
     return str(request.param)
 
 
@@ -63,14 +70,14 @@ def exact_top(rows: Matrix, queries: Matrix, k: int) -> list[set[int]]:
 
 
 def search(name: str, rows: Matrix, q: Matrix, k: int, dead: npt.NDArray[np.int64] = NO_DEAD):
-    codec = kernels.CODECS[name]
+    codec = codecs[name]
     codes, params = codec.encode(rows)
     found, scores = kernels.search_part(codec, codes, params, rows, dead, q, k)
     return kernels.order(found, scores, k)
 
 
 def batch(name: str, rows: Matrix, queries: Matrix, k: int):
-    codec = kernels.CODECS[name]
+    codec = codecs[name]
     codes, params = codec.encode(rows)
     triples = kernels.search_part_batch(codec, codes, params, rows, NO_DEAD, queries, k)
     return kernels.order_batch(queries.shape[0], k, *triples)
@@ -142,7 +149,7 @@ def test_int8_encodes_appended_rows_with_the_given_parameters() -> None:
 
 
 def test_int8_grid_of_a_tiny_part_leaves_room_for_later_rows(widen: str) -> None:
-    codec = kernels.CODECS["int8"]
+    codec = codecs["int8"]
     one = unit_rows(np.arange(1, 17, dtype=np.float32).reshape(1, 16))
     codes, params = codec.encode(one)
     assert (params[16:] > 0).all()  # no zero step even with one row

@@ -207,7 +207,7 @@ def test_delete_removes_document_and_its_chunks_at_once(api: Any, handbook: dict
 
 def test_workspace_writes_update_the_cached_index_in_place(core: AgentCore) -> None:
     ws = core.workspace("acme", "test")
-    cache = core.index_cache
+    cache = core.indexes
     keep = ws.knowledge.ingest_text("keep.txt", "Kestrel drills start at dawn on Fridays.")
     gone = ws.knowledge.ingest_text("gone.txt", FACT_3)
     index = cache.get(ws.organization_id, "test")

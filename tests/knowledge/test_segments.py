@@ -7,6 +7,7 @@ brute force over ``store.load_vectors``, the source of truth.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -15,26 +16,27 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
 import pytest
-from helpers import cli_env
+from helpers import cli_env, make_document, open_seen, seen
 
 from agentcore import AgentCore
-from agentcore.knowledge import cache as cache_module
 from agentcore.knowledge import kernels
+from agentcore.knowledge import workspace_indexes as indexes_module
 from agentcore.knowledge.index import Part, VectorIndex
 from agentcore.knowledge.segments import (
     MANIFEST,
-    PAUSE_ENV,
     SegmentDirectory,
     SegmentError,
     segment_root,
 )
-from agentcore.models import Document
+from agentcore.knowledge.workspace_indexes import WorkspaceIndexes
+from agentcore.plugins.hashing_embedder import HashingEmbedder
+from agentcore.storage.base import Store
+from agentcore.storage.sqlite import SQLiteStore
 
 ORG = "acme"
 ENV = "test"
@@ -45,42 +47,55 @@ def unit_rows(n: int, d: int, seed: int) -> npt.NDArray[np.float32]:
     return rows / np.linalg.norm(rows, axis=1, keepdims=True)
 
 
+def write_document(
+    cache: WorkspaceIndexes,
+    store: Store,
+    org: str,
+    name: str,
+    n: int,
+    seed: int,
+    dimension: int,
+    embedder: str = HashingEmbedder.name,
+) -> str:
+    """Store a document ``doc_<name>`` of ``n`` chunks with synthetic unit vectors, through
+    ``cache`` as the knowledge service writes (the cached index catches up); its id."""
+    document = make_document(id=f"doc_{name}", source=f"{name}.txt", chunks=n, bytes=1)
+    chunks = [(f"chunk {i}", [1], [0]) for i in range(n)]
+    keep = np.ones(n, dtype=bool)
+    vectors = unit_rows(n, dimension, seed)
+    cache.write(
+        org,
+        ENV,
+        lambda: store.insert_document(org, ENV, document, chunks, embedder, vectors, keep),
+    )
+    return document.id
+
+
 class Workspace:
     """A started core on a SQLite file (its maintenance loop runs) and helpers to write
     documents of synthetic vectors."""
 
     def __init__(self, db: Path, **settings: object) -> None:
         self.db = db
-        self.core = AgentCore.open(str(db), start_workers=False, **settings)
+        self.core = open_seen(str(db), start_workers=False, **settings)
         self.core.start()
         self.ws = self.core.workspace(ORG, ENV)
         self.org = self.ws.organization_id
         embedder = self.core.embedders[self.core.settings.embedder]
         self.embedder, self.d = embedder.name, embedder.dimension
-        self.cache = self.core.index_cache
+        self.cache = self.core.indexes
 
     def add_document(self, name: str, n: int, seed: int) -> str:
-        document = Document(
-            id=f"doc_{name}",
-            source=f"{name}.txt",
-            content_type="text/plain",
-            pages=1,
-            chunks=n,
-            bytes=1,
-            created_at=datetime(2026, 1, 1, tzinfo=UTC),
-        )
-        chunks = [(f"chunk {i}", [1], [0]) for i in range(n)]
-        keep = np.ones(n, dtype=bool)
-        vectors = unit_rows(n, self.d, seed)
-        # through the cache, as the service writes: the cached index catches up
-        self.cache.write(
-            self.org,
-            ENV,
-            lambda: self.core.store.insert_document(
-                self.org, ENV, document, chunks, self.embedder, vectors, keep
-            ),
-        )
-        return document.id
+        store = self.core.store
+        return write_document(self.cache, store, self.org, name, n, seed, self.d, self.embedder)
+
+    def segment_loads(self) -> int:
+        """Loads of a workspace's index that mapped its segment files."""
+        return seen(self.core)["index.segment_load"]
+
+    def merges(self) -> int:
+        """Segment files the background maintenance wrote."""
+        return seen(self.core)["index.merge"]
 
     def delete(self, document_id: str) -> None:
         self.ws.knowledge.delete(document_id)
@@ -116,7 +131,7 @@ class Workspace:
 @pytest.fixture
 def small_merges(monkeypatch: pytest.MonkeyPatch) -> None:
     """Merge the tail into a segment after a few dozen rows, so tests see many merges."""
-    monkeypatch.setattr(cache_module, "SEGMENT_MERGE_ROWS", 40)
+    monkeypatch.setattr(indexes_module, "SEGMENT_MERGE_ROWS", 40)
 
 
 @pytest.fixture
@@ -155,11 +170,11 @@ def test_results_equal_the_store_through_appends_deletes_merges_and_reloads(
                 index = space.index()
                 assert index.tail_rows < 40 and all(p.name for p in index.parts())
             if step % 20 == 19:  # a new process: maps the files, applies the change log
-                merges += space.cache.merges
+                merges += space.merges()
                 space.close()
                 space = Workspace(db)
                 space.check()
-                assert space.cache.segment_loads == 1
+                assert space.segment_loads() == 1
         assert space.cache.wait_for_maintenance()
         assert merges > 6  # tails merged and segments compacted along the way
         space.check()
@@ -174,7 +189,7 @@ def test_results_equal_the_store_through_appends_deletes_merges_and_reloads(
     again = Workspace(db)
     try:
         again.check()
-        assert again.cache.segment_loads == 1
+        assert again.segment_loads() == 1
     finally:
         again.close()
 
@@ -235,7 +250,7 @@ def test_a_delete_returns_before_compaction_and_searches_stay_right_meanwhile(
     assert space.cache.wait_for_maintenance()
     (segment,) = space.index().parts()
     directory = space.directory()
-    merges = space.cache.merges
+    merges = space.merges()
     # Hold the directory's lock: background maintenance cannot write a segment, so
     # every delete below must return without compacting.
     with directory.lock():
@@ -246,7 +261,7 @@ def test_a_delete_returns_before_compaction_and_searches_stay_right_meanwhile(
         assert part.same_rows(segment) and part.dead.size == 240
         assert index.maintenance_due()
         space.check()  # searches skip the tombstoned rows
-        assert space.cache.merges == merges
+        assert space.merges() == merges
         # a search thread runs on while the compaction starts
         errors: list[BaseException] = []
         stop = threading.Event()
@@ -264,7 +279,7 @@ def test_a_delete_returns_before_compaction_and_searches_stay_right_meanwhile(
     stop.set()
     reader.join()
     assert not errors, errors[:1]
-    assert space.cache.merges == merges + 1
+    assert space.merges() == merges + 1
     (part,) = space.index().parts()
     assert part.rows == 360 and part.dead.size == 0
     space.check()
@@ -272,21 +287,54 @@ def test_a_delete_returns_before_compaction_and_searches_stay_right_meanwhile(
 
 # -- crash safety ----------------------------------------------------------------------
 
+
+class PauseAt:
+    """A ``segments.WriteStages`` that stops a write at ``stage`` for good, after
+    creating ``marker`` (so a test can kill the process there)."""
+
+    def __init__(self, stage: str, marker: Path) -> None:
+        self.stage, self.marker = stage, marker
+
+    def __call__(self, stage: str) -> None:
+        if stage == self.stage:
+            self.marker.touch()
+            time.sleep(3600)
+
+
+def paused_maintenance(db: Path, step: str, stage: str, marker: Path) -> None:
+    """Open ``db``'s store and an index cache over it as the core builds one, whose
+    segment writes pause at ``stage``; run a merge or a compaction (``step``)."""
+    store = SQLiteStore.open(db)
+    embedder = HashingEmbedder()
+    root, identity = segment_root(str(db), "auto")
+    cache = WorkspaceIndexes(
+        store,
+        embedders={embedder.name: embedder},
+        embedder=embedder.name,
+        segments=root,
+        store_identity=identity,
+        segment_write_stages=PauseAt(stage, marker),
+    )
+    organization = store.get_organization_by_name(ORG)
+    assert organization is not None
+    org = organization.id
+    cache.get(org, ENV)
+    if step == "merge":  # the tail passes the merge threshold
+        write_document(cache, store, org, "late", 30, seed=99, dimension=embedder.dimension)
+    else:  # tombstones pass the compaction threshold
+        for name in ("d0", "d1", "d2", "d3"):
+            cache.write(org, ENV, functools.partial(store.delete_document, org, ENV, f"doc_{name}"))
+    cache.wait_for_maintenance(timeout=3600)
+
+
 CRASH_SCRIPT = """
 import sys
-sys.path.insert(0, sys.argv[3])
-from test_segments import Workspace
-from agentcore.knowledge import cache
+sys.path.insert(0, sys.argv[1])
 from pathlib import Path
-cache.SEGMENT_MERGE_ROWS = 10
-space = Workspace(Path(sys.argv[1]))
-space.index()
-if sys.argv[2] == "merge":
-    space.add_document("late", 30, seed=99)  # the tail passes the merge threshold
-else:
-    for name in ("d0", "d1", "d2", "d3"):
-        space.delete("doc_" + name)  # tombstones pass the compaction threshold
-space.cache.wait_for_maintenance(timeout=3600)
+from agentcore.knowledge import workspace_indexes
+from test_segments import paused_maintenance
+workspace_indexes.SEGMENT_MERGE_ROWS = 10
+paused_maintenance(Path(sys.argv[2]), sys.argv[3], sys.argv[4], Path(sys.argv[5]))
 """
 
 
@@ -306,16 +354,16 @@ def test_kill_9_during_maintenance_leaves_the_old_segments_valid(
     assert before is not None
     space.close()
 
-    env = cli_env() | {PAUSE_ENV: stage}
+    env = cli_env()
     tests_dir = str(Path(__file__).parent)
     env["PYTHONPATH"] = os.pathsep.join([tests_dir, str(Path(tests_dir).parent)])
+    marker = db.with_name(f"paused-{stage}")
     child = subprocess.Popen(
-        [sys.executable, "-c", CRASH_SCRIPT, str(db), step, tests_dir],
+        [sys.executable, "-c", CRASH_SCRIPT, tests_dir, str(db), step, stage, str(marker)],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
-    marker = directory.path / f"paused-{stage}"
     deadline = time.monotonic() + 120
     while not marker.exists():
         if child.poll() is not None:
@@ -334,7 +382,7 @@ def test_kill_9_during_maintenance_leaves_the_old_segments_valid(
     after = Workspace(db)
     try:
         after.check()
-        assert after.cache.segment_loads == 1  # the old segments were used, not the store
+        assert after.segment_loads() == 1  # the old segments were used, not the store
         assert after.cache.wait_for_maintenance()
         after.check()
     finally:
@@ -391,14 +439,14 @@ def test_damaged_segments_or_manifest_fall_back_to_the_store(db: Path, damage: s
     after = Workspace(db)
     try:
         after.check()  # never an error, never a row lost: the store answers
-        assert after.cache.segment_loads == 0
+        assert after.segment_loads() == 0
         assert after.cache.wait_for_maintenance()  # and fresh files are written
     finally:
         after.close()
     healed = Workspace(db)
     try:
         healed.check()
-        assert healed.cache.segment_loads == 1
+        assert healed.segment_loads() == 1
     finally:
         healed.close()
 
@@ -428,7 +476,7 @@ from pathlib import Path
 from test_segments import Workspace, mapped_segment_memory
 space = Workspace(Path(sys.argv[1]))
 space.check(queries=2)
-print(space.cache.segment_loads, flush=True)
+print(space.segment_loads(), flush=True)
 sys.stdin.readline()  # both processes now hold their mapping
 print(mapped_segment_memory(), flush=True)
 sys.stdin.readline()
@@ -519,7 +567,7 @@ def test_index_dir_setting(tmp_path: Path) -> None:
         ws = core.workspace(ORG, ENV)
         ws.knowledge.ingest_text("a.txt", "red pump oil " * 30)
         assert ws.knowledge.search("red pump", top_k=1).results[0].source == "a.txt"
-        assert core.index_cache.wait_for_maintenance()
+        assert core.indexes.wait_for_maintenance()
     assert not (tmp_path / "a.db.index").exists()
 
 
@@ -540,7 +588,7 @@ def test_parts_round_trip_through_a_segment_file(tmp_path: Path) -> None:
 def test_a_manifest_follows_small_writes_so_a_load_bridges_a_short_log(
     db: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(cache_module, "MANIFEST_LAG_VERSIONS", 3)
+    monkeypatch.setattr(indexes_module, "MANIFEST_LAG_VERSIONS", 3)
     space = Workspace(db)
     try:
         docs = [space.add_document(f"d{i}", 30, seed=i) for i in range(4)]
@@ -575,7 +623,7 @@ def test_segments_keep_the_workspace_codec_and_its_float32_rows(db: Path, codec:
     again = Workspace(db, index_dtype=codec)
     try:
         index = again.index()
-        assert again.cache.segment_loads == 1
+        assert again.segment_loads() == 1
         (part,) = index.parts()
         assert part.codec.name == codec and part.codes.dtype != np.float32
         assert part.codes is not part.vectors and not part.codes.flags.writeable

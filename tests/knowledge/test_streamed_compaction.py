@@ -271,7 +271,7 @@ def test_the_writer_paces_itself_before_every_block(tmp_path: Path, codec_name: 
 
 
 def test_background_steps_wait_while_a_write_is_in_flight() -> None:
-    from agentcore.knowledge.cache import _Foreground
+    from agentcore.knowledge.workspace_indexes import _Foreground
 
     foreground = _Foreground()
     assert foreground.wait_idle(0)
@@ -292,9 +292,9 @@ def test_a_merge_beside_a_segment_with_dead_rows_reloads_from_the_files(
     included: with one missing a reload found it unusable and read the store instead."""
     from test_segments import Workspace
 
-    from agentcore.knowledge import cache as cache_module
+    from agentcore.knowledge import workspace_indexes as indexes_module
 
-    monkeypatch.setattr(cache_module, "SEGMENT_MERGE_ROWS", 40)
+    monkeypatch.setattr(indexes_module, "SEGMENT_MERGE_ROWS", 40)
     db = tmp_path / "kb.db"
     space = Workspace(db)
     try:
@@ -314,7 +314,7 @@ def test_a_merge_beside_a_segment_with_dead_rows_reloads_from_the_files(
     again = Workspace(db)
     try:
         again.check()
-        assert again.cache.segment_loads == 1  # the files, not the store
+        assert again.segment_loads() == 1  # the files, not the store
     finally:
         again.close()
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from agentcore import AgentCore, Workspace
-from agentcore.models import Agent, Document
+from agentcore.schema import Agent, Document
 
 WRITERS = 8
 READERS = 32

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from test_store_conformance import make_document, open_store, org, unit
 
-from agentcore.models import Problem
+from agentcore.schema import Problem
 
 pytestmark = pytest.mark.filterwarnings("ignore::ResourceWarning")
 

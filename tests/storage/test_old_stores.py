@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from old_stores.make import STEMS, read_back
 
-from agentcore.models import Agent, Document
+from agentcore.schema import Agent, Document
 from agentcore.storage.records import StoredResult
 from agentcore.storage.sqlite import SQLiteStore
 

@@ -9,7 +9,7 @@ import pytest
 
 from agentcore.errors import NotFound
 from agentcore.ids import new_id, utcnow
-from agentcore.models import Agent, ApiKey
+from agentcore.schema import Agent, ApiKey
 from agentcore.storage.sqlite import SQLiteStore
 
 

@@ -19,7 +19,7 @@ import pytest
 from agentcore.errors import NotFound
 from agentcore.events import Event
 from agentcore.ids import new_id
-from agentcore.models import Agent, ApiKey, Document, Problem
+from agentcore.schema import Agent, ApiKey, Document, Problem
 from agentcore.storage.base import EventWaiter, Store, VectorSearchStore
 from agentcore.storage.records import StoredMessage, StoredResult
 from agentcore.storage.sqlite import SQLiteStore

@@ -17,7 +17,7 @@ from faulty_store import FaultyStore, FaultyStorePlugin
 from webhook_receiver import Receiver, Reply
 
 from agentcore import AgentCore
-from agentcore.models import LoopState
+from agentcore.schema import LoopState
 
 WORKER = "agentcore-webhook-worker"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import cast
 
-from agentcore.models import Agent, AgentCreate, AgentList, AgentStatus, AgentUpdate
+from agentcore.schema import Agent, AgentCreate, AgentList, AgentStatus, AgentUpdate
 from agentcore_starlette.routing import PAGINATION, ApiRoute, Call, QueryParam
 
 STATUSES = ("draft", "deployed", "archived")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agentcore.models import VerifyResponse
+from agentcore.schema import VerifyResponse
 from agentcore_starlette.routing import ApiRoute, Call
 
 

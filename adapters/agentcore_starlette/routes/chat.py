@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import cast
 
 from agentcore.chat import ChatStream
-from agentcore.models import ChatMessageRequest, ChatMessageResponse
+from agentcore.schema import ChatMessageRequest, ChatMessageResponse
 from agentcore_starlette.routing import ApiRoute, Call
 from agentcore_starlette.streaming import CHAT_EVENTS
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import cast
 
-from agentcore.models import (
+from agentcore.schema import (
     Deleted,
     DeliveryList,
     WebhookList,

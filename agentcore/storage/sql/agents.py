@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from agentcore.models import Agent
+from agentcore.schema import Agent
 from agentcore.storage.sql.database import Tables
 from agentcore.storage.sql.queries import WORKSPACE, insert_row, marks, page_rows
 

@@ -16,7 +16,7 @@ import numpy.typing as npt
 
 from agentcore.events import Event
 from agentcore.ids import isoformat
-from agentcore.models import Document, Problem
+from agentcore.schema import Document, Problem
 from agentcore.storage.records import (
     Chunks,
     DocumentChanges,

@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from agentcore.ids import isoformat, new_id, now_iso
-from agentcore.models import ApiKey, Organization
+from agentcore.schema import ApiKey, Organization
 from agentcore.storage.sql.database import CACHE_LIMIT, Tables
 from agentcore.storage.sql.queries import insert_row, update_row
 

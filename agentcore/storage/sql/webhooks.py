@@ -15,7 +15,7 @@ from typing import Any
 
 from agentcore.events import Event
 from agentcore.ids import new_id, now_iso
-from agentcore.models import Delivery, DeliveryAttempt, WebhookSubscription
+from agentcore.schema import Delivery, DeliveryAttempt, WebhookSubscription
 from agentcore.storage.records import DueDelivery, StoredSubscription
 from agentcore.storage.sql.database import Connection, Tables
 from agentcore.storage.sql.queries import WORKSPACE, insert_row, marks, page_rows, update_row

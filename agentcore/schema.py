@@ -1,4 +1,4 @@
-"""Pydantic models that are the wire schema of the /v1 API (and the Python API's returns)."""
+"""The wire schema of the /v1 API: pydantic models (the Python API returns them too)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Ingestion: uploaded bytes (text, Markdown, PDF) to clean page texts, or a clear 4xx."""
+"""Parsing: uploaded bytes (text, Markdown, PDF) to clean page texts, or a clear 4xx."""
 
 from __future__ import annotations
 

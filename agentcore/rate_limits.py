@@ -1,7 +1,8 @@
 """Per-key rate limits: a token bucket per key, and the facts a caller reports.
 
-The core decides and returns facts (limit, remaining, reset and retry-after
-seconds); the HTTP adapter turns them into ``RateLimit``/``Retry-After`` headers.
+The core decides and returns facts (a ``Decision``: limit, remaining, reset and
+retry-after seconds); the HTTP adapter turns them into ``RateLimit``/``Retry-After``
+headers.
 """
 
 from __future__ import annotations
@@ -10,29 +11,10 @@ import math
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from agentcore.config import Settings
-from agentcore.errors import RateLimited
+from agentcore.errors import Decision, RateLimited
 from agentcore.storage.base import RateLimitStore
-
-
-@dataclass(frozen=True)
-class Decision:
-    """The outcome of one check, and the key's bucket right after it.
-
-    :param allowed: whether the request may run.
-    :param limit: requests a second for this key (also the burst, if at least one).
-    :param remaining: whole requests the bucket holds now.
-    :param reset: seconds until the bucket is full again.
-    :param retry_after: seconds until one more request would pass (0 when allowed).
-    """
-
-    allowed: bool
-    limit: float
-    remaining: int
-    reset: float
-    retry_after: float
 
 
 class RateLimiter:

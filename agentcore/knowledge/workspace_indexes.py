@@ -1,4 +1,5 @@
-"""The per-core cache of workspace indexes, kept in step with the store's change log."""
+"""WorkspaceIndexes: each workspace's vector index, loaded once per core and kept in step
+with the store's change log (catch-up, own writes, re-embedding, segment maintenance)."""
 
 from __future__ import annotations
 
@@ -18,9 +19,9 @@ from agentcore.errors import Conflict, InvalidRequest, ValidationFailed
 from agentcore.knowledge import kernels
 from agentcore.knowledge.embedders import Embedder, bounded_text
 from agentcore.knowledge.index import VectorIndex, codec_named, settle
-from agentcore.knowledge.segments import Manifest, SegmentDirectory, SegmentError
+from agentcore.knowledge.segments import Manifest, SegmentDirectory, SegmentError, WriteStages
 from agentcore.redact import get_logger
-from agentcore.runtime import Loop, Runtime
+from agentcore.runtime import Loop, Observer, Runtime, unobserved
 from agentcore.storage.base import VectorSearchStore
 from agentcore.storage.records import KnowledgeChanges, KnowledgeState, StaleEmbedder
 
@@ -78,11 +79,11 @@ class _Entry:
     pending_rows: int = 0
 
 
-class IndexCache:
+class WorkspaceIndexes:
     """Loads each workspace's index once, shares it between threads, keeps it current.
 
     The store keeps a per-workspace version that every knowledge write advances and a
-    change log (rows added, ids deleted, per version). Before each search the cache
+    change log (rows added, ids deleted, per version). Before each search it
     compares its version with the store's (one small read); if it is behind (a write
     by this or another process, on this or another machine), it applies only the
     changes since its version. It reloads the whole workspace only when the log cannot
@@ -113,8 +114,12 @@ class IndexCache:
     :param runtime: the core's runtime, which runs index maintenance (compaction,
         merges, segment files) on its loop ``agentcore-index-maintenance`` and lends
         the indexes its pool ``agentcore-index`` of scan helpers. Without one the
-        cache makes its own, which nobody starts: maintenance then runs only in
+        object makes its own, which nobody starts: maintenance then runs only in
         ``wait_for_maintenance``, and ``close()`` ends the helpers.
+    :param segment_write_stages: called at each stage of a segment file write
+        (``segments.WriteStages``, a fault-injection point); none by default.
+    :param observer: told of each load, catch-up, segment load, switch and merge
+        (``runtime.Observer``).
     """
 
     def __init__(
@@ -130,10 +135,13 @@ class IndexCache:
         store_identity: str = "",
         codec: str = "float32",
         runtime: Runtime | None = None,
+        segment_write_stages: WriteStages | None = None,
+        observer: Observer = unobserved,
     ) -> None:
         self._store = store
         self._segments = None if store_search is not None else segments
         self._store_identity = store_identity
+        self._write_stages = segment_write_stages
         self._codec = codec
         self._own_runtime = runtime is None
         self._runtime = runtime or Runtime()
@@ -154,18 +162,13 @@ class IndexCache:
         self._entries: dict[Key, _Entry] = {}
         self._locks: dict[Key, threading.RLock] = {}
         self._guard = threading.Lock()
-        # workspaces whose embedder this cache has checked and whose dtype is claimed:
+        # workspaces whose embedder this object has checked and whose dtype is claimed:
         # their document writes check the embedder in their own transaction instead
         self._checked: set[Key] = set()
-        self.reloads = 0  # full workspace loads (a number tests and benchmarks read)
-        self.catch_ups = 0  # change-log deltas applied
-        self.segment_loads = 0  # loads that mapped segment files instead of reading the store
-        self.switches = 0  # indexes replaced by segments another process (or thread) wrote
-        self.merges = 0  # segment files written by background maintenance
-        self.own_writes = 0  # this process's writes added without reading them back
+        self._observe = observer
 
     def close(self, timeout: float = 30.0) -> None:
-        """Drop the maintenance not yet started; a cache with its own runtime also ends
+        """Drop the maintenance not yet started; one with its own runtime also ends
         its threads (waiting up to ``timeout`` for a step under way). A core's
         runtime is stopped by the core."""
         self._maintainer.close()
@@ -320,7 +323,7 @@ class IndexCache:
         *,
         added: Callable[[T], Rows | None] | None = None,
     ) -> T:
-        """Run ``store_write`` (a knowledge write to the store), then bring the cache up to date.
+        """Run ``store_write`` (a knowledge write to the store), then bring the index up to date.
 
         Serialised per workspace in this process. The cached index, if any, applies
         the change log since its version, which holds this write and any other
@@ -358,7 +361,7 @@ class IndexCache:
             return result
 
     def _check_embedder(self, key: Key) -> None:
-        """Bring a workspace to this cache's embedder (a re-embed, or a 409 when only
+        """Bring a workspace to this object's embedder (a re-embed, or a 409 when only
         the dimension changed) and claim its dtype on its first write. Locked."""
         self._checked.discard(key)
         state = self._ensure_embedder(*key)
@@ -380,7 +383,7 @@ class IndexCache:
 
     def _add_own(self, key: Key, entry: _Entry) -> bool:
         """Add the held-back rows of this process's writes if no other write came since
-        the cache's version (the store's version moved one step per held-back write);
+        the index's version (the store's version moved one step per held-back write);
         False to read the change log instead."""
         version = self._store.knowledge_state(*key).version
         if version != entry.version + len(entry.pending):
@@ -397,7 +400,7 @@ class IndexCache:
             except ValidationFailed:
                 return False
         entry.version = version
-        self.own_writes += len(entry.pending)
+        self._observe("index.own_write", len(entry.pending))
         entry.pending.clear()
         entry.pending_rows = 0
         return True
@@ -409,7 +412,7 @@ class IndexCache:
         they were written); else from the store, and then (in the background) written
         as segment files, which the index then maps instead of its RAM copy.
         """
-        self.reloads += 1
+        self._observe("index.reload", 1)
         if self._segments is not None:
             mapped = self._load_segments(key, state)
             if mapped is not None:
@@ -455,14 +458,17 @@ class IndexCache:
         if not _apply(entry.index, changes):
             return False
         entry.version = changes.version
-        self.catch_ups += 1
+        self._observe("index.catch_up", 1)
         return True
 
     # -- segment files -------------------------------------------------------------
 
     def _directory(self, key: Key) -> SegmentDirectory:
         assert self._segments is not None
-        return SegmentDirectory(self._segments / quote(key[0], safe="") / quote(key[1], safe=""))
+        return SegmentDirectory(
+            self._segments / quote(key[0], safe="") / quote(key[1], safe=""),
+            write_stages=self._write_stages,
+        )
 
     def _attach(self, key: Key, index: VectorIndex) -> None:
         """Make ``index``'s maintenance run on the maintenance loop; with segment files,
@@ -511,7 +517,7 @@ class IndexCache:
         self._entries[key] = _Entry(
             changes.version, index, manifest.id, state.embedder, manifest.version
         )
-        self.segment_loads += 1
+        self._observe("index.segment_load", 1)
         return index
 
     def _maintain_in_ram(self, key: Key, force: bool) -> bool:
@@ -542,7 +548,7 @@ class IndexCache:
                 if current is not None and current.id != entry.manifest:
                     state = self._store.knowledge_state(*key)
                     if self._load_segments(key, state) is not None:
-                        self.switches += 1
+                        self._observe("index.switch", 1)
                         return False
                 index = entry.index
                 plan = index.plan_maintenance(force=force)
@@ -573,7 +579,7 @@ class IndexCache:
                 if applied and self._entries.get(key) is entry:
                     entry.manifest = manifest.id
                     entry.manifest_version = max(entry.manifest_version, version)
-            self.merges += 1
+            self._observe("index.merge", 1)
             if current is not None:
                 directory.remove(current.files() - manifest.files())
             directory.collect(manifest.files())
@@ -636,7 +642,7 @@ FOREGROUND_WAIT = 0.05
 
 
 class _Foreground:
-    """Counts a cache's writes in flight, so background maintenance can give way to them.
+    """Counts the writes in flight, so background maintenance can give way to them.
 
     The segment maintainer calls ``wait_idle`` between the blocks it copies: while a
     request's write (a DELETE, an ingest) runs in this process, the compaction pauses

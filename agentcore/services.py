@@ -1,0 +1,96 @@
+"""WorkspaceServices: a ``Workspace`` with its services, as host code and plugins use it.
+
+``core.authenticate(key)`` and ``core.workspace(org, env)`` return one:
+``ws.agents``, ``ws.knowledge``, ``ws.chat`` and ``ws.webhooks`` are the workspace's
+services, built by the core (the composition root) on first use. This module sits
+above the services and the ``Workspace`` value, which never import it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, Protocol
+
+from agentcore.agents import AgentService
+from agentcore.chat import ChatService
+from agentcore.events import Event, EventBus
+from agentcore.knowledge.service import KnowledgeService
+from agentcore.webhooks.service import WebhookService
+from agentcore.workspace import Workspace
+
+
+class ServiceFactory(Protocol):
+    """Builds the services of a workspace (``AgentCore``, the composition root)."""
+
+    @property
+    def events(self) -> EventBus:
+        """The core's event bus."""
+        ...
+
+    def agent_service(self, workspace: Workspace) -> AgentService:
+        """The agents of ``workspace``."""
+        ...
+
+    def knowledge_service(self, workspace: Workspace) -> KnowledgeService:
+        """The knowledge core of ``workspace``."""
+        ...
+
+    def chat_service(self, workspace: Workspace) -> ChatService:
+        """Chat in ``workspace``."""
+        ...
+
+    def webhook_service(self, workspace: Workspace) -> WebhookService:
+        """Webhook subscriptions of ``workspace``."""
+        ...
+
+
+@dataclass(frozen=True, kw_only=True, repr=False, eq=False)
+class WorkspaceServices(Workspace):
+    """A ``Workspace`` (organization, environment, scopes, key) with its services.
+
+    Every service checks the workspace's scopes. Built by the core; compares as the
+    ``Workspace`` it extends (the same tenant, scopes and key).
+
+    :param core: builds the services (the ``AgentCore`` that handed this out).
+    """
+
+    core: ServiceFactory = field(repr=False)
+
+    @classmethod
+    def of(cls, workspace: Workspace, core: ServiceFactory) -> WorkspaceServices:
+        """``workspace`` with the services ``core`` builds for it."""
+        return cls(
+            organization_id=workspace.organization_id,
+            organization=workspace.organization,
+            environment=workspace.environment,
+            scopes=workspace.scopes,
+            key_id=workspace.key_id,
+            core=core,
+        )
+
+    def publish(self, kind: str, data: dict[str, Any]) -> Event:
+        """Publish an event of a registered ``kind`` in this workspace."""
+        return self.core.events.publish(
+            kind, data, organization_id=self.organization_id, environment=self.environment
+        )
+
+    @cached_property
+    def agents(self) -> AgentService:
+        """The agent registry of this workspace."""
+        return self.core.agent_service(self)
+
+    @cached_property
+    def knowledge(self) -> KnowledgeService:
+        """The knowledge core of this workspace: documents and search."""
+        return self.core.knowledge_service(self)
+
+    @cached_property
+    def chat(self) -> ChatService:
+        """Chat with this workspace's agents."""
+        return self.core.chat_service(self)
+
+    @cached_property
+    def webhooks(self) -> WebhookService:
+        """Webhook subscriptions of this workspace."""
+        return self.core.webhook_service(self)
