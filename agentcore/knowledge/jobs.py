@@ -478,7 +478,10 @@ class IngestionJobs:
                     or (busy and not block)
                 ):
                     break
-                if now >= look:
+                # a job a worker of this process runs is delivered by its supervisor,
+                # after it frees the slot: reading the store could see the worker's
+                # write first and let the caller's next upload find the slot still taken
+                if now >= look and not waiter.started:
                     look = now + STORE_LOOK
                     if (outcome := settled()) is not None:
                         break
