@@ -122,7 +122,7 @@ def vector_part(args: argparse.Namespace) -> dict[str, Any]:
         hits = 0
         rows = np.flatnonzero(mask)
         for q in queries[: args.recall_queries]:
-            scores = matrix[rows] @ q
+            scores = (matrix @ q)[rows]  # no copy of the matching rows
             truth = rows[np.lexsort((rows, -scores))][:K]
             found = index.search(q, K, allow=allow)[0]
             hits += len(set(truth.tolist()) & set(found.tolist()))

@@ -738,19 +738,7 @@ class VectorIndex:
             allowed = True if allow is None else part.allowed_rows(allow)
             if allowed is False:
                 continue
-            if allowed is True:
-                rows, scores = kernels.search_part(
-                    part.codec,
-                    part.codes,
-                    part.params,
-                    part.vectors,
-                    part.dead,
-                    q,
-                    k,
-                    self._executor,
-                )
-            else:
-                rows, scores = self._search_masked(part, allowed, q, k)
+            rows, scores = self._search_part(part, allowed, q, k)
             found_ids.append(part.ids[rows])
             found_scores.append(scores)
         if not found_ids:
@@ -759,18 +747,24 @@ class VectorIndex:
             return kernels.order(found_ids[0], found_scores[0], k)
         return kernels.order(np.concatenate(found_ids), np.concatenate(found_scores), k)
 
-    def _search_masked(
-        self, part: Part, allowed: npt.NDArray[np.bool_], q: Matrix, k: int
+    def _search_part(
+        self, part: Part, allowed: npt.NDArray[np.bool_] | bool, q: Matrix, k: int
     ) -> tuple[IdArray, ScoreArray]:
-        """Candidates of ``part`` among the rows ``allowed`` marks (a fresh mask)."""
-        if part.dead.size:
-            allowed[part.dead] = False
-        count = int(np.count_nonzero(allowed))
-        if count == 0:
-            return _EMPTY_IDS, np.empty(0, dtype=np.float32)
-        if count <= part.rows * GATHER_FRACTION:
-            # few rows: score just those, exactly, from the float32 rows
-            return kernels.scan_rows(part.vectors, np.flatnonzero(allowed), q, k, self._executor)
+        """Candidates of ``part``: among all its live rows (``allowed`` true), or among
+        the rows ``allowed`` marks (a fresh mask, which this may write)."""
+        blocked = None
+        if allowed is not True:
+            assert not isinstance(allowed, bool)  # False: the caller skips the part
+            if part.dead.size:
+                allowed[part.dead] = False
+            count = int(np.count_nonzero(allowed))
+            if count == 0:
+                return _EMPTY_IDS, np.empty(0, dtype=np.float32)
+            if count <= part.rows * GATHER_FRACTION:
+                # few rows: score just those, exactly, from the float32 rows
+                rows = np.flatnonzero(allowed)
+                return kernels.scan_rows(part.vectors, rows, q, k, self._executor)
+            blocked = ~allowed
         return kernels.search_part(
             part.codec,
             part.codes,
@@ -780,7 +774,7 @@ class VectorIndex:
             q,
             k,
             self._executor,
-            blocked=~allowed,
+            blocked=blocked,
         )
 
     def search_batch(self, queries: npt.ArrayLike, k: int) -> tuple[IdArray, ScoreArray]:

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from helpers import wait_for
 from pdfs import filler
 from standardwebhooks.webhooks import Webhook
 from webhook_receiver import Receiver
@@ -31,14 +32,6 @@ pytestmark = pytest.mark.timeout(180)
 
 BIG_TEXT = filler(1_500, 3)  # ~90 KB: a worker's job
 KINDS = ["document.ready", "document.failed"]
-
-
-def wait_for(condition: Callable[[], object], limit: float = 60.0) -> Any:
-    give_up = time.monotonic() + limit
-    while not (value := condition()):
-        assert time.monotonic() < give_up, "condition not met in time"
-        time.sleep(0.05)
-    return value
 
 
 @contextmanager
