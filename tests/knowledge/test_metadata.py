@@ -180,3 +180,10 @@ def test_filters_with_pgvector(pgvector_core: AgentCore, mode: str) -> None:
     assert [r.source for r in keyword] == ["portal.txt"] and -1 <= keyword[0].score <= 1
     nothing = {"type": "eq", "key": "team", "value": "legal"}
     assert ws.knowledge.search("vacation", mode=mode, filter=nothing).results == []
+    # the filter is in the SQL, before its LIMIT: rows that rank higher do not crowd it out
+    for n in range(40):
+        ws.knowledge.ingest_text(f"noise{n}.txt", f"Vacation days vacation days vacation {n}.")
+    found = ws.knowledge.search("vacation days", mode=mode, top_k=2, filter=hr)
+    assert sources(found.results) == {"leave.txt", "parental.txt"}
+    unfiltered = ws.knowledge.search("vacation days", mode=mode, top_k=2)
+    assert sources(unfiltered.results) <= {f"noise{n}.txt" for n in range(40)}
