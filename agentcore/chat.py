@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-from collections.abc import Generator, Iterator, Mapping
+from collections.abc import Generator, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Executor, Future, InvalidStateError, wait
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol
@@ -45,6 +45,7 @@ from agentcore.redact import get_logger
 from agentcore.schema import (
     HANDOFF_TOOL,
     Agent,
+    AgentStatus,
     ChatMessageResponse,
     Citation,
     Environment,
@@ -76,6 +77,12 @@ _HUMAN_REQUEST = re.compile(
     r"\bhuman (agent|being|support)\b|\brepresentative\b",
     re.IGNORECASE,
 )
+CHAT_STATUSES: dict[str, tuple[AgentStatus, ...]] = {
+    "test": ("draft", "deployed"),
+    "live": ("deployed",),
+}
+"""The statuses of the agents a key of each environment may chat with ("draft queries":
+a test key also reaches agents in ``draft``)."""
 _GUARD_SLACK = 2.0  # seconds past the model time-out before a hung plugin is abandoned
 _END = object()  # what ``next`` returns for a model stream that ended without a result
 
@@ -192,15 +199,35 @@ class ChatService:
         self._guard_pool = guard_pool
 
     def send(
-        self, agent_id: str, message: str, conversation_id: str | None = None
+        self,
+        agent_id: str,
+        message: str,
+        conversation_id: str | None = None,
+        *,
+        history: Sequence[ChatTurn] | None = None,
     ) -> ChatMessageResponse:
-        """Send ``message`` to an agent and return its answer with citations. Read scope."""
-        answer = self._open(agent_id, message, conversation_id, streaming=False)
+        """Send ``message`` to an agent and return its answer with citations. Read scope.
+
+        :param conversation_id: continue this conversation: its stored turns are the
+            model's context. Without it a new conversation starts.
+        :param history: the earlier turns to give the model instead, oldest first (a
+            client that keeps the conversation itself, as OpenAI's API does); the last
+            ``history_turns`` of them are used. Only with a new conversation: the turn
+            is stored in it, the given history is not.
+        """
+        answer = self._open(agent_id, message, conversation_id, history, streaming=False)
         for _ in answer:
             pass
         return answer.response
 
-    def stream(self, agent_id: str, message: str, conversation_id: str | None = None) -> ChatStream:
+    def stream(
+        self,
+        agent_id: str,
+        message: str,
+        conversation_id: str | None = None,
+        *,
+        history: Sequence[ChatTurn] | None = None,
+    ) -> ChatStream:
         """Send ``message`` and get the answer as it is generated. Read scope.
 
         Iterating the returned ``ChatStream`` yields the answer's text in pieces;
@@ -209,11 +236,38 @@ class ChatService:
         unknown agent or conversation raise here, before anything is generated;
         model failures raise from the iteration. ``close()`` (or leaving a ``with``
         block) stops the model; an answer that did not complete is not stored.
+        ``conversation_id`` and ``history`` are as for ``send``.
         """
-        return self._open(agent_id, message, conversation_id, streaming=True)
+        return self._open(agent_id, message, conversation_id, history, streaming=True)
+
+    def agents(self) -> list[Agent]:
+        """Every agent this key may chat with, newest first: with a test key the agents
+        in ``draft`` and ``deployed``, with a live key the deployed ones. Read scope."""
+        ws = self._ws
+        ws.require("read")
+        found: list[Agent] = []
+        after: str | None = None
+        while True:
+            page, more = self._store.list_agents(
+                ws.organization_id,
+                ws.environment,
+                limit=self._settings.max_page_size,
+                starting_after=after,
+                statuses=CHAT_STATUSES[ws.environment],
+            )
+            found.extend(page)
+            if not more or not page:
+                return found
+            after = page[-1].id
 
     def _open(
-        self, agent_id: str, message: str, conversation_id: str | None, *, streaming: bool
+        self,
+        agent_id: str,
+        message: str,
+        conversation_id: str | None,
+        history: Sequence[ChatTurn] | None,
+        *,
+        streaming: bool,
     ) -> ChatStream:
         """Check the request, then return the turn, ready to run on first iteration."""
         ws = self._ws
@@ -226,10 +280,19 @@ class ChatService:
                 code="message_too_long",
                 param="message",
             )
+        if history is not None and conversation_id is not None:
+            raise ValidationFailed(
+                "Give the earlier turns either as a history or as a conversation id, not both.",
+                code="history_with_conversation",
+                param="conversationId",
+            )
         agent = self._answering_agent(agent_id)
         conversation_id = self._conversation(agent.id, conversation_id)
         cancel: Future[None] = Future()
         turn = _Turn(self, agent, conversation_id, message, cancel=cancel, streaming=streaming)
+        if history is not None:
+            turns = list(history)
+            turn.history = turns[max(len(turns) - self._settings.history_turns, 0) :]
         return ChatStream(self._answer(turn), cancel)
 
     def _answer(self, turn: _Turn) -> Generator[str, None, ChatMessageResponse]:
@@ -257,7 +320,7 @@ class ChatService:
             raise NotFound(f"No agent with id {agent_id!r}.", param="agentId")
         if agent.status == "archived":
             raise Conflict("The agent is archived.", code="agent_archived", param="agentId")
-        if ws.environment == "live" and agent.status != "deployed":
+        if agent.status not in CHAT_STATUSES[ws.environment]:
             raise Conflict(
                 "Live keys can only chat with deployed agents; deploy it or use a test key.",
                 code="agent_not_deployed",
@@ -383,6 +446,8 @@ class _Turn:
         self.message = message
         self.cancel = cancel
         self.streaming = streaming
+        # the model's earlier turns: None reads them from the stored conversation
+        self.history: list[ChatTurn] | None = None
 
     def event(self, kind: str, **data: Any) -> None:
         self.service._events.publish(
@@ -441,12 +506,14 @@ class _Turn:
             for number, (chunk, score) in enumerate(results, 1)
         ]
         term_stats = self.service._knowledge.term_stats(self.message) if passages else None
-        history = [
-            ChatTurn(role="user" if m.role == "user" else "assistant", content=m.content)
-            for m in self.service._store.recent_messages(
-                self.conversation_id, self.settings.history_turns
-            )
-        ]
+        history = self.history
+        if history is None:
+            history = [
+                ChatTurn(role="user" if m.role == "user" else "assistant", content=m.content)
+                for m in self.service._store.recent_messages(
+                    self.conversation_id, self.settings.history_turns
+                )
+            ]
         tools = [ToolSpec(t.name, t.description, t.parameters) for t in self.agent.tools] + [
             HANDOFF_SPEC
         ]

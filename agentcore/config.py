@@ -166,6 +166,11 @@ class Settings(BaseSettings):
     keep_alive_timeout: int = Field(
         5, ge=1, description="`agentcore serve`: seconds an idle keep-alive connection stays open."
     )
+    mcp_enabled: bool = Field(
+        True,
+        description="Whether `create_app` serves the MCP endpoint `/v1/mcp` (it needs the"
+        " `mcp` extra; without it the endpoint answers 404 `mcp_not_installed`).",
+    )
     inline_budget: float = Field(
         0.005,
         ge=0,

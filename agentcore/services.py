@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from agentcore.agents import AgentService
 from agentcore.chat import ChatService
+from agentcore.config import Settings
 from agentcore.events import Event, EventBus
 from agentcore.knowledge.service import KnowledgeService
 from agentcore.webhooks.service import WebhookService
@@ -26,6 +27,11 @@ class ServiceFactory(Protocol):
     @property
     def events(self) -> EventBus:
         """The core's event bus."""
+        ...
+
+    @property
+    def settings(self) -> Settings:
+        """The core's settings (adapters check request limits against them)."""
         ...
 
     def agent_service(self, workspace: Workspace) -> AgentService:

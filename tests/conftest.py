@@ -13,7 +13,7 @@ import tempfile
 import threading
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,7 +26,7 @@ from webhook_receiver import Receiver
 
 from agentcore import AgentCore
 from agentcore.schema import IssuedKey
-from agentcore_starlette import create_app
+from agentcore_starlette import create_app, lifespan_for
 
 
 def free_port() -> int:
@@ -324,6 +324,56 @@ def api(request: pytest.FixtureRequest, app: ASGIApp, keys: Keys) -> Iterator[Ap
         return
     with ServerThread(app) as server:
         yield Api(app, server.url, key)
+
+
+# The API as hosts serve it (the OpenAI route's and the MCP endpoint's tests) ------------
+
+
+def fastapi_host(core: AgentCore) -> Any:
+    """A FastAPI app with the API mounted at ``/api`` and the core's lifespan entered in
+    its own, as the README's host example does."""
+    from fastapi import FastAPI
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        async with lifespan_for(core)(app):
+            yield
+
+    host = FastAPI(lifespan=lifespan)
+    host.mount("/api", create_app(core))
+    return host
+
+
+HANDBOOK_PAGES = [
+    "This page describes the company picnic and the parking rules of the campus. " * 3,
+    "Employees get 25 vacation days per year. Unused days expire at the end of March. " * 2,
+]
+"""A two-page handbook: the vacation days are on page 2."""
+
+
+@pytest.fixture
+def handbook_agent(core: AgentCore, keys: Keys) -> str:
+    """A draft agent of acme/test (test keys chat with drafts) over ``handbook.pdf``
+    (``HANDBOOK_PAGES``)."""
+    from pdfs import make_pdf
+
+    keys.make()
+    ws = core.workspace("acme", "test")
+    ws.knowledge.ingest_file(make_pdf(HANDBOOK_PAGES), filename="handbook.pdf")
+    return ws.agents.create(name="HR").id
+
+
+# the FastAPI variant is marked slow: `-m "not slow"` serves the app alone only
+@pytest.fixture(params=["alone", pytest.param("fastapi", marks=pytest.mark.slow)])
+def served_v1(request: pytest.FixtureRequest, app: ASGIApp, core: AgentCore) -> Iterator[str]:
+    """The base URL of the API's ``/v1`` on a real uvicorn server on 127.0.0.1: the app
+    served alone, or mounted at ``/api`` in a FastAPI host (``fastapi_host``)."""
+    if request.param == "alone":
+        with ServerThread(app) as server:
+            yield server.url + "/v1"
+        return
+    with ServerThread(fastapi_host(core)) as server:
+        yield server.url + "/api/v1"
 
 
 # No secret in any log line ------------------------------------------------------------

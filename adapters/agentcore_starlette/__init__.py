@@ -11,7 +11,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from agentcore_starlette.app import bearer_token, create_app, lifespan_for
+    from agentcore_starlette.app import create_app, lifespan_for
+    from agentcore_starlette.credentials import bearer_token
     from agentcore_starlette.routing import ApiRoute, Call
 
 __all__ = ["ApiRoute", "Call", "bearer_token", "create_app", "lifespan_for"]
@@ -19,7 +20,7 @@ __all__ = ["ApiRoute", "Call", "bearer_token", "create_app", "lifespan_for"]
 _HOMES = {
     "ApiRoute": "agentcore_starlette.routing",
     "Call": "agentcore_starlette.routing",
-    "bearer_token": "agentcore_starlette.app",
+    "bearer_token": "agentcore_starlette.credentials",
     "create_app": "agentcore_starlette.app",
     "lifespan_for": "agentcore_starlette.app",
 }

@@ -8,11 +8,10 @@ import contextlib
 import contextvars
 import hashlib
 import json
-import re
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel
 from starlette.applications import Starlette
@@ -31,14 +30,14 @@ from agentcore.chat import ChatStream
 from agentcore.config import Settings
 from agentcore.core import AgentCore
 from agentcore.errors import (
-    AuthenticationError,
     InvalidRequest,
     NotFound,
     PayloadTooLarge,
     ServiceUnavailable,
     ValidationFailed,
 )
-from agentcore.redact import QUERY_SECRET_NAMES, get_logger, looks_secret
+from agentcore.redact import get_logger
+from agentcore.services import WorkspaceServices
 from agentcore.workspace import Workspace
 from agentcore_starlette.bodies import (
     media_type,
@@ -47,14 +46,18 @@ from agentcore_starlette.bodies import (
     require_json,
     validate,
 )
+from agentcore_starlette.credentials import bearer_token, refuse_secrets_in_query
 from agentcore_starlette.idempotency import OutcomePending, check_key, fingerprint, run_once
+from agentcore_starlette.mcp_endpoint import METHODS as MCP_METHODS
+from agentcore_starlette.mcp_endpoint import PATH as MCP_PATH
+from agentcore_starlette.mcp_endpoint import McpEndpoint, endpoints_running
 from agentcore_starlette.middleware import ApiMiddleware
 from agentcore_starlette.openapi import build_openapi
-from agentcore_starlette.problems import http_exception_problem
+from agentcore_starlette.problems import RESPONDER, http_exception_problem, openai_error_response
 from agentcore_starlette.ratelimit import rate_limit_headers
 from agentcore_starlette.routes import ROUTES
 from agentcore_starlette.routing import ApiRoute, Call, Upload
-from agentcore_starlette.streaming import event_stream
+from agentcore_starlette.streaming import Streamed, event_stream
 
 log = get_logger("agentcore.http")  # masks keys and secrets in every record
 
@@ -66,55 +69,6 @@ HANDLER_THREADS = 40
 MULTIPART_OVERHEAD = 64 * 1024
 UPLOAD_FIELDS = ("file", "metadata")
 """The multipart fields a document upload may carry (openapi.py declares the same)."""
-
-
-_BEARER = re.compile(r"(?i)bearer ([^\s]+)")
-
-
-def bearer_token(request: Request) -> str | None:
-    """The key from ``Authorization: Bearer <key>``, parsed strictly; 401 otherwise.
-
-    The scheme is case-insensitive; exactly one space separates it from the key, and
-    the key has no whitespace (``Bearer  key``, ``Bearer``, ``Basic …`` are refused).
-    Two ``Authorization`` headers are a 400 ``duplicate_authorization``: which one a
-    proxy or a server would pick differs, so neither is used.
-    """
-    found = [value for name, value in request.scope["headers"] if name == b"authorization"]
-    if not found:
-        return None
-    if len(found) > 1:
-        raise InvalidRequest(
-            "The request has more than one Authorization header: send exactly one,"
-            " 'Authorization: Bearer <key>'.",
-            code="duplicate_authorization",
-            param="Authorization",
-        )
-    match = _BEARER.fullmatch(found[0].decode("latin-1"))
-    if match is None:
-        raise AuthenticationError(
-            "Malformed Authorization header: send exactly 'Authorization: Bearer <key>'"
-            " (the scheme, one space, the key).",
-            code="malformed_authorization",
-        )
-    return match.group(1)
-
-
-def refuse_secrets_in_query(request: Request) -> None:
-    """400 when the query string carries a key or secret: it would end up in access logs.
-
-    Refused: a parameter named like a credential (``api_key``, ``key``, ``token``, …,
-    see ``agentcore.redact.QUERY_SECRET_NAMES``) whatever its value, and any value
-    shaped like ``ak_test_…``, ``ak_live_…`` or ``whsec_…``. The value is never echoed.
-    """
-    for name, value in request.query_params.multi_items():
-        if name.lower() in QUERY_SECRET_NAMES or looks_secret(value) or looks_secret(name):
-            raise InvalidRequest(
-                "API keys and secrets must not be sent in the URL (URLs are logged):"
-                " send the key as 'Authorization: Bearer <key>' and rotate a key that was"
-                " sent this way.",
-                code="secret_in_query",
-                param=None if looks_secret(name) else name,
-            )
 
 
 def refuse_unknown_query(route: ApiRoute, request: Request) -> None:
@@ -173,21 +127,17 @@ class Api:
     def endpoint(self, route: ApiRoute) -> Callable[[Request], Any]:
         """The Starlette endpoint running ``route``."""
 
+        responder = openai_error_response if route.error_format == "openai" else None
+
         async def run(request: Request) -> Response:
+            if responder is not None:  # ApiMiddleware answers failures in this format
+                request.scope["state"][RESPONDER] = responder
             if request.scope["query_string"]:  # most requests have none: skip parsing it
                 refuse_secrets_in_query(request)
                 refuse_unknown_query(route, request)
             if any("\x00" in value for value in request.path_params.values()):
                 raise NotFound("No object has an id with a NUL character.")  # nor can one
-            secret = bearer_token(request)
-            # on the loop: a read of one indexed row (WAL readers never wait for the
-            # writer); the occasional last_used_at write goes to a background thread
-            workspace = self.core.authenticate(secret, defer_touch=True)
-            if route.scope != "any":  # before the body is read: 403 does not depend on it
-                workspace.require(route.scope)
-            limits = rate_limit_headers(
-                self.core.rate_limiter.enforce(workspace.key_id or "", workspace.environment)
-            )
+            workspace, limits = self.identify(request, route.scope)
             query = request.query_params if request.scope["query_string"] else NO_QUERY
             # the request's deadline rides on its cancellation: work that waits (an upload
             # waiting for its worker) stops in time to answer before the adapter's 504
@@ -206,7 +156,12 @@ class Api:
 
             key = request.headers.get("idempotency-key")
             # a stream is not stored for replay: the key does not apply (as at OpenAI, Stripe)
-            if route.method == "POST" and key is not None and not route.streams(call.body):
+            if (
+                route.method == "POST"
+                and key is not None
+                and route.idempotency
+                and not route.streams(call.body)
+            ):
                 print_ = fingerprint(route.method, request.url.path, _canonical(call))
                 response = await run_once(
                     self.core.idempotency,
@@ -224,6 +179,22 @@ class Api:
 
         run.__name__ = route.operation_id
         return run
+
+    def identify(
+        self, request: Request, scope: Literal["any", "read", "write"]
+    ) -> tuple[WorkspaceServices, dict[str, str]]:
+        """The caller's workspace, from its key (401 without a valid one), checked for
+        ``scope`` (403; before the body is read, which it does not depend on), and the
+        ``RateLimit`` headers of the request it is charged for (429 past the limit)."""
+        # on the loop: a read of one indexed row (WAL readers never wait for the
+        # writer); the occasional last_used_at write goes to a background thread
+        workspace = self.core.authenticate(bearer_token(request), defer_touch=True)
+        if scope != "any":
+            workspace.require(scope)
+        limits = rate_limit_headers(
+            self.core.rate_limiter.enforce(workspace.key_id or "", workspace.environment)
+        )
+        return workspace, limits
 
     def _quick(self, route: ApiRoute, call: Call) -> bool:
         """Whether to run a blocking handler on the loop: its route allows it
@@ -290,6 +261,8 @@ class Api:
                 self.pool, context.run, self._run_timed, route, call
             )
             if isinstance(result, ChatStream):
+                result = Streamed(result)
+            if isinstance(result, Streamed):
                 request_id = request.scope["state"].get("request_id")
                 return event_stream(result, request_id, heartbeat=self.settings.stream_heartbeat)
             return _json(route, result, limits)
@@ -449,17 +422,20 @@ class PathEndpoint:
 def lifespan_for(
     core: AgentCore,
 ) -> Callable[[Starlette], contextlib.AbstractAsyncContextManager[None]]:
-    """A Starlette lifespan that starts the core's workers and stops them on shutdown.
+    """A Starlette lifespan that starts the core's workers and stops them on shutdown,
+    and runs the MCP endpoints of the apps made for ``core`` (``mcp_endpoint``).
 
-    Mounted sub-apps do not get lifespan events: a host app passes this (or calls
-    ``core.start()``/``core.stop()`` in its own lifespan).
+    Mounted sub-apps do not get lifespan events: a host app passes this (or enters it in
+    its own lifespan; calling ``core.start()``/``core.stop()`` instead leaves ``/v1/mcp``
+    answering 503 ``mcp_not_started``).
     """
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         await run_in_threadpool(core.start)
         try:
-            yield
+            async with endpoints_running(core):  # the MCP endpoints' task groups
+                yield
         finally:
             await run_in_threadpool(core.stop)
 
@@ -483,7 +459,8 @@ def create_app(
 
     Built from Starlette's public parts only: a ``Route`` per path, ``ApiMiddleware``
     through ``middleware=`` (request ids, head limits, problems for failures), and an
-    exception handler that answers the router's 404 and 405 as problems.
+    exception handler that answers the router's 404 and 405 as problems. With the
+    ``mcp_enabled`` setting (the default) it also serves the MCP endpoint ``/v1/mcp``.
     """
     # validated, so a misspelt setting is an error rather than silently ignored
     merged = Settings.model_validate({**core.settings.model_dump(), **settings})
@@ -504,6 +481,7 @@ def create_app(
                     event_kinds=list(core.events.kinds),
                     chat_models=list(core.chat_models),
                     root_path=root_path,
+                    mcp=mcp is not None,
                 )
             ).encode()
         return Response(document, media_type="application/json")
@@ -533,6 +511,9 @@ def create_app(
         Route(PREFIX + path, PathEndpoint(handlers), methods=list(handlers))
         for path, handlers in sorted(by_path.items(), key=lambda item: "{" in item[0])
     ]
+    mcp = McpEndpoint(api) if merged.mcp_enabled else None
+    if mcp is not None:
+        starlette_routes.append(Route(PREFIX + MCP_PATH, mcp, methods=MCP_METHODS))
     starlette_routes.append(Route(PREFIX + "/openapi.json", openapi, methods=["GET"]))
     starlette_routes.append(Route(PREFIX + "/health", health, methods=["GET"]))
     app = Starlette(
@@ -550,4 +531,5 @@ def create_app(
     app.state.core = core
     app.state.settings = merged
     app.state.api = api
+    app.state.mcp = mcp
     return app

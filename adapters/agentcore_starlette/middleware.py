@@ -13,7 +13,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from agentcore.errors import AgentCoreError, HeadersTooLarge, UriTooLong
 from agentcore.ids import new_id
 from agentcore.redact import get_logger
-from agentcore_starlette.problems import problem_response
+from agentcore_starlette.problems import problem_response, responder_of
 
 log = get_logger("agentcore.http")  # masks keys and secrets in every record
 
@@ -23,7 +23,8 @@ REQUEST_ID = b"request-id"
 class ApiMiddleware:
     """Gives every request an id (``Request-Id`` on its answer, ``request_id`` in
     ``scope["state"]``), refuses a head over the limits (414, 431), and turns any
-    failure raised before the answer started into a problem document.
+    failure raised before the answer started into a problem document (or the error
+    format its route chose: ``problems.responder_of``).
 
     An unexpected exception becomes a 500 problem with no stack trace in the body; the
     trace goes to the log with the request id (the log never holds the Authorization
@@ -75,7 +76,7 @@ class ApiMiddleware:
                     "unhandled error in %s %s [%s]", scope["method"], scope["path"], request_id
                 )
                 exc = AgentCoreError("The server hit an unexpected error.")
-            await problem_response(exc, request_id)(scope, receive, send)
+            await responder_of(scope)(exc, request_id)(scope, receive, send)
 
     def refusal(self, scope: Scope) -> AgentCoreError | None:
         """The error for a request whose head is over the limits, else ``None``.

@@ -17,6 +17,7 @@ from agentcore.schema import (
     Health,
     Problem,
 )
+from agentcore_starlette.openai_responses import OpenAIErrorResponse
 from agentcore_starlette.routing import ApiRoute
 
 REF = "#/components/schemas/{model}"
@@ -58,6 +59,24 @@ def _event_stream(route: ApiRoute, components: dict[str, Any]) -> dict[str, Any]
             }
             for event in route.events
         },
+    }
+
+
+def _error_responses(
+    route: ApiRoute, components: dict[str, Any], problem: dict[str, Any]
+) -> dict[str, Any]:
+    """The failures of ``route``: problem documents, or for the OpenAI-compatible routes
+    OpenAI's error envelope (an invalid field is a 400 there, not a 422)."""
+    if route.error_format == "openai":
+        envelope = _schema(OpenAIErrorResponse, components, "serialization")
+        return {
+            status: {"description": text, "content": {"application/json": {"schema": envelope}}}
+            for status, text in _ERRORS.items()
+            if status != "422"
+        }
+    return {
+        status: {"description": text, "content": {"application/problem+json": {"schema": problem}}}
+        for status, text in _ERRORS.items()
     }
 
 
@@ -114,6 +133,14 @@ def declare_limits(
         prop("SearchRequest", "query")["maxLength"] = settings.max_query_chars
     if "ChatMessageRequest" in requests:
         prop("ChatMessageRequest", "message")["maxLength"] = settings.max_message_chars
+    if "ChatCompletionRequest" in requests:
+        _no_nul_strings(components["ChatCompletionMessageParam"])
+        message = components["ChatCompletionMessageParam"]["properties"]
+        _typed(message["content"], "string")["maxLength"] = settings.max_message_chars
+        for part in _typed(message["content"], "array")["items"]["anyOf"]:
+            for text in part["properties"].values():
+                if text.get("type") == "string":
+                    text["maxLength"] = settings.max_message_chars
     if "TextDocumentCreate" in requests:
         prop("TextDocumentCreate", "text")["maxLength"] = settings.max_text_chars
     if "WebhookSubscribeRequest" in requests:
@@ -165,6 +192,88 @@ def _health_operation(components: dict[str, Any], problem: dict[str, Any]) -> di
     }
 
 
+_MCP_REFUSALS = {
+    "401": "Missing or invalid API key",
+    "404": "The MCP SDK is not installed (`mcp_not_installed`)",
+    "408": "The body stalled",
+    "413": "Body too large",
+    "415": "Not JSON",
+    "429": "Rate limited",
+    "503": "The endpoint is not running (`mcp_not_started`: served without its lifespan)",
+}
+
+
+def _mcp_operation(settings: Settings) -> dict[str, Any]:
+    """``POST /mcp``: the MCP endpoint (JSON-RPC 2.0 over streamable HTTP)."""
+    error = {
+        "type": "object",
+        "required": ["jsonrpc", "error"],
+        "properties": {
+            "jsonrpc": {"const": "2.0"},
+            "id": {"type": ["string", "integer", "null"]},
+            "error": {
+                "type": "object",
+                "required": ["code", "message"],
+                "properties": {
+                    "code": {"type": "integer"},
+                    "message": {"type": "string"},
+                    "data": {"description": "For the API's own refusals, the problem document."},
+                },
+            },
+        },
+    }
+    json_rpc_error = {"application/json": {"schema": error}}
+    return {
+        "post": {
+            "operationId": "mcp",
+            "summary": "Model Context Protocol (streamable HTTP)",
+            "description": "One JSON-RPC 2.0 message per request (stateless: no"
+            " `Mcp-Session-Id`), answered as JSON. Tools: `search_knowledge`, `list_agents`,"
+            " `chat_with_agent`, and for write keys `ingest_document`. Point an MCP client"
+            " here with the `Authorization: Bearer` header. A request the API refuses"
+            " (401, 413, 429, ...) is answered with that status and a JSON-RPC error whose"
+            " `data` is the problem document.",
+            "tags": ["mcp"],
+            "x-scope": "any",
+            "requestBody": {
+                "required": True,
+                "content": {
+                    "application/json": {
+                        "schema": {
+                            "type": "object",
+                            "description": "A JSON-RPC 2.0 request or notification, at most"
+                            f" {settings.max_body_bytes} bytes.",
+                            "required": ["jsonrpc", "method"],
+                            "properties": {
+                                "jsonrpc": {"const": "2.0"},
+                                "id": {
+                                    "description": "A string or integer; none for a"
+                                    " notification (answered 202)."
+                                },
+                                "method": {"type": "string"},
+                                "params": {"type": ["object", "null"]},
+                            },
+                        }
+                    }
+                },
+            },
+            "responses": {
+                "200": {
+                    "description": "The JSON-RPC response (a result or a JSON-RPC error)",
+                    "content": {"application/json": {"schema": {"type": "object"}}},
+                },
+                "202": {"description": "A notification, accepted"},
+                "400": {"description": "Not a JSON-RPC message", "content": json_rpc_error},
+                "406": {"description": "`Accept` lacks application/json"},
+                **{
+                    status: {"description": text, "content": json_rpc_error}
+                    for status, text in _MCP_REFUSALS.items()
+                },
+            },
+        }
+    }
+
+
 def build_openapi(
     routes: Sequence[ApiRoute],
     *,
@@ -174,6 +283,7 @@ def build_openapi(
     event_kinds: Sequence[str] = (),
     chat_models: Sequence[str] = (),
     root_path: str = "",
+    mcp: bool = False,
 ) -> dict[str, Any]:
     """An OpenAPI 3.1 document covering every route in ``routes``.
 
@@ -181,6 +291,7 @@ def build_openapi(
     :param event_kinds: the kinds a subscription may name (the core's event bus).
     :param chat_models: the names an agent's ``model`` may take.
     :param root_path: where the app is mounted (ASGI ``root_path``): the ``servers`` URL.
+    :param mcp: whether the app serves the MCP endpoint (``/mcp``).
     """
     settings = settings or Settings.model_validate({})
     components: dict[str, Any] = {}
@@ -231,13 +342,7 @@ def build_openapi(
                     if route.accepted is not None
                     else {}
                 ),
-                **{
-                    status: {
-                        "description": text,
-                        "content": {"application/problem+json": {"schema": problem}},
-                    }
-                    for status, text in _ERRORS.items()
-                },
+                **_error_responses(route, components, problem),
             },
         }
         if route.events:
@@ -278,6 +383,8 @@ def build_openapi(
             operation["requestBody"] = {"required": True, "content": content}
         paths.setdefault(prefix + route.path, {})[route.method.lower()] = operation
     paths[prefix + "/health"] = _health_operation(components, problem)
+    if mcp:
+        paths[prefix + "/mcp"] = _mcp_operation(settings)
     declare_limits(components, requests, settings, event_kinds=event_kinds, chat_models=chat_models)
     return {
         "openapi": "3.1.0",

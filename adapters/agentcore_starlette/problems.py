@@ -1,10 +1,17 @@
-"""RFC 9457 problem responses: every failure of the API leaves through here, and this is
-the one place where an error's facts (``retry_after``, the allowed methods, ...) become
-HTTP headers."""
+"""Error responses: every failure of the API leaves through here, and this is the one
+place where an error's facts (``retry_after``, the allowed methods, ...) become HTTP
+headers.
+
+The API answers failures as RFC 9457 problem documents; the OpenAI-compatible routes
+answer them in OpenAI's error envelope (``openai_error_response``), so OpenAI's SDKs
+raise their own exceptions, and ``/v1/mcp`` as JSON-RPC errors (``mcp_error_response``). A route picks its format for the request by putting its
+responder in ``scope["state"][RESPONDER]``, which ``ApiMiddleware`` reads.
+"""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from starlette.exceptions import HTTPException
@@ -84,6 +91,92 @@ def problem_response(error: AgentCoreError, request_id: str | None) -> Response:
         problem_bytes(error, request_id),
         status_code=error.status,
         media_type=MEDIA_TYPE,
+        headers=headers,
+    )
+
+
+ErrorResponder = Callable[[AgentCoreError, "str | None"], Response]
+"""Renders an error (and the request's id) as the HTTP answer."""
+
+RESPONDER = "agentcore.error_responder"
+"""Key in ``scope["state"]`` of the ``ErrorResponder`` of the request's route (unset:
+``problem_response``)."""
+
+
+def responder_of(scope: Any) -> ErrorResponder:
+    """How the request's failures are answered: its route's responder, else problems."""
+    state = scope.get("state")
+    responder: ErrorResponder = (state or {}).get(RESPONDER, problem_response)
+    return responder
+
+
+OPENAI_ERROR_TYPES = {
+    401: "authentication_error",
+    403: "permission_error",
+    429: "rate_limit_error",
+}
+"""OpenAI's error ``type`` by status; other 4xx are ``invalid_request_error``, 5xx
+``server_error``."""
+
+
+def openai_error_body(error: AgentCoreError) -> dict[str, Any]:
+    """``{"error": {"message", "type", "code", "param"}}``, OpenAI's error envelope."""
+    if error.status >= 500:
+        kind = "server_error"
+    else:
+        kind = OPENAI_ERROR_TYPES.get(error.status, "invalid_request_error")
+    return {
+        "error": {"message": error.detail, "type": kind, "code": error.code, "param": error.param}
+    }
+
+
+def openai_status(error: AgentCoreError) -> int:
+    """The status OpenAI gives such an error: 400 for a field's invalid value (its SDK
+    raises ``BadRequestError``), which the API's problems answer 422."""
+    return 400 if error.status == 422 else error.status
+
+
+def openai_error_response(error: AgentCoreError, request_id: str | None) -> Response:
+    """``error`` in OpenAI's error envelope, with the headers its facts call for.
+
+    A 409 (an archived agent, a live key and a draft) says ``x-should-retry: false``:
+    OpenAI's SDKs retry a 409 otherwise, and asking again cannot change the answer.
+    """
+    headers = problem_headers(error)
+    if request_id:
+        headers["Request-Id"] = request_id
+    if error.status == 409:
+        headers["x-should-retry"] = "false"
+    return Response(
+        json.dumps(openai_error_body(error), separators=(",", ":")).encode(),
+        status_code=openai_status(error),
+        media_type="application/json",
+        headers=headers,
+    )
+
+
+JSONRPC_INVALID_REQUEST = -32600
+JSONRPC_INTERNAL_ERROR = -32603
+
+
+def mcp_error_response(error: AgentCoreError, request_id: str | None) -> Response:
+    """``error`` as a JSON-RPC error, for ``/v1/mcp``: the HTTP status and headers of the
+    problem (a 401 still says ``WWW-Authenticate``), ``message`` its detail and ``data``
+    the problem document. MCP clients surface such a body as the error of the request
+    they sent (a problem document they would only report as a failed request)."""
+    headers = problem_headers(error)
+    if request_id:
+        headers["Request-Id"] = request_id
+    code = JSONRPC_INTERNAL_ERROR if error.status >= 500 else JSONRPC_INVALID_REQUEST
+    body = {
+        "jsonrpc": "2.0",
+        "id": None,  # refused before the message was read
+        "error": {"code": code, "message": error.detail, "data": problem_body(error, request_id)},
+    }
+    return Response(
+        json.dumps(body, separators=(",", ":")).encode(),
+        status_code=error.status,
+        media_type="application/json",
         headers=headers,
     )
 

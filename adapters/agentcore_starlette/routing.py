@@ -113,6 +113,11 @@ class ApiRoute:
     # Settings.inline_budget (a thread hop costs more than the work); see Api.endpoint
     quick_when: Callable[[Call], bool] | None = None
     events: tuple[StreamEvent, ...] = ()  # the events of its streamed answer, if it has one
+    # how its failures are answered: RFC 9457 problems, or OpenAI's error envelope (the
+    # OpenAI-compatible routes, whose clients parse that); see problems.RESPONDER
+    error_format: Literal["problem", "openai"] = "problem"
+    # whether a POST honours Idempotency-Key (OpenAI's routes do not, as at OpenAI)
+    idempotency: bool = True
 
     def streams(self, body: Any) -> bool:
         """Whether a request with this parsed ``body`` is answered as an event stream."""

@@ -1,10 +1,12 @@
 """Streamed chat answers as server-sent events, framed by sse-starlette.
 
-``response.delta`` events carry the text as it is generated, ``response.completed``
-the whole answer (the body a non-streaming call returns), ``error`` the problem
-document of a failure after the stream started. A comment heartbeat keeps idle
-connections open; a client that goes away closes the ``ChatStream``, which stops
-the model. A server that shuts down ends each open stream with an ``error`` event
+A ``Framing`` turns each step of a ``ChatStream`` into events. The API's own
+(``CHAT_FRAMING``): ``response.delta`` events carry the text as it is generated,
+``response.completed`` the whole answer (the body a non-streaming call returns),
+``error`` the problem document of a failure after the stream started; the OpenAI
+route frames the same steps as ``chat.completion.chunk`` objects. A comment heartbeat
+keeps idle connections open; a client that goes away closes the ``ChatStream``, which
+stops the model. A server that shuts down ends each open stream with an error event
 (503 ``server_shutting_down``) rather than cutting it.
 """
 
@@ -12,7 +14,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 import anyio
 import anyio.to_thread
@@ -51,12 +54,58 @@ CHAT_EVENTS = (
 )
 
 
-def event_stream(stream: ChatStream, request_id: str | None, *, heartbeat: float) -> Response:
-    """The ``text/event-stream`` response relaying ``stream``; a comment every
+class Framing(Protocol):
+    """How the steps of a streamed answer become server-sent events."""
+
+    def delta(self, text: str) -> list[ServerSentEvent]:
+        """The events for the next piece of the answer's text."""
+        ...
+
+    def completed(self, response: ChatMessageResponse) -> list[ServerSentEvent]:
+        """The events that end a complete answer (the last ones sent)."""
+        ...
+
+    def error(self, error: AgentCoreError, request_id: str | None) -> list[ServerSentEvent]:
+        """The events that end a failed answer (the last ones sent)."""
+        ...
+
+
+class ChatFraming:
+    """The API's own events (``CHAT_EVENTS``): ``response.delta``, then
+    ``response.completed`` or ``error``."""
+
+    def delta(self, text: str) -> list[ServerSentEvent]:
+        """A ``response.delta`` event: ``{"delta": text}``."""
+        return [ServerSentEvent(json.dumps({"delta": text}), event="response.delta")]
+
+    def completed(self, response: ChatMessageResponse) -> list[ServerSentEvent]:
+        """A ``response.completed`` event holding the whole answer."""
+        return [ServerSentEvent(response.model_dump_json(), event="response.completed")]
+
+    def error(self, error: AgentCoreError, request_id: str | None) -> list[ServerSentEvent]:
+        """An ``error`` event holding the failure's problem document."""
+        body = json.dumps(problem_body(error, request_id), separators=(",", ":"))
+        return [ServerSentEvent(body, event="error")]
+
+
+CHAT_FRAMING = ChatFraming()
+
+
+@dataclass(frozen=True)
+class Streamed:
+    """What a handler returns for an answer sent as it is generated: the stream, and
+    how its steps are framed (a bare ``ChatStream`` is framed as ``CHAT_FRAMING``)."""
+
+    stream: ChatStream
+    framing: Framing = CHAT_FRAMING
+
+
+def event_stream(streamed: Streamed, request_id: str | None, *, heartbeat: float) -> Response:
+    """The ``text/event-stream`` response relaying ``streamed``; a comment every
     ``heartbeat`` seconds while it is quiet."""
     shutdown = anyio.Event()
     return EventSourceResponse(
-        _events(stream, request_id, shutdown),
+        _events(streamed, request_id, shutdown),
         headers={"Cache-Control": "no-cache"},
         ping=heartbeat,
         sep="\n",
@@ -66,23 +115,25 @@ def event_stream(stream: ChatStream, request_id: str | None, *, heartbeat: float
 
 
 async def _events(
-    stream: ChatStream, request_id: str | None, shutdown: anyio.Event
+    streamed: Streamed, request_id: str | None, shutdown: anyio.Event
 ) -> AsyncIterator[ServerSentEvent]:
+    stream, framing = streamed.stream, streamed.framing
     try:
         while True:
             kind, value = await _next(stream, shutdown)
             if kind == "shutdown":
                 kind, value = "error", ShuttingDown("The server is shutting down; ask again.")
             if kind == "delta":
-                yield ServerSentEvent(json.dumps({"delta": value}), event="response.delta")
+                events = framing.delta(value)
             elif kind == "completed":
-                yield ServerSentEvent(value.model_dump_json(), event="response.completed")
-                return
+                events = framing.completed(value)
             elif kind == "error":
-                body = json.dumps(problem_body(value, request_id), separators=(",", ":"))
-                yield ServerSentEvent(body, event="error")
-                return
+                events = framing.error(value, request_id)
             else:  # closed
+                return
+            for event in events:
+                yield event
+            if kind != "delta":
                 return
     finally:
         stream.close()

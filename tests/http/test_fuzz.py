@@ -10,8 +10,10 @@ data accepted, invalid data rejected, auth not ignored, undeclared methods refus
 What JSON Schema cannot say is fixed up in positive cases only, and nowhere else: a
 webhook URL must resolve to an allowed address (the receiver here), an upload must be
 a parseable file, a tool's ``required`` names must be among its ``properties``, tool
-names must be unique within an agent, and no string at any depth of a tool's free-form
-``parameters`` may hold a NUL (the declared schema says so for every other string).
+names must be unique within an agent, no string at any depth of a tool's free-form
+``parameters`` (or of a Chat Completions request's free-form members) may hold a NUL
+(the declared schema says so for every other string), and the last message of a Chat
+Completions request is the user's to answer (its only one with a ``conversation_id``).
 """
 
 from __future__ import annotations
@@ -85,6 +87,7 @@ def _document() -> dict[str, Any]:
             settings=core.settings,
             event_kinds=list(core.events.kinds),
             chat_models=list(core.chat_models),
+            mcp=True,
         )
 
 
@@ -119,6 +122,15 @@ def _fix_positive(case: Any) -> None:
         body["url"] = RECEIVER
     if "file" in body and case.media_type == "multipart/form-data":
         body["file"] = b"Plain text to index."
+    messages = body.get("messages")
+    if isinstance(messages, list) and "model" in body:  # Chat Completions
+        # a user asks last, and the free-form members (content parts, prediction, ...)
+        # hold no NUL, as every other string is declared not to
+        case.body = body = _without_nul(body)
+        asked = {"role": "user", "content": "Vacation days?"}
+        # with a stored conversation, its turns are the history: messages has no other
+        earlier = [] if "conversation_id" in body else body["messages"][:-1]
+        body["messages"] = [*earlier, asked]
     tools = body.get("tools")
     if isinstance(tools, list):
         unique: dict[str, Any] = {}
@@ -172,5 +184,6 @@ def test_openapi_document_covers_every_route() -> None:
     documented = {
         (method.upper(), path) for path, item in DOCUMENT["paths"].items() for method in item
     }
-    public = {("GET", "/v1/health")}  # the one route outside the keyed route table
+    # outside the keyed route table: the public health route and the MCP endpoint
+    public = {("GET", "/v1/health"), ("POST", "/v1/mcp")}
     assert documented == {(r.method, "/v1" + r.path) for r in ROUTES} | public

@@ -7,8 +7,8 @@ and a valid body, by keys of {A, B} x {test, live} x {read, write, read+write}:
 - a key without the route's scope gets 403 ``insufficient_scope``;
 - any other workspace (other organization or other environment) never gets a 2xx for
   a route naming one of A's objects (404 ``resource_missing``), chat with A's agent is
-  a 404, and no 2xx answer (lists, search, verify, creations) contains any of A's
-  ids or text;
+  a 404 (OpenAI's ``model_not_found`` on its route), and no 2xx answer (lists, search,
+  verify, the OpenAI model list, creations) contains any of A's ids or text;
 - A's own keys read everything of A (mutating routes are not run with A's keys, so A
   stays as it was);
 
@@ -42,6 +42,7 @@ from agentcore.schema import (
     WebhookSubscribeRequest,
 )
 from agentcore_starlette import create_app
+from agentcore_starlette.openai_requests import ChatCompletionRequest
 from agentcore_starlette.routes import ROUTES
 from agentcore_starlette.routing import ApiRoute
 
@@ -118,6 +119,10 @@ def body_for(route: ApiRoute, owned: Owned, env: str) -> dict[str, Any] | None:
         SearchRequest: {"query": f"{SECRET_WORD} warranty", "top_k": 100},
         ChatMessageRequest: {"agentId": owned.agent_id, "message": f"What is {SECRET_WORD}?"},
         WebhookSubscribeRequest: {"url": webhook_url(env), "events": ["agent.action"]},
+        ChatCompletionRequest: {
+            "model": owned.agent_id,
+            "messages": [{"role": "user", "content": f"What is {SECRET_WORD}?"}],
+        },
     }
     if route.request not in recipes:
         pytest.fail(
@@ -140,9 +145,25 @@ def path_for(route: ApiRoute, owned: Owned) -> str:
     return "/v1" + PATH_PARAM.sub(substitute, route.path)
 
 
+CHATS = (ChatMessageRequest, ChatCompletionRequest)
+"""The bodies of a chat turn (agentcore's own route's and OpenAI's)."""
+
+
 def names_an_object_of_a(route: ApiRoute) -> bool:
     """Routes whose path or body names one of A's objects."""
-    return bool(PATH_PARAM.search(route.path)) or route.request is ChatMessageRequest
+    return bool(PATH_PARAM.search(route.path)) or route.request in CHATS
+
+
+def assert_refused(response: httpx.Response, route: ApiRoute, status: int, code: str) -> None:
+    """A refusal in the route's error format: a problem, or OpenAI's envelope (whose
+    code for an unknown agent is OpenAI's ``model_not_found``)."""
+    if route.error_format == "problem":
+        assert_problem(response, status, code)
+        return
+    assert response.status_code == status, (response.status_code, response.text)
+    if code == "resource_missing":  # OpenAI's routes name only agents ("models")
+        code = "model_not_found"
+    assert response.json()["error"]["code"] == code, response.text
 
 
 def mutates(route: ApiRoute) -> bool:
@@ -284,20 +305,20 @@ def test_isolation_matrix(iso_core: AgentCore) -> None:
         own = (org, env) == ("acme", "test")
         assert response.status_code < 500, (where, response.text)
         if route.scope != "any" and route.scope not in SCOPE_SETS[label]:
-            assert_problem(response, 403, "insufficient_scope")
+            assert_refused(response, route, 403, "insufficient_scope")
         elif own:
             assert response.is_success, (where, response.status_code, response.text)
             if route.response.__name__.endswith("List") and not PATH_PARAM.search(route.path):
                 assert any(i in response.text for i in owned.ids.values()), (where, response.text)
             if route.request is SearchRequest:
                 assert owned.document_id in response.text, where
-            if route.request is ChatMessageRequest:
+            if route.request in CHATS:
                 assert response.json()["citations"] == [
                     {"source": "a-handbook.txt", "pages": [1]}
                 ], where
         elif names_an_object_of_a(route):
             assert response.status_code == 404, (where, response.status_code, response.text)
-            assert_problem(response, 404, "resource_missing")
+            assert_refused(response, route, 404, "resource_missing")
         else:
             assert response.is_success, (where, response.status_code, response.text)
             seen = response.text
@@ -381,4 +402,4 @@ def test_a_write_only_key_can_run_every_write_route(iso_core: AgentCore) -> None
             response = session.run(
                 [(key, route.method, path_for(route, owned), body_for(route, owned, "test"))]
             )[0]
-            assert_problem(response, 403, "insufficient_scope")
+            assert_refused(response, route, 403, "insufficient_scope")

@@ -36,9 +36,15 @@ def test_every_route_is_documented(api: Api) -> None:
         (method.upper(), path) for path, item in document["paths"].items() for method in item
     }
     expected = {(route.method, "/v1" + route.path) for route in ROUTES}
-    assert documented == expected | {("GET", "/v1/health")}  # the one public route
+    # the one public route, and the MCP endpoint (not a route of the table)
+    assert documented == expected | {("GET", "/v1/health"), ("POST", "/v1/mcp")}
     health = document["paths"]["/v1/health"]["get"]
     assert health["security"] == [] and set(health["responses"]) == {"200", "503"}
+    mcp = document["paths"]["/v1/mcp"]["post"]
+    assert mcp["requestBody"]["content"]["application/json"]["schema"]["required"] == [
+        "jsonrpc",
+        "method",
+    ]
     for ref in _refs(document):
         _resolve(document, ref)
 
@@ -51,8 +57,13 @@ def test_operations_carry_security_errors_and_bodies(api: Api) -> None:
         operation = document["paths"]["/v1" + route.path][route.method.lower()]
         operation_ids.add(operation["operationId"])
         assert str(route.status_code) in operation["responses"]
-        problem = operation["responses"]["401"]["content"]["application/problem+json"]
-        assert _resolve(document, problem["schema"]["$ref"])["title"] == "Problem"
+        if route.error_format == "openai":  # OpenAI's envelope, and 400 for a bad field
+            envelope = operation["responses"]["401"]["content"]["application/json"]
+            assert _resolve(document, envelope["schema"]["$ref"])["title"] == "OpenAIErrorResponse"
+            assert "422" not in operation["responses"]
+        else:
+            problem = operation["responses"]["401"]["content"]["application/problem+json"]
+            assert _resolve(document, problem["schema"]["$ref"])["title"] == "Problem"
         if route.request is not None:
             body = operation["requestBody"]["content"]["application/json"]["schema"]
             assert _resolve(document, body["$ref"])["title"] == route.request.__name__

@@ -261,11 +261,19 @@ def test_wait_none_stops_waiting_before_the_deadline(
 def test_wait_true_with_a_cancellation_stops_the_job_and_stores_nothing(
     tmp_path: Path, pid_file: Path, slow: MisbehavingEmbedder
 ) -> None:
+    cancellation = Cancellation()
+    # the deadline passes once a worker holds the job, however long the worker took to
+    # start on a busy machine (a fixed timeout could pass before it had the job)
+    passes = threading.Thread(
+        target=lambda: (worker_pid(pid_file), cancellation.cancel("deadline"))
+    )
     with started(tmp_path / "a.db", slow, ingest_workers=1) as (core, ws):
+        passes.start()
         with pytest.raises(DeadlineExceeded):
             ws.knowledge.ingest_text(
-                "slow.txt", "TRIGGER " + BIG_TEXT, wait=True, cancellation=Cancellation(timeout=2)
+                "slow.txt", "TRIGGER " + BIG_TEXT, wait=True, cancellation=cancellation
             )
+        passes.join()
         wait_for(lambda: not alive(worker_pid(pid_file)), limit=10)
         assert ws.knowledge.list().documents == []
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agentcore_starlette.routes import agents, auth, chat, knowledge, webhooks
+from agentcore_starlette.routes import agents, auth, chat, knowledge, openai, webhooks
 from agentcore_starlette.routing import ApiRoute
 
 ROUTES: list[ApiRoute] = [
@@ -11,4 +11,5 @@ ROUTES: list[ApiRoute] = [
     *knowledge.ROUTES,
     *chat.ROUTES,
     *webhooks.ROUTES,
+    *openai.ROUTES,
 ]

@@ -1,0 +1,59 @@
+"""Who is calling: the key of ``Authorization: Bearer``, parsed strictly, and no secret in
+the URL (URLs are logged)."""
+
+from __future__ import annotations
+
+import re
+
+from starlette.requests import Request
+
+from agentcore.errors import AuthenticationError, InvalidRequest
+from agentcore.redact import QUERY_SECRET_NAMES, looks_secret
+
+_BEARER = re.compile(r"(?i)bearer ([^\s]+)")
+
+
+def bearer_token(request: Request) -> str | None:
+    """The key from ``Authorization: Bearer <key>``, parsed strictly; 401 otherwise.
+
+    The scheme is case-insensitive; exactly one space separates it from the key, and
+    the key has no whitespace (``Bearer  key``, ``Bearer``, ``Basic …`` are refused).
+    Two ``Authorization`` headers are a 400 ``duplicate_authorization``: which one a
+    proxy or a server would pick differs, so neither is used.
+    """
+    found = [value for name, value in request.scope["headers"] if name == b"authorization"]
+    if not found:
+        return None
+    if len(found) > 1:
+        raise InvalidRequest(
+            "The request has more than one Authorization header: send exactly one,"
+            " 'Authorization: Bearer <key>'.",
+            code="duplicate_authorization",
+            param="Authorization",
+        )
+    match = _BEARER.fullmatch(found[0].decode("latin-1"))
+    if match is None:
+        raise AuthenticationError(
+            "Malformed Authorization header: send exactly 'Authorization: Bearer <key>'"
+            " (the scheme, one space, the key).",
+            code="malformed_authorization",
+        )
+    return match.group(1)
+
+
+def refuse_secrets_in_query(request: Request) -> None:
+    """400 when the query string carries a key or secret: it would end up in access logs.
+
+    Refused: a parameter named like a credential (``api_key``, ``key``, ``token``, …,
+    see ``agentcore.redact.QUERY_SECRET_NAMES``) whatever its value, and any value
+    shaped like ``ak_test_…``, ``ak_live_…`` or ``whsec_…``. The value is never echoed.
+    """
+    for name, value in request.query_params.multi_items():
+        if name.lower() in QUERY_SECRET_NAMES or looks_secret(value) or looks_secret(name):
+            raise InvalidRequest(
+                "API keys and secrets must not be sent in the URL (URLs are logged):"
+                " send the key as 'Authorization: Bearer <key>' and rotate a key that was"
+                " sent this way.",
+                code="secret_in_query",
+                param=None if looks_secret(name) else name,
+            )

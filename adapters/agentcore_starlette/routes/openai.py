@@ -1,0 +1,251 @@
+"""Routes: OpenAI-compatible POST /v1/chat/completions, GET /v1/models and
+GET /v1/models/{id}.
+
+Requests, answers, errors and streams are in OpenAI's shapes (``openai_requests``,
+``openai_responses``), so OpenAI's SDKs and the tools built on them talk to agents as
+they talk to models. Keys, scopes, rate limits, limits and events are those of
+``POST /v1/chat/message``: the same core call answers both.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from collections.abc import Iterator
+from typing import cast
+
+from sse_starlette import ServerSentEvent
+
+from agentcore.chat import CHAT_STATUSES
+from agentcore.chat_models import ChatTurn
+from agentcore.errors import AgentCoreError, NotFound
+from agentcore.ids import new_id
+from agentcore.schema import Agent, ChatMessageResponse
+from agentcore_starlette.openai_requests import (
+    ChatCompletionRequest,
+    refuse_unsupported,
+    split_messages,
+)
+from agentcore_starlette.openai_responses import (
+    ChatCompletion,
+    ChatCompletionChunk,
+    ChunkChoice,
+    ChunkDelta,
+    CompletionChoice,
+    CompletionMessage,
+    CompletionUsage,
+    ModelList,
+    ModelObject,
+    OpenAIErrorResponse,
+)
+from agentcore_starlette.problems import openai_error_body
+from agentcore_starlette.routing import ApiRoute, Call, StreamEvent
+from agentcore_starlette.streaming import Streamed
+
+
+def create_chat_completion(call: Call) -> ChatCompletion | Streamed:
+    """Ask an agent (`model`) in OpenAI's Chat Completions format.
+
+    The last message (a user's) is answered; earlier user and assistant messages are
+    the chat model's history, or, with the extension field `conversation_id`, the
+    stored conversation is. The answer cites its sources in the extension field
+    `citations` (also on the streamed chunk with `finish_reason`). With
+    `"stream": true` the answer comes as `chat.completion.chunk` events ending with
+    `data: [DONE]`. Errors use OpenAI's envelope `{"error": {message, type, code,
+    param}}`; parameters agentcore cannot honour are refused with 400
+    `unsupported_parameter` (docs/openai-and-mcp.md lists each).
+    """
+    body = cast(ChatCompletionRequest, call.body)
+    refuse_unsupported(body)
+    chat = call.workspace.chat
+    asked = split_messages(body.messages, max_chars=call.workspace.core.settings.max_message_chars)
+    history: list[ChatTurn] | None = asked.history
+    if body.conversation_id is not None and not history:
+        # the stored conversation's turns are the history (earlier messages sent as
+        # well would be a second, possibly different one: the core refuses both)
+        history = None
+    completion_id, created = new_id("chatcmpl"), int(time.time())
+    with _openai_params(asked.index):
+        if body.stream:
+            stream = chat.stream(body.model, asked.message, body.conversation_id, history=history)
+            include_usage = bool(body.stream_options and body.stream_options.include_usage)
+            framing = CompletionFraming(completion_id, created, body.model, include_usage)
+            return Streamed(stream, framing)
+        answer = chat.send(body.model, asked.message, body.conversation_id, history=history)
+    return ChatCompletion(
+        id=completion_id,
+        created=created,
+        model=answer.agentId,
+        choices=[CompletionChoice(message=CompletionMessage(content=answer.response))],
+        usage=completion_usage(answer),
+        citations=answer.citations,
+        conversation_id=answer.conversationId,
+    )
+
+
+def list_models(call: Call) -> ModelList:
+    """The agents this key may chat with, as OpenAI lists models: with a test key every
+    agent in `draft` or `deployed`, with a live key the deployed ones."""
+    ws = call.workspace
+    return ModelList(data=[_model(agent, ws.organization) for agent in ws.chat.agents()])
+
+
+def retrieve_model(call: Call) -> ModelObject:
+    """One agent as OpenAI describes a model, if this key may chat with it (else 404
+    `model_not_found`, as for an agent of another tenant)."""
+    ws = call.workspace
+    with _openai_params(0):
+        agent = ws.agents.get(call.path["agent_id"])
+    if agent.status not in CHAT_STATUSES[ws.environment]:
+        raise NotFound(
+            f"The agent {agent.id!r} does not chat with this key (it is {agent.status}).",
+            code="model_not_found",
+            param="model",
+        )
+    return _model(agent, ws.organization)
+
+
+def _model(agent: Agent, organization: str) -> ModelObject:
+    return ModelObject(
+        id=agent.id, created=int(agent.created_at.timestamp()), owned_by=organization
+    )
+
+
+def completion_usage(answer: ChatMessageResponse) -> CompletionUsage | None:
+    """The turn's token counts in OpenAI's terms, when the chat model reported them.
+
+    Issue #23 adds ``usage`` (``input_tokens``, ``output_tokens``) to chat answers;
+    until it lands no model reports any, and ``usage`` stays ``null``.
+    """
+    return None
+
+
+_PARAMS = {"agentId": "model", "id": "model", "conversationId": "conversation_id"}
+"""The chat call's field names and the request fields of Chat Completions they came from."""
+
+
+@contextlib.contextmanager
+def _openai_params(answered: int) -> Iterator[None]:
+    """Name the Chat Completions field an error of the chat call is about (``model``,
+    not ``agentId``); an unknown agent is OpenAI's 404 ``model_not_found``."""
+    try:
+        yield
+    except AgentCoreError as error:
+        if error.param == "message":
+            error.param = f"messages.{answered}.content"
+        elif error.param in _PARAMS:
+            if isinstance(error, NotFound) and error.param in ("agentId", "id"):
+                error.code = "model_not_found"
+            error.param = _PARAMS[error.param]
+        raise
+
+
+class CompletionFraming:
+    """A streamed answer as OpenAI's ``chat.completion.chunk`` events (``Framing``).
+
+    The first chunk says the role, each delta is a chunk, the chunk with
+    ``finish_reason`` carries the citations and conversation; with ``include_usage`` a
+    last chunk has empty ``choices`` and the ``usage``; then ``data: [DONE]``. A failure
+    is one ``{"error": {...}}`` event, as OpenAI sends it (its SDKs raise ``APIError``).
+    """
+
+    def __init__(self, completion_id: str, created: int, model: str, include_usage: bool) -> None:
+        self.completion_id = completion_id
+        self.created = created
+        self.model = model
+        self.include_usage = include_usage
+        self.started = False
+
+    def _chunk(self, chunk: ChatCompletionChunk) -> ServerSentEvent:
+        return ServerSentEvent(chunk.__pydantic_serializer__.to_json(chunk).decode())
+
+    def _make(self, choices: list[ChunkChoice], **extra: object) -> ServerSentEvent:
+        chunk = ChatCompletionChunk.model_validate(
+            {
+                "id": self.completion_id,
+                "created": self.created,
+                "model": self.model,
+                "choices": choices,
+                **extra,
+            }
+        )
+        return self._chunk(chunk)
+
+    def _opening(self) -> list[ServerSentEvent]:
+        if self.started:
+            return []
+        self.started = True
+        return [self._make([ChunkChoice(delta=ChunkDelta(role="assistant", content=""))])]
+
+    def delta(self, text: str) -> list[ServerSentEvent]:
+        """A chunk with the next piece of text (after the role chunk, the first time)."""
+        return [*self._opening(), self._make([ChunkChoice(delta=ChunkDelta(content=text))])]
+
+    def completed(self, response: ChatMessageResponse) -> list[ServerSentEvent]:
+        """The ``finish_reason`` chunk with the citations, the usage chunk, ``[DONE]``."""
+        events = [
+            *self._opening(),
+            self._make(
+                [ChunkChoice(delta=ChunkDelta(), finish_reason="stop")],
+                citations=response.citations,
+                conversation_id=response.conversationId,
+            ),
+        ]
+        if self.include_usage:
+            events.append(self._make([], usage=completion_usage(response)))
+        events.append(ServerSentEvent("[DONE]"))
+        return events
+
+    def error(self, error: AgentCoreError, request_id: str | None) -> list[ServerSentEvent]:
+        """One event holding OpenAI's error envelope."""
+        return [ServerSentEvent(json.dumps(openai_error_body(error), separators=(",", ":")))]
+
+
+ROUTES = [
+    ApiRoute(
+        method="POST",
+        path="/chat/completions",
+        handler=create_chat_completion,
+        response=ChatCompletion,
+        summary="Ask an agent (OpenAI-compatible)",
+        scope="read",
+        tag="openai",
+        body="json",
+        request=ChatCompletionRequest,
+        events=(
+            StreamEvent(
+                "chat.completion.chunk",
+                ChatCompletionChunk,
+                "Sent as unnamed `data:` events; the stream ends with `data: [DONE]`.",
+            ),
+            StreamEvent(
+                "error",
+                OpenAIErrorResponse,
+                "An unnamed `data:` event holding OpenAI's error envelope; the last event.",
+            ),
+        ),
+        error_format="openai",
+        idempotency=False,
+    ),
+    ApiRoute(
+        method="GET",
+        path="/models/{agent_id}",
+        handler=retrieve_model,
+        response=ModelObject,
+        summary="Retrieve an agent as a model (OpenAI-compatible)",
+        scope="read",
+        tag="openai",
+        error_format="openai",
+    ),
+    ApiRoute(
+        method="GET",
+        path="/models",
+        handler=list_models,
+        response=ModelList,
+        summary="List the agents as models (OpenAI-compatible)",
+        scope="read",
+        tag="openai",
+        error_format="openai",
+    ),
+]
