@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+import time
 from collections.abc import Generator, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Executor, Future, InvalidStateError, wait
 from types import TracebackType
@@ -51,6 +52,7 @@ from agentcore.schema import (
     Environment,
     Filter,
     SearchMode,
+    Usage,
 )
 from agentcore.storage.base import AgentStore, ConversationStore
 from agentcore.storage.records import StoredChunk, StoredMessage
@@ -144,6 +146,17 @@ class Retriever(Protocol):
         ...
 
 
+class ChatObserver(Protocol):
+    """Told how each turn went (the core's ``Metrics``): names of models and error
+    codes only, never a tenant's."""
+
+    def answered(self, model: str, seconds: float, usage: Usage | None) -> None:
+        """A turn answered by ``model`` took ``seconds`` and ``usage`` tokens."""
+
+    def chat_failed(self, model: str, code: str) -> None:
+        """A call to ``model`` failed with error ``code``."""
+
+
 class ToolRunner(Protocol):
     """Runs a tool an agent's model called in this workspace (the ``agentcore_run_tool``
     hook, given the workspace by the core)."""
@@ -175,6 +188,7 @@ class ChatService:
     :param events: where the turn's events are published, in the workspace.
     :param guard_pool: the core's threads that model calls run on, so a hung plugin
         cannot hold a request past its time-out.
+    :param observer: told how each turn went (the core's metrics); ``None``: nobody.
     """
 
     def __init__(
@@ -188,6 +202,7 @@ class ChatService:
         run_tool: ToolRunner,
         events: Publisher,
         guard_pool: Executor,
+        observer: ChatObserver | None = None,
     ) -> None:
         self._ws = workspace
         self._store = store
@@ -197,6 +212,7 @@ class ChatService:
         self._run_tool = run_tool
         self._events = events
         self._guard_pool = guard_pool
+        self._observer = observer
 
     def send(
         self,
@@ -298,19 +314,24 @@ class ChatService:
     def _answer(self, turn: _Turn) -> Generator[str, None, ChatMessageResponse]:
         """Run ``turn``, passing its deltas on; store and announce the finished answer."""
         text, citations = yield from turn.run()
+        cited = [c.model_dump() for c in citations]
         self._store.add_messages(
             turn.conversation_id,
             [
                 StoredMessage("user", turn.message, []),
-                StoredMessage("assistant", text, [c.model_dump() for c in citations]),
+                StoredMessage("assistant", text, cited, usage=turn.usage),
             ],
         )
-        turn.action("reply_sent", citations=[c.model_dump() for c in citations])
+        turn.action("reply_sent", citations=cited)
+        if self._observer is not None:
+            seconds = time.perf_counter() - turn.began
+            self._observer.answered(turn.model_name, seconds, turn.usage)
         return ChatMessageResponse(
             agentId=turn.agent.id,
             response=text,
             citations=citations,
             conversationId=turn.conversation_id,
+            usage=turn.usage,
         )
 
     def _answering_agent(self, agent_id: str) -> Agent:
@@ -446,6 +467,10 @@ class _Turn:
         self.message = message
         self.cancel = cancel
         self.streaming = streaming
+        self.usage: Usage | None = None  # summed over the model calls that reported it
+        self.began = time.perf_counter()
+        # the metrics' label: a registered model's name (or the default's), never a tenant's
+        self.model_name = agent.model or service._settings.default_chat_model
         # the model's earlier turns: None reads them from the stored conversation
         self.history: list[ChatTurn] | None = None
 
@@ -538,6 +563,8 @@ class _Turn:
             for item in self.call_model(model, request):
                 if isinstance(item, ChatResult):
                     result = item
+                    if item.usage is not None:
+                        self.usage = item.usage if self.usage is None else self.usage + item.usage
                 elif hold:
                     held += item
                 else:
@@ -630,6 +657,8 @@ class _Turn:
                 what = "ended without a result" if item is _END else "sent a non-text delta"
                 error = ProviderError(f"The model {model.name!r} {what}.")
         self.event("agent.error", error=error.code, detail=error.detail, model=model.name)
+        if self.service._observer is not None:
+            self.service._observer.chat_failed(model.name, error.code)
         raise error
 
 

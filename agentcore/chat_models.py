@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from agentcore.knowledge.terms import TermStats
+from agentcore.schema import Usage
 
 
 @dataclass(frozen=True)
@@ -84,12 +85,15 @@ class ChatResult:
 
     ``used_passage_ids`` are the ids of the passages the answer actually relies on
     (citations are built from these only). ``tool_calls`` non-empty means the model
-    wants tools run before it answers; ``text`` may then be empty.
+    wants tools run before it answers; ``text`` may then be empty. ``usage`` is the
+    tokens this call took, when the model reports them (``None`` otherwise): the core
+    sums it over a turn's calls into the answer's ``usage``.
     """
 
     text: str
     used_passage_ids: list[str] = field(default_factory=list)
     tool_calls: list[ToolCall] = field(default_factory=list)
+    usage: Usage | None = None
 
 
 @runtime_checkable

@@ -8,24 +8,33 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
+import shutil
 import sys
-from collections.abc import Callable, Sequence
+import time
+import traceback
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, NoReturn
-from urllib.parse import urlsplit, urlunsplit
 
 import pluggy
+from pydantic import ValidationError
+from tqdm import tqdm
 
-from agentcore.config import database_url
-from agentcore.core import AgentCore, make_plugin_manager
+from agentcore.config import DEFAULT_DATABASE, Settings, database_url
+from agentcore.core import AgentCore, make_plugin_manager, plugin_settings_models
 from agentcore.errors import AgentCoreError, ValidationFailed
+from agentcore.redact import hide_passwords, redact
 from agentcore.schema import ApiKey, IssuedKey
+from agentcore.storage.sqlite import path_for_url
 
 MAX_GRACE_HOURS = 24 * 365 * 10  # ten years: far enough, and far from datetime's limits
 MAX_EXPIRY_DAYS = 365 * 100
 USAGE_ERROR = 2  # the arguments are wrong (argparse's status for the same)
 FAILED = 1  # the arguments are fine but the command could not be done
+START_FAILED = 3  # `serve` could not start: its port is taken or cannot be bound
 
 Command = Callable[[AgentCore, argparse.Namespace], int]
 """A command: runs with the opened core and the parsed arguments, returns the exit status."""
@@ -36,7 +45,24 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         """Print one line and exit 2 (argparse prints the whole usage block)."""
-        self.exit(USAGE_ERROR, f"agentcore: {message} (see '{self.prog} --help')\n")
+        self.exit(USAGE_ERROR, f"agentcore: {redact(message)} (see '{self.prog} --help')\n")
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """Help that shows each option's default (``(default: 5)``) unless it says it
+    already or has none worth showing; a default never shows a password."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        default = action.default
+        if (
+            "%(default)" in text
+            or "(default:" in text
+            or default in (None, False, argparse.SUPPRESS)
+            or not action.option_strings
+        ):
+            return text
+        return f"{text} (default: {hide_passwords(str(default))})"
 
 
 def _number(name: str, low: float, high: float, *, low_inclusive: bool) -> Callable[[str], float]:
@@ -79,6 +105,12 @@ def _print_json(value: Any) -> None:
     print(json.dumps(value, indent=2, default=str))
 
 
+def say(message: str) -> None:
+    """``agentcore: <message>`` on stderr as one line (its line breaks made spaces), with
+    any secret in it masked (a database URL's password, a key)."""
+    print(f"agentcore: {redact(' '.join(message.split()))}", file=sys.stderr)
+
+
 def _key_json(key: ApiKey | IssuedKey) -> dict[str, Any]:
     data: dict[str, Any] = {
         "id": key.id,
@@ -101,16 +133,41 @@ def _key_json(key: ApiKey | IssuedKey) -> dict[str, Any]:
 
 
 def cmd_init(core: AgentCore, args: argparse.Namespace) -> int:
-    """Create the database and organization if missing; mint one test and one live key."""
+    """Create the database and organization if missing; mint one test and one live key
+    when the organization has no usable key yet (or with ``--new-keys``)."""
     org = core.create_organization(args.org)
-    keys = [core.keys.create(org.name, env, ["read", "write"]) for env in ("test", "live")]
+    now = datetime.now(UTC)
+    usable = [
+        key
+        for key in core.keys.list(org.name)
+        if key.revoked_at is None and (key.expires_at is None or key.expires_at > now)
+    ]
+    mint = args.new_keys or not usable
+    keys = (
+        [core.keys.create(org.name, env, ["read", "write"]) for env in ("test", "live")]
+        if mint
+        else []
+    )
+    where = hide_passwords(args.db)
     if args.json:
-        _print_json({"organization": org.name, "keys": [_key_json(k) for k in keys]})
-    else:
-        print(f"Organization {org.name!r} is ready in {args.db}.")
+        _print_json(
+            {
+                "organization": org.name,
+                "keys": [_key_json(k) for k in keys],
+                "existing_keys": len(usable),
+            }
+        )
+    elif keys:
+        print(f"Organization {org.name!r} is ready in {where}.")
         print("Keys (shown once; store them now):")
         for key in keys:
             print(f"  {key.environment:<4}  {key.secret}  (id {key.id}, scopes read,write)")
+    else:
+        print(
+            f"Organization {org.name!r} is ready in {where}; it has {len(usable)} usable"
+            " key(s) already, so none were minted ('agentcore keys list' shows them,"
+            " 'agentcore init --new-keys' mints a test and a live key)."
+        )
     return 0
 
 
@@ -119,10 +176,9 @@ def cmd_keys_create(core: AgentCore, args: argparse.Namespace) -> int:
     expires = timedelta(days=args.expires_in) if args.expires_in is not None else None
     key = core.keys.create(args.org, args.env, args.scope or ["read"], expires_in=expires)
     if not args.scope:  # least privilege by default, but never silently
-        print(
-            "agentcore: no --scope given: the key gets the read scope only"
-            " (add --scope write to let it change data)",
-            file=sys.stderr,
+        say(
+            "no --scope given: the key gets the read scope only"
+            " (add --scope write to let it change data)"
         )
     if args.json:
         _print_json(_key_json(key))
@@ -189,30 +245,75 @@ def _files(paths: Sequence[str]) -> list[Path]:
 
 
 def cmd_ingest(core: AgentCore, args: argparse.Namespace) -> int:
-    """Ingest files and folders into a workspace's knowledge core, with progress."""
+    """Ingest files and folders into a workspace's knowledge core, with progress: a bar
+    with the rate and time left on a terminal, one line per file otherwise."""
     ws = core.workspace(args.org, args.env)
     files = _files(args.paths)
     done = failed = chunks = 0
-    for number, path in enumerate(files, 1):
-        _progress(number, len(files), path.name)
-        try:
-            doc = ws.knowledge.ingest_file(path.read_bytes(), filename=path.name, wait=True)
-        except AgentCoreError as error:
-            failed += 1
-            print(f"\n  skipped {path}: {error.detail}", file=sys.stderr)
-            continue
-        done += 1
-        chunks += doc.chunks
-    print(f"\nIngested {done} file(s), {chunks} chunk(s); {failed} failed.", file=sys.stderr)
+    with _progress(files) as report:
+        for path in files:
+            try:
+                doc = ws.knowledge.ingest_file(path.read_bytes(), filename=path.name, wait=True)
+            except AgentCoreError as error:
+                failed += 1
+                report(path, f"skipped {path}: {error.detail}")
+                continue
+            done += 1
+            chunks += doc.chunks
+            report(path, f"{path.name}: {doc.chunks} chunk(s)")
+    print(f"Ingested {done} file(s), {chunks} chunk(s); {failed} failed.", file=sys.stderr)
     return 1 if failed else 0
 
 
-def _progress(number: int, total: int, name: str) -> None:
-    width = 30
-    filled = int(width * number / max(total, 1))
-    bar = "#" * filled + "-" * (width - filled)
-    sys.stderr.write(f"\r[{bar}] {number}/{total} {name[:40]:<40}")
-    sys.stderr.flush()
+Report = Callable[[Path, str], None]
+"""Told each file once it is done (or skipped), with a line saying how it went."""
+
+
+@contextmanager
+def _progress(files: Sequence[Path]) -> Iterator[Report]:
+    """How ingestion shows its progress on stderr.
+
+    On a terminal, a tqdm bar over the files' bytes (files differ in size, so bytes give
+    a truer rate and time left than a file count), with skipped files written above it.
+    Otherwise (a pipe, a log file, CI) one plain line per file, ``[3/10] name: ...``,
+    which stays readable where a bar's carriage returns would not.
+    """
+    total = len(files)
+    if not sys.stderr.isatty():
+        count = 0
+        last = time.monotonic()
+
+        def line(path: Path, text: str) -> None:
+            nonlocal count, last
+            count += 1
+            now = time.monotonic()
+            print(f"[{count}/{total}] {text} ({now - last:.1f} s)", file=sys.stderr, flush=True)
+            last = now
+
+        yield line
+        return
+    sizes = {path: path.stat().st_size for path in files}
+    # COLUMNS and LINES, else the terminal's size, else 80 x 24 (a new pseudo-terminal
+    # says 0 x 0, which tqdm takes for a screen with no room for a bar)
+    screen = shutil.get_terminal_size()
+    with tqdm(
+        total=sum(sizes.values()),
+        unit="B",
+        unit_scale=True,
+        unit_divisor=1024,
+        file=sys.stderr,
+        desc=f"{total} file(s)",
+        ncols=screen.columns,
+        nrows=screen.lines,
+    ) as bar:
+
+        def advance(path: Path, text: str) -> None:
+            if text.startswith("skipped"):
+                bar.write(text, file=sys.stderr)
+            bar.set_postfix_str(path.name[:40], refresh=False)
+            bar.update(sizes[path])
+
+        yield advance
 
 
 def cmd_search(core: AgentCore, args: argparse.Namespace) -> int:
@@ -231,74 +332,115 @@ def cmd_search(core: AgentCore, args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser(pm: pluggy.PluginManager | None = None) -> argparse.ArgumentParser:
+def build_parser(
+    pm: pluggy.PluginManager | None = None, settings: Settings | None = None
+) -> argparse.ArgumentParser:
     """The argument parser of the ``agentcore`` command: the built-in commands, then
-    those plugins register (``pm``: built-in plugins and entry points by default)."""
-    parser = Parser(prog="agentcore", description=__doc__)
+    those plugins register (``pm``: built-in plugins and entry points by default).
+
+    Numeric options are bounded by the ``settings`` they feed (default: read from the
+    environment), so ``search --top-k`` beyond ``max_top_k`` is refused while parsing.
+    """
+    settings = settings or Settings.load()
+    parser = Parser(prog="agentcore", description=__doc__, formatter_class=HelpFormatter)
     parser.add_argument(
         "--db",
         default=database_url(),
-        help="SQLite file or postgresql:// URL (default ./agentcore.db or $AGENTCORE_DB)",
+        metavar="PATH_OR_URL",
+        help=f"the store: a SQLite file (its folder must exist) or a postgresql:// URL"
+        f" (default: $AGENTCORE_DB, else {DEFAULT_DATABASE})",
     )
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(
         name: str, func: Callable[..., int], help_text: str, parent: Any = sub
     ) -> argparse.ArgumentParser:
-        p: argparse.ArgumentParser = parent.add_parser(name, help=help_text, description=help_text)
+        p: argparse.ArgumentParser = parent.add_parser(
+            name, help=help_text, description=help_text, formatter_class=HelpFormatter
+        )
         p.set_defaults(func=func)
         return p
 
-    p = command(
-        "init", cmd_init, "create the database and organization; mint a test and a live key"
-    )
-    p.add_argument("--org", required=True)
-    p.add_argument("--json", action="store_true")
+    def org(p: argparse.ArgumentParser, help_text: str = "the organization's name") -> None:
+        p.add_argument("--org", required=True, help=help_text)
 
-    keys = sub.add_parser("keys", help="manage API keys").add_subparsers(
-        dest="keys_command", required=True
+    def env(p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "--env", required=True, choices=["test", "live"], help="the environment of its keys"
+        )
+
+    def as_json(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--json", action="store_true", help="print JSON instead of text")
+
+    p = command(
+        "init",
+        cmd_init,
+        "create the database and organization; mint a test and a live key (once)",
     )
+    org(p, "the organization to create (or to find, when it exists)")
+    p.add_argument(
+        "--new-keys",
+        action="store_true",
+        help="mint a test and a live key even when the organization has usable keys",
+    )
+    as_json(p)
+
+    keys_parser = sub.add_parser(
+        "keys", help="manage API keys", description="manage API keys", formatter_class=HelpFormatter
+    )
+    keys = keys_parser.add_subparsers(dest="keys_command", required=True, metavar="COMMAND")
     p = command("create", cmd_keys_create, "mint a key", keys)
-    p.add_argument("--org", required=True)
-    p.add_argument("--env", required=True, choices=["test", "live"])
+    org(p)
+    env(p)
     p.add_argument(
         "--scope",
         action="append",
         choices=["read", "write"],
-        help="repeat for several (default: read only, and a note says so)",
+        help="a scope of the key; repeat for several (default: read only, and a note says so)",
     )
     p.add_argument(
         "--expires-in",
         type=_number("--expires-in", 0, MAX_EXPIRY_DAYS, low_inclusive=False),
         metavar="DAYS",
+        help=f"days until the key expires, more than 0 and at most {MAX_EXPIRY_DAYS}"
+        " (default: never)",
     )
-    p.add_argument("--json", action="store_true")
+    as_json(p)
     p = command("list", cmd_keys_list, "list keys", keys)
-    p.add_argument("--org", required=True)
-    p.add_argument("--json", action="store_true")
+    org(p)
+    as_json(p)
     p = command("revoke", cmd_keys_revoke, "revoke a key", keys)
-    p.add_argument("key_id")
+    p.add_argument("key_id", help="the key's id (key_...)")
     p = command("rotate", cmd_keys_rotate, "rotate a key", keys)
-    p.add_argument("key_id")
+    p.add_argument("key_id", help="the key's id (key_...)")
     p.add_argument(
         "--grace-hours",
         type=_number("--grace-hours", 0, MAX_GRACE_HOURS, low_inclusive=True),
         default=24.0,
-        help="how long the old key keeps working (default 24)",
+        metavar="HOURS",
+        help=f"how long the old key keeps working, 0 to {MAX_GRACE_HOURS}",
     )
-    p.add_argument("--json", action="store_true")
+    as_json(p)
 
     p = command("ingest", cmd_ingest, "ingest files and folders into the knowledge core")
-    p.add_argument("--org", required=True)
-    p.add_argument("--env", required=True, choices=["test", "live"])
-    p.add_argument("paths", nargs="+")
+    org(p)
+    env(p)
+    p.add_argument(
+        "paths", nargs="+", help="files, or folders whose PDF, text and Markdown files to ingest"
+    )
 
     p = command("search", cmd_search, "search the knowledge core")
-    p.add_argument("--org", required=True)
-    p.add_argument("--env", required=True, choices=["test", "live"])
-    p.add_argument("--top-k", type=int_in("--top-k", 1, 1_000_000), default=5)
-    p.add_argument("--json", action="store_true")
-    p.add_argument("query")
+    org(p)
+    env(p)
+    p.add_argument(
+        "--top-k",
+        type=int_in("--top-k", 1, settings.max_top_k),
+        default=settings.default_top_k,
+        metavar="K",
+        help=f"how many results, 1 to max_top_k ({settings.max_top_k})",
+    )
+    as_json(p)
+    p.add_argument("query", help="what to search for")
 
     def register(name: str, run: Command, help_text: str) -> argparse.ArgumentParser:
         if name in sub.choices:
@@ -309,13 +451,13 @@ def build_parser(pm: pluggy.PluginManager | None = None) -> argparse.ArgumentPar
     return parser
 
 
-def _without_password(db: str) -> str:
-    """``db`` for messages: a URL's password replaced by ``***``."""
-    parts = urlsplit(db)
-    if "://" not in db or not parts.password:
-        return db
-    host = parts.netloc.rpartition("@")[2]
-    return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))
+def _missing_folder(db: str) -> str | None:
+    """The folder a SQLite ``--db`` would be created in, if it does not exist."""
+    path = path_for_url(db)
+    if path is None or path == ":memory:":
+        return None
+    folder = Path(path).expanduser().parent
+    return None if folder.is_dir() else str(folder)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -323,41 +465,75 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     0: done. 1: the command could not be done (no such organization or key, a revoked
     or expired key, files that failed to ingest). 2: the arguments are wrong (one
-    line on stderr says which; no traceback).
+    line on stderr says which; no traceback). 3: ``serve`` could not start. Nothing
+    printed names a database password or a key that is not being minted.
     """
     arguments = list(sys.argv[1:] if argv is None else argv)
     for raw in arguments:
         try:
             raw.encode("utf-8")
         except UnicodeEncodeError:  # undecodable bytes in argv (surrogate escapes)
-            print(f"agentcore: arguments must be valid UTF-8 text: {raw!r}", file=sys.stderr)
+            say(f"arguments must be valid UTF-8 text: {raw!r}")
             return USAGE_ERROR
+    pm = make_plugin_manager()
     try:
-        args = build_parser().parse_args(arguments)
+        settings = Settings.load(plugin_settings_models(pm))
+    except ValidationError as error:  # names the setting, never its value
+        say(" ".join(str(error).split()))
+        return USAGE_ERROR
+    try:
+        args = build_parser(pm, settings).parse_args(arguments)
     except SystemExit as exit_:  # --help (0) or a usage error (2, already printed)
         return exit_.code if isinstance(exit_.code, int) else USAGE_ERROR
-    try:
-        core = AgentCore.open(args.db)
-    except AgentCoreError as error:  # e.g. PostgreSQL unreachable: names host and database
-        print(f"agentcore: {error.detail}", file=sys.stderr)
-        return 2
-    except Exception as exc:  # a clear line, not a traceback, for a bad --db
-        print(f"agentcore: cannot open {_without_password(args.db)}: {exc}", file=sys.stderr)
+    folder = _missing_folder(args.db)
+    if folder is not None:  # refused before anything (a database, its folders) is made
+        say(f"the folder of --db does not exist: {folder} (create it first)")
         return USAGE_ERROR
     try:
-        result: int = args.func(core, args)
+        core = AgentCore.open(args.db, settings=settings)
+    except AgentCoreError as error:  # e.g. PostgreSQL unreachable: names host and database
+        say(error.detail)
+        return USAGE_ERROR
+    except Exception as exc:  # a clear line, not a traceback, for a bad --db
+        say(f"cannot open {args.db}: {exc}")
+        return USAGE_ERROR
+    try:
+        with _quiet_broken_pipe():
+            result: int = args.func(core, args)
+            sys.stdout.flush()
         return result
     except ValidationFailed as error:  # a value the core refuses: the arguments are wrong
-        print(f"agentcore: {error.detail}", file=sys.stderr)
+        say(error.detail)
         return USAGE_ERROR
     except AgentCoreError as error:
-        print(f"agentcore: {error.detail}", file=sys.stderr)
+        say(error.detail)
         return FAILED
     except ValueError as error:  # e.g. a blank --org: a clear line, not a traceback
-        print(f"agentcore: {error}", file=sys.stderr)
+        say(str(error))
         return USAGE_ERROR
+    except _PipeClosed:  # the reader stopped reading (`... | head -1`): not a failure
+        return 0
+    except Exception as exc:  # a bug: its traceback, with any secret in it masked
+        sys.stderr.write(redact("".join(traceback.format_exception(exc))))
+        return FAILED
     finally:
         core.close()
+
+
+class _PipeClosed(Exception):
+    """Whoever read stdout closed it (``agentcore keys list --json | head -1``)."""
+
+
+@contextmanager
+def _quiet_broken_pipe() -> Iterator[None]:
+    """Turn a closed stdout into ``_PipeClosed``, and point stdout at /dev/null so that
+    the interpreter's own flush at exit does not fail again (Python's documented way)."""
+    try:
+        yield
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        raise _PipeClosed from None
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -25,11 +25,14 @@ from agentcore.schema import (
     Agent,
     AgentList,
     ChatMessageResponse,
+    Conversation,
+    ConversationList,
     Deleted,
     DeliveryList,
     Document,
     DocumentList,
     Filter,
+    MessageList,
     SearchMode,
     SearchResponse,
     VerifyResponse,
@@ -173,6 +176,23 @@ class _Requests:
     ) -> _Request[ChatMessageResponse]:
         body = _chat_body(agent_id, message, conversation_id)
         return _Request(ChatMessageResponse, "POST", "/chat/message", {"json": body})
+
+    @staticmethod
+    def list_conversations(params: dict[str, Any]) -> _Request[ConversationList]:
+        return _Request(ConversationList, "GET", "/conversations", {"params": params})
+
+    @staticmethod
+    def get_conversation(conversation_id: str) -> _Request[Conversation]:
+        return _Request(Conversation, "GET", f"/conversations/{conversation_id}")
+
+    @staticmethod
+    def list_messages(conversation_id: str, params: dict[str, Any]) -> _Request[MessageList]:
+        path = f"/conversations/{conversation_id}/messages"
+        return _Request(MessageList, "GET", path, {"params": params})
+
+    @staticmethod
+    def delete_conversation(conversation_id: str) -> _Request[Deleted]:
+        return _Request(Deleted, "DELETE", f"/conversations/{conversation_id}")
 
     @staticmethod
     def subscribe(url: str, events: list[str]) -> _Request[WebhookSubscriptionWithSecret]:
@@ -574,6 +594,24 @@ class Client:
         """``POST /v1/knowledge/search``."""
         return self._run(_Requests.search(query, top_k, min_score, filter, mode))
 
+    # conversations -----------------------------------------------------------------
+
+    def list_conversations(self, **params: Any) -> ConversationList:
+        """``GET /v1/conversations`` (``agentId``, ``limit``, ``starting_after``)."""
+        return self._run(_Requests.list_conversations(params))
+
+    def get_conversation(self, conversation_id: str) -> Conversation:
+        """``GET /v1/conversations/{id}``."""
+        return self._run(_Requests.get_conversation(conversation_id))
+
+    def list_messages(self, conversation_id: str, **params: Any) -> MessageList:
+        """``GET /v1/conversations/{id}/messages`` (``limit``, ``starting_after``, ``order``)."""
+        return self._run(_Requests.list_messages(conversation_id, params))
+
+    def delete_conversation(self, conversation_id: str) -> Deleted:
+        """``DELETE /v1/conversations/{id}``."""
+        return self._run(_Requests.delete_conversation(conversation_id))
+
     # webhooks ---------------------------------------------------------------------
 
     def subscribe(self, url: str, events: list[str]) -> WebhookSubscriptionWithSecret:
@@ -711,6 +749,24 @@ class AsyncClient:
     ) -> SearchResponse:
         """``POST /v1/knowledge/search``."""
         return await self._run(_Requests.search(query, top_k, min_score, filter, mode))
+
+    # conversations -----------------------------------------------------------------
+
+    async def list_conversations(self, **params: Any) -> ConversationList:
+        """``GET /v1/conversations`` (``agentId``, ``limit``, ``starting_after``)."""
+        return await self._run(_Requests.list_conversations(params))
+
+    async def get_conversation(self, conversation_id: str) -> Conversation:
+        """``GET /v1/conversations/{id}``."""
+        return await self._run(_Requests.get_conversation(conversation_id))
+
+    async def list_messages(self, conversation_id: str, **params: Any) -> MessageList:
+        """``GET /v1/conversations/{id}/messages`` (``limit``, ``starting_after``, ``order``)."""
+        return await self._run(_Requests.list_messages(conversation_id, params))
+
+    async def delete_conversation(self, conversation_id: str) -> Deleted:
+        """``DELETE /v1/conversations/{id}``."""
+        return await self._run(_Requests.delete_conversation(conversation_id))
 
     # webhooks ---------------------------------------------------------------------
 

@@ -42,6 +42,9 @@ DEFAULT_DATABASE = "./agentcore.db"
 
 M = TypeVar("M", bound=BaseSettings)
 
+METRICS_DIR = "PROMETHEUS_MULTIPROC_DIR"
+"""The variable that turns on prometheus-client's multiprocess mode (read at its import)."""
+
 _NAMESPACE = re.compile(r"[a-z][a-z0-9]*\Z")
 
 
@@ -327,6 +330,14 @@ class Settings(BaseSettings):
     )
     start_workers: bool = Field(True, description="Whether `start()` runs webhook delivery.")
 
+    # Operations
+    metrics: bool | None = Field(
+        None,
+        description="Prometheus metrics at `GET /metrics`: unset, `agentcore serve` serves"
+        " them and a mounted app does with `create_app(core, metrics=True)`; `false` turns"
+        " them off everywhere (the core then records none).",
+    )
+
     # PostgreSQL store (postgresql:// URLs; the `postgres` extra)
     postgres_pool_size: int = Field(10, ge=1, description="Connections per node.")
     postgres_timeout: float = Field(
@@ -557,3 +568,15 @@ def _plugin_loc(
         return (namespace,)
     head, *rest = loc
     return (f"{namespace}_{head}" if head in model.model_fields else head, *rest)
+
+
+def metrics_multiprocess_dir() -> str | None:
+    """The directory prometheus-client's multiprocess mode keeps its files in
+    (``PROMETHEUS_MULTIPROC_DIR``), or ``None`` when the mode is off."""
+    return os.environ.get(METRICS_DIR) or None
+
+
+def export_metrics_multiprocess_dir(path: str) -> None:
+    """Turn multiprocess metrics on for the worker processes this process starts from
+    now on (``agentcore serve --workers N``): they read the variable at import."""
+    os.environ[METRICS_DIR] = path

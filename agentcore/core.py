@@ -24,6 +24,7 @@ from agentcore.cancellation import Cancellation
 from agentcore.chat import ChatService
 from agentcore.chat_models import ChatModel
 from agentcore.config import Settings
+from agentcore.conversations import ConversationService
 from agentcore.errors import NotFound
 from agentcore.events import EventBus
 from agentcore.idempotency import IdempotencyKeys
@@ -37,11 +38,12 @@ from agentcore.knowledge.service import KnowledgeService
 from agentcore.knowledge.terms import TermCounter
 from agentcore.knowledge.workers import Completed, WorkerSpec
 from agentcore.knowledge.workspace_indexes import WorkspaceIndexes
+from agentcore.metrics import Metrics
 from agentcore.plugins import DEFAULT_PLUGINS
 from agentcore.plugins.extractive import stem_frequencies as extractive_stem_frequencies
 from agentcore.plugins.extractive import tokens_of as extractive_tokens_of
 from agentcore.rate_limits import RateLimiter
-from agentcore.redact import get_logger
+from agentcore.redact import get_logger, hide_passwords
 from agentcore.runtime import Observer, Runtime, unobserved
 from agentcore.schema import Health, LoopState, Organization
 from agentcore.services import WorkspaceServices
@@ -183,6 +185,8 @@ class AgentCore:
         self.keywords = KeywordCache(
             store, extractive_tokens_of, catchup_max_rows=settings.index_catchup_max_rows
         )
+        # Prometheus metrics of this core (its own registry); `metrics = false` records none
+        self.metrics = Metrics(store, self.indexes, enabled=settings.metrics is not False)
         # model calls run here, bounded in time even if a plugin hangs (threads start lazily)
         self.model_pool = self.runtime.executor("agentcore-model", MODEL_THREADS)
         self._started = False
@@ -241,7 +245,7 @@ class AgentCore:
         settings = Settings.load(plugin_settings_models(pm), base=settings, **overrides)
         store = pm.hook.agentcore_open_store(url=str(url), settings=settings)
         if store is None:
-            raise ValueError(f"No store plugin handles {url!r}.")
+            raise ValueError(f"No store plugin handles {hide_passwords(str(url))!r}.")
         named = tuple(p.__name__ if isinstance(p, ModuleType) else p for p in plugins)
         origin = _Origin(named, entry_points, settings)
         return cls(store, settings, pm, origin=origin, observer=observer or unobserved)
@@ -363,6 +367,7 @@ class AgentCore:
             metadata=self.metadata,
             keywords=self.keywords,
             events=self.events,
+            on_search=self.metrics.searched,
         )
 
     def run_ingest_job(self, job: IngestJob, cancellation: Cancellation) -> Completed | None:
@@ -394,7 +399,12 @@ class AgentCore:
             run_tool=functools.partial(self.pm.hook.agentcore_run_tool, workspace=services),
             events=self.events,
             guard_pool=self.model_pool,
+            observer=self.metrics,
         )
+
+    def conversation_service(self, workspace: Workspace) -> ConversationService:
+        """The conversations of ``workspace`` (host code uses ``workspace.conversations``)."""
+        return ConversationService(workspace, store=self.store, settings=self.settings)
 
     def webhook_service(self, workspace: Workspace) -> WebhookService:
         """Webhook subscriptions of ``workspace`` (host code uses ``workspace.webhooks``)."""

@@ -1,7 +1,8 @@
 """Keeping secrets out of logs: spot key-like values and redact them from log records.
 
 Secrets are API keys (``ak_test_…``/``ak_live_…``), webhook signing secrets
-(``whsec_…``) and ``Authorization`` header values. ``SecretRedactingFilter`` rewrites
+(``whsec_…``), ``Authorization`` header values, and database passwords (in a URL's
+``user:password@`` or a ``password=`` setting). ``SecretRedactingFilter`` rewrites
 a log record's message and arguments before any handler formats it; ``agentcore
 serve`` installs it on uvicorn's loggers, every agentcore logger carries it, and a
 host app can add it to any logger (``install_log_redaction()`` does uvicorn's).
@@ -15,6 +16,8 @@ from collections.abc import Iterable
 from typing import Any
 
 REDACTED = "[REDACTED]"
+HIDDEN_PASSWORD = "***"
+"""What a URL's password becomes (``postgresql://user:***@host/db``): still a URL."""
 
 SECRET_PREFIXES = ("ak_test_", "ak_live_", "whsec_")
 """What the secrets this library mints start with."""
@@ -30,13 +33,17 @@ _BEARER = re.compile(r"(?i)\b(bearer|basic)(\s+)[^\s,;\"']+")
 _QUERY = re.compile(
     r"(?i)([?&](?:" + "|".join(re.escape(n) for n in sorted(QUERY_SECRET_NAMES)) + r")=)[^&\s\"']*"
 )
+# scheme://user:password@ (a password holds no unescaped "@" or "/"), and libpq's
+# password=... (a URL's query parameter or a conninfo setting, quoted or not)
+_URL_PASSWORD = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://[^\s/@:\"']*:)[^\s/@\"']+@")
+_PASSWORD_SETTING = re.compile(r"(?i)(\bpassword\s*=\s*)(?:'(?:[^'\\]|\\.)*'|[^\s&\"']+)")
 
 # whether any of the three can match: one search, so text without a secret (nearly
 # every log argument, e.g. the access log's method, path and status) is returned as is
 _ANY = re.compile(
     r"ak_(?:test|live)_|whsec_|(?i:\b(?:bearer|basic)\s)|(?i:[?&](?:"
     + "|".join(re.escape(n) for n in sorted(QUERY_SECRET_NAMES))
-    + r")=)"
+    + r")=)|://[^\s/@:\"']*:[^\s/@\"']+@|(?i:\bpassword\s*=)"
 )
 
 UVICORN_LOGGERS = ("uvicorn", "uvicorn.error", "uvicorn.access")
@@ -48,12 +55,21 @@ def looks_secret(text: str) -> bool:
 
 
 def redact(text: str) -> str:
-    """``text`` with key-like values, bearer credentials and secret query values masked."""
+    """``text`` with key-like values, bearer credentials, secret query values and
+    database passwords masked."""
     if _ANY.search(text) is None:
         return text
     text = _SECRET.sub(lambda m: m.group(1) + REDACTED, text)
     text = _BEARER.sub(lambda m: m.group(1) + m.group(2) + REDACTED, text)
-    return _QUERY.sub(lambda m: m.group(1) + REDACTED, text)
+    text = _QUERY.sub(lambda m: m.group(1) + REDACTED, text)
+    return hide_passwords(text)
+
+
+def hide_passwords(text: str) -> str:
+    """``text`` with the password of every URL (``scheme://user:***@host``) and every
+    ``password=`` setting masked: what the CLI prints where it names a database."""
+    text = _URL_PASSWORD.sub(lambda m: m.group(1) + HIDDEN_PASSWORD + "@", text)
+    return _PASSWORD_SETTING.sub(lambda m: m.group(1) + HIDDEN_PASSWORD, text)
 
 
 def _redact_value(value: Any) -> Any:

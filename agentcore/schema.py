@@ -575,6 +575,41 @@ class ChatDelta(BaseModel):
     delta: str
 
 
+def _absent_when_none(schema: dict[str, Any]) -> None:
+    # a field left out of the JSON when it is None (exclude_if): declared as its type,
+    # not nullable, and not required
+    (given,) = [branch for branch in schema.pop("anyOf") if branch.get("type") != "null"]
+    schema.pop("default", None)
+    schema.update(given)
+
+
+def _omitted_if_none(description: str) -> Any:
+    """A field that is ``None`` in Python and absent (never ``null``) in the JSON."""
+    return Field(
+        None,
+        description=description,
+        exclude_if=lambda value: value is None,
+        json_schema_extra=_absent_when_none,
+    )
+
+
+class Usage(BaseModel):
+    """Tokens a chat model reported for an answer, summed over the turn's model calls
+    (one per tool step)."""
+
+    input_tokens: int = Field(ge=0, description="Tokens the model read (its prompts).")
+    output_tokens: int = Field(ge=0, description="Tokens the model wrote.")
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+        )
+
+
+USAGE_ABSENT = "Absent when the chat model reports no token usage."
+
+
 class ChatMessageResponse(BaseModel):
     """The agent's answer, its citations and the conversation it belongs to."""
 
@@ -582,6 +617,9 @@ class ChatMessageResponse(BaseModel):
     response: str
     citations: list[Citation]
     conversationId: str
+    usage: Usage | None = _omitted_if_none(
+        f"Tokens the chat model used for this answer. {USAGE_ABSENT}"
+    )
 
 
 class EventPayload(BaseModel):
@@ -714,3 +752,43 @@ class Health(BaseModel):
     started: bool = Field(description="Whether the core was started (its loops run).")
     loops: list[LoopState]
     problems: list[str] = Field(description="What is wrong, one sentence each; empty when ok.")
+
+
+class Conversation(BaseModel):
+    """A conversation: the messages of one agent's chat, kept in order."""
+
+    id: str
+    agentId: str = Field(description="The agent the conversation is with.")
+    created_at: datetime
+    updated_at: datetime = Field(description="When its last message was added.")
+    message_count: int = Field(ge=0, description="Messages in the conversation (user and agent).")
+
+
+class ConversationList(BaseModel):
+    """A page of conversations, newest first."""
+
+    conversations: list[Conversation]
+    has_more: bool
+
+
+class Message(BaseModel):
+    """One message of a conversation: the user's, or the agent's answer."""
+
+    id: str
+    role: Literal["user", "assistant"]
+    content: str
+    citations: list[Citation] = Field(
+        description="For an answer, the citations its chat response carried; empty for"
+        " the user's messages."
+    )
+    usage: Usage | None = _omitted_if_none(
+        f"For an answer, the tokens the chat model used. {USAGE_ABSENT}"
+    )
+    created_at: datetime
+
+
+class MessageList(BaseModel):
+    """A page of a conversation's messages, oldest first (``order=desc``: newest first)."""
+
+    messages: list[Message]
+    has_more: bool

@@ -1,7 +1,7 @@
 """WorkspaceServices: a ``Workspace`` with its services, as host code and plugins use it.
 
 ``core.authenticate(key)`` and ``core.workspace(org, env)`` return one:
-``ws.agents``, ``ws.knowledge``, ``ws.chat`` and ``ws.webhooks`` are the workspace's
+``ws.agents``, ``ws.knowledge``, ``ws.chat``, ``ws.conversations`` and ``ws.webhooks`` are the workspace's
 services, built by the core (the composition root) on first use. This module sits
 above the services and the ``Workspace`` value, which never import it.
 """
@@ -15,6 +15,7 @@ from typing import Any, Protocol
 from agentcore.agents import AgentService
 from agentcore.chat import ChatService
 from agentcore.config import Settings
+from agentcore.conversations import ConversationService
 from agentcore.events import Event, EventBus
 from agentcore.knowledge.service import KnowledgeService
 from agentcore.webhooks.service import WebhookService
@@ -44,6 +45,10 @@ class ServiceFactory(Protocol):
 
     def chat_service(self, workspace: Workspace) -> ChatService:
         """Chat in ``workspace``."""
+        ...
+
+    def conversation_service(self, workspace: Workspace) -> ConversationService:
+        """The conversations of ``workspace``."""
         ...
 
     def webhook_service(self, workspace: Workspace) -> WebhookService:
@@ -95,6 +100,11 @@ class WorkspaceServices(Workspace):
     def chat(self) -> ChatService:
         """Chat with this workspace's agents."""
         return self.core.chat_service(self)
+
+    @cached_property
+    def conversations(self) -> ConversationService:
+        """The conversations of this workspace: their history, and deleting them."""
+        return self.core.conversation_service(self)
 
     @cached_property
     def webhooks(self) -> WebhookService:

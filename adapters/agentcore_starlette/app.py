@@ -13,6 +13,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, Literal
 
+from prometheus_client import CollectorRegistry
 from pydantic import BaseModel
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -27,7 +28,7 @@ from starlette.types import Message, Receive, Scope, Send
 from agentcore import __version__
 from agentcore.cancellation import Cancellation
 from agentcore.chat import ChatStream
-from agentcore.config import Settings
+from agentcore.config import Settings, metrics_multiprocess_dir
 from agentcore.core import AgentCore
 from agentcore.errors import (
     InvalidRequest,
@@ -51,6 +52,13 @@ from agentcore_starlette.idempotency import OutcomePending, check_key, fingerpri
 from agentcore_starlette.mcp_endpoint import METHODS as MCP_METHODS
 from agentcore_starlette.mcp_endpoint import PATH as MCP_PATH
 from agentcore_starlette.mcp_endpoint import McpEndpoint, endpoints_running
+from agentcore_starlette.metrics import (
+    RequestMetrics,
+    forget_this_process,
+    metrics_route,
+    request_histogram,
+    scraped,
+)
 from agentcore_starlette.middleware import ApiMiddleware
 from agentcore_starlette.openapi import build_openapi
 from agentcore_starlette.problems import RESPONDER, http_exception_problem, openai_error_response
@@ -420,10 +428,11 @@ class PathEndpoint:
 
 
 def lifespan_for(
-    core: AgentCore,
+    core: AgentCore, *, on_stop: Callable[[], None] | None = None
 ) -> Callable[[Starlette], contextlib.AbstractAsyncContextManager[None]]:
-    """A Starlette lifespan that starts the core's workers and stops them on shutdown,
-    and runs the MCP endpoints of the apps made for ``core`` (``mcp_endpoint``).
+    """A Starlette lifespan that starts the core's workers and stops them on shutdown
+    (then calls ``on_stop``, if given), and runs the MCP endpoints of the apps made for
+    ``core`` (``mcp_endpoint``).
 
     Mounted sub-apps do not get lifespan events: a host app passes this (or enters it in
     its own lifespan; calling ``core.start()``/``core.stop()`` instead leaves ``/v1/mcp``
@@ -438,6 +447,8 @@ def lifespan_for(
                 yield
         finally:
             await run_in_threadpool(core.stop)
+            if on_stop is not None:
+                on_stop()
 
     return lifespan
 
@@ -452,6 +463,8 @@ def create_app(
 
     :param settings: overrides of ``Settings`` fields for HTTP, e.g.
         ``max_body_bytes=2_000_000``; the core's settings are the defaults.
+        ``metrics=True`` adds ``GET /metrics`` (Prometheus; off unless asked for here,
+        on under ``agentcore serve``).
     :param routes: the route table (default: every built-in route).
 
     Serve it alone (``agentcore serve``) or mount it: ``host.mount("/api",
@@ -516,17 +529,33 @@ def create_app(
         starlette_routes.append(Route(PREFIX + MCP_PATH, mcp, methods=MCP_METHODS))
     starlette_routes.append(Route(PREFIX + "/openapi.json", openapi, methods=["GET"]))
     starlette_routes.append(Route(PREFIX + "/health", health, methods=["GET"]))
+    middleware = [
+        Middleware(
+            ApiMiddleware,
+            max_url_bytes=merged.max_url_bytes,
+            max_header_bytes=merged.max_header_bytes,
+        )
+    ]
+    on_stop = None
+    if merged.metrics:
+        registry = CollectorRegistry()
+        multiprocess = metrics_multiprocess_dir() is not None
+        starlette_routes.append(metrics_route(scraped(core, registry), api.pool))
+        # outermost: it times the problems ApiMiddleware answers too
+        middleware.insert(
+            0,
+            Middleware(
+                RequestMetrics,
+                histogram=request_histogram(registry),
+                refresh=core.metrics.refresh if multiprocess else None,
+            ),
+        )
+        on_stop = forget_this_process if multiprocess else None
     app = Starlette(
         routes=starlette_routes,
-        middleware=[
-            Middleware(
-                ApiMiddleware,
-                max_url_bytes=merged.max_url_bytes,
-                max_header_bytes=merged.max_header_bytes,
-            )
-        ],
+        middleware=middleware,
         exception_handlers={HTTPException: http_exception_problem},
-        lifespan=lifespan_for(core),
+        lifespan=lifespan_for(core, on_stop=on_stop),
     )
     app.state.core = core
     app.state.settings = merged

@@ -25,19 +25,27 @@ def agentcore_register_commands(
     register: Callable[[str, Command, str], argparse.ArgumentParser],
 ) -> None:
     """Add ``agentcore serve [--host] [--port] [--log-level] [--workers]``."""
-    parser = register("serve", serve, "serve the /v1 API")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int_in("--port", 1, 65535), default=8000)
+    parser = register("serve", serve, "serve the /v1 API (and GET /metrics)")
+    parser.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="the address to listen on: this machine only by default; 0.0.0.0 (or ::) for"
+        " every interface, e.g. behind a load balancer or in a container",
+    )
+    parser.add_argument(
+        "--port", type=int_in("--port", 1, 65535), default=8000, help="the TCP port, 1 to 65535"
+    )
     parser.add_argument(
         "--log-level",
         default="info",
         choices=["critical", "error", "warning", "info", "debug", "trace"],
+        help="the least severe log records written (warning silences the access log)",
     )
     parser.add_argument(
         "--workers",
         type=int_in("--workers", 1, 64),
         default=1,
-        help="worker processes sharing the port and the store (default 1)",
+        help="worker processes sharing the port and the store, 1 to 64",
     )
 
 

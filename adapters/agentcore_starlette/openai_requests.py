@@ -142,12 +142,16 @@ class ChatCompletionRequest(Request):
         description="agentcore's extension: continue this stored conversation.",
     )
     n: int | None = Field(None, ge=1, json_schema_extra={"maximum": 1})
-    tools: list[dict[str, Any]] | None = Field(None, json_schema_extra={"maxItems": 0})
+    tools: list[dict[str, Any]] | None = Field(
+        None, json_schema_extra={"maxItems": 0, "items": {"type": "object"}}
+    )
     tool_choice: str | dict[str, Any] | None = Field(
         None, json_schema_extra=_only({"enum": list(_FREE_CHOICES)})
     )
     parallel_tool_calls: StrictBool | None = None
-    functions: list[dict[str, Any]] | None = Field(None, json_schema_extra={"maxItems": 0})
+    functions: list[dict[str, Any]] | None = Field(
+        None, json_schema_extra={"maxItems": 0, "items": {"type": "object"}}
+    )
     function_call: str | dict[str, Any] | None = Field(
         None, json_schema_extra=_only({"enum": list(_FREE_CHOICES)})
     )
@@ -163,7 +167,9 @@ class ChatCompletionRequest(Request):
     stop: str | list[str] | None = Field(
         None,
         json_schema_extra=_only(
-            {"type": "string", "maxLength": 0}, {"type": "array", "maxItems": 0}
+            {"type": "string", "maxLength": 0},
+            # items declared: generated clients cannot type an array without them
+            {"type": "array", "maxItems": 0, "items": {"type": "string"}},
         ),
     )
     modalities: list[str] | None = Field(

@@ -43,20 +43,36 @@ def _schema(model: type[BaseModel], components: dict[str, Any], mode: str) -> di
 
 
 def _event_stream(route: ApiRoute, components: dict[str, Any]) -> dict[str, Any]:
-    """The ``text/event-stream`` media type of a streamed answer: one event per
-    ``event:``/``data:`` block; ``x-events`` names each event and its data's schema."""
+    """The ``text/event-stream`` media type of a streamed answer. Its ``schema`` is one
+    event, as Open API 3.1 reads the schema of a stream (3.2 calls it ``itemSchema``):
+    ``event`` names it and ``data`` is one JSON document of that event's schema
+    (``contentMediaType``/``contentSchema``); ``x-events`` lists them by name too."""
     names = ", ".join(f"`{event.name}`" for event in route.events)
-    return {
-        "schema": {
-            "type": "string",
-            "description": f"Server-sent events ({names}); lines starting with ':' are "
-            "heartbeats. Each event's `data` is one JSON document.",
-        },
-        "x-events": {
-            event.name: {
-                "description": event.description,
-                "data": _schema(event.data, components, "serialization"),
+    data = {event.name: _schema(event.data, components, "serialization") for event in route.events}
+    one_event = {
+        "type": "object",
+        "description": f"One server-sent event ({names}); lines starting with ':' are "
+        "heartbeats. Each event's `data` is one JSON document.",
+        "required": ["event", "data"],
+        "properties": {"event": {"type": "string"}, "data": {"type": "string"}},
+        "oneOf": [
+            {
+                "properties": {
+                    "event": {"const": name},
+                    "data": {
+                        "type": "string",
+                        "contentMediaType": "application/json",
+                        "contentSchema": schema,
+                    },
+                }
             }
+            for name, schema in data.items()
+        ],
+    }
+    return {
+        "schema": one_event,
+        "x-events": {
+            event.name: {"description": event.description, "data": data[event.name]}
             for event in route.events
         },
     }
@@ -363,7 +379,10 @@ def build_openapi(
                         "properties": {
                             "file": {
                                 "type": "string",
+                                # 3.1's way, and 3.0's, which generated clients read as
+                                # a file to upload (openapi-python-client's File)
                                 "contentMediaType": "application/octet-stream",
+                                "format": "binary",
                                 "minLength": 1,
                                 "description": "A PDF, Markdown or UTF-8 text file,"
                                 f" at most {settings.max_upload_bytes} bytes.",

@@ -24,10 +24,16 @@ sees writes made in any other), idempotency keys, and, with
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import functools
 import logging
+import shutil
 import signal
+import socket
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import uvicorn
@@ -35,14 +41,53 @@ import uvicorn.config
 from starlette.applications import Starlette
 
 from agentcore import AgentCore
-from agentcore.config import Settings, database_url, export_to_children
+from agentcore.cli import START_FAILED, say
+from agentcore.config import (
+    Settings,
+    database_url,
+    export_metrics_multiprocess_dir,
+    export_to_children,
+    metrics_multiprocess_dir,
+)
+from agentcore.redact import hide_passwords
 from agentcore_starlette.app import create_app
 from agentcore_starlette.protocol import HeadGuard, HeadLimits
 
 
 def app_from_environment() -> Starlette:
-    """The /v1 app of a core on ``$AGENTCORE_DB``; its lifespan starts and stops workers."""
-    return create_app(AgentCore.open(database_url()))
+    """The /v1 app of a core on ``$AGENTCORE_DB``; its lifespan starts and stops workers.
+    ``GET /metrics`` is on, as under ``agentcore serve``, unless ``AGENTCORE_METRICS=false``."""
+    core = AgentCore.open(database_url())
+    return create_app(core, metrics=serves_metrics(core.settings))
+
+
+def serves_metrics(settings: Settings) -> bool:
+    """Whether ``agentcore serve`` serves ``GET /metrics``: unless ``metrics`` is false."""
+    return settings.metrics is not False
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to ``host``:``port`` as uvicorn binds one (``SO_REUSEADDR``;
+    IPv6 when the host has a colon), bound before the app starts, so that a port that
+    is taken fails at once, in one line, before the core starts any work.
+
+    :raises OSError: the address cannot be bound (taken, not this machine's, privileged).
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family=family)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    sock.set_inheritable(True)
+    return sock
+
+
+def _reason(error: OSError) -> str:
+    text = error.strerror or str(error)
+    return text[:1].lower() + text[1:]
 
 
 def server_options(settings: Settings) -> dict[str, Any]:
@@ -89,14 +134,22 @@ def serve_log_config() -> dict[str, Any]:
 
 
 def run(core: AgentCore, args: argparse.Namespace) -> int:
-    """Serve ``core``'s /v1 API with uvicorn until SIGTERM or SIGINT; 0 when stopped."""
+    """Serve ``core``'s /v1 API with uvicorn until SIGTERM or SIGINT; 0 when stopped,
+    ``START_FAILED`` (3) with one line on stderr when the address cannot be bound."""
     options = server_options(core.settings)
+    try:
+        sock = listening_socket(args.host, args.port)
+    except OSError as error:
+        say(f"cannot listen on {args.host}:{args.port}: {_reason(error)}")
+        return START_FAILED
     if args.workers > 1:
+        sock.close()  # the port is free: uvicorn's supervisor binds it for its workers
         backend = core.settings.rate_limit_backend
+        metrics = serves_metrics(core.settings)
         core.close()  # the store is migrated; each worker process opens its own core
-        return _serve_workers(args, backend, options)
+        return _serve_workers(args, backend, options, metrics=metrics)
     config = uvicorn.Config(
-        create_app(core),
+        create_app(core, metrics=serves_metrics(core.settings)),
         host=args.host,
         port=args.port,
         log_level=args.log_level,
@@ -111,34 +164,62 @@ def run(core: AgentCore, args: argparse.Namespace) -> int:
     # a clean exit 0 instead of death by signal or a KeyboardInterrupt traceback
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: setattr(server, "should_exit", True))
-    print(f"agentcore serving {args.db} on http://{args.host}:{args.port}/v1", flush=True)
-    server.run()  # uvicorn handles SIGTERM/SIGINT: stops accepting, drains, runs shutdown
+    print(_banner(args), flush=True)
+    server.run(sockets=[sock])  # uvicorn handles SIGTERM/SIGINT: stops, drains, shuts down
     return 0
 
 
-def _serve_workers(args: argparse.Namespace, rate_limit_backend: str, options: Any) -> int:
+def _banner(args: argparse.Namespace, workers: str = "") -> str:
+    """The first line ``serve`` prints: the store (never its password) and the address."""
+    return (
+        f"agentcore serving {hide_passwords(args.db)} on http://{args.host}:{args.port}/v1{workers}"
+    )
+
+
+def _serve_workers(
+    args: argparse.Namespace, rate_limit_backend: str, options: Any, *, metrics: bool
+) -> int:
     """Serve with ``args.workers`` processes on one socket (the store is already migrated).
 
     Each worker opens its own core on the same store from the environment; uvicorn's
     supervisor restarts a worker that dies and, on SIGTERM or SIGINT, stops every
     worker gracefully (each drains and stops its webhook worker) before returning.
+    With metrics on, the workers share a multiprocess directory (``metrics_directory``).
     """
     # N processes behind one port must share one limit per key, as one process would
     shared = {"rate_limit_backend": "store"} if rate_limit_backend == "auto" else {}
     export_to_children(args.db, **shared)
-    print(
-        f"agentcore serving {args.db} on http://{args.host}:{args.port}/v1"
-        f" with {args.workers} worker processes",
-        flush=True,
-    )
-    uvicorn.run(
-        "agentcore_starlette.serve:app_from_environment",
-        factory=True,
-        workers=args.workers,
-        host=args.host,
-        port=args.port,
-        log_level=args.log_level,
-        lifespan="on",
-        **options,
-    )
+    with metrics_directory() if metrics else contextlib.nullcontext():
+        print(_banner(args, f" with {args.workers} worker processes"), flush=True)
+        uvicorn.run(
+            "agentcore_starlette.serve:app_from_environment",
+            factory=True,
+            workers=args.workers,
+            host=args.host,
+            port=args.port,
+            log_level=args.log_level,
+            lifespan="on",
+            **options,
+        )
     return 0
+
+
+@contextlib.contextmanager
+def metrics_directory() -> Iterator[str]:
+    """The directory of prometheus-client's multiprocess mode for ``serve --workers N``,
+    exported to the workers it starts (``PROMETHEUS_MULTIPROC_DIR``): the operator's,
+    emptied of the last run's metric files, or else a temporary one, removed afterwards.
+    Each worker writes its counters there and the one scraped adds them all up."""
+    given = metrics_multiprocess_dir()
+    if given is not None:
+        Path(given).mkdir(parents=True, exist_ok=True)
+        for stale in Path(given).glob("*.db"):  # only prometheus-client's own files
+            stale.unlink(missing_ok=True)
+        yield given
+        return
+    made = tempfile.mkdtemp(prefix="agentcore-metrics-")
+    export_metrics_multiprocess_dir(made)
+    try:
+        yield made
+    finally:
+        shutil.rmtree(made, ignore_errors=True)

@@ -136,6 +136,7 @@ class KnowledgeService:
         searches are refused.
     :param events: the core's event bus: a background job's document publishes
         ``document.ready`` on it (``None``: no event).
+    :param on_search: told the seconds each ``search`` took (the core's metrics).
     """
 
     def __init__(
@@ -150,8 +151,10 @@ class KnowledgeService:
         metadata: MetadataCache | None = None,
         keywords: KeywordCache | None = None,
         events: EventBus | None = None,
+        on_search: Callable[[float], None] | None = None,
     ) -> None:
         self._ws = workspace
+        self._on_search = on_search
         self._jobs = jobs
         self._terms = terms
         self._store = store
@@ -649,7 +652,9 @@ class KnowledgeService:
                 param="min_score",
             )
         mode = self._mode(mode)
-        hits = self._ranked(query, k, min_score, check_filter(filter), mode)
+        spec = check_filter(filter)
+        began = time.perf_counter()
+        hits = self._ranked(query, k, min_score, spec, mode)
         results = [
             SearchResult(
                 chunk=hit.chunk.text,
@@ -662,6 +667,8 @@ class KnowledgeService:
             )
             for hit in hits
         ]
+        if self._on_search is not None:
+            self._on_search(time.perf_counter() - began)
         return SearchResponse(query=query, mode=mode, results=results)
 
     def _mode(self, mode: str | None) -> SearchMode:

@@ -183,6 +183,13 @@ class WorkspaceIndexes:
         """
         return self._maintainer.wait_idle(timeout)
 
+    def size(self) -> tuple[int, int, int]:
+        """``(workspaces, rows, bytes)`` of the indexes this process holds now: what the
+        metrics report. A walk over the loaded indexes (no store read, no lock)."""
+        entries = list(self._entries.values())  # a copy: other threads add and drop
+        rows = sum(len(entry.index) for entry in entries)
+        return len(entries), rows, sum(entry.index.nbytes for entry in entries)
+
     def _lock(self, key: Key) -> threading.RLock:
         with self._guard:
             return self._locks.setdefault(key, threading.RLock())

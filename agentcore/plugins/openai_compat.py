@@ -22,6 +22,7 @@ from agentcore.config import PluginSettings
 from agentcore.errors import ProviderError, ProviderTimeout
 from agentcore.hookspecs import hookimpl
 from agentcore.knowledge.embedders import EmbedKind
+from agentcore.schema import Usage
 
 if TYPE_CHECKING:
     from agentcore.chat_models import ChatModel
@@ -266,13 +267,23 @@ class OpenAIChatModel:
 
     def stream(self, request: ChatRequest) -> Iterator[str | ChatResult]:
         """Send one turn with ``stream: true``; yield the text as it arrives, then the
-        result. Each chunk must come within the time-out."""
+        result. Each chunk must come within the time-out.
+
+        ``stream_options.include_usage`` asks for the token usage, which OpenAI sends
+        in a last chunk without choices (servers that send it in every chunk: the last
+        one counts; servers that send none: the result has no usage).
+        """
         where = self._endpoint.where
-        payload = {**self.payload(request), "stream": True}
+        payload = {
+            **self.payload(request),
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
         timeout = min(self.timeout, request.timeout)
         content: list[str] = []
         calls: dict[int, dict[str, str]] = {}
         markers = _MarkerFilter()
+        usage: Any = None
         last = time.monotonic()  # of the last progress: chunks without any do not count
         for chunk in self._endpoint.events("/chat/completions", payload, timeout):
             if time.monotonic() - last > timeout:
@@ -282,7 +293,8 @@ class OpenAIChatModel:
             choices = chunk.get("choices") if isinstance(chunk, dict) else None
             if not isinstance(choices, list):
                 raise ProviderError(f"The model provider at {where} sent a chunk without choices.")
-            if not choices:  # e.g. a closing usage chunk
+            usage = chunk.get("usage") or usage
+            if not choices:  # e.g. the closing usage chunk
                 continue
             delta = choices[0].get("delta") if isinstance(choices[0], dict) else None
             if not isinstance(delta, dict):
@@ -317,7 +329,8 @@ class OpenAIChatModel:
                             ],
                         }
                     }
-                ]
+                ],
+                "usage": usage,
             },
             request,
         )
@@ -386,7 +399,12 @@ class OpenAIChatModel:
         cited = [
             pid for pid in dict.fromkeys(_ID.findall(" ".join(_markers(content)))) if pid in known
         ]
-        return ChatResult(text=_strip_markers(content), used_passage_ids=cited, tool_calls=calls)
+        return ChatResult(
+            text=_strip_markers(content),
+            used_passage_ids=cited,
+            tool_calls=calls,
+            usage=_usage(data.get("usage")),
+        )
 
     def close(self) -> None:
         """Close the HTTP client this model created."""
@@ -496,6 +514,19 @@ class OpenAIEmbedder:
 
     def __repr__(self) -> str:
         return f"OpenAIEmbedder({self.name!r}, {self._endpoint.where!r}, model={self.model!r})"
+
+
+def _usage(raw: Any) -> Usage | None:
+    """OpenAI's ``usage`` (``prompt_tokens``, ``completion_tokens``) as agentcore's, or
+    ``None`` when the provider sent none or something unreadable (usage is a report, not
+    a reason to fail an answer)."""
+    if not isinstance(raw, dict):
+        return None
+    counts = [raw.get("prompt_tokens"), raw.get("completion_tokens")]
+    tokens = [n for n in counts if isinstance(n, int) and not isinstance(n, bool) and n >= 0]
+    if len(tokens) != 2:
+        return None
+    return Usage(input_tokens=tokens[0], output_tokens=tokens[1])
 
 
 def _user_content(request: ChatRequest) -> str:

@@ -15,9 +15,20 @@ import numpy as np
 import numpy.typing as npt
 
 from agentcore.events import Event
-from agentcore.schema import Agent, ApiKey, Delivery, Document, Organization, Problem
+from agentcore.schema import (
+    Agent,
+    ApiKey,
+    Conversation,
+    Delivery,
+    Document,
+    Message,
+    Organization,
+    Problem,
+)
 from agentcore.storage.records import (
+    Backlog,
     Chunks,
+    ConnectionStats,
     DocumentChanges,
     DueDelivery,
     Ids,
@@ -361,7 +372,8 @@ class WebhookStore(Protocol):
 
 
 class ConversationStore(Protocol):
-    """Conversations and their messages: what ``ChatService`` uses."""
+    """Conversations and their messages: what ``ChatService`` and
+    ``ConversationService`` use."""
 
     def create_conversation(self, organization_id: str, environment: str, agent_id: str) -> str:
         """A new conversation's id."""
@@ -372,10 +384,45 @@ class ConversationStore(Protocol):
         """The agent a conversation belongs to, or ``None``."""
 
     def add_messages(self, conversation_id: str, messages: Sequence[StoredMessage]) -> None:
-        """Append messages to a conversation."""
+        """Append messages to a conversation (``NotFound`` if it was deleted)."""
 
     def recent_messages(self, conversation_id: str, limit: int) -> list[StoredMessage]:
         """The last ``limit`` messages, oldest first."""
+
+    def get_conversation(
+        self, organization_id: str, environment: str, conversation_id: str
+    ) -> Conversation | None:
+        """A conversation of this workspace, or ``None``."""
+
+    def list_conversations(
+        self,
+        organization_id: str,
+        environment: str,
+        *,
+        limit: int,
+        starting_after: str | None,
+        agent_id: str | None = None,
+    ) -> tuple[list[Conversation], bool]:
+        """A page of conversations (of one agent when ``agent_id`` is given), newest
+        first, and whether more follow."""
+
+    def list_messages(
+        self,
+        organization_id: str,
+        environment: str,
+        conversation_id: str,
+        *,
+        limit: int,
+        starting_after: str | None,
+        newest_first: bool = False,
+    ) -> tuple[list[Message], bool] | None:
+        """A page of a conversation's messages, oldest first (or newest first), and
+        whether more follow; ``None`` when the conversation is not this workspace's."""
+
+    def delete_conversation(
+        self, organization_id: str, environment: str, conversation_id: str
+    ) -> bool:
+        """Delete a conversation and its messages; whether it existed."""
 
 
 class IdempotencyStore(Protocol):
@@ -459,6 +506,18 @@ class VectorSearchStore(Protocol):
         """The ``k`` ids most cosine-similar to the unit vector ``query`` and their scores,
         best first, ties by ascending id (as ``VectorIndex.search``), among the rows of
         ``documents`` and of ``chunk_ids`` when given (before the top ``k`` is taken)."""
+
+
+@runtime_checkable
+class ObservableStore(Protocol):
+    """A store that reports what the metrics show: its backlog and its connections
+    (the built-in stores do; the metrics leave out what a store cannot report)."""
+
+    def backlog(self, now: float) -> Backlog:
+        """Ingestion jobs and webhook deliveries waiting, over every tenant."""
+
+    def connection_stats(self) -> ConnectionStats:
+        """This process's connections to the database."""
 
 
 @runtime_checkable

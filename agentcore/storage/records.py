@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from agentcore.schema import WebhookSubscription
+from agentcore.schema import Usage, WebhookSubscription
 
 Ids = npt.NDArray[np.int64]
 """Vector ids (a vector's id is its chunk's)."""
@@ -149,11 +149,38 @@ class DueDelivery:
 
 @dataclass(frozen=True)
 class StoredMessage:
-    """One message of a conversation; ``citations`` as ``[{source, pages}]``."""
+    """One message of a conversation; ``citations`` as ``[{source, pages}]``, ``usage``
+    the tokens its chat model reported (answers only, when it reported any)."""
 
     role: str
     content: str
     citations: list[dict[str, Any]]
+    usage: Usage | None = None
+
+
+@dataclass(frozen=True)
+class Backlog:
+    """Work waiting in the store, summed over every tenant (what the metrics report):
+    ingestion jobs leased by a worker now (``running``) or waiting (``queued``), and
+    webhook deliveries still to be sent or given up on."""
+
+    ingest_queued: int
+    ingest_running: int
+    deliveries_pending: int
+    deliveries_failed: int
+
+
+@dataclass(frozen=True)
+class ConnectionStats:
+    """A store's database connections in this process: open now, and where the
+    database's pool says so (PostgreSQL), those lent out, its maximum and the callers
+    waiting for one; ``None`` where a database keeps no such count (SQLite opens one
+    connection per thread and never makes a caller wait for one)."""
+
+    open: int
+    in_use: int | None = None
+    max: int | None = None
+    waiting: int | None = None
 
 
 @dataclass(frozen=True)

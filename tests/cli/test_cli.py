@@ -62,6 +62,22 @@ def initialised(tmp_path: Path, cli: InProcess) -> tuple[Path, dict]:
     return db, cli.json("init", "--org", "acme", "--json", db=db)
 
 
+def test_init_mints_again_only_when_asked_or_when_no_key_works(cli: InProcess, initialised) -> None:
+    db, first = initialised
+    plain = cli("init", "--org", "acme", db=db)
+    assert plain.returncode == 0 and "ak_" not in plain.stdout
+    assert "none were minted" in plain.stdout and "--new-keys" in plain.stdout
+    again = cli.json("init", "--org", "acme", "--new-keys", "--json", db=db)
+    assert sorted(k["environment"] for k in again["keys"]) == ["live", "test"]
+    with AgentCore.open(db) as core:
+        assert len(core.keys.list("acme")) == 4
+        for key in core.keys.list("acme"):
+            core.keys.revoke(key.id)
+    # every key revoked: the organization has no usable key, so init mints two
+    revived = cli.json("init", "--org", "acme", "--json", db=db)
+    assert len(revived["keys"]) == 2 and revived["existing_keys"] == 0
+
+
 @pytest.mark.slow
 def test_console_script_is_installed() -> None:
     assert SCRIPT.exists()
@@ -106,6 +122,7 @@ def test_second_init_keeps_the_same_organization(cli: InProcess, initialised) ->
     db, first = initialised
     second = cli.json("init", "--org", "acme", "--json", db=db)
     assert second["organization"] == "acme"
+    assert second["keys"] == [] and second["existing_keys"] == 2  # no more keys minted
     conn = sqlite3.connect(db)
     try:
         orgs = conn.execute("SELECT name FROM organizations").fetchall()

@@ -93,6 +93,19 @@ async def _round_trip(url: str, key: str, tmp_path: Path) -> None:
         text = "".join([delta async for delta in follow])
         assert "Rex" in text and follow.response.conversationId == stream.response.conversationId
 
+        # the conversation's history, as a chat UI reads it back
+        conversation_id = stream.response.conversationId
+        conversation = await client.get_conversation(conversation_id)
+        assert conversation.message_count == 4 and conversation.agentId == agent.id
+        listed = await client.list_conversations(agentId=agent.id)
+        assert conversation_id in [c.id for c in listed.conversations]
+        history = await client.list_messages(conversation_id, order="desc", limit=2)
+        assert [m.role for m in history.messages] == ["assistant", "user"] and history.has_more
+        assert history.messages[1].content == "And the dog?"
+        assert (await client.delete_conversation(conversation_id)).deleted is True
+        with pytest.raises(NotFound):
+            await client.list_messages(conversation_id)
+
         with pytest.raises(NotFound):
             async with client.chat.stream("agt_missing", "hi"):
                 pass

@@ -23,6 +23,15 @@ def test_client_round_trip(core: AgentCore, keys: Keys) -> None:
         answer = client.chat(agent.id, "What is the office cat called?")
         assert "Pixel" in answer.response
         assert [c.source for c in answer.citations] == ["facts.txt"]
+        conversation = client.get_conversation(answer.conversationId)
+        assert conversation.message_count == 2
+        assert [c.id for c in client.list_conversations().conversations] == [conversation.id]
+        messages = client.list_messages(conversation.id).messages
+        assert [m.role for m in messages] == ["user", "assistant"]
+        assert messages[1].citations == answer.citations and messages[1].usage is None
+        assert client.delete_conversation(conversation.id).deleted is True
+        with pytest.raises(NotFound):
+            client.get_conversation(conversation.id)
         assert client.delete_document(document.id).deleted is True
 
 

@@ -39,6 +39,7 @@ from agentcore.plugins.openai_compat import (
     OpenAIEmbedder,
     OpenAISettings,
 )
+from agentcore.schema import Usage
 
 KEY = "sk-test-0123456789abcdef-secret"
 
@@ -196,6 +197,24 @@ def test_request_shape_and_cited_answer(provider: FakeProvider, model: OpenAICha
     ]
     assert body["tool_choice"] == "auto"
     assert "max_tokens" not in body and asked["content"] == ""
+
+
+def test_usage_is_reported_when_the_provider_counts_tokens(
+    provider: FakeProvider, model: OpenAIChatModel
+) -> None:
+    counted = completion("Rollo [P1].")
+    counted["usage"] = {"prompt_tokens": 88, "completion_tokens": 4, "total_tokens": 92}
+    provider.reply(counted)
+    request = ChatRequest(system_prompt="", message="Who?", passages=PASSAGES)
+    assert model.complete(request).usage == Usage(input_tokens=88, output_tokens=4)
+    # none, or none that can be read: no usage, and the answer still stands
+    for usage in (None, {"prompt_tokens": "many"}, {"prompt_tokens": -1, "completion_tokens": 2}):
+        body = completion("Rollo [P1].")
+        if usage is not None:
+            body["usage"] = usage
+        provider.reply(body)
+        result = model.complete(request)
+        assert result.usage is None and result.text == "Rollo."
 
 
 def test_no_tools_means_no_tools_field(provider: FakeProvider, model: OpenAIChatModel) -> None:

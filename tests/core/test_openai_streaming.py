@@ -26,6 +26,7 @@ from agentcore import AgentCore
 from agentcore.chat_models import ChatRequest, ChatResult, Passage, StreamingChatModel, ToolSpec
 from agentcore.errors import ProviderError, ProviderTimeout
 from agentcore.plugins.openai_compat import OpenAIChatModel, _MarkerFilter, _strip_markers
+from agentcore.schema import Usage
 from agentcore_starlette import create_app
 
 KEY = "sk-stream-0123456789abcdef-secret"
@@ -321,6 +322,40 @@ def test_over_http_the_provider_stream_becomes_deltas_with_citations(
     assert text == completed["response"] == "Rollo led them."
     assert completed["citations"] == [{"source": "normans.txt", "pages": [1]}]
     assert served.errors == []
+
+
+def usage_chunk(prompt: int, completion: int) -> Piece:
+    """OpenAI's last chunk with ``stream_options.include_usage``: no choices, the usage."""
+    body = {
+        "object": "chat.completion.chunk",
+        "choices": [],
+        "usage": {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": 0},
+    }
+    return Piece(f"data: {json.dumps(body)}\n\n".encode())
+
+
+def test_the_stream_asks_for_usage_and_reports_it(
+    fake: FakeStreamingProvider, model: OpenAIChatModel
+) -> None:
+    fake.script.append(StreamReply([chunk("Rollo [P1]"), chunk("."), usage_chunk(41, 6)]))
+    result = list(model.stream(request()))[-1]
+    assert isinstance(result, ChatResult) and result.text == "Rollo."
+    assert result.usage == Usage(input_tokens=41, output_tokens=6)
+    assert fake.requests[0]["stream_options"] == {"include_usage": True}
+    # a server that sends no usage: none reported
+    fake.script.append(StreamReply([chunk("Rollo.")]))
+    assert list(model.stream(request()))[-1].usage is None
+
+
+def test_over_http_a_streamed_answer_carries_the_providers_usage(
+    fake: FakeStreamingProvider, served: Served
+) -> None:
+    fake.script.append(StreamReply([chunk("Rollo led them [P1]."), usage_chunk(120, 9)]))
+    events = served.ask("Who led the Vikings?")
+    completed = json.loads(events[-1].data)
+    assert completed["usage"] == {"input_tokens": 120, "output_tokens": 9}
+    fake.script.append(StreamReply([chunk("Rollo led them [P1].")]))
+    assert "usage" not in json.loads(served.ask("Who led the Vikings?")[-1].data)
 
 
 def test_over_http_a_dropped_provider_is_an_error_event_and_agent_error(

@@ -35,14 +35,24 @@ FRAGMENTS = [
     "_",
     "-",
     '"',
+    "postgresql://",
+    "u:",
+    ":",
+    "pw",
+    "@",
+    "/",
+    "password=",
+    "PASSWORD =",
+    "'",
 ]
 
 
 def every_pattern(text: str) -> str:
-    """``redact`` without its shortcut: all three substitutions, always."""
+    """``redact`` without its shortcut: every substitution, always."""
     text = module._SECRET.sub(lambda m: m.group(1) + REDACTED, text)
     text = module._BEARER.sub(lambda m: m.group(1) + m.group(2) + REDACTED, text)
-    return module._QUERY.sub(lambda m: m.group(1) + REDACTED, text)
+    text = module._QUERY.sub(lambda m: m.group(1) + REDACTED, text)
+    return module.hide_passwords(text)
 
 
 @settings(max_examples=500, deadline=None)

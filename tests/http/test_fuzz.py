@@ -7,13 +7,11 @@ data accepted, invalid data rejected, auth not ignored, undeclared methods refus
 
 ``AGENTCORE_FUZZ_EXAMPLES=200 python -m pytest tests/http/test_fuzz.py`` is the larger run.
 
-What JSON Schema cannot say is fixed up in positive cases only, and nowhere else: a
-webhook URL must resolve to an allowed address (the receiver here), an upload must be
-a parseable file, a tool's ``required`` names must be among its ``properties``, tool
-names must be unique within an agent, no string at any depth of a tool's free-form
-``parameters`` (or of a Chat Completions request's free-form members) may hold a NUL
-(the declared schema says so for every other string), and the last message of a Chat
-Completions request is the user's to answer (its only one with a ``conversation_id``).
+The stateful phase runs sequences of linked calls (an id one answer gives is used by
+the next call) with the same checks. What JSON Schema cannot say is fixed up in
+positive cases only, and nowhere else (``tests/fuzz_fixups.py``, Chat Completions
+requests included); the one check that does not apply to one operation is configured
+in ``tests/schemathesis.toml``.
 """
 
 from __future__ import annotations
@@ -27,6 +25,7 @@ import httpx
 import pytest
 import schemathesis
 from conftest import ServerThread
+from fuzz_fixups import CONFIG, RECEIVER, fix_negative, fix_positive, real_key
 from hypothesis import HealthCheck, settings
 
 from agentcore import AgentCore, __version__
@@ -37,7 +36,6 @@ from agentcore_starlette.routes import ROUTES
 pytestmark = pytest.mark.slow  # schemathesis over a real server: every operation, many requests
 
 MAX_EXAMPLES = int(os.environ.get("AGENTCORE_FUZZ_EXAMPLES", "8"))
-RECEIVER = "http://127.0.0.1:9/hook"  # allowed, never called (workers are off)
 
 
 class FuzzTarget:
@@ -94,54 +92,7 @@ def _document() -> dict[str, Any]:
 # Built at import time (schemathesis' lazy fixture loader does not work with pytest 9
 # yet); test_served_document_is_the_fuzzed_one checks it is the served document.
 DOCUMENT = _document()
-schema = schemathesis.openapi.from_dict(DOCUMENT)
-# a negative case may be larger than max_body_bytes (a string past its maxLength, each
-# character escaped as a surrogate pair: 12 bytes): 413 body_too_large refuses it rightly
-_rejection = schema.config.checks.negative_data_rejection
-_rejection.expected_statuses = [*_rejection.expected_statuses, "413"]
-
-
-def _without_nul(value: Any) -> Any:
-    """``value`` with NUL characters dropped from every string and key, at any depth."""
-    if isinstance(value, str):
-        return value.replace("\x00", "")
-    if isinstance(value, list):
-        return [_without_nul(item) for item in value]
-    if isinstance(value, dict):
-        return {_without_nul(k): _without_nul(v) for k, v in value.items()}
-    return value
-
-
-def _fix_positive(case: Any) -> None:
-    """Make a positive case valid in the ways JSON Schema cannot express."""
-    meta = case.meta
-    if meta is None or not meta.generation.mode.is_positive or not isinstance(case.body, dict):
-        return
-    body = case.body
-    if "url" in body and "events" in body:
-        body["url"] = RECEIVER
-    if "file" in body and case.media_type == "multipart/form-data":
-        body["file"] = b"Plain text to index."
-    messages = body.get("messages")
-    if isinstance(messages, list) and "model" in body:  # Chat Completions
-        # a user asks last, and the free-form members (content parts, prediction, ...)
-        # hold no NUL, as every other string is declared not to
-        case.body = body = _without_nul(body)
-        asked = {"role": "user", "content": "Vacation days?"}
-        # with a stored conversation, its turns are the history: messages has no other
-        earlier = [] if "conversation_id" in body else body["messages"][:-1]
-        body["messages"] = [*earlier, asked]
-    tools = body.get("tools")
-    if isinstance(tools, list):
-        unique: dict[str, Any] = {}
-        for tool in tools:
-            if isinstance(tool, dict) and isinstance(tool.get("parameters"), dict):
-                tool["parameters"] = params = _without_nul(tool["parameters"])
-                names = params.get("properties", {})
-                if isinstance(params.get("required"), list):
-                    params["required"] = [n for n in params["required"] if n in names]
-            unique.setdefault(tool.get("name") if isinstance(tool, dict) else id(tool), tool)
-        body["tools"] = list(unique.values())
+schema = schemathesis.openapi.from_dict(DOCUMENT, config=schemathesis.Config.from_path(CONFIG))
 
 
 @schema.parametrize()
@@ -152,25 +103,10 @@ def _fix_positive(case: Any) -> None:
     suppress_health_check=list(HealthCheck),
 )
 def test_api_conforms_to_its_openapi_document(case: Any, fuzz_target: FuzzTarget) -> None:
-    _fix_positive(case)
-    meta = case.meta
-    if (
-        meta is not None
-        and not meta.generation.mode.is_positive
-        and case.media_type == "multipart/form-data"
-    ):
-        # negative multipart bodies come out valid once sent: a non-string "file" is sent
-        # as its text ("null", "1"), and coverage reuses positive files; the JSON body of
-        # the same operation and tests/test_strict_requests.py cover the refusals
-        return
-    # the generated bearer token is random: put the real key in its place; a negative
-    # case that dropped or mangled the header keeps it that way (the server must 401)
-    sent = (case.headers or {}).get("Authorization", "")
-    real = {"Authorization": f"Bearer {fuzz_target.secret}"}
+    fix_positive(case)
+    fix_negative(case)
     case.call_and_validate(
-        base_url=fuzz_target.url,
-        headers=real if sent.startswith("Bearer ") else None,
-        timeout=30,
+        base_url=fuzz_target.url, headers=real_key(case, fuzz_target.secret), timeout=30
     )
 
 
@@ -187,3 +123,36 @@ def test_openapi_document_covers_every_route() -> None:
     # outside the keyed route table: the public health route and the MCP endpoint
     public = {("GET", "/v1/health"), ("POST", "/v1/mcp")}
     assert documented == {(r.method, "/v1" + r.path) for r in ROUTES} | public
+
+
+# the stateful phase ---------------------------------------------------------------------
+
+STATEFUL_EXAMPLES = int(os.environ.get("AGENTCORE_FUZZ_STATEFUL_EXAMPLES", "10"))
+
+
+def test_api_conforms_in_sequences_of_calls(fuzz_target: FuzzTarget) -> None:
+    """schemathesis' stateful phase: sequences of calls linked by the ids one answer
+    gives the next (create, read, update, delete, chat in a conversation), every check
+    on every answer, as ``schemathesis run --phases stateful`` does."""
+
+    class Workflow(schema.as_state_machine()):  # type: ignore[misc]
+        def before_call(self, case: Any) -> None:
+            fix_positive(case)
+            fix_negative(case)
+
+        def get_call_kwargs(self, case: Any) -> dict[str, Any]:
+            return {
+                "base_url": fuzz_target.url,
+                "headers": real_key(case, fuzz_target.secret),
+                "timeout": 30,
+            }
+
+    Workflow.run(
+        settings=settings(
+            max_examples=STATEFUL_EXAMPLES,
+            stateful_step_count=10,
+            deadline=None,
+            database=None,
+            suppress_health_check=list(HealthCheck),
+        )
+    )

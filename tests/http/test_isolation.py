@@ -82,6 +82,7 @@ class Owned:
     agent_id: str
     document_id: str
     webhook_id: str
+    conversation_id: str
     snapshot: dict[str, Any]
 
     @property
@@ -90,6 +91,7 @@ class Owned:
             "agent_id": self.agent_id,
             "document_id": self.document_id,
             "webhook_id": self.webhook_id,
+            "conversation_id": self.conversation_id,
         }
 
     def markers(self) -> list[str]:
@@ -235,7 +237,10 @@ def set_up_a(session: Session, key: str) -> Owned:
         "/v1/webhooks/subscribe",
         {"url": webhook_url("test"), "events": ["agent.handoff"]},
     )
-    owned = Owned(agent["id"], document["id"], webhook["id"], {})
+    answer = session.one(
+        key, "POST", "/v1/chat/message", {"agentId": agent["id"], "message": "Hello?"}
+    )
+    owned = Owned(agent["id"], document["id"], webhook["id"], answer["conversationId"], {})
     owned.snapshot = snapshot(session, key, owned)
     return owned
 
@@ -256,6 +261,8 @@ def snapshot(session: Session, key: str, owned: Owned) -> dict[str, Any]:
         ],
         "webhooks": [w["id"] for w in session.one(key, "GET", "/v1/webhooks")["webhooks"]],
         "search": [(r["document_id"], r["chunk"]) for r in search["results"]],
+        "conversation": session.one(key, "GET", f"/v1/conversations/{owned.conversation_id}"),
+        "messages": session.one(key, "GET", f"/v1/conversations/{owned.conversation_id}/messages"),
     }
 
 
@@ -263,7 +270,7 @@ def snapshot(session: Session, key: str, owned: Owned) -> dict[str, Any]:
 
 
 def test_every_route_has_a_recipe() -> None:
-    owned = Owned("agt_x", "doc_x", "wh_x", {})
+    owned = Owned("agt_x", "doc_x", "wh_x", "conv_x", {})
     for route in ROUTES:
         assert path_for(route, owned).startswith("/v1/")
         for env in ENVS:
@@ -392,13 +399,14 @@ def test_a_write_only_key_can_run_every_write_route(iso_core: AgentCore) -> None
             ws.agents.deploy(agent.id)
         document = ws.knowledge.ingest_text("w.txt", "write only")
         webhook = ws.webhooks.subscribe(webhook_url("test"), ["agent.action"], None)
-        owned = Owned(agent.id, document.id, webhook.id, {})
+        conversation = ws.chat.send(agent.id, "Hello?").conversationId
+        owned = Owned(agent.id, document.id, webhook.id, conversation, {})
         path = path_for(route, owned)
         response = session.run([(key, route.method, path, body_for(route, owned, "test"))])[0]
         assert response.is_success, (route.method, path, response.status_code, response.text)
     for route in ROUTES:
         if route.scope == "read":
-            owned = Owned("agt_x", "doc_x", "whk_x", {})
+            owned = Owned("agt_x", "doc_x", "whk_x", "conv_x", {})
             response = session.run(
                 [(key, route.method, path_for(route, owned), body_for(route, owned, "test"))]
             )[0]

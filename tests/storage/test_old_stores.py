@@ -67,6 +67,13 @@ def reads_back_and_works(store: Any, expected: dict[str, Any]) -> None:
         {"blade": 2, "canteen": 1, "rotterdam": 1},
     )
     assert counts == {"blade": 4, "canteen": 1, "rotterdam": 2}
+    # m014: the old messages got ids and their conversation its count
+    conversation = made["conversation"]
+    assert store.get_conversation(org, "test", conversation).message_count == 2
+    messages, _ = store.list_messages(org, "test", conversation, limit=10, starting_after=None)
+    assert [m.content for m in messages] == ["Where are the blades?", "Rotterdam."]
+    assert len({m.id for m in messages}) == 2 and all(m.id.startswith("msg_") for m in messages)
+    assert all(m.usage is None for m in messages)
     state = store.knowledge_state(org, "test")
     changes = store.changes_since(org, "test", state.version - 1, max_rows=100)
     assert changes is not None and len(changes.deleted_ids) == 3

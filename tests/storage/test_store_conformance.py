@@ -19,7 +19,7 @@ import pytest
 from agentcore.errors import NotFound
 from agentcore.events import Event
 from agentcore.ids import new_id
-from agentcore.schema import Agent, ApiKey, Document, Problem
+from agentcore.schema import Agent, ApiKey, Document, Problem, Usage
 from agentcore.storage.base import EventWaiter, Store, VectorSearchStore
 from agentcore.storage.records import StoredMessage, StoredResult
 from agentcore.storage.sqlite import SQLiteStore
@@ -539,6 +539,76 @@ def test_conversations(store: Any) -> None:
     assert [m.content for m in store.recent_messages(conversation, 2)] == ["yo", "more"]
     assert store.recent_messages(conversation, 10)[1].citations == cites
     assert store.recent_messages(conversation, 0) == []
+
+
+def test_conversation_history(store: Any) -> None:
+    org_id, other = org(store), org(store, "globex")
+    first = store.create_conversation(org_id, "test", "agt_1")
+    second = store.create_conversation(org_id, "test", "agt_2")
+    elsewhere = store.create_conversation(other, "test", "agt_1")
+    usage = Usage(input_tokens=12, output_tokens=3)
+    cites = [{"source": "a.txt", "pages": [1, 2]}]
+    store.add_messages(
+        first,
+        [StoredMessage("user", "hi", []), StoredMessage("assistant", "yo", cites, usage=usage)],
+    )
+    store.add_messages(first, [StoredMessage("user", "more", [])])
+    # newest first: the second conversation was created last
+    page, more = store.list_conversations(org_id, "test", limit=10, starting_after=None)
+    assert [c.id for c in page] == [second, first] and not more
+    assert [c.message_count for c in page] == [0, 3]
+    assert page[1].agentId == "agt_1" and page[1].updated_at >= page[1].created_at
+    page, more = store.list_conversations(org_id, "test", limit=1, starting_after=None)
+    assert [c.id for c in page] == [second] and more
+    page, more = store.list_conversations(org_id, "test", limit=1, starting_after=second)
+    assert [c.id for c in page] == [first] and not more
+    only, _ = store.list_conversations(
+        org_id, "test", limit=10, starting_after=None, agent_id="agt_1"
+    )
+    assert [c.id for c in only] == [first]
+    assert store.list_conversations(org_id, "live", limit=10, starting_after=None) == ([], False)
+    with pytest.raises(NotFound):  # a cursor of another workspace
+        store.list_conversations(org_id, "test", limit=10, starting_after=elsewhere)
+    assert store.get_conversation(org_id, "test", first).message_count == 3
+    assert store.get_conversation(org_id, "test", elsewhere) is None
+    assert store.get_conversation(org_id, "live", first) is None
+
+    messages, more = store.list_messages(org_id, "test", first, limit=10, starting_after=None)
+    assert [(m.role, m.content) for m in messages] == [
+        ("user", "hi"),
+        ("assistant", "yo"),
+        ("user", "more"),
+    ]
+    assert not more and len({m.id for m in messages}) == 3
+    assert all(m.id.startswith("msg_") for m in messages)
+    assert messages[1].usage == usage and messages[0].usage is None and messages[2].usage is None
+    assert [c.model_dump() for c in messages[1].citations] == cites
+    newest, more = store.list_messages(
+        org_id, "test", first, limit=2, starting_after=None, newest_first=True
+    )
+    assert [m.content for m in newest] == ["more", "yo"] and more
+    rest, more = store.list_messages(
+        org_id, "test", first, limit=2, starting_after=newest[-1].id, newest_first=True
+    )
+    assert [m.content for m in rest] == ["hi"] and not more
+    after, _ = store.list_messages(org_id, "test", first, limit=1, starting_after=messages[0].id)
+    assert [m.content for m in after] == ["yo"]
+    assert store.list_messages(org_id, "test", elsewhere, limit=10, starting_after=None) is None
+    with pytest.raises(NotFound):  # a message of another conversation
+        store.list_messages(org_id, "test", second, limit=10, starting_after=messages[0].id)
+
+    assert store.delete_conversation(org_id, "live", first) is False  # another environment
+    assert store.delete_conversation(other, "test", first) is False  # another organization
+    assert store.delete_conversation(org_id, "test", first) is True
+    assert store.delete_conversation(org_id, "test", first) is False
+    assert store.get_conversation(org_id, "test", first) is None
+    assert store.conversation_agent(org_id, "test", first) is None
+    assert store.recent_messages(first, 10) == []
+    assert store.list_messages(org_id, "test", first, limit=10, starting_after=None) is None
+    with pytest.raises(NotFound):  # a turn finishing after the delete stores nothing
+        store.add_messages(first, [StoredMessage("user", "late", [])])
+    assert store.recent_messages(first, 10) == []
+    assert store.get_conversation(org_id, "test", second) is not None
 
 
 def test_idempotency_keys(store: Any) -> None:

@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-from agentcore_starlette.routes import agents, auth, chat, knowledge, openai, webhooks
+from agentcore_starlette.routes import (
+    agents,
+    auth,
+    chat,
+    conversations,
+    knowledge,
+    openai,
+    webhooks,
+)
 from agentcore_starlette.routing import ApiRoute
 
 ROUTES: list[ApiRoute] = [
@@ -10,6 +18,7 @@ ROUTES: list[ApiRoute] = [
     *agents.ROUTES,
     *knowledge.ROUTES,
     *chat.ROUTES,
+    *conversations.ROUTES,
     *webhooks.ROUTES,
     *openai.ROUTES,
 ]

@@ -34,7 +34,8 @@ from psycopg.rows import DictRow, dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from agentcore.errors import ServiceUnavailable, ValidationFailed
-from agentcore.storage.records import Ids, Vectors
+from agentcore.redact import hide_passwords
+from agentcore.storage.records import ConnectionStats, Ids, Vectors
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -101,8 +102,15 @@ class CommitUnknown(Exception):
 
 
 def describe(url: str) -> str:
-    """``host H port P database D`` for messages: never the user's password."""
-    info = conninfo_to_dict(url)
+    """``host H port P database D`` for messages: never the user's password.
+
+    :raises ValueError: the URL cannot be parsed (its message masks the password that
+        psycopg's quotes).
+    """
+    try:
+        info = conninfo_to_dict(url)
+    except psycopg.ProgrammingError as exc:
+        raise ValueError(f"Malformed PostgreSQL URL: {hide_passwords(str(exc))}") from None
     host = info.get("host") or "localhost"
     port = info.get("port") or "5432"
     database = info.get("dbname") or info.get("user") or "?"
@@ -163,7 +171,18 @@ class Database:
                 return None
         except psycopg.Error as exc:
             lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-            return lines[0] if lines else type(exc).__name__
+            return hide_passwords(lines[0]) if lines else type(exc).__name__
+
+    def connection_stats(self) -> ConnectionStats:
+        """The pool's connections: open, lent out, its maximum, callers waiting."""
+        stats = self.pool.get_stats()
+        size = stats.get("pool_size", 0)
+        return ConnectionStats(
+            open=size,
+            in_use=size - stats.get("pool_available", 0),
+            max=stats.get("pool_max", self.pool.max_size),
+            waiting=stats.get("requests_waiting", 0),
+        )
 
     def close(self) -> None:
         """Close every connection of the pool."""

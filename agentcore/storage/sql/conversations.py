@@ -4,11 +4,46 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from typing import Any
 
+from agentcore.errors import NotFound
 from agentcore.ids import new_id, now_iso
+from agentcore.schema import Conversation, Message, Usage
 from agentcore.storage.records import StoredMessage
-from agentcore.storage.sql.database import Tables
-from agentcore.storage.sql.queries import WORKSPACE
+from agentcore.storage.sql.database import Connection, Tables
+from agentcore.storage.sql.queries import WORKSPACE, page_rows
+
+_GONE = "The conversation was deleted while the answer was being made."
+
+
+def _conversation(row: Any) -> Conversation:
+    return Conversation(
+        id=row["id"],
+        agentId=row["agent_id"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+        message_count=row["message_count"],
+    )
+
+
+def _message(row: Any) -> Message:
+    usage = row["usage"]
+    return Message(
+        id=row["id"],
+        role=row["role"],
+        content=row["content"],
+        citations=json.loads(row["citations"]),
+        usage=None if usage is None else Usage.model_validate_json(usage),
+        created_at=row["created_at"],
+    )
+
+
+def _owned(conn: Connection, organization_id: str, environment: str, conversation_id: str) -> bool:
+    row = conn.execute(
+        f"SELECT 1 FROM conversations WHERE id = ? AND {WORKSPACE}",
+        [conversation_id, organization_id, environment],
+    ).fetchone()
+    return row is not None
 
 
 class ConversationTables(Tables):
@@ -44,19 +79,37 @@ class ConversationTables(Tables):
         return None if row is None else str(row["agent_id"])
 
     def add_messages(self, conversation_id: str, messages: Sequence[StoredMessage]) -> None:
-        """Append messages to a conversation in one transaction."""
+        """Append messages to a conversation in one transaction.
+
+        The conversation's row is updated first (its count and ``updated_at``), which
+        locks it on PostgreSQL: a concurrent ``delete_conversation`` either ran before
+        (then this raises ``NotFound`` and stores nothing) or waits for this commit and
+        deletes these messages too.
+        """
         now = now_iso()
         with self.db.write() as conn:
+            cursor = conn.execute(
+                "UPDATE conversations SET updated_at = ?, message_count = message_count + ?"
+                " WHERE id = ?",
+                [now, len(messages), conversation_id],
+            )
+            if cursor.rowcount != 1:
+                raise NotFound(_GONE, param="conversationId")
             conn.executemany(
-                "INSERT INTO messages (conversation_id, role, content, citations, created_at)"
-                " VALUES (?, ?, ?, ?, ?)",
+                "INSERT INTO messages (id, conversation_id, role, content, citations, usage,"
+                " created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
                 [
-                    [conversation_id, m.role, m.content, json.dumps(m.citations), now]
+                    [
+                        new_id("msg"),
+                        conversation_id,
+                        m.role,
+                        m.content,
+                        json.dumps(m.citations),
+                        None if m.usage is None else m.usage.model_dump_json(),
+                        now,
+                    ]
                     for m in messages
                 ],
-            )
-            conn.execute(
-                "UPDATE conversations SET updated_at = ? WHERE id = ?", [now, conversation_id]
             )
 
     def recent_messages(self, conversation_id: str, limit: int) -> list[StoredMessage]:
@@ -73,3 +126,98 @@ class ConversationTables(Tables):
             StoredMessage(row["role"], row["content"], json.loads(row["citations"]))
             for row in reversed(rows)
         ]
+
+    def get_conversation(
+        self, organization_id: str, environment: str, conversation_id: str
+    ) -> Conversation | None:
+        """A conversation of this workspace, or ``None`` (other workspaces' too)."""
+        with self.db.read() as conn:
+            row = conn.execute(
+                f"SELECT * FROM conversations WHERE id = ? AND {WORKSPACE}",
+                [conversation_id, organization_id, environment],
+            ).fetchone()
+        return None if row is None else _conversation(row)
+
+    def list_conversations(
+        self,
+        organization_id: str,
+        environment: str,
+        *,
+        limit: int,
+        starting_after: str | None,
+        agent_id: str | None = None,
+    ) -> tuple[list[Conversation], bool]:
+        """A page of conversations (only ``agent_id``'s when given), newest first."""
+        where, args = ("agent_id = ?", [agent_id]) if agent_id is not None else ("1 = 1", [])
+        with self.db.snapshot() as conn:
+            rows, more = page_rows(
+                conn,
+                "conversations",
+                scope=(organization_id, environment),
+                limit=limit,
+                starting_after=starting_after,
+                where=where,
+                where_args=args,
+            )
+        return [_conversation(row) for row in rows], more
+
+    def list_messages(
+        self,
+        organization_id: str,
+        environment: str,
+        conversation_id: str,
+        *,
+        limit: int,
+        starting_after: str | None,
+        newest_first: bool = False,
+    ) -> tuple[list[Message], bool] | None:
+        """A page of a conversation's messages in the order they were added (or the
+        reverse), after the message ``starting_after``; ``None`` when the conversation
+        is not one of this workspace's.
+
+        :raises NotFound: ``starting_after`` is not a message of this conversation.
+        """
+        order, before_or_after = ("DESC", "<") if newest_first else ("ASC", ">")
+        with self.db.snapshot() as conn:
+            if not _owned(conn, organization_id, environment, conversation_id):
+                return None
+            condition, args = "conversation_id = ?", [conversation_id]
+            if starting_after is not None:
+                cursor = conn.execute(
+                    "SELECT seq FROM messages WHERE id = ? AND conversation_id = ?",
+                    [starting_after, conversation_id],
+                ).fetchone()
+                if cursor is None:
+                    raise NotFound(
+                        f"No message with id '{starting_after}' in this conversation"
+                        " to start after.",
+                        param="starting_after",
+                    )
+                condition += f" AND seq {before_or_after} ?"
+                args.append(cursor["seq"])
+            rows = conn.execute(
+                f"SELECT * FROM messages WHERE {condition} ORDER BY seq {order} LIMIT ?",
+                [*args, limit + 1],
+            ).fetchall()
+        return [_message(row) for row in rows[:limit]], len(rows) > limit
+
+    def delete_conversation(
+        self, organization_id: str, environment: str, conversation_id: str
+    ) -> bool:
+        """Delete a conversation of this workspace and its messages, for good; whether
+        it existed.
+
+        The conversation's row is locked first (an ``UPDATE``), so a chat turn adding
+        messages to it right now finishes first and its messages go too (see
+        ``add_messages``).
+        """
+        with self.db.write() as conn:
+            found = conn.execute(
+                f"UPDATE conversations SET updated_at = updated_at WHERE id = ? AND {WORKSPACE}",
+                [conversation_id, organization_id, environment],
+            )
+            if found.rowcount != 1:
+                return False
+            conn.execute("DELETE FROM messages WHERE conversation_id = ?", [conversation_id])
+            conn.execute("DELETE FROM conversations WHERE id = ?", [conversation_id])
+        return True

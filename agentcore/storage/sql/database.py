@@ -11,7 +11,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
-from agentcore.storage.records import Ids, Vectors
+from agentcore.storage.records import ConnectionStats, Ids, Vectors
 from agentcore.storage.sql.dialect import Dialect
 
 
@@ -84,6 +84,9 @@ class Database(Protocol):
         anything was written since it was last asked for (a database that cannot tell
         cheaply hands out an empty dict each time). Callers hold at most
         ``CACHE_LIMIT`` entries in it."""
+
+    def connection_stats(self) -> ConnectionStats:
+        """This process's connections (what the metrics report), without a query."""
 
     def close(self) -> None:
         """Close every connection."""

@@ -451,6 +451,40 @@ def m013_fail_pending_of_disabled(d: Dialect) -> str:
 
 
 @migration()
+def m014_conversation_history(d: Dialect) -> str:
+    """What the conversation routes read: an id and the token usage of each message, a
+    message count per conversation, and keyset indexes for listing conversations (all,
+    or one agent's) newest first.
+
+    Messages stored before have no id: each gets a random one. PostgreSQL also indexes
+    failed webhook deliveries, so the metrics can count them (SQLite's index of every
+    delivery by status does already).
+    """
+    random_hex = d.either(
+        sqlite="lower(hex(randomblob(12)))", postgres="substr(md5(random()::text || seq), 1, 24)"
+    )
+    failed = d.either(
+        sqlite="",
+        postgres="CREATE INDEX webhook_deliveries_failed ON webhook_deliveries (seq)"
+        " WHERE status = 'failed';",
+    )
+    return f"""
+        ALTER TABLE messages ADD COLUMN id TEXT;
+        ALTER TABLE messages ADD COLUMN usage TEXT;
+        UPDATE messages SET id = 'msg_' || {random_hex} WHERE id IS NULL;
+        CREATE UNIQUE INDEX messages_id ON messages (id);
+        ALTER TABLE conversations ADD COLUMN message_count INTEGER NOT NULL DEFAULT 0;
+        UPDATE conversations SET message_count =
+            (SELECT COUNT(*) FROM messages WHERE messages.conversation_id = conversations.id);
+        DROP INDEX conversations_workspace;
+        CREATE INDEX conversations_workspace ON conversations (organization_id, environment, seq);
+        CREATE INDEX conversations_agent
+            ON conversations (organization_id, environment, agent_id, seq);
+        {failed}
+        """
+
+
+@migration()
 def m015_document_metadata(d: Dialect) -> str:
     """Document metadata (a JSON object; NULL: none), the version of each document's last write,
     so every process's filters follow metadata changes through the change log; an

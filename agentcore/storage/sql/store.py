@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from agentcore.storage.base import Store
+from agentcore.storage.records import Backlog, ConnectionStats
 from agentcore.storage.sql.agents import AgentTables
 from agentcore.storage.sql.conversations import ConversationTables
 from agentcore.storage.sql.documents import DocumentTables
@@ -42,6 +43,36 @@ class SQLStore(
         ``ServiceUnavailable`` once retries found no connection)."""
         with self.db.read() as conn:
             conn.execute("SELECT 1").fetchone()
+
+    def backlog(self, now: float) -> Backlog:
+        """Ingestion jobs and webhook deliveries waiting, over every tenant: two
+        indexed counts (the metrics read them at each scrape, never per request)."""
+        with self.db.snapshot() as conn:
+            jobs = conn.execute(
+                "SELECT COUNT(*) AS total, COALESCE(SUM(CASE WHEN leased_until > ? THEN 1"
+                " ELSE 0 END), 0) AS running FROM ingest_jobs",
+                [now],
+            ).fetchone()
+            # one count per status, so each reads its own index (PostgreSQL's are partial)
+            deliveries = {
+                row["status"]: int(row["n"])
+                for row in conn.execute(
+                    "SELECT 'pending' AS status, COUNT(*) AS n FROM webhook_deliveries"
+                    " WHERE status = 'pending' UNION ALL SELECT 'failed', COUNT(*)"
+                    " FROM webhook_deliveries WHERE status = 'failed'"
+                )
+            }
+        running = int(jobs["running"])
+        return Backlog(
+            ingest_queued=int(jobs["total"]) - running,
+            ingest_running=running,
+            deliveries_pending=deliveries["pending"],
+            deliveries_failed=deliveries["failed"],
+        )
+
+    def connection_stats(self) -> ConnectionStats:
+        """This process's connections to the database (no query)."""
+        return self.db.connection_stats()
 
     def close(self) -> None:
         """Close every connection."""

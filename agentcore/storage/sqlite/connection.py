@@ -18,7 +18,7 @@ from typing import Any
 
 from sqlite_utils import Database as UtilsDatabase
 
-from agentcore.storage.records import Ids, Vectors
+from agentcore.storage.records import ConnectionStats, Ids, Vectors
 from agentcore.storage.sql.queries import marks
 
 BUSY_TIMEOUT_MS = 30_000
@@ -288,6 +288,11 @@ class Database:
             cache.clear()
             cache[_STAMP] = stamp
         return cache
+
+    def connection_stats(self) -> ConnectionStats:
+        """The connections this object opened and keeps (one per thread that used it)."""
+        with self._lock:
+            return ConnectionStats(open=len(self._connections))
 
     def close(self) -> None:
         """Close every connection this object opened (any thread)."""

@@ -1,0 +1,95 @@
+"""Routes: /v1/conversations — list, get, read messages, delete."""
+
+from __future__ import annotations
+
+from typing import cast
+
+from agentcore.conversations import ORDERS, Order
+from agentcore.schema import Conversation, ConversationList, Deleted, MessageList
+from agentcore_starlette.routing import PAGINATION, ApiRoute, Call, QueryParam
+
+
+def list_conversations(call: Call) -> ConversationList:
+    """A page of conversations, newest first; `agentId` keeps one agent's."""
+    return call.workspace.conversations.list(
+        agent_id=call.str_query("agentId"),
+        limit=call.int_query("limit"),
+        starting_after=call.str_query("starting_after"),
+    )
+
+
+def get_conversation(call: Call) -> Conversation:
+    """One conversation, with its message count."""
+    return call.workspace.conversations.get(call.path["conversation_id"])
+
+
+def list_conversation_messages(call: Call) -> MessageList:
+    """A page of the conversation's messages, oldest first (`order=desc`: newest first).
+
+    An answer carries the citations (and token `usage`, when the model reported it)
+    its chat response carried.
+    """
+    return call.workspace.conversations.messages(
+        call.path["conversation_id"],
+        limit=call.int_query("limit"),
+        starting_after=call.str_query("starting_after"),
+        order=cast(Order, call.str_query("order", ORDERS) or "asc"),
+    )
+
+
+def delete_conversation(call: Call) -> Deleted:
+    """Delete the conversation and its messages for good; chatting with its id is then a 404."""
+    return call.workspace.conversations.delete(call.path["conversation_id"])
+
+
+_ONE = "/conversations/{conversation_id}"
+ROUTES = [
+    ApiRoute(
+        method="GET",
+        path="/conversations",
+        handler=list_conversations,
+        response=ConversationList,
+        summary="List conversations",
+        scope="read",
+        tag="conversations",
+        query=(
+            *PAGINATION,
+            QueryParam("agentId", {"type": "string"}, "Only this agent's conversations."),
+        ),
+    ),
+    ApiRoute(
+        method="GET",
+        path=_ONE,
+        handler=get_conversation,
+        response=Conversation,
+        summary="Retrieve a conversation",
+        scope="read",
+        tag="conversations",
+    ),
+    ApiRoute(
+        method="GET",
+        path=_ONE + "/messages",
+        handler=list_conversation_messages,
+        response=MessageList,
+        summary="List a conversation's messages",
+        scope="read",
+        tag="conversations",
+        query=(
+            *PAGINATION,
+            QueryParam(
+                "order",
+                {"type": "string", "enum": list(ORDERS), "default": "asc"},
+                "asc: oldest first (the default); desc: newest first.",
+            ),
+        ),
+    ),
+    ApiRoute(
+        method="DELETE",
+        path=_ONE,
+        handler=delete_conversation,
+        response=Deleted,
+        summary="Delete a conversation",
+        scope="write",
+        tag="conversations",
+    ),
+]

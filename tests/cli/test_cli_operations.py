@@ -1,0 +1,194 @@
+"""The CLI as an operator meets it: help and defaults, bounds from the settings, a --db in a
+missing folder, a busy port, progress on a terminal and in a log, a closed pipe."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pty
+import select
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from helpers import CLI, cli_env, run_cli
+
+from agentcore.cli import build_parser
+from agentcore.config import Settings
+from agentcore.core import make_plugin_manager
+
+SCRIPT = Path(sys.executable).parent / "agentcore"
+
+
+def _parsers(
+    parser: argparse.ArgumentParser, name: str = "agentcore"
+) -> list[tuple[str, argparse.ArgumentParser]]:
+    found = [(name, parser)]
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub_name, sub in action.choices.items():
+                found += _parsers(sub, f"{name} {sub_name}")
+    return found
+
+
+def test_every_option_has_help_and_shows_its_default() -> None:
+    parser = build_parser(make_plugin_manager())
+    checked = 0
+    for name, sub in _parsers(parser):
+        text = " ".join(sub.format_help().split())  # lines are wrapped anywhere
+        for action in sub._actions:
+            if isinstance(action, argparse._HelpAction | argparse._SubParsersAction):
+                continue
+            where = f"{name} {'/'.join(action.option_strings) or action.dest}"
+            assert action.help and len(action.help) > 8, where
+            if action.option_strings and action.default not in (None, False):
+                shown = str(action.default)
+                assert f"default: {shown}" in text or "(default:" in action.help, (where, text)
+            checked += 1
+    assert checked >= 25  # init, keys *, ingest, search and serve's options
+    serve = dict(_parsers(parser))["agentcore serve"].format_help()
+    for default in ("127.0.0.1", "8000", "info", "(default: 1)"):
+        assert default in serve, serve
+
+
+def test_top_k_is_bounded_by_the_settings() -> None:
+    parser = build_parser(make_plugin_manager(), Settings.load(max_top_k=20, default_top_k=3))
+    base = ["search", "--org", "acme", "--env", "test", "q"]
+    assert parser.parse_args([*base, "--top-k", "20"]).top_k == 20
+    assert parser.parse_args(base).top_k == 3
+    with pytest.raises(SystemExit):
+        parser.parse_args([*base, "--top-k", "21"])
+
+
+@pytest.mark.slow
+def test_top_k_past_max_top_k_is_refused_by_the_parser(tmp_path: Path) -> None:
+    db = tmp_path / "k.db"
+    refused = run_cli("search", "--org", "acme", "--env", "test", "--top-k", "500", "x", db=db)
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1
+    assert "--top-k must be between 1 and 100" in refused.stderr
+    assert not db.exists()  # refused before the store was opened
+    env = {**cli_env(), "AGENTCORE_MAX_TOP_K": "500"}
+    argv = [
+        *CLI,
+        "--db",
+        str(db),
+        "search",
+        "--org",
+        "acme",
+        "--env",
+        "test",
+        "--top-k",
+        "500",
+        "x",
+    ]
+    allowed = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60, check=False)
+    assert "--top-k" not in allowed.stderr  # past the parser (no such organization yet)
+    assert allowed.returncode == 1 and "No organization named 'acme'" in allowed.stderr
+
+
+@pytest.mark.slow
+def test_a_db_in_a_missing_folder_is_an_error_that_creates_nothing(tmp_path: Path) -> None:
+    db = tmp_path / "missing" / "deeper" / "agentcore.db"
+    for args in (("init", "--org", "acme"), ("keys", "list", "--org", "acme")):
+        result = run_cli(*args, db=db)
+        assert result.returncode == 2, result
+        assert result.stderr == (
+            f"agentcore: the folder of --db does not exist: {db.parent} (create it first)\n"
+        )
+        assert list(tmp_path.iterdir()) == []  # no folder, no database
+
+
+@pytest.mark.slow
+def test_serve_on_a_busy_port_says_so_in_one_line_and_exits_3(tmp_path: Path) -> None:
+    db = tmp_path / "busy.db"
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        for workers in ("1", "2"):
+            argv = [*CLI, "--db", str(db), "serve", "--port", str(port), "--workers", workers]
+            result = subprocess.run(
+                argv, capture_output=True, text=True, env=cli_env(), timeout=60, check=False
+            )
+            assert result.returncode == 3, result
+            assert result.stdout == ""  # no banner, no uvicorn start-up lines
+            assert result.stderr == (
+                f"agentcore: cannot listen on 127.0.0.1:{port}: address already in use\n"
+            )
+
+
+@pytest.mark.slow
+def test_keys_list_into_a_closed_pipe_is_quiet(tmp_path: Path) -> None:
+    db = tmp_path / "pipe.db"
+    assert run_cli("init", "--org", "acme", db=db).returncode == 0
+    for _ in range(20):  # enough keys that the JSON outgrows the pipe's buffer
+        run_cli("init", "--org", "acme", "--new-keys", db=db)
+    command = f"'{SCRIPT}' --db '{db}' keys list --org acme --json | head -1"
+    result = subprocess.run(
+        ["bash", "-o", "pipefail", "-c", command],
+        capture_output=True,
+        text=True,
+        env=cli_env(),
+        timeout=60,
+        check=False,
+    )
+    assert result.stdout == "[\n"
+    assert result.stderr == "", result.stderr  # no BrokenPipeError traceback
+    assert result.returncode == 0
+
+
+def _text_files(folder: Path, count: int) -> Path:
+    folder.mkdir()
+    for n in range(count):
+        words = " ".join(f"word{n}x{i}" for i in range(3000))
+        (folder / f"note{n}.txt").write_text(f"Note {n}. {words}.", encoding="utf-8")
+    return folder
+
+
+@pytest.mark.slow
+def test_ingest_on_a_terminal_shows_a_bar_with_rate_and_time_left(tmp_path: Path) -> None:
+    folder = _text_files(tmp_path / "notes", 6)
+    main, secondary = pty.openpty()
+    process = subprocess.Popen(
+        [
+            *CLI,
+            "--db",
+            str(tmp_path / "t.db"),
+            "ingest",
+            "--org",
+            "a",
+            "--env",
+            "test",
+            str(folder),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=secondary,
+        env={**cli_env(), "COLUMNS": "120"},
+    )
+    os.close(secondary)
+    seen = b""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([main], [], [], 0.5)
+        if ready:
+            try:
+                chunk = os.read(main, 65536)
+            except OSError:  # the terminal's other end closed: the command ended
+                break
+            if not chunk:
+                break
+            seen += chunk
+        elif process.poll() is not None:
+            break
+    os.close(main)
+    assert process.wait(timeout=30) == 0
+    text = seen.decode("utf-8", "replace")
+    assert "\r" in text  # a bar redrawn in place
+    assert "100%" in text and "6 file(s)" in text
+    assert "/s]" in text  # tqdm's rate (B/s, kB/s, ...)
+    assert "<" in text  # elapsed<remaining: the time left
+    assert "Ingested 6 file(s)" in text
+    assert "[1/6]" not in text  # the plain lines are for logs

@@ -1,0 +1,84 @@
+"""What JSON Schema cannot say about the /v1 API, for schemathesis: the fix-ups of
+positive cases that ``tests/http/test_fuzz.py`` applies, and the ``schemathesis run``
+command line too through ``tests/schemathesis_hooks.py`` (docs/operations.md)::
+
+    SCHEMATHESIS_HOOKS=schemathesis_hooks PYTHONPATH=tests schemathesis \
+        --config-file tests/schemathesis.toml run http://127.0.0.1:8000/v1/openapi.json \
+        --checks all -H "Authorization: Bearer $KEY"
+
+A webhook URL must resolve to an allowed address (the receiver here), an upload must be
+a parseable file, a tool's ``required`` names must be among its ``properties``, tool
+names must be unique within an agent, no string at any depth of a tool's free-form
+``parameters`` (or of a Chat Completions request's free-form members) may hold a NUL
+(the declared schema says so for every other string), and the last message of a Chat
+Completions request is the user's to answer (its only one with a ``conversation_id``).
+``tests/schemathesis.toml`` holds the one check that does not apply to one operation.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+CONFIG = Path(__file__).with_name("schemathesis.toml")
+RECEIVER = "http://127.0.0.1:9/hook"  # allowed, never called (workers are off)
+
+
+def without_nul(value: Any) -> Any:
+    """``value`` with NUL characters dropped from every string and key, at any depth."""
+    if isinstance(value, str):
+        return value.replace("\x00", "")
+    if isinstance(value, list):
+        return [without_nul(item) for item in value]
+    if isinstance(value, dict):
+        return {without_nul(k): without_nul(v) for k, v in value.items()}
+    return value
+
+
+def fix_positive(case: Any) -> None:
+    """Make a positive case valid in the ways JSON Schema cannot express."""
+    meta = case.meta
+    if meta is None or not meta.generation.mode.is_positive or not isinstance(case.body, dict):
+        return
+    body = case.body
+    if "url" in body and "events" in body:
+        body["url"] = RECEIVER
+    if "file" in body and case.media_type == "multipart/form-data":
+        body["file"] = b"Plain text to index."
+    messages = body.get("messages")
+    if isinstance(messages, list) and "model" in body:  # Chat Completions
+        # a user asks last, and the free-form members (content parts, prediction, ...)
+        # hold no NUL, as every other string is declared not to
+        case.body = body = without_nul(body)
+        asked = {"role": "user", "content": "Vacation days?"}
+        # with a stored conversation, its turns are the history: messages has no other
+        earlier = [] if "conversation_id" in body else body["messages"][:-1]
+        body["messages"] = [*earlier, asked]
+    tools = body.get("tools")
+    if isinstance(tools, list):
+        unique: dict[str, Any] = {}
+        for tool in tools:
+            if isinstance(tool, dict) and isinstance(tool.get("parameters"), dict):
+                tool["parameters"] = params = without_nul(tool["parameters"])
+                names = params.get("properties", {})
+                if isinstance(params.get("required"), list):
+                    params["required"] = [n for n in params["required"] if n in names]
+            unique.setdefault(tool.get("name") if isinstance(tool, dict) else id(tool), tool)
+        body["tools"] = list(unique.values())
+
+
+def fix_negative(case: Any) -> None:
+    """Make a negative multipart case say what it means: without its ``file``. Sent as
+    generated it would often be valid (a non-string ``file`` is sent as its text,
+    "null" or "1", and the coverage phase reuses positive files)."""
+    meta = case.meta
+    negative = meta is not None and not meta.generation.mode.is_positive
+    if negative and case.media_type == "multipart/form-data":
+        case.body = {}
+
+
+def real_key(case: Any, secret: str) -> dict[str, str] | None:
+    """The generated bearer token is random: the real key in its place. A negative case
+    that dropped or mangled the header keeps it that way (the server must 401)."""
+    sent = (case.headers or {}).get("Authorization", "")
+    return {"Authorization": f"Bearer {secret}"} if sent.startswith("Bearer ") else None

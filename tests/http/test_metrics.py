@@ -1,0 +1,262 @@
+"""``GET /metrics`` over real HTTP on SQLite and PostgreSQL: off unless asked for in a
+mounted app, the values after known traffic, no tenant anywhere in it, a store that
+does not answer, and ``agentcore serve`` (on by default, off by setting, summed over
+``--workers``)."""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from conftest import Keys, ServerThread, free_port
+from helpers import CLI, cli_env
+from prometheus_client.parser import text_string_to_metric_families
+from webhook_receiver import Receiver
+
+import agentcore
+from agentcore import AgentCore
+from agentcore.chat_models import ChatRequest, ChatResult
+from agentcore.schema import Usage
+from agentcore_starlette import create_app
+
+pytestmark = pytest.mark.both_stores
+
+
+class Counting:
+    """A chat model that reports token usage."""
+
+    name = "counting"
+
+    def complete(self, request: ChatRequest) -> ChatResult:
+        usage = Usage(input_tokens=30, output_tokens=4)
+        if not request.passages:
+            return ChatResult("Nothing in the knowledge base says.", [], usage=usage)
+        passage = request.passages[0]
+        return ChatResult(passage.text, [passage.id], usage=usage)
+
+    @agentcore.hookimpl
+    def agentcore_register_chat_models(self, register: Any, settings: Any) -> None:
+        register(self)
+
+
+@pytest.fixture
+def core(store_url: str) -> Iterator[AgentCore]:
+    instance = AgentCore.open(
+        store_url,
+        plugins=[Counting()],
+        rate_limit_test=1e6,
+        rate_limit_live=1e6,
+        webhook_allowed_networks="127.0.0.0/8",
+        start_workers=False,  # deliveries stay pending: the gauge counts them
+    )
+    yield instance
+    instance.close()
+
+
+def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every sample of a scrape, parsed by prometheus-client's own parser."""
+    found = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            found[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return found
+
+
+def value(scraped: dict[Any, float], name: str, **labels: str) -> float:
+    return scraped[(name, tuple(sorted(labels.items())))]
+
+
+def test_a_mounted_app_has_no_metrics_unless_asked(core: AgentCore) -> None:
+    with ServerThread(create_app(core)) as server:
+        assert httpx.get(f"{server.url}/metrics").status_code == 404
+    with ServerThread(create_app(core, metrics=False)) as server:
+        assert httpx.get(f"{server.url}/metrics").status_code == 404
+
+
+def test_metrics_after_known_traffic_name_no_tenant(core: AgentCore, keys: Keys) -> None:
+    key = keys.make()
+    other = keys.make(org="globex", env="live")
+    ws = core.workspace("acme", "test")
+    agent = ws.agents.create(name="Secret agent name", model="counting")
+    with Receiver() as rx, ServerThread(create_app(core, metrics=True)) as server:
+        auth = {"Authorization": f"Bearer {key.secret}"}
+        with httpx.Client(base_url=server.url, headers=auth, timeout=30) as http:
+            document = http.post(
+                "/v1/knowledge/documents",
+                json={"source": "tenant-handbook.txt", "text": "Vacation is 25 days a year."},
+            ).json()
+            for _ in range(3):
+                assert http.post("/v1/knowledge/search", json={"query": "vacation"}).is_success
+            answer = http.post(
+                "/v1/chat/message", json={"agentId": agent.id, "message": "Vacation days?"}
+            ).json()
+            hook = http.post(
+                "/v1/webhooks/subscribe", json={"url": rx.url("/hook"), "events": ["agent.action"]}
+            ).json()
+            again = http.post("/v1/chat/message", json={"agentId": agent.id, "message": "Again?"})
+            assert again.status_code == 200, again.text
+            assert http.get(f"/v1/agents/{agent.id}").status_code == 200
+            assert http.get("/v1/agents/agt_doesnotexist").status_code == 404
+            assert http.get(f"/v1/conversations/{answer['conversationId']}").status_code == 200
+            assert http.get(f"/nowhere/{key.id}/{document['id']}").status_code == 404
+            http.get("/v1/agents", headers={"Authorization": f"Bearer {other.secret}x"})
+            assert http.get("/v1/agents", params={"api_key": key.secret}).status_code == 400
+            scrape = httpx.get(f"{server.url}/metrics")
+    assert scrape.status_code == 200
+    assert scrape.headers["content-type"].startswith("text/plain; version=0.0.4")
+    text = scrape.text
+    # no label or value names an organization, key, agent, document or conversation
+    tenants = [
+        "acme", "globex", key.secret, key.id, key.prefix, other.secret, other.id, agent.id,
+        "Secret agent name", document["id"], "tenant-handbook", answer["conversationId"],
+        hook["id"], hook["secret"], rx.url("/hook"), "agt_doesnotexist", "nowhere", "25 days",
+    ]  # fmt: skip
+    leaked = [marker for marker in tenants if marker in text]
+    assert not leaked, leaked
+    assert not re.search(r"\b(agt|doc|conv|key|whk|msg|org)_[0-9A-Za-z]{8,}", text)
+
+    got = samples(text)
+    duration = "agentcore_http_request_duration_seconds_count"
+    assert value(got, duration, method="POST", route="/v1/knowledge/search", status="200") == 3
+    assert value(got, duration, method="POST", route="/v1/chat/message", status="200") == 2
+    assert value(got, duration, method="GET", route="/v1/agents/{agent_id}", status="200") == 1
+    assert value(got, duration, method="GET", route="/v1/agents/{agent_id}", status="404") == 1
+    assert value(got, duration, method="GET", route="unmatched", status="404") == 1
+    assert value(got, duration, method="GET", route="/v1/agents", status="401") == 1
+    assert value(got, duration, method="GET", route="/v1/agents", status="400") == 1
+    route = "/v1/conversations/{conversation_id}"
+    assert value(got, duration, method="GET", route=route, status="200") == 1
+    assert value(got, "agentcore_search_seconds_count") == 3
+    assert value(got, "agentcore_chat_seconds_count", model="counting") == 2
+    assert value(got, "agentcore_chat_tokens_total", model="counting", kind="input") == 60
+    assert value(got, "agentcore_chat_tokens_total", model="counting", kind="output") == 8
+    assert value(got, "agentcore_store_up") == 1
+    # one reply_sent event after the subscription: one pending delivery (workers are off)
+    assert value(got, "agentcore_webhook_deliveries", status="pending") >= 1
+    assert value(got, "agentcore_webhook_deliveries", status="failed") == 0
+    assert value(got, "agentcore_ingest_jobs", state="queued") == 0
+    assert value(got, "agentcore_ingest_jobs", state="running") == 0
+    assert value(got, "agentcore_store_connections") >= 1
+    assert value(got, "agentcore_index_workspaces") == 1
+    assert value(got, "agentcore_index_rows") == 1 and value(got, "agentcore_index_bytes") > 0
+    pooled = ("agentcore_store_connections_max", ()) in got
+    assert pooled == (core.store.url.startswith("postgresql"))  # only a pool has a maximum
+
+
+def test_a_store_that_does_not_answer_leaves_the_scrape_working(core: AgentCore) -> None:
+    with ServerThread(create_app(core, metrics=True)) as server:
+        assert value(samples(httpx.get(f"{server.url}/metrics").text), "agentcore_store_up") == 1
+        core.store.close()
+        scrape = httpx.get(f"{server.url}/metrics")
+    assert scrape.status_code == 200
+    got = samples(scrape.text)
+    assert value(got, "agentcore_store_up") == 0
+    assert not any(name == "agentcore_ingest_jobs" for name, _ in got)
+
+
+def test_metrics_false_records_nothing(store_url: str) -> None:
+    with AgentCore.open(store_url, metrics=False, plugins=[Counting()]) as core:
+        ws = core.workspace("acme", "test")
+        ws.knowledge.ingest_text("a.txt", "Vacation is 25 days a year.")
+        ws.knowledge.search("vacation")
+        agent = ws.agents.create(name="A", model="counting")
+        ws.chat.send(agent.id, "Vacation days?")
+        recorded = {
+            sample.name: sample.value
+            for family in core.metrics.registry.collect()
+            for sample in family.samples
+            if not sample.name.endswith("_created")  # when the metric was made
+        }
+        assert recorded  # the metrics exist, declared ...
+        assert not any(recorded.values()), recorded  # ... and nothing was counted in them
+
+
+# agentcore serve ------------------------------------------------------------------------
+
+
+def _serve(db: Path, port: int, *extra: str, env: dict[str, str] | None = None) -> Any:
+    return subprocess.Popen(
+        [*CLI, "--db", str(db), "serve", "--port", str(port), "--log-level", "warning", *extra],
+        stdout=subprocess.DEVNULL,
+        stderr=(db.parent / "serve.err").open("a"),
+        env=env or cli_env(),
+    )
+
+
+def _wait_up(process: Any, url: str) -> None:
+    deadline = time.monotonic() + 60
+    while True:
+        assert process.poll() is None, Path(process.args[4]).with_name("serve.err").read_text()
+        try:
+            httpx.get(f"{url}/v1/health", timeout=2)
+            return
+        except httpx.TransportError:
+            assert time.monotonic() < deadline, "serve did not come up"
+            time.sleep(0.1)
+
+
+def _stop(process: Any) -> None:
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=60) == 0
+
+
+@pytest.mark.slow
+def test_serve_has_metrics_unless_turned_off(tmp_path: Path) -> None:
+    db = tmp_path / "serve.db"
+    for env, expected in ((cli_env(), 200), ({**cli_env(), "AGENTCORE_METRICS": "false"}, 404)):
+        port = free_port()
+        process = _serve(db, port, env=env)
+        try:
+            _wait_up(process, f"http://127.0.0.1:{port}")
+            assert httpx.get(f"http://127.0.0.1:{port}/metrics").status_code == expected
+        finally:
+            _stop(process)
+
+
+@pytest.mark.slow
+def test_serve_workers_sum_every_workers_requests(tmp_path: Path) -> None:
+    """Requests land on both workers; any worker's scrape counts all of them."""
+    db = tmp_path / "workers.db"
+    directory = tmp_path / "prometheus"
+    port = free_port()
+    env = {**cli_env(), "PROMETHEUS_MULTIPROC_DIR": str(directory)}
+    process = _serve(db, port, "--workers", "2", env=env)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        _wait_up(process, url)
+        sent = 0
+        # new connections until both workers have answered some: each worker writes its
+        # own file, which names the route once that worker has timed a request to it
+        while (
+            sum(b"/v1/openapi.json" in path.read_bytes() for path in directory.glob("histogram_*"))
+            < 2
+        ):
+            assert sent < 2000, "one worker took every connection"
+            with httpx.Client(base_url=url) as fresh:
+                assert fresh.get("/v1/openapi.json").status_code == 200
+            sent += 1
+        counts = []
+        for _ in range(4):  # several scrapes: whichever worker answers, the same sum
+            with httpx.Client(base_url=url) as fresh:
+                got = samples(fresh.get("/metrics").text)
+            counts.append(
+                value(
+                    got,
+                    "agentcore_http_request_duration_seconds_count",
+                    method="GET",
+                    route="/v1/openapi.json",
+                    status="200",
+                )
+            )
+        assert counts == [sent] * 4
+    finally:
+        _stop(process)
+    # a worker that stopped cleanly drops its live gauges
+    assert not list(directory.glob("gauge_livesum_*.db"))
