@@ -16,6 +16,7 @@ import numpy as np
 
 from agentcore.storage.records import (
     Ids,
+    IndexRows,
     KnowledgeChanges,
     KnowledgeState,
     StaleEmbedder,
@@ -30,6 +31,17 @@ SEGMENT_ROWS = 65_536  # ~100 MB of float32 at d=384: far below either database'
 SEGMENT_BYTES = 64 << 20
 # Versions of deletions the change log keeps; a cache further behind reloads the workspace.
 TOMBSTONE_VERSIONS = 10_000
+
+
+def _segments(*, with_ids: bool) -> str:
+    """A workspace's segments (their id arrays too, ``with_ids``), each with its label:
+    its document's ``seq`` (``-1`` without one)."""
+    ids = ", v.ids" if with_ids else ""
+    return (
+        f"SELECT v.id, v.dimension, v.count{ids}, COALESCE(d.seq, -1) AS label"
+        " FROM vector_segments v LEFT JOIN documents d ON d.id = v.document_id"
+        " WHERE v.organization_id = ? AND v.environment = ?"
+    )
 
 
 class VectorTables(Tables):
@@ -114,33 +126,55 @@ class VectorTables(Tables):
     def load_vectors(
         self, organization_id: str, environment: str, dimension: int
     ) -> tuple[Ids, Vectors]:
-        """Every vector of a workspace as one id array and one contiguous float32 matrix.
+        """Every vector of a workspace as one id array and one contiguous float32 matrix."""
+        rows = self.load_index(organization_id, environment, dimension)
+        assert rows.vectors is not None
+        return rows.ids, rows.vectors
+
+    def load_index(
+        self, organization_id: str, environment: str, dimension: int, *, vectors: bool = True
+    ) -> IndexRows:
+        """Every row of a workspace's index: ids, one contiguous float32 matrix (unless
+        ``vectors`` is false) and each row's label (its document's ``seq``).
 
         Read inside one read transaction (a consistent snapshot), each segment copied
         once into the preallocated arrays: no per-row Python, no intermediate buffers.
         """
         with self.db.snapshot() as conn:
             rows = conn.execute(
-                f"SELECT id, dimension, count FROM vector_segments WHERE {WORKSPACE} ORDER BY id",
-                [organization_id, environment],
+                f"{_segments(with_ids=not vectors)} ORDER BY v.id", [organization_id, environment]
             ).fetchall()
-            if any(row["dimension"] != dimension for row in rows):
+            if vectors and any(row["dimension"] != dimension for row in rows):
                 raise ValueError("the stored vectors have another dimension")
-            return self._read_segments(conn, rows, dimension)
+            return self._read_segments(conn, rows, dimension, vectors=vectors)
 
     def _read_segments(
-        self, conn: Connection, rows: Sequence[Any], dimension: int
-    ) -> tuple[Ids, Vectors]:
-        """The segments ``rows`` (``id`` and ``count`` each) as one id array and matrix."""
-        total = sum(int(row["count"]) for row in rows)
+        self, conn: Connection, rows: Sequence[Any], dimension: int, *, vectors: bool = True
+    ) -> IndexRows:
+        """The segments ``rows`` (``id``, ``count`` and ``label`` each; ``ids`` too
+        without ``vectors``) as one id array, one matrix (unless ``vectors`` is false)
+        and labels."""
+        counts = [int(row["count"]) for row in rows]
+        total = sum(counts)
         ids = np.empty(total, dtype="<i8")
-        vectors = np.empty((total, dimension), dtype="<f4")
+        labels = np.repeat(
+            np.fromiter((int(row["label"]) for row in rows), dtype=np.int64, count=len(rows)),
+            counts,
+        )
+        if not vectors:
+            start = 0
+            for row in rows:
+                end = start + int(row["count"])
+                ids[start:end] = np.frombuffer(row["ids"], dtype="<i8")
+                start = end
+            return IndexRows(ids, None, labels)
+        matrix = np.empty((total, dimension), dtype="<f4")
         start = 0
         for row in rows:
             end = start + int(row["count"])
-            self.db.read_segment(conn, row["id"], ids[start:end], vectors[start:end])
+            self.db.read_segment(conn, row["id"], ids[start:end], matrix[start:end])
             start = end
-        return ids, vectors
+        return IndexRows(ids, matrix, labels)
 
     def count_vectors(self, organization_id: str, environment: str) -> int:
         """How many vectors a workspace stores."""
@@ -230,9 +264,16 @@ class VectorTables(Tables):
         return str(row["index_dtype"])
 
     def changes_since(
-        self, organization_id: str, environment: str, version: int, *, max_rows: int
+        self,
+        organization_id: str,
+        environment: str,
+        version: int,
+        *,
+        max_rows: int,
+        vectors: bool = True,
     ) -> KnowledgeChanges | None:
-        """The rows added and ids deleted after ``version``, read in one snapshot.
+        """The rows added (with their labels) and ids deleted after ``version``, read
+        in one snapshot; without ``vectors``, the added rows' ids and labels alone.
 
         ``None`` when the change log cannot bring ``version`` up to date by itself:
         it is older than the log keeps (a re-embed or pruned tombstones), newer than
@@ -248,17 +289,17 @@ class VectorTables(Tables):
             current = 0 if state is None else int(state["version"])
             if state is None or version == current:
                 empty = np.empty(0, dtype=np.int64)
-                return KnowledgeChanges(current, empty, np.empty((0, 0), dtype=np.float32), empty)
+                nothing = np.empty((0, 0), dtype=np.float32)
+                return KnowledgeChanges(current, empty, nothing, empty, empty)
             if version < int(state["log_floor"]) or version > current:
                 return None
             rows = conn.execute(
-                "SELECT id, count FROM vector_segments"
-                f" WHERE {WORKSPACE} AND version > ? ORDER BY id",
+                f"{_segments(with_ids=not vectors)} AND v.version > ? ORDER BY v.id",
                 [*scope, version],
             ).fetchall()
             if sum(int(row["count"]) for row in rows) > max_rows:
                 return None
-            ids, vectors = self._read_segments(conn, rows, int(state["dimension"]))
+            added = self._read_segments(conn, rows, int(state["dimension"]), vectors=vectors)
             deleted = [
                 np.frombuffer(row["ids"], dtype="<i8")
                 for row in conn.execute(
@@ -267,7 +308,12 @@ class VectorTables(Tables):
                 ).fetchall()
             ]
         gone = np.concatenate(deleted) if deleted else np.empty(0, dtype=np.int64)
-        return KnowledgeChanges(current, ids, vectors, gone.astype(np.int64, copy=False))
+        matrix = added.vectors
+        if matrix is None:
+            matrix = np.empty((0, int(state["dimension"])), dtype=np.float32)
+        return KnowledgeChanges(
+            current, added.ids, matrix, gone.astype(np.int64, copy=False), added.labels
+        )
 
     def _bump(
         self,
