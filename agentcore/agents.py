@@ -109,9 +109,13 @@ class AgentService:
             if required in given and given[required] is None:
                 raise ValidationFailed(f"'{required}' cannot be null.", param=required)
         given.pop("tools", None)
+        given.pop("knowledge", None)
         updated = agent.model_copy(update={**given, "updated_at": utcnow()})
+        # models, not the dicts model_dump made of them (model_copy does not validate)
         if changes.tools is not None:
             updated = updated.model_copy(update={"tools": changes.tools})
+        if "knowledge" in changes.model_fields_set:
+            updated = updated.model_copy(update={"knowledge": changes.knowledge})
         self._save(updated, agent.status)
         return updated
 

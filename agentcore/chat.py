@@ -50,6 +50,8 @@ from agentcore.schema import (
     ChatMessageResponse,
     Citation,
     Environment,
+    Filter,
+    SearchMode,
     Usage,
 )
 from agentcore.storage.base import AgentStore, ConversationStore
@@ -127,9 +129,16 @@ class Retriever(Protocol):
     """Finds the passages a chat turn answers from (``KnowledgeService.retrieve``)."""
 
     def retrieve(
-        self, query: str, k: int, min_score: float | None = None
+        self,
+        query: str,
+        k: int,
+        min_score: float | None = None,
+        *,
+        filter: Filter | None = None,
+        mode: SearchMode = "vector",
     ) -> list[tuple[StoredChunk, float]]:
-        """The top ``k`` chunks and scores for ``query``."""
+        """The top ``k`` chunks and cosine scores for ``query`` among the documents
+        ``filter`` selects, ranked as ``mode`` says."""
         ...
 
     def term_stats(self, text: str) -> TermStats:
@@ -496,7 +505,13 @@ class _Turn:
         """
         if wants_human(self.message):
             return (yield from self.handoff("user_requested"))
-        results = self.service._knowledge.retrieve(self.message, self.settings.chat_top_k)
+        knowledge = self.agent.knowledge
+        results = self.service._knowledge.retrieve(
+            self.message,
+            self.settings.chat_top_k,
+            filter=None if knowledge is None else knowledge.filter,
+            mode=self.settings.chat_search_mode,
+        )
         self.action(
             "knowledge_lookup",
             query=self.message,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,7 +31,9 @@ from agentcore.schema import (
     DeliveryList,
     Document,
     DocumentList,
+    Filter,
     MessageList,
+    SearchMode,
     SearchResponse,
     VerifyResponse,
     WebhookList,
@@ -113,15 +115,31 @@ class _Requests:
         return _Request(Agent, "DELETE", f"/agents/{agent_id}")
 
     @staticmethod
-    def upload(path: str | Path, content_type: str | None) -> _Request[Document]:
+    def upload(
+        path: str | Path, content_type: str | None, metadata: Mapping[str, Any] | None
+    ) -> _Request[Document]:
         file = Path(path)
         files = {"file": (file.name, file.read_bytes(), content_type or "application/octet-stream")}
-        return _Request(Document, "POST", "/knowledge/documents", {"files": files})
+        kwargs: dict[str, Any] = {"files": files}
+        if metadata is not None:
+            kwargs["data"] = {"metadata": json.dumps(dict(metadata))}
+        return _Request(Document, "POST", "/knowledge/documents", kwargs)
 
     @staticmethod
-    def add_text(source: str, text: str) -> _Request[Document]:
-        body = {"source": source, "text": text}
+    def add_text(source: str, text: str, metadata: Mapping[str, Any] | None) -> _Request[Document]:
+        body: dict[str, Any] = {"source": source, "text": text}
+        if metadata is not None:
+            body["metadata"] = dict(metadata)
         return _Request(Document, "POST", "/knowledge/documents", {"json": body})
+
+    @staticmethod
+    def get_document(document_id: str) -> _Request[Document]:
+        return _Request(Document, "GET", f"/knowledge/documents/{document_id}")
+
+    @staticmethod
+    def update_document(document_id: str, metadata: Mapping[str, Any]) -> _Request[Document]:
+        body = {"metadata": dict(metadata)}
+        return _Request(Document, "PATCH", f"/knowledge/documents/{document_id}", {"json": body})
 
     @staticmethod
     def list_documents(params: dict[str, Any]) -> _Request[DocumentList]:
@@ -132,12 +150,24 @@ class _Requests:
         return _Request(Deleted, "DELETE", f"/knowledge/documents/{document_id}")
 
     @staticmethod
-    def search(query: str, top_k: int | None, min_score: float | None) -> _Request[SearchResponse]:
+    def search(
+        query: str,
+        top_k: int | None,
+        min_score: float | None,
+        filter: Filter | Mapping[str, Any] | None,
+        mode: SearchMode | None,
+    ) -> _Request[SearchResponse]:
         body: dict[str, Any] = {"query": query}
         if top_k is not None:
             body["top_k"] = top_k
         if min_score is not None:
             body["min_score"] = min_score
+        if filter is not None:
+            body["filter"] = (
+                filter.model_dump(mode="json") if isinstance(filter, BaseModel) else filter
+            )
+        if mode is not None:
+            body["mode"] = mode
         return _Request(SearchResponse, "POST", "/knowledge/search", {"json": body})
 
     @staticmethod
@@ -520,13 +550,29 @@ class Client:
 
     # knowledge ---------------------------------------------------------------------
 
-    def upload(self, path: str | Path, *, content_type: str | None = None) -> Document:
-        """``POST /v1/knowledge/documents`` with a file."""
-        return self._run(_Requests.upload(path, content_type))
+    def upload(
+        self,
+        path: str | Path,
+        *,
+        content_type: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> Document:
+        """``POST /v1/knowledge/documents`` with a file (and its ``metadata``)."""
+        return self._run(_Requests.upload(path, content_type, metadata))
 
-    def add_text(self, source: str, text: str) -> Document:
-        """``POST /v1/knowledge/documents`` with ``{source, text}``."""
-        return self._run(_Requests.add_text(source, text))
+    def add_text(
+        self, source: str, text: str, *, metadata: Mapping[str, Any] | None = None
+    ) -> Document:
+        """``POST /v1/knowledge/documents`` with ``{source, text, metadata?}``."""
+        return self._run(_Requests.add_text(source, text, metadata))
+
+    def get_document(self, document_id: str) -> Document:
+        """``GET /v1/knowledge/documents/{id}``."""
+        return self._run(_Requests.get_document(document_id))
+
+    def update_document(self, document_id: str, *, metadata: Mapping[str, Any]) -> Document:
+        """``PATCH /v1/knowledge/documents/{id}``: replace its metadata."""
+        return self._run(_Requests.update_document(document_id, metadata))
 
     def list_documents(self, **params: Any) -> DocumentList:
         """``GET /v1/knowledge/documents``."""
@@ -537,10 +583,16 @@ class Client:
         return self._run(_Requests.delete_document(document_id))
 
     def search(
-        self, query: str, *, top_k: int | None = None, min_score: float | None = None
+        self,
+        query: str,
+        *,
+        top_k: int | None = None,
+        min_score: float | None = None,
+        filter: Filter | Mapping[str, Any] | None = None,
+        mode: SearchMode | None = None,
     ) -> SearchResponse:
         """``POST /v1/knowledge/search``."""
-        return self._run(_Requests.search(query, top_k, min_score))
+        return self._run(_Requests.search(query, top_k, min_score, filter, mode))
 
     # conversations -----------------------------------------------------------------
 
@@ -654,13 +706,29 @@ class AsyncClient:
 
     # knowledge ---------------------------------------------------------------------
 
-    async def upload(self, path: str | Path, *, content_type: str | None = None) -> Document:
-        """``POST /v1/knowledge/documents`` with a file."""
-        return await self._run(_Requests.upload(path, content_type))
+    async def upload(
+        self,
+        path: str | Path,
+        *,
+        content_type: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> Document:
+        """``POST /v1/knowledge/documents`` with a file (and its ``metadata``)."""
+        return await self._run(_Requests.upload(path, content_type, metadata))
 
-    async def add_text(self, source: str, text: str) -> Document:
-        """``POST /v1/knowledge/documents`` with ``{source, text}``."""
-        return await self._run(_Requests.add_text(source, text))
+    async def add_text(
+        self, source: str, text: str, *, metadata: Mapping[str, Any] | None = None
+    ) -> Document:
+        """``POST /v1/knowledge/documents`` with ``{source, text, metadata?}``."""
+        return await self._run(_Requests.add_text(source, text, metadata))
+
+    async def get_document(self, document_id: str) -> Document:
+        """``GET /v1/knowledge/documents/{id}``."""
+        return await self._run(_Requests.get_document(document_id))
+
+    async def update_document(self, document_id: str, *, metadata: Mapping[str, Any]) -> Document:
+        """``PATCH /v1/knowledge/documents/{id}``: replace its metadata."""
+        return await self._run(_Requests.update_document(document_id, metadata))
 
     async def list_documents(self, **params: Any) -> DocumentList:
         """``GET /v1/knowledge/documents``."""
@@ -671,10 +739,16 @@ class AsyncClient:
         return await self._run(_Requests.delete_document(document_id))
 
     async def search(
-        self, query: str, *, top_k: int | None = None, min_score: float | None = None
+        self,
+        query: str,
+        *,
+        top_k: int | None = None,
+        min_score: float | None = None,
+        filter: Filter | Mapping[str, Any] | None = None,
+        mode: SearchMode | None = None,
     ) -> SearchResponse:
         """``POST /v1/knowledge/search``."""
-        return await self._run(_Requests.search(query, top_k, min_score))
+        return await self._run(_Requests.search(query, top_k, min_score, filter, mode))
 
     # conversations -----------------------------------------------------------------
 

@@ -315,6 +315,11 @@ class Settings(BaseSettings):
     chat_top_k: int = Field(
         8, ge=1, description="Passages retrieved for each chat turn (search keeps its own top_k)."
     )
+    chat_search_mode: Literal["vector", "keyword", "hybrid"] = Field(
+        "vector",
+        description="How a chat turn retrieves its passages: vector (cosine), keyword (BM25)"
+        " or hybrid (both, fused by reciprocal rank); see docs/benchmarks.md.",
+    )
     history_turns: int = Field(10, ge=0, description="Earlier messages passed to the model.")
     max_tool_steps: int = Field(4, ge=0)
     model_timeout: float = Field(30.0, gt=0, description="Seconds a model call may take.")

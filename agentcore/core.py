@@ -30,11 +30,13 @@ from agentcore.events import EventBus
 from agentcore.idempotency import IdempotencyKeys
 from agentcore.keys import KeyManager, check_environment, check_scopes
 from agentcore.knowledge.embedders import Embedder
+from agentcore.knowledge.filters import MetadataCache
 from agentcore.knowledge.jobs import IngestionJobs, WorkersUnavailable
+from agentcore.knowledge.keywords import KeywordCache
 from agentcore.knowledge.segments import max_mapped_files, segment_root
 from agentcore.knowledge.service import KnowledgeService
 from agentcore.knowledge.terms import TermCounter
-from agentcore.knowledge.workers import WorkerSpec
+from agentcore.knowledge.workers import Completed, WorkerSpec
 from agentcore.knowledge.workspace_indexes import WorkspaceIndexes
 from agentcore.metrics import Metrics
 from agentcore.plugins import DEFAULT_PLUGINS
@@ -43,7 +45,7 @@ from agentcore.plugins.extractive import tokens_of as extractive_tokens_of
 from agentcore.rate_limits import RateLimiter
 from agentcore.redact import get_logger, hide_passwords
 from agentcore.runtime import Observer, Runtime, unobserved
-from agentcore.schema import Document, Health, LoopState, Organization
+from agentcore.schema import Health, LoopState, Organization
 from agentcore.services import WorkspaceServices
 from agentcore.storage.base import Checkpointing, ReopenableStore, Store, VectorSearchStore
 from agentcore.storage.records import IngestJob
@@ -178,6 +180,13 @@ class AgentCore:
             observer=observer,
             **_segment_options(store, settings),
         )
+        # each workspace's document metadata, which filters read (kept at the store's version)
+        self.metadata = MetadataCache(store)
+        # BM25 indexes for keyword and hybrid search, built on a workspace's first use with
+        # the same stemming tokenizer as the term counts
+        self.keywords = KeywordCache(
+            store, extractive_tokens_of, catchup_max_rows=settings.index_catchup_max_rows
+        )
         # Prometheus metrics of this core (its own registry); `metrics = false` records none
         self.metrics = Metrics(store, self.indexes, enabled=settings.metrics is not False)
         # model calls run here, bounded in time even if a plugin hangs (threads start lazily)
@@ -194,6 +203,7 @@ class AgentCore:
             run=self.run_ingest_job,
             runtime=self.runtime,
             workers=self._worker_spec,
+            events=self.events,
             observer=observer,
         )
         if isinstance(store, Checkpointing) and store.checkpoint_interval is not None:
@@ -356,12 +366,16 @@ class AgentCore:
             index=self.indexes,
             jobs=self.ingestion_jobs,
             terms=self.terms,
+            metadata=self.metadata,
+            keywords=self.keywords,
+            events=self.events,
             on_search=self.metrics.searched,
         )
 
-    def run_ingest_job(self, job: IngestJob, cancellation: Cancellation) -> Document | None:
-        """Index a leased ingestion job's upload in its workspace; the ready document, or
-        ``None`` if it is gone. What an ingestion worker (process or thread) runs."""
+    def run_ingest_job(self, job: IngestJob, cancellation: Cancellation) -> Completed | None:
+        """Index a leased ingestion job's upload in its workspace; the ready document (and
+        its ``document.ready`` event), or ``None`` if it is gone. What an ingestion worker
+        (process or thread) runs."""
         workspace = Workspace(
             organization_id=job.organization_id,
             organization=job.organization_id,  # the name is not needed to index

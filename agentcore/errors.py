@@ -33,7 +33,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from agentcore.schema import Problem
+from pydantic import ValidationError
+
+from agentcore.schema import FILTER_TAGS, Problem
 
 #: The base of every problem's ``type`` URI; the code completes it.
 PROBLEM_TYPE = "https://agentcore.dev/problems/"
@@ -201,6 +203,34 @@ class ValidationFailed(AgentCoreError):
     status = 422
     default_code = "validation_error"
     title = "Unprocessable Content"
+
+
+def invalid_fields(exc: ValidationError, *, prefix: tuple[str | int, ...] = ()) -> ValidationFailed:
+    """A pydantic error as a 422 whose ``param`` is the first bad field's dotted path
+    (all of them in ``errors``); ``prefix`` is where the validated value sits.
+
+    Paths name fields and list positions only: the kind of filter pydantic tried (a
+    union tag after ``filter`` or after a position in ``filters``) and the ``[key]``
+    marker of a bad dictionary key are left out, so a bad key of ``metadata`` is
+    ``metadata.<key>`` (``metadata`` for an empty key).
+    """
+    errors = []
+    for err in exc.errors(include_url=False, include_input=False):
+        parts: list[str | int] = []
+        for part in (*prefix, *err["loc"]):
+            tag = part in FILTER_TAGS and (
+                not parts or parts[-1] == "filter" or isinstance(parts[-1], int)
+            )
+            if not tag and part not in ("[key]", ""):
+                parts.append(part)
+        errors.append({"param": ".".join(map(str, parts)) or None, "message": err["msg"]})
+    first = errors[0]
+    where = f" ({first['param']})" if first["param"] else ""
+    return ValidationFailed(
+        f"Invalid value{where}: {first['message']}.",
+        param=first["param"],
+        extra={"errors": errors},
+    )
 
 
 class RateLimited(AgentCoreError):

@@ -18,6 +18,8 @@ BUILTIN_KINDS: dict[str, str] = {
     "agent.action": "An agent took an action (knowledge lookup, tool call, reply sent).",
     "agent.handoff": "An agent needs a human to take over the conversation.",
     "agent.error": "An agent failed (model provider error or time-out).",
+    "document.ready": "A document indexed in the background became searchable.",
+    "document.failed": "A document indexed in the background failed (the problem says why).",
 }
 ANY = "*"
 
@@ -109,16 +111,31 @@ class EventBus:
         self, kind: str, data: dict[str, Any], *, organization_id: str, environment: Environment
     ) -> Event:
         """Create an event, hand it to the sinks, then to the listeners; return it."""
-        self.check_kind(kind, param="type")
-        event = Event(kind, data, organization_id, environment)
+        event = self.prepare(kind, data, organization_id=organization_id, environment=environment)
         with self._lock:
             sinks = list(self._sinks)
-            listeners = [*self._listeners.get(kind, ()), *self._listeners.get(ANY, ())]
         for sink in sinks:
             sink(event)
+        self.announce(event)
+        return event
+
+    def prepare(
+        self, kind: str, data: dict[str, Any], *, organization_id: str, environment: Environment
+    ) -> Event:
+        """A new event of a registered ``kind``, not yet published: for a publisher that
+        records it in the outbox itself, in the transaction of the change it reports
+        (``Store.complete_document``), so it is recorded exactly when the change is;
+        it then ``announce``s it."""
+        self.check_kind(kind, param="type")
+        return Event(kind, data, organization_id, environment)
+
+    def announce(self, event: Event) -> None:
+        """Hand ``event`` to the in-process listeners (not the sinks: its publisher
+        recorded it in the outbox already, or ``publish`` just did)."""
+        with self._lock:
+            listeners = [*self._listeners.get(event.type, ()), *self._listeners.get(ANY, ())]
         for listener in listeners:
             try:
                 listener(event)
             except Exception:  # a faulty listener must not break the publisher
                 log.exception("event listener failed for %s %s", event.type, event.id)
-        return event

@@ -2,11 +2,23 @@
 
 from __future__ import annotations
 
+import math
 import re
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    PlainValidator,
+    StrictBool,
+    Tag,
+    WithJsonSchema,
+    field_validator,
+)
 
 Environment = Literal["test", "live"]
 Scope = Literal["read", "write"]
@@ -60,6 +72,195 @@ class Request(BaseModel):
         if _has_nul(value):
             raise ValueError("must not contain NUL (\\u0000) characters")
         return value
+
+
+# Document metadata and the filters over it (the limits are OpenAI's vector-store
+# file attributes'; agentcore/knowledge/filters.py says how filters compare) ---------
+
+MAX_METADATA_KEYS = 16
+MAX_METADATA_KEY_CHARS = 64
+MAX_METADATA_STRING_CHARS = 512
+MAX_FILTER_LIST = 100
+"""Most values an ``in``/``nin`` comparison lists."""
+MAX_FILTER_CONDITIONS = 64
+"""Most comparisons one filter holds, at any depth."""
+MAX_COMPOUND_FILTERS = 32
+"""Most filters one ``and``/``or`` combines."""
+
+_STRING_VALUE = {"type": "string", "maxLength": MAX_METADATA_STRING_CHARS, "pattern": NO_NUL}
+
+
+def _metadata_key(value: Any) -> str:
+    if (
+        not isinstance(value, str)
+        or not 1 <= len(value) <= MAX_METADATA_KEY_CHARS
+        or "\x00" in value
+    ):
+        raise ValueError(
+            f"a metadata key is a string of 1-{MAX_METADATA_KEY_CHARS} characters (no NUL)"
+        )
+    return value
+
+
+def _scalar(value: Any) -> str | int | float | bool:
+    """A metadata (or filter) value as it is: a string of at most 512 characters without
+    NUL, a finite number or a boolean; else a ``ValueError`` saying so."""
+    if isinstance(value, bool) or _ordered_value(value):
+        return value  # type: ignore[no-any-return]
+    raise ValueError(
+        f"must be a string of at most {MAX_METADATA_STRING_CHARS} characters (no NUL),"
+        " a number or a boolean"
+    )
+
+
+def _ordered(value: Any) -> str | int | float:
+    """A value ranges compare to: as ``_scalar``, but not a boolean."""
+    if not isinstance(value, bool) and _ordered_value(value):
+        return value  # type: ignore[no-any-return]
+    raise ValueError(
+        f"must be a string of at most {MAX_METADATA_STRING_CHARS} characters (no NUL) or a number"
+    )
+
+
+def _ordered_value(value: Any) -> bool:
+    if isinstance(value, int):
+        return True
+    if isinstance(value, float):
+        return math.isfinite(value)
+    return (
+        isinstance(value, str) and len(value) <= MAX_METADATA_STRING_CHARS and "\x00" not in value
+    )
+
+
+MetadataKey = Annotated[
+    str,
+    PlainValidator(_metadata_key),
+    WithJsonSchema(
+        {"type": "string", "minLength": 1, "maxLength": MAX_METADATA_KEY_CHARS, "pattern": NO_NUL}
+    ),
+]
+"""A metadata key: 1-64 characters."""
+MetadataValue = Annotated[
+    str | int | float | bool,
+    PlainValidator(_scalar),
+    WithJsonSchema({"anyOf": [_STRING_VALUE, {"type": "number"}, {"type": "boolean"}]}),
+]
+"""A metadata value: a string of at most 512 characters, a number or a boolean."""
+_METADATA_TEXT = (
+    f"At most {MAX_METADATA_KEYS} keys of 1-{MAX_METADATA_KEY_CHARS} characters; each value"
+    f" a string of at most {MAX_METADATA_STRING_CHARS} characters, a number or a boolean."
+)
+Metadata = Annotated[
+    dict[MetadataKey, MetadataValue],
+    Field(max_length=MAX_METADATA_KEYS, description=_METADATA_TEXT),
+    # spelt out: pydantic would turn the keys' pattern into patternProperties, which
+    # leaves a key outside the pattern unchecked
+    WithJsonSchema(
+        {
+            "type": "object",
+            "description": _METADATA_TEXT,
+            "maxProperties": MAX_METADATA_KEYS,
+            "propertyNames": {
+                "minLength": 1,
+                "maxLength": MAX_METADATA_KEY_CHARS,
+                "pattern": NO_NUL,
+            },
+            "additionalProperties": {
+                "anyOf": [_STRING_VALUE, {"type": "number"}, {"type": "boolean"}]
+            },
+        }
+    ),
+]
+"""Attributes of a document, which search filters and agents' knowledge select by."""
+_Ordered = Annotated[
+    str | int | float,
+    PlainValidator(_ordered),
+    WithJsonSchema({"anyOf": [_STRING_VALUE, {"type": "number"}]}),
+]
+
+
+class _Filter(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class EqualityFilter(_Filter):
+    """``key`` equals (``eq``) or does not equal (``ne``) ``value``."""
+
+    type: Literal["eq", "ne"]
+    key: MetadataKey
+    value: MetadataValue
+
+
+class RangeFilter(_Filter):
+    """``key`` is greater than (``gt``), at least (``gte``), less than (``lt``) or at
+    most (``lte``) ``value``: numbers against numbers, strings against strings."""
+
+    type: Literal["gt", "gte", "lt", "lte"]
+    key: MetadataKey
+    value: _Ordered
+
+
+class ListFilter(_Filter):
+    """``key`` equals one of the ``value`` list (``in``), or none of it (``nin``)."""
+
+    type: Literal["in", "nin"]
+    key: MetadataKey
+    value: list[MetadataValue] = Field(min_length=1, max_length=MAX_FILTER_LIST)
+
+
+class CompoundFilter(_Filter):
+    """All (``and``) or any (``or``) of ``filters``."""
+
+    type: Literal["and", "or"]
+    filters: list[Filter] = Field(min_length=1, max_length=MAX_COMPOUND_FILTERS)
+
+
+_FILTER_KINDS = {
+    **dict.fromkeys(("eq", "ne"), "equality"),
+    **dict.fromkeys(("gt", "gte", "lt", "lte"), "range"),
+    **dict.fromkeys(("in", "nin"), "list"),
+    **dict.fromkeys(("and", "or"), "compound"),
+}
+FILTER_TAGS = frozenset(_FILTER_KINDS.values())
+"""The names pydantic puts in an error's location for the filter kind it tried."""
+
+
+def _filter_kind(value: Any) -> str | None:
+    kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
+    return _FILTER_KINDS.get(kind) if isinstance(kind, str) else None
+
+
+def _conditions(value: Any) -> Any:
+    count = 0
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, CompoundFilter):
+            stack.extend(node.filters)
+        else:
+            count += 1
+    if count > MAX_FILTER_CONDITIONS:
+        raise ValueError(f"a filter holds at most {MAX_FILTER_CONDITIONS} comparisons")
+    return value
+
+
+Filter = Annotated[
+    Annotated[EqualityFilter, Tag("equality")]
+    | Annotated[RangeFilter, Tag("range")]
+    | Annotated[ListFilter, Tag("list")]
+    | Annotated[CompoundFilter, Tag("compound")],
+    Discriminator(
+        _filter_kind,
+        custom_error_type="invalid_filter",
+        custom_error_message="'type' must be one of eq, ne, gt, gte, lt, lte, in, nin, and, or",
+    ),
+]
+"""A filter over document metadata, in OpenAI's attribute-filter shape: a comparison
+``{"type": "eq", "key": ..., "value": ...}`` or a compound ``{"type": "and", "filters":
+[...]}``."""
+CompoundFilter.model_rebuild()
+BoundedFilter = Annotated[Filter, AfterValidator(_conditions)]
+"""A ``Filter`` of at most ``MAX_FILTER_CONDITIONS`` comparisons: what requests take."""
 
 
 class Organization(BaseModel):
@@ -162,8 +363,19 @@ def _unique_tool_names(tools: list[ToolDefinition]) -> list[ToolDefinition]:
     return tools
 
 
+class AgentKnowledge(BaseModel):
+    """Which knowledge an agent answers from: the documents ``filter`` selects (by their
+    metadata); no filter, every document of the workspace."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    filter: BoundedFilter | None = Field(
+        None, description="Only documents this filter selects are retrieved for the agent."
+    )
+
+
 class Agent(BaseModel):
-    """An agent: its role, prompt, tools, model and deployment status."""
+    """An agent: its role, prompt, tools, model, knowledge and deployment status."""
 
     id: str
     role: str
@@ -173,6 +385,9 @@ class Agent(BaseModel):
     tools: list[ToolDefinition]
     model: str | None = None
     handoff_on_no_answer: bool = False
+    knowledge: AgentKnowledge | None = Field(
+        None, description="The knowledge the agent answers from (null: all of it)."
+    )
     created_at: datetime
     updated_at: datetime
 
@@ -186,6 +401,7 @@ class AgentCreate(Request):
     tools: list[ToolDefinition] = Field(default_factory=list, max_length=64)
     model: str | None = Field(None, max_length=200)
     handoff_on_no_answer: bool = False
+    knowledge: AgentKnowledge | None = None
 
     @field_validator("tools")
     @classmethod
@@ -193,11 +409,16 @@ class AgentCreate(Request):
         return _unique_tool_names(value)
 
 
+NULLABLE_UPDATES = ("model", "knowledge")
+"""Fields of ``AgentUpdate`` that may be set to null: back to the default chat model,
+back to all of the workspace's knowledge."""
+
+
 def _not_nullable_except_model(schema: dict[str, Any]) -> None:
     # the fields default to None to mean "not given", but an explicit null is refused
-    # (agents.update): only `model` may be null (back to the default chat model)
+    # (agents.update): only `model` and `knowledge` may be null (back to their defaults)
     for name, prop in schema.get("properties", {}).items():
-        if name != "model" and "anyOf" in prop:
+        if name not in NULLABLE_UPDATES and "anyOf" in prop:
             (given,) = [branch for branch in prop.pop("anyOf") if branch.get("type") != "null"]
             prop.pop("default", None)
             prop.update(given)
@@ -214,6 +435,7 @@ class AgentUpdate(Request):
     tools: list[ToolDefinition] | None = Field(None, max_length=64)
     model: str | None = Field(None, max_length=200)
     handoff_on_no_answer: bool | None = None
+    knowledge: AgentKnowledge | None = None
 
     @field_validator("tools")
     @classmethod
@@ -246,6 +468,10 @@ class Document(BaseModel):
     last_error: Problem | None = Field(
         default=None, description="Why indexing failed, when it did."
     )
+    metadata: dict[str, str | int | float | bool] = Field(
+        default_factory=dict,
+        description="The document's attributes, which search filters select by.",
+    )
 
 
 class DocumentList(BaseModel):
@@ -260,6 +486,17 @@ class TextDocumentCreate(Request):
 
     source: str = Field(..., min_length=1, max_length=255, json_schema_extra=_DECLARE_NON_BLANK)
     text: str = Field(..., min_length=1, json_schema_extra=_DECLARE_NON_BLANK)
+    metadata: Metadata | None = None
+
+
+class DocumentUpdate(Request):
+    """Body of ``PATCH /v1/knowledge/documents/{id}``: the new metadata, replacing the old."""
+
+    metadata: Metadata
+
+
+SearchMode = Literal["vector", "keyword", "hybrid"]
+"""How search ranks: cosine similarity, BM25 over the words, or both fused by rank."""
 
 
 class SearchRequest(Request):
@@ -269,7 +506,17 @@ class SearchRequest(Request):
     top_k: int | None = Field(
         None, description="How many results: default 5, at most the configured max_top_k."
     )
-    min_score: float | None = Field(None, ge=-1.0, le=1.0)
+    min_score: float | None = Field(
+        None, ge=-1.0, le=1.0, description="Drop results whose cosine score is lower."
+    )
+    filter: BoundedFilter | None = Field(
+        None, description="Only chunks of documents whose metadata this filter selects."
+    )
+    mode: SearchMode | None = Field(
+        None,
+        description="vector (default): by cosine similarity; keyword: by BM25 over the"
+        " query's words; hybrid: both, fused by reciprocal rank.",
+    )
 
     @field_validator("top_k", mode="before")
     @classmethod
@@ -281,19 +528,26 @@ class SearchRequest(Request):
 
 
 class SearchResult(BaseModel):
-    """One ranked chunk: ``score`` is the cosine similarity to the query."""
+    """One ranked chunk: ``score`` is the cosine similarity to the query in every mode;
+    ``rank_score`` is what the search's mode ranked by."""
 
     chunk: str
     score: float
     source: str
     pages: list[int]
     document_id: str
+    metadata: dict[str, str | int | float | bool] = Field(default_factory=dict)
+    rank_score: float = Field(
+        description="What the results are ordered by: the cosine similarity (vector),"
+        " the BM25 score (keyword) or the reciprocal-rank-fusion score (hybrid)."
+    )
 
 
 class SearchResponse(BaseModel):
-    """Chunks ordered by score, highest first."""
+    """Chunks ordered by ``rank_score``, highest first (ties by chunk id)."""
 
     query: str
+    mode: SearchMode = "vector"
     results: list[SearchResult]
 
 

@@ -76,9 +76,11 @@ def one_run(code: Path, url: str, docs: int, calls: int) -> dict[str, float]:
         vectors = rng.standard_normal((3, 384)).astype(np.float32)
         counts = {stem: 1 + (i + n) % 3 for n, stem in enumerate(STEMS)}
         chunks = [(f"Chunk {n} of document {i}.", [1], [0]) for n in range(3)]
-        ids: list[int] = node.insert_document(
+        written = node.insert_document(
             *ws, document(), chunks, "bench", vectors, np.ones(3, bool), (60, counts)
         )
+        # the chunk ids: a list from peers before WrittenDocument
+        ids: list[int] = getattr(written, "chunk_ids", written)
         return ids
 
     out: dict[str, float] = {}

@@ -26,7 +26,11 @@ other (the sample has two). ``--code PATH`` imports ``agentcore`` from another c
 Last, a generated 100-page PDF (about 400 words a page) is ingested and timed.
 Prints Markdown tables, writes ``benchmarks/results/retrieval_quality.json`` and
 exits 0. Run: ``python benchmarks/retrieval_quality.py [--squad PATH] [--skip-chat]
-[--paragraphs-per-page N] [--code PATH]``.
+[--paragraphs-per-page N] [--code PATH] [--modes vector keyword hybrid]``.
+
+``--modes`` compares search modes instead: each mode gets a fresh core whose searches
+and chat turns (``chat_search_mode``) use it, and prints R@1, R@5 and the chat columns
+per mode.
 """
 
 from __future__ import annotations
@@ -166,15 +170,18 @@ def _chat_quality(
 
 
 def run_api(
-    cases: list[PdfCase], *, chat: bool = True
+    cases: list[PdfCase], *, chat: bool = True, mode: str | None = None
 ) -> tuple[list[ArticleResult], list[dict[str, Any]]]:
-    """Ingest, search and chat through ``AgentCore`` (the library's public API)."""
+    """Ingest, search and chat through ``AgentCore`` (the library's public API);
+    ``mode`` (when given) is both the search mode and the chat's ``chat_search_mode``."""
     from agentcore import AgentCore
 
     results: list[ArticleResult] = []
     misses: list[dict[str, Any]] = []
+    settings: dict[str, Any] = {} if mode is None else {"chat_search_mode": mode}
+    searched: dict[str, Any] = {} if mode is None else {"mode": mode}
     with tempfile.TemporaryDirectory() as tmp:
-        core = AgentCore.open(str(Path(tmp) / "bench.db"))
+        core = AgentCore.open(str(Path(tmp) / "bench.db"), **settings)
         try:
             ws = core.workspace("bench", "test")
             ingested = []
@@ -186,7 +193,7 @@ def run_api(
                 ingested.append((doc, time.perf_counter() - started, gold))
 
             def search(question: str) -> list[tuple[str, list[int]]]:
-                response = ws.knowledge.search(question, top_k=TOP_K)
+                response = ws.knowledge.search(question, top_k=TOP_K, **searched)
                 return [(r.document_id, list(r.pages)) for r in response.results]
 
             agent = ws.agents.create(name="SQuAD", role="support")
@@ -252,6 +259,30 @@ def _weighted(results: list[ArticleResult], name: str) -> float | None:
     return round(sum(v * n for v, n in values) / sum(n for _, n in values), 4)
 
 
+def compare_modes(cases: list[PdfCase], modes: list[str], *, chat: bool) -> dict[str, Any]:
+    """Every question searched and chatted in each of ``modes`` (one fresh core each,
+    its chat turns retrieving in that mode); prints one row per mode."""
+    rows: dict[str, Any] = {}
+    print("| mode | R@1 | R@5 | chat cited | chat answered | pages/answer | chat p50 ms |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for mode in modes:
+        results, _ = run_api(cases, chat=chat, mode=mode)
+        turns = [t for r in results for t in r.chat_seconds]
+        row = {
+            name: _weighted(results, name)
+            for name in ("r_at_1", "r_at_5", "cited", "answered", "pages_cited")
+        }
+        row["chat_p50_ms"] = round(median(turns) * 1000, 2) if turns else None
+        rows[mode] = row
+        cells = [
+            "-" if row[n] is None else f"{row[n]:.3f}"
+            for n in ("r_at_1", "r_at_5", "cited", "answered", "pages_cited")
+        ]
+        p50 = "-" if row["chat_p50_ms"] is None else f"{row['chat_p50_ms']:.1f}"
+        print(f"| {mode} | {' | '.join(cells)} | {p50} |")
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark, print the table, write the JSON results."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
@@ -266,6 +297,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--code", help="import agentcore from this checkout instead (e.g. /work/main)"
     )
+    parser.add_argument(
+        "--modes",
+        nargs="+",
+        choices=["vector", "keyword", "hybrid"],
+        help="compare these search modes (search and chat retrieval) instead; prints one"
+        " row per mode and writes retrieval_modes.json",
+    )
     args = parser.parse_args(argv)
     if args.code:
         sys.path.insert(0, str(Path(args.code).resolve()))
@@ -277,6 +315,18 @@ def main(argv: list[str] | None = None) -> int:
     cases = build_pdfs(squad.resolve(), per_page)
 
     chat = not args.skip_chat
+    if args.modes:
+        print(f"Search modes ({per_page} paragraphs a page, page-level, top_k={TOP_K})\n")
+        rows = compare_modes(cases, args.modes, chat=chat)
+        written = RESULTS.with_name("retrieval_modes.json")
+        written.parent.mkdir(parents=True, exist_ok=True)
+        written.write_text(
+            json.dumps({"squad": str(squad), "paragraphs_per_page": per_page, "modes": rows})
+            + "\n",
+            encoding="utf-8",
+        )
+        print(f"\nwrote {written.relative_to(REPO)}")
+        return 0
     results, misses = run_api(cases, chat=chat)
     large_seconds, large_pages = time_large_pdf(squad.resolve())
 

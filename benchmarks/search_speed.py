@@ -160,7 +160,9 @@ class StoredRowsEngine(CodecEngine):
         key = (self.store.ensure_organization("bench").id, "test")
         rows = np.arange(data.shape[0], dtype=np.int64)  # as CodecEngine: mapped on the way out
         self.store.replace_all_vectors(*key, "bench", [(None, rows, data)], data.shape[1])
-        stored, vectors, located = self.store.load_located_vectors(*key, data.shape[1])
+        loaded = self.store.load_index(*key, data.shape[1], located=True)
+        stored, vectors, located = loaded.ids, loaded.vectors, loaded.locators
+        assert vectors is not None
         # what the same workspace costs loaded as float32 (its rows adopted as one part)
         self.float32_bytes = VectorIndex.adopt(stored, vectors).resident_bytes
         self.ids = ids

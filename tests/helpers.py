@@ -202,6 +202,16 @@ def core_with(tmp_path: Any, *plugins: object, **settings: Any) -> AgentCore:
 # respect (a fresh connection per request, same interface); modules opt in with
 # ``from helpers import api``.
 
+
+def wait_for(condition: Callable[[], object], limit: float = 60.0) -> Any:
+    """Poll ``condition`` until it is truthy (``limit`` only guards a hang)."""
+    give_up = time.monotonic() + limit
+    while not (value := condition()):
+        assert time.monotonic() < give_up, "condition not met in time"
+        time.sleep(0.05)
+    return value
+
+
 import pytest  # noqa: E402
 from conftest import Api as _Api  # noqa: E402
 from conftest import ServerThread  # noqa: E402

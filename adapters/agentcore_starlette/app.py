@@ -75,7 +75,7 @@ RECENT_RUNS = 5
 HANDLER_THREADS = 40
 """Threads running blocking handlers (as many as anyio's default thread limiter)."""
 MULTIPART_OVERHEAD = 64 * 1024
-UPLOAD_FIELDS = ("file",)
+UPLOAD_FIELDS = ("file", "metadata")
 """The multipart fields a document upload may carry (openapi.py declares the same)."""
 
 
@@ -341,6 +341,7 @@ class Api:
                 code="unknown_parameter",
                 param=unknown[0],
             )
+        metadata = _form_metadata(form.get("metadata"))
         data = await file.read()
         await form.close()
         for value in (file.filename, file.content_type):
@@ -354,7 +355,25 @@ class Api:
                 code="file_too_large",
                 param="file",
             )
-        return Upload(file.filename or "upload", file.content_type, data)
+        return Upload(file.filename or "upload", file.content_type, data, metadata)
+
+
+def _form_metadata(field: Any) -> dict[str, Any] | None:
+    """The multipart ``metadata`` field: a JSON object (checked like the JSON body's
+    ``metadata`` by the core), or a 422 naming it."""
+    if field is None:
+        return None
+    if not isinstance(field, str):
+        raise ValidationFailed("The 'metadata' field must be JSON text.", param="metadata")
+    try:
+        value = json.loads(field)
+    except ValueError:
+        raise ValidationFailed(
+            "The 'metadata' field is not valid JSON.", param="metadata"
+        ) from None
+    if not isinstance(value, dict):
+        raise ValidationFailed("The 'metadata' field must be a JSON object.", param="metadata")
+    return value
 
 
 def _canonical(call: Call) -> bytes:
@@ -363,7 +382,8 @@ def _canonical(call: Call) -> bytes:
     validated JSON body re-serialised, so formatting differences do not count."""
     upload = call.upload
     if upload is not None:
-        meta = f"{upload.filename}\0{upload.content_type}\0".encode()
+        attributes = json.dumps(upload.metadata, sort_keys=True)
+        meta = f"{upload.filename}\0{upload.content_type}\0{attributes}\0".encode()
         return meta + hashlib.sha256(upload.data).digest()
     if call.body is None:
         return b""

@@ -14,7 +14,7 @@ from agentcore.errors import (
     PayloadTooLarge,
     RequestTimeout,
     UnsupportedMediaType,
-    ValidationFailed,
+    invalid_fields,
 )
 
 M = TypeVar("M", bound=BaseModel)
@@ -141,19 +141,4 @@ def validate(model: type[M], data: dict[str, Any]) -> M:
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        raise validation_failed(exc) from None
-
-
-def validation_failed(exc: ValidationError) -> ValidationFailed:
-    """A pydantic error as a 422 whose ``param`` is the first bad field's dotted path."""
-    errors = [
-        {"param": ".".join(str(part) for part in err["loc"]) or None, "message": err["msg"]}
-        for err in exc.errors(include_url=False, include_input=False)
-    ]
-    first = errors[0]
-    where = f" ({first['param']})" if first["param"] else ""
-    return ValidationFailed(
-        f"Invalid value{where}: {first['message']}.",
-        param=first["param"],
-        extra={"errors": errors},
-    )
+        raise invalid_fields(exc) from None

@@ -128,7 +128,9 @@ TOOLS = (
         name="search_knowledge",
         title="Search the knowledge core",
         description="Chunks of the workspace's documents ranked by cosine similarity to"
-        " the query, each with its score, source document and pages.",
+        " the query (or by BM25 with mode 'keyword', both fused with 'hybrid'), among the"
+        " documents a metadata filter selects if one is given; each with its score,"
+        " source document, pages and metadata.",
         operation="search_knowledge",
         # the route's own body: a field it gains (issue #22's filter and mode) is an
         # argument of the tool at once

@@ -9,7 +9,14 @@ from typing import Any
 from pydantic import BaseModel
 
 from agentcore.config import Settings
-from agentcore.schema import NO_NUL, Health, Problem
+from agentcore.schema import (
+    MAX_METADATA_KEY_CHARS,
+    MAX_METADATA_KEYS,
+    MAX_METADATA_STRING_CHARS,
+    NO_NUL,
+    Health,
+    Problem,
+)
 from agentcore_starlette.openai_responses import OpenAIErrorResponse
 from agentcore_starlette.routing import ApiRoute
 
@@ -379,7 +386,16 @@ def build_openapi(
                                 "minLength": 1,
                                 "description": "A PDF, Markdown or UTF-8 text file,"
                                 f" at most {settings.max_upload_bytes} bytes.",
-                            }
+                            },
+                            "metadata": {
+                                "type": "string",
+                                "contentMediaType": "application/json",
+                                "description": "The document's metadata as a JSON object:"
+                                f" at most {MAX_METADATA_KEYS} keys of 1-{MAX_METADATA_KEY_CHARS}"
+                                " characters, each value a string of at most"
+                                f" {MAX_METADATA_STRING_CHARS} characters, a number or a"
+                                " boolean (as the JSON body's `metadata`).",
+                            },
                         },
                     }
                 }

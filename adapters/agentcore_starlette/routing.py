@@ -18,11 +18,12 @@ BodyKind = Literal["none", "json", "json_or_upload"]
 
 @dataclass(frozen=True)
 class Upload:
-    """A file sent as multipart ``file``."""
+    """A file sent as multipart ``file``, and its ``metadata`` field (JSON, parsed)."""
 
     filename: str
     content_type: str | None
     data: bytes
+    metadata: dict[str, Any] | None = None
 
 
 @dataclass

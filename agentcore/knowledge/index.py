@@ -80,7 +80,33 @@ ROW_MAP_BYTES = 100
 _NO_PARAMS = np.empty(0, dtype=np.float32)  # float32 rows need no codec parameters
 _FLOAT32 = kernels.Float32Codec()
 _EMPTY_IDS = np.empty(0, dtype=np.int64)
+NO_LABEL = -1
+"""The label of a row that belongs to no document."""
+_UNLABELLED = np.array([NO_LABEL], dtype=np.int64)
+# A filter that lets at most this fraction of a part's rows through is answered by
+# gathering those rows and scoring only them; a wider one scans every row and masks
+# the scores of the others (measured in benchmarks/filtered_search.py).
+GATHER_FRACTION = 0.25
 _log = get_logger(__name__)
+
+LabelCodes = npt.NDArray[np.int32]
+LabelFilter = Callable[[IdArray], npt.NDArray[np.bool_]]
+"""Given distinct row labels, which of them a search may return (a filter's verdicts)."""
+
+
+def encode_labels(labels: IdArray | None) -> tuple[LabelCodes | None, IdArray | None]:
+    """``(codes, values)`` of per-row ``labels``: ``values[codes] == labels``, values
+    distinct (sorted); ``(None, None)`` for no labels or only ``NO_LABEL``."""
+    if labels is None or labels.size == 0:
+        return None, None
+    labels = np.asarray(labels, dtype=np.int64)
+    first = labels[0]
+    if bool((labels == first).all()):  # the usual case: one document's rows
+        if first == NO_LABEL:
+            return None, None
+        return np.zeros(labels.shape[0], dtype=np.int32), np.array([first], dtype=np.int64)
+    values, codes = np.unique(labels, return_inverse=True)
+    return codes.astype(np.int32, copy=False), values.astype(np.int64, copy=False)
 
 
 class RowStore(Protocol):
@@ -168,6 +194,11 @@ class Part:
     codec: kernels.Codec = field(default_factory=kernels.Float32Codec)
     name: str | None = None
     keepalive: object = None
+    # Each row's label (its document's number; ``NO_LABEL`` when it has none) as a code
+    # into ``label_values``: a filter decides per distinct label, and one gather of that
+    # decision by the codes is the row mask. ``None``: every row is ``NO_LABEL``.
+    label_codes: LabelCodes | None = None
+    label_values: IdArray | None = None
 
     @classmethod
     def build(
@@ -177,27 +208,54 @@ class Part:
         codec: kernels.Codec,
         *,
         name: str | None = None,
+        labels: IdArray | tuple[LabelCodes | None, IdArray | None] | None = None,
         rows: RowStore | None = None,
         locators: IdArray | None = None,
     ) -> Part:
-        """A RAM part over unit ``vectors`` (sorted by id here if they are not).
+        """A RAM part over unit ``vectors`` and their ``labels`` (one per row, or
+        already as ``(codes, values)``), sorted by id here if they are not.
 
-        With ``rows``, an approximate codec's part keeps only its codes: its float32
-        rows are left to ``rows`` (at ``locators``, one per row, or located by id).
+        With ``rows``, an approximate codec's part keeps only its codes (and labels):
+        its float32 rows are left to ``rows`` (at ``locators``, one per row, or located
+        by id).
         """
+        label_codes, label_values = labels if isinstance(labels, tuple) else encode_labels(labels)
         if ids.size > 1 and not bool(np.all(ids[1:] > ids[:-1])):
             order = np.argsort(ids, kind="stable")
             ids, vectors = ids[order], vectors[order]
+            label_codes = None if label_codes is None else label_codes[order]
             locators = None if locators is None else locators[order]
         vectors = np.ascontiguousarray(vectors, dtype=_VECTOR_DTYPE)
         codes, params = codec.encode(vectors)
+        kept: Matrix | StoredRows = vectors
         if codec.name == "float32":
             codes = vectors
         elif rows is not None:
             where = rows.locate(ids) if locators is None else locators
             kept = StoredRows(rows, where, vectors.shape[1])
-            return cls(ids, codes, params, kept, _EMPTY_IDS, codec, name)
-        return cls(ids, codes, params, vectors, _EMPTY_IDS, codec, name)
+        return cls(
+            ids, codes, params, kept, _EMPTY_IDS, codec, name, None, label_codes, label_values
+        )
+
+    def labels(self) -> IdArray:
+        """Each row's label (``NO_LABEL`` for rows without one)."""
+        if self.label_codes is None or self.label_values is None:
+            return np.full(self.rows, NO_LABEL, dtype=np.int64)
+        return self.label_values[self.label_codes]
+
+    def allowed_rows(self, allow: LabelFilter) -> npt.NDArray[np.bool_] | bool:
+        """Which rows ``allow`` lets through: ``True`` (all of them), ``False`` (none),
+        or a mask over the rows (dead rows not cleared). ``allow`` is asked once per
+        distinct label; the mask is one gather of its answers by the rows' codes."""
+        if self.label_codes is None or self.label_values is None:
+            return bool(allow(_UNLABELLED)[0])
+        verdict = np.asarray(allow(self.label_values), dtype=bool)
+        if verdict.all():
+            return True
+        if not verdict.any():
+            return False
+        mask: npt.NDArray[np.bool_] = verdict[self.label_codes]
+        return mask
 
     @property
     def rows(self) -> int:
@@ -213,6 +271,8 @@ class Part:
     def nbytes(self) -> int:
         """Bytes of ids, codes, params and float32 rows (shared arrays counted once)."""
         total = self.ids.nbytes + self.codes.nbytes + self.params.nbytes
+        if self.label_codes is not None and self.label_values is not None:
+            total += self.label_codes.nbytes + self.label_values.nbytes
         return int(total + (0 if self.vectors is self.codes else self.vectors.nbytes))
 
     @property
@@ -227,6 +287,8 @@ class Part:
         of a mapped part, the pages every scan reads (ids, codes, parameters), not the
         float32 rows an approximate codec reads only at its few candidates."""
         scanned = self.ids.nbytes + self.codes.nbytes + self.params.nbytes + self.dead.nbytes
+        if self.label_codes is not None and self.label_values is not None:
+            scanned += self.label_codes.nbytes + self.label_values.nbytes  # a filter's mask
         if self.mapped or self.vectors is self.codes:
             return int(scanned)
         return int(scanned + self.vectors.nbytes)
@@ -315,10 +377,12 @@ class MaintenancePlan:
         return ids, rows.fill(0, rows.rows, np.empty((rows.rows, rows.dimension), np.float32))
 
     def gather(self) -> tuple[IdArray, RowSource]:
-        """The sorted live ids of the rows this step rewrites, and their rows as a
-        ``RowSource`` that copies them out block by block (nothing is copied here)."""
+        """The sorted live ids of the rows this step rewrites, and their rows (and
+        labels) as a ``RowSource`` that copies them out block by block (nothing is
+        copied here)."""
         pieces: list[tuple[Matrix | StoredRows, IdArray | None]] = []
         ids: list[IdArray] = []
+        labels: list[Part] = []
         for part in self.parts:
             if part.dead.size:
                 selected = _live_positions(part.rows, part.dead)
@@ -327,19 +391,21 @@ class MaintenancePlan:
             else:
                 pieces.append((part.vectors, None))
                 ids.append(np.asarray(part.ids))
+            labels.append(part)
         if self.tail_rows:
             tail = self.snapshot.tail
             selected = _live_positions(self.tail_rows, tail.dead[tail.dead < self.tail_rows])
             pieces.append((tail.vectors[: self.tail_rows], selected))
             ids.append(tail.ids[selected])
+            labels.append(tail)
         d = self.snapshot.buffer.shape[1]
         if not pieces:
             return _EMPTY_IDS, RowSource((), None, d)
         if len(pieces) == 1 and _ascending(ids[0]):
-            return ids[0], RowSource(tuple(pieces), None, d)
+            return ids[0], RowSource(tuple(pieces), None, d, tuple(labels))
         joined = np.concatenate(ids).astype(np.int64, copy=False)
         order = np.argsort(joined, kind="stable")
-        return joined[order], RowSource(tuple(pieces), order, d)
+        return joined[order], RowSource(tuple(pieces), order, d, tuple(labels))
 
 
 class RowSource:
@@ -358,13 +424,40 @@ class RowSource:
         pieces: tuple[tuple[Matrix | StoredRows, IdArray | None], ...],
         order: IdArray | None,
         dimension: int,
+        labelled: tuple[Part, ...] = (),
     ) -> None:
         self.pieces = pieces
         self.order = order
         self.dimension = dimension
+        self._labelled = labelled  # the part each piece's rows come from (their labels)
         sizes = [rows.shape[0] if sel is None else sel.shape[0] for rows, sel in pieces]
         self.rows = int(sum(sizes))
         self._starts = np.cumsum([0, *sizes]).astype(np.int64)
+
+    def label_codes(self) -> tuple[LabelCodes | None, IdArray | None]:
+        """The output rows' labels as ``(codes, values)`` in output order (``values``
+        sorted; ``(None, None)``: no row has a label). Codes are gathered, never the
+        labels themselves: 4 bytes a row, nothing when no source part has labels."""
+        parts = self._labelled
+        if not parts or all(p.label_codes is None for p in parts):
+            return None, None
+        values = np.unique(
+            np.concatenate(
+                [_UNLABELLED if p.label_values is None else p.label_values for p in parts]
+            )
+        )
+        pieces: list[LabelCodes] = []
+        for (rows, selected), part in zip(self.pieces, parts, strict=True):
+            count = rows.shape[0] if selected is None else selected.shape[0]
+            if part.label_codes is None or part.label_values is None:
+                none = int(np.searchsorted(values, NO_LABEL))
+                pieces.append(np.full(count, none, dtype=np.int32))
+                continue
+            remap = np.searchsorted(values, part.label_values).astype(np.int32)
+            codes = part.label_codes[: rows.shape[0]]
+            pieces.append(remap[codes if selected is None else codes[selected]])
+        joined = np.concatenate(pieces)
+        return (joined if self.order is None else joined[self.order]), values
 
     @property
     def view(self) -> Matrix | None:
@@ -456,8 +549,11 @@ class VectorIndex:
         self.merge_rows = SEAL_ROWS  # tail rows that make sealing the tail due when persisted
         cap = max(int(capacity), 0)
         self._ids_buffer: IdArray = np.empty(cap, dtype=np.int64)
+        # the tail's label codes (a row's code is written with its id) and their table
+        self._codes_buffer: LabelCodes = np.zeros(cap, dtype=np.int32)
+        self._labels = _LabelTable()
         buffer = np.empty((cap, self._dimension), dtype=np.float32)
-        self._snap = _Snapshot((), _tail_part(buffer, self._ids_buffer, 0, _EMPTY_IDS), buffer, {})
+        self._snap = _Snapshot((), self._tail(buffer, 0, _EMPTY_IDS), buffer, {})
 
     # -- construction ------------------------------------------------------------
 
@@ -512,7 +608,9 @@ class VectorIndex:
                 )
             rows = seg_vectors.reshape(m, d)
             if n + m > buffer.shape[0]:
-                buffer, ids_buffer = _grown(buffer, ids_buffer, n, n + m)
+                buffer, ids_buffer, index._codes_buffer = _grown(
+                    buffer, ids_buffer, index._codes_buffer, n, n + m
+                )
             if normalized:
                 buffer[n : n + m] = rows
             else:
@@ -531,6 +629,7 @@ class VectorIndex:
         spare_rows: int = 0,
         codec: str = "float32",
         executor: Executor | None = None,
+        labels: npt.ArrayLike | None = None,
         row_store: RowStore | None = None,
         locators: IdArray | None = None,
     ) -> VectorIndex:
@@ -549,9 +648,11 @@ class VectorIndex:
 
         :param spare_rows: tail rows to preallocate, so the rows added after a load
             need no allocation (and never copy the adopted matrix).
+        :param labels: each row's label (its document's number, for filtered searches);
+            ``None``: ``NO_LABEL`` for all.
         :param row_store: for an approximate codec, where the float32 rows are kept
             (``locators``: where each row is, else located by id): the index then holds
-            only their codes, and so do the parts its maintenance builds.
+            only their codes (and labels), and so do the parts its maintenance builds.
         """
         matrix = np.ascontiguousarray(vectors, dtype=_VECTOR_DTYPE)
         id_array = np.ascontiguousarray(ids, dtype=_ID_DTYPE)
@@ -561,6 +662,7 @@ class VectorIndex:
                 code="dimension_mismatch",
                 param="vectors",
             )
+        label_array = _labels_for(labels, id_array.shape[0])
         n, d = matrix.shape
         if not _ascending(id_array):
             order = np.argsort(id_array, kind="stable")
@@ -570,11 +672,19 @@ class VectorIndex:
                     "the persisted ids contain duplicates", code="duplicate_id", param="ids"
                 )
             matrix = np.take(matrix, order, axis=0)
+            label_array = None if label_array is None else label_array[order]
             locators = None if locators is None else locators[order]
         index = cls(d, capacity=max(0, int(spare_rows)), codec=codec, executor=executor)
         index.row_store = row_store
         if n:  # encoded by the index's codec (for float32 the codes are the matrix itself)
-            part = Part.build(id_array, matrix, index._codec, rows=row_store, locators=locators)
+            part = Part.build(
+                id_array,
+                matrix,
+                index._codec,
+                labels=label_array,
+                rows=row_store,
+                locators=locators,
+            )
             index._snap = replace(index._snap, parts=(part,))
         return index
 
@@ -608,7 +718,22 @@ class VectorIndex:
                 "the persisted ids contain duplicates", code="duplicate_id", param="ids"
             )
         self._ids_buffer = ids_buffer
-        self._snap = _Snapshot((), _tail_part(buffer, ids_buffer, n, _EMPTY_IDS), buffer, row_of)
+        self._snap = _Snapshot((), self._tail(buffer, n, _EMPTY_IDS), buffer, row_of)
+
+    def _tail(self, buffer: Matrix, n: int, dead: IdArray) -> Part:
+        """The tail part over the first ``n`` rows of ``buffer`` and the tail's id and
+        label-code buffers (call with the writer lock held, or while constructing)."""
+        rows = buffer[:n]
+        return Part(
+            self._ids_buffer[:n],
+            rows,
+            _NO_PARAMS,
+            rows,
+            dead,
+            _FLOAT32,
+            label_codes=self._codes_buffer[:n],
+            label_values=self._labels.values,
+        )
 
     # -- reading -----------------------------------------------------------------
 
@@ -629,17 +754,19 @@ class VectorIndex:
     def nbytes(self) -> int:
         """Bytes held by the parts (mapped or not) and the tail buffers (capacity included)."""
         snap = self._snap
-        return int(sum(p.nbytes for p in snap.parts) + snap.buffer.nbytes + self._ids_buffer.nbytes)
+        tail = snap.buffer.nbytes + self._ids_buffer.nbytes + self._codes_buffer.nbytes
+        return int(sum(p.nbytes for p in snap.parts) + tail)
 
     @property
     def resident_bytes(self) -> int:
         """Bytes this index keeps in memory while it is searched (what a memory budget
         charges it): its RAM parts, the scanned pages of its mapped ones
-        (``Part.resident_bytes``), the tail's buffers (capacity included) and its
-        id-to-row map, and the objects themselves."""
+        (``Part.resident_bytes``), the tail's buffers (capacity included: rows, ids,
+        label codes) and its id-to-row map, and the objects themselves."""
         snap = self._snap
         parts = sum(p.resident_bytes for p in snap.parts)
         tail = snap.buffer.nbytes + self._ids_buffer.nbytes + snap.tail.dead.nbytes
+        tail += self._codes_buffer.nbytes + self._labels.values.nbytes
         return int(INDEX_OVERHEAD_BYTES + parts + tail + ROW_MAP_BYTES * len(snap.row_of))
 
     @property
@@ -700,23 +827,37 @@ class VectorIndex:
         )
 
     def search(
-        self, query: npt.ArrayLike, k: int, *, min_score: float | None = None
+        self,
+        query: npt.ArrayLike,
+        k: int,
+        *,
+        min_score: float | None = None,
+        allow: LabelFilter | None = None,
     ) -> tuple[IdArray, ScoreArray]:
         """The ``k`` ids most cosine-similar to ``query``, best first.
 
         Ties are ordered by ascending id. Returns fewer than ``k`` when the index is
         smaller or ``min_score`` filters some out, and nothing for a zero query.
+
+        :param allow: a filter on row labels: only rows whose label it lets through
+            are ranked, before the top ``k`` is taken (so a selective filter still
+            returns ``k`` rows when that many match). A part whose labels it lets
+            through in part is searched among those rows only: gathered and scored
+            when they are few (``GATHER_FRACTION``), else scanned with the other rows'
+            scores masked. Results stay exact either way.
         """
         _check_k(k)
         snap = self._snap
         q = self._prepare(np.asarray(query, dtype=np.float32).reshape(1, -1))[0]
-        ids, scores = self._search_snapshot(snap, q, k)
+        ids, scores = self._search_snapshot(snap, q, k, allow)
         if min_score is not None:
             keep = scores >= min_score
             ids, scores = ids[keep], scores[keep]
         return ids, scores
 
-    def _search_snapshot(self, snap: _Snapshot, q: Matrix, k: int) -> tuple[IdArray, ScoreArray]:
+    def _search_snapshot(
+        self, snap: _Snapshot, q: Matrix, k: int, allow: LabelFilter | None = None
+    ) -> tuple[IdArray, ScoreArray]:
         live = snap.live
         if live == 0 or not q.any():
             return _empty_result()
@@ -726,14 +867,49 @@ class VectorIndex:
         for part in snap.all_parts():
             if part.live == 0:
                 continue
-            rows, scores = kernels.search_part(
-                part.codec, part.codes, part.params, part.vectors, part.dead, q, k, self._executor
-            )
+            allowed = True if allow is None else part.allowed_rows(allow)
+            if allowed is False:
+                continue
+            rows, scores = self._search_part(part, allowed, q, k)
             found_ids.append(part.ids[rows])
             found_scores.append(scores)
+        if not found_ids:
+            return _empty_result()
         if len(found_ids) == 1:
             return kernels.order(found_ids[0], found_scores[0], k)
         return kernels.order(np.concatenate(found_ids), np.concatenate(found_scores), k)
+
+    def _search_part(
+        self, part: Part, allowed: npt.NDArray[np.bool_] | bool, q: Matrix, k: int
+    ) -> tuple[IdArray, ScoreArray]:
+        """Candidates of ``part``: among all its live rows (``allowed`` true), or among
+        the rows ``allowed`` marks (a fresh mask, which this may write)."""
+        blocked = None
+        if allowed is not True:
+            assert not isinstance(allowed, bool)  # False: the caller skips the part
+            if part.dead.size:
+                allowed[part.dead] = False
+            count = int(np.count_nonzero(allowed))
+            if count == 0:
+                return _EMPTY_IDS, np.empty(0, dtype=np.float32)
+            if count <= part.rows * GATHER_FRACTION and not isinstance(part.vectors, StoredRows):
+                # few rows: score just those, exactly, from the float32 rows (not when a
+                # RowStore keeps them: the masked scan of the codes reads back only the
+                # candidates the filter lets through, not every row it lets through)
+                rows = np.flatnonzero(allowed)
+                return kernels.scan_rows(part.vectors, rows, q, k, self._executor)
+            blocked = ~allowed
+        return kernels.search_part(
+            part.codec,
+            part.codes,
+            part.params,
+            part.vectors,
+            part.dead,
+            q,
+            k,
+            self._executor,
+            blocked=blocked,
+        )
 
     def search_batch(self, queries: npt.ArrayLike, k: int) -> tuple[IdArray, ScoreArray]:
         """Top-``k`` for each row of ``queries`` ``(m, d)``: ids and scores ``(m, k')``.
@@ -766,12 +942,20 @@ class VectorIndex:
 
     # -- writing -----------------------------------------------------------------
 
-    def add(self, ids: Sequence[int] | npt.ArrayLike, vectors: npt.ArrayLike) -> None:
+    def add(
+        self,
+        ids: Sequence[int] | npt.ArrayLike,
+        vectors: npt.ArrayLike,
+        labels: npt.ArrayLike | None = None,
+    ) -> None:
         """Insert rows; refuses zero or non-finite vectors, wrong dimensions, known ids.
 
-        The whole batch is validated before anything is written.
+        ``labels``: each row's label (its document's number, which filtered searches
+        decide on); ``None``: ``NO_LABEL``. The whole batch is validated before
+        anything is written.
         """
         new_ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+        new_labels = _labels_for(labels, new_ids.shape[0])
         rows = np.asarray(vectors, dtype=np.float32)
         if rows.ndim == 1:
             rows = rows.reshape(1, -1)
@@ -805,12 +989,7 @@ class VectorIndex:
                 )
             tail = snap.tail
             n = tail.rows
-            buffer, ids_buffer, row_of, parts = (
-                snap.buffer,
-                self._ids_buffer,
-                snap.row_of,
-                snap.parts,
-            )
+            buffer, row_of, parts = snap.buffer, snap.row_of, snap.parts
             epoch = snap.epoch
             if n + m > buffer.shape[0] and n >= SEAL_ROWS and _ascending(tail.ids):
                 # seal the full tail where it lies (no copy) and start a new one; a new
@@ -818,19 +997,26 @@ class VectorIndex:
                 parts = (*parts, tail)
                 epoch += 1
                 n, row_of = 0, {}
-                ids_buffer = np.empty(0, dtype=np.int64)
+                self._ids_buffer = np.empty(0, dtype=np.int64)
+                self._codes_buffer = np.zeros(0, dtype=np.int32)
+                self._labels = _LabelTable()
                 buffer = np.empty((0, self._dimension), dtype=np.float32)
-                tail = _tail_part(buffer, ids_buffer, 0, _EMPTY_IDS)
+                tail = self._tail(buffer, 0, _EMPTY_IDS)
             if n + m > buffer.shape[0]:
-                buffer, ids_buffer = _grown(buffer, ids_buffer, n, n + m)
+                buffer, self._ids_buffer, self._codes_buffer = _grown(
+                    buffer, self._ids_buffer, self._codes_buffer, n, n + m
+                )
                 row_of = dict(row_of)  # a new buffer gets its own map
             # Rows past ``n`` are invisible to every published snapshot.
             scales.write(rows, buffer[n : n + m])
-            ids_buffer[n : n + m] = new_ids
+            self._ids_buffer[n : n + m] = new_ids
+            if new_labels is not None:
+                self._codes_buffer[n : n + m] = self._labels.codes(new_labels)
+            else:
+                self._codes_buffer[n : n + m] = 0  # the table's first code: NO_LABEL
             row_of.update(zip(new_ids.tolist(), range(n, n + m), strict=True))
-            self._ids_buffer = ids_buffer
             self._snap = _Snapshot(
-                parts, _tail_part(buffer, ids_buffer, n + m, tail.dead), buffer, row_of, epoch
+                parts, self._tail(buffer, n + m, tail.dead), buffer, row_of, epoch
             )
         self._schedule_if_due()
 
@@ -911,8 +1097,12 @@ class VectorIndex:
 
     def build_part(self, plan: MaintenancePlan) -> Part:
         """The RAM part holding the live rows ``plan`` rewrites."""
-        ids, vectors = plan.live_rows()
-        return Part.build(ids, vectors, self._codec, rows=self.row_store)
+        ids, rows = plan.gather()
+        vectors = rows.view
+        if vectors is None:  # rows a RowStore keeps are read back here, a piece at a time
+            vectors = rows.fill(0, rows.rows, np.empty((rows.rows, rows.dimension), np.float32))
+        labels = rows.label_codes()
+        return Part.build(ids, vectors, self._codec, labels=labels, rows=self.row_store)
 
     def apply(self, plan: MaintenancePlan, new_parts: Sequence[Part]) -> bool:
         """Swap ``plan``'s parts (and sealed tail rows) for ``new_parts``; whether it did.
@@ -937,23 +1127,26 @@ class VectorIndex:
             new_parts = self._carry_deletes(plan, seen, snap, new_parts)
             parts = [p for p in snap.parts if not any(p.same_rows(q) for q in plan.parts)]
             tail = snap.tail
-            buffer, ids_buffer, row_of = snap.buffer, self._ids_buffer, snap.row_of
+            buffer, row_of = snap.buffer, snap.row_of
             cut = plan.tail_rows
             if cut:
                 rest = tail.rows - cut
                 capacity = max(rest + max(_MIN_CAPACITY, rest // 2), buffer.shape[0] - cut)
                 buffer = np.empty((capacity, self._dimension), dtype=np.float32)
                 ids_buffer = np.empty(capacity, dtype=np.int64)
+                codes_buffer = np.zeros(capacity, dtype=np.int32)
                 buffer[:rest] = tail.vectors[cut:]
                 ids_buffer[:rest] = tail.ids[cut:]
+                codes_buffer[:rest] = self._codes_buffer[cut : tail.rows]
+                # the codes keep their meaning: the label table stays as it is
+                self._ids_buffer, self._codes_buffer = ids_buffer, codes_buffer
                 dead = tail.dead[tail.dead >= cut] - cut
-                tail = _tail_part(buffer, ids_buffer, rest, dead)
+                tail = self._tail(buffer, rest, dead)
                 alive = np.ones(rest, dtype=bool)
                 alive[dead] = False
                 live_rows = np.flatnonzero(alive)
                 row_of = dict(zip(ids_buffer[live_rows].tolist(), live_rows.tolist(), strict=True))
             parts += [part for part in new_parts if part.rows]
-            self._ids_buffer = ids_buffer
             epoch = snap.epoch + (1 if cut else 0)
             self._snap = _Snapshot(tuple(parts), tail, buffer, row_of, epoch)
             return True
@@ -1067,9 +1260,47 @@ def _maintain_quietly(index: VectorIndex) -> None:
         _log.exception("index maintenance failed")
 
 
-def _tail_part(buffer: Matrix, ids_buffer: IdArray, n: int, dead: IdArray) -> Part:
-    rows = buffer[:n]
-    return Part(ids_buffer[:n], rows, _NO_PARAMS, rows, dead, _FLOAT32)
+class _LabelTable:
+    """The tail's distinct labels, append-only, and the code of each (its position).
+
+    Code 0 is ``NO_LABEL``, so a zeroed code buffer means "unlabelled". Written under
+    the index's writer lock; ``values`` is replaced (never changed) when it grows, so
+    a published snapshot's array stays valid for the codes it can see.
+    """
+
+    def __init__(self) -> None:
+        self._code: dict[int, int] = {NO_LABEL: 0}
+        self.values: IdArray = _UNLABELLED
+
+    def codes(self, labels: IdArray) -> LabelCodes:
+        """The codes of ``labels`` (new labels are given the next codes)."""
+        first = int(labels[0])
+        if bool((labels == first).all()):  # one document's rows: the usual batch
+            return np.full(labels.shape[0], self._code_of([first])[0], dtype=np.int32)
+        distinct, inverse = np.unique(labels, return_inverse=True)
+        codes = np.asarray(self._code_of(distinct.tolist()), dtype=np.int32)
+        return codes[inverse]
+
+    def _code_of(self, labels: list[int]) -> list[int]:
+        table = self._code
+        fresh = [label for label in labels if label not in table]
+        if fresh:
+            for label in fresh:
+                table[label] = len(table)
+            self.values = np.fromiter(table, dtype=np.int64, count=len(table))
+        return [table[label] for label in labels]
+
+
+def _labels_for(labels: npt.ArrayLike | None, rows: int) -> IdArray | None:
+    """``labels`` as int64, one per row (``ValidationFailed`` otherwise), or ``None``."""
+    if labels is None:
+        return None
+    array = np.asarray(labels, dtype=np.int64).reshape(-1)
+    if array.shape[0] != rows:
+        raise ValidationFailed(
+            f"{array.shape[0]} labels for {rows} rows", code="dimension_mismatch", param="labels"
+        )
+    return array
 
 
 def _merged(dead: IdArray, rows: IdArray) -> IdArray:
@@ -1147,11 +1378,15 @@ class _Scales:
             out[self.slow] = rows[self.slow] / self.slow_norms[:, None]
 
 
-def _grown(buffer: Matrix, ids_buffer: IdArray, n: int, needed: int) -> tuple[Matrix, IdArray]:
+def _grown(
+    buffer: Matrix, ids_buffer: IdArray, codes_buffer: LabelCodes, n: int, needed: int
+) -> tuple[Matrix, IdArray, LabelCodes]:
     """New buffers of geometrically larger capacity holding the first ``n`` rows."""
     capacity = max(needed, int(buffer.shape[0] * _GROWTH), _MIN_CAPACITY)
     grown = np.empty((capacity, buffer.shape[1]), dtype=np.float32)
     grown_ids = np.empty(capacity, dtype=np.int64)
+    grown_codes = np.zeros(capacity, dtype=np.int32)
     grown[:n] = buffer[:n]
     grown_ids[:n] = ids_buffer[:n]
-    return grown, grown_ids
+    grown_codes[:n] = codes_buffer[:n]
+    return grown, grown_ids, grown_codes

@@ -24,9 +24,17 @@ from typing import TYPE_CHECKING
 
 from agentcore.cancellation import Cancellation
 from agentcore.errors import AgentCoreError, Cancelled, as_problem
-from agentcore.knowledge.outcomes import Outcome, Waiter, outcome_of_end, outcome_of_result
+from agentcore.keys import check_environment
+from agentcore.knowledge.outcomes import (
+    Outcome,
+    Waiter,
+    document_event,
+    outcome_of_end,
+    outcome_of_result,
+)
 from agentcore.knowledge.worker_main import trim_heap
 from agentcore.knowledge.workers import (
+    Completed,
     WorkerDied,
     WorkerPool,
     WorkerProcess,
@@ -39,8 +47,8 @@ from agentcore.storage.records import IngestJob
 
 if TYPE_CHECKING:
     from agentcore.config import Settings
+    from agentcore.events import EventBus
     from agentcore.runtime import Runtime
-    from agentcore.schema import Document
     from agentcore.storage.base import KnowledgeStore
 
 __all__ = ["IngestionJobs", "WorkersUnavailable"]
@@ -112,6 +120,11 @@ class IngestionJobs:
         watch running jobs, and this component.
     :param workers: gives what worker processes are built from, or raises
         ``WorkersUnavailable`` saying why there can be none (asked once, at start).
+    :param events: the core's event bus. Every job's document ends with one event:
+        ``document.ready`` (recorded by the process that completed it, in the same
+        transaction) or ``document.failed`` (recorded here with the failure), announced
+        here to the in-process listeners either way; none for a job whose document was
+        deleted, or whose waiting caller took its error (nothing is stored then).
     :param observer: told of each worker process started (``runtime.Observer``).
     """
 
@@ -120,11 +133,13 @@ class IngestionJobs:
         store: KnowledgeStore,
         settings: Settings,
         *,
-        run: Callable[[IngestJob, Cancellation], Document | None],
+        run: Callable[[IngestJob, Cancellation], Completed | None],
         runtime: Runtime,
         workers: Callable[[], WorkerSpec] | None = None,
+        events: EventBus | None = None,
         observer: Observer = unobserved,
     ) -> None:
+        self._events = events
         self._store = store
         self._observe = observer
         self._settings = settings
@@ -352,8 +367,10 @@ class IngestionJobs:
     def _execute_here(self, running: _Running) -> Outcome:
         """The thread mode: the job runs on this thread, checking its cancellation."""
         try:
-            document = self._run_job(running.job, running.cancellation)
-            return Outcome(document=document, gone=document is None)
+            completed = self._run_job(running.job, running.cancellation)
+            if completed is None:
+                return Outcome(gone=True)
+            return Outcome(document=completed.document, event=completed.event)
         except Cancelled:
             return Outcome(released=running.reason == "shutdown", gone=running.reason != "shutdown")
         except AgentCoreError as error:
@@ -387,16 +404,39 @@ class IngestionJobs:
         return outcome_of_result(result, self._settings.ingest_worker_memory_mb)
 
     def _settle(self, job: IngestJob, outcome: Outcome) -> None:
-        """Record how a job ended: hand it to a waiting caller, else write it down."""
+        """Record how a job ended: hand it to a waiting caller, else write it down, and
+        tell the in-process listeners (``document.ready``/``document.failed``)."""
         if outcome.released:
             self._store.release_ingest_job(job.document_id)
         with self._lock:
             waiter = self._waiters.get(job.document_id)
         taken = waiter is not None and waiter.deliver(outcome)
+        events = self._events
+        if outcome.event is not None and events is not None:
+            events.announce(outcome.event)
         if outcome.error is not None and not taken:
-            self._store.fail_document(
-                job.organization_id, job.environment, job.document_id, as_problem(outcome.error)
+            problem = as_problem(outcome.error)
+            failed = None
+            document = (
+                None
+                if events is None
+                else self._store.get_document(job.organization_id, job.environment, job.document_id)
             )
+            if events is not None and document is not None:
+                failed = events.prepare(
+                    "document.failed",
+                    document_event(document, problem),
+                    organization_id=job.organization_id,
+                    environment=check_environment(job.environment),
+                )
+            if (
+                self._store.fail_document(
+                    job.organization_id, job.environment, job.document_id, problem, failed
+                )
+                and failed is not None
+                and events is not None
+            ):
+                events.announce(failed)
 
     # callers that wait ------------------------------------------------------------------
 

@@ -549,10 +549,12 @@ def scan(
     k: int,
     codec: Codec | None = None,
     helpers: Executor | None = None,
+    blocked: npt.NDArray[np.bool_] | None = None,
 ) -> tuple[IdArray, ScoreArray]:
     """Candidates for one unit query ``q`` ``(d,)`` over ``codes`` ``(n, d)``.
 
-    ``dead`` holds sorted row numbers that must not be returned (scored ``-inf``).
+    ``dead`` holds sorted row numbers that must not be returned (scored ``-inf``), and
+    so does ``blocked``, a mask over the rows (a filter's: the rows it keeps out).
     ``params`` are the codec's parameters of this part (empty for float32); the
     codec is the one named by ``codec`` or else the one of ``codes``' dtype. Row
     blocks of a large scan are shared with the threads of ``helpers``, if given.
@@ -570,9 +572,41 @@ def scan(
             scores = codes @ folded[0]
         if dead.size:
             scores[dead] = -np.inf
+        if blocked is not None:
+            np.putmask(scores, blocked, -np.inf)
         rows = top_candidates(scores, k)
+        if blocked is not None:  # fewer rows let through than k: no -inf candidates
+            rows = rows[scores[rows] > -np.inf]
         return rows, scores[rows]
-    return _parallel_scan(codec, codes, dead, folded[0], float(offsets[0]), k, helpers)
+    return _parallel_scan(codec, codes, dead, folded[0], float(offsets[0]), k, helpers, blocked)
+
+
+def scan_rows(
+    vectors: Matrix, rows: IdArray, q: Matrix, k: int, helpers: Executor | None = None
+) -> tuple[IdArray, ScoreArray]:
+    """Exact candidates for unit ``q`` among ``rows`` (ascending row numbers) of the
+    float32 ``vectors``: the rows a selective filter lets through, gathered a block at
+    a time into a per-thread buffer and scored there. Returns rows and their scores."""
+    n, d = rows.shape[0], vectors.shape[1]
+    if n == 0:
+        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float32)
+    block = max(2048, min(_DECODE_BYTES // (4 * d), -(-n // _MIN_BLOCKS)))
+    starts = range(0, n, block)
+
+    def work(i: int, state: dict[str, Any]) -> tuple[IdArray, ScoreArray]:
+        a = starts[i]
+        b = min(a + block, n)
+        wanted = rows[a:b]
+        gathered = np.take(vectors, wanted, axis=0, out=_scratch_rows(b - a, d), mode="clip")
+        scores = np.vecdot(gathered, q, out=_scratch_scores(b - a))
+        best = top_candidates(scores, k)
+        return wanted[best], scores[best]  # fancy indexing copies out of the scratch
+
+    if n * d < PARALLEL_MIN_ELEMENTS:
+        found = [work(i, {}) for i in range(len(starts))]
+    else:
+        found = run_blocks(len(starts), work, helpers)
+    return np.concatenate([f[0] for f in found]), np.concatenate([f[1] for f in found])
 
 
 def _parallel_scan(
@@ -583,6 +617,7 @@ def _parallel_scan(
     offset: float,
     k: int,
     helpers: Executor | None,
+    blocked: npt.NDArray[np.bool_] | None = None,
 ) -> tuple[IdArray, ScoreArray]:
     n, d = codes.shape
     limit = _BLOCK_BYTES if codec.exact else min(_BLOCK_BYTES, _DECODE_BYTES)
@@ -604,11 +639,19 @@ def _parallel_scan(
             lo, hi = np.searchsorted(dead, (a, b))
             if hi > lo:
                 scores[dead[lo:hi] - a] = -np.inf
+        if blocked is not None:
+            np.putmask(scores, blocked[a:b], -np.inf)
         best: ScoreArray | None = state.get("best")
         # After the first block, rows below the k-th best this thread has seen cannot
         # make the top-k: one comparison pass is far cheaper than another argpartition.
         local = top_candidates(scores, k) if best is None else np.flatnonzero(scores >= best[0])
         found = scores[local]  # fancy indexing copies out of the scratch buffer
+        if blocked is not None:
+            # a block the filter lets few rows of through: its -inf rows must not set
+            # the bound (every later row would pass it)
+            finite = found > -np.inf
+            if not finite.all():
+                local, found = local[finite], found[finite]
         pool = found if best is None else np.concatenate((best, found))
         if pool.shape[0] >= k:
             state["best"] = np.partition(pool, pool.shape[0] - k)[-k:]
@@ -890,15 +933,17 @@ def search_part(
     q: Matrix,
     k: int,
     helpers: Executor | None = None,
+    blocked: npt.NDArray[np.bool_] | None = None,
 ) -> tuple[IdArray, ScoreArray]:
     """Exact candidates for one unit query over one part: rows and float32 scores.
 
     ``codes``/``params`` are the part's rows as ``codec`` stores them and ``vectors``
     the same rows in float32 (the same array for the float32 codec; for others, read
     only at the candidates' rows, to re-score them exactly; a row read back as NaN is
-    no longer kept and is no candidate).
+    no longer kept and is no candidate). ``blocked`` rows (a filter's mask) are never
+    candidates, so only rows it lets through are read back.
     """
-    rows, scores = scan(codes, params, dead, q, codec.candidates(k), codec, helpers)
+    rows, scores = scan(codes, params, dead, q, codec.candidates(k), codec, helpers, blocked)
     if codec.exact or rows.size == 0:
         return rows, scores
     rows = np.sort(rows[scores > -np.inf])  # dead rows stay out; read in file order

@@ -5,26 +5,49 @@ from __future__ import annotations
 import signal
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from agentcore.errors import AgentCoreError, DeadlineExceeded, PayloadTooLarge, error_from_problem
 
 if TYPE_CHECKING:
+    from agentcore.events import Event
     from agentcore.knowledge.workers import Result
-    from agentcore.schema import Document
+    from agentcore.schema import Document, Problem
 
-__all__ = ["Outcome", "Waiter", "outcome_of", "outcome_of_end", "outcome_of_result"]
+__all__ = [
+    "Outcome",
+    "Waiter",
+    "document_event",
+    "outcome_of",
+    "outcome_of_end",
+    "outcome_of_result",
+]
+
+
+def document_event(document: Document, error: Problem | None = None) -> dict[str, Any]:
+    """The ``data`` of a ``document.ready`` or ``document.failed`` event."""
+    data: dict[str, Any] = {
+        "document_id": document.id,
+        "source": document.source,
+        "status": "failed" if error is not None else "ready",
+        "metadata": document.metadata,
+    }
+    if error is not None:
+        data["error"] = error.model_dump(mode="json", exclude_none=True)
+    return data
 
 
 @dataclass(frozen=True)
 class Outcome:
-    """How a job ended: ``document`` ready, ``error``, ``released`` (back to the queue
-    at shutdown) or ``gone`` (its document was deleted meanwhile)."""
+    """How a job ended: ``document`` ready (and its recorded ``event``), ``error``,
+    ``released`` (back to the queue at shutdown) or ``gone`` (its document was deleted
+    meanwhile)."""
 
     document: Document | None = None
     error: AgentCoreError | None = None
     released: bool = False
     gone: bool = False
+    event: Event | None = None
 
 
 class Waiter:
@@ -71,7 +94,7 @@ def outcome_of_result(result: Result, memory_mb: int) -> Outcome:
         )
     if result.problem is not None:
         return Outcome(error=error_from_problem(result.problem))
-    return Outcome(document=result.document, gone=result.document is None)
+    return Outcome(document=result.document, gone=result.document is None, event=result.event)
 
 
 def outcome_of_end(reason: str | None, exitcode: int | None, timeout: float) -> Outcome:

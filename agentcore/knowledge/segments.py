@@ -46,9 +46,9 @@ import numpy as np
 import numpy.typing as npt
 
 from agentcore.knowledge import kernels
-from agentcore.knowledge.index import Part, RowSource
+from agentcore.knowledge.index import Part, RowSource, encode_labels
 
-FORMAT = 1
+FORMAT = 2  # 2: each row's label (its document's number), for filtered searches
 SEGMENT_MAGIC = b"ACVSEG\x00\x01"
 TOMBSTONE_MAGIC = b"ACVTMB\x00\x01"
 HEADER_BYTES = 4096  # sections start page-aligned
@@ -289,8 +289,12 @@ class SegmentDirectory:
         codec: kernels.Codec,
         *,
         pace: Callable[[], object] | None = None,
+        labels: IdArray | None = None,
     ) -> Part:
         """Write sorted ``ids`` and their unit rows as a new segment file; the mapped part.
+
+        Each row's label (its document's number) goes with it: ``labels``, else a
+        ``RowSource``'s own, else none (``NO_LABEL``).
 
         ``vectors`` is a matrix or a ``RowSource`` (a maintenance step's rows, never
         gathered into one matrix): the rows and their codes go to the file
@@ -305,6 +309,14 @@ class SegmentDirectory:
         n, d = source.rows, source.dimension
         if n != ids.shape[0]:
             raise ValueError(f"{ids.shape[0]} ids for {n} rows")
+        if labels is None and isinstance(vectors, RowSource):
+            label_codes, label_values = vectors.label_codes()
+        else:
+            label_codes, label_values = encode_labels(labels)
+        if label_codes is None or label_values is None:
+            label_codes, label_values = np.zeros(n, np.int32), np.full(1, -1, np.int64)
+        label_codes = np.ascontiguousarray(label_codes, dtype="<i4")
+        label_values = np.ascontiguousarray(label_values, dtype="<i8")
         params = _stream_params(codec, source, pace)
         if params is None:  # a codec fitted to all rows in a way not known here
             matrix = source.fill(0, n, np.empty((n, d), dtype=np.float32))
@@ -318,6 +330,8 @@ class SegmentDirectory:
             ("ids", ids.nbytes),
             ("vectors", n * d * 4),
             ("params", params.nbytes),
+            ("label_values", label_values.nbytes),
+            ("label_codes", label_codes.nbytes),
             *((("codes", n * d * codes_dtype.itemsize),) if own_codes else ()),
         ):
             sections[key] = [offset, int(nbytes)]
@@ -339,6 +353,8 @@ class SegmentDirectory:
             yield 0, memoryview(_header(SEGMENT_MAGIC, meta))
             yield sections["ids"][0], _bytes(ids)
             yield sections["params"][0], _bytes(params)
+            yield sections["label_values"][0], _bytes(label_values)
+            yield sections["label_codes"][0], _bytes(label_codes)
             step = max(1, BLOCK_BYTES // (d * 4))
             buffer = np.empty((min(step, n), d), dtype=np.float32)
             starts = range(0, n, step)
@@ -517,6 +533,13 @@ class SegmentDirectory:
                 raise SegmentError(f"{name}: ids are not strictly ascending")
             vectors = section("vectors", np.dtype("<f4"), (n, d))
             params = section("params", np.dtype("<f4"), (sections["params"][1] // 4,))
+            values = section("label_values", np.dtype("<i8"), (sections["label_values"][1] // 8,))
+            label_codes = section("label_codes", np.dtype("<i4"), (n,))
+            if n and (
+                values.size == 0
+                or not 0 <= int(label_codes.min()) <= int(label_codes.max()) < values.size
+            ):
+                raise SegmentError(f"{name}: label codes out of range")
             codes = (
                 section("codes", np.dtype(meta["codes_dtype"]), (n, d))
                 if "codes" in sections
@@ -525,7 +548,18 @@ class SegmentDirectory:
         except (KeyError, TypeError, ValueError) as exc:
             # the mapping goes with the last array over it (closing it now would fail)
             raise SegmentError(f"{name}: header damaged: {exc}") from exc
-        return Part(ids, codes, params, vectors, np.empty(0, np.int64), codec, name, mapped)
+        return Part(
+            ids,
+            codes,
+            params,
+            vectors,
+            np.empty(0, np.int64),
+            codec,
+            name,
+            mapped,
+            label_codes,
+            values,
+        )
 
     def read_tombstones(self, name: str | None, rows: Sequence[int]) -> list[IdArray]:
         """Each segment's dead rows from a tombstone file (``rows``: the segments' sizes)."""

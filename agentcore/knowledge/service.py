@@ -5,18 +5,27 @@ from __future__ import annotations
 import builtins
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, get_args
 
 import numpy as np
 import numpy.typing as npt
 
 from agentcore.cancellation import Cancellation
-from agentcore.errors import Cancelled, Conflict, NotFound, PayloadTooLarge, ValidationFailed
+from agentcore.errors import (
+    Cancelled,
+    Conflict,
+    InvalidRequest,
+    NotFound,
+    PayloadTooLarge,
+    ValidationFailed,
+)
 from agentcore.ids import new_id, utcnow
 from agentcore.knowledge.chunking import Chunk, chunk_pages
 from agentcore.knowledge.embedders import bounded_text
-from agentcore.knowledge.outcomes import Outcome, outcome_of
+from agentcore.knowledge.filters import MetadataCache, Selection, check_filter, check_metadata
+from agentcore.knowledge.outcomes import Outcome, document_event, outcome_of
 from agentcore.knowledge.parsing import (
     PDF,
     ParsedDocument,
@@ -29,16 +38,45 @@ from agentcore.knowledge.parsing import (
     text_kind,
 )
 from agentcore.knowledge.terms import TermStats
+from agentcore.knowledge.workers import Completed
 from agentcore.knowledge.workspace_indexes import WorkspaceIndexes, embed_passages
-from agentcore.schema import Deleted, Document, DocumentList, SearchResponse, SearchResult
-from agentcore.storage.records import IngestJob, StoredChunk
+from agentcore.schema import (
+    Deleted,
+    Document,
+    DocumentList,
+    Filter,
+    SearchMode,
+    SearchResponse,
+    SearchResult,
+)
+from agentcore.storage.records import IngestJob, StoredChunk, WrittenDocument
 
 if TYPE_CHECKING:
     from agentcore.config import Settings
+    from agentcore.events import EventBus
     from agentcore.knowledge.jobs import IngestionJobs
+    from agentcore.knowledge.keywords import KeywordCache
     from agentcore.knowledge.terms import TermCounter
     from agentcore.storage.base import KnowledgeStore
     from agentcore.workspace import Workspace
+
+SEARCH_MODES: tuple[str, ...] = get_args(SearchMode)
+RRF_K = 60
+"""Reciprocal-rank fusion's constant (Cormack et al.): a result ranked ``r`` (from 1) by
+one ranking adds ``1 / (RRF_K + r)`` to its fused score."""
+HYBRID_DEPTH = 50
+"""Candidates each ranking gives a hybrid search to fuse (at least ``top_k``)."""
+KEYWORD_DEPTH = 50
+"""Keyword candidates checked against ``min_score`` (at least ``top_k``)."""
+
+
+@dataclass(frozen=True)
+class Hit:
+    """A ranked chunk: its cosine ``score`` and the ``rank`` its search ordered by."""
+
+    chunk: StoredChunk
+    score: float
+    rank: float
 
 
 def _stored_now() -> datetime:
@@ -47,22 +85,25 @@ def _stored_now() -> datetime:
     return now.replace(microsecond=now.microsecond // 1000 * 1000)
 
 
+Rows = tuple[npt.NDArray[np.int64], npt.NDArray[np.float32], npt.NDArray[np.int64]]
+
+
 def _indexed(
     vectors: npt.NDArray[np.float32], keep: npt.NDArray[np.bool_]
-) -> Callable[
-    [builtins.list[int] | None], tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]] | None
-]:
-    """The rows a document's write indexed, from the chunk ids the store returns (all of
-    them, in order; ``None``: nothing written): the ``keep`` ones and their vectors."""
+) -> Callable[[WrittenDocument | None], Rows | None]:
+    """The rows a document's write indexed, from what the store returns (every chunk id
+    in order and the document's seq; ``None``: nothing written): the ``keep`` ones,
+    their vectors, and their label (the document's seq)."""
 
-    def rows(
-        ids: builtins.list[int] | None,
-    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]] | None:
-        if ids is None:
+    def rows(written: WrittenDocument | None) -> Rows | None:
+        if written is None:
             return None
-        if keep.all():
-            return np.asarray(ids, dtype=np.int64), vectors
-        return np.asarray(ids, dtype=np.int64)[keep], vectors[keep]
+        ids = np.asarray(written.chunk_ids, dtype=np.int64)
+        if not keep.all():
+            ids, kept = ids[keep], vectors[keep]
+        else:
+            kept = vectors
+        return ids, kept, np.full(ids.shape[0], written.seq, dtype=np.int64)
 
     return rows
 
@@ -89,6 +130,12 @@ class KnowledgeService:
         the calling thread, or queued for ``wait=False``.
     :param terms: counts each indexed document's sentences and word stems, stored with
         it for ``term_stats`` (chat's word rarity); ``None``: no counts are kept.
+    :param metadata: the core's tables of document metadata, which filters read
+        (``None``: one of its own).
+    :param keywords: the core's keyword (BM25) indexes; ``None``: keyword and hybrid
+        searches are refused.
+    :param events: the core's event bus: a background job's document publishes
+        ``document.ready`` on it (``None``: no event).
     :param on_search: told the seconds each ``search`` took (the core's metrics).
     """
 
@@ -101,6 +148,9 @@ class KnowledgeService:
         index: WorkspaceIndexes,
         jobs: IngestionJobs | None = None,
         terms: TermCounter | None = None,
+        metadata: MetadataCache | None = None,
+        keywords: KeywordCache | None = None,
+        events: EventBus | None = None,
         on_search: Callable[[float], None] | None = None,
     ) -> None:
         self._ws = workspace
@@ -110,6 +160,9 @@ class KnowledgeService:
         self._store = store
         self._settings = settings
         self._cache = index
+        self._metadata = metadata or MetadataCache(store)
+        self._keywords = keywords
+        self._events = events
 
     # ingestion -----------------------------------------------------------------
 
@@ -119,10 +172,16 @@ class KnowledgeService:
         *,
         filename: str,
         content_type: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
         wait: bool | None = None,
         cancellation: Cancellation | None = None,
     ) -> Document:
         """Parse, chunk, embed and store a PDF, Markdown or text file. Write scope.
+
+        ``metadata``: the document's attributes (at most 16 keys of 1-64 characters;
+        values strings of at most 512 characters, numbers or booleans), which search
+        filters and agents' knowledge select by; anything else is a 422 naming the key,
+        and nothing is stored.
 
         Either the whole document is stored (document, chunks, vectors in one
         transaction) or nothing is. Once the core is started (``core.start()``; the
@@ -145,6 +204,7 @@ class KnowledgeService:
             a worker is stopped too (nothing stored); otherwise waiting ends.
         """
         self._ws.require("write")
+        attributes = check_metadata(metadata)
         source, kind = check_upload(
             data, filename, content_type, max_bytes=self._settings.max_upload_bytes
         )
@@ -157,6 +217,7 @@ class KnowledgeService:
             kind,
             wait,
             cancellation,
+            attributes,
             parse=lambda: self._parse_file(data, filename, content_type, cancellation),
         )
 
@@ -165,14 +226,16 @@ class KnowledgeService:
         source: str,
         text: str,
         *,
+        metadata: Mapping[str, Any] | None = None,
         wait: bool | None = None,
         cancellation: Cancellation | None = None,
     ) -> Document:
         """Store plain text under a source name (one page). Write scope.
 
-        ``wait`` and ``cancellation`` work as for ``ingest_file``.
+        ``metadata``, ``wait`` and ``cancellation`` work as for ``ingest_file``.
         """
         self._ws.require("write")
+        attributes = check_metadata(metadata)
         if len(text) > self._settings.max_text_chars:
             raise ValidationFailed(
                 f"The text is longer than {self._settings.max_text_chars} characters;"
@@ -197,6 +260,7 @@ class KnowledgeService:
             text_kind(source),
             wait,
             cancellation,
+            attributes,
             parse=lambda: parse_text(source, text),
         )
 
@@ -210,6 +274,7 @@ class KnowledgeService:
         content_type: str,
         wait: bool | None,
         cancellation: Cancellation | None,
+        metadata: dict[str, Any],
         *,
         parse: Callable[[], ParsedDocument],
     ) -> Document:
@@ -217,7 +282,7 @@ class KnowledgeService:
         settings = self._settings
         size = len(data)
         if wait is False or (wait is None and size > settings.ingest_sync_max_bytes):
-            document = self._processing(source, content_type, size)
+            document = self._processing(source, content_type, size, metadata)
             self._store_job(document, job_kind, filename, declared, data)
             return document
         jobs = self._jobs
@@ -226,10 +291,10 @@ class KnowledgeService:
             or not jobs.isolated
             or (content_type != PDF and size <= settings.ingest_inline_max_bytes)
         ):
-            return self._store_parsed(parse(), size, cancellation)
+            return self._store_parsed(parse(), size, cancellation, metadata)
         if cancellation is not None:
             cancellation.check()  # already stopped: store nothing
-        document = self._processing(source, content_type, size)
+        document = self._processing(source, content_type, size, metadata)
         outcome = jobs.run_and_wait(
             document.id,
             lambda: self._store_job(document, job_kind, filename, declared, data),
@@ -269,7 +334,9 @@ class KnowledgeService:
     def _scope(self) -> tuple[str, str]:
         return self._ws.organization_id, self._ws.environment
 
-    def _processing(self, source: str, content_type: str, size: int) -> Document:
+    def _processing(
+        self, source: str, content_type: str, size: int, metadata: dict[str, Any]
+    ) -> Document:
         return Document(
             id=new_id("doc"),
             source=source,
@@ -279,6 +346,7 @@ class KnowledgeService:
             bytes=size,
             created_at=_stored_now(),
             status="processing",
+            metadata=metadata,
         )
 
     def _store_job(
@@ -356,7 +424,11 @@ class KnowledgeService:
         return vectors, keep, embedder.name
 
     def _store_parsed(
-        self, parsed: ParsedDocument, size: int, cancellation: Cancellation | None
+        self,
+        parsed: ParsedDocument,
+        size: int,
+        cancellation: Cancellation | None,
+        metadata: dict[str, Any],
     ) -> Document:
         chunks = self._chunk(parsed, cancellation)
         texts = self._bounded(chunks)
@@ -369,11 +441,12 @@ class KnowledgeService:
             chunks=len(chunks),
             bytes=size,
             created_at=_stored_now(),
+            metadata=metadata,
         )
         ws = self._ws
         counts = self._count_terms(texts)
 
-        def store_write() -> list[int]:
+        def store_write() -> WrittenDocument:
             return self._store.insert_document(
                 ws.organization_id,
                 ws.environment,
@@ -392,12 +465,14 @@ class KnowledgeService:
         )
         return document
 
-    def run_job(self, job: IngestJob, cancellation: Cancellation) -> Document | None:
+    def run_job(self, job: IngestJob, cancellation: Cancellation) -> Completed | None:
         """Index a leased background job's upload; the document becomes ``ready``.
 
-        Called by the core's ingestion worker. Returns ``None`` when the document is
-        no longer ``processing`` (deleted meanwhile). Errors propagate: the worker
-        records them as the document's ``last_error``.
+        Called by the core's ingestion worker. Returns the ready document and its
+        ``document.ready`` event (recorded in the outbox in the same transaction, so
+        once; the caller announces it to in-process listeners), or ``None`` when the
+        document is no longer ``processing`` (deleted meanwhile). Errors propagate: the
+        worker records them as the document's ``last_error``.
         """
         ws = self._ws
         document = self._store.get_document(ws.organization_id, ws.environment, job.document_id)
@@ -424,8 +499,16 @@ class KnowledgeService:
         texts = self._bounded(chunks)
         vectors, keep, embedder = self._embed(texts, cancellation)
         counts = self._count_terms(texts)
+        event = None
+        if self._events is not None:
+            event = self._events.prepare(
+                "document.ready",
+                document_event(ready),
+                organization_id=ws.organization_id,
+                environment=ws.environment,
+            )
 
-        def store_write() -> builtins.list[int] | None:
+        def store_write() -> WrittenDocument | None:
             return self._store.complete_document(
                 ws.organization_id,
                 ws.environment,
@@ -435,13 +518,14 @@ class KnowledgeService:
                 vectors,
                 keep,
                 term_counts=counts,
+                event=event,
             )
 
         cancellation.check()
         written = self._cache.write(
             ws.organization_id, ws.environment, store_write, added=_indexed(vectors, keep)
         )
-        return None if written is None else ready
+        return None if written is None else Completed(ready, event)
 
     def _count_terms(self, texts: builtins.list[str]) -> tuple[int, Mapping[str, int]] | None:
         """A document's sentence counts (of its ``_bounded`` chunk texts), stored with its
@@ -487,6 +571,21 @@ class KnowledgeService:
         )
         return DocumentList(documents=documents, has_more=more)
 
+    def update(self, document_id: str, *, metadata: Mapping[str, Any]) -> Document:
+        """Replace a document's metadata (``{}`` clears it). Write scope.
+
+        Searches see the change at once, in every process and on every node: the write
+        advances the workspace's version, and each process's filters catch up with the
+        documents written since (``MetadataCache``). Bad metadata is a 422 naming the
+        key, and nothing changes.
+        """
+        self._ws.require("write")
+        attributes = check_metadata(metadata)
+        updated = self._store.update_metadata(*self._scope, document_id, attributes)
+        if updated is None:
+            raise NotFound(f"No document with id {document_id!r}.", param="id")
+        return updated
+
     def delete(self, document_id: str) -> Deleted:
         """Delete a document; its chunks leave search at once, and a worker indexing it
         (in this process) is stopped at once. Write scope."""
@@ -510,9 +609,25 @@ class KnowledgeService:
     # search --------------------------------------------------------------------
 
     def search(
-        self, query: str, *, top_k: int | None = None, min_score: float | None = None
+        self,
+        query: str,
+        *,
+        top_k: int | None = None,
+        min_score: float | None = None,
+        filter: Filter | Mapping[str, Any] | None = None,
+        mode: SearchMode | None = None,
     ) -> SearchResponse:
-        """Chunks ranked by cosine similarity to ``query``. Read scope."""
+        """The ``top_k`` chunks best matching ``query``. Read scope.
+
+        :param filter: only chunks of documents whose metadata it selects (OpenAI's
+            attribute-filter shape, a dict or a ``Filter``), applied before the top
+            ``top_k`` is taken; a malformed filter is a 422 naming the bad part.
+        :param mode: ``"vector"`` (default): by cosine similarity; ``"keyword"``: by
+            BM25 over the query's word stems; ``"hybrid"``: both, fused by reciprocal
+            rank. Each result's ``score`` is its cosine similarity in every mode, and
+            ``rank_score`` what the mode ranked by; ``min_score`` drops results whose
+            cosine score is lower.
+        """
         self._ws.require("read")
         settings = self._settings
         if not query.strip():
@@ -536,20 +651,41 @@ class KnowledgeService:
                 code="min_score_out_of_range",
                 param="min_score",
             )
+        mode = self._mode(mode)
+        spec = check_filter(filter)
         began = time.perf_counter()
+        hits = self._ranked(query, k, min_score, spec, mode)
         results = [
             SearchResult(
-                chunk=chunk.text,
-                score=score,
-                source=chunk.source,
-                pages=chunk.pages,
-                document_id=chunk.document_id,
+                chunk=hit.chunk.text,
+                score=hit.score,
+                source=hit.chunk.source,
+                pages=hit.chunk.pages,
+                document_id=hit.chunk.document_id,
+                metadata=hit.chunk.metadata,
+                rank_score=hit.rank,
             )
-            for chunk, score in self.retrieve(query, k, min_score)
+            for hit in hits
         ]
         if self._on_search is not None:
             self._on_search(time.perf_counter() - began)
-        return SearchResponse(query=query, results=results)
+        return SearchResponse(query=query, mode=mode, results=results)
+
+    def _mode(self, mode: str | None) -> SearchMode:
+        """``mode`` checked (default ``vector``); keyword modes need a keyword index."""
+        if mode is None:
+            return "vector"
+        if mode not in SEARCH_MODES:
+            raise ValidationFailed(
+                f"mode must be one of {', '.join(SEARCH_MODES)}.", code="invalid_mode", param="mode"
+            )
+        if mode != "vector" and self._keywords is None:
+            raise InvalidRequest(
+                f"This core has no keyword index, so mode {mode!r} is unavailable.",
+                code="mode_unavailable",
+                param="mode",
+            )
+        return mode  # type: ignore[return-value]
 
     def index_is_current(self) -> bool:
         """Whether a search now runs on this process's loaded index as it is, without
@@ -561,25 +697,114 @@ class KnowledgeService:
         return self._cache.is_current(self._ws.organization_id, self._ws.environment)
 
     def retrieve(
-        self, query: str, k: int, min_score: float | None = None
+        self,
+        query: str,
+        k: int,
+        min_score: float | None = None,
+        *,
+        filter: Filter | None = None,
+        mode: SearchMode = "vector",
     ) -> builtins.list[tuple[StoredChunk, float]]:
-        """The top ``k`` chunks and scores for ``query`` (no argument checks; chat uses it)."""
+        """The top ``k`` chunks and their cosine scores for ``query``, among the
+        documents ``filter`` selects, ranked as ``mode`` says (no argument checks; chat
+        uses it)."""
         self._ws.require("read")
+        hits = self._ranked(query, k, min_score, filter, self._mode(mode))
+        return [(hit.chunk, hit.score) for hit in hits]
 
-        def query_vector() -> npt.NDArray[np.float32] | None:
-            text = bounded_text(query, self._settings.max_token_chars)
-            vector: npt.NDArray[np.float32] = self._cache.embedder().embed([text], kind="query")[0]
-            if not np.isfinite(vector).all() or not np.any(vector):
-                return None
-            return vector
-
-        ids, scores = self._cache.search(
-            self._ws.organization_id, self._ws.environment, query_vector, k, min_score
+    def _ranked(
+        self, query: str, k: int, min_score: float | None, spec: Filter | None, mode: SearchMode
+    ) -> builtins.list[Hit]:
+        """The top ``k`` hits of ``query`` in ``mode``, among what ``spec`` selects."""
+        within: Selection | None = None
+        if spec is not None:
+            within = self._metadata.selection(*self._scope, spec)
+            if within.empty:
+                return []
+        vector = _Once(lambda: self._query_vector(query))
+        if mode == "vector":
+            ids, scores = self._cache.search(*self._scope, vector, k, min_score, within=within)
+            return self._hits(ids, scores, scores)
+        depth = max(k, HYBRID_DEPTH if mode == "hybrid" else KEYWORD_DEPTH)
+        assert self._keywords is not None  # _mode refuses these modes without one
+        keyword_ids, bm25 = self._keywords.get(*self._scope).search(query, depth, allow=within)
+        if mode == "keyword":
+            if min_score is None:
+                keyword_ids, bm25 = keyword_ids[:k], bm25[:k]
+            cosine = self._similarities(vector, keyword_ids)
+            return self._hits(keyword_ids, cosine, bm25, k=k, min_score=min_score)
+        vector_ids, vector_scores = self._cache.search(*self._scope, vector, depth, within=within)
+        fused: dict[int, float] = {}
+        for ranking in (vector_ids, keyword_ids):
+            for rank, chunk_id in enumerate(ranking.tolist(), 1):
+                fused[chunk_id] = fused.get(chunk_id, 0.0) + 1.0 / (RRF_K + rank)
+        cosine_of = dict(zip(vector_ids.tolist(), vector_scores.tolist(), strict=True))
+        only_keyword = np.asarray([i for i in keyword_ids.tolist() if i not in cosine_of], np.int64)
+        cosine_of.update(
+            zip(
+                only_keyword.tolist(),
+                self._similarities(vector, only_keyword).tolist(),
+                strict=True,
+            )
         )
+        ids = np.asarray(list(fused), dtype=np.int64)
+        ranks = np.asarray(list(fused.values()), dtype=np.float64)
+        cosine = np.asarray([cosine_of[i] for i in fused], dtype=np.float32)
+        order = np.lexsort((ids, -np.nan_to_num(cosine, nan=-2.0), -ranks))
+        return self._hits(ids[order], cosine[order], ranks[order], k=k, min_score=min_score)
+
+    def _query_vector(self, query: str) -> npt.NDArray[np.float32] | None:
+        """The query's unit vector, or ``None`` when it embeds to nothing."""
+        text = bounded_text(query, self._settings.max_token_chars)
+        vector: npt.NDArray[np.float32] = self._cache.embedder().embed([text], kind="query")[0]
+        if not np.isfinite(vector).all() or not np.any(vector):
+            return None
+        return vector
+
+    def _similarities(self, vector: _Once, ids: npt.NDArray[np.int64]) -> npt.NDArray[np.float32]:
+        """The cosine scores of these rows (0 for all when the query embeds to nothing)."""
+        query = vector()
+        if query is None or not ids.size:
+            return np.zeros(ids.shape[0], dtype=np.float32)
+        return self._cache.similarities(*self._scope, query, ids)
+
+    def _hits(
+        self,
+        ids: npt.NDArray[np.int64],
+        scores: npt.NDArray[np.float32],
+        ranks: npt.NDArray[Any],
+        *,
+        k: int | None = None,
+        min_score: float | None = None,
+    ) -> builtins.list[Hit]:
+        """The chunks of ranked ``ids`` with their cosine ``scores`` and ``ranks``, best
+        first: those scoring at least ``min_score`` (a row gone from the index, its
+        score ``nan``, is left out), at most ``k``."""
+        keep = ~np.isnan(scores)
+        if min_score is not None:
+            keep &= scores >= min_score
+        ids, scores, ranks = ids[keep][:k], scores[keep][:k], ranks[keep][:k]
         chunks = self._store.get_chunks([int(i) for i in ids])
         # a chunk deleted between the index read and this lookup is skipped
         return [
-            (chunks[chunk_id], float(score))
-            for chunk_id, score in zip(ids.tolist(), scores.tolist(), strict=True)
+            Hit(chunks[chunk_id], float(score), float(rank))
+            for chunk_id, score, rank in zip(
+                ids.tolist(), scores.tolist(), ranks.tolist(), strict=True
+            )
             if chunk_id in chunks
         ]
+
+
+class _Once:
+    """``make()`` called at most once, when first needed (the query's embedding: a
+    search with nothing to rank never embeds its query)."""
+
+    def __init__(self, make: Callable[[], npt.NDArray[np.float32] | None]) -> None:
+        self._make = make
+        self._made = False
+        self._value: npt.NDArray[np.float32] | None = None
+
+    def __call__(self) -> npt.NDArray[np.float32] | None:
+        if not self._made:
+            self._value, self._made = self._make(), True
+        return self._value

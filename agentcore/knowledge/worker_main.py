@@ -147,7 +147,10 @@ def _serve(conn: Connection, runner: JobRunner) -> None:
 
 def _run(runner: JobRunner, job: IngestJob, timeout: float) -> Result:
     try:
-        return Result(document=runner.run_ingest_job(job, Cancellation(timeout=timeout)))
+        completed = runner.run_ingest_job(job, Cancellation(timeout=timeout))
+        if completed is None:
+            return Result()
+        return Result(document=completed.document, event=completed.event)
     except MemoryError:
         return Result(out_of_memory=True)
     except AgentCoreError as error:

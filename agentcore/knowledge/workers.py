@@ -36,6 +36,7 @@ from multiprocessing.connection import Connection, wait
 from typing import TYPE_CHECKING, Protocol
 
 from agentcore.cancellation import Cancellation
+from agentcore.events import Event
 from agentcore.redact import get_logger
 from agentcore.runtime import Observer, unobserved
 from agentcore.schema import Document, Problem
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
     from agentcore.storage.records import IngestJob
 
 __all__ = [
+    "Completed",
     "JobRunner",
     "Ready",
     "Result",
@@ -60,11 +62,21 @@ MiB = 1024 * 1024
 START_TIMEOUT = 120.0  # seconds a new worker may take to import, open the store and report
 
 
+@dataclass(frozen=True)
+class Completed:
+    """A job's document, ``ready``, and the ``document.ready`` event recorded with it
+    (``None`` on a core without an event bus)."""
+
+    document: Document
+    event: Event | None = None
+
+
 class JobRunner(Protocol):
     """What a worker's ``bootstrap`` builds: something that indexes one leased job."""
 
-    def run_ingest_job(self, job: IngestJob, cancellation: Cancellation) -> Document | None:
-        """Index ``job``'s upload and complete its document; ``None`` if it is gone."""
+    def run_ingest_job(self, job: IngestJob, cancellation: Cancellation) -> Completed | None:
+        """Index ``job``'s upload and complete its document (with its recorded
+        ``document.ready`` event); ``None`` if it is gone."""
 
 
 @dataclass(frozen=True)
@@ -88,9 +100,12 @@ class Result:
     ``problem`` is the job's error as problem details (an ``AgentCoreError``);
     ``out_of_memory``: the job passed the memory limit (the worker then exits).
     ``rss`` is the worker's resident memory after the job, its heap trimmed.
+    ``event`` is the ``document.ready`` event the worker recorded with the document
+    (the parent announces it to its in-process listeners).
     """
 
     document: Document | None = None
+    event: Event | None = None
     problem: Problem | None = None
     out_of_memory: bool = False
     rss: int = 0

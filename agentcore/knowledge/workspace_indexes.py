@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
 from urllib.parse import quote
 
 import numpy as np
@@ -31,10 +31,22 @@ if TYPE_CHECKING:
     from agentcore.cancellation import Cancellation
     from agentcore.storage.base import KnowledgeStore
 
+
+class Within(Protocol):
+    """The rows a filtered search may return (``filters.Selection``): a verdict on row
+    labels for the index, and the selected documents' ids for a store that searches."""
+
+    document_ids: list[str]
+
+    def __call__(self, labels: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
+        """The verdict for each of ``labels`` (distinct document seqs)."""
+        ...
+
+
 T = TypeVar("T")
 Key = tuple[str, str]
-# the ids and unit vectors a write added
-Rows = tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]
+# the ids, unit vectors and labels (their document's seq) of the rows a write added
+Rows = tuple[npt.NDArray[np.int64], npt.NDArray[np.float32], npt.NDArray[np.int64]]
 
 # A loaded index gets no spare tail rows: its loaded rows are a frozen part that no write
 # copies, and the tail its writes fill grows geometrically from a few hundred rows.
@@ -359,12 +371,16 @@ class WorkspaceIndexes:
         query: Callable[[], npt.NDArray[np.float32] | None],
         k: int,
         min_score: float | None = None,
+        *,
+        within: Within | None = None,
     ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]:
         """The ``k`` best ids and scores for the vector ``query()`` returns (``None``: none).
 
         The one place search runs: in this node's index (``vector_search="memory"``),
         or in the store (``"pgvector"``), so a node then holds no vectors in RAM.
-        ``query`` is called only when there is something to search.
+        ``query`` is called only when there is something to search. ``within`` (a
+        filter's selection) restricts the rows ranked, before the top ``k``: by their
+        labels in the index, by their documents' ids in the store.
         """
         empty = (np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float32))
         if self._store_search is None:
@@ -374,19 +390,62 @@ class WorkspaceIndexes:
                 if len(index) == 0:
                     return empty
                 vector = query()
-                return empty if vector is None else index.search(vector, k, min_score=min_score)
+                if vector is None:
+                    return empty
+                return index.search(vector, k, min_score=min_score, allow=within)
             finally:
                 self._entries.release(slot)
         self._ensure_embedder(organization_id, environment)
+        if within is not None and not within.document_ids:
+            return empty
         vector = query()
         if vector is None:
             return empty
         unit = unit_rows(np.asarray(vector, dtype=np.float32).reshape(1, -1))[0]
-        ids, scores = self._store_search.search_vectors(organization_id, environment, unit, k)
+        ids, scores = self._store_search.search_vectors(
+            organization_id,
+            environment,
+            unit,
+            k,
+            documents=None if within is None else within.document_ids,
+        )
         if min_score is not None:
             keep = scores >= min_score
             ids, scores = ids[keep], scores[keep]
         return ids, scores
+
+    def similarities(
+        self,
+        organization_id: str,
+        environment: str,
+        vector: npt.NDArray[np.float32],
+        ids: npt.NDArray[np.int64],
+    ) -> npt.NDArray[np.float32]:
+        """The cosine similarity of the query ``vector`` to each of these rows (``nan``
+        for a row not in the index): the ``score`` of a keyword search's results."""
+        unit = unit_rows(np.asarray(vector, dtype=np.float32).reshape(1, -1))[0]
+        out = np.full(ids.shape[0], np.nan, dtype=np.float32)
+        if not ids.size:
+            return out
+        if self._store_search is None:
+            slot = self._acquire((organization_id, environment))
+            try:  # held: never evicted while its rows are read
+                index = slot.value.index
+                for at, chunk_id in enumerate(ids.tolist()):
+                    row = index.get(chunk_id)
+                    if row is not None:
+                        out[at] = np.float32(np.clip(np.dot(row, unit), -1.0, 1.0))
+            finally:
+                self._entries.release(slot)
+            return out
+        found, scores = self._store_search.search_vectors(
+            organization_id, environment, unit, ids.shape[0], chunk_ids=ids.tolist()
+        )
+        where = dict(zip(found.tolist(), scores.tolist(), strict=True))
+        for at, chunk_id in enumerate(ids.tolist()):
+            if chunk_id in where:
+                out[at] = where[chunk_id]
+        return out
 
     def write(
         self,
@@ -464,7 +523,11 @@ class WorkspaceIndexes:
         if ids.size:
             # new ids: each write ran under this workspace's lock, after the index's load
             try:
-                entry.index.add(ids, np.concatenate([rows[1] for rows in entry.pending]))
+                entry.index.add(
+                    ids,
+                    np.concatenate([rows[1] for rows in entry.pending]),
+                    np.concatenate([rows[2] for rows in entry.pending]),
+                )
             except ValidationFailed:
                 return False
         entry.version = version
@@ -494,27 +557,27 @@ class WorkspaceIndexes:
         version = self._store.knowledge_state(*key).version
         codec = self.codec_of(state)
         approximate = not codec_named(codec).exact
-        located = None
-        if approximate:
-            ids, vectors, located = self._store.load_located_vectors(*key, dimension)
-        else:
-            ids, vectors = self._store.load_vectors(*key, dimension)
+        # one snapshot: ids, rows, labels and (for an approximate codec) where each row is
+        loaded = self._store.load_index(*key, dimension, located=approximate)
+        vectors = loaded.vectors
+        assert vectors is not None
         # a small workspace reads from the store in about a millisecond: it is not
         # worth files (and an open file and a mapping each while loaded)
         persist = self._segments is not None and vectors.nbytes >= SEGMENT_MIN_BYTES
-        # an approximate codec in RAM keeps its codes only: the few float32 rows a
-        # search re-scores are read back from the store (those of a persisted index
-        # from its segment files, once written)
+        # an approximate codec in RAM keeps its codes (and labels) only: the few float32
+        # rows a search re-scores are read back from the store (those of a persisted
+        # index from its segment files, once written)
         rows = WorkspaceRows(self._store, key, dimension) if approximate and not persist else None
         index = VectorIndex.adopt(
-            ids,
+            loaded.ids,
             vectors,
             codec=codec,
             executor=self._helpers,
+            labels=loaded.labels,
             row_store=rows,
-            locators=located,
+            locators=loaded.locators,
         )
-        del vectors  # kept as codes (and by the store) when rows is given
+        del vectors, loaded  # kept as codes (and by the store) when rows is given
         self._attach(key, index, persist)
         slot = self._install(key, _Entry(version, index, None, state.embedder))
         if persist:  # written out as segment files in the background
@@ -744,7 +807,7 @@ class WorkspaceRows:
 
 def _bytes_of(entry: _Entry) -> int:
     """What an entry costs the budget: its index and the rows it holds back."""
-    held = sum(ids.nbytes + rows.nbytes for ids, rows in entry.pending)
+    held = sum(array.nbytes for rows in entry.pending for array in rows)
     return entry.index.resident_bytes + held
 
 
@@ -756,8 +819,13 @@ def _apply(index: VectorIndex, changes: KnowledgeChanges) -> bool:
         fresh = np.fromiter(
             (not index.contains(i) for i in added.tolist()), dtype=bool, count=added.size
         )
+        labels = changes.added_labels
         try:
-            index.add(added[fresh], changes.added_vectors[fresh])
+            index.add(
+                added[fresh],
+                changes.added_vectors[fresh],
+                None if labels is None else labels[fresh],
+            )
         except ValidationFailed:  # rows the index refuses: rebuild from the store
             return False
     if changes.deleted_ids.size:

@@ -29,8 +29,10 @@ from agentcore.storage.records import (
     Backlog,
     Chunks,
     ConnectionStats,
+    DocumentChanges,
     DueDelivery,
     Ids,
+    IndexRows,
     IngestJob,
     KnowledgeChanges,
     KnowledgeState,
@@ -41,6 +43,7 @@ from agentcore.storage.records import (
     TermCounts,
     TokenTake,
     Vectors,
+    WrittenDocument,
 )
 
 
@@ -108,8 +111,9 @@ class KnowledgeStore(Protocol):
         vectors: Vectors,
         keep: npt.NDArray[np.bool_],
         term_counts: TermCounts | None = None,
-    ) -> list[int]:
-        """Store a document, its chunks and the ``keep`` rows' vectors atomically.
+    ) -> WrittenDocument:
+        """Store a document (its metadata too), its chunks and the ``keep`` rows' vectors
+        atomically; the chunk ids and the document's ``seq``.
 
         ``term_counts`` (``(sentences, {stem: sentences holding it})``) are stored with
         them for ``term_counts`` and deleted with the document.
@@ -135,11 +139,20 @@ class KnowledgeStore(Protocol):
     ) -> tuple[Ids, Vectors]:
         """Every vector of a workspace: an id array and one contiguous float32 matrix."""
 
-    def load_located_vectors(
-        self, organization_id: str, environment: str, dimension: int
-    ) -> tuple[Ids, Vectors, Ids]:
-        """``load_vectors``, and where each row is kept: its locator (``records.LOCATOR_SHIFT``)
-        for ``read_vector_rows``, valid for as long as the row is stored."""
+    def load_index(
+        self,
+        organization_id: str,
+        environment: str,
+        dimension: int,
+        *,
+        vectors: bool = True,
+        located: bool = False,
+    ) -> IndexRows:
+        """Every row of a workspace's index in one snapshot: ids, one contiguous float32
+        matrix (``None`` unless ``vectors``), each row's label (its document's ``seq``,
+        ``-1`` for rows of no document) and, if ``located``, where each row is kept: its
+        locator (``records.LOCATOR_SHIFT``) for ``read_vector_rows``, valid for as long
+        as the row is stored."""
 
     def locate_vectors(self, organization_id: str, environment: str, ids: Ids) -> Ids:
         """The locators of the workspace's vectors ``ids`` (-1 for an id not stored)."""
@@ -175,9 +188,16 @@ class KnowledgeStore(Protocol):
         """
 
     def changes_since(
-        self, organization_id: str, environment: str, version: int, *, max_rows: int
+        self,
+        organization_id: str,
+        environment: str,
+        version: int,
+        *,
+        max_rows: int,
+        vectors: bool = True,
     ) -> KnowledgeChanges | None:
-        """Rows added and ids deleted after ``version``, read in one consistent snapshot.
+        """Rows added (with their labels, and their vectors if ``vectors``) and ids
+        deleted after ``version``, read in one consistent snapshot.
 
         ``None`` when the change log cannot bring ``version`` up to date (older than
         the log keeps, e.g. after a re-embed; newer than the store; or more than
@@ -204,7 +224,22 @@ class KnowledgeStore(Protocol):
         documents, for ``stems`` (those no sentence holds may be left out)."""
 
     def get_chunks(self, chunk_ids: Sequence[int]) -> dict[int, StoredChunk]:
-        """Chunks by id."""
+        """Chunks by id (with their document's source and metadata)."""
+
+    def chunk_texts_by_id(self, chunk_ids: Sequence[int]) -> dict[int, str]:
+        """The texts of chunks by id (missing ids left out)."""
+
+    def update_metadata(
+        self, organization_id: str, environment: str, document_id: str, metadata: dict[str, Any]
+    ) -> Document | None:
+        """Replace a document's metadata and advance the workspace version, atomically;
+        the updated document, or ``None`` when it is not in this workspace."""
+
+    def documents_changed(
+        self, organization_id: str, environment: str, after: int | None
+    ) -> DocumentChanges:
+        """The workspace's version and the documents written after version ``after``
+        (stored ready, completed, or given new metadata; ``None``: all), in one snapshot."""
 
     def iter_chunk_texts(
         self, organization_id: str, environment: str
@@ -252,18 +287,27 @@ class KnowledgeStore(Protocol):
         vectors: Vectors,
         keep: npt.NDArray[np.bool_],
         term_counts: TermCounts | None = None,
-    ) -> list[int] | None:
+        event: Event | None = None,
+    ) -> WrittenDocument | None:
         """A ``processing`` document becomes ``ready`` with its chunks and vectors.
 
         Atomic: updates ``content_type``, ``pages``, ``chunks`` and ``status``, deletes
-        the job, inserts chunks and vectors, bumps the version. ``None`` and no write
-        when the document is gone or not ``processing``.
+        the job, inserts chunks and vectors, bumps the version, and records ``event``
+        in the outbox (as ``record_event``). ``None`` and no write when the document is
+        gone or not ``processing``.
         """
 
     def fail_document(
-        self, organization_id: str, environment: str, document_id: str, error: Problem
+        self,
+        organization_id: str,
+        environment: str,
+        document_id: str,
+        error: Problem,
+        event: Event | None = None,
     ) -> bool:
-        """A ``processing`` document becomes ``failed`` with ``last_error``; its job goes."""
+        """A ``processing`` document becomes ``failed`` with ``last_error``; its job goes.
+        Whether it was ``processing``; only then is ``event`` recorded, in the same
+        transaction."""
 
 
 class WebhookStore(Protocol):
@@ -468,10 +512,18 @@ class VectorSearchStore(Protocol):
     """Optional capability: a store that ranks vectors itself (``vector_search="pgvector"``)."""
 
     def search_vectors(
-        self, organization_id: str, environment: str, query: Vectors, k: int
+        self,
+        organization_id: str,
+        environment: str,
+        query: Vectors,
+        k: int,
+        *,
+        documents: Sequence[str] | None = None,
+        chunk_ids: Sequence[int] | None = None,
     ) -> tuple[Ids, Vectors]:
         """The ``k`` ids most cosine-similar to the unit vector ``query`` and their scores,
-        best first, ties by ascending id (as ``VectorIndex.search``)."""
+        best first, ties by ascending id (as ``VectorIndex.search``), among the rows of
+        ``documents`` and of ``chunk_ids`` when given (before the top ``k`` is taken)."""
 
 
 @runtime_checkable

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -40,6 +40,7 @@ class StoredChunk:
     text: str
     pages: list[int]
     page_offsets: list[int]
+    metadata: dict[str, Any] = field(default_factory=dict)  # its document's
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,48 @@ class KnowledgeChanges:
     added_ids: Ids
     added_vectors: Vectors
     deleted_ids: Ids
+    # each added row's label: its document's ``seq`` (``-1``: none); ``None``: unknown
+    added_labels: Ids | None = None
+
+
+@dataclass(frozen=True)
+class IndexRows:
+    """A workspace's indexed rows as one snapshot read: ids, unit vectors (``None``
+    when not asked for), each row's label, its document's ``seq`` (``-1``: none), and
+    where the store keeps each row (``None`` when not asked for)."""
+
+    ids: Ids
+    vectors: Vectors | None
+    labels: Ids
+    # each row's locator (``LOCATOR_SHIFT``) when asked for (``load_index(located=True)``)
+    locators: Ids | None = None
+
+
+@dataclass(frozen=True)
+class WrittenDocument:
+    """What a document write stored: every chunk id in chunk order (chunk ids are the
+    vector ids) and the document's ``seq``, the label its index rows carry."""
+
+    chunk_ids: list[int]
+    seq: int
+
+
+@dataclass(frozen=True)
+class DocumentRow:
+    """A document as filters see it: its ``seq`` (its rows' label), id and metadata."""
+
+    seq: int
+    id: str
+    metadata: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class DocumentChanges:
+    """The documents written (stored, completed, or given new metadata) after a
+    version, as of the workspace's ``version``."""
+
+    version: int
+    documents: list[DocumentRow]
 
 
 @dataclass(frozen=True)

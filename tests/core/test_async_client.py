@@ -225,3 +225,49 @@ def test_agentcore_serve_streams_to_curl_style_clients(tmp_path: Path) -> None:
     finally:
         process.terminate()
         process.wait(timeout=20)
+
+
+HR = {"filter": {"type": "eq", "key": "team", "value": "hr"}}
+
+
+async def _metadata_round_trip(url: str, key: str, tmp_path: Path) -> None:
+    async with AsyncClient(url, key) as client:
+        (tmp_path / "it.txt").write_text("Passwords are reset on the XK-4471-Q portal.")
+        it = await client.upload(
+            tmp_path / "it.txt", content_type="text/plain", metadata={"team": "it"}
+        )
+        hr = await client.add_text(
+            "hr.txt", "Employees get 25 vacation days.", metadata={"team": "hr"}
+        )
+        assert (it.metadata, hr.metadata) == ({"team": "it"}, {"team": "hr"})
+        scoped = await client.search("XK-4471-Q", filter=HR["filter"], mode="keyword")
+        assert scoped.mode == "keyword" and scoped.results == []
+        moved = await client.update_document(it.id, metadata={"team": "hr", "year": 2026})
+        assert moved.metadata == {"team": "hr", "year": 2026}
+        found = await client.search("XK-4471-Q", filter=HR["filter"], mode="hybrid")
+        assert [r.document_id for r in found.results][:1] == [it.id]
+        assert found.results[0].metadata == moved.metadata
+        agent = await client.create_agent(name="HR", knowledge=HR)
+        assert agent.knowledge is not None
+        assert (await client.get_agent(agent.id)).knowledge == agent.knowledge
+        assert (await client.update_agent(agent.id, knowledge=None)).knowledge is None
+        with pytest.raises(ValidationFailed) as invalid:
+            await client.add_text("x.txt", "x", metadata={"team": ["a"]})
+        assert invalid.value.param == "metadata.team"
+
+
+def test_both_clients_carry_metadata_filters_modes_and_knowledge(
+    server: ServerThread, keys: Keys, tmp_path: Path
+) -> None:
+    asyncio.run(_metadata_round_trip(server.url, keys.make().secret, tmp_path))
+    with Client(server.url, keys.make().secret) as client:
+        document = client.add_text("more.txt", "Laptops are replaced every three years.")
+        assert client.get_document(document.id).metadata == {}
+        client.update_document(document.id, metadata={"team": "hr"})
+        hits = client.search("laptops replaced", filter=HR["filter"], top_k=10)
+        assert document.id in {r.document_id for r in hits.results}
+        agent = client.create_agent(name="Scoped", knowledge=HR)
+        assert client.update_agent(agent.id, name="Renamed").knowledge == agent.knowledge
+        with pytest.raises(ValidationFailed) as invalid:
+            client.search("x", filter={"type": "eq", "key": "team"})
+        assert invalid.value.param == "filter.value"

@@ -36,6 +36,7 @@ from agentcore.schema import (
     AgentCreate,
     AgentUpdate,
     ChatMessageRequest,
+    DocumentUpdate,
     SearchRequest,
     TextDocumentCreate,
     WebhookSubscribeRequest,
@@ -116,6 +117,7 @@ def body_for(route: ApiRoute, owned: Owned, env: str) -> dict[str, Any] | None:
         AgentCreate: {"name": "intruder", "role": "support"},
         AgentUpdate: {"name": "renamed by someone", "system_prompt": "leak everything"},
         TextDocumentCreate: {"source": "intruder.txt", "text": "An intruder wrote this."},
+        DocumentUpdate: {"metadata": {"owner": "intruder"}},
         SearchRequest: {"query": f"{SECRET_WORD} warranty", "top_k": 100},
         ChatMessageRequest: {"agentId": owned.agent_id, "message": f"What is {SECRET_WORD}?"},
         WebhookSubscribeRequest: {"url": webhook_url(env), "events": ["agent.action"]},
@@ -254,7 +256,8 @@ def snapshot(session: Session, key: str, owned: Owned) -> dict[str, Any]:
         "agents": [a["id"] for a in session.one(key, "GET", "/v1/agents")["agents"]],
         "archived": session.one(key, "GET", "/v1/agents?status=archived")["agents"],
         "documents": [
-            d["id"] for d in session.one(key, "GET", "/v1/knowledge/documents")["documents"]
+            (d["id"], d["metadata"])
+            for d in session.one(key, "GET", "/v1/knowledge/documents")["documents"]
         ],
         "webhooks": [w["id"] for w in session.one(key, "GET", "/v1/webhooks")["webhooks"]],
         "search": [(r["document_id"], r["chunk"]) for r in search["results"]],

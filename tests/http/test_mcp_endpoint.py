@@ -106,7 +106,12 @@ def test_each_tool_answers_with_text_and_structured_content(
                 "chat_with_agent", {"agent_id": agent, "message": "How many vacation days?"}
             ),
             "ingest": await client.call_tool(
-                "ingest_document", {"source": "parking.md", "text": "Visitors park on level 2."}
+                "ingest_document",
+                {
+                    "source": "parking.md",
+                    "text": "Visitors park on level 2.",
+                    "metadata": {"site": "hq"},
+                },
             ),
         }
         conversation = results["chat"].structured_content["conversationId"]
@@ -115,6 +120,10 @@ def test_each_tool_answers_with_text_and_structured_content(
             {"agent_id": agent, "message": "When do they expire?", "conversation_id": conversation},
         )
         results["found"] = await client.call_tool("search_knowledge", {"query": "visitors park"})
+        site = {"type": "eq", "key": "site", "value": "hq"}
+        results["scoped"] = await client.call_tool(
+            "search_knowledge", {"query": "level 2", "mode": "hybrid", "filter": site}
+        )
         return results
 
     results = run(mcp_url, writer, work)
@@ -131,6 +140,11 @@ def test_each_tool_answers_with_text_and_structured_content(
     assert results["again"].structured_content["conversationId"] == chat["conversationId"]
     assert results["ingest"].structured_content["status"] == "ready"
     assert results["found"].structured_content["results"][0]["source"] == "parking.md"
+    scoped = results["scoped"].structured_content  # the search body's filter and mode
+    assert scoped["mode"] == "hybrid"
+    assert [(r["source"], r["metadata"]) for r in scoped["results"]] == [
+        ("parking.md", {"site": "hq"})
+    ]
 
 
 def test_a_read_key_calling_ingest_is_refused(mcp_url: str, keys: Keys, core: AgentCore) -> None:

@@ -17,6 +17,7 @@ import agentcore
 from agentcore import AgentCore, Event
 from agentcore.chat_models import ChatRequest, ChatResult
 from agentcore.errors import ProviderError
+from agentcore.schema import Usage
 
 QUESTION = "How many vacation days do employees get?"
 
@@ -82,7 +83,7 @@ def test_a_completion_answers_and_cites_its_sources(served_v1: str, key: str, ag
     (choice,) = completion.choices
     assert choice.finish_reason == "stop" and choice.message.role == "assistant"
     assert "25 vacation days" in (choice.message.content or "")
-    assert completion.usage is None  # issue #23: no chat model reports tokens yet
+    assert completion.usage is None  # the extractive model reports no tokens
     extra = completion.model_extra or {}
     assert extra["citations"] == [{"source": "handbook.pdf", "pages": [2]}]
     assert extra["conversation_id"].startswith("conv_")
@@ -124,6 +125,30 @@ def test_a_stream_sends_the_same_answer_in_chunks_then_done(
     assert all(line.startswith("data: ") for line in lines), lines
     assert lines[-1] == "data: [DONE]"
     assert "citations" in json.loads(lines[-2].removeprefix("data: "))
+
+
+def test_usage_is_the_models_token_counts_in_openais_terms(
+    served_v1: str, key: str, agent: str, core: AgentCore, scripted: Scripted
+) -> None:
+    scripted.answer = lambda request: ChatResult(
+        text="Twenty-five.", usage=Usage(input_tokens=31, output_tokens=4)
+    )
+    core.workspace("acme", "test").agents.update(agent, model="scripted")
+    sdk = client(served_v1, key)
+    messages: Any = [{"role": "user", "content": QUESTION}]
+    completion = sdk.chat.completions.create(model=agent, messages=messages)
+    assert completion.usage is not None
+    assert (completion.usage.prompt_tokens, completion.usage.completion_tokens) == (31, 4)
+    assert completion.usage.total_tokens == 35
+    chunks = list(
+        sdk.chat.completions.create(
+            model=agent, messages=messages, stream=True, stream_options={"include_usage": True}
+        )
+    )
+    assert chunks[-1].choices == [] and chunks[-1].usage is not None
+    assert chunks[-1].usage.total_tokens == 35
+    unasked = list(sdk.chat.completions.create(model=agent, messages=messages, stream=True))
+    assert all(chunk.usage is None for chunk in unasked)  # only with include_usage
 
 
 def test_earlier_messages_are_the_models_history(

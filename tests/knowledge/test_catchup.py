@@ -153,7 +153,10 @@ def _document(store: Store, name: str, n: int, seed: int) -> list[int]:
     )
     chunks = [(f"chunk {i}", [1], [0]) for i in range(n)]
     keep = np.ones(n, dtype=bool)
-    return store.insert_document("org", "test", document, chunks, "e", _vectors(n, seed=seed), keep)
+    written = store.insert_document(
+        "org", "test", document, chunks, "e", _vectors(n, seed=seed), keep
+    )
+    return written.chunk_ids
 
 
 def test_changes_since_reports_rows_added_and_ids_deleted(store: Store) -> None:
@@ -249,7 +252,7 @@ def test_arrays_that_do_not_own_their_memory_are_adopted_as_they_are() -> None:
     view = base[:10]  # a view: the index must neither enlarge nor write it
     index = VectorIndex.adopt(np.arange(10), view, spare_rows=100)
     # the view is held as it is; the spare rows are a separate tail buffer
-    tail = 100 * (view.shape[1] * 4 + 8)
+    tail = 100 * (view.shape[1] * 4 + 8 + 4)  # a row, its id and its label code
     assert index.nbytes == view.nbytes + np.arange(10).nbytes + tail
     index.add(np.arange(10, 110), _vectors(100, seed=9))
     assert index.nbytes == view.nbytes + np.arange(10).nbytes + tail

@@ -43,7 +43,7 @@ def _insert(core: AgentCore, org: str, embedder: str, dimension: int) -> list[in
     vectors = np.ones((1, dimension), dtype=np.float32) / np.sqrt(dimension)
     return core.store.insert_document(
         org, "test", _document(), [(TEXT, [1], [0])], embedder, vectors, np.ones(1, dtype=bool)
-    )
+    ).chunk_ids
 
 
 def _rows(core: AgentCore, org: str) -> tuple[int, int]:

@@ -23,7 +23,7 @@ from agentcore.knowledge import workspace_indexes as indexes_module
 from agentcore.knowledge.residency import Residency
 from agentcore.knowledge.workspace_indexes import WorkspaceIndexes
 from agentcore.plugins.hashing_embedder import HashingEmbedder
-from agentcore.storage.records import Ids, Vectors
+from agentcore.storage.records import IndexRows
 from agentcore.storage.sqlite import SQLiteStore
 
 ENV = "test"
@@ -192,12 +192,20 @@ class SlowLoadStore(SQLiteStore):
         super().__init__(path)
         self.loads = 0
 
-    def load_vectors(
-        self, organization_id: str, environment: str, dimension: int
-    ) -> tuple[Ids, Vectors]:
+    def load_index(
+        self,
+        organization_id: str,
+        environment: str,
+        dimension: int,
+        *,
+        vectors: bool = True,
+        located: bool = False,
+    ) -> IndexRows:
         self.loads += 1
         time.sleep(0.2)
-        return super().load_vectors(organization_id, environment, dimension)
+        return super().load_index(
+            organization_id, environment, dimension, vectors=vectors, located=located
+        )
 
 
 def test_concurrent_loads_of_one_workspace_load_it_once(db: Path) -> None:

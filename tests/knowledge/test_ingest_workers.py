@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import pytest
-from helpers import open_seen, seen
+from helpers import open_seen, seen, wait_for
 from ingest_plugins import MisbehavingEmbedder
 from pdfs import filler, make_pdf, make_pdf_bomb
 
@@ -34,15 +34,6 @@ from agentcore.workspace import Workspace
 pytestmark = pytest.mark.timeout(180)
 
 BIG_TEXT = filler(1_500, 3)  # ~90 KB: above ingest_inline_max_bytes, so a worker's job
-
-
-def wait_for(condition: Callable[[], object], limit: float = 60.0) -> Any:
-    """Poll ``condition`` until it is truthy (``limit`` only guards a hang)."""
-    give_up = time.monotonic() + limit
-    while not (value := condition()):
-        assert time.monotonic() < give_up, "condition not met in time"
-        time.sleep(0.05)
-    return value
 
 
 def alive(pid: int) -> bool:

@@ -11,10 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 
 from agentcore import AgentCore
-from agentcore.knowledge.index import StoredRows, VectorIndex
+from agentcore.knowledge.index import StoredRows, VectorIndex, codec_named
 
 ENV = "test"
 WORDS = ["pump", "valve", "filter", "seal", "gasket", "boiler", "turbine", "piston", "rotor"]
@@ -115,3 +116,80 @@ def test_an_index_given_no_row_store_keeps_its_float32_rows() -> None:
     (part,) = index.parts()
     assert isinstance(part.vectors, np.ndarray) and part.vectors.shape == (50, 16)
     assert index.resident_bytes >= rows.nbytes
+
+
+class _Documents:
+    """A filter's selection (as ``filters.Selection`` gives the index): the rows of
+    these documents, decided by their labels (the documents' seqs)."""
+
+    def __init__(self, document_ids: list[str], seqs: npt.NDArray[np.int64]) -> None:
+        self.document_ids = document_ids
+        self.seqs = seqs
+
+    def __call__(self, labels: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
+        return np.isin(labels, self.seqs)
+
+
+@pytest.mark.both_stores
+def test_a_filtered_int8_search_after_an_eviction_reads_back_only_rows_it_lets_through(
+    store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings: dict[str, Any] = {"start_workers": False, "index_dir": "off", "index_dtype": "int8"}
+    with AgentCore.open(store_url, **settings) as filler:
+        orgs = []
+        for name in ("acme", "globex"):  # two workspaces of the same size
+            ws = filler.workspace(name, ENV)
+            for i in range(64):
+                ws.knowledge.ingest_text(f"m{i}.txt", _text(i) * 3, metadata={"shelf": i % 8})
+            orgs.append(ws.organization_id)
+        org, other = orgs
+        _answers(filler, org, QUERIES[:1])
+        charged = filler.indexes.stats()["bytes"]
+    assert isinstance(charged, int) and charged > 0
+    # room for one of the two workspaces: searching the other evicts it
+    with AgentCore.open(store_url, index_cache_bytes=int(1.2 * charged), **settings) as core:
+        ws = core.workspace("acme", ENV)
+        shelf = {"type": "eq", "key": "shelf", "value": 3}
+        before = ws.knowledge.search("pump valve", filter=shelf, top_k=5).results
+        _answers(core, other, QUERIES[:1])
+        assert (org, ENV) not in core.indexes.loaded()
+        assert core.indexes.stats()["evictions"] == 1
+        # reloaded from the store: codes and labels in RAM, the float32 rows in the store
+        index = core.indexes.get(org, ENV)
+        (part,) = index.parts()
+        assert isinstance(part.vectors, StoredRows) and part.label_codes is not None
+        after = ws.knowledge.search("pump valve", filter=shelf, top_k=5).results
+        assert [(r.chunk, r.score) for r in after] == [(r.chunk, r.score) for r in before]
+        assert len(after) == 5 and all(r.metadata == {"shelf": 3} for r in after)
+
+        loaded = core.store.load_index(org, ENV, index.dimension, located=True)
+        assert loaded.vectors is not None and loaded.locators is not None
+        id_at = dict(zip(loaded.locators.tolist(), loaded.ids.tolist(), strict=True))
+        reads: list[int] = []
+        rows = part.vectors.store
+        read = rows.read
+        monkeypatch.setattr(rows, "read", lambda at: (reads.extend(at.tolist()), read(at))[1])
+        documents = ws.knowledge.list(limit=100).documents
+        embed = core.embedders[core.settings.embedder].embed
+        # a selective filter (an eighth of the rows) and a wide one (three quarters)
+        for shelves in ({3}, {0, 1, 2, 4, 5, 6}):
+            chosen = [d.id for d in documents if d.metadata["shelf"] in shelves]
+            allowed = np.isin(
+                loaded.ids,
+                [i for d in chosen for i in core.store.chunk_ids(org, ENV, d)],
+            )
+            within = _Documents(chosen, np.unique(loaded.labels[allowed]))
+            for query in QUERIES:
+                reads.clear()
+                q = np.asarray(embed([query], kind="query")[0], dtype=np.float32)
+                q = q / np.linalg.norm(q)
+                scores = loaded.vectors[allowed] @ q
+                best = np.lexsort((loaded.ids[allowed], -scores))[:10]
+                got = index.search(q, 10, allow=within)
+                _same_ranking(
+                    got[0].tolist(), got[1], loaded.ids[allowed][best].tolist(), scores[best]
+                )
+                # only candidates the filter lets through are read back (18 at most for
+                # a top 10 of int8), never every row it lets through
+                assert reads and {id_at[at] for at in reads} <= set(loaded.ids[allowed].tolist())
+                assert len(reads) <= codec_named("int8").candidates(10)

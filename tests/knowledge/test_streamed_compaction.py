@@ -171,7 +171,14 @@ def test_a_streamed_segment_is_byte_for_byte_the_gathered_one(
 
     # the layout: header, then each section page-aligned, zeros in between
     codes, params = codec.encode(matrix)  # the whole matrix at once, as before
-    arrays = {"ids": ids.astype("<i8"), "vectors": matrix, "params": params.astype("<f4")}
+    arrays = {
+        "ids": ids.astype("<i8"),
+        "vectors": matrix,
+        "params": params.astype("<f4"),
+        # no labels: one value, NO_LABEL, and each row's code 0
+        "label_values": np.full(1, -1, dtype="<i8"),
+        "label_codes": np.zeros(n, dtype="<i4"),
+    }
     if codec_name != "float32":
         arrays["codes"] = codes
     sections = _sections(data)

@@ -60,7 +60,7 @@ def test_a_job_is_claimed_once_per_lease_and_completed(store: Any) -> None:
     ids = store.complete_document(
         org_id, "test", ready, chunks, "e1", unit(2), np.ones(2, dtype=bool)
     )
-    assert ids is not None and len(ids) == 2
+    assert ids is not None and len(ids.chunk_ids) == 2
     stored = store.get_document(org_id, "test", doc_id)
     assert (stored.status, stored.pages, stored.chunks, stored.last_error) == ("ready", 1, 2, None)
     assert store.count_vectors(org_id, "test") == 2

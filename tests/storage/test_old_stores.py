@@ -30,6 +30,13 @@ def reads_back_and_works(store: Any, expected: dict[str, Any]) -> None:
     made = expected["made"]
     org = made["org"]
     assert json.loads(json.dumps(read_back(store, made))) == expected["read"]
+    # the fields added since read as their defaults
+    documents, _ = store.list_documents(org, "test", limit=100, starting_after=None)
+    assert documents and all(d.metadata == {} for d in documents)
+    agents, _ = store.list_agents(
+        org, "test", limit=100, starting_after=None, statuses=("draft", "deployed", "archived")
+    )
+    assert agents and all(a.knowledge is None for a in agents)
     # the rows still work: claims, replays, buckets, deletes and new writes
     job = store.claim_ingest_job(now=5000.0, lease_seconds=30)
     assert (job.document_id, job.kind, job.attempts) == ("doc_old3", "file", 1)
@@ -76,7 +83,7 @@ def reads_back_and_works(store: Any, expected: dict[str, Any]) -> None:
     vector = np.ones((1, 8), dtype=np.float32) / np.sqrt(8)
     (chunk,) = store.insert_document(
         org, "test", document, [("new", [1], [0])], "hashing-v1", vector, np.ones(1, bool)
-    )
+    ).chunk_ids
     assert store.get_chunks([chunk])[chunk].text == "new"
     agent = Agent.model_validate({**expected["read"]["agents"][0], "id": "agt_new"})
     store.insert_agent(org, "test", agent)

@@ -255,7 +255,7 @@ def test_chat_reads_on_a_killed_connection_are_retried(postgres_url: str, call: 
             vector,
             np.ones(1, bool),
             (1, {"blade": 1}),
-        )
+        ).chunk_ids
         with store.db.read() as conn:
             before = conn.execute("SELECT pg_backend_pid() AS pid").fetchone()["pid"]
         assert _kill_backends(postgres_url) >= 1

@@ -75,6 +75,7 @@ def test_migrations_render_for_each_dialect() -> None:
         "drop_chunks_workspace_index",
         "fail_pending_of_disabled",
         "conversation_history",
+        "document_metadata",
     ]
     for step in MIGRATIONS:
         for dialect in (SQLITE, POSTGRES):

@@ -103,8 +103,8 @@ def ingest(store: Any, org_id: str, n: int = 3, d: int = 8, seed: int = 0) -> tu
     document = make_document(n)
     chunks = [(f"chunk {i}", [1], [0]) for i in range(n)]
     keep = np.ones(n, dtype=bool)
-    ids = store.insert_document(org_id, "test", document, chunks, "e1", unit(n, d, seed), keep)
-    return document.id, ids
+    written = store.insert_document(org_id, "test", document, chunks, "e1", unit(n, d, seed), keep)
+    return document.id, written.chunk_ids
 
 
 # organizations and keys ------------------------------------------------------------
@@ -228,7 +228,7 @@ def test_keep_mask_and_add_vectors(store: Any) -> None:
     keep = np.array([True, False, True])
     ids = store.insert_document(
         org_id, "test", document, [("a", [1], [0])] * 3, "e1", unit(3), keep
-    )
+    ).chunk_ids
     loaded, _ = store.load_vectors(org_id, "test", 8)
     assert loaded.tolist() == [ids[0], ids[2]]
     store.add_vectors(org_id, "test", None, "e1", 8, np.array([ids[1]]), unit(1, seed=5))
@@ -241,7 +241,8 @@ def test_single_rows_are_read_back_by_locator(store: Any) -> None:
     org_id, other = org(store), org(store, "globex")
     first, ids = ingest(store, org_id, n=4)
     second, more = ingest(store, org_id, n=3)
-    loaded, vectors, located = store.load_located_vectors(org_id, "test", 8)
+    rows = store.load_index(org_id, "test", 8, located=True)
+    loaded, vectors, located = rows.ids, rows.vectors, rows.locators
     assert loaded.tolist() == ids + more and located.shape == (7,)
     assert len(set(located.tolist())) == 7 and (located >= 0).all()
     np.testing.assert_array_equal(store.locate_vectors(org_id, "test", loaded), located)
@@ -275,8 +276,10 @@ def test_a_workspace_of_many_segments_loads_them_in_order(
     ids, vectors = store.load_vectors(org_id, "test", 8)
     assert ids.tolist() == [i for part in written for i in part]
     np.testing.assert_array_equal(vectors, np.concatenate([unit(3, 8, s) for s in range(5)]))
-    located = store.load_located_vectors(org_id, "test", 8)
-    np.testing.assert_array_equal(located[1], vectors)
+    located = store.load_index(org_id, "test", 8, located=True)
+    np.testing.assert_array_equal(located.vectors, vectors)
+    assert located.labels.shape == (15,) and located.locators is not None
+    assert len(set(located.locators.tolist())) == 15
 
 
 def test_documents_paging(store: Any) -> None:
@@ -367,7 +370,8 @@ def test_background_ingestion_jobs(store: Any) -> None:
     ids = store.complete_document(
         org_id, "test", ready, [("a", [1], [0]), ("b", [1], [0])], "e1", unit(2), np.ones(2, bool)
     )
-    assert len(ids) == 2 and store.get_document(org_id, "test", first.id).status == "ready"
+    assert ids is not None and len(ids.chunk_ids) == 2
+    assert store.get_document(org_id, "test", first.id).status == "ready"
     assert store.count_vectors(org_id, "test") == 2
     assert store.ingest_job_data(first.id) is None and not store.renew_ingest_job(first.id, until=1)
     # finishing twice (another worker) writes nothing

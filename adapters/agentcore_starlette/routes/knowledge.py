@@ -8,6 +8,7 @@ from agentcore.schema import (
     Deleted,
     Document,
     DocumentList,
+    DocumentUpdate,
     SearchRequest,
     SearchResponse,
     TextDocumentCreate,
@@ -16,13 +17,15 @@ from agentcore_starlette.routing import PAGINATION, ApiRoute, Call
 
 
 def create_document(call: Call) -> Document:
-    """Ingest a PDF, Markdown or text file (multipart ``file``) or JSON ``{source, text}``.
+    """Ingest a PDF, Markdown or text file (multipart ``file``, and optionally
+    ``metadata``: a JSON object) or JSON ``{source, text, metadata?}``.
 
     201 with the ready document; 202 with it in status ``processing`` (poll ``GET``
-    until ``ready`` or ``failed``) when the file is larger than ``ingest_sync_max_bytes``,
-    when every ingestion worker is busy, or when the worker is still at it as the
-    request's deadline nears. The upload is stored before a worker starts on it, so it
-    is never lost to a timeout; a file the worker refuses (a 4xx) is not kept.
+    until ``ready`` or ``failed``, or subscribe to ``document.ready`` and
+    ``document.failed``) when the file is larger than ``ingest_sync_max_bytes``, when
+    every ingestion worker is busy, or when the worker is still at it as the request's
+    deadline nears. The upload is stored before a worker starts on it, so it is never
+    lost to a timeout; a file the worker refuses (a 4xx) is not kept.
     """
     knowledge = call.workspace.knowledge
     if call.upload is not None:
@@ -31,10 +34,13 @@ def create_document(call: Call) -> Document:
             upload.data,
             filename=upload.filename,
             content_type=upload.content_type,
+            metadata=upload.metadata,
             cancellation=call.cancellation,
         )
     body = cast(TextDocumentCreate, call.body)
-    return knowledge.ingest_text(body.source, body.text, cancellation=call.cancellation)
+    return knowledge.ingest_text(
+        body.source, body.text, metadata=body.metadata, cancellation=call.cancellation
+    )
 
 
 def _processing(document: Document) -> bool:
@@ -53,6 +59,12 @@ def get_document(call: Call) -> Document:
     return call.workspace.knowledge.get(call.path["document_id"])
 
 
+def update_document(call: Call) -> Document:
+    """Replace a document's metadata; searches everywhere see it at once."""
+    body = cast(DocumentUpdate, call.body)
+    return call.workspace.knowledge.update(call.path["document_id"], metadata=body.metadata)
+
+
 def delete_document(call: Call) -> Deleted:
     """Delete a document and its chunks."""
     return call.workspace.knowledge.delete(call.path["document_id"])
@@ -64,9 +76,16 @@ def _index_current(call: Call) -> bool:
 
 
 def search_knowledge(call: Call) -> SearchResponse:
-    """Chunks ranked by cosine similarity to the query."""
+    """Chunks ranked by cosine similarity to the query (``mode`` ``vector``), by BM25
+    (``keyword``) or by both fused (``hybrid``), among the documents ``filter`` selects."""
     body = cast(SearchRequest, call.body)
-    return call.workspace.knowledge.search(body.query, top_k=body.top_k, min_score=body.min_score)
+    return call.workspace.knowledge.search(
+        body.query,
+        top_k=body.top_k,
+        min_score=body.min_score,
+        filter=body.filter,
+        mode=body.mode,
+    )
 
 
 _ONE = "/knowledge/documents/{document_id}"
@@ -102,6 +121,17 @@ ROUTES = [
         summary="Retrieve a document",
         scope="read",
         tag="knowledge",
+    ),
+    ApiRoute(
+        method="PATCH",
+        path=_ONE,
+        handler=update_document,
+        response=Document,
+        summary="Update a document's metadata",
+        scope="write",
+        tag="knowledge",
+        body="json",
+        request=DocumentUpdate,
     ),
     ApiRoute(
         method="DELETE",

@@ -113,12 +113,17 @@ def _model(agent: Agent, organization: str) -> ModelObject:
 
 
 def completion_usage(answer: ChatMessageResponse) -> CompletionUsage | None:
-    """The turn's token counts in OpenAI's terms, when the chat model reported them.
-
-    Issue #23 adds ``usage`` (``input_tokens``, ``output_tokens``) to chat answers;
-    until it lands no model reports any, and ``usage`` stays ``null``.
-    """
-    return None
+    """The turn's token counts in OpenAI's terms (``prompt_tokens`` are our
+    ``input_tokens``, ``completion_tokens`` our ``output_tokens``); ``None`` when the
+    chat model reported none."""
+    usage = answer.usage
+    if usage is None:
+        return None
+    return CompletionUsage(
+        prompt_tokens=usage.input_tokens,
+        completion_tokens=usage.output_tokens,
+        total_tokens=usage.input_tokens + usage.output_tokens,
+    )
 
 
 _PARAMS = {"agentId": "model", "id": "model", "conversationId": "conversation_id"}

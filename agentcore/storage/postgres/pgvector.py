@@ -9,6 +9,7 @@ database instead of in the node's RAM.
 from __future__ import annotations
 
 import weakref
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -151,7 +152,14 @@ class VectorRows(VectorTables):
                 )
 
     def search_vectors(
-        self, organization_id: str, environment: str, query: Vectors, k: int
+        self,
+        organization_id: str,
+        environment: str,
+        query: Vectors,
+        k: int,
+        *,
+        documents: Sequence[str] | None = None,
+        chunk_ids: Sequence[int] | None = None,
     ) -> tuple[Ids, Vectors]:
         """The ``k`` chunk ids most cosine-similar to the unit vector ``query``, best first.
 
@@ -160,6 +168,9 @@ class VectorRows(VectorTables):
         ``RESCORE`` x ``k`` candidates with their float32 rows; those are re-scored
         exactly here and ordered by score, then id, as the in-memory index orders them.
         The ranking is an exact scan of the workspace's rows (no approximate index).
+        ``documents`` (a filter's documents, resolved by the caller) and ``chunk_ids``
+        restrict the rows ranked, in the ``WHERE`` clause: through the index on
+        ``(organization_id, environment, document_id)`` and the primary key.
         """
         if not self.vector_rows:
             raise RuntimeError("vector_search='pgvector' needs the store opened with it")
@@ -167,11 +178,18 @@ class VectorRows(VectorTables):
         dimension = int(q.shape[0])
         literal = "[" + ",".join(repr(float(x)) for x in q) + "]"
         candidates = max(k * RESCORE, k + 16)
+        where, args = "", list[Any]()
+        if documents is not None:
+            where += " AND document_id = ANY(?)"
+            args.append(list(documents))
+        if chunk_ids is not None:
+            where += " AND chunk_id = ANY(?)"
+            args.append([int(i) for i in chunk_ids])
         with self.db.read() as conn:
             rows = conn.execute(
-                f"SELECT chunk_id, exact FROM vector_rows WHERE {WORKSPACE}"
+                f"SELECT chunk_id, exact FROM vector_rows WHERE {WORKSPACE}{where}"
                 " ORDER BY embedding <#> ?::halfvec LIMIT ?",
-                [organization_id, environment, literal, candidates],
+                [organization_id, environment, *args, literal, candidates],
             ).fetchall()
         if not rows:
             return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float32)

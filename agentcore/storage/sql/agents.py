@@ -14,6 +14,7 @@ def _agent(row: Any) -> Agent:
     data = dict(row)  # the columns of the row that are not the agent's are ignored
     data["tools"] = json.loads(data["tools"])
     data["handoff_on_no_answer"] = bool(data["handoff_on_no_answer"])
+    data["knowledge"] = json.loads(data["knowledge"]) if data.get("knowledge") else None
     return Agent.model_validate(data)
 
 
@@ -21,6 +22,9 @@ def _columns(agent: Agent) -> dict[str, Any]:
     data = agent.model_dump(mode="json")
     data["tools"] = json.dumps(data["tools"])
     data["handoff_on_no_answer"] = int(agent.handoff_on_no_answer)
+    # compact, with the filter's unset parts left out: what a request sent
+    knowledge = agent.knowledge
+    data["knowledge"] = None if knowledge is None else knowledge.model_dump_json(exclude_none=True)
     return data
 
 

@@ -7,20 +7,32 @@ transaction; so does its deletion, which leaves a tombstone in the change log.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 
+from agentcore.events import Event
 from agentcore.ids import isoformat
 from agentcore.schema import Document, Problem
-from agentcore.storage.records import Chunks, IngestJob, StoredChunk, TermCounts, Vectors
+from agentcore.storage.records import (
+    Chunks,
+    DocumentChanges,
+    DocumentRow,
+    IngestJob,
+    StoredChunk,
+    TermCounts,
+    Vectors,
+    WrittenDocument,
+)
 from agentcore.storage.sql.database import Connection
 from agentcore.storage.sql.queries import WORKSPACE, marks, page_rows
 from agentcore.storage.sql.terms import TermTables
 from agentcore.storage.sql.vectors import VectorTables
 
+_ID_BATCH = 1_000  # ids per IN (...) list: far below either database's parameter limit
 _CHUNK_COLUMNS = (
     "document_id",
     "organization_id",
@@ -30,7 +42,9 @@ _CHUNK_COLUMNS = (
     "pages",
     "page_offsets",
 )
-_DOCUMENT_COLUMNS = "id, source, content_type, pages, chunks, bytes, created_at, status, last_error"
+_DOCUMENT_COLUMNS = (
+    "id, source, content_type, pages, chunks, bytes, created_at, status, last_error, metadata"
+)
 
 
 def json_ints(values: list[int]) -> str:
@@ -45,11 +59,28 @@ def _document(row: Any) -> Document:
     values = dict(row)
     if values["last_error"]:
         values["last_error"] = json.loads(values["last_error"])
+    values["metadata"] = parse_object(values["metadata"])
     return Document.model_validate(values)
+
+
+def json_object(value: dict[str, Any]) -> str | None:
+    """A metadata object as stored: compact JSON (``NULL`` when empty)."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False) if value else None
+
+
+def parse_object(stored: str | None) -> dict[str, Any]:
+    """What ``json_object`` stored, as the object again."""
+    return json.loads(stored) if stored else {}
 
 
 class DocumentTables(TermTables, VectorTables):
     """Documents, chunks, vectors, sentence counts and ingestion jobs (``KnowledgeStore``)."""
+
+    if TYPE_CHECKING:  # the outbox's (``WebhookTables``), joined in the same transaction
+
+        def record_event(
+            self, event: Event, *, now: float, only_subscription: str | None = None
+        ) -> int: ...
 
     def insert_document(
         self,
@@ -61,12 +92,13 @@ class DocumentTables(TermTables, VectorTables):
         vectors: Vectors,
         keep: npt.NDArray[np.bool_],
         term_counts: TermCounts | None = None,
-    ) -> list[int]:
-        """Store a document, its chunks and the vectors of the ``keep`` rows atomically.
+    ) -> WrittenDocument:
+        """Store a document (with its metadata), its chunks and the vectors of the
+        ``keep`` rows atomically.
 
-        Returns every chunk id in chunk order (chunk ids are the vector ids); chunks
-        outside ``keep`` (no features, so a zero vector) are stored but not indexed.
-        Bumps the version.
+        Returns every chunk id in chunk order (chunk ids are the vector ids) and the
+        document's ``seq``; chunks outside ``keep`` (no features, so a zero vector) are
+        stored but not indexed. Bumps the version.
         """
         with self.db.write() as conn:
             seq = self._insert_document_row(conn, organization_id, environment, document)
@@ -89,8 +121,8 @@ class DocumentTables(TermTables, VectorTables):
         """Insert a document's row; its ``seq``."""
         row = conn.execute(
             "INSERT INTO documents (id, organization_id, environment, source, content_type,"
-            " pages, chunks, bytes, created_at, status, last_error)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING seq",
+            " pages, chunks, bytes, created_at, status, last_error, metadata)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING seq",
             [
                 document.id,
                 organization_id,
@@ -103,6 +135,7 @@ class DocumentTables(TermTables, VectorTables):
                 isoformat(document.created_at),
                 document.status,
                 document.last_error.model_dump_json() if document.last_error else None,
+                json_object(document.metadata),
             ],
         ).fetchone()
         return int(row["seq"])
@@ -119,9 +152,9 @@ class DocumentTables(TermTables, VectorTables):
         vectors: Vectors,
         keep: npt.NDArray[np.bool_],
         term_counts: TermCounts | None,
-    ) -> list[int]:
-        """Insert the chunks, the ``keep`` rows' vectors and the sentence counts; every
-        chunk id."""
+    ) -> WrittenDocument:
+        """Insert the chunks, the ``keep`` rows' vectors and the sentence counts, and
+        mark the document written at the version this bumps to; every chunk id."""
         ids = self.db.insert_ids(
             conn,
             "chunks",
@@ -154,7 +187,9 @@ class DocumentTables(TermTables, VectorTables):
             self._store_terms(
                 conn, (organization_id, environment), document_seq, version, term_counts
             )
-        return ids
+        # the version filters follow: its metadata is known to every process from here
+        conn.execute("UPDATE documents SET version = ? WHERE seq = ?", [version, document_seq])
+        return WrittenDocument(ids, document_seq)
 
     def chunk_ids(self, organization_id: str, environment: str, document_id: str) -> list[int]:
         """The chunk ids of a document of this workspace."""
@@ -225,7 +260,7 @@ class DocumentTables(TermTables, VectorTables):
         with self.db.read() as conn:
             rows = conn.execute(
                 "SELECT chunks.id, chunks.document_id, chunks.text, chunks.pages,"
-                " chunks.page_offsets, documents.source FROM chunks"
+                " chunks.page_offsets, documents.source, documents.metadata FROM chunks"
                 " JOIN documents ON documents.id = chunks.document_id"
                 f" WHERE chunks.id IN ({marks(len(chunk_ids))})",
                 [int(i) for i in chunk_ids],
@@ -238,9 +273,70 @@ class DocumentTables(TermTables, VectorTables):
                 row["text"],
                 json.loads(row["pages"]),
                 json.loads(row["page_offsets"]),
+                parse_object(row["metadata"]),
             )
             for row in rows
         }
+
+    def chunk_texts_by_id(self, chunk_ids: Sequence[int]) -> dict[int, str]:
+        """The texts of these chunks (missing ids are left out), read in batches."""
+        found: dict[int, str] = {}
+        wanted = [int(i) for i in chunk_ids]
+        with self.db.snapshot() as conn:
+            for start in range(0, len(wanted), _ID_BATCH):
+                batch = wanted[start : start + _ID_BATCH]
+                rows = conn.execute(
+                    f"SELECT id, text FROM chunks WHERE id IN ({marks(len(batch))})", batch
+                ).fetchall()
+                found.update((int(row["id"]), row["text"]) for row in rows)
+        return found
+
+    def update_metadata(
+        self, organization_id: str, environment: str, document_id: str, metadata: dict[str, Any]
+    ) -> Document | None:
+        """Replace a document's metadata; bumps the version (searches in every process
+        see it at once: their filters follow ``documents_changed``). ``None`` if the
+        document is not in this workspace."""
+        scope = [document_id, organization_id, environment]
+        with self.db.write() as conn:
+            found = conn.execute(
+                f"SELECT seq FROM documents WHERE id = ? AND {WORKSPACE}", scope
+            ).fetchone()
+            if found is None:
+                return None
+            # the bump first: on PostgreSQL its row lock orders this workspace's writers,
+            # so each document's version commits in order (see _append_vectors)
+            version = self._bump(conn, organization_id, environment)
+            row = conn.execute(
+                f"UPDATE documents SET metadata = ?, version = ? WHERE id = ? AND {WORKSPACE}"
+                f" RETURNING {_DOCUMENT_COLUMNS}",
+                [json_object(metadata), version, *scope],
+            ).fetchone()
+        return None if row is None else _document(row)
+
+    def documents_changed(
+        self, organization_id: str, environment: str, after: int | None
+    ) -> DocumentChanges:
+        """The documents written after version ``after`` (stored ready, completed, or
+        given new metadata; ``None``: every document) and the workspace's version, read
+        in one snapshot: what a process's filters catch up with."""
+        scope = [organization_id, environment]
+        with self.db.snapshot() as conn:
+            state = conn.execute(
+                f"SELECT version FROM knowledge_state WHERE {WORKSPACE}", scope
+            ).fetchone()
+            since = "" if after is None else " AND version > ?"
+            rows = conn.execute(
+                f"SELECT seq, id, metadata FROM documents WHERE {WORKSPACE}{since}",
+                scope if after is None else [*scope, after],
+            ).fetchall()
+        return DocumentChanges(
+            0 if state is None else int(state["version"]),
+            [
+                DocumentRow(int(row["seq"]), row["id"], parse_object(row["metadata"]))
+                for row in rows
+            ],
+        )
 
     def iter_chunk_texts(
         self, organization_id: str, environment: str
@@ -376,12 +472,15 @@ class DocumentTables(TermTables, VectorTables):
         vectors: Vectors,
         keep: npt.NDArray[np.bool_],
         term_counts: TermCounts | None = None,
-    ) -> list[int] | None:
+        event: Event | None = None,
+    ) -> WrittenDocument | None:
         """Make a ``processing`` document ``ready`` with its chunks and vectors, atomically.
 
         Sets its ``content_type``, ``pages`` and ``chunks`` from ``document`` and drops
         its job. ``None`` (and nothing written) if the document is no longer processing
         (deleted meanwhile, or finished by another worker): the conditional UPDATE decides.
+        ``event`` (its ``document.ready``) is recorded in the same transaction, so it
+        is recorded exactly when the document became ready: once.
         """
         with self.db.write() as conn:
             row = conn.execute(
@@ -400,7 +499,7 @@ class DocumentTables(TermTables, VectorTables):
             if row is None:
                 return None
             conn.execute("DELETE FROM ingest_jobs WHERE document_id = ?", [document.id])
-            return self._insert_chunks(
+            written = self._insert_chunks(
                 conn,
                 organization_id,
                 environment,
@@ -412,16 +511,29 @@ class DocumentTables(TermTables, VectorTables):
                 keep,
                 term_counts,
             )
+            if event is not None:
+                self.record_event(event, now=time.time())
+            return written
 
     def fail_document(
-        self, organization_id: str, environment: str, document_id: str, error: Problem
+        self,
+        organization_id: str,
+        environment: str,
+        document_id: str,
+        error: Problem,
+        event: Event | None = None,
     ) -> bool:
-        """Mark a ``processing`` document ``failed`` with ``error`` and drop its job."""
+        """Mark a ``processing`` document ``failed`` with ``error`` and drop its job;
+        whether it was processing. ``event`` (its ``document.failed``) is recorded in
+        the same transaction when it was."""
         with self.db.write() as conn:
             cursor = conn.execute(
                 "UPDATE documents SET status = 'failed', last_error = ?"
                 f" WHERE id = ? AND {WORKSPACE} AND status = 'processing'",
                 [error.model_dump_json(), document_id, organization_id, environment],
             )
+            failed = cursor.rowcount > 0
             conn.execute("DELETE FROM ingest_jobs WHERE document_id = ?", [document_id])
-        return cursor.rowcount > 0
+            if failed and event is not None:
+                self.record_event(event, now=time.time())
+        return failed

@@ -482,3 +482,16 @@ def m014_conversation_history(d: Dialect) -> str:
             ON conversations (organization_id, environment, agent_id, seq);
         {failed}
         """
+
+
+@migration()
+def m015_document_metadata(d: Dialect) -> str:
+    """Document metadata (a JSON object; NULL: none), the version of each document's last write,
+    so every process's filters follow metadata changes through the change log; an
+    agent's knowledge (a JSON object: the filter that selects its documents)."""
+    return f"""
+        ALTER TABLE documents ADD COLUMN metadata TEXT;
+        ALTER TABLE documents ADD COLUMN version {d.bigint} NOT NULL DEFAULT 0;
+        CREATE INDEX documents_version ON documents (organization_id, environment, version);
+        ALTER TABLE agents ADD COLUMN knowledge TEXT;
+        """

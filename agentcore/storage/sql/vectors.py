@@ -10,6 +10,7 @@ version that deleted it, so a cached index catches up by applying only the delta
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -17,6 +18,7 @@ import numpy as np
 from agentcore.storage.records import (
     LOCATOR_SHIFT,
     Ids,
+    IndexRows,
     KnowledgeChanges,
     KnowledgeState,
     StaleEmbedder,
@@ -32,6 +34,17 @@ SEGMENT_ROWS = 65_536  # ~100 MB of float32 at d=384: far below either database'
 SEGMENT_BYTES = 64 << 20
 # Versions of deletions the change log keeps; a cache further behind reloads the workspace.
 TOMBSTONE_VERSIONS = 10_000
+
+
+def _segments(*, with_ids: bool) -> str:
+    """A workspace's segments (their id arrays too, ``with_ids``), each with its label:
+    its document's ``seq`` (``-1`` without one)."""
+    ids = ", v.ids" if with_ids else ""
+    return (
+        f"SELECT v.id, v.dimension, v.count{ids}, COALESCE(d.seq, -1) AS label"
+        " FROM vector_segments v LEFT JOIN documents d ON d.id = v.document_id"
+        " WHERE v.organization_id = ? AND v.environment = ?"
+    )
 
 
 class VectorTables(Tables):
@@ -116,37 +129,39 @@ class VectorTables(Tables):
     def load_vectors(
         self, organization_id: str, environment: str, dimension: int
     ) -> tuple[Ids, Vectors]:
-        """Every vector of a workspace as one id array and one contiguous float32 matrix.
+        """Every vector of a workspace as one id array and one contiguous float32 matrix."""
+        rows = self.load_index(organization_id, environment, dimension)
+        assert rows.vectors is not None
+        return rows.ids, rows.vectors
 
-        Read inside one read transaction (a consistent snapshot), each segment copied
-        once into the preallocated arrays: no per-row Python, no intermediate buffers.
+    def load_index(
+        self,
+        organization_id: str,
+        environment: str,
+        dimension: int,
+        *,
+        vectors: bool = True,
+        located: bool = False,
+    ) -> IndexRows:
+        """Every row of a workspace's index: ids, one contiguous float32 matrix (unless
+        ``vectors`` is false), each row's label (its document's ``seq``) and, if
+        ``located``, each row's locator (its segment and row in it).
+
+        Read inside one read transaction (a consistent snapshot), the segments copied
+        into the preallocated arrays: no per-row Python, no intermediate buffers.
         """
-        ids, vectors, _ = self._load(organization_id, environment, dimension, located=False)
-        return ids, vectors
-
-    def load_located_vectors(
-        self, organization_id: str, environment: str, dimension: int
-    ) -> tuple[Ids, Vectors, Ids]:
-        """``load_vectors`` and each row's locator (its segment and row in it)."""
-        ids, vectors, located = self._load(organization_id, environment, dimension, located=True)
-        assert located is not None
-        return ids, vectors, located
-
-    def _load(
-        self, organization_id: str, environment: str, dimension: int, *, located: bool
-    ) -> tuple[Ids, Vectors, Ids | None]:
         with self.db.snapshot() as conn:
             rows = conn.execute(
-                f"SELECT id, dimension, count FROM vector_segments WHERE {WORKSPACE} ORDER BY id",
-                [organization_id, environment],
+                f"{_segments(with_ids=not vectors)} ORDER BY v.id", [organization_id, environment]
             ).fetchall()
-            if any(row["dimension"] != dimension for row in rows):
+            if vectors and any(row["dimension"] != dimension for row in rows):
                 raise ValueError("the stored vectors have another dimension")
-            ids, vectors = self._read_segments(conn, rows, dimension)
+            found = self._read_segments(conn, rows, dimension, vectors=vectors)
         if not located:
-            return ids, vectors, None
+            return found
         pieces = [segment_locators(row["id"], int(row["count"])) for row in rows]
-        return ids, vectors, np.concatenate(pieces) if pieces else np.empty(0, dtype=np.int64)
+        locators = np.concatenate(pieces) if pieces else np.empty(0, dtype=np.int64)
+        return replace(found, locators=locators)
 
     def locate_vectors(self, organization_id: str, environment: str, ids: Ids) -> Ids:
         """The locators of ``ids`` (-1 for an id not stored), from the segments' id
@@ -191,15 +206,28 @@ class VectorTables(Tables):
         return out
 
     def _read_segments(
-        self, conn: Connection, rows: Sequence[Any], dimension: int
-    ) -> tuple[Ids, Vectors]:
-        """The segments ``rows`` (``id`` and ``count`` each) as one id array and matrix."""
-        segments = [(int(row["id"]), int(row["count"])) for row in rows]
-        total = sum(count for _, count in segments)
+        self, conn: Connection, rows: Sequence[Any], dimension: int, *, vectors: bool = True
+    ) -> IndexRows:
+        """The segments ``rows`` (``id``, ``count`` and ``label`` each; ``ids`` too
+        without ``vectors``) as one id array, one matrix (unless ``vectors`` is false)
+        and labels; with vectors, read a batch of segments at a time."""
+        counts = [int(row["count"]) for row in rows]
+        total = sum(counts)
         ids = np.empty(total, dtype="<i8")
-        vectors = np.empty((total, dimension), dtype="<f4")
-        self.db.read_segments(conn, segments, ids, vectors)
-        return ids, vectors
+        labels = np.repeat(
+            np.fromiter((int(row["label"]) for row in rows), dtype=np.int64, count=len(rows)),
+            counts,
+        )
+        if not vectors:
+            start = 0
+            for row, count in zip(rows, counts, strict=True):
+                ids[start : start + count] = np.frombuffer(row["ids"], dtype="<i8")
+                start += count
+            return IndexRows(ids, None, labels)
+        matrix = np.empty((total, dimension), dtype="<f4")
+        segments = [(int(row["id"]), count) for row, count in zip(rows, counts, strict=True)]
+        self.db.read_segments(conn, segments, ids, matrix)
+        return IndexRows(ids, matrix, labels)
 
     def count_vectors(self, organization_id: str, environment: str) -> int:
         """How many vectors a workspace stores."""
@@ -289,9 +317,16 @@ class VectorTables(Tables):
         return str(row["index_dtype"])
 
     def changes_since(
-        self, organization_id: str, environment: str, version: int, *, max_rows: int
+        self,
+        organization_id: str,
+        environment: str,
+        version: int,
+        *,
+        max_rows: int,
+        vectors: bool = True,
     ) -> KnowledgeChanges | None:
-        """The rows added and ids deleted after ``version``, read in one snapshot.
+        """The rows added (with their labels) and ids deleted after ``version``, read
+        in one snapshot; without ``vectors``, the added rows' ids and labels alone.
 
         ``None`` when the change log cannot bring ``version`` up to date by itself:
         it is older than the log keeps (a re-embed or pruned tombstones), newer than
@@ -307,17 +342,17 @@ class VectorTables(Tables):
             current = 0 if state is None else int(state["version"])
             if state is None or version == current:
                 empty = np.empty(0, dtype=np.int64)
-                return KnowledgeChanges(current, empty, np.empty((0, 0), dtype=np.float32), empty)
+                nothing = np.empty((0, 0), dtype=np.float32)
+                return KnowledgeChanges(current, empty, nothing, empty, empty)
             if version < int(state["log_floor"]) or version > current:
                 return None
             rows = conn.execute(
-                "SELECT id, count FROM vector_segments"
-                f" WHERE {WORKSPACE} AND version > ? ORDER BY id",
+                f"{_segments(with_ids=not vectors)} AND v.version > ? ORDER BY v.id",
                 [*scope, version],
             ).fetchall()
             if sum(int(row["count"]) for row in rows) > max_rows:
                 return None
-            ids, vectors = self._read_segments(conn, rows, int(state["dimension"]))
+            added = self._read_segments(conn, rows, int(state["dimension"]), vectors=vectors)
             deleted = [
                 np.frombuffer(row["ids"], dtype="<i8")
                 for row in conn.execute(
@@ -326,7 +361,12 @@ class VectorTables(Tables):
                 ).fetchall()
             ]
         gone = np.concatenate(deleted) if deleted else np.empty(0, dtype=np.int64)
-        return KnowledgeChanges(current, ids, vectors, gone.astype(np.int64, copy=False))
+        matrix = added.vectors
+        if matrix is None:
+            matrix = np.empty((0, int(state["dimension"])), dtype=np.float32)
+        return KnowledgeChanges(
+            current, added.ids, matrix, gone.astype(np.int64, copy=False), added.labels
+        )
 
     def _bump(
         self,

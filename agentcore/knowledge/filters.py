@@ -1,0 +1,335 @@
+"""Filters over document metadata: which of a workspace's documents a filter selects.
+
+A filter is evaluated over the workspace's *documents*, never over its chunks: each
+process keeps a ``DocumentTable`` per workspace (every document's metadata, one column
+per key), brought up to date from the store's change log like the vector index, so a
+metadata change made by any process or node is seen by the next search anywhere. The
+verdicts per document then become the rows a search may return: the vector index
+gathers them by each row's label (its document's ``seq``), the keyword index likewise,
+and pgvector is given the documents' ids.
+
+Semantics (documented in docs/guide.md#filters):
+
+- ``eq`` compares like with like: a string equals only that string, a number only the
+  same number (``1`` and ``1.0`` are equal), a boolean only that boolean. Values of
+  another type (``"1"`` against ``1``, ``true`` against ``1``) are not equal.
+- ``gt``/``gte``/``lt``/``lte`` compare numbers with numbers and strings with strings
+  (by Unicode code point, so ISO dates order by time); a document whose value is of
+  the other type, or a boolean, does not match.
+- ``in`` matches when ``eq`` matches any listed value.
+- A document without the key matches no comparison but the negations.
+- ``ne`` and ``nin`` are exactly ``not eq`` and ``not in``: they match documents
+  without the key and documents whose value is of another type. So every filter and
+  its negation split the documents in two, and De Morgan's laws hold.
+- Rows of no document (``NO_LABEL``) are documents without metadata.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+from pydantic import TypeAdapter, ValidationError
+
+from agentcore.errors import invalid_fields
+from agentcore.knowledge.index import NO_LABEL
+from agentcore.schema import (
+    BoundedFilter,
+    CompoundFilter,
+    EqualityFilter,
+    Filter,
+    ListFilter,
+    Metadata,
+    RangeFilter,
+)
+from agentcore.storage.records import DocumentRow
+
+if TYPE_CHECKING:
+    from agentcore.storage.base import KnowledgeStore
+
+Mask = npt.NDArray[np.bool_]
+Labels = npt.NDArray[np.int64]
+
+_MISSING, _STRING, _NUMBER, _BOOLEAN = 0, 1, 2, 3
+_FILTER = TypeAdapter(BoundedFilter)
+_METADATA = TypeAdapter(Metadata)
+
+
+def check_filter(
+    value: Filter | Mapping[str, Any] | None, *, param: str = "filter"
+) -> Filter | None:
+    """``value`` as a ``Filter`` (a dict in OpenAI's shape, or a model), or a 422
+    naming the offending part, e.g. ``filter.filters.0.value``."""
+    if value is None:
+        return None
+    try:
+        return _FILTER.validate_python(value)
+    except ValidationError as exc:
+        raise invalid_fields(exc, prefix=tuple(param.split("."))) from None
+
+
+def check_metadata(value: Mapping[str, Any] | None) -> dict[str, str | int | float | bool]:
+    """``value`` as document metadata, or a 422 naming the offending key
+    (``metadata.<key>``); ``None`` is no metadata."""
+    if value is None:
+        return {}
+    try:
+        return _METADATA.validate_python(value)
+    except ValidationError as exc:
+        raise invalid_fields(exc, prefix=("metadata",)) from None
+
+
+class _Column:
+    """One metadata key over a table's documents: each one's kind and value."""
+
+    def __init__(self, size: int) -> None:
+        self.kinds = np.zeros(size, dtype=np.int8)
+        self.numbers = np.zeros(size, dtype=np.float64)  # numbers, and booleans as 0/1
+        self.strings = np.full(size, "", dtype=object)
+
+    def grow(self, size: int) -> None:
+        extra = size - self.kinds.shape[0]
+        if extra > 0:
+            self.kinds = np.concatenate((self.kinds, np.zeros(extra, dtype=np.int8)))
+            self.numbers = np.concatenate((self.numbers, np.zeros(extra, dtype=np.float64)))
+            self.strings = np.concatenate((self.strings, np.full(extra, "", dtype=object)))
+
+    def set(self, at: int, value: Any) -> None:
+        if value is None:
+            self.kinds[at], self.numbers[at], self.strings[at] = _MISSING, 0.0, ""
+        elif isinstance(value, bool):
+            self.kinds[at], self.numbers[at], self.strings[at] = _BOOLEAN, float(value), ""
+        elif isinstance(value, int | float):
+            self.kinds[at], self.numbers[at], self.strings[at] = _NUMBER, float(value), ""
+        else:
+            self.kinds[at], self.numbers[at], self.strings[at] = _STRING, 0.0, str(value)
+
+    def equal(self, value: Any, size: int) -> Mask:
+        """Which documents hold exactly ``value`` (like with like)."""
+        kinds = self.kinds[:size]
+        found: Mask
+        if isinstance(value, bool):
+            found = (kinds == _BOOLEAN) & (self.numbers[:size] == float(value))
+        elif isinstance(value, int | float):
+            found = (kinds == _NUMBER) & (self.numbers[:size] == float(value))
+        else:
+            found = (kinds == _STRING) & (self.strings[:size] == value)
+        return found
+
+    def among(self, values: Sequence[Any], size: int) -> Mask:
+        """Which documents hold one of ``values``."""
+        kinds = self.kinds[:size]
+        found = np.zeros(size, dtype=bool)
+        strings = [v for v in values if isinstance(v, str)]
+        numbers = [
+            float(v) for v in values if isinstance(v, int | float) and not isinstance(v, bool)
+        ]
+        booleans = [float(v) for v in values if isinstance(v, bool)]
+        if strings:
+            found |= (kinds == _STRING) & np.isin(self.strings[:size], strings)
+        if numbers:
+            found |= (kinds == _NUMBER) & np.isin(self.numbers[:size], numbers)
+        if booleans:
+            found |= (kinds == _BOOLEAN) & np.isin(self.numbers[:size], booleans)
+        return found
+
+    def ordered(self, op: str, value: str | int | float, size: int) -> Mask:
+        """Which documents hold a value of ``value``'s kind that compares ``op`` to it."""
+        compare: Callable[[Any, Any], Any] = _ORDER[op]
+        if isinstance(value, str):
+            kinds = self.kinds[:size] == _STRING
+            result = np.zeros(size, dtype=bool)
+            # object arrays compare element by element: only the strings are compared
+            result[kinds] = compare(self.strings[:size][kinds], value).astype(bool)
+            return result
+        found: Mask = (self.kinds[:size] == _NUMBER) & compare(self.numbers[:size], float(value))
+        return found
+
+
+_ORDER: dict[str, Callable[[Any, Any], Any]] = {
+    "gt": np.greater,
+    "gte": np.greater_equal,
+    "lt": np.less,
+    "lte": np.less_equal,
+}
+
+
+class DocumentTable:
+    """One workspace's documents as filters read them, at a store version.
+
+    Documents get dense ordinals in the order the table learns of them; each metadata
+    key is a ``_Column`` over them, so a comparison is one vectorised operation over
+    the workspace's documents. Thread-safe: ``apply`` and the readers take its lock
+    (both are short: a catch-up touches only the documents written since).
+    """
+
+    def __init__(self, version: int = 0) -> None:
+        self.version = version
+        self._lock = threading.Lock()
+        self._ordinal: dict[int, int] = {}  # seq -> ordinal
+        self._ids: list[str] = []
+        self._metadata: list[Mapping[str, Any]] = []
+        self._columns: dict[str, _Column] = {}
+        self._capacity = 0
+        self._sorted: tuple[Labels, npt.NDArray[np.int64]] | None = None
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def apply(self, rows: Iterable[DocumentRow], version: int) -> None:
+        """Learn these documents (new ones, or new metadata of known ones); the table
+        is then at ``version``."""
+        with self._lock:
+            for row in rows:
+                at = self._ordinal.get(row.seq)
+                if at is None:
+                    at = len(self._ids)
+                    self._ordinal[row.seq] = at
+                    self._ids.append(row.id)
+                    self._metadata.append({})
+                    self._sorted = None
+                    if at >= self._capacity:
+                        self._capacity = max(64, 2 * self._capacity, at + 1)
+                        for column in self._columns.values():
+                            column.grow(self._capacity)
+                old = self._metadata[at]
+                for key in old.keys() - row.metadata.keys():
+                    self._columns[key].set(at, None)
+                for key, value in row.metadata.items():
+                    if key not in self._columns:
+                        self._columns[key] = _Column(self._capacity)
+                    self._columns[key].set(at, value)
+                self._metadata[at] = dict(row.metadata)
+            self.version = max(self.version, version)
+
+    def select(self, spec: Filter) -> Mask:
+        """Which documents (by ordinal) ``spec`` selects."""
+        with self._lock:
+            return self._select(spec, len(self._ids))
+
+    def _select(self, spec: Filter, size: int) -> Mask:
+        if isinstance(spec, CompoundFilter):
+            parts = [self._select(inner, size) for inner in spec.filters]
+            joined = np.logical_and if spec.type == "and" else np.logical_or
+            return joined.reduce(parts) if len(parts) > 1 else parts[0]
+        column = self._columns.get(spec.key)
+        if isinstance(spec, EqualityFilter):
+            hit = column.equal(spec.value, size) if column else np.zeros(size, dtype=bool)
+            return ~hit if spec.type == "ne" else hit
+        if isinstance(spec, ListFilter):
+            hit = column.among(spec.value, size) if column else np.zeros(size, dtype=bool)
+            return ~hit if spec.type == "nin" else hit
+        assert isinstance(spec, RangeFilter)
+        if column is None:
+            return np.zeros(size, dtype=bool)
+        return column.ordered(spec.type, spec.value, size)
+
+    def selection(self, spec: Filter) -> Selection:
+        """What ``spec`` lets searches see: documents by label, and their ids."""
+        with self._lock:
+            size = len(self._ids)
+            chosen = self._select(spec, size)
+            if self._sorted is None:
+                seqs = np.fromiter(self._ordinal, dtype=np.int64, count=size)
+                order = np.argsort(seqs)
+                self._sorted = (seqs[order], order.astype(np.int64))
+            sorted_seqs, ordinals = self._sorted
+            ids = [self._ids[i] for i in np.flatnonzero(chosen).tolist()]
+        return Selection(chosen, sorted_seqs, ordinals, bool(_NOTHING.select(spec)[0]), ids)
+
+
+class Selection:
+    """The documents a filter selects: as a ``LabelFilter`` over row labels (document
+    seqs) for the indexes, and as document ids for a store that searches itself.
+
+    :param chosen: the verdict per document ordinal.
+    :param seqs: the table's seqs, sorted; ``ordinals`` their ordinals.
+    :param unknown: the verdict for a label the table does not know (a row of no
+        document): a document without metadata.
+    :param document_ids: the selected documents' ids.
+    """
+
+    def __init__(
+        self,
+        chosen: Mask,
+        seqs: Labels,
+        ordinals: npt.NDArray[np.int64],
+        unknown: bool,
+        document_ids: list[str],
+    ) -> None:
+        self._chosen = chosen
+        self._seqs = seqs
+        self._ordinals = ordinals
+        self._unknown = unknown
+        self.document_ids = document_ids
+
+    def __call__(self, labels: Labels) -> Mask:
+        """The verdict for each of ``labels`` (distinct document seqs)."""
+        out = np.full(labels.shape[0], self._unknown, dtype=bool)
+        if not self._seqs.size:
+            return out
+        at = np.minimum(np.searchsorted(self._seqs, labels), self._seqs.shape[0] - 1)
+        known = self._seqs[at] == labels
+        out[known] = self._chosen[self._ordinals[at[known]]]
+        return out
+
+    @property
+    def empty(self) -> bool:
+        """Whether no row can pass: no document is selected, nor a row of none."""
+        return not self.document_ids and not self._unknown
+
+
+def _document_without_metadata() -> DocumentTable:
+    table = DocumentTable()
+    table.apply([DocumentRow(NO_LABEL, "", {})], 0)
+    return table
+
+
+_NOTHING = _document_without_metadata()
+"""One document without metadata: the verdict for rows of no document."""
+
+
+class MetadataCache:
+    """Each workspace's ``DocumentTable``, kept at the store's version.
+
+    Before a filtered search the table is brought up to the store's version: the
+    documents written since its version (``documents_changed``) are applied, so a
+    metadata change by any process or node is seen by the next filtered search.
+    Deleted documents stay in the table (their rows left the indexes with them);
+    their seqs are never used again.
+    """
+
+    def __init__(self, store: KnowledgeStore) -> None:
+        self._store = store
+        self._tables: dict[tuple[str, str], DocumentTable] = {}
+        self._locks: dict[tuple[str, str], threading.Lock] = {}
+        self._guard = threading.Lock()
+
+    def table(self, organization_id: str, environment: str) -> DocumentTable:
+        """The workspace's table, current with the store."""
+        key = (organization_id, environment)
+        table = self._tables.get(key)
+        state = self._store.knowledge_state(organization_id, environment)
+        if table is not None and table.version >= state.version:
+            return table
+        with self._guard:
+            lock = self._locks.setdefault(key, threading.Lock())
+        with lock:
+            table = self._tables.get(key)
+            if table is not None and table.version >= state.version:
+                return table
+            changes = self._store.documents_changed(
+                organization_id, environment, None if table is None else table.version
+            )
+            if table is None:
+                table = DocumentTable()
+            table.apply(changes.documents, changes.version)
+            self._tables[key] = table
+            return table
+
+    def selection(self, organization_id: str, environment: str, spec: Filter) -> Selection:
+        """What ``spec`` selects among the workspace's documents now."""
+        return self.table(organization_id, environment).selection(spec)

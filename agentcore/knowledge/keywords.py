@@ -1,0 +1,435 @@
+"""Keyword search: BM25 over a workspace's chunks, from an in-memory inverted index.
+
+Why in memory, built from the chunk texts (see docs/decisions.md, "Keyword search"):
+the store's per-document sentence counts (``document_terms``) are document-level, and
+BM25 needs each chunk's term frequencies and length; a store-side table of them would
+add about sixty rows (or one large packed row) to every ingestion commit for a feature
+many workspaces never use. So a process builds a workspace's index the first time a
+keyword or hybrid search asks for it, with the same stemming tokenizer as the term
+counts and the extractive model (``StemTokenizer``: an identifier like "XK-4471-Q" is
+the stems ``xk``, ``4471``, ``q``), and keeps it current with the store's change log,
+like the vector index: the same rows (the chunks that have a vector), the same labels
+(their documents' ``seq``), so filters apply the same way.
+
+Layout
+    A *base* of postings in compressed-sparse-row form (per term: the rows holding it
+    and how often), built at load and at each merge, plus a *tail* of the rows added
+    since, in the same form, rebuilt from its few rows at each add. Deletes only mark
+    rows dead; a merge (when the tail passes an eighth of the base, or dead rows an
+    eighth of all rows) rebuilds one base without them. Readers take the published
+    ``_Snapshot`` (one attribute read); writers serialise on a lock.
+
+Scoring (Okapi BM25, ``k1 = 1.2``, ``b = 0.75``)
+    ``idf(t) = ln(1 + (N - df + 0.5) / (df + 0.5))`` and each row holding ``t`` ``tf``
+    times scores ``idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * len / avglen))``,
+    summed over the query's distinct stems. ``N`` and ``avglen`` count live rows; ``df``
+    counts dead rows too until the next merge drops them (as Lucene's does).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+import numpy.typing as npt
+
+from agentcore.knowledge.index import GATHER_FRACTION, LabelFilter, encode_labels
+from agentcore.redact import get_logger
+
+if TYPE_CHECKING:
+    from agentcore.storage.base import KnowledgeStore
+
+Tokenize = Callable[[Sequence[str]], list[list[str]]]
+"""The stems of each of several texts (``StemTokenizer.tokens_of``)."""
+IdArray = npt.NDArray[np.int64]
+ScoreArray = npt.NDArray[np.float32]
+
+K1 = 1.2
+B = 0.75
+MERGE_FRACTION = 8  # tail postings (or dead rows) past 1/8 of the base's: merge
+MIN_MERGE_POSTINGS = 65_536  # a tail smaller than this is never worth a merge
+_TEXT_BATCH = 2_000  # chunk texts read and tokenised at a time while loading
+_log = get_logger(__name__)
+
+
+@dataclass(frozen=True)
+class _Postings:
+    """Postings in compressed-sparse-row form: term ``t``'s rows and frequencies are
+    ``rows[starts[t]:starts[t + 1]]`` and ``tfs[...]`` (terms past the end: none)."""
+
+    starts: IdArray
+    rows: npt.NDArray[np.int32]
+    tfs: npt.NDArray[np.float32]
+
+    def of(self, term: int) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.float32]]:
+        if term + 1 >= self.starts.shape[0]:
+            return _NO_ROWS, _NO_TFS
+        a, b = int(self.starts[term]), int(self.starts[term + 1])
+        return self.rows[a:b], self.tfs[a:b]
+
+    @property
+    def pairs(self) -> int:
+        return int(self.rows.shape[0])
+
+    def triples(
+        self,
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.float32]]:
+        """``(rows, terms, tfs)`` of every posting."""
+        terms = np.repeat(np.arange(self.starts.shape[0] - 1, dtype=np.int64), np.diff(self.starts))
+        return self.rows.astype(np.int64), terms, self.tfs
+
+
+_NO_ROWS = np.empty(0, dtype=np.int32)
+_NO_TFS = np.empty(0, dtype=np.float32)
+_EMPTY = _Postings(np.zeros(1, dtype=np.int64), _NO_ROWS, _NO_TFS)
+
+
+def _csr(
+    rows: npt.NDArray[np.int64],
+    terms: npt.NDArray[np.int64],
+    tfs: npt.NDArray[np.float32],
+    vocabulary: int,
+) -> _Postings:
+    """Postings from ``(row, term, tf)`` triples (rows ascending within each term)."""
+    order = np.lexsort((rows, terms))
+    counts = np.bincount(terms, minlength=vocabulary)
+    starts = np.zeros(vocabulary + 1, dtype=np.int64)
+    np.cumsum(counts, out=starts[1:])
+    return _Postings(starts, rows[order].astype(np.int32), tfs[order].astype(np.float32))
+
+
+@dataclass(frozen=True)
+class _Snapshot:
+    """What a reader needs, published as one object; never changed after publishing."""
+
+    ids: IdArray  # row -> chunk id
+    labels: IdArray  # row -> its document's seq
+    lengths: npt.NDArray[np.float32]  # row -> how many stems its text has
+    alive: npt.NDArray[np.bool_]
+    base: _Postings
+    tail: _Postings  # postings of the rows added since the base was built
+    df: IdArray  # term -> rows holding it (dead ones too, until a merge)
+    live: int
+    live_length: float
+    _codes: list[tuple[npt.NDArray[np.int32] | None, IdArray | None]] = field(
+        default_factory=list, compare=False
+    )
+
+    def label_codes(self) -> tuple[npt.NDArray[np.int32] | None, IdArray | None]:
+        """The rows' labels as codes into distinct values (computed once per snapshot)."""
+        if not self._codes:
+            self._codes.append(encode_labels(self.labels))
+        return self._codes[0]
+
+
+class KeywordIndex:
+    """A BM25 index of one workspace's chunks; thread-safe (one writer at a time).
+
+    :param tokenize: the stems of texts; the same function reads queries.
+    """
+
+    def __init__(self, tokenize: Tokenize) -> None:
+        self._tokenize = tokenize
+        self._lock = threading.Lock()
+        self._vocabulary: dict[str, int] = {}
+        self._row_of: dict[int, int] = {}
+        self._tail_triples: list[tuple[IdArray, IdArray, npt.NDArray[np.float32]]] = []
+        empty_ids = np.empty(0, dtype=np.int64)
+        self._snap = _Snapshot(
+            empty_ids,
+            empty_ids,
+            np.empty(0, dtype=np.float32),
+            np.empty(0, dtype=bool),
+            _EMPTY,
+            _EMPTY,
+            np.empty(0, dtype=np.int64),
+            0,
+            0.0,
+        )
+
+    def __len__(self) -> int:
+        return self._snap.live
+
+    def contains(self, chunk_id: int) -> bool:
+        """Whether ``chunk_id`` is a live row."""
+        row = self._row_of.get(int(chunk_id))
+        return row is not None and bool(self._snap.alive[row])
+
+    # writing -------------------------------------------------------------------
+
+    def add(self, ids: IdArray, labels: IdArray, texts: Sequence[str]) -> None:
+        """Index chunks (ids not in the index yet) with their labels and texts."""
+        self.add_batches([(ids, labels, texts)])
+
+    def add_batches(self, batches: Iterable[tuple[IdArray, IdArray, Sequence[str]]]) -> None:
+        """``add`` for many batches of chunks, published once (a whole workspace's
+        load: its postings are sorted into one base once, not once per batch)."""
+        with self._lock:
+            snap = self._snap
+            start = snap.ids.shape[0]
+            new_ids: list[IdArray] = []
+            new_labels: list[IdArray] = []
+            new_lengths: list[npt.NDArray[np.float32]] = []
+            for ids, labels, texts in batches:
+                if len(texts) != ids.shape[0] or labels.shape[0] != ids.shape[0]:
+                    raise ValueError("one label and one text per id")
+                if not len(texts):
+                    continue
+                rows, terms, tfs, lengths = self._count(self._tokenize(texts), start)
+                self._tail_triples.append((rows, terms, tfs))
+                new_ids.append(np.asarray(ids, dtype=np.int64))
+                new_labels.append(np.asarray(labels, dtype=np.int64))
+                new_lengths.append(lengths)
+                start += len(texts)
+            if not new_ids:
+                return
+            added_ids = np.concatenate(new_ids)
+            lengths = np.concatenate(new_lengths)
+            vocabulary = len(self._vocabulary)
+            terms = np.concatenate([t[1] for t in self._tail_triples[-len(new_ids) :]])
+            df = np.zeros(vocabulary, dtype=np.int64)
+            df[: snap.df.shape[0]] = snap.df
+            df += np.bincount(terms, minlength=vocabulary)
+            first = snap.ids.shape[0]
+            self._row_of.update(
+                zip(added_ids.tolist(), range(first, first + added_ids.shape[0]), strict=True)
+            )
+            tail = _csr(
+                np.concatenate([t[0] for t in self._tail_triples]),
+                np.concatenate([t[1] for t in self._tail_triples]),
+                np.concatenate([t[2] for t in self._tail_triples]),
+                vocabulary,
+            )
+            self._snap = _Snapshot(
+                np.concatenate((snap.ids, added_ids)),
+                np.concatenate((snap.labels, *new_labels)),
+                np.concatenate((snap.lengths, lengths)),
+                np.concatenate((snap.alive, np.ones(added_ids.shape[0], dtype=bool))),
+                snap.base,
+                tail,
+                df,
+                snap.live + added_ids.shape[0],
+                snap.live_length + float(lengths.sum()),
+            )
+            self._merge_if_due()
+
+    def _count(
+        self, stems: list[list[str]], start: int
+    ) -> tuple[IdArray, IdArray, npt.NDArray[np.float32], npt.NDArray[np.float32]]:
+        """``(row, term, tf)`` triples of texts' ``stems`` (rows from ``start``) and each
+        text's length; new stems join the vocabulary."""
+        vocabulary = self._vocabulary
+        counts = np.fromiter((len(s) for s in stems), dtype=np.int64, count=len(stems))
+        flat = [vocabulary.setdefault(stem, len(vocabulary)) for found in stems for stem in found]
+        terms = np.asarray(flat, dtype=np.int64)
+        rows = np.repeat(np.arange(start, start + len(stems), dtype=np.int64), counts)
+        width = max(len(vocabulary), 1)
+        pairs, tf = np.unique(rows * width + terms, return_counts=True)
+        return pairs // width, pairs % width, tf.astype(np.float32), counts.astype(np.float32)
+
+    def remove(self, ids: IdArray) -> int:
+        """Mark chunks dead (unknown ids are ignored); how many were live."""
+        with self._lock:
+            snap = self._snap
+            rows = [
+                r for r in (self._row_of.pop(int(i), None) for i in ids.tolist()) if r is not None
+            ]
+            rows = [r for r in rows if snap.alive[r]]
+            if not rows:
+                return 0
+            alive = snap.alive.copy()
+            alive[rows] = False
+            gone = float(snap.lengths[rows].sum())
+            self._snap = _Snapshot(
+                snap.ids,
+                snap.labels,
+                snap.lengths,
+                alive,
+                snap.base,
+                snap.tail,
+                snap.df,
+                snap.live - len(rows),
+                snap.live_length - gone,
+            )
+            self._merge_if_due()
+            return len(rows)
+
+    def _merge_if_due(self) -> None:
+        """Fold the tail into the base, and drop dead rows, once either has grown past
+        an eighth of the base (locked)."""
+        snap = self._snap
+        rows = snap.ids.shape[0]
+        dead = rows - snap.live
+        tail = snap.tail.pairs
+        if tail < max(MIN_MERGE_POSTINGS, snap.base.pairs // MERGE_FRACTION) and (
+            dead * MERGE_FRACTION <= rows
+        ):
+            return
+        base_rows, base_terms, base_tfs = snap.base.triples()
+        all_rows = np.concatenate((base_rows, *(t[0] for t in self._tail_triples)))
+        all_terms = np.concatenate((base_terms, *(t[1] for t in self._tail_triples)))
+        all_tfs = np.concatenate((base_tfs, *(t[2] for t in self._tail_triples)))
+        keep = snap.alive[all_rows]
+        renumber = np.cumsum(snap.alive, dtype=np.int64) - 1  # old row -> new row
+        kept_rows = renumber[all_rows[keep]]
+        vocabulary = len(self._vocabulary)
+        terms = all_terms[keep]
+        base = _csr(kept_rows, terms, all_tfs[keep], vocabulary)
+        alive_rows = np.flatnonzero(snap.alive)
+        ids = snap.ids[alive_rows]
+        self._row_of = dict(zip(ids.tolist(), range(ids.shape[0]), strict=True))
+        self._tail_triples = []
+        self._snap = _Snapshot(
+            ids,
+            snap.labels[alive_rows],
+            snap.lengths[alive_rows],
+            np.ones(ids.shape[0], dtype=bool),
+            base,
+            _EMPTY,
+            np.bincount(terms, minlength=vocabulary).astype(np.int64),
+            int(ids.shape[0]),
+            float(snap.lengths[alive_rows].sum()),
+        )
+
+    # reading -------------------------------------------------------------------
+
+    def search(
+        self, query: str, k: int, *, allow: LabelFilter | None = None
+    ) -> tuple[IdArray, ScoreArray]:
+        """The ``k`` chunk ids with the highest BM25 scores for ``query``'s stems, best
+        first (ties by ascending id); rows scoring 0 (no stem in common) are left out.
+        ``allow`` (a filter's verdicts on row labels) is applied before the top ``k``."""
+        snap = self._snap
+        vocabulary = self._vocabulary
+        terms = sorted(
+            {t for t in (vocabulary.get(s) for s in self._tokenize([query])[0]) if t is not None}
+        )
+        if not terms or snap.live == 0:
+            return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float32)
+        n = snap.ids.shape[0]
+        live = snap.live
+        norm = np.float32(K1 * B / (snap.live_length / live)) if snap.live_length else np.float32(0)
+        # per row: k1 * (1 - b + b * len / avglen), the part of the denominator tf lacks
+        scores = np.zeros(n, dtype=np.float32)
+        for term in terms:
+            df = float(snap.df[term]) if term < snap.df.shape[0] else 0.0
+            if not df:
+                continue
+            idf = np.float32(np.log1p((live - df + 0.5) / (df + 0.5)))
+            for postings in (snap.base, snap.tail):
+                rows, tfs = postings.of(term)
+                if rows.shape[0]:
+                    damp = np.float32(K1 * (1 - B)) + norm * snap.lengths[rows]
+                    scores[rows] += idf * tfs * np.float32(K1 + 1) / (tfs + damp)
+        hit = scores > 0
+        hit &= snap.alive
+        if allow is not None:
+            codes, values = snap.label_codes()
+            if codes is None or values is None:
+                verdict = allow(np.array([-1], dtype=np.int64))
+                if not verdict[0]:
+                    hit[:] = False
+            else:
+                hit &= np.asarray(allow(values), dtype=bool)[codes]
+        matched = np.flatnonzero(hit)
+        if matched.shape[0] > k:
+            found = scores[matched]
+            cut = np.partition(found, matched.shape[0] - k)[matched.shape[0] - k]
+            matched = matched[found >= cut]  # ties at the cut stay, for the id tie-break
+        ids, found = snap.ids[matched], scores[matched]
+        order = np.lexsort((ids, -found))[:k]
+        return ids[order], found[order]
+
+
+__all__ = ["GATHER_FRACTION", "KeywordCache", "KeywordIndex"]
+
+
+class KeywordCache:
+    """Each workspace's ``KeywordIndex`` in this process, built on first use and kept
+    at the store's version through its change log (``changes_since`` without vectors:
+    the ids and labels of the rows added, the ids deleted; then the added chunks'
+    texts). A gap the log cannot bridge rebuilds the workspace's index.
+
+    :param store: where chunks, their texts and the change log are.
+    :param tokenize: the stemming tokenizer (``StemTokenizer.tokens_of``).
+    :param catchup_max_rows: most rows to add from the log before a rebuild is preferred.
+    """
+
+    def __init__(
+        self, store: KnowledgeStore, tokenize: Tokenize, *, catchup_max_rows: int = 100_000
+    ) -> None:
+        self._store = store
+        self._tokenize = tokenize
+        self._catchup_max_rows = catchup_max_rows
+        self._entries: dict[tuple[str, str], tuple[int, KeywordIndex]] = {}
+        self._locks: dict[tuple[str, str], threading.Lock] = {}
+        self._guard = threading.Lock()
+        self.builds = 0  # whole workspaces indexed (a number tests read)
+
+    def get(self, organization_id: str, environment: str) -> KeywordIndex:
+        """The workspace's keyword index, current with the store."""
+        key = (organization_id, environment)
+        version = self._store.knowledge_state(organization_id, environment).version
+        entry = self._entries.get(key)
+        if entry is not None and entry[0] == version:
+            return entry[1]
+        with self._guard:
+            lock = self._locks.setdefault(key, threading.Lock())
+        with lock:
+            entry = self._entries.get(key)
+            if entry is not None:
+                caught_up = self._catch_up(key, *entry)
+                if caught_up is not None:
+                    self._entries[key] = (caught_up, entry[1])
+                    return entry[1]
+            return self._build(key)
+
+    def _catch_up(self, key: tuple[str, str], version: int, index: KeywordIndex) -> int | None:
+        """Apply the change log since ``version`` to ``index``; the version it reached,
+        or ``None`` when the log cannot bridge the gap."""
+        changes = self._store.changes_since(
+            *key, version, max_rows=self._catchup_max_rows, vectors=False
+        )
+        if changes is None:
+            return None
+        added = changes.added_ids
+        if added.size:
+            fresh = np.fromiter((not index.contains(i) for i in added.tolist()), bool, added.size)
+            labels = changes.added_labels
+            labels = np.full(added.size, -1, np.int64) if labels is None else labels
+            self._add(index, added[fresh], labels[fresh])
+        if changes.deleted_ids.size:
+            index.remove(changes.deleted_ids)
+        return changes.version
+
+    def _build(self, key: tuple[str, str]) -> KeywordIndex:
+        version = self._store.knowledge_state(*key).version
+        rows = self._store.load_index(*key, 0, vectors=False)
+        index = KeywordIndex(self._tokenize)
+        self._add(index, rows.ids, rows.labels)
+        self._entries[key] = (version, index)
+        self.builds += 1
+        # writes between the version read and the load are applied again by the next
+        # catch-up only where they are new (contains), as the vector index does
+        return index
+
+    def _add(self, index: KeywordIndex, ids: IdArray, labels: IdArray) -> None:
+        """Add these rows to ``index`` with their texts, read ``_TEXT_BATCH`` at a time
+        (a chunk deleted meanwhile is left out: its tombstone follows)."""
+
+        def batches() -> Iterator[tuple[IdArray, IdArray, list[str]]]:
+            for start in range(0, ids.shape[0], _TEXT_BATCH):
+                batch = ids[start : start + _TEXT_BATCH]
+                texts = self._store.chunk_texts_by_id(batch.tolist())
+                present = np.fromiter((int(i) in texts for i in batch.tolist()), bool, batch.size)
+                kept = batch[present]
+                yield (
+                    kept,
+                    labels[start : start + _TEXT_BATCH][present],
+                    [texts[int(i)] for i in kept.tolist()],
+                )
+
+        index.add_batches(batches())

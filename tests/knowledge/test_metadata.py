@@ -1,0 +1,189 @@
+"""Document metadata and filtered search through the Python API, on both stores.
+
+Metadata is stored with a document and returned with it and its search results; a
+PATCH replaces it and every process's next search sees it; bad metadata stores
+nothing; filters select by it before the top k is taken, in every mode, in memory and
+with pgvector; and nothing of it crosses workspaces.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from agentcore import AgentCore
+from agentcore.errors import NotFound, PermissionDenied, ValidationFailed
+from agentcore.workspace import Workspace
+
+pytestmark = pytest.mark.both_stores
+
+HR = [
+    (
+        "leave.txt",
+        "Employees get twenty five vacation days per year.",
+        {"team": "hr", "year": 2024},
+    ),
+    ("parental.txt", "Parental leave lasts sixteen weeks.", {"team": "hr", "year": 2022}),
+]
+IT = [
+    ("laptops.txt", "Laptops are replaced every three years.", {"team": "it", "year": 2024}),
+    ("portal.txt", "Reset a password on the XK-4471-Q portal.", {"team": "it", "public": True}),
+]
+
+
+def fill(ws: Workspace) -> dict[str, str]:
+    """The teams' documents; their ids by source."""
+    return {
+        source: ws.knowledge.ingest_text(source, text, metadata=meta).id
+        for source, text, meta in HR + IT
+    }
+
+
+def sources(results: Any) -> set[str]:
+    return {r.source for r in results}
+
+
+@pytest.fixture
+def ws(core: AgentCore) -> Workspace:
+    return core.workspace("acme")
+
+
+def test_metadata_is_stored_returned_and_searchable(ws: Workspace) -> None:
+    ids = fill(ws)
+    leave = ws.knowledge.get(ids["leave.txt"])
+    assert leave.metadata == {"team": "hr", "year": 2024}
+    listed = {d.source: d.metadata for d in ws.knowledge.list(limit=10).documents}
+    assert listed["portal.txt"] == {"team": "it", "public": True}
+    result = ws.knowledge.search("vacation days", top_k=1).results[0]
+    assert (result.source, result.metadata) == ("leave.txt", {"team": "hr", "year": 2024})
+    untagged = ws.knowledge.ingest_text("plain.txt", "No attributes here.")
+    assert untagged.metadata == {} and ws.knowledge.get(untagged.id).metadata == {}
+
+
+@pytest.mark.parametrize("mode", ["vector", "keyword", "hybrid"])
+def test_filters_select_documents_in_every_mode(ws: Workspace, mode: str) -> None:
+    fill(ws)
+    it = {"type": "eq", "key": "team", "value": "it"}
+    found = ws.knowledge.search("vacation password laptops leave", mode=mode, filter=it, top_k=10)
+    assert sources(found.results) == {"laptops.txt", "portal.txt"}
+    recent = {
+        "type": "and",
+        "filters": [
+            {"type": "gte", "key": "year", "value": 2024},
+            {"type": "ne", "key": "team", "value": "it"},
+        ],
+    }
+    found = ws.knowledge.search(
+        "vacation password laptops leave", mode=mode, filter=recent, top_k=10
+    )
+    assert sources(found.results) == {"leave.txt"}
+    none = {"type": "in", "key": "team", "value": ["legal"]}
+    assert ws.knowledge.search("vacation", mode=mode, filter=none).results == []
+
+
+def test_a_selective_filter_fills_top_k(ws: Workspace) -> None:
+    fill(ws)
+    for n in range(12):  # many documents that match the query better
+        ws.knowledge.ingest_text(f"noise{n}.txt", f"Vacation days vacation days vacation {n}.")
+    hr = {"type": "eq", "key": "team", "value": "hr"}
+    found = ws.knowledge.search("vacation days", top_k=2, filter=hr).results
+    assert sources(found) == {"leave.txt", "parental.txt"}
+
+
+def test_an_update_replaces_metadata_and_search_sees_it_in_another_process(
+    pair: tuple[AgentCore, AgentCore],
+) -> None:
+    a, b = pair
+    wa, wb = a.workspace("acme"), b.workspace("acme")
+    ids = fill(wa)
+    it = {"type": "eq", "key": "team", "value": "it"}
+    assert sources(wb.knowledge.search("vacation", filter=it, top_k=10).results) == {
+        "laptops.txt",
+        "portal.txt",
+    }
+    updated = wa.knowledge.update(ids["leave.txt"], metadata={"team": "it"})
+    assert updated.metadata == {"team": "it"} and updated.status == "ready"
+    # b's tables were current before the update: its very next search sees it
+    assert "leave.txt" in sources(wb.knowledge.search("vacation", filter=it, top_k=10).results)
+    year = {"type": "eq", "key": "year", "value": 2024}
+    assert "leave.txt" not in sources(
+        wb.knowledge.search("vacation", filter=year, top_k=10).results
+    )
+    result = wb.knowledge.search("vacation days", top_k=1).results[0]
+    assert result.metadata == {"team": "it"}
+    cleared = wa.knowledge.update(ids["leave.txt"], metadata={})
+    assert cleared.metadata == {} and wb.knowledge.get(ids["leave.txt"]).metadata == {}
+
+
+def test_bad_metadata_stores_nothing(ws: Workspace) -> None:
+    with pytest.raises(ValidationFailed) as refused:
+        ws.knowledge.ingest_text("a.txt", "Some text.", metadata={"owner": {"name": "ana"}})
+    assert refused.value.param == "metadata.owner"
+    with pytest.raises(ValidationFailed):
+        ws.knowledge.ingest_file(
+            b"Some text.", filename="a.txt", metadata={"k" * 65: 1}, wait=False
+        )
+    assert ws.knowledge.list().documents == []
+    document = ws.knowledge.ingest_text("a.txt", "Some text.", metadata={"team": "hr"})
+    with pytest.raises(ValidationFailed) as refused:
+        ws.knowledge.update(document.id, metadata={f"k{i}": i for i in range(17)})
+    assert refused.value.param == "metadata"
+    assert ws.knowledge.get(document.id).metadata == {"team": "hr"}
+
+
+def test_metadata_and_filters_stay_in_their_workspace(core: AgentCore) -> None:
+    acme, other, live = (
+        core.workspace("acme"),
+        core.workspace("other"),
+        core.workspace("acme", "live"),
+    )
+    ids = fill(acme)
+    other.knowledge.ingest_text("theirs.txt", "Vacation days are plenty.", metadata={"team": "hr"})
+    hr = {"type": "eq", "key": "team", "value": "hr"}
+    assert sources(other.knowledge.search("vacation", filter=hr, top_k=10).results) == {
+        "theirs.txt"
+    }
+    assert live.knowledge.search("vacation", filter=hr, top_k=10).results == []
+    for stranger in (other, live):
+        with pytest.raises(NotFound):
+            stranger.knowledge.update(ids["leave.txt"], metadata={"team": "x"})
+    assert acme.knowledge.get(ids["leave.txt"]).metadata["team"] == "hr"
+
+
+def test_updating_metadata_needs_write_scope(core: AgentCore) -> None:
+    ids = fill(core.workspace("acme"))
+    reader = core.workspace("acme", scopes=["read"])
+    with pytest.raises(PermissionDenied):
+        reader.knowledge.update(ids["leave.txt"], metadata={})
+    with pytest.raises(NotFound):
+        core.workspace("acme").knowledge.update("doc_missing", metadata={})
+
+
+@pytest.fixture
+def pgvector_core(store_kind: str, store_url: str) -> Iterator[AgentCore]:
+    if store_kind != "postgres":
+        pytest.skip("pgvector is PostgreSQL's")
+    with AgentCore.open(store_url, vector_search="pgvector") as core:
+        yield core
+
+
+@pytest.mark.parametrize("mode", ["vector", "hybrid"])
+def test_filters_with_pgvector(pgvector_core: AgentCore, mode: str) -> None:
+    ws = pgvector_core.workspace("acme")
+    fill(ws)
+    hr = {"type": "eq", "key": "team", "value": "hr"}
+    found = ws.knowledge.search("password laptops vacation", mode=mode, filter=hr, top_k=10)
+    assert sources(found.results) == {"leave.txt", "parental.txt"}
+    keyword = ws.knowledge.search("XK-4471-Q", mode="keyword").results
+    assert [r.source for r in keyword] == ["portal.txt"] and -1 <= keyword[0].score <= 1
+    nothing = {"type": "eq", "key": "team", "value": "legal"}
+    assert ws.knowledge.search("vacation", mode=mode, filter=nothing).results == []
+    # the filter is in the SQL, before its LIMIT: rows that rank higher do not crowd it out
+    for n in range(40):
+        ws.knowledge.ingest_text(f"noise{n}.txt", f"Vacation days vacation days vacation {n}.")
+    found = ws.knowledge.search("vacation days", mode=mode, top_k=2, filter=hr)
+    assert sources(found.results) == {"leave.txt", "parental.txt"}
+    unfiltered = ws.knowledge.search("vacation days", mode=mode, top_k=2)
+    assert sources(unfiltered.results) <= {f"noise{n}.txt" for n in range(40)}
