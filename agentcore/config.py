@@ -30,6 +30,10 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from agentcore.errors import ValidationFailed
 
 MiB = 1024 * 1024
+GiB = 1024 * MiB
+#: The share of the machine's memory (or its container's limit) a process's index
+#: cache may keep when ``index_cache_bytes`` is unset.
+INDEX_CACHE_SHARE = 4
 
 #: The dotenv file read by ``Settings`` and by plugin settings, relative to the working
 #: directory; a missing file is skipped. Variables set in the environment win over it.
@@ -223,6 +227,15 @@ class Settings(BaseSettings):
     max_document_chunks: int = Field(
         100_000, ge=1, description="Most chunks one document may make (413 beyond)."
     )
+    index_cache_bytes: int | None = Field(
+        None,
+        ge=0,
+        description="Most bytes of workspace indexes one process keeps loaded; past it the"
+        " least recently used workspaces are evicted (never one a search is using) and load"
+        " again at their next search. Unset: a quarter of the machine's memory (or of its"
+        " container's limit). Each process has its own: `serve --workers N` divides the"
+        " unset default by N. See Deployment, 'Sizing a node for N tenants'.",
+    )
     index_dtype: Literal["float32", "float16", "int8"] = Field(
         "float32",
         description="How a workspace's in-memory index stores its rows: `float32` (exact),"
@@ -371,6 +384,22 @@ class Settings(BaseSettings):
             return self.ingest_workers
         return max(1, min(4, (os.cpu_count() or 2) // 2))
 
+    @property
+    def index_cache_budget(self) -> int:
+        """The index cache's budget in bytes: ``index_cache_bytes``, or when it is unset
+        ``machine_memory() // INDEX_CACHE_SHARE``."""
+        if self.index_cache_bytes is not None:
+            return self.index_cache_bytes
+        return machine_memory() // INDEX_CACHE_SHARE
+
+    def index_cache_budget_of(self, processes: int) -> int:
+        """The budget of each of ``processes`` processes serving together (``serve
+        --workers``): ``index_cache_bytes`` when set (it is per process), else the
+        default divided among them, so the node keeps its share whatever N is."""
+        if self.index_cache_bytes is not None:
+            return self.index_cache_bytes
+        return self.index_cache_budget // max(1, processes)
+
     def page_size(self, limit: int | None) -> int:
         """``limit`` checked against ``max_page_size`` (``default_page_size`` if None)."""
         if limit is None:
@@ -504,6 +533,27 @@ class Settings(BaseSettings):
         loaded = self._on_demand[key]
         assert isinstance(loaded, key)
         return loaded
+
+
+def machine_memory() -> int:
+    """Bytes of memory this process's machine has: the physical memory, or the memory
+    limit of its container (cgroup v2 or v1) when that is lower; 4 GiB when unknown."""
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):  # not POSIX
+        return 4 * GiB
+    for limit_file in (
+        "/sys/fs/cgroup/memory.max",
+        "/sys/fs/cgroup/memory/memory.limit_in_bytes",
+    ):
+        try:
+            with open(limit_file) as f:
+                limit = f.read().strip()
+        except OSError:
+            continue
+        if limit.isdigit() and 0 < int(limit) < total:
+            total = int(limit)
+    return total
 
 
 def _plugin_routes(

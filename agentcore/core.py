@@ -33,7 +33,7 @@ from agentcore.knowledge.embedders import Embedder
 from agentcore.knowledge.filters import MetadataCache
 from agentcore.knowledge.jobs import IngestionJobs, WorkersUnavailable
 from agentcore.knowledge.keywords import KeywordCache
-from agentcore.knowledge.segments import segment_root
+from agentcore.knowledge.segments import max_mapped_files, segment_root
 from agentcore.knowledge.service import KnowledgeService
 from agentcore.knowledge.terms import TermCounter
 from agentcore.knowledge.workers import Completed, WorkerSpec
@@ -174,6 +174,8 @@ class AgentCore:
             store_search=_store_search(store, settings),
             max_token_chars=settings.max_token_chars,
             codec=settings.index_dtype,
+            budget_bytes=settings.index_cache_budget,
+            max_mapped_files=max_mapped_files(),
             runtime=self.runtime,
             observer=observer,
             **_segment_options(store, settings),

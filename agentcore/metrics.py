@@ -117,6 +117,38 @@ class Metrics:
             "agentcore_index_bytes",
             "Bytes of the indexes this process holds (in RAM or mapped from segment files).",
         )
+        # the index budget (index_cache_bytes) and what it did since the process started
+        self._index_budget = [
+            (field, gauge(name, documentation))
+            for field, name, documentation in (
+                (
+                    "budget_bytes",
+                    "agentcore_index_budget_bytes",
+                    "The index budget (index_cache_bytes) of this process.",
+                ),
+                (
+                    "bytes",
+                    "agentcore_index_charged_bytes",
+                    "Bytes of loaded indexes charged to the budget (what a scan keeps resident).",
+                ),
+                (
+                    "loads",
+                    "agentcore_index_loads",
+                    "Whole-workspace index loads since the process started.",
+                ),
+                (
+                    "evictions",
+                    "agentcore_index_evictions",
+                    "Workspaces evicted by the index budget since the process started.",
+                ),
+                (
+                    "segment_fallbacks",
+                    "agentcore_index_segment_fallbacks",
+                    "Loads that could not use their segment files (each logged) since the"
+                    " process started.",
+                ),
+            )
+        ]
 
     def searched(self, seconds: float) -> None:
         """A knowledge search took ``seconds``."""
@@ -151,6 +183,9 @@ class Metrics:
         self._index_workspaces.set(workspaces)
         self._index_rows.set(rows)
         self._index_bytes.set(size)
+        held = self._indexes.stats()
+        for field, budget_gauge in self._index_budget:
+            budget_gauge.set(held[field] or 0)
 
     def backlog(self) -> Collector:
         """A collector of the store's backlog (one read at each scrape): ingestion jobs

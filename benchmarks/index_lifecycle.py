@@ -31,7 +31,6 @@ Run: ``python benchmarks/index_lifecycle.py [--rows 1000000] [--dim 384] [--work
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import statistics
@@ -40,47 +39,23 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
 RESULTS = REPO / "benchmarks" / "results" / "index_lifecycle.json"
 ORG = "bench"
 ENV = "test"
 
-from agentcore import AgentCore, hookimpl  # noqa: E402
+from bench_embedder import BenchPlugin  # noqa: E402
+
+from agentcore import AgentCore  # noqa: E402
 from agentcore.schema import Document  # noqa: E402
-
-
-class BenchEmbedder:
-    """Deterministic vectors of any dimension (only queries are embedded here)."""
-
-    def __init__(self, dimension: int) -> None:
-        self.name = f"bench-{dimension}"
-        self.dimension = dimension
-
-    def embed(self, texts: Sequence[str], kind: str = "passage") -> npt.NDArray[np.float32]:
-        out = np.empty((len(texts), self.dimension), dtype=np.float32)
-        for i, text in enumerate(texts):
-            seed = int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little")
-            out[i] = np.random.default_rng(seed).standard_normal(self.dimension)
-        return out
-
-
-class BenchPlugin:
-    def __init__(self, dimension: int) -> None:
-        self.dimension = dimension
-
-    @hookimpl
-    def agentcore_register_embedders(self, register: Any, settings: Any) -> None:
-        register(BenchEmbedder(self.dimension))
-
 
 # what the cores' index caches told their observer (loads, merges, ...), by event
 SEEN: Counter[str] = Counter()

@@ -20,7 +20,11 @@ import agentcore
 from agentcore import AgentCore
 from agentcore.chat_models import ChatRequest, ChatResult
 from agentcore.ids import new_id, utcnow
+from agentcore.knowledge.segments import segment_root
+from agentcore.knowledge.workspace_indexes import WorkspaceIndexes
+from agentcore.plugins.hashing_embedder import HashingEmbedder
 from agentcore.schema import Document
+from agentcore.storage.sqlite import SQLiteStore
 
 PROBLEM_MEMBERS = {"type", "title", "status", "detail", "code", "request_id"}
 CLI = [sys.executable, "-m", "agentcore.cli"]
@@ -41,6 +45,24 @@ class Seen:
     def __getitem__(self, event: str) -> int:
         with self._lock:
             return self.counts[event]
+
+
+def file_indexes(db: str | Path, **options: Any) -> tuple[SQLiteStore, WorkspaceIndexes]:
+    """A migrated ``SQLiteStore`` on ``db`` and ``WorkspaceIndexes`` over it with its
+    segment files where a core puts them (``index_dir = "auto"``) and the hashing
+    embedder, as a core builds them; ``options`` go to ``WorkspaceIndexes``. Close both."""
+    store = SQLiteStore.open(db)
+    embedder = HashingEmbedder()
+    root, identity = segment_root(str(db), "auto")
+    indexes = WorkspaceIndexes(
+        store,
+        embedders={embedder.name: embedder},
+        embedder=embedder.name,
+        segments=root,
+        store_identity=identity,
+        **options,
+    )
+    return store, indexes
 
 
 _SEEN: weakref.WeakKeyDictionary[AgentCore, Seen] = weakref.WeakKeyDictionary()

@@ -146,8 +146,10 @@ def run(core: AgentCore, args: argparse.Namespace) -> int:
         sock.close()  # the port is free: uvicorn's supervisor binds it for its workers
         backend = core.settings.rate_limit_backend
         metrics = serves_metrics(core.settings)
+        # each process keeps its own indexes: the default budget is the node's, shared
+        budget = core.settings.index_cache_budget_of(args.workers)
         core.close()  # the store is migrated; each worker process opens its own core
-        return _serve_workers(args, backend, options, metrics=metrics)
+        return _serve_workers(args, backend, options, metrics=metrics, index_cache_bytes=budget)
     config = uvicorn.Config(
         create_app(core, metrics=serves_metrics(core.settings)),
         host=args.host,
@@ -177,7 +179,12 @@ def _banner(args: argparse.Namespace, workers: str = "") -> str:
 
 
 def _serve_workers(
-    args: argparse.Namespace, rate_limit_backend: str, options: Any, *, metrics: bool
+    args: argparse.Namespace,
+    rate_limit_backend: str,
+    options: Any,
+    *,
+    metrics: bool,
+    index_cache_bytes: int,
 ) -> int:
     """Serve with ``args.workers`` processes on one socket (the store is already migrated).
 
@@ -188,7 +195,7 @@ def _serve_workers(
     """
     # N processes behind one port must share one limit per key, as one process would
     shared = {"rate_limit_backend": "store"} if rate_limit_backend == "auto" else {}
-    export_to_children(args.db, **shared)
+    export_to_children(args.db, index_cache_bytes=str(index_cache_bytes), **shared)
     with metrics_directory() if metrics else contextlib.nullcontext():
         print(_banner(args, f" with {args.workers} worker processes"), flush=True)
         uvicorn.run(

@@ -41,10 +41,12 @@ Search
 
 from __future__ import annotations
 
+import mmap
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -70,6 +72,11 @@ MAX_STEPS = 4 * MAX_PARTS
 # A tail this large with ascending ids is sealed as a frozen part (its rows stay where
 # they are) instead of being copied into a larger buffer.
 SEAL_ROWS = 65_536
+# Bytes of Python objects an index keeps besides its arrays (the index, its snapshot,
+# parts, locks; measured with tracemalloc, rounded up), and per row of the tail's
+# id-to-row map (a dict entry and two ints).
+INDEX_OVERHEAD_BYTES = 4096
+ROW_MAP_BYTES = 100
 _NO_PARAMS = np.empty(0, dtype=np.float32)  # float32 rows need no codec parameters
 _FLOAT32 = kernels.Float32Codec()
 _EMPTY_IDS = np.empty(0, dtype=np.int64)
@@ -102,6 +109,61 @@ def encode_labels(labels: IdArray | None) -> tuple[LabelCodes | None, IdArray | 
     return codes.astype(np.int32, copy=False), values.astype(np.int64, copy=False)
 
 
+class RowStore(Protocol):
+    """Where the float32 rows of an approximate codec's parts are kept instead of RAM
+    (a workspace's rows in the store): an index given one keeps only the codes of such
+    parts, and reads the few rows it re-scores back at each search."""
+
+    def locate(self, ids: IdArray) -> IdArray:
+        """Locators of the rows ``ids`` (-1 for one not kept)."""
+
+    def read(self, locators: IdArray) -> Matrix:
+        """The float32 rows at ``locators``; all NaN for a row no longer kept."""
+
+
+class StoredRows:
+    """A part's float32 rows kept by a ``RowStore``: what ``Part.vectors`` holds in their
+    place. Indexing it by row numbers (or a slice) reads those rows back; it costs only
+    its locators (8 bytes a row)."""
+
+    ndim = 2
+    dtype = _VECTOR_DTYPE
+
+    def __init__(self, store: RowStore, locators: IdArray, dimension: int) -> None:
+        self.store = store
+        self.locators = np.ascontiguousarray(locators, dtype=np.int64)
+        self.dimension = dimension
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """``(rows, dimension)``, like the matrix it stands for."""
+        return (int(self.locators.shape[0]), self.dimension)
+
+    @property
+    def nbytes(self) -> int:
+        """The bytes it holds: its locators."""
+        return int(self.locators.nbytes)
+
+    def __len__(self) -> int:
+        return int(self.locators.shape[0])
+
+    def __getitem__(self, rows: Any) -> Matrix:
+        wanted = self.locators[rows]
+        if wanted.ndim == 0:  # one row number: one row, as a matrix would give
+            row: Matrix = self.store.read(wanted.reshape(1))[0]
+            return row
+        return self.store.read(wanted)
+
+    def take(self, rows: IdArray) -> StoredRows:
+        """These rows, still kept by the store."""
+        return StoredRows(self.store, self.locators[rows], self.dimension)
+
+
+def materialized(rows: Matrix | StoredRows) -> Matrix:
+    """``rows`` as a matrix in RAM (read back whole if a ``RowStore`` keeps them)."""
+    return rows[:] if isinstance(rows, StoredRows) else rows
+
+
 def codec_named(name: str) -> kernels.Codec:
     """The codec registered as ``name`` in ``kernels.CODECS`` (a 400 if unknown)."""
     codec = kernels.CODECS.get(name)
@@ -127,7 +189,7 @@ class Part:
     ids: IdArray
     codes: kernels.Codes
     params: ScoreArray
-    vectors: Matrix
+    vectors: Matrix | StoredRows  # StoredRows: an approximate codec's rows kept elsewhere
     dead: IdArray  # sorted row numbers
     codec: kernels.Codec = field(default_factory=kernels.Float32Codec)
     name: str | None = None
@@ -147,20 +209,32 @@ class Part:
         *,
         name: str | None = None,
         labels: IdArray | tuple[LabelCodes | None, IdArray | None] | None = None,
+        rows: RowStore | None = None,
+        locators: IdArray | None = None,
     ) -> Part:
         """A RAM part over unit ``vectors`` and their ``labels`` (one per row, or
-        already as ``(codes, values)``), sorted by id here if they are not."""
+        already as ``(codes, values)``), sorted by id here if they are not.
+
+        With ``rows``, an approximate codec's part keeps only its codes (and labels):
+        its float32 rows are left to ``rows`` (at ``locators``, one per row, or located
+        by id).
+        """
         label_codes, label_values = labels if isinstance(labels, tuple) else encode_labels(labels)
         if ids.size > 1 and not bool(np.all(ids[1:] > ids[:-1])):
             order = np.argsort(ids, kind="stable")
             ids, vectors = ids[order], vectors[order]
             label_codes = None if label_codes is None else label_codes[order]
+            locators = None if locators is None else locators[order]
         vectors = np.ascontiguousarray(vectors, dtype=_VECTOR_DTYPE)
         codes, params = codec.encode(vectors)
+        kept: Matrix | StoredRows = vectors
         if codec.name == "float32":
             codes = vectors
+        elif rows is not None:
+            where = rows.locate(ids) if locators is None else locators
+            kept = StoredRows(rows, where, vectors.shape[1])
         return cls(
-            ids, codes, params, vectors, _EMPTY_IDS, codec, name, None, label_codes, label_values
+            ids, codes, params, kept, _EMPTY_IDS, codec, name, None, label_codes, label_values
         )
 
     def labels(self) -> IdArray:
@@ -201,6 +275,24 @@ class Part:
             total += self.label_codes.nbytes + self.label_values.nbytes
         return int(total + (0 if self.vectors is self.codes else self.vectors.nbytes))
 
+    @property
+    def mapped(self) -> bool:
+        """Whether the arrays are a memory mapping of a segment file (pages the OS
+        shares between processes, and reads in only when they are touched)."""
+        return isinstance(self.keepalive, mmap.mmap)
+
+    @property
+    def resident_bytes(self) -> int:
+        """Bytes this part keeps in memory while it is searched: all of a RAM part's;
+        of a mapped part, the pages every scan reads (ids, codes, parameters), not the
+        float32 rows an approximate codec reads only at its few candidates."""
+        scanned = self.ids.nbytes + self.codes.nbytes + self.params.nbytes + self.dead.nbytes
+        if self.label_codes is not None and self.label_values is not None:
+            scanned += self.label_codes.nbytes + self.label_values.nbytes  # a filter's mask
+        if self.mapped or self.vectors is self.codes:
+            return int(scanned)
+        return int(scanned + self.vectors.nbytes)
+
     def with_dead(self, dead: IdArray) -> Part:
         """This part with ``dead`` as its dead rows."""
         return replace(self, dead=dead)
@@ -228,9 +320,11 @@ class Part:
     def live_rows(self) -> tuple[IdArray, Matrix]:
         """The live ids and float32 rows (the part's own arrays when none is dead: read only)."""
         if not self.dead.size:
-            return self.ids, self.vectors
+            return self.ids, materialized(self.vectors)
         keep = np.ones(self.rows, dtype=bool)
         keep[self.dead] = False
+        if isinstance(self.vectors, StoredRows):
+            return np.compress(keep, self.ids), self.vectors[np.flatnonzero(keep)]
         return np.compress(keep, self.ids), np.compress(keep, self.vectors, axis=0)
 
 
@@ -286,7 +380,7 @@ class MaintenancePlan:
         """The sorted live ids of the rows this step rewrites, and their rows (and
         labels) as a ``RowSource`` that copies them out block by block (nothing is
         copied here)."""
-        pieces: list[tuple[Matrix, IdArray | None]] = []
+        pieces: list[tuple[Matrix | StoredRows, IdArray | None]] = []
         ids: list[IdArray] = []
         labels: list[Part] = []
         for part in self.parts:
@@ -327,7 +421,7 @@ class RowSource:
 
     def __init__(
         self,
-        pieces: tuple[tuple[Matrix, IdArray | None], ...],
+        pieces: tuple[tuple[Matrix | StoredRows, IdArray | None], ...],
         order: IdArray | None,
         dimension: int,
         labelled: tuple[Part, ...] = (),
@@ -369,7 +463,8 @@ class RowSource:
     def view(self) -> Matrix | None:
         """All the rows as one existing array (no copy), when they are one whole piece."""
         if self.order is None and len(self.pieces) == 1 and self.pieces[0][1] is None:
-            return self.pieces[0][0]
+            rows = self.pieces[0][0]
+            return None if isinstance(rows, StoredRows) else rows
         return None
 
     def fill(self, start: int, stop: int, out: Matrix) -> Matrix:
@@ -383,7 +478,10 @@ class RowSource:
             if selected is None:
                 target[...] = rows[start:stop]
             else:
-                np.take(rows, selected[start:stop], axis=0, out=target, mode="clip")
+                if isinstance(rows, StoredRows):
+                    target[...] = rows[selected[start:stop]]
+                else:
+                    np.take(rows, selected[start:stop], axis=0, out=target, mode="clip")
             return target
         wanted = self.order[start:stop]
         which = np.searchsorted(self._starts, wanted, side="right") - 1
@@ -446,6 +544,8 @@ class VectorIndex:
         )
         self._scheduled = False
         self.persisted = False  # frozen parts are segment files: always seal the whole tail
+        # where the float32 rows of parts an approximate codec builds are kept (None: RAM)
+        self.row_store: RowStore | None = None
         self.merge_rows = SEAL_ROWS  # tail rows that make sealing the tail due when persisted
         cap = max(int(capacity), 0)
         self._ids_buffer: IdArray = np.empty(cap, dtype=np.int64)
@@ -530,6 +630,8 @@ class VectorIndex:
         codec: str = "float32",
         executor: Executor | None = None,
         labels: npt.ArrayLike | None = None,
+        row_store: RowStore | None = None,
+        locators: IdArray | None = None,
     ) -> VectorIndex:
         """An index over arrays already in its layout, without copying them.
 
@@ -548,6 +650,9 @@ class VectorIndex:
             need no allocation (and never copy the adopted matrix).
         :param labels: each row's label (its document's number, for filtered searches);
             ``None``: ``NO_LABEL`` for all.
+        :param row_store: for an approximate codec, where the float32 rows are kept
+            (``locators``: where each row is, else located by id): the index then holds
+            only their codes (and labels), and so do the parts its maintenance builds.
         """
         matrix = np.ascontiguousarray(vectors, dtype=_VECTOR_DTYPE)
         id_array = np.ascontiguousarray(ids, dtype=_ID_DTYPE)
@@ -568,9 +673,18 @@ class VectorIndex:
                 )
             matrix = np.take(matrix, order, axis=0)
             label_array = None if label_array is None else label_array[order]
+            locators = None if locators is None else locators[order]
         index = cls(d, capacity=max(0, int(spare_rows)), codec=codec, executor=executor)
+        index.row_store = row_store
         if n:  # encoded by the index's codec (for float32 the codes are the matrix itself)
-            part = Part.build(id_array, matrix, index._codec, labels=label_array)
+            part = Part.build(
+                id_array,
+                matrix,
+                index._codec,
+                labels=label_array,
+                rows=row_store,
+                locators=locators,
+            )
             index._snap = replace(index._snap, parts=(part,))
         return index
 
@@ -643,6 +757,24 @@ class VectorIndex:
         tail = snap.buffer.nbytes + self._ids_buffer.nbytes + self._codes_buffer.nbytes
         return int(sum(p.nbytes for p in snap.parts) + tail)
 
+    @property
+    def resident_bytes(self) -> int:
+        """Bytes this index keeps in memory while it is searched (what a memory budget
+        charges it): its RAM parts, the scanned pages of its mapped ones
+        (``Part.resident_bytes``), the tail's buffers (capacity included: rows, ids,
+        label codes) and its id-to-row map, and the objects themselves."""
+        snap = self._snap
+        parts = sum(p.resident_bytes for p in snap.parts)
+        tail = snap.buffer.nbytes + self._ids_buffer.nbytes + snap.tail.dead.nbytes
+        tail += self._codes_buffer.nbytes + self._labels.values.nbytes
+        return int(INDEX_OVERHEAD_BYTES + parts + tail + ROW_MAP_BYTES * len(snap.row_of))
+
+    @property
+    def mapped_files(self) -> int:
+        """How many segment files this index's parts map (each holds a mapping and,
+        while mapped, an open file)."""
+        return sum(1 for p in self._snap.parts if p.mapped)
+
     def parts(self) -> tuple[Part, ...]:
         """The frozen parts of the current snapshot (the tail excluded)."""
         return self._snap.parts
@@ -671,7 +803,7 @@ class VectorIndex:
         return np.array(rows[row], dtype=np.float32)
 
     @staticmethod
-    def _locate(snap: _Snapshot, id: int) -> tuple[Matrix, int] | None:
+    def _locate(snap: _Snapshot, id: int) -> tuple[Matrix | StoredRows, int] | None:
         # The map may already hold tail rows appended after this snapshot; those rows
         # are fully written before the map learns of them, so reading them is safe.
         row = snap.row_of.get(id)
@@ -760,8 +892,10 @@ class VectorIndex:
             count = int(np.count_nonzero(allowed))
             if count == 0:
                 return _EMPTY_IDS, np.empty(0, dtype=np.float32)
-            if count <= part.rows * GATHER_FRACTION:
-                # few rows: score just those, exactly, from the float32 rows
+            if count <= part.rows * GATHER_FRACTION and not isinstance(part.vectors, StoredRows):
+                # few rows: score just those, exactly, from the float32 rows (not when a
+                # RowStore keeps them: the masked scan of the codes reads back only the
+                # candidates the filter lets through, not every row it lets through)
                 rows = np.flatnonzero(allowed)
                 return kernels.scan_rows(part.vectors, rows, q, k, self._executor)
             blocked = ~allowed
@@ -965,9 +1099,10 @@ class VectorIndex:
         """The RAM part holding the live rows ``plan`` rewrites."""
         ids, rows = plan.gather()
         vectors = rows.view
-        if vectors is None:
+        if vectors is None:  # rows a RowStore keeps are read back here, a piece at a time
             vectors = rows.fill(0, rows.rows, np.empty((rows.rows, rows.dimension), np.float32))
-        return Part.build(ids, vectors, self._codec, labels=rows.label_codes())
+        labels = rows.label_codes()
+        return Part.build(ids, vectors, self._codec, labels=labels, rows=self.row_store)
 
     def apply(self, plan: MaintenancePlan, new_parts: Sequence[Part]) -> bool:
         """Swap ``plan``'s parts (and sealed tail rows) for ``new_parts``; whether it did.

@@ -52,6 +52,19 @@ ScoreArray = npt.NDArray[np.float32]
 Matrix = npt.NDArray[np.float32]
 Codes = npt.NDArray[Any]
 
+
+class Rows(Protocol):
+    """Float32 rows read by row number: a matrix, or rows kept elsewhere and read back
+    (``index.StoredRows``: all NaN for a row no longer kept)."""
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """``(rows, dimension)``."""
+
+    def __getitem__(self, rows: Any) -> Any:
+        """The rows at ``rows`` (row numbers or a slice) as float32."""
+
+
 # Below this many matrix elements (a few thousand rows, in cache) one single-threaded
 # BLAS matrix-vector product answers a float32 query; above it the block scan on the
 # pool was faster (measured at 20k and 100k x 384: 7.3 vs 9.1 and 15.6 vs 20.5 ms).
@@ -915,7 +928,7 @@ def search_part(
     codec: Codec,
     codes: Codes,
     params: ScoreArray,
-    vectors: Matrix,
+    vectors: Rows,
     dead: IdArray,
     q: Matrix,
     k: int,
@@ -926,14 +939,18 @@ def search_part(
 
     ``codes``/``params`` are the part's rows as ``codec`` stores them and ``vectors``
     the same rows in float32 (the same array for the float32 codec; for others, read
-    only at the candidates' rows, to re-score them exactly). ``blocked`` rows (a
-    filter's mask) are never candidates.
+    only at the candidates' rows, to re-score them exactly; a row read back as NaN is
+    no longer kept and is no candidate). ``blocked`` rows (a filter's mask) are never
+    candidates, so only rows it lets through are read back.
     """
     rows, scores = scan(codes, params, dead, q, codec.candidates(k), codec, helpers, blocked)
     if codec.exact or rows.size == 0:
         return rows, scores
     rows = np.sort(rows[scores > -np.inf])  # dead rows stay out; read in file order
     exact = np.vecdot(vectors[rows], q)
+    gone = np.isnan(exact)
+    if gone.any():
+        rows, exact = rows[~gone], exact[~gone]
     keep = top_candidates(exact, k)
     return rows[keep], exact[keep]
 
@@ -942,7 +959,7 @@ def search_part_batch(
     codec: Codec,
     codes: Codes,
     params: ScoreArray,
-    vectors: Matrix,
+    vectors: Rows,
     dead: IdArray,
     queries: Matrix,
     k: int,
@@ -959,7 +976,11 @@ def search_part_batch(
     keep = _best_per_query(query, scores, codec.candidates(k), queries.shape[0])
     keep &= scores > -np.inf
     query, rows = query[keep], rows[keep]
-    return query, rows, np.vecdot(vectors[rows], queries[query])
+    exact = np.vecdot(vectors[rows], queries[query])
+    gone = np.isnan(exact)  # rows no longer kept
+    if gone.any():
+        query, rows, exact = query[~gone], rows[~gone], exact[~gone]
+    return query, rows, exact
 
 
 def _best_per_query(query: IdArray, scores: ScoreArray, c: int, m: int) -> npt.NDArray[np.bool_]:

@@ -64,6 +64,11 @@ BLOCK_BYTES = 4 << 20
 # Written bytes between two flushes to disk: a store commit that must wait for the
 # disk (a WAL checkpoint's fsync) then waits behind at most this much of ours.
 SYNC_BYTES = 16 << 20
+# Segment files smaller than this are read into memory instead of mapped: a mapping
+# holds an open file and a memory map for as long as its workspace is loaded, which the
+# few bytes of a small file do not repay (a process may have 1,024 files open and 65,530
+# mappings by default).
+MAP_MIN_BYTES = 1 << 20
 
 IdArray = npt.NDArray[np.int64]
 Matrix = npt.NDArray[np.float32]
@@ -218,6 +223,23 @@ def _stream_params(
     return codec.encode(np.stack([low, high]))[1]
 
 
+def max_mapped_files() -> int:
+    """How many segment files one process may keep mapped (``WorkspaceIndexes``' bound): a
+    quarter of its open-file limit and a sixteenth of the system's limit of mappings per
+    process (Linux ``vm.max_map_count``), at least 16. Each mapped file holds one open
+    file and at least one mapping; the rest is left to sockets, the database and numpy."""
+    limits: list[int] = []
+    with contextlib.suppress(ImportError, OSError, ValueError):
+        import resource
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft != resource.RLIM_INFINITY:
+            limits.append(soft // 4)
+    with contextlib.suppress(OSError, ValueError):
+        limits.append(int(Path("/proc/sys/vm/max_map_count").read_text()) // 16)
+    return max(16, min(limits, default=256))
+
+
 #: Called with the name of each stage a write reaches: ``"segment"`` (half a segment
 #: file's rows written) and ``"manifest"`` (its files complete, the manifest not yet
 #: published). A fault-injection point: a crash test stops the process there.
@@ -230,11 +252,20 @@ class SegmentDirectory:
     :param path: the workspace's directory.
     :param write_stages: called at each stage of a write (``WriteStages``); none by
         default.
+    :param map_min_bytes: segment files smaller than this are read into memory
+        instead of mapped (default ``MAP_MIN_BYTES``).
     """
 
-    def __init__(self, path: Path, *, write_stages: WriteStages | None = None) -> None:
+    def __init__(
+        self,
+        path: Path,
+        *,
+        write_stages: WriteStages | None = None,
+        map_min_bytes: int | None = None,
+    ) -> None:
         self.path = Path(path)
         self._stage = write_stages or _no_stage
+        self.map_min_bytes = MAP_MIN_BYTES if map_min_bytes is None else map_min_bytes
 
     # -- writing (call with ``lock()`` held) -------------------------------------
 
@@ -463,13 +494,21 @@ class SegmentDirectory:
         raise SegmentError("the manifest kept changing under the reader")
 
     def open_segment(self, name: str) -> Part:
-        """Map segment file ``name`` read-only: a frozen part over the mapping (no copy)."""
+        """Map segment file ``name`` read-only: a frozen part over the mapping (no copy).
+        A file smaller than ``map_min_bytes`` is read into memory instead (no file is
+        kept open and no mapping made)."""
         path = self.path / name
+        mapped: mmap.mmap | bytes
         with open(path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
             if size < HEADER_BYTES:
                 raise SegmentError(f"{name}: truncated ({size} bytes)")
-            mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            if size < self.map_min_bytes:
+                mapped = f.read()
+                if len(mapped) != size:
+                    raise SegmentError(f"{name}: truncated while read")
+            else:
+                mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         try:
             meta = _parse_header(SEGMENT_MAGIC, mapped, name)
             if size != meta["size"]:

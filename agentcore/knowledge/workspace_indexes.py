@@ -3,6 +3,7 @@ with the store's change log (catch-up, own writes, re-embedding, segment mainten
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import threading
 import time
@@ -19,6 +20,7 @@ from agentcore.errors import Conflict, InvalidRequest, ValidationFailed
 from agentcore.knowledge import kernels
 from agentcore.knowledge.embedders import Embedder, bounded_text
 from agentcore.knowledge.index import VectorIndex, codec_named, settle
+from agentcore.knowledge.residency import Residency, Slot
 from agentcore.knowledge.segments import Manifest, SegmentDirectory, SegmentError, WriteStages
 from agentcore.redact import get_logger
 from agentcore.runtime import Loop, Observer, Runtime, unobserved
@@ -46,13 +48,22 @@ Key = tuple[str, str]
 # the ids, unit vectors and labels (their document's seq) of the rows a write added
 Rows = tuple[npt.NDArray[np.int64], npt.NDArray[np.float32], npt.NDArray[np.int64]]
 
-# Spare rows given to a freshly loaded index (a fraction of its size, at least a few
-# documents' worth), so the rows the next writes add need no copy of the matrix.
-_SPARE_FRACTION = 16
-_MIN_SPARE_ROWS = 4096
+# A loaded index gets no spare tail rows: its loaded rows are a frozen part that no write
+# copies, and the tail its writes fill grows geometrically from a few hundred rows.
+# (4,096 spare rows once cost every small workspace 6 MB of address space and a memory
+# mapping of its own: 100,000 tenants would pass vm.max_map_count.)
+
+
 # Tail rows (added since the segment files were written) that make a background merge
 # into a new segment due; the tail is private RAM of each process, the segments shared.
 SEGMENT_MERGE_ROWS = 16_384
+# Workspaces with fewer bytes of float32 rows than this are not written as segment files:
+# the store reads them in a few milliseconds, and files would cost each loaded one an
+# open file and a memory mapping (the limits of 1,024 and 65,530 a process has by default).
+SEGMENT_MIN_BYTES = 4 << 20
+# Indexes evicted before their first segment files were written that are kept until
+# maintenance writes them (more wait for their next load).
+MAX_UNWRITTEN = 4
 # Versions a workspace may move past its manifest before one is written anyway: a
 # load then bridges a short change log (the store keeps 10,000 versions of deletes).
 MANIFEST_LAG_VERSIONS = 1_000
@@ -111,6 +122,14 @@ class WorkspaceIndexes:
         a name in ``kernels.CODECS``). The first write to a workspace stores it with
         the workspace (``claim_index_dtype``); from then on its stored dtype is used,
         whatever this says.
+    :param budget_bytes: the most bytes of indexes kept loaded (``Settings.index_cache_bytes``,
+        charged as ``VectorIndex.resident_bytes`` plus held-back rows; ``None``: no
+        bound). Past it the least recently used workspaces are evicted, never one a
+        search is using; an evicted workspace loads again at its next search (from its
+        segment files, else from the store) and catches up with the change log.
+    :param max_mapped_files: the most segment files kept mapped (each holds an open
+        file and a mapping while its workspace is loaded); past it the least recently
+        used workspaces holding them are evicted. ``None``: no bound.
     :param runtime: the core's runtime, which runs index maintenance (compaction,
         merges, segment files) on its loop ``agentcore-index-maintenance`` and lends
         the indexes its pool ``agentcore-index`` of scan helpers. Without one the
@@ -118,8 +137,9 @@ class WorkspaceIndexes:
         ``wait_for_maintenance``, and ``close()`` ends the helpers.
     :param segment_write_stages: called at each stage of a segment file write
         (``segments.WriteStages``, a fault-injection point); none by default.
-    :param observer: told of each load, catch-up, segment load, switch and merge
-        (``runtime.Observer``).
+    :param observer: told of each load, catch-up, segment load, switch, merge,
+        eviction and unusable segment load (``runtime.Observer``; ``stats()`` counts
+        them too).
     """
 
     def __init__(
@@ -134,6 +154,8 @@ class WorkspaceIndexes:
         segments: Path | None = None,
         store_identity: str = "",
         codec: str = "float32",
+        budget_bytes: int | None = None,
+        max_mapped_files: int | None = None,
         runtime: Runtime | None = None,
         segment_write_stages: WriteStages | None = None,
         observer: Observer = unobserved,
@@ -151,27 +173,37 @@ class WorkspaceIndexes:
             if helpers
             else None
         )
-        run = self._maintain if self._segments is not None else self._maintain_in_ram
-        self._maintainer = _Maintainer(run, self._runtime)
+        self._maintainer = _Maintainer(self._maintain, self._runtime)
         self._foreground = _Foreground()  # writes in flight: background steps give way
         self._store_search = store_search
         self._max_token_chars = max_token_chars
         self._embedders = embedders
         self._embedder_name = embedder
         self._catchup_max_rows = catchup_max_rows
-        self._entries: dict[Key, _Entry] = {}
-        self._locks: dict[Key, threading.RLock] = {}
+        self._entries: Residency[Key, _Entry] = Residency(
+            budget_bytes=budget_bytes, max_files=max_mapped_files, on_evict=self._evicted
+        )
+        # a lock per workspace being loaded or written, with how many threads want it
+        # (dropped when none does: 100,000 tenants leave no 100,000 locks behind)
+        self._locks: dict[Key, tuple[threading.RLock, list[int]]] = {}
         self._guard = threading.Lock()
+        self._unwritten: dict[Key, _Entry] = {}  # see _evicted
         # workspaces whose embedder this object has checked and whose dtype is claimed:
         # their document writes check the embedder in their own transaction instead
         self._checked: set[Key] = set()
-        self._observe = observer
+        self._observer = observer
+        # what stats() reports: the events told to the observer, counted here too
+        self._counts: collections.Counter[str] = collections.Counter()
+        self._counts_lock = threading.Lock()
 
     def close(self, timeout: float = 30.0) -> None:
         """Drop the maintenance not yet started; one with its own runtime also ends
         its threads (waiting up to ``timeout`` for a step under way). A core's
         runtime is stopped by the core."""
         self._maintainer.close()
+        self._entries.clear()  # their mappings and files close with their last user
+        with self._guard:
+            self._unwritten.clear()
         if self._own_runtime:
             self._runtime.stop(timeout)
 
@@ -185,14 +217,84 @@ class WorkspaceIndexes:
 
     def size(self) -> tuple[int, int, int]:
         """``(workspaces, rows, bytes)`` of the indexes this process holds now: what the
-        metrics report. A walk over the loaded indexes (no store read, no lock)."""
-        entries = list(self._entries.values())  # a copy: other threads add and drop
+        metrics report (``nbytes``: in RAM or mapped; ``stats()["bytes"]`` is what the
+        budget charges)."""
+        entries = self._entries.values()  # a copy: other threads add and drop
         rows = sum(len(entry.index) for entry in entries)
         return len(entries), rows, sum(entry.index.nbytes for entry in entries)
 
-    def _lock(self, key: Key) -> threading.RLock:
+    @contextlib.contextmanager
+    def _lock(self, key: Key) -> Iterator[None]:
+        """Hold ``key``'s lock (re-entrant): one load or write of a workspace at a time."""
         with self._guard:
-            return self._locks.setdefault(key, threading.RLock())
+            lock, wanted = self._locks.setdefault(key, (threading.RLock(), [0]))
+            wanted[0] += 1
+        try:
+            with lock:
+                yield
+        finally:
+            with self._guard:
+                wanted[0] -= 1
+                if not wanted[0]:
+                    del self._locks[key]
+
+    def stats(self) -> dict[str, int | None]:
+        """What the cache holds and has done, for metrics: ``entries`` (workspaces
+        loaded), ``bytes`` (charged to the budget), ``budget_bytes``, ``mapped_files``,
+        ``max_mapped_files``, ``pinned`` (in use by a search now), and the counts of
+        ``loads``, ``evictions``, ``segment_loads``, ``segment_fallbacks``,
+        ``catch_ups`` and ``merges`` since the cache was made."""
+        held = self._entries.stats()
+        with self._counts_lock:
+            counts = self._counts.copy()
+        return {
+            "entries": held.entries,
+            "bytes": held.bytes,
+            "budget_bytes": held.budget_bytes,
+            "mapped_files": held.files,
+            "max_mapped_files": held.max_files,
+            "pinned": held.pinned,
+            "loads": counts["index.reload"],
+            "evictions": held.evictions,
+            "segment_loads": counts["index.segment_load"],
+            "segment_fallbacks": counts["index.segment_fallback"],
+            "catch_ups": counts["index.catch_up"],
+            "merges": counts["index.merge"],
+        }
+
+    def _observe(self, event: str, count: int) -> None:
+        """Tell the observer of ``event`` and count it for ``stats()``."""
+        with self._counts_lock:
+            self._counts[event] += count
+        self._observer(event, count)
+
+    def loaded(self) -> list[Key]:
+        """The workspaces whose index is loaded, least recently used first."""
+        return self._entries.keys()
+
+    def _evicted(self, key: Key, entry: _Entry) -> None:
+        # its next write checks the embedder again: nothing per workspace stays behind
+        self._checked.discard(key)
+        if entry.index.persisted and entry.manifest is None:
+            # loaded from the store, evicted before its segment files were written: kept
+            # for the maintenance step that writes them (a few at most), else its next
+            # load reads the store again
+            with self._guard:
+                self._unwritten[key] = entry
+                while len(self._unwritten) > MAX_UNWRITTEN:
+                    del self._unwritten[next(iter(self._unwritten))]
+        self._observe("index.evict", 1)
+        _log.debug("evicted the index of %s/%s (least recently used)", *key)
+
+    def _charge(self, key: Key, entry: _Entry) -> None:
+        """Charge ``entry`` (if still ``key``'s) what it holds now; evicts if due."""
+        self._entries.charge(key, entry, _bytes_of(entry), entry.index.mapped_files)
+
+    def _install(self, key: Key, entry: _Entry) -> Slot[_Entry]:
+        """Make ``entry`` ``key``'s, held for the caller (``release`` it)."""
+        with self._guard:
+            self._unwritten.pop(key, None)  # superseded
+        return self._entries.put(key, entry, _bytes_of(entry), entry.index.mapped_files, held=True)
 
     def embedder(self) -> Embedder:
         """The configured embedder, or a 400 naming the ones registered."""
@@ -207,21 +309,36 @@ class WorkspaceIndexes:
         return embedder
 
     def get(self, organization_id: str, environment: str) -> VectorIndex:
-        """The current index of a workspace (re-embedded first if the embedder changed)."""
-        key = (organization_id, environment)
-        state = self._store.knowledge_state(organization_id, environment)
-        entry = self._entries.get(key)
-        if entry is not None and self._current(entry, state):
-            return entry.index
+        """The current index of a workspace (re-embedded first if the embedder changed).
+
+        Loaded if it is not (which may evict others); the caller's reference keeps the
+        index usable even if the cache evicts it afterwards.
+        """
+        slot = self._acquire((organization_id, environment))
+        self._entries.release(slot)
+        return slot.value.index
+
+    def _acquire(self, key: Key) -> Slot[_Entry]:
+        """The workspace's current entry, held (never evicted) until ``release``d.
+
+        Loaded or caught up under the workspace's lock, so threads that want the same
+        workspace at once load it once: the others wait, then find it loaded.
+        """
+        state = self._store.knowledge_state(*key)
+        slot = self._entries.acquire(key, lambda entry: self._current(entry, state))
+        if slot is not None:
+            return slot
         with self._lock(key):
-            state = self._ensure_embedder(organization_id, environment)
-            entry = self._entries.get(key)
-            if (
-                entry is not None
-                and self._fits(entry, state)
-                and (entry.version == state.version or self._catch_up(key, entry))
-            ):
-                return entry.index
+            state = self._ensure_embedder(*key)
+            slot = self._entries.acquire(key)
+            if slot is not None:
+                entry = slot.value
+                if self._fits(entry, state) and (
+                    entry.version == state.version or self._catch_up(key, entry)
+                ):
+                    self._charge(key, entry)
+                    return slot
+                self._entries.release(slot)
             return self._load(key, state)
 
     def codec_of(self, state: KnowledgeState) -> str:
@@ -267,13 +384,17 @@ class WorkspaceIndexes:
         """
         empty = (np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float32))
         if self._store_search is None:
-            index = self.get(organization_id, environment)
-            if len(index) == 0:
-                return empty
-            vector = query()
-            if vector is None:
-                return empty
-            return index.search(vector, k, min_score=min_score, allow=within)
+            slot = self._acquire((organization_id, environment))
+            try:  # held: never evicted while this search runs
+                index = slot.value.index
+                if len(index) == 0:
+                    return empty
+                vector = query()
+                if vector is None:
+                    return empty
+                return index.search(vector, k, min_score=min_score, allow=within)
+            finally:
+                self._entries.release(slot)
         self._ensure_embedder(organization_id, environment)
         if within is not None and not within.document_ids:
             return empty
@@ -307,11 +428,15 @@ class WorkspaceIndexes:
         if not ids.size:
             return out
         if self._store_search is None:
-            index = self.get(organization_id, environment)
-            for at, chunk_id in enumerate(ids.tolist()):
-                row = index.get(chunk_id)
-                if row is not None:
-                    out[at] = np.float32(np.clip(np.dot(row, unit), -1.0, 1.0))
+            slot = self._acquire((organization_id, environment))
+            try:  # held: never evicted while its rows are read
+                index = slot.value.index
+                for at, chunk_id in enumerate(ids.tolist()):
+                    row = index.get(chunk_id)
+                    if row is not None:
+                        out[at] = np.float32(np.clip(np.dot(row, unit), -1.0, 1.0))
+            finally:
+                self._entries.release(slot)
             return out
         found, scores = self._store_search.search_vectors(
             organization_id, environment, unit, ids.shape[0], chunk_ids=ids.tolist()
@@ -357,14 +482,13 @@ class WorkspaceIndexes:
                 result = store_write()
             entry = self._entries.get(key)
             if entry is not None and not self._caught_up(key, entry, result, added):
-                self._entries.pop(key, None)
-            elif (
-                entry is not None
-                and self._segments is not None
-                and entry.version - entry.manifest_version >= MANIFEST_LAG_VERSIONS
-            ):
-                entry.manifest_version = entry.version  # asked once per lag
-                self._maintainer.submit(key, force=True)
+                self._entries.discard(key, entry)
+            elif entry is not None:
+                self._charge(key, entry)
+                lag = entry.version - entry.manifest_version
+                if entry.index.persisted and lag >= MANIFEST_LAG_VERSIONS:
+                    entry.manifest_version = entry.version  # asked once per lag
+                    self._maintainer.submit(key, force=True)
             return result
 
     def _check_embedder(self, key: Key) -> None:
@@ -412,39 +536,53 @@ class WorkspaceIndexes:
         entry.pending_rows = 0
         return True
 
-    def _load(self, key: Key, state: KnowledgeState) -> VectorIndex:
-        """Load a workspace's whole index (call with the workspace lock held).
+    def _load(self, key: Key, state: KnowledgeState) -> Slot[_Entry]:
+        """Load a workspace's whole index (call with the workspace lock held); its
+        entry, installed and held for the caller.
 
         From the segment files when they are usable (mapped, then the change log since
-        they were written); else from the store, and then (in the background) written
-        as segment files, which the index then maps instead of its RAM copy.
+        they were written); else from the store, and then, if it holds at least
+        ``SEGMENT_MIN_BYTES`` of vectors, written as segment files in the background,
+        which the index then maps instead of its RAM copy.
         """
         self._observe("index.reload", 1)
         if self._segments is not None:
             mapped = self._load_segments(key, state)
             if mapped is not None:
-                return mapped
+                return self._install(key, mapped)
         dimension = state.dimension or self.embedder().dimension
         # the version is read before the vectors: a write in between is applied again
         # by the next catch-up only if it is newer than this version, and a row the
         # load already holds is never added twice (see _catch_up)
         version = self._store.knowledge_state(*key).version
-        rows = self._store.load_index(*key, dimension)
-        assert rows.vectors is not None
-        spare = max(_MIN_SPARE_ROWS, rows.ids.shape[0] // _SPARE_FRACTION)
+        codec = self.codec_of(state)
+        approximate = not codec_named(codec).exact
+        # one snapshot: ids, rows, labels and (for an approximate codec) where each row is
+        loaded = self._store.load_index(*key, dimension, located=approximate)
+        vectors = loaded.vectors
+        assert vectors is not None
+        # a small workspace reads from the store in about a millisecond: it is not
+        # worth files (and an open file and a mapping each while loaded)
+        persist = self._segments is not None and vectors.nbytes >= SEGMENT_MIN_BYTES
+        # an approximate codec in RAM keeps its codes (and labels) only: the few float32
+        # rows a search re-scores are read back from the store (those of a persisted
+        # index from its segment files, once written)
+        rows = WorkspaceRows(self._store, key, dimension) if approximate and not persist else None
         index = VectorIndex.adopt(
-            rows.ids,
-            rows.vectors,
-            spare_rows=spare,
-            codec=self.codec_of(state),
+            loaded.ids,
+            vectors,
+            codec=codec,
             executor=self._helpers,
-            labels=rows.labels,
+            labels=loaded.labels,
+            row_store=rows,
+            locators=loaded.locators,
         )
-        self._entries[key] = _Entry(version, index, None, state.embedder)
-        self._attach(key, index)
-        if self._segments is not None:  # written out as segment files in the background
+        del vectors, loaded  # kept as codes (and by the store) when rows is given
+        self._attach(key, index, persist)
+        slot = self._install(key, _Entry(version, index, None, state.embedder))
+        if persist:  # written out as segment files in the background
             self._maintainer.submit(key, force=True)
-        return index
+        return slot
 
     def _catch_up(self, key: Key, entry: _Entry) -> bool:
         """Apply the store's changes since ``entry.version``; False if a reload is needed.
@@ -477,60 +615,74 @@ class WorkspaceIndexes:
             write_stages=self._write_stages,
         )
 
-    def _attach(self, key: Key, index: VectorIndex) -> None:
-        """Make ``index``'s maintenance run on the maintenance loop; with segment files,
-        make it persist its parts as such files."""
+    def _attach(self, key: Key, index: VectorIndex, persisted: bool) -> None:
+        """Make ``index``'s maintenance run on the maintenance loop; ``persisted``: make
+        it keep its parts as segment files."""
         maintainer = self._maintainer
-        if self._segments is not None:
+        if persisted:
             index.persisted = True
             index.merge_rows = SEGMENT_MERGE_ROWS
         index.set_maintenance(lambda _: maintainer.submit(key))
 
-    def _load_segments(self, key: Key, state: KnowledgeState) -> VectorIndex | None:
+    def _fallback(self, key: Key, reason: str, detail: object) -> None:
+        """A load that found segment files it cannot use: say so (log and count)."""
+        self._observe("index.segment_fallback", 1)
+        _log.warning(
+            "segment files of %s/%s not used (%s: %s); loading from the store",
+            *key,
+            reason,
+            detail,
+        )
+
+    def _load_segments(self, key: Key, state: KnowledgeState) -> _Entry | None:
         """The index mapped from the workspace's segment files and brought up to date
-        by the change log; ``None`` when they are missing or unusable (call with the
-        workspace lock held). Installs the entry."""
+        by the change log, as an entry (not installed); ``None`` when there are none, or
+        when they are unusable (logged and counted: ``segment_fallbacks``). Call with
+        the workspace lock held."""
         try:
             loaded = self._directory(key).load()
         except (SegmentError, OSError) as exc:
-            _log.warning("segment files of %s/%s unusable, loading from the store: %s", *key, exc)
+            self._fallback(key, "unusable", exc)
             return None
         if loaded is None:
             return None
         manifest, parts = loaded
         dimension = state.dimension or self.embedder().dimension
-        if (manifest.store, manifest.dimension, manifest.embedder) != (
-            self._store_identity,
-            dimension,
-            state.embedder,
+        found = (manifest.store, manifest.dimension, manifest.embedder)
+        # files of an empty index written before the first write named no embedder
+        unnamed = manifest.embedder is None and not any(p.rows for p in parts)
+        if found != (self._store_identity, dimension, state.embedder) and not (
+            unnamed and found[:2] == (self._store_identity, dimension)
         ):
+            self._fallback(key, "foreign", f"written for {found}")
             return None
         changes = self._store.changes_since(*key, manifest.version, max_rows=self._catchup_max_rows)
         if changes is None:
+            self._fallback(
+                key, "behind", f"the change log cannot bridge version {manifest.version}"
+            )
             return None
         try:
             index = VectorIndex.from_parts(
                 dimension,
                 parts,
-                spare_rows=_MIN_SPARE_ROWS,
                 codec=self.codec_of(state),
                 executor=self._helpers,
             )
-        except ValidationFailed:
+        except ValidationFailed as exc:
+            self._fallback(key, "invalid", exc)
             return None
         if not _apply(index, changes):
+            self._fallback(key, "invalid", "the change log's rows do not fit the segments")
             return None
-        self._attach(key, index)
-        self._entries[key] = _Entry(
-            changes.version, index, manifest.id, state.embedder, manifest.version
-        )
+        self._attach(key, index, True)
         self._observe("index.segment_load", 1)
-        return index
+        return _Entry(changes.version, index, manifest.id, state.embedder, manifest.version)
 
-    def _maintain_in_ram(self, key: Key, force: bool) -> bool:
-        """One maintenance step of a workspace's index kept in RAM; whether one ran."""
-        entry = self._entries.get(key)
-        return entry is not None and entry.index.maintain()
+    def _maintained(self, key: Key) -> _Entry | None:
+        """The entry background maintenance works on: the loaded one, or one evicted
+        before its first segment files were written (kept for that)."""
+        return self._entries.get(key) or self._unwritten.get(key)
 
     def _maintain(self, key: Key, force: bool) -> bool:
         """One background maintenance step of a workspace; whether another may be due.
@@ -542,10 +694,15 @@ class WorkspaceIndexes:
         tombstones of the parts kept, publish a manifest of the version the snapshot
         reflects, swap the new part in, and delete the files no longer named.
         """
+        entry = self._maintained(key)
+        if entry is None:
+            return False
+        if not entry.index.persisted:  # kept in RAM: compaction and merges there
+            return entry.index.maintain()
         directory = self._directory(key)
         with directory.lock():
             with self._lock(key):
-                entry = self._entries.get(key)
+                entry = self._maintained(key)
                 if entry is None:
                     return False
                 try:
@@ -554,12 +711,19 @@ class WorkspaceIndexes:
                     current = None  # damaged: the manifest written below replaces it
                 if current is not None and current.id != entry.manifest:
                     state = self._store.knowledge_state(*key)
-                    if self._load_segments(key, state) is not None:
+                    switched = self._load_segments(key, state)
+                    if switched is not None:
+                        self._unwritten.pop(key, None)
+                        if self._entries.get(key) is entry:
+                            self._entries.release(self._install(key, switched))
                         self._observe("index.switch", 1)
                         return False
                 index = entry.index
                 plan = index.plan_maintenance(force=force)
-                version, embedder = entry.version, entry.embedder
+                # an index loaded before the workspace's first write learnt its embedder
+                # from the rows added since
+                embedder = entry.embedder or self._store.knowledge_state(*key).embedder
+                version = entry.version
             if plan is None:
                 return False
             ids, rows = plan.gather()  # streamed into the file: no copy of the matrix
@@ -583,9 +747,12 @@ class WorkspaceIndexes:
             directory.publish(manifest)
             applied = index.apply(plan, new_parts)
             with self._lock(key):
+                if applied and self._unwritten.get(key) is entry:
+                    del self._unwritten[key]  # written: its next load maps the files
                 if applied and self._entries.get(key) is entry:
                     entry.manifest = manifest.id
                     entry.manifest_version = max(entry.manifest_version, version)
+                    self._charge(key, entry)
             self._observe("index.merge", 1)
             if current is not None:
                 directory.remove(current.files() - manifest.files())
@@ -618,7 +785,30 @@ class WorkspaceIndexes:
         self._store.replace_all_vectors(
             organization_id, environment, embedder.name, segments, embedder.dimension
         )
-        self._entries.pop((organization_id, environment), None)
+        self._entries.discard((organization_id, environment))
+
+
+class WorkspaceRows:
+    """The ``RowStore`` of one workspace: its float32 rows as the store keeps them."""
+
+    def __init__(self, store: KnowledgeStore, key: Key, dimension: int) -> None:
+        self._store = store
+        self._key = key
+        self._dimension = dimension
+
+    def locate(self, ids: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+        """Where the store keeps the rows ``ids``."""
+        return self._store.locate_vectors(*self._key, ids)
+
+    def read(self, locators: npt.NDArray[np.int64]) -> npt.NDArray[np.float32]:
+        """The rows at ``locators`` (NaN for one deleted since)."""
+        return self._store.read_vector_rows(*self._key, locators, self._dimension)
+
+
+def _bytes_of(entry: _Entry) -> int:
+    """What an entry costs the budget: its index and the rows it holds back."""
+    held = sum(array.nbytes for rows in entry.pending for array in rows)
+    return entry.index.resident_bytes + held
 
 
 def _apply(index: VectorIndex, changes: KnowledgeChanges) -> bool:

@@ -140,11 +140,29 @@ class KnowledgeStore(Protocol):
         """Every vector of a workspace: an id array and one contiguous float32 matrix."""
 
     def load_index(
-        self, organization_id: str, environment: str, dimension: int, *, vectors: bool = True
+        self,
+        organization_id: str,
+        environment: str,
+        dimension: int,
+        *,
+        vectors: bool = True,
+        located: bool = False,
     ) -> IndexRows:
         """Every row of a workspace's index in one snapshot: ids, one contiguous float32
-        matrix (``None`` unless ``vectors``) and each row's label (its document's
-        ``seq``, ``-1`` for rows of no document)."""
+        matrix (``None`` unless ``vectors``), each row's label (its document's ``seq``,
+        ``-1`` for rows of no document) and, if ``located``, where each row is kept: its
+        locator (``records.LOCATOR_SHIFT``) for ``read_vector_rows``, valid for as long
+        as the row is stored."""
+
+    def locate_vectors(self, organization_id: str, environment: str, ids: Ids) -> Ids:
+        """The locators of the workspace's vectors ``ids`` (-1 for an id not stored)."""
+
+    def read_vector_rows(
+        self, organization_id: str, environment: str, locators: Ids, dimension: int
+    ) -> Vectors:
+        """The workspace's float32 vectors at ``locators``, one row each, read without
+        reading their segments whole; a row no longer stored (or not the workspace's)
+        is all NaN."""
 
     def count_vectors(self, organization_id: str, environment: str) -> int:
         """How many vectors a workspace stores."""

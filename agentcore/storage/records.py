@@ -20,6 +20,15 @@ Chunks = Sequence[tuple[str, list[int], list[int]]]
 TermCounts = tuple[int, Mapping[str, int]]
 """A document's ``(sentences, {stem: sentences holding it})``."""
 
+#: Where the store keeps one vector: ``segment_id << LOCATOR_SHIFT | row_in_segment``
+#: (a segment holds at most ``2**LOCATOR_SHIFT`` rows), or -1 for none.
+LOCATOR_SHIFT = 20
+
+
+def segment_locators(segment_id: int, count: int) -> Ids:
+    """The locators of the ``count`` rows of vector segment ``segment_id``."""
+    return np.arange(count, dtype=np.int64) + (int(segment_id) << LOCATOR_SHIFT)
+
 
 @dataclass(frozen=True)
 class StoredChunk:
@@ -76,11 +85,14 @@ class KnowledgeChanges:
 @dataclass(frozen=True)
 class IndexRows:
     """A workspace's indexed rows as one snapshot read: ids, unit vectors (``None``
-    when not asked for) and each row's label, its document's ``seq`` (``-1``: none)."""
+    when not asked for), each row's label, its document's ``seq`` (``-1``: none), and
+    where the store keeps each row (``None`` when not asked for)."""
 
     ids: Ids
     vectors: Vectors | None
     labels: Ids
+    # each row's locator (``LOCATOR_SHIFT``) when asked for (``load_index(located=True)``)
+    locators: Ids | None = None
 
 
 @dataclass(frozen=True)

@@ -146,6 +146,16 @@ def test_metrics_after_known_traffic_name_no_tenant(core: AgentCore, keys: Keys)
     assert value(got, "agentcore_store_connections") >= 1
     assert value(got, "agentcore_index_workspaces") == 1
     assert value(got, "agentcore_index_rows") == 1 and value(got, "agentcore_index_bytes") > 0
+    # the index budget (index_cache_bytes): what it is, holds and did
+    assert value(got, "agentcore_index_budget_bytes") == core.settings.index_cache_budget
+    assert (
+        0
+        < value(got, "agentcore_index_charged_bytes")
+        <= value(got, "agentcore_index_bytes") + 8192
+    )
+    assert value(got, "agentcore_index_loads") >= 1
+    assert value(got, "agentcore_index_evictions") == 0
+    assert value(got, "agentcore_index_segment_fallbacks") == 0
     pooled = ("agentcore_store_connections_max", ()) in got
     assert pooled == (core.store.url.startswith("postgresql"))  # only a pool has a maximum
 

@@ -279,7 +279,8 @@ def test_many_writes_without_a_read_are_added_in_bounded_batches(
     _sources(a, "red pump")
     for number in range(10):
         ws.knowledge.ingest_text(f"{number}.txt", f"Item {number}. Lonely lighthouse {number}.")
-    entry = a.indexes._entries[(ws.organization_id, ws.environment)]
+    entry = a.indexes._entries.get((ws.organization_id, ws.environment))
+    assert entry is not None
     assert entry.pending_rows <= 3 and seen(a)["index.own_write"] >= 6  # flushed on the way
     found = ws.knowledge.search("lonely lighthouse", top_k=20).results
     assert sorted(r.source for r in found if r.source != "alpha.txt") == [

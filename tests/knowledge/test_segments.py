@@ -21,10 +21,10 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 import pytest
-from helpers import cli_env, make_document, open_seen, seen
+from helpers import cli_env, file_indexes, make_document, open_seen, seen
 
 from agentcore import AgentCore
-from agentcore.knowledge import kernels
+from agentcore.knowledge import kernels, segments
 from agentcore.knowledge import workspace_indexes as indexes_module
 from agentcore.knowledge.index import Part, VectorIndex
 from agentcore.knowledge.segments import (
@@ -36,7 +36,6 @@ from agentcore.knowledge.segments import (
 from agentcore.knowledge.workspace_indexes import WorkspaceIndexes
 from agentcore.plugins.hashing_embedder import HashingEmbedder
 from agentcore.storage.base import Store
-from agentcore.storage.sqlite import SQLiteStore
 
 ORG = "acme"
 ENV = "test"
@@ -126,6 +125,13 @@ class Workspace:
 
     def close(self) -> None:
         self.core.close()
+
+
+@pytest.fixture(autouse=True)
+def files_for_small_workspaces(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These workspaces hold a few rows: give them segment files anyway, mapped."""
+    monkeypatch.setattr(indexes_module, "SEGMENT_MIN_BYTES", 0)
+    monkeypatch.setattr(segments, "MAP_MIN_BYTES", 0)
 
 
 @pytest.fixture
@@ -304,23 +310,14 @@ class PauseAt:
 def paused_maintenance(db: Path, step: str, stage: str, marker: Path) -> None:
     """Open ``db``'s store and an index cache over it as the core builds one, whose
     segment writes pause at ``stage``; run a merge or a compaction (``step``)."""
-    store = SQLiteStore.open(db)
-    embedder = HashingEmbedder()
-    root, identity = segment_root(str(db), "auto")
-    cache = WorkspaceIndexes(
-        store,
-        embedders={embedder.name: embedder},
-        embedder=embedder.name,
-        segments=root,
-        store_identity=identity,
-        segment_write_stages=PauseAt(stage, marker),
-    )
+    store, cache = file_indexes(db, segment_write_stages=PauseAt(stage, marker))
+    dimension = cache.embedder().dimension
     organization = store.get_organization_by_name(ORG)
     assert organization is not None
     org = organization.id
     cache.get(org, ENV)
     if step == "merge":  # the tail passes the merge threshold
-        write_document(cache, store, org, "late", 30, seed=99, dimension=embedder.dimension)
+        write_document(cache, store, org, "late", 30, seed=99, dimension=dimension)
     else:  # tombstones pass the compaction threshold
         for name in ("d0", "d1", "d2", "d3"):
             cache.write(org, ENV, functools.partial(store.delete_document, org, ENV, f"doc_{name}"))

@@ -30,6 +30,15 @@ D = 8
 BLOCK_ROWS = 3  # blocks this small put the boundaries where small tests reach them
 
 
+@pytest.fixture(autouse=True)
+def files_for_small_workspaces(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These workspaces hold a few rows: give them segment files anyway, mapped."""
+    from agentcore.knowledge import workspace_indexes as indexes_module
+
+    monkeypatch.setattr(indexes_module, "SEGMENT_MIN_BYTES", 0)
+    monkeypatch.setattr(segments, "MAP_MIN_BYTES", 0)
+
+
 @pytest.fixture
 def small_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(segments, "BLOCK_BYTES", BLOCK_ROWS * D * 4)

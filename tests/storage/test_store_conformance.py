@@ -237,6 +237,51 @@ def test_keep_mask_and_add_vectors(store: Any) -> None:
         store.add_vectors(org_id, "test", None, "e1", 8, np.array([1, 2]), unit(1))
 
 
+def test_single_rows_are_read_back_by_locator(store: Any) -> None:
+    org_id, other = org(store), org(store, "globex")
+    first, ids = ingest(store, org_id, n=4)
+    second, more = ingest(store, org_id, n=3)
+    rows = store.load_index(org_id, "test", 8, located=True)
+    loaded, vectors, located = rows.ids, rows.vectors, rows.locators
+    assert loaded.tolist() == ids + more and located.shape == (7,)
+    assert len(set(located.tolist())) == 7 and (located >= 0).all()
+    np.testing.assert_array_equal(store.locate_vectors(org_id, "test", loaded), located)
+    wanted = np.array([located[5], located[0], located[5]])
+    np.testing.assert_array_equal(
+        store.read_vector_rows(org_id, "test", wanted, 8), vectors[[5, 0, 5]]
+    )
+    # an id not stored has no locator; a row not stored (any more) reads as NaN
+    assert store.locate_vectors(org_id, "test", np.array([999_999])).tolist() == [-1]
+    assert np.isnan(store.read_vector_rows(org_id, "test", np.array([-1]), 8)).all()
+    store.delete_document(org_id, "test", first)
+    rows = store.read_vector_rows(org_id, "test", located[[0, 4]], 8)
+    assert np.isnan(rows[0]).all()
+    np.testing.assert_array_equal(rows[1], vectors[4])
+    assert store.locate_vectors(org_id, "test", loaded[:1]).tolist() == [-1]
+    # another workspace's locators read nothing of this one
+    assert np.isnan(store.read_vector_rows(other, "test", located[4:], 8)).all()
+    assert np.isnan(store.read_vector_rows(org_id, "live", located[4:], 8)).all()
+    assert second  # the survivor's rows above
+
+
+def test_a_workspace_of_many_segments_loads_them_in_order(
+    store: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agentcore.storage.postgres import connection as postgres_connection
+
+    # PostgreSQL reads segments a batch at a time: two of these segments a statement
+    monkeypatch.setattr(postgres_connection, "SEGMENT_BATCH_BYTES", 250)
+    org_id = org(store)
+    written = [ingest(store, org_id, n=3, seed=seed)[1] for seed in range(5)]
+    ids, vectors = store.load_vectors(org_id, "test", 8)
+    assert ids.tolist() == [i for part in written for i in part]
+    np.testing.assert_array_equal(vectors, np.concatenate([unit(3, 8, s) for s in range(5)]))
+    located = store.load_index(org_id, "test", 8, located=True)
+    np.testing.assert_array_equal(located.vectors, vectors)
+    assert located.labels.shape == (15,) and located.locators is not None
+    assert len(set(located.locators.tolist())) == 15
+
+
 def test_documents_paging(store: Any) -> None:
     org_id = org(store)
     docs = [ingest(store, org_id, n=1)[0] for _ in range(3)]

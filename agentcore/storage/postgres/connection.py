@@ -45,6 +45,9 @@ _NAMED = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
 RETRIES = 4  # attempts of one store method on a serialization failure or lost connection
 FAIL_FAST_SECONDS = 1.0  # after a connection failure, calls fail at once for this long
 RETRY_AFTER_SECONDS = 2  # what a 503 tells the client
+# Bytes of vector segments one statement of a whole-workspace load reads (bounds the
+# memory a result holds besides the arrays it is copied into)
+SEGMENT_BATCH_BYTES = 32 << 20
 
 
 @functools.lru_cache(maxsize=1024)
@@ -267,6 +270,65 @@ class Database:
         assert found is not None
         ids[:] = np.frombuffer(found["ids"], dtype="<i8")
         vectors[:] = np.frombuffer(found["vectors"], dtype="<f4").reshape(vectors.shape)
+
+    def read_segments(
+        self, conn: Conn, segments: Sequence[tuple[int, int]], ids: Ids, vectors: Vectors
+    ) -> None:
+        """Copy ``segments`` in batches of about ``SEGMENT_BATCH_BYTES``, one statement
+        each: a workspace written one document at a time has a segment per document, and
+        a round trip per segment made a 100k-chunk workspace's first load take seconds."""
+        dimension = vectors.shape[1]
+        width = dimension * 4 + 8
+        at, pending = 0, list(segments)
+        while pending:
+            batch: list[tuple[int, int]] = []
+            size = 0
+            for segment_id, count in pending:
+                if batch and size + count * width > SEGMENT_BATCH_BYTES:
+                    break
+                batch.append((segment_id, count))
+                size += count * width
+            del pending[: len(batch)]
+            with conn.cursor(binary=True) as cursor:
+                cursor.execute(
+                    "SELECT id, ids, vectors FROM vector_segments WHERE id = ANY(?::bigint[])",
+                    [[segment_id for segment_id, _ in batch]],
+                )
+                found = {row["id"]: row for row in cursor.fetchall()}
+            for segment_id, count in batch:
+                row = found.get(segment_id)
+                if row is None or len(row["ids"]) != count * 8:
+                    raise ValueError(f"segment {segment_id} changed while it was read")
+                ids[at : at + count] = np.frombuffer(row["ids"], dtype="<i8")
+                rows = np.frombuffer(row["vectors"], dtype="<f4")
+                vectors[at : at + count] = rows.reshape(count, dimension)
+                at += count
+
+    def read_vector_rows(
+        self, conn: Conn, workspace: Sequence[str], segments: Ids, offsets: Ids, out: Vectors
+    ) -> None:
+        """Copy single rows of a workspace's segments into ``out``, in one statement:
+        ``substring`` of an uncompressed out-of-line ``bytea`` reads only the pages
+        holding the row, not the whole segment."""
+        width = out.shape[1] * 4
+        with conn.cursor(binary=True) as cursor:
+            cursor.execute(
+                "SELECT o.i, substring(s.vectors FROM (o.off * ?::int + 1)::int FOR ?::int) AS row"
+                " FROM unnest(?::bigint[], ?::bigint[], ?::int[]) AS o(seg, off, i)"
+                " JOIN vector_segments s ON s.id = o.seg"
+                " WHERE s.organization_id = ? AND s.environment = ?",
+                [
+                    width,
+                    width,
+                    segments.tolist(),
+                    offsets.tolist(),
+                    list(range(len(segments))),
+                    *workspace,
+                ],
+            )
+            for found in cursor.fetchall():
+                if len(found["row"]) == width:
+                    out[found["i"]] = np.frombuffer(found["row"], dtype="<f4")
 
     @contextmanager
     def write(self) -> Iterator[Conn]:

@@ -79,6 +79,19 @@ class Database(Protocol):
     def read_segment(self, conn: Any, segment_id: int, ids: Ids, vectors: Vectors) -> None:
         """Copy vector segment ``segment_id``'s buffers into ``ids`` and ``vectors``."""
 
+    def read_segments(
+        self, conn: Any, segments: Sequence[tuple[int, int]], ids: Ids, vectors: Vectors
+    ) -> None:
+        """Copy the vector segments ``segments`` (``(id, count)`` each, in order) into
+        consecutive rows of ``ids`` and ``vectors``."""
+
+    def read_vector_rows(
+        self, conn: Any, workspace: Sequence[str], segments: Ids, offsets: Ids, out: Vectors
+    ) -> None:
+        """Copy row ``offsets[i]`` of vector segment ``segments[i]`` into ``out[i]``, for
+        the segments of ``workspace`` (organization, environment) that exist; other
+        rows of ``out`` are left as they are."""
+
     def current_cache(self, name: str) -> dict[Any, Any]:
         """A dict of values read from the database as it is now: emptied whenever
         anything was written since it was last asked for (a database that cannot tell

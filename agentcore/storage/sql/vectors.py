@@ -10,11 +10,13 @@ version that deleted it, so a cached index catches up by applying only the delta
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
 from agentcore.storage.records import (
+    LOCATOR_SHIFT,
     Ids,
     IndexRows,
     KnowledgeChanges,
@@ -22,6 +24,7 @@ from agentcore.storage.records import (
     StaleEmbedder,
     Vectors,
     segment_arrays,
+    segment_locators,
 )
 from agentcore.storage.sql.database import CACHE_LIMIT, Connection, Tables
 from agentcore.storage.sql.queries import WORKSPACE, insert_row
@@ -132,13 +135,20 @@ class VectorTables(Tables):
         return rows.ids, rows.vectors
 
     def load_index(
-        self, organization_id: str, environment: str, dimension: int, *, vectors: bool = True
+        self,
+        organization_id: str,
+        environment: str,
+        dimension: int,
+        *,
+        vectors: bool = True,
+        located: bool = False,
     ) -> IndexRows:
         """Every row of a workspace's index: ids, one contiguous float32 matrix (unless
-        ``vectors`` is false) and each row's label (its document's ``seq``).
+        ``vectors`` is false), each row's label (its document's ``seq``) and, if
+        ``located``, each row's locator (its segment and row in it).
 
-        Read inside one read transaction (a consistent snapshot), each segment copied
-        once into the preallocated arrays: no per-row Python, no intermediate buffers.
+        Read inside one read transaction (a consistent snapshot), the segments copied
+        into the preallocated arrays: no per-row Python, no intermediate buffers.
         """
         with self.db.snapshot() as conn:
             rows = conn.execute(
@@ -146,14 +156,61 @@ class VectorTables(Tables):
             ).fetchall()
             if vectors and any(row["dimension"] != dimension for row in rows):
                 raise ValueError("the stored vectors have another dimension")
-            return self._read_segments(conn, rows, dimension, vectors=vectors)
+            found = self._read_segments(conn, rows, dimension, vectors=vectors)
+        if not located:
+            return found
+        pieces = [segment_locators(row["id"], int(row["count"])) for row in rows]
+        locators = np.concatenate(pieces) if pieces else np.empty(0, dtype=np.int64)
+        return replace(found, locators=locators)
+
+    def locate_vectors(self, organization_id: str, environment: str, ids: Ids) -> Ids:
+        """The locators of ``ids`` (-1 for an id not stored), from the segments' id
+        buffers only (an eighth of a row's bytes at 16 dimensions, far less above)."""
+        wanted = np.asarray(ids, dtype=np.int64).reshape(-1)
+        out = np.full(wanted.shape[0], -1, dtype=np.int64)
+        with self.db.snapshot() as conn:
+            segments = conn.execute(
+                f"SELECT id, ids FROM vector_segments WHERE {WORKSPACE} ORDER BY id",
+                [organization_id, environment],
+            ).fetchall()
+        for segment in segments:
+            stored = np.frombuffer(segment["ids"], dtype="<i8")
+            if not stored.size:
+                continue
+            order = np.argsort(stored, kind="stable")
+            at = np.minimum(np.searchsorted(stored, wanted, sorter=order), stored.size - 1)
+            rows = order[at]
+            hit = stored[rows] == wanted
+            out[hit] = (int(segment["id"]) << LOCATOR_SHIFT) + rows[hit]
+        return out
+
+    def read_vector_rows(
+        self, organization_id: str, environment: str, locators: Ids, dimension: int
+    ) -> Vectors:
+        """The vectors at ``locators``; a row no longer stored is all NaN."""
+        wanted = np.asarray(locators, dtype=np.int64).reshape(-1)
+        out = np.full((wanted.shape[0], dimension), np.nan, dtype=np.float32)
+        known = wanted >= 0
+        if known.any():
+            with self.db.read() as conn:
+                part = np.flatnonzero(known)
+                rows = np.full((part.shape[0], dimension), np.nan, dtype=np.float32)
+                self.db.read_vector_rows(
+                    conn,
+                    (organization_id, environment),
+                    wanted[part] >> LOCATOR_SHIFT,
+                    wanted[part] & ((1 << LOCATOR_SHIFT) - 1),
+                    rows,
+                )
+                out[part] = rows
+        return out
 
     def _read_segments(
         self, conn: Connection, rows: Sequence[Any], dimension: int, *, vectors: bool = True
     ) -> IndexRows:
         """The segments ``rows`` (``id``, ``count`` and ``label`` each; ``ids`` too
         without ``vectors``) as one id array, one matrix (unless ``vectors`` is false)
-        and labels."""
+        and labels; with vectors, read a batch of segments at a time."""
         counts = [int(row["count"]) for row in rows]
         total = sum(counts)
         ids = np.empty(total, dtype="<i8")
@@ -163,17 +220,13 @@ class VectorTables(Tables):
         )
         if not vectors:
             start = 0
-            for row in rows:
-                end = start + int(row["count"])
-                ids[start:end] = np.frombuffer(row["ids"], dtype="<i8")
-                start = end
+            for row, count in zip(rows, counts, strict=True):
+                ids[start : start + count] = np.frombuffer(row["ids"], dtype="<i8")
+                start += count
             return IndexRows(ids, None, labels)
         matrix = np.empty((total, dimension), dtype="<f4")
-        start = 0
-        for row in rows:
-            end = start + int(row["count"])
-            self.db.read_segment(conn, row["id"], ids[start:end], matrix[start:end])
-            start = end
+        segments = [(int(row["id"]), count) for row, count in zip(rows, counts, strict=True)]
+        self.db.read_segments(conn, segments, ids, matrix)
         return IndexRows(ids, matrix, labels)
 
     def count_vectors(self, organization_id: str, environment: str) -> int:

@@ -16,6 +16,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from sqlite_utils import Database as UtilsDatabase
 
 from agentcore.storage.records import ConnectionStats, Ids, Vectors
@@ -253,6 +254,47 @@ class Database:
                 for start in range(0, len(out), BLOB_CHUNK):
                     piece = blob.read(BLOB_CHUNK)
                     out[start : start + len(piece)] = piece
+
+    def read_segments(
+        self,
+        conn: sqlite3.Connection,
+        segments: Sequence[tuple[int, int]],
+        ids: Ids,
+        vectors: Vectors,
+    ) -> None:
+        """Each segment with ``read_segment`` (blob reads in process: no round trips)."""
+        start = 0
+        for segment_id, count in segments:
+            end = start + count
+            self.read_segment(conn, segment_id, ids[start:end], vectors[start:end])
+            start = end
+
+    def read_vector_rows(
+        self,
+        conn: sqlite3.Connection,
+        workspace: Sequence[str],
+        segments: Ids,
+        offsets: Ids,
+        out: Vectors,
+    ) -> None:
+        """Copy single rows of a workspace's segments into ``out``: each segment's blob
+        opened once and read at each row's offset (a few microseconds per row, however
+        large the segment)."""
+        wanted = sorted(set(segments.tolist()))
+        found = conn.execute(
+            "SELECT id FROM vector_segments WHERE organization_id = ? AND environment = ?"
+            f" AND id IN ({marks(len(wanted))})",
+            [*workspace, *wanted],
+        ).fetchall()
+        width = out.shape[1] * 4
+        for (segment,) in found:
+            at = np.flatnonzero(segments == segment)
+            with conn.blobopen("vector_segments", "vectors", segment, readonly=True) as blob:
+                for i, offset in zip(at.tolist(), offsets[at].tolist(), strict=True):
+                    if (offset + 1) * width > len(blob):
+                        continue
+                    blob.seek(offset * width)
+                    out[i] = np.frombuffer(blob.read(width), dtype="<f4")
 
     def unchanged_since(self, stamp: object) -> tuple[object, bool]:
         """A stamp of the database's state, and whether it equals ``stamp``.
