@@ -30,6 +30,7 @@ import psycopg
 from psycopg import errors
 from psycopg.abc import Params, Query, QueryNoTemplate
 from psycopg.conninfo import conninfo_to_dict
+from psycopg.pq import TransactionStatus
 from psycopg.rows import DictRow, dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
@@ -331,9 +332,15 @@ class Database:
                     out[found["i"]] = np.frombuffer(found["row"], dtype="<f4")
 
     @contextmanager
-    def write(self) -> Iterator[Conn]:
-        """A transaction, committed on success, rolled back on error; re-entrant."""
-        with self._transaction("BEGIN") as conn:
+    def write(self, *, pipeline: bool = False) -> Iterator[Conn]:
+        """A transaction, committed on success, rolled back on error; re-entrant.
+
+        ``pipeline``: in psycopg's pipeline mode. Statements are sent without waiting
+        and a round trip is made only when a result is read, so ``BEGIN`` goes with the
+        first statements and the ``COMMIT`` with the last ones: a document write of
+        eight statements makes three round trips instead of ten (see docs/decisions.md).
+        """
+        with self._transaction("BEGIN", pipeline) as conn:
             yield conn
 
     @contextmanager
@@ -343,7 +350,7 @@ class Database:
             yield conn
 
     @contextmanager
-    def _transaction(self, begin: str) -> Iterator[Conn]:
+    def _transaction(self, begin: str, pipeline: bool = False) -> Iterator[Conn]:
         if self.depth:
             self._local.depth += 1
             try:
@@ -352,21 +359,26 @@ class Database:
                 self._local.depth -= 1
             return
         with self._connection() as conn:
-            conn.execute(begin)
             self._local.depth = 1
+            committing = False
             try:
-                yield conn
-            except BaseException:
-                if not conn.closed and not conn.broken:
+                # leaving the pipeline sends what is queued (the COMMIT too) and waits
+                with conn.pipeline() if pipeline else contextlib.nullcontext():
+                    conn.execute(begin)
+                    yield conn
+                    committing = True
+                    conn.execute("COMMIT")
+            except BaseException as exc:
+                if committing and unknown_outcome(conn, exc):
+                    raise CommitUnknown(str(exc)) from exc
+                # a failed COMMIT ended the transaction; a failed statement did not
+                if (
+                    not conn.closed
+                    and not conn.broken
+                    and conn.info.transaction_status != TransactionStatus.IDLE
+                ):
                     conn.execute("ROLLBACK")
                 raise
-            else:
-                try:
-                    conn.execute("COMMIT")
-                except psycopg.OperationalError as exc:
-                    if isinstance(exc, errors.TransactionRollback):
-                        raise  # a serialization failure at commit: nothing landed
-                    raise CommitUnknown(str(exc)) from exc
             finally:
                 self._local.depth = 0
 
@@ -393,6 +405,17 @@ class Database:
         connection (others are still fine) must not fail other threads' calls.
         """
         self._down_until = time.monotonic() + FAIL_FAST_SECONDS
+
+
+def unknown_outcome(conn: Conn, exc: BaseException) -> bool:
+    """Whether ``exc``, raised once the ``COMMIT`` was sent, leaves it unknown whether the
+    transaction landed: the connection broke (a serialization failure at commit, or a
+    statement that failed before it in the same pipeline batch, left nothing written)."""
+    return (
+        isinstance(exc, psycopg.OperationalError)
+        and not isinstance(exc, errors.TransactionRollback)
+        and conn.info.transaction_status != TransactionStatus.INERROR
+    )
 
 
 def retrying(method: Callable[P, T]) -> Callable[P, T]:

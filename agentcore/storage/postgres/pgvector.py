@@ -98,6 +98,9 @@ class VectorRows(VectorTables):
         if self.vector_rows:
             self._copy_rows(conn, organization_id, environment, document_id, ids, vectors)
 
+    def _pipelined_writes(self) -> bool:
+        return not self.vector_rows  # the rows are written with COPY
+
     def _vectors_deleted(
         self, conn: Any, organization_id: str, environment: str, document_id: str | None
     ) -> None:

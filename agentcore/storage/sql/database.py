@@ -59,8 +59,16 @@ class Database(Protocol):
     def snapshot(self) -> AbstractContextManager[Connection]:
         """A read transaction: every statement inside sees the same committed state."""
 
-    def write(self) -> AbstractContextManager[Connection]:
-        """A transaction, committed when the block ends, rolled back on an exception."""
+    def write(self, *, pipeline: bool = False) -> AbstractContextManager[Connection]:
+        """A transaction, committed when the block ends, rolled back on an exception.
+
+        ``pipeline``: the database may send the block's statements in batches instead of
+        one round trip each (PostgreSQL's pipeline mode): a statement's result is waited
+        for only when it is read, and the last batch goes with the ``COMMIT``. A database
+        error may then surface at a later statement or when the block ends, so only for
+        blocks that catch no database error and run no ``COPY``; ignored by a database
+        without round trips (SQLite). Ignored by an inner block (it joins the outer one).
+        """
 
     def write_one(self, sql: str, params: Any) -> Any:
         """Run one write statement as its own transaction; its first row (``RETURNING``)."""

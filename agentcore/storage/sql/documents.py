@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -27,7 +27,7 @@ from agentcore.storage.records import (
     Vectors,
     WrittenDocument,
 )
-from agentcore.storage.sql.database import Connection
+from agentcore.storage.sql.database import Connection, Cursor
 from agentcore.storage.sql.queries import WORKSPACE, marks, page_rows
 from agentcore.storage.sql.terms import TermTables
 from agentcore.storage.sql.vectors import VectorTables
@@ -100,14 +100,14 @@ class DocumentTables(TermTables, VectorTables):
         document's ``seq``; chunks outside ``keep`` (no features, so a zero vector) are
         stored but not indexed. Bumps the version.
         """
-        with self.db.write() as conn:
-            seq = self._insert_document_row(conn, organization_id, environment, document)
+        with self.db.write(pipeline=self._pipelined_writes()) as conn:
+            row = self._insert_document_row(conn, organization_id, environment, document)
             return self._insert_chunks(
                 conn,
                 organization_id,
                 environment,
                 document,
-                seq,
+                lambda: int(row.fetchone()["seq"]),
                 chunks,
                 embedder,
                 vectors,
@@ -117,9 +117,10 @@ class DocumentTables(TermTables, VectorTables):
 
     def _insert_document_row(
         self, conn: Connection, organization_id: str, environment: str, document: Document
-    ) -> int:
-        """Insert a document's row; its ``seq``."""
-        row = conn.execute(
+    ) -> Cursor:
+        """Insert a document's row; the cursor whose row holds its ``seq``, read later: in
+        a pipelined write the chunks go to the database with it, in one round trip."""
+        return conn.execute(
             "INSERT INTO documents (id, organization_id, environment, source, content_type,"
             " pages, chunks, bytes, created_at, status, last_error, metadata)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING seq",
@@ -137,8 +138,7 @@ class DocumentTables(TermTables, VectorTables):
                 document.last_error.model_dump_json() if document.last_error else None,
                 json_object(document.metadata),
             ],
-        ).fetchone()
-        return int(row["seq"])
+        )
 
     def _insert_chunks(
         self,
@@ -146,7 +146,7 @@ class DocumentTables(TermTables, VectorTables):
         organization_id: str,
         environment: str,
         document: Document,
-        document_seq: int,
+        document_seq: Callable[[], int],
         chunks: Chunks,
         embedder: str,
         vectors: Vectors,
@@ -154,7 +154,9 @@ class DocumentTables(TermTables, VectorTables):
         term_counts: TermCounts | None,
     ) -> WrittenDocument:
         """Insert the chunks, the ``keep`` rows' vectors and the sentence counts, and
-        mark the document written at the version this bumps to; every chunk id."""
+        mark the document written at the version this bumps to; every chunk id.
+        ``document_seq`` is asked for the document's ``seq`` once the chunks are sent (in
+        a pipelined write, the document's row goes to the database with them)."""
         ids = self.db.insert_ids(
             conn,
             "chunks",
@@ -172,6 +174,7 @@ class DocumentTables(TermTables, VectorTables):
                 for ordinal, (text, pages, offsets) in enumerate(chunks)
             ],
         )
+        seq = document_seq()
         version = self._append_vectors(
             conn,
             organization_id,
@@ -184,12 +187,10 @@ class DocumentTables(TermTables, VectorTables):
             check=True,
         )
         if term_counts is not None:
-            self._store_terms(
-                conn, (organization_id, environment), document_seq, version, term_counts
-            )
+            self._store_terms(conn, (organization_id, environment), seq, version, term_counts)
         # the version filters follow: its metadata is known to every process from here
-        conn.execute("UPDATE documents SET version = ? WHERE seq = ?", [version, document_seq])
-        return WrittenDocument(ids, document_seq)
+        conn.execute("UPDATE documents SET version = ? WHERE seq = ?", [version, seq])
+        return WrittenDocument(ids, seq)
 
     def chunk_ids(self, organization_id: str, environment: str, document_id: str) -> list[int]:
         """The chunk ids of a document of this workspace."""
@@ -499,12 +500,13 @@ class DocumentTables(TermTables, VectorTables):
             if row is None:
                 return None
             conn.execute("DELETE FROM ingest_jobs WHERE document_id = ?", [document.id])
+            seq = int(row["seq"])
             written = self._insert_chunks(
                 conn,
                 organization_id,
                 environment,
                 document,
-                int(row["seq"]),
+                lambda: seq,
                 chunks,
                 embedder,
                 vectors,

@@ -50,6 +50,11 @@ def _segments(*, with_ids: bool) -> str:
 class VectorTables(Tables):
     """Vectors, versions and the change log of each workspace (part of ``KnowledgeStore``)."""
 
+    def _pipelined_writes(self) -> bool:
+        """Whether a document's write may run as ``db.write(pipeline=True)``: no hook
+        below writes with a statement pipeline mode cannot run (``COPY``)."""
+        return True
+
     def _vectors_added(
         self,
         conn: Connection,

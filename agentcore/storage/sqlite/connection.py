@@ -158,10 +158,12 @@ class Database:
                     conn.execute("COMMIT")
 
     @contextmanager
-    def write(self) -> Iterator[sqlite3.Connection]:
+    def write(self, *, pipeline: bool = False) -> Iterator[sqlite3.Connection]:
         """A ``BEGIN IMMEDIATE`` transaction, committed on success, rolled back on error.
 
         Re-entrant on the same thread: an inner ``write()`` joins the outer transaction.
+        ``pipeline`` is ignored: statements run in this process, there is no round trip
+        to save.
         """
         with self._lock:
             depth: int = getattr(self._local, "depth", 0)

@@ -1,0 +1,180 @@
+"""Ingestion on PostgreSQL against SQLite: docs/s through ``ws.knowledge.ingest_text``, one run.
+
+The workload is ``ingest_speed.py``'s cold pass (its corpus: SQuAD paragraphs and
+shuffles of their words, one chunk each, the default embedder, one document per call,
+a warm index, one search at the end inside the timing), on a fresh SQLite WAL file and
+on a fresh database of one PostgreSQL server, each run a fresh process. Every run
+times both stores (alternating which goes first), so the ratio compares like with
+like on a shared machine. With ``--peer REV`` the same is timed for another version of
+the code (extracted with ``git archive``) in the same invocation. ``--statements``
+also counts, in one extra PostgreSQL run of this checkout, the statements sent per
+document (by wrapping psycopg's cursor: benchmark only). ``--synchronous-commit off``
+sets that on the benchmark's own PostgreSQL sessions, to see what the commit's WAL
+flush costs (a diagnosis: the store never changes it).
+
+Prints the median docs/s of ``--runs`` runs per store and version and PostgreSQL's
+time ÷ SQLite's.
+
+Run: ``python benchmarks/postgres_ingest.py [--docs 300] [--runs 3] [--peer REV]
+[--statements] [--synchronous-commit off] [--db URL]`` (without ``--db`` a throwaway
+pgserver is started).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from squad_corpus import corpus  # standard library only: safe before choosing a checkout
+
+REPO = Path(__file__).resolve().parents[1]
+STORES = ("sqlite", "postgres")
+
+
+def count_statements() -> dict[str, int]:
+    """Count the statements psycopg sends from here on (an ``executemany`` row is one).
+    Benchmark only."""
+    import psycopg
+
+    counts = {"statements": 0}
+    execute, executemany = psycopg.Cursor.execute, psycopg.Cursor.executemany
+
+    def counted_execute(self: Any, *args: Any, **kwargs: Any) -> Any:
+        counts["statements"] += 1
+        return execute(self, *args, **kwargs)
+
+    def counted_executemany(self: Any, query: Any, params: Any, **kwargs: Any) -> Any:
+        rows = list(params)
+        counts["statements"] += len(rows)
+        return executemany(self, query, rows, **kwargs)
+
+    psycopg.Cursor.execute = counted_execute  # type: ignore[method-assign]
+    psycopg.Cursor.executemany = counted_executemany  # type: ignore[method-assign]
+    return counts
+
+
+def one_run(code: Path, url: str, texts: list[str], statements: bool) -> dict[str, float]:
+    """Ingest ``texts`` into the empty store ``url`` with ``code``'s ``agentcore``."""
+    sys.path.insert(0, str(code))
+    import agentcore
+    from agentcore import AgentCore
+
+    assert Path(agentcore.__file__).resolve().is_relative_to(code.resolve())
+    counts = count_statements() if statements else None
+    core = AgentCore.open(url, start_workers=False)
+    knowledge = core.workspace("bench", "test").knowledge
+    knowledge.ingest_text("warm-up.txt", "A first document, so the index is cached.")
+    knowledge.search("first document")  # the index is now loaded, as in a server
+    before = dict(counts) if counts is not None else {}
+    started = time.perf_counter()
+    for number, text in enumerate(texts):
+        knowledge.ingest_text(f"doc-{number}.txt", text)
+    knowledge.search(texts[-1][:100], top_k=1)  # rows the index held back, inside the timing
+    out = {"docs/s": len(texts) / (time.perf_counter() - started)}
+    if counts is not None:
+        for name, value in counts.items():
+            out[f"{name} per document"] = (value - before[name]) / len(texts)
+    core.close()
+    return out
+
+
+def child(code: Path, url: str, args: argparse.Namespace, statements: bool) -> dict[str, float]:
+    """One run in a fresh process; its JSON answer."""
+    command = [sys.executable, __file__, "run", "--code", str(code), "--db", url]
+    command += ["--squad", args.squad, "--docs", str(args.docs)]
+    done = subprocess.run(
+        [*command, *(["--statements"] if statements else [])],
+        check=True,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    answer: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
+    return answer
+
+
+def main() -> int:
+    """Time both stores (and the peer's), alternating, and print a Markdown table."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from ingest_speed import default_squad, peer_checkout
+    from postgres_store import fresh_database
+    from throwaway_postgres import postgres
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("mode", nargs="?", default="bench", choices=["bench", "run"])
+    parser.add_argument("--squad", default=str(default_squad()), help="SQuAD-format JSON file")
+    parser.add_argument("--docs", type=int, default=300, help="documents per run")
+    parser.add_argument("--runs", type=int, default=3, help="runs; the median is shown")
+    parser.add_argument("--peer", help="git revision to compare (default: none)")
+    parser.add_argument("--statements", action="store_true", help="count statements too")
+    parser.add_argument(
+        "--synchronous-commit",
+        choices=["on", "off"],
+        help="set on the benchmark's PostgreSQL sessions (a diagnosis: the WAL flush's share)",
+    )
+    parser.add_argument("--db", help="postgresql:// URL of a server (default: a pgserver)")
+    parser.add_argument("--code", default=str(REPO), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.mode == "run":
+        texts = corpus(Path(args.squad), args.docs)
+        print(json.dumps(one_run(Path(args.code), args.db, texts, args.statements)))
+        return 0
+
+    with (
+        tempfile.TemporaryDirectory(prefix="postgres_ingest") as tmp,
+        postgres(args.db) as server,
+    ):
+        versions = {"this": REPO}
+        if args.peer:
+            (Path(tmp) / "peer").mkdir()
+            versions["peer"] = peer_checkout(args.peer, Path(tmp) / "peer")
+        runs: list[tuple[str, str]] = [(v, s) for v in versions for s in STORES]
+        speeds: dict[tuple[str, str], list[float]] = {run: [] for run in runs}
+        for number in range(args.runs):
+            for version, store in runs if number % 2 == 0 else runs[::-1]:
+                if store == "sqlite":
+                    url = str(Path(tmp) / f"{version}-{number}.db")
+                else:
+                    url = fresh_database(server, f"ingest_{version}_{number}")
+                    if args.synchronous_commit:
+                        joint = "&" if "?" in url else "?"
+                        url += f"{joint}options=-csynchronous_commit%3D{args.synchronous_commit}"
+                answer = child(versions[version], url, args, False)
+                speeds[(version, store)].append(answer["docs/s"])
+        counted = {}
+        if args.statements:
+            url = fresh_database(server, "ingest_statements")
+            counted = child(REPO, url, args, True)
+
+    load = os.getloadavg()[0]
+    print(
+        f"ingest_text, one document per call, {args.docs} docs, default embedder, warm"
+        f" index; median of {args.runs} runs (load average {load:.1f})\n"
+    )
+    print("| code | SQLite docs/s | PostgreSQL docs/s | PostgreSQL time ÷ SQLite's |")
+    print("|---|---:|---:|---:|")
+    for version in versions:
+        label = "this" if version == "this" else f"peer {args.peer}"
+        sqlite = statistics.median(speeds[(version, "sqlite")])
+        pg = statistics.median(speeds[(version, "postgres")])
+        print(f"| {label} | {sqlite:,.1f} | {pg:,.1f} | {sqlite / pg:.2f}× |")
+    for version, store in runs:
+        values = ", ".join(f"{v:.1f}" for v in speeds[(version, store)])
+        print(f"\n{version} {store} runs: {values}", end="")
+    print()
+    for name, value in counted.items():
+        if name != "docs/s":
+            print(f"\nPostgreSQL, this checkout: {value:.1f} {name}", end="")
+    print()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
