@@ -262,6 +262,7 @@ class IngestionJobs:
         """Hand a claimed job to a worker and a watching thread; ``False``: given back."""
         pool = self._pool
         worker = None
+        waiter = None
         try:
             if pool is not None and job.attempts <= self._settings.ingest_job_attempts:
                 worker = self._acquire(pool)  # may take a moment: a new process
@@ -279,6 +280,8 @@ class IngestionJobs:
             with self._lock:
                 if self._running.pop(job.document_id, None) is not None:
                     self._busy -= 1
+                if waiter is not None:
+                    waiter.started = False  # back in the queue: any process may run it
             if worker is not None:
                 worker.kill()
             self._store.release_ingest_job(job.document_id)
