@@ -8,6 +8,7 @@ without it.
 from __future__ import annotations
 
 import functools
+import inspect
 import threading
 from collections.abc import Callable
 from typing import Literal
@@ -172,6 +173,13 @@ class PostgresStore(VectorRows, SQLStore):
             finally:
                 self._listen_lock.release()
         self.db.close()
+
+
+# ``retrying``'s wrappers copy their method's docstring: those the methods inherit from
+# the ``Store`` protocol are copied here, so that ``help(PostgresStore)`` shows them
+for _method in vars(PostgresStore).values():
+    if hasattr(_method, "__wrapped__") and _method.__doc__ is None:
+        _method.__doc__ = inspect.getdoc(_method.__wrapped__)
 
 
 __all__ = [

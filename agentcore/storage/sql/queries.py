@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from agentcore.errors import NotFound
-from agentcore.storage.sql.database import Connection
+from agentcore.storage.sql.database import Connection, Database
 
 WORKSPACE = "organization_id = ? AND environment = ?"
 
@@ -18,6 +18,26 @@ WORKSPACE = "organization_id = ? AND environment = ?"
 def marks(count: int) -> str:
     """``?, ?, ?``: the placeholders of an ``IN`` list of ``count`` values."""
     return ", ".join("?" * count)
+
+
+def read_row(db: Database, sql: str, params: Sequence[Any] = ()) -> Any:
+    """The first row ``sql`` reads from the committed data, or ``None``."""
+    with db.read() as conn:
+        return conn.execute(sql, params).fetchone()
+
+
+def find_row(
+    db: Database, table: str, row_id: str, workspace: Sequence[Any], columns: str = "*"
+) -> Any:
+    """Row ``row_id`` of ``table`` if it is ``workspace``'s (organization, environment)."""
+    sql = f"SELECT {columns} FROM {table} WHERE id = ? AND {WORKSPACE}"
+    return read_row(db, sql, [row_id, *workspace])
+
+
+def write(db: Database, sql: str, params: Sequence[Any] = ()) -> int:
+    """Run one write statement in a transaction of its own; the rows it changed."""
+    with db.write() as conn:
+        return conn.execute(sql, params).rowcount
 
 
 def insert_row(conn: Connection, table: str, values: Mapping[str, Any]) -> None:
@@ -85,3 +105,25 @@ def page_rows(
         f"SELECT * FROM {table} WHERE {condition} ORDER BY seq DESC LIMIT ?", [*args, limit + 1]
     ).fetchall()
     return rows[:limit], len(rows) > limit
+
+
+def page(
+    db: Database,
+    table: str,
+    workspace: Sequence[str],
+    limit: int,
+    starting_after: str | None,
+    where: str = "1 = 1",
+    where_args: Sequence[Any] = (),
+) -> tuple[list[Any], bool]:
+    """``page_rows`` in a snapshot of its own."""
+    with db.snapshot() as conn:
+        return page_rows(
+            conn,
+            table,
+            scope=workspace,
+            limit=limit,
+            starting_after=starting_after,
+            where=where,
+            where_args=where_args,
+        )

@@ -16,9 +16,19 @@ from typing import Any
 from agentcore.events import Event
 from agentcore.ids import new_id, now_iso
 from agentcore.schema import Delivery, DeliveryAttempt, WebhookSubscription
+from agentcore.storage.base import WebhookStore
 from agentcore.storage.records import DueDelivery, StoredSubscription
 from agentcore.storage.sql.database import Connection, Tables
-from agentcore.storage.sql.queries import WORKSPACE, insert_row, marks, page_rows, update_row
+from agentcore.storage.sql.queries import (
+    WORKSPACE,
+    find_row,
+    insert_row,
+    marks,
+    page,
+    page_rows,
+    read_row,
+    update_row,
+)
 
 _SUBSCRIPTION_COLUMNS = {
     "status",
@@ -84,8 +94,8 @@ def _due(row: Any, now: float) -> DueDelivery:
     )
 
 
-class WebhookTables(Tables):
-    """Subscriptions and the outbox (``WebhookStore``)."""
+class WebhookTables(Tables, WebhookStore):
+    """Subscriptions, events, deliveries and attempts, in tables of those names."""
 
     def _events_recorded(self, conn: Connection) -> None:
         """Hook: the transaction ``conn`` is in recorded deliveries (PostgreSQL wakes
@@ -103,7 +113,6 @@ class WebhookTables(Tables):
         secret: str,
         description: str | None,
     ) -> StoredSubscription:
-        """Store a new active subscription."""
         now = now_iso()
         with self.db.write() as conn:
             row = conn.execute(
@@ -127,36 +136,22 @@ class WebhookTables(Tables):
     def get_subscription(
         self, organization_id: str | None, environment: str | None, subscription_id: str
     ) -> StoredSubscription | None:
-        """A subscription of this workspace (any workspace if both are ``None``)."""
-        with self.db.read() as conn:
-            if organization_id is None:
-                row = conn.execute(
-                    "SELECT * FROM webhook_subscriptions WHERE id = ?", [subscription_id]
-                ).fetchone()
-            else:
-                row = conn.execute(
-                    f"SELECT * FROM webhook_subscriptions WHERE id = ? AND {WORKSPACE}",
-                    [subscription_id, organization_id, environment],
-                ).fetchone()
+        if organization_id is None:
+            sql = "SELECT * FROM webhook_subscriptions WHERE id = ?"
+            row = read_row(self.db, sql, [subscription_id])
+        else:
+            workspace = [organization_id, environment]
+            row = find_row(self.db, "webhook_subscriptions", subscription_id, workspace)
         return _subscription(row) if row else None
 
     def list_subscriptions(
         self, organization_id: str, environment: str, *, limit: int, starting_after: str | None
     ) -> tuple[list[StoredSubscription], bool]:
-        """A page of subscriptions, newest first."""
-        with self.db.snapshot() as conn:
-            rows, more = page_rows(
-                conn,
-                "webhook_subscriptions",
-                scope=(organization_id, environment),
-                limit=limit,
-                starting_after=starting_after,
-            )
+        workspace = (organization_id, environment)
+        rows, more = page(self.db, "webhook_subscriptions", workspace, limit, starting_after)
         return [_subscription(row) for row in rows], more
 
     def update_subscription(self, subscription_id: str, **changes: Any) -> None:
-        """Set status, secrets, failure tracking or the disabled reason; disabling it
-        ends its pending deliveries as ``failed`` (in the same transaction)."""
         with self.db.write() as conn:
             update_row(
                 conn,
@@ -173,7 +168,6 @@ class WebhookTables(Tables):
     def delete_subscription(
         self, organization_id: str, environment: str, subscription_id: str
     ) -> bool:
-        """Delete a subscription; its pending deliveries end as failed (one transaction)."""
         with self.db.write() as conn:
             cursor = conn.execute(
                 f"DELETE FROM webhook_subscriptions WHERE id = ? AND {WORKSPACE}",
@@ -194,12 +188,8 @@ class WebhookTables(Tables):
     def record_event(
         self, event: Event, *, now: float, only_subscription: str | None = None
     ) -> int:
-        """Store ``event`` and a pending delivery per matching active subscription.
-
-        One transaction: after it commits, a crash cannot lose the event or its
-        deliveries. ``only_subscription`` targets one subscription whatever its event
-        list (test pings). Returns how many deliveries were created.
-        """
+        # one transaction: after it commits, a crash cannot lose the event or its
+        # deliveries; ``only_subscription`` (test pings) ignores the event list
         with self.db.write() as conn:
             insert_row(
                 conn,
@@ -253,12 +243,9 @@ class WebhookTables(Tables):
         limit: int,
         busy_subscriptions: Sequence[str] = (),
     ) -> list[DueDelivery]:
-        """Lease up to ``limit`` due deliveries of active subscriptions, oldest first.
-
-        Two workers (in two processes, on two nodes) never claim the same delivery: the
-        lease is set in the claiming transaction. ``busy_subscriptions`` are skipped, so
-        one slow receiver cannot take every slot.
-        """
+        # Up to ``limit``, oldest first. Two workers (in two processes, on two nodes)
+        # never claim the same delivery: the lease is set in the claiming transaction.
+        # ``busy_subscriptions`` are skipped, so one slow receiver cannot take every slot.
         busy = list(busy_subscriptions)
         skipped = marks(len(busy)) or "''"
         with self.db.write() as conn:
@@ -288,14 +275,13 @@ class WebhookTables(Tables):
         return [_due(row, now) for row in rows]
 
     def next_due_at(self) -> float | None:
-        """When the earliest pending delivery of an active subscription falls due."""
-        with self.db.read() as conn:
-            row = conn.execute(
-                f"SELECT MIN({self.dialect.greatest}(d.next_attempt_at,"
-                " COALESCE(d.leased_until, 0))) AS due"
-                " FROM webhook_deliveries d JOIN webhook_subscriptions s"
-                " ON s.id = d.subscription_id WHERE d.status = 'pending' AND s.status = 'active'"
-            ).fetchone()
+        row = read_row(
+            self.db,
+            f"SELECT MIN({self.dialect.greatest}(d.next_attempt_at,"
+            " COALESCE(d.leased_until, 0))) AS due"
+            " FROM webhook_deliveries d JOIN webhook_subscriptions s"
+            " ON s.id = d.subscription_id WHERE d.status = 'pending' AND s.status = 'active'",
+        )
         return None if row["due"] is None else float(row["due"])
 
     def record_attempt(
@@ -310,7 +296,6 @@ class WebhookTables(Tables):
         next_attempt_at: float | None,
         subscription_changes: dict[str, Any],
     ) -> None:
-        """Log an attempt and move the delivery (and maybe its subscription) on, atomically."""
         with self.db.write() as conn:
             conn.execute(
                 "INSERT INTO webhook_attempts (delivery_id, subscription_id, attempted_at,"
@@ -360,7 +345,6 @@ class WebhookTables(Tables):
         limit: int,
         starting_after: str | None,
     ) -> tuple[list[Delivery], bool]:
-        """A page of a subscription's deliveries with their attempts, newest first."""
         with self.db.snapshot() as conn:
             rows, more = page_rows(
                 conn,
@@ -403,11 +387,3 @@ class WebhookTables(Tables):
             for row in rows
         ]
         return deliveries, more
-
-    def delivery_counts(self) -> dict[str, int]:
-        """How many deliveries are in each status (for tests and benchmarks)."""
-        with self.db.read() as conn:
-            rows = conn.execute(
-                "SELECT status, COUNT(*) AS n FROM webhook_deliveries GROUP BY status"
-            ).fetchall()
-        return {row["status"]: int(row["n"]) for row in rows}
