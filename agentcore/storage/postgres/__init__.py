@@ -16,13 +16,7 @@ from typing import Literal
 import psycopg
 from psycopg import sql
 
-from agentcore.errors import ServiceUnavailable
-from agentcore.storage.postgres.connection import (
-    RETRY_AFTER_SECONDS,
-    Database,
-    describe,
-    retry_public_methods,
-)
+from agentcore.storage.postgres.connection import Database, retry_public_methods
 from agentcore.storage.postgres.migrations import SchemaTooNew, migrate
 from agentcore.storage.postgres.pgvector import VectorRows
 from agentcore.storage.sql.database import Connection
@@ -72,44 +66,36 @@ class PostgresStore(VectorRows, SQLStore):
         pool_size: int = 10,
         timeout: float = 5.0,
         vector_search: VectorSearch = "memory",
+        migrate: bool = True,
     ) -> PostgresStore:
-        """Connect, migrate (under an advisory lock) and return the store.
+        """Connect, migrate (under an advisory lock) and return the store; ``migrate=False``
+        connects to a database another process migrated (no migration, no lock).
 
         ``ServiceUnavailable`` (one line naming host and database) when the server
         cannot be reached; ``SchemaTooNew`` when newer code migrated the database.
         """
         store = cls(url, pool_size=pool_size, timeout=timeout, vector_search=vector_search)
-        return store._start(migrate=True)
-
-    @classmethod
-    def attach(
-        cls, url: str, *, pool_size: int, timeout: float, vector_search: VectorSearch
-    ) -> PostgresStore:
-        """Connect to a database another process migrated (no migration, no lock)."""
-        store = cls(url, pool_size=pool_size, timeout=timeout, vector_search=vector_search)
-        return store._start(migrate=False)
-
-    def _start(self, *, migrate: bool) -> PostgresStore:
-        self.db.open()
+        store.db.open()
         try:
             if migrate:
-                self.migrate()
+                store.migrate()
             else:
-                with self.db.pool.connection() as conn:
-                    self._open_vector_rows(conn, create=False)
+                with store.db.pool.connection() as conn:
+                    store._open_vector_rows(conn, create=False)
         except BaseException:
-            self.db.close()
+            store.db.close()
             raise
-        return self
+        return store
 
     def reopener(self) -> Callable[[], PostgresStore]:
         """Connects to this database from another process (a small pool, no migration)."""
         return functools.partial(
-            PostgresStore.attach,
+            PostgresStore.open,
             self.url,
             pool_size=min(self.db.pool.max_size, 2),
             timeout=self.db.timeout,
             vector_search=self.vector_search,
+            migrate=False,
         )
 
     def migrate(self) -> None:
@@ -181,12 +167,4 @@ for _method in vars(PostgresStore).values():
     if hasattr(_method, "__wrapped__") and _method.__doc__ is None:
         _method.__doc__ = inspect.getdoc(_method.__wrapped__)
 
-
-__all__ = [
-    "RETRY_AFTER_SECONDS",
-    "PostgresStore",
-    "SchemaTooNew",
-    "ServiceUnavailable",
-    "describe",
-    "is_postgres_url",
-]
+__all__ = ["PostgresStore", "SchemaTooNew", "is_postgres_url"]

@@ -20,15 +20,12 @@ Render = Callable[[Dialect], str]
 
 @dataclass(frozen=True)
 class Migration:
-    """One step of the schema: its name (``m001_...``) and its statements per dialect."""
+    """One step of the schema: its name (``m001_...``), its statements in a dialect's
+    words (``script(dialect)``), and the one dialect it exists for, if only one."""
 
     name: str
-    render: Render
-    only: str | None = None  # the one dialect this step exists for
-
-    def script(self, dialect: Dialect) -> str:
-        """The step's statements in ``dialect``'s words."""
-        return self.render(dialect)
+    script: Render
+    only: str | None = None
 
 
 MIGRATIONS: list[Migration] = []

@@ -6,7 +6,6 @@ import functools
 from collections.abc import Callable
 from pathlib import Path
 
-from agentcore.storage.records import KnowledgeState, StoredChunk
 from agentcore.storage.sql.dialect import SQLITE
 from agentcore.storage.sql.store import SQLStore
 from agentcore.storage.sqlite.connection import Database
@@ -62,12 +61,3 @@ def path_for_url(url: str) -> str | None:
     if "://" in url:
         return None
     return url
-
-
-__all__ = [
-    "Database",
-    "KnowledgeState",
-    "SQLiteStore",
-    "StoredChunk",
-    "path_for_url",
-]
