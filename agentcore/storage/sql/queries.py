@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from agentcore.errors import NotFound
-from agentcore.storage.sql.database import Connection, Database
+from agentcore.storage.sql.database import Connection, Cursor, Database
 
 WORKSPACE = "organization_id = ? AND environment = ?"
 
@@ -40,12 +40,14 @@ def write(db: Database, sql: str, params: Sequence[Any] = ()) -> int:
         return conn.execute(sql, params).rowcount
 
 
-def insert_row(conn: Connection, table: str, values: Mapping[str, Any]) -> None:
-    """``INSERT INTO table (<keys>) VALUES (<values>)``."""
-    conn.execute(
-        f"INSERT INTO {table} ({', '.join(values)}) VALUES ({marks(len(values))})",
-        list(values.values()),
-    )
+def insert_row(
+    conn: Connection, table: str, values: Mapping[str, Any], returning: str = ""
+) -> Cursor:
+    """``INSERT INTO table (<keys>) VALUES (<values>)``, ``RETURNING returning`` if given."""
+    sql = f"INSERT INTO {table} ({', '.join(values)}) VALUES ({marks(len(values))})"
+    if returning:
+        sql += f" RETURNING {returning}"
+    return conn.execute(sql, list(values.values()))
 
 
 def update_row(

@@ -30,14 +30,6 @@ from agentcore.storage.sql.queries import (
     update_row,
 )
 
-_SUBSCRIPTION_COLUMNS = {
-    "status",
-    "secret",
-    "previous_secret",
-    "previous_secret_expires_at",
-    "failing_since",
-    "disabled_reason",
-}
 _PUBLIC = ("id", "status", "url", "description", "disabled_reason", "created_at", "updated_at")
 _PRIVATE = (  # StoredSubscription's fields after ``public``, in order
     "organization_id",
@@ -47,6 +39,8 @@ _PRIVATE = (  # StoredSubscription's fields after ``public``, in order
     "previous_secret_expires_at",
     "failing_since",
 )
+# what ``update_subscription`` may set: the status and the server's own state
+_SUBSCRIPTION_COLUMNS = {"status", "disabled_reason", *_PRIVATE[2:]}
 
 
 # A disabled subscription's pending deliveries end as failed, so no delivery waits
@@ -114,24 +108,20 @@ class WebhookTables(Tables, WebhookStore):
         description: str | None,
     ) -> StoredSubscription:
         now = now_iso()
+        values = {
+            "id": new_id("whk"),
+            "organization_id": organization_id,
+            "environment": environment,
+            "url": url,
+            "events": json.dumps(list(events)),
+            "status": "active",
+            "secret": secret,
+            "description": description,
+            "created_at": now,
+            "updated_at": now,
+        }
         with self.db.write() as conn:
-            row = conn.execute(
-                "INSERT INTO webhook_subscriptions (id, organization_id, environment, url,"
-                " events, status, secret, description, created_at, updated_at)"
-                " VALUES (?, ?, ?, ?, ?, 'active', ?, ?, ?, ?) RETURNING *",
-                [
-                    new_id("whk"),
-                    organization_id,
-                    environment,
-                    url,
-                    json.dumps(list(events)),
-                    secret,
-                    description,
-                    now,
-                    now,
-                ],
-            ).fetchone()
-        return _subscription(row)
+            return _subscription(insert_row(conn, "webhook_subscriptions", values, "*").fetchone())
 
     def get_subscription(
         self, organization_id: str | None, environment: str | None, subscription_id: str
