@@ -16,6 +16,7 @@ from typing import Literal
 import psycopg
 from psycopg import sql
 
+from agentcore.storage.base import EventWaiter, ReopenableStore
 from agentcore.storage.postgres.connection import Database, retry_public_methods
 from agentcore.storage.postgres.migrations import SchemaTooNew, migrate
 from agentcore.storage.postgres.pgvector import VectorRows
@@ -33,7 +34,7 @@ def is_postgres_url(url: str) -> bool:
 
 
 @retry_public_methods
-class PostgresStore(VectorRows, SQLStore):
+class PostgresStore(VectorRows, SQLStore, ReopenableStore, EventWaiter):
     """Everything agentcore keeps, in one PostgreSQL database shared by every node.
 
     Every public method is retried as ``retrying`` says (``retry_public_methods``).
@@ -88,7 +89,7 @@ class PostgresStore(VectorRows, SQLStore):
         return store
 
     def reopener(self) -> Callable[[], PostgresStore]:
-        """Connects to this database from another process (a small pool, no migration)."""
+        # a small pool, and no migration: this process migrated the database
         return functools.partial(
             PostgresStore.open,
             self.url,
@@ -110,12 +111,8 @@ class PostgresStore(VectorRows, SQLStore):
         conn.execute(f"NOTIFY {CHANNEL}")  # delivered to the listening nodes at commit
 
     def wait_for_events(self, timeout: float) -> bool:
-        """Wait up to ``timeout`` s for an event recorded by any node; whether one came.
-
-        LISTENs on a dedicated connection (outside the pool). When that connection
-        breaks it is reopened on the next call; meanwhile this returns ``False`` after
-        the timeout, so callers fall back to polling.
-        """
+        # LISTENs on a dedicated connection (outside the pool), reopened on the next
+        # call when it breaks; meanwhile callers fall back to polling
         with self._listen_lock:
             if self._closed:
                 return False
@@ -138,12 +135,8 @@ class PostgresStore(VectorRows, SQLStore):
                 return False
 
     def close(self) -> None:
-        """Close the pool and the listening connection.
-
-        A thread blocked in ``wait_for_events`` is woken with a NOTIFY (every
-        listening node gets a harmless spurious wake-up) so closing does not wait for
-        its timeout.
-        """
+        # a thread blocked in ``wait_for_events`` is woken with a NOTIFY (every
+        # listening node gets a harmless spurious wake-up): no wait for its timeout
         self._closed = True
         if self._listener is not None:
             try:

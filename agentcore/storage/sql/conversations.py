@@ -12,7 +12,7 @@ from agentcore.schema import Conversation, Message, Usage
 from agentcore.storage.base import ConversationStore
 from agentcore.storage.records import StoredMessage
 from agentcore.storage.sql.database import Tables
-from agentcore.storage.sql.queries import WORKSPACE, find_row, page
+from agentcore.storage.sql.queries import WORKSPACE, find_row, page, write
 
 _GONE = "The conversation was deleted while the answer was being made."
 
@@ -51,12 +51,12 @@ class ConversationTables(Tables, ConversationStore):
     def create_conversation(self, organization_id: str, environment: str, agent_id: str) -> str:
         conversation_id = new_id("conv")
         now = now_iso()
-        with self.db.write() as conn:
-            conn.execute(
-                "INSERT INTO conversations (id, organization_id, environment, agent_id,"
-                " created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?)",
-                [conversation_id, organization_id, environment, agent_id, now, now],
-            )
+        write(
+            self.db,
+            "INSERT INTO conversations (id, organization_id, environment, agent_id,"
+            " created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?)",
+            [conversation_id, organization_id, environment, agent_id, now, now],
+        )
         return conversation_id
 
     def conversation_agent(

@@ -180,6 +180,7 @@ class WebhookTables(Tables, WebhookStore):
     ) -> int:
         # one transaction: after it commits, a crash cannot lose the event or its
         # deliveries; ``only_subscription`` (test pings) ignores the event list
+        workspace = [event.organization_id, event.environment]
         with self.db.write() as conn:
             insert_row(
                 conn,
@@ -199,7 +200,7 @@ class WebhookTables(Tables, WebhookStore):
                 rows = conn.execute(
                     "SELECT id, events FROM webhook_subscriptions"
                     f" WHERE {WORKSPACE} AND status = 'active'",
-                    [event.organization_id, event.environment],
+                    workspace,
                 ).fetchall()
                 targets = [row["id"] for row in rows if event.type in json.loads(row["events"])]
             if targets:
@@ -209,17 +210,8 @@ class WebhookTables(Tables, WebhookStore):
                     " organization_id, environment, status, next_attempt_at, created_at,"
                     " updated_at) VALUES (?, ?, ?, ?, ?, 'pending', ?, ?, ?)",
                     [
-                        [
-                            new_id("dlv"),
-                            event.id,
-                            subscription_id,
-                            event.organization_id,
-                            event.environment,
-                            now,
-                            stamp,
-                            stamp,
-                        ]
-                        for subscription_id in targets
+                        [new_id("dlv"), event.id, target, *workspace, now, stamp, stamp]
+                        for target in targets
                     ],
                 )
                 self._events_recorded(conn)
