@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import fields
 from typing import Any
 
 from agentcore.events import Event
@@ -31,14 +32,7 @@ from agentcore.storage.sql.queries import (
 )
 
 _PUBLIC = ("id", "status", "url", "description", "disabled_reason", "created_at", "updated_at")
-_PRIVATE = (  # StoredSubscription's fields after ``public``, in order
-    "organization_id",
-    "environment",
-    "secret",
-    "previous_secret",
-    "previous_secret_expires_at",
-    "failing_since",
-)
+_PRIVATE = [field.name for field in fields(StoredSubscription)][1:]  # after ``public``
 # what ``update_subscription`` may set: the status and the server's own state
 _SUBSCRIPTION_COLUMNS = {"status", "disabled_reason", *_PRIVATE[2:]}
 
@@ -69,23 +63,13 @@ def _subscription(row: Any) -> StoredSubscription:
 
 
 def _due(row: Any, now: float) -> DueDelivery:
-    previous = (
-        [row["previous_secret"]]
-        if row["previous_secret"] and (row["previous_secret_expires_at"] or 0) > now
-        else []
-    )
-    return DueDelivery(
-        id=row["id"],
-        event_id=row["event_id"],
-        subscription_id=row["subscription_id"],
-        attempts=row["attempts"],
-        url=row["url"],
-        secrets=[row["secret"], *previous],
-        failing_since=row["failing_since"],
-        event_type=row["type"],
-        event_timestamp=row["timestamp"],
-        event_data=json.loads(row["data"]),
-    )
+    data = dict(row)  # the columns are named as DueDelivery's fields, but for the secrets
+    secrets = [data.pop("secret")]
+    previous, expires = data.pop("previous_secret"), data.pop("previous_secret_expires_at")
+    if previous and (expires or 0) > now:
+        secrets.append(previous)
+    data["event_data"] = json.loads(data["event_data"])
+    return DueDelivery(secrets=secrets, **data)
 
 
 class WebhookTables(Tables, WebhookStore):
@@ -247,7 +231,7 @@ class WebhookTables(Tables, WebhookStore):
             rows = conn.execute(
                 "SELECT d.id, d.event_id, d.subscription_id, d.attempts, s.url, s.secret,"
                 " s.previous_secret, s.previous_secret_expires_at, s.failing_since,"
-                " e.type, e.timestamp, e.data"
+                " e.type AS event_type, e.timestamp AS event_timestamp, e.data AS event_data"
                 " FROM webhook_deliveries d"
                 " JOIN webhook_subscriptions s ON s.id = d.subscription_id"
                 f" JOIN events e ON e.id = d.event_id WHERE d.id IN ({marks(len(leased))})"
