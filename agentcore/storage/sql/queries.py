@@ -76,7 +76,6 @@ def update_row(
 def page_rows(
     conn: Connection,
     table: str,
-    *,
     scope: Sequence[Any],
     limit: int,
     starting_after: str | None,
@@ -120,12 +119,4 @@ def page(
 ) -> tuple[list[Any], bool]:
     """``page_rows`` in a snapshot of its own."""
     with db.snapshot() as conn:
-        return page_rows(
-            conn,
-            table,
-            scope=workspace,
-            limit=limit,
-            starting_after=starting_after,
-            where=where,
-            where_args=where_args,
-        )
+        return page_rows(conn, table, workspace, limit, starting_after, where, where_args)

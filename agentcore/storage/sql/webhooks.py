@@ -312,14 +312,10 @@ class WebhookTables(Tables, WebhookStore):
         starting_after: str | None,
     ) -> tuple[list[Delivery], bool]:
         with self.db.snapshot() as conn:
+            workspace = (organization_id, environment)
+            of_subscription = ("subscription_id = ?", [subscription_id])
             rows, more = page_rows(
-                conn,
-                "webhook_deliveries",
-                scope=(organization_id, environment),
-                limit=limit,
-                starting_after=starting_after,
-                where="subscription_id = ?",
-                where_args=[subscription_id],
+                conn, "webhook_deliveries", workspace, limit, starting_after, *of_subscription
             )
             if not rows:
                 return [], more
