@@ -162,8 +162,7 @@ class WebhookTables(Tables, WebhookStore):
     def record_event(
         self, event: Event, *, now: float, only_subscription: str | None = None
     ) -> int:
-        # one transaction: after it commits, a crash cannot lose the event or its
-        # deliveries; ``only_subscription`` (test pings) ignores the event list
+        # one transaction: after it commits, a crash cannot lose the event or its deliveries
         workspace = [event.organization_id, event.environment]
         with self.db.write() as conn:
             insert_row(
@@ -209,9 +208,9 @@ class WebhookTables(Tables, WebhookStore):
         limit: int,
         busy_subscriptions: Sequence[str] = (),
     ) -> list[DueDelivery]:
-        # Up to ``limit``, oldest first. Two workers (in two processes, on two nodes)
-        # never claim the same delivery: the lease is set in the claiming transaction.
-        # ``busy_subscriptions`` are skipped, so one slow receiver cannot take every slot.
+        # Two workers (in two processes, on two nodes) never claim the same delivery:
+        # the lease is set in the claiming transaction. ``busy_subscriptions`` are
+        # skipped, so one slow receiver cannot take every slot.
         busy = list(busy_subscriptions)
         skipped = marks(len(busy)) or "''"
         with self.db.write() as conn:
