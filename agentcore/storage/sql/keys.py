@@ -118,4 +118,4 @@ class KeyTables(Tables, KeyStore):
 
     def update_key(self, key_id: str, **changes: Any) -> None:
         with self.db.write() as conn:
-            update_row(conn, "api_keys", key_id, changes, allowed=_KEY_COLUMNS)
+            update_row(conn, "api_keys", key_id, changes, _KEY_COLUMNS)

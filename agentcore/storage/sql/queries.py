@@ -55,20 +55,16 @@ def update_row(
     table: str,
     row_id: str,
     changes: Mapping[str, Any],
-    *,
     allowed: set[str],
-    stamp_column: str | None = None,
-    stamp: str | None = None,
+    stamp: Mapping[str, Any] | None = None,
 ) -> None:
     """``UPDATE table SET <changes> WHERE id = row_id``, refusing columns not ``allowed``
-    (``stamp_column`` is set to ``stamp`` too). A row that no longer exists is left
-    alone, like any ``UPDATE`` that matches nothing."""
+    (the columns of ``stamp`` are set too). A row that no longer exists is left alone,
+    like any ``UPDATE`` that matches nothing."""
     unknown = set(changes) - allowed
     if unknown:
         raise ValueError(f"cannot update {sorted(unknown)} of {table}")
-    values = dict(changes)
-    if stamp_column is not None:
-        values[stamp_column] = stamp
+    values = {**changes, **(stamp or {})}
     assignments = ", ".join(f"{column} = ?" for column in values)
     conn.execute(f"UPDATE {table} SET {assignments} WHERE id = ?", [*values.values(), row_id])
 

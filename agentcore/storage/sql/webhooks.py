@@ -34,7 +34,7 @@ from agentcore.storage.sql.queries import (
 _PUBLIC = ("id", "status", "url", "description", "disabled_reason", "created_at", "updated_at")
 _PRIVATE = [field.name for field in fields(StoredSubscription)][1:]  # after ``public``
 # what ``update_subscription`` may set: the status and the server's own state
-_SUBSCRIPTION_COLUMNS = {"status", "disabled_reason", *_PRIVATE[2:]}
+_UPDATABLE = {"status", "disabled_reason", *_PRIVATE[2:]}
 
 
 # A disabled subscription's pending deliveries end as failed, so no delivery waits
@@ -127,15 +127,8 @@ class WebhookTables(Tables, WebhookStore):
 
     def update_subscription(self, subscription_id: str, **changes: Any) -> None:
         with self.db.write() as conn:
-            update_row(
-                conn,
-                "webhook_subscriptions",
-                subscription_id,
-                changes,
-                allowed=_SUBSCRIPTION_COLUMNS,
-                stamp_column="updated_at",
-                stamp=now_iso(),
-            )
+            stamp = {"updated_at": now_iso()}
+            update_row(conn, "webhook_subscriptions", subscription_id, changes, _UPDATABLE, stamp)
             if changes.get("status") == "disabled":
                 _fail_pending_of_disabled(conn, subscription_id)
 
