@@ -171,14 +171,7 @@ class DocumentTables(TermTables, VectorTables, KnowledgeStore):
             "chunks",
             _CHUNK_COLUMNS,
             [
-                (
-                    document.id,
-                    *workspace,
-                    ordinal,
-                    text,
-                    json_ints(pages),
-                    json_ints(offsets),
-                )
+                (document.id, *workspace, ordinal, text, json_ints(pages), json_ints(offsets))
                 for ordinal, (text, pages, offsets) in enumerate(chunks)
             ],
         )
