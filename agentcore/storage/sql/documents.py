@@ -160,8 +160,8 @@ class DocumentTables(TermTables, VectorTables, KnowledgeStore):
 
         The bump comes first: its row lock orders this workspace's writers, so versions
         commit in order. Its row and the document's are asked for once the chunks are
-        sent (``Database.deferred_row``: in a pipelined write, the statements before them
-        go to the database in the same round trip).
+        sent (``Database.deferred_row``): in a pipelined write all of that is one round
+        trip, and the segments and the COMMIT a second.
         """
         dimension = int(vectors.shape[1])
         bump = self.db.deferred_row(self._send_bump(conn, workspace, embedder, dimension))
