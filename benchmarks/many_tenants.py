@@ -34,8 +34,8 @@ DIR <commit>``), alternating with this code's, on the same data.
 
 Run: ``python benchmarks/many_tenants.py [--tenants 10000] [--chunks 40] [--dim 384]
 [--budget-mib 32] [--stores sqlite,postgres] [--index-dirs off,auto] [--big-chunks
-100000] [--runs 3] [--data DIR] [--postgres URL] [--peer-code DIR]``. Each row is the median of ``--runs``
-fresh processes. The databases are built once into ``--data`` (default a temporary
+100000] [--runs 3] [--data DIR] [--postgres URL] [--peer-code DIR]``. Each row is the
+median of ``--runs`` fresh processes. The databases are built once into ``--data`` (default a temporary
 directory; give one to reuse a SQLite file or a ``--postgres`` database between runs: one
 whose parameters match is not built again; a throwaway PostgreSQL is built every time).
 The build's documents per second (tenants and the large workspace, ``wait=True``) are

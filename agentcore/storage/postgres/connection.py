@@ -282,8 +282,8 @@ class Database:
         TO STDOUT (FORMAT binary)``: the server streams one segment after the other while
         this process copies each into place, so sending and copying overlap and one
         segment at a time is held besides the arrays. (A ``SELECT`` per ~32 MB of
-        segments waited for each whole batch before copying it and held it twice: a
-        100k x 384 workspace's first load took 2.3x the client CPU.)
+        segments waited for each whole batch before copying it, and its result's memory,
+        allocated afresh per batch, cost a 100k x 384 workspace's load twice the CPU.)
         """
         if not segments:
             return
