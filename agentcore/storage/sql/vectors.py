@@ -30,8 +30,6 @@ from agentcore.storage.sql.database import CACHE_LIMIT, Connection, Tables
 from agentcore.storage.sql.queries import WORKSPACE, insert_row
 
 SEGMENT_ROWS = 65_536  # ~100 MB of float32 at d=384: far below either database's 1 GB limit
-# SQLite copies a bound blob: segments of at most this many bytes keep that copy small
-SEGMENT_BYTES = 64 << 20
 # Versions of deletions the change log keeps; a cache further behind reloads the workspace.
 TOMBSTONE_VERSIONS = 10_000
 
@@ -107,7 +105,9 @@ class VectorTables(Tables):
         # the bump first: on PostgreSQL its row lock orders concurrent writers, so
         # versions commit in order and each segment carries the version that added it
         version = self._bump(conn, organization_id, environment, embedder, dimension, check=check)
-        rows = max(1, min(SEGMENT_ROWS, SEGMENT_BYTES // (4 * dimension)))
+        # at most the dialect's segment_bytes a segment: SQLite reads a row of one by
+        # walking its pages from the start, PostgreSQL at its offset
+        rows = max(1, min(SEGMENT_ROWS, self.dialect.segment_bytes // (4 * dimension)))
         for start in range(0, len(ids), rows):
             part = slice(start, start + rows)
             conn.execute(
