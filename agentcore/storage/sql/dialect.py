@@ -87,7 +87,7 @@ POSTGRES = Dialect(
     least="LEAST",
     # rows another node is claiming right now are passed over, not waited for
     skip_locked=" FOR UPDATE OF {} SKIP LOCKED",
-    # ``substring`` of an out-of-line value reads only the TOAST chunks it spans: a
-    # row's offset costs nothing, and fewer, larger segments load faster
+    # ``substring`` of an out-of-line value reads only the TOAST chunks it spans, so a
+    # row's offset costs nothing; a bound value is copied, which 64 MB keeps small
     segment_bytes=64 << 20,
 )

@@ -164,8 +164,7 @@ class VectorTables(Tables):
             found = self._read_segments(conn, rows, dimension, vectors=vectors)
         if not located:
             return found
-        pieces = [segment_locators(row["id"], int(row["count"])) for row in rows]
-        locators = np.concatenate(pieces) if pieces else np.empty(0, dtype=np.int64)
+        locators = segment_locators([row["id"] for row in rows], [row["count"] for row in rows])
         return replace(found, locators=locators)
 
     def locate_vectors(self, organization_id: str, environment: str, ids: Ids) -> Ids:
@@ -178,15 +177,18 @@ class VectorTables(Tables):
                 f"SELECT id, ids FROM vector_segments WHERE {WORKSPACE} ORDER BY id",
                 [organization_id, environment],
             ).fetchall()
-        for segment in segments:
-            stored = np.frombuffer(segment["ids"], dtype="<i8")
-            if not stored.size:
-                continue
-            order = np.argsort(stored, kind="stable")
-            at = np.minimum(np.searchsorted(stored, wanted, sorter=order), stored.size - 1)
-            rows = order[at]
-            hit = stored[rows] == wanted
-            out[hit] = (int(segment["id"]) << LOCATOR_SHIFT) + rows[hit]
+        blobs = [segment["ids"] for segment in segments]
+        stored = np.frombuffer(b"".join(blobs), dtype="<i8")
+        if not stored.size:
+            return out
+        # one sorted lookup over every segment's ids: SQLite's segments are small and
+        # many, and a lookup per segment took 0.3 s for 14k ids in 1,177 segments
+        counts = [len(blob) // 8 for blob in blobs]
+        located = segment_locators([segment["id"] for segment in segments], counts)
+        order = np.argsort(stored, kind="stable")
+        at = order[np.minimum(np.searchsorted(stored, wanted, sorter=order), stored.size - 1)]
+        hit = stored[at] == wanted
+        out[hit] = located[at[hit]]
         return out
 
     def read_vector_rows(

@@ -280,13 +280,12 @@ class Database:
         out: Vectors,
     ) -> None:
         """Copy single rows of a workspace's segments into ``out``: each segment's blob
-        opened once and read at its rows' offsets in ascending order.
+        opened once and read at its rows' offsets, in ascending order.
 
-        SQLite reaches an offset in a blob by walking its overflow pages from the start
-        (a handle remembers the pages it walked, but only while it is open), so a read
-        costs a page per ~4 KB before the row: segments are kept small on SQLite
-        (``Dialect.segment_bytes``) for this. Ascending offsets make that one walk per
-        segment, however many of its rows are read.
+        SQLite reaches an offset in a blob by walking its chain of overflow pages from
+        the start, a page per ~4 KB before the row (a handle remembers the pages it
+        walked, but only while it is open): one walk per segment and search, which is
+        why segments are kept short on SQLite (``Dialect.segment_bytes``).
         """
         wanted = np.unique(segments)
         found = conn.execute(
