@@ -96,8 +96,7 @@ class IndexRows:
     ids: Ids
     vectors: Vectors | None
     labels: Ids
-    # each row's locator (``LOCATOR_SHIFT``) when asked for (``load_index(located=True)``)
-    locators: Ids | None = None
+    locators: Ids | None = None  # ``LOCATOR_SHIFT``; asked for by ``load_index(located=True)``
 
 
 @dataclass(frozen=True)
