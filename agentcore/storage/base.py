@@ -113,7 +113,8 @@ class KnowledgeStore(Protocol):
         term_counts: TermCounts | None = None,
     ) -> WrittenDocument:
         """Store a document (its metadata too), its chunks and the ``keep`` rows' vectors
-        atomically; the chunk ids and the document's ``seq``.
+        atomically, bumping the version; the chunk ids (in chunk order; they are the
+        vector ids) and the document's ``seq``. Chunks outside ``keep`` are not indexed.
 
         ``term_counts`` (``(sentences, {stem: sentences holding it})``) are stored with
         them for ``term_counts`` and deleted with the document.
@@ -224,7 +225,7 @@ class KnowledgeStore(Protocol):
         documents, for ``stems`` (those no sentence holds may be left out)."""
 
     def get_chunks(self, chunk_ids: Sequence[int]) -> dict[int, StoredChunk]:
-        """Chunks by id (with their document's source and metadata)."""
+        """Chunks by id (with their document's source and metadata); missing ids left out."""
 
     def chunk_texts_by_id(self, chunk_ids: Sequence[int]) -> dict[int, str]:
         """The texts of chunks by id (missing ids left out)."""

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from agentcore.storage.base import VectorSearchStore
 from agentcore.storage.postgres.connection import Conn
 from agentcore.storage.postgres.migrations import MIGRATION_LOCK
 from agentcore.storage.records import Ids, Vectors
@@ -45,7 +46,7 @@ VECTOR_ROWS = """
 """
 
 
-class VectorRows(VectorTables):
+class VectorRows(VectorTables, VectorSearchStore):
     """The pgvector table's upkeep and the search that reads it (``VectorSearchStore``)."""
 
     vector_rows: bool  # whether the table exists (every node then maintains it)
@@ -71,17 +72,14 @@ class VectorRows(VectorTables):
         return bool(found and found["ok"])
 
     def _backfill(self, conn: Conn) -> None:
-        segments = conn.execute("SELECT id FROM vector_segments ORDER BY id").fetchall()
-        for segment in segments:
-            row = conn.execute(
-                "SELECT organization_id, environment, document_id, dimension, count"
-                " FROM vector_segments WHERE id = ?",
-                [segment["id"]],
-            ).fetchone()
-            assert row is not None
+        segments = conn.execute(
+            "SELECT id, organization_id, environment, document_id, dimension, count"
+            " FROM vector_segments ORDER BY id"
+        ).fetchall()
+        for row in segments:
             ids = np.empty(row["count"], dtype="<i8")
             vectors = np.empty((row["count"], row["dimension"]), dtype="<f4")
-            self.db.read_segment(conn, segment["id"], ids, vectors)
+            self.db.read_segment(conn, row["id"], ids, vectors)
             self._copy_rows(
                 conn, row["organization_id"], row["environment"], row["document_id"], ids, vectors
             )
@@ -106,15 +104,12 @@ class VectorRows(VectorTables):
     ) -> None:
         if not self.vector_rows:
             return
-        if document_id is None:
-            conn.execute(
-                f"DELETE FROM vector_rows WHERE {WORKSPACE}", [organization_id, environment]
-            )
-        else:
-            conn.execute(
-                f"DELETE FROM vector_rows WHERE document_id = ? AND {WORKSPACE}",
-                [document_id, organization_id, environment],
-            )
+        sql = f"DELETE FROM vector_rows WHERE {WORKSPACE}"
+        args = [organization_id, environment]
+        if document_id is not None:
+            sql += " AND document_id = ?"
+            args.append(document_id)
+        conn.execute(sql, args)
 
     def _copy_rows(
         self,
@@ -164,17 +159,14 @@ class VectorRows(VectorTables):
         documents: Sequence[str] | None = None,
         chunk_ids: Sequence[int] | None = None,
     ) -> tuple[Ids, Vectors]:
-        """The ``k`` chunk ids most cosine-similar to the unit vector ``query``, best first.
-
-        Rows are unit length, so cosine is the inner product (pgvector's ``<#>`` is its
-        negation). PostgreSQL ranks the workspace's rows at half precision and returns
-        ``RESCORE`` x ``k`` candidates with their float32 rows; those are re-scored
-        exactly here and ordered by score, then id, as the in-memory index orders them.
-        The ranking is an exact scan of the workspace's rows (no approximate index).
-        ``documents`` (a filter's documents, resolved by the caller) and ``chunk_ids``
-        restrict the rows ranked, in the ``WHERE`` clause: through the index on
-        ``(organization_id, environment, document_id)`` and the primary key.
-        """
+        # rows are unit length, so cosine is the inner product (pgvector's ``<#>`` is its
+        # negation). PostgreSQL ranks the workspace's rows at half precision and returns
+        # ``RESCORE`` x ``k`` candidates with their float32 rows; those are re-scored
+        # exactly here and ordered by score, then id, as the in-memory index orders them.
+        # The ranking is an exact scan of the workspace's rows (no approximate index).
+        # ``documents`` (a filter's documents, resolved by the caller) and ``chunk_ids``
+        # restrict the rows ranked, in the ``WHERE`` clause: through the index on
+        # ``(organization_id, environment, document_id)`` and the primary key.
         if not self.vector_rows:
             raise RuntimeError("vector_search='pgvector' needs the store opened with it")
         q = np.ascontiguousarray(query, dtype=np.float32)

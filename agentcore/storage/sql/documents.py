@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import fields
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -17,6 +18,7 @@ import numpy.typing as npt
 from agentcore.events import Event
 from agentcore.ids import isoformat
 from agentcore.schema import Document, Problem
+from agentcore.storage.base import KnowledgeStore
 from agentcore.storage.records import (
     Chunks,
     DocumentChanges,
@@ -28,7 +30,7 @@ from agentcore.storage.records import (
     WrittenDocument,
 )
 from agentcore.storage.sql.database import Connection, Cursor
-from agentcore.storage.sql.queries import WORKSPACE, marks, page_rows
+from agentcore.storage.sql.queries import WORKSPACE, find_row, marks, page, read_row, write
 from agentcore.storage.sql.terms import TermTables
 from agentcore.storage.sql.vectors import VectorTables
 
@@ -48,6 +50,7 @@ _BUMPED_VERSION = f"(SELECT version FROM knowledge_state WHERE {WORKSPACE})"
 _DOCUMENT_COLUMNS = (
     "id, source, content_type, pages, chunks, bytes, created_at, status, last_error, metadata"
 )
+_JOB_COLUMNS = ", ".join(field.name for field in fields(IngestJob))
 
 
 def json_ints(values: list[int]) -> str:
@@ -76,7 +79,7 @@ def parse_object(stored: str | None) -> dict[str, Any]:
     return json.loads(stored) if stored else {}
 
 
-class DocumentTables(TermTables, VectorTables):
+class DocumentTables(TermTables, VectorTables, KnowledgeStore):
     """Documents, chunks, vectors, sentence counts and ingestion jobs (``KnowledgeStore``)."""
 
     if TYPE_CHECKING:  # the outbox's (``WebhookTables``), joined in the same transaction
@@ -96,45 +99,21 @@ class DocumentTables(TermTables, VectorTables):
         keep: npt.NDArray[np.bool_],
         term_counts: TermCounts | None = None,
     ) -> WrittenDocument:
-        """Store a document (with its metadata), its chunks and the vectors of the
-        ``keep`` rows atomically.
-
-        Returns every chunk id in chunk order (chunk ids are the vector ids) and the
-        document's ``seq``; chunks outside ``keep`` (no features, so a zero vector) are
-        stored but not indexed. Bumps the version.
-        """
+        workspace = (organization_id, environment)
         with self.db.write(pipeline=self._pipelined_writes()) as conn:
-            # the bump first (its row lock orders this workspace's writers, so versions
-            # commit in order), the document row marked with the version it bumped to;
-            # both answers are read once the chunks were sent: in a pipelined write all
-            # of it is one round trip, and the segment and the COMMIT a second
-            bump = self.db.deferred_row(
-                self._send_bump(conn, (organization_id, environment), embedder, vectors.shape[1])
-            )
-            row = self.db.deferred_row(
-                self._insert_document_row(
-                    conn, organization_id, environment, document, versioned=True
-                )
-            )
-            return self._insert_chunks(
-                conn,
-                organization_id,
-                environment,
-                document,
-                lambda: int(row()["seq"]),
-                bump,
-                chunks,
-                embedder,
-                vectors,
-                keep,
-                term_counts,
+
+            def insert() -> Callable[[], Any]:
+                row = self._insert_document_row(conn, workspace, document, versioned=True)
+                return self.db.deferred_row(row)
+
+            return self._write_chunks(
+                conn, workspace, document, insert, chunks, embedder, vectors, keep, term_counts
             )
 
     def _insert_document_row(
         self,
         conn: Connection,
-        organization_id: str,
-        environment: str,
+        workspace: tuple[str, str],
         document: Document,
         *,
         versioned: bool = False,
@@ -149,8 +128,7 @@ class DocumentTables(TermTables, VectorTables):
             f" VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, {version}) RETURNING seq",
             [
                 document.id,
-                organization_id,
-                environment,
+                *workspace,
                 document.source,
                 document.content_type,
                 document.pages,
@@ -160,54 +138,49 @@ class DocumentTables(TermTables, VectorTables):
                 document.status,
                 document.last_error.model_dump_json() if document.last_error else None,
                 json_object(document.metadata),
-                *((organization_id, environment) if versioned else ()),
+                *(workspace if versioned else ()),
             ],
         )
 
-    def _insert_chunks(
+    def _write_chunks(
         self,
         conn: Connection,
-        organization_id: str,
-        environment: str,
+        workspace: tuple[str, str],
         document: Document,
-        document_seq: Callable[[], int],
-        bump: Callable[[], Any],
+        write_row: Callable[[], Callable[[], Any]],
         chunks: Chunks,
         embedder: str,
         vectors: Vectors,
         keep: npt.NDArray[np.bool_],
         term_counts: TermCounts | None,
     ) -> WrittenDocument:
-        """Insert the chunks, the ``keep`` rows' vectors and the sentence counts of a
-        document whose row holds the version its transaction bumped to; every chunk id.
-        ``bump`` gives the bump's row (``_send_bump`` with ``embedder`` and the vectors'
-        dimension, checked here) and ``document_seq`` the document's ``seq``; both are
-        asked once the chunks are sent (``Database.deferred_row``: in a pipelined write,
-        the statements before them go to the database in the same round trip)."""
+        """Bump the workspace's version, then ``write_row`` (which writes the document's
+        row at that version and gives a getter of that row, with its ``seq``), then insert
+        the chunks, the ``keep`` rows' vectors and the sentence counts; every chunk id.
+
+        The bump comes first: its row lock orders this workspace's writers, so versions
+        commit in order. Its row and the document's are asked for once the chunks are
+        sent (``Database.deferred_row``): in a pipelined write all of that is one round
+        trip, and the segments and the COMMIT a second.
+        """
+        dimension = int(vectors.shape[1])
+        bump = self.db.deferred_row(self._send_bump(conn, workspace, embedder, dimension))
+        document_row = write_row()
         ids = self.db.insert_ids(
             conn,
             "chunks",
             _CHUNK_COLUMNS,
             [
-                (
-                    document.id,
-                    organization_id,
-                    environment,
-                    ordinal,
-                    text,
-                    json_ints(pages),
-                    json_ints(offsets),
-                )
+                (document.id, *workspace, ordinal, text, json_ints(pages), json_ints(offsets))
                 for ordinal, (text, pages, offsets) in enumerate(chunks)
             ],
         )
-        seq = document_seq()
-        dimension = int(vectors.shape[1])
+        seq = int(document_row()["seq"])
         version = self._bumped(bump(), embedder, dimension)
+        # chunks outside ``keep`` (no features, so a zero vector) are stored, not indexed
         self._insert_segments(
             conn,
-            organization_id,
-            environment,
+            *workspace,
             document.id,
             embedder,
             dimension,
@@ -216,11 +189,10 @@ class DocumentTables(TermTables, VectorTables):
             vectors if keep.all() else vectors[keep],  # no copy of a big matrix if all kept
         )
         if term_counts is not None:
-            self._store_terms(conn, (organization_id, environment), seq, version, term_counts)
+            self._store_terms(conn, workspace, seq, version, term_counts)
         return WrittenDocument(ids, seq)
 
     def chunk_ids(self, organization_id: str, environment: str, document_id: str) -> list[int]:
-        """The chunk ids of a document of this workspace."""
         with self.db.read() as conn:
             rows = conn.execute(
                 f"SELECT id FROM chunks WHERE document_id = ? AND {WORKSPACE} ORDER BY id",
@@ -231,41 +203,34 @@ class DocumentTables(TermTables, VectorTables):
     def get_document(
         self, organization_id: str, environment: str, document_id: str
     ) -> Document | None:
-        """A document of this workspace, or ``None``."""
-        with self.db.read() as conn:
-            row = conn.execute(
-                f"SELECT {_DOCUMENT_COLUMNS} FROM documents WHERE id = ? AND {WORKSPACE}",
-                [document_id, organization_id, environment],
-            ).fetchone()
+        workspace = [organization_id, environment]
+        row = find_row(self.db, "documents", document_id, workspace, _DOCUMENT_COLUMNS)
         return _document(row) if row else None
 
     def list_documents(
         self, organization_id: str, environment: str, *, limit: int, starting_after: str | None
     ) -> tuple[list[Document], bool]:
-        """A page of documents, newest first."""
-        with self.db.snapshot() as conn:
-            rows, more = page_rows(
-                conn,
-                "documents",
-                scope=(organization_id, environment),
-                limit=limit,
-                starting_after=starting_after,
-            )
+        workspace = (organization_id, environment)
+        rows, more = page(self.db, "documents", workspace, limit, starting_after)
         return [_document(row) for row in rows], more
 
+    def _document_seq(self, conn: Connection, scope: Sequence[str]) -> int | None:
+        """The ``seq`` of the document ``scope`` names (id, organization, environment)."""
+        row = conn.execute(f"SELECT seq FROM documents WHERE id = ? AND {WORKSPACE}", scope)
+        found = row.fetchone()
+        return None if found is None else int(found["seq"])
+
     def delete_document(self, organization_id: str, environment: str, document_id: str) -> bool:
-        """Delete a document, its chunks, vectors and any job in one transaction; bumps the
-        version. Its tombstone holds the deleted vector ids and its sentence counts (for
-        the in-memory sums of ``term_counts`` in every process and node)."""
+        # one transaction that bumps the version; the tombstone holds the deleted vector
+        # ids and the sentence counts (for the in-memory sums of ``term_counts`` in every
+        # process and node)
         scope = [document_id, organization_id, environment]
         with self.db.write() as conn:
-            row = conn.execute(
-                f"SELECT seq FROM documents WHERE id = ? AND {WORKSPACE}", scope
-            ).fetchone()
-            if row is None:
+            seq = self._document_seq(conn, scope)
+            if seq is None:
                 return False
-            terms = self._take_terms(conn, row["seq"])
-            conn.execute("DELETE FROM documents WHERE seq = ?", [row["seq"]])
+            terms = self._take_terms(conn, seq)
+            conn.execute("DELETE FROM documents WHERE seq = ?", [seq])
             conn.execute("DELETE FROM chunks WHERE document_id = ?", [document_id])
             conn.execute("DELETE FROM ingest_jobs WHERE document_id = ?", [document_id])
             version = self._bump(conn, organization_id, environment)
@@ -282,7 +247,6 @@ class DocumentTables(TermTables, VectorTables):
         return True
 
     def get_chunks(self, chunk_ids: Sequence[int]) -> dict[int, StoredChunk]:
-        """Chunks by id (with their document's source); missing ids are left out."""
         if not chunk_ids:
             return {}
         with self.db.read() as conn:
@@ -307,7 +271,6 @@ class DocumentTables(TermTables, VectorTables):
         }
 
     def chunk_texts_by_id(self, chunk_ids: Sequence[int]) -> dict[int, str]:
-        """The texts of these chunks (missing ids are left out), read in batches."""
         found: dict[int, str] = {}
         wanted = [int(i) for i in chunk_ids]
         with self.db.snapshot() as conn:
@@ -322,15 +285,11 @@ class DocumentTables(TermTables, VectorTables):
     def update_metadata(
         self, organization_id: str, environment: str, document_id: str, metadata: dict[str, Any]
     ) -> Document | None:
-        """Replace a document's metadata; bumps the version (searches in every process
-        see it at once: their filters follow ``documents_changed``). ``None`` if the
-        document is not in this workspace."""
+        # searches in every process see it at once: their filters follow the version
+        # (``documents_changed``)
         scope = [document_id, organization_id, environment]
         with self.db.write() as conn:
-            found = conn.execute(
-                f"SELECT seq FROM documents WHERE id = ? AND {WORKSPACE}", scope
-            ).fetchone()
-            if found is None:
+            if self._document_seq(conn, scope) is None:
                 return None
             # the bump first: on PostgreSQL its row lock orders this workspace's writers,
             # so each document's version commits in order (see add_vectors)
@@ -345,9 +304,7 @@ class DocumentTables(TermTables, VectorTables):
     def documents_changed(
         self, organization_id: str, environment: str, after: int | None
     ) -> DocumentChanges:
-        """The documents written after version ``after`` (stored ready, completed, or
-        given new metadata; ``None``: every document) and the workspace's version, read
-        in one snapshot: what a process's filters catch up with."""
+        # what a process's filters catch up with
         scope = [organization_id, environment]
         with self.db.snapshot() as conn:
             state = conn.execute(
@@ -369,11 +326,8 @@ class DocumentTables(TermTables, VectorTables):
     def iter_chunk_texts(
         self, organization_id: str, environment: str
     ) -> Iterator[tuple[str, list[int], list[str]]]:
-        """``(document_id, chunk ids, chunk texts)`` per document, for re-embedding.
-
-        Each document is one read (``document_ids``, ``chunk_texts``), so a workspace's
-        texts are never all in memory at once.
-        """
+        # one read per document (``document_ids``, ``chunk_texts``), so a workspace's
+        # texts are never all in memory at once
         for document_id in self.document_ids(organization_id, environment):
             ids, texts = self.chunk_texts(document_id)
             yield document_id, ids, texts
@@ -410,9 +364,8 @@ class DocumentTables(TermTables, VectorTables):
         data: bytes,
         now: float,
     ) -> None:
-        """Store a ``processing`` document and its job (the raw upload) atomically."""
         with self.db.write() as conn:
-            self._insert_document_row(conn, organization_id, environment, document)
+            self._insert_document_row(conn, (organization_id, environment), document)
             self.db.insert_with_blob(
                 conn,
                 "ingest_jobs",
@@ -430,14 +383,9 @@ class DocumentTables(TermTables, VectorTables):
             )
 
     def claim_ingest_job(self, *, now: float, lease_seconds: float) -> IngestJob | None:
-        """Lease a job that nobody holds (or whose lease ran out), atomically, fairly.
-
-        Fair across workspaces: the oldest job of the workspace with the fewest jobs
-        leased right now (by any process or node), then with the fewest jobs queued, so
-        one tenant's queue of slow uploads cannot starve another's, even with one
-        worker. Two nodes claiming at once take different jobs (``Dialect.lock``). The
-        claim counts as an attempt; the lease lasts ``lease_seconds``.
-        """
+        # fair across workspaces so that one tenant's queue of slow uploads cannot starve
+        # another's, even with one worker; two nodes claiming at once take different
+        # jobs (``Dialect.lock``)
         with self.db.write() as conn:
             job = conn.execute(
                 "WITH load AS (SELECT organization_id, environment, COUNT(*) AS jobs,"
@@ -448,47 +396,26 @@ class DocumentTables(TermTables, VectorTables):
                 " ON l.organization_id = j.organization_id AND l.environment = j.environment"
                 " WHERE j.leased_until IS NULL OR j.leased_until <= ?"
                 f" ORDER BY l.leased, l.jobs, j.created_at LIMIT 1{self.dialect.lock('j')})"
-                " RETURNING document_id, organization_id, environment, kind, filename,"
-                " content_type, attempts",
+                f" RETURNING {_JOB_COLUMNS}",
                 [now, now + lease_seconds, now],
             ).fetchone()
-        if job is None:
-            return None
-        return IngestJob(
-            document_id=job["document_id"],
-            organization_id=job["organization_id"],
-            environment=job["environment"],
-            kind=job["kind"],
-            filename=job["filename"],
-            content_type=job["content_type"],
-            attempts=int(job["attempts"]),
-        )
+        return None if job is None else IngestJob(**dict(job))
 
     def ingest_job_data(self, document_id: str) -> bytes | None:
-        """The raw upload of a job, or ``None`` if the job is gone."""
-        with self.db.read() as conn:
-            row = conn.execute(
-                "SELECT data FROM ingest_jobs WHERE document_id = ?", [document_id]
-            ).fetchone()
+        row = read_row(self.db, "SELECT data FROM ingest_jobs WHERE document_id = ?", [document_id])
         return None if row is None else bytes(row["data"])
 
     def renew_ingest_job(self, document_id: str, *, until: float) -> bool:
-        """Extend a job's lease; ``False`` when the job is gone (its document was deleted)."""
-        with self.db.write() as conn:
-            cursor = conn.execute(
-                "UPDATE ingest_jobs SET leased_until = ? WHERE document_id = ?",
-                [until, document_id],
-            )
-        return cursor.rowcount > 0
+        sql = "UPDATE ingest_jobs SET leased_until = ? WHERE document_id = ?"
+        return write(self.db, sql, [until, document_id]) > 0
 
     def release_ingest_job(self, document_id: str) -> None:
-        """Give a job back unfinished (shutdown): the claim does not count as an attempt."""
-        with self.db.write() as conn:
-            conn.execute(
-                "UPDATE ingest_jobs SET leased_until = NULL,"
-                f" attempts = {self.dialect.greatest}(attempts - 1, 0) WHERE document_id = ?",
-                [document_id],
-            )
+        write(
+            self.db,
+            "UPDATE ingest_jobs SET leased_until = NULL,"
+            f" attempts = {self.dialect.greatest}(attempts - 1, 0) WHERE document_id = ?",
+            [document_id],
+        )
 
     def complete_document(
         self,
@@ -502,52 +429,31 @@ class DocumentTables(TermTables, VectorTables):
         term_counts: TermCounts | None = None,
         event: Event | None = None,
     ) -> WrittenDocument | None:
-        """Make a ``processing`` document ``ready`` with its chunks and vectors, atomically.
-
-        Sets its ``content_type``, ``pages`` and ``chunks`` from ``document`` and drops
-        its job. ``None`` (and nothing written) if the document is no longer processing
-        (deleted meanwhile, or finished by another worker): the conditional UPDATE decides.
-        ``event`` (its ``document.ready``) is recorded in the same transaction, so it
-        is recorded exactly when the document became ready: once.
-        """
+        # the conditional UPDATE decides whether the document is still processing (not
+        # deleted meanwhile, nor finished by another worker), and ``event`` is recorded
+        # in the same transaction: exactly when the document became ready, once
+        workspace = (organization_id, environment)
         with self.db.write() as conn:
             row = conn.execute(
                 "UPDATE documents SET status = 'ready', last_error = NULL, content_type = ?,"
                 f" pages = ?, chunks = ? WHERE id = ? AND {WORKSPACE} AND status = 'processing'"
                 " RETURNING seq",
-                [
-                    document.content_type,
-                    document.pages,
-                    document.chunks,
-                    document.id,
-                    organization_id,
-                    environment,
-                ],
+                [document.content_type, document.pages, document.chunks, document.id, *workspace],
             ).fetchone()
             if row is None:
                 return None
             conn.execute("DELETE FROM ingest_jobs WHERE document_id = ?", [document.id])
-            seq = int(row["seq"])
+
             # bumped only now: a document no longer processing leaves the version alone
-            bump = self.db.deferred_row(
-                self._send_bump(conn, (organization_id, environment), embedder, vectors.shape[1])
-            )
-            conn.execute(
-                f"UPDATE documents SET version = {_BUMPED_VERSION} WHERE seq = ?",
-                [organization_id, environment, seq],
-            )
-            written = self._insert_chunks(
-                conn,
-                organization_id,
-                environment,
-                document,
-                lambda: seq,
-                bump,
-                chunks,
-                embedder,
-                vectors,
-                keep,
-                term_counts,
+            def mark() -> Callable[[], Any]:
+                conn.execute(
+                    f"UPDATE documents SET version = {_BUMPED_VERSION} WHERE seq = ?",
+                    [*workspace, row["seq"]],
+                )
+                return lambda: row
+
+            written = self._write_chunks(
+                conn, workspace, document, mark, chunks, embedder, vectors, keep, term_counts
             )
             if event is not None:
                 self.record_event(event, now=time.time())
@@ -561,9 +467,6 @@ class DocumentTables(TermTables, VectorTables):
         error: Problem,
         event: Event | None = None,
     ) -> bool:
-        """Mark a ``processing`` document ``failed`` with ``error`` and drop its job;
-        whether it was processing. ``event`` (its ``document.failed``) is recorded in
-        the same transaction when it was."""
         with self.db.write() as conn:
             cursor = conn.execute(
                 "UPDATE documents SET status = 'failed', last_error = ?"

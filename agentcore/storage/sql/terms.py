@@ -12,9 +12,10 @@ import threading
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+from agentcore.storage.base import KnowledgeStore
 from agentcore.storage.records import TermCounts
 from agentcore.storage.sql.database import Connection, Tables
-from agentcore.storage.sql.queries import WORKSPACE
+from agentcore.storage.sql.queries import WORKSPACE, read_row
 
 
 def pack_stems(stems: Mapping[str, int]) -> str:
@@ -54,7 +55,7 @@ class TermSums:
                 del counts[stem]
 
 
-class TermTables(Tables):
+class TermTables(Tables, KnowledgeStore):
     """Documents' sentence counts and their sums (``KnowledgeStore.term_counts``)."""
 
     def __init__(self) -> None:
@@ -91,16 +92,12 @@ class TermTables(Tables):
     def term_counts(
         self, organization_id: str, environment: str, stems: Sequence[str]
     ) -> tuple[int, dict[str, int]]:
-        """The workspace's sentences and, per stem of ``stems``, how many hold it
-        (stems no sentence holds are left out): sums over its documents' counts.
-
-        The sums are kept in memory per workspace, built on the first call and brought
-        up to date at each later one from the change log (documents whose counts were
-        stored, and tombstones holding the counts of those deleted, after the sums'
-        version), so any process's or node's writes are seen; rebuilt from every
-        document's row when the log no longer reaches back that far. Sums that are
-        current cost one read of the workspace's version.
-        """
+        # the sums are kept in memory per workspace, built on the first call and brought
+        # up to date at each later one from the change log (documents whose counts were
+        # stored, and tombstones holding the counts of those deleted, after the sums'
+        # version), so any process's or node's writes are seen; rebuilt from every
+        # document's row when the log no longer reaches back that far. Sums that are
+        # current cost one read of the workspace's version.
         wanted = {stem for stem in stems if stem}
         key = (organization_id, environment)
         known = self._term_sums.get(key)
@@ -115,10 +112,7 @@ class TermTables(Tables):
             return entry.sentences, {stem: counts[stem] for stem in wanted if counts.get(stem)}
 
     def _version(self, key: tuple[str, str]) -> int:
-        with self.db.read() as conn:
-            row = conn.execute(
-                f"SELECT version FROM knowledge_state WHERE {WORKSPACE}", key
-            ).fetchone()
+        row = read_row(self.db, f"SELECT version FROM knowledge_state WHERE {WORKSPACE}", key)
         return 0 if row is None else int(row["version"])
 
     def _current_term_sums(self, key: tuple[str, str], entry: TermSums | None) -> TermSums:
