@@ -51,6 +51,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -333,14 +334,26 @@ def drive_nodes(
         parts = list(
             pool.map(lambda base: drive(base + path, method, headers, body, seconds, share), bases)
         )
+    return combine(parts, rps=sum, p50=statistics.mean, each="per_node_rps")
+
+
+def combine(
+    parts: list[dict[str, Any]],
+    *,
+    rps: Callable[[list[float]], float],
+    p50: Callable[[list[float]], float],
+    each: str,
+) -> dict[str, Any]:
+    """One figure set from several parts (nodes or slices): requests/s and p50 as given,
+    the worst p99, every error, and each part's requests/s under ``each``."""
     return {
-        "rps": sum(p["rps"] for p in parts),
-        "p50_ms": statistics.mean(p["p50_ms"] for p in parts),
+        "rps": rps([p["rps"] for p in parts]),
+        "p50_ms": p50([p["p50_ms"] for p in parts]),
         "p99_ms": max(p["p99_ms"] for p in parts),
         "errors": sum(p["errors"] for p in parts),
         "socket_errors": "; ".join(str(p["socket_errors"]) for p in parts if p["socket_errors"])
         or None,
-        "per_node_rps": [p["rps"] for p in parts],
+        each: [p["rps"] for p in parts],
     }
 
 
@@ -452,6 +465,21 @@ def measure(
             # order swapped every round, so neither always meets the other's after-load
             order = list(sets) if number % 2 else list(reversed(sets))
             for name, method, path, headers, body in endpoints:
+
+                def load(
+                    which: str,
+                    seconds: float,
+                    request: tuple[str, str, dict[str, str], str | None] = (
+                        path,
+                        method,
+                        headers,
+                        body,
+                    ),
+                ) -> dict[str, Any]:
+                    return dict(
+                        drive_nodes(drive, bases[which], *request, seconds, args.concurrency)
+                    )
+
                 if name == SEARCH:
                     # the search alternates with the in-process side in short slices,
                     # so a change in the machine's load meets both sides alike
@@ -467,36 +495,21 @@ def measure(
                     with InProcess(url, data) as searcher:
                         for _ in range(slices):
                             for which in order:
-                                parts[which].append(
-                                    drive_nodes(
-                                        drive,
-                                        bases[which],
-                                        path,
-                                        method,
-                                        headers,
-                                        body,
-                                        each,
-                                        args.concurrency,
-                                    )
-                                )
+                                parts[which].append(load(which, each))
                             rates.append(searcher.rate(each))
                     for which in order:
-                        measured[which][name] = merge_slices(parts[which])
+                        measured[which][name] = combine(
+                            parts[which],
+                            rps=statistics.mean,
+                            p50=statistics.median,
+                            each="slices_rps",
+                        )
                     in_process.append(statistics.mean(rates))
                     continue
                 for which in order:
                     tag = f"{label}{' peer' if which else ''}"
                     print(f"  {tag} round {number}: {name} for {args.seconds:g} s ...", flush=True)
-                    measured[which][name] = drive_nodes(
-                        drive,
-                        bases[which],
-                        path,
-                        method,
-                        headers,
-                        body,
-                        args.seconds,
-                        args.concurrency,
-                    )
+                    measured[which][name] = load(which, args.seconds)
             for which in sets:
                 rounds[which].append(measured[which])
             loads.append(os.getloadavg()[0])
@@ -539,19 +552,6 @@ class InProcess:
             self.ws.knowledge.search(self.data["query"], top_k=5)
             done += 1
         return done / (time.perf_counter() - began)
-
-
-def merge_slices(parts: list[dict[str, Any]]) -> dict[str, Any]:
-    """One endpoint's figures from equal slices: mean requests/s, median p50, worst p99."""
-    return {
-        "rps": statistics.mean(p["rps"] for p in parts),
-        "p50_ms": statistics.median(p["p50_ms"] for p in parts),
-        "p99_ms": max(p["p99_ms"] for p in parts),
-        "errors": sum(p["errors"] for p in parts),
-        "socket_errors": "; ".join(str(p["socket_errors"]) for p in parts if p["socket_errors"])
-        or None,
-        "slices_rps": [p["rps"] for p in parts],
-    }
 
 
 def summarise(rounds: list[dict[str, Any]]) -> dict[str, Any]:
