@@ -13,7 +13,9 @@ sets that on the benchmark's own PostgreSQL sessions, to see what the commit's W
 flush costs (a diagnosis: the store never changes it).
 
 Prints the median docs/s of ``--runs`` runs per store and version and PostgreSQL's
-time ÷ SQLite's.
+time ÷ SQLite's, and the benchmark process's CPU time per document (less sensitive to
+other work on a shared machine than the wall clock; PostgreSQL's own processes are not
+counted).
 
 Run: ``python benchmarks/postgres_ingest.py [--docs 300] [--runs 3] [--peer REV]
 [--statements] [--synchronous-commit off] [--db URL]`` (without ``--db`` a throwaway
@@ -74,11 +76,14 @@ def one_run(code: Path, url: str, texts: list[str], statements: bool) -> dict[st
     knowledge.ingest_text("warm-up.txt", "A first document, so the index is cached.")
     knowledge.search("first document")  # the index is now loaded, as in a server
     before = dict(counts) if counts is not None else {}
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     for number, text in enumerate(texts):
         knowledge.ingest_text(f"doc-{number}.txt", text)
     knowledge.search(texts[-1][:100], top_k=1)  # rows the index held back, inside the timing
-    out = {"docs/s": len(texts) / (time.perf_counter() - started)}
+    out = {
+        "docs/s": len(texts) / (time.perf_counter() - started),
+        "cpu ms/doc": (time.process_time() - cpu) * 1e3 / len(texts),
+    }
     if counts is not None:
         for name, value in counts.items():
             out[f"{name} per document"] = (value - before[name]) / len(texts)
@@ -137,6 +142,7 @@ def main() -> int:
             versions["peer"] = peer_checkout(args.peer, Path(tmp) / "peer")
         runs: list[tuple[str, str]] = [(v, s) for v in versions for s in STORES]
         speeds: dict[tuple[str, str], list[float]] = {run: [] for run in runs}
+        cpu: dict[tuple[str, str], list[float]] = {run: [] for run in runs}
         for number in range(args.runs):
             for version, store in runs if number % 2 == 0 else runs[::-1]:
                 if store == "sqlite":
@@ -148,6 +154,7 @@ def main() -> int:
                         url += f"{joint}options=-csynchronous_commit%3D{args.synchronous_commit}"
                 answer = child(versions[version], url, args, False)
                 speeds[(version, store)].append(answer["docs/s"])
+                cpu[(version, store)].append(answer["cpu ms/doc"])
         counted = {}
         if args.statements:
             url = fresh_database(server, "ingest_statements")
@@ -165,12 +172,22 @@ def main() -> int:
         sqlite = statistics.median(speeds[(version, "sqlite")])
         pg = statistics.median(speeds[(version, "postgres")])
         print(f"| {label} | {sqlite:,.1f} | {pg:,.1f} | {sqlite / pg:.2f}× |")
+    print(
+        "\nThe benchmark process's CPU per document (embedding, index, the store's client"
+        " side; PostgreSQL's server processes not included), median ms:\n"
+    )
+    print("| code | SQLite | PostgreSQL |")
+    print("|---|---:|---:|")
+    for version in versions:
+        label = "this" if version == "this" else f"peer {args.peer}"
+        sqlite, pg = (statistics.median(cpu[(version, store)]) for store in STORES)
+        print(f"| {label} | {sqlite:.3f} | {pg:.3f} |")
     for version, store in runs:
         values = ", ".join(f"{v:.1f}" for v in speeds[(version, store)])
         print(f"\n{version} {store} runs: {values}", end="")
     print()
     for name, value in counted.items():
-        if name != "docs/s":
+        if name.endswith("per document"):
             print(f"\nPostgreSQL, this checkout: {value:.1f} {name}", end="")
     print()
     return 0

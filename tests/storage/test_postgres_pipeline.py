@@ -1,7 +1,7 @@
 """PostgreSQL's pipelined document write (``Database.write(pipeline=True)``).
 
-A document's write sends its statements in batches (three round trips instead of
-ten), so a failing statement may surface only at the end of the block. These tests
+A document's write sends its statements in batches (two round trips instead of
+seven), so a failing statement may surface only at the end of the block. These tests
 pin what must not change: the statement's own error (not a 503 for an unknown commit
 outcome), nothing of the block kept, the connection usable after it, a connection the
 server dropped retried transparently, and the plain path used where ``COPY`` runs.

@@ -225,6 +225,11 @@ class Database:
         with self._connection() as conn:
             yield conn
 
+    def deferred_row(self, cursor: Cursor) -> Callable[[], Any]:
+        """``cursor``'s first row, read when asked: in a pipelined write, the statements
+        sent until then travel in the same round trip."""
+        return cursor.fetchone
+
     def write_one(self, sql: str, params: Any) -> Any:
         """One write statement in autocommit (or in the open transaction); its first row."""
         with self.read() as conn:
@@ -338,7 +343,7 @@ class Database:
         ``pipeline``: in psycopg's pipeline mode. Statements are sent without waiting
         and a round trip is made only when a result is read, so ``BEGIN`` goes with the
         first statements and the ``COMMIT`` with the last ones: a document write of
-        eight statements makes three round trips instead of ten (see docs/decisions.md).
+        seven statements makes two round trips instead of seven (see docs/decisions.md).
         """
         with self._transaction("BEGIN", pipeline) as conn:
             yield conn

@@ -7,7 +7,7 @@ once, with ``?`` placeholders, against the ``Connection`` it hands out.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
@@ -69,6 +69,14 @@ class Database(Protocol):
         blocks that catch no database error and run no ``COPY``; ignored by a database
         without round trips (SQLite). Ignored by an inner block (it joins the outer one).
         """
+
+    def deferred_row(self, cursor: Any) -> Callable[[], Any]:
+        """The first row of ``cursor``'s result (a ``RETURNING`` statement's) when the
+        returned function is called: on a database with round trips only then, so the
+        statements sent meanwhile go with it in a pipelined write; else read at once,
+        which ends the statement (SQLite's would stay open while an exception's
+        traceback kept its cursor, and block the connection's next ``COMMIT``).
+        (``cursor``: one of this database's own connections' cursors.)"""
 
     def write_one(self, sql: str, params: Any) -> Any:
         """Run one write statement as its own transaction; its first row (``RETURNING``)."""

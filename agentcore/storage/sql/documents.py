@@ -42,6 +42,9 @@ _CHUNK_COLUMNS = (
     "pages",
     "page_offsets",
 )
+# the version this transaction bumped its workspace to (_send_bump), for a document row
+# written in it: the filters of every process follow its metadata from that version on
+_BUMPED_VERSION = f"(SELECT version FROM knowledge_state WHERE {WORKSPACE})"
 _DOCUMENT_COLUMNS = (
     "id, source, content_type, pages, chunks, bytes, created_at, status, last_error, metadata"
 )
@@ -101,13 +104,25 @@ class DocumentTables(TermTables, VectorTables):
         stored but not indexed. Bumps the version.
         """
         with self.db.write(pipeline=self._pipelined_writes()) as conn:
-            row = self._insert_document_row(conn, organization_id, environment, document)
+            # the bump first (its row lock orders this workspace's writers, so versions
+            # commit in order), the document row marked with the version it bumped to;
+            # both answers are read once the chunks were sent: in a pipelined write all
+            # of it is one round trip, and the segment and the COMMIT a second
+            bump = self.db.deferred_row(
+                self._send_bump(conn, (organization_id, environment), embedder, vectors.shape[1])
+            )
+            row = self.db.deferred_row(
+                self._insert_document_row(
+                    conn, organization_id, environment, document, versioned=True
+                )
+            )
             return self._insert_chunks(
                 conn,
                 organization_id,
                 environment,
                 document,
-                lambda: int(row.fetchone()["seq"]),
+                lambda: int(row()["seq"]),
+                bump,
                 chunks,
                 embedder,
                 vectors,
@@ -116,14 +131,22 @@ class DocumentTables(TermTables, VectorTables):
             )
 
     def _insert_document_row(
-        self, conn: Connection, organization_id: str, environment: str, document: Document
+        self,
+        conn: Connection,
+        organization_id: str,
+        environment: str,
+        document: Document,
+        *,
+        versioned: bool = False,
     ) -> Cursor:
-        """Insert a document's row; the cursor whose row holds its ``seq``, read later: in
+        """Insert a document's row (``versioned``: at the workspace's version, which
+        this transaction bumped); the cursor whose row holds its ``seq``, read later: in
         a pipelined write the chunks go to the database with it, in one round trip."""
+        version = _BUMPED_VERSION if versioned else "0"
         return conn.execute(
             "INSERT INTO documents (id, organization_id, environment, source, content_type,"
-            " pages, chunks, bytes, created_at, status, last_error, metadata)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING seq",
+            " pages, chunks, bytes, created_at, status, last_error, metadata, version)"
+            f" VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, {version}) RETURNING seq",
             [
                 document.id,
                 organization_id,
@@ -137,6 +160,7 @@ class DocumentTables(TermTables, VectorTables):
                 document.status,
                 document.last_error.model_dump_json() if document.last_error else None,
                 json_object(document.metadata),
+                *((organization_id, environment) if versioned else ()),
             ],
         )
 
@@ -147,16 +171,19 @@ class DocumentTables(TermTables, VectorTables):
         environment: str,
         document: Document,
         document_seq: Callable[[], int],
+        bump: Callable[[], Any],
         chunks: Chunks,
         embedder: str,
         vectors: Vectors,
         keep: npt.NDArray[np.bool_],
         term_counts: TermCounts | None,
     ) -> WrittenDocument:
-        """Insert the chunks, the ``keep`` rows' vectors and the sentence counts, and
-        mark the document written at the version this bumps to; every chunk id.
-        ``document_seq`` is asked for the document's ``seq`` once the chunks are sent (in
-        a pipelined write, the document's row goes to the database with them)."""
+        """Insert the chunks, the ``keep`` rows' vectors and the sentence counts of a
+        document whose row holds the version its transaction bumped to; every chunk id.
+        ``bump`` gives the bump's row (``_send_bump`` with ``embedder`` and the vectors'
+        dimension, checked here) and ``document_seq`` the document's ``seq``; both are
+        asked once the chunks are sent (``Database.deferred_row``: in a pipelined write,
+        the statements before them go to the database in the same round trip)."""
         ids = self.db.insert_ids(
             conn,
             "chunks",
@@ -175,21 +202,21 @@ class DocumentTables(TermTables, VectorTables):
             ],
         )
         seq = document_seq()
-        version = self._append_vectors(
+        dimension = int(vectors.shape[1])
+        version = self._bumped(bump(), embedder, dimension)
+        self._insert_segments(
             conn,
             organization_id,
             environment,
             document.id,
             embedder,
-            int(vectors.shape[1]),
+            dimension,
+            version,
             np.asarray(ids, dtype=np.int64)[keep],
             vectors if keep.all() else vectors[keep],  # no copy of a big matrix if all kept
-            check=True,
         )
         if term_counts is not None:
             self._store_terms(conn, (organization_id, environment), seq, version, term_counts)
-        # the version filters follow: its metadata is known to every process from here
-        conn.execute("UPDATE documents SET version = ? WHERE seq = ?", [version, seq])
         return WrittenDocument(ids, seq)
 
     def chunk_ids(self, organization_id: str, environment: str, document_id: str) -> list[int]:
@@ -306,7 +333,7 @@ class DocumentTables(TermTables, VectorTables):
             if found is None:
                 return None
             # the bump first: on PostgreSQL its row lock orders this workspace's writers,
-            # so each document's version commits in order (see _append_vectors)
+            # so each document's version commits in order (see add_vectors)
             version = self._bump(conn, organization_id, environment)
             row = conn.execute(
                 f"UPDATE documents SET metadata = ?, version = ? WHERE id = ? AND {WORKSPACE}"
@@ -501,12 +528,21 @@ class DocumentTables(TermTables, VectorTables):
                 return None
             conn.execute("DELETE FROM ingest_jobs WHERE document_id = ?", [document.id])
             seq = int(row["seq"])
+            # bumped only now: a document no longer processing leaves the version alone
+            bump = self.db.deferred_row(
+                self._send_bump(conn, (organization_id, environment), embedder, vectors.shape[1])
+            )
+            conn.execute(
+                f"UPDATE documents SET version = {_BUMPED_VERSION} WHERE seq = ?",
+                [organization_id, environment, seq],
+            )
             written = self._insert_chunks(
                 conn,
                 organization_id,
                 environment,
                 document,
                 lambda: seq,
+                bump,
                 chunks,
                 embedder,
                 vectors,

@@ -26,7 +26,7 @@ from agentcore.storage.records import (
     segment_arrays,
     segment_locators,
 )
-from agentcore.storage.sql.database import CACHE_LIMIT, Connection, Tables
+from agentcore.storage.sql.database import CACHE_LIMIT, Connection, Cursor, Tables
 from agentcore.storage.sql.queries import WORKSPACE, insert_row
 
 SEGMENT_ROWS = 65_536  # ~100 MB of float32 at d=384: far below either database's 1 GB limit
@@ -83,11 +83,22 @@ class VectorTables(Tables):
     ) -> None:
         """Append vectors as whole-buffer segments and bump the workspace version."""
         with self.db.write() as conn:
-            self._append_vectors(
-                conn, organization_id, environment, document_id, embedder, dimension, ids, vectors
+            # the bump first: on PostgreSQL its row lock orders concurrent writers, so
+            # versions commit in order and each segment carries the version that added it
+            version = self._bump(conn, organization_id, environment, embedder, dimension)
+            self._insert_segments(
+                conn,
+                organization_id,
+                environment,
+                document_id,
+                embedder,
+                dimension,
+                version,
+                ids,
+                vectors,
             )
 
-    def _append_vectors(
+    def _insert_segments(
         self,
         conn: Connection,
         organization_id: str,
@@ -95,18 +106,13 @@ class VectorTables(Tables):
         document_id: str | None,
         embedder: str,
         dimension: int,
+        version: int,
         ids: Ids,
         vectors: Vectors,
-        *,
-        check: bool = False,
-    ) -> int:
-        """``add_vectors`` in the caller's transaction; the version it bumped to.
-        ``check``: raise ``StaleEmbedder`` if the workspace has another embedder or
-        dimension (the caller's transaction then rolls back)."""
+    ) -> None:
+        """Store ``ids`` and ``vectors`` as segments added at ``version`` (which the
+        caller's transaction bumped to, before), in that transaction."""
         ids, vectors = segment_arrays(ids, vectors, dimension)
-        # the bump first: on PostgreSQL its row lock orders concurrent writers, so
-        # versions commit in order and each segment carries the version that added it
-        version = self._bump(conn, organization_id, environment, embedder, dimension, check=check)
         rows = max(1, min(SEGMENT_ROWS, SEGMENT_BYTES // (4 * dimension)))
         for start in range(0, len(ids), rows):
             part = slice(start, start + rows)
@@ -129,7 +135,6 @@ class VectorTables(Tables):
             )
         if len(ids):
             self._vectors_added(conn, organization_id, environment, document_id, ids, vectors)
-        return version
 
     def load_vectors(
         self, organization_id: str, environment: str, dimension: int
@@ -380,25 +385,37 @@ class VectorTables(Tables):
         environment: str,
         embedder: str | None = None,
         dimension: int | None = None,
-        *,
-        check: bool = False,
     ) -> int:
-        """Advance the workspace version (in the caller's transaction); the new version.
+        """Advance the workspace version (in the caller's transaction); the new version."""
+        bump = self._send_bump(conn, (organization_id, environment), embedder, dimension)
+        return self._bumped(bump.fetchone())
 
-        ``check``: raise ``StaleEmbedder`` unless the workspace's embedder and dimension
-        are (now) ``embedder`` and ``dimension``: the check a document write makes in
-        its own transaction instead of a read before it.
-        """
-        row = conn.execute(
+    def _send_bump(
+        self,
+        conn: Connection,
+        workspace: tuple[str, str],
+        embedder: str | None,
+        dimension: int | None,
+    ) -> Cursor:
+        """Advance the workspace version (in the caller's transaction), recording
+        ``embedder`` and ``dimension`` if it has none yet; the cursor whose row
+        ``_bumped`` reads (in a pipelined write, later: see ``Database.deferred_row``)."""
+        return conn.execute(
             "INSERT INTO knowledge_state AS s (organization_id, environment, embedder,"
             " dimension, version) VALUES (?, ?, ?, ?, 1) ON CONFLICT (organization_id,"
             " environment) DO UPDATE SET version = s.version + 1,"
             " embedder = COALESCE(s.embedder, excluded.embedder),"
             " dimension = COALESCE(s.dimension, excluded.dimension)"
             " RETURNING version, embedder, dimension",
-            [organization_id, environment, embedder, dimension],
-        ).fetchone()
-        if check and (row["embedder"] != embedder or row["dimension"] != dimension):
+            [*workspace, embedder, dimension],
+        )
+
+    def _bumped(self, row: Any, embedder: str | None = None, dimension: int | None = None) -> int:
+        """The version ``_send_bump``'s statement (its ``row``) advanced to. With
+        ``embedder`` and ``dimension``: raise ``StaleEmbedder`` unless the workspace's
+        are (now) those, the check a document write makes in its own transaction instead
+        of a read before it (the caller's transaction then rolls back)."""
+        if embedder is not None and (row["embedder"] != embedder or row["dimension"] != dimension):
             raise StaleEmbedder(
                 f"the workspace is indexed by {row['embedder']!r} with dimension {row['dimension']}"
             )

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from functools import cache
 from pathlib import Path
@@ -193,6 +193,13 @@ class Database:
         its own inside our transactions (it nests in a SAVEPOINT), and, with these
         options, runs no statement when created (no recursive_triggers pragma, no hooks)."""
         return UtilsDatabase(conn, recursive_triggers=False, execute_plugins=False)
+
+    def deferred_row(self, cursor: sqlite3.Cursor) -> Callable[[], Any]:
+        """``cursor``'s first row, read now: there is no round trip to save, and a
+        ``RETURNING`` statement left unread stays open (while an exception's traceback
+        holds its cursor), so the connection's next ``COMMIT`` would fail."""
+        row = cursor.fetchone()
+        return lambda: row
 
     def write_one(self, sql: str, params: Any) -> sqlite3.Row | None:
         """Run one write statement as its own transaction; its first row (``RETURNING``).
