@@ -27,12 +27,15 @@ workspace evicted by the budget (``--evicted`` of the earliest ones searched aga
 after the sweep; under ``unbounded`` they are still cached); and a cached search (p50
 of ``--cached`` searches of the most recently used workspaces). The large workspace's
 first search is measured in a fresh process with its segment files written (``auto``)
-and from the store alone (``off``).
+and from the store alone (``off``): its time, the CPU time the process spent on it
+(all threads; steadier than the time on a loaded machine) and its RSS growth; with
+``--peer-code DIR`` also with the code checked out in ``DIR`` (e.g. ``git worktree add
+DIR <commit>``), alternating with this code's, on the same data.
 
 Run: ``python benchmarks/many_tenants.py [--tenants 10000] [--chunks 40] [--dim 384]
 [--budget-mib 32] [--stores sqlite,postgres] [--index-dirs off,auto] [--big-chunks
-100000] [--runs 3] [--data DIR] [--postgres URL]``. Each row is the median of ``--runs``
-fresh processes. The databases are built once into ``--data`` (default a temporary
+100000] [--runs 3] [--data DIR] [--postgres URL] [--peer-code DIR]``. Each row is the
+median of ``--runs`` fresh processes. The databases are built once into ``--data`` (default a temporary
 directory; give one to reuse a SQLite file or a ``--postgres`` database between runs: one
 whose parameters match is not built again; a throwaway PostgreSQL is built every time).
 The build's documents per second (tenants and the large workspace, ``wait=True``) are
@@ -60,7 +63,9 @@ from typing import Any
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+# the agentcore measured: this checkout's, or a peer's (a child run for --peer-code)
+CODE = Path(os.environ.get("MANY_TENANTS_CODE", REPO))
+sys.path.insert(0, str(CODE))
 sys.path.insert(0, str(REPO / "benchmarks"))
 RESULTS = REPO / "benchmarks" / "results" / "many_tenants.json"
 ENV = "test"
@@ -256,12 +261,15 @@ def measure_big(config: dict[str, Any]) -> dict[str, Any]:
     try:
         service = core.workspace(BIG, ENV, create=False).knowledge
         before = process_figures()
+        cpu = time.process_time()
         began = time.perf_counter()
         service.search(QUERY)
         seconds = time.perf_counter() - began
+        cpu = time.process_time() - cpu
         after = process_figures()
         return {
             "first_ms": ms(seconds),
+            "cpu_ms": ms(cpu),
             "rss_growth_mib": after["rss_mib"] - before["rss_mib"],
             "stats": cache_stats(core),
         }
@@ -284,12 +292,14 @@ def prepare(config: dict[str, Any]) -> dict[str, Any]:
     return {"seconds": time.perf_counter() - began}
 
 
-def child(kind: str, config: dict[str, Any]) -> dict[str, Any]:
-    """Run ``kind`` with ``config`` in a fresh interpreter; its result."""
+def child(kind: str, config: dict[str, Any], code: Path = REPO) -> dict[str, Any]:
+    """Run ``kind`` with ``config`` in a fresh interpreter, on the agentcore of checkout
+    ``code``; its result."""
     out = subprocess.run(
         [sys.executable, __file__, "--child", kind, json.dumps(config)],
         capture_output=True,
         text=True,
+        env={**os.environ, "MANY_TENANTS_CODE": str(code)},
     )
     if out.returncode:
         raise SystemExit(f"{kind} {config} failed:\n{out.stderr}")
@@ -345,6 +355,13 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=None)
     parser.add_argument("--postgres", default=None, help="a PostgreSQL URL (default: throwaway)")
     parser.add_argument("--peer", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument(
+        "--peer-code",
+        type=Path,
+        default=None,
+        help="a checkout of other code (git worktree add DIR COMMIT): the large workspace's"
+        " first search is measured with it too, alternating with this code's, on the same data",
+    )
     parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -425,8 +442,17 @@ def main() -> None:
                     print_row(rows[-1])
                 if args.big_chunks:
                     config = {"url": url, "dim": args.dim, "index_dir": where}
-                    result = median_of([child("big", config) for _ in range(args.runs)])
-                    big_rows.append({"store": store, "index_dir": index_dir, **result})
+                    codes = {"this": REPO}
+                    if args.peer_code is not None:
+                        codes["peer"] = args.peer_code.resolve()
+                    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in codes}
+                    for run in range(args.runs):  # alternating, each first in turn
+                        order = list(codes.items())
+                        for name, code in order[run % 2 :] + order[: run % 2]:
+                            runs[name].append(child("big", config, code))
+                    for name, results in runs.items():
+                        row = {"store": store, "index_dir": index_dir, "code": name}
+                        big_rows.append({**row, **median_of(results)})
     print()
     print_table(rows, big_rows, params, args.budget_mib)
     documents = args.tenants + max(1, args.big_chunks // args.chunks) * bool(args.big_chunks)
@@ -476,12 +502,12 @@ def print_table(
     if big:
         print()
         print(f"large workspace, {params['big_chunks']} chunks: first search in a fresh process")
-        print("| store | index_dir | first search ms | RSS growth MiB |")
-        print("|---|---|---|---|")
+        print("| store | index_dir | code | first search ms | its CPU ms | RSS growth MiB |")
+        print("|---|---|---|---|---|---|")
         for b in big:
             print(
-                f"| {b['store']} | {b['index_dir']} | {b['first_ms']:.0f}"
-                f" | {b['rss_growth_mib']:.0f} |"
+                f"| {b['store']} | {b['index_dir']} | {b['code']} | {b['first_ms']:.0f}"
+                f" | {b['cpu_ms']:.0f} | {b['rss_growth_mib']:.0f} |"
             )
 
 

@@ -212,6 +212,15 @@ def wait_for(condition: Callable[[], object], limit: float = 60.0) -> Any:
     return value
 
 
+def delivery_counts(store: Any) -> dict[str, int]:
+    """How many webhook deliveries ``store`` (a SQL store) holds in each status."""
+    with store.db.read() as conn:
+        rows = conn.execute(
+            "SELECT status, COUNT(*) AS n FROM webhook_deliveries GROUP BY status"
+        ).fetchall()
+    return {row["status"]: int(row["n"]) for row in rows}
+
+
 import pytest  # noqa: E402
 from conftest import Api as _Api  # noqa: E402
 from conftest import ServerThread  # noqa: E402

@@ -84,7 +84,7 @@ class AgentStore(Protocol):
     def update_agent(
         self, organization_id: str, environment: str, agent: Agent, *, expected_status: str
     ) -> bool:
-        """Replace an agent if its status is still ``expected_status``."""
+        """Replace an agent if its status is still ``expected_status``; whether it did."""
 
     def list_agents(
         self,
@@ -348,7 +348,9 @@ class WebhookStore(Protocol):
     def record_event(
         self, event: Event, *, now: float, only_subscription: str | None = None
     ) -> int:
-        """Store an event and its pending deliveries in one transaction."""
+        """Store an event and a pending delivery per matching active subscription (only
+        to ``only_subscription`` when given, whatever its event list) in one transaction;
+        how many deliveries were created."""
 
     def claim_due_deliveries(
         self,
@@ -358,7 +360,8 @@ class WebhookStore(Protocol):
         limit: int,
         busy_subscriptions: Sequence[str] = (),
     ) -> list[DueDelivery]:
-        """Lease due deliveries of active subscriptions, atomically."""
+        """Lease up to ``limit`` due deliveries of active subscriptions, oldest first,
+        atomically, skipping those of ``busy_subscriptions``."""
 
     def next_due_at(self) -> float | None:
         """When the earliest pending delivery falls due."""
@@ -386,7 +389,7 @@ class WebhookStore(Protocol):
         limit: int,
         starting_after: str | None,
     ) -> tuple[list[Delivery], bool]:
-        """A page of a subscription's deliveries with attempts."""
+        """A page of a subscription's deliveries with their attempts, newest first."""
 
 
 class ConversationStore(Protocol):
@@ -456,7 +459,12 @@ class IdempotencyStore(Protocol):
         now: float,
         ttl: float,
     ) -> tuple[Literal["new", "replay", "mismatch", "in_progress"], StoredResult | None]:
-        """Claim an idempotency key atomically."""
+        """Claim an idempotency key atomically, across every process and node.
+
+        ``new``: the caller runs the request and must ``finish`` or ``release`` it;
+        ``replay``: the stored result; ``mismatch``: the key was used with another
+        request; ``in_progress``: a duplicate is running right now.
+        """
 
     def finish_idempotency_key(
         self, organization_id: str, environment: str, key: str, result: StoredResult

@@ -25,9 +25,14 @@ TermCounts = tuple[int, Mapping[str, int]]
 LOCATOR_SHIFT = 20
 
 
-def segment_locators(segment_id: int, count: int) -> Ids:
-    """The locators of the ``count`` rows of vector segment ``segment_id``."""
-    return np.arange(count, dtype=np.int64) + (int(segment_id) << LOCATOR_SHIFT)
+def segment_locators(segment_ids: Sequence[int], counts: Sequence[int]) -> Ids:
+    """The locators of the rows of consecutive vector segments: ``counts[i]`` rows of
+    segment ``segment_ids[i]`` each, in one array (no Python per segment: SQLite's
+    segments are small, so a workspace has many)."""
+    sizes = np.asarray(counts, dtype=np.int64).reshape(-1)
+    first = np.cumsum(sizes) - sizes  # each segment's first position in the result
+    base = (np.asarray(segment_ids, dtype=np.int64).reshape(-1) << LOCATOR_SHIFT) - first
+    return np.repeat(base, sizes) + np.arange(int(sizes.sum()), dtype=np.int64)
 
 
 @dataclass(frozen=True)
@@ -91,8 +96,7 @@ class IndexRows:
     ids: Ids
     vectors: Vectors | None
     labels: Ids
-    # each row's locator (``LOCATOR_SHIFT``) when asked for (``load_index(located=True)``)
-    locators: Ids | None = None
+    locators: Ids | None = None  # ``LOCATOR_SHIFT``; asked for by ``load_index(located=True)``
 
 
 @dataclass(frozen=True)

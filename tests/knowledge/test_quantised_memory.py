@@ -7,6 +7,7 @@ index and answers exactly as one (the reference: a float32 core on the same stor
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,8 @@ import pytest
 
 from agentcore import AgentCore
 from agentcore.knowledge.index import StoredRows, VectorIndex, codec_named
+from agentcore.knowledge.workspace_indexes import WorkspaceRows
+from agentcore.storage.sqlite import SQLiteStore
 
 ENV = "test"
 WORDS = ["pump", "valve", "filter", "seal", "gasket", "boiler", "turbine", "piston", "rotor"]
@@ -89,6 +92,101 @@ def test_a_quantised_index_in_ram_keeps_codes_only_and_answers_exactly(
         small.workspace("acme", ENV).knowledge.delete(documents[0])
         hits = [i for answer in _answers(small, org, QUERIES) for i, _ in answer]
         assert not set(hits) & set(small.store.chunk_ids(org, ENV, documents[0]))
+
+
+def _reference_answers(core: AgentCore, org: str, index: VectorIndex) -> None:
+    """``index`` answers every query as a float32 index of the store's rows now does."""
+    ids, vectors = core.store.load_vectors(org, ENV, index.dimension)
+    reference = VectorIndex.adopt(ids, vectors)
+    embed = core.embedders[core.settings.embedder].embed
+    for query in QUERIES:
+        q = embed([query], kind="query")[0]
+        want, got = reference.search(q, 10), index.search(q, 10)
+        _same_ranking(got[0].tolist(), got[1], want[0].tolist(), want[1])
+
+
+@pytest.mark.both_stores
+@pytest.mark.parametrize("codec", ["int8", "float16"])
+def test_rows_read_back_from_many_segments_after_deletes_and_appends(
+    store_url: str, codec: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings: dict[str, Any] = {"start_workers": False, "index_dir": "off"}
+    with AgentCore.open(store_url, index_dtype=codec, **settings) as core:
+        store = core.store
+        dimension = core.embedders[core.settings.embedder].dimension
+        # segments of two rows: a document of more chunks is split over several, and a
+        # search's candidates are read back from many segments, several from some
+        monkeypatch.setattr(store, "dialect", replace(store.dialect, segment_bytes=8 * dimension))
+        ws = core.workspace("acme", ENV)
+        documents = [
+            ws.knowledge.ingest_text(f"m{i}.txt", _text(i) * (3 + i % 8)).id for i in range(40)
+        ]
+        org = ws.organization_id
+        with store.db.read() as conn:
+            segments = conn.execute("SELECT count FROM vector_segments").fetchall()
+        assert max(int(row["count"]) for row in segments) == 2
+        assert len(segments) > len(documents)
+        index = core.indexes.get(org, ENV)
+        (part,) = index.parts()
+        assert isinstance(part.vectors, StoredRows)  # every row read back from the store
+        _reference_answers(core, org, index)
+
+        # rows read in any order, repeated, from many segments: as loaded
+        loaded = store.load_index(org, ENV, dimension, located=True)
+        assert loaded.vectors is not None and loaded.locators is not None
+        pick = np.random.default_rng(7).permutation(loaded.ids.size)[:40]
+        pick = np.concatenate([pick, pick[:5]])
+        rows = store.read_vector_rows(org, ENV, loaded.locators[pick], dimension)
+        np.testing.assert_array_equal(rows, loaded.vectors[pick])
+
+        first = store.chunk_ids(org, ENV, documents[0])
+        assert len(first) >= 2
+        for document in documents[::4]:  # deleted: their segments no longer read
+            ws.knowledge.delete(document)
+        for i in range(40, 52):  # appended after the load: caught up, then frozen
+            ws.knowledge.ingest_text(f"m{i}.txt", _text(i) * (3 + i % 8))
+        index = core.indexes.get(org, ENV)
+        _reference_answers(core, org, index)
+        while index.maintain():
+            pass
+        assert all(isinstance(p.vectors, StoredRows) for p in index.parts())
+        _reference_answers(core, org, index)
+        deleted = np.isin(loaded.ids, first)
+        gone = store.read_vector_rows(org, ENV, loaded.locators[deleted], dimension)
+        assert np.isnan(gone).all()
+    with AgentCore.open(store_url, **settings) as fresh:  # loaded again from the store
+        index = fresh.indexes.get(org, ENV)
+        assert index.codec == codec
+        _reference_answers(fresh, org, index)
+
+
+@pytest.mark.parametrize("codec", ["int8", "float16"])
+def test_a_search_reads_back_only_its_best_candidates(
+    tmp_path: Path, codec: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # enough rows that the scan runs in several blocks, each handing over its own best
+    n, d = 40_000, 16
+    data = np.random.default_rng(3).standard_normal((n, d)).astype(np.float32)
+    data /= np.linalg.norm(data, axis=1, keepdims=True)
+    store = SQLiteStore.open(tmp_path / "rows.db")
+    key = (store.ensure_organization("acme").id, ENV)
+    store.replace_all_vectors(*key, "e1", [(None, np.arange(n, dtype=np.int64), data)], d)
+    loaded = store.load_index(*key, d, located=True)
+    assert loaded.vectors is not None
+    rows = WorkspaceRows(store, key, d)
+    index = VectorIndex.adopt(
+        loaded.ids, loaded.vectors, codec=codec, row_store=rows, locators=loaded.locators
+    )
+    reference = VectorIndex.adopt(loaded.ids, loaded.vectors)
+    reads: list[int] = []
+    read = rows.read
+    monkeypatch.setattr(rows, "read", lambda at: (reads.append(at.size), read(at))[1])
+    for q in np.random.default_rng(4).standard_normal((20, d)).astype(np.float32):
+        want, got = reference.search(q, 10), index.search(q, 10)
+        _same_ranking(got[0].tolist(), got[1], want[0].tolist(), want[1])
+    # one read a search, of its candidates(10) best by approximate score (ties aside)
+    assert len(reads) == 20 and max(reads) <= codec_named(codec).candidates(10) + 2, reads
+    store.close()
 
 
 def test_maintenance_keeps_quantised_parts_out_of_ram(tmp_path: Path) -> None:

@@ -21,7 +21,7 @@ from agentcore.events import Event
 from agentcore.ids import new_id
 from agentcore.schema import Agent, ApiKey, Document, Problem, Usage
 from agentcore.storage.base import EventWaiter, Store, VectorSearchStore
-from agentcore.storage.records import StoredMessage, StoredResult
+from agentcore.storage.records import LOCATOR_SHIFT, StoredMessage, StoredResult
 from agentcore.storage.sqlite import SQLiteStore
 
 pytestmark = pytest.mark.filterwarnings("ignore::ResourceWarning")
@@ -264,22 +264,76 @@ def test_single_rows_are_read_back_by_locator(store: Any) -> None:
     assert second  # the survivor's rows above
 
 
+@pytest.mark.parametrize("stream", [False, True], ids=["select", "copy"])
 def test_a_workspace_of_many_segments_loads_them_in_order(
-    store: Any, monkeypatch: pytest.MonkeyPatch
+    store: Any, stream: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from agentcore.storage.postgres import connection as postgres_connection
 
-    # PostgreSQL reads segments a batch at a time: two of these segments a statement
-    monkeypatch.setattr(postgres_connection, "SEGMENT_BATCH_BYTES", 250)
-    org_id = org(store)
-    written = [ingest(store, org_id, n=3, seed=seed)[1] for seed in range(5)]
+    # PostgreSQL reads a small workspace's segments with one SELECT and streams a
+    # larger one's with one COPY (here: any): each segment lands at its place
+    if stream:
+        monkeypatch.setattr(postgres_connection, "STREAM_BYTES", 0)
+    org_id, other = org(store), org(store, "globex")
+    written: dict[str, tuple[list[int], np.ndarray]] = {}
+    for seed in range(6):  # another workspace's segments in between
+        document_id, ids = ingest(store, org_id, n=3 + seed % 2, seed=seed)
+        written[document_id] = (ids, unit(3 + seed % 2, 8, seed))
+        ingest(store, other, n=2, seed=100 + seed)
+    first, *_, last = written
+    for gone in (first, list(written)[3], last):
+        store.delete_document(org_id, "test", gone)
+        del written[gone]
     ids, vectors = store.load_vectors(org_id, "test", 8)
-    assert ids.tolist() == [i for part in written for i in part]
-    np.testing.assert_array_equal(vectors, np.concatenate([unit(3, 8, s) for s in range(5)]))
+    assert ids.tolist() == [i for part, _ in written.values() for i in part]
+    np.testing.assert_array_equal(vectors, np.concatenate([v for _, v in written.values()]))
     located = store.load_index(org_id, "test", 8, located=True)
     np.testing.assert_array_equal(located.vectors, vectors)
-    assert located.labels.shape == (15,) and located.locators is not None
-    assert len(set(located.locators.tolist())) == 15
+    assert located.labels.shape == (len(ids),) and located.locators is not None
+    assert len(set(located.labels.tolist())) == len(written)
+    np.testing.assert_array_equal(
+        store.read_vector_rows(org_id, "test", located.locators, 8), vectors
+    )
+    # the change log reads the segments added since a version the same way
+    version = store.knowledge_state(org_id, "test").version
+    more = [ingest(store, org_id, n=2, seed=50 + seed)[1] for seed in range(3)]
+    changes = store.changes_since(org_id, "test", version, max_rows=100)
+    assert changes.added_ids.tolist() == [i for part in more for i in part]
+    np.testing.assert_array_equal(
+        changes.added_vectors, np.concatenate([unit(2, 8, 50 + s) for s in range(3)])
+    )
+    assert len(set(changes.added_labels.tolist())) == 3
+    # a workspace without segments loads empty
+    empty = store.load_index(org(store, "initech"), "test", 8)
+    assert empty.ids.shape == (0,) and empty.vectors.shape == (0, 8)
+
+
+@pytest.mark.slow
+def test_a_postgres_segment_read_checks_what_it_got(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agentcore.storage.postgres import connection as postgres_connection
+
+    store = open_store("postgres", request)
+    try:
+        org_id = org(store)
+        ingest(store, org_id, n=3)
+        index = store.load_index(org_id, "test", 8, located=True)
+        loaded, located = index.ids, index.locators
+        segment = int(located[0]) >> LOCATOR_SHIFT
+        ids, vectors = np.empty(4, dtype="<i8"), np.empty((4, 8), dtype="<f4")
+        for stream in (False, True):  # by SELECT, then by COPY
+            monkeypatch.setattr(postgres_connection, "STREAM_BYTES", -1 if stream else 1 << 20)
+            with store.db.snapshot() as conn:
+                # the segment holds three rows, not four; a segment not stored is missing
+                with pytest.raises(ValueError, match="changed while it was read"):
+                    store.db.read_segments(conn, [(segment, 4)], ids, vectors)
+                with pytest.raises(ValueError, match="deleted while they were read"):
+                    store.db.read_segments(conn, [(segment, 3), (10**9, 1)], ids, vectors)
+                store.db.read_segments(conn, [(segment, 3)], ids[:3], vectors[:3])
+            assert ids[:3].tolist() == loaded.tolist()
+    finally:
+        store.close()
 
 
 def test_documents_paging(store: Any) -> None:

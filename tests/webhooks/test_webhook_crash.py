@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from conftest import free_port
-from helpers import cli_env
+from helpers import cli_env, delivery_counts
 from webhook_receiver import Receiver, Reply
 
 from agentcore import AgentCore
@@ -66,7 +66,7 @@ def test_sigkill_mid_delivery_loses_nothing(tmp_path: Path) -> None:
             ws = core.workspace("acme", "test")
             ws.webhooks.subscribe(receiver.url("/hook"), ["agent.action"])
             published = {ws.publish("agent.action", {"n": n}).id for n in range(EVENTS)}
-            assert core.store.delivery_counts() == {"pending": EVENTS}
+            assert delivery_counts(core.store) == {"pending": EVENTS}
         assert receiver.count() == 0  # committed, not sent: no worker ran here
 
         first = _serve(db, log)
@@ -90,8 +90,8 @@ def test_sigkill_mid_delivery_loses_nothing(tmp_path: Path) -> None:
             assert receiver.count() >= EVENTS  # at least once; duplicates allowed
             deadline = time.monotonic() + 10  # the last attempts get recorded
             with AgentCore.open(db, webhook_allowed_networks="127.0.0.0/8") as reader:
-                while reader.store.delivery_counts() != {"succeeded": EVENTS}:
-                    assert time.monotonic() < deadline, reader.store.delivery_counts()
+                while delivery_counts(reader.store) != {"succeeded": EVENTS}:
+                    assert time.monotonic() < deadline, delivery_counts(reader.store)
                     time.sleep(0.1)
         finally:
             _stop(second)

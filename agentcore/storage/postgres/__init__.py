@@ -8,6 +8,7 @@ without it.
 from __future__ import annotations
 
 import functools
+import inspect
 import threading
 from collections.abc import Callable
 from typing import Literal
@@ -15,13 +16,8 @@ from typing import Literal
 import psycopg
 from psycopg import sql
 
-from agentcore.errors import ServiceUnavailable
-from agentcore.storage.postgres.connection import (
-    RETRY_AFTER_SECONDS,
-    Database,
-    describe,
-    retry_public_methods,
-)
+from agentcore.storage.base import EventWaiter, ReopenableStore
+from agentcore.storage.postgres.connection import Database, retry_public_methods
 from agentcore.storage.postgres.migrations import SchemaTooNew, migrate
 from agentcore.storage.postgres.pgvector import VectorRows
 from agentcore.storage.sql.database import Connection
@@ -38,7 +34,7 @@ def is_postgres_url(url: str) -> bool:
 
 
 @retry_public_methods
-class PostgresStore(VectorRows, SQLStore):
+class PostgresStore(VectorRows, SQLStore, ReopenableStore, EventWaiter):
     """Everything agentcore keeps, in one PostgreSQL database shared by every node.
 
     Every public method is retried as ``retrying`` says (``retry_public_methods``).
@@ -71,44 +67,36 @@ class PostgresStore(VectorRows, SQLStore):
         pool_size: int = 10,
         timeout: float = 5.0,
         vector_search: VectorSearch = "memory",
+        migrate: bool = True,
     ) -> PostgresStore:
-        """Connect, migrate (under an advisory lock) and return the store.
+        """Connect, migrate (under an advisory lock) and return the store; ``migrate=False``
+        connects to a database another process migrated (no migration, no lock).
 
         ``ServiceUnavailable`` (one line naming host and database) when the server
         cannot be reached; ``SchemaTooNew`` when newer code migrated the database.
         """
         store = cls(url, pool_size=pool_size, timeout=timeout, vector_search=vector_search)
-        return store._start(migrate=True)
-
-    @classmethod
-    def attach(
-        cls, url: str, *, pool_size: int, timeout: float, vector_search: VectorSearch
-    ) -> PostgresStore:
-        """Connect to a database another process migrated (no migration, no lock)."""
-        store = cls(url, pool_size=pool_size, timeout=timeout, vector_search=vector_search)
-        return store._start(migrate=False)
-
-    def _start(self, *, migrate: bool) -> PostgresStore:
-        self.db.open()
+        store.db.open()
         try:
             if migrate:
-                self.migrate()
+                store.migrate()
             else:
-                with self.db.pool.connection() as conn:
-                    self._open_vector_rows(conn, create=False)
+                with store.db.pool.connection() as conn:
+                    store._open_vector_rows(conn, create=False)
         except BaseException:
-            self.db.close()
+            store.db.close()
             raise
-        return self
+        return store
 
     def reopener(self) -> Callable[[], PostgresStore]:
-        """Connects to this database from another process (a small pool, no migration)."""
+        # a small pool, and no migration: this process migrated the database
         return functools.partial(
-            PostgresStore.attach,
+            PostgresStore.open,
             self.url,
             pool_size=min(self.db.pool.max_size, 2),
             timeout=self.db.timeout,
             vector_search=self.vector_search,
+            migrate=False,
         )
 
     def migrate(self) -> None:
@@ -123,12 +111,8 @@ class PostgresStore(VectorRows, SQLStore):
         conn.execute(f"NOTIFY {CHANNEL}")  # delivered to the listening nodes at commit
 
     def wait_for_events(self, timeout: float) -> bool:
-        """Wait up to ``timeout`` s for an event recorded by any node; whether one came.
-
-        LISTENs on a dedicated connection (outside the pool). When that connection
-        breaks it is reopened on the next call; meanwhile this returns ``False`` after
-        the timeout, so callers fall back to polling.
-        """
+        # LISTENs on a dedicated connection (outside the pool), reopened on the next
+        # call when it breaks; meanwhile callers fall back to polling
         with self._listen_lock:
             if self._closed:
                 return False
@@ -151,12 +135,8 @@ class PostgresStore(VectorRows, SQLStore):
                 return False
 
     def close(self) -> None:
-        """Close the pool and the listening connection.
-
-        A thread blocked in ``wait_for_events`` is woken with a NOTIFY (every
-        listening node gets a harmless spurious wake-up) so closing does not wait for
-        its timeout.
-        """
+        # a thread blocked in ``wait_for_events`` is woken with a NOTIFY (every
+        # listening node gets a harmless spurious wake-up): no wait for its timeout
         self._closed = True
         if self._listener is not None:
             try:
@@ -174,11 +154,10 @@ class PostgresStore(VectorRows, SQLStore):
         self.db.close()
 
 
-__all__ = [
-    "RETRY_AFTER_SECONDS",
-    "PostgresStore",
-    "SchemaTooNew",
-    "ServiceUnavailable",
-    "describe",
-    "is_postgres_url",
-]
+# ``retrying``'s wrappers copy their method's docstring: those the methods inherit from
+# the ``Store`` protocol are copied here, so that ``help(PostgresStore)`` shows them
+for _method in vars(PostgresStore).values():
+    if hasattr(_method, "__wrapped__") and _method.__doc__ is None:
+        _method.__doc__ = inspect.getdoc(_method.__wrapped__)
+
+__all__ = ["PostgresStore", "SchemaTooNew", "is_postgres_url"]

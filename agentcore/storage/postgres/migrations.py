@@ -39,9 +39,7 @@ def migrate(conn: Conn) -> int:
                 f"The database schema is at version {current}, newer than this agentcore"
                 f" (which knows versions up to {len(steps)}); upgrade agentcore."
             )
-        for version, step in enumerate(steps, start=1):
-            if version <= current:
-                continue
+        for version, step in enumerate(steps[current:], start=current + 1):
             for statement in statements(step.script(POSTGRES)):
                 conn.execute(statement)
             # named without the step's number, as the first versions recorded them

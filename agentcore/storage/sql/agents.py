@@ -6,8 +6,9 @@ import json
 from typing import Any
 
 from agentcore.schema import Agent
+from agentcore.storage.base import AgentStore
 from agentcore.storage.sql.database import Tables
-from agentcore.storage.sql.queries import WORKSPACE, insert_row, marks, page_rows
+from agentcore.storage.sql.queries import WORKSPACE, find_row, insert_row, marks, page, write
 
 
 def _agent(row: Any) -> Agent:
@@ -28,49 +29,36 @@ def _columns(agent: Agent) -> dict[str, Any]:
     return data
 
 
-class AgentTables(Tables):
-    """Agents (``AgentStore``)."""
+class AgentTables(Tables, AgentStore):
+    """Agents, in the table ``agents``."""
 
     def insert_agent(self, organization_id: str, environment: str, agent: Agent) -> None:
-        """Store a new agent."""
         data = _columns(agent)
         data.update(organization_id=organization_id, environment=environment)
         with self.db.write() as conn:
             insert_row(conn, "agents", data)
 
     def get_agent(self, organization_id: str, environment: str, agent_id: str) -> Agent | None:
-        """The agent with this id in this workspace, or ``None`` (other workspaces' too).
-
-        One indexed statement: every chat turn reads its agent (sqlite-utils'
-        ``rows_where``, a generator building its query and then a dict per row, took
-        ~3x as long: ``benchmarks/store_crud.py``, get agent).
-        """
-        with self.db.read() as conn:
-            row = conn.execute(
-                f"SELECT * FROM agents WHERE id = ? AND {WORKSPACE}",
-                [agent_id, organization_id, environment],
-            ).fetchone()
+        # one indexed statement: every chat turn reads its agent (sqlite-utils'
+        # ``rows_where`` took ~3x as long: ``benchmarks/store_crud.py``, get agent)
+        row = find_row(self.db, "agents", agent_id, [organization_id, environment])
         return _agent(row) if row else None
 
     def update_agent(
         self, organization_id: str, environment: str, agent: Agent, *, expected_status: str
     ) -> bool:
-        """Replace an agent's fields if its status is still ``expected_status``.
-
-        The check and the write are one statement (PostgreSQL re-checks the condition
-        on the row it locks), so concurrent transitions, on any node, cannot both win.
-        Returns whether the agent was updated.
-        """
+        # the check and the write are one statement (PostgreSQL re-checks the condition
+        # on the row it locks), so concurrent transitions, on any node, cannot both win
         data = _columns(agent)
         agent_id = data.pop("id")
         data.pop("created_at")
         assignments = ", ".join(f"{column} = ?" for column in data)
-        with self.db.write() as conn:
-            cursor = conn.execute(
-                f"UPDATE agents SET {assignments} WHERE id = ? AND {WORKSPACE} AND status = ?",
-                [*data.values(), agent_id, organization_id, environment, expected_status],
-            )
-        return cursor.rowcount == 1
+        changed = write(
+            self.db,
+            f"UPDATE agents SET {assignments} WHERE id = ? AND {WORKSPACE} AND status = ?",
+            [*data.values(), agent_id, organization_id, environment, expected_status],
+        )
+        return changed == 1
 
     def list_agents(
         self,
@@ -81,15 +69,7 @@ class AgentTables(Tables):
         starting_after: str | None,
         statuses: tuple[str, ...],
     ) -> tuple[list[Agent], bool]:
-        """A page of agents whose status is one of ``statuses``, newest first."""
-        with self.db.snapshot() as conn:
-            rows, more = page_rows(
-                conn,
-                "agents",
-                scope=(organization_id, environment),
-                limit=limit,
-                starting_after=starting_after,
-                where=f"status IN ({marks(len(statuses))})",
-                where_args=statuses,
-            )
+        where = f"status IN ({marks(len(statuses))})"
+        workspace = (organization_id, environment)
+        rows, more = page(self.db, "agents", workspace, limit, starting_after, where, statuses)
         return [_agent(row) for row in rows], more

@@ -9,9 +9,10 @@ from typing import Any
 from agentcore.errors import NotFound
 from agentcore.ids import new_id, now_iso
 from agentcore.schema import Conversation, Message, Usage
+from agentcore.storage.base import ConversationStore
 from agentcore.storage.records import StoredMessage
-from agentcore.storage.sql.database import Connection, Tables
-from agentcore.storage.sql.queries import WORKSPACE, page_rows
+from agentcore.storage.sql.database import Tables
+from agentcore.storage.sql.queries import WORKSPACE, find_row, page, write
 
 _GONE = "The conversation was deleted while the answer was being made."
 
@@ -38,16 +39,8 @@ def _message(row: Any) -> Message:
     )
 
 
-def _owned(conn: Connection, organization_id: str, environment: str, conversation_id: str) -> bool:
-    row = conn.execute(
-        f"SELECT 1 FROM conversations WHERE id = ? AND {WORKSPACE}",
-        [conversation_id, organization_id, environment],
-    ).fetchone()
-    return row is not None
-
-
-class ConversationTables(Tables):
-    """Conversations (``ConversationStore``).
+class ConversationTables(Tables, ConversationStore):
+    """Conversations and messages, in tables of those names.
 
     Every chat turn runs ``conversation_agent``, ``recent_messages`` and
     ``add_messages``: small statements each (sqlite-utils' table API added a
@@ -56,36 +49,28 @@ class ConversationTables(Tables):
     """
 
     def create_conversation(self, organization_id: str, environment: str, agent_id: str) -> str:
-        """A new conversation's id."""
         conversation_id = new_id("conv")
         now = now_iso()
-        with self.db.write() as conn:
-            conn.execute(
-                "INSERT INTO conversations (id, organization_id, environment, agent_id,"
-                " created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?)",
-                [conversation_id, organization_id, environment, agent_id, now, now],
-            )
+        write(
+            self.db,
+            "INSERT INTO conversations (id, organization_id, environment, agent_id,"
+            " created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?)",
+            [conversation_id, organization_id, environment, agent_id, now, now],
+        )
         return conversation_id
 
     def conversation_agent(
         self, organization_id: str, environment: str, conversation_id: str
     ) -> str | None:
-        """The agent a conversation of this workspace belongs to, or ``None``."""
-        with self.db.read() as conn:
-            row = conn.execute(
-                f"SELECT agent_id FROM conversations WHERE id = ? AND {WORKSPACE}",
-                [conversation_id, organization_id, environment],
-            ).fetchone()
+        workspace = [organization_id, environment]
+        row = find_row(self.db, "conversations", conversation_id, workspace, "agent_id")
         return None if row is None else str(row["agent_id"])
 
     def add_messages(self, conversation_id: str, messages: Sequence[StoredMessage]) -> None:
-        """Append messages to a conversation in one transaction.
-
-        The conversation's row is updated first (its count and ``updated_at``), which
-        locks it on PostgreSQL: a concurrent ``delete_conversation`` either ran before
-        (then this raises ``NotFound`` and stores nothing) or waits for this commit and
-        deletes these messages too.
-        """
+        # The conversation's row is updated first (its count and ``updated_at``), which
+        # locks it on PostgreSQL: a concurrent ``delete_conversation`` either ran before
+        # (then this raises ``NotFound`` and stores nothing) or waits for this commit and
+        # deletes these messages too.
         now = now_iso()
         with self.db.write() as conn:
             cursor = conn.execute(
@@ -113,7 +98,6 @@ class ConversationTables(Tables):
             )
 
     def recent_messages(self, conversation_id: str, limit: int) -> list[StoredMessage]:
-        """The last ``limit`` messages of a conversation, oldest first."""
         if limit <= 0:
             return []
         with self.db.read() as conn:
@@ -130,12 +114,7 @@ class ConversationTables(Tables):
     def get_conversation(
         self, organization_id: str, environment: str, conversation_id: str
     ) -> Conversation | None:
-        """A conversation of this workspace, or ``None`` (other workspaces' too)."""
-        with self.db.read() as conn:
-            row = conn.execute(
-                f"SELECT * FROM conversations WHERE id = ? AND {WORKSPACE}",
-                [conversation_id, organization_id, environment],
-            ).fetchone()
+        row = find_row(self.db, "conversations", conversation_id, [organization_id, environment])
         return None if row is None else _conversation(row)
 
     def list_conversations(
@@ -147,18 +126,9 @@ class ConversationTables(Tables):
         starting_after: str | None,
         agent_id: str | None = None,
     ) -> tuple[list[Conversation], bool]:
-        """A page of conversations (only ``agent_id``'s when given), newest first."""
         where, args = ("agent_id = ?", [agent_id]) if agent_id is not None else ("1 = 1", [])
-        with self.db.snapshot() as conn:
-            rows, more = page_rows(
-                conn,
-                "conversations",
-                scope=(organization_id, environment),
-                limit=limit,
-                starting_after=starting_after,
-                where=where,
-                where_args=args,
-            )
+        workspace = (organization_id, environment)
+        rows, more = page(self.db, "conversations", workspace, limit, starting_after, where, args)
         return [_conversation(row) for row in rows], more
 
     def list_messages(
@@ -171,15 +141,13 @@ class ConversationTables(Tables):
         starting_after: str | None,
         newest_first: bool = False,
     ) -> tuple[list[Message], bool] | None:
-        """A page of a conversation's messages in the order they were added (or the
-        reverse), after the message ``starting_after``; ``None`` when the conversation
-        is not one of this workspace's.
-
-        :raises NotFound: ``starting_after`` is not a message of this conversation.
-        """
         order, before_or_after = ("DESC", "<") if newest_first else ("ASC", ">")
         with self.db.snapshot() as conn:
-            if not _owned(conn, organization_id, environment, conversation_id):
+            owned = conn.execute(
+                f"SELECT 1 FROM conversations WHERE id = ? AND {WORKSPACE}",
+                [conversation_id, organization_id, environment],
+            ).fetchone()
+            if owned is None:
                 return None
             condition, args = "conversation_id = ?", [conversation_id]
             if starting_after is not None:
@@ -204,13 +172,8 @@ class ConversationTables(Tables):
     def delete_conversation(
         self, organization_id: str, environment: str, conversation_id: str
     ) -> bool:
-        """Delete a conversation of this workspace and its messages, for good; whether
-        it existed.
-
-        The conversation's row is locked first (an ``UPDATE``), so a chat turn adding
-        messages to it right now finishes first and its messages go too (see
-        ``add_messages``).
-        """
+        # The conversation's row is locked first (an ``UPDATE``), so a chat turn adding
+        # messages to it right now finishes first and its messages go too.
         with self.db.write() as conn:
             found = conn.execute(
                 f"UPDATE conversations SET updated_at = updated_at WHERE id = ? AND {WORKSPACE}",

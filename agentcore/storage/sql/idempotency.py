@@ -4,16 +4,18 @@ from __future__ import annotations
 
 from typing import Literal
 
+from agentcore.storage.base import IdempotencyStore
 from agentcore.storage.records import StoredResult
 from agentcore.storage.sql.database import Tables
+from agentcore.storage.sql.queries import write
 
 Claim = Literal["new", "replay", "mismatch", "in_progress"]
 _KEY = "organization_id = ? AND environment = ? AND key = ?"
 
 
-class IdempotencyTables(Tables):
-    """One row per (workspace, key): in progress, then the result to replay
-    (``IdempotencyStore``).
+class IdempotencyTables(Tables, IdempotencyStore):
+    """One row per (workspace, key) in ``idempotency_keys``: in progress, then the
+    result to replay.
 
     The result's JSON body is kept as UTF-8 bytes in ``response_body`` (SQLite rows of
     some earlier versions hold it as text, which reads the same); ``response_headers``
@@ -30,14 +32,8 @@ class IdempotencyTables(Tables):
         now: float,
         ttl: float,
     ) -> tuple[Claim, StoredResult | None]:
-        """Claim ``key`` for a request, atomically across every process and node.
-
-        ``new``: the caller runs the request and must ``finish`` or ``release`` it;
-        ``replay``: the stored result; ``mismatch``: the key was used with another
-        request; ``in_progress``: a duplicate is running right now. An expired row is
-        removed, then ``INSERT ... ON CONFLICT DO NOTHING`` decides the race: exactly
-        one caller inserts; the others read the row the winner committed.
-        """
+        # An expired row is removed, then ``INSERT ... ON CONFLICT DO NOTHING`` decides
+        # the race: exactly one caller inserts; the others read the row the winner committed.
         scope = [organization_id, environment, key]
         with self.db.write() as conn:
             conn.execute(
@@ -68,18 +64,13 @@ class IdempotencyTables(Tables):
     def finish_idempotency_key(
         self, organization_id: str, environment: str, key: str, result: StoredResult
     ) -> None:
-        """Store the result to replay for ``key``."""
-        with self.db.write() as conn:
-            conn.execute(
-                "UPDATE idempotency_keys SET status = 'done', response_status = ?,"
-                f" response_body = ?, response_headers = NULL WHERE {_KEY}",
-                [result.status, result.body.encode(), organization_id, environment, key],
-            )
+        write(
+            self.db,
+            "UPDATE idempotency_keys SET status = 'done', response_status = ?,"
+            f" response_body = ?, response_headers = NULL WHERE {_KEY}",
+            [result.status, result.body.encode(), organization_id, environment, key],
+        )
 
     def release_idempotency_key(self, organization_id: str, environment: str, key: str) -> None:
-        """Forget an in-progress claim whose request crashed, so a retry can run."""
-        with self.db.write() as conn:
-            conn.execute(
-                f"DELETE FROM idempotency_keys WHERE {_KEY} AND status = 'in_progress'",
-                [organization_id, environment, key],
-            )
+        sql = f"DELETE FROM idempotency_keys WHERE {_KEY} AND status = 'in_progress'"
+        write(self.db, sql, [organization_id, environment, key])

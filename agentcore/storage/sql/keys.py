@@ -8,8 +8,9 @@ from typing import Any
 
 from agentcore.ids import isoformat, new_id, now_iso
 from agentcore.schema import ApiKey, Organization
+from agentcore.storage.base import KeyStore
 from agentcore.storage.sql.database import CACHE_LIMIT, Tables
-from agentcore.storage.sql.queries import insert_row, update_row
+from agentcore.storage.sql.queries import insert_row, read_row, update_row
 
 # Every request authenticates: a key comes with its organization's name in one
 # indexed join.
@@ -47,11 +48,10 @@ def _iso(value: datetime | None) -> str | None:
     return None if value is None else isoformat(value)
 
 
-class KeyTables(Tables):
-    """Organizations and keys (``KeyStore``)."""
+class KeyTables(Tables, KeyStore):
+    """Organizations and keys, in the tables ``organizations`` and ``api_keys``."""
 
     def ensure_organization(self, name: str) -> Organization:
-        """The organization named ``name``, created if missing."""
         with self.db.write() as conn:
             # names are unique: an organization of that name may exist already
             conn.execute(
@@ -63,13 +63,10 @@ class KeyTables(Tables):
         return Organization(**row)
 
     def get_organization_by_name(self, name: str) -> Organization | None:
-        """The organization named ``name``, or ``None``."""
-        with self.db.read() as conn:
-            row = conn.execute("SELECT * FROM organizations WHERE name = ?", [name]).fetchone()
+        row = read_row(self.db, "SELECT * FROM organizations WHERE name = ?", [name])
         return Organization(**row) if row else None
 
     def insert_key(self, key: ApiKey, organization_id: str, digest: str) -> None:
-        """Store a new key's record and the digest of its secret."""
         with self.db.write() as conn:
             insert_row(
                 conn,
@@ -90,20 +87,16 @@ class KeyTables(Tables):
             )
 
     def find_key_by_digest(self, digest: str) -> tuple[ApiKey, str, str] | None:
-        """``(key, organization_id, stored digest)`` for a digest, or ``None``.
-
-        Every request authenticates, so found keys are remembered per thread for as
-        long as nothing at all has been written to the database since (SQLite checks
-        ``PRAGMA data_version`` and this process's commit count on each call; a
-        PostgreSQL node reads each time): a key revoked by any process or node is
-        refused on the very next request.
-        """
+        # Every request authenticates, so found keys are remembered per thread for as
+        # long as nothing at all has been written to the database since (SQLite checks
+        # ``PRAGMA data_version`` and this process's commit count on each call; a
+        # PostgreSQL node reads each time): a key revoked by any process or node is
+        # refused on the very next request.
         cache = self.db.current_cache("keys")
         if digest in cache:
             found: tuple[ApiKey, str, str] = cache[digest]
             return found
-        with self.db.read() as conn:
-            row = conn.execute(f"{_KEY_SELECT} WHERE digest = ?", [digest]).fetchone()
+        row = read_row(self.db, f"{_KEY_SELECT} WHERE digest = ?", [digest])
         if row is None:
             return None
         found = (_key(row), row["organization_id"], row["digest"])
@@ -112,13 +105,10 @@ class KeyTables(Tables):
         return found
 
     def get_key(self, key_id: str) -> ApiKey | None:
-        """A key's record by id, or ``None``."""
-        with self.db.read() as conn:
-            row = conn.execute(f"{_KEY_SELECT} WHERE api_keys.id = ?", [key_id]).fetchone()
+        row = read_row(self.db, f"{_KEY_SELECT} WHERE api_keys.id = ?", [key_id])
         return _key(row) if row else None
 
     def list_keys(self, organization_id: str) -> list[ApiKey]:
-        """Every key of an organization, newest first."""
         with self.db.read() as conn:
             rows = conn.execute(
                 f"{_KEY_SELECT} WHERE organization_id = ? ORDER BY api_keys.created_at DESC",
@@ -127,6 +117,5 @@ class KeyTables(Tables):
         return [_key(row) for row in rows]
 
     def update_key(self, key_id: str, **changes: Any) -> None:
-        """Set ``revoked_at``, ``expires_at``, ``last_used_at`` or ``name`` of a key."""
         with self.db.write() as conn:
-            update_row(conn, "api_keys", key_id, changes, allowed=_KEY_COLUMNS)
+            update_row(conn, "api_keys", key_id, changes, _KEY_COLUMNS)

@@ -20,15 +20,12 @@ Render = Callable[[Dialect], str]
 
 @dataclass(frozen=True)
 class Migration:
-    """One step of the schema: its name (``m001_...``) and its statements per dialect."""
+    """One step of the schema: its name (``m001_...``), its statements in a dialect's
+    words (``script(dialect)``), and the one dialect it exists for, if only one."""
 
     name: str
-    render: Render
-    only: str | None = None  # the one dialect this step exists for
-
-    def script(self, dialect: Dialect) -> str:
-        """The step's statements in ``dialect``'s words."""
-        return self.render(dialect)
+    script: Render
+    only: str | None = None
 
 
 MIGRATIONS: list[Migration] = []
@@ -385,12 +382,11 @@ def m011_document_terms(d: Dialect) -> str:
 
     ``term_counts`` put about 45 rows per document into scattered leaves of its term
     index, which made each SQLite ingestion commit write several times the pages it
-    otherwise does. ``document_terms`` keeps one row per ready document, keyed by the
-    document's ``seq`` (appended in ingestion order): its sentence count, the version
-    of the write that stored it, and ``stems`` as ``"stem count"`` lines. A deletion
-    copies the row into its tombstone (``term_*`` columns), so each process's in-memory
-    sums follow the change log like the vector index (see ``sql/terms.py``).
-    Existing counts move over (at version 0, which every log floor covers).
+    otherwise does. ``document_terms`` is keyed by the document's ``seq`` (appended in
+    ingestion order), ``stems`` as ``"stem count"`` lines. A deletion copies the row into
+    its tombstone, so each process's in-memory sums follow the change log like the vector
+    index (see ``sql/terms.py``). Existing counts move over at version 0, which every log
+    floor covers.
     """
     concat = d.either(sqlite="GROUP_CONCAT", postgres="STRING_AGG")
     newline = d.either(sqlite="char(10)", postgres="chr(10)")
@@ -456,9 +452,8 @@ def m014_conversation_history(d: Dialect) -> str:
     message count per conversation, and keyset indexes for listing conversations (all,
     or one agent's) newest first.
 
-    Messages stored before have no id: each gets a random one. PostgreSQL also indexes
-    failed webhook deliveries, so the metrics can count them (SQLite's index of every
-    delivery by status does already).
+    PostgreSQL also indexes failed webhook deliveries, so the metrics can count them
+    (SQLite's index of every delivery by status does already).
     """
     random_hex = d.either(
         sqlite="lower(hex(randomblob(12)))", postgres="substr(md5(random()::text || seq), 1, 24)"

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from agentcore.errors import NotFound
-from agentcore.storage.sql.database import Connection
+from agentcore.storage.sql.database import Connection, Cursor, Database
 
 WORKSPACE = "organization_id = ? AND environment = ?"
 
@@ -20,12 +20,34 @@ def marks(count: int) -> str:
     return ", ".join("?" * count)
 
 
-def insert_row(conn: Connection, table: str, values: Mapping[str, Any]) -> None:
-    """``INSERT INTO table (<keys>) VALUES (<values>)``."""
-    conn.execute(
-        f"INSERT INTO {table} ({', '.join(values)}) VALUES ({marks(len(values))})",
-        list(values.values()),
-    )
+def read_row(db: Database, sql: str, params: Sequence[Any] = ()) -> Any:
+    """The first row ``sql`` reads from the committed data, or ``None``."""
+    with db.read() as conn:
+        return conn.execute(sql, params).fetchone()
+
+
+def find_row(
+    db: Database, table: str, row_id: str, workspace: Sequence[Any], columns: str = "*"
+) -> Any:
+    """Row ``row_id`` of ``table`` if it is ``workspace``'s (organization, environment)."""
+    sql = f"SELECT {columns} FROM {table} WHERE id = ? AND {WORKSPACE}"
+    return read_row(db, sql, [row_id, *workspace])
+
+
+def write(db: Database, sql: str, params: Sequence[Any] = ()) -> int:
+    """Run one write statement in a transaction of its own; the rows it changed."""
+    with db.write() as conn:
+        return conn.execute(sql, params).rowcount
+
+
+def insert_row(
+    conn: Connection, table: str, values: Mapping[str, Any], returning: str = ""
+) -> Cursor:
+    """``INSERT INTO table (<keys>) VALUES (<values>)``, ``RETURNING returning`` if given."""
+    sql = f"INSERT INTO {table} ({', '.join(values)}) VALUES ({marks(len(values))})"
+    if returning:
+        sql += f" RETURNING {returning}"
+    return conn.execute(sql, list(values.values()))
 
 
 def update_row(
@@ -33,20 +55,16 @@ def update_row(
     table: str,
     row_id: str,
     changes: Mapping[str, Any],
-    *,
     allowed: set[str],
-    stamp_column: str | None = None,
-    stamp: str | None = None,
+    stamp: Mapping[str, Any] | None = None,
 ) -> None:
     """``UPDATE table SET <changes> WHERE id = row_id``, refusing columns not ``allowed``
-    (``stamp_column`` is set to ``stamp`` too). A row that no longer exists is left
-    alone, like any ``UPDATE`` that matches nothing."""
+    (the columns of ``stamp`` are set too). A row that no longer exists is left alone,
+    like any ``UPDATE`` that matches nothing."""
     unknown = set(changes) - allowed
     if unknown:
         raise ValueError(f"cannot update {sorted(unknown)} of {table}")
-    values = dict(changes)
-    if stamp_column is not None:
-        values[stamp_column] = stamp
+    values = {**changes, **(stamp or {})}
     assignments = ", ".join(f"{column} = ?" for column in values)
     conn.execute(f"UPDATE {table} SET {assignments} WHERE id = ?", [*values.values(), row_id])
 
@@ -54,7 +72,6 @@ def update_row(
 def page_rows(
     conn: Connection,
     table: str,
-    *,
     scope: Sequence[Any],
     limit: int,
     starting_after: str | None,
@@ -85,3 +102,17 @@ def page_rows(
         f"SELECT * FROM {table} WHERE {condition} ORDER BY seq DESC LIMIT ?", [*args, limit + 1]
     ).fetchall()
     return rows[:limit], len(rows) > limit
+
+
+def page(
+    db: Database,
+    table: str,
+    workspace: Sequence[str],
+    limit: int,
+    starting_after: str | None,
+    where: str = "1 = 1",
+    where_args: Sequence[Any] = (),
+) -> tuple[list[Any], bool]:
+    """``page_rows`` in a snapshot of its own."""
+    with db.snapshot() as conn:
+        return page_rows(conn, table, workspace, limit, starting_after, where, where_args)

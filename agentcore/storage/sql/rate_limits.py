@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from functools import cache
 
+from agentcore.storage.base import RateLimitStore
 from agentcore.storage.records import TokenTake
 from agentcore.storage.sql.database import Tables
 from agentcore.storage.sql.dialect import Dialect
@@ -25,16 +26,13 @@ def _take_sql(d: Dialect) -> str:
     )
 
 
-class RateLimitTables(Tables):
-    """Token buckets shared by every process and node on the database (``RateLimitStore``)."""
+class RateLimitTables(Tables, RateLimitStore):
+    """Token buckets in ``rate_limit_buckets``, shared by every process and node."""
 
     def take_token(self, key_id: str, *, rate: float, burst: float, now: float) -> TokenTake:
-        """Take one token from ``key_id``'s bucket (a new bucket starts full).
-
-        One UPSERT statement, so one short write: SQLite serialises it with every
-        other writer of the file; on PostgreSQL the row lock of ``ON CONFLICT DO
-        UPDATE`` serialises concurrent takes of one key, and each sees the latest tokens.
-        """
+        # One UPSERT statement, so one short write: SQLite serialises it with every
+        # other writer of the file; on PostgreSQL the row lock of ``ON CONFLICT DO
+        # UPDATE`` serialises concurrent takes of one key, and each sees the latest tokens.
         row = self.db.write_one(
             _take_sql(self.dialect),
             {"key": key_id, "rate": float(rate), "burst": float(burst), "now": float(now)},

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agentcore.storage.base import Store
+from agentcore.storage.base import ObservableStore, Store
 from agentcore.storage.records import Backlog, ConnectionStats
 from agentcore.storage.sql.agents import AgentTables
 from agentcore.storage.sql.conversations import ConversationTables
@@ -22,6 +22,7 @@ class SQLStore(
     IdempotencyTables,
     RateLimitTables,
     Store,
+    ObservableStore,
 ):
     """A ``Store`` over one SQL database (subclassing the protocol, so that mypy refuses to
     build a store that leaves any of its methods out).
@@ -33,20 +34,12 @@ class SQLStore(
     waking other nodes).
     """
 
-    url: str
-    #: Whether several machines may serve this store at once (PostgreSQL: yes; a SQLite
-    #: file: no). ``rate_limit_backend = "auto"`` keeps token buckets in such a store.
-    shared_by_nodes: bool
-
     def ping(self) -> None:
-        """``SELECT 1``: raises when the database does not answer (on PostgreSQL
-        ``ServiceUnavailable`` once retries found no connection)."""
         with self.db.read() as conn:
             conn.execute("SELECT 1").fetchone()
 
     def backlog(self, now: float) -> Backlog:
-        """Ingestion jobs and webhook deliveries waiting, over every tenant: two
-        indexed counts (the metrics read them at each scrape, never per request)."""
+        # two indexed counts: the metrics read them at each scrape, never per request
         with self.db.snapshot() as conn:
             jobs = conn.execute(
                 "SELECT COUNT(*) AS total, COALESCE(SUM(CASE WHEN leased_until > ? THEN 1"
@@ -71,9 +64,7 @@ class SQLStore(
         )
 
     def connection_stats(self) -> ConnectionStats:
-        """This process's connections to the database (no query)."""
         return self.db.connection_stats()
 
     def close(self) -> None:
-        """Close every connection."""
         self.db.close()

@@ -11,32 +11,30 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import fields
 from typing import Any
 
 from agentcore.events import Event
 from agentcore.ids import new_id, now_iso
 from agentcore.schema import Delivery, DeliveryAttempt, WebhookSubscription
+from agentcore.storage.base import WebhookStore
 from agentcore.storage.records import DueDelivery, StoredSubscription
 from agentcore.storage.sql.database import Connection, Tables
-from agentcore.storage.sql.queries import WORKSPACE, insert_row, marks, page_rows, update_row
-
-_SUBSCRIPTION_COLUMNS = {
-    "status",
-    "secret",
-    "previous_secret",
-    "previous_secret_expires_at",
-    "failing_since",
-    "disabled_reason",
-}
-_PUBLIC = ("id", "status", "url", "description", "disabled_reason", "created_at", "updated_at")
-_PRIVATE = (  # StoredSubscription's fields after ``public``, in order
-    "organization_id",
-    "environment",
-    "secret",
-    "previous_secret",
-    "previous_secret_expires_at",
-    "failing_since",
+from agentcore.storage.sql.queries import (
+    WORKSPACE,
+    find_row,
+    insert_row,
+    marks,
+    page,
+    page_rows,
+    read_row,
+    update_row,
 )
+
+_PUBLIC = ("id", "status", "url", "description", "disabled_reason", "created_at", "updated_at")
+_PRIVATE = [field.name for field in fields(StoredSubscription)][1:]  # after ``public``
+# what ``update_subscription`` may set: the status and the server's own state
+_UPDATABLE = {"status", "disabled_reason", *_PRIVATE[2:]}
 
 
 # A disabled subscription's pending deliveries end as failed, so no delivery waits
@@ -65,27 +63,17 @@ def _subscription(row: Any) -> StoredSubscription:
 
 
 def _due(row: Any, now: float) -> DueDelivery:
-    previous = (
-        [row["previous_secret"]]
-        if row["previous_secret"] and (row["previous_secret_expires_at"] or 0) > now
-        else []
-    )
-    return DueDelivery(
-        id=row["id"],
-        event_id=row["event_id"],
-        subscription_id=row["subscription_id"],
-        attempts=row["attempts"],
-        url=row["url"],
-        secrets=[row["secret"], *previous],
-        failing_since=row["failing_since"],
-        event_type=row["type"],
-        event_timestamp=row["timestamp"],
-        event_data=json.loads(row["data"]),
-    )
+    data = dict(row)  # the columns are named as DueDelivery's fields, but for the secrets
+    secrets = [data.pop("secret")]
+    previous, expires = data.pop("previous_secret"), data.pop("previous_secret_expires_at")
+    if previous and (expires or 0) > now:
+        secrets.append(previous)
+    data["event_data"] = json.loads(data["event_data"])
+    return DueDelivery(secrets=secrets, **data)
 
 
-class WebhookTables(Tables):
-    """Subscriptions and the outbox (``WebhookStore``)."""
+class WebhookTables(Tables, WebhookStore):
+    """Subscriptions, events, deliveries and attempts, in tables of those names."""
 
     def _events_recorded(self, conn: Connection) -> None:
         """Hook: the transaction ``conn`` is in recorded deliveries (PostgreSQL wakes
@@ -103,77 +91,50 @@ class WebhookTables(Tables):
         secret: str,
         description: str | None,
     ) -> StoredSubscription:
-        """Store a new active subscription."""
         now = now_iso()
+        values = {
+            "id": new_id("whk"),
+            "organization_id": organization_id,
+            "environment": environment,
+            "url": url,
+            "events": json.dumps(list(events)),
+            "status": "active",
+            "secret": secret,
+            "description": description,
+            "created_at": now,
+            "updated_at": now,
+        }
         with self.db.write() as conn:
-            row = conn.execute(
-                "INSERT INTO webhook_subscriptions (id, organization_id, environment, url,"
-                " events, status, secret, description, created_at, updated_at)"
-                " VALUES (?, ?, ?, ?, ?, 'active', ?, ?, ?, ?) RETURNING *",
-                [
-                    new_id("whk"),
-                    organization_id,
-                    environment,
-                    url,
-                    json.dumps(list(events)),
-                    secret,
-                    description,
-                    now,
-                    now,
-                ],
-            ).fetchone()
-        return _subscription(row)
+            return _subscription(insert_row(conn, "webhook_subscriptions", values, "*").fetchone())
 
     def get_subscription(
         self, organization_id: str | None, environment: str | None, subscription_id: str
     ) -> StoredSubscription | None:
-        """A subscription of this workspace (any workspace if both are ``None``)."""
-        with self.db.read() as conn:
-            if organization_id is None:
-                row = conn.execute(
-                    "SELECT * FROM webhook_subscriptions WHERE id = ?", [subscription_id]
-                ).fetchone()
-            else:
-                row = conn.execute(
-                    f"SELECT * FROM webhook_subscriptions WHERE id = ? AND {WORKSPACE}",
-                    [subscription_id, organization_id, environment],
-                ).fetchone()
+        if organization_id is None:
+            sql = "SELECT * FROM webhook_subscriptions WHERE id = ?"
+            row = read_row(self.db, sql, [subscription_id])
+        else:
+            workspace = [organization_id, environment]
+            row = find_row(self.db, "webhook_subscriptions", subscription_id, workspace)
         return _subscription(row) if row else None
 
     def list_subscriptions(
         self, organization_id: str, environment: str, *, limit: int, starting_after: str | None
     ) -> tuple[list[StoredSubscription], bool]:
-        """A page of subscriptions, newest first."""
-        with self.db.snapshot() as conn:
-            rows, more = page_rows(
-                conn,
-                "webhook_subscriptions",
-                scope=(organization_id, environment),
-                limit=limit,
-                starting_after=starting_after,
-            )
+        workspace = (organization_id, environment)
+        rows, more = page(self.db, "webhook_subscriptions", workspace, limit, starting_after)
         return [_subscription(row) for row in rows], more
 
     def update_subscription(self, subscription_id: str, **changes: Any) -> None:
-        """Set status, secrets, failure tracking or the disabled reason; disabling it
-        ends its pending deliveries as ``failed`` (in the same transaction)."""
         with self.db.write() as conn:
-            update_row(
-                conn,
-                "webhook_subscriptions",
-                subscription_id,
-                changes,
-                allowed=_SUBSCRIPTION_COLUMNS,
-                stamp_column="updated_at",
-                stamp=now_iso(),
-            )
+            stamp = {"updated_at": now_iso()}
+            update_row(conn, "webhook_subscriptions", subscription_id, changes, _UPDATABLE, stamp)
             if changes.get("status") == "disabled":
                 _fail_pending_of_disabled(conn, subscription_id)
 
     def delete_subscription(
         self, organization_id: str, environment: str, subscription_id: str
     ) -> bool:
-        """Delete a subscription; its pending deliveries end as failed (one transaction)."""
         with self.db.write() as conn:
             cursor = conn.execute(
                 f"DELETE FROM webhook_subscriptions WHERE id = ? AND {WORKSPACE}",
@@ -194,12 +155,8 @@ class WebhookTables(Tables):
     def record_event(
         self, event: Event, *, now: float, only_subscription: str | None = None
     ) -> int:
-        """Store ``event`` and a pending delivery per matching active subscription.
-
-        One transaction: after it commits, a crash cannot lose the event or its
-        deliveries. ``only_subscription`` targets one subscription whatever its event
-        list (test pings). Returns how many deliveries were created.
-        """
+        # one transaction: after it commits, a crash cannot lose the event or its deliveries
+        workspace = [event.organization_id, event.environment]
         with self.db.write() as conn:
             insert_row(
                 conn,
@@ -219,7 +176,7 @@ class WebhookTables(Tables):
                 rows = conn.execute(
                     "SELECT id, events FROM webhook_subscriptions"
                     f" WHERE {WORKSPACE} AND status = 'active'",
-                    [event.organization_id, event.environment],
+                    workspace,
                 ).fetchall()
                 targets = [row["id"] for row in rows if event.type in json.loads(row["events"])]
             if targets:
@@ -229,17 +186,8 @@ class WebhookTables(Tables):
                     " organization_id, environment, status, next_attempt_at, created_at,"
                     " updated_at) VALUES (?, ?, ?, ?, ?, 'pending', ?, ?, ?)",
                     [
-                        [
-                            new_id("dlv"),
-                            event.id,
-                            subscription_id,
-                            event.organization_id,
-                            event.environment,
-                            now,
-                            stamp,
-                            stamp,
-                        ]
-                        for subscription_id in targets
+                        [new_id("dlv"), event.id, target, *workspace, now, stamp, stamp]
+                        for target in targets
                     ],
                 )
                 self._events_recorded(conn)
@@ -253,12 +201,9 @@ class WebhookTables(Tables):
         limit: int,
         busy_subscriptions: Sequence[str] = (),
     ) -> list[DueDelivery]:
-        """Lease up to ``limit`` due deliveries of active subscriptions, oldest first.
-
-        Two workers (in two processes, on two nodes) never claim the same delivery: the
-        lease is set in the claiming transaction. ``busy_subscriptions`` are skipped, so
-        one slow receiver cannot take every slot.
-        """
+        # Two workers (in two processes, on two nodes) never claim the same delivery:
+        # the lease is set in the claiming transaction. ``busy_subscriptions`` are
+        # skipped, so one slow receiver cannot take every slot.
         busy = list(busy_subscriptions)
         skipped = marks(len(busy)) or "''"
         with self.db.write() as conn:
@@ -278,7 +223,7 @@ class WebhookTables(Tables):
             rows = conn.execute(
                 "SELECT d.id, d.event_id, d.subscription_id, d.attempts, s.url, s.secret,"
                 " s.previous_secret, s.previous_secret_expires_at, s.failing_since,"
-                " e.type, e.timestamp, e.data"
+                " e.type AS event_type, e.timestamp AS event_timestamp, e.data AS event_data"
                 " FROM webhook_deliveries d"
                 " JOIN webhook_subscriptions s ON s.id = d.subscription_id"
                 f" JOIN events e ON e.id = d.event_id WHERE d.id IN ({marks(len(leased))})"
@@ -288,14 +233,13 @@ class WebhookTables(Tables):
         return [_due(row, now) for row in rows]
 
     def next_due_at(self) -> float | None:
-        """When the earliest pending delivery of an active subscription falls due."""
-        with self.db.read() as conn:
-            row = conn.execute(
-                f"SELECT MIN({self.dialect.greatest}(d.next_attempt_at,"
-                " COALESCE(d.leased_until, 0))) AS due"
-                " FROM webhook_deliveries d JOIN webhook_subscriptions s"
-                " ON s.id = d.subscription_id WHERE d.status = 'pending' AND s.status = 'active'"
-            ).fetchone()
+        row = read_row(
+            self.db,
+            f"SELECT MIN({self.dialect.greatest}(d.next_attempt_at,"
+            " COALESCE(d.leased_until, 0))) AS due"
+            " FROM webhook_deliveries d JOIN webhook_subscriptions s"
+            " ON s.id = d.subscription_id WHERE d.status = 'pending' AND s.status = 'active'",
+        )
         return None if row["due"] is None else float(row["due"])
 
     def record_attempt(
@@ -310,7 +254,6 @@ class WebhookTables(Tables):
         next_attempt_at: float | None,
         subscription_changes: dict[str, Any],
     ) -> None:
-        """Log an attempt and move the delivery (and maybe its subscription) on, atomically."""
         with self.db.write() as conn:
             conn.execute(
                 "INSERT INTO webhook_attempts (delivery_id, subscription_id, attempted_at,"
@@ -360,16 +303,11 @@ class WebhookTables(Tables):
         limit: int,
         starting_after: str | None,
     ) -> tuple[list[Delivery], bool]:
-        """A page of a subscription's deliveries with their attempts, newest first."""
         with self.db.snapshot() as conn:
+            workspace = (organization_id, environment)
+            of_subscription = ("subscription_id = ?", [subscription_id])
             rows, more = page_rows(
-                conn,
-                "webhook_deliveries",
-                scope=(organization_id, environment),
-                limit=limit,
-                starting_after=starting_after,
-                where="subscription_id = ?",
-                where_args=[subscription_id],
+                conn, "webhook_deliveries", workspace, limit, starting_after, *of_subscription
             )
             if not rows:
                 return [], more
@@ -403,11 +341,3 @@ class WebhookTables(Tables):
             for row in rows
         ]
         return deliveries, more
-
-    def delivery_counts(self) -> dict[str, int]:
-        """How many deliveries are in each status (for tests and benchmarks)."""
-        with self.db.read() as conn:
-            rows = conn.execute(
-                "SELECT status, COUNT(*) AS n FROM webhook_deliveries GROUP BY status"
-            ).fetchall()
-        return {row["status"]: int(row["n"]) for row in rows}

@@ -6,14 +6,14 @@ import functools
 from collections.abc import Callable
 from pathlib import Path
 
-from agentcore.storage.records import KnowledgeState, StoredChunk
+from agentcore.storage.base import Checkpointing, ReopenableStore
 from agentcore.storage.sql.dialect import SQLITE
 from agentcore.storage.sql.store import SQLStore
 from agentcore.storage.sqlite.connection import Database
 from agentcore.storage.sqlite.migrations import migrations
 
 
-class SQLiteStore(SQLStore):
+class SQLiteStore(SQLStore, ReopenableStore, Checkpointing):
     """Everything agentcore keeps, in one SQLite database with WAL and migrations."""
 
     dialect = SQLITE
@@ -32,7 +32,6 @@ class SQLiteStore(SQLStore):
         return store
 
     def reopener(self) -> Callable[[], SQLiteStore] | None:
-        """Opens this file again in another process, unmigrated (``None`` for ``:memory:``)."""
         if self.url == ":memory:":
             return None
         return functools.partial(SQLiteStore, self.url)
@@ -44,12 +43,10 @@ class SQLiteStore(SQLStore):
 
     @property
     def checkpoint_interval(self) -> float | None:
-        """Seconds between ``checkpoint()`` calls (``None`` for ``:memory:``)."""
         return self.db.checkpoint_interval
 
     def checkpoint(self) -> bool:
-        """Fold committed WAL frames into the database file, if any were committed
-        since the last call (``Database.checkpoint``); whether it ran."""
+        # folds committed WAL frames into the database file, if any were committed
         return self.db.checkpoint()
 
 
@@ -62,12 +59,3 @@ def path_for_url(url: str) -> str | None:
     if "://" in url:
         return None
     return url
-
-
-__all__ = [
-    "Database",
-    "KnowledgeState",
-    "SQLiteStore",
-    "StoredChunk",
-    "path_for_url",
-]

@@ -287,20 +287,30 @@ class Database:
         out: Vectors,
     ) -> None:
         """Copy single rows of a workspace's segments into ``out``: each segment's blob
-        opened once and read at each row's offset (a few microseconds per row, however
-        large the segment)."""
-        wanted = sorted(set(segments.tolist()))
+        opened once and read at its rows' offsets, in ascending order.
+
+        SQLite reaches an offset in a blob by walking its chain of overflow pages from
+        the start, a page per ~4 KB before the row (a handle remembers the pages it
+        walked, but only while it is open): one walk per segment and search, which is
+        why segments are kept short on SQLite (``Dialect.segment_bytes``).
+        """
+        wanted = np.unique(segments)
         found = conn.execute(
             "SELECT id FROM vector_segments WHERE organization_id = ? AND environment = ?"
             f" AND id IN ({marks(len(wanted))})",
-            [*workspace, *wanted],
+            [*workspace, *wanted.tolist()],
         ).fetchall()
+        kept = np.isin(segments, [row[0] for row in found])
+        order = np.flatnonzero(kept)
+        order = order[np.lexsort((offsets[order], segments[order]))]
         width = out.shape[1] * 4
-        for (segment,) in found:
-            at = np.flatnonzero(segments == segment)
+        starts = np.flatnonzero(np.diff(segments[order], prepend=-1))
+        for at in np.split(order, starts[1:]) if order.size else ():
+            segment = int(segments[at[0]])
             with conn.blobopen("vector_segments", "vectors", segment, readonly=True) as blob:
+                size = len(blob)
                 for i, offset in zip(at.tolist(), offsets[at].tolist(), strict=True):
-                    if (offset + 1) * width > len(blob):
+                    if (offset + 1) * width > size:
                         continue
                     blob.seek(offset * width)
                     out[i] = np.frombuffer(blob.read(width), dtype="<f4")

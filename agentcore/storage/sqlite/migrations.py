@@ -9,7 +9,7 @@ from sqlite_utils import Database as UtilsDatabase
 from sqlite_utils import Migrations
 
 from agentcore.storage.sql.dialect import SQLITE
-from agentcore.storage.sql.migrations import Migration, migrations_for, statements
+from agentcore.storage.sql.migrations import migrations_for, statements
 
 migrations = Migrations("agentcore")
 
@@ -25,11 +25,5 @@ def run_script(db: UtilsDatabase, script: str) -> None:
         db.execute(statement)
 
 
-def _register(step: Migration) -> None:
-    @migrations(name=step.name)
-    def apply(db: UtilsDatabase) -> None:
-        run_script(db, step.script(SQLITE))
-
-
 for _step in migrations_for(SQLITE):
-    _register(_step)
+    migrations(name=_step.name)(lambda db, step=_step: run_script(db, step.script(SQLITE)))
