@@ -182,9 +182,9 @@ class Settings(BaseSettings):
         0.005,
         ge=0,
         description="Seconds: a search whose recent runs in its workspace took at most this"
-        " long, on an index that is loaded and current, while no other request's handler"
-        " runs, runs on the HTTP server's event loop instead of a worker thread (the"
-        " thread hop costs more than such a search); 0 always uses a thread.",
+        " long, on an index that is loaded and current, runs on the HTTP server's event"
+        " loop instead of a worker thread (the thread hop costs more than such a search),"
+        " whatever else the server is running; 0 always uses a thread.",
     )
 
     # Field limits

@@ -17,12 +17,22 @@ sample's paragraphs, varied), ``POST /v1/chat/message`` (a deployed agent on the
 default chat model; skipped with a note when that model is not installed).
 
 The search rate is also set against one thread searching in-process on the same
-workspace (the same key and query), measured in each round right after the HTTP search
-(the ratio is the median of the rounds' ratios).
+workspace (the same key and query): in each round the search endpoint's time is cut
+into ``--slices`` slices that alternate with as long of in-process searching (the
+servers idle meanwhile), so a change in the machine's load meets both sides; the ratio
+is the median of the rounds' ratios.
+
+``--peer CHECKOUT`` adds one SQLite node running another checkout's code (its
+``agentcore`` and ``agentcore_starlette`` on ``PYTHONPATH``), driven in the same rounds,
+each endpoint on both servers in turn: before/after in one run.
+
+The output says where everything ran (the servers, the load generator and the
+in-process side share the machine's CPUs) and the load average during the rounds:
+on a busy machine the in-process rate and the servers' rates move differently.
 
 Prints a Markdown table and writes ``benchmarks/results/http_load.json``. Run:
 ``python benchmarks/http_load.py [--seconds 10] [--concurrency 32] [--chunks 10000]
-[--db postgresql://... --nodes 1 2] [--rate-limit-backend store]``.
+[--db postgresql://... --nodes 1 2] [--rate-limit-backend store] [--peer CHECKOUT]``.
 """
 
 from __future__ import annotations
@@ -41,6 +51,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +60,7 @@ RESULTS = REPO / "benchmarks" / "results" / "http_load.json"
 SQUAD = REPO / ".." / "shared" / "eval" / "squad-sample.json"
 TARGET_RATIO = 0.60  # verify should reach 60 % of the bare route's requests/s
 SEARCH_TARGET = 0.70  # issue 24: search over HTTP, 8 clients, vs in-process single-thread
+SEARCH = "POST /v1/knowledge/search"
 
 
 # the server (run as a subprocess: ``http_load.py serve DB PORT``) -------------------
@@ -322,14 +334,26 @@ def drive_nodes(
         parts = list(
             pool.map(lambda base: drive(base + path, method, headers, body, seconds, share), bases)
         )
+    return combine(parts, rps=sum, p50=statistics.mean, each="per_node_rps")
+
+
+def combine(
+    parts: list[dict[str, Any]],
+    *,
+    rps: Callable[[list[float]], float],
+    p50: Callable[[list[float]], float],
+    each: str,
+) -> dict[str, Any]:
+    """One figure set from several parts (nodes or slices): requests/s and p50 as given,
+    the worst p99, every error, and each part's requests/s under ``each``."""
     return {
-        "rps": sum(p["rps"] for p in parts),
-        "p50_ms": statistics.mean(p["p50_ms"] for p in parts),
+        "rps": rps([p["rps"] for p in parts]),
+        "p50_ms": p50([p["p50_ms"] for p in parts]),
         "p99_ms": max(p["p99_ms"] for p in parts),
         "errors": sum(p["errors"] for p in parts),
         "socket_errors": "; ".join(str(p["socket_errors"]) for p in parts if p["socket_errors"])
         or None,
-        "per_node_rps": [p["rps"] for p in parts],
+        each: [p["rps"] for p in parts],
     }
 
 
@@ -361,28 +385,50 @@ def store_label(url: str) -> str:
     return "SQLite"
 
 
+def peer_env(checkout: str) -> dict[str, str]:
+    """The environment that makes a server subprocess import ``agentcore`` and
+    ``agentcore_starlette`` from another checkout (``--peer``)."""
+    root = Path(checkout).resolve()
+    if not (root / "agentcore").is_dir() or not (root / "adapters").is_dir():
+        raise SystemExit(f"--peer {checkout}: not an agentcore checkout")
+    return {"PYTHONPATH": os.pathsep.join([str(root), str(root / "adapters")])}
+
+
 def measure(
-    url: str, nodes: int, data: dict[str, Any], args: argparse.Namespace, drive: Any
-) -> tuple[list[dict[str, Any]], list[float]]:
-    """Start ``nodes`` server processes on ``url`` and run every round; the rounds, and
-    the in-process single-thread search rate measured right after each round's HTTP
-    search (the servers idle meanwhile), so each ratio compares neighbouring moments."""
+    url: str,
+    nodes: int,
+    data: dict[str, Any],
+    args: argparse.Namespace,
+    drive: Any,
+    peer: dict[str, str] | None = None,
+) -> tuple[dict[str, list[dict[str, Any]]], list[float], list[float]]:
+    """Start ``nodes`` server processes on ``url`` (and, with ``peer``, as many from
+    the peer checkout) and run every round. Returns each server set's rounds (``""``
+    ours, ``"peer"``), the in-process single-thread search rate measured right after
+    each round's HTTP searches (the servers idle meanwhile), so each ratio compares
+    neighbouring moments, and the 1-minute load average after each round."""
     env = {
         **os.environ,
         "AGENTCORE_RATE_LIMIT_TEST": "1000000",
         "AGENTCORE_RATE_LIMIT_LIVE": "1000000",
         "AGENTCORE_RATE_LIMIT_BACKEND": args.rate_limit_backend,
     }
+    sets = {"": env} if peer is None else {"": env, "peer": {**env, **peer}}
     servers: list[subprocess.Popen[bytes]] = []
-    bases: list[str] = []
+    bases: dict[str, list[str]] = {}
     try:
-        for _ in range(nodes):
-            port = free_port()
-            servers.append(
-                subprocess.Popen([sys.executable, __file__, "serve", url, str(port)], env=env)
-            )
-            bases.append(f"http://127.0.0.1:{port}")
-        for base, server in zip(bases, servers, strict=True):
+        for name, set_env in sets.items():
+            bases[name] = []
+            for _ in range(nodes):
+                port = free_port()
+                servers.append(
+                    subprocess.Popen(
+                        [sys.executable, __file__, "serve", url, str(port)], env=set_env
+                    )
+                )
+                bases[name].append(f"http://127.0.0.1:{port}")
+        every = [base for name in sets for base in bases[name]]
+        for base, server in zip(every, servers, strict=True):
             wait_ready(base, server)
         auth = {"Authorization": f"Bearer {data['secret']}"}
         json_auth = {**auth, "Content-Type": "application/json"}
@@ -410,19 +456,64 @@ def measure(
         label = f"{store_label(url)} x{nodes}"
         # every round measures each endpoint once, the bare route first, so each
         # ratio compares numbers taken minutes apart at most on a shared machine
-        rounds: list[dict[str, Any]] = []
+        rounds: dict[str, list[dict[str, Any]]] = {name: [] for name in sets}
         in_process: list[float] = []
+        loads: list[float] = []
         for number in range(1, args.runs + 1):
-            measured: dict[str, Any] = {}
+            measured: dict[str, dict[str, Any]] = {name: {} for name in sets}
+            # with a peer, each endpoint is driven on both server sets in turn, the
+            # order swapped every round, so neither always meets the other's after-load
+            order = list(sets) if number % 2 else list(reversed(sets))
             for name, method, path, headers, body in endpoints:
-                print(f"  {label} round {number}: {name} for {args.seconds:g} s ...", flush=True)
-                measured[name] = drive_nodes(
-                    drive, bases, path, method, headers, body, args.seconds, args.concurrency
-                )
-                if name == "POST /v1/knowledge/search":
-                    in_process.append(in_process_rate(url, data, args.seconds))
-            rounds.append(measured)
-        return rounds, in_process
+
+                def load(
+                    which: str,
+                    seconds: float,
+                    request: tuple[str, str, dict[str, str], str | None] = (
+                        path,
+                        method,
+                        headers,
+                        body,
+                    ),
+                ) -> dict[str, Any]:
+                    return dict(
+                        drive_nodes(drive, bases[which], *request, seconds, args.concurrency)
+                    )
+
+                if name == SEARCH:
+                    # the search alternates with the in-process side in short slices,
+                    # so a change in the machine's load meets both sides alike
+                    slices = max(1, args.slices)
+                    each = max(1.0, round(args.seconds / slices))
+                    print(
+                        f"  {label} round {number}: {name}, {slices} x {each:g} s on each"
+                        f" of {len(order)} server set(s) and in-process, alternating ...",
+                        flush=True,
+                    )
+                    parts: dict[str, list[dict[str, Any]]] = {which: [] for which in order}
+                    rates: list[float] = []
+                    with InProcess(url, data) as searcher:
+                        for _ in range(slices):
+                            for which in order:
+                                parts[which].append(load(which, each))
+                            rates.append(searcher.rate(each))
+                    for which in order:
+                        measured[which][name] = combine(
+                            parts[which],
+                            rps=statistics.mean,
+                            p50=statistics.median,
+                            each="slices_rps",
+                        )
+                    in_process.append(statistics.mean(rates))
+                    continue
+                for which in order:
+                    tag = f"{label}{' peer' if which else ''}"
+                    print(f"  {tag} round {number}: {name} for {args.seconds:g} s ...", flush=True)
+                    measured[which][name] = load(which, args.seconds)
+            for which in sets:
+                rounds[which].append(measured[which])
+            loads.append(os.getloadavg()[0])
+        return rounds, in_process, loads
     finally:
         for server in servers:
             server.terminate()
@@ -433,19 +524,32 @@ def measure(
                 server.kill()
 
 
-def in_process_rate(url: str, data: dict[str, Any], seconds: float) -> float:
-    """Searches a second by one thread calling ``ws.knowledge.search`` in this process
-    (the same key, query and workspace the servers answer), after a warm-up."""
-    from agentcore import AgentCore
+class InProcess:
+    """One thread calling ``ws.knowledge.search`` in this process (the same key, query
+    and workspace the servers answer) on its own core, opened and warmed up once."""
 
-    with AgentCore.open(url, start_workers=False) as core:
-        ws = core.authenticate(data["secret"])
+    def __init__(self, url: str, data: dict[str, Any]) -> None:
+        self.url = url
+        self.data = data
+
+    def __enter__(self) -> InProcess:
+        from agentcore import AgentCore
+
+        self.core = AgentCore.open(self.url, start_workers=False)
+        self.ws = self.core.authenticate(self.data["secret"])
         for _ in range(20):
-            ws.knowledge.search(data["query"], top_k=5)
+            self.ws.knowledge.search(self.data["query"], top_k=5)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.core.close()
+
+    def rate(self, seconds: float) -> float:
+        """Searches a second for ``seconds``."""
         done = 0
         began = time.perf_counter()
         while time.perf_counter() - began < seconds:
-            ws.knowledge.search(data["query"], top_k=5)
+            self.ws.knowledge.search(self.data["query"], top_k=5)
             done += 1
         return done / (time.perf_counter() - began)
 
@@ -465,6 +569,31 @@ def summarise(rounds: list[dict[str, Any]]) -> dict[str, Any]:
             "runs": runs,
         }
     return rows
+
+
+def where(client: str) -> str:
+    """Where the servers, the load generator and the in-process side ran (one machine)."""
+    import importlib.util
+
+    loop = "uvloop" if importlib.util.find_spec("uvloop") else "asyncio"
+    http = "httptools" if importlib.util.find_spec("httptools") else "h11"
+    generator = (
+        "wrk -t1 (one thread, its own process)"
+        if client == "wrk"
+        else "an async httpx client (its own process)"
+    )
+    return (
+        f"each node a uvicorn process (1 worker, {loop} loop, {http} parser, no access"
+        f" log) on 127.0.0.1; load generator {generator}; in-process rate: one thread"
+        " calling search in this process (plus the core's index helper threads, as in a"
+        f" server), with the servers idle; all on the same {os.cpu_count()} CPUs, shared"
+        " with whatever else runs on the machine"
+    )
+
+
+def busy(loads: list[float]) -> bool:
+    """Whether the machine had more runnable work than CPUs during the rounds."""
+    return max(loads, default=0.0) > (os.cpu_count() or 1)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -496,6 +625,20 @@ def main(argv: list[str] | None = None) -> int:
         default="local",
         help="AGENTCORE_RATE_LIMIT_BACKEND of the servers (limits are lifted either way)",
     )
+    parser.add_argument(
+        "--slices",
+        type=int,
+        default=5,
+        help="the search endpoint's --seconds is cut into this many slices (at least 1 s"
+        " each), alternating with as long of in-process searching (default 5)",
+    )
+    parser.add_argument(
+        "--peer",
+        metavar="CHECKOUT",
+        help="another agentcore checkout (e.g. `git worktree add /tmp/peer 82119eb`):"
+        " one SQLite node of its code is measured in the same rounds as ours, each"
+        " endpoint on both in turn, against the same in-process rate",
+    )
     args = parser.parse_args(argv)
     client = args.client if args.client != "auto" else ("wrk" if shutil.which("wrk") else "httpx")
     drive = run_wrk if client == "wrk" else run_httpx
@@ -503,6 +646,10 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, Any] = {}
     workspaces: dict[str, Any] = {}
     notes: list[str] = []
+    search_ratios: dict[str, list[float]] = {}
+    all_loads: list[float] = []
+    peer_name = Path(args.peer).name if args.peer else ""
+    start_load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         baseline = str(Path(tmp) / "bench.db")
         configs: list[tuple[str, int]] = [(baseline, 1)]
@@ -530,22 +677,30 @@ def main(argv: list[str] | None = None) -> int:
                         "is not installed"
                     )
             label = f"{store_label(url)}, {nodes} node{'s' if nodes > 1 else ''}"
-            rounds, rates = measure(url, nodes, prepared[url], args, drive)
-            results[label] = summarise(rounds)
-            if url == baseline and nodes == 1:
-                in_process = statistics.median(rates)
-                search_ratio = statistics.median(
-                    measured["POST /v1/knowledge/search"]["rps"] / rate
-                    for measured, rate in zip(rounds, rates, strict=True)
-                )
+            first = url == baseline and nodes == 1
+            peer = peer_env(args.peer) if first and args.peer else None
+            sets, rates, loads = measure(url, nodes, prepared[url], args, drive, peer)
+            all_loads += loads
+            for which, rounds in sets.items():
+                results[label + (f" (peer {peer_name})" if which else "")] = summarise(rounds)
+                if first:
+                    in_process = statistics.median(rates)
+                    search_ratios[which] = [
+                        measured["POST /v1/knowledge/search"]["rps"] / rate
+                        for measured, rate in zip(rounds, rates, strict=True)
+                    ]
 
     base_label = next(iter(results))
     print()
     print(
         f"client: {client}, concurrency {args.concurrency} in all (split over the nodes),"
         f" {args.seconds:g} s per endpoint, median of {args.runs} rounds,"
-        f" rate-limit backend {args.rate_limit_backend}; {os.cpu_count()} CPUs shared by"
-        " servers, load generator and other work"
+        f" rate-limit backend {args.rate_limit_backend}"
+    )
+    print(f"where it ran: {where(client)}")
+    print(
+        f"load average (1 min): {start_load:.1f} at the start, {min(all_loads):.1f}-"
+        f"{max(all_loads):.1f} after the rounds" + (" (a busy machine)" if busy(all_loads) else "")
     )
     print()
     endpoints = list(results[base_label])
@@ -580,13 +735,18 @@ def main(argv: list[str] | None = None) -> int:
         f"\nverify on {base_label} reaches {verify_ratio:.0%} of the bare route: {verdict}"
         f" the {TARGET_RATIO:.0%} target"
     )
-    search_rps = results[base_label]["POST /v1/knowledge/search"]["rps"]
-    verdict = "meets" if search_ratio >= SEARCH_TARGET else "misses"
-    print(
-        f"search on {base_label} at concurrency {args.concurrency}: {search_rps:.0f}/s, against"
-        f" {in_process:.0f}/s by one thread in-process (medians): {search_ratio:.2f}x per"
-        f" round, median ({verdict} the {SEARCH_TARGET:g}x target)"
-    )
+    search_ratio = statistics.median(search_ratios[""])
+    for which, ratios in search_ratios.items():
+        label = base_label + (f" (peer {peer_name})" if which else "")
+        search_rps = results[label]["POST /v1/knowledge/search"]["rps"]
+        ratio = statistics.median(ratios)
+        verdict = "meets" if ratio >= SEARCH_TARGET else "misses"
+        print(
+            f"search on {label} at concurrency {args.concurrency}: {search_rps:.0f}/s, against"
+            f" {in_process:.0f}/s by one thread in-process (medians): {ratio:.2f}x per"
+            f" round, median ({verdict} the {SEARCH_TARGET:g}x target; rounds:"
+            f" {', '.join(f'{r:.2f}' for r in ratios)})"
+        )
     errors = {label: sum(r["errors"] for r in rows.values()) for label, rows in results.items()}
     print("non-2xx responses: " + ", ".join(f"{k}: {v}" for k, v in errors.items()))
     for note in dict.fromkeys(notes):
@@ -607,6 +767,10 @@ def main(argv: list[str] | None = None) -> int:
                 "target_ratio": TARGET_RATIO,
                 "in_process_search_rps": in_process,
                 "search_ratio_vs_in_process": search_ratio,
+                "search_ratios_per_round": search_ratios,
+                "peer": args.peer,
+                "load_average": {"start": start_load, "after_rounds": all_loads},
+                "where": where(client),
                 "notes": notes,
                 "machine": {
                     "python": platform.python_version(),

@@ -129,7 +129,6 @@ class Api:
         self.runs: dict[tuple[str, str, str], collections.deque[float]] = {}
         self.durations: dict[tuple[str, str, str], float] = {}
         self.runs_lock = threading.Lock()
-        self.running = 0  # blocking handlers running on threads now (read on the loop)
         self.clock: Callable[[], float] = time.perf_counter  # what run times are read from
 
     def endpoint(self, route: ApiRoute) -> Callable[[Request], Any]:
@@ -207,19 +206,23 @@ class Api:
     def _quick(self, route: ApiRoute, call: Call) -> bool:
         """Whether to run a blocking handler on the loop: its route allows it
         (``quick_when``), its recent runs in this workspace took at most
-        ``inline_budget``, ``quick_when(call)`` holds (a search: the index is current),
-        and no other handler is running: under concurrent requests the worker threads
-        keep both cores busy (numpy and SQLite release the GIL), where the loop would
-        serialise them (a third fewer searches/s at 16 connections in http_load.py).
+        ``inline_budget``, and ``quick_when(call)`` holds (a search: the index is
+        current).
 
         A thread hop costs two thread wake-ups, and on a busy machine each may wait for
-        a CPU: more than a search of a small index takes. The first run in a workspace
-        goes to a thread (no estimate yet); a handler that turns slow blocks the loop
-        for a few runs (until they are most of the recent ones, see ``_note``), then
-        runs on threads until its runs are quick again.
+        a CPU: more than a search of a small index takes. Concurrent requests do not
+        change that: a search's scan already shares the cores (the index's helper
+        threads), and quick searches on worker threads mostly wait for the GIL and hand
+        it back and forth (each hand-over a wake-up). Deciding by whether another
+        handler was running made a loaded server settle in one of two states (all on
+        threads, or all on the loop) by chance; see docs/benchmarks.md.
+
+        The first run in a workspace goes to a thread (no estimate yet); a handler that
+        turns slow blocks the loop for a few runs (until they are most of the recent
+        ones, see ``_note``), then runs on threads until its runs are quick again.
         """
         budget = self.settings.inline_budget
-        if route.quick_when is None or budget <= 0 or self.running:
+        if route.quick_when is None or budget <= 0:
             return False
         ws = call.workspace
         recent = self.durations.get((route.operation_id, ws.organization_id, ws.environment))
@@ -247,9 +250,6 @@ class Api:
             runs.append(seconds)
             self.durations[key] = sorted(runs)[len(runs) // 2]
 
-    def _finished(self, task: asyncio.Future[Response]) -> None:
-        self.running -= 1
-
     async def _run_blocking(
         self, route: ApiRoute, call: Call, request: Request, limits: dict[str, str]
     ) -> Response:
@@ -276,8 +276,6 @@ class Api:
             return _json(route, result, limits)
 
         task = asyncio.ensure_future(work())
-        self.running += 1  # until the work ends, even past the deadline
-        task.add_done_callback(self._finished)
         watcher = asyncio.ensure_future(_cancel_on_disconnect(request, call))
         deadline = self.settings.request_deadline
         try:
