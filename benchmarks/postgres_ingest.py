@@ -10,7 +10,9 @@ the code (extracted with ``git archive``) in the same invocation. ``--statements
 also counts, in one extra PostgreSQL run of this checkout, the statements sent per
 document (by wrapping psycopg's cursor: benchmark only). ``--synchronous-commit off``
 sets that on the benchmark's own PostgreSQL sessions, to see what the commit's WAL
-flush costs (a diagnosis: the store never changes it).
+flush costs (a diagnosis: the store never changes it). ``--clients N`` ingests from N
+threads at once, each its own share of the documents, as N uploading clients would (one
+core, one process: the stores' concurrency, not more CPU).
 
 Prints the median docs/s of ``--runs`` runs per store and version and PostgreSQL's
 time ÷ SQLite's, and the benchmark process's CPU time per document (less sensitive to
@@ -18,7 +20,7 @@ other work on a shared machine than the wall clock; PostgreSQL's own processes a
 counted).
 
 Run: ``python benchmarks/postgres_ingest.py [--docs 300] [--runs 3] [--peer REV]
-[--statements] [--synchronous-commit off] [--db URL]`` (without ``--db`` a throwaway
+[--statements] [--synchronous-commit off] [--clients N] [--db URL]`` (without ``--db`` a throwaway
 pgserver is started).
 """
 
@@ -32,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -63,8 +66,11 @@ def count_statements() -> dict[str, int]:
     return counts
 
 
-def one_run(code: Path, url: str, texts: list[str], statements: bool) -> dict[str, float]:
-    """Ingest ``texts`` into the empty store ``url`` with ``code``'s ``agentcore``."""
+def one_run(
+    code: Path, url: str, texts: list[str], statements: bool, clients: int = 1
+) -> dict[str, float]:
+    """Ingest ``texts`` into the empty store ``url`` with ``code``'s ``agentcore``, from
+    ``clients`` threads at once (each its own share of ``texts``)."""
     sys.path.insert(0, str(code))
     import agentcore
     from agentcore import AgentCore
@@ -77,8 +83,13 @@ def one_run(code: Path, url: str, texts: list[str], statements: bool) -> dict[st
     knowledge.search("first document")  # the index is now loaded, as in a server
     before = dict(counts) if counts is not None else {}
     started, cpu = time.perf_counter(), time.process_time()
-    for number, text in enumerate(texts):
-        knowledge.ingest_text(f"doc-{number}.txt", text)
+
+    def ingest(first: int) -> None:
+        for number in range(first, len(texts), clients):
+            knowledge.ingest_text(f"doc-{number}.txt", texts[number])
+
+    with ThreadPoolExecutor(clients) as pool:
+        list(pool.map(ingest, range(clients)))  # re-raises a client's error
     knowledge.search(texts[-1][:100], top_k=1)  # rows the index held back, inside the timing
     out = {
         "docs/s": len(texts) / (time.perf_counter() - started),
@@ -94,7 +105,7 @@ def one_run(code: Path, url: str, texts: list[str], statements: bool) -> dict[st
 def child(code: Path, url: str, args: argparse.Namespace, statements: bool) -> dict[str, float]:
     """One run in a fresh process; its JSON answer."""
     command = [sys.executable, __file__, "run", "--code", str(code), "--db", url]
-    command += ["--squad", args.squad, "--docs", str(args.docs)]
+    command += ["--squad", args.squad, "--docs", str(args.docs), "--clients", str(args.clients)]
     done = subprocess.run(
         [*command, *(["--statements"] if statements else [])],
         check=True,
@@ -124,12 +135,13 @@ def main() -> int:
         choices=["on", "off"],
         help="set on the benchmark's PostgreSQL sessions (a diagnosis: the WAL flush's share)",
     )
+    parser.add_argument("--clients", type=int, default=1, help="threads ingesting at once")
     parser.add_argument("--db", help="postgresql:// URL of a server (default: a pgserver)")
     parser.add_argument("--code", default=str(REPO), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.mode == "run":
         texts = corpus(Path(args.squad), args.docs)
-        print(json.dumps(one_run(Path(args.code), args.db, texts, args.statements)))
+        print(json.dumps(one_run(Path(args.code), args.db, texts, args.statements, args.clients)))
         return 0
 
     with (
@@ -162,7 +174,8 @@ def main() -> int:
 
     load = os.getloadavg()[0]
     print(
-        f"ingest_text, one document per call, {args.docs} docs, default embedder, warm"
+        f"ingest_text, one document per call from {args.clients} client thread(s),"
+        f" {args.docs} docs, default embedder, warm"
         f" index; median of {args.runs} runs (load average {load:.1f})\n"
     )
     print("| code | SQLite docs/s | PostgreSQL docs/s | PostgreSQL time ÷ SQLite's |")
