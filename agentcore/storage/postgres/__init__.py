@@ -8,7 +8,6 @@ without it.
 from __future__ import annotations
 
 import functools
-import inspect
 import threading
 from collections.abc import Callable
 from typing import Literal
@@ -153,11 +152,5 @@ class PostgresStore(VectorRows, SQLStore, ReopenableStore, EventWaiter):
                 self._listen_lock.release()
         self.db.close()
 
-
-# ``retrying``'s wrappers copy their method's docstring: those the methods inherit from
-# the ``Store`` protocol are copied here, so that ``help(PostgresStore)`` shows them
-for _method in vars(PostgresStore).values():
-    if hasattr(_method, "__wrapped__") and _method.__doc__ is None:
-        _method.__doc__ = inspect.getdoc(_method.__wrapped__)
 
 __all__ = ["PostgresStore", "SchemaTooNew", "is_postgres_url"]

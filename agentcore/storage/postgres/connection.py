@@ -499,8 +499,9 @@ NOT_RETRIED = frozenset({"close", "wait_for_events", "reopener"})
 
 def retry_public_methods(cls: C) -> C:
     """Wrap every public method of store class ``cls`` (inherited ones too) in
-    ``retrying``, so none can be left out. Generators are skipped: their steps call
-    public methods, each retried on its own."""
+    ``retrying``, so none can be left out; a wrapper carries the doc its method
+    inherits, so ``help()`` shows it. Generators are skipped: their steps call public
+    methods, each retried on its own."""
     for name in dir(cls):
         method = inspect.getattr_static(cls, name)
         if (
@@ -511,5 +512,8 @@ def retry_public_methods(cls: C) -> C:
             or hasattr(method, "__wrapped__")  # wrapped for a parent class already
         ):
             continue
-        setattr(cls, name, retrying(method))
+        wrapper = retrying(method)
+        if wrapper.__doc__ is None:  # the method inherits its doc (a ``Store`` protocol's)
+            wrapper.__doc__ = inspect.getdoc(method)
+        setattr(cls, name, wrapper)
     return cls
