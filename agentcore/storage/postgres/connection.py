@@ -268,14 +268,9 @@ class Database:
         conn.execute(f"INSERT INTO {table} ({names}) VALUES ({marks})", [*values.values(), data])
 
     def read_segment(self, conn: Conn, segment_id: int, ids: Ids, vectors: Vectors) -> None:
-        """Copy a segment's two buffers into ``ids`` and ``vectors``; they arrive in binary
-        (text would send them hex-encoded, at twice the size)."""
-        with conn.cursor(binary=True) as cursor:
-            cursor.execute("SELECT ids, vectors FROM vector_segments WHERE id = ?", [segment_id])
-            found = cursor.fetchone()
-        assert found is not None
-        ids[:] = np.frombuffer(found["ids"], dtype="<i8")
-        vectors[:] = np.frombuffer(found["vectors"], dtype="<f4").reshape(vectors.shape)
+        """Copy a segment's two buffers into ``ids`` and ``vectors`` (``read_segments``
+        for one segment)."""
+        self.read_segments(conn, [(segment_id, len(ids))], ids, vectors)
 
     def read_segments(
         self, conn: Conn, segments: Sequence[tuple[int, int]], ids: Ids, vectors: Vectors
