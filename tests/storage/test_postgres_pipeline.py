@@ -1,21 +1,26 @@
 """PostgreSQL's pipelined document write (``Database.write(pipeline=True)``).
 
-A document's write sends its statements in batches (two round trips instead of
-seven), so a failing statement may surface only at the end of the block. These tests
-pin what must not change: the statement's own error (not a 503 for an unknown commit
-outcome), nothing of the block kept, the connection usable after it, a connection the
-server dropped retried transparently, and the plain path used where ``COPY`` runs.
+A document's write sends its statements in one batch with its ``COMMIT`` (one round
+trip instead of seven), so a failing statement may surface only at the end of the
+block. These tests pin what must not change: the statement's own error (not a 503 for
+an unknown commit outcome), nothing of the block kept, the connection usable after it,
+a connection the server dropped retried transparently, the plain path used where
+``COPY`` runs, one round trip per write (counted in libpq's own protocol trace), and
+chunk ids reserved ahead that never clash between processes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import itertools
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import numpy as np
 import pytest
 from helpers import make_document
 
 from agentcore.storage.postgres import PostgresStore
+from agentcore.storage.postgres.connection import ID_BLOCK
 
 pytestmark = pytest.mark.slow
 psycopg = pytest.importorskip("psycopg")
@@ -86,3 +91,93 @@ def test_document_writes_are_pipelined_unless_pgvector_rows_are_copied(
     assert store._pipelined_writes()
     store.vector_rows = True  # as on a node where the pgvector table exists
     assert not store._pipelined_writes()
+
+
+def _trace(store: PostgresStore, write: Callable[[], object], path: Path) -> list[str]:
+    """The directions of the libpq protocol messages ``write`` exchanged (``F`` sent,
+    ``B`` received), on a store of one pooled connection."""
+    with path.open("w") as out:
+        with store.db.pool.connection() as conn:
+            conn.pgconn.trace(out.fileno())
+            conn.pgconn.set_trace_flags(psycopg.pq.Trace.SUPPRESS_TIMESTAMPS)
+        try:
+            write()
+        finally:
+            with store.db.pool.connection() as conn:
+                conn.pgconn.untrace()
+    return [line.split("\t")[0] for line in path.read_text().splitlines() if line]
+
+
+def _round_trips(directions: list[str]) -> int:
+    """How many times the client waited for the server: each run of sent messages
+    followed by received ones."""
+    return sum(
+        1 for sent, received in itertools.pairwise(directions) if (sent, received) == ("F", "B")
+    )
+
+
+def test_a_document_write_is_one_round_trip(postgres_url: str, tmp_path: Path) -> None:
+    """Nothing in a document's write waits for an earlier statement's answer: the
+    statements, the chunks' reserved ids and the COMMIT go in one batch. The first
+    write of a process, and one with more chunks than the stock of ids holds, make
+    one more round trip to reserve ids."""
+    single = PostgresStore.open(postgres_url, pool_size=1)
+    try:
+        org = single.ensure_organization("acme").id
+
+        def write(chunks: int) -> Callable[[], object]:
+            vectors = np.ones((chunks, 4), dtype=np.float32) / 2
+            rows = [("text", [1], [0])] * chunks
+            return lambda: single.insert_document(
+                org,
+                "test",
+                make_document(chunks=chunks),
+                rows,
+                "e",
+                vectors,
+                np.ones(chunks, bool),
+                term_counts=(1, {"text": 1}),
+            )
+
+        assert _round_trips(_trace(single, write(2), tmp_path / "first")) == 2  # reserves
+        assert _round_trips(_trace(single, write(2), tmp_path / "second")) == 1
+        assert _round_trips(_trace(single, write(3), tmp_path / "third")) == 1
+        big = ID_BLOCK + 1  # more than the stock: a second reservation
+        assert _round_trips(_trace(single, write(big), tmp_path / "big")) == 2
+        assert single.count_vectors(org, "test") == 2 + 2 + 3 + big
+    finally:
+        single.close()
+
+
+def test_reserved_chunk_ids_never_clash_between_processes(postgres_url: str) -> None:
+    """Two stores (two processes' pools) reserving ids from one sequence in turn: every
+    chunk id is distinct, ascending within a document, and each store's index of the
+    interleaved workspace finds every document."""
+    first = PostgresStore.open(postgres_url, pool_size=1)
+    second = PostgresStore.open(postgres_url, pool_size=1)
+    try:
+        org = first.ensure_organization("acme").id
+        written: list[list[int]] = []
+        for number in range(6):
+            store = (first, second)[number % 2]
+            chunks = 1 + number
+            vectors = np.eye(chunks, 8, k=number % 3, dtype=np.float32)
+            rows = [(f"chunk {number}.{i}", [1], [0]) for i in range(chunks)]
+            document = make_document(chunks=chunks)
+            written.append(
+                store.insert_document(
+                    org, "test", document, rows, "e", vectors, np.ones(chunks, bool)
+                ).chunk_ids
+            )
+        every = [chunk_id for ids in written for chunk_id in ids]
+        assert len(set(every)) == len(every) == sum(range(1, 7))
+        assert all(ids == sorted(ids) for ids in written)
+        assert written[1][0] > written[0][-1] + ID_BLOCK // 2  # the stores' blocks interleave
+        for store in (first, second):
+            ids, _ = store.load_vectors(org, "test", 8)
+            assert sorted(ids.tolist()) == sorted(every)
+            chunks = store.get_chunks(every)
+            assert [chunks[i].text for i in written[3]] == [f"chunk 3.{i}" for i in range(4)]
+    finally:
+        first.close()
+        second.close()
