@@ -88,6 +88,18 @@ class _Entry:
     # (ids, unit vectors) per write; each write moved the store's version one step
     pending: list[Rows] = field(default_factory=list)
     pending_rows: int = 0
+    pending_bytes: int = 0  # counted as rows come: summing them per write was quadratic
+
+    def hold(self, rows: Rows) -> None:
+        """Hold back one write's rows for the next read."""
+        self.pending.append(rows)
+        self.pending_rows += len(rows[0])
+        self.pending_bytes += sum(array.nbytes for array in rows)
+
+    def drop_held(self) -> None:
+        """Forget the held-back rows (added to the index, or superseded by the log)."""
+        self.pending.clear()
+        self.pending_rows = self.pending_bytes = 0
 
 
 class WorkspaceIndexes:
@@ -508,8 +520,7 @@ class WorkspaceIndexes:
         rows = added(result) if added is not None else None
         if rows is None:
             return self._catch_up(key, entry)
-        entry.pending.append(rows)
-        entry.pending_rows += len(rows[0])
+        entry.hold(rows)
         return entry.pending_rows <= _MAX_PENDING_ROWS or self._catch_up(key, entry)
 
     def _add_own(self, key: Key, entry: _Entry) -> bool:
@@ -532,8 +543,7 @@ class WorkspaceIndexes:
                 return False
         entry.version = version
         self._observe("index.own_write", len(entry.pending))
-        entry.pending.clear()
-        entry.pending_rows = 0
+        entry.drop_held()
         return True
 
     def _load(self, key: Key, state: KnowledgeState) -> Slot[_Entry]:
@@ -593,8 +603,7 @@ class WorkspaceIndexes:
         if entry.pending:
             if self._add_own(key, entry):
                 return True
-            entry.pending.clear()
-            entry.pending_rows = 0
+            entry.drop_held()
         changes = self._store.changes_since(*key, entry.version, max_rows=self._catchup_max_rows)
         if changes is None:
             return False
@@ -807,8 +816,7 @@ class WorkspaceRows:
 
 def _bytes_of(entry: _Entry) -> int:
     """What an entry costs the budget: its index and the rows it holds back."""
-    held = sum(array.nbytes for rows in entry.pending for array in rows)
-    return entry.index.resident_bytes + held
+    return entry.index.resident_bytes + entry.pending_bytes
 
 
 def _apply(index: VectorIndex, changes: KnowledgeChanges) -> bool:

@@ -282,6 +282,10 @@ def test_many_writes_without_a_read_are_added_in_bounded_batches(
     entry = a.indexes._entries.get((ws.organization_id, ws.environment))
     assert entry is not None
     assert entry.pending_rows <= 3 and seen(a)["index.own_write"] >= 6  # flushed on the way
+    assert entry.pending  # the budget charges the rows held back, counted as they came
+    held = sum(array.nbytes for rows in entry.pending for array in rows)
+    slot = a.indexes._entries._slots[(ws.organization_id, ws.environment)]
+    assert held and slot.nbytes == entry.index.resident_bytes + held
     found = ws.knowledge.search("lonely lighthouse", top_k=20).results
     assert sorted(r.source for r in found if r.source != "alpha.txt") == [
         f"{n}.txt" for n in range(10)
