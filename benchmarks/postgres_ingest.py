@@ -12,7 +12,9 @@ document (by wrapping psycopg's cursor: benchmark only). ``--synchronous-commit 
 sets that on the benchmark's own PostgreSQL sessions, to see what the commit's WAL
 flush costs (a diagnosis: the store never changes it). ``--clients N`` ingests from N
 threads at once, each its own share of the documents, as N uploading clients would (one
-core, one process: the stores' concurrency, not more CPU).
+core, one process: the stores' concurrency, not more CPU); with ``--tenants`` each
+into its own organization, as a node serving many tenants gets them (one workspace's
+writes queue on its version row on PostgreSQL, and on the workspace's lock in-process).
 
 Prints the median docs/s of ``--runs`` runs per store and version and PostgreSQL's
 time ÷ SQLite's, and the benchmark process's CPU time per document (less sensitive to
@@ -20,8 +22,8 @@ other work on a shared machine than the wall clock; PostgreSQL's own processes a
 counted).
 
 Run: ``python benchmarks/postgres_ingest.py [--docs 300] [--runs 3] [--peer REV]
-[--statements] [--synchronous-commit off] [--clients N] [--db URL]`` (without ``--db`` a throwaway
-pgserver is started).
+[--statements] [--synchronous-commit off] [--clients N [--tenants]] [--db URL]``
+(without ``--db`` a throwaway pgserver is started).
 """
 
 from __future__ import annotations
@@ -67,10 +69,16 @@ def count_statements() -> dict[str, int]:
 
 
 def one_run(
-    code: Path, url: str, texts: list[str], statements: bool, clients: int = 1
+    code: Path,
+    url: str,
+    texts: list[str],
+    statements: bool,
+    clients: int = 1,
+    tenants: bool = False,
 ) -> dict[str, float]:
     """Ingest ``texts`` into the empty store ``url`` with ``code``'s ``agentcore``, from
-    ``clients`` threads at once (each its own share of ``texts``)."""
+    ``clients`` threads at once (each its own share of ``texts``; with ``tenants`` each
+    into its own organization's workspace, else all into one)."""
     sys.path.insert(0, str(code))
     import agentcore
     from agentcore import AgentCore
@@ -78,19 +86,25 @@ def one_run(
     assert Path(agentcore.__file__).resolve().is_relative_to(code.resolve())
     counts = count_statements() if statements else None
     core = AgentCore.open(url, start_workers=False)
-    knowledge = core.workspace("bench", "test").knowledge
-    knowledge.ingest_text("warm-up.txt", "A first document, so the index is cached.")
-    knowledge.search("first document")  # the index is now loaded, as in a server
+    spaces = [
+        core.workspace(f"bench-{client}" if tenants else "bench", "test").knowledge
+        for client in range(clients if tenants else 1)
+    ]
+    for knowledge in spaces:
+        knowledge.ingest_text("warm-up.txt", "A first document, so the index is cached.")
+        knowledge.search("first document")  # the index is now loaded, as in a server
     before = dict(counts) if counts is not None else {}
     started, cpu = time.perf_counter(), time.process_time()
 
     def ingest(first: int) -> None:
+        knowledge = spaces[first % len(spaces)]
         for number in range(first, len(texts), clients):
             knowledge.ingest_text(f"doc-{number}.txt", texts[number])
 
     with ThreadPoolExecutor(clients) as pool:
         list(pool.map(ingest, range(clients)))  # re-raises a client's error
-    knowledge.search(texts[-1][:100], top_k=1)  # rows the index held back, inside the timing
+    for knowledge in spaces:  # rows the indexes held back, inside the timing
+        knowledge.search(texts[-1][:100], top_k=1)
     out = {
         "docs/s": len(texts) / (time.perf_counter() - started),
         "cpu ms/doc": (time.process_time() - cpu) * 1e3 / len(texts),
@@ -106,6 +120,7 @@ def child(code: Path, url: str, args: argparse.Namespace, statements: bool) -> d
     """One run in a fresh process; its JSON answer."""
     command = [sys.executable, __file__, "run", "--code", str(code), "--db", url]
     command += ["--squad", args.squad, "--docs", str(args.docs), "--clients", str(args.clients)]
+    command += ["--tenants"] if args.tenants else []
     done = subprocess.run(
         [*command, *(["--statements"] if statements else [])],
         check=True,
@@ -136,12 +151,18 @@ def main() -> int:
         help="set on the benchmark's PostgreSQL sessions (a diagnosis: the WAL flush's share)",
     )
     parser.add_argument("--clients", type=int, default=1, help="threads ingesting at once")
+    parser.add_argument(
+        "--tenants", action="store_true", help="each client into its own organization"
+    )
     parser.add_argument("--db", help="postgresql:// URL of a server (default: a pgserver)")
     parser.add_argument("--code", default=str(REPO), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.mode == "run":
         texts = corpus(Path(args.squad), args.docs)
-        print(json.dumps(one_run(Path(args.code), args.db, texts, args.statements, args.clients)))
+        answer = one_run(
+            Path(args.code), args.db, texts, args.statements, args.clients, args.tenants
+        )
+        print(json.dumps(answer))
         return 0
 
     with (
@@ -174,7 +195,8 @@ def main() -> int:
 
     load = os.getloadavg()[0]
     print(
-        f"ingest_text, one document per call from {args.clients} client thread(s),"
+        f"ingest_text, one document per call from {args.clients} client thread(s)"
+        f"{' (each its own tenant)' if args.tenants else ''},"
         f" {args.docs} docs, default embedder, warm"
         f" index; median of {args.runs} runs (load average {load:.1f})\n"
     )
