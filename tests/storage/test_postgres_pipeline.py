@@ -1,12 +1,14 @@
 """PostgreSQL's pipelined document write (``Database.write(pipeline=True)``).
 
-A document's write sends its statements in one batch with its ``COMMIT`` (one round
-trip instead of seven), so a failing statement may surface only at the end of the
-block. These tests pin what must not change: the statement's own error (not a 503 for
-an unknown commit outcome), nothing of the block kept, the connection usable after it,
-a connection the server dropped retried transparently, the plain path used where
-``COPY`` runs, one round trip per write (counted in libpq's own protocol trace), and
-chunk ids reserved ahead that never clash between processes.
+A document's write sends its statements in two batches, the second with its
+``COMMIT`` (two round trips instead of seven), so a failing statement may surface only
+at the end of the block. These tests pin what must not change: the statement's own
+error (not a 503 for an unknown commit outcome), nothing of the block kept, the
+connection usable after it, a connection the server dropped retried transparently (a
+fresh process's, and one that wrote before), the plain path used where ``COPY`` runs,
+the two round trips with the first one answered before the ``COMMIT`` is sent (counted
+in libpq's own protocol trace), and chunk ids that rise in the order segments are
+written when two processes write one workspace.
 """
 
 from __future__ import annotations
@@ -20,7 +22,6 @@ import pytest
 from helpers import make_document
 
 from agentcore.storage.postgres import PostgresStore
-from agentcore.storage.postgres.connection import ID_BLOCK
 
 pytestmark = pytest.mark.slow
 psycopg = pytest.importorskip("psycopg")
@@ -67,22 +68,29 @@ def test_a_statement_failing_in_the_last_batch_raises_its_error_and_keeps_nothin
     assert _organizations(store) == {"third"}
 
 
+@pytest.mark.parametrize("wrote_before", [False, True])
 def test_a_document_write_on_a_connection_the_server_dropped_is_retried(
-    store: PostgresStore, postgres_url: str
+    store: PostgresStore, postgres_url: str, wrote_before: bool
 ) -> None:
     org = store.ensure_organization("acme").id
+    vectors = np.ones((2, 4), dtype=np.float32) / 2
+    chunks = [("one", [1], [0]), ("two", [1], [0])]
+
+    def write() -> list[int]:
+        document = make_document(chunks=2)
+        return store.insert_document(
+            org, "test", document, chunks, "e", vectors, np.ones(2, bool)
+        ).chunk_ids
+
+    if wrote_before:  # the pooled connections are warm, as in a running server
+        write()
     with psycopg.connect(postgres_url, autocommit=True) as admin:
         admin.execute(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
             " WHERE datname = current_database() AND pid <> pg_backend_pid()"
         )
-    vectors = np.ones((2, 4), dtype=np.float32) / 2
-    chunks = [("one", [1], [0]), ("two", [1], [0])]
-    written = store.insert_document(
-        org, "test", make_document(chunks=2), chunks, "e", vectors, np.ones(2, bool)
-    )
-    assert len(written.chunk_ids) == 2
-    assert store.count_vectors(org, "test") == 2
+    assert len(write()) == 2  # found in the first round trip, before any COMMIT: retried
+    assert store.count_vectors(org, "test") == (4 if wrote_before else 2)
 
 
 def test_document_writes_are_pipelined_unless_pgvector_rows_are_copied(
@@ -94,8 +102,8 @@ def test_document_writes_are_pipelined_unless_pgvector_rows_are_copied(
 
 
 def _trace(store: PostgresStore, write: Callable[[], object], path: Path) -> list[str]:
-    """The directions of the libpq protocol messages ``write`` exchanged (``F`` sent,
-    ``B`` received), on a store of one pooled connection."""
+    """The libpq protocol messages ``write`` exchanged, one line each (``F`` sent, ``B``
+    received first), on a store of one pooled connection."""
     with path.open("w") as out:
         with store.db.pool.connection() as conn:
             conn.pgconn.trace(out.fileno())
@@ -105,79 +113,66 @@ def _trace(store: PostgresStore, write: Callable[[], object], path: Path) -> lis
         finally:
             with store.db.pool.connection() as conn:
                 conn.pgconn.untrace()
-    return [line.split("\t")[0] for line in path.read_text().splitlines() if line]
+    return [line for line in path.read_text().splitlines() if line]
 
 
-def _round_trips(directions: list[str]) -> int:
-    """How many times the client waited for the server: each run of sent messages
-    followed by received ones."""
-    return sum(
-        1 for sent, received in itertools.pairwise(directions) if (sent, received) == ("F", "B")
-    )
-
-
-def test_a_document_write_is_one_round_trip(postgres_url: str, tmp_path: Path) -> None:
-    """Nothing in a document's write waits for an earlier statement's answer: the
-    statements, the chunks' reserved ids and the COMMIT go in one batch. The first
-    write of a process, and one with more chunks than the stock of ids holds, make
-    one more round trip to reserve ids."""
+def test_a_document_write_is_two_round_trips_and_commits_in_the_second(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    """The chunk ids are the one answer waited for: the version bump, the document row
+    and the chunks go first, and the segment, the sentence counts and the ``COMMIT``
+    only once the server has answered, so a connection found broken in the first
+    round trip is retried, never an unknown commit."""
     single = PostgresStore.open(postgres_url, pool_size=1)
     try:
         org = single.ensure_organization("acme").id
+        vectors = np.ones((3, 4), dtype=np.float32) / 2
 
-        def write(chunks: int) -> Callable[[], object]:
-            vectors = np.ones((chunks, 4), dtype=np.float32) / 2
-            rows = [("text", [1], [0])] * chunks
-            return lambda: single.insert_document(
+        def write() -> None:
+            single.insert_document(
                 org,
                 "test",
-                make_document(chunks=chunks),
-                rows,
+                make_document(chunks=3),
+                [("text", [1], [0])] * 3,
                 "e",
                 vectors,
-                np.ones(chunks, bool),
+                np.ones(3, bool),
                 term_counts=(1, {"text": 1}),
             )
 
-        assert _round_trips(_trace(single, write(2), tmp_path / "first")) == 2  # reserves
-        assert _round_trips(_trace(single, write(2), tmp_path / "second")) == 1
-        assert _round_trips(_trace(single, write(3), tmp_path / "third")) == 1
-        big = ID_BLOCK + 1  # more than the stock: a second reservation
-        assert _round_trips(_trace(single, write(big), tmp_path / "big")) == 2
-        assert single.count_vectors(org, "test") == 2 + 2 + 3 + big
+        for name in ("first", "second"):
+            lines = _trace(single, write, tmp_path / name)
+            directions = [line.split("\t")[0] for line in lines]
+            turns = sum(1 for pair in itertools.pairwise(directions) if pair == ("F", "B"))
+            assert turns == 2
+            commit = next(i for i, line in enumerate(lines) if '"COMMIT"' in line)
+            assert directions.index("B") < commit  # an answer came before it was sent
+        assert single.count_vectors(org, "test") == 6
     finally:
         single.close()
 
 
-def test_reserved_chunk_ids_never_clash_between_processes(postgres_url: str) -> None:
-    """Two stores (two processes' pools) reserving ids from one sequence in turn: every
-    chunk id is distinct, ascending within a document, and each store's index of the
-    interleaved workspace finds every document."""
+def test_chunk_ids_rise_in_segment_order_when_two_processes_write_a_workspace(
+    postgres_url: str,
+) -> None:
+    """Ids are drawn after the version bump, under its row lock: however two processes'
+    writes interleave, a load reads them ascending and adopts the rows unsorted."""
     first = PostgresStore.open(postgres_url, pool_size=1)
     second = PostgresStore.open(postgres_url, pool_size=1)
     try:
         org = first.ensure_organization("acme").id
-        written: list[list[int]] = []
+        written: list[int] = []
         for number in range(6):
             store = (first, second)[number % 2]
             chunks = 1 + number
             vectors = np.eye(chunks, 8, k=number % 3, dtype=np.float32)
             rows = [(f"chunk {number}.{i}", [1], [0]) for i in range(chunks)]
-            document = make_document(chunks=chunks)
-            written.append(
-                store.insert_document(
-                    org, "test", document, rows, "e", vectors, np.ones(chunks, bool)
-                ).chunk_ids
-            )
-        every = [chunk_id for ids in written for chunk_id in ids]
-        assert len(set(every)) == len(every) == sum(range(1, 7))
-        assert all(ids == sorted(ids) for ids in written)
-        assert written[1][0] > written[0][-1] + ID_BLOCK // 2  # the stores' blocks interleave
+            written += store.insert_document(
+                org, "test", make_document(chunks=chunks), rows, "e", vectors, np.ones(chunks, bool)
+            ).chunk_ids
         for store in (first, second):
             ids, _ = store.load_vectors(org, "test", 8)
-            assert sorted(ids.tolist()) == sorted(every)
-            chunks = store.get_chunks(every)
-            assert [chunks[i].text for i in written[3]] == [f"chunk 3.{i}" for i in range(4)]
+            assert ids.tolist() == written == sorted(written)
     finally:
         first.close()
         second.close()

@@ -49,7 +49,6 @@ RETRY_AFTER_SECONDS = 2  # what a 503 tells the client
 # Bytes of vector segments above which a load streams them with COPY instead of one
 # SELECT (whose prepared statement saves a small workspace's load ~0.1 ms)
 STREAM_BYTES = 1 << 20
-ID_BLOCK = 256  # ids a process reserves from a table's sequence at once (``_reserve``)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -138,8 +137,6 @@ class Database:
         self.timeout = timeout
         self._local = threading.local()
         self._down_until = 0.0
-        self._id_lock = threading.Lock()
-        self._ids: dict[str, list[int]] = {}
         self.pool: ConnectionPool[Conn] = ConnectionPool(
             url,
             min_size=1,
@@ -248,38 +245,31 @@ class Database:
     def insert_ids(
         self, conn: Conn, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]
     ) -> list[int]:
-        """Insert ``rows`` with ids reserved from ``table``'s identity (``_reserve``):
-        nothing is read back, so in a pipelined write they travel with the statements
-        after them."""
-        if not rows:
-            return []
-        ids = self._reserve(conn, table, len(rows))
-        names = ", ".join(["id", *columns])
-        marks = ", ".join("?" * (len(columns) + 1))
-        conn.executemany(
-            f"INSERT INTO {table} ({names}) OVERRIDING SYSTEM VALUE VALUES ({marks})",
-            [(row_id, *row) for row_id, row in zip(ids, rows, strict=True)],
-        )
-        return ids
+        """Insert ``rows`` in one pipelined round trip; the ``id`` each was given.
 
-    def _reserve(self, conn: Conn, table: str, count: int) -> list[int]:
-        """``count`` ids of ``table``'s identity sequence, ascending, from this process's
-        stock, topped up ``ID_BLOCK`` at a time (one round trip per block instead of one
-        per write). Ids taken are never given again, even if their write rolls back (as
-        the sequence itself does); a process's unused stock is a gap, never a clash."""
-        with self._id_lock:
-            stock = self._ids.setdefault(table, [])
-            if len(stock) < count:
-                stock += [
-                    int(row["id"])
-                    for row in conn.execute(
-                        "SELECT nextval(pg_get_serial_sequence(?, 'id')) AS id"
-                        " FROM generate_series(1, ?) ORDER BY 1",
-                        [table, max(count - len(stock), ID_BLOCK)],
-                    ).fetchall()
-                ]
-            taken, self._ids[table] = stock[:count], stock[count:]
-        return taken
+        The ids are read back, so a pipelined write waits for them here, before its
+        ``COMMIT`` is sent. Ids reserved ahead (``nextval`` in blocks per process) would
+        save that round trip, and were measured doing so, but they broke three things
+        the write relies on: a connection the server dropped while idle is found in
+        that first round trip and the write retried, where with one round trip it was
+        found only while committing (an unknown outcome, a 503); a block's refill
+        waits behind the transaction's version bump, so a lock around the stock could
+        deadlock two writers; and ids drawn after the bump rise in the order segments
+        are written, which loads rely on to adopt the rows without sorting them."""
+        marks = ", ".join("?" * len(columns))
+        with conn.cursor() as cursor:
+            cursor.executemany(
+                f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({marks}) RETURNING id",
+                rows,
+                returning=True,
+            )
+            ids = []
+            for _ in rows:
+                row = cursor.fetchone()
+                assert row is not None
+                ids.append(int(row["id"]))
+                cursor.nextset()
+        return ids
 
     def insert_with_blob(
         self, conn: Conn, table: str, values: Mapping[str, Any], column: str, data: bytes
@@ -383,8 +373,7 @@ class Database:
         ``pipeline``: in psycopg's pipeline mode. Statements are sent without waiting
         and a round trip is made only when a result is read, so ``BEGIN`` goes with the
         first statements and the ``COMMIT`` with the last ones: a document write of
-        seven statements that reads nothing before its end makes one round trip instead
-        of seven (see docs/decisions.md).
+        seven statements makes two round trips instead of seven (see docs/decisions.md).
         """
         with self._transaction("BEGIN", pipeline) as conn:
             yield conn

@@ -162,9 +162,9 @@ class DocumentTables(TermTables, VectorTables, KnowledgeStore):
         counts; what was written, to ask for once the transaction has ended.
 
         The bump comes first: its row lock orders this workspace's writers, so versions
-        commit in order. No statement waits for an earlier one's answer (rows take the
-        version and the ``seq`` by subquery, ``Database.insert_ids`` gives the chunk ids
-        without reading them back), so a pipelined write is one round trip, with its
+        commit in order (and the chunk ids, drawn after it, rise in that order too).
+        Rows take the version and the ``seq`` by subquery, so only the chunk ids are
+        waited for: a pipelined write is two round trips, the second with the
         ``COMMIT``.
         """
         embedder, dimension = indexed
