@@ -129,8 +129,6 @@ class Database:
     outer transaction), so store methods compose (one calls another inside its own).
     """
 
-    integrity_error: type[Exception] = psycopg.IntegrityError
-
     def __init__(self, url: str, *, pool_size: int, timeout: float) -> None:
         self.url = url
         self.where = describe(url)

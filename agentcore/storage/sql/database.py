@@ -49,9 +49,6 @@ class Database(Protocol):
     so store methods compose (one calls another inside its transaction).
     """
 
-    #: The exception a statement that breaks a constraint raises.
-    integrity_error: type[Exception]
-
     @property
     def in_transaction(self) -> bool:
         """Whether the calling thread is inside a transaction (its reads see it)."""

@@ -32,7 +32,7 @@ from agentcore.storage.records import (
 from agentcore.storage.sql.database import Connection, Cursor
 from agentcore.storage.sql.queries import WORKSPACE, find_row, marks, page, read_row, write
 from agentcore.storage.sql.terms import TermTables
-from agentcore.storage.sql.vectors import CHECKED_VERSION, VectorTables
+from agentcore.storage.sql.vectors import VectorTables
 
 _ID_BATCH = 1_000  # ids per IN (...) list: far below either database's parameter limit
 _CHUNK_COLUMNS = (
@@ -44,6 +44,9 @@ _CHUNK_COLUMNS = (
     "pages",
     "page_offsets",
 )
+# the version this transaction bumped its workspace to (_send_bump), for a document row
+# written in it: the filters of every process follow its metadata from that version on
+_BUMPED_VERSION = f"(SELECT version FROM knowledge_state WHERE {WORKSPACE})"
 _DOCUMENT_COLUMNS = (
     "id, source, content_type, pages, chunks, bytes, created_at, status, last_error, metadata"
 )
@@ -97,37 +100,32 @@ class DocumentTables(TermTables, VectorTables, KnowledgeStore):
         term_counts: TermCounts | None = None,
     ) -> WrittenDocument:
         workspace = (organization_id, environment)
-        indexed = (embedder, int(vectors.shape[1]))
-        with (
-            self._embedder_checked(workspace, *indexed),
-            self.db.write(pipeline=self._pipelined_writes()) as conn,
-        ):
+        with self.db.write(pipeline=self._pipelined_writes()) as conn:
 
             def insert() -> Callable[[], Any]:
-                row = self._insert_document_row(conn, workspace, document, indexed)
+                row = self._insert_document_row(conn, workspace, document, versioned=True)
                 return self.db.deferred_row(row)
 
-            written = self._write_chunks(
-                conn, workspace, document, insert, chunks, indexed, vectors, keep, term_counts
+            return self._write_chunks(
+                conn, workspace, document, insert, chunks, embedder, vectors, keep, term_counts
             )
-        return written()
 
     def _insert_document_row(
         self,
         conn: Connection,
         workspace: tuple[str, str],
         document: Document,
-        indexed: tuple[str, int] | None = None,
+        *,
+        versioned: bool = False,
     ) -> Cursor:
-        """Insert a document's row; the cursor whose row holds its ``seq``. With
-        ``indexed`` (its embedder and dimension) at the version the transaction bumped
-        the workspace to (``CHECKED_VERSION``: every process's filters follow its
-        metadata from that version on), else at 0 (not in the index yet)."""
+        """Insert a document's row (``versioned``: at the workspace's version, which
+        this transaction bumped); the cursor whose row holds its ``seq``, read later: in
+        a pipelined write the chunks go to the database with it, in one round trip."""
+        version = _BUMPED_VERSION if versioned else "0"
         return conn.execute(
             "INSERT INTO documents (id, organization_id, environment, source, content_type,"
             " pages, chunks, bytes, created_at, status, last_error, metadata, version)"
-            f" VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, {CHECKED_VERSION if indexed else 0})"
-            " RETURNING seq",
+            f" VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, {version}) RETURNING seq",
             [
                 document.id,
                 *workspace,
@@ -140,7 +138,7 @@ class DocumentTables(TermTables, VectorTables, KnowledgeStore):
                 document.status,
                 document.last_error.model_dump_json() if document.last_error else None,
                 json_object(document.metadata),
-                *((*workspace, *indexed) if indexed else ()),
+                *(workspace if versioned else ()),
             ],
         )
 
@@ -151,24 +149,23 @@ class DocumentTables(TermTables, VectorTables, KnowledgeStore):
         document: Document,
         write_row: Callable[[], Callable[[], Any]],
         chunks: Chunks,
-        indexed: tuple[str, int],
+        embedder: str,
         vectors: Vectors,
         keep: npt.NDArray[np.bool_],
         term_counts: TermCounts | None,
-    ) -> Callable[[], WrittenDocument]:
+    ) -> WrittenDocument:
         """Bump the workspace's version, then ``write_row`` (which writes the document's
-        row at that version, ``CHECKED_VERSION``, and gives a getter of that row, with
-        its ``seq``), then insert the chunks, the ``keep`` rows' vectors and the sentence
-        counts; what was written, to ask for once the transaction has ended.
+        row at that version and gives a getter of that row, with its ``seq``), then insert
+        the chunks, the ``keep`` rows' vectors and the sentence counts; every chunk id.
 
         The bump comes first: its row lock orders this workspace's writers, so versions
-        commit in order (and the chunk ids, drawn after it, rise in that order too).
-        Rows take the version and the ``seq`` by subquery, so only the chunk ids are
-        waited for: a pipelined write is two round trips, the second with the
-        ``COMMIT``.
+        commit in order (and the chunk ids, drawn after it, rise in that order too). Its
+        row and the document's are asked for once the chunks are sent
+        (``Database.deferred_row``): in a pipelined write all of that is one round trip,
+        and the segments and the COMMIT a second.
         """
-        embedder, dimension = indexed
-        self._send_bump(conn, workspace, embedder, dimension)
+        dimension = int(vectors.shape[1])
+        bump = self.db.deferred_row(self._send_bump(conn, workspace, embedder, dimension))
         document_row = write_row()
         ids = self.db.insert_ids(
             conn,
@@ -179,6 +176,8 @@ class DocumentTables(TermTables, VectorTables, KnowledgeStore):
                 for ordinal, (text, pages, offsets) in enumerate(chunks)
             ],
         )
+        seq = int(document_row()["seq"])
+        version = self._bumped(bump(), embedder, dimension)
         # chunks outside ``keep`` (no features, so a zero vector) are stored, not indexed
         self._insert_segments(
             conn,
@@ -186,12 +185,13 @@ class DocumentTables(TermTables, VectorTables, KnowledgeStore):
             document.id,
             embedder,
             dimension,
+            version,
             np.asarray(ids, dtype=np.int64)[keep],
             vectors if keep.all() else vectors[keep],  # no copy of a big matrix if all kept
         )
         if term_counts is not None:
-            self._store_terms(conn, document.id, term_counts)
-        return lambda: WrittenDocument(ids, int(document_row()["seq"]))
+            self._store_terms(conn, workspace, seq, version, term_counts)
+        return WrittenDocument(ids, seq)
 
     def chunk_ids(self, organization_id: str, environment: str, document_id: str) -> list[int]:
         with self.db.read() as conn:
@@ -434,8 +434,7 @@ class DocumentTables(TermTables, VectorTables, KnowledgeStore):
         # deleted meanwhile, nor finished by another worker), and ``event`` is recorded
         # in the same transaction: exactly when the document became ready, once
         workspace = (organization_id, environment)
-        indexed = (embedder, int(vectors.shape[1]))
-        with self._embedder_checked(workspace, *indexed), self.db.write() as conn:
+        with self.db.write() as conn:
             row = conn.execute(
                 "UPDATE documents SET status = 'ready', last_error = NULL, content_type = ?,"
                 f" pages = ?, chunks = ? WHERE id = ? AND {WORKSPACE} AND status = 'processing'"
@@ -449,17 +448,17 @@ class DocumentTables(TermTables, VectorTables, KnowledgeStore):
             # bumped only now: a document no longer processing leaves the version alone
             def mark() -> Callable[[], Any]:
                 conn.execute(
-                    f"UPDATE documents SET version = {CHECKED_VERSION} WHERE seq = ?",
-                    [*workspace, *indexed, row["seq"]],
+                    f"UPDATE documents SET version = {_BUMPED_VERSION} WHERE seq = ?",
+                    [*workspace, row["seq"]],
                 )
                 return lambda: row
 
             written = self._write_chunks(
-                conn, workspace, document, mark, chunks, indexed, vectors, keep, term_counts
+                conn, workspace, document, mark, chunks, embedder, vectors, keep, term_counts
             )
             if event is not None:
                 self.record_event(event, now=time.time())
-        return written()
+            return written
 
     def fail_document(
         self,

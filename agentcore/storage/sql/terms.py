@@ -62,16 +62,16 @@ class TermTables(Tables, KnowledgeStore):
         self._term_lock = threading.Lock()
         self._term_sums: dict[tuple[str, str], TermSums] = {}
 
-    def _store_terms(self, conn: Connection, document_id: str, counts: TermCounts) -> None:
-        """Store a document's counts as one row, in the transaction that stores its
-        chunks, under its row's ``seq`` and version (written before, in that transaction);
-        ``delete_document`` takes them out."""
+    def _store_terms(
+        self, conn: Connection, workspace: Sequence[str], seq: int, version: int, counts: TermCounts
+    ) -> None:
+        """Store document ``seq``'s counts as one row, in the transaction that stores its
+        chunks (``version``: the one it bumped to); ``delete_document`` takes them out."""
         sentences, stems = counts
         conn.execute(
             "INSERT INTO document_terms (document_seq, organization_id, environment, version,"
-            " sentences, stems) SELECT seq, organization_id, environment, version, ?, ?"
-            " FROM documents WHERE id = ?",
-            [sentences, pack_stems(stems), document_id],
+            " sentences, stems) VALUES (?, ?, ?, ?, ?, ?)",
+            [seq, *workspace, version, sentences, pack_stems(stems)],
         )
 
     def _take_terms(self, conn: Connection, seq: int) -> dict[str, Any]:

@@ -9,8 +9,7 @@ version that deleted it, so a cached index catches up by applying only the delta
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -33,14 +32,6 @@ from agentcore.storage.sql.queries import WORKSPACE, insert_row
 SEGMENT_ROWS = 65_536  # ~100 MB of float32 at d=384: far below either database's 1 GB limit
 # Versions of deletions the change log keeps; a cache further behind reloads the workspace.
 TOMBSTONE_VERSIONS = 10_000
-# The version this transaction bumped the workspace to (``_send_bump``), only if the
-# workspace is indexed by the embedder and dimension given: NULL otherwise, which the
-# NOT NULL ``version`` of a segment or document row refuses, so a write for another
-# embedder aborts inside its own transaction, with no round trip to check first
-# (``_embedder_checked`` names the error). Parameters: workspace, embedder, dimension.
-CHECKED_VERSION = (
-    f"(SELECT version FROM knowledge_state WHERE {WORKSPACE} AND embedder = ? AND dimension = ?)"
-)
 
 
 def _segments(*, with_ids: bool) -> str:
@@ -89,34 +80,21 @@ class VectorTables(Tables):
         vectors: Vectors,
     ) -> None:
         """Append vectors as whole-buffer segments and bump the workspace version."""
-        workspace = (organization_id, environment)
-        with self._embedder_checked(workspace, embedder, dimension), self.db.write() as conn:
+        with self.db.write() as conn:
             # the bump first: on PostgreSQL its row lock orders concurrent writers, so
             # versions commit in order and each segment carries the version that added it
-            self._send_bump(conn, workspace, embedder, dimension)
+            version = self._bump(conn, organization_id, environment, embedder, dimension)
             self._insert_segments(
-                conn, organization_id, environment, document_id, embedder, dimension, ids, vectors
+                conn,
+                organization_id,
+                environment,
+                document_id,
+                embedder,
+                dimension,
+                version,
+                ids,
+                vectors,
             )
-
-    @contextmanager
-    def _embedder_checked(
-        self, workspace: tuple[str, str], embedder: str, dimension: int
-    ) -> Iterator[None]:
-        """Around a write whose rows take ``CHECKED_VERSION``: a ``StaleEmbedder`` for the
-        constraint error it raises when the workspace is indexed by another embedder or
-        dimension (read once the transaction has rolled back). Any other error, or one
-        inside a caller's transaction, passes as it is."""
-        try:
-            yield
-        except self.db.integrity_error:
-            if self.db.in_transaction:
-                raise
-            state = self.knowledge_state(*workspace)
-            if state.embedder is None or (state.embedder, state.dimension) == (embedder, dimension):
-                raise
-            raise StaleEmbedder(
-                f"the workspace is indexed by {state.embedder!r} with dimension {state.dimension}"
-            ) from None
 
     def _insert_segments(
         self,
@@ -126,11 +104,12 @@ class VectorTables(Tables):
         document_id: str | None,
         embedder: str,
         dimension: int,
+        version: int,
         ids: Ids,
         vectors: Vectors,
     ) -> None:
-        """Store ``ids`` and ``vectors`` as segments, in the caller's transaction, added
-        at the version it bumped the workspace to before (``CHECKED_VERSION``)."""
+        """Store ``ids`` and ``vectors`` as segments added at ``version`` (which the
+        caller's transaction bumped to, before), in that transaction."""
         ids, vectors = segment_arrays(ids, vectors, dimension)
         # at most the dialect's segment_bytes a segment: SQLite reads a row of one by
         # walking its pages from the start, PostgreSQL at its offset
@@ -140,7 +119,7 @@ class VectorTables(Tables):
             conn.execute(
                 "INSERT INTO vector_segments (organization_id, environment, document_id,"
                 " embedder, dimension, count, ids, vectors, version)"
-                f" VALUES (?, ?, ?, ?, ?, ?, ?, ?, {CHECKED_VERSION})",
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [
                     organization_id,
                     environment,
@@ -151,10 +130,7 @@ class VectorTables(Tables):
                     # buffers, not bytes: no second copy of a large document's vectors
                     ids[part].data.cast("B"),
                     vectors[part].data.cast("B"),
-                    organization_id,
-                    environment,
-                    embedder,
-                    dimension,
+                    version,
                 ],
             )
         if len(ids):
@@ -404,33 +380,50 @@ class VectorTables(Tables):
             current, added.ids, matrix, gone.astype(np.int64, copy=False), added.labels
         )
 
-    def _bump(self, conn: Connection, organization_id: str, environment: str) -> int:
-        """Advance the workspace version (in the caller's transaction); the new version."""
-        bump = self._send_bump(conn, (organization_id, environment), returning=True)
-        return int(bump.fetchone()["version"])
+    def _bump(
+        self,
+        conn: Connection,
+        organization_id: str,
+        environment: str,
+        embedder: str | None = None,
+        dimension: int | None = None,
+    ) -> int:
+        """Advance the workspace version (in the caller's transaction); the new version.
+        With ``embedder`` and ``dimension``: ``StaleEmbedder`` unless they are the
+        workspace's (``_bumped``)."""
+        bump = self._send_bump(conn, (organization_id, environment), embedder, dimension)
+        return self._bumped(bump.fetchone(), embedder, dimension)
 
     def _send_bump(
         self,
         conn: Connection,
         workspace: tuple[str, str],
-        embedder: str | None = None,
-        dimension: int | None = None,
-        *,
-        returning: bool = False,
+        embedder: str | None,
+        dimension: int | None,
     ) -> Cursor:
         """Advance the workspace version (in the caller's transaction), recording
-        ``embedder`` and ``dimension`` if it has none yet; the cursor (whose row holds
-        the new version, if ``returning``). Rows written after it in the transaction
-        take that version with ``CHECKED_VERSION``, so nothing waits for its answer."""
+        ``embedder`` and ``dimension`` if it has none yet; the cursor whose row
+        ``_bumped`` reads (in a pipelined write, later: see ``Database.deferred_row``)."""
         return conn.execute(
             "INSERT INTO knowledge_state AS s (organization_id, environment, embedder,"
             " dimension, version) VALUES (?, ?, ?, ?, 1) ON CONFLICT (organization_id,"
             " environment) DO UPDATE SET version = s.version + 1,"
             " embedder = COALESCE(s.embedder, excluded.embedder),"
             " dimension = COALESCE(s.dimension, excluded.dimension)"
-            + (" RETURNING version" if returning else ""),
+            " RETURNING version, embedder, dimension",
             [*workspace, embedder, dimension],
         )
+
+    def _bumped(self, row: Any, embedder: str | None = None, dimension: int | None = None) -> int:
+        """The version ``_send_bump``'s statement (its ``row``) advanced to. With
+        ``embedder`` and ``dimension``: raise ``StaleEmbedder`` unless the workspace's
+        are (now) those, the check a document write makes in its own transaction instead
+        of a read before it (the caller's transaction then rolls back)."""
+        if embedder is not None and (row["embedder"] != embedder or row["dimension"] != dimension):
+            raise StaleEmbedder(
+                f"the workspace is indexed by {row['embedder']!r} with dimension {row['dimension']}"
+            )
+        return int(row["version"])
 
     def _log_deletion(
         self,

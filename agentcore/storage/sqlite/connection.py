@@ -41,8 +41,6 @@ class Database:
     the same lock for reads and writes.
     """
 
-    integrity_error: type[Exception] = sqlite3.IntegrityError
-
     def __init__(self, path: str) -> None:
         self.path = path
         self.memory = path == ":memory:"
