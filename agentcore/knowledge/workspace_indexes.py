@@ -542,8 +542,9 @@ class WorkspaceIndexes:
             except ValidationFailed:
                 return False
         entry.version = version
-        self._observe("index.own_write", len(entry.pending))
+        added = len(entry.pending)
         entry.drop_held()
+        self._observe("index.own_write", added)
         return True
 
     def _load(self, key: Key, state: KnowledgeState) -> Slot[_Entry]:
@@ -707,7 +708,10 @@ class WorkspaceIndexes:
         if entry is None:
             return False
         if not entry.index.persisted:  # kept in RAM: compaction and merges there
-            return entry.index.maintain()
+            more = entry.index.maintain()
+            with self._lock(key):  # its rows' bytes changed: the budget's charge follows
+                self._charge(key, entry)
+            return more
         directory = self._directory(key)
         with directory.lock():
             with self._lock(key):

@@ -65,7 +65,7 @@ def test_insert_document_refuses_another_embedder_and_stores_nothing(core: Agent
 
 
 def test_a_document_without_indexed_chunks_is_refused_too(core: AgentCore) -> None:
-    # no segment row carries the check here: the document's own row does
+    # no segment row is written here: the version bump's answer is checked all the same
     org = core.create_organization("acme").id
     _insert(core, org, "bow", 8)
     before = _rows(core, org)
@@ -81,9 +81,10 @@ def test_add_vectors_refuses_another_embedder(core: AgentCore) -> None:
     org = core.create_organization("acme").id
     ids = _insert(core, org, "bow", 8)
     state = core.store.knowledge_state(org, "test")
-    wrong = np.ones((1, 16), dtype=np.float32) / 4
-    with pytest.raises(StaleEmbedder):
-        core.store.add_vectors(org, "test", None, "bow", 16, np.array(ids), wrong)
+    for embedder, dimension in (("other", 8), ("bow", 16)):
+        wrong = np.ones((1, dimension), dtype=np.float32) / 4
+        with pytest.raises(StaleEmbedder):
+            core.store.add_vectors(org, "test", None, embedder, dimension, np.array(ids), wrong)
     assert core.store.knowledge_state(org, "test") == state  # the bump rolled back
     assert core.store.count_vectors(org, "test") == 1
 

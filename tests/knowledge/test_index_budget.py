@@ -149,6 +149,32 @@ def test_the_cache_evicts_least_recently_searched_workspaces(db: Path) -> None:
         assert cache.stats()["loads"] == before + 1
 
 
+def test_compaction_in_ram_moves_the_charge_with_the_rows(db: Path) -> None:
+    # an index kept in RAM compacts away deleted rows in the background: the budget's
+    # charge must follow at once, not wait for the workspace's next write or load
+    with AgentCore.open(str(db), start_workers=False, index_dir="off") as core:
+        ws = core.workspace("acme", ENV)
+        documents = [
+            ws.knowledge.ingest_text(f"d{n}.txt", TEXT.format(n=n) * 20) for n in range(30)
+        ]
+        ws.knowledge.search("red pump")
+        key = (ws.organization_id, ENV)
+        entry = core.indexes._entries.get(key)
+        assert entry is not None
+        full = core.indexes.stats()["bytes"]
+        assert full == indexes_module._bytes_of(entry)
+        for document in documents[:25]:
+            ws.knowledge.delete(document.id)
+        assert core.indexes.wait_for_maintenance(30)
+        kept = sum(len(core.store.chunk_ids(*key, d.id)) for d in documents[25:])
+        assert len(entry.index) == kept
+        charged = core.indexes.stats()["bytes"]
+        assert charged == indexes_module._bytes_of(entry)
+        assert isinstance(full, int) and isinstance(charged, int) and charged < full / 2
+        ws.knowledge.search("red pump")  # a search alone (no write) keeps it right
+        assert core.indexes.stats()["bytes"] == indexes_module._bytes_of(entry)
+
+
 def _first_document(core: AgentCore, org: str) -> str:
     documents, _ = core.store.list_documents(org, ENV, limit=1, starting_after=None)
     return documents[0].id
