@@ -16,13 +16,17 @@ core, one process: the stores' concurrency, not more CPU); with ``--tenants`` ea
 into its own organization, as a node serving many tenants gets them (one workspace's
 writes queue on its version row on PostgreSQL, and on the workspace's lock in-process).
 
+``--paragraphs N`` makes each document N of those texts, one after the other (40
+gives documents of about 28 KB and 40 chunks, the size issue 24 measured with).
+
 Prints the median docs/s of ``--runs`` runs per store and version and PostgreSQL's
 time ÷ SQLite's, and the benchmark process's CPU time per document (less sensitive to
 other work on a shared machine than the wall clock; PostgreSQL's own processes are not
 counted).
 
 Run: ``python benchmarks/postgres_ingest.py [--docs 300] [--runs 3] [--peer REV]
-[--statements] [--synchronous-commit off] [--clients N [--tenants]] [--db URL]``
+[--statements] [--synchronous-commit off] [--clients N [--tenants]] [--paragraphs N]
+[--db URL]``
 (without ``--db`` a throwaway pgserver is started).
 """
 
@@ -116,11 +120,19 @@ def one_run(
     return out
 
 
+def documents(texts: list[str], paragraphs: int) -> list[str]:
+    """``texts`` joined ``paragraphs`` at a time, as blank-line separated paragraphs."""
+    return [
+        "\n\n".join(texts[start : start + paragraphs]) for start in range(0, len(texts), paragraphs)
+    ]
+
+
 def child(code: Path, url: str, args: argparse.Namespace, statements: bool) -> dict[str, float]:
     """One run in a fresh process; its JSON answer."""
     command = [sys.executable, __file__, "run", "--code", str(code), "--db", url]
     command += ["--squad", args.squad, "--docs", str(args.docs), "--clients", str(args.clients)]
     command += ["--tenants"] if args.tenants else []
+    command += ["--paragraphs", str(args.paragraphs)]
     done = subprocess.run(
         [*command, *(["--statements"] if statements else [])],
         check=True,
@@ -154,11 +166,12 @@ def main() -> int:
     parser.add_argument(
         "--tenants", action="store_true", help="each client into its own organization"
     )
+    parser.add_argument("--paragraphs", type=int, default=1, help="texts joined into each document")
     parser.add_argument("--db", help="postgresql:// URL of a server (default: a pgserver)")
     parser.add_argument("--code", default=str(REPO), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.mode == "run":
-        texts = corpus(Path(args.squad), args.docs)
+        texts = documents(corpus(Path(args.squad), args.docs * args.paragraphs), args.paragraphs)
         answer = one_run(
             Path(args.code), args.db, texts, args.statements, args.clients, args.tenants
         )
@@ -197,7 +210,7 @@ def main() -> int:
     print(
         f"ingest_text, one document per call from {args.clients} client thread(s)"
         f"{' (each its own tenant)' if args.tenants else ''},"
-        f" {args.docs} docs, default embedder, warm"
+        f" {args.docs} docs of {args.paragraphs} paragraph(s), default embedder, warm"
         f" index; median of {args.runs} runs (load average {load:.1f})\n"
     )
     print("| code | SQLite docs/s | PostgreSQL docs/s | PostgreSQL time ÷ SQLite's |")
