@@ -230,9 +230,10 @@ class Settings(BaseSettings):
     index_cache_bytes: int | None = Field(
         None,
         ge=0,
-        description="Most bytes of workspace indexes one process keeps loaded; past it the"
-        " least recently used workspaces are evicted (never one a search is using) and load"
-        " again at their next search. Unset: a quarter of the machine's memory (or of its"
+        description="Most bytes of workspace indexes one process keeps loaded (vector and"
+        " keyword indexes, the document tables filters read, the word counts chat reads);"
+        " past it the least recently used are evicted (never one a search is using) and load"
+        " again at their next use. Unset: a quarter of the machine's memory (or of its"
         " container's limit). Each process has its own: `serve --workers N` divides the"
         " unset default by N. See Deployment, 'Sizing a node for N tenants'.",
     )

@@ -47,7 +47,13 @@ from agentcore.redact import get_logger, hide_passwords
 from agentcore.runtime import Observer, Runtime, unobserved
 from agentcore.schema import Health, LoopState, Organization
 from agentcore.services import WorkspaceServices
-from agentcore.storage.base import Checkpointing, ReopenableStore, Store, VectorSearchStore
+from agentcore.storage.base import (
+    BudgetedStore,
+    Checkpointing,
+    ReopenableStore,
+    Store,
+    VectorSearchStore,
+)
 from agentcore.storage.records import IngestJob
 from agentcore.webhooks.delivery import WebhookRuntime
 from agentcore.webhooks.service import WebhookService
@@ -181,14 +187,24 @@ class AgentCore:
             **_segment_options(store, settings),
         )
         # each workspace's document metadata, which filters read (kept at the store's version)
-        self.metadata = MetadataCache(store)
+        self.metadata = MetadataCache(store, budget=self.indexes.budget)
+        if isinstance(store, BudgetedStore):  # the store's own per-workspace caches too
+            store.share_budget(self.indexes.budget)
         # BM25 indexes for keyword and hybrid search, built on a workspace's first use with
         # the same stemming tokenizer as the term counts
         self.keywords = KeywordCache(
-            store, extractive_tokens_of, catchup_max_rows=settings.index_catchup_max_rows
+            store,
+            extractive_tokens_of,
+            catchup_max_rows=settings.index_catchup_max_rows,
+            budget=self.indexes.budget,  # under index_cache_bytes with the vector indexes
         )
         # Prometheus metrics of this core (its own registry); `metrics = false` records none
-        self.metrics = Metrics(store, self.indexes, enabled=settings.metrics is not False)
+        self.metrics = Metrics(
+            store,
+            self.indexes,
+            caches={"keyword": self.keywords, "metadata": self.metadata},
+            enabled=settings.metrics is not False,
+        )
         # model calls run here, bounded in time even if a plugin hangs (threads start lazily)
         self.model_pool = self.runtime.executor("agentcore-model", MODEL_THREADS)
         self._started = False

@@ -14,8 +14,9 @@ workers (``livesum``). The HTTP adapter serves them at ``GET /metrics``.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
@@ -25,6 +26,7 @@ from prometheus_client.registry import Collector
 from agentcore.config import metrics_multiprocess_dir
 from agentcore.knowledge.workspace_indexes import WorkspaceIndexes
 from agentcore.redact import get_logger
+from agentcore.residency import ResidencyStats
 from agentcore.schema import Usage
 from agentcore.storage.base import ObservableStore, Store
 
@@ -36,6 +38,15 @@ SLOW_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.
 """Seconds: a chat turn waits for a model (and its tool steps), up to its time-out."""
 
 
+class SharesBudget(Protocol):
+    """A per-workspace cache charged to the index budget (``KeywordCache``,
+    ``MetadataCache``)."""
+
+    def stats(self) -> ResidencyStats:
+        """What it holds and has evicted."""
+        ...
+
+
 class Metrics:
     """What a core measures: knowledge searches, chat turns and their tokens (recorded
     as they happen, a few microseconds each) and, when scraped, its store's backlog and
@@ -43,6 +54,8 @@ class Metrics:
 
     :param store: read at scrape time (the backlog) and for connection counts.
     :param indexes: the core's loaded indexes, whose size is reported.
+    :param caches: the other per-workspace caches sharing the index budget, by name
+        (``keyword``, ``metadata``): what each is charged and has evicted.
     :param enabled: ``False`` records nothing (``Settings.metrics = false``).
     :param clock: wall-clock seconds (what ingestion leases are compared with).
     """
@@ -52,6 +65,7 @@ class Metrics:
         store: Store,
         indexes: WorkspaceIndexes,
         *,
+        caches: Mapping[str, SharesBudget] | None = None,
         enabled: bool = True,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -64,6 +78,7 @@ class Metrics:
         self.registry = CollectorRegistry()
         self._store = store
         self._indexes = indexes
+        self._caches = dict(caches or {})
         self._clock = clock
         registry = self.registry
         self._search = Histogram(
@@ -150,6 +165,38 @@ class Metrics:
             )
         ]
 
+        # the other caches charged to the same budget: keyword indexes, document tables
+        self._cache_gauges = [
+            (
+                field,
+                Gauge(
+                    name,
+                    documentation,
+                    ["cache"],
+                    registry=registry,
+                    multiprocess_mode="livesum",
+                ),
+            )
+            for field, name, documentation in (
+                (
+                    "bytes",
+                    "agentcore_workspace_cache_charged_bytes",
+                    "Bytes of other per-workspace caches (cache: keyword, metadata) charged"
+                    " to the index budget.",
+                ),
+                (
+                    "entries",
+                    "agentcore_workspace_cache_workspaces",
+                    "Workspaces each of those caches holds now.",
+                ),
+                (
+                    "evictions",
+                    "agentcore_workspace_cache_evictions",
+                    "Workspaces each of those caches evicted since the process started.",
+                ),
+            )
+        ]
+
     def searched(self, seconds: float) -> None:
         """A knowledge search took ``seconds``."""
         if self.enabled:
@@ -186,6 +233,10 @@ class Metrics:
         held = self._indexes.stats()
         for field, budget_gauge in self._index_budget:
             budget_gauge.set(held[field] or 0)
+        for name, cache in self._caches.items():
+            charged = cache.stats()
+            for field, cache_gauge in self._cache_gauges:
+                cache_gauge.labels(name).set(getattr(charged, field))
 
     def backlog(self) -> Collector:
         """A collector of the store's backlog (one read at each scrape): ingestion jobs

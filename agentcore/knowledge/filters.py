@@ -36,6 +36,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from agentcore.errors import invalid_fields
 from agentcore.knowledge.index import NO_LABEL
+from agentcore.residency import KeyedLocks, Residency, ResidencyStats
 from agentcore.schema import (
     BoundedFilter,
     CompoundFilter,
@@ -54,6 +55,8 @@ Mask = npt.NDArray[np.bool_]
 Labels = npt.NDArray[np.int64]
 
 _MISSING, _STRING, _NUMBER, _BOOLEAN = 0, 1, 2, 3
+# what a document costs a table besides its columns: its id, ordinal and metadata dict
+DOCUMENT_ENTRY_BYTES = 512
 _FILTER = TypeAdapter(BoundedFilter)
 _METADATA = TypeAdapter(Metadata)
 
@@ -179,6 +182,15 @@ class DocumentTable:
     def __len__(self) -> int:
         return len(self._ids)
 
+    @property
+    def nbytes(self) -> int:
+        """About the bytes the table holds: its columns' arrays, and each document's id,
+        ordinal and metadata at ``DOCUMENT_ENTRY_BYTES`` (Python objects)."""
+        columns = sum(
+            c.kinds.nbytes + c.numbers.nbytes + c.strings.nbytes for c in self._columns.values()
+        )
+        return columns + len(self._ids) * DOCUMENT_ENTRY_BYTES
+
     def apply(self, rows: Iterable[DocumentRow], version: int) -> None:
         """Learn these documents (new ones, or new metadata of known ones); the table
         is then at ``version``."""
@@ -300,25 +312,26 @@ class MetadataCache:
     metadata change by any process or node is seen by the next filtered search.
     Deleted documents stay in the table (their rows left the indexes with them);
     their seqs are never used again.
+
+    The tables are charged their ``nbytes`` to ``budget``, a ``Residency`` whose bounds
+    they share (the core's: ``index_cache_bytes``, with the indexes); an evicted table
+    is read again at the workspace's next filtered search.
     """
 
-    def __init__(self, store: KnowledgeStore) -> None:
+    def __init__(self, store: KnowledgeStore, *, budget: Residency[Any, Any] | None = None) -> None:
         self._store = store
-        self._tables: dict[tuple[str, str], DocumentTable] = {}
-        self._locks: dict[tuple[str, str], threading.Lock] = {}
-        self._guard = threading.Lock()
+        self._tables: Residency[tuple[str, str], DocumentTable] = Residency(share=budget)
+        self._locks: KeyedLocks[tuple[str, str]] = KeyedLocks()
 
     def table(self, organization_id: str, environment: str) -> DocumentTable:
         """The workspace's table, current with the store."""
         key = (organization_id, environment)
-        table = self._tables.get(key)
+        table = self._tables.touch(key)
         state = self._store.knowledge_state(organization_id, environment)
         if table is not None and table.version >= state.version:
             return table
-        with self._guard:
-            lock = self._locks.setdefault(key, threading.Lock())
-        with lock:
-            table = self._tables.get(key)
+        with self._locks.hold(key):
+            table = self._tables.touch(key)
             if table is not None and table.version >= state.version:
                 return table
             changes = self._store.documents_changed(
@@ -326,9 +339,16 @@ class MetadataCache:
             )
             if table is None:
                 table = DocumentTable()
-            table.apply(changes.documents, changes.version)
-            self._tables[key] = table
+                table.apply(changes.documents, changes.version)
+                self._tables.put(key, table, table.nbytes)
+            else:
+                table.apply(changes.documents, changes.version)
+                self._tables.charge(key, table, table.nbytes)
             return table
+
+    def stats(self) -> ResidencyStats:
+        """The tables held now, what they are charged and how many were evicted."""
+        return self._tables.stats()
 
     def selection(self, organization_id: str, environment: str, spec: Filter) -> Selection:
         """What ``spec`` selects among the workspace's documents now."""

@@ -31,13 +31,14 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 
 from agentcore.knowledge.index import GATHER_FRACTION, LabelFilter, encode_labels
 from agentcore.redact import get_logger
+from agentcore.residency import KeyedLocks, Residency, ResidencyStats
 
 if TYPE_CHECKING:
     from agentcore.storage.base import KnowledgeStore
@@ -51,6 +52,11 @@ K1 = 1.2
 B = 0.75
 MERGE_FRACTION = 8  # tail postings (or dead rows) past 1/8 of the base's: merge
 MIN_MERGE_POSTINGS = 65_536  # a tail smaller than this is never worth a merge
+# what a vocabulary entry (a stem's str, its int, the dict's slot) and a row map entry
+# (two ints and a slot) cost, as measured by the RSS of indexes built (benchmarks/
+# tenant_caches.py)
+VOCABULARY_ENTRY_BYTES = 80
+ROW_ENTRY_BYTES = 64
 _TEXT_BATCH = 2_000  # chunk texts read and tokenised at a time while loading
 _log = get_logger(__name__)
 
@@ -152,6 +158,22 @@ class KeywordIndex:
 
     def __len__(self) -> int:
         return self._snap.live
+
+    @property
+    def nbytes(self) -> int:
+        """About the bytes the index holds: its arrays, and its vocabulary and row map
+        at ``VOCABULARY_ENTRY_BYTES`` and ``ROW_ENTRY_BYTES`` an entry (Python objects)."""
+        snap = self._snap
+        arrays: list[npt.NDArray[Any]] = [snap.ids, snap.labels, snap.lengths, snap.alive, snap.df]
+        for postings in (snap.base, snap.tail):
+            arrays += [postings.starts, postings.rows, postings.tfs]
+        for triple in self._tail_triples:
+            arrays += triple
+        return (
+            sum(array.nbytes for array in arrays)
+            + len(self._vocabulary) * VOCABULARY_ENTRY_BYTES
+            + len(self._row_of) * ROW_ENTRY_BYTES
+        )
 
     def contains(self, chunk_id: int) -> bool:
         """Whether ``chunk_id`` is a live row."""
@@ -347,45 +369,68 @@ class KeywordIndex:
 __all__ = ["GATHER_FRACTION", "KeywordCache", "KeywordIndex"]
 
 
+@dataclass(eq=False)
+class _Built:
+    """A workspace's keyword index and the store version it reflects."""
+
+    version: int
+    index: KeywordIndex
+
+
 class KeywordCache:
     """Each workspace's ``KeywordIndex`` in this process, built on first use and kept
     at the store's version through its change log (``changes_since`` without vectors:
     the ids and labels of the rows added, the ids deleted; then the added chunks'
     texts). A gap the log cannot bridge rebuilds the workspace's index.
 
+    The indexes are charged their ``nbytes`` to ``budget``, a ``Residency`` whose bounds
+    they share (the core's: the vector indexes' ``index_cache_bytes``), so the least
+    recently used of all of them are evicted first; an evicted workspace builds again
+    at its next keyword search. A search keeps using the index it got.
+
     :param store: where chunks, their texts and the change log are.
     :param tokenize: the stemming tokenizer (``StemTokenizer.tokens_of``).
     :param catchup_max_rows: most rows to add from the log before a rebuild is preferred.
+    :param budget: the ``Residency`` whose bounds to share; ``None``: keep every index.
     """
 
     def __init__(
-        self, store: KnowledgeStore, tokenize: Tokenize, *, catchup_max_rows: int = 100_000
+        self,
+        store: KnowledgeStore,
+        tokenize: Tokenize,
+        *,
+        catchup_max_rows: int = 100_000,
+        budget: Residency[Any, Any] | None = None,
     ) -> None:
         self._store = store
         self._tokenize = tokenize
         self._catchup_max_rows = catchup_max_rows
-        self._entries: dict[tuple[str, str], tuple[int, KeywordIndex]] = {}
-        self._locks: dict[tuple[str, str], threading.Lock] = {}
-        self._guard = threading.Lock()
+        self._entries: Residency[tuple[str, str], _Built] = Residency(share=budget)
+        self._locks: KeyedLocks[tuple[str, str]] = KeyedLocks()
         self.builds = 0  # whole workspaces indexed (a number tests read)
 
     def get(self, organization_id: str, environment: str) -> KeywordIndex:
         """The workspace's keyword index, current with the store."""
         key = (organization_id, environment)
         version = self._store.knowledge_state(organization_id, environment).version
-        entry = self._entries.get(key)
-        if entry is not None and entry[0] == version:
-            return entry[1]
-        with self._guard:
-            lock = self._locks.setdefault(key, threading.Lock())
-        with lock:
-            entry = self._entries.get(key)
+        entry = self._entries.touch(key)
+        if entry is not None and entry.version == version:
+            return entry.index
+        with self._locks.hold(key):
+            entry = self._entries.touch(key)
             if entry is not None:
-                caught_up = self._catch_up(key, *entry)
+                if entry.version == version:
+                    return entry.index
+                caught_up = self._catch_up(key, entry.version, entry.index)
                 if caught_up is not None:
-                    self._entries[key] = (caught_up, entry[1])
-                    return entry[1]
+                    entry.version = caught_up
+                    self._entries.charge(key, entry, entry.index.nbytes)
+                    return entry.index
             return self._build(key)
+
+    def stats(self) -> ResidencyStats:
+        """The indexes held now, what they are charged and how many were evicted."""
+        return self._entries.stats()
 
     def _catch_up(self, key: tuple[str, str], version: int, index: KeywordIndex) -> int | None:
         """Apply the change log since ``version`` to ``index``; the version it reached,
@@ -410,7 +455,7 @@ class KeywordCache:
         rows = self._store.load_index(*key, 0, vectors=False)
         index = KeywordIndex(self._tokenize)
         self._add(index, rows.ids, rows.labels)
-        self._entries[key] = (version, index)
+        self._entries.put(key, _Built(version, index), index.nbytes)
         self.builds += 1
         # writes between the version read and the load are applied again by the next
         # catch-up only where they are new (contains), as the vector index does

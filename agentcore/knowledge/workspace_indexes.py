@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from urllib.parse import quote
 
 import numpy as np
@@ -20,9 +20,9 @@ from agentcore.errors import Conflict, InvalidRequest, ValidationFailed
 from agentcore.knowledge import kernels
 from agentcore.knowledge.embedders import Embedder, bounded_text
 from agentcore.knowledge.index import VectorIndex, codec_named, settle
-from agentcore.knowledge.residency import Residency, Slot
 from agentcore.knowledge.segments import Manifest, SegmentDirectory, SegmentError, WriteStages
 from agentcore.redact import get_logger
+from agentcore.residency import KeyedLocks, Residency, Slot
 from agentcore.runtime import Loop, Observer, Runtime, unobserved
 from agentcore.storage.base import VectorSearchStore
 from agentcore.storage.records import KnowledgeChanges, KnowledgeState, StaleEmbedder
@@ -195,9 +195,7 @@ class WorkspaceIndexes:
         self._entries: Residency[Key, _Entry] = Residency(
             budget_bytes=budget_bytes, max_files=max_mapped_files, on_evict=self._evicted
         )
-        # a lock per workspace being loaded or written, with how many threads want it
-        # (dropped when none does: 100,000 tenants leave no 100,000 locks behind)
-        self._locks: dict[Key, tuple[threading.RLock, list[int]]] = {}
+        self._locks: KeyedLocks[Key] = KeyedLocks()  # one load or write of a workspace at a time
         self._guard = threading.Lock()
         self._unwritten: dict[Key, _Entry] = {}  # see _evicted
         # workspaces whose embedder this object has checked and whose dtype is claimed:
@@ -235,20 +233,16 @@ class WorkspaceIndexes:
         rows = sum(len(entry.index) for entry in entries)
         return len(entries), rows, sum(entry.index.nbytes for entry in entries)
 
-    @contextlib.contextmanager
-    def _lock(self, key: Key) -> Iterator[None]:
+    @property
+    def budget(self) -> Residency[Any, Any]:
+        """What the loaded indexes are charged to: other per-workspace caches (keyword
+        indexes, document tables) share its bounds, ``index_cache_bytes``, so the least
+        recently used of all of them are evicted first."""
+        return self._entries
+
+    def _lock(self, key: Key) -> contextlib.AbstractContextManager[None]:
         """Hold ``key``'s lock (re-entrant): one load or write of a workspace at a time."""
-        with self._guard:
-            lock, wanted = self._locks.setdefault(key, (threading.RLock(), [0]))
-            wanted[0] += 1
-        try:
-            with lock:
-                yield
-        finally:
-            with self._guard:
-                wanted[0] -= 1
-                if not wanted[0]:
-                    del self._locks[key]
+        return self._locks.hold(key)
 
     def stats(self) -> dict[str, int | None]:
         """What the cache holds and has done, for metrics: ``entries`` (workspaces

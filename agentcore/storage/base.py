@@ -15,6 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from agentcore.events import Event
+from agentcore.residency import Residency
 from agentcore.schema import (
     Agent,
     ApiKey,
@@ -545,6 +546,17 @@ class ObservableStore(Protocol):
 
     def connection_stats(self) -> ConnectionStats:
         """This process's connections to the database."""
+
+
+@runtime_checkable
+class BudgetedStore(Protocol):
+    """Optional capability: a store that keeps per-workspace caches of its own (the
+    built-in stores: each workspace's sentence-count sums), which it can charge to the
+    budget the core's indexes are under (``index_cache_bytes``)."""
+
+    def share_budget(self, budget: Residency[Any, Any]) -> None:
+        """Charge this store's per-workspace caches to ``budget`` (a ``Residency`` whose
+        bounds they then share) from now on."""
 
 
 @runtime_checkable

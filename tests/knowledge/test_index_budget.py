@@ -20,9 +20,9 @@ from agentcore import AgentCore
 from agentcore.config import Settings, machine_memory
 from agentcore.knowledge import segments
 from agentcore.knowledge import workspace_indexes as indexes_module
-from agentcore.knowledge.residency import Residency
 from agentcore.knowledge.workspace_indexes import WorkspaceIndexes
 from agentcore.plugins.hashing_embedder import HashingEmbedder
+from agentcore.residency import Residency
 from agentcore.storage.records import IndexRows
 from agentcore.storage.sqlite import SQLiteStore
 

@@ -3,7 +3,10 @@
 One row per stem (``term_counts``, m009) put about 45 rows per document into scattered
 leaves of its term index, which made each SQLite ingestion commit write several times
 the pages it otherwise does (m011). Each process or node keeps its workspaces' sums and
-follows the change log to stay current, like the vector index.
+follows the change log to stay current, like the vector index. The sums are charged
+``TERM_ENTRY_BYTES`` a stem to a budget, the core's ``index_cache_bytes`` once it calls
+``share_budget`` (``TERM_SUMS_BYTES`` of a store alone): the least recently asked go
+first, and one asked again after that sums its documents' rows again.
 """
 
 from __future__ import annotations
@@ -12,7 +15,8 @@ import threading
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from agentcore.storage.base import KnowledgeStore
+from agentcore.residency import Residency
+from agentcore.storage.base import BudgetedStore, KnowledgeStore
 from agentcore.storage.records import TermCounts
 from agentcore.storage.sql.database import Connection, Tables
 from agentcore.storage.sql.queries import WORKSPACE, read_row
@@ -35,6 +39,13 @@ def unpack_stems(packed: str) -> Iterator[tuple[str, int]]:
             yield stem, int(count)
 
 
+#: Most bytes of workspaces' sums a store alone keeps (per process; a core charges
+#: them to its index budget instead).
+TERM_SUMS_BYTES = 32 << 20
+#: What one stem of a workspace's sums costs (its str, int and dict slot), about.
+TERM_ENTRY_BYTES = 96
+
+
 class TermSums:
     """One workspace's sentence counts summed over its documents, at a store version."""
 
@@ -55,12 +66,20 @@ class TermSums:
                 del counts[stem]
 
 
-class TermTables(Tables, KnowledgeStore):
+class TermTables(Tables, KnowledgeStore, BudgetedStore):
     """Documents' sentence counts and their sums (``KnowledgeStore.term_counts``)."""
 
     def __init__(self) -> None:
         self._term_lock = threading.Lock()
-        self._term_sums: dict[tuple[str, str], TermSums] = {}
+        self._term_sums: Residency[tuple[str, str], TermSums] = Residency(
+            budget_bytes=TERM_SUMS_BYTES
+        )
+
+    def share_budget(self, budget: Residency[Any, Any]) -> None:
+        """Charge the sums to ``budget`` (``BudgetedStore``); those kept so far go."""
+        with self._term_lock:
+            self._term_sums.clear()
+            self._term_sums = Residency(share=budget)
 
     def _store_terms(
         self, conn: Connection, workspace: Sequence[str], seq: int, version: int, counts: TermCounts
@@ -105,9 +124,15 @@ class TermTables(Tables, KnowledgeStore):
         # that are current need no more than it
         current = known is not None and self._version(key) == known.version
         with self._term_lock:
-            entry = self._term_sums.get(key)
+            sums = self._term_sums
+            kept = entry = sums.touch(key)  # now the most recently asked
             if entry is None or not current:
-                entry = self._term_sums[key] = self._current_term_sums(key, entry)
+                entry = self._current_term_sums(key, entry)
+                charge = (len(entry.counts) + 1) * TERM_ENTRY_BYTES
+                if entry is kept:
+                    sums.charge(key, entry, charge)
+                else:
+                    sums.put(key, entry, charge)
             counts = entry.counts
             return entry.sentences, {stem: counts[stem] for stem in wanted if counts.get(stem)}
 
