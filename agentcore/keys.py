@@ -21,6 +21,8 @@ if TYPE_CHECKING:
 
 RANDOM_CHARS = 32  # 32 base62 characters: 190 bits of randomness
 CHECKSUM_CHARS = 6  # base62 CRC32, as GitHub tokens carry
+#: How many keys' last touches are remembered before those older than the interval go.
+SWEEP_TOUCHES = 10_000
 ENVIRONMENTS: tuple[Environment, ...] = ("test", "live")
 SCOPES: tuple[Scope, ...] = ("read", "write")
 _KEY_PATTERN = re.compile(
@@ -103,6 +105,7 @@ class KeyManager:
         self._lock = threading.Lock()
         self._toucher = toucher
         self._pending_touches: dict[str, datetime] = {}
+        self._sweep_touches_at = SWEEP_TOUCHES
 
     def create(
         self,
@@ -226,6 +229,15 @@ class KeyManager:
             if last is not None and not _older_than(last, now, interval):
                 return  # a touch for this key is already queued or just written
             self._pending_touches[key_id] = now
+            if len(self._pending_touches) >= self._sweep_touches_at:
+                # one older than the interval is the same as none: keys used once by
+                # 100,000 tenants leave no 100,000 entries behind
+                self._pending_touches = {
+                    k: t
+                    for k, t in self._pending_touches.items()
+                    if not _older_than(t, now, interval)
+                }
+                self._sweep_touches_at = max(SWEEP_TOUCHES, 2 * len(self._pending_touches))
         if self._toucher is None:
             self._store.update_key(key_id, last_used_at=isoformat(now))
         else:

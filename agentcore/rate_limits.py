@@ -16,6 +16,9 @@ from agentcore.config import Settings
 from agentcore.errors import Decision, RateLimited
 from agentcore.storage.base import RateLimitStore
 
+#: How many local buckets are kept before those full again are dropped.
+SWEEP_BUCKETS = 10_000
+
 
 class RateLimiter:
     """Token buckets keyed by API key id: ``rate`` tokens a second, burst of ``rate``
@@ -47,6 +50,11 @@ class RateLimiter:
         self._clock = clock or default
         self._buckets: dict[str, tuple[float, float]] = {}  # key -> (tokens, last refill)
         self._lock = threading.Lock()
+        # a bucket untouched this long is full again, the same as none: such buckets are
+        # dropped whenever the buckets pass _sweep_at (keys of 100,000 tenants leave no
+        # 100,000 buckets behind)
+        self._full_after = max(max(r, 1.0) / r for r in self._rates.values() if r > 0)
+        self._sweep_at = SWEEP_BUCKETS
 
     @property
     def backend(self) -> str:
@@ -69,6 +77,8 @@ class RateLimiter:
                 if allowed:
                     tokens -= 1.0
                 self._buckets[key_id] = (tokens, now)
+                if len(self._buckets) >= self._sweep_at:
+                    self._sweep(now)
         return Decision(
             allowed=allowed,
             limit=rate,
@@ -76,6 +86,12 @@ class RateLimiter:
             reset=(burst - tokens) / rate,
             retry_after=0.0 if allowed else (1.0 - tokens) / rate,
         )
+
+    def _sweep(self, now: float) -> None:
+        """Drop the buckets full again (lock held); sweep next at twice what is left."""
+        idle = now - self._full_after
+        self._buckets = {key: b for key, b in self._buckets.items() if b[1] > idle}
+        self._sweep_at = max(SWEEP_BUCKETS, 2 * len(self._buckets))
 
     def enforce(self, key_id: str, environment: str) -> Decision:
         """The decision for an allowed request, or ``RateLimited`` (429) carrying it."""

@@ -294,3 +294,31 @@ def test_a_remembered_key_is_refused_as_soon_as_it_is_revoked(tmp_path: Path) ->
     finally:
         first.close()
         second.close()
+
+
+def test_deferred_touches_of_many_keys_are_not_all_remembered(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A key's last deferred touch is remembered only while it still stops another write:
+    past ``SWEEP_TOUCHES`` of them, those older than the touch interval are dropped."""
+    from agentcore import keys as keys_module
+
+    monkeypatch.setattr(keys_module, "SWEEP_TOUCHES", 4)
+    core = AgentCore.open(tmp_path / "k.db", key_touch_interval=0.2)
+    try:
+        core.create_organization("acme")
+        made = [core.keys.create("acme", "test") for _ in range(4)]
+        remembered = core.keys._pending_touches  # the service's record of queued touches
+        for key in made[:3]:
+            core.authenticate(key.secret, defer_touch=True)
+        assert len(core.keys._pending_touches) == 3
+        time.sleep(0.3)  # the three are now older than the interval
+        core.authenticate(made[3].secret, defer_touch=True)  # the 4th entry: a sweep
+        assert set(core.keys._pending_touches) == {made[3].id}
+        assert remembered is not core.keys._pending_touches
+        core.authenticate(made[3].secret, defer_touch=True)  # still within its interval
+    finally:
+        core.close()
+    with AgentCore.open(tmp_path / "k.db") as again:
+        used = {key.id: key.last_used_at for key in again.keys.list("acme")}
+        assert all(used[key.id] is not None for key in made)

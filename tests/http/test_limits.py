@@ -254,6 +254,27 @@ def test_buckets_are_independent_and_live_uses_its_own_rate() -> None:
     assert rate_limit_headers(live[0])["RateLimit"] == '"per-key";r=3;t=1'
 
 
+def test_local_buckets_full_again_are_dropped_but_drained_ones_are_kept(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from agentcore import rate_limits
+
+    monkeypatch.setattr(rate_limits, "SWEEP_BUCKETS", 100)
+    clock = FakeClock()
+    # the longest refill: a live key at 0.5/s is full again 2 s after its last take
+    limiter = RateLimiter(Settings(rate_limit_test=2, rate_limit_live=0.5), clock=clock)
+    for n in range(99):  # keys of many tenants, each used once
+        assert limiter.check(f"key_{n}", "test").allowed
+    assert len(limiter._buckets) == 99
+    clock.now += 2.5  # all 99 are full again
+    assert [limiter.check("drained", "live").allowed for _ in range(2)] == [True, False]
+    assert set(limiter._buckets) == {"drained"}  # the 100th bucket swept the full ones
+    assert not limiter.check("drained", "live").allowed  # its own state survived
+    clock.now += 2.0
+    assert limiter.check("drained", "live").allowed
+    assert [limiter.check("key_0", "test").allowed for _ in range(3)] == [True, True, False]
+
+
 def test_enforce_raises_429_carrying_the_facts() -> None:
     clock = FakeClock()
     limiter = RateLimiter(Settings(rate_limit_test=1), clock=clock)
