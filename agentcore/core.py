@@ -202,7 +202,11 @@ class AgentCore:
         self.metrics = Metrics(
             store,
             self.indexes,
-            caches={"keyword": self.keywords, "metadata": self.metadata},
+            caches={
+                "keyword": self.keywords.stats,
+                "metadata": self.metadata.stats,
+                **({"terms": store.cache_stats} if isinstance(store, BudgetedStore) else {}),
+            },
             enabled=settings.metrics is not False,
         )
         # model calls run here, bounded in time even if a plugin hangs (threads start lazily)

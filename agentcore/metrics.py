@@ -16,7 +16,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
@@ -38,15 +37,6 @@ SLOW_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.
 """Seconds: a chat turn waits for a model (and its tool steps), up to its time-out."""
 
 
-class SharesBudget(Protocol):
-    """A per-workspace cache charged to the index budget (``KeywordCache``,
-    ``MetadataCache``)."""
-
-    def stats(self) -> ResidencyStats:
-        """What it holds and has evicted."""
-        ...
-
-
 class Metrics:
     """What a core measures: knowledge searches, chat turns and their tokens (recorded
     as they happen, a few microseconds each) and, when scraped, its store's backlog and
@@ -55,7 +45,8 @@ class Metrics:
     :param store: read at scrape time (the backlog) and for connection counts.
     :param indexes: the core's loaded indexes, whose size is reported.
     :param caches: the other per-workspace caches sharing the index budget, by name
-        (``keyword``, ``metadata``): what each is charged and has evicted.
+        (``keyword``, ``metadata``, ``terms``): the ``stats`` of each, what it is
+        charged and has evicted.
     :param enabled: ``False`` records nothing (``Settings.metrics = false``).
     :param clock: wall-clock seconds (what ingestion leases are compared with).
     """
@@ -65,7 +56,7 @@ class Metrics:
         store: Store,
         indexes: WorkspaceIndexes,
         *,
-        caches: Mapping[str, SharesBudget] | None = None,
+        caches: Mapping[str, Callable[[], ResidencyStats]] | None = None,
         enabled: bool = True,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -181,7 +172,7 @@ class Metrics:
                 (
                     "bytes",
                     "agentcore_workspace_cache_charged_bytes",
-                    "Bytes of other per-workspace caches (cache: keyword, metadata) charged"
+                    "Bytes of other per-workspace caches (cache: keyword, metadata, terms) charged"
                     " to the index budget.",
                 ),
                 (
@@ -234,7 +225,7 @@ class Metrics:
         for field, budget_gauge in self._index_budget:
             budget_gauge.set(held[field] or 0)
         for name, cache in self._caches.items():
-            charged = cache.stats()
+            charged = cache()
             for field, cache_gauge in self._cache_gauges:
                 cache_gauge.labels(name).set(getattr(charged, field))
 

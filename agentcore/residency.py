@@ -191,6 +191,15 @@ class Residency(Generic[K, V]):
                 self._uncharge(slot)
             self._slots.clear()
 
+    def detach(self) -> None:
+        """Forget every value and leave the bounds this object shares (it is not used
+        again): what it held is no longer charged, and evictions no longer look at it."""
+        with self._lock:
+            for slot in self._slots.values():
+                self._uncharge(slot)
+            self._slots.clear()
+            self._group.members.remove(self)
+
     def stats(self) -> ResidencyStats:
         """What is held now and how much was evicted so far."""
         with self._lock:

@@ -57,6 +57,7 @@ Labels = npt.NDArray[np.int64]
 _MISSING, _STRING, _NUMBER, _BOOLEAN = 0, 1, 2, 3
 # what a document costs a table besides its columns: its id, ordinal and metadata dict
 DOCUMENT_ENTRY_BYTES = 512
+_OBJECT_BYTES = 50  # a small str or number object
 _FILTER = TypeAdapter(BoundedFilter)
 _METADATA = TypeAdapter(Metadata)
 
@@ -160,6 +161,12 @@ _ORDER: dict[str, Callable[[Any, Any], Any]] = {
 }
 
 
+def _payload_of(metadata: Mapping[str, Any]) -> int:
+    """About what one document's metadata keys and values hold beyond its dict: their
+    text and a Python object each."""
+    return sum(len(key) + len(str(value)) + 2 * _OBJECT_BYTES for key, value in metadata.items())
+
+
 class DocumentTable:
     """One workspace's documents as filters read them, at a store version.
 
@@ -178,18 +185,20 @@ class DocumentTable:
         self._columns: dict[str, _Column] = {}
         self._capacity = 0
         self._sorted: tuple[Labels, npt.NDArray[np.int64]] | None = None
+        self._payload = 0  # the metadata's keys and values, about (see _payload_of)
 
     def __len__(self) -> int:
         return len(self._ids)
 
     @property
     def nbytes(self) -> int:
-        """About the bytes the table holds: its columns' arrays, and each document's id,
-        ordinal and metadata at ``DOCUMENT_ENTRY_BYTES`` (Python objects)."""
+        """About the bytes the table holds: its columns' arrays, each document's id,
+        ordinal and metadata dict at ``DOCUMENT_ENTRY_BYTES``, and its metadata's keys and
+        values (Python objects)."""
         columns = sum(
             c.kinds.nbytes + c.numbers.nbytes + c.strings.nbytes for c in self._columns.values()
         )
-        return columns + len(self._ids) * DOCUMENT_ENTRY_BYTES
+        return columns + len(self._ids) * DOCUMENT_ENTRY_BYTES + self._payload
 
     def apply(self, rows: Iterable[DocumentRow], version: int) -> None:
         """Learn these documents (new ones, or new metadata of known ones); the table
@@ -214,6 +223,7 @@ class DocumentTable:
                     if key not in self._columns:
                         self._columns[key] = _Column(self._capacity)
                     self._columns[key].set(at, value)
+                self._payload += _payload_of(row.metadata) - _payload_of(old)
                 self._metadata[at] = dict(row.metadata)
             self.version = max(self.version, version)
 

@@ -15,7 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from agentcore.events import Event
-from agentcore.residency import Residency
+from agentcore.residency import Residency, ResidencyStats
 from agentcore.schema import (
     Agent,
     ApiKey,
@@ -557,6 +557,9 @@ class BudgetedStore(Protocol):
     def share_budget(self, budget: Residency[Any, Any]) -> None:
         """Charge this store's per-workspace caches to ``budget`` (a ``Residency`` whose
         bounds they then share) from now on."""
+
+    def cache_stats(self) -> ResidencyStats:
+        """What those caches hold, are charged and have evicted (for the metrics)."""
 
 
 @runtime_checkable

@@ -263,12 +263,14 @@ def test_local_buckets_full_again_are_dropped_but_drained_ones_are_kept(
     clock = FakeClock()
     # the longest refill: a live key at 0.5/s is full again 2 s after its last take
     limiter = RateLimiter(Settings(rate_limit_test=2, rate_limit_live=0.5), clock=clock)
-    for n in range(99):  # keys of many tenants, each used once
+    for n in range(98):  # keys of many tenants, each used once
         assert limiter.check(f"key_{n}", "test").allowed
-    assert len(limiter._buckets) == 99
-    clock.now += 2.5  # all 99 are full again
+    clock.now += 1.0
     assert [limiter.check("drained", "live").allowed for _ in range(2)] == [True, False]
-    assert set(limiter._buckets) == {"drained"}  # the 100th bucket swept the full ones
+    assert len(limiter._buckets) == 99
+    clock.now += 1.5  # the 98 are full again; drained is not (0.75 of its token back)
+    assert limiter.check("other", "test").allowed  # the 100th bucket: a sweep
+    assert set(limiter._buckets) == {"drained", "other"}
     assert not limiter.check("drained", "live").allowed  # its own state survived
     clock.now += 2.0
     assert limiter.check("drained", "live").allowed

@@ -1,9 +1,9 @@
 """Every per-workspace cache of a process is bounded, not only the vector indexes.
 
-Keyword (BM25) indexes and the document tables filters read share the vector indexes'
-budget (``index_cache_bytes``): the least recently used of all of them go first, and
-an evicted one is built again at its next use, with the same answers. The sentence-count
-sums chat reads are bounded by the store (``TERM_SUMS_BYTES``).
+Keyword (BM25) indexes, the document tables filters read and the sentence-count sums
+chat reads share the vector indexes' budget (``index_cache_bytes``): the least recently
+used of all of them go first, and an evicted one is built again at its next use, with
+the same answers. A store opened alone bounds its sums at ``TERM_SUMS_BYTES``.
 """
 
 from __future__ import annotations
@@ -225,6 +225,11 @@ def test_term_sums_share_the_index_budget_and_stay_right(tmp_path: Path) -> None
             for n in (count - 2, count - 1)
         ]
         assert kept.stats().evictions == 2 * count - 2
+        bounded.metrics.refresh()
+        terms_cache = {"cache": "terms"}
+        sample = bounded.metrics.registry.get_sample_value
+        assert sample("agentcore_workspace_cache_evictions", terms_cache) == 2 * count - 2
+        assert sample("agentcore_workspace_cache_workspaces", terms_cache) == 2
     assert expected[0].sentences > 0 and expected[0].counts
 
 
@@ -245,3 +250,25 @@ def test_a_store_alone_bounds_its_term_sums(
         assert [store.term_counts(org, ENV, ["pump"]) for org in orgs] == counts
     finally:
         store.close()
+
+
+def test_sharing_the_budget_again_leaves_the_old_membership(tmp_path: Path) -> None:
+    with AgentCore.open(str(tmp_path / "a.db"), start_workers=False) as core:
+        budget = core.indexes.budget
+        members = len(budget._group.members)  # vectors, keywords, tables, sums
+        assert members == 4
+        core.store.share_budget(budget)  # type: ignore[attr-defined]
+        assert len(budget._group.members) == members
+
+
+def test_a_document_table_is_charged_its_metadata_text(tmp_path: Path) -> None:
+    with AgentCore.open(str(tmp_path / "a.db"), start_workers=False) as core:
+        ws = core.workspace("acme", ENV)
+        long = {f"key{n}": "x" * 400 for n in range(10)}
+        ws.knowledge.ingest_text("short.txt", "Red pumps need oil.", metadata={"a": 1})
+        short = core.metadata.table(ws.organization_id, ENV).nbytes
+        ws.knowledge.ingest_text("long.txt", "Blue pumps need grease.", metadata=long)
+        table = core.metadata.table(ws.organization_id, ENV)
+        assert table.nbytes - short > 10 * 400
+        ws.knowledge.search("pumps", filter={"type": "eq", "key": "a", "value": 1})
+        assert core.metadata.stats().bytes == table.nbytes

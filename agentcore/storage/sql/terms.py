@@ -15,7 +15,7 @@ import threading
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from agentcore.residency import Residency
+from agentcore.residency import Residency, ResidencyStats
 from agentcore.storage.base import BudgetedStore, KnowledgeStore
 from agentcore.storage.records import TermCounts
 from agentcore.storage.sql.database import Connection, Tables
@@ -78,8 +78,12 @@ class TermTables(Tables, KnowledgeStore, BudgetedStore):
     def share_budget(self, budget: Residency[Any, Any]) -> None:
         """Charge the sums to ``budget`` (``BudgetedStore``); those kept so far go."""
         with self._term_lock:
-            self._term_sums.clear()
+            self._term_sums.detach()
             self._term_sums = Residency(share=budget)
+
+    def cache_stats(self) -> ResidencyStats:
+        """What the sums kept are charged and how many were evicted (``BudgetedStore``)."""
+        return self._term_sums.stats()
 
     def _store_terms(
         self, conn: Connection, workspace: Sequence[str], seq: int, version: int, counts: TermCounts
