@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, cast
 
 from agentcore.errors import AuthenticationError, InvalidRequest, NotFound, ValidationFailed
 from agentcore.ids import BASE62, isoformat, new_id, random_base62, to_base62, utcnow
+from agentcore.residency import Sweeper
 from agentcore.schema import ApiKey, Environment, IssuedKey, Scope
 
 if TYPE_CHECKING:
@@ -105,7 +106,7 @@ class KeyManager:
         self._lock = threading.Lock()
         self._toucher = toucher
         self._pending_touches: dict[str, datetime] = {}
-        self._sweep_touches_at = SWEEP_TOUCHES
+        self._sweep_touches = Sweeper(SWEEP_TOUCHES)
 
     def create(
         self,
@@ -229,15 +230,11 @@ class KeyManager:
             if last is not None and not _older_than(last, now, interval):
                 return  # a touch for this key is already queued or just written
             self._pending_touches[key_id] = now
-            if len(self._pending_touches) >= self._sweep_touches_at:
-                # one older than the interval is the same as none: keys used once by
-                # 100,000 tenants leave no 100,000 entries behind
-                self._pending_touches = {
-                    k: t
-                    for k, t in self._pending_touches.items()
-                    if not _older_than(t, now, interval)
-                }
-                self._sweep_touches_at = max(SWEEP_TOUCHES, 2 * len(self._pending_touches))
+            # one older than the interval is the same as none: keys used once by 100,000
+            # tenants leave no 100,000 entries behind
+            self._pending_touches = self._sweep_touches(
+                self._pending_touches, lambda last: not _older_than(last, now, interval)
+            )
         if self._toucher is None:
             self._store.update_key(key_id, last_used_at=isoformat(now))
         else:

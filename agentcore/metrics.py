@@ -156,7 +156,8 @@ class Metrics:
             )
         ]
 
-        # the other caches charged to the same budget: keyword indexes, document tables
+        # the other caches charged to the same budget: keyword indexes, document tables,
+        # the store's word-count sums
         self._cache_gauges = [
             (
                 field,

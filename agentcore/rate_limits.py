@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from agentcore.config import Settings
 from agentcore.errors import Decision, RateLimited
+from agentcore.residency import Sweeper
 from agentcore.storage.base import RateLimitStore
 
 #: How many local buckets are kept before those full again are dropped.
@@ -51,10 +52,9 @@ class RateLimiter:
         self._buckets: dict[str, tuple[float, float]] = {}  # key -> (tokens, last refill)
         self._lock = threading.Lock()
         # a bucket untouched this long is full again, the same as none: such buckets are
-        # dropped whenever the buckets pass _sweep_at (keys of 100,000 tenants leave no
-        # 100,000 buckets behind)
+        # swept out (keys of 100,000 tenants leave no 100,000 buckets behind)
         self._full_after = max(max(r, 1.0) / r for r in self._rates.values() if r > 0)
-        self._sweep_at = SWEEP_BUCKETS
+        self._sweep = Sweeper(SWEEP_BUCKETS)
 
     @property
     def backend(self) -> str:
@@ -77,8 +77,8 @@ class RateLimiter:
                 if allowed:
                     tokens -= 1.0
                 self._buckets[key_id] = (tokens, now)
-                if len(self._buckets) >= self._sweep_at:
-                    self._sweep(now)
+                idle = now - self._full_after
+                self._buckets = self._sweep(self._buckets, lambda bucket: bucket[1] > idle)
         return Decision(
             allowed=allowed,
             limit=rate,
@@ -86,12 +86,6 @@ class RateLimiter:
             reset=(burst - tokens) / rate,
             retry_after=0.0 if allowed else (1.0 - tokens) / rate,
         )
-
-    def _sweep(self, now: float) -> None:
-        """Drop the buckets full again (lock held); sweep next at twice what is left."""
-        idle = now - self._full_after
-        self._buckets = {key: b for key, b in self._buckets.items() if b[1] > idle}
-        self._sweep_at = max(SWEEP_BUCKETS, 2 * len(self._buckets))
 
     def enforce(self, key_id: str, environment: str) -> Decision:
         """The decision for an allowed request, or ``RateLimited`` (429) carrying it."""

@@ -125,8 +125,7 @@ class Residency(Generic[K, V]):
             if slot is None or (accept is not None and not accept(slot.value)):
                 return None
             slot.users += 1
-            slot.used = self._group.tick()
-            self._slots.move_to_end(key)
+            self._use(key, slot)
             return slot
 
     def touch(self, key: K) -> V | None:
@@ -136,8 +135,7 @@ class Residency(Generic[K, V]):
             slot = self._slots.get(key)
             if slot is None:
                 return None
-            slot.used = self._group.tick()
-            self._slots.move_to_end(key)
+            self._use(key, slot)
             return slot.value
 
     def release(self, slot: Slot[V]) -> None:
@@ -162,16 +160,24 @@ class Residency(Generic[K, V]):
         self._told(evicted)
         return slot
 
-    def charge(self, key: K, value: V, nbytes: int, files: int = 0) -> None:
-        """``key``'s value (if it is still ``value``) now costs ``nbytes`` and ``files``."""
+    def keep(self, key: K, value: V, nbytes: int) -> None:
+        """``charge`` ``value`` ``nbytes`` if it is ``key``'s, else ``put`` it: what a
+        cache that updates its values in place does after each update."""
+        if not self.charge(key, value, nbytes):
+            self.put(key, value, nbytes)
+
+    def charge(self, key: K, value: V, nbytes: int, files: int = 0) -> bool:
+        """``key``'s value (if it is still ``value``) now costs ``nbytes`` and ``files``;
+        whether it is still ``value``."""
         with self._lock:
             slot = self._slots.get(key)
             if slot is None or slot.value is not value:
-                return
+                return False
             self._charge(nbytes - slot.nbytes, files - slot.files)
             slot.nbytes, slot.files = nbytes, files
             evicted = self._evict_locked()
         self._told(evicted)
+        return True
 
     def discard(self, key: K, value: V | None = None) -> V | None:
         """Forget ``key`` (only if its value is ``value``, when given); the value forgotten.
@@ -223,6 +229,11 @@ class Residency(Generic[K, V]):
         """The keys, least recently used first."""
         with self._lock:
             return list(self._slots)
+
+    def _use(self, key: K, slot: Slot[V]) -> None:
+        # the most recently used now, of this member and of the group (lock held)
+        slot.used = self._group.tick()
+        self._slots.move_to_end(key)
 
     def _charge(self, nbytes: int, files: int) -> None:
         self._bytes += nbytes
@@ -290,3 +301,21 @@ class KeyedLocks(Generic[K]):
                 wanted[0] -= 1
                 if not wanted[0]:
                     del self._locks[key]
+
+
+class Sweeper:
+    """Bounds a per-key dict whose old entries mean nothing (the same as no entry): once
+    it reaches ``floor`` entries, or twice what the last sweep left, only those ``keep``
+    says still matter stay. Call it after each insertion (the caller's lock held)."""
+
+    def __init__(self, floor: int) -> None:
+        self._floor = floor
+        self._at = floor
+
+    def __call__(self, entries: dict[K, V], keep: Callable[[V], bool]) -> dict[K, V]:
+        """``entries``, or when a sweep is due, a new dict of the ones to keep."""
+        if len(entries) < self._at:
+            return entries
+        kept = {key: value for key, value in entries.items() if keep(value)}
+        self._at = max(self._floor, 2 * len(kept))
+        return kept

@@ -349,11 +349,8 @@ class MetadataCache:
             )
             if table is None:
                 table = DocumentTable()
-                table.apply(changes.documents, changes.version)
-                self._tables.put(key, table, table.nbytes)
-            else:
-                table.apply(changes.documents, changes.version)
-                self._tables.charge(key, table, table.nbytes)
+            table.apply(changes.documents, changes.version)
+            self._tables.keep(key, table, table.nbytes)
             return table
 
     def stats(self) -> ResidencyStats:

@@ -128,15 +128,10 @@ class TermTables(Tables, KnowledgeStore, BudgetedStore):
         # that are current need no more than it
         current = known is not None and self._version(key) == known.version
         with self._term_lock:
-            sums = self._term_sums
-            kept = entry = sums.touch(key)  # now the most recently asked
+            entry = self._term_sums.touch(key)  # now the most recently asked
             if entry is None or not current:
                 entry = self._current_term_sums(key, entry)
-                charge = (len(entry.counts) + 1) * TERM_ENTRY_BYTES
-                if entry is kept:
-                    sums.charge(key, entry, charge)
-                else:
-                    sums.put(key, entry, charge)
+                self._term_sums.keep(key, entry, (len(entry.counts) + 1) * TERM_ENTRY_BYTES)
             counts = entry.counts
             return entry.sentences, {stem: counts[stem] for stem in wanted if counts.get(stem)}
 
