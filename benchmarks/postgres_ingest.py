@@ -10,7 +10,11 @@ the code (extracted with ``git archive``) in the same invocation. ``--statements
 also counts, in one extra PostgreSQL run of this checkout, the statements sent per
 document (by wrapping psycopg's cursor: benchmark only). ``--synchronous-commit off``
 sets that on the benchmark's own PostgreSQL sessions, to see what the commit's WAL
-flush costs (a diagnosis: the store never changes it). ``--clients N`` ingests from N
+flush costs (a diagnosis: the store never changes it). ``--sqlite-synchronous full``
+sets SQLite's ``synchronous`` to ``FULL`` (its WAL synced at every commit, as
+PostgreSQL's default syncs its WAL; the store's own ``NORMAL`` syncs only at
+checkpoints, so a power cut may undo the last commits): the two at equal durability,
+again a diagnosis made by wrapping the store's connect (benchmark only). ``--clients N`` ingests from N
 threads at once, each its own share of the documents, as N uploading clients would (one
 core, one process: the stores' concurrency, not more CPU); with ``--tenants`` each
 into its own organization, as a node serving many tenants gets them (one workspace's
@@ -25,7 +29,7 @@ other work on a shared machine than the wall clock; PostgreSQL's own processes a
 counted).
 
 Run: ``python benchmarks/postgres_ingest.py [--docs 300] [--runs 3] [--peer REV]
-[--statements] [--synchronous-commit off] [--clients N [--tenants]] [--paragraphs N]
+[--statements] [--synchronous-commit off] [--sqlite-synchronous full] [--clients N [--tenants]] [--paragraphs N]
 [--db URL]``
 (without ``--db`` a throwaway pgserver is started).
 """
@@ -72,6 +76,21 @@ def count_statements() -> dict[str, int]:
     return counts
 
 
+def sync_sqlite_commits() -> None:
+    """Make the SQLite store's connections sync the WAL at every commit (``synchronous
+    = FULL``) from here on. Benchmark only."""
+    from agentcore.storage.sqlite.connection import Database
+
+    connect = Database._connect
+
+    def full(self: Any) -> Any:
+        conn = connect(self)
+        conn.execute("PRAGMA synchronous = FULL")
+        return conn
+
+    Database._connect = full  # type: ignore[method-assign]
+
+
 def one_run(
     code: Path,
     url: str,
@@ -79,6 +98,7 @@ def one_run(
     statements: bool,
     clients: int = 1,
     tenants: bool = False,
+    sqlite_full: bool = False,
 ) -> dict[str, float]:
     """Ingest ``texts`` into the empty store ``url`` with ``code``'s ``agentcore``, from
     ``clients`` threads at once (each its own share of ``texts``; with ``tenants`` each
@@ -89,6 +109,8 @@ def one_run(
 
     assert Path(agentcore.__file__).resolve().is_relative_to(code.resolve())
     counts = count_statements() if statements else None
+    if sqlite_full:
+        sync_sqlite_commits()
     core = AgentCore.open(url, start_workers=False)
     spaces = [
         core.workspace(f"bench-{client}" if tenants else "bench", "test").knowledge
@@ -133,6 +155,7 @@ def child(code: Path, url: str, args: argparse.Namespace, statements: bool) -> d
     command += ["--squad", args.squad, "--docs", str(args.docs), "--clients", str(args.clients)]
     command += ["--tenants"] if args.tenants else []
     command += ["--paragraphs", str(args.paragraphs)]
+    command += ["--sqlite-synchronous", args.sqlite_synchronous]
     done = subprocess.run(
         [*command, *(["--statements"] if statements else [])],
         check=True,
@@ -162,6 +185,12 @@ def main() -> int:
         choices=["on", "off"],
         help="set on the benchmark's PostgreSQL sessions (a diagnosis: the WAL flush's share)",
     )
+    parser.add_argument(
+        "--sqlite-synchronous",
+        choices=["normal", "full"],
+        default="normal",
+        help="SQLite's synchronous setting (full: equal durability with PostgreSQL; a diagnosis)",
+    )
     parser.add_argument("--clients", type=int, default=1, help="threads ingesting at once")
     parser.add_argument(
         "--tenants", action="store_true", help="each client into its own organization"
@@ -173,7 +202,13 @@ def main() -> int:
     if args.mode == "run":
         texts = documents(corpus(Path(args.squad), args.docs * args.paragraphs), args.paragraphs)
         answer = one_run(
-            Path(args.code), args.db, texts, args.statements, args.clients, args.tenants
+            Path(args.code),
+            args.db,
+            texts,
+            args.statements,
+            args.clients,
+            args.tenants,
+            args.sqlite_synchronous == "full",
         )
         print(json.dumps(answer))
         return 0
@@ -211,7 +246,8 @@ def main() -> int:
         f"ingest_text, one document per call from {args.clients} client thread(s)"
         f"{' (each its own tenant)' if args.tenants else ''},"
         f" {args.docs} docs of {args.paragraphs} paragraph(s), default embedder, warm"
-        f" index; median of {args.runs} runs (load average {load:.1f})\n"
+        f" index; SQLite synchronous = {args.sqlite_synchronous.upper()}; median of"
+        f" {args.runs} runs (load average {load:.1f})\n"
     )
     print("| code | SQLite docs/s | PostgreSQL docs/s | PostgreSQL time ÷ SQLite's |")
     print("|---|---:|---:|---:|")
