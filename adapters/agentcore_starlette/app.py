@@ -38,6 +38,7 @@ from agentcore.errors import (
     ValidationFailed,
 )
 from agentcore.redact import get_logger
+from agentcore.residency import Sweeper
 from agentcore.services import WorkspaceServices
 from agentcore.workspace import Workspace
 from agentcore_starlette.bodies import (
@@ -72,6 +73,11 @@ log = get_logger("agentcore.http")  # masks keys and secrets in every record
 PREFIX = "/v1"
 RECENT_RUNS = 5
 """Run times of a ``quick_when`` route (per workspace) whose median decides inline runs."""
+ESTIMATES_SWEPT_PAST = 10_000
+"""Workspaces' run-time estimates kept before the idle ones are dropped (see ``_note``)."""
+ESTIMATE_IDLE_SECONDS = 600.0
+"""An estimate not added to for this long is dropped at the next sweep: the workspace's
+next run takes a thread, as its first did, and starts a new estimate."""
 HANDLER_THREADS = 40
 """Threads running blocking handlers (as many as anyio's default thread limiter)."""
 MULTIPART_OVERHEAD = 64 * 1024
@@ -112,6 +118,24 @@ def _json(route: ApiRoute, result: Any, headers: dict[str, str] | None = None) -
     )
 
 
+class _Runs:
+    """A route's recent run times in one workspace, their median, and when the last was
+    noted (``Api._note``)."""
+
+    __slots__ = ("median", "noted_at", "times")
+
+    def __init__(self) -> None:
+        self.times: collections.deque[float] = collections.deque(maxlen=RECENT_RUNS)
+        self.median = 0.0
+        self.noted_at = 0.0
+
+    def note(self, began: float, ended: float) -> None:
+        """Add a run that began and ended at those times."""
+        self.times.append(ended - began)
+        self.median = sorted(self.times)[len(self.times) // 2]
+        self.noted_at = ended
+
+
 class Api:
     """Turns the route table into Starlette endpoints bound to one core."""
 
@@ -124,11 +148,12 @@ class Api:
         # stalls on the GIL (benchmarks/http_overhead.py); threads start lazily, and
         # the core's runtime ends them when the core stops
         self.pool = core.runtime.executor("agentcore-http", HANDLER_THREADS)
-        # recent run times of each quick_when route per workspace, (route, org, env) ->
-        # seconds, and their median (what _quick reads)
-        self.runs: dict[tuple[str, str, str], collections.deque[float]] = {}
-        self.durations: dict[tuple[str, str, str], float] = {}
+        # recent run times of each quick_when route per workspace: (route, org, env) ->
+        # its runs and their median (what _quick reads); swept so that a node serving
+        # many tenants keeps those of the workspaces used lately, not of all it has seen
+        self.runs: dict[tuple[str, str, str], _Runs] = {}
         self.runs_lock = threading.Lock()
+        self.sweep_runs = Sweeper(ESTIMATES_SWEPT_PAST)
         self.clock: Callable[[], float] = time.perf_counter  # what run times are read from
 
     def endpoint(self, route: ApiRoute) -> Callable[[Request], Any]:
@@ -225,8 +250,8 @@ class Api:
         if route.quick_when is None or budget <= 0:
             return False
         ws = call.workspace
-        recent = self.durations.get((route.operation_id, ws.organization_id, ws.environment))
-        return recent is not None and recent <= budget and route.quick_when(call)
+        recent = self.runs.get((route.operation_id, ws.organization_id, ws.environment))
+        return recent is not None and recent.median <= budget and route.quick_when(call)
 
     def _run_timed(self, route: ApiRoute, call: Call) -> Any:
         """``route.handler(call)``, noting how long it took when the route may run inline."""
@@ -234,21 +259,28 @@ class Api:
             return route.handler(call)
         began = self.clock()
         result = route.handler(call)  # an error is not noted: it says nothing of the work
-        self._note(route, call.workspace, self.clock() - began)
+        self._note(route, call.workspace, began, self.clock())
         return result
 
-    def _note(self, route: ApiRoute, ws: Workspace, seconds: float) -> None:
-        """Record a run: a route's estimate in a workspace is the median (the upper one
-        of an even count) of its last ``RECENT_RUNS`` run times (wall clock, so waiting
-        on I/O counts), which a stray slow run (the machine busy) does not move, but a
-        run of slow ones does. Worker threads and the loop both note runs."""
+    def _note(self, route: ApiRoute, ws: Workspace, began: float, ended: float) -> None:
+        """Record a run (``began`` and ``ended`` read from ``clock``): a route's estimate
+        in a workspace is the median (the upper one of an even count) of its last
+        ``RECENT_RUNS`` run times (wall clock, so waiting on I/O counts), which a stray
+        slow run (the machine busy) does not move, but a run of slow ones does. Worker
+        threads and the loop both note runs.
+
+        Once ``ESTIMATES_SWEPT_PAST`` workspaces have estimates (or twice what the last
+        sweep kept), those not added to for ``ESTIMATE_IDLE_SECONDS`` are dropped."""
         key = (route.operation_id, ws.organization_id, ws.environment)
         with self.runs_lock:
             runs = self.runs.get(key)
             if runs is None:
-                runs = self.runs[key] = collections.deque(maxlen=RECENT_RUNS)
-            runs.append(seconds)
-            self.durations[key] = sorted(runs)[len(runs) // 2]
+                runs = self.runs[key] = _Runs()
+                idle = ended - ESTIMATE_IDLE_SECONDS
+                self.runs = self.sweep_runs(
+                    self.runs, lambda kept: kept is runs or kept.noted_at > idle
+                )
+            runs.note(began, ended)
 
     async def _run_blocking(
         self, route: ApiRoute, call: Call, request: Request, limits: dict[str, str]

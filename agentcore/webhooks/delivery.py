@@ -22,6 +22,7 @@ import httpx
 from agentcore.events import Event
 from agentcore.ids import isoformat, utcnow
 from agentcore.redact import get_logger
+from agentcore.residency import Sweeper
 from agentcore.runtime import Loop, Pool, Runtime
 from agentcore.storage.base import EventWaiter
 from agentcore.storage.records import DueDelivery
@@ -40,6 +41,8 @@ log = get_logger("agentcore.webhooks")  # masks keys and secrets in every record
 PER_SUBSCRIPTION_IN_FLIGHT = 2  # a new, failing or slow receiver holds at most this many workers
 HEALTHY_IN_FLIGHT = 4  # a receiver answering 2xx quickly may have this many attempts under way
 FAST_ENOUGH_MS = 1000.0
+HEALTH_SWEPT_PAST = 10_000  # subscriptions known healthy before the idle ones are forgotten
+HEALTH_IDLE_SECONDS = 600.0  # one not attempted for this long counts as new again
 LEASE_MARGIN = 10.0
 IDLE_POLL = 1.0  # also notices deliveries written by other processes
 # Longest wait after consecutive failed passes (the database restarting): short, since
@@ -90,7 +93,11 @@ class WebhookRuntime:
         self._pool_size = settings.webhook_workers
         self._client: httpx.Client | None = None
         self._in_flight: dict[str, int] = {}
-        self._healthy: dict[str, bool] = {}  # last attempt was a quick 2xx
+        # subscription -> when its last attempt, a quick 2xx, was made (clock); a
+        # subscription not here is new, failing or slow. Swept so that a node keeps the
+        # subscriptions it delivered to lately, not every one it ever served
+        self._healthy: dict[str, float] = {}
+        self._sweep_healthy = Sweeper(HEALTH_SWEPT_PAST)
         # leased deliveries of a subscription already at its in-flight cap, each with
         # the monotonic time its lease ends; sent as that subscription's slots free up
         self._backlog: dict[str, deque[tuple[DueDelivery, float]]] = {}
@@ -201,8 +208,7 @@ class WebhookRuntime:
 
     def _cap(self, subscription: str) -> int:
         """Attempts a subscription may have under way (call with the lock held)."""
-        healthy = self._healthy.get(subscription, False)
-        return HEALTHY_IN_FLIGHT if healthy else PER_SUBSCRIPTION_IN_FLIGHT
+        return HEALTHY_IN_FLIGHT if subscription in self._healthy else PER_SUBSCRIPTION_IN_FLIGHT
 
     def _submit(self, pool: Pool, delivery: DueDelivery, client: httpx.Client) -> None:
         try:
@@ -279,11 +285,22 @@ class WebhookRuntime:
         headers = build_headers(secrets, delivery.event_id, int(now), body)
         result = send(client, delivery.url, headers, body, timeout=self.timeout)
         with self._lock:
-            self._healthy[delivery.subscription_id] = (
-                result.succeeded and result.duration_ms < FAST_ENOUGH_MS
-            )
+            self._note_health(delivery.subscription_id, result, now)
         self._record(delivery, result, now)
         return result
+
+    def _note_health(self, subscription: str, result: AttemptResult, now: float) -> None:
+        """Remember whether ``subscription``'s attempt at ``now`` was a quick 2xx (call
+        with the lock held); past ``HEALTH_SWEPT_PAST`` remembered, forget those not
+        attempted for ``HEALTH_IDLE_SECONDS``."""
+        if not (result.succeeded and result.duration_ms < FAST_ENOUGH_MS):
+            self._healthy.pop(subscription, None)
+            return
+        known = subscription in self._healthy
+        self._healthy[subscription] = now
+        if not known:
+            idle = now - HEALTH_IDLE_SECONDS
+            self._healthy = self._sweep_healthy(self._healthy, lambda at: at > idle)
 
     def _record(self, delivery: DueDelivery, result: AttemptResult, started: float) -> None:
         now = self.clock()

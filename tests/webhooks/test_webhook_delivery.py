@@ -20,7 +20,13 @@ from starlette.types import ASGIApp
 from webhook_receiver import Receiver, Reply
 
 from agentcore import AgentCore
-from agentcore.webhooks.delivery import WebhookRuntime
+from agentcore.residency import Sweeper
+from agentcore.webhooks.delivery import (
+    HEALTH_IDLE_SECONDS,
+    HEALTHY_IN_FLIGHT,
+    PER_SUBSCRIPTION_IN_FLIGHT,
+    WebhookRuntime,
+)
 from agentcore.webhooks.schedule import JITTER, RETRY_SCHEDULE
 from agentcore.webhooks.sender import make_client
 
@@ -455,3 +461,66 @@ def test_a_success_in_the_same_pass_as_a_failure_clears_the_streak(
     assert fake.webhooks.deliver_due() == 2
     stored = fake.store.get_subscription(None, None, sub.id)
     assert stored is not None and stored.failing_since is None, "a success must end the streak"
+
+
+# attempts under way per subscription -------------------------------------------------
+
+
+def _in_flight_reached(receiver: Receiver, path: str, expected: int) -> int:
+    """How many requests to ``path`` a hanging receiver holds once ``expected`` have
+    arrived and half a second more has passed (more would arrive in that time if the
+    worker allowed them: it claims again at once when woken)."""
+    assert receiver.wait_for(expected, path=path, timeout=10)
+    time.sleep(0.5)
+    return receiver.count(path)
+
+
+def test_a_new_subscription_has_two_attempts_under_way_a_healthy_one_four(
+    core: AgentCore, receiver: Receiver
+) -> None:
+    ws = core.workspace("acme", "test")
+    healthy = ws.webhooks.subscribe(receiver.url("/healthy"), ["agent.action"])
+    ws.webhooks.subscribe(receiver.url("/new"), ["agent.error"])
+    receiver.always("/new", Reply(hang=60))
+    core.start()
+    ws.publish("agent.action", {"n": 0})  # a quick 2xx: healthy from now on
+    assert receiver.wait_for(1, path="/healthy", timeout=10)
+    deadline = time.monotonic() + 5
+    while _deliveries(core, healthy.id)[0].status != "succeeded":
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    receiver.always("/healthy", Reply(hang=60))
+    for n in range(1, 9):
+        ws.publish("agent.action", {"n": n})
+        ws.publish("agent.error", {"n": n})
+    assert _in_flight_reached(receiver, "/new", PER_SUBSCRIPTION_IN_FLIGHT) == 2
+    assert _in_flight_reached(receiver, "/healthy", 1 + HEALTHY_IN_FLIGHT) == 1 + 4
+    receiver.close()  # the hanging attempts fail now; stopping need not wait for them
+
+
+def test_health_is_forgotten_on_a_failure_and_after_idling(
+    fake: AgentCore, clock: FakeClock, receiver: Receiver
+) -> None:
+    runtime = fake.webhooks
+    runtime._sweep_healthy = Sweeper(2)  # sweep once two subscriptions are healthy
+    ws = fake.workspace("acme", "test")
+    first = ws.webhooks.subscribe(receiver.url("/first"), ["agent.action"])
+    second = ws.webhooks.subscribe(receiver.url("/second"), ["agent.error"])
+    ws.publish("agent.action", {"n": 1})
+    assert runtime.deliver_due() == 1
+    assert runtime._cap(first.id) == HEALTHY_IN_FLIGHT
+    assert runtime._cap(second.id) == PER_SUBSCRIPTION_IN_FLIGHT
+    clock.advance(HEALTH_IDLE_SECONDS)  # the first is now idle for exactly that long
+    ws.publish("agent.error", {"n": 1})
+    assert runtime.deliver_due() == 1
+    # the second made two healthy: the sweep forgot the idle first, kept the second
+    assert runtime._cap(first.id) == PER_SUBSCRIPTION_IN_FLIGHT
+    assert runtime._cap(second.id) == HEALTHY_IN_FLIGHT
+    receiver.always("/second", Reply(500))
+    ws.publish("agent.error", {"n": 2})
+    assert runtime.deliver_due() == 1
+    assert runtime._cap(second.id) == PER_SUBSCRIPTION_IN_FLIGHT  # a failure: new again
+    ws.publish("agent.action", {"n": 2})
+    assert runtime.deliver_due() == 1
+    assert runtime._cap(first.id) == HEALTHY_IN_FLIGHT  # a quick 2xx: healthy again
+    assert receiver.count() == 4
