@@ -10,7 +10,10 @@ again:
 
 - ``vector``: ``search(q)``; ``hybrid``: ``search(q, mode="hybrid")``;
   ``filtered``: ``search(q, filter=...)``; ``chat terms``: ``term_stats(q)`` (what chat
-  reads to weigh question words).
+  reads to weigh question words);
+- ``http search``: ``POST /v1/knowledge/search`` with the tenant's own API key, through
+  the Starlette app in-process (``TestClient``): what the HTTP layer keeps per tenant
+  (the key cache, rate-limit buckets, run-time estimates) besides the search's caches.
 
 Each runs with ``index_cache_bytes = --budget-mib`` MiB (``budget``) and with a budget
 larger than everything (``unbounded``: every cache as it was before it was bounded).
@@ -25,6 +28,7 @@ Run: ``python benchmarks/tenant_caches.py [--tenants 1000] [--paragraphs 30]
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
 import random
@@ -32,10 +36,11 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 SQUAD = REPO / ".." / "shared" / "eval" / "squad-sample.json"
-MODES = ("vector", "hybrid", "filtered", "chat terms")
+MODES = ("vector", "hybrid", "filtered", "chat terms", "http search")
 UNBOUNDED = 1 << 40
 QUERY = "when was the city founded"
 
@@ -48,12 +53,19 @@ def rss() -> int:
     raise RuntimeError("no VmRSS in /proc/self/status")
 
 
+def keys_file(db: Path) -> Path:
+    """Where ``build`` keeps each tenant's API key, one per line."""
+    return db.with_suffix(".keys")
+
+
 def build(db: Path, tenants: int, paragraphs: int) -> None:
-    """``tenants`` workspaces of one document each (its metadata: its tenant's parity)."""
+    """``tenants`` workspaces of one document each (its metadata: its tenant's parity),
+    each with a read key."""
     from agentcore import AgentCore
 
     data = json.loads(SQUAD.read_text(encoding="utf-8"))
     texts = [p["context"] for article in data["data"] for p in article["paragraphs"]]
+    keys = []
     with AgentCore.open(str(db), start_workers=False) as core:
         for n in range(tenants):
             rng = random.Random(n)
@@ -62,6 +74,8 @@ def build(db: Path, tenants: int, paragraphs: int) -> None:
                 "\n\n".join(rng.sample(texts, paragraphs)),
                 metadata={"even": n % 2 == 0},
             )
+            keys.append(core.keys.create(f"t{n}", "test", ["read"]).secret)
+    keys_file(db).write_text("\n".join(keys), encoding="utf-8")
 
 
 def sweep(db: Path, tenants: int, mode: str, budget: int) -> dict[str, float]:
@@ -69,9 +83,19 @@ def sweep(db: Path, tenants: int, mode: str, budget: int) -> dict[str, float]:
     from agentcore import AgentCore
     from agentcore.storage.sql.terms import TermTables
 
+    keys = keys_file(db).read_text(encoding="utf-8").split("\n")
+    client: Any = None  # the app's TestClient, for "http search"
+
     def touch(core: AgentCore, n: int) -> None:
         knowledge = core.workspace(f"t{n}", "test").knowledge
-        if mode == "vector":
+        if mode == "http search":
+            answer = client.post(
+                "/v1/knowledge/search",
+                json={"query": QUERY},
+                headers={"Authorization": f"Bearer {keys[n]}"},
+            )
+            assert answer.status_code == 200, answer.text
+        elif mode == "vector":
             knowledge.search(QUERY)
         elif mode == "hybrid":
             knowledge.search(QUERY, mode="hybrid")
@@ -80,9 +104,16 @@ def sweep(db: Path, tenants: int, mode: str, budget: int) -> dict[str, float]:
         else:
             knowledge.term_stats(QUERY)
 
-    with AgentCore.open(
-        str(db), start_workers=False, index_dir="off", index_cache_bytes=budget
-    ) as core:
+    with contextlib.ExitStack() as stack:
+        core = stack.enter_context(
+            AgentCore.open(str(db), start_workers=False, index_dir="off", index_cache_bytes=budget)
+        )
+        if mode == "http search":
+            from starlette.testclient import TestClient
+
+            from agentcore_starlette import create_app
+
+            client = stack.enter_context(TestClient(create_app(core)))
         touch(core, 0)
         gc.collect()
         before = rss()
