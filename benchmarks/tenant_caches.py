@@ -83,7 +83,7 @@ def sweep(db: Path, tenants: int, mode: str, budget: int) -> dict[str, float]:
     from agentcore import AgentCore
     from agentcore.storage.sql.terms import TermTables
 
-    keys = keys_file(db).read_text(encoding="utf-8").split("\n")
+    keys = keys_file(db).read_text(encoding="utf-8").split("\n") if mode == "http search" else []
     client: Any = None  # the app's TestClient, for "http search"
 
     def touch(core: AgentCore, n: int) -> None:
@@ -154,7 +154,8 @@ def main() -> int:
         return 0
     with tempfile.TemporaryDirectory(prefix="tenant_caches") as tmp:
         db = Path(args.data or tmp) / f"tenants-{args.tenants}-{args.paragraphs}.db"
-        if not db.exists():
+        if not db.exists() or not keys_file(db).exists():  # a database built without keys
+            db.unlink(missing_ok=True)
             build(db, args.tenants, args.paragraphs)
         budget = args.budget_mib << 20
         print(

@@ -275,13 +275,14 @@ class Api:
         key = (route.operation_id, ws.organization_id, ws.environment)
         with self.runs_lock:
             runs = self.runs.get(key)
-            if runs is None:
-                runs = self.runs[key] = _Runs()
-                idle = ended - ESTIMATE_IDLE_SECONDS
-                self.runs = self.sweep_runs(
-                    self.runs, lambda kept: kept is runs or kept.noted_at > idle
-                )
-            runs.note(began, ended)
+            if runs is not None:
+                runs.note(began, ended)
+                return
+            runs = _Runs()
+            runs.note(began, ended)  # before _quick (on the loop, unlocked) can see it
+            self.runs[key] = runs
+            idle = ended - ESTIMATE_IDLE_SECONDS
+            self.runs = self.sweep_runs(self.runs, lambda kept: kept.noted_at > idle)
 
     async def _run_blocking(
         self, route: ApiRoute, call: Call, request: Request, limits: dict[str, str]

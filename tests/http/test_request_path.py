@@ -217,6 +217,7 @@ def test_idle_workspaces_estimates_are_swept_and_rebuilt(served, embedder) -> No
     # a node serving many tenants keeps the estimates of workspaces used lately only
     api = served["app"].state.api
     api.sweep_runs = Sweeper(2)  # sweep once two workspaces have estimates
+    embedder.clock.step = 0.0  # searches take no time: estimates are noted at known times
     core = served["core"]
     core.create_organization("globex")
     core.workspace("globex", "test").knowledge.ingest_text("g.md", "Globex refunds in 3 days.")
