@@ -186,6 +186,12 @@ class Metrics:
                     "agentcore_workspace_cache_evictions",
                     "Workspaces each of those caches evicted since the process started.",
                 ),
+                (
+                    "loads",
+                    "agentcore_workspace_cache_loads",
+                    "Workspaces each of those caches built or read afresh since the process"
+                    " started (many evictions per load: the hot set does not fit).",
+                ),
             )
         ]
 

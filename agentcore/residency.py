@@ -50,8 +50,8 @@ class _Group:
 
 @dataclass(frozen=True)
 class ResidencyStats:
-    """A snapshot of a ``Residency``: what it holds and what it has evicted (its own
-    values; ``budget_bytes`` and ``max_files`` are the bounds it shares, if it does)."""
+    """A snapshot of a ``Residency``: what it holds, what it has evicted and how many
+    values it was given for a key that had none (``loads``; its own values; ``budget_bytes`` and ``max_files`` are the bounds it shares, if it does)."""
 
     entries: int
     bytes: int
@@ -60,6 +60,7 @@ class ResidencyStats:
     budget_bytes: int | None
     max_files: int | None
     evictions: int
+    loads: int
 
 
 class Residency(Generic[K, V]):
@@ -93,6 +94,7 @@ class Residency(Generic[K, V]):
         self._bytes = 0
         self._files = 0
         self.evictions = 0
+        self.loads = 0  # values put for a key that had none (built or loaded afresh)
         with self._lock:
             self._group.members.append(self)
 
@@ -153,6 +155,8 @@ class Residency(Generic[K, V]):
             old = self._slots.pop(key, None)
             if old is not None:
                 self._uncharge(old)
+            else:
+                self.loads += 1
             slot.used = self._group.tick()
             self._slots[key] = slot
             self._charge(nbytes, files)
@@ -218,6 +222,7 @@ class Residency(Generic[K, V]):
                 budget_bytes=self._group.budget_bytes,
                 max_files=self._group.max_files,
                 evictions=self.evictions,
+                loads=self.loads,
             )
 
     def values(self) -> list[V]:

@@ -407,7 +407,6 @@ class KeywordCache:
         self._catchup_max_rows = catchup_max_rows
         self._entries: Residency[tuple[str, str], _Built] = Residency(share=budget)
         self._locks: KeyedLocks[tuple[str, str]] = KeyedLocks()
-        self.builds = 0  # whole workspaces indexed (a number tests read)
 
     def get(self, organization_id: str, environment: str) -> KeywordIndex:
         """The workspace's keyword index, current with the store."""
@@ -456,7 +455,6 @@ class KeywordCache:
         index = KeywordIndex(self._tokenize)
         self._add(index, rows.ids, rows.labels)
         self._entries.put(key, _Built(version, index), index.nbytes)
-        self.builds += 1
         # writes between the version read and the load are applied again by the next
         # catch-up only where they are new (contains), as the vector index does
         return index

@@ -109,14 +109,14 @@ def test_a_workspace_index_follows_another_process(pair: tuple[AgentCore, AgentC
     assert [r.document_id for r in wb.knowledge.search("XK-4471-Q", mode="keyword").results] == [
         first.id
     ]
-    assert b.keywords.builds == 1
+    assert b.keywords.stats().loads == 1
     second = wa.knowledge.ingest_text("b.txt", "The XK-4471-Q portal moved to a new address.")
     found = {r.document_id for r in wb.knowledge.search("XK-4471-Q", mode="keyword").results}
     assert found == {first.id, second.id}
     wa.knowledge.delete(first.id)
     found = {r.document_id for r in wb.knowledge.search("XK-4471-Q", mode="keyword").results}
     assert found == {second.id}
-    assert b.keywords.builds == 1  # caught up through the change log, never rebuilt
+    assert b.keywords.stats().loads == 1  # caught up through the change log, never rebuilt
 
 
 def test_keyword_results_carry_the_cosine_score(core: AgentCore) -> None:

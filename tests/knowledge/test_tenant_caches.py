@@ -128,12 +128,13 @@ def test_keyword_indexes_share_the_index_budget_and_answer_the_same(
             assert _charged(bounded) <= budget
         stats = bounded.keywords.stats()
         assert stats.evictions > 0 and 0 < stats.entries < count
-        assert bounded.keywords.builds > count  # evicted ones were built again
+        assert stats.loads > count  # evicted ones were built again
         assert stats.budget_bytes == budget == bounded.indexes.stats()["budget_bytes"]
         bounded.metrics.refresh()  # what /metrics shows
         sample = bounded.metrics.registry.get_sample_value
         labels = {"cache": "keyword"}
         assert sample("agentcore_workspace_cache_evictions", labels) == stats.evictions
+        assert sample("agentcore_workspace_cache_loads", labels) == stats.loads
         assert sample("agentcore_workspace_cache_charged_bytes", labels) == stats.bytes
 
 
@@ -176,7 +177,7 @@ def test_concurrent_keyword_searches_of_one_workspace_build_it_once(tmp_path: Pa
             thread.start()
         for thread in threads:
             thread.join()
-        assert core.keywords.builds == 1 and len(results) == 6
+        assert core.keywords.stats().loads == 1 and len(results) == 6
         assert all(found == results[0] for found in results) and results[0]
 
 
@@ -190,7 +191,7 @@ def test_a_keyword_index_follows_writes_and_its_charge_with_it(tmp_path: Path) -
         ws.knowledge.ingest_text("more.txt", "Entirely novel vocabulary: zyzzyva quokka " * 30)
         found = ws.knowledge.search("zyzzyva quokka", mode="keyword", top_k=1)
         assert found.results and "zyzzyva" in found.results[0].chunk
-        assert core.keywords.builds == 1  # caught up through the change log
+        assert core.keywords.stats().loads == 1  # caught up through the change log
         assert core.keywords.stats().bytes > before
 
 
@@ -225,11 +226,13 @@ def test_term_sums_share_the_index_budget_and_stay_right(tmp_path: Path) -> None
             for n in (count - 2, count - 1)
         ]
         assert kept.stats().evictions == 2 * count - 2
+        assert kept.stats().loads == 2 * count  # each workspace summed once a round
         bounded.metrics.refresh()
         terms_cache = {"cache": "terms"}
         sample = bounded.metrics.registry.get_sample_value
         assert sample("agentcore_workspace_cache_evictions", terms_cache) == 2 * count - 2
         assert sample("agentcore_workspace_cache_workspaces", terms_cache) == 2
+        assert sample("agentcore_workspace_cache_loads", terms_cache) == 2 * count
     assert expected[0].sentences > 0 and expected[0].counts
 
 
