@@ -64,6 +64,16 @@ def test_insert_document_refuses_another_embedder_and_stores_nothing(core: Agent
     assert _rows(core, org) == (2, 2)
 
 
+def test_a_write_inside_another_transaction_is_refused_the_same_way(core: AgentCore) -> None:
+    # the store's methods compose: inside an outer transaction the refusal is the same
+    org = core.create_organization("acme").id
+    _insert(core, org, "bow", 8)
+    before = _rows(core, org)
+    with pytest.raises(StaleEmbedder), core.store.db.write():  # type: ignore[attr-defined]
+        _insert(core, org, "other", 8)
+    assert _rows(core, org) == before
+
+
 def test_a_document_without_indexed_chunks_is_refused_too(core: AgentCore) -> None:
     # no segment row is written here: the version bump's answer is checked all the same
     org = core.create_organization("acme").id

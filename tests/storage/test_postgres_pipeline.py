@@ -1,14 +1,14 @@
 """PostgreSQL's pipelined document write (``Database.write(pipeline=True)``).
 
-A document's write sends its statements in two batches, the second with its
-``COMMIT`` (two round trips instead of seven), so a failing statement may surface only
-at the end of the block. These tests pin what must not change: the statement's own
-error (not a 503 for an unknown commit outcome), nothing of the block kept, the
-connection usable after it, a connection the server dropped retried transparently (a
-fresh process's, and one that wrote before), the plain path used where ``COPY`` runs,
-the two round trips with the first one answered before the ``COMMIT`` is sent (counted
-in libpq's own protocol trace), and chunk ids that rise in the order segments are
-written when two processes write one workspace.
+A document's write sends all its statements and its ``COMMIT`` in one batch (one
+round trip instead of eight), so a failing statement may surface only at the end of the
+block. These tests pin what must
+not change: the statement's own error (not a 503 for an unknown commit outcome),
+nothing of the block kept, the connection usable after it, a connection the server
+dropped retried transparently (a fresh process's, and one that wrote before), the plain
+path used where ``COPY`` runs, the round trips (counted in libpq's own protocol trace),
+and chunk ids that rise in the order segments are written when two processes write one
+workspace.
 """
 
 from __future__ import annotations
@@ -89,7 +89,9 @@ def test_a_document_write_on_a_connection_the_server_dropped_is_retried(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
             " WHERE datname = current_database() AND pid <> pg_backend_pid()"
         )
-    assert len(write()) == 2  # found in the first round trip, before any COMMIT: retried
+    # found when the write's one round trip fails: the COMMIT's outcome is unknown, so
+    # the write is sent again (idempotent), and finds that nothing had landed
+    assert len(write()) == 2
     assert store.count_vectors(org, "test") == (4 if wrote_before else 2)
 
 
@@ -116,38 +118,54 @@ def _trace(store: PostgresStore, write: Callable[[], object], path: Path) -> lis
     return [line for line in path.read_text().splitlines() if line]
 
 
-def test_a_document_write_is_two_round_trips_and_commits_in_the_second(
-    postgres_url: str, tmp_path: Path
+@pytest.mark.parametrize("keep", [[True, True, True], [True, False, True], [False, True, True]])
+def test_a_document_write_is_one_round_trip_and_its_segment_holds_the_kept_chunks(
+    postgres_url: str, tmp_path: Path, keep: list[bool]
 ) -> None:
-    """The chunk ids are the one answer waited for: the version bump, the document row
-    and the chunks go first, and the segment, the sentence counts and the ``COMMIT``
-    only once the server has answered, so a connection found broken in the first
-    round trip is retried, never an unknown commit."""
+    """A document is sent whole, ``COMMIT`` and all, before any answer: the database
+    gathers its segment's ids from the chunks just inserted (a range of ordinals, or a
+    list when a chunk is left out of the index for having no features)."""
     single = PostgresStore.open(postgres_url, pool_size=1)
     try:
         org = single.ensure_organization("acme").id
-        vectors = np.ones((3, 4), dtype=np.float32) / 2
+        vectors = np.arange(12, dtype=np.float32).reshape(3, 4)
+        written = []
 
         def write() -> None:
-            single.insert_document(
-                org,
-                "test",
-                make_document(chunks=3),
-                [("text", [1], [0])] * 3,
-                "e",
-                vectors,
-                np.ones(3, bool),
-                term_counts=(1, {"text": 1}),
+            written.append(
+                single.insert_document(
+                    org,
+                    "test",
+                    make_document(chunks=3),
+                    [("text", [1], [0])] * 3,
+                    "e",
+                    vectors,
+                    np.array(keep),
+                    term_counts=(1, {"text": 1}),
+                )
             )
 
         for name in ("first", "second"):
             lines = _trace(single, write, tmp_path / name)
             directions = [line.split("\t")[0] for line in lines]
             turns = sum(1 for pair in itertools.pairwise(directions) if pair == ("F", "B"))
-            assert turns == 2
+            assert turns == 1
             commit = next(i for i, line in enumerate(lines) if '"COMMIT"' in line)
-            assert directions.index("B") < commit  # an answer came before it was sent
-        assert single.count_vectors(org, "test") == 6
+            assert commit < directions.index("B")  # sent before any answer came
+        with single.db.read() as conn:
+            segments = conn.execute(
+                "SELECT s.ids, s.vectors, s.count, s.version, d.version AS document_version"
+                " FROM vector_segments s JOIN documents d ON d.id = s.document_id ORDER BY s.id"
+            ).fetchall()
+            terms = conn.execute("SELECT count(*) AS n FROM document_terms").fetchone()["n"]
+        assert terms == 2 and len(segments) == 2
+        for segment, document in zip(segments, written, strict=True):
+            ids = np.asarray(document.chunk_ids)[keep]
+            assert np.frombuffer(segment["ids"], "<i8").tolist() == ids.tolist()
+            stored = np.frombuffer(segment["vectors"], "<f4").reshape(-1, 4)
+            assert np.array_equal(stored, vectors[keep]) and segment["count"] == sum(keep)
+            assert segment["version"] == segment["document_version"] > 0
+        assert single.count_vectors(org, "test") == 2 * sum(keep)
     finally:
         single.close()
 
@@ -176,3 +194,32 @@ def test_chunk_ids_rise_in_segment_order_when_two_processes_write_a_workspace(
     finally:
         first.close()
         second.close()
+
+
+def test_a_document_over_a_segment_with_chunks_left_out_gathers_every_segment(
+    store: PostgresStore,
+) -> None:
+    """66,000 chunks at d = 4 fill a segment (65,536 rows) and part of a second; with
+    chunks left out, each segment's ordinals go as one array parameter (a list of
+    parameters would pass libpq's limit of 65,535)."""
+    org = store.ensure_organization("acme").id
+    count = 66_000
+    keep = np.ones(count, bool)
+    keep[[5, 40_000, count - 1]] = False
+    vectors = np.arange(count * 4, dtype=np.float32).reshape(count, 4)
+    written = store.insert_document(
+        org,
+        "test",
+        make_document(chunks=count),
+        [("t", [1], [0])] * count,
+        "e",
+        vectors,
+        keep,
+    )
+    with store.db.read() as conn:
+        segments = conn.execute("SELECT ids, vectors FROM vector_segments ORDER BY id").fetchall()
+    assert [len(segment["ids"]) // 8 for segment in segments] == [65_536, count - 3 - 65_536]
+    ids = np.concatenate([np.frombuffer(segment["ids"], "<i8") for segment in segments])
+    rows = np.concatenate([np.frombuffer(s["vectors"], "<f4").reshape(-1, 4) for s in segments])
+    assert ids.tolist() == np.asarray(written.chunk_ids)[keep].tolist()
+    assert np.array_equal(rows, vectors[keep])

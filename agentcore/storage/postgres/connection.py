@@ -129,6 +129,14 @@ class Database:
     outer transaction), so store methods compose (one calls another inside its own).
     """
 
+    integrity_error = psycopg.IntegrityError
+
+    def refused_null(self, error: Exception) -> str:
+        """``"table.column"`` of a NOT NULL violation (from the error's diagnostics)."""
+        if not isinstance(error, errors.NotNullViolation):
+            return ""
+        return f"{error.diag.table_name}.{error.diag.column_name}"
+
     def __init__(self, url: str, *, pool_size: int, timeout: float) -> None:
         self.url = url
         self.where = describe(url)
@@ -225,10 +233,10 @@ class Database:
         with self._connection() as conn:
             yield conn
 
-    def deferred_row(self, cursor: Cursor) -> Callable[[], Any]:
-        """``cursor``'s first row, read when asked: in a pipelined write, the statements
-        sent until then travel in the same round trip."""
-        return cursor.fetchone
+    def deferred_rows(self, cursor: Cursor) -> Callable[[], list[Any]]:
+        """``cursor``'s rows, read when asked: in a pipelined write, after the ``COMMIT``
+        was sent with everything before it (the caller holds the connection meanwhile)."""
+        return cursor.fetchall
 
     def write_one(self, sql: str, params: Any) -> Any:
         """One write statement in autocommit (or in the open transaction); its first row."""
@@ -239,35 +247,6 @@ class Database:
         """An empty dict each time: any node may have written since, and asking the
         database costs what the cached read would."""
         return {}
-
-    def insert_ids(
-        self, conn: Conn, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]
-    ) -> list[int]:
-        """Insert ``rows`` in one pipelined round trip; the ``id`` each was given.
-
-        The ids are read back, so a pipelined write waits for them here, before its
-        ``COMMIT`` is sent. Ids reserved ahead (``nextval`` in blocks per process) would
-        save that round trip, and were measured doing so, but they broke three things
-        the write relies on: a connection the server dropped while idle is found in
-        that first round trip and the write retried, where with one round trip it was
-        found only while committing (an unknown outcome, a 503); a block's refill
-        waits behind the transaction's version bump, so a lock around the stock could
-        deadlock two writers; and ids drawn after the bump rise in the order segments
-        are written, which loads rely on to adopt the rows without sorting them."""
-        marks = ", ".join("?" * len(columns))
-        with conn.cursor() as cursor:
-            cursor.executemany(
-                f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({marks}) RETURNING id",
-                rows,
-                returning=True,
-            )
-            ids = []
-            for _ in rows:
-                row = cursor.fetchone()
-                assert row is not None
-                ids.append(int(row["id"]))
-                cursor.nextset()
-        return ids
 
     def insert_with_blob(
         self, conn: Conn, table: str, values: Mapping[str, Any], column: str, data: bytes
@@ -371,7 +350,7 @@ class Database:
         ``pipeline``: in psycopg's pipeline mode. Statements are sent without waiting
         and a round trip is made only when a result is read, so ``BEGIN`` goes with the
         first statements and the ``COMMIT`` with the last ones: a document write of
-        seven statements makes two round trips instead of seven (see docs/decisions.md).
+        eight statements makes one round trip instead of eight (see docs/decisions.md).
         """
         with self._transaction("BEGIN", pipeline) as conn:
             yield conn
@@ -456,7 +435,8 @@ def retrying(method: Callable[P, T]) -> Callable[P, T]:
 
     Only the outermost call retries (an inner call is part of its caller's
     transaction). Serialization failures and deadlocks retry with a short backoff;
-    a connection lost before the commit retries at once, after the pool has dropped
+    a connection lost before the commit retries at once (so does one lost during the
+    commit of an ``idempotent`` method), after the pool has dropped
     its broken idle connections (so a server that killed idle backends costs a retry,
     never a failed call, and other threads are not told it is down); a connection
     that cannot be had (``PoolTimeout``), or running out of attempts, surfaces as
@@ -485,7 +465,9 @@ def retrying(method: Callable[P, T]) -> Callable[P, T]:
                 ) from None
             except CommitUnknown as exc:
                 db.lost()
-                raise db.unavailable("the connection broke during a commit") from exc
+                if not getattr(method, "idempotent", False) or attempt == RETRIES - 1:
+                    raise db.unavailable("the connection broke during a commit") from exc
+                # sent again: it tells its own earlier write apart (``idempotent``)
             except (psycopg.OperationalError, PoolTimeout) as exc:
                 if isinstance(exc, psycopg.errors.QueryCanceled):
                     raise

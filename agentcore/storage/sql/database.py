@@ -9,10 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import Any, Protocol
+from typing import Any, ParamSpec, Protocol, TypeVar
 
 from agentcore.storage.records import ConnectionStats, Ids, Vectors
 from agentcore.storage.sql.dialect import Dialect
+
+P = ParamSpec("P")
+T = TypeVar("T")
 
 
 class Cursor(Protocol):
@@ -50,6 +53,14 @@ class Database(Protocol):
     """
 
     @property
+    def integrity_error(self) -> type[Exception]:
+        """What a statement that breaks a constraint raises (a unique key, NOT NULL)."""
+
+    def refused_null(self, error: Exception) -> str:
+        """``"table.column"`` if ``error`` (an ``integrity_error``) is a NOT NULL
+        column refusing a NULL, else ``""``."""
+
+    @property
     def in_transaction(self) -> bool:
         """Whether the calling thread is inside a transaction (its reads see it)."""
 
@@ -70,22 +81,15 @@ class Database(Protocol):
         without round trips (SQLite). Ignored by an inner block (it joins the outer one).
         """
 
-    def deferred_row(self, cursor: Any) -> Callable[[], Any]:
-        """The first row of ``cursor``'s result (a ``RETURNING`` statement's) when the
-        returned function is called: on a database with round trips only then, so the
-        statements sent meanwhile go with it in a pipelined write; else read at once,
-        which ends the statement (SQLite's would stay open while an exception's
-        traceback kept its cursor, and block the connection's next ``COMMIT``).
-        (``cursor``: one of this database's own connections' cursors.)"""
+    def deferred_rows(self, cursor: Any) -> Callable[[], list[Any]]:
+        """The rows of ``cursor``'s result when the returned function is called: on a
+        database with round trips only then, so that a pipelined write sends its
+        ``COMMIT`` first; else read at once, which ends the statement (SQLite's would
+        stay open, and block the connection's next ``COMMIT``). (``cursor``: one of this
+        database's own connections' cursors.)"""
 
     def write_one(self, sql: str, params: Any) -> Any:
         """Run one write statement as its own transaction; its first row (``RETURNING``)."""
-
-    def insert_ids(
-        self, conn: Any, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]
-    ) -> list[int]:
-        """Insert ``rows`` into ``table``; the integer keys they were given, in order.
-        (``conn``: one of this database's own connections, as its blocks hand out.)"""
 
     def insert_with_blob(
         self, conn: Any, table: str, values: Mapping[str, Any], column: str, data: bytes
@@ -122,6 +126,16 @@ class Database(Protocol):
 
 
 CACHE_LIMIT = 10_000  # entries a current_cache holds (then read each time)
+
+
+def idempotent(method: Callable[P, T]) -> Callable[P, T]:
+    """Mark a store method whose write may be sent again when it is unknown whether its
+    ``COMMIT`` landed (the connection broke after sending it): the method recognises
+    its own earlier write and answers as if it had been the first (``insert_document``:
+    by the document's id). The PostgreSQL store then retries it instead of answering
+    503."""
+    method.idempotent = True  # type: ignore[attr-defined]
+    return method
 
 
 class Tables:

@@ -2,9 +2,9 @@
 
 The store writes each statement once, with ``?`` placeholders (PostgreSQL's connections
 translate them) and, where the two databases use other words, with its ``Dialect``'s:
-DDL types, two scalar functions and the row lock of a claim. What differs beyond
-spelling (connections, blob I/O, term counts, pgvector, wake-ups) lives in each
-database's store class.
+DDL types, two scalar functions, the row lock of a claim and how a segment's ids are
+gathered in SQL. What differs beyond spelling (connections, blob I/O, term counts,
+pgvector, wake-ups) lives in each database's store class.
 """
 
 from __future__ import annotations
@@ -32,6 +32,13 @@ class Dialect:
     skip_locked: str
     #: the most float32 bytes one vector segment holds (a larger write is split)
     segment_bytes: int
+    #: an aggregate of an integer column ``{0}``'s values, in the order of column
+    #: ``{1}``, as a segment stores its ids (int64, little-endian), so a write can build
+    #: the segment of rows it inserted without reading their ids back first, and a
+    #: filter of column ``{0}`` by a list bound as one parameter; ``None``: the store
+    #: reads the ids
+    segment_ids: str | None = None
+    any_of: str = ""
 
     def lock(self, alias: str) -> str:
         """The claim clause for the rows of the table aliased ``alias`` ("" where the
@@ -90,4 +97,10 @@ POSTGRES = Dialect(
     # ``substring`` of an out-of-line value reads only the TOAST chunks it spans, so a
     # row's offset costs nothing; a bound value is copied, which 64 MB keeps small
     segment_bytes=64 << 20,
+    # int8send writes big-endian: the bytes are swapped first (PostgreSQL's bitwise
+    # operators share one precedence, hence every parenthesis)
+    segment_ids="string_agg(int8send("
+    + " | ".join(f"((({{0}} >> {8 * k}) & 255) << {56 - 8 * k})" for k in range(8))
+    + "), ''::bytea ORDER BY {1})",
+    any_of="{0} = ANY(?)",  # one array parameter: a list of any length
 )

@@ -24,13 +24,22 @@ from agentcore.storage.records import (
     DocumentChanges,
     DocumentRow,
     IngestJob,
+    StaleEmbedder,
     StoredChunk,
     TermCounts,
     Vectors,
     WrittenDocument,
 )
-from agentcore.storage.sql.database import Connection, Cursor
-from agentcore.storage.sql.queries import WORKSPACE, find_row, marks, page, read_row, write
+from agentcore.storage.sql.database import Connection, Cursor, idempotent
+from agentcore.storage.sql.queries import (
+    CHECKED_VERSION,
+    WORKSPACE,
+    find_row,
+    marks,
+    page,
+    read_row,
+    write,
+)
 from agentcore.storage.sql.terms import TermTables
 from agentcore.storage.sql.vectors import VectorTables
 
@@ -44,9 +53,7 @@ _CHUNK_COLUMNS = (
     "pages",
     "page_offsets",
 )
-# the version this transaction bumped its workspace to (_send_bump), for a document row
-# written in it: the filters of every process follow its metadata from that version on
-_BUMPED_VERSION = f"(SELECT version FROM knowledge_state WHERE {WORKSPACE})"
+_CHUNK_IDS = "SELECT id FROM chunks WHERE document_id = ? ORDER BY ordinal"
 _DOCUMENT_COLUMNS = (
     "id, source, content_type, pages, chunks, bytes, created_at, status, last_error, metadata"
 )
@@ -88,6 +95,7 @@ class DocumentTables(TermTables, VectorTables, KnowledgeStore):
             self, event: Event, *, now: float, only_subscription: str | None = None
         ) -> int: ...
 
+    @idempotent
     def insert_document(
         self,
         organization_id: str,
@@ -100,15 +108,59 @@ class DocumentTables(TermTables, VectorTables, KnowledgeStore):
         term_counts: TermCounts | None = None,
     ) -> WrittenDocument:
         workspace = (organization_id, environment)
-        with self.db.write(pipeline=self._pipelined_writes()) as conn:
+        dimension = int(vectors.shape[1])
+        try:
+            # this thread's connection is kept until the answers are read from it
+            with self.db.read():
+                with self.db.write(pipeline=self._pipelined_writes()) as conn:
+                    # the bump first: its row lock orders this workspace's writers, so
+                    # versions commit in order, and the chunk ids drawn after it rise so
+                    self._send_bump(conn, workspace, embedder, dimension)
+                    row = self.db.deferred_rows(
+                        self._insert_document_row(
+                            conn,
+                            workspace,
+                            document,
+                            versioned=True,
+                            embedder=(embedder, dimension),
+                        )
+                    )
+                    ids = self._write_chunks(
+                        conn, workspace, document, chunks, embedder, vectors, keep, term_counts
+                    )
+                return WrittenDocument(ids(), int(row()[0]["seq"]))
+        except self.db.integrity_error as exc:
+            self._refuse_other_embedder(exc, embedder, dimension)
+            # The document may be there already: this very write, sent again because
+            # its COMMIT's outcome was lost (``idempotent``; never inside a transaction).
+            again = None if self.db.in_transaction else self._written_before(workspace, document)
+            if again is None:
+                raise
+            return again
 
-            def insert() -> Callable[[], Any]:
-                row = self._insert_document_row(conn, workspace, document, versioned=True)
-                return self.db.deferred_row(row)
+    def _refuse_other_embedder(self, error: Exception, embedder: str, dimension: int) -> None:
+        """Raise ``StaleEmbedder`` if a document write's ``error`` was its document's row
+        getting no version: the workspace is indexed by another embedder or dimension
+        (``_insert_document_row``); nothing was stored."""
+        if self.db.refused_null(error) == "documents.version":
+            raise StaleEmbedder(
+                f"the workspace is not indexed by {embedder!r} with dimension {dimension}"
+            ) from error
 
-            return self._write_chunks(
-                conn, workspace, document, insert, chunks, embedder, vectors, keep, term_counts
-            )
+    def _written_before(
+        self, workspace: tuple[str, str], document: Document
+    ) -> WrittenDocument | None:
+        """What an earlier write of this very ``document`` stored (its row in this
+        workspace with the same source, size, chunk count and time), or ``None``."""
+        with self.db.read() as conn:
+            row = conn.execute(
+                f"SELECT seq FROM documents WHERE id = ? AND {WORKSPACE} AND source = ?"
+                " AND bytes = ? AND chunks = ? AND created_at = ?",
+                [document.id, *workspace, document.source, document.bytes, document.chunks]
+                + [isoformat(document.created_at)],
+            ).fetchone()
+            ids = conn.execute(_CHUNK_IDS, [document.id]).fetchall() if row else []
+        return WrittenDocument([int(r["id"]) for r in ids], int(row["seq"])) if row else None
 
     def _insert_document_row(
         self,
@@ -117,11 +169,16 @@ class DocumentTables(TermTables, VectorTables, KnowledgeStore):
         document: Document,
         *,
         versioned: bool = False,
+        embedder: tuple[str, int] | None = None,
     ) -> Cursor:
-        """Insert a document's row (``versioned``: at the workspace's version, which
-        this transaction bumped); the cursor whose row holds its ``seq``, read later: in
-        a pipelined write the chunks go to the database with it, in one round trip."""
-        version = _BUMPED_VERSION if versioned else "0"
+        """Insert a document's row, at version 0, or (``versioned``) at the version this
+        transaction bumped its workspace to, if the workspace is indexed by ``embedder``
+        (and dimension): else with no version, which the column refuses (the check a
+        document write makes in its own transaction, instead of a read before it). The
+        cursor whose row holds its ``seq``."""
+        version, checked = "0", []
+        if versioned:
+            version, checked = CHECKED_VERSION, [*workspace, *(embedder or ())]
         return conn.execute(
             "INSERT INTO documents (id, organization_id, environment, source, content_type,"
             " pages, chunks, bytes, created_at, status, last_error, metadata, version)"
@@ -138,7 +195,7 @@ class DocumentTables(TermTables, VectorTables, KnowledgeStore):
                 document.status,
                 document.last_error.model_dump_json() if document.last_error else None,
                 json_object(document.metadata),
-                *(workspace if versioned else ()),
+                *checked,
             ],
         )
 
@@ -147,51 +204,40 @@ class DocumentTables(TermTables, VectorTables, KnowledgeStore):
         conn: Connection,
         workspace: tuple[str, str],
         document: Document,
-        write_row: Callable[[], Callable[[], Any]],
         chunks: Chunks,
         embedder: str,
         vectors: Vectors,
         keep: npt.NDArray[np.bool_],
         term_counts: TermCounts | None,
-    ) -> WrittenDocument:
-        """Bump the workspace's version, then ``write_row`` (which writes the document's
-        row at that version and gives a getter of that row, with its ``seq``), then insert
-        the chunks, the ``keep`` rows' vectors and the sentence counts; every chunk id.
+    ) -> Callable[[], list[int]]:
+        """Insert a document's chunks (its row is written, at the version this transaction
+        bumped to), the ``keep`` rows' vectors (chunks outside it have no features: stored,
+        not indexed) and the sentence counts; a function giving every chunk id, in order,
+        once the transaction is over.
 
-        The bump comes first: its row lock orders this workspace's writers, so versions
-        commit in order (and the chunk ids, drawn after it, rise in that order too). Its
-        row and the document's are asked for once the chunks are sent
-        (``Database.deferred_row``): in a pipelined write all of that is one round trip,
-        and the segments and the COMMIT a second.
+        Where the database gathers a segment's ids itself (``Dialect.segment_ids``) nothing
+        waits for an answer: a pipelined write sends it all, and its ``COMMIT``, in one
+        round trip. Else the ids are read before the segments are written.
         """
-        dimension = int(vectors.shape[1])
-        bump = self.db.deferred_row(self._send_bump(conn, workspace, embedder, dimension))
-        document_row = write_row()
-        ids = self.db.insert_ids(
-            conn,
-            "chunks",
-            _CHUNK_COLUMNS,
-            [
-                (document.id, *workspace, ordinal, text, json_ints(pages), json_ints(offsets))
-                for ordinal, (text, pages, offsets) in enumerate(chunks)
-            ],
+        rows = [
+            (document.id, *workspace, ordinal, text, json_ints(pages), json_ints(offsets))
+            for ordinal, (text, pages, offsets) in enumerate(chunks)
+        ]
+        conn.executemany(
+            f"INSERT INTO chunks ({', '.join(_CHUNK_COLUMNS)}) VALUES ({marks(7)})", rows
         )
-        seq = int(document_row()["seq"])
-        version = self._bumped(bump(), embedder, dimension)
-        # chunks outside ``keep`` (no features, so a zero vector) are stored, not indexed
-        self._insert_segments(
-            conn,
-            *workspace,
-            document.id,
-            embedder,
-            dimension,
-            version,
-            np.asarray(ids, dtype=np.int64)[keep],
-            vectors if keep.all() else vectors[keep],  # no copy of a big matrix if all kept
-        )
+        if self._gathers_segment_ids():
+            self._gather_segments(conn, workspace, document.id, embedder, vectors, keep)
+            found = self.db.deferred_rows(conn.execute(_CHUNK_IDS, [document.id]))
+        else:  # the ids are needed now (SQLite, or a write that is not pipelined)
+            listed = conn.execute(_CHUNK_IDS, [document.id]).fetchall()
+            indexed = np.array([row["id"] for row in listed], np.int64)[keep]
+            kept = vectors if keep.all() else vectors[keep]  # no copy of a big matrix if all kept
+            self._insert_segments(conn, workspace, document.id, embedder, indexed, kept)
+            found = lambda: listed  # noqa: E731
         if term_counts is not None:
-            self._store_terms(conn, workspace, seq, version, term_counts)
-        return WrittenDocument(ids, seq)
+            self._store_terms(conn, workspace, document.id, term_counts)
+        return lambda: [int(row["id"]) for row in found()]
 
     def chunk_ids(self, organization_id: str, environment: str, document_id: str) -> list[int]:
         with self.db.read() as conn:
@@ -434,31 +480,35 @@ class DocumentTables(TermTables, VectorTables, KnowledgeStore):
         # deleted meanwhile, nor finished by another worker), and ``event`` is recorded
         # in the same transaction: exactly when the document became ready, once
         workspace = (organization_id, environment)
-        with self.db.write() as conn:
-            row = conn.execute(
-                "UPDATE documents SET status = 'ready', last_error = NULL, content_type = ?,"
-                f" pages = ?, chunks = ? WHERE id = ? AND {WORKSPACE} AND status = 'processing'"
-                " RETURNING seq",
-                [document.content_type, document.pages, document.chunks, document.id, *workspace],
-            ).fetchone()
-            if row is None:
-                return None
-            conn.execute("DELETE FROM ingest_jobs WHERE document_id = ?", [document.id])
-
-            # bumped only now: a document no longer processing leaves the version alone
-            def mark() -> Callable[[], Any]:
-                conn.execute(
-                    f"UPDATE documents SET version = {_BUMPED_VERSION} WHERE seq = ?",
-                    [*workspace, row["seq"]],
-                )
-                return lambda: row
-
-            written = self._write_chunks(
-                conn, workspace, document, mark, chunks, embedder, vectors, keep, term_counts
-            )
-            if event is not None:
-                self.record_event(event, now=time.time())
-            return written
+        dimension = int(vectors.shape[1])
+        try:
+            with self.db.read():  # this thread's connection is kept until ids() is read
+                with self.db.write() as conn:
+                    row = conn.execute(
+                        "UPDATE documents SET status = 'ready', last_error = NULL,"
+                        f" content_type = ?, pages = ?, chunks = ? WHERE id = ? AND {WORKSPACE}"
+                        " AND status = 'processing' RETURNING seq",
+                        [document.content_type, document.pages, document.chunks, document.id]
+                        + list(workspace),
+                    ).fetchone()
+                    if row is None:
+                        return None
+                    conn.execute("DELETE FROM ingest_jobs WHERE document_id = ?", [document.id])
+                    # bumped only now: a document no longer processing leaves it alone
+                    self._send_bump(conn, workspace, embedder, dimension)
+                    conn.execute(
+                        f"UPDATE documents SET version = {CHECKED_VERSION} WHERE seq = ?",
+                        [*workspace, embedder, dimension, row["seq"]],
+                    )
+                    ids = self._write_chunks(
+                        conn, workspace, document, chunks, embedder, vectors, keep, term_counts
+                    )
+                    if event is not None:
+                        self.record_event(event, now=time.time())
+                return WrittenDocument(ids(), int(row["seq"]))
+        except self.db.integrity_error as exc:
+            self._refuse_other_embedder(exc, embedder, dimension)
+            raise
 
     def fail_document(
         self,

@@ -13,6 +13,12 @@ from agentcore.errors import NotFound
 from agentcore.storage.sql.database import Connection, Cursor, Database
 
 WORKSPACE = "organization_id = ? AND environment = ?"
+#: the version this transaction bumped its workspace to (``VectorTables._send_bump``),
+#: for a row written in it (its parameters: the workspace)
+BUMPED_VERSION = f"(SELECT version FROM knowledge_state WHERE {WORKSPACE})"
+#: that version only if the workspace is indexed by an embedder and dimension (its
+#: parameters: the workspace, the embedder's name, the dimension), else NULL
+CHECKED_VERSION = BUMPED_VERSION[:-1] + " AND embedder = ? AND dimension = ?)"
 
 
 def marks(count: int) -> str:

@@ -19,7 +19,7 @@ from agentcore.residency import Residency, ResidencyStats
 from agentcore.storage.base import BudgetedStore, KnowledgeStore
 from agentcore.storage.records import TermCounts
 from agentcore.storage.sql.database import Connection, Tables
-from agentcore.storage.sql.queries import WORKSPACE, read_row
+from agentcore.storage.sql.queries import BUMPED_VERSION, WORKSPACE, read_row
 
 
 def pack_stems(stems: Mapping[str, int]) -> str:
@@ -86,15 +86,17 @@ class TermTables(Tables, KnowledgeStore, BudgetedStore):
         return self._term_sums.stats()
 
     def _store_terms(
-        self, conn: Connection, workspace: Sequence[str], seq: int, version: int, counts: TermCounts
+        self, conn: Connection, workspace: Sequence[str], document_id: str, counts: TermCounts
     ) -> None:
-        """Store document ``seq``'s counts as one row, in the transaction that stores its
-        chunks (``version``: the one it bumped to); ``delete_document`` takes them out."""
+        """Store document ``document_id``'s counts as one row, in the transaction that
+        stores its chunks, at the version it bumped to (both read in SQL, so a pipelined
+        write waits for neither); ``delete_document`` takes them out."""
         sentences, stems = counts
         conn.execute(
             "INSERT INTO document_terms (document_seq, organization_id, environment, version,"
-            " sentences, stems) VALUES (?, ?, ?, ?, ?, ?)",
-            [seq, *workspace, version, sentences, pack_stems(stems)],
+            f" sentences, stems) VALUES ((SELECT seq FROM documents WHERE id = ?), ?, ?,"
+            f" {BUMPED_VERSION}, ?, ?)",
+            [document_id, *workspace, *workspace, sentences, pack_stems(stems)],
         )
 
     def _take_terms(self, conn: Connection, seq: int) -> dict[str, Any]:

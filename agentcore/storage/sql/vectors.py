@@ -14,6 +14,7 @@ from dataclasses import replace
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from agentcore.storage.records import (
     LOCATOR_SHIFT,
@@ -27,7 +28,7 @@ from agentcore.storage.records import (
     segment_locators,
 )
 from agentcore.storage.sql.database import CACHE_LIMIT, Connection, Cursor, Tables
-from agentcore.storage.sql.queries import WORKSPACE, insert_row
+from agentcore.storage.sql.queries import BUMPED_VERSION, WORKSPACE, insert_row, marks
 
 SEGMENT_ROWS = 65_536  # ~100 MB of float32 at d=384: far below either database's 1 GB limit
 # Versions of deletions the change log keeps; a cache further behind reloads the workspace.
@@ -43,6 +44,11 @@ def _segments(*, with_ids: bool) -> str:
         " FROM vector_segments v LEFT JOIN documents d ON d.id = v.document_id"
         " WHERE v.organization_id = ? AND v.environment = ?"
     )
+
+
+_SEGMENT_COLUMNS = (
+    "organization_id, environment, document_id, embedder, dimension, count, ids, vectors, version"
+)
 
 
 class VectorTables(Tables):
@@ -80,49 +86,36 @@ class VectorTables(Tables):
         vectors: Vectors,
     ) -> None:
         """Append vectors as whole-buffer segments and bump the workspace version."""
+        ids, vectors = segment_arrays(ids, vectors, dimension)
         with self.db.write() as conn:
             # the bump first: on PostgreSQL its row lock orders concurrent writers, so
             # versions commit in order and each segment carries the version that added it
-            version = self._bump(conn, organization_id, environment, embedder, dimension)
+            self._bump(conn, organization_id, environment, embedder, dimension)
             self._insert_segments(
-                conn,
-                organization_id,
-                environment,
-                document_id,
-                embedder,
-                dimension,
-                version,
-                ids,
-                vectors,
+                conn, (organization_id, environment), document_id, embedder, ids, vectors
             )
 
     def _insert_segments(
         self,
         conn: Connection,
-        organization_id: str,
-        environment: str,
+        workspace: tuple[str, str],
         document_id: str | None,
         embedder: str,
-        dimension: int,
-        version: int,
         ids: Ids,
         vectors: Vectors,
     ) -> None:
-        """Store ``ids`` and ``vectors`` as segments added at ``version`` (which the
-        caller's transaction bumped to, before), in that transaction."""
+        """Store ``ids`` and ``vectors`` as segments at the version this transaction
+        bumped its workspace to (before), in that transaction."""
+        dimension = int(vectors.shape[1])
         ids, vectors = segment_arrays(ids, vectors, dimension)
-        # at most the dialect's segment_bytes a segment: SQLite reads a row of one by
-        # walking its pages from the start, PostgreSQL at its offset
-        rows = max(1, min(SEGMENT_ROWS, self.dialect.segment_bytes // (4 * dimension)))
+        rows = self._segment_rows(dimension)
         for start in range(0, len(ids), rows):
             part = slice(start, start + rows)
             conn.execute(
-                "INSERT INTO vector_segments (organization_id, environment, document_id,"
-                " embedder, dimension, count, ids, vectors, version)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                f"INSERT INTO vector_segments ({_SEGMENT_COLUMNS})"
+                f" VALUES ({marks(8)}, {BUMPED_VERSION})",
                 [
-                    organization_id,
-                    environment,
+                    *workspace,
                     document_id,
                     embedder,
                     dimension,
@@ -130,11 +123,62 @@ class VectorTables(Tables):
                     # buffers, not bytes: no second copy of a large document's vectors
                     ids[part].data.cast("B"),
                     vectors[part].data.cast("B"),
-                    version,
+                    *workspace,
                 ],
             )
         if len(ids):
-            self._vectors_added(conn, organization_id, environment, document_id, ids, vectors)
+            self._vectors_added(conn, *workspace, document_id, ids, vectors)
+
+    def _segment_rows(self, dimension: int) -> int:
+        """The most rows one segment holds: at most the dialect's ``segment_bytes`` (SQLite
+        reads a row of one by walking its pages from the start, PostgreSQL at its offset)."""
+        return max(1, min(SEGMENT_ROWS, self.dialect.segment_bytes // (4 * dimension)))
+
+    def _gathers_segment_ids(self) -> bool:
+        """Whether a document's segments are written with ids the database gathers from
+        its chunks (``_gather_segments``): where the dialect can, and no
+        ``_vectors_added`` hook needs the ids here."""
+        return self.dialect.segment_ids is not None and self._pipelined_writes()
+
+    def _gather_segments(
+        self,
+        conn: Connection,
+        workspace: tuple[str, str],
+        document_id: str,
+        embedder: str,
+        vectors: Vectors,
+        keep: npt.NDArray[np.bool_],
+    ) -> None:
+        """``_insert_segments`` for the ``keep`` rows of ``vectors``, one for each chunk of
+        document ``document_id`` (inserted by this transaction, in order), each segment's
+        ids gathered by the database from the chunks it holds (``Dialect.segment_ids``),
+        so nothing waits for the chunk ids."""
+        assert self.dialect.segment_ids is not None
+        gather = self.dialect.segment_ids.format("id", "ordinal")
+        matrix = np.ascontiguousarray(vectors if keep.all() else vectors[keep], dtype="<f4")
+        ordinals = np.flatnonzero(keep)
+        rows = self._segment_rows(matrix.shape[1])
+        for start in range(0, len(ordinals), rows):
+            part = ordinals[start : start + rows]
+            if part[-1] - part[0] + 1 == len(part):  # every chunk between: a range
+                where, chosen = "ordinal BETWEEN ? AND ?", [int(part[0]), int(part[-1])]
+            else:
+                where, chosen = self.dialect.any_of.format("ordinal"), [part.tolist()]
+            conn.execute(
+                f"INSERT INTO vector_segments ({_SEGMENT_COLUMNS}) SELECT ?, ?, ?, ?, ?, ?,"
+                f" {gather}, ?, {BUMPED_VERSION} FROM chunks WHERE document_id = ? AND {where}",
+                [
+                    *workspace,
+                    document_id,
+                    embedder,
+                    matrix.shape[1],
+                    len(part),
+                    matrix[start : start + rows].data.cast("B"),
+                    *workspace,
+                    document_id,
+                    *chosen,
+                ],
+            )
 
     def load_vectors(
         self, organization_id: str, environment: str, dimension: int
@@ -389,10 +433,15 @@ class VectorTables(Tables):
         dimension: int | None = None,
     ) -> int:
         """Advance the workspace version (in the caller's transaction); the new version.
-        With ``embedder`` and ``dimension``: ``StaleEmbedder`` unless they are the
-        workspace's (``_bumped``)."""
-        bump = self._send_bump(conn, (organization_id, environment), embedder, dimension)
-        return self._bumped(bump.fetchone(), embedder, dimension)
+        With ``embedder`` and ``dimension``: ``StaleEmbedder`` unless the workspace's are
+        (now) those, checked in the write's own transaction instead of a read before it
+        (the caller's transaction then rolls back)."""
+        row = self._send_bump(conn, (organization_id, environment), embedder, dimension).fetchone()
+        if embedder is not None and (row["embedder"], row["dimension"]) != (embedder, dimension):
+            raise StaleEmbedder(
+                f"the workspace is indexed by {row['embedder']!r} with dimension {row['dimension']}"
+            )
+        return int(row["version"])
 
     def _send_bump(
         self,
@@ -402,8 +451,8 @@ class VectorTables(Tables):
         dimension: int | None,
     ) -> Cursor:
         """Advance the workspace version (in the caller's transaction), recording
-        ``embedder`` and ``dimension`` if it has none yet; the cursor whose row
-        ``_bumped`` reads (in a pipelined write, later: see ``Database.deferred_row``)."""
+        ``embedder`` and ``dimension`` if it has none yet; the cursor whose row holds
+        the new version and the workspace's embedder and dimension."""
         return conn.execute(
             "INSERT INTO knowledge_state AS s (organization_id, environment, embedder,"
             " dimension, version) VALUES (?, ?, ?, ?, 1) ON CONFLICT (organization_id,"
@@ -413,17 +462,6 @@ class VectorTables(Tables):
             " RETURNING version, embedder, dimension",
             [*workspace, embedder, dimension],
         )
-
-    def _bumped(self, row: Any, embedder: str | None = None, dimension: int | None = None) -> int:
-        """The version ``_send_bump``'s statement (its ``row``) advanced to. With
-        ``embedder`` and ``dimension``: raise ``StaleEmbedder`` unless the workspace's
-        are (now) those, the check a document write makes in its own transaction instead
-        of a read before it (the caller's transaction then rolls back)."""
-        if embedder is not None and (row["embedder"] != embedder or row["dimension"] != dimension):
-            raise StaleEmbedder(
-                f"the workspace is indexed by {row['embedder']!r} with dimension {row['dimension']}"
-            )
-        return int(row["version"])
 
     def _log_deletion(
         self,

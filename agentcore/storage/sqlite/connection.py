@@ -12,7 +12,6 @@ import sqlite3
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +39,13 @@ class Database:
     a caller under normal load. ``:memory:`` has a single shared connection guarded by
     the same lock for reads and writes.
     """
+
+    integrity_error = sqlite3.IntegrityError
+
+    def refused_null(self, error: Exception) -> str:
+        """``"table.column"`` of a NOT NULL failure (SQLite says it in the message)."""
+        _, found, column = str(error).partition("NOT NULL constraint failed: ")
+        return column if found else ""
 
     def __init__(self, path: str) -> None:
         self.path = path
@@ -194,12 +200,11 @@ class Database:
         options, runs no statement when created (no recursive_triggers pragma, no hooks)."""
         return UtilsDatabase(conn, recursive_triggers=False, execute_plugins=False)
 
-    def deferred_row(self, cursor: sqlite3.Cursor) -> Callable[[], Any]:
-        """``cursor``'s first row, read now: there is no round trip to save, and a
-        ``RETURNING`` statement left unread stays open (while an exception's traceback
-        holds its cursor), so the connection's next ``COMMIT`` would fail."""
-        row = cursor.fetchone()
-        return lambda: row
+    def deferred_rows(self, cursor: sqlite3.Cursor) -> Callable[[], list[Any]]:
+        """``cursor``'s rows, read now: there is no round trip to save, and a statement
+        left unread stays open, so the connection's next ``COMMIT`` would fail."""
+        rows = cursor.fetchall()
+        return lambda: rows
 
     def write_one(self, sql: str, params: Any) -> sqlite3.Row | None:
         """Run one write statement as its own transaction; its first row (``RETURNING``).
@@ -215,17 +220,6 @@ class Database:
             if not getattr(self._local, "depth", 0):
                 self.generation += 1
             return row
-
-    def insert_ids(
-        self,
-        conn: sqlite3.Connection,
-        table: str,
-        columns: Sequence[str],
-        rows: Sequence[Sequence[Any]],
-    ) -> list[int]:
-        """Insert ``rows`` into ``table``, one cached statement each; their rowids."""
-        sql = _insert_sql(table, tuple(columns))
-        return [int(conn.execute(sql, row).lastrowid or 0) for row in rows]
 
     def insert_with_blob(
         self,
@@ -369,8 +363,3 @@ class Database:
                 with contextlib.suppress(sqlite3.Error):  # closing is best effort
                     conn.close()
             self._connections.clear()
-
-
-@cache
-def _insert_sql(table: str, columns: tuple[str, ...]) -> str:
-    return f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({marks(len(columns))})"
