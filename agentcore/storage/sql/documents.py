@@ -118,11 +118,7 @@ class DocumentTables(TermTables, VectorTables, KnowledgeStore):
                     self._send_bump(conn, workspace, embedder, dimension)
                     row = self.db.deferred_rows(
                         self._insert_document_row(
-                            conn,
-                            workspace,
-                            document,
-                            versioned=True,
-                            embedder=(embedder, dimension),
+                            conn, workspace, document, embedder=(embedder, dimension)
                         )
                     )
                     ids = self._write_chunks(
@@ -168,17 +164,14 @@ class DocumentTables(TermTables, VectorTables, KnowledgeStore):
         workspace: tuple[str, str],
         document: Document,
         *,
-        versioned: bool = False,
         embedder: tuple[str, int] | None = None,
     ) -> Cursor:
-        """Insert a document's row, at version 0, or (``versioned``) at the version this
-        transaction bumped its workspace to, if the workspace is indexed by ``embedder``
-        (and dimension): else with no version, which the column refuses (the check a
-        document write makes in its own transaction, instead of a read before it). The
-        cursor whose row holds its ``seq``."""
-        version, checked = "0", []
-        if versioned:
-            version, checked = CHECKED_VERSION, [*workspace, *(embedder or ())]
+        """Insert a document's row, at version 0, or (with ``embedder``: a name and a
+        dimension) at the version this transaction bumped its workspace to, if the
+        workspace is indexed by that embedder: else with no version, which the column
+        refuses (the check a document write makes in its own transaction, instead of a
+        read before it). The cursor whose row holds its ``seq``."""
+        version, checked = ("0", []) if embedder is None else (CHECKED_VERSION, [*embedder])
         return conn.execute(
             "INSERT INTO documents (id, organization_id, environment, source, content_type,"
             " pages, chunks, bytes, created_at, status, last_error, metadata, version)"
@@ -195,6 +188,7 @@ class DocumentTables(TermTables, VectorTables, KnowledgeStore):
                 document.status,
                 document.last_error.model_dump_json() if document.last_error else None,
                 json_object(document.metadata),
+                *(workspace if checked else ()),
                 *checked,
             ],
         )
