@@ -50,8 +50,9 @@ class _Group:
 
 @dataclass(frozen=True)
 class ResidencyStats:
-    """A snapshot of a ``Residency``: what it holds, what it has evicted and how many
-    values it was given for a key that had none (``loads``; its own values; ``budget_bytes`` and ``max_files`` are the bounds it shares, if it does)."""
+    """A snapshot of a ``Residency``'s own values: what it holds, what it has evicted,
+    and how many values it was given for a key that had none (``loads``);
+    ``budget_bytes`` and ``max_files`` are the bounds it shares, if it does."""
 
     entries: int
     bytes: int
@@ -197,18 +198,19 @@ class Residency(Generic[K, V]):
     def clear(self) -> None:
         """Forget every value."""
         with self._lock:
-            for slot in self._slots.values():
-                self._uncharge(slot)
-            self._slots.clear()
+            self._clear_locked()
 
     def detach(self) -> None:
         """Forget every value and leave the bounds this object shares (it is not used
         again): what it held is no longer charged, and evictions no longer look at it."""
         with self._lock:
-            for slot in self._slots.values():
-                self._uncharge(slot)
-            self._slots.clear()
+            self._clear_locked()
             self._group.members.remove(self)
+
+    def _clear_locked(self) -> None:
+        for slot in self._slots.values():
+            self._uncharge(slot)
+        self._slots.clear()
 
     def stats(self) -> ResidencyStats:
         """What is held now and how much was evicted so far."""

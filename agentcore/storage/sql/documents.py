@@ -171,11 +171,11 @@ class DocumentTables(TermTables, VectorTables, KnowledgeStore):
         workspace is indexed by that embedder: else with no version, which the column
         refuses (the check a document write makes in its own transaction, instead of a
         read before it). The cursor whose row holds its ``seq``."""
-        version, checked = ("0", []) if embedder is None else (CHECKED_VERSION, [*embedder])
         return conn.execute(
             "INSERT INTO documents (id, organization_id, environment, source, content_type,"
             " pages, chunks, bytes, created_at, status, last_error, metadata, version)"
-            f" VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, {version}) RETURNING seq",
+            f" VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, {CHECKED_VERSION if embedder else 0})"
+            " RETURNING seq",
             [
                 document.id,
                 *workspace,
@@ -188,8 +188,7 @@ class DocumentTables(TermTables, VectorTables, KnowledgeStore):
                 document.status,
                 document.last_error.model_dump_json() if document.last_error else None,
                 json_object(document.metadata),
-                *(workspace if checked else ()),
-                *checked,
+                *((*workspace, *embedder) if embedder else ()),
             ],
         )
 
@@ -230,7 +229,7 @@ class DocumentTables(TermTables, VectorTables, KnowledgeStore):
             self._insert_segments(conn, workspace, document.id, embedder, indexed, kept)
             found = lambda: listed  # noqa: E731
         if term_counts is not None:
-            self._store_terms(conn, workspace, document.id, term_counts)
+            self._store_terms(conn, document.id, term_counts)
         return lambda: [int(row["id"]) for row in found()]
 
     def chunk_ids(self, organization_id: str, environment: str, document_id: str) -> list[int]:

@@ -19,7 +19,7 @@ from agentcore.residency import Residency, ResidencyStats
 from agentcore.storage.base import BudgetedStore, KnowledgeStore
 from agentcore.storage.records import TermCounts
 from agentcore.storage.sql.database import Connection, Tables
-from agentcore.storage.sql.queries import BUMPED_VERSION, WORKSPACE, read_row
+from agentcore.storage.sql.queries import WORKSPACE, read_row
 
 
 def pack_stems(stems: Mapping[str, int]) -> str:
@@ -85,18 +85,17 @@ class TermTables(Tables, KnowledgeStore, BudgetedStore):
         """What the sums kept are charged and how many were evicted (``BudgetedStore``)."""
         return self._term_sums.stats()
 
-    def _store_terms(
-        self, conn: Connection, workspace: Sequence[str], document_id: str, counts: TermCounts
-    ) -> None:
-        """Store document ``document_id``'s counts as one row, in the transaction that
-        stores its chunks, at the version it bumped to (both read in SQL, so a pipelined
-        write waits for neither); ``delete_document`` takes them out."""
+    def _store_terms(self, conn: Connection, document_id: str, counts: TermCounts) -> None:
+        """Store a document's counts as one row, in the transaction that stores its
+        chunks, under its row's ``seq`` and version (written before, in that transaction:
+        read in SQL, so a pipelined write waits for neither); ``delete_document`` takes
+        them out."""
         sentences, stems = counts
         conn.execute(
             "INSERT INTO document_terms (document_seq, organization_id, environment, version,"
-            f" sentences, stems) VALUES ((SELECT seq FROM documents WHERE id = ?), ?, ?,"
-            f" {BUMPED_VERSION}, ?, ?)",
-            [document_id, *workspace, *workspace, sentences, pack_stems(stems)],
+            " sentences, stems) SELECT seq, organization_id, environment, version, ?, ?"
+            " FROM documents WHERE id = ?",
+            [sentences, pack_stems(stems), document_id],
         )
 
     def _take_terms(self, conn: Connection, seq: int) -> dict[str, Any]:
