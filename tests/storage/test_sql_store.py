@@ -138,3 +138,43 @@ def test_term_sums_follow_another_nodes_writes(
     finally:
         writer.close()
         reader.close()
+
+
+@pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgres", marks=pytest.mark.slow)])
+def test_rows_inserted_several_per_statement_keep_their_order(
+    kind: str, request: pytest.FixtureRequest
+) -> None:
+    """Chunks and messages go in several rows per ``INSERT`` (``insert_rows``): every row
+    is stored, in the order given, around the statement's row count and past it."""
+    import numpy as np
+
+    from agentcore.storage.records import StoredMessage
+    from agentcore.storage.sql.queries import PARAMS_PER_INSERT
+
+    if kind == "sqlite":
+        store: Any = SQLiteStore.open(request.getfixturevalue("tmp_path") / "rows.db")
+    else:
+        from agentcore.storage.postgres import PostgresStore
+
+        store = PostgresStore.open(request.getfixturevalue("postgres_url"))
+    per_statement = PARAMS_PER_INSERT // 7  # a chunk's row and a message's have 7 values
+    try:
+        for count in (1, per_statement, per_statement + 1, 3 * per_statement + 2):
+            document = make_document(chunks=count)
+            chunks = [(f"chunk {i}", [i + 1], [0]) for i in range(count)]
+            vectors = np.eye(count, 4 * count, dtype=np.float32)
+            written = store.insert_document(
+                "org", f"e{count}", document, chunks, "e", vectors, np.ones(count, bool)
+            )
+            assert written.chunk_ids == sorted(written.chunk_ids)
+            assert store.chunk_ids("org", f"e{count}", document.id) == written.chunk_ids
+            stored = store.get_chunks(written.chunk_ids)
+            assert [stored[i].text for i in written.chunk_ids] == [c[0] for c in chunks]
+            assert [stored[i].pages for i in written.chunk_ids] == [c[1] for c in chunks]
+
+            conversation = store.create_conversation("org", "test", "agent_x")
+            said = [StoredMessage("user", f"message {i}", []) for i in range(count)]
+            store.add_messages(conversation, said)
+            assert store.recent_messages(conversation, 100) == said
+    finally:
+        store.close()

@@ -78,24 +78,9 @@ class Cursor(psycopg.Cursor[DictRow]):
         # the store sends no t-string templates
         return super().execute(cast(QueryNoTemplate, query), params, prepare=prepare, binary=binary)
 
-    def executemany(
-        self, query: Query, params_seq: Iterable[Params], *, returning: bool = False
-    ) -> None:
-        """Run ``query`` once per parameter row (pipelined: one round trip)."""
-        if isinstance(query, str):
-            query = translate(query, False)
-        super().executemany(query, params_seq, returning=returning)
-
 
 class Connection(psycopg.Connection[DictRow]):
     """A pooled connection whose cursors take the store's placeholders."""
-
-    def executemany(self, query: str, params_seq: Iterable[Sequence[Any]]) -> Cursor:
-        """Run ``query`` once per row of ``params_seq``, as ``sqlite3`` connections do."""
-        cursor = self.cursor()
-        cursor.executemany(query, params_seq)
-        assert isinstance(cursor, Cursor)
-        return cursor
 
 
 Conn = Connection

@@ -12,7 +12,7 @@ from agentcore.schema import Conversation, Message, Usage
 from agentcore.storage.base import ConversationStore
 from agentcore.storage.records import StoredMessage
 from agentcore.storage.sql.database import Tables
-from agentcore.storage.sql.queries import WORKSPACE, find_row, page, write
+from agentcore.storage.sql.queries import WORKSPACE, find_row, insert_rows, page, write
 
 _GONE = "The conversation was deleted while the answer was being made."
 
@@ -80,7 +80,8 @@ class ConversationTables(Tables, ConversationStore):
             )
             if cursor.rowcount != 1:
                 raise NotFound(_GONE, param="conversationId")
-            conn.executemany(
+            insert_rows(
+                conn,
                 "INSERT INTO messages (id, conversation_id, role, content, citations, usage,"
                 " created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
                 [

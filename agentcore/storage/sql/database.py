@@ -7,7 +7,7 @@ once, with ``?`` placeholders, against the ``Connection`` it hands out.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, ParamSpec, Protocol, TypeVar
 
@@ -40,9 +40,6 @@ class Connection(Protocol):
 
     def execute(self, sql: str, parameters: Any = ..., /) -> Cursor:
         """Run one statement."""
-
-    def executemany(self, sql: str, parameters: Iterable[Sequence[Any]], /) -> Cursor:
-        """Run one statement per parameter row."""
 
 
 class Database(Protocol):

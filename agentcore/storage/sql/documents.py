@@ -35,6 +35,7 @@ from agentcore.storage.sql.queries import (
     CHECKED_VERSION,
     WORKSPACE,
     find_row,
+    insert_rows,
     marks,
     page,
     read_row,
@@ -216,8 +217,8 @@ class DocumentTables(TermTables, VectorTables, KnowledgeStore):
             (document.id, *workspace, ordinal, text, json_ints(pages), json_ints(offsets))
             for ordinal, (text, pages, offsets) in enumerate(chunks)
         ]
-        conn.executemany(
-            f"INSERT INTO chunks ({', '.join(_CHUNK_COLUMNS)}) VALUES ({marks(7)})", rows
+        insert_rows(
+            conn, f"INSERT INTO chunks ({', '.join(_CHUNK_COLUMNS)}) VALUES ({marks(7)})", rows
         )
         if self._gathers_segment_ids():
             self._gather_segments(conn, workspace, document.id, embedder, vectors, keep)

@@ -26,6 +26,27 @@ def marks(count: int) -> str:
     return ", ".join("?" * count)
 
 
+#: parameters per multi-row ``INSERT`` (``insert_rows``): psycopg converts a statement's
+#: placeholders once and caches it only up to 50 (past that it parses the text again at
+#: every call, some µs per placeholder), and even an old SQLite takes 999
+PARAMS_PER_INSERT = 50
+
+
+def insert_rows(conn: Connection, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+    """Run ``sql``, an ``INSERT ... VALUES (...)`` holding one row's placeholders, for
+    each of ``rows`` in order, a few rows per statement (its ``VALUES`` repeated, up to
+    ``PARAMS_PER_INSERT`` parameters): ``executemany`` sends a statement per row, and on
+    PostgreSQL each costs the client a message and its CPU."""
+    if not rows:
+        return
+    head, values = sql.split(" VALUES ", 1)
+    step = max(1, PARAMS_PER_INSERT // len(rows[0]))
+    for start in range(0, len(rows), step):
+        part = rows[start : start + step]
+        params = [value for row in part for value in row]
+        conn.execute(f"{head} VALUES {', '.join([values] * len(part))}", params)
+
+
 def read_row(db: Database, sql: str, params: Sequence[Any] = ()) -> Any:
     """The first row ``sql`` reads from the committed data, or ``None``."""
     with db.read() as conn:

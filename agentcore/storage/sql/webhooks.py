@@ -24,6 +24,7 @@ from agentcore.storage.sql.queries import (
     WORKSPACE,
     find_row,
     insert_row,
+    insert_rows,
     marks,
     page,
     page_rows,
@@ -181,7 +182,8 @@ class WebhookTables(Tables, WebhookStore):
                 targets = [row["id"] for row in rows if event.type in json.loads(row["events"])]
             if targets:
                 stamp = now_iso()
-                conn.executemany(
+                insert_rows(
+                    conn,
                     "INSERT INTO webhook_deliveries (id, event_id, subscription_id,"
                     " organization_id, environment, status, next_attempt_at, created_at,"
                     " updated_at) VALUES (?, ?, ?, ?, ?, 'pending', ?, ?, ?)",
