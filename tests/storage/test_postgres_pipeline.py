@@ -223,3 +223,56 @@ def test_a_document_over_a_segment_with_chunks_left_out_gathers_every_segment(
     rows = np.concatenate([np.frombuffer(s["vectors"], "<f4").reshape(-1, 4) for s in segments])
     assert ids.tolist() == np.asarray(written.chunk_ids)[keep].tolist()
     assert np.array_equal(rows, vectors[keep])
+
+
+@pytest.mark.parametrize("announced", [False, True])
+def test_a_background_job_completes_its_document_in_two_round_trips(
+    postgres_url: str, tmp_path: Path, announced: bool
+) -> None:
+    """``complete_document`` waits for its conditional ``UPDATE`` (is the document still
+    processing?) and sends everything else, ``COMMIT`` included, at once; recording its
+    ``document.ready`` event reads the subscriptions it goes to, one round trip more."""
+    from agentcore.events import Event
+
+    single = PostgresStore.open(postgres_url, pool_size=1)
+    try:
+        org = single.ensure_organization("acme").id
+        if announced:
+            single.insert_subscription(
+                org, "test", url="http://127.0.0.1:9/h", events=["document.ready"],
+                secret="whsec_x", description=None,
+            )  # fmt: skip
+        document = make_document(chunks=3, status="processing")
+        single.insert_processing_document(
+            org, "test", document, kind="text", filename="a.txt", content_type=None,
+            data=b"text", now=0.0,
+        )  # fmt: skip
+        vectors = np.arange(12, dtype=np.float32).reshape(3, 4)
+        event = Event("document.ready", {"id": document.id}, org, "test")
+        written = []
+
+        def complete() -> None:
+            written.append(
+                single.complete_document(
+                    org, "test", document.model_copy(update={"status": "ready"}),
+                    [("text", [1], [0])] * 3, "e", vectors, np.ones(3, bool),
+                    term_counts=(1, {"text": 1}), event=event if announced else None,
+                )
+            )  # fmt: skip
+
+        lines = _trace(single, complete, tmp_path / "trace")
+        directions = [line.split("\t")[0] for line in lines]
+        turns = sum(1 for pair in itertools.pairwise(directions) if pair == ("F", "B"))
+        assert turns == (3 if announced else 2)
+        assert written[0] is not None and len(written[0].chunk_ids) == 3
+        stored = single.get_document(org, "test", document.id)
+        assert stored is not None and stored.status == "ready"
+        assert single.chunk_ids(org, "test", document.id) == written[0].chunk_ids
+        assert single.ingest_job_data(document.id) is None  # the job is gone with it
+        assert single.backlog(now=0.0).deliveries_pending == (1 if announced else 0)
+        # a second completion finds it no longer processing and stores nothing
+        complete()
+        assert written[1] is None
+        assert single.count_vectors(org, "test") == 3
+    finally:
+        single.close()

@@ -472,12 +472,14 @@ class DocumentTables(TermTables, VectorTables, KnowledgeStore):
     ) -> WrittenDocument | None:
         # the conditional UPDATE decides whether the document is still processing (not
         # deleted meanwhile, nor finished by another worker), and ``event`` is recorded
-        # in the same transaction: exactly when the document became ready, once
+        # in the same transaction: exactly when the document became ready, once.
+        # Pipelined as insert_document: after the UPDATE's answer the rest goes at once
+        # (and reading the subscriptions an event goes to takes one more round trip)
         workspace = (organization_id, environment)
         dimension = int(vectors.shape[1])
         try:
             with self.db.read():  # this thread's connection is kept until ids() is read
-                with self.db.write() as conn:
+                with self.db.write(pipeline=self._pipelined_writes()) as conn:
                     row = conn.execute(
                         "UPDATE documents SET status = 'ready', last_error = NULL,"
                         f" content_type = ?, pages = ?, chunks = ? WHERE id = ? AND {WORKSPACE}"
