@@ -24,7 +24,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -98,9 +97,9 @@ def child(code: Path, url: str, chunks: int, args: argparse.Namespace) -> dict[s
     command = [sys.executable, __file__, "run", "--code", str(code), "--db", url]
     command += ["--chunks", str(chunks), "--writes", str(args.writes)]
     command += ["--complete"] if args.complete else []
-    done = subprocess.run(command, check=True, stdout=subprocess.PIPE, text=True)
-    answer: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
-    return answer
+    from ingest_speed import run_json
+
+    return run_json(command)
 
 
 def main() -> int:
@@ -128,14 +127,9 @@ def main() -> int:
         print(json.dumps(answer))
         return 0
 
-    with (
-        tempfile.TemporaryDirectory(prefix="document_write") as tmp,
-        postgres(args.db) as server,
-    ):
-        versions = {"this": REPO}
-        if args.peer:
-            (Path(tmp) / "peer").mkdir()
-            versions["peer"] = peer_checkout(args.peer, Path(tmp) / "peer")
+    with tempfile.TemporaryDirectory(prefix="document_write") as tmp, postgres(args.db) as server:
+        peer = {"peer": peer_checkout(args.peer, Path(tmp))} if args.peer else {}
+        versions = {"this": REPO, **peer}
         found: dict[tuple[str, str, int], list[dict[str, float]]] = {}
         for number in range(args.runs):
             order = list(versions) if number % 2 == 0 else list(versions)[::-1]

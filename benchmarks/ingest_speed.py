@@ -278,13 +278,17 @@ def build_extension(root: Path, source: Path) -> None:
         subprocess.run([sys.executable, "-c", script, temp], cwd=root, check=True)
 
 
-def child(args: list[str]) -> dict[str, Any]:
-    """Run this script as a child process with ``args``; its JSON answer."""
-    done = subprocess.run(
-        [sys.executable, __file__, *args], check=True, stdout=subprocess.PIPE, text=True
-    )
+def run_json(command: list[str]) -> dict[str, Any]:
+    """Run ``command`` (one run of a benchmark, in a fresh process); the JSON object its
+    last line of output holds."""
+    done = subprocess.run(command, check=True, stdout=subprocess.PIPE, text=True)
     answer: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return answer
+
+
+def child(args: list[str]) -> dict[str, Any]:
+    """Run this script as a child process with ``args``; its JSON answer."""
+    return run_json([sys.executable, __file__, *args])
 
 
 def main(argv: list[str] | None = None) -> int:

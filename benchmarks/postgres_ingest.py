@@ -40,7 +40,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -156,14 +155,9 @@ def child(code: Path, url: str, args: argparse.Namespace, statements: bool) -> d
     command += ["--tenants"] if args.tenants else []
     command += ["--paragraphs", str(args.paragraphs)]
     command += ["--sqlite-synchronous", args.sqlite_synchronous]
-    done = subprocess.run(
-        [*command, *(["--statements"] if statements else [])],
-        check=True,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    answer: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
-    return answer
+    from ingest_speed import run_json
+
+    return run_json([*command, *(["--statements"] if statements else [])])
 
 
 def main() -> int:
