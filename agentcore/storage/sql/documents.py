@@ -473,34 +473,36 @@ class DocumentTables(TermTables, VectorTables, KnowledgeStore):
         # the conditional UPDATE decides whether the document is still processing (not
         # deleted meanwhile, nor finished by another worker), and ``event`` is recorded
         # in the same transaction: exactly when the document became ready, once.
-        # Pipelined as insert_document: after the UPDATE's answer the rest goes at once
-        # (and reading the subscriptions an event goes to takes one more round trip)
+        # Pipelined as insert_document, but its answers are read before the COMMIT is
+        # sent: a connection lost in the batch is then lost before the commit, and the
+        # write is run again (``retrying``), which a write that is not ``idempotent``
+        # needs. Three round trips: the UPDATE, the batch, the COMMIT (four with an
+        # event, whose subscriptions are read first, so nothing goes with the COMMIT).
         workspace = (organization_id, environment)
         dimension = int(vectors.shape[1])
         try:
-            with self.db.read():  # this thread's connection is kept until ids() is read
-                with self.db.write(pipeline=self._pipelined_writes()) as conn:
-                    row = conn.execute(
-                        "UPDATE documents SET status = 'ready', last_error = NULL,"
-                        f" content_type = ?, pages = ?, chunks = ? WHERE id = ? AND {WORKSPACE}"
-                        " AND status = 'processing' RETURNING seq",
-                        [document.content_type, document.pages, document.chunks, document.id]
-                        + list(workspace),
-                    ).fetchone()
-                    if row is None:
-                        return None
-                    conn.execute("DELETE FROM ingest_jobs WHERE document_id = ?", [document.id])
-                    # bumped only now: a document no longer processing leaves it alone
-                    self._send_bump(conn, workspace, embedder, dimension)
-                    conn.execute(
-                        f"UPDATE documents SET version = {CHECKED_VERSION} WHERE seq = ?",
-                        [*workspace, embedder, dimension, row["seq"]],
-                    )
-                    ids = self._write_chunks(
-                        conn, workspace, document, chunks, embedder, vectors, keep, term_counts
-                    )
-                    if event is not None:
-                        self.record_event(event, now=time.time())
+            with self.db.write(pipeline=self._pipelined_writes()) as conn:
+                row = conn.execute(
+                    "UPDATE documents SET status = 'ready', last_error = NULL,"
+                    f" content_type = ?, pages = ?, chunks = ? WHERE id = ? AND {WORKSPACE}"
+                    " AND status = 'processing' RETURNING seq",
+                    [document.content_type, document.pages, document.chunks, document.id]
+                    + list(workspace),
+                ).fetchone()
+                if row is None:
+                    return None
+                conn.execute("DELETE FROM ingest_jobs WHERE document_id = ?", [document.id])
+                # bumped only now: a document no longer processing leaves it alone
+                self._send_bump(conn, workspace, embedder, dimension)
+                conn.execute(
+                    f"UPDATE documents SET version = {CHECKED_VERSION} WHERE seq = ?",
+                    [*workspace, embedder, dimension, row["seq"]],
+                )
+                if event is not None:  # before the chunks: its subscriptions are read
+                    self.record_event(event, now=time.time())
+                ids = self._write_chunks(
+                    conn, workspace, document, chunks, embedder, vectors, keep, term_counts
+                )
                 return WrittenDocument(ids(), int(row["seq"]))
         except self.db.integrity_error as exc:
             self._refuse_other_embedder(exc, embedder, dimension)
