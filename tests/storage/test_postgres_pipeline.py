@@ -56,6 +56,32 @@ FAILURES = {
 }
 
 
+def test_statements_a_failed_pipeline_skipped_are_not_taken_as_prepared(
+    postgres_url: str,
+) -> None:
+    """psycopg prepares a statement at its fifth use. When that use comes after a
+    statement that fails in the same pipeline, the server skips it; the next use of the
+    name psycopg noted would fail ("prepared statement does not exist"). So after a
+    failed pipelined write every statement still runs on the pool's one connection,
+    whichever use of it the failed write held."""
+    single = PostgresStore.open(postgres_url, pool_size=1)
+    try:
+        for number in range(8):
+            with single.db.write(pipeline=True) as conn:
+                conn.execute(ROW, [f"org_{number}", f"good {number}"])
+            with (
+                pytest.raises(psycopg.errors.UniqueViolation),
+                single.db.write(pipeline=True) as conn,
+            ):
+                conn.execute(ROW, [f"org_{number}", "taken id"])
+                conn.execute("SELECT count(*) FROM organizations")  # skipped
+            assert f"good {number}" in _organizations(single)  # a snapshot's COMMIT
+            with single.db.write() as conn:
+                conn.execute("SELECT count(*) FROM organizations")
+    finally:
+        single.close()
+
+
 @pytest.mark.parametrize("failure", FAILURES)
 def test_a_statement_failing_in_the_last_batch_raises_its_error_and_keeps_nothing(
     store: PostgresStore, failure: str

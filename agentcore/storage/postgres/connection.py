@@ -368,8 +368,15 @@ class Database:
             except BaseException as exc:
                 if committing and unknown_outcome(conn, exc):
                     raise CommitUnknown(str(exc)) from exc
+                if pipeline:
+                    # The server skipped what followed the failed statement, and psycopg
+                    # may have noted one of those as prepared (its count reached
+                    # prepare_threshold): the next use of that name would fail. Closing
+                    # the connection rolls back and the pool replaces it; a pipelined
+                    # write fails rarely (a taken id, another embedder, a lost server).
+                    conn.close()
                 # a failed COMMIT ended the transaction; a failed statement did not
-                if (
+                elif (
                     not conn.closed
                     and not conn.broken
                     and conn.info.transaction_status != TransactionStatus.IDLE
