@@ -59,7 +59,7 @@ FAILURES = {
 def test_statements_a_failed_pipeline_skipped_are_not_taken_as_prepared(
     postgres_url: str,
 ) -> None:
-    """psycopg prepares a statement at its fifth use. When that use comes after a
+    """psycopg prepares a statement at its sixth use. When that use comes after a
     statement that fails in the same pipeline, the server skips it; the next use of the
     name psycopg noted would fail ("prepared statement does not exist"). So after a
     failed pipelined write every statement still runs on the pool's one connection,
