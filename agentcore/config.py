@@ -361,6 +361,12 @@ class Settings(BaseSettings):
         "memory",
         description="Where knowledge search runs: this node's RAM, or PostgreSQL (pgvector).",
     )
+    postgres_prepared_statements: bool = Field(
+        True,
+        description="Let psycopg prepare the statements a connection sends often. Turn"
+        " off behind a pooler in transaction mode that cannot keep them per client, such"
+        " as PgBouncer before 1.21.",
+    )
 
     # Keys and rate limits
     rate_limit_live: float = Field(100.0, gt=0, description="Requests per second per live key.")

@@ -27,4 +27,5 @@ def agentcore_open_store(url: str, settings: Settings) -> Store | None:
         pool_size=settings.postgres_pool_size,
         timeout=settings.postgres_timeout,
         vector_search=settings.vector_search,
+        prepared_statements=settings.postgres_prepared_statements,
     )

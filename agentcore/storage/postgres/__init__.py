@@ -49,10 +49,13 @@ class PostgresStore(VectorRows, SQLStore, ReopenableStore, EventWaiter):
         pool_size: int = 10,
         timeout: float = 5.0,
         vector_search: VectorSearch = "memory",
+        prepared_statements: bool = True,
     ) -> None:
         super().__init__()
         self.url = url
-        self.db: Database = Database(url, pool_size=pool_size, timeout=timeout)
+        self.db: Database = Database(
+            url, pool_size=pool_size, timeout=timeout, prepared_statements=prepared_statements
+        )
         self.vector_search = vector_search
         self._listener: psycopg.Connection[tuple[object, ...]] | None = None
         self._listen_lock = threading.Lock()
@@ -67,14 +70,22 @@ class PostgresStore(VectorRows, SQLStore, ReopenableStore, EventWaiter):
         timeout: float = 5.0,
         vector_search: VectorSearch = "memory",
         migrate: bool = True,
+        prepared_statements: bool = True,
     ) -> PostgresStore:
         """Connect, migrate (under an advisory lock) and return the store; ``migrate=False``
-        connects to a database another process migrated (no migration, no lock).
+        connects to a database another process migrated (no migration, no lock);
+        ``prepared_statements=False`` never prepares one (behind a transaction pooler).
 
         ``ServiceUnavailable`` (one line naming host and database) when the server
         cannot be reached; ``SchemaTooNew`` when newer code migrated the database.
         """
-        store = cls(url, pool_size=pool_size, timeout=timeout, vector_search=vector_search)
+        store = cls(
+            url,
+            pool_size=pool_size,
+            timeout=timeout,
+            vector_search=vector_search,
+            prepared_statements=prepared_statements,
+        )
         store.db.open()
         try:
             if migrate:
@@ -96,6 +107,7 @@ class PostgresStore(VectorRows, SQLStore, ReopenableStore, EventWaiter):
             timeout=self.db.timeout,
             vector_search=self.vector_search,
             migrate=False,
+            prepared_statements=self.db.prepared_statements,
         )
 
     def migrate(self) -> None:

@@ -122,10 +122,13 @@ class Database:
             return ""
         return f"{error.diag.table_name}.{error.diag.column_name}"
 
-    def __init__(self, url: str, *, pool_size: int, timeout: float) -> None:
+    def __init__(
+        self, url: str, *, pool_size: int, timeout: float, prepared_statements: bool = True
+    ) -> None:
         self.url = url
         self.where = describe(url)
         self.timeout = timeout
+        self.prepared_statements = prepared_statements
         self._local = threading.local()
         self._down_until = 0.0
         self.pool: ConnectionPool[Conn] = ConnectionPool(
@@ -140,6 +143,9 @@ class Database:
                 "row_factory": dict_row,
                 "cursor_factory": Cursor,
                 "connect_timeout": max(int(timeout), 1),
+                # psycopg's default, or never: a transaction pooler hands each
+                # transaction any server connection, where the name may be unknown
+                **({} if prepared_statements else {"prepare_threshold": None}),
             },
             name="agentcore-postgres",  # its threads: agentcore-postgres-worker-N
         )
