@@ -147,6 +147,12 @@ def _trace(store: PostgresStore, write: Callable[[], object], path: Path) -> lis
     return [line for line in path.read_text().splitlines() if line]
 
 
+def _round_trips(lines: list[str]) -> int:
+    """Round trips in a ``_trace``: each time an answer follows what was sent."""
+    directions = [line.split("\t")[0] for line in lines]
+    return sum(1 for pair in itertools.pairwise(directions) if pair == ("F", "B"))
+
+
 @pytest.mark.parametrize("keep", [[True, True, True], [True, False, True], [False, True, True]])
 def test_a_document_write_is_one_round_trip_and_its_segment_holds_the_kept_chunks(
     postgres_url: str, tmp_path: Path, keep: list[bool]
@@ -176,11 +182,10 @@ def test_a_document_write_is_one_round_trip_and_its_segment_holds_the_kept_chunk
 
         for name in ("first", "second"):
             lines = _trace(single, write, tmp_path / name)
-            directions = [line.split("\t")[0] for line in lines]
-            turns = sum(1 for pair in itertools.pairwise(directions) if pair == ("F", "B"))
-            assert turns == 1
+            assert _round_trips(lines) == 1
             commit = next(i for i, line in enumerate(lines) if '"COMMIT"' in line)
-            assert commit < directions.index("B")  # sent before any answer came
+            answer = next(i for i, line in enumerate(lines) if line.startswith("B"))
+            assert commit < answer  # sent before any answer came
         with single.db.read() as conn:
             segments = conn.execute(
                 "SELECT s.ids, s.vectors, s.count, s.version, d.version AS document_version"
@@ -290,10 +295,7 @@ def test_a_background_job_completes_its_document_in_three_round_trips(
                 )
             )  # fmt: skip
 
-        lines = _trace(single, complete, tmp_path / "trace")
-        directions = [line.split("\t")[0] for line in lines]
-        turns = sum(1 for pair in itertools.pairwise(directions) if pair == ("F", "B"))
-        assert turns == (4 if announced else 3)
+        assert _round_trips(_trace(single, complete, tmp_path / "trace")) == (4 if announced else 3)
         assert written[0] is not None and len(written[0].chunk_ids) == 3
         stored = single.get_document(org, "test", document.id)
         assert stored is not None and stored.status == "ready"
