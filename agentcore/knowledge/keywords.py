@@ -337,12 +337,18 @@ class KeywordIndex:
         # per row: k1 * (1 - b + b * len / avglen), the part of the denominator tf lacks
         scores = np.zeros(n, dtype=np.float32)
         for term in terms:
-            df = float(snap.df[term]) if term < snap.df.shape[0] else 0.0
+            parts = [postings.of(term) for postings in (snap.base, snap.tail)]
+            if live == n:
+                df = float(snap.df[term]) if term < snap.df.shape[0] else 0.0
+            else:
+                # ``snap.df`` counts dead rows until a merge, while ``live`` does not: a
+                # term in every row would get a negative idf and match nothing. Count
+                # the term's live rows, as an index built afresh would.
+                df = float(sum(int(np.count_nonzero(snap.alive[rows])) for rows, _ in parts))
             if not df:
                 continue
             idf = np.float32(np.log1p((live - df + 0.5) / (df + 0.5)))
-            for postings in (snap.base, snap.tail):
-                rows, tfs = postings.of(term)
+            for rows, tfs in parts:
                 if rows.shape[0]:
                     damp = np.float32(K1 * (1 - B)) + norm * snap.lengths[rows]
                     scores[rows] += idf * tfs * np.float32(K1 + 1) / (tfs + damp)

@@ -90,6 +90,21 @@ def test_deletes_merges_and_filters() -> None:
     assert index.search("lunch", 5)[0].size == 0
 
 
+def test_scores_after_a_delete_are_those_of_the_remaining_rows() -> None:
+    # nine texts sharing every word, one deleted: too few dead rows for a merge, so the
+    # index still holds it; the scores must be BM25's over the eight left (a term in
+    # every row once got a negative idf from the dead row, and matched nothing)
+    texts = [f"The red pump number {n} needs oil." for n in range(9)]
+    index = index_of(texts)
+    assert index.remove(np.array([0])) == 1
+    assert index._snap.ids.shape[0] == 9  # not merged: the dead row is still there
+    ids, scores = index.search("red pump oil", 3)
+    assert ids.tolist() == [10, 20, 30]
+    np.testing.assert_allclose(scores, bm25("red pump oil", texts[1:])[:3], rtol=1e-5)
+    fresh = index_of(texts[1:])
+    np.testing.assert_allclose(scores, fresh.search("red pump oil", 3)[1], rtol=1e-6)
+
+
 def test_the_tail_is_merged_once_it_outgrows_the_base(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(keywords, "MIN_MERGE_POSTINGS", 4)
     index = index_of(TEXTS[:2])
