@@ -676,10 +676,13 @@ class WorkspaceIndexes:
         except ValidationFailed as exc:
             self._fallback(key, "invalid", exc)
             return None
+        # attached before the change log is applied: what applying it makes due is the
+        # maintenance loop's (sealed into segment files), not the RAM steps an index
+        # runs on its helpers until then
+        self._attach(key, index, True)
         if not _apply(index, changes):
             self._fallback(key, "invalid", "the change log's rows do not fit the segments")
             return None
-        self._attach(key, index, True)
         self._observe("index.segment_load", 1)
         return _Entry(changes.version, index, manifest.id, state.embedder, manifest.version)
 

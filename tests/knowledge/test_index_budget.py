@@ -425,6 +425,38 @@ def test_mapped_files_are_bounded_and_closed_on_eviction(
         store.close()
 
 
+def test_a_load_from_segment_files_keeps_them_and_its_charge(
+    db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # segment files with deletes in the change log since their manifest: loaded from the
+    # files and the log, the index's maintenance is the maintenance loop's (new segment
+    # files, the budget charged again), never RAM steps on the search helpers (they once
+    # ran, replacing the mapped part by a RAM one the budget was not charged for)
+    monkeypatch.setattr(indexes_module, "SEGMENT_MIN_BYTES", 0)
+    monkeypatch.setattr(segments, "MAP_MIN_BYTES", 0)
+    with AgentCore.open(str(db), start_workers=False) as core:
+        core.start()
+        ws = core.workspace("acme", ENV)
+        docs = [ws.knowledge.ingest_text(f"{n}.txt", TEXT.format(n=n)) for n in range(6)]
+        _search(core, ws.organization_id)
+        assert core.indexes.wait_for_maintenance(30)  # its segment files and manifest
+    with AgentCore.open(str(db), start_workers=False, index_dir="off") as core:
+        ws = core.workspace("acme", ENV)
+        for document in docs[:3]:
+            ws.knowledge.delete(document.id)  # in the change log only
+    with AgentCore.open(str(db), start_workers=False) as core:
+        core.start()
+        ws = core.workspace("acme", ENV)
+        hits = ws.knowledge.search("red pump oil", top_k=5).results
+        assert sorted({h.document_id for h in hits}) == sorted(d.id for d in docs[3:])
+        assert core.indexes.stats()["segment_loads"] == 1
+        assert core.indexes.wait_for_maintenance(30)
+        time.sleep(0.5)  # the helpers' RAM steps, had any been scheduled, have run
+        index = core.indexes.get(ws.organization_id, ENV)
+        assert index.parts() and all(part.mapped for part in index.parts())
+        assert core.indexes.stats()["bytes"] == index.resident_bytes
+
+
 def _search_cache(cache: WorkspaceIndexes, embedder: HashingEmbedder, org: str) -> None:
     ids, _ = cache.search(org, ENV, lambda: embedder.embed(["red pump"], kind="query")[0], 3)
     assert len(ids)
