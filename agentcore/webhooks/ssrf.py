@@ -217,11 +217,13 @@ def validate_url(
         raise invalid("The URL must not contain whitespace or control characters.")
     try:
         parsed = httpx.URL(url)
-    except httpx.InvalidURL:
+        # decoding an IDNA host may fail (``xn--`` with nothing after it): malformed too
+        decoded_host = parsed.host
+    except (httpx.InvalidURL, UnicodeError):
         raise invalid("The URL is malformed.") from None
     if parsed.scheme not in ("http", "https"):
         raise invalid("The URL must be an absolute http or https URL.")
-    if not parsed.host:
+    if not decoded_host:
         raise invalid("The URL has no host.")
     if parsed.userinfo:
         raise invalid("The URL must not contain a user name or password.")

@@ -179,6 +179,7 @@ def test_live_requires_https_test_allows_http() -> None:
         "http://hooks example.com/",
         "http://hooks.example.com/\n",
         "http://[::1/",
+        "https://xn--/hook",  # an IDNA label that does not decode
         "https://hooks.example.com/" + "a" * 2030,
     ],
 )
