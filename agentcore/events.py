@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -45,6 +46,24 @@ class Event:
 
 
 Listener = Callable[[Event], None]
+
+
+def check_data(data: dict[str, Any]) -> None:
+    """Refuse event ``data`` that is not JSON (NaN, infinity, objects JSON cannot hold).
+
+    Checked when an event is published, where the publisher can be told: the outbox
+    stores it and every delivery sends it as JSON, so such data could never be sent.
+
+    :raises ValidationFailed: 422 ``invalid_event_data``, ``param="data"``.
+    """
+    try:
+        json.dumps(data, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ValidationFailed(
+            f"Event data must be JSON (no NaN or infinity): {exc}.",
+            code="invalid_event_data",
+            param="data",
+        ) from None
 
 
 class EventBus:
@@ -127,6 +146,7 @@ class EventBus:
         (``Store.complete_document``), so it is recorded exactly when the change is;
         it then ``announce``s it."""
         self.check_kind(kind, param="type")
+        check_data(data)
         return Event(kind, data, organization_id, environment)
 
     def announce(self, event: Event) -> None:

@@ -635,12 +635,16 @@ class EventPayload(BaseModel):
     data: dict[str, Any]
 
 
+MAX_WEBHOOK_DESCRIPTION = 500
+"""The longest webhook ``description`` (characters), over HTTP and in Python alike."""
+
+
 class WebhookSubscribeRequest(Request):
     """Body of ``POST /v1/webhooks/subscribe``."""
 
     url: str = Field(..., min_length=1, max_length=2048)
     events: list[str] = Field(..., min_length=1, max_length=32)
-    description: str | None = Field(None, max_length=500)
+    description: str | None = Field(None, max_length=MAX_WEBHOOK_DESCRIPTION)
 
 
 class WebhookSubscription(BaseModel):

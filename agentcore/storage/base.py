@@ -351,8 +351,8 @@ class WebhookStore(Protocol):
         self, event: Event, *, now: float, only_subscription: str | None = None
     ) -> int:
         """Store an event and a pending delivery per matching active subscription (only
-        to ``only_subscription`` when given, whatever its event list) in one transaction;
-        how many deliveries were created."""
+        to ``only_subscription`` when given and active, whatever its event list) in one
+        transaction; how many deliveries were created."""
 
     def claim_due_deliveries(
         self,
@@ -380,7 +380,9 @@ class WebhookStore(Protocol):
         next_attempt_at: float | None,
         subscription_changes: dict[str, Any],
     ) -> None:
-        """Log an attempt and move the delivery on, atomically."""
+        """Log an attempt and move the delivery on, atomically; a delivery ended
+        meanwhile (``failed``: its subscription deleted or disabled) is moved on only
+        by a successful attempt."""
 
     def list_deliveries(
         self,

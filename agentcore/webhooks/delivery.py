@@ -50,6 +50,15 @@ IDLE_POLL = 1.0  # also notices deliveries written by other processes
 BACKOFF_MAX = 5.0
 
 
+def duration_text(seconds: float) -> str:
+    """``seconds`` in words, in the largest unit that divides it: ``5 days``, ``90 seconds``."""
+    for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60)):
+        if seconds >= size and seconds % size == 0:
+            count = int(seconds // size)
+            return f"{count} {unit}{'s' if count != 1 else ''}"
+    return f"{seconds:g} second{'s' if seconds != 1 else ''}"
+
+
 class WebhookRuntime:
     """The webhook machinery of one core: SSRF policy, outbox sink, delivery worker.
 
@@ -229,10 +238,32 @@ class WebhookRuntime:
         finally:
             # once stopping, the backlog is left to its leases: handing it on would
             # start new sender threads after the core's stop() had ended them
-            following = self._release(delivery.subscription_id, hand_on=not self._stopping())
+            subscription = delivery.subscription_id
+            following = self._release(subscription, hand_on=not self._stopping())
+            if following is not None and not self._may_send(subscription):
+                self.forget(subscription)
+                following = self._release(subscription)  # the backlog is gone: frees the slot
             if following is not None and self._pool is not None:
                 self._submit(self._pool, following, client)
             self.wake()
+
+    def _may_send(self, subscription: str) -> bool:
+        """Whether ``subscription`` is still active, read before a backlogged delivery is
+        sent: it was claimed a while ago and may have been deleted or disabled since
+        (on another node too). When the store cannot say, no: the backlog's leases
+        lapse and what is still pending is claimed again."""
+        try:
+            found = self.store.get_subscription(None, None, subscription)
+        except Exception:
+            log.exception("webhook subscription %s could not be read", subscription)
+            return False
+        return found is not None and found.public.status == "active"
+
+    def forget(self, subscription: str) -> None:
+        """Drop the local backlog of ``subscription`` (deleted or disabled): its claimed
+        deliveries are not sent; attempts already under way still end."""
+        with self._lock:
+            self._backlog.pop(subscription, None)
 
     def _release(self, subscription: str, *, hand_on: bool = True) -> DueDelivery | None:
         """Free one slot of ``subscription``, or (``hand_on``) hand it the next
@@ -260,8 +291,13 @@ class WebhookRuntime:
             due = self.store.claim_due_deliveries(
                 now=self.clock(), lease_seconds=self.timeout + LEASE_MARGIN, limit=10_000
             )
+            tried: set[str] = set()
             for delivery in due:
-                self.attempt(delivery, client=client)
+                subscription = delivery.subscription_id
+                # a subscription's earlier attempt in this pass may have disabled it
+                if subscription not in tried or self._may_send(subscription):
+                    tried.add(subscription)
+                    self.attempt(delivery, client=client)
             return len(due)
         finally:
             client.close()
@@ -274,13 +310,20 @@ class WebhookRuntime:
         client = client or self._client
         if client is None:
             raise RuntimeError("the webhook worker is not started: pass a client")
-        body = encode_payload(
-            delivery.event_type,
-            delivery.event_timestamp,
-            delivery.event_data,
-            event_id=delivery.event_id,
-        )
         now = self.clock()
+        try:
+            body = encode_payload(
+                delivery.event_type,
+                delivery.event_timestamp,
+                delivery.event_data,
+                event_id=delivery.event_id,
+            )
+        except ValueError as exc:
+            # data stored before publish refused NaN (or by another writer): no retry can
+            # send it, so it fails at once; not the receiver's fault, so no failure streak
+            result = AttemptResult(None, f"event data is not JSON: {exc}", None, 0.0, "")
+            self._record(delivery, result, now, sendable=False)
+            return result
         secrets = [self.secrets.open(secret) for secret in delivery.secrets]
         headers = build_headers(secrets, delivery.event_id, int(now), body)
         result = send(client, delivery.url, headers, body, timeout=self.timeout)
@@ -302,7 +345,11 @@ class WebhookRuntime:
             idle = now - HEALTH_IDLE_SECONDS
             self._healthy = self._sweep_healthy(self._healthy, lambda at: at > idle)
 
-    def _record(self, delivery: DueDelivery, result: AttemptResult, started: float) -> None:
+    def _record(
+        self, delivery: DueDelivery, result: AttemptResult, started: float, *, sendable: bool = True
+    ) -> None:
+        """Store the attempt, the delivery's next step and the subscription's health; a
+        delivery that cannot be ``sendable`` fails at once and leaves the health alone."""
         now = self.clock()
         changes: dict[str, Any] = {}
         next_at: float | None = None
@@ -310,6 +357,8 @@ class WebhookRuntime:
             outcome = "succeeded"
             if delivery.failing_since is not None:
                 changes["failing_since"] = None
+        elif not sendable:
+            outcome = "failed"
         else:
             failing_since = delivery.failing_since or started
             if delivery.failing_since is None:
@@ -317,7 +366,8 @@ class WebhookRuntime:
             if result.gone:
                 changes.update(status="disabled", disabled_reason="endpoint returned 410 Gone")
             elif now - failing_since >= self.disable_after:
-                changes.update(status="disabled", disabled_reason="failing for 5 days")
+                reason = f"failing for {duration_text(self.disable_after)}"
+                changes.update(status="disabled", disabled_reason=reason)
             delay = next_delay(delivery.attempts + 1, retry_after=result.retry_after, rng=self.rng)
             if delay is None or result.gone:
                 outcome = "failed"
@@ -334,3 +384,5 @@ class WebhookRuntime:
             next_attempt_at=next_at,
             subscription_changes=changes,
         )
+        if changes.get("status") == "disabled":
+            self.forget(delivery.subscription_id)  # its claimed deliveries are not sent

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
 
-from agentcore.errors import NotFound, ValidationFailed
+from agentcore.errors import Conflict, NotFound, ValidationFailed
 from agentcore.events import Event
 from agentcore.schema import (
+    MAX_WEBHOOK_DESCRIPTION,
     Deleted,
     DeliveryList,
     WebhookList,
@@ -69,6 +70,12 @@ class WebhookService:
         if not events:
             raise ValidationFailed("List at least one event kind.", param="events")
         kinds = sorted({self._kinds.check_kind(kind) for kind in events})
+        if description is not None and len(description) > MAX_WEBHOOK_DESCRIPTION:
+            # the HTTP body model caps it too; checked here so Python callers meet the same cap
+            raise ValidationFailed(
+                f"The description must be at most {MAX_WEBHOOK_DESCRIPTION} characters.",
+                param="description",
+            )
         checked = validate_url(
             url,
             environment=self._ws.environment,
@@ -111,16 +118,21 @@ class WebhookService:
         return WebhookList(webhooks=[s.public for s in found], has_more=more)
 
     def delete(self, subscription_id: str) -> Deleted:
-        """Delete a subscription; its pending deliveries stop. Write scope."""
+        """Delete a subscription; its pending deliveries stop (attempts already under
+        way may still arrive). Write scope."""
         self._ws.require("write")
         if not self._store.delete_subscription(
             self._ws.organization_id, self._ws.environment, subscription_id
         ):
             raise NotFound(f"No webhook subscription with id {subscription_id!r}.", param="id")
+        self._runtime.forget(subscription_id)
         return Deleted(id=subscription_id)
 
     def rotate_secret(self, subscription_id: str) -> WebhookSubscriptionWithSecret:
-        """A new secret; the old one keeps signing (beside it) for 24 hours. Write scope.
+        """A new secret; the one it replaces keeps signing (beside it) for 24 hours. Write scope.
+
+        Only the most recent previous secret is kept: rotating again within the 24 hours
+        ends the earlier overlap, and the secret before that stops signing at once.
 
         With ``webhook_secret_key`` set both are stored sealed: a secret stored in
         plaintext before the key was set, or sealed with an older key, is sealed anew.
@@ -156,23 +168,38 @@ class WebhookService:
         """Queue a ``webhook.ping`` event to this subscription only. Write scope.
 
         Returns the subscription with the ids of the event and the delivery created.
+
+        :raises Conflict: 409 ``subscription_disabled``: a disabled subscription is sent
+            nothing (``enable`` it first).
         """
         self._ws.require("write")
         found = self._find(subscription_id)
+        if found.public.status != "active":
+            raise self._disabled(subscription_id)
         event = Event(
             PING,
             {"subscription_id": subscription_id, "message": "This is a test event."},
             self._ws.organization_id,
             self._ws.environment,
         )
-        self._store.record_event(
+        if not self._store.record_event(
             event, now=self._runtime.clock(), only_subscription=subscription_id
-        )
+        ):  # disabled (or deleted) since it was read: the store queued nothing
+            self._find(subscription_id)
+            raise self._disabled(subscription_id)
         self._runtime.wake()
         return WebhookTestSent(
             **found.public.model_dump(),
             event_id=event.id,
             delivery_id=self._delivery_of(subscription_id, event.id),
+        )
+
+    @staticmethod
+    def _disabled(subscription_id: str) -> Conflict:
+        return Conflict(
+            f"The webhook subscription {subscription_id!r} is disabled; enable it first.",
+            code="subscription_disabled",
+            param="id",
         )
 
     def _delivery_of(self, subscription_id: str, event_id: str) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import random
+import sqlite3
 import time
 from pathlib import Path
 
@@ -20,12 +21,15 @@ from starlette.types import ASGIApp
 from webhook_receiver import Receiver, Reply
 
 from agentcore import AgentCore
+from agentcore.errors import Conflict, ValidationFailed
+from agentcore.events import Event
 from agentcore.residency import Sweeper
 from agentcore.webhooks.delivery import (
     HEALTH_IDLE_SECONDS,
     HEALTHY_IN_FLIGHT,
     PER_SUBSCRIPTION_IN_FLIGHT,
     WebhookRuntime,
+    duration_text,
 )
 from agentcore.webhooks.schedule import JITTER, RETRY_SCHEDULE
 from agentcore.webhooks.sender import make_client
@@ -524,3 +528,173 @@ def test_health_is_forgotten_on_a_failure_and_after_idling(
     assert runtime.deliver_due() == 1
     assert runtime._cap(first.id) == HEALTHY_IN_FLIGHT  # a quick 2xx: healthy again
     assert receiver.count() == 4
+
+
+# deleted, disabled or unsendable: nothing more is sent, nothing waits for ever ------------
+
+
+@pytest.mark.both_stores
+@pytest.mark.parametrize("how", ["deleted", "deleted elsewhere", "410"])
+def test_the_claimed_backlog_of_a_deleted_or_disabled_subscription_is_not_sent(
+    core: AgentCore, receiver: Receiver, how: str
+) -> None:
+    """8 deliveries claimed at once: 2 under way, 6 in the worker's local backlog. Once
+    the subscription is deleted (here, or by another node: straight in the store) or
+    disabled by a 410, only the 2 under way arrive."""
+    receiver.always("/hook", Reply(410 if how == "410" else 200, delay=1.0))
+    ws = core.workspace("acme", "test")
+    sub = ws.webhooks.subscribe(receiver.url("/hook"), ["agent.action"])
+    for n in range(8):
+        ws.publish("agent.action", {"n": n})
+    core.start()
+    assert receiver.wait_for(PER_SUBSCRIPTION_IN_FLIGHT, timeout=10)
+    if how == "deleted":
+        ws.webhooks.delete(sub.id)
+    elif how == "deleted elsewhere":  # bypasses this runtime: its check before sending
+        assert core.store.delete_subscription(ws.organization_id, "test", sub.id)
+    time.sleep(2.5)  # the 2 under way end; a backlogged one sent would have arrived
+    assert receiver.count() == PER_SUBSCRIPTION_IN_FLIGHT
+    assert core.store.backlog(time.time()).deliveries_pending == 0
+
+
+@pytest.mark.both_stores
+@pytest.mark.parametrize(("reply", "ends"), [(500, "failed"), (200, "succeeded")])
+def test_an_attempt_ending_after_its_subscription_was_deleted_does_not_reopen_it(
+    fake: AgentCore, clock: FakeClock, receiver: Receiver, reply: int, ends: str
+) -> None:
+    """The delete ends the delivery as failed while its attempt is under way; the
+    attempt's 500 must not set it pending again (nothing would ever claim it), while a
+    2xx says what happened: the receiver got it."""
+    receiver.always("/hook", Reply(reply))
+    ws = fake.workspace("acme", "test")
+    sub = ws.webhooks.subscribe(receiver.url("/hook"), ["agent.action"])
+    ws.publish("agent.action", {"n": 1})
+    [leased] = fake.store.claim_due_deliveries(now=clock(), lease_seconds=60, limit=10)
+    ws.webhooks.delete(sub.id)
+    with make_client(fake.webhooks.policy, timeout=5) as client:
+        fake.webhooks.attempt(leased, client=client)
+    backlog = fake.store.backlog(clock())
+    assert backlog.deliveries_pending == 0
+    assert (backlog.deliveries_failed, receiver.count()) == (1 if ends == "failed" else 0, 1)
+
+
+@pytest.mark.both_stores
+def test_event_data_that_is_not_json_is_refused_at_publish(
+    core: AgentCore, receiver: Receiver
+) -> None:
+    ws = core.workspace("acme", "test")
+    sub = ws.webhooks.subscribe(receiver.url("/hook"), ["agent.action"])
+    for data in ({"score": float("nan")}, {"score": float("inf")}, {"at": object()}):
+        with pytest.raises(ValidationFailed) as refused:
+            ws.publish("agent.action", data)
+        assert (refused.value.status, refused.value.code) == (422, "invalid_event_data")
+        assert refused.value.param == "data"
+    assert _deliveries(core, sub.id) == []
+    ws.publish("agent.action", {"score": 1.5})  # JSON: accepted
+    assert len(_deliveries(core, sub.id)) == 1
+
+
+def test_a_stored_event_that_cannot_be_encoded_fails_at_once(
+    fake: AgentCore, clock: FakeClock, receiver: Receiver, db_path: Path
+) -> None:
+    """An event stored with NaN (before publish refused it) is not retried for ever:
+    its delivery fails at the first attempt, and the receiver is not blamed for it."""
+    ws = fake.workspace("acme", "test")
+    sub = ws.webhooks.subscribe(receiver.url("/hook"), ["agent.action"])
+    event = ws.publish("agent.action", {"score": 1.0})
+    with sqlite3.connect(db_path) as conn:  # as an older version stored it
+        conn.execute("UPDATE events SET data = ? WHERE id = ?", ['{"score":NaN}', event.id])
+    assert fake.webhooks.deliver_due() == 1
+    [delivery] = _deliveries(fake, sub.id)
+    assert delivery.status == "failed" and receiver.count() == 0
+    [attempt] = delivery.attempts
+    assert attempt.status_code is None and "not JSON" in (attempt.error or "")
+    stored = fake.store.get_subscription(None, None, sub.id)
+    assert stored is not None and stored.public.status == "active"
+    assert stored.failing_since is None
+    clock.advance(DAY)
+    assert fake.webhooks.deliver_due() == 0
+
+
+@pytest.mark.both_stores
+def test_a_test_ping_to_a_disabled_subscription_is_refused(
+    fake: AgentCore, clock: FakeClock, receiver: Receiver
+) -> None:
+    receiver.always("/hook", Reply(410))
+    ws = fake.workspace("acme", "test")
+    sub = ws.webhooks.subscribe(receiver.url("/hook"), ["agent.action"])
+    ws.webhooks.send_test(sub.id)
+    assert fake.webhooks.deliver_due() == 1
+    assert _status(fake, sub.id) == "disabled"
+    with pytest.raises(Conflict) as refused:
+        ws.webhooks.send_test(sub.id)
+    assert (refused.value.status, refused.value.code) == (409, "subscription_disabled")
+    # the store queues nothing for it either (a disable racing the check above)
+    ping = Event("webhook.ping", {}, "acme", "test")
+    assert fake.store.record_event(ping, now=clock(), only_subscription=sub.id) == 0
+    assert fake.store.backlog(clock()).deliveries_pending == 0
+    receiver.always("/hook", Reply(200))
+    ws.webhooks.enable(sub.id)
+    sent = ws.webhooks.send_test(sub.id)
+    assert fake.webhooks.deliver_due() == 1
+    assert [r.webhook_id for r in receiver.requests()][-1] == sent.event_id
+
+
+@pytest.mark.both_stores
+def test_the_disabled_reason_names_the_configured_span(
+    store_url: str, clock: FakeClock, receiver: Receiver
+) -> None:
+    core = AgentCore.open(
+        store_url, webhook_allowed_networks="127.0.0.0/8", webhook_disable_after=90 * 60
+    )
+    try:
+        core.webhooks = WebhookRuntime(core.store, core.settings, clock=clock)
+        receiver.always("/hook", Reply(500))
+        ws = core.workspace("acme", "test")
+        sub = ws.webhooks.subscribe(receiver.url("/hook"), ["agent.action"])
+        for _ in range(4):
+            ws.publish("agent.action", {})
+            core.webhooks.deliver_due()
+            clock.advance(3600)
+        found = ws.webhooks.get(sub.id)
+        assert found.status == "disabled"
+        assert found.disabled_reason == "failing for 90 minutes"
+    finally:
+        core.close()
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [
+        (5 * DAY, "5 days"),
+        (DAY, "1 day"),
+        (36 * 3600, "36 hours"),
+        (60, "1 minute"),
+        (90, "90 seconds"),
+        (1, "1 second"),
+        (2.5, "2.5 seconds"),
+    ],
+)
+def test_duration_text(seconds: float, text: str) -> None:
+    assert duration_text(seconds) == text
+
+
+@pytest.mark.both_stores
+def test_a_second_rotation_keeps_only_the_latest_previous_secret(
+    fake: AgentCore, clock: FakeClock, receiver: Receiver
+) -> None:
+    """As documented: the secret a rotation replaces signs for 24 hours, until the next
+    rotation, which replaces it by the secret it replaces (two signatures at most)."""
+    ws = fake.workspace("acme", "test")
+    sub = ws.webhooks.subscribe(receiver.url("/hook"), ["agent.action"])
+    first = ws.webhooks.rotate_secret(sub.id)
+    second = ws.webhooks.rotate_secret(sub.id)
+    event = ws.publish("agent.action", {"n": 1})
+    fake.webhooks.deliver_due()
+    [sent] = receiver.requests()
+    signatures = sent.headers["webhook-signature"].split()
+    assert len(signatures) == 2
+    for secret in (second.secret, first.secret):
+        assert Webhook(secret).verify(sent.body, sent.headers)["data"] == {"n": 1}
+    original = Webhook(sub.secret).sign(event.id, _when(sent), sent.body.decode())
+    assert original not in signatures

@@ -13,14 +13,16 @@ from helpers import assert_problem
 from standardwebhooks.webhooks import Webhook
 from webhook_receiver import Receiver, Reply
 
-from agentcore import AgentCore
+from agentcore import AgentCore, ValidationFailed
+from agentcore.schema import MAX_WEBHOOK_DESCRIPTION
 from agentcore_starlette import create_app
 
 
-def _subscribe(api: Api, url: str, events: list[str] | None = None, **kw) -> dict:
-    response = api.post(
-        "/v1/webhooks/subscribe", json={"url": url, "events": events or ["agent.action"]}, **kw
-    )
+def _subscribe(
+    api: Api, url: str, events: list[str] | None = None, description: str | None = None, **kw
+) -> dict:
+    body = {"url": url, "events": events or ["agent.action"], "description": description}
+    response = api.post("/v1/webhooks/subscribe", json=body, **kw)
     assert response.status_code == 201, response.text
     return response.json()
 
@@ -113,6 +115,7 @@ def test_bad_event_lists_refused(api: Api, receiver: Receiver, events, code) -> 
         "http://user:pass@127.0.0.1/hook",
         "127.0.0.1/hook",
         "not a url",
+        "https://xn--/hook",  # an IDNA label that does not decode
     ],
 )
 def test_bad_urls_refused(api: Api, url: str) -> None:
@@ -120,6 +123,40 @@ def test_bad_urls_refused(api: Api, url: str) -> None:
     assert 400 <= response.status_code < 500, response.text
     assert response.json()["param"] == "url", response.text
     assert api.get("/v1/webhooks").json()["webhooks"] == []
+
+
+def test_a_host_that_is_not_idna_is_an_invalid_url(api: Api) -> None:
+    response = api.post(
+        "/v1/webhooks/subscribe", json={"url": "https://xn--/hook", "events": ["agent.action"]}
+    )
+    assert_problem(response, 422, "invalid_url", param="url")
+
+
+def test_description_is_capped_alike_over_http_and_in_python(
+    api: Api, core: AgentCore, receiver: Receiver
+) -> None:
+    url, most = receiver.url(), MAX_WEBHOOK_DESCRIPTION
+    body = {"url": url, "events": ["agent.action"], "description": "x" * (most + 1)}
+    assert_problem(api.post("/v1/webhooks/subscribe", json=body), 422, "validation_error")
+    ws = core.workspace("acme", "test")
+    with pytest.raises(ValidationFailed) as refused:
+        ws.webhooks.subscribe(url, ["agent.action"], "x" * (most + 1))
+    assert (refused.value.code, refused.value.param) == ("validation_error", "description")
+    assert api.get("/v1/webhooks").json()["webhooks"] == []
+    assert ws.webhooks.subscribe(url, ["agent.action"], "x" * most).description == "x" * most
+    assert _subscribe(api, url, description="y" * most)["description"] == "y" * most
+
+
+def test_a_test_ping_to_a_disabled_subscription_is_409(
+    api: Api, core: AgentCore, receiver: Receiver
+) -> None:
+    sub = _subscribe(api, receiver.url("/hook"))
+    core.store.update_subscription(sub["id"], status="disabled", disabled_reason="gone")
+    refused = api.post(f"/v1/webhooks/{sub['id']}/test")
+    assert_problem(refused, 409, "subscription_disabled", param="id")
+    assert api.get(f"/v1/webhooks/{sub['id']}/deliveries").json()["deliveries"] == []
+    assert api.post(f"/v1/webhooks/{sub['id']}/enable").status_code == 200
+    assert api.post(f"/v1/webhooks/{sub['id']}/test").status_code == 202
 
 
 def test_live_mode_requires_https(api: Api, keys, receiver: Receiver) -> None:

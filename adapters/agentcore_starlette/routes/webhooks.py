@@ -40,7 +40,7 @@ def delete_webhook(call: Call) -> Deleted:
 
 
 def rotate_webhook_secret(call: Call) -> WebhookSubscriptionWithSecret:
-    """A new signing secret; the old one also signs for 24 hours."""
+    """A new signing secret; the one it replaces also signs for 24 hours (until the next rotation)."""
     return call.workspace.webhooks.rotate_secret(call.path["webhook_id"])
 
 
@@ -50,7 +50,8 @@ def enable_webhook(call: Call) -> WebhookSubscription:
 
 
 def test_webhook(call: Call) -> WebhookTestSent:
-    """Send a ``webhook.ping`` event to this subscription; returns its event and delivery ids."""
+    """Send a ``webhook.ping`` event to this (active) subscription; returns its event and
+    delivery ids, or 409 ``subscription_disabled``."""
     return call.workspace.webhooks.send_test(call.path["webhook_id"])
 
 

@@ -168,17 +168,21 @@ class WebhookTables(Tables, WebhookStore):
                     "environment": event.environment,
                     "type": event.type,
                     "timestamp": event.timestamp,
-                    "data": json.dumps(event.data, separators=(",", ":")),
+                    # NaN and infinity are not JSON: no receiver could be sent them
+                    "data": json.dumps(event.data, separators=(",", ":"), allow_nan=False),
                 },
             )
+            # only active subscriptions: a disabled one is never claimed, so a delivery
+            # queued to it would stay pending for ever
+            rows = conn.execute(
+                "SELECT id, events FROM webhook_subscriptions"
+                f" WHERE {WORKSPACE} AND status = 'active'"
+                + ("" if only_subscription is None else " AND id = ?"),
+                [*workspace, *([] if only_subscription is None else [only_subscription])],
+            ).fetchall()
             if only_subscription is not None:
-                targets = [only_subscription]
+                targets = [row["id"] for row in rows]
             else:
-                rows = conn.execute(
-                    "SELECT id, events FROM webhook_subscriptions"
-                    f" WHERE {WORKSPACE} AND status = 'active'",
-                    workspace,
-                ).fetchall()
                 targets = [row["id"] for row in rows if event.type in json.loads(row["events"])]
             if targets:
                 stamp = now_iso()
@@ -269,10 +273,14 @@ class WebhookTables(Tables, WebhookStore):
                     duration_ms,
                 ],
             )
+            # A delivery ended meanwhile (its subscription deleted or disabled) stays
+            # ended: a retry would never be claimed. The attempt is still logged, and
+            # one that succeeded says so, since the receiver did get it.
+            ended_stays = "" if outcome == "succeeded" else " AND status = 'pending'"
             conn.execute(
                 "UPDATE webhook_deliveries SET attempts = attempts + 1, status = ?,"
                 " next_attempt_at = ?, leased_until = NULL, last_status_code = ?,"
-                " last_error = ?, updated_at = ? WHERE id = ?",
+                f" last_error = ?, updated_at = ? WHERE id = ?{ended_stays}",
                 [outcome, next_attempt_at, status_code, error, now_iso(), delivery.id],
             )
             changes = dict(subscription_changes)
