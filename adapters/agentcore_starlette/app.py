@@ -403,6 +403,12 @@ def _form_metadata(field: Any) -> dict[str, Any] | None:
         raise ValidationFailed(
             "The 'metadata' field is not valid JSON.", param="metadata"
         ) from None
+    except RecursionError:  # nested deeper than the decoder's stack (values must be flat)
+        raise ValidationFailed(
+            "The 'metadata' field is nested too deeply: its values must be strings,"
+            " numbers or booleans.",
+            param="metadata",
+        ) from None
     if not isinstance(value, dict):
         raise ValidationFailed("The 'metadata' field must be a JSON object.", param="metadata")
     return value
