@@ -203,6 +203,7 @@ class Api:
                     print_,
                     handle,
                     wait=self.settings.request_deadline,
+                    request_id=request.scope["state"].get("request_id"),
                 )
             else:
                 response = await handle()
