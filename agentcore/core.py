@@ -62,6 +62,12 @@ from agentcore.workspace import Workspace
 log = get_logger("agentcore")  # masks keys and secrets in every record
 
 MODEL_THREADS = 8  # model calls under way at once (each bounded by model_timeout)
+# An Idempotency-Key claim still in progress this many request deadlines after it was
+# made is dead: a request answers by its deadline, and work told to stop then (a 504
+# whose outcome is still settling) gets as long again to end; only a lost process or
+# store connection leaves a claim longer (streams, which may run longer, take no key)
+IDEMPOTENCY_LEASE_DEADLINES = 2
+IDEMPOTENCY_SWEEP_INTERVAL = 60.0  # seconds between sweeps of expired keys (at most)
 
 
 def make_plugin_manager(
@@ -166,7 +172,11 @@ class AgentCore:
             store, toucher=self.runtime.executor("agentcore-key-touch", 1, finish_queued=True)
         )
         self.rate_limiter = RateLimiter(settings, store=store)
-        self.idempotency = IdempotencyKeys(store, ttl=settings.idempotency_ttl)
+        self.idempotency = IdempotencyKeys(
+            store,
+            ttl=settings.idempotency_ttl,
+            lease=IDEMPOTENCY_LEASE_DEADLINES * settings.request_deadline,
+        )
         self.embedders: dict[str, Embedder] = {}
         self.chat_models: dict[str, ChatModel] = {}
         # sentence frequencies kept per document, read by chat (the extractive tokenizer)
@@ -231,6 +241,12 @@ class AgentCore:
             self.runtime.loop(
                 "agentcore-checkpoint", _checkpoint_step(store), interval=store.checkpoint_interval
             )
+        # expired idempotency keys and the results they keep go (a bounded write a pass)
+        self.runtime.loop(
+            "agentcore-idempotency-sweep",
+            self.idempotency.sweep_step,
+            interval=min(IDEMPOTENCY_SWEEP_INTERVAL, settings.idempotency_ttl / 2),
+        )
         # through a lambda, so a test may swap in a runtime with a fake clock or resolver
         self.events.add_sink(lambda event: self.webhooks.record(event))
         pm.hook.agentcore_register_event_kinds(register=self.events.register_kind)

@@ -349,11 +349,17 @@ def error_from_problem(problem: Problem) -> AgentCoreError:
     The class is the one whose default code matches, else the first with its status
     (``AgentCoreError`` itself for an unknown one); code, detail and param are kept.
     """
+    return error_of(problem.status, problem.code, problem.detail, problem.param)
+
+
+def error_of(status: int, code: str, detail: str, param: str | None) -> AgentCoreError:
+    """The error with these fields: of the class whose default code is ``code``, else
+    the first with ``status`` (``AgentCoreError`` itself for an unknown one)."""
     classes = _error_classes()
-    cls = next((c for c in classes if c.default_code == problem.code), None)
+    cls = next((c for c in classes if c.default_code == code), None)
     if cls is None:
-        cls = next((c for c in classes if c.status == problem.status), AgentCoreError)
-    return cls(problem.detail, code=problem.code, param=problem.param)
+        cls = next((c for c in classes if c.status == status), AgentCoreError)
+    return cls(detail, code=code, param=param)
 
 
 def _error_classes() -> list[type[AgentCoreError]]:
@@ -390,4 +396,5 @@ __all__ = [
     "ValidationFailed",
     "as_problem",
     "error_from_problem",
+    "error_of",
 ]

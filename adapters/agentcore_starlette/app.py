@@ -203,6 +203,7 @@ class Api:
                     print_,
                     handle,
                     wait=self.settings.request_deadline,
+                    request_id=request.scope["state"].get("request_id"),
                 )
             else:
                 response = await handle()
@@ -402,6 +403,12 @@ def _form_metadata(field: Any) -> dict[str, Any] | None:
     except ValueError:
         raise ValidationFailed(
             "The 'metadata' field is not valid JSON.", param="metadata"
+        ) from None
+    except RecursionError:  # nested deeper than the decoder's stack (values must be flat)
+        raise ValidationFailed(
+            "The 'metadata' field is nested too deeply: its values must be strings,"
+            " numbers or booleans.",
+            param="metadata",
         ) from None
     if not isinstance(value, dict):
         raise ValidationFailed("The 'metadata' field must be a JSON object.", param="metadata")

@@ -12,10 +12,10 @@ from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
 from agentcore.errors import AgentCoreError, DeadlineExceeded, InvalidRequest
-from agentcore.idempotency import IdempotencyKeys
+from agentcore.idempotency import IdempotencyKeys, kept_error
 from agentcore.storage.records import StoredResult
 from agentcore.workspace import Workspace
-from agentcore_starlette.problems import MEDIA_TYPE, problem_document
+from agentcore_starlette.problems import MEDIA_TYPE, problem_document, problem_headers
 
 MAX_KEY_LENGTH = 255
 REPLAYED = {"Idempotent-Replayed": "true"}
@@ -54,11 +54,15 @@ def check_key(key: str) -> str:
     return key
 
 
-def replay_response(result: StoredResult) -> Response:
-    """A kept result as the response to a retry (``Idempotent-Replayed: true``)."""
+def replay_response(result: StoredResult, request_id: str | None) -> Response:
+    """A kept result as the response to a retry (``Idempotent-Replayed: true``); a kept
+    error as a problem document naming the retry's ``request_id``, with the headers
+    its facts call for (a 503's ``Retry-After``)."""
     if result.failed:
-        body = json.dumps(problem_document(json.loads(result.body), None), separators=(",", ":"))
-        return Response(body, status_code=result.status, media_type=MEDIA_TYPE, headers=REPLAYED)
+        error, fields = kept_error(result)
+        body = json.dumps(problem_document(fields, request_id), separators=(",", ":"))
+        headers = {**problem_headers(error), **REPLAYED}
+        return Response(body, status_code=result.status, media_type=MEDIA_TYPE, headers=headers)
     return Response(
         result.body, status_code=result.status, media_type="application/json", headers=REPLAYED
     )
@@ -72,6 +76,7 @@ async def run_once(
     run: Callable[[], Awaitable[Response]],
     *,
     wait: float,
+    request_id: str | None = None,
 ) -> Response:
     """Run ``run`` at most once per key: replay its kept result for a retry.
 
@@ -79,6 +84,9 @@ async def run_once(
     same key and another request → 409; a duplicate that arrives while the first is
     still running waits for it (up to ``wait`` seconds, polling on the event loop)
     and then replays it. The rules are the core's (``keys``: ``core.idempotency``).
+
+    A claim whose holder died (its process, or its store connection, lost before it
+    kept a result) lapses after the core's lease; a retry then runs (``keys.claim``).
 
     Never a stored resource behind a cached error: work that stopped before it
     committed releases the key (``IdempotencyKeys.fail``), and work past its
@@ -90,50 +98,71 @@ async def run_once(
     while True:
         claim = await run_in_threadpool(keys.claim, org, env, key, print_, wait_until=wait_until)
         if claim.action == "replay" and claim.result is not None:
-            return replay_response(claim.result)
+            return replay_response(claim.result, request_id)
         if claim.action == "run":
             break
         await asyncio.sleep(keys.poll)
+    held = claim.claimed_at
     try:
         response = await run()
     except OutcomePending as pending:
-        task = asyncio.ensure_future(_settle(keys, workspace, key, pending.outcome))
+        task = asyncio.ensure_future(_settle(keys, workspace, key, held, pending.outcome))
         _settling.add(task)
         task.add_done_callback(_settling.discard)
         raise
     except AgentCoreError as error:
-        await run_in_threadpool(keys.fail, org, env, key, error)
+        await run_in_threadpool(keys.fail, org, env, key, error, claimed_at=held)
         raise
     except BaseException:
-        await run_in_threadpool(keys.release, org, env, key)
+        await run_in_threadpool(keys.release, org, env, key, claimed_at=held)
         raise
-    await _succeed(keys, workspace, key, response)
+    await _succeed(keys, workspace, key, held, response)
     return response
 
 
 async def _succeed(
-    keys: IdempotencyKeys, workspace: Workspace, key: str, response: Response
+    keys: IdempotencyKeys, workspace: Workspace, key: str, held: float | None, response: Response
 ) -> None:
+    body = bytes(response.body).decode()
     await run_in_threadpool(
         keys.succeed,
         workspace.organization_id,
         workspace.environment,
         key,
         response.status_code,
-        bytes(response.body).decode(),
+        body,
+        conversation_id=_conversation_of(body),
+        claimed_at=held,
     )
 
 
+def _conversation_of(body: str) -> str | None:
+    """The conversation whose messages a JSON answer holds (a chat answer's
+    ``conversationId``), so deleting it deletes the kept answer too."""
+    if '"conversationId"' not in body:  # most answers: no need to parse them
+        return None
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return None
+    found = data.get("conversationId") if isinstance(data, dict) else None
+    return found if isinstance(found, str) else None
+
+
 async def _settle(
-    keys: IdempotencyKeys, workspace: Workspace, key: str, outcome: asyncio.Future[Response]
+    keys: IdempotencyKeys,
+    workspace: Workspace,
+    key: str,
+    held: float | None,
+    outcome: asyncio.Future[Response],
 ) -> None:
     """Keep what late work ended as, or release the key if it stopped before committing."""
     org, env = workspace.organization_id, workspace.environment
     try:
         response = await outcome
     except AgentCoreError as error:
-        await run_in_threadpool(keys.fail, org, env, key, error)
+        await run_in_threadpool(keys.fail, org, env, key, error, claimed_at=held)
     except BaseException:
-        await run_in_threadpool(keys.release, org, env, key)
+        await run_in_threadpool(keys.release, org, env, key, claimed_at=held)
     else:
-        await _succeed(keys, workspace, key, response)
+        await _succeed(keys, workspace, key, held, response)

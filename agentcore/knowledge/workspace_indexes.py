@@ -19,7 +19,7 @@ import numpy.typing as npt
 from agentcore.errors import Conflict, InvalidRequest, ValidationFailed
 from agentcore.knowledge import kernels
 from agentcore.knowledge.embedders import Embedder, bounded_text
-from agentcore.knowledge.index import VectorIndex, codec_named, settle
+from agentcore.knowledge.index import Part, VectorIndex, codec_named, settle
 from agentcore.knowledge.segments import Manifest, SegmentDirectory, SegmentError, WriteStages
 from agentcore.redact import get_logger
 from agentcore.residency import KeyedLocks, Residency, Slot
@@ -67,6 +67,9 @@ MAX_UNWRITTEN = 4
 # Versions a workspace may move past its manifest before one is written anyway: a
 # load then bridges a short change log (the store keeps 10,000 versions of deletes).
 MANIFEST_LAG_VERSIONS = 1_000
+# The newest rows of a workspace's segment files a load checks against the store: a
+# database restored from a backup gave their ids to other rows (``_files_match_store``).
+CHECKED_ROWS = 4
 # Seconds the idle maintenance loop sleeps between looks (a submission wakes it at once).
 MAINTENANCE_IDLE = 60.0
 _log = get_logger(__name__)
@@ -683,8 +686,48 @@ class WorkspaceIndexes:
         if not _apply(index, changes):
             self._fallback(key, "invalid", "the change log's rows do not fit the segments")
             return None
+        if not self._files_match_store(key, index, parts, changes.version):
+            return None
         self._observe("index.segment_load", 1)
         return _Entry(changes.version, index, manifest.id, state.embedder, manifest.version)
+
+    def _files_match_store(
+        self, key: Key, index: VectorIndex, parts: Sequence[Part], version: int
+    ) -> bool:
+        """Whether the index made of the segment files and the change log is the store's:
+        as many rows as it stores, and its newest ``CHECKED_ROWS`` rows the store's rows
+        under those ids.
+
+        A database restored from a backup into the same file keeps its identity, and
+        once its version passes the manifest's, its change log seems to bridge the
+        files: but the ids written after the backup point were handed out again to other
+        rows (the newest ids, so the newest rows tell), and rows it wrote up to the
+        manifest's version are in neither. A mismatch while the store is still at
+        ``version`` is stale files (logged and counted); after another write it may be
+        a concurrent one, so the load just reads the store, quietly.
+        """
+        store = self._store
+        stored = store.count_vectors(*key)
+        problem = None
+        if stored != len(index):
+            problem = f"{len(index)} rows where the store has {stored}"
+        else:
+            tails = [p.live_ids()[-4 * CHECKED_ROWS :] for p in parts]
+            newest = np.unique(np.concatenate(tails or [np.empty(0, np.int64)]))[::-1]
+            ids = np.asarray(
+                [i for i in newest.tolist() if index.contains(i)][:CHECKED_ROWS], dtype=np.int64
+            )
+            rows = store.read_vector_rows(*key, store.locate_vectors(*key, ids), index.dimension)
+            for id, row in zip(ids.tolist(), rows, strict=True):
+                mine = index.get(id)
+                if mine is None or not np.allclose(mine, row, rtol=0, atol=1e-5):
+                    problem = f"row {id} is not the store's"
+                    break
+        if problem is None:
+            return True
+        if store.knowledge_state(*key).version == version:
+            self._fallback(key, "stale", f"{problem} (a database restored from a backup?)")
+        return False
 
     def _maintained(self, key: Key) -> _Entry | None:
         """The entry background maintenance works on: the loaded one, or one evicted

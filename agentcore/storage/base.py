@@ -462,21 +462,38 @@ class IdempotencyStore(Protocol):
         *,
         now: float,
         ttl: float,
+        lease: float | None = None,
     ) -> tuple[Literal["new", "replay", "mismatch", "in_progress"], StoredResult | None]:
         """Claim an idempotency key atomically, across every process and node.
 
-        ``new``: the caller runs the request and must ``finish`` or ``release`` it;
-        ``replay``: the stored result; ``mismatch``: the key was used with another
-        request; ``in_progress``: a duplicate is running right now.
+        ``new``: the caller runs the request and must ``finish`` or ``release`` it
+        (naming its claim by ``now``); ``replay``: the stored result; ``mismatch``: the
+        key was used with another request; ``in_progress``: a duplicate is running
+        right now. A key claimed ``ttl`` seconds ago or more is forgotten, and one
+        still in progress ``lease`` seconds after its claim is taken to be dead (its
+        holder is gone) and claimed anew.
         """
 
     def finish_idempotency_key(
-        self, organization_id: str, environment: str, key: str, result: StoredResult
+        self,
+        organization_id: str,
+        environment: str,
+        key: str,
+        result: StoredResult,
+        *,
+        claimed_at: float | None = None,
     ) -> None:
-        """Store the result to replay."""
+        """Store the result to replay (``claimed_at``: only if the claim made at that
+        ``now`` still holds the key; ``None``: whichever does)."""
 
-    def release_idempotency_key(self, organization_id: str, environment: str, key: str) -> None:
-        """Forget an in-progress claim."""
+    def release_idempotency_key(
+        self, organization_id: str, environment: str, key: str, *, claimed_at: float | None = None
+    ) -> None:
+        """Forget an in-progress claim (``claimed_at`` as for ``finish_idempotency_key``)."""
+
+    def sweep_idempotency_keys(self, *, before: float, limit: int) -> int:
+        """Delete up to ``limit`` keys claimed at ``before`` or earlier (expired, with
+        their results); how many went."""
 
 
 class RateLimitStore(Protocol):

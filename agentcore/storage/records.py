@@ -205,10 +205,13 @@ class StoredResult:
 
     A success's body is the resource as JSON; a failure's (status 400 and up) is the
     error's fields (``AgentCoreError.as_dict``). Adapters turn it into a response.
+    ``conversation_id`` names the conversation whose messages the body holds (a chat
+    answer): deleting that conversation deletes the result too.
     """
 
     status: int
     body: str
+    conversation_id: str | None = None
 
     @property
     def failed(self) -> bool:

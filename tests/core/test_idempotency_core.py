@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from agentcore import AgentCore, Conflict, NotFound
-from agentcore.idempotency import IdempotencyKeys, error_result
+from agentcore.errors import ServiceUnavailable
+from agentcore.idempotency import IdempotencyKeys, error_result, kept_error
 from agentcore.storage.records import StoredResult
 from agentcore.storage.sqlite import SQLiteStore
 
@@ -38,7 +39,7 @@ def clock() -> FakeClock:
 
 @pytest.fixture
 def keys(store: SQLiteStore, clock: FakeClock) -> IdempotencyKeys:
-    return IdempotencyKeys(store, ttl=60.0, clock=clock)
+    return IdempotencyKeys(store, ttl=60.0, lease=10.0, clock=clock)
 
 
 def _later() -> float:
@@ -136,3 +137,97 @@ def test_the_core_keeps_results_in_its_store(tmp_path: Path) -> None:
     with AgentCore.open(path, entry_points=False) as reopened:  # another process, say
         claim = reopened.idempotency.claim(ORG, ENV, "k", "fp", wait_until=_later())
         assert claim.result == StoredResult(200, "{}")
+
+
+# a claim is a lease: a holder that died does not lock its key for the ttl ------------
+
+
+def test_a_claim_still_in_progress_after_its_lease_is_taken_over(
+    keys: IdempotencyKeys, clock: FakeClock
+) -> None:
+    held = keys.claim(ORG, ENV, "k", "fp", wait_until=_later())
+    assert held.action == "run" and held.claimed_at == clock.now
+    # its holder dies (killed, or its store connection lost): no result, no release
+    clock.now += 9.9
+    assert keys.claim(ORG, ENV, "k", "fp", wait_until=_later()).action == "wait"
+    clock.now += 0.1  # exactly the lease: dead
+    again = keys.claim(ORG, ENV, "k", "fp", wait_until=_later())
+    assert again.action == "run" and again.claimed_at == clock.now
+
+
+def test_a_holder_taken_over_writes_nothing_over_its_successor(
+    keys: IdempotencyKeys, clock: FakeClock
+) -> None:
+    first = keys.claim(ORG, ENV, "k", "fp", wait_until=_later())
+    clock.now += 10.0
+    second = keys.claim(ORG, ENV, "k", "fp", wait_until=_later())
+    assert second.action == "run"
+    # the first holder was only slow: its release and its result come too late
+    keys.release(ORG, ENV, "k", claimed_at=first.claimed_at)
+    assert keys.claim(ORG, ENV, "k", "fp", wait_until=_later()).action == "wait"
+    keys.succeed(ORG, ENV, "k", 201, '{"id":"agt_late"}', claimed_at=first.claimed_at)
+    assert keys.claim(ORG, ENV, "k", "fp", wait_until=_later()).action == "wait"
+    keys.succeed(ORG, ENV, "k", 201, '{"id":"agt_2"}', claimed_at=second.claimed_at)
+    replay = keys.claim(ORG, ENV, "k", "fp", wait_until=_later())
+    assert replay.result == StoredResult(201, '{"id":"agt_2"}')
+
+
+def test_a_kept_result_is_not_dropped_at_the_lease(keys: IdempotencyKeys, clock: FakeClock) -> None:
+    held = keys.claim(ORG, ENV, "k", "fp", wait_until=_later())
+    keys.succeed(ORG, ENV, "k", 200, "{}", claimed_at=held.claimed_at)
+    clock.now += 30.0  # past the lease, within the ttl
+    assert keys.claim(ORG, ENV, "k", "fp", wait_until=_later()).action == "replay"
+
+
+# expired keys are swept --------------------------------------------------------------
+
+
+def _rows(store: SQLiteStore) -> int:
+    with store.db.read() as conn:
+        return int(conn.execute("SELECT count(*) FROM idempotency_keys").fetchone()[0])
+
+
+def test_the_sweep_deletes_expired_keys_in_bounded_batches(
+    store: SQLiteStore, keys: IdempotencyKeys, clock: FakeClock
+) -> None:
+    keys.sweep_batch = 3
+    for n in range(5):
+        keys.claim(ORG, ENV, f"old-{n}", "fp", wait_until=_later())
+        keys.succeed(ORG, ENV, f"old-{n}", 200, "{}")
+    clock.now += 30.0
+    keys.claim(ORG, ENV, "young", "fp", wait_until=_later())
+    keys.succeed(ORG, ENV, "young", 201, "{}")
+    clock.now += 30.0  # the old ones are exactly ttl old: expired; "young" is not
+    assert keys.sweep_step() == 0.0  # a full batch: sweep again at once
+    assert _rows(store) == 3
+    assert keys.sweep_step() is None  # the rest: wait the loop's interval
+    assert _rows(store) == 1
+    assert keys.claim(ORG, ENV, "young", "fp", wait_until=_later()).action == "replay"
+
+
+@pytest.mark.both_stores
+def test_the_runtime_sweeps_expired_keys(store_url: str) -> None:
+    with AgentCore.open(store_url, entry_points=False, idempotency_ttl=0.3) as core:
+        keys = core.idempotency
+        for n in range(3):
+            assert keys.claim(ORG, ENV, f"k{n}", "fp", wait_until=_later()).action == "run"
+            keys.succeed(ORG, ENV, f"k{n}", 200, "{}")
+        assert "agentcore-idempotency-sweep" in {loop.name for loop in core.runtime.health()}
+        core.start()
+        end = time.monotonic() + 10
+        while time.monotonic() < end:
+            with core.store.db.read() as conn:
+                row = conn.execute("SELECT count(*) AS n FROM idempotency_keys").fetchone()
+            if row["n"] == 0:
+                break
+            time.sleep(0.05)
+        assert row["n"] == 0, "expired keys were not swept"
+
+
+def test_a_kept_503_keeps_its_retry_after() -> None:
+    kept = error_result(ServiceUnavailable("The database is down.", retry_after=2.0))
+    error, fields = kept_error(kept)
+    assert isinstance(error, ServiceUnavailable) and error.retry_after == 2.0
+    assert fields == ServiceUnavailable("The database is down.").as_dict()
+    error, _ = kept_error(error_result(NotFound("gone", param="id")))
+    assert isinstance(error, NotFound) and (error.code, error.param) == ("resource_missing", "id")

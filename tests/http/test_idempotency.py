@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -16,7 +19,11 @@ from helpers import api as _api_fixture  # noqa: F401 (the `api` fixture: uvicor
 from helpers import assert_problem
 
 from agentcore import AgentCore
+from agentcore.errors import ServiceUnavailable
+from agentcore.idempotency import error_result
+from agentcore.schema import AgentCreate
 from agentcore_starlette import create_app
+from agentcore_starlette.idempotency import fingerprint, replay_response
 
 REPLAYED = "idempotent-replayed"
 
@@ -253,3 +260,102 @@ def test_concurrent_duplicates_run_once(core: AgentCore, keys) -> None:
     assert [a["id"] for a in listed] == list(ids)
     replayed = [r for r in responses if r.headers.get(REPLAYED) == "true"]
     assert len(replayed) == threads_n - 1
+
+
+# a key whose holder died, a deleted conversation's answer, a replayed problem ----------
+
+_CRASHER = r"""
+import os, sys
+from agentcore import AgentCore
+core = AgentCore.open(sys.argv[1], start_workers=False, entry_points=False)
+org = core.store.get_organization_by_name("acme")
+claim = core.idempotency.claim(org.id, "test", sys.argv[2], sys.argv[3], wait_until=1e18)
+print(claim.action, flush=True)
+os._exit(9)  # killed mid-request (OOM, SIGKILL): no result kept, the key not released
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.both_stores
+def test_a_key_held_by_a_worker_that_died_is_run_again_after_its_lease(store_url: str) -> None:
+    deadline = 0.5  # the lease: two deadlines after the dead worker's claim
+    core = AgentCore.open(store_url, request_deadline=deadline, rate_limit_test=1e6)
+    try:
+        core.create_organization("acme")
+        secret = core.keys.create("acme", "test").secret
+        body = {"name": "Support bot"}
+        print_ = fingerprint(
+            "POST", "/v1/agents", AgentCreate.model_validate(body).model_dump_json().encode()
+        )
+        crashed = subprocess.run(
+            [sys.executable, "-c", _CRASHER, store_url, "crashed-1", print_],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert crashed.stdout.strip() == "run", crashed.stderr
+        claimed = time.monotonic()
+        with (
+            ServerThread(create_app(core)) as server,
+            httpx.Client(
+                base_url=server.url, headers={"Authorization": f"Bearer {secret}"}, timeout=30
+            ) as http,
+        ):
+            early = _post(http, "/v1/agents", "crashed-1", body)  # within the lease: it waits
+            if time.monotonic() - claimed < 2 * deadline - 0.1:
+                assert_problem(early, 409, "idempotency_request_in_progress")
+            time.sleep(max(0.0, claimed + 2 * deadline - time.monotonic()))
+            retried = _post(http, "/v1/agents", "crashed-1", body)
+            replayed = _post(http, "/v1/agents", "crashed-1", body)
+            listed = http.get("/v1/agents").json()["agents"]
+        ran = retried if retried.status_code == 201 and REPLAYED not in retried.headers else early
+        assert ran.status_code == 201, (early.text, retried.text)
+        assert replayed.headers.get(REPLAYED) == "true"
+        assert replayed.json()["id"] == ran.json()["id"]
+        assert [a["id"] for a in listed] == [ran.json()["id"]]  # it ran once
+    finally:
+        core.close()
+
+
+def _idempotency_rows(core: AgentCore, key: str) -> int:
+    with core.store.db.read() as conn:
+        row = conn.execute("SELECT count(*) AS n FROM idempotency_keys WHERE key = ?", [key])
+        return int(row.fetchone()["n"])
+
+
+def test_deleting_a_conversation_deletes_the_answers_kept_for_its_keys(api, core) -> None:
+    agent = api.post("/v1/agents", json={"name": "HR"}).json()["id"]
+    body = {"agentId": agent, "message": "When does the office open?"}
+    first = _post(api, "/v1/chat/message", "ask-1", body)
+    assert first.status_code == 200, first.text
+    conversation = first.json()["conversationId"]
+    assert _post(api, "/v1/chat/message", "ask-1", body).headers.get(REPLAYED) == "true"
+    assert api.delete(f"/v1/conversations/{conversation}").status_code == 200
+    assert _idempotency_rows(core, "ask-1") == 0  # its answer is gone from the store too
+    again = _post(api, "/v1/chat/message", "ask-1", body)
+    assert again.status_code == 200, again.text
+    assert REPLAYED not in again.headers  # run afresh: a new conversation
+    assert again.json()["conversationId"] != conversation
+    # a key whose result holds no conversation is kept
+    assert _post(api, "/v1/agents", "make-2", {"name": "Other"}).status_code == 201
+    assert _idempotency_rows(core, "make-2") == 1
+
+
+def test_a_replayed_problem_names_the_retrys_request_id(api) -> None:
+    first = _post(api, "/v1/agents/agt_missing/deploy", "deploy-missing")
+    again = _post(api, "/v1/agents/agt_missing/deploy", "deploy-missing")
+    assert_problem(again, 404, "resource_missing")
+    assert again.headers[REPLAYED] == "true"
+    assert again.json()["request_id"] == again.headers["request-id"]
+    assert again.json()["request_id"] != first.json()["request_id"]
+
+
+def test_a_replayed_503_keeps_its_retry_after() -> None:
+    kept = error_result(ServiceUnavailable("The database is down.", retry_after=2.0))
+    replayed = replay_response(kept, "req_retry")
+    assert replayed.status_code == 503
+    assert replayed.headers["retry-after"] == "2"
+    assert replayed.headers[REPLAYED] == "true"
+    document = json.loads(bytes(replayed.body))
+    assert document["request_id"] == "req_retry"
+    assert "_retry_after" not in document

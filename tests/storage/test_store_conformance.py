@@ -7,6 +7,7 @@ concurrent delivery claims from two connections.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -731,6 +732,33 @@ def test_idempotency_keys(store: Any) -> None:
     assert store.claim_idempotency_key(org_id, "test", "k", "f3", now=12.0, ttl=10)[0] == "new"
     # another workspace has its own keys
     assert store.claim_idempotency_key(org_id, "live", "k", "f9", now=12.0, ttl=10)[0] == "new"
+
+
+def test_idempotency_leases_sweeps_and_conversations(store: Any) -> None:
+    org_id = org(store)
+    claim = functools.partial(store.claim_idempotency_key, org_id, "test", ttl=100, lease=5)
+    assert claim("k", "f", now=0.0)[0] == "new"
+    assert claim("k", "f", now=4.0)[0] == "in_progress"
+    assert claim("k", "f", now=5.0)[0] == "new"  # the lease ran out: its holder is dead
+    store.release_idempotency_key(org_id, "test", "k", claimed_at=0.0)  # the dead one's
+    assert claim("k", "f", now=6.0)[0] == "in_progress"
+    kept = StoredResult(200, '{"conversationId":"conv_1"}', "conv_1")
+    store.finish_idempotency_key(org_id, "test", "k", kept, claimed_at=5.0)
+    assert claim("k", "f", now=50.0) == ("replay", kept)  # a kept result outlives the lease
+    assert claim("other", "f", now=60.0)[0] == "new"
+    assert store.sweep_idempotency_keys(before=59.0, limit=10) == 1  # "k", claimed at 5
+    assert claim("k", "f2", now=61.0)[0] == "new"
+    assert store.sweep_idempotency_keys(before=59.0, limit=10) == 0
+    # deleting a conversation deletes the results that hold its messages, no others
+    conversation = store.create_conversation(org_id, "test", "agt_1")
+    answer = StoredResult(200, "{}", conversation)
+    for key in ("chat-1", "chat-2"):
+        assert claim(key, "f", now=70.0)[0] == "new"
+        store.finish_idempotency_key(org_id, "test", key, answer)
+    assert store.delete_conversation(org_id, "test", conversation) is True
+    assert claim("chat-1", "f-other", now=71.0)[0] == "new"
+    assert claim("chat-2", "f-other", now=71.0)[0] == "new"
+    assert claim("k", "f2", now=61.5)[0] == "in_progress"
 
 
 def test_concurrent_idempotency_claims_have_one_winner(

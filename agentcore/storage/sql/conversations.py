@@ -184,4 +184,8 @@ class ConversationTables(Tables, ConversationStore):
                 return False
             conn.execute("DELETE FROM messages WHERE conversation_id = ?", [conversation_id])
             conn.execute("DELETE FROM conversations WHERE id = ?", [conversation_id])
+            # and the kept idempotent results holding its messages: deleted for good
+            conn.execute(
+                "DELETE FROM idempotency_keys WHERE conversation_id = ?", [conversation_id]
+            )
         return True

@@ -13,13 +13,22 @@ Claim = Literal["new", "replay", "mismatch", "in_progress"]
 _KEY = "organization_id = ? AND environment = ? AND key = ?"
 
 
+def _holder(claimed_at: float | None) -> tuple[str, list[float]]:
+    """The condition naming one claim of a key (``claimed_at``: the ``now`` it was made
+    with), so a holder that was taken over for dead writes nothing over its successor."""
+    return ("", []) if claimed_at is None else (" AND created_at = ?", [claimed_at])
+
+
 class IdempotencyTables(Tables, IdempotencyStore):
     """One row per (workspace, key) in ``idempotency_keys``: in progress, then the
     result to replay.
 
     The result's JSON body is kept as UTF-8 bytes in ``response_body`` (SQLite rows of
     some earlier versions hold it as text, which reads the same); ``response_headers``
-    is no longer used.
+    is no longer used. ``created_at`` is when the key was claimed: the row expires
+    ``ttl`` seconds later, and a claim still in progress ``lease`` seconds later is
+    dead (its holder is gone) and may be taken over. ``conversation_id`` names the
+    conversation whose messages the kept result holds (deleted with it).
     """
 
     def claim_idempotency_key(
@@ -31,14 +40,18 @@ class IdempotencyTables(Tables, IdempotencyStore):
         *,
         now: float,
         ttl: float,
+        lease: float | None = None,
     ) -> tuple[Claim, StoredResult | None]:
-        # An expired row is removed, then ``INSERT ... ON CONFLICT DO NOTHING`` decides
-        # the race: exactly one caller inserts; the others read the row the winner committed.
+        # An expired row, or a claim whose lease ran out without a result, is removed,
+        # then ``INSERT ... ON CONFLICT DO NOTHING`` decides the race: exactly one
+        # caller inserts; the others read the row the winner committed.
         scope = [organization_id, environment, key]
+        dead = now - (ttl if lease is None else min(lease, ttl))
         with self.db.write() as conn:
             conn.execute(
-                f"DELETE FROM idempotency_keys WHERE {_KEY} AND created_at <= ?",
-                [*scope, now - ttl],
+                f"DELETE FROM idempotency_keys WHERE {_KEY} AND (created_at <= ?"
+                " OR (status = 'in_progress' AND created_at <= ?))",
+                [*scope, now - ttl, dead],
             )
             inserted = conn.execute(
                 "INSERT INTO idempotency_keys (organization_id, environment, key,"
@@ -51,7 +64,7 @@ class IdempotencyTables(Tables, IdempotencyStore):
             row = conn.execute(f"SELECT * FROM idempotency_keys WHERE {_KEY}", scope).fetchone()
         if row is None:  # released between our insert attempt and this read: try again
             return self.claim_idempotency_key(
-                organization_id, environment, key, fingerprint, now=now, ttl=ttl
+                organization_id, environment, key, fingerprint, now=now, ttl=ttl, lease=lease
             )
         if row["fingerprint"] != fingerprint:
             return "mismatch", None
@@ -59,18 +72,46 @@ class IdempotencyTables(Tables, IdempotencyStore):
             return "in_progress", None
         body = row["response_body"]
         text = body if isinstance(body, str) else bytes(body).decode()
-        return "replay", StoredResult(row["response_status"], text)
+        return "replay", StoredResult(row["response_status"], text, row["conversation_id"])
 
     def finish_idempotency_key(
-        self, organization_id: str, environment: str, key: str, result: StoredResult
+        self,
+        organization_id: str,
+        environment: str,
+        key: str,
+        result: StoredResult,
+        *,
+        claimed_at: float | None = None,
     ) -> None:
+        holder, args = _holder(claimed_at)
         write(
             self.db,
             "UPDATE idempotency_keys SET status = 'done', response_status = ?,"
-            f" response_body = ?, response_headers = NULL WHERE {_KEY}",
-            [result.status, result.body.encode(), organization_id, environment, key],
+            " response_body = ?, response_headers = NULL, conversation_id = ?"
+            f" WHERE {_KEY}{holder}",
+            [
+                result.status,
+                result.body.encode(),
+                result.conversation_id,
+                organization_id,
+                environment,
+                key,
+                *args,
+            ],
         )
 
-    def release_idempotency_key(self, organization_id: str, environment: str, key: str) -> None:
-        sql = f"DELETE FROM idempotency_keys WHERE {_KEY} AND status = 'in_progress'"
-        write(self.db, sql, [organization_id, environment, key])
+    def release_idempotency_key(
+        self, organization_id: str, environment: str, key: str, *, claimed_at: float | None = None
+    ) -> None:
+        holder, args = _holder(claimed_at)
+        sql = f"DELETE FROM idempotency_keys WHERE {_KEY} AND status = 'in_progress'{holder}"
+        write(self.db, sql, [organization_id, environment, key, *args])
+
+    def sweep_idempotency_keys(self, *, before: float, limit: int) -> int:
+        # bounded, so one pass is a short write however many keys expired at once
+        sql = (
+            "DELETE FROM idempotency_keys WHERE (organization_id, environment, key) IN"
+            " (SELECT organization_id, environment, key FROM idempotency_keys"
+            " WHERE created_at <= ? LIMIT ?)"
+        )
+        return max(write(self.db, sql, [before, limit]), 0)

@@ -490,3 +490,16 @@ def m015_document_metadata(d: Dialect) -> str:
         CREATE INDEX documents_version ON documents (organization_id, environment, version);
         ALTER TABLE agents ADD COLUMN knowledge TEXT;
         """
+
+
+@migration()
+def m016_idempotency_retention(d: Dialect) -> str:
+    """Kept idempotent results go when they expire and with their conversation: an
+    index by claim time for the sweep of expired keys, and the conversation a kept
+    result holds messages of (``DELETE /v1/conversations/{id}`` deletes it too)."""
+    return """
+        ALTER TABLE idempotency_keys ADD COLUMN conversation_id TEXT;
+        CREATE INDEX idempotency_keys_conversation ON idempotency_keys (conversation_id)
+            WHERE conversation_id IS NOT NULL;
+        CREATE INDEX idempotency_keys_created ON idempotency_keys (created_at);
+        """
