@@ -22,6 +22,7 @@ from pydantic import BaseModel
 
 import agentcore.errors as errors
 from agentcore.schema import (
+    STORED,
     Agent,
     AgentList,
     ChatMessageResponse,
@@ -230,7 +231,8 @@ def _http_options(base_url: str, api_key: str, timeout: float) -> dict[str, Any]
 def _parse(request: _Request[M], response: httpx.Response) -> M:
     if response.status_code >= 400:
         raise _error(response)
-    return request.model.model_validate_json(response.content)
+    # what the server returns is what it stored: values older versions accepted included
+    return request.model.model_validate_json(response.content, context=STORED)
 
 
 class _StreamReader:

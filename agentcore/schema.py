@@ -16,6 +16,7 @@ from pydantic import (
     PlainValidator,
     StrictBool,
     Tag,
+    ValidationInfo,
     WithJsonSchema,
     field_validator,
 )
@@ -80,6 +81,12 @@ class Request(BaseModel):
 MAX_METADATA_KEYS = 16
 MAX_METADATA_KEY_CHARS = 64
 MAX_METADATA_STRING_CHARS = 512
+MAX_EXACT_INTEGER = 2**53
+"""Largest integer (in magnitude) a metadata or filter value may be: float64 holds every
+integer up to it exactly, so filters compare it exactly (larger ones are refused)."""
+STORED: dict[str, Any] = {"stored": True}
+"""Validation context of what was stored (or a server returned): integers beyond
+``MAX_EXACT_INTEGER``, which older versions accepted, are read, not refused."""
 MAX_FILTER_LIST = 100
 """Most values an ``in``/``nin`` comparison lists."""
 MAX_FILTER_CONDITIONS = 64
@@ -102,29 +109,34 @@ def _metadata_key(value: Any) -> str:
     return value
 
 
-def _scalar(value: Any) -> str | int | float | bool:
+def _scalar(value: Any, info: ValidationInfo) -> str | int | float | bool:
     """A metadata (or filter) value as it is: a string of at most 512 characters without
-    NUL, a finite number or a boolean; else a ``ValueError`` saying so."""
-    if isinstance(value, bool) or _ordered_value(value):
+    NUL, a finite number (an integer within ±2**53) or a boolean; else a ``ValueError``
+    saying so."""
+    if isinstance(value, bool) or _ordered_value(value, info):
         return value  # type: ignore[no-any-return]
     raise ValueError(
         f"must be a string of at most {MAX_METADATA_STRING_CHARS} characters (no NUL),"
-        " a number or a boolean"
+        " a finite number (an integer within ±2**53) or a boolean"
     )
 
 
-def _ordered(value: Any) -> str | int | float:
+def _ordered(value: Any, info: ValidationInfo) -> str | int | float:
     """A value ranges compare to: as ``_scalar``, but not a boolean."""
-    if not isinstance(value, bool) and _ordered_value(value):
+    if not isinstance(value, bool) and _ordered_value(value, info):
         return value  # type: ignore[no-any-return]
     raise ValueError(
-        f"must be a string of at most {MAX_METADATA_STRING_CHARS} characters (no NUL) or a number"
+        f"must be a string of at most {MAX_METADATA_STRING_CHARS} characters (no NUL) or a"
+        " finite number (an integer within ±2**53)"
     )
 
 
-def _ordered_value(value: Any) -> bool:
+def _ordered_value(value: Any, info: ValidationInfo) -> bool:
     if isinstance(value, int):
-        return True
+        # beyond 2**53 float64 rounds, and filters compare numbers as float64 (a 310-digit
+        # integer overflowed it); what was stored before the bound is read as it is
+        stored = bool(info.context and info.context.get("stored"))
+        return stored or -MAX_EXACT_INTEGER <= value <= MAX_EXACT_INTEGER
     if isinstance(value, float):
         return math.isfinite(value)
     return (
@@ -145,10 +157,12 @@ MetadataValue = Annotated[
     PlainValidator(_scalar),
     WithJsonSchema({"anyOf": [_STRING_VALUE, {"type": "number"}, {"type": "boolean"}]}),
 ]
-"""A metadata value: a string of at most 512 characters, a number or a boolean."""
+"""A metadata value: a string of at most 512 characters, a finite number (an integer at
+most 2**53 in magnitude) or a boolean."""
 _METADATA_TEXT = (
     f"At most {MAX_METADATA_KEYS} keys of 1-{MAX_METADATA_KEY_CHARS} characters; each value"
-    f" a string of at most {MAX_METADATA_STRING_CHARS} characters, a number or a boolean."
+    f" a string of at most {MAX_METADATA_STRING_CHARS} characters, a finite number (an"
+    " integer at most 2**53 in magnitude) or a boolean."
 )
 Metadata = Annotated[
     dict[MetadataKey, MetadataValue],

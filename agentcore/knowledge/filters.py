@@ -22,10 +22,14 @@ Semantics (documented in docs/guide.md#filters):
   without the key and documents whose value is of another type. So every filter and
   its negation split the documents in two, and De Morgan's laws hold.
 - Rows of no document (``NO_LABEL``) are documents without metadata.
+- Numbers compare exactly. New values are at most ±2**53 in magnitude when an integer
+  (``schema.MAX_EXACT_INTEGER``), which float64 holds exactly; a larger integer stored by
+  an older version (or in an older agent's filter) is compared as a Python number.
 """
 
 from __future__ import annotations
 
+import operator
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -38,6 +42,7 @@ from agentcore.errors import invalid_fields
 from agentcore.knowledge.index import NO_LABEL
 from agentcore.residency import KeyedLocks, Residency, ResidencyStats
 from agentcore.schema import (
+    MAX_EXACT_INTEGER,
     BoundedFilter,
     CompoundFilter,
     EqualityFilter,
@@ -54,7 +59,7 @@ if TYPE_CHECKING:
 Mask = npt.NDArray[np.bool_]
 Labels = npt.NDArray[np.int64]
 
-_MISSING, _STRING, _NUMBER, _BOOLEAN = 0, 1, 2, 3
+_MISSING, _STRING, _NUMBER, _BOOLEAN, _LARGE = 0, 1, 2, 3, 4  # _LARGE: see _Column.large
 # what a document costs a table besides its columns: its id, ordinal and metadata dict
 DOCUMENT_ENTRY_BYTES = 512
 _OBJECT_BYTES = 50  # a small str or number object
@@ -86,6 +91,12 @@ def check_metadata(value: Mapping[str, Any] | None) -> dict[str, str | int | flo
         raise invalid_fields(exc, prefix=("metadata",)) from None
 
 
+def _fits(value: int | float) -> bool:
+    """Whether float64 holds the number ``value`` exactly (every float; an integer within
+    ±2**53)."""
+    return not isinstance(value, int) or -MAX_EXACT_INTEGER <= value <= MAX_EXACT_INTEGER
+
+
 class _Column:
     """One metadata key over a table's documents: each one's kind and value."""
 
@@ -93,6 +104,9 @@ class _Column:
         self.kinds = np.zeros(size, dtype=np.int8)
         self.numbers = np.zeros(size, dtype=np.float64)  # numbers, and booleans as 0/1
         self.strings = np.full(size, "", dtype=object)
+        # integers float64 cannot hold exactly, by ordinal (kind _LARGE): only older
+        # versions stored them, so they are few, and compared one by one
+        self.large: dict[int, int] = {}
 
     def grow(self, size: int) -> None:
         extra = size - self.kinds.shape[0]
@@ -102,10 +116,14 @@ class _Column:
             self.strings = np.concatenate((self.strings, np.full(extra, "", dtype=object)))
 
     def set(self, at: int, value: Any) -> None:
+        self.large.pop(at, None)
         if value is None:
             self.kinds[at], self.numbers[at], self.strings[at] = _MISSING, 0.0, ""
         elif isinstance(value, bool):
             self.kinds[at], self.numbers[at], self.strings[at] = _BOOLEAN, float(value), ""
+        elif isinstance(value, int | float) and not _fits(value):
+            self.kinds[at], self.numbers[at], self.strings[at] = _LARGE, 0.0, ""
+            self.large[at] = int(value)
         elif isinstance(value, int | float):
             self.kinds[at], self.numbers[at], self.strings[at] = _NUMBER, float(value), ""
         else:
@@ -118,7 +136,7 @@ class _Column:
         if isinstance(value, bool):
             found = (kinds == _BOOLEAN) & (self.numbers[:size] == float(value))
         elif isinstance(value, int | float):
-            found = (kinds == _NUMBER) & (self.numbers[:size] == float(value))
+            found = self._compare("eq", value, size)
         else:
             found = (kinds == _STRING) & (self.strings[:size] == value)
         return found
@@ -128,36 +146,65 @@ class _Column:
         kinds = self.kinds[:size]
         found = np.zeros(size, dtype=bool)
         strings = [v for v in values if isinstance(v, str)]
-        numbers = [
-            float(v) for v in values if isinstance(v, int | float) and not isinstance(v, bool)
-        ]
+        numbers = [v for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
         booleans = [float(v) for v in values if isinstance(v, bool)]
         if strings:
             found |= (kinds == _STRING) & np.isin(self.strings[:size], strings)
         if numbers:
-            found |= (kinds == _NUMBER) & np.isin(self.numbers[:size], numbers)
+            exact = [float(v) for v in numbers if _fits(v)]
+            found |= (kinds == _NUMBER) & np.isin(self.numbers[:size], exact)
+            for value in numbers:
+                if not _fits(value):  # an older agent's filter
+                    found |= self._compare("eq", value, size)
+            listed = set(numbers)  # Python compares (and hashes) int and float exactly
+            for at, held in self.large.items():
+                if at < size and held in listed:
+                    found[at] = True
         if booleans:
             found |= (kinds == _BOOLEAN) & np.isin(self.numbers[:size], booleans)
         return found
 
     def ordered(self, op: str, value: str | int | float, size: int) -> Mask:
         """Which documents hold a value of ``value``'s kind that compares ``op`` to it."""
-        compare: Callable[[Any, Any], Any] = _ORDER[op]
         if isinstance(value, str):
+            compare: Callable[[Any, Any], Any] = _ORDER[op]
             kinds = self.kinds[:size] == _STRING
             result = np.zeros(size, dtype=bool)
             # object arrays compare element by element: only the strings are compared
             result[kinds] = compare(self.strings[:size][kinds], value).astype(bool)
             return result
-        found: Mask = (self.kinds[:size] == _NUMBER) & compare(self.numbers[:size], float(value))
+        return self._compare(op, value, size)
+
+    def _compare(self, op: str, value: int | float, size: int) -> Mask:
+        """Which documents hold a number that compares ``op`` (``eq``, ``gt``, ...) to the
+        number ``value``, exactly."""
+        compare = _ORDER[op]
+        numbers = self.numbers[:size]
+        if _fits(value):
+            found: Mask = compare(numbers, float(value))
+        else:  # an older agent's filter: Python compares int and float exactly
+            found = compare(numbers.astype(object), value).astype(bool)
+        found &= self.kinds[:size] == _NUMBER
+        for at, held in self.large.items():
+            if at < size:
+                found[at] = _EXACT[op](held, value)
         return found
 
 
 _ORDER: dict[str, Callable[[Any, Any], Any]] = {
+    "eq": np.equal,
     "gt": np.greater,
     "gte": np.greater_equal,
     "lt": np.less,
     "lte": np.less_equal,
+}
+# the same over Python numbers, which numpy cannot convert when they exceed float64
+_EXACT: dict[str, Callable[[Any, Any], bool]] = {
+    "eq": operator.eq,
+    "gt": operator.gt,
+    "gte": operator.ge,
+    "lt": operator.lt,
+    "lte": operator.le,
 }
 
 

@@ -15,6 +15,7 @@ import pytest
 from helpers import assert_problem
 
 from agentcore import AgentCore
+from agentcore.schema import STORED, Agent
 
 api = helpers.api  # uvicorn and ASGI, acme/test read+write key, no 429s
 
@@ -105,6 +106,7 @@ def test_a_change_applies_from_the_next_message(api: Any) -> None:
     ("knowledge", "param"),
     [
         ({"filter": {"type": "eq", "key": "team"}}, "knowledge.filter.value"),
+        ({"filter": {"type": "eq", "key": "n", "value": 2**53 + 1}}, "knowledge.filter.value"),
         ({"filter": {"type": "xor", "filters": []}}, "knowledge.filter"),
         ({"filters": []}, "knowledge.filters"),
         ("hr", "knowledge"),
@@ -132,3 +134,23 @@ def test_the_python_api_and_the_client(core: AgentCore) -> None:
     assert it.knowledge is not None and it.knowledge.model_dump(exclude_none=True) == IT_ONLY
     assert {c.source for c in ws.chat.send(hr.id, QUESTIONS[3]).citations} == {"password.txt"}
     assert ws.agents.update(hr.id, knowledge=None).knowledge is None
+
+
+def test_an_agent_stored_by_an_older_version_with_a_large_integer_is_read(
+    api: Any, keys: Any
+) -> None:
+    # older versions accepted any integer in a filter; such an agent must still be read
+    # (a 500 on GET and on the list otherwise) though a new one is refused
+    made = agent(api, "old")
+    legacy = {"type": "eq", "key": "n", "value": 10**309}
+    stored = Agent.model_validate({**made, "knowledge": {"filter": legacy}}, context=STORED)
+    core = keys.core
+    scope = (core.workspace("acme").organization_id, "test")
+    assert core.store.update_agent(*scope, stored, expected_status=made["status"])
+    fetched = api.get(f"/v1/agents/{made['id']}")
+    assert fetched.status_code == 200, fetched.text
+    assert fetched.json()["knowledge"] == {"filter": legacy}
+    listed = api.get("/v1/agents")
+    assert listed.status_code == 200 and listed.json()["agents"][0]["knowledge"] == {
+        "filter": legacy
+    }

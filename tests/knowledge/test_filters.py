@@ -13,10 +13,12 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pydantic import TypeAdapter
 
 from agentcore.errors import ValidationFailed
 from agentcore.knowledge.filters import DocumentTable, check_filter, check_metadata
 from agentcore.knowledge.index import NO_LABEL
+from agentcore.schema import STORED, BoundedFilter
 from agentcore.storage.records import DocumentRow
 
 DOCUMENTS = {
@@ -179,6 +181,8 @@ def test_negations_complement_and_de_morgan_holds(
         ({"type": "eq", "key": "a", "value": {"x": 1}}, "filter.value"),
         ({"type": "eq", "key": "a", "value": "x" * 513}, "filter.value"),
         ({"type": "eq", "key": "a", "value": float("nan")}, "filter.value"),
+        ({"type": "eq", "key": "a", "value": 2**53 + 1}, "filter.value"),
+        ({"type": "lt", "key": "a", "value": -(2**53) - 1}, "filter.value"),
         ({"type": "eq", "key": "a", "value": "x", "extra": 1}, "filter.extra"),
         ({"type": "gt", "key": "a", "value": True}, "filter.value"),
         ({"type": "in", "key": "a", "value": "x"}, "filter.value"),
@@ -217,6 +221,7 @@ def test_the_largest_filter_allowed() -> None:
         ({"owner": None}, "metadata.owner"),
         ({"owner": "x" * 513}, "metadata.owner"),
         ({"owner": "a\x00b"}, "metadata.owner"),
+        ({"owner": 10**309}, "metadata.owner"),
         ({"": "x"}, "metadata"),
         ({"k" * 65: "x"}, "metadata." + "k" * 65),
         ({f"key{i}": i for i in range(17)}, "metadata"),
@@ -237,3 +242,23 @@ def test_metadata_at_its_limits_is_accepted_as_given() -> None:
     checked = check_metadata(mixed)
     assert checked == mixed and type(checked["n"]) is int and type(checked["b"]) is bool
     assert check_metadata(None) == {} and check_metadata({}) == {}
+
+
+def test_an_older_agents_filter_with_a_large_integer_compares_exactly() -> None:
+    # older versions stored agents' filters with any integer: read back, they select
+    # exactly (Python compares int and float exactly), never an OverflowError
+    documents = {"exact": {"n": 2**53}, "float": {"n": 1e300}, "huge": {"n": 10**309}}
+    read = TypeAdapter(BoundedFilter)
+
+    def older(spec: dict[str, Any]) -> set[str]:
+        return set(
+            table(documents).selection(read.validate_python(spec, context=STORED)).document_ids
+        )
+
+    assert older(eq("n", 10**309)) == {"huge"}
+    assert older(eq("n", 2**53 + 1)) == set()
+    assert older({"type": "in", "key": "n", "value": [10**309, 2**53]}) == {"huge", "exact"}
+    assert older({"type": "lt", "key": "n", "value": 10**309}) == {"exact", "float"}
+    assert older({"type": "gte", "key": "n", "value": 2**53 + 1}) == {"float", "huge"}
+    with pytest.raises(ValidationFailed):
+        check_filter(eq("n", 10**309))  # a new one is refused

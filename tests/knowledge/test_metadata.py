@@ -187,3 +187,62 @@ def test_filters_with_pgvector(pgvector_core: AgentCore, mode: str) -> None:
     assert sources(found.results) == {"leave.txt", "parental.txt"}
     unfiltered = ws.knowledge.search("vacation days", mode=mode, top_k=2)
     assert sources(unfiltered.results) <= {f"noise{n}.txt" for n in range(40)}
+
+
+def test_integers_beyond_2_53_are_refused_at_every_entry(ws: Workspace) -> None:
+    # float64 holds every integer up to 2**53 exactly; beyond it, 2**53 + 1 would equal
+    # 2**53, and a 310-digit integer made every later filtered search a 500 (OverflowError)
+    for big in (2**53 + 1, -(2**53) - 1, 10**309):
+        with pytest.raises(ValidationFailed) as refused:
+            ws.knowledge.ingest_text("a.txt", "Some text.", metadata={"n": big})
+        assert refused.value.param == "metadata.n"
+        with pytest.raises(ValidationFailed) as refused:
+            ws.knowledge.ingest_file(b"Some text.", filename="a.txt", metadata={"n": big})
+        assert refused.value.param == "metadata.n"
+        for spec, param in [
+            ({"type": "eq", "key": "n", "value": big}, "filter.value"),
+            ({"type": "lt", "key": "n", "value": big}, "filter.value"),
+            ({"type": "in", "key": "n", "value": [1, big]}, "filter.value.1"),
+        ]:
+            with pytest.raises(ValidationFailed) as refused:
+                ws.knowledge.search("text", filter=spec)
+            assert refused.value.param == param
+    assert ws.knowledge.list().documents == []
+    top = ws.knowledge.ingest_text("top.txt", "Some text.", metadata={"n": 2**53})
+    with pytest.raises(ValidationFailed) as refused:
+        ws.knowledge.update(top.id, metadata={"n": 2**53 + 1})
+    assert refused.value.param == "metadata.n"
+    bottom = ws.knowledge.ingest_text("bottom.txt", "Some text.", metadata={"n": -(2**53)})
+    assert ws.knowledge.get(bottom.id).metadata == {"n": -(2**53)}
+    found = ws.knowledge.search("text", filter={"type": "eq", "key": "n", "value": 2**53})
+    assert sources(found.results) == {"top.txt"}
+    assert (
+        ws.knowledge.search("text", filter={"type": "eq", "key": "n", "value": 2**53 - 1}).results
+        == []
+    )
+
+
+def test_large_integers_stored_by_older_versions_compare_exactly(core: AgentCore) -> None:
+    ws = core.workspace("acme")
+    ids = {
+        name: ws.knowledge.ingest_text(f"{name}.txt", "Some text.", metadata={"n": 2**53}).id
+        for name in ("exact", "above", "huge", "float")
+    }
+    ws.knowledge.ingest_text("hr.txt", "Some text.", metadata={"team": "hr"})
+    # what an older version stored: its metadata was not bounded
+    for name, value in [("above", 2**53 + 1), ("huge", 10**309), ("float", 1e300)]:
+        core.store.update_metadata(ws.organization_id, ws.environment, ids[name], {"n": value})
+    assert ws.knowledge.get(ids["huge"]).metadata == {"n": 10**309}
+
+    def found(spec: dict[str, Any]) -> set[str]:
+        results = ws.knowledge.search("text", filter=spec, top_k=10).results
+        return {r.source.removesuffix(".txt") for r in results}
+
+    # once a 500 for every filtered search of the workspace
+    assert found({"type": "eq", "key": "team", "value": "hr"}) == {"hr"}
+    assert found({"type": "eq", "key": "n", "value": 2**53}) == {"exact"}
+    assert found({"type": "in", "key": "n", "value": [2**53, 1.0]}) == {"exact"}
+    assert found({"type": "ne", "key": "n", "value": 2**53}) == {"above", "huge", "float", "hr"}
+    assert found({"type": "gt", "key": "n", "value": 2**53}) == {"above", "huge", "float"}
+    assert found({"type": "gt", "key": "n", "value": 1e300}) == {"huge"}
+    assert found({"type": "lte", "key": "n", "value": 2**53}) == {"exact"}

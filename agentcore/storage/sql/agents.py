@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from agentcore.schema import Agent
+from agentcore.schema import STORED, Agent
 from agentcore.storage.base import AgentStore
 from agentcore.storage.sql.database import Tables
 from agentcore.storage.sql.queries import WORKSPACE, find_row, insert_row, marks, page, write
@@ -16,7 +16,8 @@ def _agent(row: Any) -> Agent:
     data["tools"] = json.loads(data["tools"])
     data["handoff_on_no_answer"] = bool(data["handoff_on_no_answer"])
     data["knowledge"] = json.loads(data["knowledge"]) if data.get("knowledge") else None
-    return Agent.model_validate(data)
+    # a filter value older versions accepted (an integer beyond 2**53) is read, not refused
+    return Agent.model_validate(data, context=STORED)
 
 
 def _columns(agent: Agent) -> dict[str, Any]:
