@@ -82,7 +82,7 @@ def one_run(code: Path, url: str, chunks: int, writes: int, complete: bool) -> d
         wall, cpu = time.perf_counter(), time.thread_time()
         if complete:
             store.complete_document(
-                org, "test", document, rows, embedder, vectors, keep, counts, event
+                org, "test", document, rows, embedder, vectors, keep, counts, lambda _, e=event: e
             )
         else:
             store.insert_document(org, "test", document, rows, embedder, vectors, keep, counts)

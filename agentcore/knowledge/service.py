@@ -53,7 +53,7 @@ from agentcore.storage.records import IngestJob, StoredChunk, WrittenDocument
 
 if TYPE_CHECKING:
     from agentcore.config import Settings
-    from agentcore.events import EventBus
+    from agentcore.events import Event, EventBus
     from agentcore.knowledge.jobs import IngestionJobs
     from agentcore.knowledge.keywords import KeywordCache
     from agentcore.knowledge.terms import TermCounter
@@ -499,14 +499,20 @@ class KnowledgeService:
         texts = self._bounded(chunks)
         vectors, keep, embedder = self._embed(texts, cancellation)
         counts = self._count_terms(texts)
-        event = None
-        if self._events is not None:
-            event = self._events.prepare(
+        events = self._events
+        event: Event | None = None
+
+        def ready_event(stored: Document) -> Event:
+            # made in the store's transaction, of the metadata stored then
+            nonlocal event
+            assert events is not None
+            event = events.prepare(
                 "document.ready",
-                document_event(ready),
+                document_event(stored),
                 organization_id=ws.organization_id,
                 environment=ws.environment,
             )
+            return event
 
         def store_write() -> WrittenDocument | None:
             return self._store.complete_document(
@@ -518,14 +524,16 @@ class KnowledgeService:
                 vectors,
                 keep,
                 term_counts=counts,
-                event=event,
+                event=None if events is None else ready_event,
             )
 
         cancellation.check()
         written = self._cache.write(
             ws.organization_id, ws.environment, store_write, added=_indexed(vectors, keep)
         )
-        return None if written is None else Completed(ready, event)
+        if written is None:
+            return None
+        return Completed(written.document or ready, event)
 
     def _count_terms(self, texts: builtins.list[str]) -> tuple[int, Mapping[str, int]] | None:
         """A document's sentence counts (of its ``_bounded`` chunk texts), stored with its

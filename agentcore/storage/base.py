@@ -289,14 +289,17 @@ class KnowledgeStore(Protocol):
         vectors: Vectors,
         keep: npt.NDArray[np.bool_],
         term_counts: TermCounts | None = None,
-        event: Event | None = None,
+        event: Callable[[Document], Event] | None = None,
     ) -> WrittenDocument | None:
         """A ``processing`` document becomes ``ready`` with its chunks and vectors.
 
         Atomic: updates ``content_type``, ``pages``, ``chunks`` and ``status``, deletes
-        the job, inserts chunks and vectors, bumps the version, and records ``event``
-        in the outbox (as ``record_event``). ``None`` and no write when the document is
-        gone or not ``processing``.
+        the job, inserts chunks and vectors, bumps the version, and records the event
+        ``event`` makes of the ready document as stored in the outbox (as
+        ``record_event``). The metadata is the stored one, read in the transaction (a
+        ``update_metadata`` may have replaced ``document``'s meanwhile); the written
+        document carries it. ``None`` and no write when the document is gone or not
+        ``processing``.
         """
 
     def fail_document(

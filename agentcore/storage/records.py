@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from agentcore.schema import Usage, WebhookSubscription
+from agentcore.schema import Document, Usage, WebhookSubscription
 
 Ids = npt.NDArray[np.int64]
 """Vector ids (a vector's id is its chunk's)."""
@@ -102,10 +102,12 @@ class IndexRows:
 @dataclass(frozen=True)
 class WrittenDocument:
     """What a document write stored: every chunk id in chunk order (chunk ids are the
-    vector ids) and the document's ``seq``, the label its index rows carry."""
+    vector ids), the document's ``seq``, the label its index rows carry, and (from
+    ``complete_document``) the document as stored, with the metadata it holds then."""
 
     chunk_ids: list[int]
     seq: int
+    document: Document | None = None
 
 
 @dataclass(frozen=True)

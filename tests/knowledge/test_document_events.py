@@ -134,7 +134,7 @@ def test_a_job_completed_twice_is_announced_once(tmp_path: Path) -> None:
         nothing = np.empty((0, 1024), np.float32)
         assert (
             core.store.complete_document(
-                *scope, ready, [], "hashing-v1", nothing, np.empty(0, bool), event=again
+                *scope, ready, [], "hashing-v1", nothing, np.empty(0, bool), event=lambda _: again
             )
             is None
         )

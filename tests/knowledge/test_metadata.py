@@ -8,12 +8,18 @@ with pgvector; and nothing of it crosses workspaces.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import threading
+import time
+from collections.abc import Iterator, Sequence
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
 import pytest
+from ingest_plugins import MisbehavingEmbedder
 
 from agentcore import AgentCore
+from agentcore.cancellation import Cancellation
 from agentcore.errors import NotFound, PermissionDenied, ValidationFailed
 from agentcore.workspace import Workspace
 
@@ -246,3 +252,48 @@ def test_large_integers_stored_by_older_versions_compare_exactly(core: AgentCore
     assert found({"type": "gt", "key": "n", "value": 2**53}) == {"above", "huge", "float"}
     assert found({"type": "gt", "key": "n", "value": 1e300}) == {"huge"}
     assert found({"type": "lte", "key": "n", "value": 2**53}) == {"exact"}
+
+
+class GatedEmbedder(MisbehavingEmbedder):
+    """Embeds a passage holding its trigger only once ``go`` is set, after setting
+    ``embedding``: a test acts while a job is being indexed (in-process jobs only)."""
+
+    def __init__(self) -> None:
+        super().__init__("gated")
+        self.embedding = threading.Event()
+        self.go = threading.Event()
+
+    def embed(self, texts: Sequence[str], kind: str = "passage") -> npt.NDArray[np.float32]:
+        if kind == "passage" and any(self.trigger in text for text in texts):
+            self.embedding.set()
+            self.go.wait(60)
+        return super().embed(texts, kind)
+
+
+def test_metadata_patched_while_indexing_is_what_the_ready_document_says(store_url: str) -> None:
+    gated = GatedEmbedder()
+    with AgentCore.open(store_url, plugins=[gated], embedder=gated.name) as core:
+        ws = core.workspace("acme")
+        queued = ws.knowledge.ingest_text(
+            "a.txt", "Vacation days. TRIGGER.", metadata={"team": "hr"}, wait=False
+        )
+        job = core.store.claim_ingest_job(now=time.time(), lease_seconds=60)
+        assert job is not None
+        done: list[Any] = []
+        worker = threading.Thread(
+            target=lambda: done.append(ws.knowledge.run_job(job, Cancellation()))
+        )
+        worker.start()
+        assert gated.embedding.wait(60)  # the job has read its document
+        patched = ws.knowledge.update(queued.id, metadata={"team": "legal"})
+        assert (patched.status, patched.metadata) == ("processing", {"team": "legal"})
+        gated.go.set()
+        worker.join(60)
+        [completed] = done
+        # the document a waiting caller gets and the document.ready event (outbox and
+        # listeners) say what is stored, not what the job read when it started
+        assert ws.knowledge.get(queued.id).metadata == {"team": "legal"}
+        assert completed.document.metadata == {"team": "legal"}
+        assert completed.document.status == "ready"
+        assert completed.event.data["metadata"] == {"team": "legal"}
+        assert completed.event.data["document_id"] == queued.id

@@ -291,7 +291,7 @@ def test_a_background_job_completes_its_document_in_three_round_trips(
                 single.complete_document(
                     org, "test", document.model_copy(update={"status": "ready"}),
                     [("text", [1], [0])] * 3, "e", vectors, np.ones(3, bool),
-                    term_counts=(1, {"text": 1}), event=event if announced else None,
+                    term_counts=(1, {"text": 1}), event=(lambda _: event) if announced else None,
                 )
             )  # fmt: skip
 

@@ -468,7 +468,7 @@ class DocumentTables(TermTables, VectorTables, KnowledgeStore):
         vectors: Vectors,
         keep: npt.NDArray[np.bool_],
         term_counts: TermCounts | None = None,
-        event: Event | None = None,
+        event: Callable[[Document], Event] | None = None,
     ) -> WrittenDocument | None:
         # the conditional UPDATE decides whether the document is still processing (not
         # deleted meanwhile, nor finished by another worker), and ``event`` is recorded
@@ -485,7 +485,7 @@ class DocumentTables(TermTables, VectorTables, KnowledgeStore):
                 row = conn.execute(
                     "UPDATE documents SET status = 'ready', last_error = NULL,"
                     f" content_type = ?, pages = ?, chunks = ? WHERE id = ? AND {WORKSPACE}"
-                    " AND status = 'processing' RETURNING seq",
+                    " AND status = 'processing' RETURNING seq, metadata",
                     [document.content_type, document.pages, document.chunks, document.id]
                     + list(workspace),
                 ).fetchone()
@@ -498,12 +498,14 @@ class DocumentTables(TermTables, VectorTables, KnowledgeStore):
                     f"UPDATE documents SET version = {CHECKED_VERSION} WHERE seq = ?",
                     [*workspace, embedder, dimension, row["seq"]],
                 )
+                # the metadata now stored: a PATCH while the job ran replaced the job's
+                stored = document.model_copy(update={"metadata": parse_object(row["metadata"])})
                 if event is not None:  # before the chunks: its subscriptions are read
-                    self.record_event(event, now=time.time())
+                    self.record_event(event(stored), now=time.time())
                 ids = self._write_chunks(
                     conn, workspace, document, chunks, embedder, vectors, keep, term_counts
                 )
-                return WrittenDocument(ids(), int(row["seq"]))
+                return WrittenDocument(ids(), int(row["seq"]), stored)
         except self.db.integrity_error as exc:
             self._refuse_other_embedder(exc, embedder, dimension)
             raise
