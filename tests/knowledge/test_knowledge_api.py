@@ -189,6 +189,27 @@ def test_list_paginates_newest_first_and_get(api: Any) -> None:
     assert_problem(api.get(DOCS, params={"limit": 0}), 422, "limit_out_of_range")
 
 
+def test_deleting_while_paging_lists_from_the_start_again(api: Any) -> None:
+    # a cursor is an object that still exists (as Stripe's): a deleted one has no place
+    # in the list any more, a 404 naming starting_after (docs/http-api.md#pagination)
+    made = [
+        api.post(DOCS, json={"source": f"n{n}.txt", "text": f"Memo {n}."}).json()["id"]
+        for n in range(5)
+    ]
+    first = api.get(DOCS, params={"limit": 2}).json()["documents"]
+    for document in first:
+        assert api.delete(f"{DOCS}/{document['id']}").status_code == 200
+    gone = api.get(DOCS, params={"limit": 2, "starting_after": first[-1]["id"]})
+    assert_problem(gone, 404, "resource_missing", param="starting_after")
+    # what the docs say to do instead: take the first page again until none is left
+    deleted = [d["id"] for d in first]
+    while page := api.get(DOCS, params={"limit": 2}).json()["documents"]:
+        for document in page:
+            assert api.delete(f"{DOCS}/{document['id']}").status_code == 200
+            deleted.append(document["id"])
+    assert sorted(deleted) == sorted(made)
+
+
 def test_delete_removes_document_and_its_chunks_at_once(api: Any, handbook: dict) -> None:
     other = upload_ok(api, "ferry.pdf", make_pdf([f"Ferry notes. {filler(4, 9)}"]))
     assert search(api, QUERY_3)[0]["document_id"] == handbook["id"]  # index now cached
