@@ -230,8 +230,11 @@ class KnowledgeService:
         wait: bool | None = None,
         cancellation: Cancellation | None = None,
     ) -> Document:
-        """Store plain text under a source name (one page). Write scope.
+        """Store text under a source name, as a file of that name would be. Write scope.
 
+        The source's extension says the type: ``.md`` (or ``.markdown``) is Markdown,
+        one page; anything else is plain text, split into pages at form feeds (``\\f``),
+        so ``ingest_text("notes.txt", "A.\\fB.")`` has two pages.
         ``metadata``, ``wait`` and ``cancellation`` work as for ``ingest_file``.
         """
         self._ws.require("write")

@@ -124,7 +124,10 @@ def test_text_and_markdown() -> None:
 def test_parse_text() -> None:
     doc = parse_text(" handbook.md ", "# Rules\n\nBe kind.")
     assert doc == ParsedDocument("handbook.md", "text/markdown", ["# Rules\n\nBe kind."])
+    # JSON text is read as a file of its source's name (docs/guide.md#documents)
     assert parse_text("faq", "a\fb").pages == ["a", "b"]
+    assert parse_text("notes.txt", "A.\fB.").pages == ["A.", "B."]
+    assert parse_text("notes.markdown", "A.\fB.").pages == ["A.\nB."]
     with pytest.raises(ValidationFailed) as blank:
         parse_text("faq", " \n ")
     assert (blank.value.code, blank.value.param) == ("no_text", "text")
