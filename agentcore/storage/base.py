@@ -368,6 +368,10 @@ class WebhookStore(Protocol):
     def next_due_at(self) -> float | None:
         """When the earliest pending delivery falls due."""
 
+    def delivery_pending(self, delivery_id: str) -> bool:
+        """Whether a delivery still waits to be sent: not succeeded or failed (by its
+        subscription's deletion or disabling, on any node) since it was claimed."""
+
     def record_attempt(
         self,
         delivery: DueDelivery,
