@@ -76,6 +76,7 @@ def test_migrations_render_for_each_dialect() -> None:
         "fail_pending_of_disabled",
         "conversation_history",
         "document_metadata",
+        "idempotency_retention",
     ]
     for step in MIGRATIONS:
         for dialect in (SQLITE, POSTGRES):
