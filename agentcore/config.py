@@ -380,6 +380,13 @@ class Settings(BaseSettings):
     )
     key_touch_interval: float = Field(60.0, ge=0, description="Resolution of last_used_at.")
     idempotency_ttl: float = Field(86_400.0, gt=0)
+    idempotency_lease: float = Field(
+        30.0,
+        gt=0,
+        description="Seconds an Idempotency-Key claim lasts unless its process renews it"
+        " (every third of it, while the request's work runs): a claim not renewed for"
+        " this long lost its process or its store and is taken over by a retry.",
+    )
 
     @property
     def ingest_pool_size(self) -> int:

@@ -27,7 +27,7 @@ from agentcore.config import Settings
 from agentcore.conversations import ConversationService
 from agentcore.errors import NotFound
 from agentcore.events import EventBus
-from agentcore.idempotency import IdempotencyKeys
+from agentcore.idempotency import DEFAULT_SWEEP_INTERVAL, IdempotencyKeys
 from agentcore.keys import KeyManager, check_environment, check_scopes
 from agentcore.knowledge.embedders import Embedder
 from agentcore.knowledge.filters import MetadataCache
@@ -62,12 +62,6 @@ from agentcore.workspace import Workspace
 log = get_logger("agentcore")  # masks keys and secrets in every record
 
 MODEL_THREADS = 8  # model calls under way at once (each bounded by model_timeout)
-# An Idempotency-Key claim still in progress this many request deadlines after it was
-# made is dead: a request answers by its deadline, and work told to stop then (a 504
-# whose outcome is still settling) gets as long again to end; only a lost process or
-# store connection leaves a claim longer (streams, which may run longer, take no key)
-IDEMPOTENCY_LEASE_DEADLINES = 2
-IDEMPOTENCY_SWEEP_INTERVAL = 60.0  # seconds between sweeps of expired keys (at most)
 
 
 def make_plugin_manager(
@@ -175,7 +169,8 @@ class AgentCore:
         self.idempotency = IdempotencyKeys(
             store,
             ttl=settings.idempotency_ttl,
-            lease=IDEMPOTENCY_LEASE_DEADLINES * settings.request_deadline,
+            lease=settings.idempotency_lease,
+            sweep_interval=min(DEFAULT_SWEEP_INTERVAL, settings.idempotency_ttl / 2),
         )
         self.embedders: dict[str, Embedder] = {}
         self.chat_models: dict[str, ChatModel] = {}
@@ -241,11 +236,15 @@ class AgentCore:
             self.runtime.loop(
                 "agentcore-checkpoint", _checkpoint_step(store), interval=store.checkpoint_interval
             )
-        # expired idempotency keys and the results they keep go (a bounded write a pass)
+        # the claims this process holds are renewed (a third of their lease apart, so
+        # one late pass does not lose them), and expired keys and the results they keep
+        # go (a bounded write a pass, every sweep interval)
         self.runtime.loop(
             "agentcore-idempotency-sweep",
             self.idempotency.sweep_step,
-            interval=min(IDEMPOTENCY_SWEEP_INTERVAL, settings.idempotency_ttl / 2),
+            interval=self.idempotency.renew_interval,
+            # after failures (the store unreachable), renew again before a lease lapses
+            backoff_max=self.idempotency.renew_interval,
         )
         # through a lambda, so a test may swap in a runtime with a fake clock or resolver
         self.events.add_sink(lambda event: self.webhooks.record(event))

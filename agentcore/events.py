@@ -48,16 +48,30 @@ class Event:
 Listener = Callable[[Event], None]
 
 
+#: How event data is written as JSON in each delivery's body (``encode_payload``):
+#: compact, keys sorted, UTF-8 as is, and no NaN or infinity.
+EVENT_JSON: dict[str, Any] = {
+    "separators": (",", ":"),
+    "sort_keys": True,
+    "ensure_ascii": False,
+    "allow_nan": False,
+}
+
+
 def check_data(data: dict[str, Any]) -> None:
-    """Refuse event ``data`` that is not JSON (NaN, infinity, objects JSON cannot hold).
+    """Refuse event ``data`` that is not JSON (NaN, infinity, objects JSON cannot hold,
+    strings UTF-8 cannot hold such as a lone surrogate).
 
     Checked when an event is published, where the publisher can be told: the outbox
-    stores it and every delivery sends it as JSON, so such data could never be sent.
+    stores it and every delivery sends it encoded as here, so such data could never be
+    sent.
 
     :raises ValidationFailed: 422 ``invalid_event_data``, ``param="data"``.
     """
     try:
-        json.dumps(data, allow_nan=False)
+        # keys unsorted: the outbox stores the data as JSON first, whose keys are all
+        # strings by the time a delivery sorts them (``{1: .., "b": ..}`` is fine)
+        json.dumps(data, **{**EVENT_JSON, "sort_keys": False}).encode("utf-8")
     except (TypeError, ValueError) as exc:
         raise ValidationFailed(
             f"Event data must be JSON (no NaN or infinity): {exc}.",

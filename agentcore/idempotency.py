@@ -7,16 +7,19 @@ a duplicate that arrives while the first still runs waits for it. What is kept i
 replayable result (status and JSON body), never HTTP bytes: the adapter that called
 ``claim`` turns a result into its own response.
 
-A claim is a lease: a request still in progress ``lease`` seconds after it claimed its
-key (longer than any request may run) has lost its process (killed, out of memory) or
-its store connection before it could keep a result or release the key, so a retry
-claims the key and runs (as at Stripe). Expired keys are swept (``sweep``, run by the
-core's runtime), so no kept result outlives ``ttl`` by more than a sweep interval.
+A claim is a lease its process renews: every claim this process holds is renewed
+(``renew``, run by the core's runtime every third of the lease) for as long as its work
+runs, including work still settling after a 504, until it is finished, failed or
+released. A claim whose lease lapsed lost its process (killed, out of memory) or its
+store before it could keep a result or release the key, so a retry claims the key and
+runs (as at Stripe). Expired keys are swept (``sweep``, run by the same loop), so no
+kept result outlives ``ttl`` by more than a sweep interval.
 """
 
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -39,6 +42,8 @@ KEY_PARAM = "Idempotency-Key"
 #: Where a kept failure's fields hold the seconds a 503 said to wait: not a field of
 #: the error (``as_dict``), so ``kept_error`` takes it out again.
 RETRY_AFTER = "_retry_after"
+DEFAULT_LEASE = 30.0  # seconds (``Settings.idempotency_lease``)
+DEFAULT_SWEEP_INTERVAL = 60.0  # seconds between sweeps of expired keys
 
 
 @dataclass(frozen=True)
@@ -62,8 +67,11 @@ class IdempotencyKeys:
 
     :param store: where claims and results are kept (shared by every process).
     :param ttl: seconds a key is remembered.
-    :param lease: seconds after its claim that a request still in progress is taken
-        to be dead (its key may be claimed again); ``None``: never before ``ttl``.
+    :param lease: seconds a claim lasts unless this process renews it (``renew``);
+        one not renewed for that long is taken to be dead (its key may be claimed
+        again). The clocks of the processes sharing the store must agree to within
+        a third of it.
+    :param sweep_interval: seconds between sweeps of expired keys (``sweep_step``).
     :param clock: Unix seconds (injectable for tests).
     """
 
@@ -75,13 +83,32 @@ class IdempotencyKeys:
         store: IdempotencyStore,
         *,
         ttl: float,
-        lease: float | None = None,
+        lease: float = DEFAULT_LEASE,
+        sweep_interval: float = DEFAULT_SWEEP_INTERVAL,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._store = store
         self._ttl = ttl
         self._lease = lease
+        self._sweep_interval = sweep_interval
         self._clock = clock
+        # the claims this process holds, (organization, environment, key) -> the
+        # ``now`` each was made with: what ``renew`` renews
+        self._held: dict[tuple[str, str, str], float] = {}
+        self._held_lock = threading.Lock()
+        self._next_sweep = 0.0  # time.monotonic() of the next sweep
+
+    @property
+    def renew_interval(self) -> float:
+        """Seconds between passes of ``sweep_step``: a third of the lease (so a pass
+        that comes late, or one whose write failed, does not lose a live claim), at
+        most the sweep interval."""
+        return min(self._lease / 3, self._sweep_interval)
+
+    def held(self) -> list[tuple[str, str, str, float]]:
+        """The claims this process holds (organization, environment, key, claimed at)."""
+        with self._held_lock:
+            return [(*scope, claimed_at) for scope, claimed_at in self._held.items()]
 
     def claim(
         self,
@@ -118,6 +145,8 @@ class IdempotencyKeys:
                 param=KEY_PARAM,
             )
         if state == "new":
+            with self._held_lock:
+                self._held[(organization_id, environment, key)] = now
             return Claim("run", claimed_at=now)
         if time.monotonic() > wait_until:
             raise Conflict(
@@ -145,13 +174,16 @@ class IdempotencyKeys:
         :param claimed_at: the claim's ``Claim.claimed_at``: nothing is kept if that
             claim no longer holds the key (``None``: whichever claim does).
         """
-        self._store.finish_idempotency_key(
-            organization_id,
-            environment,
-            key,
-            StoredResult(status, body, conversation_id),
-            claimed_at=claimed_at,
-        )
+        try:
+            self._store.finish_idempotency_key(
+                organization_id,
+                environment,
+                key,
+                StoredResult(status, body, conversation_id),
+                claimed_at=claimed_at,
+            )
+        finally:
+            self._let_go(organization_id, environment, key, claimed_at)
 
     def fail(
         self,
@@ -174,17 +206,45 @@ class IdempotencyKeys:
         if isinstance(error, Cancelled | DeadlineExceeded):
             self.release(organization_id, environment, key, claimed_at=claimed_at)
             return
-        self._store.finish_idempotency_key(
-            organization_id, environment, key, error_result(error), claimed_at=claimed_at
-        )
+        try:
+            self._store.finish_idempotency_key(
+                organization_id, environment, key, error_result(error), claimed_at=claimed_at
+            )
+        finally:
+            self._let_go(organization_id, environment, key, claimed_at)
 
     def release(
         self, organization_id: str, environment: str, key: str, *, claimed_at: float | None = None
     ) -> None:
         """Give ``key`` up without a result (the request crashed), so a retry runs."""
-        self._store.release_idempotency_key(
-            organization_id, environment, key, claimed_at=claimed_at
-        )
+        try:
+            self._store.release_idempotency_key(
+                organization_id, environment, key, claimed_at=claimed_at
+            )
+        finally:
+            self._let_go(organization_id, environment, key, claimed_at)
+
+    def _let_go(
+        self, organization_id: str, environment: str, key: str, claimed_at: float | None
+    ) -> None:
+        """Stop renewing the claim (``claimed_at``; ``None``: this process's claim of
+        ``key``). Also when the write failed: then its lease lapses and a retry runs."""
+        scope = (organization_id, environment, key)
+        with self._held_lock:
+            if claimed_at is None or self._held.get(scope) == claimed_at:
+                self._held.pop(scope, None)
+
+    def renew(self) -> int:
+        """Extend the leases of the claims this process holds by ``lease`` from now, in
+        one write (none when it holds none); forget those it lost (taken over after a
+        lapse). How many were renewed."""
+        held = self.held()
+        if not held:
+            return 0
+        lost = self._store.renew_idempotency_keys(held, until=self._clock() + self._lease)
+        for organization_id, environment, key, claimed_at in lost:
+            self._let_go(organization_id, environment, key, claimed_at)
+        return len(held) - len(lost)
 
     def sweep(self) -> int:
         """Delete up to ``sweep_batch`` expired keys and their results; how many went."""
@@ -193,9 +253,16 @@ class IdempotencyKeys:
         )
 
     def sweep_step(self) -> float | None:
-        """A pass of the core's sweep loop (``runtime.Step``): one bounded sweep; at
-        once another if that one was full, else the loop's interval."""
-        return 0.0 if self.sweep() >= self.sweep_batch else None
+        """A pass of the core's ``agentcore-idempotency-sweep`` loop (``runtime.Step``,
+        every ``renew_interval``): renew the claims held, then, once a sweep interval,
+        one bounded sweep; at once another pass if that one was full."""
+        self.renew()
+        if time.monotonic() < self._next_sweep:
+            return None
+        if self.sweep() >= self.sweep_batch:
+            return 0.0
+        self._next_sweep = time.monotonic() + self._sweep_interval
+        return None
 
 
 def error_result(error: AgentCoreError) -> StoredResult:

@@ -256,7 +256,13 @@ class Api:
         return recent is not None and recent.median <= budget and route.quick_when(call)
 
     def _run_timed(self, route: ApiRoute, call: Call) -> Any:
-        """``route.handler(call)``, noting how long it took when the route may run inline."""
+        """``route.handler(call)``, noting how long it took when the route may run inline.
+
+        A call whose cancellation fired before it started (queued behind a full pool
+        past its deadline, or its client gone) is not started: its answer was sent or
+        is not wanted, and work started then could only commit unseen.
+        """
+        call.cancellation.check()
         if route.quick_when is None:
             return route.handler(call)
         began = self.clock()

@@ -371,6 +371,10 @@ class WebhookStore(Protocol):
     def next_due_at(self) -> float | None:
         """When the earliest pending delivery falls due."""
 
+    def delivery_pending(self, delivery_id: str) -> bool:
+        """Whether a delivery still waits to be sent: not succeeded or failed (by its
+        subscription's deletion or disabling, on any node) since it was claimed."""
+
     def record_attempt(
         self,
         delivery: DueDelivery,
@@ -472,9 +476,10 @@ class IdempotencyStore(Protocol):
         ``new``: the caller runs the request and must ``finish`` or ``release`` it
         (naming its claim by ``now``); ``replay``: the stored result; ``mismatch``: the
         key was used with another request; ``in_progress``: a duplicate is running
-        right now. A key claimed ``ttl`` seconds ago or more is forgotten, and one
-        still in progress ``lease`` seconds after its claim is taken to be dead (its
-        holder is gone) and claimed anew.
+        right now. A key claimed ``ttl`` seconds ago or more is forgotten. A claim
+        lasts ``lease`` seconds (``None``: until the ttl) unless its holder renews it
+        (``renew_idempotency_keys``); one still in progress when its lease lapsed is
+        taken to be dead (its holder is gone) and claimed anew.
         """
 
     def finish_idempotency_key(
@@ -493,6 +498,13 @@ class IdempotencyStore(Protocol):
         self, organization_id: str, environment: str, key: str, *, claimed_at: float | None = None
     ) -> None:
         """Forget an in-progress claim (``claimed_at`` as for ``finish_idempotency_key``)."""
+
+    def renew_idempotency_keys(
+        self, claims: Sequence[tuple[str, str, str, float]], *, until: float
+    ) -> list[tuple[str, str, str, float]]:
+        """Extend to ``until`` the leases of ``claims`` (organization, environment, key
+        and the ``now`` each was claimed with), in one transaction; the claims that no
+        longer hold their key (finished, released, or taken over), which are not."""
 
     def sweep_idempotency_keys(self, *, before: float, limit: int) -> int:
         """Delete up to ``limit`` keys claimed at ``before`` or earlier (expired, with

@@ -240,24 +240,24 @@ class WebhookRuntime:
             # start new sender threads after the core's stop() had ended them
             subscription = delivery.subscription_id
             following = self._release(subscription, hand_on=not self._stopping())
-            if following is not None and not self._may_send(subscription):
+            if following is not None and not self._may_send(following):
                 self.forget(subscription)
                 following = self._release(subscription)  # the backlog is gone: frees the slot
             if following is not None and self._pool is not None:
                 self._submit(self._pool, following, client)
             self.wake()
 
-    def _may_send(self, subscription: str) -> bool:
-        """Whether ``subscription`` is still active, read before a backlogged delivery is
-        sent: it was claimed a while ago and may have been deleted or disabled since
-        (on another node too). When the store cannot say, no: the backlog's leases
-        lapse and what is still pending is claimed again."""
+    def _may_send(self, delivery: DueDelivery) -> bool:
+        """Whether ``delivery`` is still pending, read before a backlogged one is sent:
+        it was claimed a while ago, and its subscription may have been deleted or
+        disabled since (on another node too), which failed it; a subscription enabled
+        again does not make it pending. When the store cannot say, no: the backlog's
+        leases lapse and what is still pending is claimed again."""
         try:
-            found = self.store.get_subscription(None, None, subscription)
+            return self.store.delivery_pending(delivery.id)
         except Exception:
-            log.exception("webhook subscription %s could not be read", subscription)
+            log.exception("webhook delivery %s could not be read", delivery.id)
             return False
-        return found is not None and found.public.status == "active"
 
     def forget(self, subscription: str) -> None:
         """Drop the local backlog of ``subscription`` (deleted or disabled): its claimed
@@ -295,7 +295,7 @@ class WebhookRuntime:
             for delivery in due:
                 subscription = delivery.subscription_id
                 # a subscription's earlier attempt in this pass may have disabled it
-                if subscription not in tried or self._may_send(subscription):
+                if subscription not in tried or self._may_send(delivery):
                     tried.add(subscription)
                     self.attempt(delivery, client=client)
             return len(due)

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from agentcore.errors import ValidationFailed
+from agentcore.events import EVENT_JSON
 
 SECRET_PREFIX = "whsec_"
 SECRET_BYTES = 32
@@ -140,23 +141,17 @@ def encode_payload(
     Keys inside ``data`` are sorted so the same event always gives the same bytes,
     whatever order the dict was built or reloaded in.
 
-    :raises ValueError: ``data`` holds NaN or infinity (not JSON).
+    :raises ValueError: ``data`` holds NaN or infinity (not JSON), or a string UTF-8
+        cannot hold (a lone surrogate).
     """
     envelope: dict[str, Any] = {} if event_id is None else {"id": event_id}
     envelope.update(type=type, timestamp=timestamp, data=data)
     # sort_keys would move "data" first; dump each part so the envelope order stays readable.
     parts = (
-        f"{json.dumps(key)}:{json.dumps(value, **_COMPACT)}" for key, value in envelope.items()
+        f"{json.dumps(key)}:{json.dumps(value, **EVENT_JSON)}" for key, value in envelope.items()
     )
     return ("{" + ",".join(parts) + "}").encode("utf-8")
 
-
-_COMPACT: dict[str, Any] = {
-    "separators": (",", ":"),
-    "sort_keys": True,
-    "ensure_ascii": False,
-    "allow_nan": False,
-}
 
 __all__ = [
     "DEFAULT_TOLERANCE",

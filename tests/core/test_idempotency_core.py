@@ -172,6 +172,36 @@ def test_a_holder_taken_over_writes_nothing_over_its_successor(
     assert replay.result == StoredResult(201, '{"id":"agt_2"}')
 
 
+def test_a_renewed_claim_outlives_its_lease_and_a_lost_one_is_let_go(
+    store: SQLiteStore, keys: IdempotencyKeys, clock: FakeClock
+) -> None:
+    other = IdempotencyKeys(store, ttl=60.0, lease=10.0, clock=clock)  # another process
+    held = keys.claim(ORG, ENV, "k", "fp", wait_until=_later())
+    assert keys.held() == [(ORG, ENV, "k", held.claimed_at)]
+    for _ in range(5):  # slow but alive: renewed every third of the lease
+        clock.now += 3.4
+        assert keys.sweep_step() is None
+        assert other.claim(ORG, ENV, "k", "fp", wait_until=_later()).action == "wait"
+    clock.now += 10.0  # its process stopped renewing (it died): the other takes over
+    assert other.claim(ORG, ENV, "k", "fp", wait_until=_later()).action == "run"
+    assert keys.renew() == 0 and keys.held() == []  # lost: no longer renewed
+    assert other.renew() == 1
+    keys.succeed(ORG, ENV, "k", 200, "{}", claimed_at=held.claimed_at)  # writes nothing
+    assert other.claim(ORG, ENV, "k", "fp", wait_until=_later()).action == "wait"
+
+
+def test_a_claim_is_let_go_when_finished_failed_or_released(keys: IdempotencyKeys) -> None:
+    for n, end in enumerate(("succeed", "fail", "release")):
+        claim = keys.claim(ORG, ENV, f"k{n}", "fp", wait_until=_later())
+        if end == "succeed":
+            keys.succeed(ORG, ENV, f"k{n}", 200, "{}", claimed_at=claim.claimed_at)
+        elif end == "fail":
+            keys.fail(ORG, ENV, f"k{n}", NotFound("gone"), claimed_at=claim.claimed_at)
+        else:
+            keys.release(ORG, ENV, f"k{n}", claimed_at=claim.claimed_at)
+        assert keys.held() == [], end
+
+
 def test_a_kept_result_is_not_dropped_at_the_lease(keys: IdempotencyKeys, clock: FakeClock) -> None:
     held = keys.claim(ORG, ENV, "k", "fp", wait_until=_later())
     keys.succeed(ORG, ENV, "k", 200, "{}", claimed_at=held.claimed_at)

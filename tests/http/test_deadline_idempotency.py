@@ -23,6 +23,7 @@ from agentcore import AgentCore
 from agentcore.chat_models import ChatRequest, ChatResult
 from agentcore.plugins.hashing_embedder import HashingEmbedder
 from agentcore_starlette import create_app
+from agentcore_starlette.app import HANDLER_THREADS
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -145,3 +146,118 @@ def test_without_a_key_the_stopped_work_stores_nothing(
     assert later.status_code == 201
     sources = [d["source"] for d in client.get("/v1/knowledge/documents").json()["documents"]]
     assert sources == ["b.txt"]
+
+
+# a claim is a lease its process renews while the work runs -------------------------
+
+LEASE = 0.6  # far shorter than the slow work (2.5 x DEADLINE): only renewal keeps it
+
+
+def _chat_once(
+    store_url: str, slow: SlowOnce, *, core_deadline: float, app_deadline: float
+) -> tuple[AgentCore, Any]:
+    core = AgentCore.open(
+        store_url,
+        embedder=slow.name,
+        plugins=[slow],
+        rate_limit_test=1e6,
+        request_deadline=core_deadline,
+        idempotency_lease=LEASE,
+    )
+    core.create_organization("acme")
+    key = core.keys.create("acme", "test", ["read", "write"]).secret
+    return core, served_client(create_app(core, request_deadline=app_deadline), key)
+
+
+@pytest.mark.slow
+@pytest.mark.both_stores
+def test_work_settling_past_the_lease_is_not_run_again(store_url: str, slow: SlowOnce) -> None:
+    # the chat outlives its deadline and its lease: its process renews the claim while
+    # the work settles after the 504, so a retry waits for it and replays its answer
+    # (before, a retry two deadlines after the claim took the key over and chatted again)
+    core, served = _chat_once(store_url, slow, core_deadline=DEADLINE, app_deadline=DEADLINE)
+    try:
+        with served as http:
+            agent = http.post("/v1/agents", json={"name": "HR", "model": slow.name}).json()
+            message = {"agentId": agent["id"], "message": "How many days of leave?"}
+            first = http.post("/v1/chat/message", json=message, headers={"Idempotency-Key": "c1"})
+            assert_problem(first, 504, "deadline_exceeded")
+            time.sleep(DEADLINE * 1.1)  # past the lease, and past two deadlines
+            again = retry(http, "/v1/chat/message", "c1", json=message)
+            assert again.status_code == 200, again.text
+            assert again.headers["idempotent-replayed"] == "true"
+            assert slow.calls == 1, "the chat ran twice under one Idempotency-Key"
+            assert len(http.get("/v1/conversations").json()["conversations"]) == 1
+    finally:
+        core.close()
+
+
+@pytest.mark.slow
+@pytest.mark.both_stores
+def test_a_duplicate_waits_for_work_within_the_apps_longer_deadline(
+    store_url: str, slow: SlowOnce
+) -> None:
+    # the app's deadline (3 s) is longer than the core's (1 s) and the lease: the first
+    # request answers in time and its claim is renewed, so the duplicate replays it
+    # (before, the lease was two of the core's deadlines and the duplicate ran it again)
+    core, served = _chat_once(store_url, slow, core_deadline=DEADLINE, app_deadline=DEADLINE * 3)
+    try:
+        with served as http:
+            agent = http.post("/v1/agents", json={"name": "HR", "model": slow.name}).json()
+            message = {"agentId": agent["id"], "message": "How many days of leave?"}
+            answers: dict[str, httpx.Response] = {}
+
+            def first() -> None:
+                answers["first"] = http.post(
+                    "/v1/chat/message", json=message, headers={"Idempotency-Key": "c1"}
+                )
+
+            thread = threading.Thread(target=first)
+            thread.start()
+            time.sleep(0.3)
+            duplicate = http.post(
+                "/v1/chat/message", json=message, headers={"Idempotency-Key": "c1"}
+            )
+            thread.join()
+            assert answers["first"].status_code == 200, answers["first"].text
+            assert duplicate.status_code == 200, duplicate.text
+            assert duplicate.headers["idempotent-replayed"] == "true"
+            assert duplicate.json() == answers["first"].json()
+            assert slow.calls == 1, "the duplicate took over a live request"
+    finally:
+        core.close()
+
+
+@pytest.mark.slow
+def test_a_handler_queued_past_its_deadline_is_not_started(tmp_path: Path) -> None:
+    # every handler thread is busy: the chat waits in the queue past its deadline (a
+    # 504); when a thread frees, its work is not started, so nothing runs unseen and
+    # its key is released for the retry (before, the model was called then anyway)
+    calls = SlowOnce()
+    calls.calls = 1  # no sleeping: count the calls
+    core = AgentCore.open(
+        tmp_path / "a.db", embedder=calls.name, plugins=[calls], rate_limit_test=1e6
+    )
+    core.create_organization("acme")
+    key = core.keys.create("acme", "test", ["read", "write"]).secret
+    app = create_app(core, request_deadline=DEADLINE)
+    pool = core.runtime.executor("agentcore-http", HANDLER_THREADS)  # the app's
+    free = threading.Event()
+    try:
+        with served_client(app, key) as http:
+            agent = http.post("/v1/agents", json={"name": "HR", "model": calls.name}).json()
+            message = {"agentId": agent["id"], "message": "How many days of leave?"}
+            busy = [pool.submit(free.wait, 30) for _ in range(HANDLER_THREADS)]
+            first = http.post("/v1/chat/message", json=message, headers={"Idempotency-Key": "q"})
+            assert_problem(first, 504, "deadline_exceeded")
+            free.set()
+            for done in busy:
+                done.result(timeout=30)
+            again = retry(http, "/v1/chat/message", "q", json=message)
+            assert again.status_code == 200, again.text
+            assert "idempotent-replayed" not in again.headers  # run afresh, once
+            assert calls.calls == 2  # the retry's model call alone
+            assert len(http.get("/v1/conversations").json()["conversations"]) == 1
+    finally:
+        free.set()
+        core.close()

@@ -267,7 +267,9 @@ def test_concurrent_duplicates_run_once(core: AgentCore, keys) -> None:
 _CRASHER = r"""
 import os, sys
 from agentcore import AgentCore
-core = AgentCore.open(sys.argv[1], start_workers=False, entry_points=False)
+core = AgentCore.open(
+    sys.argv[1], start_workers=False, entry_points=False, idempotency_lease=float(sys.argv[4])
+)
 org = core.store.get_organization_by_name("acme")
 claim = core.idempotency.claim(org.id, "test", sys.argv[2], sys.argv[3], wait_until=1e18)
 print(claim.action, flush=True)
@@ -278,8 +280,10 @@ os._exit(9)  # killed mid-request (OOM, SIGKILL): no result kept, the key not re
 @pytest.mark.slow
 @pytest.mark.both_stores
 def test_a_key_held_by_a_worker_that_died_is_run_again_after_its_lease(store_url: str) -> None:
-    deadline = 0.5  # the lease: two deadlines after the dead worker's claim
-    core = AgentCore.open(store_url, request_deadline=deadline, rate_limit_test=1e6)
+    lease = 1.0  # the dead worker's: nobody renews its claim, which lapses a lease after it
+    core = AgentCore.open(
+        store_url, idempotency_lease=lease, request_deadline=0.5, rate_limit_test=1e6
+    )
     try:
         core.create_organization("acme")
         secret = core.keys.create("acme", "test").secret
@@ -288,7 +292,7 @@ def test_a_key_held_by_a_worker_that_died_is_run_again_after_its_lease(store_url
             "POST", "/v1/agents", AgentCreate.model_validate(body).model_dump_json().encode()
         )
         crashed = subprocess.run(
-            [sys.executable, "-c", _CRASHER, store_url, "crashed-1", print_],
+            [sys.executable, "-c", _CRASHER, store_url, "crashed-1", print_, str(lease)],
             capture_output=True,
             text=True,
             timeout=60,
@@ -302,9 +306,9 @@ def test_a_key_held_by_a_worker_that_died_is_run_again_after_its_lease(store_url
             ) as http,
         ):
             early = _post(http, "/v1/agents", "crashed-1", body)  # within the lease: it waits
-            if time.monotonic() - claimed < 2 * deadline - 0.1:
+            if time.monotonic() - claimed < lease - 0.1:
                 assert_problem(early, 409, "idempotency_request_in_progress")
-            time.sleep(max(0.0, claimed + 2 * deadline - time.monotonic()))
+            time.sleep(max(0.0, claimed + lease - time.monotonic()))
             retried = _post(http, "/v1/agents", "crashed-1", body)
             replayed = _post(http, "/v1/agents", "crashed-1", body)
             listed = http.get("/v1/agents").json()["agents"]

@@ -742,9 +742,22 @@ def test_idempotency_leases_sweeps_and_conversations(store: Any) -> None:
     assert claim("k", "f", now=5.0)[0] == "new"  # the lease ran out: its holder is dead
     store.release_idempotency_key(org_id, "test", "k", claimed_at=0.0)  # the dead one's
     assert claim("k", "f", now=6.0)[0] == "in_progress"
+    # the holder renews its lease (one write for all it holds); a lost claim is named
+    lost = store.renew_idempotency_keys(
+        [(org_id, "test", "k", 5.0), (org_id, "test", "k", 0.0)], until=40.0
+    )
+    assert lost == [(org_id, "test", "k", 0.0)]  # taken over at 5: not renewed
+    assert claim("k", "f", now=39.0)[0] == "in_progress"  # past 5 + 5: renewed
     kept = StoredResult(200, '{"conversationId":"conv_1"}', "conv_1")
     store.finish_idempotency_key(org_id, "test", "k", kept, claimed_at=5.0)
     assert claim("k", "f", now=50.0) == ("replay", kept)  # a kept result outlives the lease
+    assert store.renew_idempotency_keys([(org_id, "test", "k", 5.0)], until=90.0) == [
+        (org_id, "test", "k", 5.0)  # finished: nothing to renew
+    ]
+    # a claim made without a lease (as by earlier versions) lapses only at the ttl
+    assert store.claim_idempotency_key(org_id, "test", "n", "f", now=0.0, ttl=100)[0] == "new"
+    assert claim("n", "f", now=59.5)[0] == "in_progress"
+    store.release_idempotency_key(org_id, "test", "n")
     assert claim("other", "f", now=60.0)[0] == "new"
     assert store.sweep_idempotency_keys(before=59.0, limit=10) == 1  # "k", claimed at 5
     assert claim("k", "f2", now=61.0)[0] == "new"

@@ -534,13 +534,15 @@ def test_health_is_forgotten_on_a_failure_and_after_idling(
 
 
 @pytest.mark.both_stores
-@pytest.mark.parametrize("how", ["deleted", "deleted elsewhere", "410"])
+@pytest.mark.parametrize("how", ["deleted", "deleted elsewhere", "410", "disabled, enabled again"])
 def test_the_claimed_backlog_of_a_deleted_or_disabled_subscription_is_not_sent(
     core: AgentCore, receiver: Receiver, how: str
 ) -> None:
     """8 deliveries claimed at once: 2 under way, 6 in the worker's local backlog. Once
     the subscription is deleted (here, or by another node: straight in the store) or
-    disabled by a 410, only the 2 under way arrive."""
+    disabled by a 410, only the 2 under way arrive. A subscription disabled elsewhere
+    (another node's 410) and enabled again before the backlog is handed on gets none of
+    the deliveries the disabling failed either: they are not resent."""
     receiver.always("/hook", Reply(410 if how == "410" else 200, delay=1.0))
     ws = core.workspace("acme", "test")
     sub = ws.webhooks.subscribe(receiver.url("/hook"), ["agent.action"])
@@ -552,6 +554,9 @@ def test_the_claimed_backlog_of_a_deleted_or_disabled_subscription_is_not_sent(
         ws.webhooks.delete(sub.id)
     elif how == "deleted elsewhere":  # bypasses this runtime: its check before sending
         assert core.store.delete_subscription(ws.organization_id, "test", sub.id)
+    elif how == "disabled, enabled again":  # another node disabled it: this one only reads
+        core.store.update_subscription(sub.id, status="disabled", disabled_reason="410")
+        ws.webhooks.enable(sub.id)
     time.sleep(2.5)  # the 2 under way end; a backlogged one sent would have arrived
     assert receiver.count() == PER_SUBSCRIPTION_IN_FLIGHT
     assert core.store.backlog(time.time()).deliveries_pending == 0
@@ -584,14 +589,16 @@ def test_event_data_that_is_not_json_is_refused_at_publish(
 ) -> None:
     ws = core.workspace("acme", "test")
     sub = ws.webhooks.subscribe(receiver.url("/hook"), ["agent.action"])
-    for data in ({"score": float("nan")}, {"score": float("inf")}, {"at": object()}):
+    unsendable = ({"score": float("nan")}, {"score": float("inf")}, {"at": object()})
+    for data in (*unsendable, {"text": "lone \ud800 surrogate"}):
         with pytest.raises(ValidationFailed) as refused:
             ws.publish("agent.action", data)
         assert (refused.value.status, refused.value.code) == (422, "invalid_event_data")
         assert refused.value.param == "data"
     assert _deliveries(core, sub.id) == []
     ws.publish("agent.action", {"score": 1.5})  # JSON: accepted
-    assert len(_deliveries(core, sub.id)) == 1
+    ws.publish("agent.action", {1: "int key", "b": "str key"})  # stored with string keys
+    assert len(_deliveries(core, sub.id)) == 2
 
 
 def test_a_stored_event_that_cannot_be_encoded_fails_at_once(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Literal
 
 from agentcore.storage.base import IdempotencyStore
@@ -25,10 +26,11 @@ class IdempotencyTables(Tables, IdempotencyStore):
 
     The result's JSON body is kept as UTF-8 bytes in ``response_body`` (SQLite rows of
     some earlier versions hold it as text, which reads the same); ``response_headers``
-    is no longer used. ``created_at`` is when the key was claimed: the row expires
-    ``ttl`` seconds later, and a claim still in progress ``lease`` seconds later is
-    dead (its holder is gone) and may be taken over. ``conversation_id`` names the
-    conversation whose messages the kept result holds (deleted with it).
+    is no longer used. ``created_at`` is when the key was claimed (the row expires
+    ``ttl`` seconds later, and it names the claim to its holder's writes);
+    ``lease_until`` is when a claim still in progress lapses unless its holder renews
+    it first (``renew_idempotency_keys``; NULL: at the ttl). ``conversation_id`` names
+    the conversation whose messages the kept result holds (deleted with it).
     """
 
     def claim_idempotency_key(
@@ -42,22 +44,22 @@ class IdempotencyTables(Tables, IdempotencyStore):
         ttl: float,
         lease: float | None = None,
     ) -> tuple[Claim, StoredResult | None]:
-        # An expired row, or a claim whose lease ran out without a result, is removed,
-        # then ``INSERT ... ON CONFLICT DO NOTHING`` decides the race: exactly one
-        # caller inserts; the others read the row the winner committed.
+        # An expired row, or a claim whose lease lapsed without a result (its holder
+        # stopped renewing it), is removed, then ``INSERT ... ON CONFLICT DO NOTHING``
+        # decides the race: exactly one caller inserts; the others read the row the
+        # winner committed.
         scope = [organization_id, environment, key]
-        dead = now - (ttl if lease is None else min(lease, ttl))
         with self.db.write() as conn:
             conn.execute(
                 f"DELETE FROM idempotency_keys WHERE {_KEY} AND (created_at <= ?"
-                " OR (status = 'in_progress' AND created_at <= ?))",
-                [*scope, now - ttl, dead],
+                " OR (status = 'in_progress' AND lease_until <= ?))",
+                [*scope, now - ttl, now],
             )
             inserted = conn.execute(
                 "INSERT INTO idempotency_keys (organization_id, environment, key,"
-                " fingerprint, status, created_at) VALUES (?, ?, ?, ?, 'in_progress', ?)"
-                " ON CONFLICT DO NOTHING",
-                [*scope, fingerprint, now],
+                " fingerprint, status, created_at, lease_until)"
+                " VALUES (?, ?, ?, ?, 'in_progress', ?, ?) ON CONFLICT DO NOTHING",
+                [*scope, fingerprint, now, None if lease is None else now + lease],
             )
             if inserted.rowcount == 1:
                 return "new", None
@@ -106,6 +108,21 @@ class IdempotencyTables(Tables, IdempotencyStore):
         holder, args = _holder(claimed_at)
         sql = f"DELETE FROM idempotency_keys WHERE {_KEY} AND status = 'in_progress'{holder}"
         write(self.db, sql, [organization_id, environment, key, *args])
+
+    def renew_idempotency_keys(
+        self, claims: Sequence[tuple[str, str, str, float]], *, until: float
+    ) -> list[tuple[str, str, str, float]]:
+        lost = []
+        with self.db.write() as conn:  # one transaction, however many claims
+            for claim in claims:
+                renewed = conn.execute(
+                    f"UPDATE idempotency_keys SET lease_until = ? WHERE {_KEY}"
+                    " AND created_at = ? AND status = 'in_progress'",
+                    [until, *claim],
+                )
+                if renewed.rowcount == 0:
+                    lost.append(claim)
+        return lost
 
     def sweep_idempotency_keys(self, *, before: float, limit: int) -> int:
         # bounded, so one pass is a short write however many keys expired at once

@@ -494,11 +494,14 @@ def m015_document_metadata(d: Dialect) -> str:
 
 @migration()
 def m016_idempotency_retention(d: Dialect) -> str:
-    """Kept idempotent results go when they expire and with their conversation: an
-    index by claim time for the sweep of expired keys, and the conversation a kept
-    result holds messages of (``DELETE /v1/conversations/{id}`` deletes it too)."""
-    return """
+    """Kept idempotent results go when they expire and with their conversation, and a
+    claim is a lease its process renews: an index by claim time for the sweep of
+    expired keys, the conversation a kept result holds messages of (``DELETE
+    /v1/conversations/{id}`` deletes it too), and when a claim in progress lapses
+    (``lease_until``; NULL, as on the rows of earlier versions: at the ttl)."""
+    return f"""
         ALTER TABLE idempotency_keys ADD COLUMN conversation_id TEXT;
+        ALTER TABLE idempotency_keys ADD COLUMN lease_until {d.real};
         CREATE INDEX idempotency_keys_conversation ON idempotency_keys (conversation_id)
             WHERE conversation_id IS NOT NULL;
         CREATE INDEX idempotency_keys_created ON idempotency_keys (created_at);

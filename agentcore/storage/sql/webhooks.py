@@ -238,6 +238,10 @@ class WebhookTables(Tables, WebhookStore):
             ).fetchall()
         return [_due(row, now) for row in rows]
 
+    def delivery_pending(self, delivery_id: str) -> bool:
+        row = read_row(self.db, "SELECT status FROM webhook_deliveries WHERE id = ?", [delivery_id])
+        return row is not None and row["status"] == "pending"
+
     def next_due_at(self) -> float | None:
         row = read_row(
             self.db,
