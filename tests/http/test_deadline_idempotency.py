@@ -1,4 +1,5 @@
-"""A request past its deadline: completed → its replay is the real result; stopped → key released.
+"""A request past its deadline: completed → its replay is the real result; stopped (a chat
+turn, ingestion) → key released.
 
 Never a stored resource behind a cached 504.
 """
@@ -22,7 +23,10 @@ import agentcore
 from agentcore import AgentCore
 from agentcore.chat_models import ChatRequest, ChatResult
 from agentcore.plugins.hashing_embedder import HashingEmbedder
+from agentcore.schema import Agent
 from agentcore_starlette import create_app
+from agentcore_starlette.routes import ROUTES
+from agentcore_starlette.routing import ApiRoute, Call
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -115,8 +119,44 @@ def test_work_stopped_at_the_deadline_releases_the_key(
     assert third.json() == second.json()
 
 
+def late_agent_route(slow: SlowOnce) -> ApiRoute:
+    def create_late(call: Call) -> Agent:
+        """Work that cannot be stopped: it outlasts the deadline, then commits."""
+        slow.calls += 1
+        time.sleep(DEADLINE * 2.5)
+        return call.workspace.agents.create(name="Late")
+
+    return ApiRoute(
+        method="POST",
+        path="/test/late-agent",
+        handler=create_late,
+        response=Agent,
+        summary="Create an agent late",
+        scope="write",
+        tag="test",
+        status_code=201,
+    )
+
+
 @pytest.mark.slow
-def test_work_that_completes_after_the_deadline_is_replayed(
+def test_work_that_completes_after_the_deadline_is_replayed(tmp_path: Path, slow: SlowOnce) -> None:
+    with AgentCore.open(tmp_path / "late.db", rate_limit_test=1e6) as core:
+        core.create_organization("acme")
+        key = core.keys.create("acme", "test", ["read", "write"]).secret
+        app = create_app(core, routes=[*ROUTES, late_agent_route(slow)], request_deadline=DEADLINE)
+        with served_client(app, key) as client:
+            first = client.post("/v1/test/late-agent", headers={"Idempotency-Key": "late-1"})
+            assert_problem(first, 504, "deadline_exceeded")
+            replay = retry(client, "/v1/test/late-agent", "late-1")
+            assert replay.status_code == 201, replay.text
+            assert replay.headers["idempotent-replayed"] == "true"
+            listed = client.get("/v1/agents").json()["agents"]
+    assert [a["id"] for a in listed] == [replay.json()["id"]]
+    assert slow.calls == 1  # it ran once: the replay is the late real result
+
+
+@pytest.mark.slow
+def test_a_chat_stopped_at_the_deadline_releases_the_key(
     client: httpx.Client, slow: SlowOnce
 ) -> None:
     agent = client.post(
@@ -125,12 +165,15 @@ def test_work_that_completes_after_the_deadline_is_replayed(
     message = {"agentId": agent["id"], "message": "How many days of leave?"}
     first = client.post("/v1/chat/message", json=message, headers={"Idempotency-Key": "chat-1"})
     assert_problem(first, 504, "deadline_exceeded")
-
-    replay = retry(client, "/v1/chat/message", "chat-1", json=message)
-    assert replay.status_code == 200, replay.text
-    assert replay.headers["idempotent-replayed"] == "true"
-    assert replay.json()["response"] == "Thirty days of leave."
-    assert slow.calls == 1  # the model ran once: the replay is the late real answer
+    assert slow.first_done.wait(30)
+    # the turn was stopped and stored nothing: the retry runs it again
+    again = retry(client, "/v1/chat/message", "chat-1", json=message)
+    assert again.status_code == 200, again.text
+    assert "idempotent-replayed" not in again.headers
+    assert again.json()["response"] == "Thirty days of leave."
+    assert slow.calls == 2
+    listed = client.get("/v1/conversations").json()["conversations"]
+    assert [(c["id"], c["message_count"]) for c in listed] == [(again.json()["conversationId"], 2)]
 
 
 @pytest.mark.slow
