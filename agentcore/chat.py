@@ -41,6 +41,7 @@ from agentcore.errors import (
     ProviderTimeout,
     ValidationFailed,
 )
+from agentcore.events import finite
 from agentcore.ids import new_id
 from agentcore.knowledge.citing import supporting_pages
 from agentcore.knowledge.terms import TermStats
@@ -526,9 +527,11 @@ class _Turn:
             raise _Cancelled
 
     def event(self, kind: str, **data: Any) -> None:
+        # the data quotes the model (tool arguments, which a provider may send as NaN):
+        # what a model says must not fail the chat, so such numbers are sent as null
         self.service._events.publish(
             kind,
-            {"agent_id": self.agent.id, "conversation_id": self.conversation_id, **data},
+            {"agent_id": self.agent.id, "conversation_id": self.conversation_id, **finite(data)},
             organization_id=self.ws.organization_id,
             environment=self.ws.environment,
         )
