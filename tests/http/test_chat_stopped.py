@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -15,9 +15,9 @@ import pytest
 from conftest import ServerThread
 from helpers import assert_problem
 from httpx_sse import connect_sse
+from test_limits import ModelPlugin
 from test_mcp_endpoint import run
 
-import agentcore
 from agentcore import AgentCore
 from agentcore.chat_models import ChatRequest, ChatResult
 from agentcore.errors import ProviderError
@@ -66,20 +66,6 @@ class Failing:
         raise ProviderError("the provider dropped the stream")
 
 
-class Models:
-    """Registers the test's chat models through the public hook."""
-
-    def __init__(self, *models: Any) -> None:
-        self.models = models
-
-    @agentcore.hookimpl
-    def agentcore_register_chat_models(
-        self, register: Callable[[Any], None], settings: Any
-    ) -> None:
-        for model in self.models:
-            register(model)
-
-
 @pytest.fixture
 def held() -> Held:
     return Held()
@@ -89,7 +75,7 @@ def held() -> Held:
 def served(store_url: str, held: Held) -> Iterator[tuple[AgentCore, str, str, dict[str, str]]]:
     """A core with the test's models behind uvicorn, a key's secret, and an agent per
     model (by model name); the request deadline is 1 s."""
-    models = Models(held, Failing("broken"), Failing("midway", said="Employees get"))
+    models = ModelPlugin(held, Failing("broken"), Failing("midway", said="Employees get"))
     core = AgentCore.open(
         store_url, plugins=[models], request_deadline=1.0, rate_limit_test=1e6, model_timeout=20
     )
@@ -107,6 +93,16 @@ def served(store_url: str, held: Held) -> Iterator[tuple[AgentCore, str, str, di
         core.close()
 
 
+def ask(url: str, secret: str, agent_id: str) -> httpx.Response:
+    """A non-streaming chat turn over HTTP."""
+    return httpx.post(
+        f"{url}/v1/chat/message",
+        json={"agentId": agent_id, "message": "How many vacation days?"},
+        headers={"Authorization": f"Bearer {secret}"},
+        timeout=30,
+    )
+
+
 def stored(core: AgentCore, agent_id: str) -> list[int]:
     """The message counts of the agent's conversations."""
     page = core.workspace("acme", "test").conversations.list(agent_id=agent_id)
@@ -122,12 +118,7 @@ def replies(core: AgentCore) -> list[Event]:
 def test_a_chat_answered_504_is_not_stored_afterwards(served: Any, held: Held) -> None:
     core, url, secret, agents = served
     events = replies(core)
-    response = httpx.post(
-        f"{url}/v1/chat/message",
-        json={"agentId": agents["held"], "message": "How many vacation days?"},
-        headers={"Authorization": f"Bearer {secret}"},
-        timeout=30,
-    )
+    response = ask(url, secret, agents["held"])
     assert_problem(response, 504, "deadline_exceeded")
     held.release.set()  # the model answers after all, past the deadline
     assert held.finished.wait(10)
@@ -156,7 +147,7 @@ def test_an_openai_completion_answered_504_is_not_stored_afterwards(
 
 def test_a_chat_whose_client_goes_away_is_not_stored(store_url: str, held: Held) -> None:
     core = AgentCore.open(
-        store_url, plugins=[Models(held)], request_deadline=30, rate_limit_test=1e6
+        store_url, plugins=[ModelPlugin(held)], request_deadline=30, rate_limit_test=1e6
     )
     core.create_organization("acme")
     secret = core.keys.create("acme", "test", ["read"]).secret
@@ -187,12 +178,7 @@ def test_a_chat_whose_client_goes_away_is_not_stored(store_url: str, held: Held)
 
 def test_a_failed_chat_leaves_no_empty_conversation(served: Any) -> None:
     core, url, secret, agents = served
-    response = httpx.post(
-        f"{url}/v1/chat/message",
-        json={"agentId": agents["broken"], "message": "How many vacation days?"},
-        headers={"Authorization": f"Bearer {secret}"},
-        timeout=30,
-    )
+    response = ask(url, secret, agents["broken"])
     assert_problem(response, 502, "provider_error")
     listed = httpx.get(
         f"{url}/v1/conversations",
@@ -217,12 +203,7 @@ def test_a_stream_that_fails_leaves_no_empty_conversation(served: Any) -> None:
 def test_a_new_conversation_is_stored_with_its_first_turn(served: Any, held: Held) -> None:
     core, url, secret, agents = served
     held.release.set()
-    response = httpx.post(
-        f"{url}/v1/chat/message",
-        json={"agentId": agents["held"], "message": "How many vacation days?"},
-        headers={"Authorization": f"Bearer {secret}"},
-        timeout=30,
-    )
+    response = ask(url, secret, agents["held"])
     assert response.status_code == 200, response.text
     conversation = response.json()["conversationId"]
     got = core.workspace("acme", "test").conversations.get(conversation)
