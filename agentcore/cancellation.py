@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 
 from agentcore.errors import Cancelled, DeadlineExceeded
 
@@ -25,14 +26,39 @@ class Cancellation:
 
     def __init__(self, timeout: float | None = None) -> None:
         self._event = threading.Event()
+        self._lock = threading.Lock()
         self._reason = ""
+        self._callbacks: list[Callable[[], None]] = []
         self.deadline = None if timeout is None else time.monotonic() + timeout
 
     def cancel(self, reason: str = "cancelled") -> None:
-        """Ask the work to stop at its next checkpoint; the first reason is kept."""
-        if not self._event.is_set():
+        """Ask the work to stop at its next checkpoint; the first reason is kept, and
+        the callbacks (``on_cancel``) run once, on this thread."""
+        with self._lock:
+            if self._event.is_set():
+                return
             self._reason = reason
             self._event.set()
+            callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            callback()
+
+    def on_cancel(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` when ``cancel()`` is called (now, if it was): for work that
+        waits on something else and must wake at once (a chat turn waiting for its model).
+        A deadline passing calls nothing; such work bounds its waits by ``remaining``."""
+        with self._lock:
+            if not self._event.is_set():
+                self._callbacks.append(callback)
+                return
+        callback()
+
+    @property
+    def remaining(self) -> float | None:
+        """Seconds until the deadline (0 once passed); ``None`` without a deadline."""
+        if self.deadline is None:
+            return None
+        return max(self.deadline - time.monotonic(), 0.0)
 
     @property
     def cancelled(self) -> bool:

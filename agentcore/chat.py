@@ -20,6 +20,7 @@ from concurrent.futures import FIRST_COMPLETED, Executor, Future, InvalidStateEr
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol
 
+from agentcore.cancellation import Cancellation
 from agentcore.chat_models import (
     ChatModel,
     ChatRequest,
@@ -40,6 +41,8 @@ from agentcore.errors import (
     ProviderTimeout,
     ValidationFailed,
 )
+from agentcore.events import finite
+from agentcore.ids import new_id
 from agentcore.knowledge.citing import supporting_pages
 from agentcore.knowledge.terms import TermStats
 from agentcore.redact import get_logger
@@ -221,19 +224,30 @@ class ChatService:
         conversation_id: str | None = None,
         *,
         history: Sequence[ChatTurn] | None = None,
+        cancellation: Cancellation | None = None,
     ) -> ChatMessageResponse:
         """Send ``message`` to an agent and return its answer with citations. Read scope.
 
         :param conversation_id: continue this conversation: its stored turns are the
-            model's context. Without it a new conversation starts.
+            model's context. Without it a new conversation starts; it is stored with
+            the turn's answer, so a turn that fails leaves no conversation behind.
         :param history: the earlier turns to give the model instead, oldest first (a
             client that keeps the conversation itself, as OpenAI's API does); the last
             ``history_turns`` of them are used. Only with a new conversation: the turn
             is stored in it, the given history is not.
+        :param cancellation: stops the turn (the HTTP request's deadline or its client
+            going away): the model call is abandoned at once, nothing is stored, and
+            its ``DeadlineExceeded`` or ``Cancelled`` is raised.
         """
-        answer = self._open(agent_id, message, conversation_id, history, streaming=False)
+        answer = self._open(
+            agent_id, message, conversation_id, history, streaming=False, cancellation=cancellation
+        )
+        if cancellation is not None:
+            cancellation.on_cancel(answer.close)  # wakes the turn waiting for its model
         for _ in answer:
             pass
+        if cancellation is not None and not answer.finished:
+            cancellation.check()  # closed by the cancellation: say why
         return answer.response
 
     def stream(
@@ -284,6 +298,7 @@ class ChatService:
         history: Sequence[ChatTurn] | None,
         *,
         streaming: bool,
+        cancellation: Cancellation | None = None,
     ) -> ChatStream:
         """Check the request, then return the turn, ready to run on first iteration."""
         ws = self._ws
@@ -303,9 +318,19 @@ class ChatService:
                 param="conversationId",
             )
         agent = self._answering_agent(agent_id)
-        conversation_id = self._conversation(agent.id, conversation_id)
         cancel: Future[None] = Future()
-        turn = _Turn(self, agent, conversation_id, message, cancel=cancel, streaming=streaming)
+        turn = _Turn(
+            self,
+            agent,
+            self._conversation(agent.id, conversation_id),
+            message,
+            cancel=cancel,
+            streaming=streaming,
+            cancellation=cancellation,
+        )
+        if conversation_id is None:  # named now (for the turn's events), stored with it
+            turn.new_conversation = True
+            turn.history = []
         if history is not None:
             turns = list(history)
             turn.history = turns[max(len(turns) - self._settings.history_turns, 0) :]
@@ -314,14 +339,23 @@ class ChatService:
     def _answer(self, turn: _Turn) -> Generator[str, None, ChatMessageResponse]:
         """Run ``turn``, passing its deltas on; store and announce the finished answer."""
         text, citations = yield from turn.run()
+        turn.stop_if_cancelled()  # answered past the deadline: the client was told 504
         cited = [c.model_dump() for c in citations]
-        self._store.add_messages(
-            turn.conversation_id,
-            [
-                StoredMessage("user", turn.message, []),
-                StoredMessage("assistant", text, cited, usage=turn.usage),
-            ],
-        )
+        said = [
+            StoredMessage("user", turn.message, []),
+            StoredMessage("assistant", text, cited, usage=turn.usage),
+        ]
+        if turn.new_conversation:
+            ws = self._ws
+            self._store.create_conversation(
+                ws.organization_id,
+                ws.environment,
+                turn.agent.id,
+                said,
+                conversation_id=turn.conversation_id,
+            )
+        else:
+            self._store.add_messages(turn.conversation_id, said)
         turn.action("reply_sent", citations=cited)
         if self._observer is not None:
             seconds = time.perf_counter() - turn.began
@@ -350,9 +384,11 @@ class ChatService:
         return agent
 
     def _conversation(self, agent_id: str, conversation_id: str | None) -> str:
+        """The id of the conversation the turn is stored in: a new one's (created with
+        the turn's messages once it completes), or the given one's, checked."""
         ws = self._ws
         if conversation_id is None:
-            return self._store.create_conversation(ws.organization_id, ws.environment, agent_id)
+            return new_id("conv")
         owner = self._store.conversation_agent(ws.organization_id, ws.environment, conversation_id)
         if owner is None:
             raise NotFound(f"No conversation with id {conversation_id!r}.", param="conversationId")
@@ -423,6 +459,11 @@ class ChatStream:
         """Whether ``close()`` was called."""
         return self._cancel.done()
 
+    @property
+    def finished(self) -> bool:
+        """Whether the answer completed (and was stored): ``response`` is ready."""
+        return self._response is not None
+
     def close(self) -> None:
         """Stop generating: cancel the model call and release it. Idempotent."""
         with contextlib.suppress(InvalidStateError):  # closed by another thread meanwhile
@@ -458,6 +499,7 @@ class _Turn:
         *,
         cancel: Future[None],
         streaming: bool,
+        cancellation: Cancellation | None = None,
     ):
         self.service = service
         self.ws = service._ws
@@ -466,7 +508,9 @@ class _Turn:
         self.conversation_id = conversation_id
         self.message = message
         self.cancel = cancel
+        self.cancellation = cancellation
         self.streaming = streaming
+        self.new_conversation = False  # stored, with its first messages, when the turn is
         self.usage: Usage | None = None  # summed over the model calls that reported it
         self.began = time.perf_counter()
         # the metrics' label: a registered model's name (or the default's), never a tenant's
@@ -474,10 +518,20 @@ class _Turn:
         # the model's earlier turns: None reads them from the stored conversation
         self.history: list[ChatTurn] | None = None
 
+    def stop_if_cancelled(self) -> None:
+        """Raise if the turn was stopped: the request's cancellation's error (its
+        deadline passed, its client went away), or ``_Cancelled`` for a closed stream."""
+        if self.cancellation is not None:
+            self.cancellation.check()
+        if self.cancel.done():
+            raise _Cancelled
+
     def event(self, kind: str, **data: Any) -> None:
+        # the data quotes the model (tool arguments, which a provider may send as NaN):
+        # what a model says must not fail the chat, so such numbers are sent as null
         self.service._events.publish(
             kind,
-            {"agent_id": self.agent.id, "conversation_id": self.conversation_id, **data},
+            {"agent_id": self.agent.id, "conversation_id": self.conversation_id, **finite(data)},
             organization_id=self.ws.organization_id,
             environment=self.ws.environment,
         )
@@ -607,8 +661,7 @@ class _Turn:
         The items are fetched on the guard pool, so a cancel (``ChatStream.close``) is
         seen at once; the model's iterator is closed when its pending item returns.
         """
-        if self.cancel.done():
-            raise _Cancelled
+        self.stop_if_cancelled()
         items = stream_answer(model, request) if self.streaming else whole_answer(model, request)
         pool = self.service._guard_pool
         pending: Future[Any] | None = None
@@ -633,10 +686,18 @@ class _Turn:
         self, model: ChatModel, request: ChatRequest, pending: Future[Any]
     ) -> str | ChatResult:
         """The pending item, or the error it became (announced as ``agent.error``)."""
-        limit = request.timeout + _GUARD_SLACK
-        done, _ = wait([pending, self.cancel], timeout=limit, return_when=FIRST_COMPLETED)
-        if self.cancel.done():
-            raise _Cancelled
+        until = time.monotonic() + request.timeout + _GUARD_SLACK
+        while True:
+            limit = until - time.monotonic()
+            remaining = None if self.cancellation is None else self.cancellation.remaining
+            if remaining is not None:  # a passing deadline calls nobody: wake for it
+                limit = min(limit, remaining)
+            done, _ = wait(
+                [pending, self.cancel], timeout=max(limit, 0.0), return_when=FIRST_COMPLETED
+            )
+            self.stop_if_cancelled()
+            if done or time.monotonic() >= until:
+                break
         error: AgentCoreError
         if not done:
             error = ProviderTimeout(

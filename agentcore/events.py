@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -78,6 +79,19 @@ def check_data(data: dict[str, Any]) -> None:
             code="invalid_event_data",
             param="data",
         ) from None
+
+
+def finite(value: Any) -> Any:
+    """``value`` with every NaN or infinity (in nested dicts, lists and tuples) replaced
+    by ``None``, as ``null`` in JSON: for event data that quotes what others produced (a
+    model's tool-call arguments), which ``check_data`` would otherwise refuse."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: finite(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite(item) for item in value]
+    return value
 
 
 class EventBus:

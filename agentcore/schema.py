@@ -367,7 +367,66 @@ class ToolDefinition(BaseModel):
         missing = [r for r in required if r not in properties]
         if missing:
             raise ValueError(f"'required' names unknown properties: {', '.join(missing)}")
+        _check_subschemas(value, "")
         return value
+
+
+_JSON_TYPES = frozenset({"string", "number", "integer", "boolean", "object", "array", "null"})
+_ONE_SCHEMA = (
+    "additionalProperties",
+    "additionalItems",
+    "unevaluatedProperties",
+    "unevaluatedItems",
+    "propertyNames",
+    "contains",
+    "not",
+    "if",
+    "then",
+    "else",
+)
+_SCHEMA_LISTS = ("allOf", "anyOf", "oneOf", "prefixItems")
+_SCHEMA_MAPS = ("properties", "patternProperties", "dependentSchemas", "$defs", "definitions")
+
+
+def _check_subschemas(schema: dict[str, Any], path: str) -> None:
+    """Check ``schema``'s ``type`` and, recursively, the schemas it holds (properties,
+    items, ``anyOf`` ...): each is an object or a boolean, each ``type`` a JSON Schema
+    type or a list of them. ``path`` locates ``schema`` in the tool's parameters."""
+    kind = schema.get("type")
+    kinds = kind if isinstance(kind, list) else [kind]
+    if "type" in schema and (not kinds or not all(k in _JSON_TYPES for k in kinds)):
+        where = f"{path}.type" if path else "type"
+        raise ValueError(
+            f"'{where}' must be one of {', '.join(sorted(_JSON_TYPES))} (or a list of them)"
+        )
+    found: list[tuple[str, Any]] = [(k, schema[k]) for k in _ONE_SCHEMA if k in schema]
+    items = schema.get("items")
+    if isinstance(items, list):  # the older drafts' tuple form
+        found += [(f"items.{i}", item) for i, item in enumerate(items)]
+    elif "items" in schema:
+        found.append(("items", items))
+    for key in _SCHEMA_LISTS:
+        if key in schema:
+            listed = schema[key]
+            if not isinstance(listed, list):
+                raise ValueError(f"'{_join(path, key)}' must be a list of JSON Schemas")
+            found += [(f"{key}.{i}", item) for i, item in enumerate(listed)]
+    for key in _SCHEMA_MAPS:
+        if key in schema:
+            mapped = schema[key]
+            if not isinstance(mapped, dict):
+                raise ValueError(f"'{_join(path, key)}' must map names to JSON Schemas")
+            found += [(f"{key}.{name}", item) for name, item in mapped.items()]
+    for where, sub in found:
+        if isinstance(sub, bool):
+            continue
+        if not isinstance(sub, dict):
+            raise ValueError(f"'{_join(path, where)}' must be a JSON Schema (an object)")
+        _check_subschemas(sub, _join(path, where))
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
 
 
 def _unique_tool_names(tools: list[ToolDefinition]) -> list[ToolDefinition]:

@@ -407,8 +407,18 @@ class ConversationStore(Protocol):
     """Conversations and their messages: what ``ChatService`` and
     ``ConversationService`` use."""
 
-    def create_conversation(self, organization_id: str, environment: str, agent_id: str) -> str:
-        """A new conversation's id."""
+    def create_conversation(
+        self,
+        organization_id: str,
+        environment: str,
+        agent_id: str,
+        messages: Sequence[StoredMessage] = (),
+        *,
+        conversation_id: str | None = None,
+    ) -> str:
+        """Create a conversation holding ``messages`` (in one write: it is never seen
+        without them) and return its id: ``conversation_id`` when given (a chat turn
+        names it before it is stored), else a new one."""
 
     def conversation_agent(
         self, organization_id: str, environment: str, conversation_id: str

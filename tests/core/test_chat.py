@@ -291,6 +291,40 @@ def test_a_model_timeout_is_a_504_problem_and_an_agent_error(tmp_path: Any, keys
     core.close()
 
 
+def test_a_cancelled_send_stops_at_once_and_stores_nothing(tmp_path: Any) -> None:
+    release = threading.Event()
+
+    def held(request: ChatRequest) -> ChatResult:
+        release.wait(10)
+        return ChatResult(text="too late")
+
+    core = core_with(tmp_path, Recorder("held", held), model_timeout=20)
+    actions = record(core, "agent.action")
+    ws = core.workspace("acme", "test")
+    agent = ws.agents.create(name="H", model="held")
+    try:
+        stop = agentcore.Cancellation()
+        threading.Timer(0.2, stop.cancel, ["client disconnected"]).start()
+        started = time.monotonic()
+        with pytest.raises(agentcore.Cancelled, match="client disconnected"):
+            ws.chat.send(agent.id, "hello?", cancellation=stop)
+        with pytest.raises(agentcore.DeadlineExceeded):  # a deadline nobody fires
+            ws.chat.send(agent.id, "hello?", cancellation=agentcore.Cancellation(timeout=0.2))
+        assert time.monotonic() - started < 5  # neither waited for the model
+        release.set()
+        time.sleep(0.2)
+        assert ws.conversations.list().conversations == []
+        assert [e.data["action"] for e in actions] == ["knowledge_lookup"] * 2
+        with pytest.raises(agentcore.Cancelled):  # cancelled before it starts: no model call
+            ws.chat.send(agent.id, "hello?", cancellation=stop)
+        reply = ws.chat.send(agent.id, "hello?", cancellation=agentcore.Cancellation(10))
+        assert reply.response == "too late"
+        assert ws.conversations.get(reply.conversationId).message_count == 2
+    finally:
+        release.set()
+        core.close()
+
+
 def test_unknown_model_is_refused_at_configuration_time(api: Api) -> None:
     response = api.post("/v1/agents", json={"name": "X", "model": "gpt-nonexistent"})
     assert (response.status_code, response.json()["code"]) == (422, "unknown_model")

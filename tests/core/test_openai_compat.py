@@ -589,3 +589,38 @@ def test_llamacpp_timeout(llama_url: str) -> None:
     with pytest.raises(ProviderTimeout):
         chat.complete(ChatRequest("", long_question, passages=PASSAGES, timeout=0.05))
     assert time.monotonic() - started < 0.05 + 1
+
+
+def test_a_tool_call_with_nan_arguments_does_not_fail_the_chat(
+    provider: FakeProvider, model: OpenAIChatModel, tmp_path: Path
+) -> None:
+    """Python's JSON reader takes a provider's ``NaN``; the chat's ``tool_call`` event
+    quotes the arguments, and event data must be JSON: they are announced as null."""
+    import agentcore
+    from agentcore import AgentCore
+
+    class Register:
+        @agentcore.hookimpl
+        def agentcore_register_chat_models(self, register: Any, settings: Any) -> None:
+            register(model)
+
+    call = {
+        "id": "c1",
+        "type": "function",
+        "function": {"name": "get_weather", "arguments": '{"city": "Caen", "days": NaN}'},
+    }
+    provider.reply(completion(None, [call]))
+    provider.reply(completion("Sunny in Caen."))
+    core = AgentCore.open(tmp_path / "nan.db", plugins=[Register()])
+    actions: list[Any] = []
+    core.events.subscribe("agent.action", actions.append)
+    try:
+        ws = core.workspace("acme", "test")
+        tool = {"name": "get_weather", "parameters": WEATHER.parameters}
+        agent = ws.agents.create(name="W", model=model.name, tools=[tool])
+        reply = ws.chat.send(agent.id, "Weather in Caen?")
+    finally:
+        core.close()
+    assert reply.response == "Sunny in Caen."
+    (called,) = [e.data for e in actions if e.data["action"] == "tool_call"]
+    assert called["arguments"] == {"city": "Caen", "days": None}

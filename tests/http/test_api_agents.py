@@ -175,6 +175,28 @@ BAD_TOOLS: list[tuple[Any, set[str]]] = [
         [{**WEATHER, "parameters": {"type": "object", "properties": {"a": 1}}}],
         {"tools.0.parameters"},
     ),
+    (  # nested schemas are checked too
+        [{**WEATHER, "parameters": {"type": "object", "properties": {"a": {"type": "strng"}}}}],
+        {"tools.0.parameters"},
+    ),
+    (
+        [
+            WEATHER,
+            {
+                **WEATHER,
+                "name": "lookup",
+                "parameters": {
+                    "type": "object",
+                    "properties": {"a": {"type": "array", "items": {"anyOf": [{"type": 3}]}}},
+                },
+            },
+        ],
+        {"tools.1.parameters"},
+    ),
+    (
+        [{**WEATHER, "parameters": {"type": "object", "properties": {"a": {"items": "x"}}}}],
+        {"tools.0.parameters"},
+    ),
     ([WEATHER, WEATHER], {"tools", "tools.1.name"}),
     ([{"description": "no name"}], {"tools.0.name"}),
     ([{**WEATHER, "extra": 1}], {"tools.0.extra"}),
@@ -193,6 +215,24 @@ def test_bad_tools_rejected_on_create_and_update(api) -> None:
         assert body["param"] in params, (tools, body)
     assert api.get(f"/v1/agents/{agent['id']}").json()["tools"] == []
     assert [a["id"] for a in api.get("/v1/agents").json()["agents"]] == [agent["id"]]
+
+
+def test_a_bad_nested_tool_schema_is_named_in_the_problem(api) -> None:
+    params = {"type": "object", "properties": {"a": {"type": "array", "items": {"type": "x"}}}}
+    created = api.post("/v1/agents", json={"tools": [{"name": "lookup", "parameters": params}]})
+    body = assert_problem(created, 422, "validation_error", param="tools.0.parameters")
+    assert "'properties.a.items.type'" in body["detail"], body
+    fine = {
+        "type": "object",
+        "properties": {
+            "a": {"type": ["string", "null"]},
+            "b": {"type": "array", "items": {"type": "object", "properties": {}}},
+            "c": {"anyOf": [{"type": "integer"}, True], "not": {"type": "null"}},
+        },
+        "$defs": {"d": {"type": "number"}},
+    }
+    good = api.post("/v1/agents", json={"tools": [{"name": "lookup", "parameters": fine}]})
+    assert good.status_code == 201, good.text
 
 
 def test_patch_null_for_required_field(api) -> None:

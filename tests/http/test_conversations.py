@@ -163,6 +163,9 @@ def test_conversations_list_newest_first_and_filter_by_agent(api) -> None:
     # an agent with no conversations (or none of this workspace's): an empty page
     empty = api.get("/v1/conversations", params={"agentId": "agt_unknown"}).json()
     assert empty == {"conversations": [], "has_more": False}
+    # an empty filter is a mistake, not "every agent's"
+    blank = api.get("/v1/conversations", params={"agentId": ""})
+    assert_problem(blank, 422, "validation_error", param="agentId")
 
 
 def test_bad_input_is_a_problem(api) -> None:

@@ -1,4 +1,5 @@
-"""A request past its deadline: completed → its replay is the real result; stopped → key released.
+"""A request past its deadline: completed → its replay is the real result; stopped (a chat
+turn, ingestion) → key released.
 
 Never a stored resource behind a cached 504.
 """
@@ -22,8 +23,11 @@ import agentcore
 from agentcore import AgentCore
 from agentcore.chat_models import ChatRequest, ChatResult
 from agentcore.plugins.hashing_embedder import HashingEmbedder
+from agentcore.schema import Agent
 from agentcore_starlette import create_app
 from agentcore_starlette.app import HANDLER_THREADS
+from agentcore_starlette.routes import ROUTES
+from agentcore_starlette.routing import ApiRoute, Call
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -116,8 +120,44 @@ def test_work_stopped_at_the_deadline_releases_the_key(
     assert third.json() == second.json()
 
 
+def late_agent_route(slow: SlowOnce) -> ApiRoute:
+    def create_late(call: Call) -> Agent:
+        """Work that cannot be stopped: it outlasts the deadline, then commits."""
+        slow.calls += 1
+        time.sleep(DEADLINE * 2.5)
+        return call.workspace.agents.create(name="Late")
+
+    return ApiRoute(
+        method="POST",
+        path="/test/late-agent",
+        handler=create_late,
+        response=Agent,
+        summary="Create an agent late",
+        scope="write",
+        tag="test",
+        status_code=201,
+    )
+
+
 @pytest.mark.slow
-def test_work_that_completes_after_the_deadline_is_replayed(
+def test_work_that_completes_after_the_deadline_is_replayed(tmp_path: Path, slow: SlowOnce) -> None:
+    with AgentCore.open(tmp_path / "late.db", rate_limit_test=1e6) as core:
+        core.create_organization("acme")
+        key = core.keys.create("acme", "test", ["read", "write"]).secret
+        app = create_app(core, routes=[*ROUTES, late_agent_route(slow)], request_deadline=DEADLINE)
+        with served_client(app, key) as client:
+            first = client.post("/v1/test/late-agent", headers={"Idempotency-Key": "late-1"})
+            assert_problem(first, 504, "deadline_exceeded")
+            replay = retry(client, "/v1/test/late-agent", "late-1")
+            assert replay.status_code == 201, replay.text
+            assert replay.headers["idempotent-replayed"] == "true"
+            listed = client.get("/v1/agents").json()["agents"]
+    assert [a["id"] for a in listed] == [replay.json()["id"]]
+    assert slow.calls == 1  # it ran once: the replay is the late real result
+
+
+@pytest.mark.slow
+def test_a_chat_stopped_at_the_deadline_releases_the_key(
     client: httpx.Client, slow: SlowOnce
 ) -> None:
     agent = client.post(
@@ -126,12 +166,15 @@ def test_work_that_completes_after_the_deadline_is_replayed(
     message = {"agentId": agent["id"], "message": "How many days of leave?"}
     first = client.post("/v1/chat/message", json=message, headers={"Idempotency-Key": "chat-1"})
     assert_problem(first, 504, "deadline_exceeded")
-
-    replay = retry(client, "/v1/chat/message", "chat-1", json=message)
-    assert replay.status_code == 200, replay.text
-    assert replay.headers["idempotent-replayed"] == "true"
-    assert replay.json()["response"] == "Thirty days of leave."
-    assert slow.calls == 1  # the model ran once: the replay is the late real answer
+    assert slow.first_done.wait(30)
+    # the turn was stopped and stored nothing: the retry runs it again
+    again = retry(client, "/v1/chat/message", "chat-1", json=message)
+    assert again.status_code == 200, again.text
+    assert "idempotent-replayed" not in again.headers
+    assert again.json()["response"] == "Thirty days of leave."
+    assert slow.calls == 2
+    listed = client.get("/v1/conversations").json()["conversations"]
+    assert [(c["id"], c["message_count"]) for c in listed] == [(again.json()["conversationId"], 2)]
 
 
 @pytest.mark.slow
@@ -166,28 +209,30 @@ def _chat_once(
     )
     core.create_organization("acme")
     key = core.keys.create("acme", "test", ["read", "write"]).secret
-    return core, served_client(create_app(core, request_deadline=app_deadline), key)
+    routes = [*ROUTES, late_agent_route(slow)]
+    return core, served_client(create_app(core, routes=routes, request_deadline=app_deadline), key)
 
 
 @pytest.mark.slow
 @pytest.mark.both_stores
 def test_work_settling_past_the_lease_is_not_run_again(store_url: str, slow: SlowOnce) -> None:
-    # the chat outlives its deadline and its lease: its process renews the claim while
-    # the work settles after the 504, so a retry waits for it and replays its answer
-    # (before, a retry two deadlines after the claim took the key over and chatted again)
+    # work that cannot be stopped outlives its deadline and its lease: its process renews
+    # the claim while the work settles after the 504, so a retry waits for it and replays
+    # its result (before, a retry two deadlines after the claim took the key over and
+    # ran the work again)
     core, served = _chat_once(store_url, slow, core_deadline=DEADLINE, app_deadline=DEADLINE)
     try:
         with served as http:
-            agent = http.post("/v1/agents", json={"name": "HR", "model": slow.name}).json()
-            message = {"agentId": agent["id"], "message": "How many days of leave?"}
-            first = http.post("/v1/chat/message", json=message, headers={"Idempotency-Key": "c1"})
+            first = http.post("/v1/test/late-agent", headers={"Idempotency-Key": "c1"})
             assert_problem(first, 504, "deadline_exceeded")
             time.sleep(DEADLINE * 1.1)  # past the lease, and past two deadlines
-            again = retry(http, "/v1/chat/message", "c1", json=message)
-            assert again.status_code == 200, again.text
+            again = retry(http, "/v1/test/late-agent", "c1")
+            assert again.status_code == 201, again.text
             assert again.headers["idempotent-replayed"] == "true"
-            assert slow.calls == 1, "the chat ran twice under one Idempotency-Key"
-            assert len(http.get("/v1/conversations").json()["conversations"]) == 1
+            assert slow.calls == 1, "the work ran twice under one Idempotency-Key"
+            assert [a["id"] for a in http.get("/v1/agents").json()["agents"]] == [
+                again.json()["id"]
+            ]
     finally:
         core.close()
 

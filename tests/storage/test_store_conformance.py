@@ -641,6 +641,19 @@ def test_conversations(store: Any) -> None:
     assert store.recent_messages(conversation, 0) == []
 
 
+def test_a_conversation_is_created_with_its_first_messages(store: Any) -> None:
+    org_id = org(store)
+    said = [StoredMessage("user", "hi", []), StoredMessage("assistant", "yo", [])]
+    named = store.create_conversation(org_id, "test", "agt_1", said, conversation_id="conv_x1")
+    assert named == "conv_x1"
+    assert [m.content for m in store.recent_messages(named, 10)] == ["hi", "yo"]
+    assert store.get_conversation(org_id, "test", named).message_count == 2
+    store.add_messages(named, [StoredMessage("user", "more", [])])
+    assert store.get_conversation(org_id, "test", named).message_count == 3
+    fresh = store.create_conversation(org_id, "test", "agt_1", said)
+    assert fresh.startswith("conv_") and fresh != named
+
+
 def test_conversation_history(store: Any) -> None:
     org_id, other = org(store), org(store, "globex")
     first = store.create_conversation(org_id, "test", "agt_1")

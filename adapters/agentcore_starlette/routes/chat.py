@@ -22,9 +22,11 @@ def send_chat_message(call: Call) -> ChatMessageResponse | ChatStream:
     """
     body = cast(ChatMessageRequest, call.body)
     chat = call.workspace.chat
-    if body.stream:
+    if body.stream:  # a stream is stopped by closing it (the client going away)
         return chat.stream(body.agentId, body.message, body.conversationId)
-    return chat.send(body.agentId, body.message, body.conversationId)
+    return chat.send(
+        body.agentId, body.message, body.conversationId, cancellation=call.cancellation
+    )
 
 
 ROUTES = [

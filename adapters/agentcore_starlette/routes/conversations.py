@@ -5,14 +5,21 @@ from __future__ import annotations
 from typing import cast
 
 from agentcore.conversations import ORDERS, Order
+from agentcore.errors import ValidationFailed
 from agentcore.schema import Conversation, ConversationList, Deleted, MessageList
 from agentcore_starlette.routing import PAGINATION, ApiRoute, Call, QueryParam
 
 
 def list_conversations(call: Call) -> ConversationList:
     """A page of conversations, newest first; `agentId` keeps one agent's."""
+    agent_id = call.query.get("agentId")
+    if agent_id == "":  # an empty filter would silently list every agent's conversations
+        raise ValidationFailed(
+            "'agentId' must not be empty: leave it out to list every agent's conversations.",
+            param="agentId",
+        )
     return call.workspace.conversations.list(
-        agent_id=call.str_query("agentId"),
+        agent_id=agent_id,
         limit=call.int_query("limit"),
         starting_after=call.str_query("starting_after"),
     )
@@ -54,7 +61,9 @@ ROUTES = [
         tag="conversations",
         query=(
             *PAGINATION,
-            QueryParam("agentId", {"type": "string"}, "Only this agent's conversations."),
+            QueryParam(
+                "agentId", {"type": "string", "minLength": 1}, "Only this agent's conversations."
+            ),
         ),
     ),
     ApiRoute(

@@ -72,7 +72,13 @@ def create_chat_completion(call: Call) -> ChatCompletion | Streamed:
             include_usage = bool(body.stream_options and body.stream_options.include_usage)
             framing = CompletionFraming(completion_id, created, body.model, include_usage)
             return Streamed(stream, framing)
-        answer = chat.send(body.model, asked.message, body.conversation_id, history=history)
+        answer = chat.send(
+            body.model,
+            asked.message,
+            body.conversation_id,
+            history=history,
+            cancellation=call.cancellation,
+        )
     return ChatCompletion(
         id=completion_id,
         created=created,

@@ -11,8 +11,8 @@ from agentcore.ids import new_id, now_iso
 from agentcore.schema import Conversation, Message, Usage
 from agentcore.storage.base import ConversationStore
 from agentcore.storage.records import StoredMessage
-from agentcore.storage.sql.database import Tables
-from agentcore.storage.sql.queries import WORKSPACE, find_row, insert_rows, page, write
+from agentcore.storage.sql.database import Connection, Tables
+from agentcore.storage.sql.queries import WORKSPACE, find_row, insert_rows, page
 
 _GONE = "The conversation was deleted while the answer was being made."
 
@@ -48,15 +48,32 @@ class ConversationTables(Tables, ConversationStore):
     time on SQLite, ``benchmarks/store_crud.py``).
     """
 
-    def create_conversation(self, organization_id: str, environment: str, agent_id: str) -> str:
-        conversation_id = new_id("conv")
+    def create_conversation(
+        self,
+        organization_id: str,
+        environment: str,
+        agent_id: str,
+        messages: Sequence[StoredMessage] = (),
+        *,
+        conversation_id: str | None = None,
+    ) -> str:
+        conversation_id = conversation_id or new_id("conv")
         now = now_iso()
-        write(
-            self.db,
-            "INSERT INTO conversations (id, organization_id, environment, agent_id,"
-            " created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?)",
-            [conversation_id, organization_id, environment, agent_id, now, now],
-        )
+        with self.db.write() as conn:  # the conversation and its first messages at once
+            conn.execute(
+                "INSERT INTO conversations (id, organization_id, environment, agent_id,"
+                " created_at, updated_at, message_count) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [
+                    conversation_id,
+                    organization_id,
+                    environment,
+                    agent_id,
+                    now,
+                    now,
+                    len(messages),
+                ],
+            )
+            _insert_messages(conn, conversation_id, messages, now)
         return conversation_id
 
     def conversation_agent(
@@ -80,23 +97,7 @@ class ConversationTables(Tables, ConversationStore):
             )
             if cursor.rowcount != 1:
                 raise NotFound(_GONE, param="conversationId")
-            insert_rows(
-                conn,
-                "INSERT INTO messages (id, conversation_id, role, content, citations, usage,"
-                " created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                [
-                    [
-                        new_id("msg"),
-                        conversation_id,
-                        m.role,
-                        m.content,
-                        json.dumps(m.citations),
-                        None if m.usage is None else m.usage.model_dump_json(),
-                        now,
-                    ]
-                    for m in messages
-                ],
-            )
+            _insert_messages(conn, conversation_id, messages, now)
 
     def recent_messages(self, conversation_id: str, limit: int) -> list[StoredMessage]:
         if limit <= 0:
@@ -189,3 +190,26 @@ class ConversationTables(Tables, ConversationStore):
                 "DELETE FROM idempotency_keys WHERE conversation_id = ?", [conversation_id]
             )
         return True
+
+
+def _insert_messages(
+    conn: Connection, conversation_id: str, messages: Sequence[StoredMessage], now: str
+) -> None:
+    """Insert ``messages`` into a conversation, within the caller's write."""
+    insert_rows(
+        conn,
+        "INSERT INTO messages (id, conversation_id, role, content, citations, usage,"
+        " created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+        [
+            [
+                new_id("msg"),
+                conversation_id,
+                m.role,
+                m.content,
+                json.dumps(m.citations),
+                None if m.usage is None else m.usage.model_dump_json(),
+                now,
+            ]
+            for m in messages
+        ],
+    )
