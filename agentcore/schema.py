@@ -82,11 +82,14 @@ MAX_METADATA_KEYS = 16
 MAX_METADATA_KEY_CHARS = 64
 MAX_METADATA_STRING_CHARS = 512
 MAX_EXACT_INTEGER = 2**53
-"""Largest integer (in magnitude) a metadata or filter value may be: float64 holds every
-integer up to it exactly, so filters compare it exactly (larger ones are refused)."""
+"""Largest number (in magnitude) a metadata or filter value may be: float64 holds every
+integer up to it exactly, so filters compare it exactly (larger ones are refused; a
+bound on every number, so that JSON Schema, which calls ``1e300`` an integer, states it
+as ``minimum``/``maximum``)."""
 STORED: dict[str, Any] = {"stored": True}
 """Validation context of what was stored (or a server returned): integers beyond
-``MAX_EXACT_INTEGER``, which older versions accepted, are read, not refused."""
+``MAX_EXACT_INTEGER``, which older versions accepted, are read, not refused (and
+numbers beyond it)."""
 MAX_FILTER_LIST = 100
 """Most values an ``in``/``nin`` comparison lists."""
 MAX_FILTER_CONDITIONS = 64
@@ -95,6 +98,7 @@ MAX_COMPOUND_FILTERS = 32
 """Most filters one ``and``/``or`` combines."""
 
 _STRING_VALUE = {"type": "string", "maxLength": MAX_METADATA_STRING_CHARS, "pattern": NO_NUL}
+_NUMBER_VALUE = {"type": "number", "minimum": -MAX_EXACT_INTEGER, "maximum": MAX_EXACT_INTEGER}
 
 
 def _metadata_key(value: Any) -> str:
@@ -111,13 +115,13 @@ def _metadata_key(value: Any) -> str:
 
 def _scalar(value: Any, info: ValidationInfo) -> str | int | float | bool:
     """A metadata (or filter) value as it is: a string of at most 512 characters without
-    NUL, a finite number (an integer within ±2**53) or a boolean; else a ``ValueError``
+    NUL, a number within ±2**53 or a boolean; else a ``ValueError``
     saying so."""
     if isinstance(value, bool) or _ordered_value(value, info):
         return value  # type: ignore[no-any-return]
     raise ValueError(
         f"must be a string of at most {MAX_METADATA_STRING_CHARS} characters (no NUL),"
-        " a finite number (an integer within ±2**53) or a boolean"
+        " a number within ±2**53 (9007199254740992) or a boolean"
     )
 
 
@@ -127,18 +131,18 @@ def _ordered(value: Any, info: ValidationInfo) -> str | int | float:
         return value  # type: ignore[no-any-return]
     raise ValueError(
         f"must be a string of at most {MAX_METADATA_STRING_CHARS} characters (no NUL) or a"
-        " finite number (an integer within ±2**53)"
+        " number within ±2**53 (9007199254740992)"
     )
 
 
 def _ordered_value(value: Any, info: ValidationInfo) -> bool:
-    if isinstance(value, int):
+    if isinstance(value, int | float):
         # beyond 2**53 float64 rounds, and filters compare numbers as float64 (a 310-digit
         # integer overflowed it); what was stored before the bound is read as it is
+        if isinstance(value, float) and not math.isfinite(value):
+            return False
         stored = bool(info.context and info.context.get("stored"))
         return stored or -MAX_EXACT_INTEGER <= value <= MAX_EXACT_INTEGER
-    if isinstance(value, float):
-        return math.isfinite(value)
     return (
         isinstance(value, str) and len(value) <= MAX_METADATA_STRING_CHARS and "\x00" not in value
     )
@@ -155,14 +159,14 @@ MetadataKey = Annotated[
 MetadataValue = Annotated[
     str | int | float | bool,
     PlainValidator(_scalar),
-    WithJsonSchema({"anyOf": [_STRING_VALUE, {"type": "number"}, {"type": "boolean"}]}),
+    WithJsonSchema({"anyOf": [_STRING_VALUE, _NUMBER_VALUE, {"type": "boolean"}]}),
 ]
-"""A metadata value: a string of at most 512 characters, a finite number (an integer at
-most 2**53 in magnitude) or a boolean."""
+"""A metadata value: a string of at most 512 characters, a number at most 2**53 in
+magnitude or a boolean."""
 _METADATA_TEXT = (
     f"At most {MAX_METADATA_KEYS} keys of 1-{MAX_METADATA_KEY_CHARS} characters; each value"
-    f" a string of at most {MAX_METADATA_STRING_CHARS} characters, a finite number (an"
-    " integer at most 2**53 in magnitude) or a boolean."
+    f" a string of at most {MAX_METADATA_STRING_CHARS} characters, a number at most 2**53"
+    " in magnitude or a boolean."
 )
 Metadata = Annotated[
     dict[MetadataKey, MetadataValue],
@@ -179,9 +183,7 @@ Metadata = Annotated[
                 "maxLength": MAX_METADATA_KEY_CHARS,
                 "pattern": NO_NUL,
             },
-            "additionalProperties": {
-                "anyOf": [_STRING_VALUE, {"type": "number"}, {"type": "boolean"}]
-            },
+            "additionalProperties": {"anyOf": [_STRING_VALUE, _NUMBER_VALUE, {"type": "boolean"}]},
         }
     ),
 ]
@@ -189,7 +191,7 @@ Metadata = Annotated[
 _Ordered = Annotated[
     str | int | float,
     PlainValidator(_ordered),
-    WithJsonSchema({"anyOf": [_STRING_VALUE, {"type": "number"}]}),
+    WithJsonSchema({"anyOf": [_STRING_VALUE, _NUMBER_VALUE]}),
 ]
 
 

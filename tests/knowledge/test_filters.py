@@ -238,7 +238,7 @@ def test_bad_metadata_is_a_422_naming_the_key(metadata: Any, param: str) -> None
 def test_metadata_at_its_limits_is_accepted_as_given() -> None:
     biggest = {f"{i:0>64}": "x" * 512 for i in range(16)}
     assert check_metadata(biggest) == biggest
-    mixed = {"n": 3, "f": 2.5, "b": False, "s": "", "neg": -1e300}
+    mixed = {"n": 3, "f": 2.5, "b": False, "s": "", "neg": -(2.0**53), "top": 2**53}
     checked = check_metadata(mixed)
     assert checked == mixed and type(checked["n"]) is int and type(checked["b"]) is bool
     assert check_metadata(None) == {} and check_metadata({}) == {}
