@@ -634,6 +634,8 @@ class _Turn:
                 if call.name == HANDOFF_TOOL:
                     reason = str(call.arguments.get("reason") or "model_requested")
                     return (yield from self.handoff(reason, said))
+                # a stopped turn starts no more tools (one already running ends)
+                self.stop_if_cancelled()
                 steps.append(ToolStep(call, self.run_tool(call.name, call.arguments)))
         assert result is not None
         if not result.used_passage_ids and hold:
@@ -724,7 +726,9 @@ class _Turn:
 
 
 def _close_when_done(items: Iterator[str | ChatResult], pending: Future[Any] | None) -> None:
-    """Close a model's iterator now, or when its in-flight ``next`` returns."""
+    """Close a model's iterator now, or when its in-flight ``next`` returns; a ``next``
+    still queued (the guard pool busy) is cancelled, so an abandoned turn never calls
+    the model later."""
     close = getattr(items, "close", None)
     if close is None:
         return
@@ -735,7 +739,7 @@ def _close_when_done(items: Iterator[str | ChatResult], pending: Future[Any] | N
         except Exception:  # a plugin's cleanup failing must not mask the answer
             log.exception("closing the model stream failed")
 
-    if pending is None or pending.done():
+    if pending is None or pending.done() or pending.cancel():
         quietly()
     else:
         pending.add_done_callback(quietly)

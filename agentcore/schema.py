@@ -87,9 +87,9 @@ integer up to it exactly, so filters compare it exactly (larger ones are refused
 bound on every number, so that JSON Schema, which calls ``1e300`` an integer, states it
 as ``minimum``/``maximum``)."""
 STORED: dict[str, Any] = {"stored": True}
-"""Validation context of what was stored (or a server returned): integers beyond
-``MAX_EXACT_INTEGER``, which older versions accepted, are read, not refused (and
-numbers beyond it)."""
+"""Validation context of what was stored (or a server returned): what older versions
+accepted is read, not refused: numbers beyond ``MAX_EXACT_INTEGER``, tools' nested
+parameter schemas."""
 MAX_FILTER_LIST = 100
 """Most values an ``in``/``nin`` comparison lists."""
 MAX_FILTER_CONDITIONS = 64
@@ -355,7 +355,7 @@ class ToolDefinition(BaseModel):
 
     @field_validator("parameters")
     @classmethod
-    def _check_parameters(cls, value: dict[str, Any]) -> dict[str, Any]:
+    def _check_parameters(cls, value: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
         if value.get("type") != "object":
             raise ValueError('must be a JSON Schema with "type": "object"')
         properties = value.get("properties", {})
@@ -369,7 +369,10 @@ class ToolDefinition(BaseModel):
         missing = [r for r in required if r not in properties]
         if missing:
             raise ValueError(f"'required' names unknown properties: {', '.join(missing)}")
-        _check_subschemas(value, "")
+        if not (info.context and info.context.get("stored")):
+            # nested schemas are checked since 2026-11; an agent stored before is read as
+            # it is, so it can still be listed, fixed and deleted
+            _check_subschemas(value, "")
         return value
 
 

@@ -15,6 +15,7 @@ import agentcore
 from agentcore import AgentCore, Event
 from agentcore.chat import build_citations, wants_human
 from agentcore.chat_models import ChatRequest, ChatResult, Passage, ToolCall
+from agentcore.core import MODEL_THREADS
 from agentcore.plugins.extractive import NO_ANSWER
 from agentcore_starlette import create_app
 
@@ -289,6 +290,71 @@ def test_a_model_timeout_is_a_504_problem_and_an_agent_error(tmp_path: Any, keys
     assert [e.data["error"] for e in errors] == ["provider_timeout"]
     assert errors[0].data["agent_id"] == agent_id
     core.close()
+
+
+def test_abandoned_model_calls_still_queued_are_never_made(tmp_path: Any) -> None:
+    # clients that give up at once, many more than the model pool's threads: the calls
+    # still queued are dropped with their turns (once every one was made later, paid for
+    # by nobody, and a fresh request behind them timed out)
+    calls: list[float] = []
+    lock = threading.Lock()
+
+    def slow(request: ChatRequest) -> ChatResult:
+        with lock:
+            calls.append(time.monotonic())
+        time.sleep(1.0)
+        return ChatResult(text="late")
+
+    core = core_with(tmp_path, Recorder("slow", slow), model_timeout=3)
+    ws = core.workspace("acme", "test")
+    agent = ws.agents.create(name="S", model="slow")
+    try:
+        for _ in range(4 * MODEL_THREADS):
+            with pytest.raises(agentcore.DeadlineExceeded):
+                ws.chat.send(agent.id, "hi", cancellation=agentcore.Cancellation(timeout=0.02))
+        reply = ws.chat.send(agent.id, "hi", cancellation=agentcore.Cancellation(timeout=30))
+        assert reply.response == "late"
+        assert len(calls) <= MODEL_THREADS + 1  # those already running, and the fresh one
+    finally:
+        core.close()
+
+
+def test_a_stopped_turn_starts_no_more_tools(tmp_path: Any) -> None:
+    # the model asks for three tool calls; the client leaves while the first runs: it
+    # ends, and neither of the others starts (their side effects would be done for
+    # nothing, and done again by a retry)
+    def answer(request: ChatRequest) -> ChatResult:
+        if not request.steps:
+            calls = [ToolCall(f"c{i}", "refund", {"n": i}) for i in range(3)]
+            return ChatResult(text="", tool_calls=calls)
+        return ChatResult(text="Refunded.")
+
+    class Refunds:
+        def __init__(self) -> None:
+            self.ran: list[int] = []
+
+        @agentcore.hookimpl
+        def agentcore_run_tool(
+            self, workspace: Any, agent_id: str, name: str, arguments: Any
+        ) -> Any:
+            time.sleep(0.4)
+            self.ran.append(arguments["n"])
+            return "ok"
+
+    refunds = Refunds()
+    core = core_with(tmp_path, Recorder("m", answer), refunds, model_timeout=20)
+    ws = core.workspace("acme", "test")
+    tool = {"name": "refund", "parameters": {"type": "object", "properties": {"n": {}}}}
+    agent = ws.agents.create(name="T", model="m", tools=[tool])
+    try:
+        stop = agentcore.Cancellation()
+        threading.Timer(0.1, stop.cancel, ["client disconnected"]).start()
+        with pytest.raises(agentcore.Cancelled):
+            ws.chat.send(agent.id, "refund me", cancellation=stop)
+        assert refunds.ran == [0]
+        assert ws.conversations.list().conversations == []
+    finally:
+        core.close()
 
 
 def test_a_cancelled_send_stops_at_once_and_stores_nothing(tmp_path: Any) -> None:

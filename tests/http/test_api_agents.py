@@ -396,3 +396,29 @@ def _assert_invisible(api, other, agent: dict[str, Any]) -> None:
     # same 404 as an id that never existed: existence does not leak
     never = other.get("/v1/agents/agt_neverexisted").json()
     assert never["code"] == "resource_missing" and never["status"] == 404
+
+
+def test_an_agent_stored_with_a_nested_tool_schema_now_refused_is_still_read(api, keys) -> None:
+    # nested parameter schemas are checked since they could be wrong; an agent an older
+    # version stored with one (an OpenAPI 2 "file" type) is read, listed and deleted,
+    # never a 500, and a change of its tools must give a valid schema
+    from agentcore.schema import STORED, Agent
+
+    made = _create(api, name="Old", tools=[WEATHER])
+    legacy = {**WEATHER, "parameters": {"type": "object", "properties": {"f": {"type": "file"}}}}
+    stored = Agent.model_validate({**made, "tools": [legacy]}, context=STORED)
+    core = keys.core
+    scope = (core.workspace("acme").organization_id, "test")
+    assert core.store.update_agent(*scope, stored, expected_status=made["status"])
+    fetched = api.get(f"/v1/agents/{made['id']}")
+    assert fetched.status_code == 200, fetched.text
+    assert fetched.json()["tools"][0]["parameters"] == legacy["parameters"]
+    assert api.get("/v1/agents").status_code == 200
+    assert_problem(
+        api.post("/v1/agents", json={"name": "New", "tools": [legacy]}),
+        422,
+        "validation_error",
+    )
+    fixed = api.patch(f"/v1/agents/{made['id']}", json={"tools": [WEATHER]})
+    assert fixed.status_code == 200, fixed.text
+    assert api.delete(f"/v1/agents/{made['id']}").status_code == 200
