@@ -622,7 +622,7 @@ class SearchResult(BaseModel):
 
 
 class SearchResponse(BaseModel):
-    """Chunks ordered by ``rank_score``, highest first (ties by chunk id)."""
+    """Chunks ordered by ``rank_score``, highest first (ties by the cosine, then by chunk id)."""
 
     query: str
     mode: SearchMode = "vector"

@@ -740,10 +740,15 @@ class KnowledgeService:
         assert self._keywords is not None  # _mode refuses these modes without one
         keyword_ids, bm25 = self._keywords.get(*self._scope).search(query, depth, allow=within)
         if mode == "keyword":
-            if min_score is None:
-                keyword_ids, bm25 = keyword_ids[:k], bm25[:k]
+            if min_score is None and keyword_ids.shape[0] > k:
+                # the rows tied with the k-th stay: the cosine breaks ties, then the id
+                cut = int(np.searchsorted(-bm25, -bm25[k - 1], side="right"))
+                keyword_ids, bm25 = keyword_ids[:cut], bm25[:cut]
             cosine = self._similarities(vector, keyword_ids)
-            return self._hits(keyword_ids, cosine, bm25, k=k, min_score=min_score)
+            order = np.lexsort((keyword_ids, -np.nan_to_num(cosine, nan=-2.0), -bm25))
+            return self._hits(
+                keyword_ids[order], cosine[order], bm25[order], k=k, min_score=min_score
+            )
         vector_ids, vector_scores = self._cache.search(*self._scope, vector, depth, within=within)
         fused: dict[int, float] = {}
         for ranking in (vector_ids, keyword_ids):

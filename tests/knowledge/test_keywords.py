@@ -105,6 +105,20 @@ def test_scores_after_a_delete_are_those_of_the_remaining_rows() -> None:
     np.testing.assert_allclose(scores, fresh.search("red pump oil", 3)[1], rtol=1e-6)
 
 
+def test_keyword_ties_are_broken_by_the_cosine_then_the_id(core: AgentCore) -> None:
+    # equal BM25 (the same length, one "alpha" each): the chunk nearer the query in
+    # cosine comes first, as in the other modes, also when the tie straddles top_k
+    knowledge = core.workspace("acme").knowledge
+    knowledge.ingest_text("a.txt", "alpha zzzz qqqq")
+    knowledge.ingest_text("b.txt", "alpha alphabet alphanumeric")
+    results = knowledge.search("alpha", mode="keyword").results
+    assert results[0].rank_score == results[1].rank_score
+    assert [r.source for r in results] == ["b.txt", "a.txt"]
+    assert results[0].score > results[1].score
+    [top] = knowledge.search("alpha", mode="keyword", top_k=1).results
+    assert top.source == "b.txt"
+
+
 def test_the_tail_is_merged_once_it_outgrows_the_base(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(keywords, "MIN_MERGE_POSTINGS", 4)
     index = index_of(TEXTS[:2])

@@ -8,6 +8,7 @@ with pgvector; and nothing of it crosses workspaces.
 
 from __future__ import annotations
 
+import random
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -193,6 +194,40 @@ def test_filters_with_pgvector(pgvector_core: AgentCore, mode: str) -> None:
     assert sources(found.results) == {"leave.txt", "parental.txt"}
     unfiltered = ws.knowledge.search("vacation days", mode=mode, top_k=2)
     assert sources(unfiltered.results) <= {f"noise{n}.txt" for n in range(40)}
+
+
+def test_pgvector_ties_and_scores_are_the_in_memory_index_s(
+    store_kind: str, store_url: str, pgvector_core: AgentCore
+) -> None:
+    # 40 equal chunks: ties go to the lowest chunk ids, as in memory (PostgreSQL's top-N
+    # sort picked any of them); and a text searched for itself scores at most 1 (the
+    # float32 re-score reached 1.0000002 unclipped)
+    ws = pgvector_core.workspace("acme")
+    for n in range(40):
+        ws.knowledge.ingest_text(f"d{n}.txt", "Employees get twenty five vacation days a year.")
+    with AgentCore.open(store_url) as memory:
+        expected = memory.workspace("acme").knowledge.search("vacation days", top_k=3).results
+    found = ws.knowledge.search("vacation days", top_k=3).results
+    assert [r.document_id for r in found] == [r.document_id for r in expected]
+    assert [r.source for r in found] == ["d0.txt", "d1.txt", "d2.txt"]
+    words = [
+        "leave",
+        "policy",
+        "laptop",
+        "portal",
+        "password",
+        "vacation",
+        "parental",
+        "team",
+        "office",
+        "week",
+    ]
+    rng = random.Random(7)
+    texts = [" ".join(rng.choices(words, k=12 + n % 9)) + f" {n}." for n in range(40)]
+    for n, text in enumerate(texts):
+        ws.knowledge.ingest_text(f"p{n}.txt", text)
+    best = max(ws.knowledge.search(text, top_k=1).results[0].score for text in texts)
+    assert -1.0 <= best <= 1.0
 
 
 def test_numbers_beyond_2_53_are_refused_at_every_entry(ws: Workspace) -> None:

@@ -183,13 +183,17 @@ class VectorRows(VectorTables, VectorSearchStore):
         with self.db.read() as conn:
             rows = conn.execute(
                 f"SELECT chunk_id, exact FROM vector_rows WHERE {WORKSPACE}{where}"
-                " ORDER BY embedding <#> ?::halfvec LIMIT ?",
+                " ORDER BY embedding <#> ?::halfvec, chunk_id LIMIT ?",
                 [organization_id, environment, *args, literal, candidates],
             ).fetchall()
         if not rows:
             return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float32)
         ids = np.fromiter((row["chunk_id"] for row in rows), dtype=np.int64, count=len(rows))
         matrix = np.frombuffer(b"".join(row["exact"] for row in rows), dtype="<f4")
-        scores = matrix.reshape(len(rows), dimension) @ q
+        # in float64, so equal rows score equal wherever they sit in the matrix (float32
+        # BLAS rounds by position: a tie was ordered by where a row came, not its id),
+        # and clipped as the in-memory index clips (rounding may pass 1 a little)
+        exact = matrix.reshape(len(rows), dimension).astype(np.float64) @ q.astype(np.float64)
+        scores = np.clip(exact, -1.0, 1.0).astype(np.float32)
         order = np.lexsort((ids, -scores))[:k]
-        return ids[order], scores[order].astype(np.float32)
+        return ids[order], scores[order]
