@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING
 
 from agentcore.errors import Conflict, NotFound, ValidationFailed
@@ -116,13 +116,19 @@ class AgentService:
             updated = updated.model_copy(update={"tools": changes.tools})
         if "knowledge" in changes.model_fields_set:
             updated = updated.model_copy(update={"knowledge": changes.knowledge})
-        self._save(updated, agent.status)
-        return updated
+        self._save(updated, agent.status, changes.model_fields_set)
+        return self._find(agent_id)  # with what another request changed meanwhile
 
-    def _save(self, agent: Agent, expected_status: AgentStatus) -> None:
+    def _save(self, agent: Agent, expected_status: AgentStatus, fields: Collection[str]) -> None:
+        """Write ``fields`` of ``agent`` (only those: another request's change of the
+        others stays), if its status is still ``expected_status``; else a 409."""
         ws = self._ws
         if not self._store.update_agent(
-            ws.organization_id, ws.environment, agent, expected_status=expected_status
+            ws.organization_id,
+            ws.environment,
+            agent,
+            expected_status=expected_status,
+            fields=fields,
         ):
             raise Conflict(
                 "The agent changed while this request ran; retry.", code="concurrent_update"
@@ -160,5 +166,5 @@ class AgentService:
                 param="status",
             )
         updated = agent.model_copy(update={"status": _TARGET[action], "updated_at": utcnow()})
-        self._save(updated, agent.status)
-        return updated
+        self._save(updated, agent.status, ["status"])
+        return self._find(agent_id)

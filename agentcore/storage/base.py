@@ -8,7 +8,7 @@ of them. ``storage/sql`` implements them once, for SQLite and PostgreSQL alike.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
@@ -83,9 +83,17 @@ class AgentStore(Protocol):
         """An agent of this workspace, or ``None``."""
 
     def update_agent(
-        self, organization_id: str, environment: str, agent: Agent, *, expected_status: str
+        self,
+        organization_id: str,
+        environment: str,
+        agent: Agent,
+        *,
+        expected_status: str,
+        fields: Collection[str] | None = None,
     ) -> bool:
-        """Replace an agent if its status is still ``expected_status``; whether it did."""
+        """Write an agent if its status is still ``expected_status``; whether it did.
+        With ``fields``, only those (and ``updated_at``) are written, so a concurrent
+        change of other fields stays; else every field is."""
 
     def list_agents(
         self,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
 from typing import Any
 
 from agentcore.schema import STORED, Agent
@@ -46,13 +47,23 @@ class AgentTables(Tables, AgentStore):
         return _agent(row) if row else None
 
     def update_agent(
-        self, organization_id: str, environment: str, agent: Agent, *, expected_status: str
+        self,
+        organization_id: str,
+        environment: str,
+        agent: Agent,
+        *,
+        expected_status: str,
+        fields: Collection[str] | None = None,
     ) -> bool:
         # the check and the write are one statement (PostgreSQL re-checks the condition
-        # on the row it locks), so concurrent transitions, on any node, cannot both win
+        # on the row it locks), so concurrent transitions, on any node, cannot both win;
+        # writing only the fields changed keeps another request's change of the others
+        # (writing back every field as read undid it)
         data = _columns(agent)
         agent_id = data.pop("id")
         data.pop("created_at")
+        if fields is not None:
+            data = {column: data[column] for column in (*fields, "updated_at")}
         assignments = ", ".join(f"{column} = ?" for column in data)
         changed = write(
             self.db,
