@@ -136,18 +136,18 @@ def cmd_init(core: AgentCore, args: argparse.Namespace) -> int:
     """Create the database and organization if missing; mint one test and one live key
     when the organization has no usable key yet (or with ``--new-keys``)."""
     org = core.create_organization(args.org)
+    if args.new_keys:
+        keys = [core.keys.create(org.name, env, ["read", "write"]) for env in ("test", "live")]
+    else:  # checked and minted at once: of several nodes' first `init`, one mints
+        keys = core.keys.create_first(org.name)
     now = datetime.now(UTC)
     usable = [
         key
         for key in core.keys.list(org.name)
-        if key.revoked_at is None and (key.expires_at is None or key.expires_at > now)
+        if key.revoked_at is None
+        and (key.expires_at is None or key.expires_at > now)
+        and key.id not in {k.id for k in keys}
     ]
-    mint = args.new_keys or not usable
-    keys = (
-        [core.keys.create(org.name, env, ["read", "write"]) for env in ("test", "live")]
-        if mint
-        else []
-    )
     where = hide_passwords(args.db)
     if args.json:
         _print_json(

@@ -119,10 +119,41 @@ class KeyManager:
         rotated_from: str | None = None,
     ) -> IssuedKey:
         """Mint a key for the organization named ``organization``; the secret is shown once."""
-        env = check_environment(environment)
-        chosen = check_scopes(scopes)
         if expires_in is not None and expires_in <= timedelta(0):
             raise ValidationFailed("expires_in must be positive.", param="expires_in")
+        org_id, issued = self._issue(
+            organization, environment, scopes, expires_in, name, rotated_from
+        )
+        self._store.insert_key(issued, org_id, digest(issued.secret))
+        return issued
+
+    def create_first(
+        self, organization: str, scopes: Iterable[str] = ("read", "write")
+    ) -> list[IssuedKey]:
+        """A test and a live key for an organization that has no usable key yet (none
+        revoked or expired); ``[]`` when it has one. Checked and minted in one
+        transaction that holds the organization's row, so processes or nodes starting
+        at once (``agentcore init`` in every container) mint one pair between them."""
+        issued = [
+            self._issue(organization, env, scopes, None, None, None) for env in ("test", "live")
+        ]
+        org_id = issued[0][0]
+        pairs = [(key, digest(key.secret)) for _, key in issued]
+        minted = self._store.insert_keys(org_id, pairs, unless_usable_at=utcnow())
+        return [key for _, key in issued] if minted else []
+
+    def _issue(
+        self,
+        organization: str,
+        environment: str,
+        scopes: Iterable[str],
+        expires_in: timedelta | None,
+        name: str | None,
+        rotated_from: str | None,
+    ) -> tuple[str, IssuedKey]:
+        """A new key of the organization named ``organization`` (its id), not stored."""
+        env = check_environment(environment)
+        chosen = check_scopes(scopes)
         org = self._store.get_organization_by_name(organization)
         if org is None:
             raise NotFound(f"No organization named {organization!r}.", param="organization")
@@ -140,8 +171,7 @@ class KeyManager:
             expires_at=_later(now, expires_in, "expires_in") if expires_in is not None else None,
             rotated_from=rotated_from,
         )
-        self._store.insert_key(record, org.id, digest(secret))
-        return IssuedKey(**record.model_dump(), secret=secret)
+        return org.id, IssuedKey(**record.model_dump(), secret=secret)
 
     def list(self, organization: str) -> list[ApiKey]:
         """Every key of the organization, newest first (revoked ones included)."""

@@ -9,6 +9,7 @@ of them. ``storage/sql`` implements them once, for SQLite and PostgreSQL alike.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterator, Sequence
+from datetime import datetime
 from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
@@ -59,6 +60,18 @@ class KeyStore(Protocol):
 
     def insert_key(self, key: ApiKey, organization_id: str, digest: str) -> None:
         """Store a new key's record and the SHA-256 digest of its secret."""
+
+    def insert_keys(
+        self,
+        organization_id: str,
+        keys: Sequence[tuple[ApiKey, str]],
+        *,
+        unless_usable_at: datetime | None = None,
+    ) -> bool:
+        """Store new keys' records, each with the SHA-256 digest of its secret, in one
+        transaction; with ``unless_usable_at``, only if the organization has no key
+        usable then (not revoked, not expired), checked in that transaction under the
+        organization's row lock. Whether they were stored."""
 
     def find_key_by_digest(self, digest: str) -> tuple[ApiKey, str, str] | None:
         """``(key, organization_id, stored digest)``, or ``None``."""

@@ -371,3 +371,34 @@ def test_serve_sigint_exits_cleanly(initialised) -> None:
     assert code == 0, stderr
     assert "Traceback" not in stderr
     assert "KeyboardInterrupt" not in stderr
+
+
+@pytest.mark.both_stores
+def test_init_run_by_several_nodes_at_once_mints_one_pair(
+    pair: tuple[AgentCore, AgentCore], capsys: pytest.CaptureFixture[str]
+) -> None:
+    # every container's entrypoint runs `init`: two nodes running it at once for a new
+    # organization mint one test and one live key between them (each once saw no key,
+    # then minted a pair)
+    import argparse
+    import threading
+
+    from agentcore.cli import cmd_init
+
+    for round_ in range(20):
+        org = f"acme-{round_}"
+        barrier = threading.Barrier(2)
+
+        def init(core: AgentCore, org: str = org, barrier: threading.Barrier = barrier) -> None:
+            barrier.wait()
+            args = argparse.Namespace(org=org, new_keys=False, json=True, db="test")
+            assert cmd_init(core, args) == 0
+
+        threads = [threading.Thread(target=init, args=(core,)) for core in pair]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        environments = sorted(k.environment for k in pair[0].keys.list(org))
+        assert environments == ["live", "test"], f"round {round_}: {environments}"
+    capsys.readouterr()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -67,24 +68,47 @@ class KeyTables(Tables, KeyStore):
         return Organization(**row) if row else None
 
     def insert_key(self, key: ApiKey, organization_id: str, digest: str) -> None:
+        self.insert_keys(organization_id, [(key, digest)])
+
+    def insert_keys(
+        self,
+        organization_id: str,
+        keys: Sequence[tuple[ApiKey, str]],
+        *,
+        unless_usable_at: datetime | None = None,
+    ) -> bool:
         with self.db.write() as conn:
-            insert_row(
-                conn,
-                "api_keys",
-                {
-                    "id": key.id,
-                    "organization_id": organization_id,
-                    "environment": key.environment,
-                    "scopes": json.dumps(key.scopes),
-                    "digest": digest,
-                    "prefix": key.prefix,
-                    "last4": key.last4,
-                    "name": key.name,
-                    "created_at": _iso(key.created_at),
-                    "expires_at": _iso(key.expires_at),
-                    "rotated_from": key.rotated_from,
-                },
-            )
+            if unless_usable_at is not None:
+                # the organization's row first: PostgreSQL holds its lock to the commit
+                # (SQLite writes one transaction at a time), so of two first `init`s at
+                # once the second sees the first's keys
+                conn.execute("UPDATE organizations SET name = name WHERE id = ?", [organization_id])
+                usable = conn.execute(
+                    "SELECT 1 FROM api_keys WHERE organization_id = ? AND revoked_at IS NULL"
+                    " AND (expires_at IS NULL OR expires_at > ?) LIMIT 1",
+                    [organization_id, _iso(unless_usable_at)],
+                ).fetchone()
+                if usable is not None:
+                    return False
+            for key, digest in keys:
+                insert_row(
+                    conn,
+                    "api_keys",
+                    {
+                        "id": key.id,
+                        "organization_id": organization_id,
+                        "environment": key.environment,
+                        "scopes": json.dumps(key.scopes),
+                        "digest": digest,
+                        "prefix": key.prefix,
+                        "last4": key.last4,
+                        "name": key.name,
+                        "created_at": _iso(key.created_at),
+                        "expires_at": _iso(key.expires_at),
+                        "rotated_from": key.rotated_from,
+                    },
+                )
+        return True
 
     def find_key_by_digest(self, digest: str) -> tuple[ApiKey, str, str] | None:
         # Every request authenticates, so found keys are remembered per thread for as
