@@ -247,11 +247,6 @@ class Database:
         marks = ", ".join("?" * (len(values) + 1))
         conn.execute(f"INSERT INTO {table} ({names}) VALUES ({marks})", [*values.values(), data])
 
-    def read_segment(self, conn: Conn, segment_id: int, ids: Ids, vectors: Vectors) -> None:
-        """Copy a segment's two buffers into ``ids`` and ``vectors`` (``read_segments``
-        for one segment)."""
-        self.read_segments(conn, [(segment_id, len(ids))], ids, vectors)
-
     def read_segments(
         self, conn: Conn, segments: Sequence[tuple[int, int]], ids: Ids, vectors: Vectors
     ) -> None:
