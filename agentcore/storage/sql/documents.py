@@ -10,7 +10,7 @@ import json
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import fields
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -18,7 +18,7 @@ import numpy.typing as npt
 from agentcore.events import Event
 from agentcore.ids import isoformat
 from agentcore.schema import Document, Problem
-from agentcore.storage.base import KnowledgeStore
+from agentcore.storage.base import KnowledgeStore, WebhookStore
 from agentcore.storage.records import (
     Chunks,
     DocumentChanges,
@@ -88,14 +88,10 @@ def parse_object(stored: str | None) -> dict[str, Any]:
     return json.loads(stored) if stored else {}
 
 
-class DocumentTables(TermTables, VectorTables, KnowledgeStore):
+# ``WebhookStore``: its outbox's ``record_event`` (``WebhookTables``, in ``SQLStore``)
+# records a document's events in the transaction that writes it
+class DocumentTables(TermTables, VectorTables, KnowledgeStore, WebhookStore):
     """Documents, chunks, vectors, sentence counts and ingestion jobs (``KnowledgeStore``)."""
-
-    if TYPE_CHECKING:  # the outbox's (``WebhookTables``), joined in the same transaction
-
-        def record_event(
-            self, event: Event, *, now: float, only_subscription: str | None = None
-        ) -> int: ...
 
     @idempotent
     def insert_document(

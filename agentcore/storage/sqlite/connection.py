@@ -353,7 +353,6 @@ class Database:
                     self._checkpoint_conn.close()
                 self._checkpoint_conn = None
         with self._lock:
-            self._closed = True
             for conn in self._connections:
                 with contextlib.suppress(sqlite3.Error):  # closing is best effort
                     conn.close()
