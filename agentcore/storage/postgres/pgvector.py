@@ -19,7 +19,7 @@ from agentcore.storage.postgres.connection import Conn
 from agentcore.storage.postgres.migrations import MIGRATION_LOCK
 from agentcore.storage.records import Ids, Vectors
 from agentcore.storage.sql.migrations import statements
-from agentcore.storage.sql.queries import WORKSPACE, read_rows
+from agentcore.storage.sql.queries import WORKSPACE
 from agentcore.storage.sql.vectors import VectorTables
 
 RESCORE = 4  # candidates PostgreSQL returns per result, re-scored exactly in float32
@@ -180,12 +180,12 @@ class VectorRows(VectorTables, VectorSearchStore):
         if chunk_ids is not None:
             where += " AND chunk_id = ANY(?)"
             args.append([int(i) for i in chunk_ids])
-        rows = read_rows(
-            self.db,
-            f"SELECT chunk_id, exact FROM vector_rows WHERE {WORKSPACE}{where}"
-            " ORDER BY embedding <#> ?::halfvec LIMIT ?",
-            [organization_id, environment, *args, literal, candidates],
-        )
+        with self.db.read() as conn:
+            rows = conn.execute(
+                f"SELECT chunk_id, exact FROM vector_rows WHERE {WORKSPACE}{where}"
+                " ORDER BY embedding <#> ?::halfvec LIMIT ?",
+                [organization_id, environment, *args, literal, candidates],
+            ).fetchall()
         if not rows:
             return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float32)
         ids = np.fromiter((row["chunk_id"] for row in rows), dtype=np.int64, count=len(rows))

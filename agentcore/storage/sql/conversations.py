@@ -12,14 +12,7 @@ from agentcore.schema import Conversation, Message, Usage
 from agentcore.storage.base import ConversationStore
 from agentcore.storage.records import StoredMessage
 from agentcore.storage.sql.database import Connection, Tables
-from agentcore.storage.sql.queries import (
-    WORKSPACE,
-    find_row,
-    insert_row,
-    insert_rows,
-    page,
-    read_rows,
-)
+from agentcore.storage.sql.queries import WORKSPACE, find_row, insert_rows, page
 
 _GONE = "The conversation was deleted while the answer was being made."
 
@@ -67,18 +60,18 @@ class ConversationTables(Tables, ConversationStore):
         conversation_id = conversation_id or new_id("conv")
         now = now_iso()
         with self.db.write() as conn:  # the conversation and its first messages at once
-            insert_row(
-                conn,
-                "conversations",
-                {
-                    "id": conversation_id,
-                    "organization_id": organization_id,
-                    "environment": environment,
-                    "agent_id": agent_id,
-                    "created_at": now,
-                    "updated_at": now,
-                    "message_count": len(messages),
-                },
+            conn.execute(
+                "INSERT INTO conversations (id, organization_id, environment, agent_id,"
+                " created_at, updated_at, message_count) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [
+                    conversation_id,
+                    organization_id,
+                    environment,
+                    agent_id,
+                    now,
+                    now,
+                    len(messages),
+                ],
             )
             _insert_messages(conn, conversation_id, messages, now)
         return conversation_id
@@ -109,12 +102,12 @@ class ConversationTables(Tables, ConversationStore):
     def recent_messages(self, conversation_id: str, limit: int) -> list[StoredMessage]:
         if limit <= 0:
             return []
-        rows = read_rows(
-            self.db,
-            "SELECT role, content, citations FROM messages WHERE conversation_id = ?"
-            " ORDER BY seq DESC LIMIT ?",
-            [conversation_id, limit],
-        )
+        with self.db.read() as conn:
+            rows = conn.execute(
+                "SELECT role, content, citations FROM messages WHERE conversation_id = ?"
+                " ORDER BY seq DESC LIMIT ?",
+                [conversation_id, limit],
+            ).fetchall()
         return [
             StoredMessage(row["role"], row["content"], json.loads(row["citations"]))
             for row in reversed(rows)

@@ -265,17 +265,17 @@ class WebhookTables(Tables, WebhookStore):
         subscription_changes: dict[str, Any],
     ) -> None:
         with self.db.write() as conn:
-            insert_row(
-                conn,
-                "webhook_attempts",
-                {
-                    "delivery_id": delivery.id,
-                    "subscription_id": delivery.subscription_id,
-                    "attempted_at": attempted_at,
-                    "status_code": status_code,
-                    "error": error,
-                    "duration_ms": duration_ms,
-                },
+            conn.execute(
+                "INSERT INTO webhook_attempts (delivery_id, subscription_id, attempted_at,"
+                " status_code, error, duration_ms) VALUES (?, ?, ?, ?, ?, ?)",
+                [
+                    delivery.id,
+                    delivery.subscription_id,
+                    attempted_at,
+                    status_code,
+                    error,
+                    duration_ms,
+                ],
             )
             # A delivery ended meanwhile (its subscription deleted or disabled) stays
             # ended: a retry would never be claimed. The attempt is still logged, and
