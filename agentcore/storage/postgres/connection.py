@@ -160,12 +160,11 @@ class Database:
             except PoolTimeout:
                 self.pool.close()
                 reason = self._probe() or "timed out"
-        if reason is not None:
-            raise ServiceUnavailable(
-                f"Cannot connect to PostgreSQL at {self.where}: {reason}",
-                code="database_unavailable",
-                retry_after=RETRY_AFTER_SECONDS,
-            ) from None
+        raise ServiceUnavailable(
+            f"Cannot connect to PostgreSQL at {self.where}: {reason}",
+            code="database_unavailable",
+            retry_after=RETRY_AFTER_SECONDS,
+        ) from None
 
     def _probe(self) -> str | None:
         """Why a direct connection fails, or ``None`` if it works (the pool only times out)."""
@@ -199,7 +198,9 @@ class Database:
         return int(getattr(self._local, "depth", 0))
 
     @contextmanager
-    def _connection(self) -> Iterator[Conn]:
+    def read(self) -> Iterator[Conn]:
+        """A connection for reads: autocommit, each statement sees committed data (the
+        calling thread's, inside a ``write`` or ``snapshot`` block)."""
         current: Conn | None = getattr(self._local, "conn", None)
         if current is not None:
             yield current
@@ -217,12 +218,6 @@ class Database:
     def in_transaction(self) -> bool:
         """Whether the calling thread is inside a ``write`` or ``snapshot`` block."""
         return self.depth > 0
-
-    @contextmanager
-    def read(self) -> Iterator[Conn]:
-        """A connection for reads: autocommit, each statement sees committed data."""
-        with self._connection() as conn:
-            yield conn
 
     def deferred_rows(self, cursor: Cursor) -> Callable[[], list[Any]]:
         """``cursor``'s rows, read when asked: in a pipelined write, after the ``COMMIT``
@@ -246,11 +241,6 @@ class Database:
         names = ", ".join([*values, column])
         marks = ", ".join("?" * (len(values) + 1))
         conn.execute(f"INSERT INTO {table} ({names}) VALUES ({marks})", [*values.values(), data])
-
-    def read_segment(self, conn: Conn, segment_id: int, ids: Ids, vectors: Vectors) -> None:
-        """Copy a segment's two buffers into ``ids`` and ``vectors`` (``read_segments``
-        for one segment)."""
-        self.read_segments(conn, [(segment_id, len(ids))], ids, vectors)
 
     def read_segments(
         self, conn: Conn, segments: Sequence[tuple[int, int]], ids: Ids, vectors: Vectors
@@ -361,7 +351,7 @@ class Database:
             finally:
                 self._local.depth -= 1
             return
-        with self._connection() as conn:
+        with self.read() as conn:
             self._local.depth = 1
             committing = False
             try:

@@ -79,7 +79,7 @@ class VectorRows(VectorTables, VectorSearchStore):
         for row in segments:
             ids = np.empty(row["count"], dtype="<i8")
             vectors = np.empty((row["count"], row["dimension"]), dtype="<f4")
-            self.db.read_segment(conn, row["id"], ids, vectors)
+            self.db.read_segments(conn, [(row["id"], row["count"])], ids, vectors)
             self._copy_rows(
                 conn, row["organization_id"], row["environment"], row["document_id"], ids, vectors
             )

@@ -93,9 +93,6 @@ class Database(Protocol):
     ) -> None:
         """Insert a row of ``values`` whose ``column`` holds ``data`` (a large upload)."""
 
-    def read_segment(self, conn: Any, segment_id: int, ids: Ids, vectors: Vectors) -> None:
-        """Copy vector segment ``segment_id``'s buffers into ``ids`` and ``vectors``."""
-
     def read_segments(
         self, conn: Any, segments: Sequence[tuple[int, int]], ids: Ids, vectors: Vectors
     ) -> None:

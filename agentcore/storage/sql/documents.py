@@ -10,7 +10,7 @@ import json
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import fields
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -18,7 +18,7 @@ import numpy.typing as npt
 from agentcore.events import Event
 from agentcore.ids import isoformat
 from agentcore.schema import Document, Problem
-from agentcore.storage.base import KnowledgeStore
+from agentcore.storage.base import KnowledgeStore, WebhookStore
 from agentcore.storage.records import (
     Chunks,
     DocumentChanges,
@@ -39,6 +39,7 @@ from agentcore.storage.sql.queries import (
     marks,
     page,
     read_row,
+    read_rows,
     write,
 )
 from agentcore.storage.sql.terms import TermTables
@@ -87,14 +88,10 @@ def parse_object(stored: str | None) -> dict[str, Any]:
     return json.loads(stored) if stored else {}
 
 
-class DocumentTables(TermTables, VectorTables, KnowledgeStore):
+# ``WebhookStore``: its outbox's ``record_event`` (``WebhookTables``, in ``SQLStore``)
+# records a document's events in the transaction that writes it
+class DocumentTables(TermTables, VectorTables, KnowledgeStore, WebhookStore):
     """Documents, chunks, vectors, sentence counts and ingestion jobs (``KnowledgeStore``)."""
-
-    if TYPE_CHECKING:  # the outbox's (``WebhookTables``), joined in the same transaction
-
-        def record_event(
-            self, event: Event, *, now: float, only_subscription: str | None = None
-        ) -> int: ...
 
     @idempotent
     def insert_document(
@@ -234,11 +231,8 @@ class DocumentTables(TermTables, VectorTables, KnowledgeStore):
         return lambda: [int(row["id"]) for row in found()]
 
     def chunk_ids(self, organization_id: str, environment: str, document_id: str) -> list[int]:
-        with self.db.read() as conn:
-            rows = conn.execute(
-                f"SELECT id FROM chunks WHERE document_id = ? AND {WORKSPACE} ORDER BY id",
-                [document_id, organization_id, environment],
-            ).fetchall()
+        sql = f"SELECT id FROM chunks WHERE document_id = ? AND {WORKSPACE} ORDER BY id"
+        rows = read_rows(self.db, sql, [document_id, organization_id, environment])
         return [int(row["id"]) for row in rows]
 
     def get_document(
@@ -290,14 +284,14 @@ class DocumentTables(TermTables, VectorTables, KnowledgeStore):
     def get_chunks(self, chunk_ids: Sequence[int]) -> dict[int, StoredChunk]:
         if not chunk_ids:
             return {}
-        with self.db.read() as conn:
-            rows = conn.execute(
-                "SELECT chunks.id, chunks.document_id, chunks.text, chunks.pages,"
-                " chunks.page_offsets, documents.source, documents.metadata FROM chunks"
-                " JOIN documents ON documents.id = chunks.document_id"
-                f" WHERE chunks.id IN ({marks(len(chunk_ids))})",
-                [int(i) for i in chunk_ids],
-            ).fetchall()
+        rows = read_rows(
+            self.db,
+            "SELECT chunks.id, chunks.document_id, chunks.text, chunks.pages,"
+            " chunks.page_offsets, documents.source, documents.metadata FROM chunks"
+            " JOIN documents ON documents.id = chunks.document_id"
+            f" WHERE chunks.id IN ({marks(len(chunk_ids))})",
+            [int(i) for i in chunk_ids],
+        )
         return {
             int(row["id"]): StoredChunk(
                 int(row["id"]),
@@ -375,20 +369,13 @@ class DocumentTables(TermTables, VectorTables, KnowledgeStore):
 
     def document_ids(self, organization_id: str, environment: str) -> list[str]:
         """The ids of a workspace's documents, oldest first."""
-        with self.db.read() as conn:
-            rows = conn.execute(
-                f"SELECT id FROM documents WHERE {WORKSPACE} ORDER BY seq",
-                [organization_id, environment],
-            ).fetchall()
-        return [row["id"] for row in rows]
+        sql = f"SELECT id FROM documents WHERE {WORKSPACE} ORDER BY seq"
+        return [row["id"] for row in read_rows(self.db, sql, [organization_id, environment])]
 
     def chunk_texts(self, document_id: str) -> tuple[list[int], list[str]]:
         """A document's chunk ids and texts, in chunk order."""
-        with self.db.read() as conn:
-            rows = conn.execute(
-                "SELECT id, text FROM chunks WHERE document_id = ? ORDER BY ordinal",
-                [document_id],
-            ).fetchall()
+        sql = "SELECT id, text FROM chunks WHERE document_id = ? ORDER BY ordinal"
+        rows = read_rows(self.db, sql, [document_id])
         return [int(row["id"]) for row in rows], [row["text"] for row in rows]
 
     # background ingestion ------------------------------------------------------

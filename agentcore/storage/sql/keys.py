@@ -11,7 +11,7 @@ from agentcore.ids import isoformat, new_id, now_iso
 from agentcore.schema import ApiKey, Organization
 from agentcore.storage.base import KeyStore
 from agentcore.storage.sql.database import CACHE_LIMIT, Tables
-from agentcore.storage.sql.queries import insert_row, read_row, update_row
+from agentcore.storage.sql.queries import insert_row, read_row, read_rows, update_row
 
 # Every request authenticates: a key comes with its organization's name in one
 # indexed join.
@@ -133,12 +133,8 @@ class KeyTables(Tables, KeyStore):
         return _key(row) if row else None
 
     def list_keys(self, organization_id: str) -> list[ApiKey]:
-        with self.db.read() as conn:
-            rows = conn.execute(
-                f"{_KEY_SELECT} WHERE organization_id = ? ORDER BY api_keys.created_at DESC",
-                [organization_id],
-            ).fetchall()
-        return [_key(row) for row in rows]
+        sql = f"{_KEY_SELECT} WHERE organization_id = ? ORDER BY api_keys.created_at DESC"
+        return [_key(row) for row in read_rows(self.db, sql, [organization_id])]
 
     def update_key(self, key_id: str, **changes: Any) -> None:
         with self.db.write() as conn:

@@ -53,6 +53,12 @@ def read_row(db: Database, sql: str, params: Sequence[Any] = ()) -> Any:
         return conn.execute(sql, params).fetchone()
 
 
+def read_rows(db: Database, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+    """Every row ``sql`` reads from the committed data."""
+    with db.read() as conn:
+        return conn.execute(sql, params).fetchall()
+
+
 def find_row(
     db: Database, table: str, row_id: str, workspace: Sequence[Any], columns: str = "*"
 ) -> Any:

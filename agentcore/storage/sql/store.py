@@ -9,6 +9,7 @@ from agentcore.storage.sql.conversations import ConversationTables
 from agentcore.storage.sql.documents import DocumentTables
 from agentcore.storage.sql.idempotency import IdempotencyTables
 from agentcore.storage.sql.keys import KeyTables
+from agentcore.storage.sql.queries import read_row
 from agentcore.storage.sql.rate_limits import RateLimitTables
 from agentcore.storage.sql.webhooks import WebhookTables
 
@@ -35,8 +36,7 @@ class SQLStore(
     """
 
     def ping(self) -> None:
-        with self.db.read() as conn:
-            conn.execute("SELECT 1").fetchone()
+        read_row(self.db, "SELECT 1")
 
     def backlog(self, now: float) -> Backlog:
         # two indexed counts: the metrics read them at each scrape, never per request

@@ -102,16 +102,11 @@ class TermTables(Tables, KnowledgeStore, BudgetedStore):
         """Delete document ``seq``'s counts (before the document, whose foreign key would
         drop them unread); the tombstone columns that keep them for the sums."""
         row = conn.execute(
-            "DELETE FROM document_terms WHERE document_seq = ? RETURNING version, sentences, stems",
+            "DELETE FROM document_terms WHERE document_seq = ? RETURNING version AS term_version,"
+            " sentences AS term_sentences, stems AS term_stems",
             [seq],
         ).fetchone()
-        if row is None:
-            return {}
-        return {
-            "term_version": row["version"],
-            "term_sentences": row["sentences"],
-            "term_stems": row["stems"],
-        }
+        return {} if row is None else dict(row)
 
     def term_counts(
         self, organization_id: str, environment: str, stems: Sequence[str]

@@ -28,7 +28,7 @@ from agentcore.storage.records import (
     segment_locators,
 )
 from agentcore.storage.sql.database import CACHE_LIMIT, Connection, Cursor, Tables
-from agentcore.storage.sql.queries import BUMPED_VERSION, WORKSPACE, insert_row, marks
+from agentcore.storage.sql.queries import BUMPED_VERSION, WORKSPACE, insert_row, marks, read_row
 
 SEGMENT_ROWS = 65_536  # ~100 MB of float32 at d=384: far below either database's 1 GB limit
 # Versions of deletions the change log keeps; a cache further behind reloads the workspace.
@@ -287,11 +287,8 @@ class VectorTables(Tables):
 
     def count_vectors(self, organization_id: str, environment: str) -> int:
         """How many vectors a workspace stores."""
-        with self.db.read() as conn:
-            row = conn.execute(
-                f"SELECT COALESCE(SUM(count), 0) AS n FROM vector_segments WHERE {WORKSPACE}",
-                [organization_id, environment],
-            ).fetchone()
+        sql = f"SELECT COALESCE(SUM(count), 0) AS n FROM vector_segments WHERE {WORKSPACE}"
+        row = read_row(self.db, sql, [organization_id, environment])
         return int(row["n"])
 
     def replace_all_vectors(
@@ -343,12 +340,11 @@ class VectorTables(Tables):
             found: KnowledgeState | None = cache.get(key)
             if found is not None:
                 return found
-        with self.db.read() as conn:
-            row = conn.execute(
-                "SELECT embedder, dimension, version, index_dtype FROM knowledge_state"
-                f" WHERE {WORKSPACE}",
-                key,
-            ).fetchone()
+        row = read_row(
+            self.db,
+            f"SELECT embedder, dimension, version, index_dtype FROM knowledge_state WHERE {WORKSPACE}",
+            key,
+        )
         if row is None:
             state = KnowledgeState(None, None, 0)
         else:

@@ -242,22 +242,6 @@ class Database:
         with conn.blobopen(table, column, cursor.lastrowid) as blob:
             blob.write(data)
 
-    def read_segment(
-        self, conn: sqlite3.Connection, segment_id: int, ids: Ids, vectors: Vectors
-    ) -> None:
-        """Copy a segment's blobs straight into ``ids`` and ``vectors`` with incremental
-        blob I/O: one copy out of the database, no intermediate ``bytes``."""
-        for column, into in (("ids", ids), ("vectors", vectors)):
-            out = into.data.cast("B")
-            with conn.blobopen("vector_segments", column, segment_id, readonly=True) as blob:
-                if len(blob) != len(out):
-                    raise ValueError(
-                        f"segment {segment_id} {column}: {len(blob)} bytes, expected {len(out)}"
-                    )
-                for start in range(0, len(out), BLOB_CHUNK):
-                    piece = blob.read(BLOB_CHUNK)
-                    out[start : start + len(piece)] = piece
-
     def read_segments(
         self,
         conn: sqlite3.Connection,
@@ -265,12 +249,23 @@ class Database:
         ids: Ids,
         vectors: Vectors,
     ) -> None:
-        """Each segment with ``read_segment`` (blob reads in process: no round trips)."""
-        start = 0
+        """Copy each segment's blobs straight into its rows of ``ids`` and ``vectors``
+        with incremental blob I/O: one copy out of the database, no intermediate
+        ``bytes`` (blob reads in process: no round trips)."""
+        end = 0
         for segment_id, count in segments:
-            end = start + count
-            self.read_segment(conn, segment_id, ids[start:end], vectors[start:end])
-            start = end
+            rows = slice(end, end + count)
+            end += count
+            for column, into in (("ids", ids[rows]), ("vectors", vectors[rows])):
+                out = into.data.cast("B")
+                with conn.blobopen("vector_segments", column, segment_id, readonly=True) as blob:
+                    if len(blob) != len(out):
+                        raise ValueError(
+                            f"segment {segment_id} {column}: {len(blob)} bytes, expected {len(out)}"
+                        )
+                    for start in range(0, len(out), BLOB_CHUNK):
+                        piece = blob.read(BLOB_CHUNK)
+                        out[start : start + len(piece)] = piece
 
     def read_vector_rows(
         self,
@@ -358,7 +353,6 @@ class Database:
                     self._checkpoint_conn.close()
                 self._checkpoint_conn = None
         with self._lock:
-            self._closed = True
             for conn in self._connections:
                 with contextlib.suppress(sqlite3.Error):  # closing is best effort
                     conn.close()
