@@ -52,6 +52,8 @@ K1 = 1.2
 B = 0.75
 MERGE_FRACTION = 8  # tail postings (or dead rows) past 1/8 of the base's: merge
 MIN_MERGE_POSTINGS = 65_536  # a tail smaller than this is never worth a merge
+# Most rows tied with the k-th that ``search(ties=True)`` returns past k (beyond, by id).
+MAX_TIES = 10_000
 # what a vocabulary entry (a stem's str, its int, the dict's slot) and a row map entry
 # (two ints and a slot) cost, as measured by the RSS of indexes built (benchmarks/
 # tenant_caches.py)
@@ -319,11 +321,13 @@ class KeywordIndex:
     # reading -------------------------------------------------------------------
 
     def search(
-        self, query: str, k: int, *, allow: LabelFilter | None = None
+        self, query: str, k: int, *, allow: LabelFilter | None = None, ties: bool = False
     ) -> tuple[IdArray, ScoreArray]:
         """The ``k`` chunk ids with the highest BM25 scores for ``query``'s stems, best
         first (ties by ascending id); rows scoring 0 (no stem in common) are left out.
-        ``allow`` (a filter's verdicts on row labels) is applied before the top ``k``."""
+        ``allow`` (a filter's verdicts on row labels) is applied before the top ``k``.
+        With ``ties``, the rows tied with the ``k``-th follow it (up to ``MAX_TIES``
+        more), so that a caller may break the ties otherwise (by the cosine)."""
         snap = self._snap
         vocabulary = self._vocabulary
         terms = sorted(
@@ -368,7 +372,11 @@ class KeywordIndex:
             cut = np.partition(found, matched.shape[0] - k)[matched.shape[0] - k]
             matched = matched[found >= cut]  # ties at the cut stay, for the id tie-break
         ids, found = snap.ids[matched], scores[matched]
-        order = np.lexsort((ids, -found))[:k]
+        order = np.lexsort((ids, -found))
+        end = k
+        if ties and order.shape[0] > k:  # sorted: the rows tied with the k-th come next
+            end += min(int(np.count_nonzero(found[order[k:]] == found[order[k - 1]])), MAX_TIES)
+        order = order[:end]
         return ids[order], found[order]
 
 

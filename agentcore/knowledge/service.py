@@ -738,7 +738,9 @@ class KnowledgeService:
             return self._hits(ids, scores, scores)
         depth = max(k, HYBRID_DEPTH if mode == "hybrid" else KEYWORD_DEPTH)
         assert self._keywords is not None  # _mode refuses these modes without one
-        keyword_ids, bm25 = self._keywords.get(*self._scope).search(query, depth, allow=within)
+        keyword_ids, bm25 = self._keywords.get(*self._scope).search(
+            query, depth, allow=within, ties=mode == "keyword"
+        )
         if mode == "keyword":
             if min_score is None and keyword_ids.shape[0] > k:
                 # the rows tied with the k-th stay: the cosine breaks ties, then the id

@@ -119,6 +119,20 @@ def test_keyword_ties_are_broken_by_the_cosine_then_the_id(core: AgentCore) -> N
     assert top.source == "b.txt"
 
 
+def test_a_keyword_tie_past_the_candidates_is_broken_by_the_cosine(core: AgentCore) -> None:
+    # 56 rows tied in BM25, more than the 50 keyword candidates a search asks for, the
+    # nearest in cosine written last: it still comes first (the index once cut the tie
+    # by id before the cosine was known)
+    knowledge = core.workspace("acme").knowledge
+    for n in range(55):
+        knowledge.ingest_text(f"f{n:02}.txt", f"alpha zzzz{n:02} qqqq{n:02}")
+    knowledge.ingest_text("best.txt", "alpha alphabet alphanumeric")
+    for k in (1, 50):
+        results = knowledge.search("alpha", mode="keyword", top_k=k).results
+        assert len(results) == k and results[0].source == "best.txt"
+        assert len({r.rank_score for r in results}) == 1
+
+
 def test_the_tail_is_merged_once_it_outgrows_the_base(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(keywords, "MIN_MERGE_POSTINGS", 4)
     index = index_of(TEXTS[:2])

@@ -22,7 +22,7 @@ from agentcore.storage.sql.migrations import statements
 from agentcore.storage.sql.queries import WORKSPACE
 from agentcore.storage.sql.vectors import VectorTables
 
-RESCORE = 4  # candidates PostgreSQL returns per result, re-scored exactly in float32
+RESCORE = 4  # candidates PostgreSQL returns per result, re-scored exactly (in float64)
 
 # Created only when a node opens with ``vector_search = "pgvector"`` (the extension may
 # be absent where nobody asked for it), then kept up to date by every node, and filled
