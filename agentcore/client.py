@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Generic, TypeVar
+from urllib.parse import quote
 
 import httpx
 from httpx_sse import EventSource, ServerSentEvent, aconnect_sse, connect_sse
@@ -44,27 +45,6 @@ from agentcore.schema import (
 from agentcore.webhooks.schedule import parse_retry_after
 
 M = TypeVar("M", bound=BaseModel)
-_BY_STATUS: dict[int, type[errors.AgentCoreError]] = {
-    cls.status: cls
-    for cls in (
-        errors.InvalidRequest,
-        errors.AuthenticationError,
-        errors.PermissionDenied,
-        errors.NotFound,
-        errors.MethodNotAllowed,
-        errors.RequestTimeout,
-        errors.Conflict,
-        errors.PayloadTooLarge,
-        errors.UriTooLong,
-        errors.UnsupportedMediaType,
-        errors.ValidationFailed,
-        errors.RateLimited,
-        errors.HeadersTooLarge,
-        errors.ProviderError,
-        errors.ServiceUnavailable,
-        errors.ProviderTimeout,
-    )
-}
 
 
 @dataclass(frozen=True)
@@ -101,19 +81,19 @@ class _Requests:
 
     @staticmethod
     def get_agent(agent_id: str) -> _Request[Agent]:
-        return _Request(Agent, "GET", f"/agents/{agent_id}")
+        return _Request(Agent, "GET", f"/agents/{_segment(agent_id)}")
 
     @staticmethod
     def update_agent(agent_id: str, fields: dict[str, Any]) -> _Request[Agent]:
-        return _Request(Agent, "PATCH", f"/agents/{agent_id}", {"json": fields})
+        return _Request(Agent, "PATCH", f"/agents/{_segment(agent_id)}", {"json": fields})
 
     @staticmethod
     def agent_action(agent_id: str, action: str) -> _Request[Agent]:
-        return _Request(Agent, "POST", f"/agents/{agent_id}/{action}")
+        return _Request(Agent, "POST", f"/agents/{_segment(agent_id)}/{action}")
 
     @staticmethod
     def archive_agent(agent_id: str) -> _Request[Agent]:
-        return _Request(Agent, "DELETE", f"/agents/{agent_id}")
+        return _Request(Agent, "DELETE", f"/agents/{_segment(agent_id)}")
 
     @staticmethod
     def upload(
@@ -135,12 +115,14 @@ class _Requests:
 
     @staticmethod
     def get_document(document_id: str) -> _Request[Document]:
-        return _Request(Document, "GET", f"/knowledge/documents/{document_id}")
+        return _Request(Document, "GET", f"/knowledge/documents/{_segment(document_id)}")
 
     @staticmethod
     def update_document(document_id: str, metadata: Mapping[str, Any]) -> _Request[Document]:
         body = {"metadata": dict(metadata)}
-        return _Request(Document, "PATCH", f"/knowledge/documents/{document_id}", {"json": body})
+        return _Request(
+            Document, "PATCH", f"/knowledge/documents/{_segment(document_id)}", {"json": body}
+        )
 
     @staticmethod
     def list_documents(params: dict[str, Any]) -> _Request[DocumentList]:
@@ -148,7 +130,7 @@ class _Requests:
 
     @staticmethod
     def delete_document(document_id: str) -> _Request[Deleted]:
-        return _Request(Deleted, "DELETE", f"/knowledge/documents/{document_id}")
+        return _Request(Deleted, "DELETE", f"/knowledge/documents/{_segment(document_id)}")
 
     @staticmethod
     def search(
@@ -184,16 +166,16 @@ class _Requests:
 
     @staticmethod
     def get_conversation(conversation_id: str) -> _Request[Conversation]:
-        return _Request(Conversation, "GET", f"/conversations/{conversation_id}")
+        return _Request(Conversation, "GET", f"/conversations/{_segment(conversation_id)}")
 
     @staticmethod
     def list_messages(conversation_id: str, params: dict[str, Any]) -> _Request[MessageList]:
-        path = f"/conversations/{conversation_id}/messages"
+        path = f"/conversations/{_segment(conversation_id)}/messages"
         return _Request(MessageList, "GET", path, {"params": params})
 
     @staticmethod
     def delete_conversation(conversation_id: str) -> _Request[Deleted]:
-        return _Request(Deleted, "DELETE", f"/conversations/{conversation_id}")
+        return _Request(Deleted, "DELETE", f"/conversations/{_segment(conversation_id)}")
 
     @staticmethod
     def subscribe(url: str, events: list[str]) -> _Request[WebhookSubscriptionWithSecret]:
@@ -208,16 +190,24 @@ class _Requests:
 
     @staticmethod
     def delete_webhook(webhook_id: str) -> _Request[Deleted]:
-        return _Request(Deleted, "DELETE", f"/webhooks/{webhook_id}")
+        return _Request(Deleted, "DELETE", f"/webhooks/{_segment(webhook_id)}")
 
     @staticmethod
     def test_webhook(webhook_id: str) -> _Request[WebhookTestSent]:
-        return _Request(WebhookTestSent, "POST", f"/webhooks/{webhook_id}/test")
+        return _Request(WebhookTestSent, "POST", f"/webhooks/{_segment(webhook_id)}/test")
 
     @staticmethod
     def webhook_deliveries(webhook_id: str, params: dict[str, Any]) -> _Request[DeliveryList]:
-        path = f"/webhooks/{webhook_id}/deliveries"
+        path = f"/webhooks/{_segment(webhook_id)}/deliveries"
         return _Request(DeliveryList, "GET", path, {"params": params})
+
+
+def _segment(resource_id: str) -> str:
+    """An id as one path segment: escaped, so ``../`` in an id cannot name another
+    resource (httpx resolves dot segments); an empty id, ``.`` or ``..`` is refused."""
+    if resource_id in ("", ".", ".."):
+        raise errors.ValidationFailed(f"Not an id: {resource_id!r}.", param="id")
+    return quote(resource_id, safe="")
 
 
 def _http_options(base_url: str, api_key: str, timeout: float) -> dict[str, Any]:
@@ -229,7 +219,7 @@ def _http_options(base_url: str, api_key: str, timeout: float) -> dict[str, Any]
 
 
 def _parse(request: _Request[M], response: httpx.Response) -> M:
-    if response.status_code >= 400:
+    if not 200 <= response.status_code < 300:  # a redirect is no answer either
         raise _error(response)
     # what the server returns is what it stored: values older versions accepted included
     return request.model.model_validate_json(response.content, context=STORED)
@@ -809,7 +799,7 @@ def _problem_error(
     """The ``agentcore.errors`` class for ``status``, carrying the problem's members and
     the facts its headers state: ``retry_after`` of a 429 or 503 (``Retry-After``), the
     ``allowed`` methods of a 405 (``Allow``)."""
-    cls = _BY_STATUS.get(status, errors.AgentCoreError)
+    cls = errors.error_class(status, problem.get("code"))
     facts: dict[str, Any] = {}
     if headers is not None:
         if cls is errors.RateLimited or cls is errors.ServiceUnavailable:

@@ -353,13 +353,17 @@ def error_from_problem(problem: Problem) -> AgentCoreError:
 
 
 def error_of(status: int, code: str, detail: str, param: str | None) -> AgentCoreError:
-    """The error with these fields: of the class whose default code is ``code``, else
-    the first with ``status`` (``AgentCoreError`` itself for an unknown one)."""
+    """The error with these fields, of the class ``error_class`` names."""
+    return error_class(status, code)(detail, code=code, param=param)
+
+
+def error_class(status: int, code: str | None) -> type[AgentCoreError]:
+    """The class whose default code is ``code``, else the first with ``status``
+    (``AgentCoreError`` itself for an unknown one): a 504 ``deadline_exceeded`` is a
+    ``DeadlineExceeded``, not the ``ProviderTimeout`` its status alone would name."""
     classes = _error_classes()
-    cls = next((c for c in classes if c.default_code == code), None)
-    if cls is None:
-        cls = next((c for c in classes if c.status == status), AgentCoreError)
-    return cls(detail, code=code, param=param)
+    cls = next((c for c in classes if code is not None and c.default_code == code), None)
+    return cls or next((c for c in classes if c.status == status), AgentCoreError)
 
 
 def _error_classes() -> list[type[AgentCoreError]]:

@@ -2,10 +2,23 @@
 
 from __future__ import annotations
 
+import threading
+from pathlib import Path
+
 import pytest
 from conftest import Keys, ServerThread
+from helpers import Recorder, core_with
 
-from agentcore import AgentCore, Client, Conflict, NotFound, PermissionDenied, ValidationFailed
+from agentcore import (
+    AgentCore,
+    Client,
+    Conflict,
+    DeadlineExceeded,
+    NotFound,
+    PermissionDenied,
+    ValidationFailed,
+)
+from agentcore.chat_models import ChatRequest, ChatResult
 from agentcore_starlette import create_app
 
 
@@ -52,3 +65,47 @@ def test_client_raises_the_core_errors(core: AgentCore, keys: Keys) -> None:
             assert invalid.value.param == "top_k"
         with Client(server.url, read) as client, pytest.raises(PermissionDenied):
             client.create_agent(name="B")
+
+
+@pytest.mark.slow
+def test_an_id_is_one_path_segment(core: AgentCore, keys: Keys) -> None:
+    # an id with "../" once named another route: delete_conversation("../knowledge/
+    # documents/<id>") deleted the document; an empty id met a redirect, and the client
+    # parsed its empty body (a pydantic error)
+    ws = core.workspace("acme", "test")
+    document = ws.knowledge.ingest_text("keep.md", "This document must stay.")
+    with ServerThread(create_app(core)) as server, Client(server.url, keys.make().secret) as c:
+        with pytest.raises(NotFound):
+            c.delete_conversation("../knowledge/documents/" + document.id)
+        with pytest.raises(NotFound):
+            c.get_agent("a/b")
+        for bad in ("", ".", ".."):
+            with pytest.raises(ValidationFailed):
+                c.get_document(bad)
+    assert [d.id for d in ws.knowledge.list().documents] == [document.id]
+
+
+@pytest.mark.slow
+def test_an_error_is_raised_as_the_class_of_its_code(tmp_path: Path) -> None:
+    # a 504 deadline_exceeded is a DeadlineExceeded (its status alone names the
+    # ProviderTimeout of a model that did not answer)
+    release = threading.Event()
+
+    def held(request: ChatRequest) -> ChatResult:
+        release.wait(10)
+        return ChatResult(text="late")
+
+    core = core_with(tmp_path, Recorder("held", held), model_timeout=20)
+    core.create_organization("acme")
+    key = core.keys.create("acme", "test").secret
+    agent = core.workspace("acme", "test").agents.create(name="H", model="held")
+    try:
+        app = create_app(core, request_deadline=0.5)
+        with ServerThread(app) as server, Client(server.url, key) as client:
+            with pytest.raises(DeadlineExceeded) as raised:
+                client.chat(agent.id, "hello?")
+            release.set()  # the abandoned model call ends before the server stops
+            assert raised.value.code == "deadline_exceeded"
+    finally:
+        release.set()
+        core.close()
