@@ -15,7 +15,14 @@ from datetime import UTC, datetime
 
 from fpdf import FPDF
 
-__all__ = ["filler", "make_drawing_pdf", "make_encrypted_pdf", "make_pdf", "make_pdf_bomb"]
+__all__ = [
+    "filler",
+    "make_drawing_pdf",
+    "make_encrypted_pdf",
+    "make_pdf",
+    "make_pdf_bomb",
+    "make_stream_pdf",
+]
 
 
 def _new_pdf() -> FPDF:
@@ -153,6 +160,33 @@ def make_pdf_bomb(pages: int = 4_999, text_bytes: int = 4_000_000, seed: int = 7
     page = f"<< /Type /Page /Parent 2 0 R /Contents {content} 0 R >>".encode()
     objects += [page] * pages
     out = bytearray(b"%PDF-1.4\n%\xe2\xe3\xcf\xd3\n")
+    offsets = []
+    for number, body in enumerate(objects, start=1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n" % number + body + b"\nendobj\n"
+    xref = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
+    out += b"".join(b"%010d 00000 n \n" % offset for offset in offsets)
+    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (
+        len(objects) + 1,
+        xref,
+    )
+    return bytes(out)
+
+
+def make_stream_pdf(content: bytes) -> bytes:
+    """One page whose content stream is ``content`` (Flate-compressed, so a stream of
+    tens of MB is a small file): for the parser's and the worker's limits."""
+    packed = zlib.compress(content, 9)
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [4 0 R] /Count 1 /MediaBox [0 0 612 792]"
+        b" /Resources << /Font << /F1 3 0 R >> >> >>",
+        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+        b"<< /Type /Page /Parent 2 0 R /Contents 5 0 R >>",
+        b"<< /Length %d /Filter /FlateDecode >>\nstream\n" % len(packed) + packed + b"\nendstream",
+    ]
+    out = bytearray(b"%PDF-1.4\n")
     offsets = []
     for number, body in enumerate(objects, start=1):
         offsets.append(len(out))

@@ -250,15 +250,26 @@ def _pdf_pages(
 ) -> list[str]:
     # Imported here: a host that never ingests PDFs does not pay for pypdf.
     from pypdf import PasswordType, PdfReader
+    from pypdf.errors import LimitReachedError
 
     invalid = ValidationFailed(
         "The file is not a readable PDF (corrupt or truncated).",
         code="invalid_pdf",
         param="file",
     )
+    # pypdf's own bounds (tokens per stream, objects, ...): a size limit, not corruption
+    too_large = PayloadTooLarge(
+        "The PDF holds more than the parser reads (too many operators or objects in a stream).",
+        code="too_large",
+        param="file",
+    )
     try:
         reader = PdfReader(io.BytesIO(data), strict=False)
         encrypted = reader.is_encrypted
+    except MemoryError:
+        raise  # the worker's memory limit, not a corrupt file: it reports a 413
+    except LimitReachedError:
+        raise too_large from None
     except Exception:
         raise invalid from None
     if encrypted:
@@ -274,6 +285,10 @@ def _pdf_pages(
             )
     try:
         count = len(reader.pages)
+    except MemoryError:
+        raise
+    except LimitReachedError:
+        raise too_large from None
     except Exception:
         raise invalid from None
     if count > max_pages:
@@ -300,6 +315,10 @@ def _pdf_pages(
                 code="too_large",
                 param="file",
             ) from None
+        except MemoryError:
+            raise  # the worker's memory limit: it is replaced, and the upload is a 413
+        except LimitReachedError:
+            raise too_large from None
         except Exception:
             raise ValidationFailed(
                 f"Page {number + 1} of the PDF could not be read (corrupt content).",

@@ -26,6 +26,7 @@ replaces a worker whose resident memory grew, which returns that memory to the s
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 import subprocess
 import sys
@@ -157,6 +158,10 @@ class WorkerProcess:
                 [sys.executable, "-c", _BOOT, str(theirs.fileno())],
                 pass_fds=[theirs.fileno()],
                 stdin=subprocess.DEVNULL,
+                # one malloc arena: under a small address-space limit, glibc's try at a
+                # new 64 MiB arena per thread failed, and the worker crawled at full CPU
+                # until its job's time-out instead of failing its allocation at once
+                env={**os.environ, "MALLOC_ARENA_MAX": "1"},
             )
         except OSError as exc:  # out of processes or memory
             self._conn.close()

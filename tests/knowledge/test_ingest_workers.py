@@ -22,7 +22,7 @@ import numpy.typing as npt
 import pytest
 from helpers import open_seen, seen, wait_for
 from ingest_plugins import MisbehavingEmbedder
-from pdfs import filler, make_pdf, make_pdf_bomb
+from pdfs import filler, make_pdf, make_pdf_bomb, make_stream_pdf
 
 import agentcore
 from agentcore import AgentCore, Cancellation, DeadlineExceeded, PayloadTooLarge
@@ -219,6 +219,48 @@ def test_a_pdf_bomb_fails_quickly_in_a_worker(tmp_path: Path) -> None:
         with pytest.raises(PayloadTooLarge):
             ws.knowledge.ingest_file(make_pdf_bomb(), filename="bomb.pdf", wait=True)
         assert [d.id for d in ws.knowledge.list().documents] == [queued.id]
+
+
+@pytest.mark.parametrize(
+    ("content", "memory_mb"),
+    [
+        # one 70 MB string: past a 64 MiB worker's memory (once a 422 "corrupt content":
+        # the parser's MemoryError was taken for a bad file, and the worker was reused)
+        (b"BT /F1 9 Tf 20 780 Td (" + b"A" * 70_000_000 + b") Tj ET\n", 64),
+        # 330k drawing operators on one page: pypdf's own token limit, not corruption
+        (b"BT /F1 9 Tf 20 780 Td (hi) Tj ET\n" + b"1 0 0 1 0 0 cm\n" * 330_000, 2048),
+    ],
+    ids=["memory", "parser-limit"],
+)
+def test_a_pdf_past_a_limit_fails_too_large_not_invalid(
+    tmp_path: Path, content: bytes, memory_mb: int
+) -> None:
+    with started(tmp_path / "a.db", ingest_workers=1, ingest_worker_memory_mb=memory_mb) as (
+        core,
+        ws,
+    ):
+        data = make_stream_pdf(content)
+        queued = ws.knowledge.ingest_file(data, filename="big.pdf", wait=False)
+        failed = settled(core, queued.id)
+        assert failed.last_error is not None
+        assert (failed.last_error.code, failed.last_error.status) == ("too_large", 413)
+        if memory_mb == 64:  # the worker whose heap ran out is not reused
+            pool = core.ingestion_jobs.pool
+            assert pool is not None
+            wait_for(lambda: seen(core)["ingest.worker_start"] >= 1)
+            assert len(pool.idle_pids()) == 0
+
+
+def test_a_pdf_bomb_fails_too_large_at_the_smallest_memory_limit(tmp_path: Path) -> None:
+    # at 64 MiB the bomb once crawled at full CPU until the job's time-out (glibc tried
+    # to make a 64 MiB malloc arena under the limit): one arena, and it fails at once
+    with started(
+        tmp_path / "a.db", ingest_workers=1, ingest_worker_memory_mb=64, ingest_job_timeout=60
+    ) as (core, ws):
+        queued = ws.knowledge.ingest_file(make_pdf_bomb(), filename="bomb.pdf", wait=False)
+        failed = settled(core, queued.id)
+        assert failed.last_error is not None
+        assert failed.last_error.code == "too_large"  # not deadline_exceeded
 
 
 # waiting, deleting, stopping --------------------------------------------------------------
