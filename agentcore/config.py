@@ -89,6 +89,14 @@ def export_to_children(database: str, **settings: str) -> None:
 WEBHOOK_KEY_BYTES = 32  # AES-256: the size of each ``webhook_secret_key``
 
 
+def worker_environment() -> dict[str, str]:
+    """The environment of an ingestion worker process: this one's, with one malloc arena
+    (``MALLOC_ARENA_MAX=1``). Under a small address-space limit, glibc's try at a new
+    64 MiB arena per thread failed, and the worker crawled at full CPU until its job's
+    time-out instead of failing its allocation at once."""
+    return {**os.environ, "MALLOC_ARENA_MAX": "1"}
+
+
 def parse_keys(value: str) -> list[bytes]:
     """The AES keys of a ``webhook_secret_key`` value: comma-separated base64 (standard
     or URL-safe) of 32 bytes each, the sealing key first. ``ValueError`` (never echoing

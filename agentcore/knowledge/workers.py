@@ -26,7 +26,6 @@ replaces a worker whose resident memory grew, which returns that memory to the s
 from __future__ import annotations
 
 import contextlib
-import os
 import socket
 import subprocess
 import sys
@@ -37,6 +36,7 @@ from multiprocessing.connection import Connection, wait
 from typing import TYPE_CHECKING, Protocol
 
 from agentcore.cancellation import Cancellation
+from agentcore.config import worker_environment
 from agentcore.events import Event
 from agentcore.redact import get_logger
 from agentcore.runtime import Observer, unobserved
@@ -158,10 +158,7 @@ class WorkerProcess:
                 [sys.executable, "-c", _BOOT, str(theirs.fileno())],
                 pass_fds=[theirs.fileno()],
                 stdin=subprocess.DEVNULL,
-                # one malloc arena: under a small address-space limit, glibc's try at a
-                # new 64 MiB arena per thread failed, and the worker crawled at full CPU
-                # until its job's time-out instead of failing its allocation at once
-                env={**os.environ, "MALLOC_ARENA_MAX": "1"},
+                env=worker_environment(),  # one malloc arena (see there)
             )
         except OSError as exc:  # out of processes or memory
             self._conn.close()
