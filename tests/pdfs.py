@@ -146,8 +146,20 @@ def make_pdf_bomb(pages: int = 4_999, text_bytes: int = 4_000_000, seed: int = 7
         lines.append(line)
         size += len(line) + 1
     lines.append(b"ET")
-    stream = zlib.compress(b"\n".join(lines), 9)
-    font, content, first_page = 3, 4, 5
+    return _stream_pdf(b"\n".join(lines), pages)
+
+
+def make_stream_pdf(content: bytes) -> bytes:
+    """One page whose content stream is ``content`` (Flate-compressed, so a stream of
+    tens of MB is a small file): for the parser's and the worker's limits."""
+    return _stream_pdf(content, 1)
+
+
+def _stream_pdf(content: bytes, pages: int) -> bytes:
+    """A hand-written PDF (no library) of ``pages`` pages that all show one
+    Flate-compressed content stream, ``content``, in Helvetica."""
+    stream = zlib.compress(content, 9)
+    font, contents, first_page = 3, 4, 5
     kids = " ".join(f"{first_page + n} 0 R" for n in range(pages))
     objects = [
         b"<< /Type /Catalog /Pages 2 0 R >>",
@@ -157,36 +169,9 @@ def make_pdf_bomb(pages: int = 4_999, text_bytes: int = 4_000_000, seed: int = 7
         b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
         b"<< /Length %d /Filter /FlateDecode >>\nstream\n" % len(stream) + stream + b"\nendstream",
     ]
-    page = f"<< /Type /Page /Parent 2 0 R /Contents {content} 0 R >>".encode()
+    page = f"<< /Type /Page /Parent 2 0 R /Contents {contents} 0 R >>".encode()
     objects += [page] * pages
     out = bytearray(b"%PDF-1.4\n%\xe2\xe3\xcf\xd3\n")
-    offsets = []
-    for number, body in enumerate(objects, start=1):
-        offsets.append(len(out))
-        out += b"%d 0 obj\n" % number + body + b"\nendobj\n"
-    xref = len(out)
-    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
-    out += b"".join(b"%010d 00000 n \n" % offset for offset in offsets)
-    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (
-        len(objects) + 1,
-        xref,
-    )
-    return bytes(out)
-
-
-def make_stream_pdf(content: bytes) -> bytes:
-    """One page whose content stream is ``content`` (Flate-compressed, so a stream of
-    tens of MB is a small file): for the parser's and the worker's limits."""
-    packed = zlib.compress(content, 9)
-    objects = [
-        b"<< /Type /Catalog /Pages 2 0 R >>",
-        b"<< /Type /Pages /Kids [4 0 R] /Count 1 /MediaBox [0 0 612 792]"
-        b" /Resources << /Font << /F1 3 0 R >> >> >>",
-        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
-        b"<< /Type /Page /Parent 2 0 R /Contents 5 0 R >>",
-        b"<< /Length %d /Filter /FlateDecode >>\nstream\n" % len(packed) + packed + b"\nendstream",
-    ]
-    out = bytearray(b"%PDF-1.4\n")
     offsets = []
     for number, body in enumerate(objects, start=1):
         offsets.append(len(out))
