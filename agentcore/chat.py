@@ -729,6 +729,8 @@ def _close_when_done(items: Iterator[str | ChatResult], pending: Future[Any] | N
     """Close a model's iterator now, or when its in-flight ``next`` returns; a ``next``
     still queued (the guard pool busy) is cancelled, so an abandoned turn never calls
     the model later."""
+    if pending is not None:
+        pending.cancel()  # still queued: never runs (done at once); running: no effect
     close = getattr(items, "close", None)
     if close is None:
         return
@@ -739,7 +741,7 @@ def _close_when_done(items: Iterator[str | ChatResult], pending: Future[Any] | N
         except Exception:  # a plugin's cleanup failing must not mask the answer
             log.exception("closing the model stream failed")
 
-    if pending is None or pending.done() or pending.cancel():
+    if pending is None or pending.done():
         quietly()
     else:
         pending.add_done_callback(quietly)
