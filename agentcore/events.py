@@ -58,6 +58,10 @@ EVENT_JSON: dict[str, Any] = {
     "allow_nan": False,
 }
 
+# keys unsorted: the outbox stores the data as JSON first, whose keys are all strings by
+# the time a delivery sorts them (``{1: .., "b": ..}`` is fine)
+_CHECK_JSON = {**EVENT_JSON, "sort_keys": False}
+
 
 def check_data(data: dict[str, Any]) -> None:
     """Refuse event ``data`` that is not JSON (NaN, infinity, objects JSON cannot hold,
@@ -70,9 +74,7 @@ def check_data(data: dict[str, Any]) -> None:
     :raises ValidationFailed: 422 ``invalid_event_data``, ``param="data"``.
     """
     try:
-        # keys unsorted: the outbox stores the data as JSON first, whose keys are all
-        # strings by the time a delivery sorts them (``{1: .., "b": ..}`` is fine)
-        json.dumps(data, **{**EVENT_JSON, "sort_keys": False}).encode("utf-8")
+        json.dumps(data, **_CHECK_JSON).encode("utf-8")
     except (TypeError, ValueError) as exc:
         raise ValidationFailed(
             f"Event data must be JSON (no NaN or infinity): {exc}.",
