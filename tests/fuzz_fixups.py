@@ -10,7 +10,8 @@ A webhook URL must resolve to an allowed address (the receiver here), an upload 
 a parseable file, a tool's ``required`` names must be among its ``properties``, tool
 names must be unique within an agent, no string at any depth of a tool's free-form
 ``parameters`` (or of a Chat Completions request's free-form members) may hold a NUL
-(the declared schema says so for every other string), and the last message of a Chat
+(the declared schema says so for every other string), a tool's nested schemas (a
+property's ``items``, ``then``, ...) must be schemas, and the last message of a Chat
 Completions request is the user's to answer (its only one with a ``conversation_id``).
 ``tests/schemathesis.toml`` holds the one check that does not apply to one operation.
 """
@@ -63,8 +64,29 @@ def fix_positive(case: Any) -> None:
                 names = params.get("properties", {})
                 if isinstance(params.get("required"), list):
                     params["required"] = [n for n in params["required"] if n in names]
+                if not _nested_schemas_valid(params):
+                    # its nested schemas (a property's "then", "items", ...) must be
+                    # schemas too: kept as the properties' names, each any value
+                    tool["parameters"] = {
+                        "type": "object",
+                        "properties": {name: {} for name in names},
+                        "required": params.get("required", []),
+                    }
             unique.setdefault(tool.get("name") if isinstance(tool, dict) else id(tool), tool)
         body["tools"] = list(unique.values())
+
+
+def _nested_schemas_valid(params: dict[str, Any]) -> bool:
+    """Whether a tool's ``parameters`` pass the server's check of its nested schemas."""
+    from pydantic import ValidationError
+
+    from agentcore.schema import ToolDefinition
+
+    try:
+        ToolDefinition.model_validate({"name": "fuzz", "parameters": params})
+    except ValidationError:
+        return False
+    return True
 
 
 def fix_negative(case: Any) -> None:
