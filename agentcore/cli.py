@@ -485,6 +485,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser(pm, settings).parse_args(arguments)
     except SystemExit as exit_:  # --help (0) or a usage error (2, already printed)
         return exit_.code if isinstance(exit_.code, int) else USAGE_ERROR
+    if not args.db.strip():  # SQLite would open a throwaway temporary database
+        say(
+            "--db and AGENTCORE_DB must not be empty: name a SQLite file or a postgresql://"
+            f" URL (unset AGENTCORE_DB for {DEFAULT_DATABASE})"
+        )
+        return USAGE_ERROR
     folder = _missing_folder(args.db)
     if folder is not None:  # refused before anything (a database, its folders) is made
         say(f"the folder of --db does not exist: {folder} (create it first)")

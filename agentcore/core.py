@@ -264,6 +264,7 @@ class AgentCore:
         **overrides: Any,
     ) -> AgentCore:
         """Open a core on ``url``: a SQLite path (default ``:memory:``) or a plugin's URL.
+        An empty ``url`` raises ``ValueError`` (SQLite would make a throwaway database).
 
         Settings (the core's and every plugin's) are read and validated here, before
         the store opens: a bad value or an unknown name raises
@@ -277,6 +278,11 @@ class AgentCore:
         :param overrides: individual ``Settings`` fields, e.g. ``max_top_k=50``, or a
             plugin's as ``<namespace>_<field>``, e.g. ``openai_model="llama3"``.
         """
+        if not str(url).strip():  # SQLite would open a throwaway temporary database
+            raise ValueError(
+                "The store URL is empty: name a SQLite file, ':memory:' or a store URL"
+                " (postgresql://...)."
+            )
         plugins = tuple(plugins)
         pm = make_plugin_manager(plugins, entry_points=entry_points)
         settings = Settings.load(plugin_settings_models(pm), base=settings, **overrides)

@@ -10,7 +10,7 @@ import threading
 import time
 import weakref
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -267,23 +267,29 @@ def api(request: pytest.FixtureRequest, app: Any, keys: Any) -> Any:
 
 
 def start_serve(
-    db: Path, key: str, *, env: dict[str, str] | None = None
+    db: Path,
+    key: str,
+    *,
+    env: dict[str, str] | None = None,
+    extra: Sequence[str] = (),
+    stderr: Path | None = None,
 ) -> tuple[subprocess.Popen[str], str]:
     """A real ``agentcore --db db serve`` once it answers ``key``, and its base URL.
 
     The port is free when picked, but a parallel test may take it before the server
     binds: then this server exits and another port is tried, so a test never talks to
     another test's server (whose answer to our key would be a 401). The caller stops
-    the process. ``env`` defaults to ``cli_env()``.
+    the process. ``env`` defaults to ``cli_env()``; ``extra`` are more ``serve`` options;
+    ``stderr``, a file the server's stderr is appended to.
     """
     from conftest import free_port
 
     for _ in range(5):
         port = free_port()
         process = subprocess.Popen(
-            [*CLI, "--db", str(db), "serve", "--port", str(port)],
+            [*CLI, "--db", str(db), "serve", "--port", str(port), *extra],
             stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL if stderr is None else stderr.open("a"),
             text=True,
             env=cli_env() if env is None else env,
         )

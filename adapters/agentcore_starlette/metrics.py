@@ -10,10 +10,12 @@ every worker's files instead.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Executor
+from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Histogram, multiprocess
 from prometheus_client.exposition import choose_encoder
@@ -126,9 +128,47 @@ def scraped(core: AgentCore, app_registry: CollectorRegistry) -> Collector:
     directory = metrics_multiprocess_dir()
     if directory is None:
         return _Joined([backlog, core.metrics.registry, app_registry])
-    files = CollectorRegistry()
-    multiprocess.MultiProcessCollector(files, path=directory)  # type: ignore[no-untyped-call]
-    return _Joined([backlog, files])
+    return _Joined([backlog, _Files(directory)])
+
+
+class _Files(Collector):
+    """Every process's metric files in the multiprocess ``directory``, read after the
+    live gauges of processes that are gone are dropped (``forget_dead_processes``)."""
+
+    def __init__(self, directory: str) -> None:
+        self._directory = directory
+        self._files = CollectorRegistry()
+        multiprocess.MultiProcessCollector(self._files, path=directory)  # type: ignore[no-untyped-call]
+
+    def collect(self) -> Iterator[Metric]:
+        forget_dead_processes(self._directory)
+        yield from self._files.collect()
+
+
+def forget_dead_processes(directory: str) -> None:
+    """Drop the live gauges (``livesum`` ...) of every process that wrote them in
+    ``directory`` and is no longer running, so the sums count only live processes.
+
+    A worker that stops gracefully drops its own (``forget_this_process``); one that was
+    killed, or a CLI command run with ``PROMETHEUS_MULTIPROC_DIR`` set, cannot. Their
+    counters and histograms stay: what they counted happened.
+    """
+    for path in Path(directory).glob("gauge_live*_*.db"):
+        pid = path.stem.rpartition("_")[2]
+        if pid.isdigit() and not _running(int(pid)):
+            # another worker's scrape may be removing the same files
+            with contextlib.suppress(FileNotFoundError):
+                multiprocess.mark_process_dead(int(pid), directory)  # type: ignore[no-untyped-call]
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)  # no signal: only whether the process exists
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 def metrics_route(collector: Collector, pool: Executor) -> Route:

@@ -27,7 +27,7 @@ import argparse
 import contextlib
 import copy
 import functools
-import logging
+import os
 import shutil
 import signal
 import socket
@@ -39,6 +39,8 @@ from typing import Any
 import uvicorn
 import uvicorn.config
 from starlette.applications import Starlette
+from uvicorn.config import STARTUP_FAILURE
+from uvicorn.supervisors import Multiprocess
 
 from agentcore import AgentCore
 from agentcore.cli import START_FAILED, say
@@ -90,25 +92,30 @@ def _reason(error: OSError) -> str:
     return text[:1].lower() + text[1:]
 
 
-def server_options(settings: Settings) -> dict[str, Any]:
+def server_options(settings: Settings, log_level: str = "info") -> dict[str, Any]:
     """uvicorn's settings for the API: the HTTP limits of ``settings`` and the logging.
 
     - ``http``: httptools' parser with a bounded, timed head (``HeadGuard``:
       ``max_url_bytes``, ``max_header_bytes``, ``header_timeout``);
     - ``limit_concurrency``: ``max_connections`` (a request beyond gets uvicorn's 503);
     - ``timeout_keep_alive``: ``keep_alive_timeout``;
-    - ``log_config``: ``serve_log_config()``.
+    - ``log_config``: ``serve_log_config(log_level)``.
     """
     return {
         "http": functools.partial(HeadGuard, limits=HeadLimits.of(settings)),
         "limit_concurrency": settings.max_connections,
         "timeout_keep_alive": settings.keep_alive_timeout,
-        "log_config": serve_log_config(),
+        "log_config": serve_log_config(log_level),
     }
 
 
-def serve_log_config() -> dict[str, Any]:
+def serve_log_config(log_level: str = "info") -> dict[str, Any]:
     """uvicorn's logging configuration, plus agentcore's loggers, all redacting secrets.
+
+    agentcore's own records are kept from ``log_level`` up (uvicorn's level names:
+    ``critical`` ... ``debug``, ``trace``); at ``debug`` and ``trace`` other libraries'
+    debug records are kept too. The configuration is applied in every process that
+    serves, the workers of ``serve --workers N`` included.
 
     The access log line holds the query string, where a careless client may put a key
     (the API refuses it, but the line is written anyway): every logger here carries
@@ -123,9 +130,11 @@ def serve_log_config() -> dict[str, Any]:
     config["handlers"]["access"]["class"] = "agentcore_starlette.logs.DeferredStreamHandler"
     config["formatters"]["access"]["()"] = "agentcore_starlette.logs.AccessFormatter"
     loggers: dict[str, dict[str, Any]] = config["loggers"]
-    loggers["agentcore"] = {"handlers": ["default"], "level": "INFO", "propagate": False}
+    level = log_level.upper()  # uvicorn names "TRACE" a level of the logging module
+    loggers["agentcore"] = {"handlers": ["default"], "level": level, "propagate": False}
     # other libraries (httpx sending webhooks, ...) reach the default handler through root
-    config["root"] = {"handlers": ["default"], "level": "WARNING"}
+    verbose = log_level in ("debug", "trace")
+    config["root"] = {"handlers": ["default"], "level": "DEBUG" if verbose else "WARNING"}
     for logger in loggers.values():
         logger["filters"] = ["redact_secrets"]
     for handler in config["handlers"].values():  # also covers records propagated to root
@@ -136,31 +145,34 @@ def serve_log_config() -> dict[str, Any]:
 def run(core: AgentCore, args: argparse.Namespace) -> int:
     """Serve ``core``'s /v1 API with uvicorn until SIGTERM or SIGINT; 0 when stopped,
     ``START_FAILED`` (3) with one line on stderr when the address cannot be bound."""
-    options = server_options(core.settings)
+    options = server_options(core.settings, args.log_level)
     try:
         sock = listening_socket(args.host, args.port)
     except OSError as error:
         say(f"cannot listen on {args.host}:{args.port}: {_reason(error)}")
         return START_FAILED
     if args.workers > 1:
-        sock.close()  # the port is free: uvicorn's supervisor binds it for its workers
         backend = core.settings.rate_limit_backend
         metrics = serves_metrics(core.settings)
         # each process keeps its own indexes: the default budget is the node's, shared
         budget = core.settings.index_cache_budget_of(args.workers)
         core.close()  # the store is migrated; each worker process opens its own core
-        return _serve_workers(args, backend, options, metrics=metrics, index_cache_bytes=budget)
+        with sock:  # uvicorn's supervisor hands the bound socket to its workers
+            return _serve_workers(
+                args, sock, backend, options, metrics=metrics, index_cache_bytes=budget
+            )
+    metrics = serves_metrics(core.settings)
+    given = metrics_multiprocess_dir()
+    if metrics and given is not None:  # the last run's files would be counted as this one's
+        _remove_metric_files(given, keep=os.getpid())
     config = uvicorn.Config(
-        create_app(core, metrics=serves_metrics(core.settings)),
+        create_app(core, metrics=metrics),
         host=args.host,
         port=args.port,
         log_level=args.log_level,
         lifespan="on",
         **options,
     )
-    logging.getLogger("agentcore").setLevel(args.log_level.upper())
-    if args.log_level in ("debug", "trace"):
-        logging.getLogger().setLevel(logging.DEBUG)
     server = uvicorn.Server(config)
     # uvicorn re-raises SIGTERM/SIGINT after its graceful shutdown; this handler makes that
     # a clean exit 0 instead of death by signal or a KeyboardInterrupt traceback
@@ -180,35 +192,44 @@ def _banner(args: argparse.Namespace, workers: str = "") -> str:
 
 def _serve_workers(
     args: argparse.Namespace,
+    sock: socket.socket,
     rate_limit_backend: str,
     options: Any,
     *,
     metrics: bool,
     index_cache_bytes: int,
 ) -> int:
-    """Serve with ``args.workers`` processes on one socket (the store is already migrated).
+    """Serve with ``args.workers`` processes on ``sock`` (the store is already migrated);
+    0 when stopped, ``START_FAILED`` (3) when a worker failed to start.
 
     Each worker opens its own core on the same store from the environment; uvicorn's
     supervisor restarts a worker that dies and, on SIGTERM or SIGINT, stops every
-    worker gracefully (each drains and stops its webhook worker) before returning.
-    With metrics on, the workers share a multiprocess directory (``metrics_directory``).
+    worker gracefully (each drains and stops its webhook worker) before returning. A
+    worker whose start-up fails (its lifespan start-up raised, the store cannot be
+    opened) exits with uvicorn's start-up failure status, and the supervisor then stops
+    the others; ``uvicorn.run`` returns normally then, so the status is read here from
+    the supervisor's processes. With metrics on, the workers share a multiprocess
+    directory (``metrics_directory``).
     """
     # N processes behind one port must share one limit per key, as one process would
     shared = {"rate_limit_backend": "store"} if rate_limit_backend == "auto" else {}
     export_to_children(args.db, index_cache_bytes=str(index_cache_bytes), **shared)
+    config = uvicorn.Config(
+        "agentcore_starlette.serve:app_from_environment",
+        factory=True,
+        workers=args.workers,
+        host=args.host,
+        port=args.port,
+        log_level=args.log_level,
+        lifespan="on",
+        **options,
+    )
     with metrics_directory() if metrics else contextlib.nullcontext():
         print(_banner(args, f" with {args.workers} worker processes"), flush=True)
-        uvicorn.run(
-            "agentcore_starlette.serve:app_from_environment",
-            factory=True,
-            workers=args.workers,
-            host=args.host,
-            port=args.port,
-            log_level=args.log_level,
-            lifespan="on",
-            **options,
-        )
-    return 0
+        supervisor = Multiprocess(config, sockets=[sock])
+        supervisor.run()
+    failed = any(process.exitcode == STARTUP_FAILURE for process in supervisor.processes)
+    return START_FAILED if failed else 0
 
 
 @contextlib.contextmanager
@@ -219,9 +240,7 @@ def metrics_directory() -> Iterator[str]:
     Each worker writes its counters there and the one scraped adds them all up."""
     given = metrics_multiprocess_dir()
     if given is not None:
-        Path(given).mkdir(parents=True, exist_ok=True)
-        for stale in Path(given).glob("*.db"):  # only prometheus-client's own files
-            stale.unlink(missing_ok=True)
+        _remove_metric_files(given)
         yield given
         return
     made = tempfile.mkdtemp(prefix="agentcore-metrics-")
@@ -230,3 +249,13 @@ def metrics_directory() -> Iterator[str]:
         yield made
     finally:
         shutil.rmtree(made, ignore_errors=True)
+
+
+def _remove_metric_files(directory: str, *, keep: int | None = None) -> None:
+    """Make ``directory`` and remove the metric files in it (prometheus-client's own,
+    ``*.db``), but for those of process ``keep`` (this one, whose core has opened its
+    files already and keeps writing them)."""
+    Path(directory).mkdir(parents=True, exist_ok=True)
+    for stale in Path(directory).glob("*.db"):
+        if keep is None or not stale.stem.endswith(f"_{keep}"):
+            stale.unlink(missing_ok=True)

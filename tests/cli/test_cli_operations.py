@@ -4,15 +4,18 @@ missing folder, a busy port, progress on a terminal and in a log, a closed pipe.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import pty
 import select
+import signal
 import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 from helpers import CLI, cli_env, run_cli
 
@@ -118,6 +121,111 @@ def test_serve_on_a_busy_port_says_so_in_one_line_and_exits_3(tmp_path: Path) ->
             assert result.stderr == (
                 f"agentcore: cannot listen on 127.0.0.1:{port}: address already in use\n"
             )
+
+
+@pytest.mark.slow
+def test_an_empty_db_is_refused_in_one_line_and_makes_nothing(tmp_path: Path) -> None:
+    # "" is SQLite's temporary database: init would print keys stored nowhere
+    line = (
+        "agentcore: --db and AGENTCORE_DB must not be empty: name a SQLite file or a"
+        " postgresql:// URL (unset AGENTCORE_DB for ./agentcore.db)\n"
+    )
+    for args in (("init", "--org", "acme"), ("keys", "list", "--org", "acme")):
+        for env_db, argv_db in (("", []), (None, ["--db", ""])):
+            env = cli_env()
+            if env_db is not None:
+                env["AGENTCORE_DB"] = env_db
+            result = subprocess.run(
+                [*CLI, *argv_db, *args],
+                capture_output=True,
+                text=True,
+                env=env,
+                cwd=tmp_path,
+                timeout=60,
+                check=False,
+            )
+            assert (result.returncode, result.stdout, result.stderr) == (2, "", line)
+    assert list(tmp_path.iterdir()) == []
+
+
+def _failing_plugin(folder: Path) -> dict[str, str]:
+    """An installed plugin (an entry point in ``folder``) whose ``agentcore_startup``
+    raises, and the CLI environment that finds it."""
+    folder.mkdir()
+    (folder / "failing_startup.py").write_text(
+        "import agentcore\n"
+        "@agentcore.hookimpl\n"
+        "def agentcore_startup(core):\n"
+        "    raise RuntimeError('the model server is down')\n"
+    )
+    info = folder / "failing_startup-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: failing-startup\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[agentcore]\nfailing = failing_startup\n")
+    env = cli_env()
+    env["PYTHONPATH"] = os.pathsep.join([str(folder), env.get("PYTHONPATH", "")])
+    return env
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_serve_whose_start_up_fails_exits_3(tmp_path: Path, workers: str) -> None:
+    """A worker whose start-up fails stops serve with 3, with one worker or several
+    (uvicorn's supervisor stops the others and returns normally)."""
+    from conftest import free_port
+
+    env = _failing_plugin(tmp_path / "plugin")
+    argv = [*CLI, "--db", str(tmp_path / "a.db"), "serve", "--port", str(free_port())]
+    result = subprocess.run(
+        [*argv, "--workers", workers],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 3, result
+    assert "the model server is down" in result.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("level", ["info", "warning"])
+def test_serve_workers_keep_agentcore_records_from_the_log_level(
+    tmp_path: Path, level: str
+) -> None:
+    """``--log-level`` applies to agentcore's records in uvicorn's workers too. An INFO
+    record: an ingestion worker replaced after it grew past the recycle size."""
+    from helpers import start_serve
+
+    db = tmp_path / "log.db"
+    env = {**cli_env(), "AGENTCORE_INGEST_WORKER_RECYCLE_MB": "1"}
+    made = subprocess.run(
+        [*CLI, "--db", str(db), "init", "--org", "acme", "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=True,
+    )
+    key = json.loads(made.stdout)["keys"][0]["secret"]
+    log = tmp_path / "serve.err"
+    process, url = start_serve(
+        db, key, env=env, extra=("--workers", "2", "--log-level", level), stderr=log
+    )
+    try:
+        text = " ".join(f"word{i} lorem ipsum dolor sit amet." for i in range(5000))
+        answer = httpx.post(
+            f"{url}/v1/knowledge/documents",
+            json={"source": "big.md", "text": text},
+            headers={"Authorization": f"Bearer {key}"},
+            timeout=60,
+        )
+        assert answer.status_code == 201, answer.text
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=60) == 0
+    replaced = [line for line in log.read_text().splitlines() if "grew by" in line]
+    assert len(replaced) == (1 if level == "info" else 0), log.read_text()
 
 
 @pytest.mark.slow

@@ -118,6 +118,15 @@ def test_unhandled_scheme_is_a_clear_error() -> None:
         AgentCore.open("mysql://nowhere/db")
 
 
+def test_an_empty_store_url_is_refused_not_a_temporary_database() -> None:
+    # SQLite opens a throwaway temporary database for "": the data would be lost
+    for url in ("", "  ", "sqlite:///"):
+        with pytest.raises(ValueError, match="empty|No store plugin"):
+            AgentCore.open(url)
+    with AgentCore.open(":memory:") as core:  # the in-memory store stays allowed
+        assert core.store.db.memory
+
+
 def test_plugin_given_by_module_name(tmp_path: Path, monkeypatch) -> None:
     (tmp_path / "acme_kinds_plugin.py").write_text(
         "from agentcore import hookimpl\n"

@@ -5,6 +5,7 @@ does not answer, and ``agentcore serve`` (on by default, off by setting, summed 
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import subprocess
@@ -270,3 +271,108 @@ def test_serve_workers_sum_every_workers_requests(tmp_path: Path) -> None:
         _stop(process)
     # a worker that stopped cleanly drops its live gauges
     assert not list(directory.glob("gauge_livesum_*.db"))
+
+
+def _pids(directory: Path, pattern: str) -> set[int]:
+    return {int(path.stem.rpartition("_")[2]) for path in directory.glob(pattern)}
+
+
+@pytest.mark.slow
+def test_serve_workers_drop_the_live_gauges_of_a_killed_worker(tmp_path: Path) -> None:
+    """A worker killed (no graceful stop) no longer counts in the live gauges once it
+    is gone; what it counted (requests) still does."""
+    db = tmp_path / "killed.db"
+    directory = tmp_path / "prometheus"
+    port = free_port()
+    env = {**cli_env(), "PROMETHEUS_MULTIPROC_DIR": str(directory)}
+    process = _serve(db, port, "--workers", "2", env=env)
+    url = f"http://127.0.0.1:{port}"
+
+    def served() -> set[int]:
+        """The processes that timed a request (and then set their gauges)."""
+        return {
+            int(path.stem.rpartition("_")[2])
+            for path in directory.glob("histogram_*.db")
+            if b"/v1/openapi.json" in path.read_bytes()
+        }
+
+    def until_served_by(count: int) -> int:
+        """Requests on new connections until ``count`` processes answered some."""
+        sent = 0
+        while len(served()) < count:
+            assert sent < 2000, "one worker took every connection"
+            with httpx.Client(base_url=url) as fresh:
+                assert fresh.get("/v1/openapi.json").status_code == 200
+            sent += 1
+            time.sleep(0.01)
+        time.sleep(0.5)  # each sets its gauges after its answer
+        return sent
+
+    def scrape() -> dict[Any, float]:
+        with httpx.Client(base_url=url) as fresh:
+            return samples(fresh.get("/metrics").text)
+
+    try:
+        _wait_up(process, url)
+        sent = until_served_by(2)
+        both = value(scrape(), "agentcore_index_budget_bytes")  # two workers' budgets
+        victim = max(served())
+        os.kill(victim, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while Path(f"/proc/{victim}").exists():  # until the supervisor reaped it
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        sent += until_served_by(3)  # the replacement's files beside the dead one's
+        got = scrape()
+        assert value(got, "agentcore_index_budget_bytes") == both  # not three workers'
+        assert victim not in _pids(directory, "gauge_live*_*.db")
+        counted = value(
+            got,
+            "agentcore_http_request_duration_seconds_count",
+            method="GET",
+            route="/v1/openapi.json",
+            status="200",
+        )
+        assert counted == sent  # the killed worker's requests too
+    finally:
+        _stop(process)
+
+
+@pytest.mark.slow
+def test_serve_in_one_process_starts_its_multiprocess_directory_empty(tmp_path: Path) -> None:
+    """One process with ``PROMETHEUS_MULTIPROC_DIR`` set: each run counts its own
+    requests, not the last run's, and a CLI command's live gauges are not counted."""
+    db = tmp_path / "single.db"
+    directory = tmp_path / "prometheus"
+    directory.mkdir()
+    env = {**cli_env(), "PROMETHEUS_MULTIPROC_DIR": str(directory)}
+    subprocess.run(
+        [*CLI, "--db", str(db), "init", "--org", "acme"], env=env, check=True, capture_output=True
+    )
+    for _ in range(2):
+        port = free_port()
+        process = _serve(db, port, env=env)
+        url = f"http://127.0.0.1:{port}"
+        try:
+            _wait_up(process, url)
+            for _ in range(3):
+                assert httpx.get(f"{url}/v1/openapi.json").status_code == 200
+            # a command run meanwhile writes live gauges and exits without dropping them
+            subprocess.run(
+                [*CLI, "--db", str(db), "keys", "list", "--org", "acme"],
+                env=env,
+                check=True,
+                capture_output=True,
+            )
+            got = samples(httpx.get(f"{url}/metrics").text)
+            counted = value(
+                got,
+                "agentcore_http_request_duration_seconds_count",
+                method="GET",
+                route="/v1/openapi.json",
+                status="200",
+            )
+            assert counted == 3
+            assert _pids(directory, "gauge_live*_*.db") == {process.pid}
+        finally:
+            _stop(process)

@@ -51,7 +51,10 @@ class SQLiteStore(SQLStore, ReopenableStore, Checkpointing):
 
 
 def path_for_url(url: str) -> str | None:
-    """The SQLite path a store URL names, or ``None`` if the URL is for another store."""
+    """The SQLite path a store URL names, or ``None`` if the URL is for another store
+    or names no path (``""``, ``sqlite:///``: SQLite would open a temporary database)."""
+    if url in ("", "sqlite:///"):
+        return None
     if url == ":memory:" or url == "sqlite://" or url == "sqlite:///:memory:":
         return ":memory:"
     if url.startswith("sqlite:///"):
