@@ -9,7 +9,7 @@ import hashlib
 import json
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Hashable, Sequence
 from typing import Any, Literal
 
 from prometheus_client import CollectorRegistry
@@ -30,6 +30,7 @@ from agentcore.chat import ChatStream
 from agentcore.config import Settings, metrics_multiprocess_dir
 from agentcore.core import AgentCore
 from agentcore.errors import (
+    AgentCoreError,
     InvalidRequest,
     NotFound,
     PayloadTooLarge,
@@ -156,6 +157,11 @@ class Api:
         self.runs_lock = threading.Lock()
         self.sweep_runs = Sweeper(ESTIMATES_SWEPT_PAST)
         self.clock: Callable[[], float] = time.perf_counter  # what run times are read from
+        # quick calls waiting for their batch's run (route.batch), by loop, route and batch
+        # key; an entry lives for one turn of its loop (popped by the run it scheduled)
+        self.batches: dict[
+            tuple[asyncio.AbstractEventLoop, str, Hashable], list[tuple[Call, asyncio.Future[Any]]]
+        ] = {}
 
     def endpoint(self, route: ApiRoute) -> Callable[[Request], Any]:
         """The Starlette endpoint running ``route``."""
@@ -184,6 +190,9 @@ class Api:
                 if not route.blocking:
                     return _json(route, route.handler(call), limits)
                 if self._quick(route, call):  # headers as for the thread: see below
+                    group = None if route.batch_key is None else route.batch_key(call)
+                    if group is not None:
+                        return _json(route, await self._batched(route, group, call), limits)
                     return _json(route, self._run_timed(route, call), limits)
                 return await self._run_blocking(route, call, request, limits)
 
@@ -254,6 +263,73 @@ class Api:
         ws = call.workspace
         recent = self.runs.get((route.operation_id, ws.organization_id, ws.environment))
         return recent is not None and recent.median <= budget and route.quick_when(call)
+
+    async def _batched(self, route: ApiRoute, group: Hashable, call: Call) -> Any:
+        """The result of ``call``, run together with the calls of the same ``group``
+        (``route.batch_key``) that reach the loop in the same turn.
+
+        The first of them schedules the run for the loop's next turn, after the
+        request tasks already due (requests read with it) have joined. One call alone
+        runs as ever; under load, requests arrive while a batch runs, so the next
+        turn finds several.
+        """
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+        key = (loop, route.operation_id, group)  # an app served by two loops: one batch each
+        waiting = self.batches.get(key)
+        if waiting is None:
+            waiting = self.batches[key] = []
+            loop.call_soon(self._run_batch, route, key)
+        waiting.append((call, future))
+        return await future
+
+    def _run_batch(
+        self, route: ApiRoute, key: tuple[asyncio.AbstractEventLoop, str, Hashable]
+    ) -> None:
+        """Settle the futures of the calls waiting under ``key``: by one
+        ``route.batch`` run, or by one run each when they are one, or when the batch
+        fails (so that each call gets its own answer or error)."""
+        assert route.batch is not None
+        live: list[tuple[Call, asyncio.Future[Any]]] = []
+        for call, future in self.batches.pop(key):
+            if future.done():  # its request was cancelled meanwhile
+                continue
+            try:  # a call past its deadline (or its client gone) is not started
+                call.cancellation.check()
+            except AgentCoreError as error:
+                future.set_exception(error)
+                continue
+            live.append((call, future))
+        try:
+            results = None
+            if len(live) > 1:
+                calls = [call for call, _ in live]
+                began = self.clock()
+                try:
+                    results = route.batch(calls)
+                except Exception as error:  # each call alone answers its own error
+                    if not isinstance(error, AgentCoreError):
+                        log.warning(
+                            "%s: a batch failed (%r); its calls run one by one",
+                            route.operation_id,
+                            error,
+                        )
+                else:
+                    each = (self.clock() - began) / len(calls)
+                    self._note(route, calls[0].workspace, began, began + each)
+            for at, (call, future) in enumerate(live):
+                if results is not None:
+                    future.set_result(results[at])
+                    continue
+                try:
+                    future.set_result(self._run_timed(route, call))
+                except Exception as error:
+                    future.set_exception(error)
+        except BaseException as error:  # no request may wait for ever
+            for _, future in live:
+                if not future.done():
+                    future.set_exception(error)
+            raise
 
     def _run_timed(self, route: ApiRoute, call: Call) -> Any:
         """``route.handler(call)``, noting how long it took when the route may run inline.
