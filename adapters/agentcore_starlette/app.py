@@ -78,6 +78,10 @@ ESTIMATES_SWEPT_PAST = 10_000
 ESTIMATE_IDLE_SECONDS = 600.0
 """An estimate not added to for this long is dropped at the next sweep: the workspace's
 next run takes a thread, as its first did, and starts a new estimate."""
+BATCH_MAX = 32
+"""Most calls one batch answers (``Api._batched``): the loop runs a batch without a
+break, so a bound keeps other requests' wait short (32 searches of a 2,000-chunk
+workspace take about 8 ms together)."""
 HANDLER_THREADS = 40
 """Threads running blocking handlers (as many as anyio's default thread limiter)."""
 MULTIPART_OVERHEAD = 64 * 1024
@@ -279,19 +283,26 @@ class Api:
         waiting = self.batches.get(key)
         if waiting is None:
             waiting = self.batches[key] = []
-            loop.call_soon(self._run_batch, route, key)
+            loop.call_soon(self._run_batch, route, key, waiting)
         waiting.append((call, future))
+        if len(waiting) >= BATCH_MAX:  # full: the next call starts another batch
+            del self.batches[key]
         return await future
 
     def _run_batch(
-        self, route: ApiRoute, key: tuple[asyncio.AbstractEventLoop, str, Hashable]
+        self,
+        route: ApiRoute,
+        key: tuple[asyncio.AbstractEventLoop, str, Hashable],
+        waiting: list[tuple[Call, asyncio.Future[Any]]],
     ) -> None:
-        """Settle the futures of the calls waiting under ``key``: by one
+        """Settle the futures of the calls ``waiting`` under ``key``: by one
         ``route.batch`` run, or by one run each when they are one, or when the batch
         fails (so that each call gets its own answer or error)."""
         assert route.batch is not None
+        if self.batches.get(key) is waiting:
+            del self.batches[key]
         live: list[tuple[Call, asyncio.Future[Any]]] = []
-        for call, future in self.batches.pop(key):
+        for call, future in waiting:
             if future.done():  # its request was cancelled meanwhile
                 continue
             try:  # a call past its deadline (or its client gone) is not started

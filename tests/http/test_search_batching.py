@@ -18,6 +18,7 @@ from helpers import cli_env, start_serve
 
 from agentcore import AgentCore
 from agentcore_starlette import create_app
+from agentcore_starlette.app import BATCH_MAX
 
 SEARCH = "/v1/knowledge/search"
 TOPICS = [
@@ -92,8 +93,13 @@ async def asgi_post(app: Any, secret: str, body: dict[str, Any]) -> httpx.Respon
         "server": ("asgi", 80),
     }
     sent: list[dict[str, Any]] = []
+    read = False
 
     async def receive() -> dict[str, Any]:
+        nonlocal read
+        if read:  # the client stays connected: no more messages (none the app waits on)
+            await asyncio.Event().wait()
+        read = True
         return {"type": "http.request", "body": data, "more_body": False}
 
     async def send(message: dict[str, Any]) -> None:
@@ -219,3 +225,24 @@ def test_a_real_server_batches_concurrent_searches(tmp_path: Path) -> None:
     finally:
         process.terminate()
         process.wait(timeout=15)
+
+
+def test_a_batch_holds_at_most_batch_max_calls(db_path: Path) -> None:
+    with AgentCore.open(db_path, start_workers=False, rate_limit_test=1e6) as core:
+        secret = fill(core)
+        app = create_app(core)
+        registry = core.metrics.registry
+
+        async def go() -> None:
+            for query in QUERIES[:3]:  # the first runs on a thread, the next inline
+                await asgi_post(app, secret, {"query": query})
+            many = [{"query": QUERIES[n % len(QUERIES)]} for n in range(BATCH_MAX + 8)]
+            got = await started_together(app, secret, many)
+            assert {answer.status_code for answer in got} == {200}
+            alone = {q: await asgi_post(app, secret, {"query": q}) for q in QUERIES}
+            for body, answer in zip(many, got, strict=True):
+                assert_as_alone(answer, alone[body["query"]])
+
+        asyncio.run(go())
+        assert registry.get_sample_value("agentcore_search_batch_size_count") == 2
+        assert registry.get_sample_value("agentcore_search_batch_size_sum") == BATCH_MAX + 8
