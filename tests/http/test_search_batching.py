@@ -18,7 +18,7 @@ from helpers import cli_env, start_serve
 
 from agentcore import AgentCore
 from agentcore_starlette import create_app
-from agentcore_starlette.app import BATCH_MAX
+from agentcore_starlette.app import BATCH_MAX, BATCH_PROBE_EVERY, LONE_BATCHES
 
 SEARCH = "/v1/knowledge/search"
 TOPICS = [
@@ -246,3 +246,32 @@ def test_a_batch_holds_at_most_batch_max_calls(db_path: Path) -> None:
         asyncio.run(go())
         assert registry.get_sample_value("agentcore_search_batch_size_count") == 2
         assert registry.get_sample_value("agentcore_search_batch_size_sum") == BATCH_MAX + 8
+
+
+def test_lone_calls_stop_waiting_and_company_is_noticed_again(db_path: Path) -> None:
+    with AgentCore.open(db_path, start_workers=False, rate_limit_test=1e6) as core:
+        secret = fill(core)
+        app = create_app(core)
+        registry = core.metrics.registry
+
+        def batched() -> float:
+            return registry.get_sample_value("agentcore_search_batch_size_count") or 0.0
+
+        async def go() -> None:
+            # many lone calls: they stop waiting a turn for company after LONE_BATCHES
+            for n in range(LONE_BATCHES + 3 * BATCH_PROBE_EVERY):
+                await asgi_post(app, secret, {"query": QUERIES[n % len(QUERIES)]})
+            assert batched() == 0
+            # calls arriving together again: within a probe's interval, a call waits and
+            # finds company, and from then on they batch
+            bursts = 0
+            while batched() == 0:
+                bursts += 1
+                assert bursts <= BATCH_PROBE_EVERY, "concurrent calls were never batched"
+                got = await started_together(app, secret, [{"query": q} for q in QUERIES])
+                assert {answer.status_code for answer in got} == {200}
+            before = batched()
+            await started_together(app, secret, [{"query": q} for q in QUERIES])
+            assert batched() == before + 1
+
+        asyncio.run(go())
