@@ -321,9 +321,19 @@ class Api:
             waiting = self.batches[key] = []
             loop.call_soon(self._run_batch, route, key, waiting)
         waiting.append((call, future))
-        if len(waiting) >= BATCH_MAX:  # full: the next call starts another batch
-            del self.batches[key]
+        if len(waiting) >= self._batch_limit(route, call.workspace):
+            del self.batches[key]  # full: the next call starts another batch
         return await future
+
+    def _batch_limit(self, route: ApiRoute, ws: Workspace) -> int:
+        """How many calls one batch of ``route`` in ``ws`` answers: as many as its
+        recent runs (a batch's calls noted at their share of it) say fit in
+        ``inline_budget``, since a batch holds the loop, and other requests wait, until
+        it ends; at least 1 and at most ``BATCH_MAX``."""
+        recent = self.runs.get((route.operation_id, ws.organization_id, ws.environment))
+        if recent is None or recent.median <= 0:
+            return BATCH_MAX
+        return max(1, min(BATCH_MAX, int(self.settings.inline_budget / recent.median)))
 
     def _joins_batch(self, route: ApiRoute, group: Hashable) -> bool:
         """Whether a call of ``group`` waits for a batch: when one is waiting to run,
@@ -345,8 +355,9 @@ class Api:
         waiting: list[tuple[Call, asyncio.Future[Any]]],
     ) -> None:
         """Settle the futures of the calls ``waiting`` under ``key``: by one
-        ``route.batch`` run, or by one run each when they are one, or when the batch
-        fails (so that each call gets its own answer or error)."""
+        ``route.batch`` run; or, when they are one or the batch fails, by one run each,
+        each in a turn of the loop of its own (so that each call gets its own answer or
+        error, and the loop is not held longer than without batches)."""
         assert route.batch is not None
         if self.batches.get(key) is waiting:
             del self.batches[key]
@@ -378,19 +389,33 @@ class Api:
                 else:
                     each = (self.clock() - began) / len(calls)
                     self._note(route, calls[0].workspace, began, began + each)
-            for at, (call, future) in enumerate(live):
-                if results is not None:
-                    future.set_result(results[at])
-                    continue
-                try:
-                    future.set_result(self._run_timed(route, call))
-                except Exception as error:
-                    future.set_exception(error)
+            if results is not None:
+                for (_, future), result in zip(live, results, strict=True):
+                    future.set_result(result)
+                return
         except BaseException as error:  # no request may wait for ever
             for _, future in live:
                 if not future.done():
                     future.set_exception(error)
             raise
+        if len(live) == 1:
+            self._run_one(route, *live[0])
+            return
+        for call, future in live:  # each in a turn of its own, as without batches
+            asyncio.get_running_loop().call_soon(self._run_one, route, call, future)
+
+    def _run_one(self, route: ApiRoute, call: Call, future: asyncio.Future[Any]) -> None:
+        """Settle ``future`` with the result (or error) of ``call`` run alone."""
+        if future.done():  # its request was cancelled meanwhile
+            return
+        try:
+            result = self._run_timed(route, call)
+        except BaseException as error:  # its request answers it; no request waits for ever
+            future.set_exception(error)
+            if not isinstance(error, Exception):
+                raise
+        else:
+            future.set_result(result)
 
     def _run_timed(self, route: ApiRoute, call: Call) -> Any:
         """``route.handler(call)``, noting how long it took when the route may run inline.

@@ -61,6 +61,11 @@ if TYPE_CHECKING:
     from agentcore.workspace import Workspace
 
 SEARCH_MODES: tuple[str, ...] = get_args(SearchMode)
+QUERIES_AT_ONCE = 64
+"""Most queries ``search_many`` scores together (more gain little, and cost memory)."""
+IDS_AT_ONCE = 6_400
+"""Most hits whose chunks ``search_many`` reads in one statement: well within either
+database's limit on a statement's parameters (PostgreSQL's is 65,535)."""
 RRF_K = 60
 """Reciprocal-rank fusion's constant (Cormack et al.): a result ranked ``r`` (from 1) by
 one ranking adds ``1 / (RRF_K + r)`` to its fused score."""
@@ -682,6 +687,16 @@ class KnowledgeService:
                 self.search(q, top_k=top_k, min_score=min_score, filter=filter, mode=mode)
                 for q in queries
             ]
+        answers: builtins.list[SearchResponse] = []
+        step = max(1, min(QUERIES_AT_ONCE, IDS_AT_ONCE // k))
+        for at in range(0, len(queries), step):
+            answers += self._search_together(queries[at : at + step], k, min_score)
+        return answers
+
+    def _search_together(
+        self, queries: Sequence[str], k: int, min_score: float | None
+    ) -> builtins.list[SearchResponse]:
+        """Vector searches of ``queries`` (checked), embedded and scored together."""
         began = time.perf_counter()
         texts = [bounded_text(q, self._settings.max_token_chars) for q in queries]
         vectors = self._cache.embedder().embed(texts, kind="query")
@@ -696,7 +711,7 @@ class KnowledgeService:
         wanted = {int(i) for ids, _ in ranked for i in ids.tolist()}
         chunks = self._store.get_chunks(sorted(wanted))
         answers = [
-            _response(query, mode, _found(chunks, ids, scores, scores))
+            _response(query, "vector", _found(chunks, ids, scores, scores))
             for query, (ids, scores) in zip(queries, ranked, strict=True)
         ]
         if self._on_search is not None:

@@ -9,13 +9,19 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
+import threading
+import zlib
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import httpx
+import numpy as np
 import pytest
 from helpers import cli_env, start_serve
 
+import agentcore
 from agentcore import AgentCore
 from agentcore_starlette import create_app
 from agentcore_starlette.app import BATCH_MAX, BATCH_PROBE_EVERY, LONE_BATCHES
@@ -228,7 +234,10 @@ def test_a_real_server_batches_concurrent_searches(tmp_path: Path) -> None:
 
 
 def test_a_batch_holds_at_most_batch_max_calls(db_path: Path) -> None:
-    with AgentCore.open(db_path, start_workers=False, rate_limit_test=1e6) as core:
+    # a budget that any number of these searches fits in: BATCH_MAX bounds the batch
+    with AgentCore.open(
+        db_path, start_workers=False, rate_limit_test=1e6, inline_budget=10.0
+    ) as core:
         secret = fill(core)
         app = create_app(core)
         registry = core.metrics.registry
@@ -273,5 +282,89 @@ def test_lone_calls_stop_waiting_and_company_is_noticed_again(db_path: Path) -> 
             before = batched()
             await started_together(app, secret, [{"query": q} for q in QUERIES])
             assert batched() == before + 1
+
+        asyncio.run(go())
+
+
+class Clock:
+    """The app's run clock in the next test: advanced by the embedder, never by time."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class CostlyEmbedder:
+    """Bag of words whose query embedding "takes" ``fixed + per_text * len(texts)``
+    seconds of ``clock``; each embedding's thread, cost and size are recorded."""
+
+    name = "costly-v1"
+    dimension = 64
+
+    def __init__(self, fixed: float, per_text: float) -> None:
+        self.clock = Clock()
+        self.fixed, self.per_text = fixed, per_text
+        self.calls: list[tuple[str, float, int]] = []
+
+    def embed(self, texts: Sequence[str], kind: str = "passage") -> Any:
+        rows = np.zeros((len(texts), self.dimension), dtype=np.float32)
+        for row, text in enumerate(texts):
+            for word in re.findall(r"\w+", text.lower()):
+                rows[row, zlib.crc32(word.encode()) % self.dimension] += 1.0
+        if kind == "query":
+            cost = self.fixed + self.per_text * len(texts)
+            self.clock.now += cost
+            self.calls.append((threading.current_thread().name, cost, len(texts)))
+        return rows
+
+    @agentcore.hookimpl
+    def agentcore_register_embedders(self, register: Any, settings: Any) -> None:
+        register(self)
+
+
+def test_batches_hold_the_loop_no_longer_than_inline_budget(db_path: Path) -> None:
+    budget = 0.005
+    embedder = CostlyEmbedder(fixed=0.001, per_text=0.0005)  # alone 1.5 ms, 8 at once 5 ms
+    with AgentCore.open(
+        db_path,
+        plugins=[embedder],
+        embedder=embedder.name,
+        rate_limit_test=1e6,
+        start_workers=False,
+        inline_budget=budget,
+    ) as core:
+        core.create_organization("acme")
+        secret = core.keys.create("acme", "test", ["read", "write"]).secret
+        ws = core.authenticate(secret)
+        for n in range(8):
+            ws.knowledge.ingest_text(f"n{n}.txt", f"topic{n} refunds parcels note {n}")
+        app = create_app(core)
+        app.state.api.clock = embedder.clock
+        bodies = [{"query": f"topic{n % 8} refunds"} for n in range(32)]
+
+        def on_loop() -> list[tuple[str, float, int]]:
+            return [call for call in embedder.calls if call[0] == "MainThread"]
+
+        async def go() -> None:
+            for _ in range(3):  # the first on a thread, the next ones on the loop
+                await asgi_post(app, secret, bodies[0])
+            for _ in range(5):
+                del embedder.calls[:]
+                got = await started_together(app, secret, bodies)
+                assert {answer.status_code for answer in got} == {200}
+                assert sum(size for _, _, size in on_loop()) == 32  # all of them quick
+                assert max(cost for _, cost, _ in on_loop()) <= budget
+            assert max(size for _, _, size in on_loop()) > 1, "batched"
+
+            # searches turn slower than the budget (alone 10.2 ms): after a few runs
+            # they leave the loop for threads, batched or not
+            embedder.fixed, embedder.per_text = 0.010, 0.0002
+            for _ in range(5):
+                await started_together(app, secret, bodies[:16])
+            del embedder.calls[:]
+            await asgi_post(app, secret, bodies[1])
+            assert embedder.calls[-1][0] != "MainThread"
 
         asyncio.run(go())

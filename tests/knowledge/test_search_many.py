@@ -170,3 +170,18 @@ def test_metrics_count_each_query_and_the_batch(metered: AgentCore) -> None:
     assert registry.get_sample_value("agentcore_search_seconds_count") == len(QUERIES) + 2
     assert registry.get_sample_value("agentcore_search_batch_size_count") == 1
     assert registry.get_sample_value("agentcore_search_batch_size_sum") == len(QUERIES)
+
+
+@pytest.mark.both_stores
+def test_many_queries_are_scored_in_slices(core: AgentCore) -> None:
+    from agentcore.knowledge.service import QUERIES_AT_ONCE
+
+    ws = fill(core)
+    queries = [QUERIES[n % len(QUERIES)] for n in range(2 * QUERIES_AT_ONCE + 5)]
+    many = ws.knowledge.search_many(queries, top_k=100)
+    alone = {q: ws.knowledge.search(q, top_k=100) for q in QUERIES}
+    for got, query in zip(many, queries, strict=True):
+        assert [r.chunk for r in got.results] == [r.chunk for r in alone[query].results]
+    registry = core.metrics.registry
+    assert registry.get_sample_value("agentcore_search_batch_size_count") == 3
+    assert registry.get_sample_value("agentcore_search_batch_size_sum") == len(queries)
