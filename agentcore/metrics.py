@@ -33,6 +33,8 @@ log = get_logger("agentcore.metrics")
 
 QUICK_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 """Seconds: a search takes a millisecond on a small index, a second on a huge one."""
+BATCH_BUCKETS = (2, 4, 8, 16, 32, 64, 128)
+"""Queries: concurrent HTTP searches of one workspace batch up to about the connections'."""
 SLOW_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0)
 """Seconds: a chat turn waits for a model (and its tool steps), up to its time-out."""
 
@@ -76,6 +78,13 @@ class Metrics:
             "agentcore_search_seconds",
             "Knowledge searches (POST /v1/knowledge/search, ws.knowledge.search): seconds each.",
             buckets=QUICK_BUCKETS,
+            registry=registry,
+        )
+        self._batch = Histogram(
+            "agentcore_search_batch_size",
+            "Searches answered together by one scan of the index (ws.knowledge.search_many,"
+            " and concurrent HTTP searches of a workspace): queries each.",
+            buckets=BATCH_BUCKETS,
             registry=registry,
         )
         self._chat = Histogram(
@@ -195,10 +204,15 @@ class Metrics:
             )
         ]
 
-    def searched(self, seconds: float) -> None:
-        """A knowledge search took ``seconds``."""
-        if self.enabled:
-            self._search.observe(seconds)
+    def searched(self, seconds: float, queries: int = 1) -> None:
+        """A knowledge search took ``seconds``; or ``queries`` searches answered
+        together did (each is counted, taking its share of the time)."""
+        if not self.enabled:
+            return
+        for _ in range(queries):
+            self._search.observe(seconds / queries)
+        if queries > 1:
+            self._batch.observe(queries)
 
     def answered(self, model: str, seconds: float, usage: Usage | None) -> None:
         """A chat turn with ``model`` was answered in ``seconds``, using ``usage``."""

@@ -9,7 +9,7 @@ import hashlib
 import json
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Hashable, Sequence
 from typing import Any, Literal
 
 from prometheus_client import CollectorRegistry
@@ -30,6 +30,7 @@ from agentcore.chat import ChatStream
 from agentcore.config import Settings, metrics_multiprocess_dir
 from agentcore.core import AgentCore
 from agentcore.errors import (
+    AgentCoreError,
     InvalidRequest,
     NotFound,
     PayloadTooLarge,
@@ -77,6 +78,14 @@ ESTIMATES_SWEPT_PAST = 10_000
 ESTIMATE_IDLE_SECONDS = 600.0
 """An estimate not added to for this long is dropped at the next sweep: the workspace's
 next run takes a thread, as its first did, and starts a new estimate."""
+BATCH_MAX = 32
+"""Most calls one batch answers (``Api._batched``): the loop runs a batch without a
+break, so a bound keeps other requests' wait short (32 searches of a 2,000-chunk
+workspace take about 8 ms together)."""
+LONE_BATCHES = 8
+"""Batches of one call in a row after which a route's calls stop waiting for a batch."""
+BATCH_PROBE_EVERY = 16
+"""While they do not wait, every this many-th call waits anyway, to notice company."""
 HANDLER_THREADS = 40
 """Threads running blocking handlers (as many as anyio's default thread limiter)."""
 MULTIPART_OVERHEAD = 64 * 1024
@@ -137,6 +146,37 @@ class _Runs:
         self.noted_at = ended
 
 
+class _Batching:
+    """Whether a route's batchable calls wait a turn of the loop for others to join.
+
+    Waiting costs a lone call a turn (about 0.02 ms of CPU), which is worth it only
+    while calls arrive together. After ``LONE_BATCHES`` batches in a row of one call,
+    calls run at once, but every ``BATCH_PROBE_EVERY``-th still waits, and the calls
+    of its batch key reaching the loop in the same turn join it, so that calls arriving
+    together again are noticed (a batch of several starts waiting anew).
+    """
+
+    __slots__ = ("lone", "skipped")
+
+    def __init__(self) -> None:
+        self.lone = 0  # batches of one call in a row
+        self.skipped = 0  # calls run at once since the last that waited
+
+    def wanted(self) -> bool:
+        """Whether the next call waits for a batch."""
+        if self.lone < LONE_BATCHES:
+            return True
+        self.skipped += 1
+        if self.skipped < BATCH_PROBE_EVERY:
+            return False
+        self.skipped = 0
+        return True
+
+    def ran(self, calls: int) -> None:
+        """A batch of ``calls`` calls ran."""
+        self.lone = self.lone + 1 if calls == 1 else 0
+
+
 class Api:
     """Turns the route table into Starlette endpoints bound to one core."""
 
@@ -156,6 +196,12 @@ class Api:
         self.runs_lock = threading.Lock()
         self.sweep_runs = Sweeper(ESTIMATES_SWEPT_PAST)
         self.clock: Callable[[], float] = time.perf_counter  # what run times are read from
+        self.batching: dict[str, _Batching] = {}  # by route
+        # quick calls waiting for their batch's run (route.batch), by loop, route and batch
+        # key; an entry lives for one turn of its loop (popped by the run it scheduled)
+        self.batches: dict[
+            tuple[asyncio.AbstractEventLoop, str, Hashable], list[tuple[Call, asyncio.Future[Any]]]
+        ] = {}
 
     def endpoint(self, route: ApiRoute) -> Callable[[Request], Any]:
         """The Starlette endpoint running ``route``."""
@@ -184,6 +230,9 @@ class Api:
                 if not route.blocking:
                     return _json(route, route.handler(call), limits)
                 if self._quick(route, call):  # headers as for the thread: see below
+                    group = None if route.batch_key is None else route.batch_key(call)
+                    if group is not None and self._joins_batch(route, group):
+                        return _json(route, await self._batched(route, group, call), limits)
                     return _json(route, self._run_timed(route, call), limits)
                 return await self._run_blocking(route, call, request, limits)
 
@@ -254,6 +303,119 @@ class Api:
         ws = call.workspace
         recent = self.runs.get((route.operation_id, ws.organization_id, ws.environment))
         return recent is not None and recent.median <= budget and route.quick_when(call)
+
+    async def _batched(self, route: ApiRoute, group: Hashable, call: Call) -> Any:
+        """The result of ``call``, run together with the calls of the same ``group``
+        (``route.batch_key``) that reach the loop in the same turn.
+
+        The first of them schedules the run for the loop's next turn, after the
+        request tasks already due (requests read with it) have joined. One call alone
+        runs as ever; under load, requests arrive while a batch runs, so the next
+        turn finds several.
+        """
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+        key = (loop, route.operation_id, group)  # an app served by two loops: one batch each
+        waiting = self.batches.get(key)
+        if waiting is None:
+            waiting = self.batches[key] = []
+            loop.call_soon(self._run_batch, route, key, waiting)
+        waiting.append((call, future))
+        if len(waiting) >= self._batch_limit(route, call.workspace):
+            del self.batches[key]  # full: the next call starts another batch
+        return await future
+
+    def _batch_limit(self, route: ApiRoute, ws: Workspace) -> int:
+        """How many calls one batch of ``route`` in ``ws`` answers: as many as its
+        recent runs (a batch's calls noted at their share of it) say fit in
+        ``inline_budget``, since a batch holds the loop, and other requests wait, until
+        it ends; at least 1 and at most ``BATCH_MAX``."""
+        recent = self.runs.get((route.operation_id, ws.organization_id, ws.environment))
+        if recent is None or recent.median <= 0:
+            return BATCH_MAX
+        return max(1, min(BATCH_MAX, int(self.settings.inline_budget / recent.median)))
+
+    def _joins_batch(self, route: ApiRoute, group: Hashable) -> bool:
+        """Whether a call of ``group`` waits for a batch: when one is waiting to run,
+        else as ``route``'s recent batches say (``_Batching``)."""
+        key = (asyncio.get_running_loop(), route.operation_id, group)
+        return key in self.batches or self._batching(route).wanted()
+
+    def _batching(self, route: ApiRoute) -> _Batching:
+        """Whether ``route``'s batchable calls wait for a batch now (see ``_Batching``)."""
+        state = self.batching.get(route.operation_id)
+        if state is None:
+            state = self.batching[route.operation_id] = _Batching()
+        return state
+
+    def _run_batch(
+        self,
+        route: ApiRoute,
+        key: tuple[asyncio.AbstractEventLoop, str, Hashable],
+        waiting: list[tuple[Call, asyncio.Future[Any]]],
+    ) -> None:
+        """Settle the futures of the calls ``waiting`` under ``key``: by one
+        ``route.batch`` run; or, when they are one or the batch fails, by one run each,
+        each in a turn of the loop of its own (so that each call gets its own answer or
+        error, and the loop is not held longer than without batches)."""
+        assert route.batch is not None
+        if self.batches.get(key) is waiting:
+            del self.batches[key]
+        self._batching(route).ran(len(waiting))
+        live: list[tuple[Call, asyncio.Future[Any]]] = []
+        for call, future in waiting:
+            if future.done():  # its request was cancelled meanwhile
+                continue
+            try:  # a call past its deadline (or its client gone) is not started
+                call.cancellation.check()
+            except AgentCoreError as error:
+                future.set_exception(error)
+                continue
+            live.append((call, future))
+        try:
+            results = None
+            if len(live) > 1:
+                calls = [call for call, _ in live]
+                began = self.clock()
+                try:
+                    results = route.batch(calls)
+                except Exception as error:  # each call alone answers its own error
+                    if not isinstance(error, AgentCoreError):
+                        log.warning(
+                            "%s: a batch failed (%r); its calls run one by one",
+                            route.operation_id,
+                            error,
+                        )
+                else:
+                    each = (self.clock() - began) / len(calls)
+                    self._note(route, calls[0].workspace, began, began + each)
+            if results is not None:
+                for (_, future), result in zip(live, results, strict=True):
+                    future.set_result(result)
+                return
+        except BaseException as error:  # no request may wait for ever
+            for _, future in live:
+                if not future.done():
+                    future.set_exception(error)
+            raise
+        if len(live) == 1:
+            self._run_one(route, *live[0])
+            return
+        for call, future in live:  # each in a turn of its own, as without batches
+            asyncio.get_running_loop().call_soon(self._run_one, route, call, future)
+
+    def _run_one(self, route: ApiRoute, call: Call, future: asyncio.Future[Any]) -> None:
+        """Settle ``future`` with the result (or error) of ``call`` run alone."""
+        if future.done():  # its request was cancelled meanwhile
+            return
+        try:
+            result = self._run_timed(route, call)
+        except BaseException as error:  # its request answers it; no request waits for ever
+            future.set_exception(error)
+            if not isinstance(error, Exception):
+                raise
+        else:
+            future.set_result(result)
 
     def _run_timed(self, route: ApiRoute, call: Call) -> Any:
         """``route.handler(call)``, noting how long it took when the route may run inline.

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -112,6 +112,11 @@ class ApiRoute:
     # quick_when(call) holds and its recent runs in the caller's workspace took at most
     # Settings.inline_budget (a thread hop costs more than the work); see Api.endpoint
     quick_when: Callable[[Call], bool] | None = None
+    # quick calls answered together: those with the same batch_key (not None) that reach
+    # the event loop in one turn run as one batch(calls), which returns their results in
+    # order (a search: one matrix product for all the queries); see Api._batched
+    batch_key: Callable[[Call], Hashable | None] | None = None
+    batch: Callable[[list[Call]], list[Any]] | None = None
     events: tuple[StreamEvent, ...] = ()  # the events of its streamed answer, if it has one
     # how its failures are answered: RFC 9457 problems, or OpenAI's error envelope (the
     # OpenAI-compatible routes, whose clients parse that); see problems.RESPONDER

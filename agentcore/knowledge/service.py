@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import builtins
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, get_args
@@ -61,6 +61,11 @@ if TYPE_CHECKING:
     from agentcore.workspace import Workspace
 
 SEARCH_MODES: tuple[str, ...] = get_args(SearchMode)
+QUERIES_AT_ONCE = 64
+"""Most queries ``search_many`` scores together (more gain little, and cost memory)."""
+IDS_AT_ONCE = 6_400
+"""Most hits whose chunks ``search_many`` reads in one statement: well within either
+database's limit on a statement's parameters (PostgreSQL's is 65,535)."""
 RRF_K = 60
 """Reciprocal-rank fusion's constant (Cormack et al.): a result ranked ``r`` (from 1) by
 one ranking adds ``1 / (RRF_K + r)`` to its fused score."""
@@ -136,7 +141,8 @@ class KnowledgeService:
         searches are refused.
     :param events: the core's event bus: a background job's document publishes
         ``document.ready`` on it (``None``: no event).
-    :param on_search: told the seconds each ``search`` took (the core's metrics).
+    :param on_search: told the seconds each ``search`` took, or those of ``n``
+        searches answered together and ``n`` (the core's metrics).
     """
 
     def __init__(
@@ -151,7 +157,7 @@ class KnowledgeService:
         metadata: MetadataCache | None = None,
         keywords: KeywordCache | None = None,
         events: EventBus | None = None,
-        on_search: Callable[[float], None] | None = None,
+        on_search: Callable[[float, int], None] | None = None,
     ) -> None:
         self._ws = workspace
         self._on_search = on_search
@@ -640,6 +646,80 @@ class KnowledgeService:
             cosine score is lower.
         """
         self._ws.require("read")
+        k = self._checked(query, top_k, min_score)
+        mode = self._mode(mode)
+        spec = check_filter(filter)
+        began = time.perf_counter()
+        hits = self._ranked(query, k, min_score, spec, mode)
+        if self._on_search is not None:
+            self._on_search(time.perf_counter() - began, 1)
+        return _response(query, mode, hits)
+
+    def search_many(
+        self,
+        queries: Sequence[str],
+        *,
+        top_k: int | None = None,
+        min_score: float | None = None,
+        filter: Filter | Mapping[str, Any] | None = None,
+        mode: SearchMode | None = None,
+    ) -> builtins.list[SearchResponse]:
+        """``search`` for each of ``queries`` with the same options: their answers, in
+        order. Read scope. A query ``search`` refuses makes the whole call fail with
+        the same error (its ``param`` ``queries.<i>`` for the query itself).
+
+        In ``vector`` mode without a filter the queries are embedded together and
+        scored against the index in one matrix product, which costs about half of a
+        search each when there are eight (the HTTP adapter batches concurrent
+        searches so); a score may then differ from a lone search's in the last bit of
+        its float32, and so may the order of two results that close.
+        """
+        self._ws.require("read")
+        for at, query in enumerate(queries):
+            try:
+                k = self._checked(query, top_k, min_score)
+            except ValidationFailed as error:
+                error.param = f"queries.{at}" if error.param == "query" else error.param
+                raise
+        mode = self._mode(mode)
+        if len(queries) < 2 or mode != "vector" or filter is not None:
+            return [
+                self.search(q, top_k=top_k, min_score=min_score, filter=filter, mode=mode)
+                for q in queries
+            ]
+        answers: builtins.list[SearchResponse] = []
+        step = max(1, min(QUERIES_AT_ONCE, IDS_AT_ONCE // k))
+        for at in range(0, len(queries), step):
+            answers += self._search_together(queries[at : at + step], k, min_score)
+        return answers
+
+    def _search_together(
+        self, queries: Sequence[str], k: int, min_score: float | None
+    ) -> builtins.list[SearchResponse]:
+        """Vector searches of ``queries`` (checked), embedded and scored together."""
+        began = time.perf_counter()
+        texts = [bounded_text(q, self._settings.max_token_chars) for q in queries]
+        vectors = self._cache.embedder().embed(texts, kind="query")
+        usable = [i for i, v in enumerate(vectors) if np.isfinite(v).all() and np.any(v)]
+        empty = (np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float32))
+        ranked = [empty] * len(queries)
+        if usable:
+            matrix = np.asarray([vectors[i] for i in usable], dtype=np.float32)
+            found = self._cache.search_batch(*self._scope, matrix, k, min_score)
+            for i, row in zip(usable, found, strict=True):
+                ranked[i] = row
+        wanted = {int(i) for ids, _ in ranked for i in ids.tolist()}
+        chunks = self._store.get_chunks(sorted(wanted))
+        answers = [
+            _response(query, "vector", _found(chunks, ids, scores, scores))
+            for query, (ids, scores) in zip(queries, ranked, strict=True)
+        ]
+        if self._on_search is not None:
+            self._on_search(time.perf_counter() - began, len(queries))
+        return answers
+
+    def _checked(self, query: str, top_k: int | None, min_score: float | None) -> int:
+        """The ``k`` of a search of ``query``, its arguments checked (422s)."""
         settings = self._settings
         if not query.strip():
             raise ValidationFailed("The query is empty.", code="empty_query", param="query")
@@ -662,25 +742,7 @@ class KnowledgeService:
                 code="min_score_out_of_range",
                 param="min_score",
             )
-        mode = self._mode(mode)
-        spec = check_filter(filter)
-        began = time.perf_counter()
-        hits = self._ranked(query, k, min_score, spec, mode)
-        results = [
-            SearchResult(
-                chunk=hit.chunk.text,
-                score=hit.score,
-                source=hit.chunk.source,
-                pages=hit.chunk.pages,
-                document_id=hit.chunk.document_id,
-                metadata=hit.chunk.metadata,
-                rank_score=hit.rank,
-            )
-            for hit in hits
-        ]
-        if self._on_search is not None:
-            self._on_search(time.perf_counter() - began)
-        return SearchResponse(query=query, mode=mode, results=results)
+        return k
 
     def _mode(self, mode: str | None) -> SearchMode:
         """``mode`` checked (default ``vector``); keyword modes need a keyword index."""
@@ -802,15 +864,39 @@ class KnowledgeService:
         if min_score is not None:
             keep &= scores >= min_score
         ids, scores, ranks = ids[keep][:k], scores[keep][:k], ranks[keep][:k]
-        chunks = self._store.get_chunks([int(i) for i in ids])
-        # a chunk deleted between the index read and this lookup is skipped
-        return [
-            Hit(chunks[chunk_id], float(score), float(rank))
-            for chunk_id, score, rank in zip(
-                ids.tolist(), scores.tolist(), ranks.tolist(), strict=True
-            )
-            if chunk_id in chunks
-        ]
+        return _found(self._store.get_chunks([int(i) for i in ids]), ids, scores, ranks)
+
+
+def _found(
+    chunks: dict[int, StoredChunk],
+    ids: npt.NDArray[np.int64],
+    scores: npt.NDArray[np.float32],
+    ranks: npt.NDArray[Any],
+) -> builtins.list[Hit]:
+    """The hits of ranked ``ids`` among ``chunks`` (looked up by id): a chunk deleted
+    between the index read and the lookup is skipped."""
+    return [
+        Hit(chunks[chunk_id], float(score), float(rank))
+        for chunk_id, score, rank in zip(ids.tolist(), scores.tolist(), ranks.tolist(), strict=True)
+        if chunk_id in chunks
+    ]
+
+
+def _response(query: str, mode: SearchMode, hits: builtins.list[Hit]) -> SearchResponse:
+    """The answer to a search of ``query`` that found ``hits``."""
+    results = [
+        SearchResult(
+            chunk=hit.chunk.text,
+            score=hit.score,
+            source=hit.chunk.source,
+            pages=hit.chunk.pages,
+            document_id=hit.chunk.document_id,
+            metadata=hit.chunk.metadata,
+            rank_score=hit.rank,
+        )
+        for hit in hits
+    ]
+    return SearchResponse(query=query, mode=mode, results=results)
 
 
 class _Once:

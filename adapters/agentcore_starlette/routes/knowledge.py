@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from typing import cast
 
 from agentcore.schema import (
@@ -88,6 +89,23 @@ def search_knowledge(call: Call) -> SearchResponse:
     )
 
 
+def _search_batch_key(call: Call) -> Hashable | None:
+    # vector searches of one workspace with the same options can share one scan
+    body = cast(SearchRequest, call.body)
+    if body.filter is not None or body.mode not in (None, "vector"):
+        return None
+    ws = call.workspace
+    return (ws.organization_id, ws.environment, body.top_k, body.min_score)
+
+
+def search_knowledge_batch(calls: list[Call]) -> list[SearchResponse]:
+    """``search_knowledge`` for calls of one ``_search_batch_key``, answered together."""
+    bodies = [cast(SearchRequest, call.body) for call in calls]
+    return calls[0].workspace.knowledge.search_many(
+        [body.query for body in bodies], top_k=bodies[0].top_k, min_score=bodies[0].min_score
+    )
+
+
 _ONE = "/knowledge/documents/{document_id}"
 ROUTES = [
     ApiRoute(
@@ -153,5 +171,7 @@ ROUTES = [
         body="json",
         request=SearchRequest,
         quick_when=_index_current,
+        batch_key=_search_batch_key,
+        batch=search_knowledge_batch,
     ),
 ]
