@@ -675,6 +675,11 @@ class KnowledgeService:
         its float32, and so may the order of two results that close.
         """
         self._ws.require("read")
+        if isinstance(queries, str):  # a str is a Sequence[str]: one search per character
+            raise ValidationFailed(
+                "queries must be a list of queries, not one string (use search for one).",
+                param="queries",
+            )
         for at, query in enumerate(queries):
             try:
                 k = self._checked(query, top_k, min_score)

@@ -140,6 +140,9 @@ def test_a_bad_query_fails_the_call_naming_it(db_path: Path) -> None:
             ws.knowledge.search_many(["cats", "bees", "x" * 51])
         assert (caught.value.code, caught.value.param) == ("query_too_long", "queries.2")
         with pytest.raises(ValidationFailed) as caught:
+            ws.knowledge.search_many("cats")
+        assert (caught.value.code, caught.value.param) == ("validation_error", "queries")
+        with pytest.raises(ValidationFailed) as caught:
             ws.knowledge.search_many(["cats", "bees"], top_k=0)
         assert (caught.value.code, caught.value.param) == ("top_k_out_of_range", "top_k")
         with pytest.raises(ValidationFailed) as caught:
