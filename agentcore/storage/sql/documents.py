@@ -230,11 +230,6 @@ class DocumentTables(TermTables, VectorTables, KnowledgeStore, WebhookStore):
             self._store_terms(conn, document.id, term_counts)
         return lambda: [int(row["id"]) for row in found()]
 
-    def chunk_ids(self, organization_id: str, environment: str, document_id: str) -> list[int]:
-        sql = f"SELECT id FROM chunks WHERE document_id = ? AND {WORKSPACE} ORDER BY id"
-        rows = read_rows(self.db, sql, [document_id, organization_id, environment])
-        return [int(row["id"]) for row in rows]
-
     def get_document(
         self, organization_id: str, environment: str, document_id: str
     ) -> Document | None:
