@@ -12,7 +12,7 @@ from agentcore.schema import Conversation, Message, Usage
 from agentcore.storage.base import ConversationStore
 from agentcore.storage.records import StoredMessage
 from agentcore.storage.sql.database import Connection, Tables
-from agentcore.storage.sql.queries import WORKSPACE, find_row, insert_rows, page
+from agentcore.storage.sql.queries import WORKSPACE, find_row, insert_rows, page, page_rows
 
 _GONE = "The conversation was deleted while the answer was being made."
 
@@ -143,7 +143,6 @@ class ConversationTables(Tables, ConversationStore):
         starting_after: str | None,
         newest_first: bool = False,
     ) -> tuple[list[Message], bool] | None:
-        order, before_or_after = ("DESC", "<") if newest_first else ("ASC", ">")
         with self.db.snapshot() as conn:
             owned = conn.execute(
                 f"SELECT 1 FROM conversations WHERE id = ? AND {WORKSPACE}",
@@ -151,25 +150,17 @@ class ConversationTables(Tables, ConversationStore):
             ).fetchone()
             if owned is None:
                 return None
-            condition, args = "conversation_id = ?", [conversation_id]
-            if starting_after is not None:
-                cursor = conn.execute(
-                    "SELECT seq FROM messages WHERE id = ? AND conversation_id = ?",
-                    [starting_after, conversation_id],
-                ).fetchone()
-                if cursor is None:
-                    raise NotFound(
-                        f"No message with id '{starting_after}' in this conversation"
-                        " to start after.",
-                        param="starting_after",
-                    )
-                condition += f" AND seq {before_or_after} ?"
-                args.append(cursor["seq"])
-            rows = conn.execute(
-                f"SELECT * FROM messages WHERE {condition} ORDER BY seq {order} LIMIT ?",
-                [*args, limit + 1],
-            ).fetchall()
-        return [_message(row) for row in rows[:limit]], len(rows) > limit
+            rows, more = page_rows(
+                conn,
+                "messages",
+                [conversation_id],
+                limit,
+                starting_after,
+                scope_sql="conversation_id = ?",
+                oldest_first=not newest_first,
+                named="message in this conversation",
+            )
+        return [_message(row) for row in rows], more
 
     def delete_conversation(
         self, organization_id: str, environment: str, conversation_id: str
