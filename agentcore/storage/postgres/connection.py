@@ -37,6 +37,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from agentcore.errors import ServiceUnavailable, ValidationFailed
 from agentcore.redact import hide_passwords
 from agentcore.storage.records import ConnectionStats, Ids, Vectors
+from agentcore.storage.sql.queries import insert_row
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -238,9 +239,7 @@ class Database:
         self, conn: Conn, table: str, values: Mapping[str, Any], column: str, data: bytes
     ) -> None:
         """Insert the row, ``data`` bound in binary like any other value."""
-        names = ", ".join([*values, column])
-        marks = ", ".join("?" * (len(values) + 1))
-        conn.execute(f"INSERT INTO {table} ({names}) VALUES ({marks})", [*values.values(), data])
+        insert_row(conn, table, {**values, column: data})
 
     def read_segments(
         self, conn: Conn, segments: Sequence[tuple[int, int]], ids: Ids, vectors: Vectors

@@ -140,10 +140,7 @@ class Database:
     @contextmanager
     def read(self) -> Iterator[sqlite3.Connection]:
         """A connection for reads (autocommit; each statement sees committed data)."""
-        if self.memory:
-            with self._lock:
-                yield self.connection()
-        else:
+        with self._lock if self.memory else contextlib.nullcontext():
             yield self.connection()
 
     @contextmanager
@@ -304,22 +301,8 @@ class Database:
                     blob.seek(offset * width)
                     out[i] = np.frombuffer(blob.read(width), dtype="<f4")
 
-    def unchanged_since(self, stamp: object) -> tuple[object, bool]:
-        """A stamp of the database's state, and whether it equals ``stamp``.
-
-        The stamp combines SQLite's ``data_version`` of this thread's connection (which
-        changes when any other connection, in any process, commits) with this object's
-        count of its own commits, so equal stamps mean nothing was written in between.
-        For ``:memory:`` nothing is ever reported unchanged.
-        """
-        if self.memory:
-            return None, False
-        version = self.connection().execute("PRAGMA data_version").fetchone()[0]
-        current = (version, self.generation)
-        return current, current == stamp
-
     def thread_cache(self, name: str) -> dict[Any, Any]:
-        """A dict private to the calling thread (for caches keyed by ``unchanged_since``)."""
+        """A dict private to the calling thread (for caches kept by ``current_cache``)."""
         caches: dict[str, dict[Any, Any]] | None = getattr(self._local, "caches", None)
         if caches is None:
             caches = self._local.caches = {}
@@ -327,14 +310,23 @@ class Database:
 
     def current_cache(self, name: str) -> dict[Any, Any]:
         """``thread_cache(name)``, emptied first when anything at all was written to the
-        database since it was last asked for (``unchanged_since``, checked on each call),
-        so what it holds was read from the database as it is now: a write by any
-        connection or process empties it at the next call. Callers hold at most
-        ``CACHE_LIMIT`` entries in it; for ``:memory:`` it is always empty.
+        database since it was last asked for (checked on each call), so what it holds was
+        read from the database as it is now: a write by any connection or process empties
+        it at the next call. Callers hold at most ``CACHE_LIMIT`` entries in it; for
+        ``:memory:`` it is always empty.
+
+        The cache keeps a stamp of the database's state: SQLite's ``data_version`` of
+        this thread's connection (which changes when any other connection, in any
+        process, commits) with this object's count of its own commits, so equal stamps
+        mean nothing was written in between.
         """
         cache = self.thread_cache(name)
-        stamp, unchanged = self.unchanged_since(cache.get(_STAMP))
-        if not unchanged:
+        if self.memory:
+            cache.clear()
+            return cache
+        version = self.connection().execute("PRAGMA data_version").fetchone()[0]
+        stamp = (version, self.generation)
+        if cache.get(_STAMP) != stamp:
             cache.clear()
             cache[_STAMP] = stamp
         return cache
