@@ -127,7 +127,8 @@ class VectorRows(VectorTables, VectorSearchStore):
         if conn not in self._registered:  # teach the connection pgvector's types, once
             register_vector(conn)
             self._registered.add(conn)
-        dimension = int(vectors.shape[1])
+        # the columns every row of this call shares
+        shared = (organization_id, environment, document_id, int(vectors.shape[1]))
         with (
             conn.cursor() as cursor,
             cursor.copy(
@@ -137,17 +138,7 @@ class VectorRows(VectorTables, VectorSearchStore):
         ):
             copy.set_types(["int8", "text", "text", "text", "int4", "halfvec", "bytea"])
             for chunk_id, vector in zip(ids.tolist(), vectors, strict=True):
-                copy.write_row(
-                    [
-                        chunk_id,
-                        organization_id,
-                        environment,
-                        document_id,
-                        dimension,
-                        HalfVector(vector),
-                        vector.tobytes(),
-                    ]
-                )
+                copy.write_row([chunk_id, *shared, HalfVector(vector), vector.tobytes()])
 
     def search_vectors(
         self,

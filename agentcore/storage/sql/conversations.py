@@ -17,25 +17,23 @@ from agentcore.storage.sql.queries import WORKSPACE, find_row, insert_rows, page
 _GONE = "The conversation was deleted while the answer was being made."
 
 
+# the columns that are a conversation's, and a message's, fields as they are
+_CONVERSATION = ("id", "created_at", "updated_at", "message_count")
+_MESSAGE = ("id", "role", "content", "created_at")
+
+
 def _conversation(row: Any) -> Conversation:
     return Conversation(
-        id=row["id"],
-        agentId=row["agent_id"],
-        created_at=row["created_at"],
-        updated_at=row["updated_at"],
-        message_count=row["message_count"],
+        agentId=row["agent_id"], **{column: row[column] for column in _CONVERSATION}
     )
 
 
 def _message(row: Any) -> Message:
     usage = row["usage"]
     return Message(
-        id=row["id"],
-        role=row["role"],
-        content=row["content"],
         citations=json.loads(row["citations"]),
         usage=None if usage is None else Usage.model_validate_json(usage),
-        created_at=row["created_at"],
+        **{column: row[column] for column in _MESSAGE},
     )
 
 

@@ -345,12 +345,7 @@ class VectorTables(Tables):
             f"SELECT embedder, dimension, version, index_dtype FROM knowledge_state WHERE {WORKSPACE}",
             key,
         )
-        if row is None:
-            state = KnowledgeState(None, None, 0)
-        else:
-            state = KnowledgeState(
-                row["embedder"], row["dimension"], int(row["version"]), row["index_dtype"]
-            )
+        state = KnowledgeState(None, None, 0) if row is None else KnowledgeState(**row)
         if cache is not None and len(cache) < CACHE_LIMIT:
             cache[key] = state
         return state

@@ -36,6 +36,8 @@ _PUBLIC = ("id", "status", "url", "description", "disabled_reason", "created_at"
 _PRIVATE = [field.name for field in fields(StoredSubscription)][1:]  # after ``public``
 # what ``update_subscription`` may set: the status and the server's own state
 _UPDATABLE = {"status", "disabled_reason", *_PRIVATE[2:]}
+# a delivery's columns that are its public fields as they are
+_DELIVERY = ("id", "event_id", "status", "next_attempt_at", "created_at")
 
 
 # A disabled subscription's pending deliveries end as failed, so no delivery waits
@@ -344,13 +346,9 @@ class WebhookTables(Tables, WebhookStore):
                 attempts[attempt.pop("delivery_id")].append(DeliveryAttempt(**attempt))
         deliveries = [
             Delivery(
-                id=row["id"],
-                event_id=row["event_id"],
                 event_type=types.get(row["event_id"], ""),
-                status=row["status"],
                 attempts=attempts[row["id"]],
-                next_attempt_at=row["next_attempt_at"],
-                created_at=row["created_at"],
+                **{column: row[column] for column in _DELIVERY},
             )
             for row in rows
         ]
