@@ -22,7 +22,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any, ParamSpec, Self, TypeVar, cast
 
 import numpy as np
@@ -323,8 +323,7 @@ class Database:
                 if len(found["row"]) == width:
                     out[found["i"]] = np.frombuffer(found["row"], dtype="<f4")
 
-    @contextmanager
-    def write(self, *, pipeline: bool = False) -> Iterator[Conn]:
+    def write(self, *, pipeline: bool = False) -> AbstractContextManager[Conn]:
         """A transaction, committed on success, rolled back on error; re-entrant.
 
         ``pipeline``: in psycopg's pipeline mode. Statements are sent without waiting
@@ -332,14 +331,11 @@ class Database:
         first statements and the ``COMMIT`` with the last ones: a document write of
         eight statements makes one round trip instead of eight (see docs/decisions.md).
         """
-        with self._transaction("BEGIN", pipeline) as conn:
-            yield conn
+        return self._transaction("BEGIN", pipeline)
 
-    @contextmanager
-    def snapshot(self) -> Iterator[Conn]:
+    def snapshot(self) -> AbstractContextManager[Conn]:
         """A read-only REPEATABLE READ transaction: one consistent view for several reads."""
-        with self._transaction("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY") as conn:
-            yield conn
+        return self._transaction("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
 
     @contextmanager
     def _transaction(self, begin: str, pipeline: bool = False) -> Iterator[Conn]:

@@ -171,25 +171,21 @@ class Database:
         with self._lock:
             depth: int = getattr(self._local, "depth", 0)
             conn = self.connection()
-            if depth:
-                self._local.depth = depth + 1
+            self._local.depth = depth + 1
+            try:
+                if depth:  # inside the outer transaction, which ends it
+                    yield conn
+                    return
+                conn.execute("BEGIN IMMEDIATE")
                 try:
                     yield conn
-                finally:
-                    self._local.depth = depth
-                return
-            conn.execute("BEGIN IMMEDIATE")
-            self._local.depth = 1
-            try:
-                yield conn
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            else:
+                except BaseException:
+                    conn.execute("ROLLBACK")
+                    raise
                 conn.execute("COMMIT")
                 self.generation += 1
             finally:
-                self._local.depth = 0
+                self._local.depth = depth
 
     def utils(self, conn: sqlite3.Connection) -> UtilsDatabase:
         """sqlite-utils' ``Database`` over ``conn`` (for migrations). It never commits on
