@@ -193,11 +193,6 @@ class Database:
 
     # connections and transactions ------------------------------------------------
 
-    @property
-    def depth(self) -> int:
-        """How many ``write``/``snapshot`` blocks the calling thread is inside."""
-        return int(getattr(self._local, "depth", 0))
-
     @contextmanager
     def read(self) -> Iterator[Conn]:
         """A connection for reads: autocommit, each statement sees committed data (the
@@ -217,8 +212,9 @@ class Database:
 
     @property
     def in_transaction(self) -> bool:
-        """Whether the calling thread is inside a ``write`` or ``snapshot`` block."""
-        return self.depth > 0
+        """Whether the calling thread is inside a ``write`` or ``snapshot`` block (the
+        blocks it is inside: ``_local.depth``)."""
+        return bool(getattr(self._local, "depth", 0))
 
     def deferred_rows(self, cursor: Cursor) -> Callable[[], list[Any]]:
         """``cursor``'s rows, read when asked: in a pipelined write, after the ``COMMIT``
@@ -339,7 +335,7 @@ class Database:
 
     @contextmanager
     def _transaction(self, begin: str, pipeline: bool = False) -> Iterator[Conn]:
-        if self.depth:
+        if self.in_transaction:
             self._local.depth += 1
             try:
                 yield self._local.conn
@@ -429,7 +425,7 @@ def retrying(method: Callable[P, T]) -> Callable[P, T]:
     @functools.wraps(method)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
         db: Database = args[0].db  # type: ignore[attr-defined]
-        if db.depth:
+        if db.in_transaction:
             return method(*args, **kwargs)
         for attempt in range(RETRIES):
             try:

@@ -22,6 +22,7 @@ _KEY_SELECT = (
 _KEY_COLUMNS = {"revoked_at", "expires_at", "last_used_at", "name"}
 
 
+# a key's columns that hold its fields as they are, and those that hold its times
 _TEXTS = ("id", "environment", "prefix", "last4", "name", "rotated_from")
 _TIMES = ("created_at", "expires_at", "revoked_at", "last_used_at")
 
@@ -92,17 +93,12 @@ class KeyTables(Tables, KeyStore):
                     conn,
                     "api_keys",
                     {
-                        "id": key.id,
+                        **{column: getattr(key, column) for column in _TEXTS},
                         "organization_id": organization_id,
-                        "environment": key.environment,
                         "scopes": json.dumps(key.scopes),
                         "digest": digest,
-                        "prefix": key.prefix,
-                        "last4": key.last4,
-                        "name": key.name,
                         "created_at": _iso(key.created_at),
                         "expires_at": _iso(key.expires_at),
-                        "rotated_from": key.rotated_from,
                     },
                 )
         return True
