@@ -46,15 +46,7 @@ from agentcore.storage.sql.terms import TermTables
 from agentcore.storage.sql.vectors import VectorTables
 
 _ID_BATCH = 1_000  # ids per IN (...) list: far below either database's parameter limit
-_CHUNK_COLUMNS = (
-    "document_id",
-    "organization_id",
-    "environment",
-    "ordinal",
-    "text",
-    "pages",
-    "page_offsets",
-)
+_CHUNK_COLUMNS = "document_id, organization_id, environment, ordinal, text, pages, page_offsets"
 _CHUNK_IDS = "SELECT id FROM chunks WHERE document_id = ? ORDER BY ordinal"
 _DOCUMENT_COLUMNS = (
     "id, source, content_type, pages, chunks, bytes, created_at, status, last_error, metadata"
@@ -214,9 +206,7 @@ class DocumentTables(TermTables, VectorTables, KnowledgeStore, WebhookStore):
             (document.id, *workspace, ordinal, text, json_ints(pages), json_ints(offsets))
             for ordinal, (text, pages, offsets) in enumerate(chunks)
         ]
-        insert_rows(
-            conn, f"INSERT INTO chunks ({', '.join(_CHUNK_COLUMNS)}) VALUES ({marks(7)})", rows
-        )
+        insert_rows(conn, f"INSERT INTO chunks ({_CHUNK_COLUMNS}) VALUES ({marks(7)})", rows)
         if self._gathers_segment_ids():
             self._gather_segments(conn, workspace, document.id, embedder, vectors, keep)
             found = self.db.deferred_rows(conn.execute(_CHUNK_IDS, [document.id]))

@@ -352,15 +352,14 @@ class VectorTables(Tables):
 
     def claim_index_dtype(self, organization_id: str, environment: str, index_dtype: str) -> str:
         """The workspace's index dtype: the stored one, else ``index_dtype``, stored now."""
-        with self.db.write() as conn:
-            # a new row starts at version 0, which reads like no row at all
-            row = conn.execute(
-                "INSERT INTO knowledge_state AS s (organization_id, environment, version,"
-                " index_dtype) VALUES (?, ?, 0, ?) ON CONFLICT (organization_id, environment)"
-                " DO UPDATE SET index_dtype = COALESCE(s.index_dtype, excluded.index_dtype)"
-                " RETURNING index_dtype",
-                [organization_id, environment, index_dtype],
-            ).fetchone()
+        # a new row starts at version 0, which reads like no row at all
+        row = self.db.write_one(
+            "INSERT INTO knowledge_state AS s (organization_id, environment, version,"
+            " index_dtype) VALUES (?, ?, 0, ?) ON CONFLICT (organization_id, environment)"
+            " DO UPDATE SET index_dtype = COALESCE(s.index_dtype, excluded.index_dtype)"
+            " RETURNING index_dtype",
+            [organization_id, environment, index_dtype],
+        )
         return str(row["index_dtype"])
 
     def changes_since(
