@@ -18,7 +18,7 @@ from agentcore.storage.base import VectorSearchStore
 from agentcore.storage.postgres.connection import Conn
 from agentcore.storage.postgres.migrations import MIGRATION_LOCK
 from agentcore.storage.records import Ids, Vectors
-from agentcore.storage.sql.migrations import statements
+from agentcore.storage.sql.migrations import run_script
 from agentcore.storage.sql.queries import WORKSPACE
 from agentcore.storage.sql.vectors import VectorTables
 
@@ -62,8 +62,7 @@ class VectorRows(VectorTables, VectorSearchStore):
             with conn.transaction():
                 conn.execute("SELECT pg_advisory_xact_lock(?)", [MIGRATION_LOCK])
                 if not self._has_vector_rows(conn):
-                    for statement in statements(VECTOR_ROWS):
-                        conn.execute(statement)
+                    run_script(conn, VECTOR_ROWS)
                     self._backfill(conn)  # the segments written while nobody kept rows
         self.vector_rows = self._has_vector_rows(conn)
 

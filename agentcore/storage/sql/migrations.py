@@ -13,6 +13,7 @@ import sqlite3
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from agentcore.storage.sql.database import Connection
 from agentcore.storage.sql.dialect import Dialect
 
 Render = Callable[[Dialect], str]
@@ -81,6 +82,13 @@ def statements(script: str) -> Iterator[str]:
         raise ValueError(f"unfinished SQL statement: {pending.strip()[:80]!r}")
     if pending.strip():
         yield pending.strip()
+
+
+def run_script(conn: Connection, script: str) -> None:
+    """Run ``script`` on ``conn`` statement by statement, inside the caller's transaction
+    (``executescript()`` would COMMIT it first)."""
+    for statement in statements(script):
+        conn.execute(statement)
 
 
 @migration()
