@@ -176,8 +176,6 @@ class VectorRows(VectorTables, VectorSearchStore):
                 " ORDER BY embedding <#> ?::halfvec, chunk_id LIMIT ?",
                 [organization_id, environment, *args, literal, candidates],
             ).fetchall()
-        if not rows:
-            return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float32)
         ids = np.fromiter((row["chunk_id"] for row in rows), dtype=np.int64, count=len(rows))
         matrix = np.frombuffer(b"".join(row["exact"] for row in rows), dtype="<f4")
         # in float64, so equal rows score equal wherever they sit in the matrix (float32
