@@ -141,12 +141,9 @@ class ConversationTables(Tables, ConversationStore):
         starting_after: str | None,
         newest_first: bool = False,
     ) -> tuple[list[Message], bool] | None:
-        with self.db.snapshot() as conn:
-            owned = conn.execute(
-                f"SELECT 1 FROM conversations WHERE id = ? AND {WORKSPACE}",
-                [conversation_id, organization_id, environment],
-            ).fetchone()
-            if owned is None:
+        workspace = [organization_id, environment]
+        with self.db.snapshot() as conn:  # find_row reads in it too
+            if find_row(self.db, "conversations", conversation_id, workspace, "1") is None:
                 return None
             rows, more = page_rows(
                 conn,

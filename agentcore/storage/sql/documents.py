@@ -234,21 +234,16 @@ class DocumentTables(TermTables, VectorTables, KnowledgeStore, WebhookStore):
         rows, more = page(self.db, "documents", workspace, limit, starting_after)
         return [_document(row) for row in rows], more
 
-    def _document_seq(self, conn: Connection, scope: Sequence[str]) -> int | None:
-        """The ``seq`` of the document ``scope`` names (id, organization, environment)."""
-        row = conn.execute(f"SELECT seq FROM documents WHERE id = ? AND {WORKSPACE}", scope)
-        found = row.fetchone()
-        return None if found is None else int(found["seq"])
-
     def delete_document(self, organization_id: str, environment: str, document_id: str) -> bool:
         # one transaction that bumps the version; the tombstone holds the deleted vector
         # ids and the sentence counts (for the in-memory sums of ``term_counts`` in every
         # process and node)
-        scope = [document_id, organization_id, environment]
-        with self.db.write() as conn:
-            seq = self._document_seq(conn, scope)
-            if seq is None:
+        workspace = [organization_id, environment]
+        with self.db.write() as conn:  # find_row reads in it too
+            row = find_row(self.db, "documents", document_id, workspace, "seq")
+            if row is None:
                 return False
+            seq = row["seq"]
             terms = self._take_terms(conn, seq)
             conn.execute("DELETE FROM documents WHERE seq = ?", [seq])
             conn.execute("DELETE FROM chunks WHERE document_id = ?", [document_id])
@@ -259,7 +254,7 @@ class DocumentTables(TermTables, VectorTables, KnowledgeStore, WebhookStore):
                 for found in conn.execute(
                     f"DELETE FROM vector_segments WHERE document_id = ? AND {WORKSPACE}"
                     " RETURNING ids",
-                    scope,
+                    [document_id, *workspace],
                 ).fetchall()
             )
             self._vectors_deleted(conn, organization_id, environment, document_id)
@@ -307,9 +302,9 @@ class DocumentTables(TermTables, VectorTables, KnowledgeStore, WebhookStore):
     ) -> Document | None:
         # searches in every process see it at once: their filters follow the version
         # (``documents_changed``)
-        scope = [document_id, organization_id, environment]
-        with self.db.write() as conn:
-            if self._document_seq(conn, scope) is None:
+        workspace = [organization_id, environment]
+        with self.db.write() as conn:  # find_row reads in it too
+            if find_row(self.db, "documents", document_id, workspace, "seq") is None:
                 return None
             # the bump first: on PostgreSQL its row lock orders this workspace's writers,
             # so each document's version commits in order (see add_vectors)
@@ -317,7 +312,7 @@ class DocumentTables(TermTables, VectorTables, KnowledgeStore, WebhookStore):
             row = conn.execute(
                 f"UPDATE documents SET metadata = ?, version = ? WHERE id = ? AND {WORKSPACE}"
                 f" RETURNING {_DOCUMENT_COLUMNS}",
-                [json_object(metadata), version, *scope],
+                [json_object(metadata), version, document_id, *workspace],
             ).fetchone()
         return None if row is None else _document(row)
 
