@@ -161,11 +161,7 @@ class Database:
             except PoolTimeout:
                 self.pool.close()
                 reason = self._probe() or "timed out"
-        raise ServiceUnavailable(
-            f"Cannot connect to PostgreSQL at {self.where}: {reason}",
-            code="database_unavailable",
-            retry_after=RETRY_AFTER_SECONDS,
-        ) from None
+        raise self.unavailable(reason, opening=True) from None
 
     def _probe(self) -> str | None:
         """Why a direct connection fails, or ``None`` if it works (the pool only times out)."""
@@ -375,12 +371,15 @@ class Database:
 
     # failures ------------------------------------------------------------------
 
-    def unavailable(self, reason: str) -> ServiceUnavailable:
-        """The 503 a caller gets while the database cannot be reached."""
+    def unavailable(self, reason: str, *, opening: bool = False) -> ServiceUnavailable:
+        """The 503 a caller gets while the database cannot be reached (``opening``: the
+        store, whose message names the server)."""
+        if opening:
+            message = f"Cannot connect to PostgreSQL at {self.where}: {reason}"
+        else:
+            message = f"The database is unavailable ({reason}); retry shortly."
         return ServiceUnavailable(
-            f"The database is unavailable ({reason}); retry shortly.",
-            code="database_unavailable",
-            retry_after=RETRY_AFTER_SECONDS,
+            message, code="database_unavailable", retry_after=RETRY_AFTER_SECONDS
         )
 
     def lost(self) -> None:

@@ -12,7 +12,7 @@ from agentcore.schema import Conversation, Message, Usage
 from agentcore.storage.base import ConversationStore
 from agentcore.storage.records import StoredMessage
 from agentcore.storage.sql.database import Connection, Tables
-from agentcore.storage.sql.queries import WORKSPACE, find_row, insert_rows, page, page_rows
+from agentcore.storage.sql.queries import WORKSPACE, find_row, insert_rows, page
 
 _GONE = "The conversation was deleted while the answer was being made."
 
@@ -142,11 +142,11 @@ class ConversationTables(Tables, ConversationStore):
         newest_first: bool = False,
     ) -> tuple[list[Message], bool] | None:
         workspace = [organization_id, environment]
-        with self.db.snapshot() as conn:  # find_row reads in it too
+        with self.db.snapshot():  # find_row and page read in it
             if find_row(self.db, "conversations", conversation_id, workspace, "1") is None:
                 return None
-            rows, more = page_rows(
-                conn,
+            rows, more = page(
+                self.db,
                 "messages",
                 [conversation_id],
                 limit,

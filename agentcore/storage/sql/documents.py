@@ -321,17 +321,15 @@ class DocumentTables(TermTables, VectorTables, KnowledgeStore, WebhookStore):
     ) -> DocumentChanges:
         # what a process's filters catch up with
         scope = [organization_id, environment]
-        with self.db.snapshot() as conn:
-            state = conn.execute(
-                f"SELECT version FROM knowledge_state WHERE {WORKSPACE}", scope
-            ).fetchone()
+        with self.db.snapshot() as conn:  # knowledge_state reads in it too
+            version = self.knowledge_state(organization_id, environment).version
             since = "" if after is None else " AND version > ?"
             rows = conn.execute(
                 f"SELECT seq, id, metadata FROM documents WHERE {WORKSPACE}{since}",
                 scope if after is None else [*scope, after],
             ).fetchall()
         return DocumentChanges(
-            0 if state is None else int(state["version"]),
+            version,
             [
                 DocumentRow(int(row["seq"]), row["id"], parse_object(row["metadata"]))
                 for row in rows

@@ -102,8 +102,8 @@ def update_row(
     conn.execute(f"UPDATE {table} SET {assignments} WHERE id = ?", [*values.values(), row_id])
 
 
-def page_rows(
-    conn: Connection,
+def page(
+    db: Database,
     table: str,
     scope: Sequence[Any],
     limit: int,
@@ -116,7 +116,7 @@ def page_rows(
     named: str = "object",
 ) -> tuple[list[Any], bool]:
     """One page of ``table`` newest first (or ``oldest_first``), Stripe style: rows after
-    ``starting_after``.
+    ``starting_after``, read in one snapshot (the caller's, if it is in one).
 
     A keyset page on ``seq``: ``scope`` is ``(organization_id, environment)`` (or the
     parameters of ``scope_sql``, the condition that holds the listing); ``where``
@@ -127,32 +127,20 @@ def page_rows(
     condition = f"{scope_sql} AND ({where})"
     args: list[Any] = [*scope, *where_args]
     order, after = ("ASC", ">") if oldest_first else ("DESC", "<")
-    if starting_after is not None:
-        cursor = conn.execute(
-            f"SELECT seq FROM {table} WHERE id = ? AND {scope_sql}", [starting_after, *scope]
-        ).fetchone()
-        if cursor is None:
-            raise NotFound(
-                f"No {named} with id '{starting_after}' to start after.", param="starting_after"
-            )
-        condition += f" AND seq {after} ?"
-        args.append(cursor["seq"])
-    rows = conn.execute(
-        f"SELECT * FROM {table} WHERE {condition} ORDER BY seq {order} LIMIT ?",
-        [*args, limit + 1],
-    ).fetchall()
-    return rows[:limit], len(rows) > limit
-
-
-def page(
-    db: Database,
-    table: str,
-    workspace: Sequence[str],
-    limit: int,
-    starting_after: str | None,
-    where: str = "1 = 1",
-    where_args: Sequence[Any] = (),
-) -> tuple[list[Any], bool]:
-    """``page_rows`` in a snapshot of its own."""
     with db.snapshot() as conn:
-        return page_rows(conn, table, workspace, limit, starting_after, where, where_args)
+        if starting_after is not None:
+            cursor = conn.execute(
+                f"SELECT seq FROM {table} WHERE id = ? AND {scope_sql}", [starting_after, *scope]
+            ).fetchone()
+            if cursor is None:
+                raise NotFound(
+                    f"No {named} with id '{starting_after}' to start after.",
+                    param="starting_after",
+                )
+            condition += f" AND seq {after} ?"
+            args.append(cursor["seq"])
+        rows = conn.execute(
+            f"SELECT * FROM {table} WHERE {condition} ORDER BY seq {order} LIMIT ?",
+            [*args, limit + 1],
+        ).fetchall()
+    return rows[:limit], len(rows) > limit

@@ -27,7 +27,6 @@ from agentcore.storage.sql.queries import (
     insert_rows,
     marks,
     page,
-    page_rows,
     read_row,
     update_row,
 )
@@ -314,8 +313,8 @@ class WebhookTables(Tables, WebhookStore):
         with self.db.snapshot() as conn:
             workspace = (organization_id, environment)
             of_subscription = ("subscription_id = ?", [subscription_id])
-            rows, more = page_rows(
-                conn, "webhook_deliveries", workspace, limit, starting_after, *of_subscription
+            rows, more = page(
+                self.db, "webhook_deliveries", workspace, limit, starting_after, *of_subscription
             )
             if not rows:
                 return [], more

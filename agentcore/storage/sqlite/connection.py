@@ -128,8 +128,7 @@ class Database:
             return self._shared
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is None:
-            conn = self._connect()
-            self._local.conn = conn
+            conn = self._local.conn = self._connect()
         return conn
 
     @property
