@@ -153,7 +153,7 @@ class ConversationTables(Tables, ConversationStore):
                 starting_after,
                 scope_sql="conversation_id = ?",
                 oldest_first=not newest_first,
-                named="message in this conversation",
+                missing="No message with id '{}' in this conversation to start after.",
             )
         return [_message(row) for row in rows], more
 

@@ -113,7 +113,7 @@ def page(
     *,
     scope_sql: str = WORKSPACE,
     oldest_first: bool = False,
-    named: str = "object",
+    missing: str = "No object with id '{}' to start after.",
 ) -> tuple[list[Any], bool]:
     """One page of ``table`` newest first (or ``oldest_first``), Stripe style: rows after
     ``starting_after``, read in one snapshot (the caller's, if it is in one).
@@ -121,7 +121,7 @@ def page(
     A keyset page on ``seq``: ``scope`` is ``(organization_id, environment)`` (or the
     parameters of ``scope_sql``, the condition that holds the listing); ``where``
     narrows the listing. The cursor must be an id in the same scope (else ``NotFound``
-    names it, a ``named``), but need not pass ``where``: an object that changed status
+    names it: ``missing``), but need not pass ``where``: an object that changed status
     mid-listing still works as a cursor. Returns the rows and whether more follow.
     """
     condition = f"{scope_sql} AND ({where})"
@@ -133,10 +133,7 @@ def page(
                 f"SELECT seq FROM {table} WHERE id = ? AND {scope_sql}", [starting_after, *scope]
             ).fetchone()
             if cursor is None:
-                raise NotFound(
-                    f"No {named} with id '{starting_after}' to start after.",
-                    param="starting_after",
-                )
+                raise NotFound(missing.format(starting_after), param="starting_after")
             condition += f" AND seq {after} ?"
             args.append(cursor["seq"])
         rows = conn.execute(
