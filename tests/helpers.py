@@ -113,6 +113,15 @@ def assert_problem(
     return body
 
 
+def stored_chunk_ids(
+    store: Any, organization_id: str, environment: str, document_id: str
+) -> list[int]:
+    """The ids of a stored document's chunks, in chunk order, as the Store API reads them
+    back (``iter_chunk_texts``)."""
+    found = store.iter_chunk_texts(organization_id, environment)
+    return next(ids for document, ids, _ in found if document == document_id)
+
+
 def make_document(**fields: Any) -> Document:
     """A ready one-page text document with one chunk, for the store's write methods."""
     values: dict[str, Any] = {

@@ -142,9 +142,6 @@ class KnowledgeStore(Protocol):
         them for ``term_counts`` and deleted with the document.
         """
 
-    def chunk_ids(self, organization_id: str, environment: str, document_id: str) -> list[int]:
-        """The chunk ids of a document."""
-
     def add_vectors(
         self,
         organization_id: str,

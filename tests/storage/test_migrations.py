@@ -9,9 +9,8 @@ import pytest
 from sqlite_utils import Database as UtilsDatabase
 from sqlite_utils import Migrations
 
-from agentcore.storage.sql.migrations import statements
+from agentcore.storage.sql.migrations import run_script, statements
 from agentcore.storage.sqlite import SQLiteStore
-from agentcore.storage.sqlite.migrations import run_script
 
 TRIGGER_SCRIPT = """
 CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT NOT NULL, log TEXT);

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from helpers import make_document
+from helpers import make_document, stored_chunk_ids
 
 from agentcore.storage.postgres import PostgresStore
 
@@ -299,7 +299,7 @@ def test_a_background_job_completes_its_document_in_three_round_trips(
         assert written[0] is not None and len(written[0].chunk_ids) == 3
         stored = single.get_document(org, "test", document.id)
         assert stored is not None and stored.status == "ready"
-        assert single.chunk_ids(org, "test", document.id) == written[0].chunk_ids
+        assert stored_chunk_ids(single, org, "test", document.id) == written[0].chunk_ids
         assert single.ingest_job_data(document.id) is None  # the job is gone with it
         assert single.backlog(now=0.0).deliveries_pending == (1 if announced else 0)
         # a second completion finds it no longer processing and stores nothing

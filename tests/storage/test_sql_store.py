@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from helpers import make_document
+from helpers import make_document, stored_chunk_ids
 
 from agentcore.storage.base import Store
 from agentcore.storage.sql.dialect import POSTGRES, SQLITE
@@ -168,7 +168,7 @@ def test_rows_inserted_several_per_statement_keep_their_order(
                 "org", f"e{count}", document, chunks, "e", vectors, np.ones(count, bool)
             )
             assert written.chunk_ids == sorted(written.chunk_ids)
-            assert store.chunk_ids("org", f"e{count}", document.id) == written.chunk_ids
+            assert stored_chunk_ids(store, "org", f"e{count}", document.id) == written.chunk_ids
             stored = store.get_chunks(written.chunk_ids)
             assert [stored[i].text for i in written.chunk_ids] == [c[0] for c in chunks]
             assert [stored[i].pages for i in written.chunk_ids] == [c[1] for c in chunks]

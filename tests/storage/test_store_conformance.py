@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from helpers import stored_chunk_ids
 
 from agentcore.errors import NotFound
 from agentcore.events import Event
@@ -197,7 +198,7 @@ def test_documents_chunks_and_vectors(store: Any) -> None:
     assert store.knowledge_state(org_id, "test").version == 0
     doc_id, ids = ingest(store, org_id, n=4)
     assert len(ids) == 4 and ids == sorted(ids)
-    assert store.chunk_ids(org_id, "test", doc_id) == ids
+    assert stored_chunk_ids(store, org_id, "test", doc_id) == ids
     state = store.knowledge_state(org_id, "test")
     assert (state.embedder, state.dimension, state.version) == ("e1", 8, 1)
     loaded_ids, vectors = store.load_vectors(org_id, "test", 8)

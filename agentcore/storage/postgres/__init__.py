@@ -7,6 +7,7 @@ without it.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
 from collections.abc import Callable
@@ -150,11 +151,9 @@ class PostgresStore(VectorRows, SQLStore, ReopenableStore, EventWaiter):
         # listening node gets a harmless spurious wake-up): no wait for its timeout
         self._closed = True
         if self._listener is not None:
-            try:
-                with self.db.pool.connection(timeout=1.0) as conn:
-                    conn.execute(sql.SQL("NOTIFY {}").format(sql.Identifier(CHANNEL)))
-            except Exception:  # unreachable: the waiter times out by itself
-                pass
+            # unreachable: the waiter times out by itself
+            with contextlib.suppress(Exception), self.db.pool.connection(timeout=1.0) as conn:
+                conn.execute(sql.SQL("NOTIFY {}").format(sql.Identifier(CHANNEL)))
         if self._listen_lock.acquire(timeout=self.db.timeout + 1.0):
             try:
                 if self._listener is not None:

@@ -22,7 +22,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any, ParamSpec, Self, TypeVar, cast
 
 import numpy as np
@@ -37,6 +37,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from agentcore.errors import ServiceUnavailable, ValidationFailed
 from agentcore.redact import hide_passwords
 from agentcore.storage.records import ConnectionStats, Ids, Vectors
+from agentcore.storage.sql.queries import insert_row
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -160,11 +161,7 @@ class Database:
             except PoolTimeout:
                 self.pool.close()
                 reason = self._probe() or "timed out"
-        raise ServiceUnavailable(
-            f"Cannot connect to PostgreSQL at {self.where}: {reason}",
-            code="database_unavailable",
-            retry_after=RETRY_AFTER_SECONDS,
-        ) from None
+        raise self.unavailable(reason, opening=True) from None
 
     def _probe(self) -> str | None:
         """Why a direct connection fails, or ``None`` if it works (the pool only times out)."""
@@ -192,11 +189,6 @@ class Database:
 
     # connections and transactions ------------------------------------------------
 
-    @property
-    def depth(self) -> int:
-        """How many ``write``/``snapshot`` blocks the calling thread is inside."""
-        return int(getattr(self._local, "depth", 0))
-
     @contextmanager
     def read(self) -> Iterator[Conn]:
         """A connection for reads: autocommit, each statement sees committed data (the
@@ -216,8 +208,9 @@ class Database:
 
     @property
     def in_transaction(self) -> bool:
-        """Whether the calling thread is inside a ``write`` or ``snapshot`` block."""
-        return self.depth > 0
+        """Whether the calling thread is inside a ``write`` or ``snapshot`` block (the
+        blocks it is inside: ``_local.depth``)."""
+        return bool(getattr(self._local, "depth", 0))
 
     def deferred_rows(self, cursor: Cursor) -> Callable[[], list[Any]]:
         """``cursor``'s rows, read when asked: in a pipelined write, after the ``COMMIT``
@@ -238,9 +231,7 @@ class Database:
         self, conn: Conn, table: str, values: Mapping[str, Any], column: str, data: bytes
     ) -> None:
         """Insert the row, ``data`` bound in binary like any other value."""
-        names = ", ".join([*values, column])
-        marks = ", ".join("?" * (len(values) + 1))
-        conn.execute(f"INSERT INTO {table} ({names}) VALUES ({marks})", [*values.values(), data])
+        insert_row(conn, table, {**values, column: data})
 
     def read_segments(
         self, conn: Conn, segments: Sequence[tuple[int, int]], ids: Ids, vectors: Vectors
@@ -324,8 +315,7 @@ class Database:
                 if len(found["row"]) == width:
                     out[found["i"]] = np.frombuffer(found["row"], dtype="<f4")
 
-    @contextmanager
-    def write(self, *, pipeline: bool = False) -> Iterator[Conn]:
+    def write(self, *, pipeline: bool = False) -> AbstractContextManager[Conn]:
         """A transaction, committed on success, rolled back on error; re-entrant.
 
         ``pipeline``: in psycopg's pipeline mode. Statements are sent without waiting
@@ -333,18 +323,15 @@ class Database:
         first statements and the ``COMMIT`` with the last ones: a document write of
         eight statements makes one round trip instead of eight (see docs/decisions.md).
         """
-        with self._transaction("BEGIN", pipeline) as conn:
-            yield conn
+        return self._transaction("BEGIN", pipeline)
 
-    @contextmanager
-    def snapshot(self) -> Iterator[Conn]:
+    def snapshot(self) -> AbstractContextManager[Conn]:
         """A read-only REPEATABLE READ transaction: one consistent view for several reads."""
-        with self._transaction("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY") as conn:
-            yield conn
+        return self._transaction("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
 
     @contextmanager
     def _transaction(self, begin: str, pipeline: bool = False) -> Iterator[Conn]:
-        if self.depth:
+        if self.in_transaction:
             self._local.depth += 1
             try:
                 yield self._local.conn
@@ -384,12 +371,15 @@ class Database:
 
     # failures ------------------------------------------------------------------
 
-    def unavailable(self, reason: str) -> ServiceUnavailable:
-        """The 503 a caller gets while the database cannot be reached."""
+    def unavailable(self, reason: str, *, opening: bool = False) -> ServiceUnavailable:
+        """The 503 a caller gets while the database cannot be reached (``opening``: the
+        store, whose message names the server)."""
+        if opening:
+            message = f"Cannot connect to PostgreSQL at {self.where}: {reason}"
+        else:
+            message = f"The database is unavailable ({reason}); retry shortly."
         return ServiceUnavailable(
-            f"The database is unavailable ({reason}); retry shortly.",
-            code="database_unavailable",
-            retry_after=RETRY_AFTER_SECONDS,
+            message, code="database_unavailable", retry_after=RETRY_AFTER_SECONDS
         )
 
     def lost(self) -> None:
@@ -434,7 +424,7 @@ def retrying(method: Callable[P, T]) -> Callable[P, T]:
     @functools.wraps(method)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
         db: Database = args[0].db  # type: ignore[attr-defined]
-        if db.depth:
+        if db.in_transaction:
             return method(*args, **kwargs)
         for attempt in range(RETRIES):
             try:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from agentcore.storage.postgres.connection import Conn
 from agentcore.storage.sql.dialect import POSTGRES
-from agentcore.storage.sql.migrations import migrations_for, statements
+from agentcore.storage.sql.migrations import migrations_for, run_script
 
 # pg_advisory_xact_lock key of schema changes: "agentcore" as a stable 64-bit number
 MIGRATION_LOCK = 0x6167656E74636F72
@@ -40,8 +40,7 @@ def migrate(conn: Conn) -> int:
                 f" (which knows versions up to {len(steps)}); upgrade agentcore."
             )
         for version, step in enumerate(steps[current:], start=current + 1):
-            for statement in statements(step.script(POSTGRES)):
-                conn.execute(statement)
+            run_script(conn, step.script(POSTGRES))
             # named without the step's number, as the first versions recorded them
             conn.execute(
                 "INSERT INTO agentcore_migrations (version, name) VALUES (?, ?)",

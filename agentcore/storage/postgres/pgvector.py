@@ -18,7 +18,7 @@ from agentcore.storage.base import VectorSearchStore
 from agentcore.storage.postgres.connection import Conn
 from agentcore.storage.postgres.migrations import MIGRATION_LOCK
 from agentcore.storage.records import Ids, Vectors
-from agentcore.storage.sql.migrations import statements
+from agentcore.storage.sql.migrations import run_script
 from agentcore.storage.sql.queries import WORKSPACE
 from agentcore.storage.sql.vectors import VectorTables
 
@@ -62,8 +62,7 @@ class VectorRows(VectorTables, VectorSearchStore):
             with conn.transaction():
                 conn.execute("SELECT pg_advisory_xact_lock(?)", [MIGRATION_LOCK])
                 if not self._has_vector_rows(conn):
-                    for statement in statements(VECTOR_ROWS):
-                        conn.execute(statement)
+                    run_script(conn, VECTOR_ROWS)
                     self._backfill(conn)  # the segments written while nobody kept rows
         self.vector_rows = self._has_vector_rows(conn)
 
@@ -127,7 +126,8 @@ class VectorRows(VectorTables, VectorSearchStore):
         if conn not in self._registered:  # teach the connection pgvector's types, once
             register_vector(conn)
             self._registered.add(conn)
-        dimension = int(vectors.shape[1])
+        # the columns every row of this call shares
+        shared = (organization_id, environment, document_id, int(vectors.shape[1]))
         with (
             conn.cursor() as cursor,
             cursor.copy(
@@ -137,17 +137,7 @@ class VectorRows(VectorTables, VectorSearchStore):
         ):
             copy.set_types(["int8", "text", "text", "text", "int4", "halfvec", "bytea"])
             for chunk_id, vector in zip(ids.tolist(), vectors, strict=True):
-                copy.write_row(
-                    [
-                        chunk_id,
-                        organization_id,
-                        environment,
-                        document_id,
-                        dimension,
-                        HalfVector(vector),
-                        vector.tobytes(),
-                    ]
-                )
+                copy.write_row([chunk_id, *shared, HalfVector(vector), vector.tobytes()])
 
     def search_vectors(
         self,
@@ -186,8 +176,6 @@ class VectorRows(VectorTables, VectorSearchStore):
                 " ORDER BY embedding <#> ?::halfvec, chunk_id LIMIT ?",
                 [organization_id, environment, *args, literal, candidates],
             ).fetchall()
-        if not rows:
-            return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float32)
         ids = np.fromiter((row["chunk_id"] for row in rows), dtype=np.int64, count=len(rows))
         matrix = np.frombuffer(b"".join(row["exact"] for row in rows), dtype="<f4")
         # in float64, so equal rows score equal wherever they sit in the matrix (float32

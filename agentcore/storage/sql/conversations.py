@@ -17,25 +17,23 @@ from agentcore.storage.sql.queries import WORKSPACE, find_row, insert_rows, page
 _GONE = "The conversation was deleted while the answer was being made."
 
 
+# the columns that are a conversation's, and a message's, fields as they are
+_CONVERSATION = ("id", "created_at", "updated_at", "message_count")
+_MESSAGE = ("id", "role", "content", "created_at")
+
+
 def _conversation(row: Any) -> Conversation:
     return Conversation(
-        id=row["id"],
-        agentId=row["agent_id"],
-        created_at=row["created_at"],
-        updated_at=row["updated_at"],
-        message_count=row["message_count"],
+        agentId=row["agent_id"], **{column: row[column] for column in _CONVERSATION}
     )
 
 
 def _message(row: Any) -> Message:
     usage = row["usage"]
     return Message(
-        id=row["id"],
-        role=row["role"],
-        content=row["content"],
         citations=json.loads(row["citations"]),
         usage=None if usage is None else Usage.model_validate_json(usage),
-        created_at=row["created_at"],
+        **{column: row[column] for column in _MESSAGE},
     )
 
 
@@ -143,33 +141,21 @@ class ConversationTables(Tables, ConversationStore):
         starting_after: str | None,
         newest_first: bool = False,
     ) -> tuple[list[Message], bool] | None:
-        order, before_or_after = ("DESC", "<") if newest_first else ("ASC", ">")
-        with self.db.snapshot() as conn:
-            owned = conn.execute(
-                f"SELECT 1 FROM conversations WHERE id = ? AND {WORKSPACE}",
-                [conversation_id, organization_id, environment],
-            ).fetchone()
-            if owned is None:
+        workspace = [organization_id, environment]
+        with self.db.snapshot():  # find_row and page read in it
+            if find_row(self.db, "conversations", conversation_id, workspace, "1") is None:
                 return None
-            condition, args = "conversation_id = ?", [conversation_id]
-            if starting_after is not None:
-                cursor = conn.execute(
-                    "SELECT seq FROM messages WHERE id = ? AND conversation_id = ?",
-                    [starting_after, conversation_id],
-                ).fetchone()
-                if cursor is None:
-                    raise NotFound(
-                        f"No message with id '{starting_after}' in this conversation"
-                        " to start after.",
-                        param="starting_after",
-                    )
-                condition += f" AND seq {before_or_after} ?"
-                args.append(cursor["seq"])
-            rows = conn.execute(
-                f"SELECT * FROM messages WHERE {condition} ORDER BY seq {order} LIMIT ?",
-                [*args, limit + 1],
-            ).fetchall()
-        return [_message(row) for row in rows[:limit]], len(rows) > limit
+            rows, more = page(
+                self.db,
+                "messages",
+                [conversation_id],
+                limit,
+                starting_after,
+                scope_sql="conversation_id = ?",
+                oldest_first=not newest_first,
+                missing="No message with id '{}' in this conversation to start after.",
+            )
+        return [_message(row) for row in rows], more
 
     def delete_conversation(
         self, organization_id: str, environment: str, conversation_id: str

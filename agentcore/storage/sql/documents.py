@@ -46,15 +46,7 @@ from agentcore.storage.sql.terms import TermTables
 from agentcore.storage.sql.vectors import VectorTables
 
 _ID_BATCH = 1_000  # ids per IN (...) list: far below either database's parameter limit
-_CHUNK_COLUMNS = (
-    "document_id",
-    "organization_id",
-    "environment",
-    "ordinal",
-    "text",
-    "pages",
-    "page_offsets",
-)
+_CHUNK_COLUMNS = "document_id, organization_id, environment, ordinal, text, pages, page_offsets"
 _CHUNK_IDS = "SELECT id FROM chunks WHERE document_id = ? ORDER BY ordinal"
 _DOCUMENT_COLUMNS = (
     "id, source, content_type, pages, chunks, bytes, created_at, status, last_error, metadata"
@@ -214,9 +206,7 @@ class DocumentTables(TermTables, VectorTables, KnowledgeStore, WebhookStore):
             (document.id, *workspace, ordinal, text, json_ints(pages), json_ints(offsets))
             for ordinal, (text, pages, offsets) in enumerate(chunks)
         ]
-        insert_rows(
-            conn, f"INSERT INTO chunks ({', '.join(_CHUNK_COLUMNS)}) VALUES ({marks(7)})", rows
-        )
+        insert_rows(conn, f"INSERT INTO chunks ({_CHUNK_COLUMNS}) VALUES ({marks(7)})", rows)
         if self._gathers_segment_ids():
             self._gather_segments(conn, workspace, document.id, embedder, vectors, keep)
             found = self.db.deferred_rows(conn.execute(_CHUNK_IDS, [document.id]))
@@ -229,11 +219,6 @@ class DocumentTables(TermTables, VectorTables, KnowledgeStore, WebhookStore):
         if term_counts is not None:
             self._store_terms(conn, document.id, term_counts)
         return lambda: [int(row["id"]) for row in found()]
-
-    def chunk_ids(self, organization_id: str, environment: str, document_id: str) -> list[int]:
-        sql = f"SELECT id FROM chunks WHERE document_id = ? AND {WORKSPACE} ORDER BY id"
-        rows = read_rows(self.db, sql, [document_id, organization_id, environment])
-        return [int(row["id"]) for row in rows]
 
     def get_document(
         self, organization_id: str, environment: str, document_id: str
@@ -249,21 +234,16 @@ class DocumentTables(TermTables, VectorTables, KnowledgeStore, WebhookStore):
         rows, more = page(self.db, "documents", workspace, limit, starting_after)
         return [_document(row) for row in rows], more
 
-    def _document_seq(self, conn: Connection, scope: Sequence[str]) -> int | None:
-        """The ``seq`` of the document ``scope`` names (id, organization, environment)."""
-        row = conn.execute(f"SELECT seq FROM documents WHERE id = ? AND {WORKSPACE}", scope)
-        found = row.fetchone()
-        return None if found is None else int(found["seq"])
-
     def delete_document(self, organization_id: str, environment: str, document_id: str) -> bool:
         # one transaction that bumps the version; the tombstone holds the deleted vector
         # ids and the sentence counts (for the in-memory sums of ``term_counts`` in every
         # process and node)
-        scope = [document_id, organization_id, environment]
-        with self.db.write() as conn:
-            seq = self._document_seq(conn, scope)
-            if seq is None:
+        workspace = [organization_id, environment]
+        with self.db.write() as conn:  # find_row reads in it too
+            row = find_row(self.db, "documents", document_id, workspace, "seq")
+            if row is None:
                 return False
+            seq = row["seq"]
             terms = self._take_terms(conn, seq)
             conn.execute("DELETE FROM documents WHERE seq = ?", [seq])
             conn.execute("DELETE FROM chunks WHERE document_id = ?", [document_id])
@@ -274,7 +254,7 @@ class DocumentTables(TermTables, VectorTables, KnowledgeStore, WebhookStore):
                 for found in conn.execute(
                     f"DELETE FROM vector_segments WHERE document_id = ? AND {WORKSPACE}"
                     " RETURNING ids",
-                    scope,
+                    [document_id, *workspace],
                 ).fetchall()
             )
             self._vectors_deleted(conn, organization_id, environment, document_id)
@@ -322,9 +302,9 @@ class DocumentTables(TermTables, VectorTables, KnowledgeStore, WebhookStore):
     ) -> Document | None:
         # searches in every process see it at once: their filters follow the version
         # (``documents_changed``)
-        scope = [document_id, organization_id, environment]
-        with self.db.write() as conn:
-            if self._document_seq(conn, scope) is None:
+        workspace = [organization_id, environment]
+        with self.db.write() as conn:  # find_row reads in it too
+            if find_row(self.db, "documents", document_id, workspace, "seq") is None:
                 return None
             # the bump first: on PostgreSQL its row lock orders this workspace's writers,
             # so each document's version commits in order (see add_vectors)
@@ -332,7 +312,7 @@ class DocumentTables(TermTables, VectorTables, KnowledgeStore, WebhookStore):
             row = conn.execute(
                 f"UPDATE documents SET metadata = ?, version = ? WHERE id = ? AND {WORKSPACE}"
                 f" RETURNING {_DOCUMENT_COLUMNS}",
-                [json_object(metadata), version, *scope],
+                [json_object(metadata), version, document_id, *workspace],
             ).fetchone()
         return None if row is None else _document(row)
 
@@ -341,17 +321,15 @@ class DocumentTables(TermTables, VectorTables, KnowledgeStore, WebhookStore):
     ) -> DocumentChanges:
         # what a process's filters catch up with
         scope = [organization_id, environment]
-        with self.db.snapshot() as conn:
-            state = conn.execute(
-                f"SELECT version FROM knowledge_state WHERE {WORKSPACE}", scope
-            ).fetchone()
+        with self.db.snapshot() as conn:  # knowledge_state reads in it too
+            version = self.knowledge_state(organization_id, environment).version
             since = "" if after is None else " AND version > ?"
             rows = conn.execute(
                 f"SELECT seq, id, metadata FROM documents WHERE {WORKSPACE}{since}",
                 scope if after is None else [*scope, after],
             ).fetchall()
         return DocumentChanges(
-            0 if state is None else int(state["version"]),
+            version,
             [
                 DocumentRow(int(row["seq"]), row["id"], parse_object(row["metadata"]))
                 for row in rows

@@ -86,20 +86,13 @@ class IdempotencyTables(Tables, IdempotencyStore):
         claimed_at: float | None = None,
     ) -> None:
         holder, args = _holder(claimed_at)
+        scope = [organization_id, environment, key]
         write(
             self.db,
             "UPDATE idempotency_keys SET status = 'done', response_status = ?,"
             " response_body = ?, response_headers = NULL, conversation_id = ?"
             f" WHERE {_KEY}{holder}",
-            [
-                result.status,
-                result.body.encode(),
-                result.conversation_id,
-                organization_id,
-                environment,
-                key,
-                *args,
-            ],
+            [result.status, result.body.encode(), result.conversation_id, *scope, *args],
         )
 
     def release_idempotency_key(

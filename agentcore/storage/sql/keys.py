@@ -22,22 +22,20 @@ _KEY_SELECT = (
 _KEY_COLUMNS = {"revoked_at", "expires_at", "last_used_at", "name"}
 
 
+# a key's columns that hold its fields as they are, and those that hold its times
+_TEXTS = ("id", "environment", "prefix", "last4", "name", "rotated_from")
+_TIMES = ("created_at", "expires_at", "revoked_at", "last_used_at")
+
+
 def _key(row: Any) -> ApiKey:
     # model_construct: every request authenticates, and these values were validated
-    # on their way in; only the timestamps need parsing back.
+    # on their way in; only the scopes and the timestamps need parsing back.
+    times: dict[str, Any] = {column: _time(row[column]) for column in _TIMES}
     return ApiKey.model_construct(
-        id=row["id"],
         organization=row["org_name"],
-        environment=row["environment"],
         scopes=json.loads(row["scopes"]),
-        prefix=row["prefix"],
-        last4=row["last4"],
-        name=row["name"],
-        created_at=_time(row["created_at"]),
-        expires_at=_time(row["expires_at"]),
-        revoked_at=_time(row["revoked_at"]),
-        last_used_at=_time(row["last_used_at"]),
-        rotated_from=row["rotated_from"],
+        **{column: row[column] for column in _TEXTS},
+        **times,
     )
 
 
@@ -95,17 +93,12 @@ class KeyTables(Tables, KeyStore):
                     conn,
                     "api_keys",
                     {
-                        "id": key.id,
+                        **{column: getattr(key, column) for column in _TEXTS},
                         "organization_id": organization_id,
-                        "environment": key.environment,
                         "scopes": json.dumps(key.scopes),
                         "digest": digest,
-                        "prefix": key.prefix,
-                        "last4": key.last4,
-                        "name": key.name,
                         "created_at": _iso(key.created_at),
                         "expires_at": _iso(key.expires_at),
-                        "rotated_from": key.rotated_from,
                     },
                 )
         return True

@@ -13,6 +13,7 @@ import sqlite3
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from agentcore.storage.sql.database import Connection
 from agentcore.storage.sql.dialect import Dialect
 
 Render = Callable[[Dialect], str]
@@ -29,6 +30,20 @@ class Migration:
 
 
 MIGRATIONS: list[Migration] = []
+
+
+#: what separates the columns of a ``CREATE TABLE`` below: the statements run stay byte
+#: for byte those earlier versions ran (and stored in SQLite's schema), indentation too
+_NEXT = ",\n" + " " * 12
+#: the columns of a table scoped to a workspace (an organization's environment)
+WORKSPACE = _NEXT.join(["organization_id TEXT NOT NULL", "environment TEXT NOT NULL"])
+#: when an object was created and last changed
+STAMPS = _NEXT.join(["created_at TEXT NOT NULL", "updated_at TEXT NOT NULL"])
+
+
+def keyed(d: Dialect) -> str:
+    """The first columns of a table of objects: ``seq``, their ``id``, their workspace."""
+    return _NEXT.join([f"seq {d.serial_key}", "id TEXT NOT NULL UNIQUE", WORKSPACE])
 
 
 def migration(*, only: str | None = None) -> Callable[[Render], Render]:
@@ -69,6 +84,13 @@ def statements(script: str) -> Iterator[str]:
         yield pending.strip()
 
 
+def run_script(conn: Connection, script: str) -> None:
+    """Run ``script`` on ``conn`` statement by statement, inside the caller's transaction
+    (``executescript()`` would COMMIT it first)."""
+    for statement in statements(script):
+        conn.execute(statement)
+
+
 @migration()
 def m001_tenancy_and_agents(d: Dialect) -> str:
     """Organizations, API keys and agents."""
@@ -106,8 +128,7 @@ def m001_tenancy_and_agents(d: Dialect) -> str:
             tools TEXT NOT NULL,
             model TEXT,
             handoff_on_no_answer INTEGER NOT NULL DEFAULT 0,
-            created_at TEXT NOT NULL,
-            updated_at TEXT NOT NULL
+            {STAMPS}
         );
         CREATE INDEX agents_workspace ON agents (organization_id, environment, seq);
         """
@@ -119,10 +140,7 @@ def m002_knowledge(d: Dialect) -> str:
     page_offsets = d.either(sqlite="", postgres=",\n page_offsets TEXT NOT NULL DEFAULT '[]'")
     return f"""
         CREATE TABLE documents (
-            seq {d.serial_key},
-            id TEXT NOT NULL UNIQUE,
-            organization_id TEXT NOT NULL,
-            environment TEXT NOT NULL,
+            {keyed(d)},
             source TEXT NOT NULL,
             content_type TEXT NOT NULL,
             pages INTEGER NOT NULL,
@@ -134,8 +152,7 @@ def m002_knowledge(d: Dialect) -> str:
         CREATE TABLE chunks (
             id {d.serial_key},
             document_id TEXT NOT NULL REFERENCES documents(id) ON DELETE CASCADE,
-            organization_id TEXT NOT NULL,
-            environment TEXT NOT NULL,
+            {WORKSPACE},
             ordinal INTEGER NOT NULL,
             text TEXT NOT NULL,
             pages TEXT NOT NULL{page_offsets}
@@ -144,8 +161,7 @@ def m002_knowledge(d: Dialect) -> str:
         CREATE INDEX chunks_workspace ON chunks (organization_id, environment);
         CREATE TABLE vector_segments (
             id {d.serial_key},
-            organization_id TEXT NOT NULL,
-            environment TEXT NOT NULL,
+            {WORKSPACE},
             document_id TEXT,
             embedder TEXT NOT NULL,
             dimension INTEGER NOT NULL,
@@ -157,8 +173,7 @@ def m002_knowledge(d: Dialect) -> str:
         CREATE INDEX vector_segments_workspace
             ON vector_segments (organization_id, environment, document_id);
         CREATE TABLE knowledge_state (
-            organization_id TEXT NOT NULL,
-            environment TEXT NOT NULL,
+            {WORKSPACE},
             embedder TEXT,
             dimension INTEGER,
             version {d.bigint} NOT NULL DEFAULT 0,
@@ -177,20 +192,14 @@ def m003_events_and_webhooks(d: Dialect) -> str:
     )
     return f"""
         CREATE TABLE events (
-            seq {d.serial_key},
-            id TEXT NOT NULL UNIQUE,
-            organization_id TEXT NOT NULL,
-            environment TEXT NOT NULL,
+            {keyed(d)},
             type TEXT NOT NULL,
             timestamp TEXT NOT NULL,
             data TEXT NOT NULL
         );
         CREATE INDEX events_workspace ON events (organization_id, environment, seq);
         CREATE TABLE webhook_subscriptions (
-            seq {d.serial_key},
-            id TEXT NOT NULL UNIQUE,
-            organization_id TEXT NOT NULL,
-            environment TEXT NOT NULL,
+            {keyed(d)},
             url TEXT NOT NULL,
             events TEXT NOT NULL,
             status TEXT NOT NULL,
@@ -200,8 +209,7 @@ def m003_events_and_webhooks(d: Dialect) -> str:
             previous_secret_expires_at {d.real},
             failing_since {d.real},
             disabled_reason TEXT,
-            created_at TEXT NOT NULL,
-            updated_at TEXT NOT NULL
+            {STAMPS}
         );
         CREATE INDEX webhook_subscriptions_workspace
             ON webhook_subscriptions (organization_id, environment, seq);
@@ -210,16 +218,14 @@ def m003_events_and_webhooks(d: Dialect) -> str:
             id TEXT NOT NULL UNIQUE,
             event_id TEXT NOT NULL,
             subscription_id TEXT NOT NULL,
-            organization_id TEXT NOT NULL,
-            environment TEXT NOT NULL,
+            {WORKSPACE},
             status TEXT NOT NULL,
             attempts INTEGER NOT NULL DEFAULT 0,
             next_attempt_at {d.real},
             leased_until {d.real},
             last_status_code INTEGER,
             last_error TEXT,
-            created_at TEXT NOT NULL,
-            updated_at TEXT NOT NULL
+            {STAMPS}
         );
         CREATE INDEX webhook_deliveries_due ON webhook_deliveries {due};
         CREATE INDEX webhook_deliveries_subscription
@@ -242,13 +248,9 @@ def m004_chat_and_idempotency(d: Dialect) -> str:
     """Conversations, their messages, and stored idempotent responses."""
     return f"""
         CREATE TABLE conversations (
-            seq {d.serial_key},
-            id TEXT NOT NULL UNIQUE,
-            organization_id TEXT NOT NULL,
-            environment TEXT NOT NULL,
+            {keyed(d)},
             agent_id TEXT NOT NULL,
-            created_at TEXT NOT NULL,
-            updated_at TEXT NOT NULL
+            {STAMPS}
         );
         CREATE INDEX conversations_workspace ON conversations (organization_id, environment);
         CREATE TABLE messages (
@@ -261,8 +263,7 @@ def m004_chat_and_idempotency(d: Dialect) -> str:
         );
         CREATE INDEX messages_conversation ON messages (conversation_id, seq);
         CREATE TABLE idempotency_keys (
-            organization_id TEXT NOT NULL,
-            environment TEXT NOT NULL,
+            {WORKSPACE},
             key TEXT NOT NULL,
             fingerprint TEXT NOT NULL,
             status TEXT NOT NULL,
@@ -297,8 +298,7 @@ def m006_knowledge_change_log(d: Dialect) -> str:
         ALTER TABLE knowledge_state ADD COLUMN log_floor {d.bigint} NOT NULL DEFAULT 0;
         UPDATE knowledge_state SET log_floor = version;
         CREATE TABLE knowledge_tombstones (
-            organization_id TEXT NOT NULL,
-            environment TEXT NOT NULL,
+            {WORKSPACE},
             version {d.bigint} NOT NULL,
             ids {d.blob} NOT NULL
         );
@@ -330,8 +330,7 @@ def m008_document_status_and_ingest_jobs(d: Dialect) -> str:
         ALTER TABLE documents ADD COLUMN last_error TEXT;
         CREATE TABLE ingest_jobs (
             document_id TEXT PRIMARY KEY REFERENCES documents(id) ON DELETE CASCADE,
-            organization_id TEXT NOT NULL,
-            environment TEXT NOT NULL,
+            {WORKSPACE},
             kind TEXT NOT NULL,
             filename TEXT NOT NULL,
             content_type TEXT,
@@ -356,8 +355,7 @@ def m009_term_counts(d: Dialect) -> str:
     return f"""
         CREATE TABLE term_counts (
             document_id TEXT NOT NULL REFERENCES documents(id) ON DELETE CASCADE,
-            organization_id TEXT NOT NULL,
-            environment TEXT NOT NULL,
+            {WORKSPACE},
             term TEXT NOT NULL,
             sentences INTEGER NOT NULL,
             PRIMARY KEY (document_id, term)
@@ -393,8 +391,7 @@ def m011_document_terms(d: Dialect) -> str:
     return f"""
         CREATE TABLE document_terms (
             document_seq {d.bigint} PRIMARY KEY REFERENCES documents(seq) ON DELETE CASCADE,
-            organization_id TEXT NOT NULL,
-            environment TEXT NOT NULL,
+            {WORKSPACE},
             version {d.bigint} NOT NULL,
             sentences INTEGER NOT NULL,
             stems TEXT NOT NULL

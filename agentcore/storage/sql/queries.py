@@ -102,50 +102,42 @@ def update_row(
     conn.execute(f"UPDATE {table} SET {assignments} WHERE id = ?", [*values.values(), row_id])
 
 
-def page_rows(
-    conn: Connection,
+def page(
+    db: Database,
     table: str,
     scope: Sequence[Any],
     limit: int,
     starting_after: str | None,
     where: str = "1 = 1",
     where_args: Sequence[Any] = (),
+    *,
+    scope_sql: str = WORKSPACE,
+    oldest_first: bool = False,
+    missing: str = "No object with id '{}' to start after.",
 ) -> tuple[list[Any], bool]:
-    """One page of ``table`` newest first, Stripe style: rows after ``starting_after``.
+    """One page of ``table`` newest first (or ``oldest_first``), Stripe style: rows after
+    ``starting_after``, read in one snapshot (the caller's, if it is in one).
 
-    A keyset page on ``seq``: ``scope`` is ``(organization_id, environment)``; ``where``
+    A keyset page on ``seq``: ``scope`` is ``(organization_id, environment)`` (or the
+    parameters of ``scope_sql``, the condition that holds the listing); ``where``
     narrows the listing. The cursor must be an id in the same scope (else ``NotFound``
-    names it), but need not pass ``where``: an object that changed status mid-listing
-    still works as a cursor. Returns the rows and whether more follow.
+    names it: ``missing``), but need not pass ``where``: an object that changed status
+    mid-listing still works as a cursor. Returns the rows and whether more follow.
     """
-    condition = f"{WORKSPACE} AND ({where})"
+    condition = f"{scope_sql} AND ({where})"
     args: list[Any] = [*scope, *where_args]
-    if starting_after is not None:
-        cursor = conn.execute(
-            f"SELECT seq FROM {table} WHERE id = ? AND {WORKSPACE}", [starting_after, *scope]
-        ).fetchone()
-        if cursor is None:
-            raise NotFound(
-                f"No object with id '{starting_after}' to start after.",
-                param="starting_after",
-            )
-        condition += " AND seq < ?"
-        args.append(cursor["seq"])
-    rows = conn.execute(
-        f"SELECT * FROM {table} WHERE {condition} ORDER BY seq DESC LIMIT ?", [*args, limit + 1]
-    ).fetchall()
-    return rows[:limit], len(rows) > limit
-
-
-def page(
-    db: Database,
-    table: str,
-    workspace: Sequence[str],
-    limit: int,
-    starting_after: str | None,
-    where: str = "1 = 1",
-    where_args: Sequence[Any] = (),
-) -> tuple[list[Any], bool]:
-    """``page_rows`` in a snapshot of its own."""
+    order, after = ("ASC", ">") if oldest_first else ("DESC", "<")
     with db.snapshot() as conn:
-        return page_rows(conn, table, workspace, limit, starting_after, where, where_args)
+        if starting_after is not None:
+            cursor = conn.execute(
+                f"SELECT seq FROM {table} WHERE id = ? AND {scope_sql}", [starting_after, *scope]
+            ).fetchone()
+            if cursor is None:
+                raise NotFound(missing.format(starting_after), param="starting_after")
+            condition += f" AND seq {after} ?"
+            args.append(cursor["seq"])
+        rows = conn.execute(
+            f"SELECT * FROM {table} WHERE {condition} ORDER BY seq {order} LIMIT ?",
+            [*args, limit + 1],
+        ).fetchall()
+    return rows[:limit], len(rows) > limit

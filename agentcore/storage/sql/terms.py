@@ -19,7 +19,7 @@ from agentcore.residency import Residency, ResidencyStats
 from agentcore.storage.base import BudgetedStore, KnowledgeStore
 from agentcore.storage.records import TermCounts
 from agentcore.storage.sql.database import Connection, Tables
-from agentcore.storage.sql.queries import WORKSPACE, read_row
+from agentcore.storage.sql.queries import WORKSPACE
 
 
 def pack_stems(stems: Mapping[str, int]) -> str:
@@ -122,7 +122,7 @@ class TermTables(Tables, KnowledgeStore, BudgetedStore):
         known = self._term_sums.get(key)
         # outside the lock: on PostgreSQL this read is a round trip, and calls for sums
         # that are current need no more than it
-        current = known is not None and self._version(key) == known.version
+        current = known is not None and self.knowledge_state(*key).version == known.version
         with self._term_lock:
             entry = self._term_sums.touch(key)  # now the most recently asked
             if entry is None or not current:
@@ -130,10 +130,6 @@ class TermTables(Tables, KnowledgeStore, BudgetedStore):
                 self._term_sums.keep(key, entry, (len(entry.counts) + 1) * TERM_ENTRY_BYTES)
             counts = entry.counts
             return entry.sentences, {stem: counts[stem] for stem in wanted if counts.get(stem)}
-
-    def _version(self, key: tuple[str, str]) -> int:
-        row = read_row(self.db, f"SELECT version FROM knowledge_state WHERE {WORKSPACE}", key)
-        return 0 if row is None else int(row["version"])
 
     def _current_term_sums(self, key: tuple[str, str], entry: TermSums | None) -> TermSums:
         """``entry`` brought up to the store's version (a new one when it cannot be)."""

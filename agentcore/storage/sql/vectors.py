@@ -345,27 +345,21 @@ class VectorTables(Tables):
             f"SELECT embedder, dimension, version, index_dtype FROM knowledge_state WHERE {WORKSPACE}",
             key,
         )
-        if row is None:
-            state = KnowledgeState(None, None, 0)
-        else:
-            state = KnowledgeState(
-                row["embedder"], row["dimension"], int(row["version"]), row["index_dtype"]
-            )
+        state = KnowledgeState(None, None, 0) if row is None else KnowledgeState(**row)
         if cache is not None and len(cache) < CACHE_LIMIT:
             cache[key] = state
         return state
 
     def claim_index_dtype(self, organization_id: str, environment: str, index_dtype: str) -> str:
         """The workspace's index dtype: the stored one, else ``index_dtype``, stored now."""
-        with self.db.write() as conn:
-            # a new row starts at version 0, which reads like no row at all
-            row = conn.execute(
-                "INSERT INTO knowledge_state AS s (organization_id, environment, version,"
-                " index_dtype) VALUES (?, ?, 0, ?) ON CONFLICT (organization_id, environment)"
-                " DO UPDATE SET index_dtype = COALESCE(s.index_dtype, excluded.index_dtype)"
-                " RETURNING index_dtype",
-                [organization_id, environment, index_dtype],
-            ).fetchone()
+        # a new row starts at version 0, which reads like no row at all
+        row = self.db.write_one(
+            "INSERT INTO knowledge_state AS s (organization_id, environment, version,"
+            " index_dtype) VALUES (?, ?, 0, ?) ON CONFLICT (organization_id, environment)"
+            " DO UPDATE SET index_dtype = COALESCE(s.index_dtype, excluded.index_dtype)"
+            " RETURNING index_dtype",
+            [organization_id, environment, index_dtype],
+        )
         return str(row["index_dtype"])
 
     def changes_since(

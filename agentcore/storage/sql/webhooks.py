@@ -27,7 +27,6 @@ from agentcore.storage.sql.queries import (
     insert_rows,
     marks,
     page,
-    page_rows,
     read_row,
     update_row,
 )
@@ -36,6 +35,9 @@ _PUBLIC = ("id", "status", "url", "description", "disabled_reason", "created_at"
 _PRIVATE = [field.name for field in fields(StoredSubscription)][1:]  # after ``public``
 # what ``update_subscription`` may set: the status and the server's own state
 _UPDATABLE = {"status", "disabled_reason", *_PRIVATE[2:]}
+# the columns of a delivery, and of an event, that hold its fields as they are
+_DELIVERY = ("id", "event_id", "status", "next_attempt_at", "created_at")
+_EVENT = ("id", "organization_id", "environment", "type", "timestamp")
 
 
 # A disabled subscription's pending deliveries end as failed, so no delivery waits
@@ -159,19 +161,10 @@ class WebhookTables(Tables, WebhookStore):
         # one transaction: after it commits, a crash cannot lose the event or its deliveries
         workspace = [event.organization_id, event.environment]
         with self.db.write() as conn:
-            insert_row(
-                conn,
-                "events",
-                {
-                    "id": event.id,
-                    "organization_id": event.organization_id,
-                    "environment": event.environment,
-                    "type": event.type,
-                    "timestamp": event.timestamp,
-                    # NaN and infinity are not JSON: no receiver could be sent them
-                    "data": json.dumps(event.data, separators=(",", ":"), allow_nan=False),
-                },
-            )
+            values = {column: getattr(event, column) for column in _EVENT}
+            # NaN and infinity are not JSON: no receiver could be sent them
+            values["data"] = json.dumps(event.data, separators=(",", ":"), allow_nan=False)
+            insert_row(conn, "events", values)
             # only active subscriptions: a disabled one is never claimed, so a delivery
             # queued to it would stay pending for ever
             rows = conn.execute(
@@ -320,8 +313,8 @@ class WebhookTables(Tables, WebhookStore):
         with self.db.snapshot() as conn:
             workspace = (organization_id, environment)
             of_subscription = ("subscription_id = ?", [subscription_id])
-            rows, more = page_rows(
-                conn, "webhook_deliveries", workspace, limit, starting_after, *of_subscription
+            rows, more = page(
+                self.db, "webhook_deliveries", workspace, limit, starting_after, *of_subscription
             )
             if not rows:
                 return [], more
@@ -344,13 +337,9 @@ class WebhookTables(Tables, WebhookStore):
                 attempts[attempt.pop("delivery_id")].append(DeliveryAttempt(**attempt))
         deliveries = [
             Delivery(
-                id=row["id"],
-                event_id=row["event_id"],
                 event_type=types.get(row["event_id"], ""),
-                status=row["status"],
                 attempts=attempts[row["id"]],
-                next_attempt_at=row["next_attempt_at"],
-                created_at=row["created_at"],
+                **{column: row[column] for column in _DELIVERY},
             )
             for row in rows
         ]

@@ -128,8 +128,7 @@ class Database:
             return self._shared
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is None:
-            conn = self._connect()
-            self._local.conn = conn
+            conn = self._local.conn = self._connect()
         return conn
 
     @property
@@ -140,10 +139,7 @@ class Database:
     @contextmanager
     def read(self) -> Iterator[sqlite3.Connection]:
         """A connection for reads (autocommit; each statement sees committed data)."""
-        if self.memory:
-            with self._lock:
-                yield self.connection()
-        else:
+        with self._lock if self.memory else contextlib.nullcontext():
             yield self.connection()
 
     @contextmanager
@@ -174,25 +170,21 @@ class Database:
         with self._lock:
             depth: int = getattr(self._local, "depth", 0)
             conn = self.connection()
-            if depth:
-                self._local.depth = depth + 1
+            self._local.depth = depth + 1
+            try:
+                if depth:  # inside the outer transaction, which ends it
+                    yield conn
+                    return
+                conn.execute("BEGIN IMMEDIATE")
                 try:
                     yield conn
-                finally:
-                    self._local.depth = depth
-                return
-            conn.execute("BEGIN IMMEDIATE")
-            self._local.depth = 1
-            try:
-                yield conn
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            else:
+                except BaseException:
+                    conn.execute("ROLLBACK")
+                    raise
                 conn.execute("COMMIT")
                 self.generation += 1
             finally:
-                self._local.depth = 0
+                self._local.depth = depth
 
     def utils(self, conn: sqlite3.Connection) -> UtilsDatabase:
         """sqlite-utils' ``Database`` over ``conn`` (for migrations). It never commits on
@@ -304,22 +296,8 @@ class Database:
                     blob.seek(offset * width)
                     out[i] = np.frombuffer(blob.read(width), dtype="<f4")
 
-    def unchanged_since(self, stamp: object) -> tuple[object, bool]:
-        """A stamp of the database's state, and whether it equals ``stamp``.
-
-        The stamp combines SQLite's ``data_version`` of this thread's connection (which
-        changes when any other connection, in any process, commits) with this object's
-        count of its own commits, so equal stamps mean nothing was written in between.
-        For ``:memory:`` nothing is ever reported unchanged.
-        """
-        if self.memory:
-            return None, False
-        version = self.connection().execute("PRAGMA data_version").fetchone()[0]
-        current = (version, self.generation)
-        return current, current == stamp
-
     def thread_cache(self, name: str) -> dict[Any, Any]:
-        """A dict private to the calling thread (for caches keyed by ``unchanged_since``)."""
+        """A dict private to the calling thread (for caches kept by ``current_cache``)."""
         caches: dict[str, dict[Any, Any]] | None = getattr(self._local, "caches", None)
         if caches is None:
             caches = self._local.caches = {}
@@ -327,14 +305,23 @@ class Database:
 
     def current_cache(self, name: str) -> dict[Any, Any]:
         """``thread_cache(name)``, emptied first when anything at all was written to the
-        database since it was last asked for (``unchanged_since``, checked on each call),
-        so what it holds was read from the database as it is now: a write by any
-        connection or process empties it at the next call. Callers hold at most
-        ``CACHE_LIMIT`` entries in it; for ``:memory:`` it is always empty.
+        database since it was last asked for (checked on each call), so what it holds was
+        read from the database as it is now: a write by any connection or process empties
+        it at the next call. Callers hold at most ``CACHE_LIMIT`` entries in it; for
+        ``:memory:`` it is always empty.
+
+        The cache keeps a stamp of the database's state: SQLite's ``data_version`` of
+        this thread's connection (which changes when any other connection, in any
+        process, commits) with this object's count of its own commits, so equal stamps
+        mean nothing was written in between.
         """
         cache = self.thread_cache(name)
-        stamp, unchanged = self.unchanged_since(cache.get(_STAMP))
-        if not unchanged:
+        if self.memory:
+            cache.clear()
+            return cache
+        version = self.connection().execute("PRAGMA data_version").fetchone()[0]
+        stamp = (version, self.generation)
+        if cache.get(_STAMP) != stamp:
             cache.clear()
             cache[_STAMP] = stamp
         return cache

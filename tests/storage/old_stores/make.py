@@ -104,7 +104,7 @@ def fill(store: Any) -> dict[str, Any]:
         )
     store.delete_document(org, "test", "doc_old2")  # a tombstone with its counts
     extra = rng.standard_normal((1, 8)).astype(np.float32)
-    chunk = store.chunk_ids(org, "test", "doc_old1")[1]
+    chunk = next(ids for d, ids, _ in store.iter_chunk_texts(org, "test") if d == "doc_old1")[1]
     store.add_vectors(org, "test", "doc_old1", "hashing-v1", 8, np.array([chunk]), extra / 1.0)
     store.insert_processing_document(
         org,
@@ -192,7 +192,7 @@ def read_back(store: Any, made: dict[str, Any]) -> dict[str, Any]:
     org = made["org"]
     ws = (org, "test")
     documents, _ = store.list_documents(*ws, limit=100, starting_after=None)
-    chunk_ids = [i for d in documents for i in store.chunk_ids(*ws, d.id)]
+    chunk_ids = [i for _, ids, _ in store.iter_chunk_texts(*ws) for i in ids]
     state = store.knowledge_state(*ws)
     ids, vectors = store.load_vectors(*ws, state.dimension)
     changes = store.changes_since(*ws, 1, max_rows=100)
