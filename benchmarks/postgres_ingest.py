@@ -29,7 +29,7 @@ other work on a shared machine than the wall clock; PostgreSQL's own processes a
 counted).
 
 Run: ``python benchmarks/postgres_ingest.py [--docs 300] [--runs 3] [--peer REV]
-[--statements] [--synchronous-commit off] [--sqlite-synchronous full] [--clients N [--tenants]] [--paragraphs N]
+[--statements] [--synchronous-commit off] [--sqlite-synchronous full] [--clients N [--tenants]] [--paragraphs N] [--workspaces N]
 [--db URL]``
 (without ``--db`` a throwaway pgserver is started).
 """
@@ -98,10 +98,13 @@ def one_run(
     clients: int = 1,
     tenants: bool = False,
     sqlite_full: bool = False,
+    workspaces: int = 0,
 ) -> dict[str, float]:
     """Ingest ``texts`` into the empty store ``url`` with ``code``'s ``agentcore``, from
     ``clients`` threads at once (each its own share of ``texts``; with ``tenants`` each
-    into its own organization's workspace, else all into one)."""
+    into its own organization's workspace, else all into one). With ``workspaces`` N,
+    one client spreads them over N organizations' workspaces in turn, each new (no
+    document, no index loaded) when the timing starts, as issue 24 measured."""
     sys.path.insert(0, str(code))
     import agentcore
     from agentcore import AgentCore
@@ -111,25 +114,30 @@ def one_run(
     if sqlite_full:
         sync_sqlite_commits()
     core = AgentCore.open(url, start_workers=False)
-    spaces = [
-        core.workspace(f"bench-{client}" if tenants else "bench", "test").knowledge
-        for client in range(clients if tenants else 1)
-    ]
-    for knowledge in spaces:
-        knowledge.ingest_text("warm-up.txt", "A first document, so the index is cached.")
-        knowledge.search("first document")  # the index is now loaded, as in a server
+    if workspaces:
+        spaces = [core.workspace(f"bench-{n}", "test").knowledge for n in range(workspaces)]
+    else:
+        spaces = [
+            core.workspace(f"bench-{client}" if tenants else "bench", "test").knowledge
+            for client in range(clients if tenants else 1)
+        ]
+        for knowledge in spaces:
+            knowledge.ingest_text("warm-up.txt", "A first document, so the index is cached.")
+            knowledge.search("first document")  # the index is now loaded, as in a server
     before = dict(counts) if counts is not None else {}
     started, cpu = time.perf_counter(), time.process_time()
 
     def ingest(first: int) -> None:
         knowledge = spaces[first % len(spaces)]
         for number in range(first, len(texts), clients):
+            if workspaces:
+                knowledge = spaces[number % workspaces]
             knowledge.ingest_text(f"doc-{number}.txt", texts[number])
 
     with ThreadPoolExecutor(clients) as pool:
         list(pool.map(ingest, range(clients)))  # re-raises a client's error
-    for knowledge in spaces:  # rows the indexes held back, inside the timing
-        knowledge.search(texts[-1][:100], top_k=1)
+    for knowledge in [] if workspaces else spaces:  # rows the indexes held back, timed
+        knowledge.search(texts[-1][:100], top_k=1)  # (new workspaces' are not loaded)
     out = {
         "docs/s": len(texts) / (time.perf_counter() - started),
         "cpu ms/doc": (time.process_time() - cpu) * 1e3 / len(texts),
@@ -153,7 +161,7 @@ def child(code: Path, url: str, args: argparse.Namespace, statements: bool) -> d
     command = [sys.executable, __file__, "run", "--code", str(code), "--db", url]
     command += ["--squad", args.squad, "--docs", str(args.docs), "--clients", str(args.clients)]
     command += ["--tenants"] if args.tenants else []
-    command += ["--paragraphs", str(args.paragraphs)]
+    command += ["--paragraphs", str(args.paragraphs), "--workspaces", str(args.workspaces)]
     command += ["--sqlite-synchronous", args.sqlite_synchronous]
     from ingest_speed import run_json
 
@@ -190,6 +198,12 @@ def main() -> int:
         "--tenants", action="store_true", help="each client into its own organization"
     )
     parser.add_argument("--paragraphs", type=int, default=1, help="texts joined into each document")
+    parser.add_argument(
+        "--workspaces",
+        type=int,
+        default=0,
+        help="one client spreads the documents over N new workspaces in turn (issue 24's shape)",
+    )
     parser.add_argument("--db", help="postgresql:// URL of a server (default: a pgserver)")
     parser.add_argument("--code", default=str(REPO), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -203,6 +217,7 @@ def main() -> int:
             args.clients,
             args.tenants,
             args.sqlite_synchronous == "full",
+            args.workspaces,
         )
         print(json.dumps(answer))
         return 0
@@ -239,8 +254,13 @@ def main() -> int:
     print(
         f"ingest_text, one document per call from {args.clients} client thread(s)"
         f"{' (each its own tenant)' if args.tenants else ''},"
-        f" {args.docs} docs of {args.paragraphs} paragraph(s), default embedder, warm"
-        f" index; SQLite synchronous = {args.sqlite_synchronous.upper()}; median of"
+        f" {args.docs} docs of {args.paragraphs} paragraph(s), default embedder,"
+        + (
+            f" spread over {args.workspaces} new workspaces in turn;"
+            if args.workspaces
+            else " warm index;"
+        )
+        + f" SQLite synchronous = {args.sqlite_synchronous.upper()}; median of"
         f" {args.runs} runs (load average {load:.1f})\n"
     )
     print("| code | SQLite docs/s | PostgreSQL docs/s | PostgreSQL time ÷ SQLite's |")
