@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from helpers import file_indexes, open_seen, run_python, seen
+from helpers import file_indexes, open_seen, run_python, seen, stored_chunk_ids
 
 from agentcore import AgentCore
 from agentcore.config import Settings, machine_memory
@@ -145,7 +145,9 @@ def test_the_cache_evicts_least_recently_searched_workspaces(db: Path) -> None:
         assert seen(core)["index.evict"] == 2  # told to the observer (metrics) too
         # an evicted workspace loads again at its next search, with the same answer
         before = cache.stats()["loads"]
-        assert _search(core, b)[0][0] in core.store.chunk_ids(b, ENV, _first_document(core, b))
+        assert _search(core, b)[0][0] in stored_chunk_ids(
+            core.store, b, ENV, _first_document(core, b)
+        )
         assert cache.stats()["loads"] == before + 1
 
 
@@ -166,7 +168,7 @@ def test_compaction_in_ram_moves_the_charge_with_the_rows(db: Path) -> None:
         for document in documents[:25]:
             ws.knowledge.delete(document.id)
         assert core.indexes.wait_for_maintenance(30)
-        kept = sum(len(core.store.chunk_ids(*key, d.id)) for d in documents[25:])
+        kept = sum(len(stored_chunk_ids(core.store, *key, d.id)) for d in documents[25:])
         assert len(entry.index) == kept
         charged = core.indexes.stats()["bytes"]
         assert charged == indexes_module._bytes_of(entry)

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import pytest
 from embedder_corpus import DATA, fingerprint
-from helpers import cli_env, index_loads, open_seen, run_python, seen
+from helpers import cli_env, index_loads, open_seen, run_python, seen, stored_chunk_ids
 
 from agentcore import AgentCore
 from agentcore.knowledge.chunking import chunk_pages
@@ -227,7 +227,7 @@ def test_a_delete_by_another_core_between_two_of_ours_is_applied(
     ws = _ws(a)
     beta = ws.knowledge.ingest_text("beta.txt", BETA)
     assert _sources(a, "quantum flux")[0] == "beta.txt"
-    gone = a.store.chunk_ids(ws.organization_id, ws.environment, beta.id)
+    gone = stored_chunk_ids(a.store, ws.organization_id, ws.environment, beta.id)
     _ws(b).knowledge.delete(beta.id)
     ws.knowledge.ingest_text("alpha.txt", ALPHA)
     index = a.indexes.get(ws.organization_id, ws.environment)

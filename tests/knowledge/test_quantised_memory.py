@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import pytest
+from helpers import stored_chunk_ids
 
 from agentcore import AgentCore
 from agentcore.knowledge.index import StoredRows, VectorIndex, codec_named
@@ -89,9 +90,11 @@ def test_a_quantised_index_in_ram_keeps_codes_only_and_answers_exactly(
         ratio = index.resident_bytes / float32_bytes
         assert ratio <= (0.3 if codec == "int8" else 0.55), ratio
         # rows deleted since the load are no candidates (their rows read back as NaN)
+        gone = stored_chunk_ids(small.store, org, ENV, documents[0])
+        assert gone
         small.workspace("acme", ENV).knowledge.delete(documents[0])
         hits = [i for answer in _answers(small, org, QUERIES) for i, _ in answer]
-        assert not set(hits) & set(small.store.chunk_ids(org, ENV, documents[0]))
+        assert not set(hits) & set(gone)
 
 
 def _reference_answers(core: AgentCore, org: str, index: VectorIndex) -> None:
@@ -139,7 +142,7 @@ def test_rows_read_back_from_many_segments_after_deletes_and_appends(
         rows = store.read_vector_rows(org, ENV, loaded.locators[pick], dimension)
         np.testing.assert_array_equal(rows, loaded.vectors[pick])
 
-        first = store.chunk_ids(org, ENV, documents[0])
+        first = stored_chunk_ids(store, org, ENV, documents[0])
         assert len(first) >= 2
         for document in documents[::4]:  # deleted: their segments no longer read
             ws.knowledge.delete(document)
@@ -274,7 +277,7 @@ def test_a_filtered_int8_search_after_an_eviction_reads_back_only_rows_it_lets_t
             chosen = [d.id for d in documents if d.metadata["shelf"] in shelves]
             allowed = np.isin(
                 loaded.ids,
-                [i for d in chosen for i in core.store.chunk_ids(org, ENV, d)],
+                [i for d in chosen for i in stored_chunk_ids(core.store, org, ENV, d)],
             )
             within = _Documents(chosen, np.unique(loaded.labels[allowed]))
             for query in QUERIES:
