@@ -201,6 +201,14 @@ def _serve(db: Path, port: int, *extra: str, env: dict[str, str] | None = None) 
     )
 
 
+def _serve_workers(db: Path, directory: Path) -> tuple[Any, str]:
+    """``serve --workers 2`` on ``db`` with ``directory`` as its multiprocess directory,
+    and its URL."""
+    port = free_port()
+    env = {**cli_env(), "PROMETHEUS_MULTIPROC_DIR": str(directory)}
+    return _serve(db, port, "--workers", "2", env=env), f"http://127.0.0.1:{port}"
+
+
 def _wait_up(process: Any, url: str) -> None:
     deadline = time.monotonic() + 60
     while True:
@@ -236,10 +244,7 @@ def test_serve_workers_sum_every_workers_requests(tmp_path: Path) -> None:
     """Requests land on both workers; any worker's scrape counts all of them."""
     db = tmp_path / "workers.db"
     directory = tmp_path / "prometheus"
-    port = free_port()
-    env = {**cli_env(), "PROMETHEUS_MULTIPROC_DIR": str(directory)}
-    process = _serve(db, port, "--workers", "2", env=env)
-    url = f"http://127.0.0.1:{port}"
+    process, url = _serve_workers(db, directory)
     try:
         _wait_up(process, url)
         sent = 0
@@ -283,10 +288,7 @@ def test_serve_workers_drop_the_live_gauges_of_a_killed_worker(tmp_path: Path) -
     is gone; what it counted (requests) still does."""
     db = tmp_path / "killed.db"
     directory = tmp_path / "prometheus"
-    port = free_port()
-    env = {**cli_env(), "PROMETHEUS_MULTIPROC_DIR": str(directory)}
-    process = _serve(db, port, "--workers", "2", env=env)
-    url = f"http://127.0.0.1:{port}"
+    process, url = _serve_workers(db, directory)
 
     def served() -> set[int]:
         """The processes that timed a request (and then set their gauges)."""

@@ -12,14 +12,16 @@ import json
 import re
 import threading
 import zlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 import numpy as np
 import pytest
-from helpers import cli_env, start_serve
+from helpers import SEARCH_QUERIES, SEARCH_TOPICS, cli_env, start_serve
 
 import agentcore
 from agentcore import AgentCore
@@ -27,26 +29,7 @@ from agentcore_starlette import create_app
 from agentcore_starlette.app import BATCH_MAX, BATCH_PROBE_EVERY, LONE_BATCHES
 
 SEARCH = "/v1/knowledge/search"
-TOPICS = [
-    "Cats purr when they are content and sometimes when they are hurt.",
-    "The lighthouse keeper logs every ship that passes the northern cape.",
-    "Sourdough bread rises slowly because wild yeast ferments the dough.",
-    "Glaciers carve valleys as they creep downhill over thousands of years.",
-    "The committee approved the refund policy for damaged shipments.",
-    "Violins are tuned in fifths, starting from the G below middle C.",
-    "Bees communicate the direction of flowers with a waggle dance.",
-    "Invoices are due thirty days after the goods were delivered.",
-]
-QUERIES = [
-    "why do cats purr",
-    "who records passing ships",
-    "how does sourdough rise",
-    "how are valleys formed by ice",
-    "refund for damaged goods",
-    "how is a violin tuned",
-    "how do bees find flowers",
-    "when are invoices due",
-]
+QUERIES = SEARCH_QUERIES[:8]
 
 
 def fill(core: AgentCore) -> str:
@@ -54,9 +37,30 @@ def fill(core: AgentCore) -> str:
     core.create_organization("acme")
     secret = core.keys.create("acme", "test", ["read", "write"]).secret
     ws = core.authenticate(secret)
-    for n, topic in enumerate(TOPICS):
+    for n, topic in enumerate(SEARCH_TOPICS[:8]):
         ws.knowledge.ingest_text(f"note-{n}.txt", topic, metadata={"n": n})
     return secret
+
+
+@dataclass
+class Batching:
+    """The app of a core holding the topics, a key to it, and its batch count."""
+
+    app: Any
+    secret: str
+    registry: Any
+
+    def batched(self) -> float:
+        """How many batches of several searches ran."""
+        return self.registry.get_sample_value("agentcore_search_batch_size_count") or 0.0
+
+
+@contextmanager
+def batching(db_path: Path, **settings: Any) -> Iterator[Batching]:
+    """A core (rate limits lifted) holding the topics, and its app."""
+    with AgentCore.open(db_path, start_workers=False, rate_limit_test=1e6, **settings) as core:
+        secret = fill(core)
+        yield Batching(create_app(core), secret, core.metrics.registry)
 
 
 def ranked(answer: dict[str, Any]) -> list[tuple[str, str]]:
@@ -122,13 +126,8 @@ async def started_together(app: Any, secret: str, bodies: list[dict[str, Any]]) 
 
 
 def test_concurrent_searches_are_answered_together_as_each_alone(db_path: Path) -> None:
-    with AgentCore.open(db_path, start_workers=False, rate_limit_test=1e6) as core:
-        secret = fill(core)
-        app = create_app(core)
-        batches = core.metrics.registry
-
-        def batched() -> float:
-            return batches.get_sample_value("agentcore_search_batch_size_count") or 0.0
+    with batching(db_path) as served:
+        app, secret, batched = served.app, served.secret, served.batched
 
         async def go() -> None:
             transport = httpx.ASGITransport(app=app)
@@ -142,7 +141,7 @@ def test_concurrent_searches_are_answered_together_as_each_alone(db_path: Path) 
                 assert batched() == 0
                 got = await started_together(app, secret, [{"query": q} for q in QUERIES])
                 assert batched() == 1
-                assert batches.get_sample_value("agentcore_search_batch_size_sum") == 8
+                assert served.registry.get_sample_value("agentcore_search_batch_size_sum") == 8
                 for g, a in zip(got, alone, strict=True):
                     assert_as_alone(g, a)
 
@@ -171,11 +170,8 @@ def test_concurrent_searches_are_answered_together_as_each_alone(db_path: Path) 
 
 
 def test_a_bad_query_in_a_batch_gets_its_own_error(db_path: Path) -> None:
-    with AgentCore.open(
-        db_path, start_workers=False, max_query_chars=40, rate_limit_test=1e6
-    ) as core:
-        secret = fill(core)
-        app = create_app(core)
+    with batching(db_path, max_query_chars=40) as served:
+        app, secret = served.app, served.secret
 
         async def go() -> None:
             transport = httpx.ASGITransport(app=app)
@@ -235,12 +231,8 @@ def test_a_real_server_batches_concurrent_searches(tmp_path: Path) -> None:
 
 def test_a_batch_holds_at_most_batch_max_calls(db_path: Path) -> None:
     # a budget that any number of these searches fits in: BATCH_MAX bounds the batch
-    with AgentCore.open(
-        db_path, start_workers=False, rate_limit_test=1e6, inline_budget=10.0
-    ) as core:
-        secret = fill(core)
-        app = create_app(core)
-        registry = core.metrics.registry
+    with batching(db_path, inline_budget=10.0) as served:
+        app, secret, registry = served.app, served.secret, served.registry
 
         async def go() -> None:
             for query in QUERIES[:3]:  # the first runs on a thread, the next inline
@@ -258,13 +250,8 @@ def test_a_batch_holds_at_most_batch_max_calls(db_path: Path) -> None:
 
 
 def test_lone_calls_stop_waiting_and_company_is_noticed_again(db_path: Path) -> None:
-    with AgentCore.open(db_path, start_workers=False, rate_limit_test=1e6) as core:
-        secret = fill(core)
-        app = create_app(core)
-        registry = core.metrics.registry
-
-        def batched() -> float:
-            return registry.get_sample_value("agentcore_search_batch_size_count") or 0.0
+    with batching(db_path) as served:
+        app, secret, batched = served.app, served.secret, served.batched
 
         async def go() -> None:
             # many lone calls: they stop waiting a turn for company after LONE_BATCHES

@@ -12,34 +12,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import SEARCH_QUERIES, SEARCH_TOPICS
 
 from agentcore import AgentCore
 from agentcore.errors import PermissionDenied, ValidationFailed
 from agentcore.schema import SearchResponse
 
-TOPICS = [
-    "Cats purr when they are content and sometimes when they are hurt.",
-    "The lighthouse keeper logs every ship that passes the northern cape.",
-    "Sourdough bread rises slowly because wild yeast ferments the dough.",
-    "Glaciers carve valleys as they creep downhill over thousands of years.",
-    "The committee approved the refund policy for damaged shipments.",
-    "Violins are tuned in fifths, starting from the G below middle C.",
-    "Bees communicate the direction of flowers with a waggle dance.",
-    "Invoices are due thirty days after the goods were delivered.",
-    "Volcanic soil is fertile, which is why vineyards grow on slopes of old volcanoes.",
-    "The warranty covers defects in materials for two years after purchase.",
-]
+TOPICS = SEARCH_TOPICS
 QUERIES = [
-    "why do cats purr",
-    "who records passing ships",
-    "how does sourdough rise",
-    "how are valleys formed by ice",
-    "refund for damaged goods",
-    "how is a violin tuned",
-    "how do bees find flowers",
-    "when are invoices due",
-    "why grow grapes on volcanoes",
-    "how long is the warranty",
+    *SEARCH_QUERIES,
     "???",  # embeds to nothing: no results, in its place
     "bread yeast dough ferment",
 ]
