@@ -201,6 +201,17 @@ def _serve(db: Path, port: int, *extra: str, env: dict[str, str] | None = None) 
     )
 
 
+def _openapi_requests(got: Any) -> float:
+    """The ``GET /v1/openapi.json`` requests answered 200 that a scrape counts."""
+    return value(
+        got,
+        "agentcore_http_request_duration_seconds_count",
+        method="GET",
+        route="/v1/openapi.json",
+        status="200",
+    )
+
+
 def _serve_workers(db: Path, directory: Path) -> tuple[Any, str]:
     """``serve --workers 2`` on ``db`` with ``directory`` as its multiprocess directory,
     and its URL."""
@@ -328,14 +339,7 @@ def test_serve_workers_drop_the_live_gauges_of_a_killed_worker(tmp_path: Path) -
         got = scrape()
         assert value(got, "agentcore_index_budget_bytes") == both  # not three workers'
         assert victim not in _pids(directory, "gauge_live*_*.db")
-        counted = value(
-            got,
-            "agentcore_http_request_duration_seconds_count",
-            method="GET",
-            route="/v1/openapi.json",
-            status="200",
-        )
-        assert counted == sent  # the killed worker's requests too
+        assert _openapi_requests(got) == sent  # the killed worker's requests too
     finally:
         _stop(process)
 
@@ -367,14 +371,7 @@ def test_serve_in_one_process_starts_its_multiprocess_directory_empty(tmp_path: 
                 capture_output=True,
             )
             got = samples(httpx.get(f"{url}/metrics").text)
-            counted = value(
-                got,
-                "agentcore_http_request_duration_seconds_count",
-                method="GET",
-                route="/v1/openapi.json",
-                status="200",
-            )
-            assert counted == 3
+            assert _openapi_requests(got) == 3
             assert _pids(directory, "gauge_live*_*.db") == {process.pid}
         finally:
             _stop(process)

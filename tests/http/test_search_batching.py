@@ -130,41 +130,36 @@ def test_concurrent_searches_are_answered_together_as_each_alone(db_path: Path) 
         app, secret, batched = served.app, served.secret, served.batched
 
         async def go() -> None:
-            transport = httpx.ASGITransport(app=app)
-            headers = {"Authorization": f"Bearer {secret}"}
-            async with httpx.AsyncClient(
-                transport=transport, base_url="http://asgi", headers=headers
-            ) as client:
-                # one at a time: the answers alone (the first runs on a thread, and its
-                # time lets the next ones run on the loop); none is batched
-                alone = [await client.post(SEARCH, json={"query": q}) for q in QUERIES]
-                assert batched() == 0
-                got = await started_together(app, secret, [{"query": q} for q in QUERIES])
-                assert batched() == 1
-                assert served.registry.get_sample_value("agentcore_search_batch_size_sum") == 8
-                for g, a in zip(got, alone, strict=True):
-                    assert_as_alone(g, a)
+            # one at a time: the answers alone (the first runs on a thread, and its
+            # time lets the next ones run on the loop); none is batched
+            alone = [await asgi_post(app, secret, {"query": q}) for q in QUERIES]
+            assert batched() == 0
+            got = await started_together(app, secret, [{"query": q} for q in QUERIES])
+            assert batched() == 1
+            assert served.registry.get_sample_value("agentcore_search_batch_size_sum") == 8
+            for g, a in zip(got, alone, strict=True):
+                assert_as_alone(g, a)
 
-                # options split the batches: the same top_k and min_score go together; a
-                # filter or another mode runs alone
-                mixed = [
-                    {"query": QUERIES[0], "top_k": 2},
-                    {"query": QUERIES[1], "top_k": 2},
-                    {"query": QUERIES[2], "top_k": 3},
-                    {"query": QUERIES[3], "filter": {"type": "eq", "key": "n", "value": 3}},
-                    {"query": QUERIES[4], "mode": "keyword"},
-                    {"query": QUERIES[5], "top_k": 2, "min_score": 0.1},
-                    {"query": QUERIES[6], "top_k": 3},
-                ]
-                alone = [await client.post(SEARCH, json=body) for body in mixed]
-                before = batched()
-                got = await started_together(app, secret, mixed)
-                assert batched() == before + 2  # top_k 2, and top_k 3
-                for g, a in zip(got, alone, strict=True):
-                    assert_as_alone(g, a)
-                assert [r["document_id"] for r in got[3].json()["results"]] == [
-                    alone[3].json()["results"][0]["document_id"]
-                ]
+            # options split the batches: the same top_k and min_score go together; a
+            # filter or another mode runs alone
+            mixed = [
+                {"query": QUERIES[0], "top_k": 2},
+                {"query": QUERIES[1], "top_k": 2},
+                {"query": QUERIES[2], "top_k": 3},
+                {"query": QUERIES[3], "filter": {"type": "eq", "key": "n", "value": 3}},
+                {"query": QUERIES[4], "mode": "keyword"},
+                {"query": QUERIES[5], "top_k": 2, "min_score": 0.1},
+                {"query": QUERIES[6], "top_k": 3},
+            ]
+            alone = [await asgi_post(app, secret, body) for body in mixed]
+            before = batched()
+            got = await started_together(app, secret, mixed)
+            assert batched() == before + 2  # top_k 2, and top_k 3
+            for g, a in zip(got, alone, strict=True):
+                assert_as_alone(g, a)
+            assert [r["document_id"] for r in got[3].json()["results"]] == [
+                alone[3].json()["results"][0]["document_id"]
+            ]
 
         asyncio.run(go())
 
@@ -174,19 +169,14 @@ def test_a_bad_query_in_a_batch_gets_its_own_error(db_path: Path) -> None:
         app, secret = served.app, served.secret
 
         async def go() -> None:
-            transport = httpx.ASGITransport(app=app)
-            headers = {"Authorization": f"Bearer {secret}"}
-            async with httpx.AsyncClient(
-                transport=transport, base_url="http://asgi", headers=headers
-            ) as client:
-                alone = [await client.post(SEARCH, json={"query": q}) for q in QUERIES[:3]]
-                bodies = [{"query": q} for q in QUERIES[:3]] + [{"query": "why " * 11}]
-                *good, bad = await started_together(app, secret, bodies)
-                for g, a in zip(good, alone, strict=True):
-                    assert_as_alone(g, a)
-                assert bad.status_code == 422
-                problem = bad.json()
-                assert (problem["code"], problem["param"]) == ("query_too_long", "query")
+            alone = [await asgi_post(app, secret, {"query": q}) for q in QUERIES[:3]]
+            bodies = [{"query": q} for q in QUERIES[:3]] + [{"query": "why " * 11}]
+            *good, bad = await started_together(app, secret, bodies)
+            for g, a in zip(good, alone, strict=True):
+                assert_as_alone(g, a)
+            assert bad.status_code == 422
+            problem = bad.json()
+            assert (problem["code"], problem["param"]) == ("query_too_long", "query")
 
         asyncio.run(go())
 
