@@ -28,6 +28,7 @@ import contextlib
 import copy
 import functools
 import os
+import re
 import shutil
 import signal
 import socket
@@ -68,10 +69,15 @@ def serves_metrics(settings: Settings) -> bool:
     return settings.metrics is not False
 
 
+LISTEN_BACKLOG = 2048
+"""Connections the listening socket queues before they are accepted (uvicorn's default)."""
+
+
 def listening_socket(host: str, port: int) -> socket.socket:
     """A TCP socket bound to ``host``:``port`` as uvicorn binds one (``SO_REUSEADDR``;
-    IPv6 when the host has a colon), bound before the app starts, so that a port that
-    is taken fails at once, in one line, before the core starts any work.
+    IPv6 when the host has a colon), bound and listening before the app starts, so that
+    a port that is taken fails at once, in one line, before the core starts any work
+    (connections that come meanwhile wait in the backlog until the app has started).
 
     :raises OSError: the address cannot be bound (taken, not this machine's, privileged).
     """
@@ -80,6 +86,9 @@ def listening_socket(host: str, port: int) -> socket.socket:
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
+        # listening claims the port now: with SO_REUSEADDR another socket may bind it
+        # too until one listens, and the workers listen only after their start-up
+        sock.listen(LISTEN_BACKLOG)
     except OSError:
         sock.close()
         raise
@@ -251,11 +260,17 @@ def metrics_directory() -> Iterator[str]:
         shutil.rmtree(made, ignore_errors=True)
 
 
+METRIC_FILE = re.compile(r"(?:counter|histogram|summary|gauge_[a-z]+)_(\d+)\.db")
+"""The name of a file prometheus-client's multiprocess mode writes: its kind, the pid."""
+
+
 def _remove_metric_files(directory: str, *, keep: int | None = None) -> None:
     """Make ``directory`` and remove the metric files in it (prometheus-client's own,
-    ``*.db``), but for those of process ``keep`` (this one, whose core has opened its
-    files already and keeps writing them)."""
+    ``METRIC_FILE``; any other file stays, a database too), but for those of process
+    ``keep`` (this one, whose core has opened its files already and keeps writing
+    them)."""
     Path(directory).mkdir(parents=True, exist_ok=True)
     for stale in Path(directory).glob("*.db"):
-        if keep is None or not stale.stem.endswith(f"_{keep}"):
+        named = METRIC_FILE.fullmatch(stale.name)
+        if named is not None and (keep is None or int(named.group(1)) != keep):
             stale.unlink(missing_ok=True)

@@ -300,3 +300,89 @@ def test_ingest_on_a_terminal_shows_a_bar_with_rate_and_time_left(tmp_path: Path
     assert "<" in text  # elapsed<remaining: the time left
     assert "Ingested 6 file(s)" in text
     assert "[1/6]" not in text  # the plain lines are for logs
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_serve_empties_its_metrics_directory_of_metric_files_only(
+    tmp_path: Path, workers: str
+) -> None:
+    """A database (or any file) kept in ``PROMETHEUS_MULTIPROC_DIR`` survives serve's
+    start: only prometheus-client's own files of other processes go."""
+    import signal
+
+    from helpers import start_serve
+
+    db = tmp_path / "agentcore.db"
+    env = {**cli_env(), "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
+    made = subprocess.run(
+        [*CLI, "--db", str(db), "init", "--org", "acme", "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=True,
+    )
+    key = json.loads(made.stdout)["keys"][0]["secret"]
+    (tmp_path / "notes.db").write_text("not a metric")
+    stale = tmp_path / "counter_999999999.db"
+    stale.write_bytes(b"")
+    process, _ = start_serve(db, key, env=env, extra=["--workers", workers])
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=60) == 0
+    assert not stale.exists()
+    assert (tmp_path / "notes.db").read_text() == "not a metric"
+    listed = subprocess.run(
+        [*CLI, "--db", str(db), "keys", "list", "--org", "acme"],
+        capture_output=True,
+        text=True,
+        env=cli_env(),
+        timeout=60,
+        check=False,
+    )
+    assert listed.returncode == 0, listed.stderr
+
+
+@pytest.mark.slow
+def test_serve_claims_its_port_before_its_start_up(tmp_path: Path) -> None:
+    """serve listens as soon as it binds: another socket that bound the same port
+    (``SO_REUSEADDR``, as a second server starting at the same time) cannot listen on
+    it afterwards, so two servers never both think they serve one port."""
+    from conftest import free_port
+
+    db = tmp_path / "a.db"
+    made = subprocess.run(
+        [*CLI, "--db", str(db), "init", "--org", "acme", "--json"],
+        capture_output=True,
+        text=True,
+        env=cli_env(),
+        timeout=60,
+        check=True,
+    )
+    key = json.loads(made.stdout)["keys"][0]["secret"]
+    port = free_port()
+    other = socket.socket()
+    other.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    other.bind(("127.0.0.1", port))  # another server, bound, not yet listening
+    process = subprocess.Popen(
+        [*CLI, "--db", str(db), "serve", "--port", str(port)],
+        env=cli_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        assert process.stdout.readline().startswith("agentcore serving")  # bound
+        with pytest.raises(OSError):
+            other.listen()
+        answered = httpx.get(
+            f"http://127.0.0.1:{port}/v1/auth/verify",
+            headers={"Authorization": f"Bearer {key}"},
+            timeout=30,
+        )
+        assert answered.status_code == 200
+    finally:
+        other.close()
+        process.terminate()
+        process.wait(timeout=30)
