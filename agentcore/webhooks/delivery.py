@@ -15,6 +15,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -154,12 +155,17 @@ class WebhookRuntime:
         """Let the attempts under way finish (up to ``timeout`` s), then close the client.
 
         The runtime calls this after the worker loop has stopped claiming. Attempts
-        not started yet are skipped (their leases lapse and they are sent again);
-        one still running after ``timeout`` keeps the client open until it ends.
+        not started yet are skipped (their leases lapse and they are sent again) and
+        free their subscription's slots, so the next start claims for it; one still
+        running after ``timeout`` keeps the client open until it ends.
         """
         finished = self._pool.close(timeout) if self._pool is not None else True
         with self._lock:
             self._backlog.clear()  # their leases lapse and another worker takes them
+            if finished:
+                # nothing is under way any more: a slot still counted would keep its
+                # subscription "busy" (never claimed again) after the next start
+                self._in_flight.clear()
             client, self._client = self._client, None
         if client is not None and finished:
             client.close()
@@ -221,9 +227,19 @@ class WebhookRuntime:
 
     def _submit(self, pool: Pool, delivery: DueDelivery, client: httpx.Client) -> None:
         try:
-            pool.submit(self._attempt_and_release, delivery, client)
+            future = pool.submit(self._attempt_and_release, delivery, client)
         except RuntimeError:  # the pool is shutting down; the lease lapses, nothing lost
             self._release(delivery.subscription_id)
+            return
+        # stop() cancels attempts still queued: they never run ``_attempt_and_release``,
+        # so their slots are freed here (their leases lapse and they are sent again)
+        future.add_done_callback(
+            functools.partial(self._release_cancelled, delivery.subscription_id)
+        )
+
+    def _release_cancelled(self, subscription: str, future: Future[None]) -> None:
+        if future.cancelled():
+            self._release(subscription, hand_on=False)
 
     def _attempt_and_release(self, delivery: DueDelivery, client: httpx.Client) -> None:
         """Send one leased delivery with the client it was claimed with (kept open by

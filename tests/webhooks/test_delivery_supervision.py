@@ -18,6 +18,7 @@ from webhook_receiver import Receiver, Reply
 
 from agentcore import AgentCore
 from agentcore.schema import LoopState
+from agentcore.webhooks import delivery
 
 WORKER = "agentcore-webhook-worker"
 
@@ -139,3 +140,36 @@ def test_stopping_with_attempts_under_way_and_a_backlog_leaves_no_sender_thread(
     statuses = [d.status for d in ws.webhooks.deliveries(sub.id, limit=100).deliveries]
     assert statuses.count("succeeded") >= 2 and set(statuses) <= {"pending", "succeeded"}
     assert receiver.count() < 8  # the backlog was not sent after the stop
+
+
+def test_attempts_cancelled_by_stop_free_their_slots_for_the_next_start(
+    tmp_path: Path, receiver: Receiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """stop() while one subscription's attempts run and another's wait in the sender
+    pool: the waiting ones are cancelled, and after a restart that subscription is
+    sent to again (its cancelled deliveries once their leases lapse, and new ones)."""
+    monkeypatch.setattr(delivery, "LEASE_MARGIN", 0.5)  # leases of 1.5 s, not 11 s
+    receiver.always("/b", Reply(delay=0.5))  # B's two attempts hold both sender threads
+    core = AgentCore.open(
+        tmp_path / "a.db",
+        entry_points=False,
+        webhook_allowed_networks="127.0.0.0/8",
+        webhook_workers=2,
+        webhook_timeout=1.0,
+    )
+    try:
+        wb, wa = core.workspace("acme", "test"), core.workspace("other", "test")
+        wb.webhooks.subscribe(receiver.url("/b"), ["agent.action"])
+        wa.webhooks.subscribe(receiver.url("/a"), ["agent.action"])
+        core.start()
+        events = {wb.publish("agent.action", {"n": n}).id for n in range(2)}
+        events |= {wa.publish("agent.action", {"n": n}).id for n in range(2)}
+        assert receiver.wait_for(2, path="/b", timeout=10)
+        core.stop(timeout=5)  # B's attempts end; A's, queued behind them, are cancelled
+        assert receiver.count("/a") == 0
+        core.start()
+        events.add(wa.publish("agent.action", {"n": 2}).id)
+        assert receiver.wait_for_ids(3, path="/a", timeout=10), receiver.distinct_ids("/a")
+        assert receiver.distinct_ids() == events
+    finally:
+        core.close()
