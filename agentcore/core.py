@@ -466,13 +466,24 @@ class AgentCore:
         ``start_workers``) webhook delivery. Ingestion jobs left by a stopped or
         crashed process are resumed (or, after ``ingest_job_attempts`` tries, marked
         failed); ingestion worker processes start with the first job that needs one.
+
+        If starting fails (a plugin's ``agentcore_startup`` raises), what was started
+        is stopped again, as by ``stop()``, and the error is raised: no background
+        thread is left running, and a later ``start()`` tries again.
         """
         with self._lock:
             if self._started:
                 return
             self._started = True
-        self.runtime.start()
-        self.pm.hook.agentcore_startup(core=self)
+        try:
+            self.runtime.start()
+            self.pm.hook.agentcore_startup(core=self)
+        except BaseException:
+            try:
+                self.stop()
+            except Exception:  # the start-up error is the one to report
+                log.exception("stopping after a failed start failed")
+            raise
 
     def stop(self, timeout: float = 30.0) -> None:
         """Stop every background thread and pool within ``timeout`` seconds; pending

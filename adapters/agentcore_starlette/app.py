@@ -648,8 +648,9 @@ def lifespan_for(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        await run_in_threadpool(core.start)
         try:
+            # inside the try: a start that raised part-way is stopped all the same
+            await run_in_threadpool(core.start)
             async with endpoints_running(core):  # the MCP endpoints' task groups
                 yield
         finally:

@@ -15,9 +15,10 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import served_client
+from conftest import ServerThread, served_client
 from webhook_receiver import Receiver
 
+import agentcore
 from agentcore import AgentCore
 from agentcore.knowledge import kernels
 from agentcore_starlette import create_app
@@ -120,6 +121,73 @@ def test_a_core_that_never_started_leaves_no_thread_either(tmp_path: Path) -> No
         assert [name for name in ours() if name.startswith("agentcore-model")]
         assert not core.runtime.started and core.health().status == "unhealthy"
     assert ours() == []
+
+
+class FailingStartup:
+    """A plugin whose ``agentcore_startup`` raises the first ``failures`` times."""
+
+    def __init__(self, failures: int) -> None:
+        self.failures = failures
+        self.started = 0
+        self.stopped = 0
+
+    @agentcore.hookimpl
+    def agentcore_startup(self, core: AgentCore) -> None:
+        if self.failures > 0:
+            self.failures -= 1
+            raise RuntimeError("the model server is down")
+        self.started += 1
+
+    @agentcore.hookimpl
+    def agentcore_shutdown(self, core: AgentCore) -> None:
+        self.stopped += 1
+
+
+def test_a_failing_startup_hook_stops_what_start_started(tmp_path: Path) -> None:
+    """start() whose plugin start-up raises leaves no thread running and the node
+    unhealthy; a later start() runs the hook again."""
+    plugin = FailingStartup(failures=1)
+    core = AgentCore.open(tmp_path / "a.db", plugins=[plugin], entry_points=False)
+    try:
+        with pytest.raises(RuntimeError, match="the model server is down"):
+            core.start()
+        assert ours(store_too=False) == []
+        health = core.health()
+        assert health.status == "unhealthy" and not health.started
+        assert not any(loop.running for loop in health.loops)
+        core.start()  # tried again, and this time it starts
+        assert plugin.started == 1
+        health = core.health()
+        assert health.status == "ok" and health.started
+        assert ours(store_too=False) != []
+    finally:
+        core.close()
+    assert ours(store_too=False) == []
+
+
+def test_a_failing_startup_hook_under_uvicorn_leaves_no_thread(tmp_path: Path) -> None:
+    """The app's lifespan: uvicorn gives up on a start-up that raised (exit status 3),
+    and the core's background threads are stopped all the same."""
+    core = AgentCore.open(
+        tmp_path / "a.db", plugins=[FailingStartup(failures=1)], entry_points=False
+    )
+    exits: list[object] = []
+
+    def serve() -> None:
+        try:
+            ServerThread(create_app(core)).server.run()
+        except SystemExit as exc:  # uvicorn's way to say the start-up failed
+            exits.append(exc.code)
+
+    try:
+        thread = threading.Thread(target=serve)
+        thread.start()
+        thread.join(15)
+        assert not thread.is_alive() and exits == [3]
+        assert ours(store_too=False) == []
+        assert core.health().status == "unhealthy"
+    finally:
+        core.close()
 
 
 def test_two_cores_in_one_process_share_nothing(tmp_path: Path, receiver: Receiver) -> None:
