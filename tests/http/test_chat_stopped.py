@@ -231,3 +231,44 @@ def test_mcp_chat_past_the_deadline_is_a_tool_error_and_stores_nothing(
     assert held.finished.wait(10)
     time.sleep(0.3)
     assert stored(core, agents["held"]) == []
+
+
+def test_a_chat_cut_by_shutdown_is_a_503_problem_and_not_stored(store_url: str, held: Held) -> None:
+    """uvicorn cancels a request still running past its graceful timeout: the client gets
+    a problem to retry on (not a plain-text 500), the turn's work is told to stop and
+    stores nothing, and the lifespan's stop leaves no handler or model thread."""
+    core = AgentCore.open(
+        store_url, plugins=[ModelPlugin(held)], request_deadline=30, rate_limit_test=1e6
+    )
+    core.create_organization("acme")
+    secret = core.keys.create("acme", "test", ["read"]).secret
+    ws = core.workspace("acme", "test")
+    ws.knowledge.ingest_text("handbook.txt", HANDBOOK)
+    agent_id = ws.agents.create(name="held", model="held").id
+    answers: list[httpx.Response] = []
+    try:
+        server = ServerThread(create_app(core), graceful_timeout=0.3)
+        with server:
+            client = threading.Thread(
+                target=lambda: answers.append(ask(server.url, secret, agent_id))
+            )
+            client.start()
+            assert held.started.wait(10)
+            server.server.should_exit = True  # the request is still running
+            client.join(10)
+            assert answers, "the client got no answer"
+            assert_problem(answers[0], 503, "server_shutting_down")
+            held.release.set()  # the model answers after all, once the request was cut
+            server.thread.join(10)
+            assert not server.thread.is_alive()
+        assert held.finished.is_set()
+        assert stored(core, agent_id) == []
+        left = [
+            t.name
+            for t in threading.enumerate()
+            if t.name.startswith(("agentcore-model", "agentcore-http"))
+        ]
+        assert left == []
+    finally:
+        held.release.set()
+        core.close()
