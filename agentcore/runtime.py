@@ -11,9 +11,11 @@ Background work comes in three shapes:
   grows with consecutive failures (0.1 s doubling to 30 s); it never dies silently.
   ``Runtime.health()`` reports each loop's state for ``/v1/health``.
 - an **executor** (``Runtime.executor``): a thread pool (``Pool``) whose threads start
-  on first use, shut down on ``stop()`` (queued work cancelled, or finished when the
-  pool says so); a use after ``stop()`` starts new threads, which the next ``stop()``
-  ends.
+  on first use (before ``start()`` too), shut down on ``stop()`` (queued work
+  cancelled, or finished when the pool says so), last declared first: work still
+  running on a later pool (the HTTP handlers) may use the earlier ones meanwhile. A
+  use after ``stop()`` is refused (``ServiceUnavailable``) until the next ``start()``,
+  so work that outlived the grace period cannot start threads nobody will end.
 - a **component** (``Runtime.own``): anything with ``start()`` and ``stop(timeout)``
   (the ingestion worker processes, a store's own connections), started and stopped
   with the runtime, in order, stopped in reverse.
@@ -28,6 +30,7 @@ from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import ParamSpec, Protocol, TypeVar
 
+from agentcore.errors import ServiceUnavailable
 from agentcore.redact import get_logger
 
 log = get_logger("agentcore.runtime")
@@ -105,7 +108,10 @@ class Loop:
         self.interval = interval
         self.backoff_max = backoff_max
         self._wake = threading.Event()
+        # one stop event per run: a run that outlived its stop keeps its own (set)
+        # event, so a restart cannot clear it and two runs never make passes at once
         self._stop = threading.Event()
+        self._run_stop = threading.local()
         self._thread: threading.Thread | None = None
         self.failures = 0
         self.last_error: str | None = None
@@ -118,15 +124,25 @@ class Loop:
 
     @property
     def stopping(self) -> bool:
-        """Whether ``stop()`` was called (a long pass may check it to end early)."""
-        return self._stop.is_set()
+        """Whether ``stop()`` was called (a long pass may check it to end early); on the
+        thread of a run that was stopped, it stays true after a restart."""
+        stop: threading.Event = getattr(self._run_stop, "event", self._stop)
+        return stop.is_set()
 
     def start(self) -> None:
-        """Start the loop's thread (idempotent)."""
-        if self._thread is not None and self._thread.is_alive():
+        """Start the loop's thread (idempotent).
+
+        A run that was stopped but whose pass is still under way (it outlived the
+        grace period) finishes that pass and ends; the new run makes its first pass
+        only once the old thread has ended, so one loop never runs two passes at once.
+        """
+        previous = self._thread
+        if previous is not None and previous.is_alive() and not self._stop.is_set():
             return
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+        self._stop = stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, args=(stop, previous), name=self.name, daemon=True
+        )
         self._thread.start()
 
     def stop(self, timeout: float) -> None:
@@ -151,20 +167,32 @@ class Loop:
             last_error_type=self.last_error_type,
         )
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
+    def _record(self, exc: BaseException) -> None:
+        self.failures += 1
+        self.last_error = f"{type(exc).__name__}: {exc}"
+        self.last_error_type = type(exc).__name__
+        self.last_error_at = time.time()
+
+    def _run(self, stop: threading.Event, previous: threading.Thread | None) -> None:
+        self._run_stop.event = stop
+        if previous is not None:
+            previous.join()  # a stopped run ends after its pass: never two at once
+        while not stop.is_set():
             # cleared before the pass, not after the wait: a wake-up that comes while
             # the pass runs (or just after the wait ended) is never lost
             self._wake.clear()
             try:
                 wait = self._step()
+            except (KeyboardInterrupt, SystemExit) as exc:
+                # not supervised (the process is asked to end), but not silent either:
+                # health shows the loop stopped and why
+                self._record(exc)
+                log.error(
+                    "background loop %s ended by %s", self.name, type(exc).__name__, exc_info=exc
+                )
+                raise
             except BaseException as exc:  # supervised: log, back off, carry on
-                if isinstance(exc, (KeyboardInterrupt, SystemExit)):
-                    raise
-                self.failures += 1
-                self.last_error = f"{type(exc).__name__}: {exc}"
-                self.last_error_type = type(exc).__name__
-                self.last_error_at = time.time()
+                self._record(exc)
                 wait = min(BACKOFF_FIRST * 2 ** (self.failures - 1), self.backoff_max)
                 log.exception(
                     "background loop %s failed (%d in a row); retrying in %.1f s",
@@ -174,7 +202,7 @@ class Loop:
                 )
             else:
                 self.failures = 0
-            if self._stop.is_set():
+            if stop.is_set():
                 break
             self._wake.wait(self.interval if wait is None else max(wait, 0.0))
 
@@ -184,7 +212,8 @@ class Pool(Executor):
 
     An ``Executor`` whose ``ThreadPoolExecutor`` is made on first use: the pool can be
     handed to its users when the core is built, and threads exist only once work
-    comes. ``stop()`` (the runtime's) shuts them down; a later use makes new ones.
+    comes. ``close()`` (the runtime's ``stop()``) shuts them down, and a later use
+    raises ``ServiceUnavailable`` until ``open()`` (the runtime's ``start()``).
     Calling the pool gives the current ``ThreadPoolExecutor``.
 
     :param name: the prefix of its threads' names.
@@ -210,14 +239,25 @@ class Pool(Executor):
         self._initializer = initializer
         self._lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None
+        self._closed = False
 
     def __call__(self) -> ThreadPoolExecutor:
-        """The current thread pool, made now if there is none."""
+        """The current thread pool, made now if there is none.
+
+        :raises ServiceUnavailable: the pool was closed (the core is stopping or
+            stopped) and not opened again.
+        """
         pool = self._pool
         if pool is None:
             with self._lock:
                 pool = self._pool
                 if pool is None:
+                    if self._closed:
+                        raise ServiceUnavailable(
+                            f"The service is shutting down ({self.name} is stopped); retry"
+                            " on another node or once it has restarted.",
+                            code="server_shutting_down",
+                        )
                     pool = ThreadPoolExecutor(
                         self.max_workers,
                         thread_name_prefix=self.name,
@@ -238,11 +278,18 @@ class Pool(Executor):
         if pool is not None:
             pool.shutdown(wait=wait, cancel_futures=cancel_futures)
 
+    def open(self) -> None:
+        """Accept work again after ``close()`` (threads start on the next use)."""
+        with self._lock:
+            self._closed = False
+
     def close(self, timeout: float) -> bool:
         """Shut down, waiting at most ``timeout`` seconds for the work under way (and
-        the queued work, with ``finish_queued``); whether it all ended in time."""
+        the queued work, with ``finish_queued``); whether it all ended in time. Until
+        ``open()``, a use raises ``ServiceUnavailable``."""
         with self._lock:
             pool, self._pool = self._pool, None
+            self._closed = True
         if pool is None:
             return True
         # shut down on a helper thread, so waiting for running work stays bounded
@@ -331,23 +378,29 @@ class Runtime:
             self._started = True
             components = list(self._components)
             loops = list(self._loops)
+            pools = list(self._executors.values())
+        for pool in pools:
+            pool.open()
         for component in components:
             component.start()
         for loop in loops:
             loop.start()
 
     def stop(self, timeout: float = 10.0) -> None:
-        """Stop loops, then components (last first), then pools, within ``timeout`` s.
+        """Stop loops, then components, then pools (each last declared first), within
+        ``timeout`` s.
 
         Each piece gets what is left of the grace period, so the whole stop is bounded
         whatever the work is doing. Pools are shut down even if the runtime was never
-        started (their threads start on use).
+        started (their threads start on use), and refuse work until ``start()``. The
+        last declared pool closes first: the HTTP handlers, declared after the core's
+        pools, may still use those while they finish.
         """
         with self._lock:
             self._started = False
             loops = list(self._loops)
             components = list(reversed(self._components))
-            pools = list(self._executors.values())
+            pools = list(reversed(self._executors.values()))
         deadline = time.monotonic() + timeout
         for loop in loops:
             loop._stop.set()

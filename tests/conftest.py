@@ -39,10 +39,17 @@ def free_port() -> int:
 class ServerThread:
     """A real uvicorn server on 127.0.0.1 in a background thread."""
 
-    def __init__(self, app: ASGIApp, *, lifespan: str = "on") -> None:
+    def __init__(
+        self, app: ASGIApp, *, lifespan: str = "on", graceful_timeout: float | None = None
+    ) -> None:
         self.port = free_port()
         config = uvicorn.Config(
-            app, host="127.0.0.1", port=self.port, log_level="warning", lifespan=lifespan
+            app,
+            host="127.0.0.1",
+            port=self.port,
+            log_level="warning",
+            lifespan=lifespan,
+            timeout_graceful_shutdown=graceful_timeout,
         )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)

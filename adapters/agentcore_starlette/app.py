@@ -458,8 +458,9 @@ class Api:
     ) -> Response:
         """Run the handler on a worker thread within the request deadline.
 
-        A client that disconnects, or a deadline that passes, fires
-        ``call.cancellation``: cancellable work (ingestion) stops before it commits.
+        A client that disconnects, a deadline that passes, or the server cancelling the
+        request (shutting down) fires ``call.cancellation``: cancellable work
+        (ingestion) stops before it commits.
         Past the deadline the answer is a 504 whose ``OutcomePending.outcome`` is the
         work still settling: it may yet commit (``run_once`` records what it ends as).
         """
@@ -491,6 +492,10 @@ class Api:
                 " the same Idempotency-Key to get its outcome if it finished anyway.",
                 outcome=task,
             ) from None
+        except asyncio.CancelledError:  # the server stops waiting: so does the work
+            call.cancellation.cancel("shutdown")
+            task.add_done_callback(_retrieve)
+            raise
         finally:
             watcher.cancel()
 

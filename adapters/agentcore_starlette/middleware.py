@@ -7,13 +7,15 @@ keeps its own stack around it).
 
 from __future__ import annotations
 
+import asyncio
+
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agentcore.errors import AgentCoreError, HeadersTooLarge, UriTooLong
 from agentcore.ids import new_id
 from agentcore.redact import get_logger
-from agentcore_starlette.problems import problem_response, responder_of
+from agentcore_starlette.problems import ShuttingDown, problem_response, responder_of
 
 log = get_logger("agentcore.http")  # masks keys and secrets in every record
 
@@ -28,7 +30,9 @@ class ApiMiddleware:
 
     An unexpected exception becomes a 500 problem with no stack trace in the body; the
     trace goes to the log with the request id (the log never holds the Authorization
-    header). A client that left mid-request (``ClientDisconnect``) gets no answer.
+    header). A client that left mid-request (``ClientDisconnect``) gets no answer. A
+    request the server cancels before its answer started (uvicorn does once its
+    graceful shutdown timeout passes) gets a 503 ``server_shutting_down``.
 
     :param max_url_bytes: longest request target (path and query string).
     :param max_header_bytes: largest header section (names and values together).
@@ -68,6 +72,17 @@ class ApiMiddleware:
             await self.app(scope, receive, send_with_id)
         except ClientDisconnect:  # the client left mid-request: nobody to answer
             return
+        except asyncio.CancelledError:
+            if started:
+                raise
+            # the server gave up waiting for this request (it is shutting down): the
+            # client gets a problem to retry on, not the server's plain-text 500. The
+            # cancellation is answered here, at the top of the request's task
+            task = asyncio.current_task()
+            if task is not None:
+                task.uncancel()
+            exc = ShuttingDown("The server is shutting down; retry the request.")
+            await responder_of(scope)(exc, request_id)(scope, receive, send)
         except Exception as exc:
             if started:  # too late for a problem document; let the server close it
                 raise

@@ -26,20 +26,12 @@ from agentcore.chat import ChatStream
 from agentcore.errors import AgentCoreError
 from agentcore.redact import get_logger
 from agentcore.schema import ChatDelta, ChatMessageResponse, Problem
-from agentcore_starlette.problems import problem_body
+from agentcore_starlette.problems import ShuttingDown, problem_body
 from agentcore_starlette.routing import StreamEvent
 
 log = get_logger("agentcore.http")  # masks keys and secrets in every record
 
 SHUTDOWN_GRACE = 2.0  # seconds a stream has to say goodbye when the server shuts down
-
-
-class ShuttingDown(AgentCoreError):
-    """The server is shutting down; the answer was cut short (ask again)."""
-
-    status = 503
-    default_code = "server_shutting_down"
-    title = "Service Unavailable"
 
 
 CHAT_EVENTS = (

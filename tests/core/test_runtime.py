@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from agentcore.errors import ServiceUnavailable
 from agentcore.runtime import Runtime
 
 
@@ -123,3 +124,135 @@ def test_two_runtimes_share_nothing() -> None:
         assert one.health()[0].running
     finally:
         one.stop(1.0)
+
+
+def test_a_restart_after_a_stop_the_pass_outlived_runs_the_loop_again() -> None:
+    """A pass longer than the grace period: the restarted loop runs again, after it."""
+    runtime = Runtime()
+    release = threading.Event()
+    running = threading.Lock()  # held by a pass: two at once would fail to take it
+    passes: list[str] = []
+
+    def step() -> float:
+        if not running.acquire(blocking=False):
+            passes.append("overlap")
+            return 0.01
+        try:
+            passes.append("pass")
+            if len(passes) == 1:
+                release.wait(5.0)  # the first pass outlives stop()'s grace period
+        finally:
+            running.release()
+        return 0.01
+
+    loop = runtime.loop("slow-pass", step)
+    runtime.start()
+    try:
+        wait_until(lambda: len(passes) == 1)
+        runtime.stop(0.05)
+        assert loop.stopping
+        runtime.start()  # while the first pass still runs
+        assert loop.health().running
+        time.sleep(0.1)
+        assert passes == ["pass"]  # the new run waits for the old pass to end
+        release.set()
+        wait_until(lambda: len(passes) >= 4)
+        assert "overlap" not in passes
+        assert loop.health().running
+        assert [t.name for t in threading.enumerate()].count("slow-pass") == 1
+    finally:
+        release.set()
+        runtime.stop(2.0)
+
+
+def test_a_stopped_run_stays_stopping_after_a_restart() -> None:
+    """A pass of the old run that checks ``stopping`` still ends early after a restart."""
+    runtime = Runtime()
+    seen: list[bool] = []
+    first = threading.Event()
+    restarted = threading.Event()
+    loop: list[object] = []
+
+    def step() -> float:
+        if not seen:
+            seen.append(False)
+            first.set()
+            restarted.wait(5.0)
+            seen.append(loop[0].stopping)  # type: ignore[attr-defined]
+        return 0.01
+
+    loop.append(runtime.loop("checks-stopping", step))
+    runtime.start()
+    try:
+        assert first.wait(5.0)
+        runtime.stop(0.01)
+        runtime.start()
+        restarted.set()
+        wait_until(lambda: len(seen) == 2)
+        assert seen[1] is True
+    finally:
+        restarted.set()
+        runtime.stop(2.0)
+
+
+@pytest.mark.parametrize("exc", [SystemExit(3), KeyboardInterrupt()])
+def test_a_pass_ending_the_process_is_recorded_and_logged(
+    exc: BaseException, caplog: pytest.LogCaptureFixture
+) -> None:
+    runtime = Runtime()
+    loop = runtime.loop("ends", lambda: (_ for _ in ()).throw(exc))
+    hook, threading.excepthook = threading.excepthook, lambda args: None  # re-raised: quiet
+    try:
+        with caplog.at_level("ERROR", logger="agentcore.runtime"):
+            runtime.start()
+            wait_until(lambda: not loop.health().running or loop.failures)
+            wait_until(lambda: not loop.health().running)
+    finally:
+        threading.excepthook = hook
+        runtime.stop(1.0)
+    health = loop.health()
+    assert health.failures == 1
+    assert health.last_error_type == type(exc).__name__
+    assert health.last_error_at is not None
+    assert f"background loop ends ended by {type(exc).__name__}" in caplog.text
+
+
+def test_a_pool_refuses_work_after_stop_until_the_next_start() -> None:
+    runtime = Runtime()
+    pool = runtime.executor("refusing", 1)
+    assert pool.submit(lambda: 1).result(timeout=1.0) == 1  # before start(): threads start
+    runtime.start()
+    runtime.stop(1.0)
+    with pytest.raises(ServiceUnavailable) as refused:
+        pool.submit(lambda: 2)
+    assert refused.value.code == "server_shutting_down"
+    assert not any(t.name.startswith("refusing") for t in threading.enumerate())
+    runtime.start()  # a restart takes work again
+    try:
+        assert pool.submit(lambda: 3).result(timeout=1.0) == 3
+    finally:
+        runtime.stop(1.0)
+
+
+def test_pools_close_last_declared_first() -> None:
+    """Work on a later pool (the HTTP handlers) may use the earlier pools while it ends."""
+    runtime = Runtime()
+    inner = runtime.executor("inner", 1)
+    outer = runtime.executor("outer", 1)
+    started = threading.Event()
+    answers: list[object] = []
+
+    def handler() -> None:
+        started.set()
+        time.sleep(0.2)  # still running when stop() begins
+        try:
+            answers.append(inner.submit(lambda: "inner ran").result(timeout=1.0))
+        except ServiceUnavailable as exc:
+            answers.append(exc)
+
+    runtime.start()
+    outer.submit(handler)
+    assert started.wait(1.0)
+    runtime.stop(2.0)
+    assert answers == ["inner ran"]
+    assert not any(t.name.startswith(("inner", "outer")) for t in threading.enumerate())

@@ -145,7 +145,9 @@ def test_an_openai_completion_answered_504_is_not_stored_afterwards(
     assert stored(core, agents["held"]) == []
 
 
-def test_a_chat_whose_client_goes_away_is_not_stored(store_url: str, held: Held) -> None:
+def held_core(store_url: str, held: Held) -> tuple[AgentCore, str, str]:
+    """A core whose agent answers with ``held`` (a 30 s request deadline), a read key's
+    secret, and the agent's id."""
     core = AgentCore.open(
         store_url, plugins=[ModelPlugin(held)], request_deadline=30, rate_limit_test=1e6
     )
@@ -154,6 +156,11 @@ def test_a_chat_whose_client_goes_away_is_not_stored(store_url: str, held: Held)
     ws = core.workspace("acme", "test")
     ws.knowledge.ingest_text("handbook.txt", HANDBOOK)
     agent_id = ws.agents.create(name="held", model="held").id
+    return core, secret, agent_id
+
+
+def test_a_chat_whose_client_goes_away_is_not_stored(store_url: str, held: Held) -> None:
+    core, secret, agent_id = held_core(store_url, held)
     events = replies(core)
     try:
         with ServerThread(create_app(core)) as server:
@@ -231,3 +238,37 @@ def test_mcp_chat_past_the_deadline_is_a_tool_error_and_stores_nothing(
     assert held.finished.wait(10)
     time.sleep(0.3)
     assert stored(core, agents["held"]) == []
+
+
+def test_a_chat_cut_by_shutdown_is_a_503_problem_and_not_stored(store_url: str, held: Held) -> None:
+    """uvicorn cancels a request still running past its graceful timeout: the client gets
+    a problem to retry on (not a plain-text 500), the turn's work is told to stop and
+    stores nothing, and the lifespan's stop leaves no handler or model thread."""
+    core, secret, agent_id = held_core(store_url, held)
+    answers: list[httpx.Response] = []
+    try:
+        server = ServerThread(create_app(core), graceful_timeout=0.3)
+        with server:
+            client = threading.Thread(
+                target=lambda: answers.append(ask(server.url, secret, agent_id))
+            )
+            client.start()
+            assert held.started.wait(10)
+            server.server.should_exit = True  # the request is still running
+            client.join(10)
+            assert answers, "the client got no answer"
+            assert_problem(answers[0], 503, "server_shutting_down")
+            held.release.set()  # the model answers after all, once the request was cut
+            server.thread.join(10)
+            assert not server.thread.is_alive()
+        assert held.finished.is_set()
+        assert stored(core, agent_id) == []
+        left = [
+            t.name
+            for t in threading.enumerate()
+            if t.name.startswith(("agentcore-model", "agentcore-http"))
+        ]
+        assert left == []
+    finally:
+        held.release.set()
+        core.close()
