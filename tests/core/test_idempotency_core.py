@@ -87,6 +87,14 @@ def test_a_failure_is_kept_as_the_errors_fields(keys: IdempotencyKeys) -> None:
     }
 
 
+def test_a_503_releases_the_key_so_a_retry_runs(keys: IdempotencyKeys) -> None:
+    """A 503 (the database unreachable, the server shutting down) asks for a retry: it
+    is not kept, and the retry runs afresh."""
+    keys.claim(ORG, ENV, "k", "fp", wait_until=_later())
+    keys.fail(ORG, ENV, "k", ServiceUnavailable("The server is shutting down."))
+    assert keys.claim(ORG, ENV, "k", "fp", wait_until=_later()).action == "run"
+
+
 def test_release_lets_a_retry_run(keys: IdempotencyKeys) -> None:
     keys.claim(ORG, ENV, "k", "fp", wait_until=_later())
     keys.release(ORG, ENV, "k")
