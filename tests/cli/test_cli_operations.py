@@ -199,15 +199,7 @@ def test_serve_workers_keep_agentcore_records_from_the_log_level(
 
     db = tmp_path / "log.db"
     env = {**cli_env(), "AGENTCORE_INGEST_WORKER_RECYCLE_MB": "1"}
-    made = subprocess.run(
-        [*CLI, "--db", str(db), "init", "--org", "acme", "--json"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-        check=True,
-    )
-    key = json.loads(made.stdout)["keys"][0]["secret"]
+    key = _init_key(db, env)
     log = tmp_path / "serve.err"
     process, url = start_serve(
         db, key, env=env, extra=("--workers", "2", "--log-level", level), stderr=log
@@ -309,21 +301,11 @@ def test_serve_empties_its_metrics_directory_of_metric_files_only(
 ) -> None:
     """A database (or any file) kept in ``PROMETHEUS_MULTIPROC_DIR`` survives serve's
     start: only prometheus-client's own files of other processes go."""
-    import signal
-
     from helpers import start_serve
 
     db = tmp_path / "agentcore.db"
     env = {**cli_env(), "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
-    made = subprocess.run(
-        [*CLI, "--db", str(db), "init", "--org", "acme", "--json"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-        check=True,
-    )
-    key = json.loads(made.stdout)["keys"][0]["secret"]
+    key = _init_key(db, env)
     (tmp_path / "notes.db").write_text("not a metric")
     stale = tmp_path / "counter_999999999.db"
     stale.write_bytes(b"")
@@ -351,15 +333,7 @@ def test_serve_claims_its_port_before_its_start_up(tmp_path: Path) -> None:
     from conftest import free_port
 
     db = tmp_path / "a.db"
-    made = subprocess.run(
-        [*CLI, "--db", str(db), "init", "--org", "acme", "--json"],
-        capture_output=True,
-        text=True,
-        env=cli_env(),
-        timeout=60,
-        check=True,
-    )
-    key = json.loads(made.stdout)["keys"][0]["secret"]
+    key = _init_key(db, cli_env())
     port = free_port()
     other = socket.socket()
     other.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -386,3 +360,16 @@ def test_serve_claims_its_port_before_its_start_up(tmp_path: Path) -> None:
         other.close()
         process.terminate()
         process.wait(timeout=30)
+
+
+def _init_key(db: Path, env: dict[str, str]) -> str:
+    """``agentcore init --org acme`` on ``db``: the secret of its test key."""
+    made = subprocess.run(
+        [*CLI, "--db", str(db), "init", "--org", "acme", "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=True,
+    )
+    return str(json.loads(made.stdout)["keys"][0]["secret"])
