@@ -197,14 +197,17 @@ class IdempotencyKeys:
         """Keep ``error`` as the result of the request holding ``key`` (retries get it too).
 
         Except an error that says the work was stopped before it committed anything
-        (``Cancelled``, ``DeadlineExceeded`` raised by a ``Cancellation``) or could not
-        be done now (``ServiceUnavailable``: the database unreachable, the server
-        shutting down; a 503 asks for a retry): then the key is released, so a retry
-        runs afresh rather than replaying an error that hides nothing. Work whose outcome is still unknown must not be failed at all: keep
+        (``Cancelled``, ``DeadlineExceeded`` raised by a ``Cancellation``) or was
+        refused before it started (a 503 ``server_shutting_down``): then the key is
+        released, so a retry runs afresh rather than replaying an error that hides
+        nothing. Another 503 stays kept: a database lost during a commit may have
+        committed it. Work whose outcome is still unknown must not be failed at all: keep
         the key claimed until it settles, then ``succeed`` or ``fail`` with what it
         ended as (the HTTP adapter does so for a request past its deadline).
         """
-        if isinstance(error, Cancelled | DeadlineExceeded | ServiceUnavailable):
+        if isinstance(error, Cancelled | DeadlineExceeded) or (
+            isinstance(error, ServiceUnavailable) and error.code == "server_shutting_down"
+        ):
             self.release(organization_id, environment, key, claimed_at=claimed_at)
             return
         try:

@@ -64,6 +64,12 @@ Step = Callable[[], "float | None"]
 ``interval``). The wait ends early when the loop is woken or stopped."""
 
 
+class PoolClosed(ServiceUnavailable, RuntimeError):
+    """A closed pool refuses work: a 503 ``server_shutting_down`` to an HTTP client,
+    and the ``RuntimeError`` an executor shutting down raises to callers that already
+    fall back to their own thread for that (a search's scan, index maintenance)."""
+
+
 class Component(Protocol):
     """Something the runtime starts and stops with the core."""
 
@@ -244,8 +250,8 @@ class Pool(Executor):
     def __call__(self) -> ThreadPoolExecutor:
         """The current thread pool, made now if there is none.
 
-        :raises ServiceUnavailable: the pool was closed (the core is stopping or
-            stopped) and not opened again.
+        :raises PoolClosed: the pool was closed (the core is stopping or stopped) and
+            not opened again.
         """
         pool = self._pool
         if pool is None:
@@ -253,7 +259,7 @@ class Pool(Executor):
                 pool = self._pool
                 if pool is None:
                     if self._closed:
-                        raise ServiceUnavailable(
+                        raise PoolClosed(
                             f"The service is shutting down ({self.name} is stopped); retry"
                             " on another node or once it has restarted.",
                             code="server_shutting_down",

@@ -162,10 +162,6 @@ class WebhookRuntime:
         finished = self._pool.close(timeout) if self._pool is not None else True
         with self._lock:
             self._backlog.clear()  # their leases lapse and another worker takes them
-            if finished:
-                # nothing is under way any more: a slot still counted would keep its
-                # subscription "busy" (never claimed again) after the next start
-                self._in_flight.clear()
             client, self._client = self._client, None
         if client is not None and finished:
             client.close()

@@ -11,6 +11,7 @@ import pytest
 from agentcore import AgentCore, Conflict, NotFound
 from agentcore.errors import ServiceUnavailable
 from agentcore.idempotency import IdempotencyKeys, error_result, kept_error
+from agentcore.runtime import PoolClosed
 from agentcore.storage.records import StoredResult
 from agentcore.storage.sqlite import SQLiteStore
 
@@ -87,12 +88,18 @@ def test_a_failure_is_kept_as_the_errors_fields(keys: IdempotencyKeys) -> None:
     }
 
 
-def test_a_503_releases_the_key_so_a_retry_runs(keys: IdempotencyKeys) -> None:
-    """A 503 (the database unreachable, the server shutting down) asks for a retry: it
-    is not kept, and the retry runs afresh."""
+def test_a_refusal_at_shutdown_releases_the_key_and_other_503s_are_kept(
+    keys: IdempotencyKeys,
+) -> None:
+    """A 503 ``server_shutting_down`` (refused before the work started) is not kept: the
+    retry runs afresh. Another 503 (a database lost during a commit, which may have
+    committed) is kept, so a retry cannot do the work twice."""
     keys.claim(ORG, ENV, "k", "fp", wait_until=_later())
-    keys.fail(ORG, ENV, "k", ServiceUnavailable("The server is shutting down."))
+    keys.fail(ORG, ENV, "k", PoolClosed("Shutting down.", code="server_shutting_down"))
     assert keys.claim(ORG, ENV, "k", "fp", wait_until=_later()).action == "run"
+    keys.fail(ORG, ENV, "k", ServiceUnavailable("The connection broke during a commit."))
+    claim = keys.claim(ORG, ENV, "k", "fp", wait_until=_later())
+    assert claim.result is not None and claim.result.status == 503
 
 
 def test_release_lets_a_retry_run(keys: IdempotencyKeys) -> None:

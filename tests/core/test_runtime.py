@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -256,3 +257,20 @@ def test_pools_close_last_declared_first() -> None:
     runtime.stop(2.0)
     assert answers == ["inner ran"]
     assert not any(t.name.startswith(("inner", "outer")) for t in threading.enumerate())
+
+
+def test_work_offered_to_a_closed_pool_runs_on_the_calling_thread(tmp_path: Path) -> None:
+    """A search's scan offers blocks to the index's helper pool and does the rest itself
+    when the pool refuses: a closed pool's refusal (a handler outliving the HTTP pool's
+    grace period at shutdown) is such a refusal, not an error."""
+    from agentcore import AgentCore
+    from agentcore.knowledge import kernels
+
+    core = AgentCore.open(tmp_path / "a.db", entry_points=False)
+    try:
+        helpers = core.runtime.executor("agentcore-index", kernels.default_helpers() or 1)
+        core.start()
+        core.stop()
+        assert kernels.run_blocks(4, lambda i, state: i * i, helpers) == [0, 1, 4, 9]
+    finally:
+        core.close()

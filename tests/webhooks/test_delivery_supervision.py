@@ -173,3 +173,35 @@ def test_attempts_cancelled_by_stop_free_their_slots_for_the_next_start(
         assert receiver.distinct_ids() == events
     finally:
         core.close()
+
+
+@pytest.mark.slow
+def test_a_slow_attempt_keeps_its_slot_across_two_restarts(
+    tmp_path: Path, receiver: Receiver
+) -> None:
+    """An attempt that outlives stop()'s grace period still holds its subscription's
+    slot after a start and a second, quick stop, so the per-subscription cap holds."""
+    receiver.always("/hook", Reply(delay=4.0))
+    core = AgentCore.open(
+        tmp_path / "a.db",
+        entry_points=False,
+        webhook_allowed_networks="127.0.0.0/8",
+        webhook_timeout=10.0,
+    )
+    try:
+        ws = core.workspace("acme", "test")
+        ws.webhooks.subscribe(receiver.url("/hook"), ["agent.action"])
+        core.start()
+        ws.publish("agent.action", {"n": 0})
+        assert receiver.wait_for(1, timeout=10)
+        began = time.monotonic()
+        core.stop(timeout=0.3)  # the attempt outlives the grace period
+        core.start()
+        core.stop(timeout=1.0)  # the new pool holds nothing: it closes at once
+        core.start()
+        for n in range(1, 4):
+            ws.publish("agent.action", {"n": n})
+        time.sleep(max(0.0, 3.0 - (time.monotonic() - began)))  # the first still under way
+        assert receiver.count("/hook") <= delivery.PER_SUBSCRIPTION_IN_FLIGHT
+    finally:
+        core.close()
