@@ -135,7 +135,11 @@ def _serve(conn: Connection, runner: JobRunner) -> None:
         if message is None:
             return
         job, timeout = message
-        result = _run(runner, job, timeout)
+        try:
+            result = _run(runner, job, timeout)
+        except MemoryError:  # it ran out again while reporting that it ran out
+            reserve = None  # noqa: F841 - freed first: the result needs a little memory
+            result = Result(out_of_memory=True)
         if result.out_of_memory:
             reserve = None  # noqa: F841 - freed: the report below needs a little memory
         gc.collect()  # the document's strings and arrays go back to the allocator now
