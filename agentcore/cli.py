@@ -141,12 +141,13 @@ def cmd_init(core: AgentCore, args: argparse.Namespace) -> int:
     else:  # checked and minted at once: of several nodes' first `init`, one mints
         keys = core.keys.create_first(org.name)
     now = datetime.now(UTC)
+    minted = {key.id for key in keys}
     usable = [
         key
         for key in core.keys.list(org.name)
         if key.revoked_at is None
         and (key.expires_at is None or key.expires_at > now)
-        and key.id not in {k.id for k in keys}
+        and key.id not in minted
     ]
     where = hide_passwords(args.db)
     if args.json:

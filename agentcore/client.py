@@ -802,7 +802,7 @@ def _problem_error(
     cls = errors.error_class(status, problem.get("code"))
     facts: dict[str, Any] = {}
     if headers is not None:
-        if cls is errors.RateLimited or cls is errors.ServiceUnavailable:
+        if issubclass(cls, errors.RateLimited | errors.ServiceUnavailable):
             facts["retry_after"] = parse_retry_after(headers.get("retry-after"), now=time.time())
         elif cls is errors.MethodNotAllowed:
             allowed = headers.get("allow", "").split(",")

@@ -307,6 +307,14 @@ class ServiceUnavailable(AgentCoreError):
         self.retry_after = retry_after
 
 
+class ShuttingDown(ServiceUnavailable):
+    """The server (or this core) is shutting down: the work was refused, or its answer
+    cut short, before anything was written; ask again (another node, or after the
+    restart)."""
+
+    default_code = "server_shutting_down"
+
+
 class ProviderTimeout(AgentCoreError):
     """A model or embedding provider did not answer in time."""
 
@@ -395,6 +403,7 @@ __all__ = [
     "RateLimited",
     "RequestTimeout",
     "ServiceUnavailable",
+    "ShuttingDown",
     "UnsupportedMediaType",
     "UriTooLong",
     "ValidationFailed",

@@ -31,6 +31,7 @@ from agentcore.errors import (
     Conflict,
     DeadlineExceeded,
     ServiceUnavailable,
+    ShuttingDown,
     error_of,
 )
 from agentcore.storage.records import StoredResult
@@ -198,16 +199,14 @@ class IdempotencyKeys:
 
         Except an error that says the work was stopped before it committed anything
         (``Cancelled``, ``DeadlineExceeded`` raised by a ``Cancellation``) or was
-        refused before it started (a 503 ``server_shutting_down``): then the key is
+        refused before it started (``ShuttingDown``, a 503 ``server_shutting_down``): then the key is
         released, so a retry runs afresh rather than replaying an error that hides
         nothing. Another 503 stays kept: a database lost during a commit may have
         committed it. Work whose outcome is still unknown must not be failed at all: keep
         the key claimed until it settles, then ``succeed`` or ``fail`` with what it
         ended as (the HTTP adapter does so for a request past its deadline).
         """
-        if isinstance(error, Cancelled | DeadlineExceeded) or (
-            isinstance(error, ServiceUnavailable) and error.code == "server_shutting_down"
-        ):
+        if isinstance(error, Cancelled | DeadlineExceeded | ShuttingDown):
             self.release(organization_id, environment, key, claimed_at=claimed_at)
             return
         try:

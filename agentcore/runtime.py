@@ -14,7 +14,7 @@ Background work comes in three shapes:
   on first use (before ``start()`` too), shut down on ``stop()`` (queued work
   cancelled, or finished when the pool says so), last declared first: work still
   running on a later pool (the HTTP handlers) may use the earlier ones meanwhile. A
-  use after ``stop()`` is refused (``ServiceUnavailable``) until the next ``start()``,
+  use after ``stop()`` is refused (``PoolClosed``, a 503) until the next ``start()``,
   so work that outlived the grace period cannot start threads nobody will end.
 - a **component** (``Runtime.own``): anything with ``start()`` and ``stop(timeout)``
   (the ingestion worker processes, a store's own connections), started and stopped
@@ -30,7 +30,7 @@ from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import ParamSpec, Protocol, TypeVar
 
-from agentcore.errors import ServiceUnavailable
+from agentcore.errors import ShuttingDown
 from agentcore.redact import get_logger
 
 log = get_logger("agentcore.runtime")
@@ -64,10 +64,11 @@ Step = Callable[[], "float | None"]
 ``interval``). The wait ends early when the loop is woken or stopped."""
 
 
-class PoolClosed(ServiceUnavailable, RuntimeError):
-    """A closed pool refuses work: a 503 ``server_shutting_down`` to an HTTP client,
-    and the ``RuntimeError`` an executor shutting down raises to callers that already
-    fall back to their own thread for that (a search's scan, index maintenance)."""
+class PoolClosed(ShuttingDown, RuntimeError):
+    """A closed pool refuses work: ``ShuttingDown`` (a 503 ``server_shutting_down``) to
+    an HTTP client, and the ``RuntimeError`` an executor shutting down raises to callers
+    that already fall back to their own thread for that (a search's scan, index
+    maintenance)."""
 
 
 class Component(Protocol):
@@ -219,7 +220,7 @@ class Pool(Executor):
     An ``Executor`` whose ``ThreadPoolExecutor`` is made on first use: the pool can be
     handed to its users when the core is built, and threads exist only once work
     comes. ``close()`` (the runtime's ``stop()``) shuts them down, and a later use
-    raises ``ServiceUnavailable`` until ``open()`` (the runtime's ``start()``).
+    raises ``PoolClosed`` until ``open()`` (the runtime's ``start()``).
     Calling the pool gives the current ``ThreadPoolExecutor``.
 
     :param name: the prefix of its threads' names.
@@ -261,8 +262,7 @@ class Pool(Executor):
                     if self._closed:
                         raise PoolClosed(
                             f"The service is shutting down ({self.name} is stopped); retry"
-                            " on another node or once it has restarted.",
-                            code="server_shutting_down",
+                            " on another node or once it has restarted."
                         )
                     pool = ThreadPoolExecutor(
                         self.max_workers,
@@ -292,7 +292,7 @@ class Pool(Executor):
     def close(self, timeout: float) -> bool:
         """Shut down, waiting at most ``timeout`` seconds for the work under way (and
         the queued work, with ``finish_queued``); whether it all ended in time. Until
-        ``open()``, a use raises ``ServiceUnavailable``."""
+        ``open()``, a use raises ``PoolClosed``."""
         with self._lock:
             pool, self._pool = self._pool, None
             self._closed = True

@@ -78,6 +78,8 @@ ESTIMATES_SWEPT_PAST = 10_000
 ESTIMATE_IDLE_SECONDS = 600.0
 """An estimate not added to for this long is dropped at the next sweep: the workspace's
 next run takes a thread, as its first did, and starts a new estimate."""
+BatchKey = tuple[asyncio.AbstractEventLoop, str, Hashable]
+"""A batch of calls (``Api._batched``): the loop it runs on, the route, its batch key."""
 BATCH_MAX = 32
 """Most calls one batch answers (``Api._batched``): the loop runs a batch without a
 break, so a bound keeps other requests' wait short (32 searches of a 2,000-chunk
@@ -199,9 +201,7 @@ class Api:
         self.batching: dict[str, _Batching] = {}  # by route
         # quick calls waiting for their batch's run (route.batch), by loop, route and batch
         # key; an entry lives for one turn of its loop (popped by the run it scheduled)
-        self.batches: dict[
-            tuple[asyncio.AbstractEventLoop, str, Hashable], list[tuple[Call, asyncio.Future[Any]]]
-        ] = {}
+        self.batches: dict[BatchKey, list[tuple[Call, asyncio.Future[Any]]]] = {}
 
     def endpoint(self, route: ApiRoute) -> Callable[[Request], Any]:
         """The Starlette endpoint running ``route``."""
@@ -231,8 +231,9 @@ class Api:
                     return _json(route, route.handler(call), limits)
                 if self._quick(route, call):  # headers as for the thread: see below
                     group = None if route.batch_key is None else route.batch_key(call)
-                    if group is not None and self._joins_batch(route, group):
-                        return _json(route, await self._batched(route, group, call), limits)
+                    batch = None if group is None else self._joined_batch(route, group)
+                    if batch is not None:
+                        return _json(route, await self._batched(route, batch, call), limits)
                     return _json(route, self._run_timed(route, call), limits)
                 return await self._run_blocking(route, call, request, limits)
 
@@ -300,22 +301,24 @@ class Api:
         budget = self.settings.inline_budget
         if route.quick_when is None or budget <= 0:
             return False
-        ws = call.workspace
-        recent = self.runs.get((route.operation_id, ws.organization_id, ws.environment))
+        recent = self._recent(route, call.workspace)
         return recent is not None and recent.median <= budget and route.quick_when(call)
 
-    async def _batched(self, route: ApiRoute, group: Hashable, call: Call) -> Any:
-        """The result of ``call``, run together with the calls of the same ``group``
-        (``route.batch_key``) that reach the loop in the same turn.
+    def _recent(self, route: ApiRoute, ws: Workspace) -> _Runs | None:
+        """``route``'s recent runs in ``ws`` (``_note``), if it has any."""
+        return self.runs.get((route.operation_id, ws.organization_id, ws.environment))
+
+    async def _batched(self, route: ApiRoute, key: BatchKey, call: Call) -> Any:
+        """The result of ``call``, run together with the calls of the same batch ``key``
+        (``_joined_batch``) that reach the loop in the same turn.
 
         The first of them schedules the run for the loop's next turn, after the
         request tasks already due (requests read with it) have joined. One call alone
         runs as ever; under load, requests arrive while a batch runs, so the next
         turn finds several.
         """
-        loop = asyncio.get_running_loop()
+        loop = key[0]
         future: asyncio.Future[Any] = loop.create_future()
-        key = (loop, route.operation_id, group)  # an app served by two loops: one batch each
         waiting = self.batches.get(key)
         if waiting is None:
             waiting = self.batches[key] = []
@@ -330,16 +333,17 @@ class Api:
         recent runs (a batch's calls noted at their share of it) say fit in
         ``inline_budget``, since a batch holds the loop, and other requests wait, until
         it ends; at least 1 and at most ``BATCH_MAX``."""
-        recent = self.runs.get((route.operation_id, ws.organization_id, ws.environment))
+        recent = self._recent(route, ws)
         if recent is None or recent.median <= 0:
             return BATCH_MAX
         return max(1, min(BATCH_MAX, int(self.settings.inline_budget / recent.median)))
 
-    def _joins_batch(self, route: ApiRoute, group: Hashable) -> bool:
-        """Whether a call of ``group`` waits for a batch: when one is waiting to run,
-        else as ``route``'s recent batches say (``_Batching``)."""
+    def _joined_batch(self, route: ApiRoute, group: Hashable) -> BatchKey | None:
+        """The batch a call of ``group`` waits for (an app served by two loops: one
+        batch each), or ``None`` to run it at once: it waits when such a batch is
+        waiting to run, else as ``route``'s recent batches say (``_Batching``)."""
         key = (asyncio.get_running_loop(), route.operation_id, group)
-        return key in self.batches or self._batching(route).wanted()
+        return key if key in self.batches or self._batching(route).wanted() else None
 
     def _batching(self, route: ApiRoute) -> _Batching:
         """Whether ``route``'s batchable calls wait for a batch now (see ``_Batching``)."""
@@ -351,7 +355,7 @@ class Api:
     def _run_batch(
         self,
         route: ApiRoute,
-        key: tuple[asyncio.AbstractEventLoop, str, Hashable],
+        key: BatchKey,
         waiting: list[tuple[Call, asyncio.Future[Any]]],
     ) -> None:
         """Settle the futures of the calls ``waiting`` under ``key``: by one

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Executor
@@ -145,6 +146,19 @@ class _Files(Collector):
         yield from self._files.collect()
 
 
+METRIC_FILE = re.compile(r"(counter|histogram|summary|gauge_[a-z]+)_(\d+)\.db")
+"""The name of a file prometheus-client's multiprocess mode writes: its kind, the pid."""
+
+
+def metric_files(directory: str) -> Iterator[tuple[Path, str, int]]:
+    """prometheus-client's files in ``directory``: each one's path, kind and process id
+    (any other file is left out, a database too)."""
+    for path in Path(directory).glob("*.db"):
+        named = METRIC_FILE.fullmatch(path.name)
+        if named is not None:
+            yield path, named.group(1), int(named.group(2))
+
+
 def forget_dead_processes(directory: str) -> None:
     """Drop the live gauges (``livesum`` ...) of every process that wrote them in
     ``directory`` and is no longer running, so the sums count only live processes.
@@ -153,12 +167,11 @@ def forget_dead_processes(directory: str) -> None:
     killed, or a CLI command run with ``PROMETHEUS_MULTIPROC_DIR`` set, cannot. Their
     counters and histograms stay: what they counted happened.
     """
-    for path in Path(directory).glob("gauge_live*_*.db"):
-        pid = path.stem.rpartition("_")[2]
-        if pid.isdigit() and not _running(int(pid)):
+    for _, kind, pid in metric_files(directory):
+        if kind.startswith("gauge_live") and not _running(pid):
             # another worker's scrape may be removing the same files
             with contextlib.suppress(FileNotFoundError):
-                multiprocess.mark_process_dead(int(pid), directory)  # type: ignore[no-untyped-call]
+                multiprocess.mark_process_dead(pid, directory)  # type: ignore[no-untyped-call]
 
 
 def _running(pid: int) -> bool:

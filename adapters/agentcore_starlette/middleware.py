@@ -12,10 +12,10 @@ import asyncio
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from agentcore.errors import AgentCoreError, HeadersTooLarge, UriTooLong
+from agentcore.errors import AgentCoreError, HeadersTooLarge, ShuttingDown, UriTooLong
 from agentcore.ids import new_id
 from agentcore.redact import get_logger
-from agentcore_starlette.problems import ShuttingDown, problem_response, responder_of
+from agentcore_starlette.problems import problem_response, responder_of
 
 log = get_logger("agentcore.http")  # masks keys and secrets in every record
 

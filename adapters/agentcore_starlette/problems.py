@@ -41,14 +41,6 @@ CLOSES_CONNECTION = frozenset({"body_too_large", "body_timeout"})
 connection is closed (``Connection: close``) rather than the unread rest drained."""
 
 
-class ShuttingDown(AgentCoreError):
-    """The server is shutting down; the answer was cut short (ask again)."""
-
-    status = 503
-    default_code = "server_shutting_down"
-    title = "Service Unavailable"
-
-
 def problem_body(error: AgentCoreError, request_id: str | None) -> dict[str, Any]:
     """The problem document for ``error``: type, title, status, detail, code, param, request_id."""
     return problem_document(error.as_dict(), request_id)

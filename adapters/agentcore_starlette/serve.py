@@ -28,7 +28,6 @@ import contextlib
 import copy
 import functools
 import os
-import re
 import shutil
 import signal
 import socket
@@ -54,6 +53,7 @@ from agentcore.config import (
 )
 from agentcore.redact import hide_passwords
 from agentcore_starlette.app import create_app
+from agentcore_starlette.metrics import metric_files
 from agentcore_starlette.protocol import HeadGuard, HeadLimits
 
 
@@ -260,17 +260,12 @@ def metrics_directory() -> Iterator[str]:
         shutil.rmtree(made, ignore_errors=True)
 
 
-METRIC_FILE = re.compile(r"(?:counter|histogram|summary|gauge_[a-z]+)_(\d+)\.db")
-"""The name of a file prometheus-client's multiprocess mode writes: its kind, the pid."""
-
-
 def _remove_metric_files(directory: str, *, keep: int | None = None) -> None:
     """Make ``directory`` and remove the metric files in it (prometheus-client's own,
-    ``METRIC_FILE``; any other file stays, a database too), but for those of process
+    ``metric_files``; any other file stays, a database too), but for those of process
     ``keep`` (this one, whose core has opened its files already and keeps writing
     them)."""
     Path(directory).mkdir(parents=True, exist_ok=True)
-    for stale in Path(directory).glob("*.db"):
-        named = METRIC_FILE.fullmatch(stale.name)
-        if named is not None and (keep is None or int(named.group(1)) != keep):
+    for stale, _, pid in list(metric_files(directory)):
+        if pid != keep:
             stale.unlink(missing_ok=True)

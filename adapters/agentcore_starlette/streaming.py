@@ -23,10 +23,10 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.responses import Response
 
 from agentcore.chat import ChatStream
-from agentcore.errors import AgentCoreError
+from agentcore.errors import AgentCoreError, ShuttingDown
 from agentcore.redact import get_logger
 from agentcore.schema import ChatDelta, ChatMessageResponse, Problem
-from agentcore_starlette.problems import ShuttingDown, problem_body
+from agentcore_starlette.problems import problem_body
 from agentcore_starlette.routing import StreamEvent
 
 log = get_logger("agentcore.http")  # masks keys and secrets in every record

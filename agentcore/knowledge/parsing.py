@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import posixpath
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from agentcore.errors import PayloadTooLarge, UnsupportedMediaType, ValidationFailed
+from agentcore.errors import (
+    AgentCoreError,
+    PayloadTooLarge,
+    UnsupportedMediaType,
+    ValidationFailed,
+)
 
 if TYPE_CHECKING:
     from agentcore.cancellation import Cancellation
@@ -263,15 +270,24 @@ def _pdf_pages(
         code="too_large",
         param="file",
     )
-    try:
+
+    @contextlib.contextmanager
+    def reading(unreadable: ValidationFailed) -> Iterator[None]:
+        """pypdf's failures as the upload's errors: its own bounds a 413 (``too_large``),
+        anything else ``unreadable``. A MemoryError (the worker's memory limit, not a
+        corrupt file) passes: the worker is replaced and reports a 413."""
+        try:
+            yield
+        except (MemoryError, AgentCoreError):
+            raise
+        except LimitReachedError:
+            raise too_large from None
+        except Exception:
+            raise unreadable from None
+
+    with reading(invalid):
         reader = PdfReader(io.BytesIO(data), strict=False)
         encrypted = reader.is_encrypted
-    except MemoryError:
-        raise  # the worker's memory limit, not a corrupt file: it reports a 413
-    except LimitReachedError:
-        raise too_large from None
-    except Exception:
-        raise invalid from None
     if encrypted:
         try:
             opened = reader.decrypt("") != PasswordType.NOT_DECRYPTED
@@ -283,14 +299,8 @@ def _pdf_pages(
                 code="encrypted_pdf",
                 param="file",
             )
-    try:
+    with reading(invalid):
         count = len(reader.pages)
-    except MemoryError:
-        raise
-    except LimitReachedError:
-        raise too_large from None
-    except Exception:
-        raise invalid from None
     if count > max_pages:
         raise PayloadTooLarge(
             f"The PDF has {count} pages; the limit is {max_pages}.",
@@ -302,29 +312,25 @@ def _pdf_pages(
     for number in range(count):
         if cancellation is not None:
             cancellation.check()
-        try:
-            raw = _page_text(reader.pages[number], budget, total)
-        except _OverBudget as over:
-            assert budget is not None
-            raise PayloadTooLarge(
-                f"Page {number + 1} of the PDF extracts to more than {budget.page_chars:,}"
-                " characters of text, the limit for one page."
-                if over.per_page
-                else f"The PDF extracts to more than {budget.total_chars:,} characters of text"
-                f" by page {number + 1}, more than one document may hold.",
-                code="too_large",
-                param="file",
-            ) from None
-        except MemoryError:
-            raise  # the worker's memory limit: it is replaced, and the upload is a 413
-        except LimitReachedError:
-            raise too_large from None
-        except Exception:
-            raise ValidationFailed(
-                f"Page {number + 1} of the PDF could not be read (corrupt content).",
-                code="invalid_pdf",
-                param="file",
-            ) from None
+        corrupt = ValidationFailed(
+            f"Page {number + 1} of the PDF could not be read (corrupt content).",
+            code="invalid_pdf",
+            param="file",
+        )
+        with reading(corrupt):
+            try:
+                raw = _page_text(reader.pages[number], budget, total)
+            except _OverBudget as over:
+                assert budget is not None
+                raise PayloadTooLarge(
+                    f"Page {number + 1} of the PDF extracts to more than"
+                    f" {budget.page_chars:,} characters of text, the limit for one page."
+                    if over.per_page
+                    else f"The PDF extracts to more than {budget.total_chars:,} characters"
+                    f" of text by page {number + 1}, more than one document may hold.",
+                    code="too_large",
+                    param="file",
+                ) from None
         total += len(raw)
         pages.append(clean_pdf_text(raw))
     return pages

@@ -39,7 +39,11 @@ from agentcore.knowledge.parsing import (
 )
 from agentcore.knowledge.terms import TermStats
 from agentcore.knowledge.workers import Completed
-from agentcore.knowledge.workspace_indexes import WorkspaceIndexes, embed_passages
+from agentcore.knowledge.workspace_indexes import (
+    WorkspaceIndexes,
+    embed_passages,
+    nonzero_rows,
+)
 from agentcore.schema import (
     Deleted,
     Document,
@@ -703,15 +707,13 @@ class KnowledgeService:
     ) -> builtins.list[SearchResponse]:
         """Vector searches of ``queries`` (checked), embedded and scored together."""
         began = time.perf_counter()
-        texts = [bounded_text(q, self._settings.max_token_chars) for q in queries]
-        vectors = self._cache.embedder().embed(texts, kind="query")
-        usable = [i for i, v in enumerate(vectors) if np.isfinite(v).all() and np.any(v)]
+        vectors, usable = self._query_vectors(queries)
         empty = (np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float32))
         ranked = [empty] * len(queries)
-        if usable:
-            matrix = np.asarray([vectors[i] for i in usable], dtype=np.float32)
+        if usable.any():
+            matrix = vectors[usable].astype(np.float32, copy=False)
             found = self._cache.search_batch(*self._scope, matrix, k, min_score)
-            for i, row in zip(usable, found, strict=True):
+            for i, row in zip(np.flatnonzero(usable).tolist(), found, strict=True):
                 ranked[i] = row
         wanted = {int(i) for ids, _ in ranked for i in ids.tolist()}
         chunks = self._store.get_chunks(sorted(wanted))
@@ -840,11 +842,19 @@ class KnowledgeService:
 
     def _query_vector(self, query: str) -> npt.NDArray[np.float32] | None:
         """The query's unit vector, or ``None`` when it embeds to nothing."""
-        text = bounded_text(query, self._settings.max_token_chars)
-        vector: npt.NDArray[np.float32] = self._cache.embedder().embed([text], kind="query")[0]
-        if not np.isfinite(vector).all() or not np.any(vector):
-            return None
-        return vector
+        vectors, usable = self._query_vectors([query])
+        return vectors[0] if usable[0] else None
+
+    def _query_vectors(
+        self, queries: Sequence[str]
+    ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.bool_]]:
+        """The queries' vectors (a row each) and which embed to something, finite and
+        not all zeros (``nonzero_rows``), embedded in one call."""
+        texts = [bounded_text(q, self._settings.max_token_chars) for q in queries]
+        vectors: npt.NDArray[np.float32] = np.asarray(
+            self._cache.embedder().embed(texts, kind="query")
+        )
+        return vectors, nonzero_rows(vectors)
 
     def _similarities(self, vector: _Once, ids: npt.NDArray[np.int64]) -> npt.NDArray[np.float32]:
         """The cosine scores of these rows (0 for all when the query embeds to nothing)."""

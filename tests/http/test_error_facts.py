@@ -59,8 +59,8 @@ def test_each_fact_becomes_its_header() -> None:
     assert response.headers["retry-after"] == "2" and response.headers["request-id"] == "req_1"
 
 
-def _answer(status: int, headers: dict[str, str]) -> httpx.Response:
-    problem = {"detail": "No.", "code": "some_code", "request_id": "req_1", "status": status}
+def _answer(status: int, headers: dict[str, str], code: str = "some_code") -> httpx.Response:
+    problem = {"detail": "No.", "code": code, "request_id": "req_1", "status": status}
     request = httpx.Request("GET", "http://x/v1/agents")
     return httpx.Response(status, headers=headers, json=problem, request=request)
 
@@ -70,6 +70,8 @@ def test_the_client_reads_the_facts_back() -> None:
     assert isinstance(limited, errors.RateLimited) and limited.retry_after == 7
     down = _error(_answer(503, {"Retry-After": "2"}))
     assert isinstance(down, errors.ServiceUnavailable) and down.retry_after == 2
+    stopping = _error(_answer(503, {"Retry-After": "3"}, "server_shutting_down"))
+    assert isinstance(stopping, errors.ShuttingDown) and stopping.retry_after == 3
     wrong = _error(_answer(405, {"Allow": "GET, HEAD, POST"}))
     assert isinstance(wrong, errors.MethodNotAllowed) and wrong.allowed == ("GET", "HEAD", "POST")
     assert _error(_answer(429, {})).retry_after is None  # no header: not known
