@@ -277,8 +277,45 @@ class Settings(BaseSettings):
         None,
         ge=0,
         description="Worker processes that parse and embed uploads, per core (so per"
-        " `serve --workers` process); unset: half the CPUs, 1 to 4. 0: ingest on a thread"
-        " of the core's own process instead.",
+        " `serve --workers` process); unset: half the CPUs (1 to 4) and one more, kept for"
+        " the organizations whose jobs wait while another holds its share"
+        " (`ingest_workers_per_organization`). 0: ingest on a thread of the core's own"
+        " process instead.",
+    )
+    ingest_workers_per_organization: int | None = Field(
+        None,
+        ge=1,
+        description="Most of a core's ingestion workers one organization's jobs may hold at"
+        " once; its other jobs wait while the rest stay free for other organizations."
+        " Unset: all workers but one (at least one).",
+    )
+    ingest_cpu_seconds: float = Field(
+        10.0,
+        gt=0,
+        description="CPU seconds reading one uploaded file (parsing it into pages) may"
+        " take, plus `ingest_cpu_seconds_per_mib` for each MiB of the file; past it the"
+        " document fails with 413 `too_complex`. Counted as the reading thread's own CPU"
+        " time, so a busy machine does not fail a file sooner.",
+    )
+    ingest_cpu_seconds_per_mib: float = Field(
+        10.0, ge=0, description="CPU seconds added to `ingest_cpu_seconds` per MiB of a file."
+    )
+    ingest_page_cpu_seconds: float = Field(
+        5.0,
+        gt=0,
+        description="CPU seconds reading one page of a PDF may take (413 `too_complex` beyond).",
+    )
+    max_pdf_page_operators: int = Field(
+        200_000,
+        ge=1,
+        description="Most content-stream operators one PDF page may draw, counted before"
+        " it is parsed and in the forms it draws (413 `too_complex` beyond).",
+    )
+    max_pdf_page_xobjects: int = Field(
+        1_000,
+        ge=1,
+        description="Most XObjects (forms, images) one PDF page may draw, forms drawn by"
+        " forms included (413 `too_complex` beyond).",
     )
     ingest_worker_memory_mb: int = Field(
         2048,
@@ -401,10 +438,19 @@ class Settings(BaseSettings):
         """How many ingestion worker processes a core runs: ``ingest_workers``, or when
         it is unset half the machine's CPUs, at least 1 and at most 4 (ingestion is
         CPU-bound; the other half stays with the API process, whose requests also win
-        the CPU: workers run at a lower priority)."""
+        the CPU: workers run at a lower priority), and one more: the worker one
+        organization's jobs cannot take (``ingest_organization_share``)."""
         if self.ingest_workers is not None:
             return self.ingest_workers
-        return max(1, min(4, (os.cpu_count() or 2) // 2))
+        return max(1, min(4, (os.cpu_count() or 2) // 2)) + 1
+
+    @property
+    def ingest_organization_share(self) -> int:
+        """How many of the ``ingest_pool_size`` workers one organization's jobs may hold
+        at once: ``ingest_workers_per_organization``, or all but one (at least one)."""
+        if self.ingest_workers_per_organization is not None:
+            return self.ingest_workers_per_organization
+        return max(1, self.ingest_pool_size - 1)
 
     @property
     def index_cache_budget(self) -> int:

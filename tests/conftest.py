@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -29,11 +30,33 @@ from agentcore.schema import IssuedKey
 from agentcore_starlette import create_app, lifespan_for
 
 
+def _ephemeral_ports() -> int:
+    """The first port of the kernel's range for outgoing connections (Linux; else IANA's)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as ports:
+            return int(ports.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 49_152
+
+
 def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A TCP port free on 127.0.0.1 right now, below the range of outgoing connections.
+
+    A port the kernel picks (``bind(0)``) comes from that range, where any outgoing
+    connection of a busy machine may take it before the server listens (its listen then
+    fails, ``SO_REUSEADDR`` or not); below the range only another server can.
+    """
+    top = max(_ephemeral_ports(), 12_000)
+    for _ in range(1_000):
+        port = random.randrange(10_000, top)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+                sock.listen()
+            except OSError:
+                continue
+            return port
+    raise AssertionError("no free port below the ephemeral range")
 
 
 class ServerThread:

@@ -17,11 +17,14 @@ from fpdf import FPDF
 
 __all__ = [
     "filler",
+    "make_drawing_bomb",
     "make_drawing_pdf",
     "make_encrypted_pdf",
+    "make_form_text_pdf",
     "make_pdf",
     "make_pdf_bomb",
     "make_stream_pdf",
+    "make_xobject_bomb",
 ]
 
 
@@ -149,6 +152,75 @@ def make_pdf_bomb(pages: int = 4_999, text_bytes: int = 4_000_000, seed: int = 7
     return _stream_pdf(b"\n".join(lines), pages)
 
 
+def make_drawing_bomb(pages: int = 4_999, operators: int = 266_000, text: bool = False) -> bytes:
+    """A small PDF whose pages cost seconds each to parse and extract to nothing.
+
+    ``pages`` pages share one Flate stream of ``operators`` ``cm`` (transform)
+    operators (about 480 KB with the defaults); ``text`` adds one shown letter, so a
+    reader cannot skip the stream as one that shows no text.
+    """
+    shown = b"BT /F1 9 Tf 20 700 Td (x) Tj ET\n" if text else b""
+    return _stream_pdf(shown + b"\n".join([b"1 0 0 1 0.5 0.5 cm"] * operators), pages)
+
+
+def make_xobject_bomb(pages: int = 4_999, depth: int = 5, fanout: int = 10) -> bytes:
+    """A small PDF of nested form XObjects: each page draws X0 ``fanout`` times, X0
+    draws X1 ``fanout`` times, and so on ``depth`` levels down (10^5 drawings a page
+    with the defaults, from about 760 KB)."""
+    first_form = 3
+    first_page = first_form + depth
+    page_stream = first_page + pages
+    kids = " ".join(f"{first_page + n} 0 R" for n in range(pages))
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        f"<< /Type /Pages /Kids [{kids}] /Count {pages} /MediaBox [0 0 612 792] >>".encode(),
+    ]
+    for level in range(depth):
+        if level < depth - 1:
+            body = b"\n".join([b"q 0.9 0 0 0.9 1 1 cm /X%d Do Q" % (level + 1)] * fanout)
+            resources = (
+                f" /Resources << /XObject << /X{level + 1} {first_form + level + 1} 0 R >> >>"
+            )
+        else:
+            body, resources = b"0 0 10 10 re S", ""
+        objects.append(
+            b"<< /Type /XObject /Subtype /Form /BBox [0 0 612 792]%s %s"
+            % (resources.encode(), _flate_stream(body))
+        )
+    page = (
+        f"<< /Type /Page /Parent 2 0 R /Resources << /XObject << /X0 {first_form} 0 R >> >>"
+        f" /Contents {page_stream} 0 R >>"
+    ).encode()
+    objects += [page] * pages
+    objects.append(b"<< %s" % _flate_stream(b"\n".join([b"q /X0 Do Q"] * fanout)))
+    return _pdf_file(objects)
+
+
+def make_form_text_pdf(repeat: int) -> bytes:
+    """One page that shows its text only through a form XObject: the form draws one
+    line of words ``repeat`` times."""
+    line = b"(" + filler(1, 3).encode() + b") Tj T*"
+    form = b"BT /F1 9 Tf 20 780 Td 11 TL\n" + b"\n".join([line] * repeat) + b"\nET"
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [5 0 R] /Count 1 /MediaBox [0 0 612 792] >>",
+        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+        b"<< /Type /XObject /Subtype /Form /BBox [0 0 612 792]"
+        b" /Resources << /Font << /F1 3 0 R >> >> " + _flate_stream(form),
+        b"<< /Type /Page /Parent 2 0 R /Resources << /XObject << /X0 4 0 R >> >>"
+        b" /Contents 6 0 R >>",
+        b"<< " + _flate_stream(b"q /X0 Do Q"),
+    ]
+    return _pdf_file(objects)
+
+
+def _flate_stream(content: bytes) -> bytes:
+    """The end of a stream object's dictionary (its length and filter), then the
+    Flate-compressed ``content``."""
+    data = zlib.compress(content, 9)
+    return b"/Length %d /Filter /FlateDecode >>\nstream\n" % len(data) + data + b"\nendstream"
+
+
 def make_stream_pdf(content: bytes) -> bytes:
     """One page whose content stream is ``content`` (Flate-compressed, so a stream of
     tens of MB is a small file): for the parser's and the worker's limits."""
@@ -158,7 +230,6 @@ def make_stream_pdf(content: bytes) -> bytes:
 def _stream_pdf(content: bytes, pages: int) -> bytes:
     """A hand-written PDF (no library) of ``pages`` pages that all show one
     Flate-compressed content stream, ``content``, in Helvetica."""
-    stream = zlib.compress(content, 9)
     font, contents, first_page = 3, 4, 5
     kids = " ".join(f"{first_page + n} 0 R" for n in range(pages))
     objects = [
@@ -167,10 +238,16 @@ def _stream_pdf(content: bytes, pages: int) -> bytes:
         f"<< /Type /Pages /Kids [{kids}] /Count {pages} /MediaBox [0 0 612 792]"
         f" /Resources << /Font << /F1 {font} 0 R >> >> >>".encode(),
         b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
-        b"<< /Length %d /Filter /FlateDecode >>\nstream\n" % len(stream) + stream + b"\nendstream",
+        b"<< " + _flate_stream(content),
     ]
     page = f"<< /Type /Page /Parent 2 0 R /Contents {contents} 0 R >>".encode()
     objects += [page] * pages
+    return _pdf_file(objects)
+
+
+def _pdf_file(objects: list[bytes]) -> bytes:
+    """A PDF of ``objects`` (numbered from 1; the first is the catalog), with its
+    cross-reference table and trailer."""
     out = bytearray(b"%PDF-1.4\n%\xe2\xe3\xcf\xd3\n")
     offsets = []
     for number, body in enumerate(objects, start=1):

@@ -19,6 +19,7 @@ import gc
 import pickle
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -156,6 +157,8 @@ class IngestionJobs:
         # jobs holding a worker slot: one leaves it as soon as its worker is done, before
         # its outcome is recorded (its caller may send the next upload on seeing it)
         self._busy = 0
+        self._held: Counter[str] = Counter()  # of them, by organization
+        self._share = 1  # slots one organization may hold (``ingest_organization_share``)
         self._waiters: dict[str, Waiter] = {}
         self._active = False
         self._threads = runtime.executor("agentcore-ingest-job", max(1, settings.ingest_pool_size))
@@ -189,6 +192,7 @@ class IngestionJobs:
                     observer=self._observe,
                 )
             self._slots = max(1, self._settings.ingest_pool_size) if self._spec else 1
+            self._share = min(self._slots, self._settings.ingest_organization_share)
             self._active = True
         self._loop.wake()
 
@@ -239,19 +243,25 @@ class IngestionJobs:
 
     # scheduling ----------------------------------------------------------------------------
 
-    def _free(self) -> bool:
-        """Whether a worker slot is free (locked by the caller)."""
+    def _free(self, organization_id: str | None = None) -> bool:
+        """Whether a worker slot is free (for a job of ``organization_id``: one it may
+        take, within its share); locked by the caller."""
+        if organization_id is not None and self._held[organization_id] >= self._share:
+            return False
         return self._active and self._busy < self._slots
 
     def _schedule(self) -> float | None:
-        """One pass of the scheduling loop: renew leases, then fill the free workers."""
+        """One pass of the scheduling loop: renew leases, then fill the free workers
+        (an organization holding its share of them is passed over: its jobs wait, and
+        the rest stay free for the others')."""
         wait = self._renew_leases()
         while True:
             with self._lock:
                 if not self._free():
                     return wait
+                full = [org for org, held in self._held.items() if held >= self._share]
             job = self._store.claim_ingest_job(
-                now=time.time(), lease_seconds=self._settings.ingest_job_lease
+                now=time.time(), lease_seconds=self._settings.ingest_job_lease, excluding=full
             )
             if job is None:
                 return wait
@@ -271,7 +281,7 @@ class IngestionJobs:
                 if not self._active:
                     raise RuntimeError("stopping")
                 self._running[job.document_id] = running
-                self._busy += 1
+                self._hold(job, 1)
                 waiter = self._waiters.get(job.document_id)
                 if waiter is not None:
                     waiter.started = True
@@ -279,7 +289,7 @@ class IngestionJobs:
         except BaseException:
             with self._lock:
                 if self._running.pop(job.document_id, None) is not None:
-                    self._busy -= 1
+                    self._hold(job, -1)
                 if waiter is not None:
                     waiter.started = False  # back in the queue: any process may run it
             if worker is not None:
@@ -289,6 +299,13 @@ class IngestionJobs:
                 raise  # the loop logs it and backs off (a worker that cannot start)
             return False
         return True
+
+    def _hold(self, job: IngestJob, change: int) -> None:
+        """``job`` takes (1) or leaves (-1) its worker slot (locked by the caller)."""
+        self._busy += change
+        self._held[job.organization_id] += change
+        if self._held[job.organization_id] <= 0:
+            del self._held[job.organization_id]
 
     def _acquire(self, pool: WorkerPool) -> WorkerProcess:
         """A worker for the next job; after ``START_FAILURES`` failed starts in a row,
@@ -341,7 +358,7 @@ class IngestionJobs:
             log.exception("ingestion of document %s failed unexpectedly", running.job.document_id)
             outcome = Outcome(error=AgentCoreError("Indexing hit an unexpected error."))
         with self._lock:
-            self._busy -= 1
+            self._hold(running.job, -1)
         self._loop.wake()
         try:
             self._settle(running.job, outcome)
@@ -449,6 +466,7 @@ class IngestionJobs:
         enqueue: Callable[[], None],
         settled: Callable[[], Outcome | None],
         *,
+        organization_id: str,
         block: bool,
         until: float | None = None,
         cancellation: Cancellation | None = None,
@@ -457,7 +475,8 @@ class IngestionJobs:
 
         ``None`` when the wait ended first: ``cancellation`` fired, ``until`` (a
         ``time.monotonic()`` value) passed, the runtime is stopping, or, unless
-        ``block``, no worker of this process was free to take it. The job then goes on
+        ``block``, no worker of this process was free to take it (none free, or
+        ``organization_id`` holds its share of them). The job then goes on
         (the caller decides what becomes of it). An outcome returned must be acted on:
         nobody else records an error handed to a waiting caller.
 
@@ -473,7 +492,7 @@ class IngestionJobs:
             while (outcome := waiter.wait(WAIT_STEP)) is None:
                 now = time.monotonic()
                 with self._lock:
-                    busy = not waiter.started and not self._free()
+                    busy = not waiter.started and not self._free(organization_id)
                 if (
                     (cancellation is not None and cancellation.cancelled)
                     or (until is not None and now >= until)

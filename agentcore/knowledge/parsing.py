@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import io
+import logging
 import posixpath
 import re
+import sys
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -16,6 +19,8 @@ from agentcore.errors import (
     UnsupportedMediaType,
     ValidationFailed,
 )
+from agentcore.knowledge.cpu_budget import BudgetSpent, CpuBudget
+from agentcore.redact import get_logger
 
 if TYPE_CHECKING:
     from agentcore.cancellation import Cancellation
@@ -26,6 +31,7 @@ __all__ = [
     "MARKDOWN",
     "ParsedDocument",
     "TextBudget",
+    "WorkBudget",
     "check_text",
     "check_upload",
     "clean_pdf_text",
@@ -51,6 +57,8 @@ _EXTENSIONS = {".txt": PLAIN, ".text": PLAIN, ".md": MARKDOWN, ".markdown": MARK
 _GENERIC_TYPES = frozenset({"", "application/octet-stream", "binary/octet-stream"})
 _PDF_MAGIC = b"%PDF-"
 
+log = get_logger("agentcore.ingest")
+
 
 @dataclass(frozen=True)
 class TextBudget:
@@ -63,6 +71,44 @@ class TextBudget:
 
     page_chars: int
     total_chars: int
+
+
+@dataclass(frozen=True)
+class WorkBudget:
+    """How much work reading a PDF may take, whatever text it yields.
+
+    A page can cost seconds of parsing and extract to nothing (a quarter million drawing
+    operators; forms drawing forms ten times over), which no text budget sees. Reading
+    stops with 413 ``too_complex`` once a page has more operators or XObject invocations
+    than allowed (counted before and while pypdf parses), or once the page, or the whole
+    file, has used its CPU seconds (``cpu_budget.CpuBudget``: the reading thread's own
+    CPU time, so a busy machine does not fail a file sooner).
+    """
+
+    cpu_seconds: float
+    page_cpu_seconds: float
+    page_operators: int
+    page_xobjects: int
+
+    @classmethod
+    def for_size(
+        cls,
+        size: int,
+        *,
+        cpu_seconds: float,
+        cpu_seconds_per_mib: float,
+        page_cpu_seconds: float,
+        page_operators: int,
+        page_xobjects: int,
+    ) -> WorkBudget:
+        """The budget of a file of ``size`` bytes: ``cpu_seconds``, plus
+        ``cpu_seconds_per_mib`` for each MiB of it."""
+        return cls(
+            cpu_seconds=cpu_seconds + cpu_seconds_per_mib * size / (1024 * 1024),
+            page_cpu_seconds=page_cpu_seconds,
+            page_operators=page_operators,
+            page_xobjects=page_xobjects,
+        )
 
 
 @dataclass(frozen=True)
@@ -86,6 +132,7 @@ def parse_document(
     max_bytes: int,
     max_pages: int,
     budget: TextBudget | None = None,
+    work: WorkBudget | None = None,
     cancellation: Cancellation | None = None,
 ) -> ParsedDocument:
     """Parse an uploaded file into pages.
@@ -104,16 +151,17 @@ def parse_document(
     :param max_bytes: the largest accepted file.
     :param max_pages: the most pages accepted in a PDF.
     :param budget: the most text a PDF may extract to (``None``: no limit).
+    :param work: the most work reading a PDF may take (``None``: no limit).
     :param cancellation: checked between the pages of a PDF.
     :raises PayloadTooLarge: ``file_too_large``, ``too_many_pages``, ``too_large`` (a PDF
-        whose text passes ``budget``).
+        whose text passes ``budget``), ``too_complex`` (a PDF that passes ``work``).
     :raises UnsupportedMediaType: ``unsupported_file_type``.
     :raises ValidationFailed: ``empty_file``, ``invalid_encoding``, ``invalid_pdf``,
         ``encrypted_pdf``, ``no_text``. Every error has ``param="file"``.
     """
     source, kind = check_upload(data, filename, content_type, max_bytes=max_bytes)
     pages = (
-        _pdf_pages(data, max_pages, budget, cancellation)
+        _pdf_pages(data, max_pages, budget, work, cancellation)
         if kind == PDF
         else _text_pages(decode_text(data), kind)
     )
@@ -244,16 +292,33 @@ def _text_pages(text: str, kind: str) -> list[str]:
     return [text.replace("\f", "\n")]
 
 
-class _OverBudget(Exception):
-    """Raised from pypdf's text visitor to stop an extraction that passed its budget."""
+class _Stop(BaseException):  # noqa: N818 - unwinds pypdf, like KeyboardInterrupt
+    """Raised from pypdf's visitors to stop reading a page. A ``BaseException``: pypdf
+    catches ``Exception`` around a form XObject (and logs it), which would swallow it."""
+
+
+class _OverBudget(_Stop):
+    """A page's text passed the text budget (``per_page``), or the document's did."""
 
     def __init__(self, per_page: bool) -> None:
         super().__init__()
         self.per_page = per_page
 
 
+class _TooComplex(_Stop):
+    """A page draws more than ``WorkBudget`` allows: ``what`` says which count."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(what)
+        self.what = what
+
+
 def _pdf_pages(
-    data: bytes, max_pages: int, budget: TextBudget | None, cancellation: Cancellation | None
+    data: bytes,
+    max_pages: int,
+    budget: TextBudget | None,
+    work: WorkBudget | None,
+    cancellation: Cancellation | None,
 ) -> list[str]:
     # Imported here: a host that never ingests PDFs does not pay for pypdf.
     from pypdf import PasswordType, PdfReader
@@ -285,77 +350,228 @@ def _pdf_pages(
         except Exception:
             raise unreadable from None
 
-    with reading(invalid):
-        reader = PdfReader(io.BytesIO(data), strict=False)
-        encrypted = reader.is_encrypted
-    if encrypted:
-        try:
-            opened = reader.decrypt("") != PasswordType.NOT_DECRYPTED
-        except Exception:  # unsupported algorithm or missing crypto dependency
-            opened = False
-        if not opened:
-            raise ValidationFailed(
-                "The PDF is encrypted with a password; upload an unencrypted copy.",
-                code="encrypted_pdf",
-                param="file",
-            )
-    with reading(invalid):
-        count = len(reader.pages)
-    if count > max_pages:
-        raise PayloadTooLarge(
-            f"The PDF has {count} pages; the limit is {max_pages}.",
-            code="too_many_pages",
-            param="file",
-        )
-    pages: list[str] = []
-    total = 0
-    for number in range(count):
-        if cancellation is not None:
-            cancellation.check()
-        corrupt = ValidationFailed(
-            f"Page {number + 1} of the PDF could not be read (corrupt content).",
-            code="invalid_pdf",
-            param="file",
-        )
-        with reading(corrupt):
-            try:
-                raw = _page_text(reader.pages[number], budget, total)
-            except _OverBudget as over:
-                assert budget is not None
+    cpu = CpuBudget(work.cpu_seconds if work is not None else float("inf"))
+    page = 0  # the page being read (0: the file's structure)
+    try:
+        with cpu, _folded_pypdf_warnings():
+            with reading(invalid):
+                reader = PdfReader(io.BytesIO(data), strict=False)
+                encrypted = reader.is_encrypted
+            if encrypted:
+                try:
+                    opened = reader.decrypt("") != PasswordType.NOT_DECRYPTED
+                except Exception:  # unsupported algorithm or missing crypto dependency
+                    opened = False
+                if not opened:
+                    raise ValidationFailed(
+                        "The PDF is encrypted with a password; upload an unencrypted copy.",
+                        code="encrypted_pdf",
+                        param="file",
+                    )
+            with reading(invalid):
+                count = len(reader.pages)
+            if count > max_pages:
                 raise PayloadTooLarge(
-                    f"Page {number + 1} of the PDF extracts to more than"
-                    f" {budget.page_chars:,} characters of text, the limit for one page."
-                    if over.per_page
-                    else f"The PDF extracts to more than {budget.total_chars:,} characters"
-                    f" of text by page {number + 1}, more than one document may hold.",
-                    code="too_large",
+                    f"The PDF has {count} pages; the limit is {max_pages}.",
+                    code="too_many_pages",
                     param="file",
-                ) from None
-        total += len(raw)
-        pages.append(clean_pdf_text(raw))
-    return pages
+                )
+            reader_of = _PageReader(budget, work, cpu)
+            pages: list[str] = []
+            for page in range(1, count + 1):
+                if cancellation is not None:
+                    cancellation.check()
+                cpu.check()
+                corrupt = ValidationFailed(
+                    f"Page {page} of the PDF could not be read (corrupt content).",
+                    code="invalid_pdf",
+                    param="file",
+                )
+                with reading(corrupt):
+                    pages.append(clean_pdf_text(reader_of.text(reader.pages[page - 1])))
+            return pages
+    except _OverBudget as over:
+        assert budget is not None
+        raise PayloadTooLarge(
+            f"Page {page} of the PDF extracts to more than {budget.page_chars:,} characters"
+            " of text, the limit for one page."
+            if over.per_page
+            else f"The PDF extracts to more than {budget.total_chars:,} characters of text"
+            f" by page {page}, more than one document may hold.",
+            code="too_large",
+            param="file",
+        ) from None
+    except _TooComplex as over:
+        assert work is not None
+        limit = work.page_operators if over.what == "operators" else work.page_xobjects
+        setting = "max_pdf_page_operators" if over.what == "operators" else "max_pdf_page_xobjects"
+        noun = "content-stream operators" if over.what == "operators" else "XObject invocations"
+        raise _too_complex(
+            f"Page {page} of the PDF has more than {limit:,} {noun} ({setting})."
+        ) from None
+    except BudgetSpent as spent:
+        assert work is not None
+        if cpu.reason(spent) == "page":
+            detail = (
+                f"Reading page {page} of the PDF took more than {work.page_cpu_seconds:g} s of"
+                " CPU time (ingest_page_cpu_seconds)."
+            )
+        else:
+            detail = (
+                f"Reading the PDF took more than {work.cpu_seconds:.1f} s of CPU time by page"
+                f" {page} (ingest_cpu_seconds, ingest_cpu_seconds_per_mib)."
+            )
+        raise _too_complex(detail) from None
 
 
-def _page_text(page: Any, budget: TextBudget | None, before: int) -> str:
-    """One page's raw text; ``_OverBudget`` as soon as it passes ``budget`` (``before``:
-    the characters the earlier pages extracted to).
+def _too_complex(detail: str) -> PayloadTooLarge:
+    return PayloadTooLarge(
+        detail + " It is too complex to read; simplify it (print it to a new PDF) or split it.",
+        code="too_complex",
+        param="file",
+    )
 
-    pypdf calls the visitor with each piece of text as it goes, so counting there stops
-    the extraction early: its cost grows with the page's text, faster than linearly.
+
+# Operators that can put text on a page: text shown, or an XObject (a form may hold text).
+# A content stream without any is not parsed at all, as pypdf does when nothing visits.
+_TEXT_OPERATOR = re.compile(rb"T[jJ]|Do|['\"]")
+# An operator: one to three regular characters starting with a letter or a quote, with a
+# delimiter or whitespace on both sides; strings are matched too, to be skipped (the
+# words in them are no operators). Counted on the raw stream before pypdf parses it, so a
+# page of a million operators costs one regular-expression scan, not seconds of parsing.
+_OPERATOR = re.compile(
+    rb"\((?:[^()\\]|\\.)*\)"  # a string (without nested parentheses)
+    rb"|(?<![^\x00\t\n\x0c\r \]\)>])([A-Za-z'\"][A-Za-z0-9*'\"]{0,2})(?![^\x00\t\n\x0c\r (/<\[%])"
+)
+_CHECK_EVERY = 1024  # operators between two checks of the CPU budget in the visitor
+
+
+class _PageReader:
+    """Reads pages' text within the text budget and the work budget.
+
+    A content stream shared by several pages (a crafted file's thousands of pages can
+    all show one) is decoded and counted once.
     """
-    if budget is None:
-        return str(page.extract_text())
-    per_page = budget.page_chars <= budget.total_chars - before
-    limit = budget.page_chars if per_page else budget.total_chars - before
-    seen = 0
 
-    def count(text: str, *_: Any) -> None:
-        nonlocal seen
-        seen += len(text)
-        if seen > limit:
-            raise _OverBudget(per_page)
+    def __init__(self, budget: TextBudget | None, work: WorkBudget | None, cpu: CpuBudget) -> None:
+        self.budget = budget
+        self.work = work
+        self.cpu = cpu
+        self.total = 0  # characters the pages read so far extracted to
+        self._streams: dict[tuple[int, ...], bool] = {}  # content -> whether it may hold text
 
-    return str(page.extract_text(visitor_text=count))
+    def text(self, page: Any) -> str:
+        """One page's raw text; ``_Stop`` as soon as it passes a budget."""
+        work = self.work
+        if work is None:
+            raw = self._extract(page)
+        elif not self._may_hold_text(page, work):
+            raw = ""
+        else:
+            with self.cpu.part(work.page_cpu_seconds, "page"):
+                raw = self._extract(page)
+        self.total += len(raw)
+        return raw
+
+    def _may_hold_text(self, page: Any, work: WorkBudget) -> bool:
+        """Whether ``page``'s content can show text; ``_TooComplex`` when it has more
+        operators than ``work`` allows."""
+        contents = page.get("/Contents")
+        if contents is None:
+            return False
+        streams = contents.get_object()
+        parts = list(streams) if isinstance(streams, list) else [contents]
+        key = tuple(id(part.get_object()) for part in parts)
+        known = self._streams.get(key)
+        if known is not None:
+            return known
+        data = b"\n".join(part.get_object().get_data() for part in parts)
+        operators = 0
+        for token in _OPERATOR.finditer(data):
+            if token.lastindex:  # an operator, not a string
+                operators += 1
+                if operators > work.page_operators:
+                    raise _TooComplex("operators")
+        self._streams[key] = known = _TEXT_OPERATOR.search(data) is not None
+        return known
+
+    def _extract(self, page: Any) -> str:
+        budget, work = self.budget, self.work
+        if budget is None and work is None:
+            return str(page.extract_text())
+        visitors: dict[str, Any] = {}
+        if budget is not None:
+            per_page = budget.page_chars <= budget.total_chars - self.total
+            limit = budget.page_chars if per_page else budget.total_chars - self.total
+            seen = 0
+
+            def count_text(text: str, *_: Any) -> None:
+                nonlocal seen
+                seen += len(text)
+                if seen > limit:
+                    raise _OverBudget(per_page)
+
+            visitors["visitor_text"] = count_text
+        if work is not None:
+            operators = xobjects = 0
+            cpu = self.cpu
+
+            def count_operator(operator: bytes, *_: Any) -> None:
+                nonlocal operators, xobjects
+                operators += 1
+                if operators > work.page_operators:  # forms' operators count too
+                    raise _TooComplex("operators")
+                if operator == b"Do":
+                    xobjects += 1
+                    if xobjects > work.page_xobjects:
+                        raise _TooComplex("xobjects")
+                if operators % _CHECK_EVERY == 0:
+                    cpu.check()  # where the thread's CPU clock cannot be watched
+
+            visitors["visitor_operand_before"] = count_operator
+        return str(page.extract_text(**visitors))
+
+
+class _PypdfTally(logging.Filter):
+    """Holds back pypdf's log records on a thread that is reading a file, counting them
+    (and keeping the first), so a file that makes pypdf warn on each of 5,000 pages
+    logs one line, not 5,000. Other threads' records pass untouched."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.local = threading.local()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        tally: list[Any] | None = getattr(self.local, "tally", None)
+        if tally is None:
+            return True
+        if tally[0] == 0:
+            tally[1] = record.getMessage()
+        tally[0] += 1
+        return False
+
+
+_TALLY = _PypdfTally()  # holds nothing between reads: its tallies are per thread, per read
+_TALLIED: set[str] = set()  # pypdf loggers the tally is on
+
+
+@contextlib.contextmanager
+def _folded_pypdf_warnings() -> Iterator[None]:
+    """pypdf's warnings while reading one file, folded into one line of our log."""
+    for name in [n for n in list(sys.modules) if n.split(".", 1)[0] == "pypdf"]:
+        if name not in _TALLIED:  # pypdf logs to its modules' loggers, never propagated up
+            logging.getLogger(name).addFilter(_TALLY)
+            _TALLIED.add(name)
+    tally: list[Any] = [0, ""]
+    _TALLY.local.tally = tally
+    try:
+        yield
+    finally:
+        _TALLY.local.tally = None
+        if tally[0]:
+            log.warning(
+                "reading a PDF: the parser warned %d time(s), first: %s", tally[0], tally[1]
+            )
 
 
 _LIGATURES = str.maketrans(

@@ -30,6 +30,7 @@ from agentcore.knowledge.parsing import (
     PDF,
     ParsedDocument,
     TextBudget,
+    WorkBudget,
     check_text,
     check_upload,
     decode_text,
@@ -312,6 +313,7 @@ class KnowledgeService:
             document.id,
             lambda: self._store_job(document, job_kind, filename, declared, data),
             lambda: outcome_of(self._store.get_document(*self._scope, document.id)),
+            organization_id=self._ws.organization_id,
             block=wait is True,
             until=None if wait else _wait_until(cancellation),
             cancellation=cancellation,
@@ -386,9 +388,10 @@ class KnowledgeService:
         content_type: str | None,
         cancellation: Cancellation | None,
     ) -> ParsedDocument:
-        """``parse_document`` with this core's limits: size, pages, and the text budget
-        (a document that extracts to more text than ``max_document_chunks`` chunks could
-        hold is refused while it is extracted, not after)."""
+        """``parse_document`` with this core's limits: size, pages, the text budget (a
+        document that extracts to more text than ``max_document_chunks`` chunks could
+        hold is refused while it is extracted, not after) and the work budget (CPU time
+        and drawing operators, however little text they yield)."""
         settings = self._settings
         return parse_document(
             data,
@@ -399,6 +402,14 @@ class KnowledgeService:
             budget=TextBudget(
                 page_chars=settings.max_pdf_page_chars,
                 total_chars=settings.max_document_chunks * settings.chunk_target_chars,
+            ),
+            work=WorkBudget.for_size(
+                len(data),
+                cpu_seconds=settings.ingest_cpu_seconds,
+                cpu_seconds_per_mib=settings.ingest_cpu_seconds_per_mib,
+                page_cpu_seconds=settings.ingest_page_cpu_seconds,
+                page_operators=settings.max_pdf_page_operators,
+                page_xobjects=settings.max_pdf_page_xobjects,
             ),
             cancellation=cancellation,
         )

@@ -280,12 +280,19 @@ class KnowledgeStore(Protocol):
     ) -> None:
         """Store a ``processing`` document and its job (the raw upload) atomically."""
 
-    def claim_ingest_job(self, *, now: float, lease_seconds: float) -> IngestJob | None:
+    def claim_ingest_job(
+        self,
+        *,
+        now: float,
+        lease_seconds: float,
+        excluding: Collection[str] = (),
+    ) -> IngestJob | None:
         """Lease an unleased (or lease-expired) job; counts one attempt. Atomic.
 
         Fair across workspaces: the oldest job of the workspace (organization and
         environment) with the fewest jobs leased at ``now`` by any process, then with
-        the fewest jobs queued.
+        the fewest jobs queued. Jobs of the organizations in ``excluding`` (those that
+        hold their share of the caller's workers) are left for later.
         """
 
     def ingest_job_data(self, document_id: str) -> bytes | None:

@@ -228,6 +228,7 @@ def test_a_pdf_bomb_fails_quickly_in_a_worker(tmp_path: Path) -> None:
         # the parser's MemoryError was taken for a bad file, and the worker was reused)
         (b"BT /F1 9 Tf 20 780 Td (" + b"A" * 70_000_000 + b") Tj ET\n", 64),
         # 330k drawing operators on one page: pypdf's own token limit, not corruption
+        # (our own operator and CPU limits, which come first, are lifted to reach it)
         (b"BT /F1 9 Tf 20 780 Td (hi) Tj ET\n" + b"1 0 0 1 0 0 cm\n" * 330_000, 2048),
     ],
     ids=["memory", "parser-limit"],
@@ -235,10 +236,14 @@ def test_a_pdf_bomb_fails_quickly_in_a_worker(tmp_path: Path) -> None:
 def test_a_pdf_past_a_limit_fails_too_large_not_invalid(
     tmp_path: Path, content: bytes, memory_mb: int
 ) -> None:
-    with started(tmp_path / "a.db", ingest_workers=1, ingest_worker_memory_mb=memory_mb) as (
-        core,
-        ws,
-    ):
+    with started(
+        tmp_path / "a.db",
+        ingest_workers=1,
+        ingest_worker_memory_mb=memory_mb,
+        max_pdf_page_operators=10_000_000,
+        ingest_page_cpu_seconds=3600,
+        ingest_cpu_seconds=3600,
+    ) as (core, ws):
         data = make_stream_pdf(content)
         queued = ws.knowledge.ingest_file(data, filename="big.pdf", wait=False)
         failed = settled(core, queued.id)
@@ -513,9 +518,13 @@ def test_workers_that_fail_to_start_move_jobs_to_a_thread(
     assert "this plugin cannot load here" in message
 
 
-def test_the_pool_size_defaults_to_half_the_cpus() -> None:
-    assert agentcore.Settings(_env_file=None).ingest_pool_size == max(
-        1, min(4, (os.cpu_count() or 2) // 2)
-    )
+def test_the_pool_size_defaults_to_half_the_cpus_and_one_kept_for_others() -> None:
+    half = max(1, min(4, (os.cpu_count() or 2) // 2))
+    defaults = agentcore.Settings(_env_file=None)
+    assert defaults.ingest_pool_size == half + 1
+    assert defaults.ingest_organization_share == half
+    assert agentcore.Settings(_env_file=None, ingest_workers=1).ingest_organization_share == 1
+    shared = agentcore.Settings(_env_file=None, ingest_workers=4, ingest_workers_per_organization=4)
+    assert shared.ingest_organization_share == 4
     assert agentcore.Settings(_env_file=None, ingest_workers=3).ingest_pool_size == 3
     assert agentcore.Settings(_env_file=None, ingest_workers=0).ingest_pool_size == 0

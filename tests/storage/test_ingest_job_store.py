@@ -150,6 +150,19 @@ def test_one_workspaces_flood_does_not_delay_another_with_one_worker(store: Any)
     assert claim(store) == upload
 
 
+def test_organizations_excluded_from_a_claim_keep_their_jobs_queued(store: Any) -> None:
+    acme, globex, initech = org(store), org(store, "globex"), org(store, "initech")
+    acme_test = queue(store, acme, now=1.0)
+    acme_live = queue(store, acme, now=2.0, env="live")  # the whole organization is excluded
+    globex_job = queue(store, globex, now=50.0)
+    first = store.claim_ingest_job(now=100.0, lease_seconds=30, excluding=[acme])
+    assert first.document_id == globex_job  # acme's jobs are older, and wait
+    assert store.claim_ingest_job(now=100.0, lease_seconds=30, excluding={acme, initech}) is None
+    then = store.claim_ingest_job(now=100.0, lease_seconds=30, excluding=[globex])
+    assert {then.document_id, claim(store)} == {acme_test, acme_live}
+    assert store.claim_ingest_job(now=100.0, lease_seconds=30, excluding=()) is None
+
+
 def test_workspaces_are_per_environment_and_expired_leases_count_for_nothing(
     store: Any,
 ) -> None:

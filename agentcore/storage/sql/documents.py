@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import fields
 from typing import Any
 
@@ -388,10 +388,14 @@ class DocumentTables(TermTables, VectorTables, KnowledgeStore, WebhookStore):
                 data,
             )
 
-    def claim_ingest_job(self, *, now: float, lease_seconds: float) -> IngestJob | None:
+    def claim_ingest_job(
+        self, *, now: float, lease_seconds: float, excluding: Collection[str] = ()
+    ) -> IngestJob | None:
         # fair across workspaces so that one tenant's queue of slow uploads cannot starve
         # another's, even with one worker; two nodes claiming at once take different
         # jobs (``Dialect.lock``)
+        skipped = sorted(excluding)
+        skip = f" AND j.organization_id NOT IN ({', '.join('?' * len(skipped))})" if skipped else ""
         with self.db.write() as conn:
             job = conn.execute(
                 "WITH load AS (SELECT organization_id, environment, COUNT(*) AS jobs,"
@@ -400,10 +404,10 @@ class DocumentTables(TermTables, VectorTables, KnowledgeStore, WebhookStore):
                 " UPDATE ingest_jobs SET leased_until = ?, attempts = attempts + 1"
                 " WHERE document_id = (SELECT j.document_id FROM ingest_jobs j JOIN load l"
                 " ON l.organization_id = j.organization_id AND l.environment = j.environment"
-                " WHERE j.leased_until IS NULL OR j.leased_until <= ?"
+                f" WHERE (j.leased_until IS NULL OR j.leased_until <= ?){skip}"
                 f" ORDER BY l.leased, l.jobs, j.created_at LIMIT 1{self.dialect.lock('j')})"
                 f" RETURNING {_JOB_COLUMNS}",
-                [now, now + lease_seconds, now],
+                [now, now + lease_seconds, now, *skipped],
             ).fetchone()
         return None if job is None else IngestJob(**dict(job))
 
