@@ -36,12 +36,11 @@ from agentcore.knowledge.keywords import KeywordCache
 from agentcore.knowledge.segments import max_mapped_files, segment_root
 from agentcore.knowledge.service import KnowledgeService
 from agentcore.knowledge.terms import TermCounter
+from agentcore.knowledge.text import stems
 from agentcore.knowledge.workers import Completed, WorkerSpec
 from agentcore.knowledge.workspace_indexes import WorkspaceIndexes
 from agentcore.metrics import Metrics
 from agentcore.plugins import DEFAULT_PLUGINS
-from agentcore.plugins.extractive import stem_frequencies as extractive_stem_frequencies
-from agentcore.plugins.extractive import tokens_of as extractive_tokens_of
 from agentcore.rate_limits import RateLimiter
 from agentcore.redact import get_logger, hide_passwords
 from agentcore.runtime import Observer, Runtime, unobserved
@@ -174,8 +173,8 @@ class AgentCore:
         )
         self.embedders: dict[str, Embedder] = {}
         self.chat_models: dict[str, ChatModel] = {}
-        # sentence frequencies kept per document, read by chat (the extractive tokenizer)
-        self.terms = TermCounter(extractive_tokens_of, extractive_stem_frequencies)
+        # sentence frequencies kept per document, read by chat (the core's tokenizer)
+        self.terms = TermCounter(stems.tokens_of, stems.stem_frequencies)
         # filled by the hooks below; the indexes look embedders up when they need one
         self.indexes = WorkspaceIndexes(
             store,
@@ -199,7 +198,7 @@ class AgentCore:
         # the same stemming tokenizer as the term counts
         self.keywords = KeywordCache(
             store,
-            extractive_tokens_of,
+            stems.tokens_of,
             catchup_max_rows=settings.index_catchup_max_rows,
             budget=self.indexes.budget,  # under index_cache_bytes with the vector indexes
         )

@@ -15,30 +15,21 @@ from agentcore.chat_models import ChatRequest, ChatResult, Passage
 from agentcore.hookspecs import hookimpl
 from agentcore.knowledge.chunking import split_sentences
 from agentcore.knowledge.terms import TermStats
-from agentcore.plugins.hashing_embedder import StemTokenizer
+from agentcore.knowledge.text import stems as tokenizer
 
 if TYPE_CHECKING:
     from agentcore.chat_models import ChatModel
     from agentcore.config import Settings
 
-__all__ = [
-    "NO_ANSWER",
-    "ExtractiveModel",
-    "agentcore_register_chat_models",
-    "stem_frequencies",
-    "tokens_of",
-]
+__all__ = ["NO_ANSWER", "ExtractiveModel", "agentcore_register_chat_models"]
 
 NO_ANSWER = "I couldn't find anything about that in the knowledge base."
 
-# One tokenizer for retrieval and answering: the same stop words and stemmer make a
-# question match a sentence here exactly when it would match its chunk there. The
-# workspace's sentence frequencies (``ChatRequest.term_stats``) are counted with it too.
-# ``StemTokenizer`` gives ``HashingEmbedder``'s stems without learning their features.
-_TOKENIZER = StemTokenizer()
-_tokens = _TOKENIZER.tokens
-tokens_of = _TOKENIZER.tokens_of
-stem_frequencies = _TOKENIZER.stem_frequencies  # ``tokens_of`` counted, for term counts
+# The core's tokenizer (``knowledge.text``): a question matches a sentence here exactly
+# when it would match its chunk in search, and the workspace's sentence frequencies
+# (``ChatRequest.term_stats``) are counted with it.
+_tokens = tokenizer.tokens
+tokens_of = tokenizer.tokens_of
 
 _NUMBER = re.compile(r"\d")
 _YEAR_OR_DATE = re.compile(

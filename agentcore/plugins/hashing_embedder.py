@@ -4,12 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import math
-import re
 import threading
-import unicodedata
-from collections import Counter
 from collections.abc import Callable, Sequence
-from itertools import chain
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any, cast
 
@@ -18,147 +14,18 @@ import numpy.typing as npt
 
 from agentcore.hookspecs import hookimpl
 from agentcore.knowledge.embedders import EmbedKind
+from agentcore.knowledge.text import raw_tokens, stem_of
 
 if TYPE_CHECKING:
     from agentcore.config import Settings
     from agentcore.knowledge.embedders import Embedder
 
-__all__ = [
-    "STOP_WORDS",
-    "HashingEmbedder",
-    "StemTokenizer",
-    "agentcore_register_embedders",
-    "stem_of",
-]
-
-_STOP_WORDS_TEXT = """
-    a about above after again against all am an and any are aren't as at be because been
-    before being below between both but by can cannot could couldn't did didn't do does
-    doesn't doing don't down during each few for from further had hadn't has hasn't have
-    haven't having he her here hers herself him himself his how i if in into is isn't it
-    its itself let's me more most mustn't my myself no nor not of off on once only or
-    other ought our ours ourselves out over own same shan't she should shouldn't so some
-    such than that the their theirs them themselves then there these they this those
-    through to too under until up very was wasn't we were weren't what when where which
-    while who whom why will with won't would wouldn't you your yours yourself yourselves
-    also may might must shall upon yet within without whose however thus whether whereas
-    s t d ll m re ve often usually generally commonly frequently typically specifically
-    particularly especially mostly many much several various certain called use used
-    using
-"""
-STOP_WORDS = frozenset(_STOP_WORDS_TEXT.split())
-
-# Letters and digits, possibly joined by one apostrophe. The quantifiers are possessive:
-# nothing follows that could make them give characters back, so the matches are the
-# same, found without keeping backtracking state. On ASCII text ``[^\W_]`` is exactly
-# ``[A-Za-z0-9]``, which the engine tests faster.
-_TOKEN = re.compile(r"[^\W_]++(?:'[^\W_]++)?+")
-_ASCII_TOKEN = re.compile(r"[A-Za-z0-9]++(?:'[A-Za-z0-9]++)?+")
-# Every ASCII character but letters and digits, to a space (for ``_raw_tokens``).
-# Letters and digits map to themselves rather than being left out: ``str.translate``
-# looks each distinct character up, and a character missing from the table costs a
-# KeyError raised and caught inside it (about a fifth of the call on English text).
-_NOT_ALNUM = {code: chr(code) if chr(code).isalnum() else " " for code in range(128)}
+__all__ = ["HashingEmbedder", "agentcore_register_embedders"]
 
 
 def _stable_hash(feature: str) -> int:
     # blake2b, not hash(): Python salts str hashes per process, vectors must not change.
     return int.from_bytes(hashlib.blake2b(feature.encode(), digest_size=8).digest(), "little")
-
-
-def _stem(word: str) -> str:
-    """A light suffix stripper: enough to match plurals and common verb forms."""
-    if len(word) <= 3 or not word.isalpha():
-        return word
-    if word.endswith(("ies", "ied")) and len(word) > 4:
-        return word[:-3] + "y"
-    if word.endswith("sses"):
-        return word[:-2]
-    if word.endswith("s") and not word.endswith(("ss", "us", "is")):
-        word = word[:-1]
-    for suffix in ("ing", "ed"):
-        if word.endswith(suffix) and len(word) - len(suffix) >= 4:
-            word = word[: -len(suffix)]
-            if word[-1] == word[-2] and word[-1] not in "lsz":
-                word = word[:-1]  # running -> run, stopped -> stop
-            break
-    return word
-
-
-def stem_of(token: str) -> str | None:
-    """The stem of one raw token (``_raw_tokens``), or ``None`` when it is dropped."""
-    word = token.casefold()
-    word = word[:-2] if word.endswith("'s") else word
-    # Lone capitals are names ("class P", "Mr. X"); lone lowercase letters are
-    # debris of abbreviations and contractions.
-    if word in STOP_WORDS or (len(word) == 1 and token.islower()):
-        return None
-    return _stem(word.replace("'", ""))
-
-
-class StemTokenizer:
-    """``HashingEmbedder.tokens``, for readers that need the stems and not the vectors.
-
-    The same raw tokens and the same ``stem_of``, so the same stems, without learning
-    each new stem's features (the blake2b hashes of its character n-grams) as the
-    embedder does: the extractive chat model and the workspace term counts read text
-    with it. Each token's stem is cached (emptied past ``_CACHE_LIMIT`` tokens).
-    Thread-safe.
-    """
-
-    _CACHE_LIMIT = 800_000
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._stems: dict[str, str | None] = {}
-
-    def tokens(self, text: str) -> list[str]:
-        """The stems of ``text``, in order."""
-        [found] = self.tokens_of([text])
-        return found
-
-    def tokens_of(self, texts: Sequence[str]) -> list[list[str]]:
-        """``tokens(text)`` of each of ``texts``."""
-        out: list[list[str]] = []
-        for text in texts:
-            raw = _raw_tokens(text)
-            table = self._stems
-            try:
-                found = [table[token] for token in raw]
-            except KeyError:
-                table = self._learn(raw)
-                found = [table[token] for token in raw]
-            out.append([stem for stem in found if stem is not None])
-        return out
-
-    def stem_frequencies(self, texts: Sequence[str]) -> Counter[str]:
-        """Per stem, how many of ``texts`` hold it (``tokens_of`` counted once per text),
-        without building the stem lists: what ``TermCounter`` counts sentences with."""
-        held: list[set[str | None]] = []
-        table = self._stems
-        for text in texts:
-            raw = _raw_tokens(text)
-            try:
-                held.append(set(map(table.__getitem__, raw)))
-            except KeyError:
-                table = self._learn(raw)
-                held.append(set(map(table.__getitem__, raw)))
-        # one count over every text's distinct stems (each ``update`` call first asks
-        # whether its argument is a Mapping, an ABC check that costs more than a
-        # sentence's counting); a dropped token adds to None, taken out below
-        counts: Counter[str | None] = Counter(chain.from_iterable(held))
-        counts.pop(None, None)
-        return cast("Counter[str]", counts)  # no None left
-
-    def _learn(self, raw: list[str]) -> dict[str, str | None]:
-        """The cache, holding every token of ``raw`` (started afresh when full)."""
-        with self._lock:
-            table = self._stems
-            if len(table) >= self._CACHE_LIMIT:
-                table = self._stems = {}
-            for token in set(raw).difference(table):
-                table[token] = stem_of(token)
-            return table
 
 
 class _Column:
@@ -252,7 +119,7 @@ class HashingEmbedder:
         """The stems that ``embed`` uses for ``text``, in order."""
         with self._lock:
             vocabulary = self._current_vocabulary()
-            ids = self._stem_ids(vocabulary, _raw_tokens(text))
+            ids = self._stem_ids(vocabulary, raw_tokens(text))
             return [vocabulary.stems[i] for i in ids if i >= 0]
 
     def tokens_of(self, texts: Sequence[str]) -> list[list[str]]:
@@ -260,7 +127,7 @@ class HashingEmbedder:
         raw: list[str] = []
         lengths: list[int] = []
         for text in texts:
-            found = _raw_tokens(text)
+            found = raw_tokens(text)
             raw += found
             lengths.append(len(found))
         with self._lock:
@@ -286,7 +153,7 @@ class HashingEmbedder:
         raw: list[str] = []
         lengths: list[int] = []
         for text in texts:
-            found = _raw_tokens(text)
+            found = raw_tokens(text)
             raw += found
             lengths.append(len(found))
         with self._lock:
@@ -428,17 +295,6 @@ def _normalised(out: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
         return out
     np.divide(out, norms, out=out, where=norms > 0)
     return out
-
-
-def _raw_tokens(text: str) -> list[str]:
-    """The word tokens of ``text`` before case folding, stop words and stemming."""
-    if text.isascii():  # NFKC leaves ASCII as it is, and it holds no U+2019
-        if "'" in text:
-            return _ASCII_TOKEN.findall(text)
-        # Without apostrophes a token is a maximal run of ASCII letters and digits:
-        # every other character made a space, ``split`` finds the runs (quicker).
-        return text.translate(_NOT_ALNUM).split()
-    return _TOKEN.findall(unicodedata.normalize("NFKC", text).replace("\u2019", "'"))
 
 
 # The most bits a packed sort key gives the row and the position: at least 24 are left

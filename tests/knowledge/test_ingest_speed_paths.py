@@ -18,16 +18,12 @@ import numpy as np
 import pytest
 
 from agentcore.knowledge.terms import TermCounter, _sentences, count_terms
+from agentcore.knowledge.text import _ASCII_TOKEN, StemTokenizer, raw_tokens, stems
 from agentcore.knowledge.workspace_indexes import embed_passages, unit_rows
 from agentcore.plugins import hashing_embedder
-from agentcore.plugins.extractive import stem_frequencies, tokens_of
-from agentcore.plugins.hashing_embedder import (
-    _ASCII_TOKEN,
-    HashingEmbedder,
-    StemTokenizer,
-    _raw_tokens,
-    _tf_factors,
-)
+from agentcore.plugins.hashing_embedder import HashingEmbedder, _tf_factors
+
+tokens_of, stem_frequencies = stems.tokens_of, stems.stem_frequencies
 
 # the rule as it was written before: re.split with a lookbehind
 _OLD_SENTENCE_END = re.compile(r"(?<=[.!?])[\"'”’)\]]*\s+|\n\s*\n")
@@ -98,9 +94,9 @@ def test_ascii_tokens_without_the_regex_are_the_regex_tokens() -> None:
     alphabet = [chr(code) for code in range(128)] + ["ab", "Zz9", " ", " "]
     texts = _random_texts(alphabet, 30_000, seed=3) + ["x86_64 e.g. 3.14", "a-b_c\td\x00e"]
     for text in texts:
-        assert _raw_tokens(text) == _ASCII_TOKEN.findall(text), repr(text)
-    assert _raw_tokens("don't stop") == ["don't", "stop"]  # apostrophes: the regex
-    assert _raw_tokens("") == []
+        assert raw_tokens(text) == _ASCII_TOKEN.findall(text), repr(text)
+    assert raw_tokens("don't stop") == ["don't", "stop"]  # apostrophes: the regex
+    assert raw_tokens("") == []
 
 
 def test_tf_factors_from_the_table_are_the_computed_ones() -> None:

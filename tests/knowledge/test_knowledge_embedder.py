@@ -23,7 +23,7 @@ from pdfs import filler, make_pdf
 import agentcore
 from agentcore import AgentCore
 from agentcore.errors import AgentCoreError
-from agentcore.plugins.hashing_embedder import STOP_WORDS
+from agentcore.knowledge.text import STOP_WORDS
 from agentcore_starlette import create_app
 
 _WORD = re.compile(r"[a-z0-9]+")

@@ -6,7 +6,8 @@ import threading
 
 import pytest
 
-from agentcore.plugins.hashing_embedder import HashingEmbedder, StemTokenizer, stem_of
+from agentcore.knowledge.text import StemTokenizer, stem_of
+from agentcore.plugins.hashing_embedder import HashingEmbedder
 
 TEXTS = [
     "The turbine blades are stored in Rotterdam. Each blade weighs nine tonnes.",

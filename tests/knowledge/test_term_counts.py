@@ -15,7 +15,9 @@ from pdfs import make_pdf
 from agentcore import AgentCore
 from agentcore.chat_models import ChatRequest, ChatResult
 from agentcore.knowledge.terms import TermCounter, TermStats, count_terms
-from agentcore.plugins.extractive import tokens_of
+from agentcore.knowledge.text import stems as tokenizer
+
+tokens_of = tokenizer.tokens_of
 
 BOTH_STORES = pytest.mark.parametrize(
     "store_kind", ["sqlite", pytest.param("postgres", marks=pytest.mark.slow)], indirect=True

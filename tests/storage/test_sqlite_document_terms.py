@@ -19,12 +19,14 @@ from sqlite_utils import Database as UtilsDatabase
 
 from agentcore import AgentCore
 from agentcore.knowledge.terms import count_terms
+from agentcore.knowledge.text import stems as tokenizer
 from agentcore.knowledge.workspace_indexes import _unit_rows_into, nonzero_rows, unit_rows
-from agentcore.plugins.extractive import tokens_of
 from agentcore.storage.sql import vectors as sql_vectors
 from agentcore.storage.sql.documents import json_ints
 from agentcore.storage.sql.terms import TermSums, pack_stems, unpack_stems
 from agentcore.storage.sqlite.migrations import migrations
+
+tokens_of = tokenizer.tokens_of
 
 TEXTS = [
     "The turbine blades are stored in Rotterdam. Each blade weighs nine tonnes.",
