@@ -45,6 +45,7 @@ from agentcore.events import finite
 from agentcore.ids import new_id
 from agentcore.knowledge.citing import supporting_pages
 from agentcore.knowledge.terms import TermStats
+from agentcore.observer import Observer, unobserved
 from agentcore.redact import get_logger
 from agentcore.schema import (
     HANDOFF_TOOL,
@@ -149,17 +150,6 @@ class Retriever(Protocol):
         ...
 
 
-class ChatObserver(Protocol):
-    """Told how each turn went (the core's ``Metrics``): names of models and error
-    codes only, never a tenant's."""
-
-    def answered(self, model: str, seconds: float, usage: Usage | None) -> None:
-        """A turn answered by ``model`` took ``seconds`` and ``usage`` tokens."""
-
-    def chat_failed(self, model: str, code: str) -> None:
-        """A call to ``model`` failed with error ``code``."""
-
-
 class ToolRunner(Protocol):
     """Runs a tool an agent's model called in this workspace (the ``agentcore_run_tool``
     hook, given the workspace by the core)."""
@@ -191,7 +181,7 @@ class ChatService:
     :param events: where the turn's events are published, in the workspace.
     :param guard_pool: the core's threads that model calls run on, so a hung plugin
         cannot hold a request past its time-out.
-    :param observer: told how each turn went (the core's metrics); ``None``: nobody.
+    :param observer: told how each turn went (the core's metrics).
     """
 
     def __init__(
@@ -205,7 +195,7 @@ class ChatService:
         run_tool: ToolRunner,
         events: Publisher,
         guard_pool: Executor,
-        observer: ChatObserver | None = None,
+        observer: Observer = unobserved,
     ) -> None:
         self._ws = workspace
         self._store = store
@@ -357,9 +347,7 @@ class ChatService:
         else:
             self._store.add_messages(turn.conversation_id, said)
         turn.action("reply_sent", citations=cited)
-        if self._observer is not None:
-            seconds = time.perf_counter() - turn.began
-            self._observer.answered(turn.model_name, seconds, turn.usage)
+        self._observer.answered(turn.model_name, time.perf_counter() - turn.began, turn.usage)
         return ChatMessageResponse(
             agentId=turn.agent.id,
             response=text,
@@ -720,8 +708,7 @@ class _Turn:
                 what = "ended without a result" if item is _END else "sent a non-text delta"
                 error = ProviderError(f"The model {model.name!r} {what}.")
         self.event("agent.error", error=error.code, detail=error.detail, model=model.name)
-        if self.service._observer is not None:
-            self.service._observer.chat_failed(model.name, error.code)
+        self.service._observer.chat_failed(model.name, error.code)
         raise error
 
 

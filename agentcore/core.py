@@ -40,10 +40,11 @@ from agentcore.knowledge.text import stems
 from agentcore.knowledge.workers import Completed, WorkerSpec
 from agentcore.knowledge.workspace_indexes import WorkspaceIndexes
 from agentcore.metrics import Metrics
+from agentcore.observer import Counts, Observer, Observers, observer_of
 from agentcore.plugins import DEFAULT_PLUGINS
 from agentcore.rate_limits import RateLimiter
 from agentcore.redact import get_logger, hide_passwords
-from agentcore.runtime import Observer, Runtime, unobserved
+from agentcore.runtime import Runtime
 from agentcore.schema import Health, LoopState, Organization
 from agentcore.services import WorkspaceServices
 from agentcore.storage.base import (
@@ -151,9 +152,11 @@ class AgentCore:
         pm: pluggy.PluginManager,
         *,
         origin: _Origin | None = None,
-        observer: Observer = unobserved,
+        observer: Observer | Counts | None = None,
     ) -> None:
         self.store = store
+        # the core's metrics and its host's observer, told what every part does
+        self.observer = Observers(observer_of(observer))
         self.settings = settings
         self.pm = pm
         self._origin = origin
@@ -187,7 +190,7 @@ class AgentCore:
             budget_bytes=settings.index_cache_budget,
             max_mapped_files=max_mapped_files(),
             runtime=self.runtime,
-            observer=observer,
+            observer=self.observer,
             **_segment_options(store, settings),
         )
         # each workspace's document metadata, which filters read (kept at the store's version)
@@ -213,6 +216,7 @@ class AgentCore:
             },
             enabled=settings.metrics is not False,
         )
+        self.observer.add(self.metrics)
         # model calls run here, bounded in time even if a plugin hangs (threads start lazily)
         self.model_pool = self.runtime.executor("agentcore-model", MODEL_THREADS)
         self._started = False
@@ -228,7 +232,7 @@ class AgentCore:
             runtime=self.runtime,
             workers=self._worker_spec,
             events=self.events,
-            observer=observer,
+            observer=self.observer,
         )
         if isinstance(store, Checkpointing) and store.checkpoint_interval is not None:
             # a SQLite file's WAL is folded into the database here, never in a request
@@ -259,7 +263,7 @@ class AgentCore:
         settings: Settings | None = None,
         plugins: Iterable[object | ModuleType | str] = (),
         entry_points: bool = True,
-        observer: Observer | None = None,
+        observer: Observer | Counts | None = None,
         **overrides: Any,
     ) -> AgentCore:
         """Open a core on ``url``: a SQLite path (default ``:memory:``) or a plugin's URL.
@@ -273,7 +277,8 @@ class AgentCore:
         :param plugins: extra plugin objects or module names to register.
         :param entry_points: load plugins from the ``agentcore`` entry-point group.
         :param observer: told what the core's parts do (index loads, catch-ups, merges,
-            worker processes started: ``runtime.Observer``), for metrics or tests.
+            worker processes started, searches, chat turns: ``observer.Observer``), for
+            metrics or tests; a plain ``(event, count)`` callable is told the counts.
         :param overrides: individual ``Settings`` fields, e.g. ``max_top_k=50``, or a
             plugin's as ``<namespace>_<field>``, e.g. ``openai_model="llama3"``.
         """
@@ -290,7 +295,7 @@ class AgentCore:
             raise ValueError(f"No store plugin handles {hide_passwords(str(url))!r}.")
         named = tuple(p.__name__ if isinstance(p, ModuleType) else p for p in plugins)
         origin = _Origin(named, entry_points, settings)
-        return cls(store, settings, pm, origin=origin, observer=observer or unobserved)
+        return cls(store, settings, pm, origin=origin, observer=observer)
 
     @classmethod
     def _for_worker(cls, origin: _Origin, open_store: Callable[[], Store]) -> AgentCore:
@@ -409,7 +414,7 @@ class AgentCore:
             metadata=self.metadata,
             keywords=self.keywords,
             events=self.events,
-            on_search=self.metrics.searched,
+            observer=self.observer,
         )
 
     def run_ingest_job(self, job: IngestJob, cancellation: Cancellation) -> Completed | None:
@@ -441,7 +446,7 @@ class AgentCore:
             run_tool=functools.partial(self.pm.hook.agentcore_run_tool, workspace=services),
             events=self.events,
             guard_pool=self.model_pool,
-            observer=self.metrics,
+            observer=self.observer,
         )
 
     def conversation_service(self, workspace: Workspace) -> ConversationService:

@@ -107,6 +107,13 @@ class Metrics:
             ["model", "kind"],
             registry=registry,
         )
+        self._events = Counter(
+            "agentcore_core_events",
+            "What the core's parts did (event: index.reload, index.catch_up, index.merge,"
+            " ingest.worker_start, ...).",
+            ["event"],
+            registry=registry,
+        )
         # this process's gauges: summed over the live workers in multiprocess mode
         gauge = _gauges(registry)
         self._connections = gauge(
@@ -203,6 +210,11 @@ class Metrics:
                 ),
             )
         ]
+
+    def __call__(self, event: str, count: int) -> None:
+        """``count`` more of one of the core's counted events (``observer``'s list)."""
+        if self.enabled:
+            self._events.labels(event).inc(count)
 
     def searched(self, seconds: float, queries: int = 1) -> None:
         """A knowledge search took ``seconds``; or ``queries`` searches answered

@@ -35,23 +35,7 @@ from agentcore.redact import get_logger
 
 log = get_logger("agentcore.runtime")
 
-__all__ = ["Component", "Loop", "LoopHealth", "Observer", "Pool", "Runtime", "Step", "unobserved"]
-
-#: Told what the core's parts do, as ``observe(event, count)``: for metrics, and for
-#: tests that check which way work went. The events: ``"index.reload"`` (a
-#: workspace's whole index loaded), ``"index.segment_load"`` (one of those loads mapped
-#: segment files instead of reading the store), ``"index.catch_up"`` (a change-log delta
-#: applied), ``"index.own_write"`` (writes of this process added to its index without
-#: reading them back), ``"index.switch"`` (an index replaced by segment files another
-#: process wrote), ``"index.merge"`` (segment files written by maintenance) and
-#: ``"ingest.worker_start"`` (an ingestion worker process started). Called on the
-#: thread doing the work: it must be quick and must not raise.
-Observer = Callable[[str, int], object]
-
-
-def unobserved(event: str, count: int) -> None:
-    """The default ``Observer``: nothing is told."""
-
+__all__ = ["Component", "Loop", "LoopHealth", "Pool", "Runtime", "Step"]
 
 P = ParamSpec("P")
 T = TypeVar("T")

@@ -32,7 +32,7 @@ CLI = [sys.executable, "-m", "agentcore.cli"]
 
 class Seen:
     """An observer of a core (``AgentCore.open(..., observer=seen)``): counts what its
-    parts tell it, e.g. ``seen["index.reload"]`` (``agentcore.runtime.Observer``)."""
+    parts tell it, e.g. ``seen["index.reload"]`` (``agentcore.observer.Observer``)."""
 
     def __init__(self) -> None:
         self.counts: Counter[str] = Counter()

@@ -42,8 +42,8 @@ from agentcore.knowledge.workers import (
     WorkerSpec,
     WorkerStartFailed,
 )
+from agentcore.observer import Counts, unobserved
 from agentcore.redact import get_logger
-from agentcore.runtime import Observer, unobserved
 from agentcore.storage.records import IngestJob
 
 if TYPE_CHECKING:
@@ -126,7 +126,7 @@ class IngestionJobs:
         transaction) or ``document.failed`` (recorded here with the failure), announced
         here to the in-process listeners either way; none for a job whose document was
         deleted, or whose waiting caller took its error (nothing is stored then).
-    :param observer: told of each worker process started (``runtime.Observer``).
+    :param observer: told of each worker process started (``observer.Observer``).
     """
 
     def __init__(
@@ -138,7 +138,7 @@ class IngestionJobs:
         runtime: Runtime,
         workers: Callable[[], WorkerSpec] | None = None,
         events: EventBus | None = None,
-        observer: Observer = unobserved,
+        observer: Counts = unobserved,
     ) -> None:
         self._events = events
         self._store = store

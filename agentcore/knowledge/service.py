@@ -45,6 +45,7 @@ from agentcore.knowledge.workspace_indexes import (
     embed_passages,
     nonzero_rows,
 )
+from agentcore.observer import Observer, unobserved
 from agentcore.schema import (
     Deleted,
     Document,
@@ -146,7 +147,7 @@ class KnowledgeService:
         searches are refused.
     :param events: the core's event bus: a background job's document publishes
         ``document.ready`` on it (``None``: no event).
-    :param on_search: told the seconds each ``search`` took, or those of ``n``
+    :param observer: told the seconds each ``search`` took, or those of ``n``
         searches answered together and ``n`` (the core's metrics).
     """
 
@@ -162,10 +163,10 @@ class KnowledgeService:
         metadata: MetadataCache | None = None,
         keywords: KeywordCache | None = None,
         events: EventBus | None = None,
-        on_search: Callable[[float, int], None] | None = None,
+        observer: Observer = unobserved,
     ) -> None:
         self._ws = workspace
-        self._on_search = on_search
+        self._observer = observer
         self._jobs = jobs
         self._terms = terms
         self._store = store
@@ -666,8 +667,7 @@ class KnowledgeService:
         spec = check_filter(filter)
         began = time.perf_counter()
         hits = self._ranked(query, k, min_score, spec, mode)
-        if self._on_search is not None:
-            self._on_search(time.perf_counter() - began, 1)
+        self._observer.searched(time.perf_counter() - began, 1)
         return _response(query, mode, hits)
 
     def search_many(
@@ -732,8 +732,7 @@ class KnowledgeService:
             _response(query, "vector", _found(chunks, ids, scores, scores))
             for query, (ids, scores) in zip(queries, ranked, strict=True)
         ]
-        if self._on_search is not None:
-            self._on_search(time.perf_counter() - began, len(queries))
+        self._observer.searched(time.perf_counter() - began, len(queries))
         return answers
 
     def _checked(self, query: str, top_k: int | None, min_score: float | None) -> int:

@@ -38,8 +38,8 @@ from typing import TYPE_CHECKING, Protocol
 from agentcore.cancellation import Cancellation
 from agentcore.config import worker_environment
 from agentcore.events import Event
+from agentcore.observer import Counts, unobserved
 from agentcore.redact import get_logger
-from agentcore.runtime import Observer, unobserved
 from agentcore.schema import Document, Problem
 
 if TYPE_CHECKING:
@@ -252,11 +252,11 @@ class WorkerPool:
     :param spec: what each worker is built from.
     :param recycle_bytes: a worker whose resident memory grew by more than this since
         it started is closed instead of reused.
-    :param observer: told of each process started (``runtime.Observer``).
+    :param observer: told of each process started (``observer.Observer``).
     """
 
     def __init__(
-        self, spec: WorkerSpec, *, recycle_bytes: int, observer: Observer = unobserved
+        self, spec: WorkerSpec, *, recycle_bytes: int, observer: Counts = unobserved
     ) -> None:
         self._spec = spec
         self._recycle = recycle_bytes

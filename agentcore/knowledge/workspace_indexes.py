@@ -21,9 +21,10 @@ from agentcore.knowledge import kernels
 from agentcore.knowledge.embedders import Embedder, bounded_text
 from agentcore.knowledge.index import Part, VectorIndex, codec_named, settle
 from agentcore.knowledge.segments import Manifest, SegmentDirectory, SegmentError, WriteStages
+from agentcore.observer import Counts, unobserved
 from agentcore.redact import get_logger
 from agentcore.residency import KeyedLocks, Residency, Slot
-from agentcore.runtime import Loop, Observer, Runtime, unobserved
+from agentcore.runtime import Loop, Runtime
 from agentcore.storage.base import VectorSearchStore
 from agentcore.storage.records import KnowledgeChanges, KnowledgeState, StaleEmbedder
 
@@ -153,7 +154,7 @@ class WorkspaceIndexes:
     :param segment_write_stages: called at each stage of a segment file write
         (``segments.WriteStages``, a fault-injection point); none by default.
     :param observer: told of each load, catch-up, segment load, switch, merge,
-        eviction and unusable segment load (``runtime.Observer``; ``stats()`` counts
+        eviction and unusable segment load (``observer.Observer``; ``stats()`` counts
         them too).
     """
 
@@ -173,7 +174,7 @@ class WorkspaceIndexes:
         max_mapped_files: int | None = None,
         runtime: Runtime | None = None,
         segment_write_stages: WriteStages | None = None,
-        observer: Observer = unobserved,
+        observer: Counts = unobserved,
     ) -> None:
         self._store = store
         self._segments = None if store_search is not None else segments
