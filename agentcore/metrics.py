@@ -73,7 +73,12 @@ class Metrics:
         self._indexes = indexes
         self._caches = dict(caches or {})
         self._clock = clock
-        registry = self.registry
+        self._count(self.registry)
+        self._gauge(self.registry, store)
+        self._gauge_budgets(self.registry)
+
+    def _count(self, registry: CollectorRegistry) -> None:
+        """Declare what is recorded as it happens: searches, chat turns, core events."""
         self._search = Histogram(
             "agentcore_search_seconds",
             "Knowledge searches (POST /v1/knowledge/search, ws.knowledge.search): seconds each.",
@@ -114,6 +119,9 @@ class Metrics:
             ["event"],
             registry=registry,
         )
+
+    def _gauge(self, registry: CollectorRegistry, store: Store) -> None:
+        """Declare this process's gauges of its store connections and loaded indexes."""
         # this process's gauges: summed over the live workers in multiprocess mode
         gauge = _gauges(registry)
         self._connections = gauge(
@@ -139,6 +147,10 @@ class Metrics:
             "agentcore_index_bytes",
             "Bytes of the indexes this process holds (in RAM or mapped from segment files).",
         )
+
+    def _gauge_budgets(self, registry: CollectorRegistry) -> None:
+        """Declare the gauges of the index budget and the caches charged to it."""
+        gauge = _gauges(registry)
         # the index budget (index_cache_bytes) and what it did since the process started
         self._index_budget = [
             (field, gauge(name, documentation))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from bisect import bisect_right
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -289,22 +289,50 @@ def chunk_pages(
                 cancellation.check()
             return single
 
-    # A page that ends a sentence most likely ends a paragraph too (PDF extraction
-    # cannot tell); one that does not is continued on the next page.
-    parts: list[str] = []
-    page_starts: list[int] = []
-    offset = 0
-    for page in pages:
-        if parts:
-            parts.append("\n\n" if parts[-1].rstrip().endswith(_PAGE_END) else " ")
-            offset += len(parts[-1])
-        page_starts.append(offset)
-        parts.append(page)
-        offset += len(page)
-    text = "".join(parts)
-    has_text = [bool(page.strip()) for page in pages]
+    layout = _Layout.of(pages)
+    chunks: list[Chunk] = []
+    for group in _packed(_units(layout.text, target_chars), target_chars, overlap_chars):
+        if cancellation is not None:
+            cancellation.check()
+        if max_chunks is not None and len(chunks) >= max_chunks:
+            raise PayloadTooLarge(
+                f"The document makes more than {max_chunks} chunks; split it or raise"
+                " max_document_chunks.",
+                code="too_many_chunks",
+                param="file",
+            )
+        chunks.append(layout.chunk(group))
+    return chunks
 
-    def make_chunk(group: list[_Unit]) -> Chunk:
+
+@dataclass(frozen=True)
+class _Layout:
+    """Pages read as one text: where each page starts in it, and which hold any text."""
+
+    text: str
+    page_starts: list[int]
+    has_text: list[bool]
+
+    @classmethod
+    def of(cls, pages: list[str]) -> _Layout:
+        """The pages joined: a page that ends a sentence most likely ends a paragraph
+        too (PDF extraction cannot tell), one that does not is continued on the next."""
+        parts: list[str] = []
+        page_starts: list[int] = []
+        offset = 0
+        for page in pages:
+            if parts:
+                parts.append("\n\n" if parts[-1].rstrip().endswith(_PAGE_END) else " ")
+                offset += len(parts[-1])
+            page_starts.append(offset)
+            parts.append(page)
+            offset += len(page)
+        return cls("".join(parts), page_starts, [bool(page.strip()) for page in pages])
+
+    def chunk(self, group: list[_Unit]) -> Chunk:
+        """The chunk of ``group``'s units: their text, its pages (those with text) and
+        where each page's text starts in it."""
+        text, page_starts = self.text, self.page_starts
         parts: list[str] = []
         starts: dict[int, int] = {}  # page -> where its text starts in the chunk
         written = 0
@@ -320,49 +348,50 @@ def chunk_pages(
             written += len(parts[-1])
         first = bisect_right(page_starts, group[0].start) - 1
         last = bisect_right(page_starts, group[-1].end - 1) - 1
-        pages_in = [n + 1 for n in range(first, last + 1) if has_text[n]]
+        pages_in = [n + 1 for n in range(first, last + 1) if self.has_text[n]]
         offsets = [starts.get(page, 0) for page in pages_in]
         return Chunk(text="".join(parts), pages=pages_in, page_offsets=offsets)
 
-    chunks: list[Chunk] = []
 
-    def emit(group: list[_Unit]) -> None:
-        if cancellation is not None:
-            cancellation.check()
-        if max_chunks is not None and len(chunks) >= max_chunks:
-            raise PayloadTooLarge(
-                f"The document makes more than {max_chunks} chunks; split it or raise"
-                " max_document_chunks.",
-                code="too_many_chunks",
-                param="file",
-            )
-        chunks.append(make_chunk(group))
+def _packed(units: Iterable[_Unit], target_chars: int, overlap_chars: int) -> Iterator[list[_Unit]]:
+    """The units packed into groups of at most ``target_chars`` (as ``chunk_pages`` says).
 
-    # Lengths are kept as running sums (the joined length of a group counts the
-    # separator before every unit but the first), so packing stays linear.
+    Lengths are kept as running sums (the joined length of a group counts the
+    separator before every unit but the first), so packing stays linear.
+    """
     current: list[_Unit] = []
     current_length = 0
-    for unit in _units(text, target_chars):
+    for unit in units:
         gap = len(_separator(unit))
         if current:
             too_long = current_length + gap + unit.length > target_chars
             paragraph_cut = unit.paragraph_start and current_length >= target_chars // 2
             if too_long or paragraph_cut:
-                emit(current)
-                carried: deque[_Unit] = deque()
-                carried_length = 0
-                if not unit.paragraph_start:
-                    for previous in reversed(current):
-                        length = previous.length
-                        if carried:
-                            length += len(_separator(carried[0])) + carried_length
-                        if length > overlap_chars or length + gap + unit.length > target_chars:
-                            break
-                        carried.appendleft(previous)
-                        carried_length = length
-                current, current_length = list(carried), carried_length
+                yield current
+                current, current_length = _carried(current, unit, overlap_chars, target_chars)
         current_length += (gap if current else 0) + unit.length
         current.append(unit)
     if current:
-        emit(current)
-    return chunks
+        yield current
+
+
+def _carried(
+    group: list[_Unit], unit: _Unit, overlap_chars: int, target_chars: int
+) -> tuple[list[_Unit], int]:
+    """The trailing whole units of ``group`` the next group (starting with ``unit``)
+    repeats, at most ``overlap_chars`` of them, and their joined length; none when
+    ``unit`` starts a paragraph."""
+    carried: deque[_Unit] = deque()
+    carried_length = 0
+    if unit.paragraph_start:
+        return [], 0
+    gap = len(_separator(unit))
+    for previous in reversed(group):
+        length = previous.length
+        if carried:
+            length += len(_separator(carried[0])) + carried_length
+        if length > overlap_chars or length + gap + unit.length > target_chars:
+            break
+        carried.appendleft(previous)
+        carried_length = length
+    return list(carried), carried_length

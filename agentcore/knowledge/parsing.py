@@ -320,108 +320,121 @@ def _pdf_pages(
     work: WorkBudget | None,
     cancellation: Cancellation | None,
 ) -> list[str]:
+    cpu = CpuBudget(work.cpu_seconds if work is not None else float("inf"))
+    pages: list[str] = []  # read so far: the page being read is the next one
+    try:
+        with cpu, _folded_pypdf_warnings():
+            reader = _open_pdf(data, max_pages)
+            text_of = _PageReader(budget, work, cpu)
+            for number in range(len(reader.pages)):
+                if cancellation is not None:
+                    cancellation.check()
+                cpu.check()
+                corrupt = ValidationFailed(
+                    f"Page {number + 1} of the PDF could not be read (corrupt content).",
+                    code="invalid_pdf",
+                    param="file",
+                )
+                with _reading(corrupt):  # a page object of a broken file raises too
+                    pages.append(clean_pdf_text(text_of.text(reader.pages[number])))
+            return pages
+    except (_Stop, BudgetSpent) as stop:
+        raise _refusal(stop, len(pages) + 1, budget, work, cpu) from None
+
+
+def _open_pdf(data: bytes, max_pages: int) -> Any:
+    """A ``PdfReader`` of ``data`` (opened with the empty password if it is encrypted
+    with one), or the upload's error: unreadable, encrypted, or too many pages."""
     # Imported here: a host that never ingests PDFs does not pay for pypdf.
     from pypdf import PasswordType, PdfReader
-    from pypdf.errors import LimitReachedError
 
     invalid = ValidationFailed(
         "The file is not a readable PDF (corrupt or truncated).",
         code="invalid_pdf",
         param="file",
     )
-    # pypdf's own bounds (tokens per stream, objects, ...): a size limit, not corruption
-    too_large = PayloadTooLarge(
-        "The PDF holds more than the parser reads (too many operators or objects in a stream).",
-        code="too_large",
-        param="file",
-    )
-
-    @contextlib.contextmanager
-    def reading(unreadable: ValidationFailed) -> Iterator[None]:
-        """pypdf's failures as the upload's errors: its own bounds a 413 (``too_large``),
-        anything else ``unreadable``. A MemoryError (the worker's memory limit, not a
-        corrupt file) passes: the worker is replaced and reports a 413."""
+    with _reading(invalid):
+        reader = PdfReader(io.BytesIO(data), strict=False)
+        encrypted = reader.is_encrypted
+    if encrypted:
         try:
-            yield
-        except (MemoryError, AgentCoreError):
-            raise
-        except LimitReachedError:
-            raise too_large from None
-        except Exception:
-            raise unreadable from None
-
-    cpu = CpuBudget(work.cpu_seconds if work is not None else float("inf"))
-    page = 0  # the page being read (0: the file's structure)
-    try:
-        with cpu, _folded_pypdf_warnings():
-            with reading(invalid):
-                reader = PdfReader(io.BytesIO(data), strict=False)
-                encrypted = reader.is_encrypted
-            if encrypted:
-                try:
-                    opened = reader.decrypt("") != PasswordType.NOT_DECRYPTED
-                except Exception:  # unsupported algorithm or missing crypto dependency
-                    opened = False
-                if not opened:
-                    raise ValidationFailed(
-                        "The PDF is encrypted with a password; upload an unencrypted copy.",
-                        code="encrypted_pdf",
-                        param="file",
-                    )
-            with reading(invalid):
-                count = len(reader.pages)
-            if count > max_pages:
-                raise PayloadTooLarge(
-                    f"The PDF has {count} pages; the limit is {max_pages}.",
-                    code="too_many_pages",
-                    param="file",
-                )
-            reader_of = _PageReader(budget, work, cpu)
-            pages: list[str] = []
-            for page in range(1, count + 1):
-                if cancellation is not None:
-                    cancellation.check()
-                cpu.check()
-                corrupt = ValidationFailed(
-                    f"Page {page} of the PDF could not be read (corrupt content).",
-                    code="invalid_pdf",
-                    param="file",
-                )
-                with reading(corrupt):
-                    pages.append(clean_pdf_text(reader_of.text(reader.pages[page - 1])))
-            return pages
-    except _OverBudget as over:
-        assert budget is not None
+            opened = reader.decrypt("") != PasswordType.NOT_DECRYPTED
+        except Exception:  # unsupported algorithm or missing crypto dependency
+            opened = False
+        if not opened:
+            raise ValidationFailed(
+                "The PDF is encrypted with a password; upload an unencrypted copy.",
+                code="encrypted_pdf",
+                param="file",
+            )
+    with _reading(invalid):
+        count = len(reader.pages)
+    if count > max_pages:
         raise PayloadTooLarge(
+            f"The PDF has {count} pages; the limit is {max_pages}.",
+            code="too_many_pages",
+            param="file",
+        )
+    return reader
+
+
+@contextlib.contextmanager
+def _reading(unreadable: ValidationFailed) -> Iterator[None]:
+    """pypdf's failures as the upload's errors: its own bounds a 413 (``too_large``),
+    anything else ``unreadable``. A MemoryError (the worker's memory limit, not a
+    corrupt file) passes: the worker is replaced and reports a 413."""
+    from pypdf.errors import LimitReachedError
+
+    try:
+        yield
+    except (MemoryError, AgentCoreError):
+        raise
+    except LimitReachedError:
+        # pypdf's own bounds (tokens per stream, objects, ...): a size limit, not corruption
+        raise PayloadTooLarge(
+            "The PDF holds more than the parser reads (too many operators or objects in a stream).",
+            code="too_large",
+            param="file",
+        ) from None
+    except Exception:
+        raise unreadable from None
+
+
+def _refusal(
+    stop: _Stop | BudgetSpent,
+    page: int,
+    budget: TextBudget | None,
+    work: WorkBudget | None,
+    cpu: CpuBudget,
+) -> PayloadTooLarge:
+    """The 413 for a read stopped on ``page`` by one of its budgets."""
+    if isinstance(stop, _OverBudget):
+        assert budget is not None
+        return PayloadTooLarge(
             f"Page {page} of the PDF extracts to more than {budget.page_chars:,} characters"
             " of text, the limit for one page."
-            if over.per_page
+            if stop.per_page
             else f"The PDF extracts to more than {budget.total_chars:,} characters of text"
             f" by page {page}, more than one document may hold.",
             code="too_large",
             param="file",
-        ) from None
-    except _TooComplex as over:
-        assert work is not None
-        limit = work.page_operators if over.what == "operators" else work.page_xobjects
-        setting = "max_pdf_page_operators" if over.what == "operators" else "max_pdf_page_xobjects"
-        noun = "content-stream operators" if over.what == "operators" else "XObject invocations"
-        raise _too_complex(
-            f"Page {page} of the PDF has more than {limit:,} {noun} ({setting})."
-        ) from None
-    except BudgetSpent as spent:
-        assert work is not None
-        if cpu.reason(spent) == "page":
-            detail = (
-                f"Reading page {page} of the PDF took more than {work.page_cpu_seconds:g} s of"
-                " CPU time (ingest_page_cpu_seconds)."
-            )
-        else:
-            detail = (
-                f"Reading the PDF took more than {work.cpu_seconds:.1f} s of CPU time by page"
-                f" {page} (ingest_cpu_seconds, ingest_cpu_seconds_per_mib)."
-            )
-        raise _too_complex(detail) from None
+        )
+    assert work is not None
+    if isinstance(stop, _TooComplex):
+        operators = stop.what == "operators"
+        limit = work.page_operators if operators else work.page_xobjects
+        setting = "max_pdf_page_operators" if operators else "max_pdf_page_xobjects"
+        noun = "content-stream operators" if operators else "XObject invocations"
+        return _too_complex(f"Page {page} of the PDF has more than {limit:,} {noun} ({setting}).")
+    if isinstance(stop, BudgetSpent) and cpu.reason(stop) == "page":
+        return _too_complex(
+            f"Reading page {page} of the PDF took more than {work.page_cpu_seconds:g} s of"
+            " CPU time (ingest_page_cpu_seconds)."
+        )
+    return _too_complex(
+        f"Reading the PDF took more than {work.cpu_seconds:.1f} s of CPU time by page {page}"
+        " (ingest_cpu_seconds, ingest_cpu_seconds_per_mib)."
+    )
 
 
 def _too_complex(detail: str) -> PayloadTooLarge:
