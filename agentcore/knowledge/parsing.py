@@ -15,6 +15,7 @@ from agentcore.errors import (
     PayloadTooLarge,
     UnsupportedMediaType,
     ValidationFailed,
+    check_unicode,
 )
 
 if TYPE_CHECKING:
@@ -135,6 +136,8 @@ def check_upload(
     Size, emptiness and type only, without decoding or parsing: what an upload
     queued for background ingestion is checked for before it is accepted.
     """
+    check_unicode(filename, param="filename")
+    check_unicode(content_type, param="content_type")
     source = _source_name(filename)
     if len(data) > max_bytes:
         raise PayloadTooLarge(

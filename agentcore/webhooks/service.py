@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
 
-from agentcore.errors import Conflict, NotFound, ValidationFailed
+from agentcore.errors import Conflict, NotFound, ValidationFailed, check_unicode
 from agentcore.events import Event
 from agentcore.schema import (
     MAX_WEBHOOK_DESCRIPTION,
@@ -67,6 +67,8 @@ class WebhookService:
     ) -> WebhookSubscriptionWithSecret:
         """Subscribe ``url`` to event kinds; the ``whsec_`` secret is returned only here."""
         self._ws.require("write")
+        check_unicode(url, param="url")
+        check_unicode(description, param="description")
         if not events:
             raise ValidationFailed("List at least one event kind.", param="events")
         kinds = sorted({self._kinds.check_kind(kind) for kind in events})
