@@ -136,8 +136,8 @@ class WebhookService:
         Only the most recent previous secret is kept: rotating again within the 24 hours
         ends the earlier overlap, and the secret before that stops signing at once.
 
-        With ``webhook_secret_key`` set both are stored sealed: a secret stored in
-        plaintext before the key was set, or sealed with an older key, is sealed anew.
+        With a key (``webhook_secret_key``, or the key file beside a SQLite database)
+        both are stored sealed: a secret sealed with an older key is sealed anew.
         """
         self._ws.require("write")
         current = self._find(subscription_id)
