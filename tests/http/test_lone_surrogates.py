@@ -106,6 +106,17 @@ def test_a_surrogate_pair_is_one_character_and_is_kept(api) -> None:
     assert response.json()["query"] == "\\ud800 vacation"
 
 
+def test_an_uploads_metadata_field_is_checked_the_same_way(api) -> None:
+    response = api.post(
+        "/v1/knowledge/documents",
+        files={"file": ("a.txt", b"Some text.", "text/plain")},
+        data={"metadata": '{"team": "hr", "k": "\\ud800"}'},  # the JSON text of the field
+    )
+    problem = assert_problem(response, 422, "validation_error", param="metadata.k")
+    assert "lone UTF-16 surrogate" in problem["detail"]
+    assert api.get("/v1/knowledge/documents").json()["documents"] == []
+
+
 def test_the_openai_route_says_what_is_wrong_with_the_request(api) -> None:
     agent = api.post("/v1/agents", json={"name": "n"}).json()["id"]
     body = json.dumps({"model": agent, "messages": [{"role": "user", "content": "hi @"}]})
