@@ -40,6 +40,7 @@ from agentcore.errors import (
     ProviderError,
     ProviderTimeout,
     ValidationFailed,
+    check_unicode,
 )
 from agentcore.events import finite
 from agentcore.ids import new_id
@@ -301,6 +302,11 @@ class ChatService:
                 code="message_too_long",
                 param="message",
             )
+        check_unicode(message, param="message")
+        check_unicode(agent_id, param="agentId")
+        check_unicode(conversation_id, param="conversationId")
+        for at, earlier in enumerate(history or ()):
+            check_unicode(earlier.content, param=f"history.{at}.content")
         if history is not None and conversation_id is not None:
             raise ValidationFailed(
                 "Give the earlier turns either as a history or as a conversation id, not both.",

@@ -29,6 +29,7 @@ from agentcore.errors import AgentCoreError, ValidationFailed
 from agentcore.redact import hide_passwords, redact
 from agentcore.schema import ApiKey, IssuedKey
 from agentcore.storage.sqlite import path_for_url
+from agentcore.webhooks.keyfile import SETTING_HINT
 
 MAX_GRACE_HOURS = 24 * 365 * 10  # ten years: far enough, and far from datetime's limits
 MAX_EXPIRY_DAYS = 365 * 100
@@ -150,12 +151,15 @@ def cmd_init(core: AgentCore, args: argparse.Namespace) -> int:
         and key.id not in minted
     ]
     where = hide_passwords(args.db)
+    webhook_keys = core.webhook_keys
+    key_file = str(webhook_keys.key_file) if webhook_keys.key_file else None
     if args.json:
         _print_json(
             {
                 "organization": org.name,
                 "keys": [_key_json(k) for k in keys],
                 "existing_keys": len(usable),
+                "webhook_key_file": key_file,
             }
         )
     elif keys:
@@ -168,6 +172,16 @@ def cmd_init(core: AgentCore, args: argparse.Namespace) -> int:
             f"Organization {org.name!r} is ready in {where}; it has {len(usable)} usable"
             " key(s) already, so none were minted ('agentcore keys list' shows them,"
             " 'agentcore init --new-keys' mints a test and a live key)."
+        )
+    if not args.json and key_file is not None:
+        print(
+            f"Webhook signing secrets are sealed with the key in {key_file}:"
+            " back it up, apart from the database's backups."
+        )
+    elif not args.json and webhook_keys.plaintext_reason is not None:
+        print(
+            "Webhook signing secrets are stored in plaintext"
+            f" ({webhook_keys.plaintext_reason}); {SETTING_HINT}."
         )
     return 0
 

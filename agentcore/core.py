@@ -55,7 +55,9 @@ from agentcore.storage.base import (
     VectorSearchStore,
 )
 from agentcore.storage.records import IngestJob
+from agentcore.storage.sqlite import path_for_url
 from agentcore.webhooks.delivery import WebhookRuntime
+from agentcore.webhooks.keyfile import SETTING_HINT, KeyFileError, secret_keys
 from agentcore.webhooks.service import WebhookService
 from agentcore.workspace import Workspace
 
@@ -154,6 +156,12 @@ class AgentCore:
         origin: _Origin | None = None,
         observer: Observer | Counts | None = None,
     ) -> None:
+        # first, as it may refuse (a key file it cannot read), before anything is built:
+        # webhook secrets are sealed with webhook_secret_key, else with the key file
+        # beside a SQLite database (created when missing); plaintext only where neither is
+        self.webhook_keys = secret_keys(
+            settings.webhook_secret_key, path_for_url(str(getattr(store, "url", "")))
+        )
         self.store = store
         # the core's metrics and its host's observer, told what every part does
         self.observer = Observers(observer_of(observer))
@@ -222,7 +230,10 @@ class AgentCore:
         self._started = False
         self._lock = threading.Lock()
         self.webhooks = WebhookRuntime(
-            store, settings, runtime=self.runtime if settings.start_workers else None
+            store,
+            settings,
+            runtime=self.runtime if settings.start_workers else None,
+            secrets=self.webhook_keys.box,
         )
         # a component of the runtime: its scheduling loop, watching threads, worker processes
         self.ingestion_jobs = IngestionJobs(
@@ -295,7 +306,25 @@ class AgentCore:
             raise ValueError(f"No store plugin handles {hide_passwords(str(url))!r}.")
         named = tuple(p.__name__ if isinstance(p, ModuleType) else p for p in plugins)
         origin = _Origin(named, entry_points, settings)
-        return cls(store, settings, pm, origin=origin, observer=observer)
+        try:
+            core = cls(store, settings, pm, origin=origin, observer=observer)
+        except KeyFileError:  # refused before the core built anything: close what open opened
+            store.close()
+            raise
+        core._seal_plaintext_secrets()
+        return core
+
+    def _seal_plaintext_secrets(self) -> None:
+        """Seal, in place, webhook secrets stored before a key was available (no
+        receiver notices: the secrets stay the same). A failure is logged, not raised:
+        those secrets keep working as they are, and the next open tries again."""
+        try:
+            sealed = self.webhooks.seal_stored_secrets()
+        except Exception as exc:  # e.g. a read-only database: opening must not fail on it
+            log.warning("could not seal the webhook secrets stored in plaintext: %s", exc)
+            return
+        if sealed:
+            log.info("sealed %d webhook signing secret(s) that were stored in plaintext", sealed)
 
     @classmethod
     def _for_worker(cls, origin: _Origin, open_store: Callable[[], Store]) -> AgentCore:
@@ -479,6 +508,15 @@ class AgentCore:
             if self._started:
                 return
             self._started = True
+        keys = self.webhook_keys
+        if keys.plaintext_reason is not None:
+            log.warning(
+                "webhook signing secrets are stored in plaintext: %s; %s",
+                keys.plaintext_reason,
+                SETTING_HINT,
+            )
+        if keys.warning is not None:
+            log.warning("%s", keys.warning)
         try:
             self.runtime.start()
             self.pm.hook.agentcore_startup(core=self)

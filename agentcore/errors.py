@@ -36,6 +36,7 @@ from typing import Any, ClassVar
 from pydantic import ValidationError
 
 from agentcore.schema import FILTER_TAGS, Problem
+from agentcore.unicode import LoneSurrogate, find_lone_surrogate
 
 #: The base of every problem's ``type`` URI; the code completes it.
 PROBLEM_TYPE = "https://agentcore.dev/problems/"
@@ -231,6 +232,30 @@ def invalid_fields(exc: ValidationError, *, prefix: tuple[str | int, ...] = ()) 
         param=first["param"],
         extra={"errors": errors},
     )
+
+
+def unicode_error(found: LoneSurrogate) -> ValidationFailed:
+    """A 422 ``validation_error`` for a string with a lone surrogate, naming its field in
+    ``param`` (and, as ``invalid_fields`` does, in ``errors``)."""
+    where = f" ({found.param})" if found.param else ""
+    return ValidationFailed(
+        f"Invalid value{where}: {found.message}.",
+        param=found.param,
+        extra={"errors": [{"param": found.param, "message": found.message}]},
+    )
+
+
+def check_unicode(value: Any, *, param: str | None = None) -> None:
+    """Refuse a string, anywhere in ``value``, that holds a lone UTF-16 surrogate (no
+    store or JSON answer can hold it): a 422 ``validation_error`` naming where it is,
+    ``param`` being where ``value`` sits (``metadata``, ``messages.0``).
+
+    Arguments of the Python API are checked with it before anything is stored, as
+    request bodies are when they are decoded (``agentcore.unicode``).
+    """
+    found = find_lone_surrogate(value, prefix=tuple(param.split(".")) if param else ())
+    if found is not None:
+        raise unicode_error(found)
 
 
 class RateLimited(AgentCoreError):

@@ -13,6 +13,7 @@ from agentcore.errors import ValidationFailed
 from agentcore.ids import new_id, now_iso
 from agentcore.redact import get_logger
 from agentcore.schema import Environment, EventPayload
+from agentcore.unicode import find_lone_surrogate
 
 log = get_logger("agentcore.events")  # masks keys and secrets in every record
 
@@ -71,10 +72,19 @@ def check_data(data: dict[str, Any]) -> None:
     stores it and every delivery sends it encoded as here, so such data could never be
     sent.
 
-    :raises ValidationFailed: 422 ``invalid_event_data``, ``param="data"``.
+    :raises ValidationFailed: 422 ``invalid_event_data``, ``param="data"`` (for a lone
+        surrogate, the path to its string, ``data.<key>...``).
     """
     try:
         json.dumps(data, **_CHECK_JSON).encode("utf-8")
+    except UnicodeEncodeError:  # looked for only now: a walk would cost every event
+        found = find_lone_surrogate(data, prefix=("data",))
+        assert found is not None  # the only str UTF-8 cannot encode
+        raise ValidationFailed(
+            f"Event data must be Unicode text: at {found.param}, {found.message}.",
+            code="invalid_event_data",
+            param=found.param,
+        ) from None
     except (TypeError, ValueError) as exc:
         raise ValidationFailed(
             f"Event data must be JSON (no NaN or infinity): {exc}.",

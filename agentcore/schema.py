@@ -21,6 +21,8 @@ from pydantic import (
     field_validator,
 )
 
+from agentcore.unicode import find_lone_surrogate
+
 Environment = Literal["test", "live"]
 Scope = Literal["read", "write"]
 AgentStatus = Literal["draft", "deployed", "archived"]
@@ -62,16 +64,20 @@ class Request(BaseModel):
     Unknown fields are an error, not silently dropped; values are not coerced
     (``"2"``, ``true`` or ``2.5`` for an integer are errors, as is ``false`` for a
     number); no string anywhere in the body may hold a NUL character (PostgreSQL
-    cannot store one, and no text needs it).
+    cannot store one, and no text needs it) or a lone UTF-16 surrogate (no store can:
+    ``agentcore.unicode``).
     """
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
     @field_validator("*")
     @classmethod
-    def _no_nul(cls, value: Any) -> Any:
+    def _text_only(cls, value: Any) -> Any:
         if _has_nul(value):
             raise ValueError("must not contain NUL (\\u0000) characters")
+        found = find_lone_surrogate(value)
+        if found is not None:
+            raise ValueError(found.message)
         return value
 
 

@@ -1,4 +1,4 @@
-"""Reading request bodies within limits: size, media type, JSON syntax and depth."""
+"""Reading request bodies within limits: size, media type, JSON syntax, depth and text."""
 
 from __future__ import annotations
 
@@ -14,8 +14,10 @@ from agentcore.errors import (
     PayloadTooLarge,
     RequestTimeout,
     UnsupportedMediaType,
+    check_unicode,
     invalid_fields,
 )
+from agentcore.unicode import may_decode_to_lone_surrogate
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -101,11 +103,12 @@ _DECODER = json.JSONDecoder(parse_constant=_reject_constant)
 
 
 def parse_json(raw: bytes, *, max_depth: int) -> dict[str, Any]:
-    """Decode a JSON object body: 400 for bad syntax, non-objects, NaN, or deep nesting."""
+    """Decode a JSON object body: 400 for bad syntax, non-objects, NaN, or deep nesting;
+    422 naming the field for a string with a lone surrogate (``refuse_lone_surrogates``)."""
+    text, surrogates = _text(raw)
     try:
-        # as json.loads reads bytes: UTF-8, -16 or -32, told apart by the first bytes
-        value = _DECODER.decode(raw.decode(json.detect_encoding(raw), "surrogatepass"))
-    except (ValueError, UnicodeDecodeError) as exc:
+        value = _DECODER.decode(text)
+    except ValueError as exc:
         raise InvalidRequest(f"The body is not valid JSON: {exc}.", code="invalid_json") from None
     except RecursionError:  # nested deeper than the decoder's stack: far past any limit
         raise InvalidRequest(
@@ -118,7 +121,38 @@ def parse_json(raw: bytes, *, max_depth: int) -> dict[str, Any]:
         raise InvalidRequest(
             f"The JSON body is nested deeper than {max_depth} levels.", code="json_too_deep"
         )
+    if surrogates or may_decode_to_lone_surrogate(text):
+        check_unicode(value)
     return value
+
+
+def refuse_lone_surrogates(raw: bytes) -> None:
+    """The 422 ``parse_json`` gives for a string with a lone surrogate, for a JSON body
+    that another parser reads (the MCP SDK's, which would call it a syntax error);
+    anything else wrong with the body is left to that parser."""
+    try:
+        text, surrogates = _text(raw)
+        if not (surrogates or may_decode_to_lone_surrogate(text)):
+            return
+        value = _DECODER.decode(text)
+    except (ValueError, RecursionError):
+        return
+    check_unicode(value)
+
+
+def _text(raw: bytes) -> tuple[str, bool]:
+    """The body as text, decoded as ``json.loads`` decodes bytes (UTF-8, -16 or -32,
+    told apart by the first bytes), and whether it holds a surrogate written as such
+    (bytes a strict decoder refuses; the JSON check then names the field)."""
+    encoding = json.detect_encoding(raw)
+    try:
+        return raw.decode(encoding), False
+    except UnicodeDecodeError:
+        pass
+    try:
+        return raw.decode(encoding, "surrogatepass"), True
+    except UnicodeDecodeError as exc:
+        raise InvalidRequest(f"The body is not valid JSON: {exc}.", code="invalid_json") from None
 
 
 def _depth(value: Any) -> int:

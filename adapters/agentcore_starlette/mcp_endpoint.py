@@ -30,7 +30,7 @@ from starlette.requests import Request
 from starlette.types import Message, Receive, Scope, Send
 
 from agentcore.errors import NotFound, ServiceUnavailable
-from agentcore_starlette.bodies import read_limited, require_json
+from agentcore_starlette.bodies import read_limited, refuse_lone_surrogates, require_json
 from agentcore_starlette.credentials import refuse_secrets_in_query
 from agentcore_starlette.problems import RESPONDER, mcp_error_response
 
@@ -109,11 +109,12 @@ class McpEndpoint:
 
     async def _read_body(self, request: Request) -> Receive:
         """Read the JSON body as REST reads one: 415 for another media type, 413 past
-        ``max_body_bytes``, 408 when it stalls (``body_timeout``); then hand it to the
-        SDK as it had come."""
+        ``max_body_bytes``, 408 when it stalls (``body_timeout``), 422 naming the field
+        for a string with a lone surrogate; then hand it to the SDK as it had come."""
         require_json(request)
         settings = self.api.settings
         body = await read_limited(request, settings.max_body_bytes, timeout=settings.body_timeout)
+        refuse_lone_surrogates(body)
         sent = False
 
         async def replay() -> Message:

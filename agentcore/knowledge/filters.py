@@ -38,7 +38,7 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import TypeAdapter, ValidationError
 
-from agentcore.errors import invalid_fields
+from agentcore.errors import check_unicode, invalid_fields
 from agentcore.knowledge.index import NO_LABEL
 from agentcore.residency import KeyedLocks, Residency, ResidencyStats
 from agentcore.schema import (
@@ -74,6 +74,7 @@ def check_filter(
     naming the offending part, e.g. ``filter.filters.0.value``."""
     if value is None:
         return None
+    check_unicode(value, param=param)
     try:
         return _FILTER.validate_python(value)
     except ValidationError as exc:
@@ -85,6 +86,7 @@ def check_metadata(value: Mapping[str, Any] | None) -> dict[str, str | int | flo
     (``metadata.<key>``); ``None`` is no metadata."""
     if value is None:
         return {}
+    check_unicode(value, param="metadata")
     try:
         return _METADATA.validate_python(value)
     except ValidationError as exc:

@@ -18,6 +18,7 @@ from agentcore.errors import (
     PayloadTooLarge,
     UnsupportedMediaType,
     ValidationFailed,
+    check_unicode,
 )
 from agentcore.knowledge.cpu_budget import BudgetSpent, CpuBudget
 from agentcore.redact import get_logger
@@ -183,6 +184,8 @@ def check_upload(
     Size, emptiness and type only, without decoding or parsing: what an upload
     queued for background ingestion is checked for before it is accepted.
     """
+    check_unicode(filename, param="filename")
+    check_unicode(content_type, param="content_type")
     source = _source_name(filename)
     if len(data) > max_bytes:
         raise PayloadTooLarge(

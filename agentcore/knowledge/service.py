@@ -20,6 +20,7 @@ from agentcore.errors import (
     NotFound,
     PayloadTooLarge,
     ValidationFailed,
+    check_unicode,
 )
 from agentcore.ids import new_id, utcnow
 from agentcore.knowledge.chunking import Chunk, chunk_pages
@@ -251,6 +252,8 @@ class KnowledgeService:
         """
         self._ws.require("write")
         attributes = check_metadata(metadata)
+        check_unicode(source, param="source")
+        check_unicode(text, param="text")
         if len(text) > self._settings.max_text_chars:
             raise ValidationFailed(
                 f"The text is longer than {self._settings.max_text_chars} characters;"
@@ -740,6 +743,7 @@ class KnowledgeService:
         settings = self._settings
         if not query.strip():
             raise ValidationFailed("The query is empty.", code="empty_query", param="query")
+        check_unicode(query, param="query")
         if len(query) > settings.max_query_chars:
             raise ValidationFailed(
                 f"The query is longer than {settings.max_query_chars} characters.",

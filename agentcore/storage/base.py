@@ -375,6 +375,12 @@ class WebhookStore(Protocol):
     ) -> bool:
         """Delete a subscription; its pending deliveries end as failed."""
 
+    def seal_secrets(self, plaintext_prefix: str, seal: Callable[[str], str]) -> int:
+        """Replace every subscription's secret and previous secret that starts with
+        ``plaintext_prefix`` (one stored as it is) by ``seal(value)``, unless it changed
+        meanwhile (a rotation stored a new one); how many values were replaced. The
+        subscriptions are otherwise unchanged (``updated_at`` too: the secret is the same)."""
+
     def record_event(
         self, event: Event, *, now: float, only_subscription: str | None = None
     ) -> int:

@@ -30,7 +30,7 @@ from agentcore.storage.records import DueDelivery
 from agentcore.webhooks.schedule import next_delay
 from agentcore.webhooks.sealing import SecretBox
 from agentcore.webhooks.sender import AttemptResult, make_client, send
-from agentcore.webhooks.signing import build_headers, encode_payload
+from agentcore.webhooks.signing import SECRET_PREFIX, build_headers, encode_payload
 from agentcore.webhooks.ssrf import AddressPolicy, Resolver, default_resolver
 
 if TYPE_CHECKING:
@@ -79,6 +79,8 @@ class WebhookRuntime:
     :param store: subscriptions, deliveries and the event outbox.
     :param settings: the ``webhook_*`` settings (allowed networks, time-out, workers,
         when a failing subscription is disabled).
+    :param secrets: seals secrets for the store and opens them to sign (the core's,
+        with its key file: ``keyfile.secret_keys``); default ``webhook_secret_key``'s.
     """
 
     def __init__(
@@ -90,6 +92,7 @@ class WebhookRuntime:
         rng: random.Random | None = None,
         resolver: Resolver = default_resolver,
         runtime: Runtime | None = None,
+        secrets: SecretBox | None = None,
     ) -> None:
         self.store = store
         self.clock = clock
@@ -98,8 +101,9 @@ class WebhookRuntime:
         self.policy = AddressPolicy(settings.webhook_allowed_networks)
         self.timeout = settings.webhook_timeout
         self.disable_after = settings.webhook_disable_after
-        # seals secrets for the store and opens them to sign (webhook_secret_key)
-        self.secrets = SecretBox.from_setting(settings.webhook_secret_key)
+        self.secrets = (
+            secrets if secrets is not None else SecretBox.from_setting(settings.webhook_secret_key)
+        )
         self._pool_size = settings.webhook_workers
         self._client: httpx.Client | None = None
         self._in_flight: dict[str, int] = {}
@@ -128,6 +132,14 @@ class WebhookRuntime:
                     interval=0.0,
                     backoff_max=BACKOFF_MAX,
                 )
+
+    def seal_stored_secrets(self) -> int:
+        """Seal the secrets the store holds in plaintext (stored before a key was
+        available), in place: receivers keep verifying with the same secrets. How many
+        were sealed; none without a key."""
+        if not self.secrets.sealing:
+            return 0
+        return self.store.seal_secrets(SECRET_PREFIX, self.secrets.seal)
 
     # the outbox sink --------------------------------------------------------------
 

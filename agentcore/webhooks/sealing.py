@@ -1,16 +1,18 @@
-"""Webhook signing secrets at rest: sealed with AES-256-GCM when a key is configured.
+"""Webhook signing secrets at rest: sealed with AES-256-GCM when a key is available.
 
 A subscription's ``whsec_`` secret must be readable by the server (it signs every
-delivery with it), so it cannot be hashed like an API key. With
-``Settings.webhook_secret_key`` set, the store holds ``enc:v1:<key id>:<base64>``
-instead: a random 96-bit nonce, the AES-GCM ciphertext and its tag (the
-``cryptography`` package's ``AESGCM``), so a copy of the database (a backup, a stolen
-file) does not let anyone forge deliveries. The key never reaches the store.
+delivery with it), so it cannot be hashed like an API key. With a key
+(``Settings.webhook_secret_key``, else the key file beside a SQLite database:
+``keyfile``), the store holds ``enc:v1:<key id>:<base64>`` instead: a random 96-bit
+nonce, the AES-GCM ciphertext and its tag (the ``cryptography`` package's ``AESGCM``),
+so a copy of the database (a backup, a stolen file) does not let anyone forge
+deliveries. The key never reaches the store.
 
-Rows written before a key was set keep their plaintext and keep working; they are
-sealed when the secret is rotated. Several keys may be configured (comma-separated):
-the first seals, every one opens, so the key itself can be replaced without a
-flag day (configure ``new,old``, rotate the secrets, then drop ``old``).
+Rows written before a key was available keep working; a core that opens the store
+with a key seals them in place (``WebhookRuntime.seal_stored_secrets``). Several keys
+may be configured (comma-separated): the first seals, every one opens, so the key
+itself can be replaced without a flag day (configure ``new,old``, rotate the secrets,
+then drop ``old``).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
 
-from agentcore.errors import Conflict, NotFound, ValidationFailed
+from agentcore.errors import Conflict, NotFound, ValidationFailed, check_unicode
 from agentcore.events import Event
 from agentcore.schema import (
     MAX_WEBHOOK_DESCRIPTION,
@@ -67,6 +67,8 @@ class WebhookService:
     ) -> WebhookSubscriptionWithSecret:
         """Subscribe ``url`` to event kinds; the ``whsec_`` secret is returned only here."""
         self._ws.require("write")
+        check_unicode(url, param="url")
+        check_unicode(description, param="description")
         if not events:
             raise ValidationFailed("List at least one event kind.", param="events")
         kinds = sorted({self._kinds.check_kind(kind) for kind in events})
@@ -134,8 +136,8 @@ class WebhookService:
         Only the most recent previous secret is kept: rotating again within the 24 hours
         ends the earlier overlap, and the secret before that stops signing at once.
 
-        With ``webhook_secret_key`` set both are stored sealed: a secret stored in
-        plaintext before the key was set, or sealed with an older key, is sealed anew.
+        With a key (``webhook_secret_key``, or the key file beside a SQLite database)
+        both are stored sealed: a secret sealed with an older key is sealed anew.
         """
         self._ws.require("write")
         current = self._find(subscription_id)

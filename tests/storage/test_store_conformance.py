@@ -519,6 +519,26 @@ def test_subscriptions(store: Any) -> None:
     assert not store.delete_subscription(org_id, "test", sub.public.id)
 
 
+def test_seal_secrets_replaces_only_plaintext_values_in_place(store: Any) -> None:
+    org_id = org(store)
+    plain, sealed, rotated = (subscribe(store, org_id) for _ in range(3))
+    store.update_subscription(plain.public.id, secret="whsec_a", previous_secret="whsec_0")
+    store.update_subscription(sealed.public.id, secret="enc:x", previous_secret=None)
+    store.update_subscription(rotated.public.id, secret="enc:y", previous_secret="whsec_b")
+    before = {
+        s.public.id: store.get_subscription(None, None, s.public.id) for s in (plain, rotated)
+    }
+    assert store.seal_secrets("whsec_", lambda value: "enc:" + value) == 3
+    stored = [store.get_subscription(None, None, s.public.id) for s in (plain, sealed, rotated)]
+    assert [(s.secret, s.previous_secret) for s in stored] == [
+        ("enc:whsec_a", "enc:whsec_0"),
+        ("enc:x", None),
+        ("enc:y", "enc:whsec_b"),
+    ]
+    assert stored[0].public == before[plain.public.id].public  # updated_at kept
+    assert store.seal_secrets("whsec_", lambda value: "enc:" + value) == 0  # nothing left
+
+
 def test_outbox_lifecycle(store: Any) -> None:
     org_id = org(store)
     sub = subscribe(store, org_id)

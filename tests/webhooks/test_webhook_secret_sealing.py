@@ -2,7 +2,8 @@
 
 The database (file and WAL) then holds no ``whsec_`` secret, deliveries still verify with
 the public ``standardwebhooks`` verifier, rows stored in plaintext before the key was
-set keep working and are sealed when their secret is rotated.
+set are sealed in place when a core opens with it, and keep working. (Without the
+setting, a key file beside a SQLite database seals: test_webhook_key_file.py.)
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ from standardwebhooks.webhooks import Webhook
 from webhook_receiver import Receiver
 
 from agentcore import AgentCore
+from agentcore.storage.sqlite import SQLiteStore
 from agentcore.webhooks.sealing import SEALED_PREFIX, SealedSecretError, SecretBox, parse_keys
+from agentcore.webhooks.signing import generate_secret
 
 
 def new_key() -> str:
@@ -67,23 +70,32 @@ def test_with_a_key_no_secret_is_stored_and_deliveries_verify(
         assert secret.removeprefix("whsec_").encode() not in at_rest
 
 
-def test_plaintext_rows_keep_working_and_are_sealed_on_rotation(
+def test_plaintext_rows_are_sealed_in_place_and_keep_working(
     tmp_path: Path, receiver: Receiver
 ) -> None:
     db = tmp_path / "old.db"
-    with open_core(db, None) as before:  # a database from before the key was set
-        sub = before.workspace("acme", "test").webhooks.subscribe(
-            receiver.url("/hook"), ["agent.action"]
-        )
-    assert sub.secret.encode() in stored_bytes(db)
+    old = SQLiteStore.open(db)  # a row as a version that did not seal stored it
+    secret = generate_secret()
+    row = old.insert_subscription(
+        old.ensure_organization("acme").id,
+        "test",
+        url=receiver.url("/hook"),
+        events=["agent.action"],
+        secret=secret,
+        description=None,
+    )
+    old.close()
+    assert secret.encode() in stored_bytes(db)
 
     with open_core(db, new_key()) as core:
+        sealed = core.store.get_subscription(None, None, row.public.id)
+        assert sealed is not None and sealed.secret.startswith(SEALED_PREFIX)  # as it opened
         ws = core.workspace("acme", "test")
         ws.publish("agent.action", {"n": 1})
         assert core.webhooks.deliver_due() == 1
-        verified(receiver, sub.secret, 1)  # the plaintext row still signs
-        rotated = ws.webhooks.rotate_secret(sub.id)
-        stored = core.store.get_subscription(None, None, sub.id)
+        verified(receiver, secret, 1)  # the same secret signs: receivers change nothing
+        rotated = ws.webhooks.rotate_secret(row.public.id)
+        stored = core.store.get_subscription(None, None, row.public.id)
         assert stored is not None
         assert stored.secret.startswith(SEALED_PREFIX)
         assert stored.previous_secret is not None
@@ -91,10 +103,9 @@ def test_plaintext_rows_keep_working_and_are_sealed_on_rotation(
         ws.publish("agent.action", {"n": 2})
         assert core.webhooks.deliver_due() == 1
         verified(receiver, rotated.secret, 1)
-        verified(receiver, sub.secret, 1)
-    with open_core(db, None):
-        pass  # the last close checkpoints the WAL into the file
-    assert sub.secret.encode() not in stored_bytes(db)
+        verified(receiver, secret, 1)
+    # the core's close was the last: it checkpointed the WAL into the file
+    assert secret.encode() not in stored_bytes(db)
     assert rotated.secret.encode() not in stored_bytes(db)
 
 

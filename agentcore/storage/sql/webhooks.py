@@ -10,7 +10,7 @@ worker that died is claimed again once its lease has run out (at-least-once).
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import fields
 from typing import Any
 
@@ -152,6 +152,28 @@ class WebhookTables(Tables, WebhookStore):
                 [now_iso(), subscription_id],
             )
         return True
+
+    def seal_secrets(self, plaintext_prefix: str, seal: Callable[[str], str]) -> int:
+        pattern = plaintext_prefix + "%"  # LIKE's "_" matches any character: checked below
+        replaced = 0
+        with self.db.write() as conn:
+            rows = conn.execute(
+                "SELECT id, secret, previous_secret FROM webhook_subscriptions"
+                " WHERE secret LIKE ? OR previous_secret LIKE ?",
+                [pattern, pattern],
+            ).fetchall()
+            for row in rows:
+                for column in ("secret", "previous_secret"):
+                    value = row[column]
+                    if value is None or not value.startswith(plaintext_prefix):
+                        continue
+                    # only if it is still that value: a rotation committed since the read
+                    # (another node's, on PostgreSQL) stored sealed ones already
+                    replaced += conn.execute(
+                        f"UPDATE webhook_subscriptions SET {column} = ? WHERE id = ? AND {column} = ?",
+                        [seal(value), row["id"], value],
+                    ).rowcount
+        return replaced
 
     # the outbox ------------------------------------------------------------------
 
