@@ -165,6 +165,12 @@ class Settings(BaseSettings):
         description="Seconds a request body may stall (no byte arriving) before the request is"
         " answered 408 and its connection closed.",
     )
+    body_deadline: float = Field(
+        120.0,
+        gt=0,
+        description="Seconds a whole request body may take to arrive, from when the app starts"
+        " reading it, however steadily it trickles; then 408 and its connection closed.",
+    )
     header_timeout: float = Field(
         10.0,
         gt=0,
