@@ -184,6 +184,14 @@ class Settings(BaseSettings):
         description="`agentcore serve`: open connections (or requests in progress) at which a"
         " new request is answered 503 instead of being served.",
     )
+    max_connections_per_client: int | None = Field(
+        None,
+        ge=1,
+        description="`agentcore serve`: open connections one client address may hold in a"
+        " server process (unset: a quarter of `max_connections`); a connection past it is"
+        " answered 429 and closed at once. Behind a proxy every connection comes from the"
+        " proxy's address: set it to `max_connections` there.",
+    )
     keep_alive_timeout: int = Field(
         5, ge=1, description="`agentcore serve`: seconds an idle keep-alive connection stays open."
     )

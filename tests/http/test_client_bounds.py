@@ -1,7 +1,7 @@
-"""Bounds on what one client can hold of a real ``agentcore serve`` (issue 36): a
-request's head must arrive within ``header_timeout`` and its body whole within
-``body_deadline`` (408 ``body_timeout``), however steadily it trickles, there and on a
-mounted app.
+"""Bounds on what one client can hold of a real ``agentcore serve`` (issue 36): each client
+address gets a share of the connections (429 ``too_many_connections`` past it, answered
+and closed at once), and a request's body must arrive whole within ``body_deadline``
+(408 ``body_timeout``), however steadily it trickles, there and on a mounted app.
 
 Loopback answers all of 127/8: a socket bound to 127.0.0.2 is another client."""
 
@@ -19,15 +19,20 @@ from pathlib import Path
 import httpx
 import pytest
 from conftest import ServerThread
-from helpers import cli_env, start_serve
+from floods import HeadFlood, requests_from
+from helpers import assert_problem, cli_env, start_serve, wait_for
 from starlette.applications import Starlette
 from starlette.routing import Mount
 
 from agentcore import AgentCore
+from agentcore.config import Settings
 from agentcore_starlette import create_app, lifespan_for
+from agentcore_starlette.connections import ClientShare, connections_per_client
 
 slow = pytest.mark.slow  # the tests that start a server and wait out its bounds
 
+MAX_CONNECTIONS = 200
+SHARE = MAX_CONNECTIONS // 4  # the default share: a quarter
 HEADER_TIMEOUT = 3.0
 BODY_DEADLINE = 2.0
 
@@ -62,6 +67,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
         key = core.keys.create("acme", "test", ["read", "write"]).secret
     env = {
         **cli_env(),
+        "AGENTCORE_MAX_CONNECTIONS": str(MAX_CONNECTIONS),
         "AGENTCORE_HEADER_TIMEOUT": str(HEADER_TIMEOUT),
         "AGENTCORE_BODY_DEADLINE": str(BODY_DEADLINE),
         "AGENTCORE_RATE_LIMIT_TEST": "1000000",
@@ -86,6 +92,71 @@ def read_answer(sock: socket.socket) -> tuple[int, dict[str, str], bytes]:
         name, _, value = line.partition(":")
         headers[name.strip().lower()] = value.strip()
     return int(lines[0].split()[1]), headers, body
+
+
+# a share of the connections per client address ---------------------------------------------
+
+
+@slow
+def test_one_address_flooding_half_sent_heads_leaves_another_address_served(
+    served: Served,
+) -> None:
+    # 300 half-sent heads from 127.0.0.1, more than the whole cap, re-opened as they
+    # close: the server holds its share of them and refuses the rest at once
+    with HeadFlood(served.port, 300, source="127.0.0.1") as flood:
+        statuses = [status for status, _ in requests_from("127.0.0.2", served.url, served.key, 200)]
+        assert statuses.count(200) >= 0.99 * len(statuses), sorted(set(statuses))
+        # the flood was refused: all but its share at once, more as it re-opened them
+        wait_for(lambda: flood.answers[429] >= 300 - SHARE)
+    # what it got: 429s, and 408s for the heads it held past header_timeout
+    assert set(flood.answers) <= {429, 408}, flood.answers
+
+
+@slow
+def test_past_its_share_a_connection_is_answered_429_and_closed_unread(served: Served) -> None:
+    held = [served.connect("127.0.0.3") for _ in range(SHARE)]
+    try:
+        for sock in held:
+            sock.sendall(b"GET /v1/agents HTTP/1.1\r\nHost: x\r\n")
+        # the next connection of 127.0.0.3 is answered without sending a byte: it never
+        # gets to hold a request head, nor a place under max_connections
+        with served.connect("127.0.0.3") as extra:
+            status, headers, body = read_answer(extra)
+        assert status == 429
+        assert headers["content-type"] == "application/problem+json"
+        assert headers["retry-after"] == "1" and headers["connection"] == "close"
+        problem = json.loads(body)
+        assert problem["code"] == "too_many_connections" and problem["status"] == 429
+        assert problem["request_id"] == headers["request-id"]
+        assert str(SHARE) in problem["detail"]
+        # as an HTTP client sees it
+        assert_problem(served.verify("127.0.0.3"), 429, "too_many_connections")
+        assert served.verify("127.0.0.4").status_code == 200  # another address is served
+        # a connection the address closes gives its place back
+        held.pop().close()
+        wait_for(lambda: served.verify("127.0.0.3").status_code == 200)
+    finally:
+        for sock in held:
+            sock.close()
+
+
+def test_the_default_share_is_a_quarter_of_the_cap_and_at_least_one() -> None:
+    assert connections_per_client(Settings(max_connections=1000)) == 250
+    assert connections_per_client(Settings(max_connections=3)) == 1
+    given = Settings(max_connections=1000, max_connections_per_client=1000)
+    assert connections_per_client(given) == 1000  # behind a proxy: the whole cap
+
+
+def test_a_share_admits_up_to_its_limit_per_address_and_forgets_idle_ones() -> None:
+    share = ClientShare(2)
+    assert [share.admit("10.0.0.1") for _ in range(3)] == [True, True, False]
+    assert share.admit("10.0.0.2")  # another address has its own share
+    share.release("10.0.0.1")
+    assert share.admit("10.0.0.1") and not share.admit("10.0.0.1")
+    for _ in range(2):
+        share.release("10.0.0.1")
+    share.release("10.0.0.2")
+    assert share.open == {}  # nothing kept for addresses with no connection
 
 
 # how long a head and a body may take --------------------------------------------------------
