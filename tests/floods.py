@@ -1,17 +1,26 @@
 """One client address holding many half-sent request heads, and another address's
 requests meanwhile: the connection flood of issue 36.
 
-Used by ``tests/http/test_client_bounds.py``. Loopback answers every address of 127/8,
-so a client socket bound to 127.0.0.2 is another client to a server on 127.0.0.1.
+Shared by ``tests/http/test_client_bounds.py`` and ``benchmarks/ingest_safety.py``.
+Loopback answers every address of 127/8, so a client socket bound to 127.0.0.2 is
+another client to a server on 127.0.0.1. ``python tests/floods.py PORT COUNT`` floods in
+a process of its own (``flood_process``), so that timing the other client in the
+benchmark's process does not also time the flood's share of its GIL.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import selectors
 import socket
+import statistics
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
 
 import httpx
 
@@ -112,3 +121,50 @@ def requests_from(
                 status = 0
             results.append((status, (time.perf_counter() - began) * 1000))
     return results
+
+
+def summary(results: list[tuple[int, float]]) -> dict[str, float]:
+    """The share of ``results`` answered 200, and the p50 and p99 latency (ms) of all."""
+    ordered = sorted(ms for _, ms in results) or [float("nan")]
+    return {
+        "share_200": sum(1 for status, _ in results if status == 200) / max(1, len(results)),
+        "p50_ms": statistics.median(ordered),
+        "p99_ms": ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))],
+        "n": len(results),
+    }
+
+
+@contextlib.contextmanager
+def flood_process(port: int, count: int, *, source: str = "127.0.0.1") -> Iterator[Counter[int]]:
+    """A ``HeadFlood`` in a process of its own, running once every connection has been
+    opened; the counter it yields is filled with its ``answers`` when the block ends."""
+    answers: Counter[int] = Counter()
+    child = subprocess.Popen(
+        [sys.executable, __file__, str(port), str(count), source],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None and child.stdin is not None
+        if child.stdout.readline().strip() != "ready":
+            raise RuntimeError("the flood did not start")
+        yield answers
+        child.stdin.close()  # the flood's cue to stop
+        report = json.loads(child.stdout.readline())
+        answers.update({int(status): n for status, n in report.items()})
+    finally:
+        if child.poll() is None:
+            child.kill()
+        child.wait()
+
+
+def _flood_until_stdin_closes(port: int, count: int, source: str) -> None:
+    with HeadFlood(port, count, source=source) as flood:
+        print("ready", flush=True)
+        sys.stdin.read()
+    print(json.dumps(dict(flood.answers)), flush=True)
+
+
+if __name__ == "__main__":
+    _flood_until_stdin_closes(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3])
