@@ -165,6 +165,12 @@ class Settings(BaseSettings):
         description="Seconds a request body may stall (no byte arriving) before the request is"
         " answered 408 and its connection closed.",
     )
+    body_deadline: float = Field(
+        120.0,
+        gt=0,
+        description="Seconds a whole request body may take to arrive, from when the app starts"
+        " reading it, however steadily it trickles; then 408 and its connection closed.",
+    )
     header_timeout: float = Field(
         10.0,
         gt=0,
@@ -177,6 +183,14 @@ class Settings(BaseSettings):
         ge=1,
         description="`agentcore serve`: open connections (or requests in progress) at which a"
         " new request is answered 503 instead of being served.",
+    )
+    max_connections_per_client: int | None = Field(
+        None,
+        ge=1,
+        description="`agentcore serve`: open connections one client address may hold in a"
+        " server process (unset: a quarter of `max_connections`); a connection past it is"
+        " answered 429 and closed at once. Behind a proxy every connection comes from the"
+        " proxy's address: set it to `max_connections` there.",
     )
     keep_alive_timeout: int = Field(
         5, ge=1, description="`agentcore serve`: seconds an idle keep-alive connection stays open."

@@ -256,6 +256,9 @@ def main(argv: list[str] | None = None) -> int:
     env = {
         **os.environ,
         "AGENTCORE_MAX_CONNECTIONS": str(args.max_connections),
+        # every stalled connection comes from 127.0.0.1: let it hold the whole cap, so the
+        # scenarios measure the head bounds, not the share per client address
+        "AGENTCORE_MAX_CONNECTIONS_PER_CLIENT": str(args.max_connections),
         "AGENTCORE_RATE_LIMIT_TEST": "1000000",
     }
     results: dict[str, dict[str, Any]] = {variant: {} for variant in VARIANTS}

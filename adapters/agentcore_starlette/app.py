@@ -512,7 +512,12 @@ class Api:
             call.upload = await self._read_upload(request)
             return
         require_json(request)
-        raw = await read_limited(request, settings.max_body_bytes, timeout=settings.body_timeout)
+        raw = await read_limited(
+            request,
+            settings.max_body_bytes,
+            timeout=settings.body_timeout,
+            deadline=settings.body_deadline,
+        )
         data = parse_json(raw, max_depth=settings.max_json_depth)
         assert route.request is not None
         call.body = validate(route.request, data)
@@ -523,6 +528,7 @@ class Api:
             request,
             limit + MULTIPART_OVERHEAD,
             timeout=self.settings.body_timeout,
+            deadline=self.settings.body_deadline,
             what="upload",
         )
         replayed = False

@@ -23,14 +23,20 @@ M = TypeVar("M", bound=BaseModel)
 
 
 async def read_limited(
-    request: Request, limit: int, *, timeout: float, what: str = "request body"
+    request: Request,
+    limit: int,
+    *,
+    timeout: float,
+    deadline: float,
+    what: str = "request body",
 ) -> bytes:
     """The raw body, refused with 413 past ``limit`` bytes without reading it all, and
-    with 408 when it stalls: no byte for ``timeout`` seconds.
+    with 408 when it stalls (no byte for ``timeout`` seconds) or when it has not all
+    arrived ``deadline`` seconds after reading began, however steadily it trickles.
 
     A declared ``Content-Length`` over the limit is refused before a byte is read;
     a chunked body is counted as it streams and dropped once it crosses the limit.
-    Either refusal closes the connection (``problems.CLOSES_CONNECTION``): the rest of
+    Every refusal closes the connection (``problems.CLOSES_CONNECTION``): the rest of
     the body is not read.
     """
     declared = request.headers.get("content-length")
@@ -47,10 +53,21 @@ async def read_limited(
     received = 0
     more = True
     loop = asyncio.get_running_loop()
+    end = loop.time() + deadline
+    # one timer for the whole body, moved on at each chunk but never past ``end``: a
+    # stall trips it, and so does a body trickling a byte at a time, which would
+    # otherwise hold its connection for as long as the size limit lets it
+    # (asyncio.timeout costs a timer handle; wait_for, a task each)
+    whole = False  # whether the timer is set at ``end`` (else at a stall)
+
+    def next_bound() -> float:
+        nonlocal whole
+        stall = loop.time() + timeout
+        whole = stall >= end
+        return end if whole else stall
+
     try:
-        # one timer for the whole body, moved on at each chunk: a stall, not a slow body,
-        # is what it catches (asyncio.timeout costs a timer handle; wait_for, a task each)
-        async with asyncio.timeout(timeout) as deadline:
+        async with asyncio.timeout(next_bound()) as timer:
             while more:  # the ASGI messages themselves: Request.stream() adds a generator
                 message = await request.receive()
                 if message["type"] == "http.disconnect":
@@ -62,9 +79,9 @@ async def read_limited(
                     raise _too_large(what, limit)
                 chunks.append(chunk)
                 if more:
-                    deadline.reschedule(loop.time() + timeout)
+                    timer.reschedule(next_bound())
     except TimeoutError:
-        raise _stalled(what, timeout) from None
+        raise (_late(what, deadline) if whole else _stalled(what, timeout)) from None
     return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
@@ -75,6 +92,14 @@ def _too_large(what: str, limit: int) -> PayloadTooLarge:
 def _stalled(what: str, timeout: float) -> RequestTimeout:
     return RequestTimeout(
         f"The {what} stalled: no data for {timeout:g} s. Send the whole body promptly.",
+        code="body_timeout",
+    )
+
+
+def _late(what: str, deadline: float) -> RequestTimeout:
+    # the same code as a stall: for the client both mean "the body came too slowly"
+    return RequestTimeout(
+        f"The {what} did not arrive within {deadline:g} s. Send the whole body promptly.",
         code="body_timeout",
     )
 

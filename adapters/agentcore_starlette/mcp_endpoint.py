@@ -109,11 +109,17 @@ class McpEndpoint:
 
     async def _read_body(self, request: Request) -> Receive:
         """Read the JSON body as REST reads one: 415 for another media type, 413 past
-        ``max_body_bytes``, 408 when it stalls (``body_timeout``), 422 naming the field
-        for a string with a lone surrogate; then hand it to the SDK as it had come."""
+        ``max_body_bytes``, 408 when it stalls (``body_timeout``) or comes too slowly
+        (``body_deadline``), 422 naming the field for a string with a lone surrogate;
+        then hand it to the SDK as it had come."""
         require_json(request)
         settings = self.api.settings
-        body = await read_limited(request, settings.max_body_bytes, timeout=settings.body_timeout)
+        body = await read_limited(
+            request,
+            settings.max_body_bytes,
+            timeout=settings.body_timeout,
+            deadline=settings.body_deadline,
+        )
         refuse_lone_surrogates(body)
         sent = False
 

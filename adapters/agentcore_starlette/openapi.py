@@ -211,7 +211,7 @@ def _health_operation(components: dict[str, Any], problem: dict[str, Any]) -> di
 _MCP_REFUSALS = {
     "401": "Missing or invalid API key",
     "404": "The MCP SDK is not installed (`mcp_not_installed`)",
-    "408": "The body stalled",
+    "408": "The body stalled or came too slowly",
     "413": "Body too large",
     "415": "Not JSON",
     "429": "Rate limited",

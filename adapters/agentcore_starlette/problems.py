@@ -28,6 +28,7 @@ from agentcore.errors import (
     RateLimited,
     ServiceUnavailable,
 )
+from agentcore.ids import new_id
 from agentcore.redact import get_logger
 from agentcore_starlette.ratelimit import rate_limit_headers, retry_after_header
 
@@ -93,6 +94,25 @@ def problem_response(error: AgentCoreError, request_id: str | None) -> Response:
         media_type=MEDIA_TYPE,
         headers=headers,
     )
+
+
+def problem_message(error: AgentCoreError, request_id: str | None = None) -> bytes:
+    """``error`` as a whole HTTP/1.1 answer, with ``Request-Id`` (a fresh one unless
+    given) and ``Connection: close``: what ``agentcore serve``'s protocol writes itself,
+    before any app sees a request."""
+    request_id = request_id or new_id("req")
+    body = problem_bytes(error, request_id)
+    headers = {
+        **problem_headers(error),
+        "Content-Type": MEDIA_TYPE,
+        "Content-Length": str(len(body)),
+        "Request-Id": request_id,
+        "Connection": "close",
+    }
+    head = f"HTTP/1.1 {error.status} {error.title}\r\n" + "".join(
+        f"{name}: {value}\r\n" for name, value in headers.items()
+    )
+    return head.encode("latin-1") + b"\r\n" + body
 
 
 ErrorResponder = Callable[[AgentCoreError, "str | None"], Response]

@@ -15,6 +15,10 @@ bounds the server needs, before the app sees anything:
 Either refusal is a problem document and closes the connection. The app checks the
 exact limits again on every complete head (``ApiMiddleware``), wherever it is served.
 
+Before either, a connection must fit in its client address's share of the server's
+connections (``connections.ClientShare``); one past it is answered 429 and closed at
+once, never taken on.
+
 This subclasses a private uvicorn module, so it meets the project's three conditions
 for framework internals: uvicorn is pinned below the next minor release
 (``pyproject.toml``), ``tests/http/test_head_guard_contract.py`` fails when uvicorn's
@@ -32,8 +36,8 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from agentcore.config import Settings
 from agentcore.errors import AgentCoreError, HeadersTooLarge, RequestTimeout, UriTooLong
-from agentcore.ids import new_id
-from agentcore_starlette.problems import MEDIA_TYPE, problem_bytes, problem_headers
+from agentcore_starlette.connections import ClientShare
+from agentcore_starlette.problems import problem_message
 
 HEAD_SLACK = 8 * 1024
 """Bytes a head may hold beyond its URL and header limits: the method, the version,
@@ -61,15 +65,21 @@ class HeadLimits:
 
 
 class HeadGuard(HttpToolsProtocol):
-    """uvicorn's httptools protocol refusing a head that grows too large or too slowly.
+    """uvicorn's httptools protocol refusing a head that grows too large or too slowly,
+    and a connection past its client's share.
 
-    uvicorn builds one per connection; ``agentcore serve`` passes ``limits`` with
-    ``functools.partial`` (a partial of this class pickles, for ``--workers``).
+    uvicorn builds one per connection; ``agentcore serve`` passes ``limits`` and the
+    server's ``share`` with ``functools.partial`` (a partial of this class pickles, for
+    ``--workers``: each worker process then counts its own connections).
     """
 
-    def __init__(self, *args: Any, limits: HeadLimits, **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, limits: HeadLimits, share: ClientShare | None = None, **kwargs: Any
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.limits = limits
+        self.share = share
+        self.address: str | None = None  # the client's, once admitted to its share
         # when the wait for the current head began (None: a request is being answered);
         # one timer per connection checks it, so a request costs no timer of its own
         self.waiting_since: float | None = None
@@ -80,7 +90,17 @@ class HeadGuard(HttpToolsProtocol):
     # the head's clock ---------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        """Start the connection, and the clock of its first head."""
+        """Start the connection, and the clock of its first head; or, past its client's
+        share, hand it to a ``Refusal`` (uvicorn never sees it, so it takes no place
+        under ``limit_concurrency``)."""
+        address = _peer_address(transport)
+        if self.share is not None and address is not None:
+            if not self.share.admit(address):
+                refusal = self.share.refusal(address)
+                transport.set_protocol(refusal)
+                refusal.connection_made(transport)
+                return
+            self.address = address
         super().connection_made(transport)
         self.waiting_since = self.loop.time()
         self.head_timer = self.loop.call_later(self.limits.header_timeout, self._check_head)
@@ -97,6 +117,9 @@ class HeadGuard(HttpToolsProtocol):
         if self.head_timer is not None:
             self.head_timer.cancel()
             self.head_timer = None
+        if self.share is not None and self.address is not None:
+            self.share.release(self.address)
+            self.address = None
         super().connection_lost(exc)
 
     def _check_head(self) -> None:
@@ -165,18 +188,14 @@ class HeadGuard(HttpToolsProtocol):
         """Answer ``error`` as a problem document and close the connection."""
         self.in_head = False
         self.waiting_since = None
-        request_id = new_id("req")
-        body = problem_bytes(error, request_id)
-        headers = {
-            **problem_headers(error),
-            "Content-Type": MEDIA_TYPE,
-            "Content-Length": str(len(body)),
-            "Request-Id": request_id,
-            "Connection": "close",
-        }
-        head = f"HTTP/1.1 {error.status} {error.title}\r\n" + "".join(
-            f"{name}: {value}\r\n" for name, value in headers.items()
-        )
         self.logger.warning("Refused a request head: %s", error.detail)
-        self.transport.write(head.encode("latin-1") + b"\r\n" + body)
+        self.transport.write(problem_message(error))
         self.transport.close()
+
+
+def _peer_address(transport: asyncio.BaseTransport) -> str | None:
+    """The client's address (IPv4 or IPv6, without the port); ``None`` on a Unix socket."""
+    peer = transport.get_extra_info("peername")
+    if isinstance(peer, tuple | list) and peer:
+        return str(peer[0])
+    return None

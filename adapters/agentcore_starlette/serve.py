@@ -53,6 +53,7 @@ from agentcore.config import (
 )
 from agentcore.redact import hide_passwords
 from agentcore_starlette.app import create_app
+from agentcore_starlette.connections import ClientShare, connections_per_client
 from agentcore_starlette.metrics import metric_files
 from agentcore_starlette.protocol import HeadGuard, HeadLimits
 
@@ -105,13 +106,19 @@ def server_options(settings: Settings, log_level: str = "info") -> dict[str, Any
     """uvicorn's settings for the API: the HTTP limits of ``settings`` and the logging.
 
     - ``http``: httptools' parser with a bounded, timed head (``HeadGuard``:
-      ``max_url_bytes``, ``max_header_bytes``, ``header_timeout``);
+      ``max_url_bytes``, ``max_header_bytes``, ``header_timeout``) and a share of the
+      connections per client address (``max_connections_per_client``; one share per
+      call: each server, each worker process, counts its own connections);
     - ``limit_concurrency``: ``max_connections`` (a request beyond gets uvicorn's 503);
     - ``timeout_keep_alive``: ``keep_alive_timeout``;
     - ``log_config``: ``serve_log_config(log_level)``.
     """
     return {
-        "http": functools.partial(HeadGuard, limits=HeadLimits.of(settings)),
+        "http": functools.partial(
+            HeadGuard,
+            limits=HeadLimits.of(settings),
+            share=ClientShare(connections_per_client(settings)),
+        ),
         "limit_concurrency": settings.max_connections,
         "timeout_keep_alive": settings.keep_alive_timeout,
         "log_config": serve_log_config(log_level),
