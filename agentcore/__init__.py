@@ -24,7 +24,7 @@ from agentcore.errors import (
 )
 from agentcore.events import Event, EventBus
 from agentcore.hookspecs import hookimpl
-from agentcore.knowledge.index import VectorIndex
+from agentcore.knowledge.vectors import VectorIndex
 from agentcore.services import WorkspaceServices
 from agentcore.workspace import Workspace
 

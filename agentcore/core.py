@@ -33,11 +33,10 @@ from agentcore.knowledge.embedders import Embedder
 from agentcore.knowledge.filters import MetadataCache
 from agentcore.knowledge.jobs import IngestionJobs, WorkersUnavailable
 from agentcore.knowledge.keywords import KeywordCache
-from agentcore.knowledge.segments import max_mapped_files, segment_root
 from agentcore.knowledge.service import KnowledgeService
 from agentcore.knowledge.terms import TermCounter
+from agentcore.knowledge.vectors import WorkspaceIndexes, max_mapped_files, segment_root
 from agentcore.knowledge.workers import Completed, WorkerSpec
-from agentcore.knowledge.workspace_indexes import WorkspaceIndexes
 from agentcore.metrics import Metrics
 from agentcore.plugins import DEFAULT_PLUGINS
 from agentcore.plugins.extractive import stem_frequencies as extractive_stem_frequencies

@@ -23,7 +23,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from agentcore.config import metrics_multiprocess_dir
-from agentcore.knowledge.workspace_indexes import WorkspaceIndexes
+from agentcore.knowledge.vectors import WorkspaceIndexes
 from agentcore.redact import get_logger
 from agentcore.residency import ResidencyStats
 from agentcore.schema import Usage

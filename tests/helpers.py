@@ -20,8 +20,8 @@ import agentcore
 from agentcore import AgentCore
 from agentcore.chat_models import ChatRequest, ChatResult
 from agentcore.ids import new_id, utcnow
-from agentcore.knowledge.segments import segment_root
-from agentcore.knowledge.workspace_indexes import WorkspaceIndexes
+from agentcore.knowledge.vectors._segments import segment_root
+from agentcore.knowledge.vectors._workspace_indexes import WorkspaceIndexes
 from agentcore.plugins.hashing_embedder import HashingEmbedder
 from agentcore.schema import Document
 from agentcore.storage.sqlite import SQLiteStore

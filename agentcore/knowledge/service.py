@@ -39,12 +39,12 @@ from agentcore.knowledge.parsing import (
     text_kind,
 )
 from agentcore.knowledge.terms import TermStats
-from agentcore.knowledge.workers import Completed
-from agentcore.knowledge.workspace_indexes import (
+from agentcore.knowledge.vectors import (
     WorkspaceIndexes,
     embed_passages,
     nonzero_rows,
 )
+from agentcore.knowledge.workers import Completed
 from agentcore.schema import (
     Deleted,
     Document,

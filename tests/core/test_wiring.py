@@ -22,7 +22,7 @@ from agentcore import (
 from agentcore.agents import AgentService
 from agentcore.events import EventBus
 from agentcore.idempotency import IdempotencyKeys
-from agentcore.knowledge.workspace_indexes import WorkspaceIndexes
+from agentcore.knowledge.vectors._workspace_indexes import WorkspaceIndexes
 from agentcore.storage.sqlite import SQLiteStore
 from agentcore.webhooks.service import WebhookService
 

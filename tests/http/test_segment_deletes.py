@@ -8,9 +8,9 @@ import pytest
 from conftest import Api
 
 from agentcore import AgentCore
-from agentcore.knowledge import segments
-from agentcore.knowledge import workspace_indexes as indexes_module
-from agentcore.knowledge.segments import SegmentDirectory, segment_root
+from agentcore.knowledge.vectors import _segments as segments
+from agentcore.knowledge.vectors import _workspace_indexes as indexes_module
+from agentcore.knowledge.vectors._segments import SegmentDirectory, segment_root
 
 WORDS = ["pump", "valve", "filter", "seal", "gasket", "boiler", "turbine", "piston", "rotor"]
 

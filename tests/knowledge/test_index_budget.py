@@ -18,9 +18,9 @@ from helpers import file_indexes, open_seen, run_python, seen, stored_chunk_ids
 
 from agentcore import AgentCore
 from agentcore.config import Settings, machine_memory
-from agentcore.knowledge import segments
-from agentcore.knowledge import workspace_indexes as indexes_module
-from agentcore.knowledge.workspace_indexes import WorkspaceIndexes
+from agentcore.knowledge.vectors import _segments as segments
+from agentcore.knowledge.vectors import _workspace_indexes as indexes_module
+from agentcore.knowledge.vectors._workspace_indexes import WorkspaceIndexes
 from agentcore.plugins.hashing_embedder import HashingEmbedder
 from agentcore.residency import Residency
 from agentcore.storage.records import IndexRows

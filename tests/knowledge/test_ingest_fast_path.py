@@ -26,7 +26,7 @@ from helpers import cli_env, index_loads, open_seen, run_python, seen, stored_ch
 from agentcore import AgentCore
 from agentcore.knowledge.chunking import chunk_pages
 from agentcore.knowledge.embedders import bounded_text
-from agentcore.knowledge.workspace_indexes import unit_rows
+from agentcore.knowledge.vectors._workspace_indexes import unit_rows
 from agentcore.plugins.hashing_embedder import HashingEmbedder
 from agentcore.workspace import Workspace
 
@@ -270,7 +270,7 @@ def test_a_write_refused_before_the_store_changes_nothing(
 def test_many_writes_without_a_read_are_added_in_bounded_batches(
     pair: tuple[AgentCore, AgentCore], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from agentcore.knowledge import workspace_indexes
+    from agentcore.knowledge.vectors import _workspace_indexes as workspace_indexes
 
     monkeypatch.setattr(workspace_indexes, "_MAX_PENDING_ROWS", 3)  # a few rows held back at most
     a, _ = pair

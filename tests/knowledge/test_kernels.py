@@ -11,8 +11,8 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from agentcore.knowledge import kernels
-from agentcore.knowledge.workspace_indexes import unit_rows
+from agentcore.knowledge.vectors import _kernels as kernels
+from agentcore.knowledge.vectors._workspace_indexes import unit_rows
 from agentcore.plugins.hashing_embedder import HashingEmbedder
 
 Matrix = npt.NDArray[np.float32]

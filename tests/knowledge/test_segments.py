@@ -24,16 +24,17 @@ import pytest
 from helpers import cli_env, file_indexes, make_document, open_seen, seen
 
 from agentcore import AgentCore
-from agentcore.knowledge import kernels, segments
-from agentcore.knowledge import workspace_indexes as indexes_module
-from agentcore.knowledge.index import Part, VectorIndex
-from agentcore.knowledge.segments import (
+from agentcore.knowledge.vectors import Part, VectorIndex, from_parts
+from agentcore.knowledge.vectors import _kernels as kernels
+from agentcore.knowledge.vectors import _segments as segments
+from agentcore.knowledge.vectors import _workspace_indexes as indexes_module
+from agentcore.knowledge.vectors._segments import (
     MANIFEST,
     SegmentDirectory,
     SegmentError,
     segment_root,
 )
-from agentcore.knowledge.workspace_indexes import WorkspaceIndexes
+from agentcore.knowledge.vectors._workspace_indexes import WorkspaceIndexes
 from agentcore.plugins.hashing_embedder import HashingEmbedder
 from agentcore.storage.base import Store
 
@@ -328,7 +329,7 @@ CRASH_SCRIPT = """
 import sys
 sys.path.insert(0, sys.argv[1])
 from pathlib import Path
-from agentcore.knowledge import workspace_indexes
+from agentcore.knowledge.vectors import _workspace_indexes as workspace_indexes
 from test_segments import paused_maintenance
 workspace_indexes.SEGMENT_MERGE_ROWS = 10
 paused_maintenance(Path(sys.argv[2]), sys.argv[3], sys.argv[4], Path(sys.argv[5]))
@@ -620,8 +621,8 @@ def test_parts_round_trip_through_a_segment_file(tmp_path: Path) -> None:
     rows = unit_rows(ids.size, 12, seed=4)
     ram = Part.build(ids, rows, kernels.CODECS["float32"])
     mapped = SegmentDirectory(tmp_path).write_segment(ids, rows, kernels.CODECS["float32"])
-    a = VectorIndex.from_parts(12, [ram])
-    b = VectorIndex.from_parts(12, [mapped])
+    a = from_parts(12, [ram])
+    b = from_parts(12, [mapped])
     for q in unit_rows(5, 12, seed=9):
         assert a.search(q, 7)[0].tolist() == b.search(q, 7)[0].tolist()
     assert b.contains(2997) and not b.contains(2998)
@@ -687,7 +688,7 @@ def test_segments_keep_the_workspace_codec_and_its_float32_rows(db: Path, codec:
 
 
 def test_tombstones_are_per_segment_rows_so_a_re_added_id_stays_live(tmp_path: Path) -> None:
-    from agentcore.knowledge.segments import Manifest
+    from agentcore.knowledge.vectors._segments import Manifest
 
     directory = SegmentDirectory(tmp_path / "ws")
     codec = kernels.CODECS["float32"]
@@ -701,7 +702,7 @@ def test_tombstones_are_per_segment_rows_so_a_re_added_id_stays_live(tmp_path: P
     assert loaded is not None
     manifest, parts = loaded
     assert manifest.version == 7 and [p.dead.tolist() for p in parts] == [[1], []]
-    index = VectorIndex.from_parts(4, parts)
+    index = from_parts(4, parts)
     assert len(index) == 3 and sorted(index.ids().tolist()) == [4, 5, 6]
     np.testing.assert_array_equal(index.get(5), new_row[0])
     # a tombstone file that does not fit the manifest's segments is refused

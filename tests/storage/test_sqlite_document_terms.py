@@ -19,7 +19,7 @@ from sqlite_utils import Database as UtilsDatabase
 
 from agentcore import AgentCore
 from agentcore.knowledge.terms import count_terms
-from agentcore.knowledge.workspace_indexes import _unit_rows_into, nonzero_rows, unit_rows
+from agentcore.knowledge.vectors._workspace_indexes import _unit_rows_into, nonzero_rows, unit_rows
 from agentcore.plugins.extractive import tokens_of
 from agentcore.storage.sql import vectors as sql_vectors
 from agentcore.storage.sql.documents import json_ints

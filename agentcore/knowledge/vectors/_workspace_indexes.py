@@ -17,10 +17,18 @@ import numpy as np
 import numpy.typing as npt
 
 from agentcore.errors import Conflict, InvalidRequest, ValidationFailed
-from agentcore.knowledge import kernels
 from agentcore.knowledge.embedders import Embedder, bounded_text
-from agentcore.knowledge.index import Part, VectorIndex, codec_named, settle
-from agentcore.knowledge.segments import Manifest, SegmentDirectory, SegmentError, WriteStages
+from agentcore.knowledge.vectors import _kernels as kernels
+from agentcore.knowledge.vectors._index import VectorIndex
+from agentcore.knowledge.vectors._loading import adopt, from_parts
+from agentcore.knowledge.vectors._parts import Part, codec_named
+from agentcore.knowledge.vectors._plan import settle
+from agentcore.knowledge.vectors._segments import (
+    Manifest,
+    SegmentDirectory,
+    SegmentError,
+    WriteStages,
+)
 from agentcore.redact import get_logger
 from agentcore.residency import KeyedLocks, Residency, Slot
 from agentcore.runtime import Loop, Observer, Runtime, unobserved
@@ -613,7 +621,7 @@ class WorkspaceIndexes:
         # rows a search re-scores are read back from the store (those of a persisted
         # index from its segment files, once written)
         rows = WorkspaceRows(self._store, key, dimension) if approximate and not persist else None
-        index = VectorIndex.adopt(
+        index = adopt(
             loaded.ids,
             vectors,
             codec=codec,
@@ -707,7 +715,7 @@ class WorkspaceIndexes:
             )
             return None
         try:
-            index = VectorIndex.from_parts(
+            index = from_parts(
                 dimension,
                 parts,
                 codec=self.codec_of(state),
