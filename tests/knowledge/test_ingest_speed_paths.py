@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from agentcore.knowledge.terms import TermCounter, _sentences, count_terms
-from agentcore.knowledge.vectors._workspace_indexes import embed_passages, unit_rows
+from agentcore.knowledge.vectors import embed_passages, unit_rows
 from agentcore.plugins import hashing_embedder
 from agentcore.plugins.extractive import stem_frequencies, tokens_of
 from agentcore.plugins.hashing_embedder import (

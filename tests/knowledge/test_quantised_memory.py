@@ -17,9 +17,8 @@ import pytest
 from helpers import stored_chunk_ids
 
 from agentcore import AgentCore
-from agentcore.knowledge.vectors import VectorIndex, adopt
+from agentcore.knowledge.vectors import VectorIndex, WorkspaceRows, adopt
 from agentcore.knowledge.vectors._parts import StoredRows, codec_named
-from agentcore.knowledge.vectors._workspace_indexes import WorkspaceRows
 from agentcore.storage.sqlite import SQLiteStore
 
 ENV = "test"

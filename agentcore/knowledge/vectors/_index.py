@@ -51,7 +51,7 @@ import numpy.typing as npt
 
 from agentcore.errors import ValidationFailed
 from agentcore.knowledge.vectors import _kernels as kernels
-from agentcore.knowledge.vectors._embedding import RowScales
+from agentcore.knowledge.vectors._embedding import RowScales, unit_queries
 from agentcore.knowledge.vectors._parts import (
     EMPTY_IDS,
     ID_DTYPE,
@@ -301,7 +301,7 @@ class VectorIndex:
         """
         _check_k(k)
         snap = self._snap
-        q = self._prepare(np.asarray(query, dtype=np.float32).reshape(1, -1))[0]
+        q = unit_queries(np.asarray(query, dtype=np.float32).reshape(1, -1), self._dimension)[0]
         ids, scores = self._search_snapshot(snap, q, k, allow)
         if min_score is not None:
             keep = scores >= min_score
@@ -372,7 +372,7 @@ class VectorIndex:
         """
         _check_k(k)
         snap = self._snap
-        q = self._prepare(np.asarray(queries, dtype=np.float32))
+        q = unit_queries(np.asarray(queries, dtype=np.float32), self._dimension)
         m = q.shape[0]
         k = min(k, snap.live)
         if k == 0 or m == 0:
@@ -607,22 +607,6 @@ class VectorIndex:
         run(self)
 
     # -- helpers -----------------------------------------------------------------
-
-    def _prepare(self, q: Matrix) -> Matrix:
-        """Validate query rows and normalise the non-zero ones."""
-        if q.ndim != 2 or q.shape[1] != self._dimension:
-            raise ValidationFailed(
-                f"queries must have {self._dimension} dimensions, not shape {q.shape}",
-                code="dimension_mismatch",
-                param="query",
-            )
-        if not np.isfinite(q).all():
-            raise ValidationFailed(
-                "the query holds NaN or infinity", code="non_finite_vector", param="query"
-            )
-        norms = np.linalg.norm(q.astype(np.float64), axis=1)
-        norms[norms == 0] = 1.0
-        return np.ascontiguousarray((q / norms[:, None]).astype(np.float32))
 
 
 def _submit_to(executor: Executor) -> Callable[[VectorIndex], None]:

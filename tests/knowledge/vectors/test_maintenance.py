@@ -35,9 +35,9 @@ BLOCK_ROWS = 3  # blocks this small put the boundaries where small tests reach t
 @pytest.fixture(autouse=True)
 def files_for_small_workspaces(monkeypatch: pytest.MonkeyPatch) -> None:
     """These workspaces hold a few rows: give them segment files anyway, mapped."""
-    from agentcore.knowledge.vectors import _workspace_indexes as indexes_module
+    from agentcore.knowledge.vectors import _workspace_loading
 
-    monkeypatch.setattr(indexes_module, "SEGMENT_MIN_BYTES", 0)
+    monkeypatch.setattr(_workspace_loading, "SEGMENT_MIN_BYTES", 0)
     monkeypatch.setattr(segments, "MAP_MIN_BYTES", 0)
 
 
@@ -283,9 +283,9 @@ def test_the_writer_paces_itself_before_every_block(tmp_path: Path, codec_name: 
 
 
 def test_background_steps_wait_while_a_write_is_in_flight() -> None:
-    from agentcore.knowledge.vectors._workspace_indexes import _Foreground
+    from agentcore.knowledge.vectors._maintenance import Foreground
 
-    foreground = _Foreground()
+    foreground = Foreground()
     assert foreground.wait_idle(0)
     with foreground.running():
         with foreground.running():  # nested writes
@@ -304,9 +304,9 @@ def test_a_merge_beside_a_segment_with_dead_rows_reloads_from_the_files(
     included: with one missing a reload found it unusable and read the store instead."""
     from test_segments import Workspace
 
-    from agentcore.knowledge.vectors import _workspace_indexes as indexes_module
+    from agentcore.knowledge.vectors import _workspace_loading
 
-    monkeypatch.setattr(indexes_module, "SEGMENT_MERGE_ROWS", 40)
+    monkeypatch.setattr(_workspace_loading, "SEGMENT_MERGE_ROWS", 40)
     db = tmp_path / "kb.db"
     space = Workspace(db)
     try:

@@ -24,17 +24,22 @@ import pytest
 from helpers import cli_env, file_indexes, make_document, open_seen, seen
 
 from agentcore import AgentCore
-from agentcore.knowledge.vectors import Part, VectorIndex, from_parts
+from agentcore.knowledge.vectors import (
+    Part,
+    VectorIndex,
+    WorkspaceIndexes,
+    _sync,
+    _workspace_loading,
+    from_parts,
+)
 from agentcore.knowledge.vectors import _kernels as kernels
 from agentcore.knowledge.vectors import _segments as segments
-from agentcore.knowledge.vectors import _workspace_indexes as indexes_module
 from agentcore.knowledge.vectors._segments import (
     MANIFEST,
     SegmentDirectory,
     SegmentError,
     segment_root,
 )
-from agentcore.knowledge.vectors._workspace_indexes import WorkspaceIndexes
 from agentcore.plugins.hashing_embedder import HashingEmbedder
 from agentcore.storage.base import Store
 
@@ -131,14 +136,14 @@ class Workspace:
 @pytest.fixture(autouse=True)
 def files_for_small_workspaces(monkeypatch: pytest.MonkeyPatch) -> None:
     """These workspaces hold a few rows: give them segment files anyway, mapped."""
-    monkeypatch.setattr(indexes_module, "SEGMENT_MIN_BYTES", 0)
+    monkeypatch.setattr(_workspace_loading, "SEGMENT_MIN_BYTES", 0)
     monkeypatch.setattr(segments, "MAP_MIN_BYTES", 0)
 
 
 @pytest.fixture
 def small_merges(monkeypatch: pytest.MonkeyPatch) -> None:
     """Merge the tail into a segment after a few dozen rows, so tests see many merges."""
-    monkeypatch.setattr(indexes_module, "SEGMENT_MERGE_ROWS", 40)
+    monkeypatch.setattr(_workspace_loading, "SEGMENT_MERGE_ROWS", 40)
 
 
 @pytest.fixture
@@ -312,7 +317,7 @@ def paused_maintenance(db: Path, step: str, stage: str, marker: Path) -> None:
     """Open ``db``'s store and an index cache over it as the core builds one, whose
     segment writes pause at ``stage``; run a merge or a compaction (``step``)."""
     store, cache = file_indexes(db, segment_write_stages=PauseAt(stage, marker))
-    dimension = cache.embedder().dimension
+    dimension = HashingEmbedder().dimension
     organization = store.get_organization_by_name(ORG)
     assert organization is not None
     org = organization.id
@@ -329,9 +334,9 @@ CRASH_SCRIPT = """
 import sys
 sys.path.insert(0, sys.argv[1])
 from pathlib import Path
-from agentcore.knowledge.vectors import _workspace_indexes as workspace_indexes
+from agentcore.knowledge.vectors import _workspace_loading
 from test_segments import paused_maintenance
-workspace_indexes.SEGMENT_MERGE_ROWS = 10
+_workspace_loading.SEGMENT_MERGE_ROWS = 10
 paused_maintenance(Path(sys.argv[2]), sys.argv[3], sys.argv[4], Path(sys.argv[5]))
 """
 
@@ -633,7 +638,7 @@ def test_parts_round_trip_through_a_segment_file(tmp_path: Path) -> None:
 def test_a_manifest_follows_small_writes_so_a_load_bridges_a_short_log(
     db: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(indexes_module, "MANIFEST_LAG_VERSIONS", 3)
+    monkeypatch.setattr(_sync, "MANIFEST_LAG_VERSIONS", 3)
     space = Workspace(db)
     try:
         docs = [space.add_document(f"d{i}", 30, seed=i) for i in range(4)]

@@ -12,7 +12,7 @@ import numpy.typing as npt
 import pytest
 
 from agentcore.knowledge.vectors import _kernels as kernels
-from agentcore.knowledge.vectors._workspace_indexes import unit_rows
+from agentcore.knowledge.vectors import unit_rows
 from agentcore.plugins.hashing_embedder import HashingEmbedder
 
 Matrix = npt.NDArray[np.float32]
