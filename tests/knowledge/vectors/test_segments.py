@@ -359,7 +359,7 @@ def test_kill_9_during_maintenance_leaves_the_old_segments_valid(
 
     env = cli_env()
     tests_dir = str(Path(__file__).parent)
-    env["PYTHONPATH"] = os.pathsep.join([tests_dir, str(Path(tests_dir).parent)])
+    env["PYTHONPATH"] = os.pathsep.join([tests_dir, str(Path(__file__).parents[2])])  # tests/
     marker = db.with_name(f"paused-{stage}")
     child = subprocess.Popen(
         [sys.executable, "-c", CRASH_SCRIPT, tests_dir, str(db), step, stage, str(marker)],
@@ -566,7 +566,7 @@ def test_two_processes_share_one_file_backed_mapping(db: Path) -> None:
 
     tests_dir = str(Path(__file__).parent)
     env = cli_env()
-    env["PYTHONPATH"] = os.pathsep.join([tests_dir, str(Path(tests_dir).parent)])
+    env["PYTHONPATH"] = os.pathsep.join([tests_dir, str(Path(__file__).parents[2])])  # tests/
     children = [
         subprocess.Popen(
             [sys.executable, "-c", SHARE_SCRIPT, str(db), tests_dir],
