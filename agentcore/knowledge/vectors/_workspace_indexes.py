@@ -103,6 +103,7 @@ class WorkspaceIndexes:
             forget=embedders.forget,
         )
         foreground = Foreground()  # writes in flight: background steps give way
+        # the steps are made below (they need the loader, which submits to this queue)
         self._maintainer = Maintainer(lambda key, force: steps.run(key, force), self._runtime)
         loader = WorkspaceLoader(
             store,
