@@ -24,7 +24,6 @@ from agentcore.errors import (
 )
 from agentcore.events import Event, EventBus
 from agentcore.hookspecs import hookimpl
-from agentcore.knowledge.index import VectorIndex
 from agentcore.services import WorkspaceServices
 from agentcore.workspace import Workspace
 
@@ -54,7 +53,6 @@ __all__ = [
     "Settings",
     "UnsupportedMediaType",
     "ValidationFailed",
-    "VectorIndex",
     "Workspace",
     "WorkspaceServices",
     "hookimpl",

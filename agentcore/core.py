@@ -33,12 +33,18 @@ from agentcore.knowledge.embedders import Embedder
 from agentcore.knowledge.filters import MetadataCache
 from agentcore.knowledge.jobs import IngestionJobs, WorkersUnavailable
 from agentcore.knowledge.keywords import KeywordCache
-from agentcore.knowledge.segments import max_mapped_files, segment_root
 from agentcore.knowledge.service import KnowledgeService
 from agentcore.knowledge.terms import TermCounter
 from agentcore.knowledge.text import stems
+from agentcore.knowledge.vectors import (
+    Embedding,
+    PgvectorBackend,
+    VectorBackend,
+    WorkspaceIndexes,
+    max_mapped_files,
+    segment_root,
+)
 from agentcore.knowledge.workers import Completed, WorkerSpec
-from agentcore.knowledge.workspace_indexes import WorkspaceIndexes
 from agentcore.metrics import Metrics
 from agentcore.observer import Counts, Observer, Observers, observer_of
 from agentcore.plugins import DEFAULT_PLUGINS
@@ -103,16 +109,36 @@ def plugin_settings_models(pm: pluggy.PluginManager) -> dict[str, type[BaseSetti
     return models
 
 
-def _store_search(store: Store, settings: Settings) -> VectorSearchStore | None:
-    """The store itself when it should rank vectors (``vector_search="pgvector"``)."""
-    if settings.vector_search != "pgvector":
-        return None
-    if not isinstance(store, VectorSearchStore):
-        raise ValueError(
-            "vector_search='pgvector' needs a store that searches vectors itself"
-            " (a postgresql:// database)"
+def _vector_backend(
+    store: Store, settings: Settings, embedding: Embedding, runtime: Runtime, observer: Observer
+) -> VectorBackend:
+    """Where the core ranks vectors: the store itself (``vector_search="pgvector"``), or
+    each workspace's index in this process's memory."""
+    if settings.vector_search == "pgvector":
+        if not isinstance(store, VectorSearchStore):
+            raise ValueError(
+                "vector_search='pgvector' needs a store that searches vectors itself"
+                " (a postgresql:// database)"
+            )
+        return PgvectorBackend(
+            store,
+            ranking=store,
+            embedding=embedding,
+            codec=settings.index_dtype,
+            budget_bytes=settings.index_cache_budget,
+            max_mapped_files=max_mapped_files(),
         )
-    return store
+    return WorkspaceIndexes(
+        store,
+        embedding=embedding,
+        catchup_max_rows=settings.index_catchup_max_rows,
+        codec=settings.index_dtype,
+        budget_bytes=settings.index_cache_budget,
+        max_mapped_files=max_mapped_files(),
+        runtime=runtime,
+        observer=observer,
+        **_segment_options(store, settings),
+    )
 
 
 def _checkpoint_step(store: Checkpointing) -> Callable[[], None]:
@@ -186,21 +212,11 @@ class AgentCore:
         self.chat_models: dict[str, ChatModel] = {}
         # sentence frequencies kept per document, read by chat (the core's tokenizer)
         self.terms = TermCounter(stems.tokens_of, stems.stem_frequencies)
-        # filled by the hooks below; the indexes look embedders up when they need one
-        self.indexes = WorkspaceIndexes(
-            store,
-            embedders=self.embedders,
-            embedder=settings.embedder,
-            catchup_max_rows=settings.index_catchup_max_rows,
-            store_search=_store_search(store, settings),
-            max_token_chars=settings.max_token_chars,
-            codec=settings.index_dtype,
-            budget_bytes=settings.index_cache_budget,
-            max_mapped_files=max_mapped_files(),
-            runtime=self.runtime,
-            observer=self.observer,
-            **_segment_options(store, settings),
+        # embedders fill in through the hooks below; looked up when one is needed
+        self.embedding = Embedding(
+            self.embedders, settings.embedder, max_token_chars=settings.max_token_chars
         )
+        self.indexes = _vector_backend(store, settings, self.embedding, self.runtime, self.observer)
         # each workspace's document metadata, which filters read (kept at the store's version)
         self.metadata = MetadataCache(store, budget=self.indexes.budget)
         if isinstance(store, BudgetedStore):  # the store's own per-workspace caches too
@@ -438,6 +454,7 @@ class AgentCore:
             store=self.store,
             settings=self.settings,
             index=self.indexes,
+            embedding=self.embedding,
             jobs=self.ingestion_jobs,
             terms=self.terms,
             metadata=self.metadata,

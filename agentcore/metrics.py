@@ -23,7 +23,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from agentcore.config import metrics_multiprocess_dir
-from agentcore.knowledge.workspace_indexes import WorkspaceIndexes
+from agentcore.knowledge.vectors import VectorBackend
 from agentcore.redact import get_logger
 from agentcore.residency import ResidencyStats
 from agentcore.schema import Usage
@@ -56,7 +56,7 @@ class Metrics:
     def __init__(
         self,
         store: Store,
-        indexes: WorkspaceIndexes,
+        indexes: VectorBackend,
         *,
         caches: Mapping[str, Callable[[], ResidencyStats]] | None = None,
         enabled: bool = True,
@@ -262,11 +262,10 @@ class Metrics:
             self._connections.set(stats.open)
             for field, gauge in self._pool:
                 gauge.set(getattr(stats, field) or 0)
-        workspaces, rows, size = self._indexes.size()
-        self._index_workspaces.set(workspaces)
-        self._index_rows.set(rows)
-        self._index_bytes.set(size)
         held = self._indexes.stats()
+        self._index_workspaces.set(held["workspaces"] or 0)
+        self._index_rows.set(held["rows"] or 0)
+        self._index_bytes.set(held["nbytes"] or 0)
         for field, budget_gauge in self._index_budget:
             budget_gauge.set(held[field] or 0)
         for name, cache in self._caches.items():

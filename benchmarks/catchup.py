@@ -77,7 +77,7 @@ def worker(db: str) -> None:
                 "caught_up": seen["index.catch_up"] - before[1],
             }
         elif command == "reload":
-            cache._entries.clear()  # what a foreign write used to force
+            cache._loaded.clear()  # what a foreign write used to force
             reply = {"ms": search_ms()}
         else:
             break

@@ -22,11 +22,10 @@ REPO = Path(__file__).resolve().parent.parent
 if os.environ.get("AGENTCORE_BENCH_NO_REPO_PATH") is None:
     sys.path.insert(0, str(REPO))
 
-from agentcore.knowledge import kernels  # noqa: E402
-from agentcore.knowledge.index import VectorIndex  # noqa: E402
+from agentcore.knowledge.vectors import VectorIndex, scan_helpers  # noqa: E402
 
 # the scan helpers a core's runtime lends its indexes (one pool for every workspace)
-HELPERS = kernels.scan_helpers()
+HELPERS = scan_helpers()
 
 
 def build(workspaces: int, rows: int, dim: int) -> list[VectorIndex]:

@@ -83,10 +83,16 @@ def unfiltered_only(args: argparse.Namespace) -> int:
     """The child process: unfiltered searches with the checkout first on ``sys.path``."""
     sys.path.insert(0, str(Path(args.code).resolve()))
     import agentcore
-    from agentcore.knowledge.index import VectorIndex
+
+    try:
+        from agentcore.knowledge.vectors import adopt
+    except ImportError:  # a checkout from before the vectors package
+        from agentcore.knowledge.index import VectorIndex  # type: ignore[import-not-found]
+
+        adopt = VectorIndex.adopt
 
     matrix, queries = data(args.rows, args.dimension, args.queries)
-    index = VectorIndex.adopt(np.arange(args.rows, dtype=np.int64), matrix)
+    index = adopt(np.arange(args.rows, dtype=np.int64), matrix)
     for q in queries[:3]:
         index.search(q, K)
     rounds = [
@@ -100,7 +106,7 @@ def unfiltered_only(args: argparse.Namespace) -> int:
 def vector_part(args: argparse.Namespace) -> dict[str, Any]:
     """Filtered and unfiltered searches of one index; recall against brute force."""
     from agentcore.knowledge.filters import DocumentTable, check_filter
-    from agentcore.knowledge.index import VectorIndex
+    from agentcore.knowledge.vectors import adopt
     from agentcore.storage.records import DocumentRow
 
     matrix, queries = data(args.rows, args.dimension, args.queries)
@@ -111,7 +117,7 @@ def vector_part(args: argparse.Namespace) -> dict[str, Any]:
         (DocumentRow(n, f"doc_{n}", {"bucket": n % 100, "half": n % 2}) for n in range(documents)),
         1,
     )
-    index = VectorIndex.adopt(np.arange(args.rows, dtype=np.int64), matrix, labels=labels)
+    index = adopt(np.arange(args.rows, dtype=np.int64), matrix, labels=labels)
     cases = {name: check_filter(spec) for name, spec in FILTERS.items()}
     share: dict[str, float] = {}
     recall: dict[str, float] = {}

@@ -145,7 +145,7 @@ def prepare(db: str, chunks: int, real_max: int) -> dict[str, Any]:
                 documents += 1
         else:
             how = "synthetic (random unit vectors, SQuAD texts)"
-            embedder = core.indexes.embedder()
+            embedder = core.embedding.embedder()
             vectors_rng = np.random.default_rng(5)
             per_document = 1000
             while made < chunks:

@@ -33,10 +33,9 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from agentcore.knowledge import kernels  # noqa: E402
-from agentcore.knowledge.index import VectorIndex  # noqa: E402
+from agentcore.knowledge.vectors import adopt, scan_helpers  # noqa: E402
 
-HELPERS = kernels.scan_helpers()  # the scan helpers a core's runtime lends its indexes
+HELPERS = scan_helpers()  # the scan helpers a core's runtime lends its indexes
 from agentcore.storage.postgres import PostgresStore  # noqa: E402
 
 sys.path.insert(0, str(REPO / "benchmarks"))
@@ -94,7 +93,7 @@ def run_size(url: str, n: int, d: int, k: int, queries: int) -> list[dict[str, A
     rows: list[dict[str, Any]] = []
     start = time.perf_counter()
     loaded_ids, matrix = store.load_vectors(org, "test", d)
-    index = VectorIndex.adopt(loaded_ids, matrix, executor=HELPERS)  # as a core's
+    index = adopt(loaded_ids, matrix, executor=HELPERS)  # as a core's
     del matrix
     index_load_s = time.perf_counter() - start
     search = index.search

@@ -28,8 +28,14 @@ import numpy.typing as npt
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from agentcore.knowledge import kernels  # noqa: E402
-from agentcore.knowledge.index import Part, VectorIndex  # noqa: E402
+from agentcore.knowledge.vectors import (  # noqa: E402
+    CODECS,
+    Part,
+    VectorIndex,
+    adopt,
+    from_parts,
+    scan_helpers,
+)
 
 Matrix = npt.NDArray[np.float32]
 Ids = npt.NDArray[np.int64]
@@ -77,7 +83,7 @@ class Engine:
 
 # The scan helpers a core's runtime lends its indexes ("agentcore-index"): a VectorIndex
 # on its own scans on the calling thread alone, so the benchmark gives it the same pool.
-HELPERS = kernels.scan_helpers()
+HELPERS = scan_helpers()
 
 
 class VectorIndexEngine(Engine):
@@ -118,11 +124,9 @@ class CodecEngine(Engine):
         # rows numbered in order (a part's ids ascend), mapped to the ids on the way
         # out: the float32 rows are ``data`` itself, not a sorted copy
         rows = np.arange(data.shape[0], dtype=np.int64)
-        part = Part.build(rows, data, kernels.CODECS[self.codec])
+        part = Part.build(rows, data, CODECS[self.codec])
         self.part, self.ids = part, ids
-        self.index = VectorIndex.from_parts(
-            data.shape[1], [part], codec=self.codec, executor=HELPERS
-        )
+        self.index = from_parts(data.shape[1], [part], codec=self.codec, executor=HELPERS)
 
     def search(self, q: Matrix, k: int) -> Ids:
         found: Ids = self.ids[self.index.search(q, k)[0]]
@@ -156,7 +160,7 @@ class StoredRowsEngine(CodecEngine):
         self.name = f"VectorIndex ({codec}, rows in {where})"
 
     def build(self, data: Matrix, ids: Ids) -> None:
-        from agentcore.knowledge.workspace_indexes import WorkspaceRows
+        from agentcore.knowledge.vectors import WorkspaceRows
         from agentcore.storage.postgres import PostgresStore
         from agentcore.storage.sqlite import SQLiteStore
 
@@ -172,9 +176,9 @@ class StoredRowsEngine(CodecEngine):
         stored, vectors, located = loaded.ids, loaded.vectors, loaded.locators
         assert vectors is not None
         # what the same workspace costs loaded as float32 (its rows adopted as one part)
-        self.float32_bytes = VectorIndex.adopt(stored, vectors).resident_bytes
+        self.float32_bytes = adopt(stored, vectors).resident_bytes
         self.ids = ids
-        self.index = VectorIndex.adopt(
+        self.index = adopt(
             stored,
             vectors,
             codec=self.codec,
@@ -404,12 +408,12 @@ def time_engine(
 
 _LOAD_IN_FRESH_PROCESS = """
 import sys, time
-from agentcore.knowledge.index import VectorIndex
+from agentcore.knowledge.vectors import adopt
 from agentcore.storage.sqlite import SQLiteStore
 store = SQLiteStore.open(sys.argv[1])
 began = time.perf_counter()
 ids, vectors = store.load_vectors("org_bench", "live", int(sys.argv[2]))
-index = VectorIndex.adopt(ids, vectors)
+index = adopt(ids, vectors)
 print(time.perf_counter() - began, len(index), index.nbytes)
 """
 
@@ -420,7 +424,7 @@ def store_load_seconds(data: Matrix, ids: Ids, runs: int) -> tuple[float, int] |
     The vectors are written through ``SQLiteStore.add_vectors``; each run then starts a
     fresh Python process (nothing warm in its memory) that times the path the index
     cache uses: ``store.load_vectors`` (incremental blob reads into one matrix) and
-    ``VectorIndex.adopt``. Returns ``None`` when the store lacks ``load_vectors``.
+    ``adopt``. Returns ``None`` when the store lacks ``load_vectors``.
     """
     try:
         from agentcore.storage.sqlite import SQLiteStore

@@ -20,8 +20,7 @@ import agentcore
 from agentcore import AgentCore
 from agentcore.chat_models import ChatRequest, ChatResult
 from agentcore.ids import new_id, utcnow
-from agentcore.knowledge.segments import segment_root
-from agentcore.knowledge.workspace_indexes import WorkspaceIndexes
+from agentcore.knowledge.vectors import Embedding, WorkspaceIndexes, segment_root
 from agentcore.plugins.hashing_embedder import HashingEmbedder
 from agentcore.schema import Document
 from agentcore.storage.sqlite import SQLiteStore
@@ -56,8 +55,7 @@ def file_indexes(db: str | Path, **options: Any) -> tuple[SQLiteStore, Workspace
     root, identity = segment_root(str(db), "auto")
     indexes = WorkspaceIndexes(
         store,
-        embedders={embedder.name: embedder},
-        embedder=embedder.name,
+        embedding=Embedding({embedder.name: embedder}, embedder.name),
         segments=root,
         store_identity=identity,
         **options,

@@ -39,7 +39,7 @@ import numpy.typing as npt
 from pydantic import TypeAdapter, ValidationError
 
 from agentcore.errors import check_unicode, invalid_fields
-from agentcore.knowledge.index import NO_LABEL
+from agentcore.knowledge.vectors import NO_LABEL
 from agentcore.residency import KeyedLocks, Residency, ResidencyStats
 from agentcore.schema import (
     MAX_EXACT_INTEGER,

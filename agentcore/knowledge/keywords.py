@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from agentcore.knowledge.index import GATHER_FRACTION, LabelFilter, encode_labels
+from agentcore.knowledge.vectors import GATHER_FRACTION, LabelFilter, encode_labels
 from agentcore.redact import get_logger
 from agentcore.residency import KeyedLocks, Residency, ResidencyStats
 

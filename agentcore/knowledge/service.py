@@ -40,12 +40,8 @@ from agentcore.knowledge.parsing import (
     text_kind,
 )
 from agentcore.knowledge.terms import TermStats
+from agentcore.knowledge.vectors import Embedding, Rows, VectorBackend
 from agentcore.knowledge.workers import Completed
-from agentcore.knowledge.workspace_indexes import (
-    WorkspaceIndexes,
-    embed_passages,
-    nonzero_rows,
-)
 from agentcore.observer import Observer, unobserved
 from agentcore.schema import (
     Deleted,
@@ -97,9 +93,6 @@ def _stored_now() -> datetime:
     return now.replace(microsecond=now.microsecond // 1000 * 1000)
 
 
-Rows = tuple[npt.NDArray[np.int64], npt.NDArray[np.float32], npt.NDArray[np.int64]]
-
-
 def _indexed(
     vectors: npt.NDArray[np.float32], keep: npt.NDArray[np.bool_]
 ) -> Callable[[WrittenDocument | None], Rows | None]:
@@ -136,7 +129,8 @@ class KnowledgeService:
     :param workspace: whose documents, and the scopes the caller holds.
     :param store: where documents, chunks and vectors are kept.
     :param settings: upload, chunking and search limits.
-    :param index: the core's shared cache of workspace indexes (and its embedder).
+    :param index: where the core ranks vectors (its workspace indexes, or the store).
+    :param embedding: the core's embedder: chunks and queries become rows there.
     :param jobs: the core's ingestion jobs (worker processes, or a thread): uploads
         that are not small plain text go there; ``None``: every upload is indexed in
         the calling thread, or queued for ``wait=False``.
@@ -158,7 +152,8 @@ class KnowledgeService:
         *,
         store: KnowledgeStore,
         settings: Settings,
-        index: WorkspaceIndexes,
+        index: VectorBackend,
+        embedding: Embedding,
         jobs: IngestionJobs | None = None,
         terms: TermCounter | None = None,
         metadata: MetadataCache | None = None,
@@ -173,6 +168,7 @@ class KnowledgeService:
         self._store = store
         self._settings = settings
         self._cache = index
+        self._embedding = embedding
         self._metadata = metadata or MetadataCache(store)
         self._keywords = keywords
         self._events = events
@@ -445,11 +441,7 @@ class KnowledgeService:
     ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.bool_], str]:
         """Unit vectors of the ``_bounded`` chunk texts, the mask of indexable rows, the
         embedder's name."""
-        embedder = self._cache.embedder()
-        vectors, keep = embed_passages(
-            embedder, texts, max_token_chars=None, cancellation=cancellation
-        )
-        return vectors, keep, embedder.name
+        return self._embedding.passages(texts, cancellation=cancellation, bounded=True)
 
     def _store_parsed(
         self,
@@ -862,13 +854,9 @@ class KnowledgeService:
     def _query_vectors(
         self, queries: Sequence[str]
     ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.bool_]]:
-        """The queries' vectors (a row each) and which embed to something, finite and
-        not all zeros (``nonzero_rows``), embedded in one call."""
-        texts = [bounded_text(q, self._settings.max_token_chars) for q in queries]
-        vectors: npt.NDArray[np.float32] = np.asarray(
-            self._cache.embedder().embed(texts, kind="query")
-        )
-        return vectors, nonzero_rows(vectors)
+        """The queries' vectors (a row each) and which embed to something, embedded in
+        one call (``Embedding.queries``)."""
+        return self._embedding.queries(queries)
 
     def _similarities(self, vector: _Once, ids: npt.NDArray[np.int64]) -> npt.NDArray[np.float32]:
         """The cosine scores of these rows (0 for all when the query embeds to nothing)."""

@@ -20,7 +20,7 @@ from webhook_receiver import Receiver
 
 import agentcore
 from agentcore import AgentCore
-from agentcore.knowledge import kernels
+from agentcore.knowledge.vectors import _kernels as kernels
 from agentcore_starlette import create_app
 
 TEXT = "The red pump needs oil every week in winter. Refunds take five days."

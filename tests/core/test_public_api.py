@@ -21,6 +21,11 @@ def test_core_names_are_public() -> None:
     assert {"AgentCore", "AgentCoreError", "Workspace", "Settings", "hookimpl"} <= set(PUBLIC)
 
 
+def test_no_engine_internal_is_public() -> None:
+    # the vector engine has its own face, agentcore.knowledge.vectors
+    assert not {"VectorIndex", "WorkspaceIndexes", "VectorBackend"} & set(PUBLIC)
+
+
 @pytest.mark.parametrize("name", PUBLIC)
 def test_name_is_importable(name: str) -> None:
     module = importlib.import_module("agentcore")

@@ -264,7 +264,7 @@ def test_work_offered_to_a_closed_pool_runs_on_the_calling_thread(tmp_path: Path
     when the pool refuses: a closed pool's refusal (a handler outliving the HTTP pool's
     grace period at shutdown) is such a refusal, not an error."""
     from agentcore import AgentCore
-    from agentcore.knowledge import kernels
+    from agentcore.knowledge.vectors import _kernels as kernels
 
     core = AgentCore.open(tmp_path / "a.db", entry_points=False)
     try:

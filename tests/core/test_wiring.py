@@ -22,7 +22,7 @@ from agentcore import (
 from agentcore.agents import AgentService
 from agentcore.events import EventBus
 from agentcore.idempotency import IdempotencyKeys
-from agentcore.knowledge.workspace_indexes import WorkspaceIndexes
+from agentcore.knowledge.vectors import Embedding, WorkspaceIndexes
 from agentcore.storage.sqlite import SQLiteStore
 from agentcore.webhooks.service import WebhookService
 
@@ -102,10 +102,9 @@ def test_agent_service_checks_models_against_its_registry(core: AgentCore) -> No
     assert "available: none" in str(caught.value)
 
 
-def test_workspace_indexes_use_their_embedder_registry(other_store: SQLiteStore) -> None:
-    cache = WorkspaceIndexes(other_store, embedders={"ones": OnesEmbedder()}, embedder="ones")
-    assert cache.embedder().name == "ones"
-    missing = WorkspaceIndexes(other_store, embedders={"ones": OnesEmbedder()}, embedder="nope")
+def test_the_embedding_uses_its_embedder_registry() -> None:
+    assert Embedding({"ones": OnesEmbedder()}, "ones").embedder().name == "ones"
+    missing = Embedding({"ones": OnesEmbedder()}, "nope")
     with pytest.raises(InvalidRequest) as caught:
         missing.embedder()
     assert caught.value.code == "embedder_unavailable"

@@ -8,9 +8,9 @@ import pytest
 from conftest import Api
 
 from agentcore import AgentCore
-from agentcore.knowledge import segments
-from agentcore.knowledge import workspace_indexes as indexes_module
-from agentcore.knowledge.segments import SegmentDirectory, segment_root
+from agentcore.knowledge.vectors import _segments as segments
+from agentcore.knowledge.vectors import _workspace_loading
+from agentcore.knowledge.vectors._segments import SegmentDirectory, segment_root
 
 WORDS = ["pump", "valve", "filter", "seal", "gasket", "boiler", "turbine", "piston", "rotor"]
 
@@ -24,7 +24,7 @@ def test_deletes_return_without_compacting_and_search_stays_right(
     api: Api, core: AgentCore, db_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # a small workspace: give it segment files anyway
-    monkeypatch.setattr(indexes_module, "SEGMENT_MIN_BYTES", 0)
+    monkeypatch.setattr(_workspace_loading, "SEGMENT_MIN_BYTES", 0)
     monkeypatch.setattr(segments, "MAP_MIN_BYTES", 0)
     ids = []
     for i in range(16):

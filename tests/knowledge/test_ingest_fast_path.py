@@ -26,7 +26,7 @@ from helpers import cli_env, index_loads, open_seen, run_python, seen, stored_ch
 from agentcore import AgentCore
 from agentcore.knowledge.chunking import chunk_pages
 from agentcore.knowledge.embedders import bounded_text
-from agentcore.knowledge.workspace_indexes import unit_rows
+from agentcore.knowledge.vectors import unit_rows
 from agentcore.plugins.hashing_embedder import HashingEmbedder
 from agentcore.workspace import Workspace
 
@@ -270,21 +270,21 @@ def test_a_write_refused_before_the_store_changes_nothing(
 def test_many_writes_without_a_read_are_added_in_bounded_batches(
     pair: tuple[AgentCore, AgentCore], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from agentcore.knowledge import workspace_indexes
+    from agentcore.knowledge.vectors import _sync
 
-    monkeypatch.setattr(workspace_indexes, "_MAX_PENDING_ROWS", 3)  # a few rows held back at most
+    monkeypatch.setattr(_sync, "_MAX_PENDING_ROWS", 3)  # a few rows held back at most
     a, _ = pair
     ws = _ws(a)
     ws.knowledge.ingest_text("alpha.txt", ALPHA)
     _sources(a, "red pump")
     for number in range(10):
         ws.knowledge.ingest_text(f"{number}.txt", f"Item {number}. Lonely lighthouse {number}.")
-    entry = a.indexes._entries.get((ws.organization_id, ws.environment))
+    entry = a.indexes._loaded.get((ws.organization_id, ws.environment))
     assert entry is not None
     assert entry.pending_rows <= 3 and seen(a)["index.own_write"] >= 6  # flushed on the way
     assert entry.pending  # the budget charges the rows held back, counted as they came
     held = sum(array.nbytes for rows in entry.pending for array in rows)
-    slot = a.indexes._entries._slots[(ws.organization_id, ws.environment)]
+    slot = a.indexes.budget._slots[(ws.organization_id, ws.environment)]
     assert held and slot.nbytes == entry.index.resident_bytes + held
     found = ws.knowledge.search("lonely lighthouse", top_k=20).results
     assert sorted(r.source for r in found if r.source != "alpha.txt") == [

@@ -23,7 +23,7 @@ from agentcore import AgentCore, Cancellation, Cancelled, DeadlineExceeded, Payl
 from agentcore.knowledge.chunking import chunk_pages
 from agentcore.knowledge.embedders import bounded_text
 from agentcore.knowledge.parsing import TextBudget, parse_document
-from agentcore.knowledge.workspace_indexes import EMBED_BATCH
+from agentcore.knowledge.vectors._embedding import EMBED_BATCH
 from agentcore.plugins.hashing_embedder import HashingEmbedder
 from agentcore.schema import VerifyResponse
 from agentcore_starlette import create_app

@@ -19,7 +19,7 @@ import pytest
 
 from agentcore.knowledge.terms import TermCounter, _sentences, count_terms
 from agentcore.knowledge.text import _ASCII_TOKEN, StemTokenizer, raw_tokens, stems
-from agentcore.knowledge.workspace_indexes import embed_passages, unit_rows
+from agentcore.knowledge.vectors import embed_passages, unit_rows
 from agentcore.plugins import hashing_embedder
 from agentcore.plugins.hashing_embedder import HashingEmbedder, _tf_factors
 

@@ -17,8 +17,8 @@ import pytest
 from helpers import stored_chunk_ids
 
 from agentcore import AgentCore
-from agentcore.knowledge.index import StoredRows, VectorIndex, codec_named
-from agentcore.knowledge.workspace_indexes import WorkspaceRows
+from agentcore.knowledge.vectors import VectorIndex, WorkspaceRows, adopt
+from agentcore.knowledge.vectors._parts import StoredRows, codec_named
 from agentcore.storage.sqlite import SQLiteStore
 
 ENV = "test"
@@ -80,7 +80,7 @@ def test_a_quantised_index_in_ram_keeps_codes_only_and_answers_exactly(
             assert exact.store.knowledge_state(org, ENV).index_dtype == codec
             # the same rows as float32, for the reference
             ids, vectors = exact.store.load_vectors(org, ENV, index.dimension)
-            reference = VectorIndex.adopt(ids, vectors)  # as a float32 workspace loads
+            reference = adopt(ids, vectors)  # as a float32 workspace loads
             embed = exact.embedders[exact.settings.embedder].embed
             for query in QUERIES:
                 want = reference.search(embed([query], kind="query")[0], 10)
@@ -100,7 +100,7 @@ def test_a_quantised_index_in_ram_keeps_codes_only_and_answers_exactly(
 def _reference_answers(core: AgentCore, org: str, index: VectorIndex) -> None:
     """``index`` answers every query as a float32 index of the store's rows now does."""
     ids, vectors = core.store.load_vectors(org, ENV, index.dimension)
-    reference = VectorIndex.adopt(ids, vectors)
+    reference = adopt(ids, vectors)
     embed = core.embedders[core.settings.embedder].embed
     for query in QUERIES:
         q = embed([query], kind="query")[0]
@@ -177,10 +177,8 @@ def test_a_search_reads_back_only_its_best_candidates(
     loaded = store.load_index(*key, d, located=True)
     assert loaded.vectors is not None
     rows = WorkspaceRows(store, key, d)
-    index = VectorIndex.adopt(
-        loaded.ids, loaded.vectors, codec=codec, row_store=rows, locators=loaded.locators
-    )
-    reference = VectorIndex.adopt(loaded.ids, loaded.vectors)
+    index = adopt(loaded.ids, loaded.vectors, codec=codec, row_store=rows, locators=loaded.locators)
+    reference = adopt(loaded.ids, loaded.vectors)
     reads: list[int] = []
     read = rows.read
     monkeypatch.setattr(rows, "read", lambda at: (reads.append(at.size), read(at))[1])
@@ -213,7 +211,7 @@ def test_maintenance_keeps_quantised_parts_out_of_ram(tmp_path: Path) -> None:
 def test_an_index_given_no_row_store_keeps_its_float32_rows() -> None:
     rows = np.random.default_rng(1).standard_normal((50, 16)).astype(np.float32)
     rows /= np.linalg.norm(rows, axis=1, keepdims=True)
-    index = VectorIndex.adopt(np.arange(50), rows, codec="int8")
+    index = adopt(np.arange(50), rows, codec="int8")
     (part,) = index.parts()
     assert isinstance(part.vectors, np.ndarray) and part.vectors.shape == (50, 16)
     assert index.resident_bytes >= rows.nbytes

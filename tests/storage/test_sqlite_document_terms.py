@@ -20,7 +20,8 @@ from sqlite_utils import Database as UtilsDatabase
 from agentcore import AgentCore
 from agentcore.knowledge.terms import count_terms
 from agentcore.knowledge.text import stems as tokenizer
-from agentcore.knowledge.workspace_indexes import _unit_rows_into, nonzero_rows, unit_rows
+from agentcore.knowledge.vectors import nonzero_rows, unit_rows
+from agentcore.knowledge.vectors._embedding import unit_rows_into
 from agentcore.storage.sql import vectors as sql_vectors
 from agentcore.storage.sql.documents import json_ints
 from agentcore.storage.sql.terms import TermSums, pack_stems, unpack_stems
@@ -249,7 +250,7 @@ def test_unit_rows_into_is_unit_rows_and_nonzero_rows() -> None:
     rows[5] = np.float32(3e38)  # near the float32 limit: no overflow in float64
     rows[6, :15] = 0.0  # one non-zero entry
     out = np.full_like(rows, 7.0)
-    keep = _unit_rows_into(rows, out)
+    keep = unit_rows_into(rows, out)
     expected = unit_rows(rows)
     np.testing.assert_array_equal(out.view(np.uint32), expected.view(np.uint32))
     np.testing.assert_array_equal(keep, nonzero_rows(expected))
@@ -257,7 +258,7 @@ def test_unit_rows_into_is_unit_rows_and_nonzero_rows() -> None:
     # every row fine: the fast branch, same bits
     fine = rng.normal(size=(4, 8)).astype(np.float32)
     out = np.empty_like(fine)
-    assert _unit_rows_into(fine, out).all()
+    assert unit_rows_into(fine, out).all()
     np.testing.assert_array_equal(out.view(np.uint32), unit_rows(fine).view(np.uint32))
     empty = np.empty((0, 8), dtype=np.float32)
-    assert _unit_rows_into(empty, np.empty_like(empty)).shape == (0,)
+    assert unit_rows_into(empty, np.empty_like(empty)).shape == (0,)

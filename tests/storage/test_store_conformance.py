@@ -844,7 +844,7 @@ def pgvector_store(request: pytest.FixtureRequest) -> Iterator[Any]:
 
 @pytest.mark.slow
 def test_pgvector_search_matches_the_exact_index(pgvector_store: Any) -> None:
-    from agentcore.knowledge.index import VectorIndex
+    from agentcore.knowledge.vectors import adopt
 
     store = pgvector_store
     assert isinstance(store, VectorSearchStore)
@@ -852,7 +852,7 @@ def test_pgvector_search_matches_the_exact_index(pgvector_store: Any) -> None:
     for seed in range(3):
         ingest(store, org_id, n=50, d=16, seed=seed)
     ids, vectors = store.load_vectors(org_id, "test", 16)
-    index = VectorIndex.adopt(ids, vectors)
+    index = adopt(ids, vectors)
     query = unit(1, 16, seed=42)[0]
     want_ids, want_scores = index.search(query, 10)
     got_ids, got_scores = store.search_vectors(org_id, "test", query, 10)

@@ -24,16 +24,22 @@ import pytest
 from helpers import cli_env, file_indexes, make_document, open_seen, seen
 
 from agentcore import AgentCore
-from agentcore.knowledge import kernels, segments
-from agentcore.knowledge import workspace_indexes as indexes_module
-from agentcore.knowledge.index import Part, VectorIndex
-from agentcore.knowledge.segments import (
+from agentcore.knowledge.vectors import (
+    Part,
+    VectorIndex,
+    WorkspaceIndexes,
+    _sync,
+    _workspace_loading,
+    from_parts,
+)
+from agentcore.knowledge.vectors import _kernels as kernels
+from agentcore.knowledge.vectors import _segments as segments
+from agentcore.knowledge.vectors._segments import (
     MANIFEST,
     SegmentDirectory,
     SegmentError,
     segment_root,
 )
-from agentcore.knowledge.workspace_indexes import WorkspaceIndexes
 from agentcore.plugins.hashing_embedder import HashingEmbedder
 from agentcore.storage.base import Store
 
@@ -130,14 +136,14 @@ class Workspace:
 @pytest.fixture(autouse=True)
 def files_for_small_workspaces(monkeypatch: pytest.MonkeyPatch) -> None:
     """These workspaces hold a few rows: give them segment files anyway, mapped."""
-    monkeypatch.setattr(indexes_module, "SEGMENT_MIN_BYTES", 0)
+    monkeypatch.setattr(_workspace_loading, "SEGMENT_MIN_BYTES", 0)
     monkeypatch.setattr(segments, "MAP_MIN_BYTES", 0)
 
 
 @pytest.fixture
 def small_merges(monkeypatch: pytest.MonkeyPatch) -> None:
     """Merge the tail into a segment after a few dozen rows, so tests see many merges."""
-    monkeypatch.setattr(indexes_module, "SEGMENT_MERGE_ROWS", 40)
+    monkeypatch.setattr(_workspace_loading, "SEGMENT_MERGE_ROWS", 40)
 
 
 @pytest.fixture
@@ -311,7 +317,7 @@ def paused_maintenance(db: Path, step: str, stage: str, marker: Path) -> None:
     """Open ``db``'s store and an index cache over it as the core builds one, whose
     segment writes pause at ``stage``; run a merge or a compaction (``step``)."""
     store, cache = file_indexes(db, segment_write_stages=PauseAt(stage, marker))
-    dimension = cache.embedder().dimension
+    dimension = HashingEmbedder().dimension
     organization = store.get_organization_by_name(ORG)
     assert organization is not None
     org = organization.id
@@ -328,9 +334,9 @@ CRASH_SCRIPT = """
 import sys
 sys.path.insert(0, sys.argv[1])
 from pathlib import Path
-from agentcore.knowledge import workspace_indexes
+from agentcore.knowledge.vectors import _workspace_loading
 from test_segments import paused_maintenance
-workspace_indexes.SEGMENT_MERGE_ROWS = 10
+_workspace_loading.SEGMENT_MERGE_ROWS = 10
 paused_maintenance(Path(sys.argv[2]), sys.argv[3], sys.argv[4], Path(sys.argv[5]))
 """
 
@@ -353,7 +359,7 @@ def test_kill_9_during_maintenance_leaves_the_old_segments_valid(
 
     env = cli_env()
     tests_dir = str(Path(__file__).parent)
-    env["PYTHONPATH"] = os.pathsep.join([tests_dir, str(Path(tests_dir).parent)])
+    env["PYTHONPATH"] = os.pathsep.join([tests_dir, str(Path(__file__).parents[2])])  # tests/
     marker = db.with_name(f"paused-{stage}")
     child = subprocess.Popen(
         [sys.executable, "-c", CRASH_SCRIPT, tests_dir, str(db), step, stage, str(marker)],
@@ -560,7 +566,7 @@ def test_two_processes_share_one_file_backed_mapping(db: Path) -> None:
 
     tests_dir = str(Path(__file__).parent)
     env = cli_env()
-    env["PYTHONPATH"] = os.pathsep.join([tests_dir, str(Path(tests_dir).parent)])
+    env["PYTHONPATH"] = os.pathsep.join([tests_dir, str(Path(__file__).parents[2])])  # tests/
     children = [
         subprocess.Popen(
             [sys.executable, "-c", SHARE_SCRIPT, str(db), tests_dir],
@@ -620,8 +626,8 @@ def test_parts_round_trip_through_a_segment_file(tmp_path: Path) -> None:
     rows = unit_rows(ids.size, 12, seed=4)
     ram = Part.build(ids, rows, kernels.CODECS["float32"])
     mapped = SegmentDirectory(tmp_path).write_segment(ids, rows, kernels.CODECS["float32"])
-    a = VectorIndex.from_parts(12, [ram])
-    b = VectorIndex.from_parts(12, [mapped])
+    a = from_parts(12, [ram])
+    b = from_parts(12, [mapped])
     for q in unit_rows(5, 12, seed=9):
         assert a.search(q, 7)[0].tolist() == b.search(q, 7)[0].tolist()
     assert b.contains(2997) and not b.contains(2998)
@@ -632,7 +638,7 @@ def test_parts_round_trip_through_a_segment_file(tmp_path: Path) -> None:
 def test_a_manifest_follows_small_writes_so_a_load_bridges_a_short_log(
     db: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(indexes_module, "MANIFEST_LAG_VERSIONS", 3)
+    monkeypatch.setattr(_sync, "MANIFEST_LAG_VERSIONS", 3)
     space = Workspace(db)
     try:
         docs = [space.add_document(f"d{i}", 30, seed=i) for i in range(4)]
@@ -687,7 +693,7 @@ def test_segments_keep_the_workspace_codec_and_its_float32_rows(db: Path, codec:
 
 
 def test_tombstones_are_per_segment_rows_so_a_re_added_id_stays_live(tmp_path: Path) -> None:
-    from agentcore.knowledge.segments import Manifest
+    from agentcore.knowledge.vectors._segments import Manifest
 
     directory = SegmentDirectory(tmp_path / "ws")
     codec = kernels.CODECS["float32"]
@@ -701,7 +707,7 @@ def test_tombstones_are_per_segment_rows_so_a_re_added_id_stays_live(tmp_path: P
     assert loaded is not None
     manifest, parts = loaded
     assert manifest.version == 7 and [p.dead.tolist() for p in parts] == [[1], []]
-    index = VectorIndex.from_parts(4, parts)
+    index = from_parts(4, parts)
     assert len(index) == 3 and sorted(index.ids().tolist()) == [4, 5, 6]
     np.testing.assert_array_equal(index.get(5), new_row[0])
     # a tombstone file that does not fit the manifest's segments is refused

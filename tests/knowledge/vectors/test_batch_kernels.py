@@ -17,7 +17,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from agentcore.knowledge import kernels
+from agentcore.knowledge.vectors import _kernels as kernels
 
 Matrix = npt.NDArray[np.float32]
 IdArray = npt.NDArray[np.int64]
@@ -320,7 +320,7 @@ _FOREIGN_BLAS = """
 import json, numpy as np
 import faiss  # loads its own OpenMP OpenBLAS next to numpy's
 from threadpoolctl import threadpool_info
-from agentcore.knowledge import kernels
+from agentcore.knowledge.vectors import _kernels as kernels
 def threads():
     return {i["filepath"]: i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"}
 before = threads()

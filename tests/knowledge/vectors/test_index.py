@@ -15,8 +15,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentcore.errors import ValidationFailed
-from agentcore.knowledge import kernels
-from agentcore.knowledge.index import MAX_STEPS, VectorIndex
+from agentcore.knowledge.vectors import VectorIndex, adopt, from_buffers, from_segments
+from agentcore.knowledge.vectors import _kernels as kernels
+from agentcore.knowledge.vectors._plan import MAX_STEPS
 
 TOL = 1e-5
 
@@ -187,25 +188,23 @@ def test_round_trip_through_buffers_and_segments(blocks: Executor | None) -> Non
     id_bytes, vector_bytes = index.to_buffers()
     assert len(id_bytes) == 8 * len(index) and len(vector_bytes) == 4 * 12 * len(index)
 
-    loaded = VectorIndex.from_buffers(12, memoryview(id_bytes), vector_bytes, executor=blocks)
+    loaded = from_buffers(12, memoryview(id_bytes), vector_bytes, executor=blocks)
     cuts = [0, 1, 777, 5000, len(index)]
     segments = [
         (id_bytes[8 * a : 8 * b], vector_bytes[48 * a : 48 * b])
         for a, b in zip(cuts, cuts[1:], strict=False)
     ]
-    from_segments = VectorIndex.from_segments(
-        12, iter(segments), total_rows=len(index), executor=blocks
-    )
-    grown = VectorIndex.from_segments(12, segments)  # no size hint: grows as it goes
+    segmented = from_segments(12, iter(segments), total_rows=len(index), executor=blocks)
+    grown = from_segments(12, segments)  # no size hint: grows as it goes
     queries = rng.standard_normal((6, 12)).astype(np.float32)
-    for other in (loaded, from_segments, grown):
+    for other in (loaded, segmented, grown):
         assert len(other) == len(index)
         for q in queries:
             a, b = index.search(q, 10), other.search(q, 10)
             assert (a[0] == b[0]).all() and (a[1] == b[1]).all()
         assert other.to_buffers() == (id_bytes, vector_bytes)
 
-    raw = VectorIndex.from_buffers(12, id_bytes, (data[200:] * 3).tobytes(), normalized=False)
+    raw = from_buffers(12, id_bytes, (data[200:] * 3).tobytes(), normalized=False)
     assert abs(np.linalg.norm(raw.get(400)) - 1) < 1e-6  # type: ignore[arg-type]
 
 
@@ -213,10 +212,10 @@ def test_bad_buffers_are_refused() -> None:
     ids = np.array([1, 1], dtype="<i8").tobytes()
     vectors = np.ones((2, 3), dtype="<f4").tobytes()
     with pytest.raises(ValidationFailed) as dup:
-        VectorIndex.from_buffers(3, ids, vectors)
+        from_buffers(3, ids, vectors)
     assert dup.value.code == "duplicate_id"
     with pytest.raises(ValidationFailed) as short:
-        VectorIndex.from_buffers(3, ids, vectors[:-4])
+        from_buffers(3, ids, vectors[:-4])
     assert short.value.code == "dimension_mismatch"
 
 
@@ -346,17 +345,17 @@ def test_adopt_takes_the_arrays_without_copying_and_searches_them() -> None:
     vectors = rng.standard_normal((50, 8)).astype(np.float32)
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
     ids = np.arange(100, 150, dtype=np.int64)
-    index = VectorIndex.adopt(ids, vectors)
+    index = adopt(ids, vectors)
     assert len(index) == 50 and index.dimension == 8
     found, scores = index.search(vectors[7], 1)
     assert found.tolist() == [107] and scores[0] == pytest.approx(1.0, abs=1e-6)
     index.add([999], np.ones((1, 8), dtype=np.float32))  # grows past the adopted arrays
     assert index.contains(999) and len(index) == 51
     with pytest.raises(ValidationFailed) as duplicate:
-        VectorIndex.adopt(np.zeros(2, dtype=np.int64), vectors[:2])
+        adopt(np.zeros(2, dtype=np.int64), vectors[:2])
     assert duplicate.value.code == "duplicate_id"
     with pytest.raises(ValidationFailed):
-        VectorIndex.adopt(ids[:3], vectors[:2])
+        adopt(ids[:3], vectors[:2])
 
 
 def test_store_load_vectors_reads_every_segment_into_one_matrix(tmp_path: Path) -> None:
@@ -420,7 +419,7 @@ def test_large_scans_share_their_blocks_with_the_executor_and_agree_without_it()
     rng = np.random.default_rng(5)
     rows = rng.standard_normal((60_000, 32)).astype(np.float32)  # past PARALLEL_MIN_ELEMENTS
     queries = rng.standard_normal((5, 32)).astype(np.float32)
-    alone = VectorIndex.adopt(np.arange(60_000), rows / np.linalg.norm(rows, axis=1)[:, None])
+    alone = adopt(np.arange(60_000), rows / np.linalg.norm(rows, axis=1)[:, None])
     used: set[str] = set()
     with ThreadPoolExecutor(3, thread_name_prefix="helper") as pool:
         original = pool.submit
@@ -433,7 +432,7 @@ def test_large_scans_share_their_blocks_with_the_executor_and_agree_without_it()
             return original(run)
 
         pool.submit = submit  # type: ignore[method-assign]
-        helped = VectorIndex.adopt(
+        helped = adopt(
             np.arange(60_000), rows / np.linalg.norm(rows, axis=1)[:, None], executor=pool
         )
         for q in queries:

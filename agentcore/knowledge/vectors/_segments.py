@@ -45,8 +45,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from agentcore.knowledge import kernels
-from agentcore.knowledge.index import Part, RowSource, encode_labels
+from agentcore.knowledge.vectors import _kernels as kernels
+from agentcore.knowledge.vectors._parts import Part, encode_labels
+from agentcore.knowledge.vectors._plan import RowSource
 
 FORMAT = 2  # 2: each row's label (its document's number), for filtered searches
 SEGMENT_MAGIC = b"ACVSEG\x00\x01"

@@ -21,10 +21,12 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from agentcore.knowledge import index as index_module
-from agentcore.knowledge import kernels, segments
-from agentcore.knowledge.index import MaintenancePlan, Part, RowSource, VectorIndex
-from agentcore.knowledge.segments import HEADER_BYTES, SegmentDirectory
+from agentcore.knowledge.vectors import Part, VectorIndex, from_parts
+from agentcore.knowledge.vectors import _index as index_module
+from agentcore.knowledge.vectors import _kernels as kernels
+from agentcore.knowledge.vectors import _segments as segments
+from agentcore.knowledge.vectors._plan import MaintenancePlan, RowSource
+from agentcore.knowledge.vectors._segments import HEADER_BYTES, SegmentDirectory
 
 D = 8
 BLOCK_ROWS = 3  # blocks this small put the boundaries where small tests reach them
@@ -33,9 +35,9 @@ BLOCK_ROWS = 3  # blocks this small put the boundaries where small tests reach t
 @pytest.fixture(autouse=True)
 def files_for_small_workspaces(monkeypatch: pytest.MonkeyPatch) -> None:
     """These workspaces hold a few rows: give them segment files anyway, mapped."""
-    from agentcore.knowledge import workspace_indexes as indexes_module
+    from agentcore.knowledge.vectors import _workspace_loading
 
-    monkeypatch.setattr(indexes_module, "SEGMENT_MIN_BYTES", 0)
+    monkeypatch.setattr(_workspace_loading, "SEGMENT_MIN_BYTES", 0)
     monkeypatch.setattr(segments, "MAP_MIN_BYTES", 0)
 
 
@@ -60,7 +62,7 @@ def index_with(
         Part.build(np.asarray(ids, np.int64), unit_rows(len(ids), seed), kernels.Float32Codec())
         for ids, seed in parts
     ]
-    index = VectorIndex.from_parts(D, built)
+    index = from_parts(D, built)
     index.set_maintenance(None)
     if tail:
         index.add(np.asarray(tail, np.int64), unit_rows(len(tail), seed=99))
@@ -220,31 +222,32 @@ def test_a_segment_writer_refuses_rows_that_do_not_match_the_ids(tmp_path: Path)
         directory.write_segment(np.array([1]), np.zeros(D, np.float32), kernels.CODECS["float32"])
 
 
-class _DeleteBeforeTheLock(VectorIndex):
-    """Deletes ``late`` right after ``apply`` carried over the earlier deletes, before it
-    takes the writer lock: the moment a concurrent DELETE can land."""
+class _DeleteBeforeTheLock(MaintenancePlan):
+    """A plan that deletes ``late`` from ``index`` right after ``apply`` carried over the
+    earlier deletes, before it takes the writer lock: the moment a concurrent DELETE
+    can land."""
 
-    late: list[int]
-
-    def _carry_deletes(self, plan, before, now, new_parts):  # type: ignore[no-untyped-def,override]
-        out = super()._carry_deletes(plan, before, now, new_parts)
-        if self.late:
-            late, self.late = self.late, []
-            assert self.remove(late) == len(late)
+    def carry_deletes(self, before, now, new_parts):  # type: ignore[no-untyped-def,override]
+        out = super().carry_deletes(before, now, new_parts)
+        late = self.__dict__.pop("late", None)  # the first carry-over only
+        if late:
+            assert self.__dict__["index"].remove(late) == len(late)
         return out
 
 
 def test_apply_carries_over_deletes_made_during_the_step_and_just_before_the_lock() -> None:
     parts = [Part.build(np.arange(50, dtype=np.int64), unit_rows(50, 1), kernels.Float32Codec())]
-    index = _DeleteBeforeTheLock.from_parts(D, parts)
-    assert isinstance(index, _DeleteBeforeTheLock)
+    index = from_parts(D, parts)
     index.set_maintenance(None)
     index.add(np.array([70, 60]), unit_rows(2, 2))
     index.remove([0, 1])
-    plan = plan_all(index)
-    new_part = index.build_part(plan)
+    planned = plan_all(index)
+    new_part = index.build_part(planned)
     index.remove([2, 3, 70])  # while the step ran (one of them in the sealed tail)
-    index.late = [4, 60]  # lands between the early carry-over and the lock
+    plan = _DeleteBeforeTheLock(planned.snapshot, planned.parts, planned.tail_rows)
+    plan.__dict__.update(
+        index=index, late=[4, 60]
+    )  # lands between the early carry-over and the lock
     assert index.apply(plan, [new_part])
     gone = {0, 1, 2, 3, 4, 60, 70}
     assert set(index.ids().tolist()) == set(range(50)) - gone
@@ -280,9 +283,9 @@ def test_the_writer_paces_itself_before_every_block(tmp_path: Path, codec_name: 
 
 
 def test_background_steps_wait_while_a_write_is_in_flight() -> None:
-    from agentcore.knowledge.workspace_indexes import _Foreground
+    from agentcore.knowledge.vectors._maintenance import Foreground
 
-    foreground = _Foreground()
+    foreground = Foreground()
     assert foreground.wait_idle(0)
     with foreground.running():
         with foreground.running():  # nested writes
@@ -301,9 +304,9 @@ def test_a_merge_beside_a_segment_with_dead_rows_reloads_from_the_files(
     included: with one missing a reload found it unusable and read the store instead."""
     from test_segments import Workspace
 
-    from agentcore.knowledge import workspace_indexes as indexes_module
+    from agentcore.knowledge.vectors import _workspace_loading
 
-    monkeypatch.setattr(indexes_module, "SEGMENT_MERGE_ROWS", 40)
+    monkeypatch.setattr(_workspace_loading, "SEGMENT_MERGE_ROWS", 40)
     db = tmp_path / "kb.db"
     space = Workspace(db)
     try:

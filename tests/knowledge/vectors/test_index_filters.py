@@ -16,9 +16,10 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from agentcore.knowledge import index as index_module
-from agentcore.knowledge.index import NO_LABEL, VectorIndex
-from agentcore.knowledge.segments import SegmentDirectory
+from agentcore.knowledge.vectors import NO_LABEL, VectorIndex, adopt, from_parts
+from agentcore.knowledge.vectors import _index as index_module
+from agentcore.knowledge.vectors._parts import codec_named
+from agentcore.knowledge.vectors._segments import SegmentDirectory
 
 D = 32
 
@@ -68,7 +69,7 @@ def build(codec: str, seed: int = 0) -> tuple[VectorIndex, Truth]:
     ids = np.arange(0, 6000, dtype=np.int64) * 2
     labels = np.arange(ids.size, dtype=np.int64) // 200  # 30 documents of 200 rows
     vectors = unit(ids.size, seed)
-    index = VectorIndex.adopt(ids, vectors, labels=labels, codec=codec, spare_rows=2000)
+    index = adopt(ids, vectors, labels=labels, codec=codec, spare_rows=2000)
     truth.add(ids, vectors, labels)
     for document in range(30, 36):  # six more documents, each one write
         new = np.arange(100, dtype=np.int64) + 100_000 + document * 1000
@@ -129,7 +130,7 @@ def test_both_paths_of_a_part_give_the_same_answer(monkeypatch: pytest.MonkeyPat
 
 def test_ties_are_broken_by_id_among_the_allowed_rows() -> None:
     same = unit(1, 1).repeat(8, axis=0)
-    index = VectorIndex.adopt(np.arange(8) * 10, same, labels=[1, 2, 1, 2, 1, 2, 1, 2])
+    index = adopt(np.arange(8) * 10, same, labels=[1, 2, 1, 2, 1, 2, 1, 2])
     found, scores = index.search(same[0], 3, allow=allowing({2}))
     assert found.tolist() == [10, 30, 50] and len(set(scores.tolist())) == 1
 
@@ -161,8 +162,8 @@ def test_labels_survive_maintenance_and_segment_files(tmp_path: Path) -> None:
     plan = index.plan_maintenance(force=True)
     assert plan is not None
     ids, source = plan.gather()
-    mapped = directory.write_segment(ids, source, index_module.codec_named("float32"))
-    reopened = VectorIndex.from_parts(D, [directory.open_segment(str(mapped.name))])
+    mapped = directory.write_segment(ids, source, codec_named("float32"))
+    reopened = from_parts(D, [directory.open_segment(str(mapped.name))])
     assert reopened.search(q, 40, allow=allowing(labels))[0].tolist() == expected
     assert reopened.search(q, 40)[0].tolist() == index.search(q, 40)[0].tolist()
 

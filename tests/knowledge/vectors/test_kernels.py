@@ -11,15 +11,15 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from agentcore.knowledge import kernels
-from agentcore.knowledge.workspace_indexes import unit_rows
+from agentcore.knowledge.vectors import _kernels as kernels
+from agentcore.knowledge.vectors import unit_rows
 from agentcore.plugins.hashing_embedder import HashingEmbedder
 
 Matrix = npt.NDArray[np.float32]
 NO_DEAD = np.empty(0, dtype=np.int64)
 APPROXIMATE = ["float16", "int8"]
-PINNED = Path(__file__).resolve().parent.parent / "data" / "hashing_v1_pinned.json"
-SQUAD = Path(__file__).resolve().parents[3] / "shared" / "eval" / "squad-sample.json"
+PINNED = Path(__file__).resolve().parents[2] / "data" / "hashing_v1_pinned.json"
+SQUAD = Path(__file__).resolve().parents[4] / "shared" / "eval" / "squad-sample.json"
 
 
 @pytest.fixture(params=["single-block", "many-blocks"])

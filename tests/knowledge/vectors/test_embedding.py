@@ -10,7 +10,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from agentcore.knowledge.workspace_indexes import embed_passages, nonzero_rows, unit_rows
+from agentcore.knowledge.vectors import embed_passages, nonzero_rows, unit_rows
 
 BIG = np.finfo(np.float32).max
 TINY = np.finfo(np.float32).smallest_subnormal

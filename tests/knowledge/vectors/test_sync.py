@@ -16,7 +16,7 @@ import pytest
 from helpers import index_loads, open_seen, run_cli, run_python
 
 from agentcore import AgentCore
-from agentcore.knowledge.workspace_indexes import WorkspaceIndexes
+from agentcore.knowledge.vectors import WorkspaceIndexes, adopt
 from agentcore.schema import Document
 from agentcore.storage.base import Store
 from agentcore.workspace import Workspace
@@ -232,9 +232,7 @@ def test_another_process_writes_are_seen_at_the_next_search(store_url: str, tmp_
 
 
 def test_an_adopted_index_takes_spare_rows_without_copying_the_matrix() -> None:
-    from agentcore.knowledge.index import VectorIndex
-
-    index = VectorIndex.adopt(np.arange(10), _vectors(10), spare_rows=5)
+    index = adopt(np.arange(10), _vectors(10), spare_rows=5)
     size = index.nbytes
     index.add(np.arange(100, 105), _vectors(5, seed=3))  # fills the spare rows exactly
     assert index.nbytes == size and len(index) == 15
@@ -245,12 +243,10 @@ def test_an_adopted_index_takes_spare_rows_without_copying_the_matrix() -> None:
 
 
 def test_arrays_that_do_not_own_their_memory_are_adopted_as_they_are() -> None:
-    from agentcore.knowledge.index import VectorIndex
-
     base = _vectors(20)
     before = base.copy()
     view = base[:10]  # a view: the index must neither enlarge nor write it
-    index = VectorIndex.adopt(np.arange(10), view, spare_rows=100)
+    index = adopt(np.arange(10), view, spare_rows=100)
     # the view is held as it is; the spare rows are a separate tail buffer
     tail = 100 * (view.shape[1] * 4 + 8 + 4)  # a row, its id and its label code
     assert index.nbytes == view.nbytes + np.arange(10).nbytes + tail
@@ -262,11 +258,9 @@ def test_arrays_that_do_not_own_their_memory_are_adopted_as_they_are() -> None:
 def test_ids_out_of_order_are_adopted_sorted_with_their_spare_rows() -> None:
     """A load whose ids are not ascending (ids a caller assigned) still gets spare
     rows: the first rows added after it must not copy the whole matrix."""
-    from agentcore.knowledge.index import VectorIndex
-
     ids = np.array([50, 10, 40, 20, 30])
     vectors = _vectors(5)
-    index = VectorIndex.adopt(ids, vectors, spare_rows=3)
+    index = adopt(ids, vectors, spare_rows=3)
     size = index.nbytes
     index.add(np.array([5, 60, 1]), _vectors(3, seed=7))  # fills the spare rows exactly
     assert index.nbytes == size and len(index) == 8
@@ -281,8 +275,7 @@ def test_ids_out_of_order_are_adopted_sorted_with_their_spare_rows() -> None:
 
 def test_repeated_ids_out_of_order_are_refused() -> None:
     from agentcore.errors import ValidationFailed
-    from agentcore.knowledge.index import VectorIndex
 
     with pytest.raises(ValidationFailed) as refused:
-        VectorIndex.adopt(np.array([3, 1, 3]), _vectors(3))
+        adopt(np.array([3, 1, 3]), _vectors(3))
     assert refused.value.code == "duplicate_id"

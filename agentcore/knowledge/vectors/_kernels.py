@@ -55,7 +55,7 @@ Codes = npt.NDArray[Any]
 
 class Rows(Protocol):
     """Float32 rows read by row number: a matrix, or rows kept elsewhere and read back
-    (``index.StoredRows``: all NaN for a row no longer kept)."""
+    (``_parts.StoredRows``: all NaN for a row no longer kept)."""
 
     @property
     def shape(self) -> tuple[int, ...]:

@@ -18,9 +18,9 @@ from helpers import file_indexes, open_seen, run_python, seen, stored_chunk_ids
 
 from agentcore import AgentCore
 from agentcore.config import Settings, machine_memory
-from agentcore.knowledge import segments
-from agentcore.knowledge import workspace_indexes as indexes_module
-from agentcore.knowledge.workspace_indexes import WorkspaceIndexes
+from agentcore.knowledge.vectors import Embedding, WorkspaceIndexes
+from agentcore.knowledge.vectors import _segments as segments
+from agentcore.knowledge.vectors import _workspace_loading as loading
 from agentcore.plugins.hashing_embedder import HashingEmbedder
 from agentcore.residency import Residency
 from agentcore.storage.records import IndexRows
@@ -161,20 +161,19 @@ def test_compaction_in_ram_moves_the_charge_with_the_rows(db: Path) -> None:
         ]
         ws.knowledge.search("red pump")
         key = (ws.organization_id, ENV)
-        entry = core.indexes._entries.get(key)
-        assert entry is not None
+        index = core.indexes.get(*key)
         full = core.indexes.stats()["bytes"]
-        assert full == indexes_module._bytes_of(entry)
+        assert full == index.resident_bytes  # no rows held back: a search added them
         for document in documents[:25]:
             ws.knowledge.delete(document.id)
         assert core.indexes.wait_for_maintenance(30)
         kept = sum(len(stored_chunk_ids(core.store, *key, d.id)) for d in documents[25:])
-        assert len(entry.index) == kept
+        assert len(index) == kept
         charged = core.indexes.stats()["bytes"]
-        assert charged == indexes_module._bytes_of(entry)
+        assert charged == index.resident_bytes
         assert isinstance(full, int) and isinstance(charged, int) and charged < full / 2
         ws.knowledge.search("red pump")  # a search alone (no write) keeps it right
-        assert core.indexes.stats()["bytes"] == indexes_module._bytes_of(entry)
+        assert core.indexes.stats()["bytes"] == index.resident_bytes
 
 
 def _first_document(core: AgentCore, org: str) -> str:
@@ -242,7 +241,7 @@ def test_concurrent_loads_of_one_workspace_load_it_once(db: Path) -> None:
     store = SlowLoadStore(str(db))
     embedder = HashingEmbedder()
     cache = WorkspaceIndexes(
-        store, embedders={embedder.name: embedder}, embedder=embedder.name, budget_bytes=1 << 30
+        store, embedding=Embedding({embedder.name: embedder}, embedder.name), budget_bytes=1 << 30
     )
     try:
         start = threading.Barrier(8)
@@ -262,7 +261,7 @@ def test_concurrent_loads_of_one_workspace_load_it_once(db: Path) -> None:
             thread.join(30)
         assert results == [1] * 8  # its one chunk, for every thread
         assert store.loads == 1 and cache.stats()["loads"] == 1
-        assert not cache._locks  # no lock is left behind for the workspace
+        assert not cache._loaded.locks  # no lock is left behind for the workspace
     finally:
         cache.close()
         store.close()
@@ -307,7 +306,7 @@ with AgentCore.open(url, start_workers=False) as core:
 
 @pytest.fixture
 def small_segment_files(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(indexes_module, "SEGMENT_MIN_BYTES", 0)
+    monkeypatch.setattr(loading, "SEGMENT_MIN_BYTES", 0)
     monkeypatch.setattr(segments, "MAP_MIN_BYTES", 0)
 
 
@@ -371,7 +370,7 @@ def _first_document_named(core: AgentCore, org: str, source: str) -> str:
 def test_small_workspaces_get_no_segment_files_and_large_ones_are_mapped(
     db: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(indexes_module, "SEGMENT_MIN_BYTES", 64 * 4096)  # 64 rows at d=1024
+    monkeypatch.setattr(loading, "SEGMENT_MIN_BYTES", 64 * 4096)  # 64 rows at d=1024
     with AgentCore.open(str(db), start_workers=False, index_dir="auto") as core:
         core.start()
         small = _tenant(core, 1)
@@ -403,7 +402,7 @@ def test_small_workspaces_get_no_segment_files_and_large_ones_are_mapped(
 def test_mapped_files_are_bounded_and_closed_on_eviction(
     db: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(indexes_module, "SEGMENT_MIN_BYTES", 0)
+    monkeypatch.setattr(loading, "SEGMENT_MIN_BYTES", 0)
     monkeypatch.setattr(segments, "MAP_MIN_BYTES", 0)
     with AgentCore.open(str(db), start_workers=False, index_dir="auto") as core:
         core.start()
@@ -434,7 +433,7 @@ def test_a_load_from_segment_files_keeps_them_and_its_charge(
     # files and the log, the index's maintenance is the maintenance loop's (new segment
     # files, the budget charged again), never RAM steps on the search helpers (they once
     # ran, replacing the mapped part by a RAM one the budget was not charged for)
-    monkeypatch.setattr(indexes_module, "SEGMENT_MIN_BYTES", 0)
+    monkeypatch.setattr(loading, "SEGMENT_MIN_BYTES", 0)
     monkeypatch.setattr(segments, "MAP_MIN_BYTES", 0)
     with AgentCore.open(str(db), start_workers=False) as core:
         core.start()
@@ -481,7 +480,7 @@ def _open_vec_files() -> int:
 def test_unusable_segment_files_are_logged_and_counted(
     db: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setattr(indexes_module, "SEGMENT_MIN_BYTES", 0)
+    monkeypatch.setattr(loading, "SEGMENT_MIN_BYTES", 0)
     with AgentCore.open(str(db), start_workers=False, index_dir="auto") as core:
         core.start()
         org = _tenant(core, 1)

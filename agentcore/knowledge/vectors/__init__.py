@@ -1,0 +1,51 @@
+"""The vector engine: where a core's vectors are kept, ranked and kept in step with the store.
+
+The knowledge service sees one seam, ``VectorBackend``: ``WorkspaceIndexes`` ranks in
+this process's memory (each workspace's exact ``VectorIndex``: kernels, segment files,
+change-log sync, maintenance), ``PgvectorBackend`` has the store rank. ``Embedding``
+turns passages and queries into rows for both. Everything else is private
+(``_index.py``, ``_kernels.py``, ``_segments.py``, ...).
+"""
+
+from agentcore.knowledge.vectors._backend import Rows, VectorBackend, Within
+from agentcore.knowledge.vectors._embedding import (
+    Embedding,
+    embed_passages,
+    nonzero_rows,
+    unit_rows,
+)
+from agentcore.knowledge.vectors._index import GATHER_FRACTION, VectorIndex
+from agentcore.knowledge.vectors._kernels import CODECS, scan_helpers
+from agentcore.knowledge.vectors._loading import adopt, from_buffers, from_parts, from_segments
+from agentcore.knowledge.vectors._parts import NO_LABEL, LabelFilter, Part, encode_labels
+from agentcore.knowledge.vectors._pgvector import PgvectorBackend
+from agentcore.knowledge.vectors._segments import max_mapped_files, segment_root
+from agentcore.knowledge.vectors._workspace_indexes import WorkspaceIndexes
+from agentcore.knowledge.vectors._workspace_loading import WorkspaceRows
+
+__all__ = [
+    "CODECS",
+    "Embedding",
+    "GATHER_FRACTION",
+    "LabelFilter",
+    "NO_LABEL",
+    "Part",
+    "PgvectorBackend",
+    "Rows",
+    "VectorBackend",
+    "VectorIndex",
+    "Within",
+    "WorkspaceIndexes",
+    "WorkspaceRows",
+    "adopt",
+    "embed_passages",
+    "encode_labels",
+    "from_buffers",
+    "from_parts",
+    "from_segments",
+    "max_mapped_files",
+    "nonzero_rows",
+    "scan_helpers",
+    "segment_root",
+    "unit_rows",
+]
