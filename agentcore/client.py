@@ -210,9 +210,17 @@ def _segment(resource_id: str) -> str:
     return quote(resource_id, safe="")
 
 
+def api_base(base_url: str) -> str:
+    """The ``/v1`` base of a server's address: ``http://host:8000`` and
+    ``http://host:8000/v1`` (the base the OpenAI SDK wants) name the same API, and so do
+    ``.../api`` and ``.../api/v1`` for one mounted under ``/api``."""
+    base = base_url.rstrip("/")
+    return base if base.endswith("/v1") else base + "/v1"
+
+
 def _http_options(base_url: str, api_key: str, timeout: float) -> dict[str, Any]:
     return {
-        "base_url": base_url.rstrip("/") + "/v1",
+        "base_url": api_base(base_url),
         "headers": {"Authorization": f"Bearer {api_key}"},
         "timeout": timeout,
     }
@@ -472,7 +480,8 @@ class AsyncChatClient:
 
 
 class Client:
-    """Talks to an agentcore server: ``Client("http://127.0.0.1:8000", "ak_test_...")``.
+    """Talks to an agentcore server: ``Client("http://127.0.0.1:8000", "ak_test_...")``
+    (``"http://127.0.0.1:8000/v1"``, the base URL the OpenAI SDK takes, works too).
 
     Failures raise the same ``agentcore.errors`` classes the core raises, with the
     server's ``code``, ``param`` and request id (in ``extra``). Pass ``transport`` to
