@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import logging
 import re
 import threading
 import time
@@ -23,6 +22,7 @@ from agentcore.config import PluginSettings
 from agentcore.errors import ProviderError, ProviderTimeout
 from agentcore.hookspecs import hookimpl
 from agentcore.knowledge.embedders import EmbedKind
+from agentcore.redact import get_logger
 from agentcore.schema import Usage
 
 if TYPE_CHECKING:
@@ -60,7 +60,7 @@ _ID = re.compile(r"P\d+")
 
 Key = str | SecretStr | None
 
-logger = logging.getLogger("agentcore.openai_compat")
+logger = get_logger("agentcore.openai_compat")
 
 # the statuses servers refuse a request's tools with: Ollama and vLLM 400 ("does not
 # support tools", "auto tool choice requires --enable-auto-tool-choice"), llama.cpp's
