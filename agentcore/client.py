@@ -97,20 +97,32 @@ class _Requests:
 
     @staticmethod
     def upload(
-        path: str | Path, content_type: str | None, metadata: Mapping[str, Any] | None
+        path: str | Path,
+        content_type: str | None,
+        metadata: Mapping[str, Any] | None,
+        external_id: str | None,
     ) -> _Request[Document]:
         file = Path(path)
         files = {"file": (file.name, file.read_bytes(), content_type or "application/octet-stream")}
         kwargs: dict[str, Any] = {"files": files}
+        fields: dict[str, str] = {}
         if metadata is not None:
-            kwargs["data"] = {"metadata": json.dumps(dict(metadata))}
+            fields["metadata"] = json.dumps(dict(metadata))
+        if external_id is not None:
+            fields["external_id"] = external_id
+        if fields:
+            kwargs["data"] = fields
         return _Request(Document, "POST", "/knowledge/documents", kwargs)
 
     @staticmethod
-    def add_text(source: str, text: str, metadata: Mapping[str, Any] | None) -> _Request[Document]:
+    def add_text(
+        source: str, text: str, metadata: Mapping[str, Any] | None, external_id: str | None
+    ) -> _Request[Document]:
         body: dict[str, Any] = {"source": source, "text": text}
         if metadata is not None:
             body["metadata"] = dict(metadata)
+        if external_id is not None:
+            body["external_id"] = external_id
         return _Request(Document, "POST", "/knowledge/documents", {"json": body})
 
     @staticmethod
@@ -557,15 +569,22 @@ class Client:
         *,
         content_type: str | None = None,
         metadata: Mapping[str, Any] | None = None,
+        external_id: str | None = None,
     ) -> Document:
-        """``POST /v1/knowledge/documents`` with a file (and its ``metadata``)."""
-        return self._run(_Requests.upload(path, content_type, metadata))
+        """``POST /v1/knowledge/documents`` with a file (and its ``metadata``; an
+        ``external_id`` replaces the document under it once this one is ready)."""
+        return self._run(_Requests.upload(path, content_type, metadata, external_id))
 
     def add_text(
-        self, source: str, text: str, *, metadata: Mapping[str, Any] | None = None
+        self,
+        source: str,
+        text: str,
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        external_id: str | None = None,
     ) -> Document:
-        """``POST /v1/knowledge/documents`` with ``{source, text, metadata?}``."""
-        return self._run(_Requests.add_text(source, text, metadata))
+        """``POST /v1/knowledge/documents`` with ``{source, text, metadata?, external_id?}``."""
+        return self._run(_Requests.add_text(source, text, metadata, external_id))
 
     def get_document(self, document_id: str) -> Document:
         """``GET /v1/knowledge/documents/{id}``."""
@@ -713,15 +732,22 @@ class AsyncClient:
         *,
         content_type: str | None = None,
         metadata: Mapping[str, Any] | None = None,
+        external_id: str | None = None,
     ) -> Document:
-        """``POST /v1/knowledge/documents`` with a file (and its ``metadata``)."""
-        return await self._run(_Requests.upload(path, content_type, metadata))
+        """``POST /v1/knowledge/documents`` with a file (and its ``metadata``; an
+        ``external_id`` replaces the document under it once this one is ready)."""
+        return await self._run(_Requests.upload(path, content_type, metadata, external_id))
 
     async def add_text(
-        self, source: str, text: str, *, metadata: Mapping[str, Any] | None = None
+        self,
+        source: str,
+        text: str,
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        external_id: str | None = None,
     ) -> Document:
-        """``POST /v1/knowledge/documents`` with ``{source, text, metadata?}``."""
-        return await self._run(_Requests.add_text(source, text, metadata))
+        """``POST /v1/knowledge/documents`` with ``{source, text, metadata?, external_id?}``."""
+        return await self._run(_Requests.add_text(source, text, metadata, external_id))
 
     async def get_document(self, document_id: str) -> Document:
         """``GET /v1/knowledge/documents/{id}``."""

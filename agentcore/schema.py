@@ -528,6 +528,19 @@ class AgentList(BaseModel):
     has_more: bool
 
 
+MAX_EXTERNAL_ID_CHARS = 256
+ExternalId = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=MAX_EXTERNAL_ID_CHARS,
+        description="Your own id for the document, unique in the workspace: a document"
+        " already under it is replaced when this one is ready (in one transaction).",
+    ),
+]
+"""A document's ``external_id``: 1-256 characters (no NUL, as every string)."""
+
+
 class Document(BaseModel):
     """A document of the knowledge core."""
 
@@ -550,6 +563,12 @@ class Document(BaseModel):
         default_factory=dict,
         description="The document's attributes, which search filters select by.",
     )
+    external_id: str | None = Field(
+        default=None,
+        description="The caller's own id for the document (a path, a URL, another"
+        " system's id): unique among the workspace's ready documents; an upload under it"
+        " replaces the earlier version once it is ready.",
+    )
 
 
 class DocumentList(BaseModel):
@@ -565,6 +584,7 @@ class TextDocumentCreate(Request):
     source: str = Field(..., min_length=1, max_length=255, json_schema_extra=_DECLARE_NON_BLANK)
     text: str = Field(..., min_length=1, json_schema_extra=_DECLARE_NON_BLANK)
     metadata: Metadata | None = None
+    external_id: ExternalId | None = None
 
 
 class DocumentUpdate(Request):

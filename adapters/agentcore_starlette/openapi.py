@@ -10,6 +10,7 @@ from pydantic import BaseModel
 
 from agentcore.config import Settings
 from agentcore.schema import (
+    MAX_EXTERNAL_ID_CHARS,
     MAX_METADATA_KEY_CHARS,
     MAX_METADATA_KEYS,
     MAX_METADATA_STRING_CHARS,
@@ -395,6 +396,14 @@ def build_openapi(
                                 " characters, each value a string of at most"
                                 f" {MAX_METADATA_STRING_CHARS} characters, a number or a"
                                 " boolean (as the JSON body's `metadata`).",
+                            },
+                            "external_id": {
+                                "type": "string",
+                                "minLength": 1,
+                                "maxLength": MAX_EXTERNAL_ID_CHARS,
+                                "pattern": NO_NUL,
+                                "description": "Your own id for the document: a ready"
+                                " document under it is replaced when this one is ready.",
                             },
                         },
                     }

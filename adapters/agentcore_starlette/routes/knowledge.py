@@ -19,7 +19,8 @@ from agentcore_starlette.routing import PAGINATION, ApiRoute, Call
 
 def create_document(call: Call) -> Document:
     """Ingest a PDF, Markdown or text file (multipart ``file``, and optionally
-    ``metadata``: a JSON object) or JSON ``{source, text, metadata?}``.
+    ``metadata``: a JSON object, and ``external_id``) or JSON ``{source, text, metadata?,
+    external_id?}``.
 
     201 with the ready document; 202 with it in status ``processing`` (poll ``GET``
     until ``ready`` or ``failed``, or subscribe to ``document.ready`` and
@@ -36,11 +37,16 @@ def create_document(call: Call) -> Document:
             filename=upload.filename,
             content_type=upload.content_type,
             metadata=upload.metadata,
+            external_id=upload.external_id,
             cancellation=call.cancellation,
         )
     body = cast(TextDocumentCreate, call.body)
     return knowledge.ingest_text(
-        body.source, body.text, metadata=body.metadata, cancellation=call.cancellation
+        body.source,
+        body.text,
+        metadata=body.metadata,
+        external_id=body.external_id,
+        cancellation=call.cancellation,
     )
 
 
