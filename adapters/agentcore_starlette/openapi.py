@@ -372,6 +372,10 @@ def build_openapi(
                 "application/json": {"schema": _schema(route.request, components, "validation")}
             }
             if route.body == "json_or_upload":
+                # one media type per operation: generators write a body of several types
+                # badly (openapi-python-client#1451); its JSON body is declared at the
+                # route that takes only that (POST /knowledge/documents/text)
+                content = {}
                 content["multipart/form-data"] = {
                     "schema": {
                         "type": "object",
