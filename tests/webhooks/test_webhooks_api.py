@@ -178,7 +178,7 @@ def test_live_mode_requires_https(api: Api, keys, receiver: Receiver) -> None:
     response = live.post(
         "/v1/webhooks/subscribe", json={"url": receiver.url(), "events": ["agent.action"]}
     )
-    assert_problem(response, 422, "https_required", param="url")
+    assert_problem(response, 403, "https_required", param="url")
 
 
 def test_default_configuration_refuses_loopback(tmp_path: Path, receiver: Receiver) -> None:
@@ -190,7 +190,7 @@ def test_default_configuration_refuses_loopback(tmp_path: Path, receiver: Receiv
             response = api.post(
                 "/v1/webhooks/subscribe", json={"url": url, "events": ["agent.action"]}
             )
-            assert_problem(response, 422, "url_not_allowed", param="url")
+            assert_problem(response, 403, "url_not_allowed", param="url")
         assert api.get("/v1/webhooks").json()["webhooks"] == []
 
 
