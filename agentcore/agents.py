@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from agentcore.errors import Conflict, NotFound, ValidationFailed
 from agentcore.ids import new_id, utcnow
-from agentcore.schema import Agent, AgentCreate, AgentList, AgentStatus, AgentUpdate
+from agentcore.schema import (
+    Agent,
+    AgentCreate,
+    AgentList,
+    AgentStatus,
+    AgentUpdate,
+    ToolDefinition,
+)
 
 if TYPE_CHECKING:
     from agentcore.chat_models import ChatModel
@@ -52,6 +59,7 @@ class AgentService:
         self._ws.require("write")
         spec = spec or AgentCreate.model_validate(fields)
         self._check_model(spec.model)
+        _check_tool_names(spec.tools)
         now = utcnow()
         agent = Agent(
             id=new_id("agt"),
@@ -105,6 +113,7 @@ class AgentService:
             )
         given = changes.model_dump(exclude_unset=True)
         self._check_model(given.get("model"))
+        _check_tool_names(changes.tools or [])
         for required in ("name", "role", "system_prompt", "tools", "handoff_on_no_answer"):
             if required in given and given[required] is None:
                 raise ValidationFailed(f"'{required}' cannot be null.", param=required)
@@ -168,3 +177,19 @@ class AgentService:
         updated = agent.model_copy(update={"status": _TARGET[action], "updated_at": utcnow()})
         self._save(updated, agent.status, ["status"])
         return self._find(agent_id)
+
+
+def _check_tool_names(tools: Sequence[ToolDefinition]) -> None:
+    """409 ``duplicate_tool_name`` naming the second tool of a name: an agent's tools are
+    keyed by name (the model calls a tool by it), so a second one conflicts with the
+    first, as a second object under a unique key does (the rule JSON Schema cannot
+    state, so the OpenAPI document declares this 409)."""
+    seen: set[str] = set()
+    for number, tool in enumerate(tools):
+        if tool.name in seen:
+            raise Conflict(
+                f"Two tools are named {tool.name!r}: an agent's tool names are unique.",
+                code="duplicate_tool_name",
+                param=f"tools.{number}.name",
+            )
+        seen.add(tool.name)

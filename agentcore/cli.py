@@ -1,4 +1,4 @@
-"""The ``agentcore`` command: init, keys, serve, ingest, search."""
+"""The ``agentcore`` command: init, keys, serve, ingest, search, agents, chat."""
 
 # Plugins add commands through the agentcore_register_commands hook; the HTTP adapter
 # adds `serve` that way (agentcore_starlette.commands), so the core never imports a server.
@@ -25,9 +25,10 @@ from tqdm import tqdm
 
 from agentcore.config import DEFAULT_DATABASE, Settings, database_url
 from agentcore.core import AgentCore, make_plugin_manager, plugin_settings_models
-from agentcore.errors import AgentCoreError, ValidationFailed
+from agentcore.errors import AgentCoreError, NotFound, ValidationFailed
 from agentcore.redact import hide_passwords, redact
-from agentcore.schema import ApiKey, IssuedKey
+from agentcore.schema import Agent, ApiKey, IssuedKey
+from agentcore.services import WorkspaceServices
 from agentcore.storage.sqlite import path_for_url
 from agentcore.webhooks.keyfile import SETTING_HINT
 
@@ -242,33 +243,61 @@ def cmd_keys_rotate(core: AgentCore, args: argparse.Namespace) -> int:
     return 0
 
 
-def _files(paths: Sequence[str]) -> list[Path]:
+INGESTED_SUFFIXES = (".pdf", ".txt", ".md", ".markdown")
+"""The files a folder given to ``ingest`` contributes (a file named alone is always tried)."""
+
+
+def _files(paths: Sequence[str]) -> tuple[list[Path], list[Path]]:
+    """The files to ingest, and those of the folders that are not PDF, text or Markdown."""
     found: list[Path] = []
+    others: list[Path] = []
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
-            found.extend(
-                p
-                for p in sorted(path.rglob("*"))
-                if p.is_file() and p.suffix.lower() in {".pdf", ".txt", ".md", ".markdown"}
-            )
+            for file in sorted(p for p in path.rglob("*") if p.is_file()):
+                wanted = file.suffix.lower() in INGESTED_SUFFIXES
+                (found if wanted else others).append(file)
         elif path.is_file():
             found.append(path)
         else:
             raise ValidationFailed(f"No such file or folder: {raw}", param="paths")
-    return found
+    return found, others
+
+
+def _workspace(core: AgentCore, args: argparse.Namespace) -> WorkspaceServices:
+    """The workspace ``--org``/``--env`` name; an unknown organization is refused (made
+    only with ``--create-org``, where the command has it), not guessed."""
+    create = bool(getattr(args, "create_org", False))
+    try:
+        return core.workspace(args.org, args.env, create=create)
+    except NotFound:
+        extra = " or pass --create-org" if hasattr(args, "create_org") else ""
+        raise NotFound(
+            f"No organization named {args.org!r}: create it with 'agentcore init --org"
+            f" {args.org}'{extra}.",
+            param="org",
+        ) from None
 
 
 def cmd_ingest(core: AgentCore, args: argparse.Namespace) -> int:
     """Ingest files and folders into a workspace's knowledge core, with progress: a bar
-    with the rate and time left on a terminal, one line per file otherwise."""
-    ws = core.workspace(args.org, args.env)
-    files = _files(args.paths)
+    with the rate and time left on a terminal, one line per file otherwise. Files of a
+    folder that are not PDF, text or Markdown are listed as skipped; the exit status
+    is 1 when a file failed or nothing was ingested."""
+    files, others = _files(args.paths)  # a missing path is refused before anything else
+    ws = _workspace(core, args)
+    for path in others:
+        say(f"skipped {path}: not a PDF, text or Markdown file ({path.suffix or 'no suffix'})")
     done = failed = chunks = 0
     with _progress(files) as report:
         for path in files:
             try:
-                doc = ws.knowledge.ingest_file(path.read_bytes(), filename=path.name, wait=True)
+                doc = ws.knowledge.ingest_file(
+                    path.read_bytes(),
+                    filename=path.name,
+                    external_id=path.as_posix() if args.replace else None,
+                    wait=True,
+                )
             except AgentCoreError as error:
                 failed += 1
                 report(path, f"skipped {path}: {error.detail}")
@@ -276,8 +305,14 @@ def cmd_ingest(core: AgentCore, args: argparse.Namespace) -> int:
             done += 1
             chunks += doc.chunks
             report(path, f"{path.name}: {doc.chunks} chunk(s)")
-    print(f"Ingested {done} file(s), {chunks} chunk(s); {failed} failed.", file=sys.stderr)
-    return 1 if failed else 0
+    print(
+        f"Ingested {done} file(s), {chunks} chunk(s); {failed} failed;"
+        f" {len(others)} skipped (not PDF, text or Markdown).",
+        file=sys.stderr,
+    )
+    if not done:
+        say("nothing was ingested")
+    return 1 if failed or not done else 0
 
 
 Report = Callable[[Path, str], None]
@@ -333,7 +368,7 @@ def _progress(files: Sequence[Path]) -> Iterator[Report]:
 
 def cmd_search(core: AgentCore, args: argparse.Namespace) -> int:
     """Search a workspace's knowledge core."""
-    ws = core.workspace(args.org, args.env, create=False)
+    ws = _workspace(core, args)
     response = ws.knowledge.search(args.query, top_k=args.top_k)
     if args.json:
         print(response.model_dump_json(indent=2))
@@ -344,6 +379,76 @@ def cmd_search(core: AgentCore, args: argparse.Namespace) -> int:
         print(f"{rank:>2}. {result.score:.3f}  {result.source} p.{pages}\n    {snippet}")
     if not response.results:
         print("No results.")
+    return 0
+
+
+def _agent_line(agent: Agent) -> str:
+    return f"{agent.id}  {agent.status:<8}  {agent.role:<12}  {agent.name}"
+
+
+def cmd_agents_create(core: AgentCore, args: argparse.Namespace) -> int:
+    """Create an agent (in draft; ``--deploy`` deploys it too)."""
+    ws = _workspace(core, args)
+    fields = {"name": args.name, "role": args.role, "system_prompt": args.system_prompt}
+    agent = ws.agents.create(model=args.model, **fields)
+    if args.deploy:
+        agent = ws.agents.deploy(agent.id)
+    if args.json:
+        print(agent.model_dump_json(indent=2))
+    else:
+        print(_agent_line(agent))
+    return 0
+
+
+def cmd_agents_list(core: AgentCore, args: argparse.Namespace) -> int:
+    """List a workspace's agents (draft and deployed; archived with ``--status``)."""
+    ws = _workspace(core, args)
+    agents: list[Agent] = []
+    after: str | None = None
+    while True:  # every page: a command line lists them all
+        page = ws.agents.list(limit=100, starting_after=after, status=args.status)
+        agents += page.agents
+        if not page.has_more:
+            break
+        after = page.agents[-1].id
+    if args.json:
+        _print_json([agent.model_dump(mode="json") for agent in agents])
+        return 0
+    for agent in agents:
+        print(_agent_line(agent))
+    if not agents:
+        print("No agents ('agentcore agents create' makes one).")
+    return 0
+
+
+def cmd_agents_deploy(core: AgentCore, args: argparse.Namespace) -> int:
+    """Deploy a draft agent: live keys can chat with it."""
+    agent = _workspace(core, args).agents.deploy(args.agent_id)
+    print(_agent_line(agent))
+    return 0
+
+
+def cmd_chat(core: AgentCore, args: argparse.Namespace) -> int:
+    """Ask an agent a question; its answer is streamed as it is written on a terminal,
+    printed whole otherwise, then its citations."""
+    ws = _workspace(core, args)
+    if args.json:
+        answer = ws.chat.send(args.agent_id, args.message, args.conversation)
+        print(answer.model_dump_json(indent=2, exclude_none=True))
+        return 0
+    if sys.stdout.isatty():
+        with ws.chat.stream(args.agent_id, args.message, args.conversation) as stream:
+            for delta in stream:
+                print(delta, end="", flush=True)
+        print()
+        answer = stream.response
+    else:
+        answer = ws.chat.send(args.agent_id, args.message, args.conversation)
+        print(answer.response)
+    for citation in answer.citations:
+        pages = ", ".join(str(page) for page in citation.pages)
+        print(f"  [{citation.source}, p. {pages}]")
+    say(f"conversation {answer.conversationId} (continue it with --conversation)")
     return 0
 
 
@@ -441,6 +546,17 @@ def build_parser(
     org(p)
     env(p)
     p.add_argument(
+        "--create-org",
+        action="store_true",
+        help="create the organization if it does not exist (else an unknown one is refused)",
+    )
+    p.add_argument(
+        "--replace",
+        action="store_true",
+        help="each file's path (as given) is its document's external_id: ingesting it again"
+        " replaces the earlier version instead of adding a second document",
+    )
+    p.add_argument(
         "paths", nargs="+", help="files, or folders whose PDF, text and Markdown files to ingest"
     )
 
@@ -456,6 +572,44 @@ def build_parser(
     )
     as_json(p)
     p.add_argument("query", help="what to search for")
+
+    agents_parser = sub.add_parser(
+        "agents",
+        help="create, list and deploy agents",
+        description="create, list and deploy agents",
+        formatter_class=HelpFormatter,
+    )
+    agents = agents_parser.add_subparsers(dest="agents_command", required=True, metavar="COMMAND")
+    p = command("create", cmd_agents_create, "create an agent (in draft)", agents)
+    org(p)
+    env(p)
+    p.add_argument("--name", default="", help="the agent's display name")
+    p.add_argument("--role", default="assistant", help="the agent's role label")
+    p.add_argument("--system-prompt", default="", metavar="TEXT", help="the agent's system prompt")
+    p.add_argument("--model", help="its chat model (default: the core's default_chat_model)")
+    p.add_argument("--deploy", action="store_true", help="deploy the agent at once")
+    as_json(p)
+    p = command("list", cmd_agents_list, "list agents", agents)
+    org(p)
+    env(p)
+    p.add_argument(
+        "--status",
+        choices=["draft", "deployed", "archived"],
+        help="only agents in this status (default: draft and deployed)",
+    )
+    as_json(p)
+    p = command("deploy", cmd_agents_deploy, "deploy a draft agent", agents)
+    org(p)
+    env(p)
+    p.add_argument("agent_id", help="the agent's id (agt_...)")
+
+    p = command("chat", cmd_chat, "ask an agent a question (streamed on a terminal)")
+    org(p)
+    env(p)
+    p.add_argument("--conversation", metavar="ID", help="continue this conversation (conv_...)")
+    as_json(p)
+    p.add_argument("agent_id", help="the agent's id (agt_...)")
+    p.add_argument("message", help="the question")
 
     def register(name: str, run: Command, help_text: str) -> argparse.ArgumentParser:
         if name in sub.choices:

@@ -97,20 +97,32 @@ class _Requests:
 
     @staticmethod
     def upload(
-        path: str | Path, content_type: str | None, metadata: Mapping[str, Any] | None
+        path: str | Path,
+        content_type: str | None,
+        metadata: Mapping[str, Any] | None,
+        external_id: str | None,
     ) -> _Request[Document]:
         file = Path(path)
         files = {"file": (file.name, file.read_bytes(), content_type or "application/octet-stream")}
         kwargs: dict[str, Any] = {"files": files}
+        fields: dict[str, str] = {}
         if metadata is not None:
-            kwargs["data"] = {"metadata": json.dumps(dict(metadata))}
+            fields["metadata"] = json.dumps(dict(metadata))
+        if external_id is not None:
+            fields["external_id"] = external_id
+        if fields:
+            kwargs["data"] = fields
         return _Request(Document, "POST", "/knowledge/documents", kwargs)
 
     @staticmethod
-    def add_text(source: str, text: str, metadata: Mapping[str, Any] | None) -> _Request[Document]:
+    def add_text(
+        source: str, text: str, metadata: Mapping[str, Any] | None, external_id: str | None
+    ) -> _Request[Document]:
         body: dict[str, Any] = {"source": source, "text": text}
         if metadata is not None:
             body["metadata"] = dict(metadata)
+        if external_id is not None:
+            body["external_id"] = external_id
         return _Request(Document, "POST", "/knowledge/documents", {"json": body})
 
     @staticmethod
@@ -210,9 +222,17 @@ def _segment(resource_id: str) -> str:
     return quote(resource_id, safe="")
 
 
+def api_base(base_url: str) -> str:
+    """The ``/v1`` base of a server's address: ``http://host:8000`` and
+    ``http://host:8000/v1`` (the base the OpenAI SDK wants) name the same API, and so do
+    ``.../api`` and ``.../api/v1`` for one mounted under ``/api``."""
+    base = base_url.rstrip("/")
+    return base if base.endswith("/v1") else base + "/v1"
+
+
 def _http_options(base_url: str, api_key: str, timeout: float) -> dict[str, Any]:
     return {
-        "base_url": base_url.rstrip("/") + "/v1",
+        "base_url": api_base(base_url),
         "headers": {"Authorization": f"Bearer {api_key}"},
         "timeout": timeout,
     }
@@ -472,7 +492,8 @@ class AsyncChatClient:
 
 
 class Client:
-    """Talks to an agentcore server: ``Client("http://127.0.0.1:8000", "ak_test_...")``.
+    """Talks to an agentcore server: ``Client("http://127.0.0.1:8000", "ak_test_...")``
+    (``"http://127.0.0.1:8000/v1"``, the base URL the OpenAI SDK takes, works too).
 
     Failures raise the same ``agentcore.errors`` classes the core raises, with the
     server's ``code``, ``param`` and request id (in ``extra``). Pass ``transport`` to
@@ -548,15 +569,22 @@ class Client:
         *,
         content_type: str | None = None,
         metadata: Mapping[str, Any] | None = None,
+        external_id: str | None = None,
     ) -> Document:
-        """``POST /v1/knowledge/documents`` with a file (and its ``metadata``)."""
-        return self._run(_Requests.upload(path, content_type, metadata))
+        """``POST /v1/knowledge/documents`` with a file (and its ``metadata``; an
+        ``external_id`` replaces the document under it once this one is ready)."""
+        return self._run(_Requests.upload(path, content_type, metadata, external_id))
 
     def add_text(
-        self, source: str, text: str, *, metadata: Mapping[str, Any] | None = None
+        self,
+        source: str,
+        text: str,
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        external_id: str | None = None,
     ) -> Document:
-        """``POST /v1/knowledge/documents`` with ``{source, text, metadata?}``."""
-        return self._run(_Requests.add_text(source, text, metadata))
+        """``POST /v1/knowledge/documents`` with ``{source, text, metadata?, external_id?}``."""
+        return self._run(_Requests.add_text(source, text, metadata, external_id))
 
     def get_document(self, document_id: str) -> Document:
         """``GET /v1/knowledge/documents/{id}``."""
@@ -704,15 +732,22 @@ class AsyncClient:
         *,
         content_type: str | None = None,
         metadata: Mapping[str, Any] | None = None,
+        external_id: str | None = None,
     ) -> Document:
-        """``POST /v1/knowledge/documents`` with a file (and its ``metadata``)."""
-        return await self._run(_Requests.upload(path, content_type, metadata))
+        """``POST /v1/knowledge/documents`` with a file (and its ``metadata``; an
+        ``external_id`` replaces the document under it once this one is ready)."""
+        return await self._run(_Requests.upload(path, content_type, metadata, external_id))
 
     async def add_text(
-        self, source: str, text: str, *, metadata: Mapping[str, Any] | None = None
+        self,
+        source: str,
+        text: str,
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        external_id: str | None = None,
     ) -> Document:
-        """``POST /v1/knowledge/documents`` with ``{source, text, metadata?}``."""
-        return await self._run(_Requests.add_text(source, text, metadata))
+        """``POST /v1/knowledge/documents`` with ``{source, text, metadata?, external_id?}``."""
+        return await self._run(_Requests.add_text(source, text, metadata, external_id))
 
     async def get_document(self, document_id: str) -> Document:
         """``GET /v1/knowledge/documents/{id}``."""

@@ -372,9 +372,8 @@ class ToolDefinition(BaseModel):
         required = value.get("required", [])
         if not isinstance(required, list) or not all(isinstance(r, str) for r in required):
             raise ValueError("'required' must be a list of property names")
-        missing = [r for r in required if r not in properties]
-        if missing:
-            raise ValueError(f"'required' names unknown properties: {', '.join(missing)}")
+        # 'required' may name a property 'properties' leaves out, as JSON Schema allows
+        # (its value is then any value): no rule the OpenAPI document could not declare
         if not (info.context and info.context.get("stored")):
             # nested schemas are checked since 2026-11; an agent stored before is read as
             # it is, so it can still be listed, fixed and deleted
@@ -405,7 +404,9 @@ def _check_subschemas(schema: dict[str, Any], path: str) -> None:
     type or a list of them. ``path`` locates ``schema`` in the tool's parameters."""
     kind = schema.get("type")
     kinds = kind if isinstance(kind, list) else [kind]
-    if "type" in schema and (not kinds or not all(k in _JSON_TYPES for k in kinds)):
+    if "type" in schema and (
+        not kinds or not all(isinstance(k, str) and k in _JSON_TYPES for k in kinds)
+    ):
         where = f"{path}.type" if path else "type"
         raise ValueError(
             f"'{where}' must be one of {', '.join(sorted(_JSON_TYPES))} (or a list of them)"
@@ -436,15 +437,69 @@ def _check_subschemas(schema: dict[str, Any], path: str) -> None:
         _check_subschemas(sub, _join(path, where))
 
 
+def tool_schema_components(ref: str) -> dict[str, dict[str, Any]]:
+    """The JSON Schemas of what ``ToolDefinition.parameters`` holds, as the OpenAPI
+    document declares them (``ref``: where they are, ``{model}`` for the name): a
+    ``ToolSchema`` is an object whose ``type`` is a JSON Schema type (or a list of them)
+    and whose nested schemas (``properties``, ``items``, ``anyOf`` ...) are ``ToolSchema``
+    objects or booleans, recursively; any other member is JSON without a NUL character
+    (``NoNulJson``), as every string of a request is. The same rules as ``_check_subschemas``,
+    so a generated request the document allows is one the server accepts."""
+    tool, either, json_value = (ref.format(model=name) for name in _TOOL_SCHEMA_NAMES)
+    no_nul_keys = {"pattern": NO_NUL}
+    either_ref = {"$ref": either}
+    kinds = sorted(_JSON_TYPES)
+    properties: dict[str, Any] = {
+        "type": {
+            "anyOf": [
+                {"enum": kinds},
+                {"type": "array", "minItems": 1, "items": {"enum": kinds}},
+            ]
+        },
+        "items": {"anyOf": [either_ref, {"type": "array", "items": either_ref}]},
+    }
+    properties.update({key: either_ref for key in _ONE_SCHEMA})
+    properties.update({key: {"type": "array", "items": either_ref} for key in _SCHEMA_LISTS})
+    properties.update(
+        {
+            key: {
+                "type": "object",
+                "propertyNames": no_nul_keys,
+                "additionalProperties": either_ref,
+            }
+            for key in _SCHEMA_MAPS
+        }
+    )
+    return {
+        _TOOL_SCHEMA_NAMES[0]: {
+            "type": "object",
+            "description": "A JSON Schema nested in a tool's parameters.",
+            "propertyNames": no_nul_keys,
+            "properties": properties,
+            "additionalProperties": {"$ref": json_value},
+        },
+        _TOOL_SCHEMA_NAMES[1]: {"anyOf": [{"type": "boolean"}, {"$ref": tool}]},
+        _TOOL_SCHEMA_NAMES[2]: {
+            "description": "Any JSON value without a NUL character.",
+            "anyOf": [
+                {"type": "string", "pattern": NO_NUL},
+                {"type": ["number", "boolean", "null"]},
+                {"type": "array", "items": {"$ref": json_value}},
+                {
+                    "type": "object",
+                    "propertyNames": no_nul_keys,
+                    "additionalProperties": {"$ref": json_value},
+                },
+            ],
+        },
+    }
+
+
+_TOOL_SCHEMA_NAMES = ("ToolSchema", "ToolSchemaOrBoolean", "NoNulJson")
+
+
 def _join(path: str, key: str) -> str:
     return f"{path}.{key}" if path else key
-
-
-def _unique_tool_names(tools: list[ToolDefinition]) -> list[ToolDefinition]:
-    names = [tool.name for tool in tools]
-    if len(names) != len(set(names)):
-        raise ValueError("tool names must be unique")
-    return tools
 
 
 class AgentKnowledge(BaseModel):
@@ -487,11 +542,6 @@ class AgentCreate(Request):
     handoff_on_no_answer: bool = False
     knowledge: AgentKnowledge | None = None
 
-    @field_validator("tools")
-    @classmethod
-    def _unique_tools(cls, value: list[ToolDefinition]) -> list[ToolDefinition]:
-        return _unique_tool_names(value)
-
 
 NULLABLE_UPDATES = ("model", "knowledge")
 """Fields of ``AgentUpdate`` that may be set to null: back to the default chat model,
@@ -521,17 +571,25 @@ class AgentUpdate(Request):
     handoff_on_no_answer: bool | None = None
     knowledge: AgentKnowledge | None = None
 
-    @field_validator("tools")
-    @classmethod
-    def _unique_tools(cls, value: list[ToolDefinition] | None) -> list[ToolDefinition] | None:
-        return None if value is None else _unique_tool_names(value)
-
 
 class AgentList(BaseModel):
     """A page of agents, newest first."""
 
     agents: list[Agent]
     has_more: bool
+
+
+MAX_EXTERNAL_ID_CHARS = 256
+ExternalId = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=MAX_EXTERNAL_ID_CHARS,
+        description="Your own id for the document, unique in the workspace: a document"
+        " already under it is replaced when this one is ready (in one transaction).",
+    ),
+]
+"""A document's ``external_id``: 1-256 characters (no NUL, as every string)."""
 
 
 class Document(BaseModel):
@@ -556,6 +614,12 @@ class Document(BaseModel):
         default_factory=dict,
         description="The document's attributes, which search filters select by.",
     )
+    external_id: str | None = Field(
+        default=None,
+        description="The caller's own id for the document (a path, a URL, another"
+        " system's id): unique among the workspace's ready documents; an upload under it"
+        " replaces the earlier version once it is ready.",
+    )
 
 
 class DocumentList(BaseModel):
@@ -571,6 +635,7 @@ class TextDocumentCreate(Request):
     source: str = Field(..., min_length=1, max_length=255, json_schema_extra=_DECLARE_NON_BLANK)
     text: str = Field(..., min_length=1, json_schema_extra=_DECLARE_NON_BLANK)
     metadata: Metadata | None = None
+    external_id: ExternalId | None = None
 
 
 class DocumentUpdate(Request):
@@ -721,6 +786,32 @@ class EventPayload(BaseModel):
 
 MAX_WEBHOOK_DESCRIPTION = 500
 """The longest webhook ``description`` (characters), over HTTP and in Python alike."""
+
+
+_H16 = "[0-9a-fA-F]{1,4}"
+_OCTET = "(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])"
+_IPV4 = f"{_OCTET}(?:\\.{_OCTET}){{3}}"
+_IPV6 = (
+    (
+        "(?:(?:H:){7}H|(?:H:){1,7}:|(?:H:){1,6}:H|(?:H:){1,5}(?::H){1,2}|(?:H:){1,4}(?::H){1,3}"
+        "|(?:H:){1,3}(?::H){1,4}|(?:H:){1,2}(?::H){1,5}|H:(?::H){1,6}|:(?:(?::H){1,7}|:)"
+        "|(?:H:){6}V4|::(?:[fF]{4}(?::0{1,4})?:)?V4|(?:H:){1,4}:V4)"
+    )
+    .replace("H", _H16)
+    .replace("V4", _IPV4)
+)
+_LABEL = "[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+_TOP_LABEL = "[A-Za-z](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"  # a name's last label: not a number
+_PORT = "(?:6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}|[1-9][0-9]{0,3})"
+WEBHOOK_URL_PATTERN = (
+    f"^[Hh][Tt][Tt][Pp][Ss]?://(?:(?:{_LABEL}\\.)*{_TOP_LABEL}\\.?|{_IPV4}|\\[{_IPV6}\\])"
+    f"(?::{_PORT})?(?:[/?#][!-~]*)?$"
+)
+"""A callback URL's shape, which the OpenAPI document declares and subscribe enforces:
+``http`` or ``https``; a host that is a DNS name (ASCII: an internationalised name in its
+``xn--`` form; its last label not a number), an IPv4 address or a bracketed IPv6 one;
+an optional port 1-65535; then printable ASCII (anything else percent-encoded). No user
+name or password."""
 
 
 class WebhookSubscribeRequest(Request):

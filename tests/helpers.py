@@ -280,6 +280,7 @@ def start_serve(
     env: dict[str, str] | None = None,
     extra: Sequence[str] = (),
     stderr: Path | None = None,
+    command: Sequence[str] = CLI,
 ) -> tuple[subprocess.Popen[str], str]:
     """A real ``agentcore --db db serve`` once it answers ``key``, and its base URL.
 
@@ -287,14 +288,15 @@ def start_serve(
     binds: then this server exits and another port is tried, so a test never talks to
     another test's server (whose answer to our key would be a 401). The caller stops
     the process. ``env`` defaults to ``cli_env()``; ``extra`` are more ``serve`` options;
-    ``stderr``, a file the server's stderr is appended to.
+    ``stderr``, a file the server's stderr is appended to; ``command``, the ``agentcore``
+    to run (this interpreter's by default).
     """
     from conftest import free_port
 
     for _ in range(5):
         port = free_port()
         process = subprocess.Popen(
-            [*CLI, "--db", str(db), "serve", "--port", str(port), *extra],
+            [*command, "--db", str(db), "serve", "--port", str(port), *extra],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL if stderr is None else stderr.open("a"),
             text=True,

@@ -91,7 +91,7 @@ BATCH_PROBE_EVERY = 16
 HANDLER_THREADS = 40
 """Threads running blocking handlers (as many as anyio's default thread limiter)."""
 MULTIPART_OVERHEAD = 64 * 1024
-UPLOAD_FIELDS = ("file", "metadata")
+UPLOAD_FIELDS = ("file", "metadata", "external_id")
 """The multipart fields a document upload may carry (openapi.py declares the same)."""
 
 
@@ -558,6 +558,10 @@ class Api:
                 param=unknown[0],
             )
         metadata = _form_metadata(form.get("metadata"))
+        external_id = form.get("external_id")
+        if external_id is not None and not isinstance(external_id, str):
+            await form.close()
+            raise ValidationFailed("The 'external_id' field must be text.", param="external_id")
         data = await file.read()
         await form.close()
         for value in (file.filename, file.content_type):
@@ -571,7 +575,7 @@ class Api:
                 code="file_too_large",
                 param="file",
             )
-        return Upload(file.filename or "upload", file.content_type, data, metadata)
+        return Upload(file.filename or "upload", file.content_type, data, metadata, external_id)
 
 
 def _form_metadata(field: Any) -> dict[str, Any] | None:
@@ -604,7 +608,7 @@ def _canonical(call: Call) -> bytes:
     validated JSON body re-serialised, so formatting differences do not count."""
     upload = call.upload
     if upload is not None:
-        attributes = json.dumps(upload.metadata, sort_keys=True)
+        attributes = json.dumps([upload.metadata, upload.external_id], sort_keys=True)
         meta = f"{upload.filename}\0{upload.content_type}\0{attributes}\0".encode()
         return meta + hashlib.sha256(upload.data).digest()
     if call.body is None:

@@ -17,7 +17,7 @@ from agentcore.cli import USAGE_ERROR, Command, int_in
 from agentcore.core import AgentCore
 from agentcore.hookspecs import hookimpl
 
-NEEDS_EXTRA = "agentcore serve needs the server extra: pip install 'agentcore[server]'"
+NEEDS_EXTRA = "agentcore serve needs the server extra: pip install 'agentcore-service[server]'"
 
 
 @hookimpl

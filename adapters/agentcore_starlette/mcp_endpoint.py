@@ -92,7 +92,8 @@ class McpEndpoint:
         workspace, limits = self.api.identify(request, "any")
         if not self.installed:
             raise NotFound(
-                "The MCP endpoint needs the official MCP SDK: pip install 'agentcore[mcp]'.",
+                "The MCP endpoint needs the official MCP SDK, which the server extra brings: "
+                "pip install 'agentcore-service[server]'.",
                 code="mcp_not_installed",
             )
         receive = await self._read_body(request)

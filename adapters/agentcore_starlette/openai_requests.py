@@ -267,15 +267,29 @@ class Conversation:
     """The position of the answered message in ``messages`` (for error params)."""
 
 
-def split_messages(messages: list[ChatCompletionMessageParam], *, max_chars: int) -> Conversation:
-    """The last message (a user's) to answer and the user and assistant turns before it.
+def split_messages(
+    messages: list[ChatCompletionMessageParam], *, max_chars: int, stored: bool = False
+) -> Conversation:
+    """The last user message, to answer, and the user and assistant turns before it.
 
-    System and developer messages are skipped (the agent's own prompt applies). A
-    tool or function message, an assistant's tool calls or audio, content parts other
-    than text, and a history message over ``max_chars`` are refused with a 400 naming
-    the field, e.g. ``messages.2.content.0.type``.
+    System and developer messages are skipped (the agent's own prompt applies), and so
+    are messages after the last user message (an assistant reply there is one the new
+    answer replaces, as regenerating a reply does). A tool or function message, an
+    assistant's tool calls or audio, content parts other than text, a user message whose
+    text is blank, a history message over ``max_chars`` and ``messages`` without a user
+    message are refused with a 400 naming the field, e.g. ``messages.2.content.0.type``.
+    With a ``stored`` conversation (``conversation_id``), whose turns are the history,
+    ``messages`` holds one user message and no assistant message. The OpenAPI document
+    declares each of these rules (``declare_completion_messages``).
     """
-    last = len(messages) - 1
+    users = [index for index, item in enumerate(messages) if item.role == "user"]
+    if not users:
+        raise InvalidRequest(
+            "The messages hold no user message to answer.",
+            code="no_user_message",
+            param="messages",
+        )
+    last = users[-1]
     turns: list[ChatTurn] = []
     for index, item in enumerate(messages):
         where = f"messages.{index}"
@@ -293,11 +307,21 @@ def split_messages(messages: list[ChatCompletionMessageParam], *, max_chars: int
                     code="unsupported_message",
                     param=f"{where}.{field}",
                 )
+        if stored and (item.role == "assistant" or (item.role == "user" and index != last)):
+            raise InvalidRequest(
+                "Give the earlier turns either as messages or as a conversation id, not both.",
+                code="history_with_conversation",
+                param=f"{where}.role",
+            )
         if item.role in ("system", "developer"):
-            if index == last:
-                break  # refused below: the last message must be a user's
             continue
         text = _text(item, where)
+        if item.role == "user" and not text.strip():
+            raise InvalidRequest(
+                "The message is empty.", code="empty_message", param=f"{where}.content"
+            )
+        if index > last:
+            continue  # an assistant reply after the question: the answer replaces it
         if index != last and len(text) > max_chars:
             raise ValidationFailed(
                 f"The message is longer than {max_chars} characters.",
@@ -305,12 +329,6 @@ def split_messages(messages: list[ChatCompletionMessageParam], *, max_chars: int
                 param=f"{where}.content",
             )
         turns.append(ChatTurn(role="user" if item.role == "user" else "assistant", content=text))
-    if messages[last].role != "user":
-        raise InvalidRequest(
-            "The last message must be the user's message to answer.",
-            code="last_message_not_user",
-            param=f"messages.{last}.role",
-        )
     answered = turns.pop()
     return Conversation(answered.content, turns, last)
 

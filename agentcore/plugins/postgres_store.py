@@ -20,7 +20,7 @@ def agentcore_open_store(url: str, settings: Settings) -> Store | None:
         from agentcore.storage.postgres import PostgresStore
     except ImportError as exc:
         raise RuntimeError(
-            f"PostgreSQL URLs need the postgres extra: pip install 'agentcore[postgres]' ({exc})"
+            f"PostgreSQL URLs need the postgres extra: pip install 'agentcore-service[postgres]' ({exc})"
         ) from exc
     return PostgresStore.open(
         url,

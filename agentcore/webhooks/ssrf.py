@@ -1,6 +1,9 @@
 """SSRF guard: which addresses webhooks may reach, checked at subscribe time and at connect time.
 
-Subscribe time (:func:`validate_url`) gives the caller a clear 422. Connect time
+Subscribe time (:func:`validate_url`) gives the caller a clear answer: a 422 for a URL
+that is not of the declared shape (``WEBHOOK_URL_PATTERN``, which the OpenAPI document states),
+a 403 for one the server's policy refuses (``https`` for live keys, a refused address);
+a host that does not resolve yet is accepted, as Svix accepts it. Connect time
 (:class:`GuardedTransport`) is what actually protects: it resolves the host itself,
 checks every address, and opens the socket to a checked address, so a DNS answer that
 changes between the two (DNS rebinding) gains nothing. TLS still verifies the
@@ -11,6 +14,7 @@ from __future__ import annotations
 
 import contextvars
 import ipaddress
+import re
 import socket
 import ssl
 import time
@@ -21,7 +25,8 @@ from typing import Any, Literal
 import httpcore
 import httpx
 
-from agentcore.errors import ValidationFailed
+from agentcore.errors import PermissionDenied, ValidationFailed
+from agentcore.schema import WEBHOOK_URL_PATTERN
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -29,6 +34,8 @@ Resolver = Callable[[str, int], list[str]]
 """``(host, port) -> addresses``; raises :class:`OSError` when the host does not resolve."""
 
 MAX_URL_LENGTH = 2048
+
+_URL = re.compile(WEBHOOK_URL_PATTERN)
 DEFAULT_LIMITS = httpx.Limits(max_connections=64, max_keepalive_connections=16, keepalive_expiry=30)
 
 
@@ -198,16 +205,22 @@ def validate_url(
 ) -> str:
     """Check a callback URL at subscribe time and return it normalised.
 
-    The URL must be absolute ``http``/``https`` (``https`` in the live environment), at
-    most 2048 characters, without credentials, and every address its host resolves to
-    must be allowed by ``policy``. A fragment is dropped: it is never sent anyway.
+    The URL must be of ``WEBHOOK_URL_PATTERN``'s shape (absolute ``http``/``https``, no
+    credentials), at most 2048 characters; in the live environment ``https``; and every
+    address its host resolves to must be allowed by ``policy``. A host that does not
+    resolve (yet) is accepted: every delivery resolves it again and checks what it finds,
+    and fails while it does not resolve. A fragment is dropped: it is never sent anyway.
 
-    :raises ValidationFailed: ``param="url"``, code ``invalid_url``, ``https_required``,
-        ``url_unresolvable`` or ``url_not_allowed``.
+    :raises ValidationFailed: (422) ``param="url"``, code ``invalid_url``.
+    :raises PermissionDenied: (403) ``param="url"``, code ``https_required`` (a live key,
+        an ``http`` URL) or ``url_not_allowed`` (an address ``policy`` refuses).
     """
 
-    def invalid(detail: str, code: str = "invalid_url") -> ValidationFailed:
-        return ValidationFailed(detail, code=code, param="url")
+    def invalid(detail: str) -> ValidationFailed:
+        return ValidationFailed(detail, code="invalid_url", param="url")
+
+    def refused(detail: str, code: str) -> PermissionDenied:
+        return PermissionDenied(detail, code=code, param="url")
 
     if not isinstance(url, str) or not url:
         raise invalid("The URL must be a non-empty string.")
@@ -217,30 +230,30 @@ def validate_url(
         raise invalid("The URL must not contain whitespace or control characters.")
     try:
         parsed = httpx.URL(url)
-        # decoding an IDNA host may fail (``xn--`` with nothing after it): malformed too
-        decoded_host = parsed.host
     except (httpx.InvalidURL, UnicodeError):
         raise invalid("The URL is malformed.") from None
     if parsed.scheme not in ("http", "https"):
         raise invalid("The URL must be an absolute http or https URL.")
-    if not decoded_host:
-        raise invalid("The URL has no host.")
     if parsed.userinfo:
         raise invalid("The URL must not contain a user name or password.")
-    if parsed.port is not None and not 0 < parsed.port < 65536:
-        raise invalid("The URL's port must be between 1 and 65535.")
+    if not _URL.match(url):
+        raise invalid(
+            "The URL's host must be a DNS name (an internationalised one in its xn-- form),"
+            " an IPv4 address or a bracketed IPv6 address, its port 1-65535, and the rest"
+            " printable ASCII (percent-encode anything else)."
+        )
     if environment == "live" and parsed.scheme != "https":
-        raise invalid("Live-mode webhook URLs must use https.", code="https_required")
+        raise refused("Live-mode webhook URLs must use https.", "https_required")
     host = parsed.raw_host.decode("ascii")
     port = parsed.port or (443 if parsed.scheme == "https" else 80)
     try:
         addresses = _resolve(host, port, resolver)
     except (OSError, UnicodeError):
-        raise invalid("The URL's host does not resolve.", code="url_unresolvable") from None
+        addresses = []  # not (yet) in the DNS: each delivery resolves it and checks again
     reason = _first_refusal(policy, addresses)
     if reason is not None:
         verb = "is" if _parse_ip(host) is not None else "resolves to"
-        raise invalid(f"The URL's host {verb} {reason}.", code="url_not_allowed")
+        raise refused(f"The URL's host {verb} {reason}.", "url_not_allowed")
     return str(parsed.copy_with(fragment=None))
 
 

@@ -24,7 +24,9 @@ CRANES = "Harbour cranes at Port Velmar lift at most forty tonnes in a single ho
 GLIDERS = "Refunds for cancelled glider lessons are paid within nine working days."
 LANTERNS = "The lantern club meets in the boathouse every Thursday evening."
 SAFFRON = "Saffron deliveries arrive on Wednesdays at the east gate of the depot."
-SUMMARY = re.compile(r"Ingested (\d+) file\(s\), (\d+) chunk\(s\); (\d+) failed\.")
+SUMMARY = re.compile(
+    r"Ingested (\d+) file\(s\), (\d+) chunk\(s\); (\d+) failed; (\d+) skipped \(not PDF"
+)
 
 
 def run(db: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -76,8 +78,8 @@ def ingested(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     root = tmp_path_factory.mktemp("cli_knowledge")
     docs, single = make_folder(root)
     db = root / "kb.db"
-    result = run(db, "ingest", "--org", "acme", "--env", "test", str(docs), str(single))
-    return {"db": db, "result": result}
+    args = ["--org", "acme", "--create-org", "--env", "test", str(docs), str(single)]
+    return {"db": db, "result": run(db, "ingest", *args)}
 
 
 def test_ingest_folder_and_file(ingested: dict[str, Any]) -> None:
@@ -90,12 +92,17 @@ def test_ingest_folder_and_file(ingested: dict[str, Any]) -> None:
     assert "\r" not in result.stderr  # no bar redrawn over itself in a log
     summary = SUMMARY.search(result.stderr)
     assert summary, result.stderr
-    files, chunks, failed = map(int, summary.groups())
-    assert (files, failed) == (4, 0)
+    files, chunks, failed, skipped = map(int, summary.groups())
+    assert (files, failed, skipped) == (4, 0, 1)
     assert chunks == table_count(db, "chunks") >= 4
     assert table_count(db, "documents") == 4
     assert sources(db) == {"guide.pdf", "policy.pdf", "readme.md", "extra.txt"}
-    assert "skipped" not in result.stderr
+    # the folder's file of another type is named, with the reason, not dropped silently
+    skips = [line for line in result.stderr.splitlines() if "agentcore: skipped" in line]
+    assert skips == [
+        f"agentcore: skipped {Path(str(db)).parent / 'docs' / 'table.csv'}:"
+        " not a PDF, text or Markdown file (.csv)"
+    ]
 
 
 def test_search_json_finds_the_right_source(ingested: dict[str, Any]) -> None:
@@ -144,7 +151,8 @@ def test_ingest_with_a_bad_file_counts_it_and_keeps_the_good(tmp_path: Path) -> 
     docs, single = make_folder(tmp_path)
     (docs / "broken.pdf").write_bytes(b"not a pdf at all, just words")
     db = tmp_path / "kb.db"
-    result = run(db, "ingest", "--org", "acme", "--env", "test", str(docs), str(single))
+    args = ["--org", "acme", "--create-org", "--env", "test", str(docs), str(single)]
+    result = run(db, "ingest", *args)
     assert result.returncode == 1, result.stderr
     summary = SUMMARY.search(result.stderr)
     assert summary, result.stderr

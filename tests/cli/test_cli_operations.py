@@ -260,6 +260,7 @@ def test_ingest_on_a_terminal_shows_a_bar_with_rate_and_time_left(tmp_path: Path
             "ingest",
             "--org",
             "a",
+            "--create-org",
             "--env",
             "test",
             str(folder),

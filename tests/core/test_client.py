@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from pathlib import Path
 
 import pytest
 from conftest import Keys, ServerThread
 from helpers import Recorder, core_with
+from starlette.applications import Starlette
+from starlette.routing import Mount
 
 from agentcore import (
     AgentCore,
+    AsyncClient,
     Client,
     Conflict,
     DeadlineExceeded,
@@ -109,3 +113,23 @@ def test_an_error_is_raised_as_the_class_of_its_code(tmp_path: Path) -> None:
     finally:
         release.set()
         core.close()
+
+
+def test_the_base_url_may_end_in_v1_as_the_openai_sdk_wants(core: AgentCore, keys: Keys) -> None:
+    """``Client("http://host:8000/v1", key)`` is the same API as without ``/v1`` (it
+    requested ``/v1/v1/...``, a 404), with or without a trailing slash, also when the
+    API is mounted under a prefix."""
+    secret = keys.make().secret
+    mounted = Starlette(routes=[Mount("/api", app=create_app(core))])
+    with ServerThread(create_app(core)) as server, ServerThread(mounted) as host:
+        bases = [server.url, f"{server.url}/", f"{server.url}/v1", f"{server.url}/v1/"]
+        bases += [f"{host.url}/api", f"{host.url}/api/v1/"]
+        for base in bases:
+            with Client(base, secret) as client:
+                assert client.verify().organization == "acme", base
+
+        async def verify() -> str:
+            async with AsyncClient(f"{server.url}/v1", secret) as client:
+                return (await client.verify()).organization
+
+        assert asyncio.run(verify()) == "acme"

@@ -1,8 +1,8 @@
 """The docs are true: every ``python`` and ``sh`` block of README.md and docs/*.md runs here.
 
-How a page runs (``test_page``): its blocks run in order, as a reader would paste them,
-in a fresh working directory holding ``handbook.pdf`` (the examples' five-page
-handbook). Python blocks share one namespace per page; ``sh`` blocks share one ``bash``
+How a page runs (``test_page``): its blocks run in order, as a reader would paste them
+in a clone's root, in a fresh working directory holding ``docs/handbook.pdf`` (the
+examples' five-page handbook, shipped in the repository). Python blocks share one namespace per page; ``sh`` blocks share one ``bash``
 per page (``-euo pipefail``: a failing command fails the page), with the package's
 ``agentcore`` and ``python`` first on the PATH. A ``text`` or ``json`` block marked
 ``<!-- output -->`` must be what the block before it printed: line for line for
@@ -58,7 +58,6 @@ import pytest
 from conftest import free_port
 from helpers import cli_env, cli_json, start_serve
 from markdown_blocks import ROOT, Block, blocks_of, section
-from pdfs import make_pdf
 
 from agentcore import AgentCore
 
@@ -106,7 +105,9 @@ HANDBOOK = [
     " of your last day. We ask everyone who leaves for an exit interview: it is optional,"
     " confidential, and the best way to tell us what we could do better.",
 ]
-"""The pages of ``handbook.pdf``, the document the examples upload and ask about."""
+"""The pages of ``docs/handbook.pdf``, the document the examples upload and ask about
+(``tests/pdfs.make_pdf(HANDBOOK)`` made it)."""
+SHIPPED_HANDBOOK = ROOT / "docs" / "handbook.pdf"
 
 
 ALL_BLOCKS = [block for page in PAGES for block in blocks_of(page)]
@@ -176,7 +177,7 @@ def docs_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DocsServer
     try:
         auth = {"Authorization": f"Bearer {keys['test']}"}
         with httpx.Client(base_url=url + "/v1", headers=auth, timeout=30) as http:
-            pdf = {"file": ("handbook.pdf", make_pdf(HANDBOOK), "application/pdf")}
+            pdf = {"file": ("handbook.pdf", SHIPPED_HANDBOOK.read_bytes(), "application/pdf")}
             assert http.post("/knowledge/documents", files=pdf).status_code == 201
             agent = http.post("/agents", json={"name": "HR helper", "role": "support"}).json()
             assert http.post(f"/agents/{agent['id']}/deploy").status_code == 200
@@ -439,7 +440,8 @@ def run_page(page: Path, request: pytest.FixtureRequest, cwd: Path) -> None:
     blocks = blocks_of(page)
     runnable = [b for b in blocks if b.lang in RUNNABLE and b.not_run is None]
     substitutions = _substitutions(request, runnable)
-    (cwd / "handbook.pdf").write_bytes(make_pdf(HANDBOOK))
+    (cwd / "docs").mkdir()
+    shutil.copy(SHIPPED_HANDBOOK, cwd / "docs" / "handbook.pdf")
     namespace: dict[str, Any] = {"__name__": "docs_example"}
     last: tuple[Block, str] | None = None
     os.chdir(cwd)
@@ -505,6 +507,99 @@ def test_block_languages() -> None:
         assert block.lang in RUNNABLE | DISPLAY, f"{block.where}: language {block.lang!r}"
         if block.output:
             assert block.lang in DISPLAY, f"{block.where}: an output block is text or JSON"
+
+
+def test_the_shipped_handbook_has_the_pages_the_examples_ask_about() -> None:
+    """``docs/handbook.pdf`` holds ``HANDBOOK``, one page each (the outputs shown depend
+    on it: page 4 is about vacation)."""
+    from pypdf import PdfReader
+
+    pages = PdfReader(SHIPPED_HANDBOOK).pages
+    assert len(pages) == len(HANDBOOK)
+    for page, text in zip(pages, HANDBOOK, strict=True):
+        assert " ".join(page.extract_text().split()) == " ".join(text.split())
+
+
+_LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
+_HEADING = re.compile(r"^#{1,6}\s+(.*?)\s*(?:\{#([\w-]+)\})?\s*$")
+
+
+_SNIPPET = re.compile(r'^--8<-- "([^":]+)(?::(\d*))?(?::(\d*))?"$', re.M)
+
+
+def _included(match: re.Match[str]) -> str:
+    """The lines a ``--8<-- "path:start:end"`` snippet includes (paths from the root)."""
+    path, start, end = match.groups()
+    lines = (ROOT / path).read_text(encoding="utf-8").splitlines()
+    return "\n".join(lines[int(start or 1) - 1 : int(end) if end else None])
+
+
+def _prose(page: Path, *, code: bool = False) -> str:
+    """``page`` with its snippets included, without its fenced blocks, and without its
+    inline code unless ``code`` (a link in either is only text)."""
+    text = _SNIPPET.sub(_included, page.read_text(encoding="utf-8"))
+    text = re.sub(r"^```.*?^```", "", text, flags=re.M | re.S)
+    return text if code else re.sub(r"`[^`\n]*`", "", text)
+
+
+def anchors(page: Path) -> set[str]:
+    """The ids of ``page``'s headings, slugged as Python-Markdown's toc extension does."""
+    found: set[str] = set()
+    for line in _prose(page, code=True).splitlines():
+        if heading := _HEADING.match(line):
+            title, explicit = heading.groups()
+            title = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", title)  # a link's text
+            slug = re.sub(r"[^\w\s-]", "", title.replace("`", "")).strip().lower()
+            slug = explicit or re.sub(r"[-\s]+", "-", slug)
+            base, n = slug, 0
+            while slug in found:  # a repeated title gets _1, _2, ...
+                n += 1
+                slug = f"{base}_{n}"
+            found.add(slug)
+    return found
+
+
+def broken_links(page: Path, root: Path = ROOT) -> list[str]:
+    """The relative links of ``page`` that name no file under ``root``, or a ``#anchor``
+    that no heading of the Markdown page they name has."""
+    broken = []
+    for target in _LINK.findall(_prose(page)):
+        if re.match(r"[a-z]+:", target):  # https:, mailto: ...: not ours to check
+            continue
+        path, _, anchor = target.partition("#")
+        linked = (page.parent / path).resolve() if path else page
+        if not linked.is_relative_to(root) or not linked.exists():
+            broken.append(f"{target}: no such file in the repository")
+        elif anchor and linked.suffix == ".md" and anchor not in anchors(linked):
+            broken.append(f"{target}: no heading #{anchor} in {linked.name}")
+    return broken
+
+
+@pytest.mark.parametrize("page", [pytest.param(p, id=str(p.relative_to(ROOT))) for p in PAGES])
+def test_every_link_resolves(page: Path) -> None:
+    """Each relative link of README.md and docs/*.md names a file of the repository (in a
+    clone: nothing outside it), and each ``#anchor`` a heading of the page it names."""
+    assert not broken_links(page), f"{page.relative_to(ROOT)}: {broken_links(page)}"
+
+
+def test_the_link_check_finds_broken_links(tmp_path: Path) -> None:
+    """The check reads links and anchors as mkdocs does (else it could not fail)."""
+    root = (tmp_path / "repo").resolve()
+    (root / "docs").mkdir(parents=True)
+    page = root / "docs" / "page.md"
+    page.write_text(
+        "## Working hours\n## The `agentcore` command\n## X {#own}\n## FAQ\n## FAQ\n"
+        "[a](#working-hours) [b](page.md#faq_1) [c](https://example.com) `[d](gone.md)`\n"
+        "[e](../../shared/spec.md) [f](#nope) [g](other.md)\n"
+        "```text\n[h](in-a-block.md)\n```\n",
+        encoding="utf-8",
+    )
+    assert {"working-hours", "the-agentcore-command", "own", "faq", "faq_1"} <= anchors(page)
+    assert broken_links(page, root) == [
+        "../../shared/spec.md: no such file in the repository",
+        "#nope: no heading #nope in page.md",
+        "other.md: no such file in the repository",
+    ]
 
 
 def test_readme_is_a_five_minute_read() -> None:

@@ -168,10 +168,6 @@ BAD_TOOLS: list[tuple[Any, set[str]]] = [
     ([{**WEATHER, "parameters": {"type": "string"}}], {"tools.0.parameters"}),
     ([{**WEATHER, "parameters": {"properties": {}}}], {"tools.0.parameters"}),
     (
-        [{**WEATHER, "parameters": {"type": "object", "properties": {}, "required": ["city"]}}],
-        {"tools.0.parameters"},
-    ),
-    (
         [{**WEATHER, "parameters": {"type": "object", "properties": {"a": 1}}}],
         {"tools.0.parameters"},
     ),
@@ -197,7 +193,10 @@ BAD_TOOLS: list[tuple[Any, set[str]]] = [
         [{**WEATHER, "parameters": {"type": "object", "properties": {"a": {"items": "x"}}}}],
         {"tools.0.parameters"},
     ),
-    ([WEATHER, WEATHER], {"tools", "tools.1.name"}),
+    (  # a type that is not a string at all (it was a 500)
+        [{**WEATHER, "parameters": {"type": "object", "properties": {"a": {"type": [{}]}}}}],
+        {"tools.0.parameters"},
+    ),
     ([{"description": "no name"}], {"tools.0.name"}),
     ([{**WEATHER, "extra": 1}], {"tools.0.extra"}),
     ("not a list", {"tools"}),
@@ -215,6 +214,30 @@ def test_bad_tools_rejected_on_create_and_update(api) -> None:
         assert body["param"] in params, (tools, body)
     assert api.get(f"/v1/agents/{agent['id']}").json()["tools"] == []
     assert [a["id"] for a in api.get("/v1/agents").json()["agents"]] == [agent["id"]]
+
+
+def test_two_tools_of_one_name_conflict(api) -> None:
+    """An agent's tools are keyed by name: a second of a name is a 409 naming it, a rule
+    JSON Schema cannot state (a 422 would be a schema-valid request refused)."""
+    agent = _create(api)
+    body = assert_problem(
+        api.post("/v1/agents", json={"tools": [WEATHER, WEATHER]}),
+        409,
+        "duplicate_tool_name",
+        param="tools.1.name",
+    )
+    assert WEATHER["name"] in body["detail"]
+    patched = api.patch(f"/v1/agents/{agent['id']}", json={"tools": [WEATHER, WEATHER]})
+    assert_problem(patched, 409, "duplicate_tool_name", param="tools.1.name")
+    assert api.get(f"/v1/agents/{agent['id']}").json()["tools"] == []
+
+
+def test_required_may_name_a_property_properties_leaves_out(api) -> None:
+    """As JSON Schema allows (the property may then hold any value)."""
+    parameters = {"type": "object", "properties": {}, "required": ["city"]}
+    created = api.post("/v1/agents", json={"tools": [{**WEATHER, "parameters": parameters}]})
+    assert created.status_code == 201, created.text
+    assert created.json()["tools"][0]["parameters"]["required"] == ["city"]
 
 
 def test_a_bad_nested_tool_schema_is_named_in_the_problem(api) -> None:

@@ -367,4 +367,4 @@ def test_without_the_sdk_the_endpoint_says_how_to_install_it(core: AgentCore, ke
     with ServerThread(app) as server:
         error = refusal(server.url + "/v1/mcp", keys.make().secret, lambda c: c.list_tools())
     assert error.error.data["code"] == "mcp_not_installed" and error.error.data["status"] == 404
-    assert "agentcore[mcp]" in error.error.message
+    assert "pip install 'agentcore-service[server]'" in error.error.message

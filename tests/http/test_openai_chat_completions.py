@@ -204,7 +204,7 @@ def test_a_stored_conversation_continues_through_the_extension_field(
             extra_body={"conversation_id": conversation},
         )
     assert both.value.code == "history_with_conversation"
-    assert both.value.param == "conversation_id"
+    assert both.value.param == "messages.0.role"
     with pytest.raises(openai.NotFoundError):
         sdk.chat.completions.create(
             model=agent,

@@ -170,15 +170,13 @@ def test_invalid_values_are_a_400_naming_the_field(
             "unsupported_content",
             "messages.0.content.1.type",
         ),
+        ([{"role": "system", "content": "Be brief."}], "no_user_message", "messages"),
+        ([{"role": "user", "content": " \n"}, QUESTION], "empty_message", "messages.0.content"),
+        ([{"role": "user"}], "empty_message", "messages.0.content"),
         (
-            [QUESTION, {"role": "assistant", "content": "Let me"}],
-            "last_message_not_user",
-            "messages.1.role",
-        ),
-        (
-            [QUESTION, {"role": "system", "content": "Be brief."}],
-            "last_message_not_user",
-            "messages.1.role",
+            [{"role": "user", "content": [{"type": "text", "text": "  "}]}],
+            "empty_message",
+            "messages.0.content",
         ),
     ],
 )
@@ -236,3 +234,13 @@ def test_idempotency_keys_do_not_apply(api: Api, agent: str) -> None:
     assert first.status_code == second.status_code == 200
     assert "idempotent-replayed" not in second.headers
     assert first.json()["conversation_id"] != second.json()["conversation_id"]
+
+
+def test_messages_after_the_last_user_message_are_not_used(api: Api, agent: str) -> None:
+    """The last user message is answered: a system message after it is skipped as any
+    is, an assistant reply after it is one the answer replaces (regenerating it)."""
+    for after in ({"role": "system", "content": "Be brief."}, {"role": "assistant"}):
+        body = {"model": agent, "messages": [QUESTION, after]}
+        response = api.post("/v1/chat/completions", json=body)
+        assert response.status_code == 200, response.text
+        assert "25" in response.json()["choices"][0]["message"]["content"]

@@ -32,7 +32,7 @@ def reads_back_and_works(store: Any, expected: dict[str, Any]) -> None:
     assert json.loads(json.dumps(read_back(store, made))) == expected["read"]
     # the fields added since read as their defaults
     documents, _ = store.list_documents(org, "test", limit=100, starting_after=None)
-    assert documents and all(d.metadata == {} for d in documents)
+    assert documents and all(d.metadata == {} and d.external_id is None for d in documents)
     agents, _ = store.list_agents(
         org, "test", limit=100, starting_after=None, statuses=("draft", "deployed", "archived")
     )

@@ -77,6 +77,7 @@ def test_migrations_render_for_each_dialect() -> None:
         "conversation_history",
         "document_metadata",
         "idempotency_retention",
+        "document_external_id",
     ]
     for step in MIGRATIONS:
         for dialect in (SQLITE, POSTGRES):

@@ -54,6 +54,20 @@ def test_subscribe_returns_the_secret_once(api: Api, receiver: Receiver) -> None
     assert all("secret" not in w for w in listed.json()["webhooks"])
 
 
+def test_the_collections_post_subscribes_too(api: Api, keys, receiver: Receiver) -> None:
+    """``POST /v1/webhooks`` (where a first-hour user tries it: it was a bare 405) makes
+    the same subscription as ``POST /v1/webhooks/subscribe``, with the same checks."""
+    body = {"url": receiver.url("/hook"), "events": ["agent.handoff"]}
+    made = api.post("/v1/webhooks", json=body)
+    assert made.status_code == 201, made.text
+    assert made.json()["secret"].startswith("whsec_")
+    assert made.json()["url"] == body["url"] and made.json()["events"] == ["agent.handoff"]
+    assert [w["id"] for w in api.get("/v1/webhooks").json()["webhooks"]] == [made.json()["id"]]
+    assert_problem(api.post("/v1/webhooks", json={"url": "ftp://x"}), 422, "validation_error")
+    reader = api.with_key(keys.make(scopes=("read",)).secret)
+    assert_problem(reader.post("/v1/webhooks", json=body), 403, "insufficient_scope")
+
+
 def test_list_is_paginated_newest_first(api: Api, receiver: Receiver) -> None:
     ids = [_subscribe(api, receiver.url(f"/h{n}"))["id"] for n in range(3)]
     first = api.get("/v1/webhooks", params={"limit": 2})
@@ -164,7 +178,7 @@ def test_live_mode_requires_https(api: Api, keys, receiver: Receiver) -> None:
     response = live.post(
         "/v1/webhooks/subscribe", json={"url": receiver.url(), "events": ["agent.action"]}
     )
-    assert_problem(response, 422, "https_required", param="url")
+    assert_problem(response, 403, "https_required", param="url")
 
 
 def test_default_configuration_refuses_loopback(tmp_path: Path, receiver: Receiver) -> None:
@@ -176,7 +190,7 @@ def test_default_configuration_refuses_loopback(tmp_path: Path, receiver: Receiv
             response = api.post(
                 "/v1/webhooks/subscribe", json={"url": url, "events": ["agent.action"]}
             )
-            assert_problem(response, 422, "url_not_allowed", param="url")
+            assert_problem(response, 403, "url_not_allowed", param="url")
         assert api.get("/v1/webhooks").json()["webhooks"] == []
 
 

@@ -1,4 +1,4 @@
-"""Routes: /v1/knowledge — documents (upload, list, get, delete) and search."""
+"""Routes: /v1/knowledge — documents (upload, text, list, get, delete) and search."""
 
 from __future__ import annotations
 
@@ -19,7 +19,10 @@ from agentcore_starlette.routing import PAGINATION, ApiRoute, Call
 
 def create_document(call: Call) -> Document:
     """Ingest a PDF, Markdown or text file (multipart ``file``, and optionally
-    ``metadata``: a JSON object) or JSON ``{source, text, metadata?}``.
+    ``metadata``: a JSON object, and ``external_id``). This path takes the JSON body of
+    ``POST /v1/knowledge/documents/text`` as well (``{source, text, metadata?,
+    external_id?}``), which is declared there so that generated clients get one
+    request body per operation.
 
     201 with the ready document; 202 with it in status ``processing`` (poll ``GET``
     until ``ready`` or ``failed``, or subscribe to ``document.ready`` and
@@ -36,12 +39,24 @@ def create_document(call: Call) -> Document:
             filename=upload.filename,
             content_type=upload.content_type,
             metadata=upload.metadata,
+            external_id=upload.external_id,
             cancellation=call.cancellation,
         )
     body = cast(TextDocumentCreate, call.body)
     return knowledge.ingest_text(
-        body.source, body.text, metadata=body.metadata, cancellation=call.cancellation
+        body.source,
+        body.text,
+        metadata=body.metadata,
+        external_id=body.external_id,
+        cancellation=call.cancellation,
     )
+
+
+def create_text_document(call: Call) -> Document:
+    """Ingest text sent as JSON ``{source, text, metadata?, external_id?}``, as a file of
+    that name would be (``POST /v1/knowledge/documents`` takes the same body). 201 with
+    the ready document, or 202 with it ``processing``, as for an upload."""
+    return create_document(call)
 
 
 def _processing(document: Document) -> bool:
@@ -117,6 +132,19 @@ ROUTES = [
         scope="write",
         tag="knowledge",
         body="json_or_upload",
+        request=TextDocumentCreate,
+        status_code=201,
+        accepted=_processing,
+    ),
+    ApiRoute(
+        method="POST",
+        path="/knowledge/documents/text",
+        handler=create_text_document,
+        response=Document,
+        summary="Add a document from text",
+        scope="write",
+        tag="knowledge",
+        body="json",
         request=TextDocumentCreate,
         status_code=201,
         accepted=_processing,

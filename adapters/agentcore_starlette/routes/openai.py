@@ -47,9 +47,10 @@ from agentcore_starlette.streaming import Streamed
 def create_chat_completion(call: Call) -> ChatCompletion | Streamed:
     """Ask an agent (`model`) in OpenAI's Chat Completions format.
 
-    The last message (a user's) is answered; earlier user and assistant messages are
-    the chat model's history, or, with the extension field `conversation_id`, the
-    stored conversation is. The answer cites its sources in the extension field
+    The last user message is answered; earlier user and assistant messages are the
+    chat model's history, or, with the extension field `conversation_id`, the stored
+    conversation is (`messages` then holds the one user message). Messages after the
+    last user message are not used (an assistant reply there is replaced). The answer cites its sources in the extension field
     `citations` (also on the streamed chunk with `finish_reason`). With
     `"stream": true` the answer comes as `chat.completion.chunk` events ending with
     `data: [DONE]`. Errors use OpenAI's envelope `{"error": {message, type, code,
@@ -59,7 +60,11 @@ def create_chat_completion(call: Call) -> ChatCompletion | Streamed:
     body = cast(ChatCompletionRequest, call.body)
     refuse_unsupported(body)
     chat = call.workspace.chat
-    asked = split_messages(body.messages, max_chars=call.workspace.core.settings.max_message_chars)
+    asked = split_messages(
+        body.messages,
+        max_chars=call.workspace.core.settings.max_message_chars,
+        stored=body.conversation_id is not None,
+    )
     history: list[ChatTurn] | None = asked.history
     if body.conversation_id is not None and not history:
         # the stored conversation's turns are the history (earlier messages sent as

@@ -1,4 +1,4 @@
-"""Routes: /v1/webhooks — subscribe, list, get, delete, rotate, enable, test, deliveries."""
+"""Routes: /v1/webhooks — subscribe (also the collection's POST), list, get, delete, rotate, enable, test, deliveries."""
 
 from __future__ import annotations
 
@@ -20,6 +20,12 @@ def subscribe_webhook(call: Call) -> WebhookSubscriptionWithSecret:
     """Subscribe a callback URL to event kinds; the signing secret is shown only here."""
     body = cast(WebhookSubscribeRequest, call.body)
     return call.workspace.webhooks.subscribe(body.url, body.events, body.description)
+
+
+def create_webhook(call: Call) -> WebhookSubscriptionWithSecret:
+    """Subscribe a callback URL to event kinds, as ``POST /webhooks/subscribe`` does (the
+    collection's ``POST``, where Stripe and Svix create one); the secret is shown only here."""
+    return subscribe_webhook(call)
 
 
 def list_webhooks(call: Call) -> WebhookList:
@@ -72,6 +78,18 @@ ROUTES = [
         handler=subscribe_webhook,
         response=WebhookSubscriptionWithSecret,
         summary="Subscribe to events",
+        scope="write",
+        tag="webhooks",
+        body="json",
+        request=WebhookSubscribeRequest,
+        status_code=201,
+    ),
+    ApiRoute(
+        method="POST",
+        path="/webhooks",
+        handler=create_webhook,
+        response=WebhookSubscriptionWithSecret,
+        summary="Subscribe to events (the collection's POST)",
         scope="write",
         tag="webhooks",
         body="json",

@@ -49,7 +49,8 @@ _ID_BATCH = 1_000  # ids per IN (...) list: far below either database's paramete
 _CHUNK_COLUMNS = "document_id, organization_id, environment, ordinal, text, pages, page_offsets"
 _CHUNK_IDS = "SELECT id FROM chunks WHERE document_id = ? ORDER BY ordinal"
 _DOCUMENT_COLUMNS = (
-    "id, source, content_type, pages, chunks, bytes, created_at, status, last_error, metadata"
+    "id, source, content_type, pages, chunks, bytes, created_at, status, last_error, metadata,"
+    " external_id"
 )
 _JOB_COLUMNS = ", ".join(field.name for field in fields(IngestJob))
 
@@ -80,6 +81,11 @@ def parse_object(stored: str | None) -> dict[str, Any]:
     return json.loads(stored) if stored else {}
 
 
+class _NotProcessing(Exception):
+    """A finished job's document is no longer processing (deleted or finished meanwhile):
+    its write, which had replaced an older version already, is rolled back."""
+
+
 # ``WebhookStore``: its outbox's ``record_event`` (``WebhookTables``, in ``SQLStore``)
 # records a document's events in the transaction that writes it
 class DocumentTables(TermTables, VectorTables, KnowledgeStore, WebhookStore):
@@ -99,13 +105,20 @@ class DocumentTables(TermTables, VectorTables, KnowledgeStore, WebhookStore):
     ) -> WrittenDocument:
         workspace = (organization_id, environment)
         dimension = int(vectors.shape[1])
+        replacing = document.external_id is not None
         try:
             # this thread's connection is kept until the answers are read from it
             with self.db.read():
-                with self.db.write(pipeline=self._pipelined_writes()) as conn:
+                # a replacement reads what it deletes: not pipelined
+                pipelined = self._pipelined_writes() and not replacing
+                with self.db.write(pipeline=pipelined) as conn:
                     # the bump first: its row lock orders this workspace's writers, so
                     # versions commit in order, and the chunk ids drawn after it rise so
-                    self._send_bump(conn, workspace, embedder, dimension)
+                    if replacing:
+                        version = self._bump(conn, *workspace, embedder, dimension)
+                        self._replace(conn, workspace, document, version)
+                    else:
+                        self._send_bump(conn, workspace, embedder, dimension)
                     row = self.db.deferred_rows(
                         self._insert_document_row(
                             conn, workspace, document, embedder=(embedder, dimension)
@@ -163,9 +176,9 @@ class DocumentTables(TermTables, VectorTables, KnowledgeStore, WebhookStore):
         read before it). The cursor whose row holds its ``seq``."""
         return conn.execute(
             "INSERT INTO documents (id, organization_id, environment, source, content_type,"
-            " pages, chunks, bytes, created_at, status, last_error, metadata, version)"
-            f" VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, {CHECKED_VERSION if embedder else 0})"
-            " RETURNING seq",
+            " pages, chunks, bytes, created_at, status, last_error, metadata, external_id,"
+            " version) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,"
+            f" {CHECKED_VERSION if embedder else 0}) RETURNING seq",
             [
                 document.id,
                 *workspace,
@@ -178,6 +191,7 @@ class DocumentTables(TermTables, VectorTables, KnowledgeStore, WebhookStore):
                 document.status,
                 document.last_error.model_dump_json() if document.last_error else None,
                 json_object(document.metadata),
+                document.external_id,
                 *((*workspace, *embedder) if embedder else ()),
             ],
         )
@@ -238,28 +252,48 @@ class DocumentTables(TermTables, VectorTables, KnowledgeStore, WebhookStore):
         # one transaction that bumps the version; the tombstone holds the deleted vector
         # ids and the sentence counts (for the in-memory sums of ``term_counts`` in every
         # process and node)
-        workspace = [organization_id, environment]
+        workspace = (organization_id, environment)
         with self.db.write() as conn:  # find_row reads in it too
             row = find_row(self.db, "documents", document_id, workspace, "seq")
             if row is None:
                 return False
-            seq = row["seq"]
-            terms = self._take_terms(conn, seq)
-            conn.execute("DELETE FROM documents WHERE seq = ?", [seq])
-            conn.execute("DELETE FROM chunks WHERE document_id = ?", [document_id])
-            conn.execute("DELETE FROM ingest_jobs WHERE document_id = ?", [document_id])
             version = self._bump(conn, organization_id, environment)
-            gone = b"".join(
-                bytes(found["ids"])
-                for found in conn.execute(
-                    f"DELETE FROM vector_segments WHERE document_id = ? AND {WORKSPACE}"
-                    " RETURNING ids",
-                    [document_id, *workspace],
-                ).fetchall()
-            )
-            self._vectors_deleted(conn, organization_id, environment, document_id)
-            self._log_deletion(conn, organization_id, environment, version, gone, terms)
+            self._delete_rows(conn, workspace, int(row["seq"]), document_id, version)
         return True
+
+    def _delete_rows(
+        self, conn: Connection, workspace: tuple[str, str], seq: int, document_id: str, version: int
+    ) -> None:
+        """Delete a document's rows (in the caller's transaction, which bumped the
+        workspace to ``version``): itself, its chunks, job, vectors and sentence counts,
+        leaving the tombstone of ``version`` that tells every cache what went."""
+        terms = self._take_terms(conn, seq)
+        conn.execute("DELETE FROM documents WHERE seq = ?", [seq])
+        conn.execute("DELETE FROM chunks WHERE document_id = ?", [document_id])
+        conn.execute("DELETE FROM ingest_jobs WHERE document_id = ?", [document_id])
+        gone = b"".join(
+            bytes(found["ids"])
+            for found in conn.execute(
+                f"DELETE FROM vector_segments WHERE document_id = ? AND {WORKSPACE} RETURNING ids",
+                [document_id, *workspace],
+            ).fetchall()
+        )
+        self._vectors_deleted(conn, *workspace, document_id)
+        self._log_deletion(conn, *workspace, version, gone, terms)
+
+    def _replace(
+        self, conn: Connection, workspace: tuple[str, str], document: Document, version: int
+    ) -> None:
+        """Delete the ready document that holds ``document``'s ``external_id`` (if one
+        does), in the transaction that makes ``document`` ready at ``version``: searches
+        see the old version's chunks until they see the new one's."""
+        older = conn.execute(
+            f"SELECT seq, id FROM documents WHERE {WORKSPACE} AND external_id = ?"
+            " AND status = 'ready' AND id <> ?",
+            [*workspace, document.external_id, document.id],
+        ).fetchall()
+        for row in older:  # one at most: the unique index holds it so
+            self._delete_rows(conn, workspace, int(row["seq"]), row["id"], version)
 
     def get_chunks(self, chunk_ids: Sequence[int]) -> dict[int, StoredChunk]:
         if not chunk_ids:
@@ -450,7 +484,13 @@ class DocumentTables(TermTables, VectorTables, KnowledgeStore, WebhookStore):
         workspace = (organization_id, environment)
         dimension = int(vectors.shape[1])
         try:
-            with self.db.write(pipeline=self._pipelined_writes()) as conn:
+            replacing = document.external_id is not None  # set at upload, never changed
+            with self.db.write(pipeline=self._pipelined_writes() and not replacing) as conn:
+                if replacing:
+                    # the older version goes before this one is ready (the unique index),
+                    # undone below if this one is no longer processing
+                    version = self._bump(conn, *workspace, embedder, dimension)
+                    self._replace(conn, workspace, document, version)
                 row = conn.execute(
                     "UPDATE documents SET status = 'ready', last_error = NULL,"
                     f" content_type = ?, pages = ?, chunks = ? WHERE id = ? AND {WORKSPACE}"
@@ -458,11 +498,14 @@ class DocumentTables(TermTables, VectorTables, KnowledgeStore, WebhookStore):
                     [document.content_type, document.pages, document.chunks, document.id]
                     + list(workspace),
                 ).fetchone()
+                if row is None and replacing:
+                    raise _NotProcessing  # rolls the replacement back
                 if row is None:
                     return None
                 conn.execute("DELETE FROM ingest_jobs WHERE document_id = ?", [document.id])
-                # bumped only now: a document no longer processing leaves it alone
-                self._send_bump(conn, workspace, embedder, dimension)
+                if not replacing:
+                    # bumped only now: a document no longer processing leaves it alone
+                    self._send_bump(conn, workspace, embedder, dimension)
                 conn.execute(
                     f"UPDATE documents SET version = {CHECKED_VERSION} WHERE seq = ?",
                     [*workspace, embedder, dimension, row["seq"]],
@@ -475,6 +518,8 @@ class DocumentTables(TermTables, VectorTables, KnowledgeStore, WebhookStore):
                     conn, workspace, document, chunks, embedder, vectors, keep, term_counts
                 )
                 return WrittenDocument(ids(), int(row["seq"]), stored)
+        except _NotProcessing:
+            return None
         except self.db.integrity_error as exc:
             self._refuse_other_embedder(exc, embedder, dimension)
             raise

@@ -503,3 +503,17 @@ def m016_idempotency_retention(d: Dialect) -> str:
             WHERE conversation_id IS NOT NULL;
         CREATE INDEX idempotency_keys_created ON idempotency_keys (created_at);
         """
+
+
+@migration()
+def m017_document_external_id(d: Dialect) -> str:
+    """A document's ``external_id`` (NULL: none): the caller's own name for it, unique
+    among a workspace's ready documents, so an upload under it replaces the earlier
+    version in the transaction that makes the new one ready (a processing or failed
+    upload holds it too, and replaces nothing until it is ready)."""
+    return """
+        ALTER TABLE documents ADD COLUMN external_id TEXT;
+        CREATE UNIQUE INDEX documents_external_id
+            ON documents (organization_id, environment, external_id)
+            WHERE external_id IS NOT NULL AND status = 'ready';
+        """

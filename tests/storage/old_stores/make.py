@@ -184,7 +184,7 @@ def fill(store: Any) -> dict[str, Any]:
 
 # Fields the models gained after these stores were made: left out of ``read_back`` (what
 # the old code read), and checked by test_old_stores to read as their defaults.
-ADDED_SINCE = {"agents": {"knowledge"}, "documents": {"metadata"}}
+ADDED_SINCE = {"agents": {"knowledge"}, "documents": {"metadata", "external_id"}}
 
 
 def read_back(store: Any, made: dict[str, Any]) -> dict[str, Any]:
