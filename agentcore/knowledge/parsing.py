@@ -574,6 +574,8 @@ _TALLIED: set[str] = set()  # pypdf loggers the tally is on
 @contextlib.contextmanager
 def _folded_pypdf_warnings() -> Iterator[None]:
     """pypdf's warnings while reading one file, folded into one line of our log."""
+    import pypdf  # noqa: F401 - its modules (and their loggers) exist from here on
+
     for name in [n for n in list(sys.modules) if n.split(".", 1)[0] == "pypdf"]:
         if name not in _TALLIED:  # pypdf logs to its modules' loggers, never propagated up
             logging.getLogger(name).addFilter(_TALLY)
