@@ -21,6 +21,7 @@ from typing import Any
 import httpx
 import pytest
 import uvicorn
+from processes import Leftover, kill_leftovers, mark_run
 from starlette.types import ASGIApp
 from webhook_receiver import Receiver
 
@@ -456,11 +457,38 @@ def _fail_on_logged_secret() -> Iterator[None]:
         pytest.fail("a secret was logged:\n" + "\n".join(leaks), pytrace=False)
 
 
+@pytest.hookimpl(trylast=True)  # after xdist has ended its workers
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """Fail the run for a secret logged after the last test's teardown."""
+    """Fail the run for a secret logged after the last test's teardown, and (in the
+    controlling process) for a process of the run still alive (``processes``)."""
     if _LEAKS:
         print("\nsecrets were logged:\n" + "\n".join(_LEAKS), file=sys.stderr)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    mark = session.config.stash.get(_RUN_MARK, None)
+    if mark is not None and (leftovers := kill_leftovers(mark)):
+        session.config.stash[_LEFTOVERS] = leftovers
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+# No process left behind ---------------------------------------------------------------
+# The controlling process marks the run's environment; every process started during the
+# run inherits the mark, and any still alive at the end fails the run (processes.py).
+
+_RUN_MARK = pytest.StashKey[str]()
+_LEFTOVERS = pytest.StashKey[list[Leftover]]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput"):  # an xdist worker inherits its controller's
+        config.stash[_RUN_MARK] = mark_run()
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    leftovers = config.stash.get(_LEFTOVERS, [])
+    if leftovers:
+        terminalreporter.section("processes left behind: killed, and the run fails", red=True)
+        for leftover in leftovers:
+            terminalreporter.line(str(leftover))
 
 
 @pytest.fixture
