@@ -38,12 +38,19 @@ def free_port() -> int:
 
 
 class ServerThread:
-    """A real uvicorn server on 127.0.0.1 in a background thread."""
+    """A real uvicorn server on 127.0.0.1 in a background thread.
+
+    It serves a socket bound here (port 0): a port picked free and bound later by
+    uvicorn could be taken meanwhile, by any process's outgoing connection.
+    """
 
     def __init__(
         self, app: ASGIApp, *, lifespan: str = "on", graceful_timeout: float | None = None
     ) -> None:
-        self.port = free_port()
+        self.socket = socket.socket()
+        self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.socket.bind(("127.0.0.1", 0))
+        self.port = int(self.socket.getsockname()[1])
         config = uvicorn.Config(
             app,
             host="127.0.0.1",
@@ -53,7 +60,9 @@ class ServerThread:
             timeout_graceful_shutdown=graceful_timeout,
         )
         self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread = threading.Thread(
+            target=self.server.run, kwargs={"sockets": [self.socket]}, daemon=True
+        )
 
     @property
     def url(self) -> str:
@@ -61,16 +70,18 @@ class ServerThread:
 
     def __enter__(self) -> ServerThread:
         self.thread.start()
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 60  # only guards a hang: starting is slow when busy
         while not self.server.started:
             if time.monotonic() > deadline or not self.thread.is_alive():
+                self.socket.close()
                 raise RuntimeError("uvicorn did not start")
             time.sleep(0.01)
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.server.should_exit = True
-        self.thread.join(timeout=10)
+        self.thread.join(timeout=60)
+        self.socket.close()
 
 
 @contextlib.contextmanager
