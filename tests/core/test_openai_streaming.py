@@ -20,6 +20,7 @@ from helpers import cli_env, start_serve
 from httpx_sse import connect_sse
 from hypothesis import given
 from hypothesis import strategies as st
+from processes import reap
 
 import agentcore
 from agentcore import AgentCore
@@ -436,5 +437,4 @@ def test_agentcore_serve_ends_open_streams_with_an_error_event_on_sigterm(
         assert (problem["status"], problem["code"]) == (503, "server_shutting_down")
         assert process.wait(timeout=20) == 0
     finally:
-        process.kill()
-        process.wait(timeout=10)
+        reap(process)

@@ -26,6 +26,7 @@ from helpers import cli_env, start_serve
 from ingest_plugins import MisbehavingEmbedder
 from pdfs import filler, make_pdf, make_pdf_bomb
 from probes import VerifyProbe
+from processes import reap
 
 from agentcore import AgentCore
 from agentcore_starlette import create_app
@@ -65,9 +66,8 @@ class Serve:
         return url
 
     def kill(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.kill()
-            self.process.wait()
+        if self.process is not None:
+            reap(self.process)  # and its ingestion workers
 
 
 @pytest.fixture

@@ -23,6 +23,7 @@ import httpx
 import numpy as np
 import pytest
 from helpers import SEARCH_QUERIES, SEARCH_TOPICS, cli_env, start_serve
+from processes import reap
 
 import agentcore
 from agentcore import AgentCore
@@ -223,8 +224,7 @@ def test_a_real_server_batches_concurrent_searches(tmp_path: Path) -> None:
         with httpx.Client(base_url=url) as client:
             assert batches() > 0  # 160 requests, 8 at a time: some were read together
     finally:
-        process.terminate()
-        process.wait(timeout=15)
+        reap(process)
 
 
 def test_a_batch_holds_at_most_batch_max_calls(db_path: Path) -> None:
