@@ -213,6 +213,15 @@ def core_with(tmp_path: Any, *plugins: object, **settings: Any) -> AgentCore:
 # ``from helpers import api``.
 
 
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` is running (a zombie has ended; Linux ``/proc``)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
 def wait_for(condition: Callable[[], object], limit: float = 60.0) -> Any:
     """Poll ``condition`` until it is truthy (``limit`` only guards a hang)."""
     give_up = time.monotonic() + limit
