@@ -46,7 +46,7 @@ def test_sigkill_mid_delivery_loses_nothing(tmp_path: Path) -> None:
 
         first = _serve(db, log)
         try:
-            assert receiver.wait_for(50, timeout=60), (
+            assert receiver.wait_for(50), (
                 f"server delivered {receiver.count()} in 60 s; log:\n{log.read_text()[-2000:]}"
             )
             first.kill()  # SIGKILL: no shutdown, leases stay held
@@ -58,7 +58,7 @@ def test_sigkill_mid_delivery_loses_nothing(tmp_path: Path) -> None:
 
         second = _serve(db, log)
         try:
-            complete = receiver.wait_for_ids(EVENTS, timeout=60)
+            complete = receiver.wait_for_ids(EVENTS)
             got = receiver.distinct_ids()
             assert complete, f"{len(got)}/{EVENTS} delivered after restart"
             assert got == published
