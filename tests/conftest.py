@@ -45,8 +45,14 @@ class ServerThread:
     """
 
     def __init__(
-        self, app: ASGIApp, *, lifespan: str = "on", graceful_timeout: float | None = None
+        self,
+        app: ASGIApp,
+        *,
+        lifespan: str = "on",
+        graceful_timeout: float | None = None,
+        **options: Any,
     ) -> None:
+        """``options`` are more ``uvicorn.Config`` options (``log_level`` is ``warning``)."""
         self.socket = socket.socket()
         self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.socket.bind(("127.0.0.1", 0))
@@ -55,9 +61,9 @@ class ServerThread:
             app,
             host="127.0.0.1",
             port=self.port,
-            log_level="warning",
             lifespan=lifespan,
             timeout_graceful_shutdown=graceful_timeout,
+            **{"log_level": "warning", **options},
         )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(
