@@ -336,6 +336,31 @@ def test_deleting_a_processing_document_kills_its_worker_at_once(
         assert [d.source for d in ws.knowledge.list().documents] == ["next.txt"]
 
 
+def test_a_job_whose_row_went_before_its_worker_reported_is_not_taken_for_deleted(
+    tmp_path: Path, pid_file: Path
+) -> None:
+    """A worker completes its document, and with it deletes the job's row, before it
+    reports. A lease renewal in between found no row, took the document for deleted,
+    killed the worker and told the waiting caller so (seen on a busy machine). Here the
+    row goes while the worker still embeds: renewals (every 0.2 s) must look at the
+    document, which is still there."""
+    db = tmp_path / "a.db"
+    slow = MisbehavingEmbedder(sleep=10, pid_file=str(pid_file))
+
+    def drop_the_row() -> None:
+        worker_pid(pid_file)  # the worker is inside the job
+        with sqlite3.connect(db) as conn:
+            conn.execute("DELETE FROM ingest_jobs")
+
+    with started(db, slow, ingest_workers=1, ingest_job_lease=0.6) as (core, ws):
+        dropping = threading.Thread(target=drop_the_row)
+        dropping.start()
+        document = ws.knowledge.ingest_text("slow.txt", "TRIGGER " + BIG_TEXT, wait=True)
+        dropping.join()
+        assert document.status == "ready"
+        assert ws.knowledge.get(document.id).status == "ready"
+
+
 def job_row(path: Path) -> tuple[int, float | None] | None:
     with sqlite3.connect(path) as conn:
         row = conn.execute("SELECT attempts, leased_until FROM ingest_jobs").fetchone()
