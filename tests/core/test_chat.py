@@ -301,11 +301,12 @@ def test_abandoned_model_calls_still_queued_are_never_made(tmp_path: Any) -> Non
     # by nobody, and a fresh request behind them timed out)
     calls: list[float] = []
     lock = threading.Lock()
+    release = threading.Event()  # the calls made hold the pool's threads until then
 
     def slow(request: ChatRequest) -> ChatResult:
         with lock:
             calls.append(time.monotonic())
-        time.sleep(1.0)
+        release.wait(60)
         return ChatResult(text="late")
 
     core = core_with(tmp_path, Recorder("slow", slow), model_timeout=3)
@@ -315,10 +316,12 @@ def test_abandoned_model_calls_still_queued_are_never_made(tmp_path: Any) -> Non
         for _ in range(4 * MODEL_THREADS):
             with pytest.raises(agentcore.DeadlineExceeded):
                 ws.chat.send(agent.id, "hi", cancellation=agentcore.Cancellation(timeout=0.02))
+        release.set()  # the threads are free again: the abandoned calls queued are dropped
         reply = ws.chat.send(agent.id, "hi", cancellation=agentcore.Cancellation(timeout=30))
         assert reply.response == "late"
         assert len(calls) <= MODEL_THREADS + 1  # those already running, and the fresh one
     finally:
+        release.set()
         core.close()
 
 
