@@ -22,6 +22,7 @@ from typing import Any
 import httpx
 import pytest
 import uvicorn
+from processes import Leftover, kill_leftovers, mark_run
 from starlette.types import ASGIApp
 from webhook_receiver import Receiver
 
@@ -60,22 +61,37 @@ def free_port() -> int:
 
 
 class ServerThread:
-    """A real uvicorn server on 127.0.0.1 in a background thread."""
+    """A real uvicorn server on 127.0.0.1 in a background thread.
+
+    It serves a socket bound here (port 0): a port picked free and bound later by
+    uvicorn could be taken meanwhile, by any process's outgoing connection.
+    """
 
     def __init__(
-        self, app: ASGIApp, *, lifespan: str = "on", graceful_timeout: float | None = None
+        self,
+        app: ASGIApp,
+        *,
+        lifespan: str = "on",
+        graceful_timeout: float | None = None,
+        **options: Any,
     ) -> None:
-        self.port = free_port()
+        """``options`` are more ``uvicorn.Config`` options (``log_level`` is ``warning``)."""
+        self.socket = socket.socket()
+        self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.socket.bind(("127.0.0.1", 0))
+        self.port = int(self.socket.getsockname()[1])
         config = uvicorn.Config(
             app,
             host="127.0.0.1",
             port=self.port,
-            log_level="warning",
             lifespan=lifespan,
             timeout_graceful_shutdown=graceful_timeout,
+            **{"log_level": "warning", **options},
         )
         self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread = threading.Thread(
+            target=self.server.run, kwargs={"sockets": [self.socket]}, daemon=True
+        )
 
     @property
     def url(self) -> str:
@@ -83,16 +99,18 @@ class ServerThread:
 
     def __enter__(self) -> ServerThread:
         self.thread.start()
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 60  # only guards a hang: starting is slow when busy
         while not self.server.started:
             if time.monotonic() > deadline or not self.thread.is_alive():
+                self.socket.close()
                 raise RuntimeError("uvicorn did not start")
             time.sleep(0.01)
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.server.should_exit = True
-        self.thread.join(timeout=10)
+        self.thread.join(timeout=60)
+        self.socket.close()
 
 
 @contextlib.contextmanager
@@ -479,11 +497,38 @@ def _fail_on_logged_secret() -> Iterator[None]:
         pytest.fail("a secret was logged:\n" + "\n".join(leaks), pytrace=False)
 
 
+@pytest.hookimpl(trylast=True)  # after xdist has ended its workers
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """Fail the run for a secret logged after the last test's teardown."""
+    """Fail the run for a secret logged after the last test's teardown, and (in the
+    controlling process) for a process of the run still alive (``processes``)."""
     if _LEAKS:
         print("\nsecrets were logged:\n" + "\n".join(_LEAKS), file=sys.stderr)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    mark = session.config.stash.get(_RUN_MARK, None)
+    if mark is not None and (leftovers := kill_leftovers(mark)):
+        session.config.stash[_LEFTOVERS] = leftovers
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+# No process left behind ---------------------------------------------------------------
+# The controlling process marks the run's environment; every process started during the
+# run inherits the mark, and any still alive at the end fails the run (processes.py).
+
+_RUN_MARK = pytest.StashKey[str]()
+_LEFTOVERS = pytest.StashKey[list[Leftover]]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput"):  # an xdist worker inherits its controller's
+        config.stash[_RUN_MARK] = mark_run()
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    leftovers = config.stash.get(_LEFTOVERS, [])
+    if leftovers:
+        terminalreporter.section("processes left behind: killed, and the run fails", red=True)
+        for leftover in leftovers:
+            terminalreporter.line(str(leftover))
 
 
 @pytest.fixture

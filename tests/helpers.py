@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from processes import reap, spawn
 
 import agentcore
 from agentcore import AgentCore
@@ -210,6 +211,15 @@ def core_with(tmp_path: Any, *plugins: object, **settings: Any) -> AgentCore:
 # ``from helpers import api``.
 
 
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` is running (a zombie has ended; Linux ``/proc``)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
 def wait_for(condition: Callable[[], object], limit: float = 60.0) -> Any:
     """Poll ``condition`` until it is truthy (``limit`` only guards a hang)."""
     give_up = time.monotonic() + limit
@@ -274,46 +284,62 @@ def api(request: pytest.FixtureRequest, app: Any, keys: Any) -> Any:
 
 
 def start_serve(
-    db: Path,
-    key: str,
+    db: Path | str,
+    key: str | None = None,
     *,
     env: dict[str, str] | None = None,
     extra: Sequence[str] = (),
-    stderr: Path | None = None,
+    stdout: Path | int | None = subprocess.DEVNULL,
+    stderr: Path | int | None = subprocess.DEVNULL,
     command: Sequence[str] = CLI,
 ) -> tuple[subprocess.Popen[str], str]:
-    """A real ``agentcore --db db serve`` once it answers ``key``, and its base URL.
+    """A real ``agentcore --db db serve`` once it answers, and its base URL.
 
-    The port is free when picked, but a parallel test may take it before the server
-    binds: then this server exits and another port is tried, so a test never talks to
-    another test's server (whose answer to our key would be a 401). The caller stops
-    the process. ``env`` defaults to ``cli_env()``; ``extra`` are more ``serve`` options;
-    ``stderr``, a file the server's stderr is appended to; ``command``, the ``agentcore``
-    to run (this interpreter's by default).
+    It answers ``key``'s ``GET /v1/auth/verify`` with 200 (without ``key``: answers
+    ``GET /v1/health`` at all, and still runs). The port is free when picked,
+    but another process may take it before the server binds: then this server exits
+    and another port is tried, so a test never talks to another test's server (whose
+    answer to our key would be a 401). ``env`` defaults to ``cli_env()``; ``extra`` are
+    more ``serve`` options; ``stdout`` and ``stderr`` a file (written afresh by each try)
+    or what ``Popen`` takes; ``command`` the CLI. The process leads a process group of
+    its own: the caller stops it with ``processes.reap``, which also ends what it started.
     """
     from conftest import free_port
 
+    def stream(target: Path | int | None) -> Any:
+        return target.open("w") if isinstance(target, Path) else target
+
     for _ in range(5):
         port = free_port()
-        process = subprocess.Popen(
-            [*command, "--db", str(db), "serve", "--port", str(port), *extra],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL if stderr is None else stderr.open("a"),
-            text=True,
-            env=cli_env() if env is None else env,
-        )
+        out, err = stream(stdout), stream(stderr)
+        try:
+            process = spawn(
+                [*command, "--db", str(db), "serve", "--port", str(port), *extra],
+                stdout=out,
+                stderr=err,
+                text=True,
+                env=cli_env() if env is None else env,
+            )
+        finally:  # the child has its own copies
+            for opened in (out, err):
+                if hasattr(opened, "close"):
+                    opened.close()
         url = f"http://127.0.0.1:{port}"
-        give_up = time.monotonic() + 30  # only guards a hang
-        with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}) as client:
+        give_up = time.monotonic() + 120  # only guards a hang: starting is slow when busy
+        headers = {} if key is None else {"Authorization": f"Bearer {key}"}
+        path, ready = ("/v1/health", {200, 503}) if key is None else ("/v1/auth/verify", {200})
+        with httpx.Client(base_url=url, headers=headers) as client:
             while process.poll() is None and time.monotonic() < give_up:
                 try:
-                    if client.get("/v1/auth/verify", timeout=1).status_code == 200:
+                    if client.get(path, timeout=5).status_code in ready and process.poll() is None:
                         return process, url
                 except httpx.TransportError:
                     pass
                 time.sleep(0.1)
-        process.kill()
-        process.wait()
+        hung = process.poll() is None
+        reap(process)  # and what it may have started
+        assert not hung, f"agentcore serve did not answer in 120 s at {url}"
+        # it ended: the port was taken; another one is tried
     raise AssertionError("agentcore serve never answered our key on a port of its own")
 
 

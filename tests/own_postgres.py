@@ -7,8 +7,10 @@ own, stopped with ``pg_ctl`` and restarted on the same directory (and socket).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import subprocess
 import tempfile
 import warnings
 from collections.abc import Iterator
@@ -32,6 +34,10 @@ def dedicated_postgres(prefix: str = "agentcore-test-pg-own-") -> Iterator[Any]:
     try:
         yield server
     finally:
+        # cleanup_mode=None: cleanup() forgets the handle but leaves the server running
+        # (it would notice its data directory gone only a minute later): stop it first
+        with contextlib.suppress(subprocess.CalledProcessError):  # a test left it stopped
+            stop_postmaster(server)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             server.cleanup()

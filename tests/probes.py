@@ -14,7 +14,8 @@ import httpx
 
 class VerifyProbe:
     """Calls ``GET /v1/auth/verify`` with ``key`` every 50 ms on a thread while in use;
-    ``latencies`` in milliseconds, ``failures`` the non-200 answers and errors."""
+    ``latencies`` in milliseconds, ``answered`` when each 200 call was sent and answered
+    (``time.monotonic()``), ``failures`` the non-200 answers and errors."""
 
     def __init__(self, url: str, key: str) -> None:
         self._client = httpx.Client(
@@ -22,15 +23,18 @@ class VerifyProbe:
         )
         self._stop = threading.Event()
         self.latencies: list[float] = []
+        self.answered: list[tuple[float, float]] = []
         self.failures: list[str] = []
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            began = time.perf_counter()
+            sent, began = time.monotonic(), time.perf_counter()
             try:
                 response = self._client.get("/v1/auth/verify")
-                if response.status_code != 200:
+                if response.status_code == 200:
+                    self.answered.append((sent, time.monotonic()))
+                else:
                     self.failures.append(str(response.status_code))
             except httpx.HTTPError as exc:
                 self.failures.append(repr(exc))

@@ -3,14 +3,14 @@
 It records every request (path, lower-cased headers, body, arrival time) and answers
 from a per-path script: a list of :class:`Reply` consumed one per request, then the
 path's default reply. A reply can set the status, extra headers (``Retry-After``,
-``Location``), a delay before answering, or a hang (the handler sleeps, interruptibly,
-so ``close()`` never waits for it).
+``Location``), a delay before answering, an event to answer once set (the test decides
+when), or a hang (the handler sleeps, interruptibly, so ``close()`` never waits for it).
 
     with Receiver() as rx:
         rx.script("/hook", [Reply(500), Reply(503, {"Retry-After": "120"})])
         url = rx.url("/hook")
         ...
-        assert rx.wait_for(2, timeout=5)
+        assert rx.wait_for(2)
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ class Reply:
     headers: dict[str, str] = field(default_factory=dict)
     delay: float = 0.0  # seconds to wait before answering
     hang: float = 0.0  # seconds to sleep before answering (a stuck receiver)
+    until: threading.Event | None = None  # answer once it is set (or the receiver closes)
 
 
 @dataclass(frozen=True)
@@ -99,6 +100,9 @@ class Receiver:
                 if reply.hang and receiver._stop.wait(reply.hang):
                     self.close_connection = True
                     return
+                if reply.until is not None:
+                    while not (reply.until.wait(0.05) or receiver._stop.is_set()):
+                        pass
                 if reply.delay:
                     time.sleep(reply.delay)
                 payload = b'{"ok":true}'
@@ -155,8 +159,9 @@ class Receiver:
     def distinct_ids(self, path: str | None = None) -> set[str]:
         return {r.webhook_id for r in self.requests(path)}
 
-    def wait_for(self, n: int, *, path: str | None = None, timeout: float = 5.0) -> bool:
-        """Wait (bounded) until ``path`` (or any path) has at least ``n`` requests."""
+    def wait_for(self, n: int, *, path: str | None = None, timeout: float = 60.0) -> bool:
+        """Wait (bounded) until ``path`` (or any path) has at least ``n`` requests; the
+        default bound only guards a hang (a busy machine delivers late, not never)."""
         end = time.monotonic() + timeout
         with self._lock:
             while True:
@@ -168,8 +173,8 @@ class Receiver:
                     return False
                 self._changed.wait(min(left, 0.1))
 
-    def wait_for_ids(self, n: int, *, path: str | None = None, timeout: float = 5.0) -> bool:
-        """Wait (bounded) until at least ``n`` distinct webhook-ids arrived."""
+    def wait_for_ids(self, n: int, *, path: str | None = None, timeout: float = 60.0) -> bool:
+        """Wait (bounded) until at least ``n`` distinct webhook-ids arrived (``wait_for``)."""
         end = time.monotonic() + timeout
         with self._lock:
             while True:

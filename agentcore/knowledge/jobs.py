@@ -341,7 +341,7 @@ class IngestionJobs:
                 try:
                     alive = self._store.renew_ingest_job(
                         job.job.document_id, until=time.time() + self._settings.ingest_job_lease
-                    )
+                    ) or not self._gone(job.job)
                 except Exception:
                     log.exception("ingestion: could not renew the lease of a job")
                     alive = True
@@ -349,6 +349,13 @@ class IngestionJobs:
                     job.stop("deleted")
             wait = min(wait, max(job.next_renewal - now, 0.0))
         return wait
+
+    def _gone(self, job: IngestJob) -> bool:
+        """Whether ``job``'s document was deleted. Its job row also goes when its worker
+        completes it, before the worker reports: that job must not be stopped (its
+        worker killed and its waiting caller told the document was deleted)."""
+        document = self._store.get_document(job.organization_id, job.environment, job.document_id)
+        return document is None
 
     def _supervise(self, running: _Running) -> None:
         """Run one job to its end on this thread, then record how it ended."""

@@ -7,15 +7,14 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from conftest import free_port
-from helpers import cli_env, cli_json, run_cli
+from helpers import cli_env, cli_json, run_cli, start_serve
+from processes import reap
 
 from agentcore import AgentCore, AuthenticationError
 from agentcore.cli import main
@@ -288,38 +287,28 @@ def test_argparse_errors_exit_2(cli: InProcess, tmp_path: Path) -> None:
 # serve -----------------------------------------------------------------------------
 
 
-def _start_server(db: Path, port: int) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [str(SCRIPT), "--db", str(db), "serve", "--port", str(port), "--log-level", "warning"],
+def _start_server(db: Path) -> tuple[subprocess.Popen[str], str]:
+    """The installed ``agentcore serve`` on ``db`` once it answers, and its URL."""
+    process, url = start_serve(
+        db,
+        command=[str(SCRIPT)],
+        extra=["--log-level", "warning"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        text=True,
-        env=cli_env(),
     )
-
-
-def _wait_until_up(process: subprocess.Popen[str], url: str) -> None:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        assert process.poll() is None, process.communicate()
-        try:
-            response = httpx.get(url + "/v1/auth/verify", timeout=1, verify=False)
-        except httpx.TransportError:
-            time.sleep(0.1)
-            continue
-        assert response.status_code == 401  # up, and asking for a key
-        return
-    raise AssertionError("agentcore serve did not come up")
+    response = httpx.get(url + "/v1/auth/verify", timeout=30)
+    assert response.status_code == 401  # up, and asking for a key
+    return process, url
 
 
 def _stop(process: subprocess.Popen[str], sig: signal.Signals) -> tuple[int, str, str]:
     process.send_signal(sig)
     try:
-        stdout, stderr = process.communicate(timeout=10)
+        stdout, stderr = process.communicate(timeout=120)
     except subprocess.TimeoutExpired:
-        process.kill()
-        process.communicate()
-        raise AssertionError(f"agentcore serve ignored {sig.name} for 10 s") from None
+        raise AssertionError(f"agentcore serve ignored {sig.name} for 120 s") from None
+    finally:
+        reap(process)
     return process.returncode, stdout, stderr
 
 
@@ -327,11 +316,8 @@ def _stop(process: subprocess.Popen[str], sig: signal.Signals) -> tuple[int, str
 def test_serve_revocation_takes_effect_at_once_and_sigterm_exits_0(initialised) -> None:
     db, out = initialised
     secret = out["keys"][0]["secret"]
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    process = _start_server(db, port)
+    process, url = _start_server(db)
     try:
-        _wait_until_up(process, url)
         headers = {"Authorization": f"Bearer {secret}"}
         with httpx.Client(base_url=url, timeout=10, verify=False) as client:
             verify = client.get("/v1/auth/verify", headers=headers)
@@ -356,18 +342,14 @@ def test_serve_revocation_takes_effect_at_once_and_sigterm_exits_0(initialised) 
     assert code == 0, stderr
     assert "Traceback" not in stderr
     assert secret not in stderr and secret not in stdout
-    assert f"http://127.0.0.1:{port}/v1" in stdout
+    assert f"{url}/v1" in stdout
 
 
 @pytest.mark.slow
 def test_serve_sigint_exits_cleanly(initialised) -> None:
     db, out = initialised
-    port = free_port()
-    process = _start_server(db, port)
-    try:
-        _wait_until_up(process, f"http://127.0.0.1:{port}")
-    finally:
-        code, _, stderr = _stop(process, signal.SIGINT)
+    process, _ = _start_server(db)
+    code, _, stderr = _stop(process, signal.SIGINT)
     assert code == 0, stderr
     assert "Traceback" not in stderr
     assert "KeyboardInterrupt" not in stderr

@@ -18,6 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 from helpers import CLI, cli_env, run_cli
+from processes import reap, spawn
 
 from agentcore.cli import build_parser
 from agentcore.config import Settings
@@ -213,9 +214,10 @@ def test_serve_workers_keep_agentcore_records_from_the_log_level(
             timeout=60,
         )
         assert answer.status_code == 201, answer.text
-    finally:
         process.send_signal(signal.SIGTERM)
-        assert process.wait(timeout=60) == 0
+        assert process.wait(timeout=120) == 0
+    finally:
+        reap(process)  # and its worker processes, however the test ended
     replaced = [line for line in log.read_text().splitlines() if "grew by" in line]
     assert len(replaced) == (1 if level == "info" else 0), log.read_text()
 
@@ -252,7 +254,7 @@ def _text_files(folder: Path, count: int) -> Path:
 def test_ingest_on_a_terminal_shows_a_bar_with_rate_and_time_left(tmp_path: Path) -> None:
     folder = _text_files(tmp_path / "notes", 6)
     main, secondary = pty.openpty()
-    process = subprocess.Popen(
+    process = spawn(
         [
             *CLI,
             "--db",
@@ -271,7 +273,7 @@ def test_ingest_on_a_terminal_shows_a_bar_with_rate_and_time_left(tmp_path: Path
     )
     os.close(secondary)
     seen = b""
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 240  # only guards a hang: the loop ends with the command
     while time.monotonic() < deadline:
         ready, _, _ = select.select([main], [], [], 0.5)
         if ready:
@@ -285,7 +287,10 @@ def test_ingest_on_a_terminal_shows_a_bar_with_rate_and_time_left(tmp_path: Path
         elif process.poll() is not None:
             break
     os.close(main)
-    assert process.wait(timeout=30) == 0
+    try:
+        assert process.wait(timeout=120) == 0
+    finally:
+        reap(process)  # and its ingestion workers
     text = seen.decode("utf-8", "replace")
     assert "\r" in text  # a bar redrawn in place
     assert "100%" in text and "6 file(s)" in text
@@ -311,8 +316,11 @@ def test_serve_empties_its_metrics_directory_of_metric_files_only(
     stale = tmp_path / "counter_999999999.db"
     stale.write_bytes(b"")
     process, _ = start_serve(db, key, env=env, extra=["--workers", workers])
-    process.send_signal(signal.SIGTERM)
-    assert process.wait(timeout=60) == 0
+    try:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=120) == 0
+    finally:
+        reap(process)
     assert not stale.exists()
     assert (tmp_path / "notes.db").read_text() == "not a metric"
     listed = subprocess.run(
@@ -339,7 +347,7 @@ def test_serve_claims_its_port_before_its_start_up(tmp_path: Path) -> None:
     other = socket.socket()
     other.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     other.bind(("127.0.0.1", port))  # another server, bound, not yet listening
-    process = subprocess.Popen(
+    process = spawn(
         [*CLI, "--db", str(db), "serve", "--port", str(port)],
         env=cli_env(),
         stdout=subprocess.PIPE,
@@ -359,8 +367,7 @@ def test_serve_claims_its_port_before_its_start_up(tmp_path: Path) -> None:
         assert answered.status_code == 200
     finally:
         other.close()
-        process.terminate()
-        process.wait(timeout=30)
+        reap(process)
 
 
 def _init_key(db: Path, env: dict[str, str]) -> str:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -15,7 +14,8 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 import pytest
 from conftest import free_port
-from helpers import CLI, cli_env
+from helpers import CLI, cli_env, start_serve
+from processes import reap
 
 PASSWORD = "S3cretPassw0rd"
 ROLE = "agentcore_pw_role"
@@ -77,33 +77,21 @@ def test_init_keys_and_help_never_print_the_password(password_url: str) -> None:
 def test_serve_prints_and_logs_no_password(password_url: str, tmp_path: Path, workers: str) -> None:
     made = cli("--db", password_url, "init", "--org", "acme", "--new-keys", "--json")
     assert made.returncode == 0, made.stderr
-    port = free_port()
     log = tmp_path / "serve.log"
-    with log.open("w") as out:
-        process = subprocess.Popen(
-            [*CLI, "--db", password_url, "serve", "--port", str(port), "--log-level", "debug",
-             "--workers", workers],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=cli_env(),
-        )  # fmt: skip
-        try:
-            url = f"http://127.0.0.1:{port}"
-            deadline = time.monotonic() + 60
-            while True:
-                assert process.poll() is None, log.read_text()
-                try:
-                    httpx.get(f"{url}/v1/health", timeout=2)
-                    break
-                except httpx.TransportError:
-                    assert time.monotonic() < deadline, log.read_text()
-                    time.sleep(0.2)
-            for path in ("/v1/health", "/metrics", "/v1/agents", "/v1/nowhere"):
-                httpx.get(url + path, timeout=10)
-            httpx.get(f"{url}/v1/agents", headers={"Authorization": "Bearer nope"}, timeout=10)
-        finally:
-            process.send_signal(signal.SIGTERM)
-            process.wait(timeout=60)
+    process, url = start_serve(
+        password_url,
+        extra=["--log-level", "debug", "--workers", workers],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        for path in ("/v1/health", "/metrics", "/v1/agents", "/v1/nowhere"):
+            httpx.get(url + path, timeout=30)
+        httpx.get(f"{url}/v1/agents", headers={"Authorization": "Bearer nope"}, timeout=30)
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=120)
+    finally:
+        reap(process)
     text = log.read_text()
     assert f"agentcore serving postgresql://{ROLE}:***@" in text.splitlines()[0]
     assert "Application startup complete" in text  # the debug log was written

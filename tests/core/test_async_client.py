@@ -12,6 +12,7 @@ import httpx
 import pytest
 from conftest import Keys, ServerThread
 from helpers import start_serve
+from processes import reap
 
 import agentcore
 from agentcore import (
@@ -223,8 +224,7 @@ def test_agentcore_serve_streams_to_curl_style_clients(tmp_path: Path) -> None:
 
         assert "Pixel" in asyncio.run(go())
     finally:
-        process.terminate()
-        process.wait(timeout=20)
+        reap(process)
 
 
 HR = {"filter": {"type": "eq", "key": "team", "value": "hr"}}

@@ -6,10 +6,11 @@ import math
 import re
 import sqlite3
 import time
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from helpers import wait_for
 
 from agentcore import AgentCore, AuthenticationError, InvalidRequest, ValidationFailed
 from agentcore.ids import BASE62
@@ -23,6 +24,15 @@ def _auth_code(core: AgentCore, secret: str | None) -> str:
         core.authenticate(secret)
     assert caught.value.status == 401
     return caught.value.code
+
+
+def _refusal(core: AgentCore, secret: str) -> str | None:
+    """The code ``core.authenticate(secret)`` is refused with (``None``: it is accepted)."""
+    try:
+        core.authenticate(secret)
+    except AuthenticationError as error:
+        return error.code
+    return None
 
 
 def _flip(secret: str, index: int) -> str:
@@ -151,11 +161,12 @@ def test_revoked_key_is_refused(core, keys) -> None:
 
 
 def test_expired_key_is_refused(core, keys) -> None:
-    issued = keys.make(expires_in=timedelta(seconds=0.2))
+    # two seconds: time enough to use it before it expires, on a busy machine too
+    issued = keys.make(expires_in=timedelta(seconds=2))
     assert issued.expires_at is not None
     core.authenticate(issued.secret)  # works before expiry
-    time.sleep(0.3)
-    assert _auth_code(core, issued.secret) == "api_key_expired"
+    wait_for(lambda: _refusal(core, issued.secret) == "api_key_expired")
+    assert datetime.now(UTC) >= issued.expires_at  # refused once expired, not before
 
 
 @pytest.mark.parametrize("expires_in", [timedelta(0), timedelta(seconds=-1)])
@@ -167,15 +178,14 @@ def test_non_positive_expiry_refused(keys, expires_in) -> None:
 
 def test_rotate_new_works_old_works_during_grace_then_fails(core, keys) -> None:
     old = keys.make("acme", "live", ("read",))
-    new = core.keys.rotate(old.id, grace=timedelta(seconds=0.3))
+    new = core.keys.rotate(old.id, grace=timedelta(seconds=2))  # time to use it when busy
     assert new.secret != old.secret
     assert new.id != old.id
     assert new.rotated_from == old.id
     assert new.scopes == ["read"] and new.environment == "live" and new.organization == "acme"
     assert core.authenticate(new.secret).key_id == new.id
     assert core.authenticate(old.secret).key_id == old.id  # grace period
-    time.sleep(0.4)
-    assert _auth_code(core, old.secret) == "api_key_expired"
+    wait_for(lambda: _refusal(core, old.secret) == "api_key_expired")
     assert core.authenticate(new.secret).key_id == new.id
 
 

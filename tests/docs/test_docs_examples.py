@@ -58,6 +58,7 @@ import pytest
 from conftest import free_port
 from helpers import cli_env, cli_json, start_serve
 from markdown_blocks import ROOT, Block, blocks_of, section
+from processes import reap, spawn
 
 from agentcore import AgentCore
 
@@ -183,8 +184,7 @@ def docs_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DocsServer
             assert http.post(f"/agents/{agent['id']}/deploy").status_code == 200
         yield DocsServer(url, keys["test"], keys["live"], agent["id"])
     finally:
-        process.send_signal(signal.SIGTERM)
-        process.wait(timeout=30)
+        reap(process)
 
 
 class _FakeOpenAI(BaseHTTPRequestHandler):
@@ -338,6 +338,7 @@ def shell_env() -> dict[str, str]:
 
 
 _END = "__docs_block_end__"
+_OWN_PORT = "__own_port__"  # a serving block's port, until run_serve picks a free one
 
 
 class Shell:
@@ -345,7 +346,7 @@ class Shell:
     one block are seen by the next. Runs with ``-e``, so a failing command ends it."""
 
     def __init__(self, cwd: Path) -> None:
-        self.process = subprocess.Popen(
+        self.process = spawn(
             ["bash", "--norc", "--noprofile", "-euo", "pipefail"],
             cwd=cwd,
             env=shell_env(),
@@ -388,11 +389,9 @@ class Shell:
         if self.process.poll() is None:
             assert self.process.stdin is not None
             self.process.stdin.close()
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.wait(timeout=60)
+        reap(self.process)  # and anything a block left running in the background
 
 
 def run_shell(block: Block, code: str, cwd: Path, shell: Shell) -> str:
@@ -406,31 +405,33 @@ def run_shell(block: Block, code: str, cwd: Path, shell: Shell) -> str:
 
 def run_serve(block: Block, code: str, cwd: Path) -> str:
     """Run a block that ends in ``agentcore serve`` until its server answers, then stop
-    it with SIGTERM: it must exit 0."""
-    ports = re.findall(r"--port (\d+)", code)
-    assert ports, f"{block.where}: a block that serves says --port 8000 (it gets a free one)"
-    port = int(ports[-1])
-    process = subprocess.Popen(
-        ["bash", "-euo", "pipefail", "-c", code],
-        cwd=cwd,
-        env=shell_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,  # SIGTERM reaches bash and the server alike
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert process.poll() is None, f"{block.where} exited {process.returncode}"
-            assert time.monotonic() < deadline, f"{block.where} never served port {port}"
-            with contextlib.suppress(httpx.TransportError):
-                if httpx.get(f"http://127.0.0.1:{port}/v1/openapi.json", timeout=1).is_success:
-                    break
-            time.sleep(0.1)
-    finally:
-        os.killpg(process.pid, signal.SIGTERM)
-        printed, _ = process.communicate(timeout=60)
+    it with SIGTERM: it must exit 0. Its ``--port 8000`` is a free port; when another
+    process took that port before the server bound it, the block runs again on another."""
+    assert _OWN_PORT in code, f"{block.where}: a block that serves says --port 8000"
+    for _ in range(5):
+        port = free_port()
+        process = spawn(
+            ["bash", "-euo", "pipefail", "-c", code.replace(_OWN_PORT, str(port))],
+            cwd=cwd,
+            env=shell_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        try:
+            deadline = time.monotonic() + 120  # only guards a hang: starting is slow when busy
+            while process.poll() is None:
+                assert time.monotonic() < deadline, f"{block.where} never served port {port}"
+                with contextlib.suppress(httpx.TransportError):
+                    if httpx.get(f"http://127.0.0.1:{port}/v1/openapi.json", timeout=5).is_success:
+                        break
+                time.sleep(0.1)
+        finally:
+            os.killpg(process.pid, signal.SIGTERM)  # bash and the server alike
+            printed, _ = process.communicate(timeout=120)
+            reap(process)
+        if "address already in use" not in printed:
+            break
     assert process.returncode == 0, f"{block.where} ended {process.returncode}:\n{printed}"
     return printed
 
@@ -459,8 +460,8 @@ def run_page(page: Path, request: pytest.FixtureRequest, cwd: Path) -> None:
                 last = None  # an output block after it would show nothing that ran
                 continue
             code = block.code
-            if serves(block):  # a server of its own: on a port of its own
-                code = code.replace("--port 8000", f"--port {free_port()}")
+            if serves(block):  # a server of its own: on a port of its own (run_serve)
+                code = code.replace("--port 8000", f"--port {_OWN_PORT}")
             code = substitutions.apply(code)
             if block.lang == "python":
                 printed = run_python(block, code, namespace)

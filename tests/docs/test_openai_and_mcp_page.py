@@ -43,7 +43,7 @@ def test_the_mcp_host_configuration_connects(tmp_path: Path) -> None:
 
             async def tools() -> list[str]:
                 async with (
-                    httpx2.AsyncClient(headers=headers) as http,
+                    httpx2.AsyncClient(headers=headers, timeout=60) as http,  # not 5 s
                     Client(streamable_http_client(url, http_client=http)) as client,
                 ):
                     return [tool.name for tool in (await client.list_tools()).tools]

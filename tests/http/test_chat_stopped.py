@@ -44,7 +44,7 @@ class Held:
     def complete(self, request: ChatRequest) -> ChatResult:
         self.started.set()
         try:
-            self.release.wait(20)
+            self.release.wait(600)  # released by the test (or the fixture's end)
             return ChatResult(text=ANSWER, used_passage_ids=["P1"])
         finally:
             self.finished.set()
@@ -74,10 +74,11 @@ def held() -> Held:
 @pytest.fixture
 def served(store_url: str, held: Held) -> Iterator[tuple[AgentCore, str, str, dict[str, str]]]:
     """A core with the test's models behind uvicorn, a key's secret, and an agent per
-    model (by model name); the request deadline is 1 s."""
+    model (by model name); the request deadline is 3 s (time enough to reach the model
+    on a busy machine: the tests stop a turn whose model holds it)."""
     models = ModelPlugin(held, Failing("broken"), Failing("midway", said="Employees get"))
     core = AgentCore.open(
-        store_url, plugins=[models], request_deadline=1.0, rate_limit_test=1e6, model_timeout=20
+        store_url, plugins=[models], request_deadline=3.0, rate_limit_test=1e6, model_timeout=600
     )
     core.create_organization("acme")
     secret = core.keys.create("acme", "test", ["read", "write"]).secret
@@ -121,7 +122,7 @@ def test_a_chat_answered_504_is_not_stored_afterwards(served: Any, held: Held) -
     response = ask(url, secret, agents["held"])
     assert_problem(response, 504, "deadline_exceeded")
     held.release.set()  # the model answers after all, past the deadline
-    assert held.finished.wait(10)
+    assert held.finished.wait(60)
     time.sleep(0.3)  # what a turn still running would take to store its answer
     assert stored(core, agents["held"]) == []
     assert [e.data["action"] for e in events] == ["knowledge_lookup"]  # no reply_sent
@@ -140,7 +141,7 @@ def test_an_openai_completion_answered_504_is_not_stored_afterwards(
     assert response.status_code == 504, response.text
     assert response.json()["error"]["code"] == "deadline_exceeded"
     held.release.set()
-    assert held.finished.wait(10)
+    assert held.finished.wait(60)
     time.sleep(0.3)
     assert stored(core, agents["held"]) == []
 
@@ -174,7 +175,7 @@ def test_a_chat_whose_client_goes_away_is_not_stored(store_url: str, held: Held)
             assert held.started.is_set()
             time.sleep(0.3)  # the server sees the disconnect
             held.release.set()
-            assert held.finished.wait(10)
+            assert held.finished.wait(60)
             time.sleep(0.3)
             assert stored(core, agent_id) == []
             assert [e.data["action"] for e in events] == ["knowledge_lookup"]
@@ -222,7 +223,6 @@ def test_mcp_chat_past_the_deadline_is_a_tool_error_and_stores_nothing(
     served: Any, held: Held
 ) -> None:
     core, url, secret, agents = served
-    started = time.monotonic()
     result = run(
         f"{url}/v1/mcp",
         secret,
@@ -230,12 +230,12 @@ def test_mcp_chat_past_the_deadline_is_a_tool_error_and_stores_nothing(
             "chat_with_agent", {"agent_id": agents["held"], "message": "How many vacation days?"}
         ),
     )
-    took = time.monotonic() - started
+    answered_first = not held.finished.is_set()  # at the deadline, not when the model answered
     assert result.is_error and result.structured_content is not None
     assert result.structured_content["code"] == "deadline_exceeded"
-    assert took < 5, took  # stopped at the deadline (1 s), not when the model answered
+    assert held.started.is_set() and answered_first
     held.release.set()
-    assert held.finished.wait(10)
+    assert held.finished.wait(60)
     time.sleep(0.3)
     assert stored(core, agents["held"]) == []
 
@@ -253,7 +253,7 @@ def test_a_chat_cut_by_shutdown_is_a_503_problem_and_not_stored(store_url: str, 
                 target=lambda: answers.append(ask(server.url, secret, agent_id))
             )
             client.start()
-            assert held.started.wait(10)
+            assert held.started.wait(60)
             server.server.should_exit = True  # the request is still running
             client.join(10)
             assert answers, "the client got no answer"

@@ -69,7 +69,7 @@ def test_readme_fastapi_example_delivers_webhooks(
             # an event published by the core, as a handoff would be
             ws = core.workspace("acme", "test")
             ws.publish("agent.handoff", {"reason": "asked for a human"})
-            assert rx.wait_for(2, path="/hook", timeout=15), rx.received
+            assert rx.wait_for(2, path="/hook"), rx.received
             bodies = [json.loads(r.body) for r in rx.requests("/hook")]
             assert {b["type"] for b in bodies} == {"webhook.ping", "agent.handoff"}
             assert all(

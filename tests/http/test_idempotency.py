@@ -216,7 +216,7 @@ def test_the_record_expires_after_the_ttl(short_ttl_core: AgentCore) -> None:
 def test_concurrent_duplicates_run_once(core: AgentCore, keys) -> None:
     secret = keys.make().secret
     threads_n = 10
-    barrier = threading.Barrier(threads_n, timeout=10)
+    barrier = threading.Barrier(threads_n, timeout=120)  # only guards a hang
     results: list[httpx.Response | BaseException] = []
     lock = threading.Lock()
     body = {"name": "Raced", "system_prompt": "only once"}
@@ -239,12 +239,11 @@ def test_concurrent_duplicates_run_once(core: AgentCore, keys) -> None:
                 results.append(outcome)
 
         threads = [threading.Thread(target=send) for _ in range(threads_n)]
-        started = time.monotonic()
         for thread in threads:
             thread.start()
         for thread in threads:
-            thread.join(timeout=30)
-        assert time.monotonic() - started < 30
+            thread.join(timeout=120)
+        assert not any(thread.is_alive() for thread in threads)  # every request answered
         listed = httpx.get(
             f"{server.url}/v1/agents",
             headers={"Authorization": f"Bearer {secret}"},

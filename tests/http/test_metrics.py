@@ -16,8 +16,9 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import Keys, ServerThread, free_port
-from helpers import CLI, cli_env
+from conftest import Keys, ServerThread
+from helpers import CLI, cli_env, start_serve, wait_for
+from processes import reap
 from prometheus_client.parser import text_string_to_metric_families
 from webhook_receiver import Receiver
 
@@ -192,12 +193,10 @@ def test_metrics_false_records_nothing(store_url: str) -> None:
 # agentcore serve ------------------------------------------------------------------------
 
 
-def _serve(db: Path, port: int, *extra: str, env: dict[str, str] | None = None) -> Any:
-    return subprocess.Popen(
-        [*CLI, "--db", str(db), "serve", "--port", str(port), "--log-level", "warning", *extra],
-        stdout=subprocess.DEVNULL,
-        stderr=(db.parent / "serve.err").open("a"),
-        env=env or cli_env(),
+def _serve(db: Path, *extra: str, env: dict[str, str] | None = None) -> tuple[Any, str]:
+    """``agentcore serve`` on ``db`` once it answers (``helpers.start_serve``), its URL."""
+    return start_serve(
+        db, env=env, extra=("--log-level", "warning", *extra), stderr=db.parent / "serve.err"
     )
 
 
@@ -215,37 +214,33 @@ def _openapi_requests(got: Any) -> float:
 def _serve_workers(db: Path, directory: Path) -> tuple[Any, str]:
     """``serve --workers 2`` on ``db`` with ``directory`` as its multiprocess directory,
     and its URL."""
-    port = free_port()
-    env = {**cli_env(), "PROMETHEUS_MULTIPROC_DIR": str(directory)}
-    return _serve(db, port, "--workers", "2", env=env), f"http://127.0.0.1:{port}"
+    env = {
+        **cli_env(),
+        "PROMETHEUS_MULTIPROC_DIR": str(directory),
+        "AGENTCORE_INDEX_CACHE_BYTES": str(WORKER_BUDGET),
+    }
+    return _serve(db, "--workers", "2", env=env)
 
 
-def _wait_up(process: Any, url: str) -> None:
-    deadline = time.monotonic() + 60
-    while True:
-        assert process.poll() is None, Path(process.args[4]).with_name("serve.err").read_text()
-        try:
-            httpx.get(f"{url}/v1/health", timeout=2)
-            return
-        except httpx.TransportError:
-            assert time.monotonic() < deadline, "serve did not come up"
-            time.sleep(0.1)
+WORKER_BUDGET = 50_000_000
+"""Each worker's index budget in ``_serve_workers`` (set: unset, it depends on the machine)."""
 
 
 def _stop(process: Any) -> None:
-    process.send_signal(signal.SIGTERM)
-    assert process.wait(timeout=60) == 0
+    try:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=120) == 0
+    finally:
+        reap(process)  # and its worker processes, however it ended
 
 
 @pytest.mark.slow
 def test_serve_has_metrics_unless_turned_off(tmp_path: Path) -> None:
     db = tmp_path / "serve.db"
     for env, expected in ((cli_env(), 200), ({**cli_env(), "AGENTCORE_METRICS": "false"}, 404)):
-        port = free_port()
-        process = _serve(db, port, env=env)
+        process, url = _serve(db, env=env)
         try:
-            _wait_up(process, f"http://127.0.0.1:{port}")
-            assert httpx.get(f"http://127.0.0.1:{port}/metrics").status_code == expected
+            assert httpx.get(f"{url}/metrics").status_code == expected
         finally:
             _stop(process)
 
@@ -257,7 +252,6 @@ def test_serve_workers_sum_every_workers_requests(tmp_path: Path) -> None:
     directory = tmp_path / "prometheus"
     process, url = _serve_workers(db, directory)
     try:
-        _wait_up(process, url)
         sent = 0
         # new connections until both workers have answered some: each worker writes its
         # own file, which names the route once that worker has timed a request to it
@@ -318,26 +312,31 @@ def test_serve_workers_drop_the_live_gauges_of_a_killed_worker(tmp_path: Path) -
                 assert fresh.get("/v1/openapi.json").status_code == 200
             sent += 1
             time.sleep(0.01)
-        time.sleep(0.5)  # each sets its gauges after its answer
         return sent
 
     def scrape() -> dict[Any, float]:
         with httpx.Client(base_url=url) as fresh:
             return samples(fresh.get("/metrics").text)
 
+    def budgets() -> float:
+        # each worker sets its gauges after its answer: wait until both have
+        both = 2 * WORKER_BUDGET
+        wait_for(lambda: value(scrape(), "agentcore_index_budget_bytes") == both)
+        return both
+
     try:
-        _wait_up(process, url)
         sent = until_served_by(2)
-        both = value(scrape(), "agentcore_index_budget_bytes")  # two workers' budgets
+        both = budgets()  # two workers' budgets
         victim = max(served())
         os.kill(victim, signal.SIGKILL)
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 120  # only guards a hang
         while Path(f"/proc/{victim}").exists():  # until the supervisor reaped it
             assert time.monotonic() < deadline
             time.sleep(0.1)
         sent += until_served_by(3)  # the replacement's files beside the dead one's
+        assert budgets() == both  # not three workers'
         got = scrape()
-        assert value(got, "agentcore_index_budget_bytes") == both  # not three workers'
+        assert value(got, "agentcore_index_budget_bytes") == both
         assert victim not in _pids(directory, "gauge_live*_*.db")
         assert _openapi_requests(got) == sent  # the killed worker's requests too
     finally:
@@ -356,11 +355,8 @@ def test_serve_in_one_process_starts_its_multiprocess_directory_empty(tmp_path: 
         [*CLI, "--db", str(db), "init", "--org", "acme"], env=env, check=True, capture_output=True
     )
     for _ in range(2):
-        port = free_port()
-        process = _serve(db, port, env=env)
-        url = f"http://127.0.0.1:{port}"
+        process, url = _serve(db, env=env)
         try:
-            _wait_up(process, url)
             for _ in range(3):
                 assert httpx.get(f"{url}/v1/openapi.json").status_code == 200
             # a command run meanwhile writes live gauges and exits without dropping them

@@ -148,7 +148,7 @@ def test_events_triggered_on_both_nodes_arrive_once_each(
         agent_id = _deployed_agent(b, secret)
         for n in range(10):
             _handoff(a if n % 2 == 0 else b, secret, agent_id)
-        assert receiver.wait_for_ids(10, timeout=30), receiver.count()
+        assert receiver.wait_for_ids(10), receiver.count()
         # both nodes poll the outbox every second: give a duplicate time to show up
         assert not receiver.wait_for(11, timeout=3)
         assert receiver.count() == 10 and len(receiver.distinct_ids()) == 10
@@ -165,7 +165,7 @@ def test_a_node_killed_mid_delivery_has_its_deliveries_sent_by_the_other(
         agent_id = _deployed_agent(a, secret)
         for _ in range(3):
             _handoff(a, secret, agent_id)
-        assert receiver.wait_for(3, timeout=30), receiver.count()
+        assert receiver.wait_for(3), receiver.count()
         a.process.kill()  # SIGKILL: its leases stay held in the store
         a.process.wait(timeout=10)
         killed_at = time.time()
@@ -230,7 +230,7 @@ def test_serve_workers_share_the_store_and_exit_cleanly(
                 assert _search(node, secret, topic)[0] == f"t{n}.txt"
             for _ in range(10):
                 _handoff(node, secret, agent_id)
-            assert receiver.wait_for_ids(10, timeout=30), receiver.count()
+            assert receiver.wait_for_ids(10), receiver.count()
             assert not receiver.wait_for(11, timeout=3)
     finally:
         status = node.stop()

@@ -62,7 +62,7 @@ class RecordingEmbedder:
             self.clock.now += self.clock.step
             if "hold" in texts[0]:
                 self.held.set()
-                assert self.release.wait(timeout=30)
+                assert self.release.wait(timeout=60)
         return rows
 
     def on_worker(self) -> bool:
@@ -265,7 +265,7 @@ def test_a_quick_search_stays_on_the_loop_while_another_handler_runs(served, emb
     holder = threading.Thread(target=hold)
     holder.start()
     try:
-        assert embedder.held.wait(timeout=30)  # globex's first search holds a worker thread
+        assert embedder.held.wait(timeout=60)  # globex's first search holds a worker thread
         assert embedder.on_worker()
         quick = search(served["client"])
         assert not embedder.on_worker()  # acme's quick search still runs on the loop

@@ -16,6 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 from helpers import cli_env, start_serve
+from processes import reap
 
 from agentcore import AgentCore
 
@@ -71,8 +72,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     try:
         yield Served(process, url, int(url.rsplit(":", 1)[1]), key)
     finally:
-        process.terminate()
-        process.wait(timeout=15)
+        reap(process)
 
 
 def read_answer(sock: socket.socket) -> tuple[int, dict[str, str], bytes]:

@@ -11,7 +11,6 @@ import logging
 import os
 import sqlite3
 import threading
-import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -20,7 +19,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import pytest
-from helpers import open_seen, seen, wait_for
+from helpers import alive, open_seen, seen, wait_for
 from ingest_plugins import MisbehavingEmbedder
 from pdfs import filler, make_pdf, make_pdf_bomb, make_stream_pdf
 
@@ -31,22 +30,19 @@ from agentcore.plugins.hashing_embedder import HashingEmbedder
 from agentcore.schema import Document
 from agentcore.workspace import Workspace
 
-pytestmark = pytest.mark.timeout(180)
+# a worker runs at a lower priority than everything else: on a busy machine its jobs
+# (a PDF bomb) take minutes, so the waits below only guard hangs
+pytestmark = pytest.mark.timeout(600)
+SETTLES = 300.0  # seconds a job may take to end before a wait gives up
 
 BIG_TEXT = filler(1_500, 3)  # ~90 KB: above ingest_inline_max_bytes, so a worker's job
 
 
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().split()[2] != "Z"  # a zombie has ended
-    except FileNotFoundError:
-        return False
-
-
 def settled(core: AgentCore, document_id: str, organization: str = "acme") -> Document:
     ws = core.workspace(organization)
-    return wait_for(lambda: (d := ws.knowledge.get(document_id)).status != "processing" and d)
+    return wait_for(
+        lambda: (d := ws.knowledge.get(document_id)).status != "processing" and d, limit=SETTLES
+    )
 
 
 def open_core(
@@ -80,7 +76,7 @@ def slow(pid_file: Path) -> MisbehavingEmbedder:
 
 
 def worker_pid(pid_file: Path) -> int:
-    return int(wait_for(lambda: pid_file.exists() and pid_file.read_text()))
+    return int(wait_for(lambda: pid_file.exists() and pid_file.read_text(), limit=SETTLES))
 
 
 # the same result as in the calling thread ----------------------------------------------
@@ -131,12 +127,13 @@ def test_small_plain_text_stays_in_the_calling_thread(tmp_path: Path) -> None:
 def test_a_job_past_its_wall_clock_limit_is_killed_and_failed(
     tmp_path: Path, pid_file: Path, slow: MisbehavingEmbedder
 ) -> None:
-    with started(tmp_path / "a.db", slow, ingest_job_timeout=2, ingest_workers=1) as (core, ws):
+    # ten seconds: the next job's time too, on a busy machine (at the default priority)
+    with started(
+        tmp_path / "a.db", slow, ingest_job_timeout=10, ingest_workers=1, ingest_worker_nice=0
+    ) as (core, ws):
         queued = ws.knowledge.ingest_text("slow.txt", "TRIGGER " + BIG_TEXT, wait=False)
         pid = worker_pid(pid_file)
-        began = time.monotonic()
-        failed = settled(core, queued.id)
-        assert time.monotonic() - began < 30  # two seconds, not the sleep's two minutes
+        failed = settled(core, queued.id)  # killed at ten seconds: the sleep would end ready
         assert failed.status == "failed" and failed.last_error is not None
         assert failed.last_error.code == "deadline_exceeded" and failed.last_error.status == 504
         assert not alive(pid)
@@ -260,7 +257,7 @@ def test_a_pdf_bomb_fails_too_large_at_the_smallest_memory_limit(tmp_path: Path)
     # at 64 MiB the bomb once crawled at full CPU until the job's time-out (glibc tried
     # to make a 64 MiB malloc arena under the limit): one arena, and it fails at once
     with started(
-        tmp_path / "a.db", ingest_workers=1, ingest_worker_memory_mb=64, ingest_job_timeout=60
+        tmp_path / "a.db", ingest_workers=1, ingest_worker_memory_mb=64, ingest_job_timeout=3600
     ) as (core, ws):
         queued = ws.knowledge.ingest_file(make_pdf_bomb(), filename="bomb.pdf", wait=False)
         failed = settled(core, queued.id)
@@ -283,12 +280,12 @@ def test_wait_none_returns_processing_when_every_worker_is_busy(
     tmp_path: Path, pid_file: Path, slow: MisbehavingEmbedder
 ) -> None:
     with started(tmp_path / "a.db", slow, ingest_workers=1) as (core, ws):
-        ws.knowledge.ingest_text("slow.txt", "TRIGGER " + BIG_TEXT, wait=False)
-        worker_pid(pid_file)  # the only worker is busy
-        began = time.monotonic()
+        slow_job = ws.knowledge.ingest_text("slow.txt", "TRIGGER " + BIG_TEXT, wait=False)
+        busy = worker_pid(pid_file)  # the only worker is busy, for two minutes
         document = ws.knowledge.ingest_file(make_pdf([filler(20, 1)]), filename="a.pdf")
         assert document.status == "processing"
-        assert time.monotonic() - began < 5  # at once, not when the worker is free
+        # at once, not when the worker is free: it is still inside the slow job
+        assert alive(busy) and ws.knowledge.get(slow_job.id).status == "processing"
         assert ws.knowledge.get(document.id).status == "processing"
 
 
@@ -296,11 +293,17 @@ def test_wait_none_stops_waiting_before_the_deadline(
     tmp_path: Path, pid_file: Path, slow: MisbehavingEmbedder
 ) -> None:
     with started(tmp_path / "a.db", slow, ingest_workers=1) as (core, ws):
-        began = time.monotonic()
+        # a deadline of 10 s: the caller stops waiting a second before it (a tenth of the
+        # time left, at most a second), the time an HTTP request has left to answer 202
+        cancellation = Cancellation(timeout=10)
         document = ws.knowledge.ingest_text(
-            "slow.txt", "TRIGGER " + BIG_TEXT, cancellation=Cancellation(timeout=3)
+            "slow.txt", "TRIGGER " + BIG_TEXT, cancellation=cancellation
         )
-        assert 1.5 < time.monotonic() - began < 3  # a little before the deadline
+        # it waited for the worker until then (a busy machine only makes that later),
+        # and stopped before its deadline passed
+        assert not cancellation.cancelled
+        assert cancellation.remaining is not None and cancellation.remaining <= 1.0
+        assert alive(worker_pid(pid_file))  # the worker has the job
         assert document.status == "processing"  # the job goes on
         assert ws.knowledge.get(document.id).status == "processing"
 
@@ -321,7 +324,7 @@ def test_wait_true_with_a_cancellation_stops_the_job_and_stores_nothing(
                 "slow.txt", "TRIGGER " + BIG_TEXT, wait=True, cancellation=cancellation
             )
         passes.join()
-        wait_for(lambda: not alive(worker_pid(pid_file)), limit=10)
+        wait_for(lambda: not alive(worker_pid(pid_file)))  # killed: it would sleep 2 minutes
         assert ws.knowledge.list().documents == []
 
 
@@ -331,13 +334,36 @@ def test_deleting_a_processing_document_kills_its_worker_at_once(
     with started(tmp_path / "a.db", slow, ingest_workers=1) as (core, ws):
         queued = ws.knowledge.ingest_text("slow.txt", "TRIGGER " + BIG_TEXT, wait=False)
         pid = worker_pid(pid_file)
-        began = time.monotonic()
         ws.knowledge.delete(queued.id)
-        wait_for(lambda: not alive(pid), limit=10)
-        # the one worker slot is free again: the next upload is indexed right away
+        wait_for(lambda: not alive(pid))  # killed: it would sleep two minutes
+        # the one worker slot is free again: the next upload is indexed
         assert ws.knowledge.ingest_text("next.txt", BIG_TEXT, wait=True).status == "ready"
-        assert time.monotonic() - began < 30
         assert [d.source for d in ws.knowledge.list().documents] == ["next.txt"]
+
+
+def test_a_job_whose_row_went_before_its_worker_reported_is_not_taken_for_deleted(
+    tmp_path: Path, pid_file: Path
+) -> None:
+    """A worker completes its document, and with it deletes the job's row, before it
+    reports. A lease renewal in between found no row, took the document for deleted,
+    killed the worker and told the waiting caller so (seen on a busy machine). Here the
+    row goes while the worker still embeds: renewals (every 0.2 s) must look at the
+    document, which is still there."""
+    db = tmp_path / "a.db"
+    slow = MisbehavingEmbedder(sleep=10, pid_file=str(pid_file))
+
+    def drop_the_row() -> None:
+        worker_pid(pid_file)  # the worker is inside the job
+        with sqlite3.connect(db) as conn:
+            conn.execute("DELETE FROM ingest_jobs")
+
+    with started(db, slow, ingest_workers=1, ingest_job_lease=0.6) as (core, ws):
+        dropping = threading.Thread(target=drop_the_row)
+        dropping.start()
+        document = ws.knowledge.ingest_text("slow.txt", "TRIGGER " + BIG_TEXT, wait=True)
+        dropping.join()
+        assert document.status == "ready"
+        assert ws.knowledge.get(document.id).status == "ready"
 
 
 def job_row(path: Path) -> tuple[int, float | None] | None:
@@ -353,9 +379,7 @@ def test_stop_is_bounded_and_gives_the_running_job_back(
     with started(db, slow, ingest_workers=1, ingest_stop_grace=0.5) as (core, ws):
         queued = ws.knowledge.ingest_text("slow.txt", "TRIGGER " + BIG_TEXT, wait=False)
         pid = worker_pid(pid_file)
-        began = time.monotonic()
-        core.stop()
-        assert time.monotonic() - began < 5  # the grace, then a kill: not the two minutes
+        core.stop()  # the grace, then a kill: not the two minutes (the job would be ready)
         assert not alive(pid)
         assert job_row(db) == (0, None)  # queued again; the interrupted try does not count
         assert core.workspace("acme").knowledge.get(queued.id).status == "processing"
@@ -368,7 +392,9 @@ def test_stop_is_bounded_and_gives_the_running_job_back(
 
 
 def test_one_workspaces_queue_does_not_starve_another(tmp_path: Path) -> None:
-    slow = MisbehavingEmbedder(sleep=1.5)
+    # acme's jobs take two minutes each: none ends while the test looks, however slowly
+    # this machine runs it, and globex's would not end in time behind one of them
+    slow = MisbehavingEmbedder(sleep=120)
     with open_core(tmp_path / "a.db", slow, ingest_workers=1) as core:
         acme, globex = core.workspace("acme"), core.workspace("globex")
         floods = [
@@ -470,7 +496,7 @@ os._exit(0)  # as a SIGKILL would: no stop(), nothing closed
     result = run_python(script)
     assert result.returncode == 0, result.stderr
     pid = int((tmp_path / "worker.pid").read_text())
-    wait_for(lambda: not alive(pid), limit=15)
+    wait_for(lambda: not alive(pid))  # not when its two minutes' sleep ends
     assert os.path.exists(tmp_path / "a.db")
 
 
@@ -478,11 +504,13 @@ os._exit(0)  # as a SIGKILL would: no stop(), nothing closed
 
 
 def test_workers_on_postgres(postgres_url: str, pid_file: Path, slow: MisbehavingEmbedder) -> None:
-    with started(postgres_url, slow, ingest_workers=1, ingest_job_timeout=3) as (core, ws):
+    with started(postgres_url, slow, ingest_workers=1) as (core, ws):
         ready = ws.knowledge.ingest_file(make_pdf([filler(40, 1)]), filename="a.pdf", wait=True)
         assert ready.status == "ready" and ready.chunks > 0
         hits = ws.knowledge.search("night porter").results
         assert hits and hits[0].document_id == ready.id
+    # a short time limit only for the job that sleeps (the first could pass it when busy)
+    with started(postgres_url, slow, ingest_workers=1, ingest_job_timeout=3) as (core, ws):
         queued = ws.knowledge.ingest_text("slow.txt", "TRIGGER " + BIG_TEXT, wait=False)
         pid = worker_pid(pid_file)
         failed = settled(core, queued.id)

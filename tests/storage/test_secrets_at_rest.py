@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from datetime import timedelta
 from pathlib import Path
 
 import httpx
 import pytest
-import uvicorn
-from conftest import free_port
+from conftest import ServerThread
 from helpers import cli_json, relax_rate_limits, run_cli
 
 from agentcore import AgentCore, AuthenticationError
@@ -33,31 +31,6 @@ class Collect(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         self.lines.append(self.format(record))
-
-
-class VerboseServer:
-    """uvicorn at debug level with access logs on, in a thread on 127.0.0.1."""
-
-    def __init__(self, app) -> None:
-        self.port = free_port()
-        config = uvicorn.Config(
-            app, host="127.0.0.1", port=self.port, log_level="debug", access_log=True
-        )
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-        self.url = f"http://127.0.0.1:{self.port}"
-
-    def __enter__(self) -> VerboseServer:
-        self.thread.start()
-        deadline = time.monotonic() + 10
-        while not self.server.started:
-            assert time.monotonic() < deadline and self.thread.is_alive(), "uvicorn did not start"
-            time.sleep(0.01)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=10)
 
 
 @pytest.fixture
@@ -104,7 +77,7 @@ def test_no_plaintext_in_db_wal_or_logs(tmp_path: Path, caplog, capfd, collect) 
         typo = test_key["secret"][:-1] + ("A" if test_key["secret"][-1] != "A" else "B")
 
         app = create_app(core)
-        verbose = VerboseServer(app)
+        verbose = ServerThread(app, log_level="debug", access_log=True)
         for name in LOGGERS:  # uvicorn's dictConfig just replaced its loggers' handlers
             logging.getLogger(name).addHandler(collect)
         with (

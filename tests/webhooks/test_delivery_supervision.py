@@ -23,7 +23,8 @@ from agentcore.webhooks import delivery
 WORKER = "agentcore-webhook-worker"
 
 
-def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
+def wait_until(condition: Callable[[], bool], timeout: float = 60.0) -> None:
+    """Poll ``condition`` until it holds (``timeout`` only guards a hang)."""
     end = time.monotonic() + timeout
     while not condition():
         assert time.monotonic() < end, "condition not met in time"
@@ -68,7 +69,7 @@ def test_the_worker_survives_a_store_outage_and_delivers_afterwards(
     assert receiver.count() == 0
 
     store.recover()
-    assert receiver.wait_for_ids(5, timeout=15), receiver.count()
+    assert receiver.wait_for_ids(5), receiver.count()
     assert receiver.distinct_ids() == acknowledged
     wait_until(lambda: loop_state(core, WORKER).failures == 0)
     assert "background loop agentcore-webhook-worker failed" in caplog.text
@@ -104,7 +105,7 @@ def test_stopping_while_the_worker_claims_sends_nothing_with_a_closed_client(
     core.start()
     gate = store.gate("claim_due_deliveries")  # the worker's next claim waits
     events = [ws.publish("agent.action", {"n": n}).id for n in range(6)]
-    assert gate.entered.wait(10)
+    assert gate.entered.wait(60)
     stopping = threading.Thread(target=core.stop, kwargs={"timeout": 10})
     stopping.start()
     time.sleep(0.2)  # stop() is under way while the claim is
@@ -127,13 +128,13 @@ def test_stopping_with_attempts_under_way_and_a_backlog_leaves_no_sender_thread(
     """The attempts under way finish (and are recorded); the deliveries waiting behind
     them are left to their leases instead of starting new sender threads after stop."""
     core, _ = faulty
-    receiver.always("/hook", Reply(delay=0.5))
+    receiver.always("/hook", Reply(delay=1.5))  # under way while the test calls stop()
     ws = core.workspace("acme", "test")
     sub = ws.webhooks.subscribe(receiver.url("/hook"), ["agent.action"])
     for n in range(8):  # one subscription: 2 attempts at a time, the rest in the backlog
         ws.publish("agent.action", {"n": n})
     core.start()
-    assert receiver.wait_for(2, timeout=10)
+    assert receiver.wait_for(2)
     core.stop(timeout=10)
     assert not any(t.name.startswith("agentcore") for t in threading.enumerate())
     assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []
@@ -148,14 +149,15 @@ def test_attempts_cancelled_by_stop_free_their_slots_for_the_next_start(
     """stop() while one subscription's attempts run and another's wait in the sender
     pool: the waiting ones are cancelled, and after a restart that subscription is
     sent to again (its cancelled deliveries once their leases lapse, and new ones)."""
-    monkeypatch.setattr(delivery, "LEASE_MARGIN", 0.5)  # leases of 1.5 s, not 11 s
-    receiver.always("/b", Reply(delay=0.5))  # B's two attempts hold both sender threads
+    monkeypatch.setattr(delivery, "LEASE_MARGIN", 0.5)  # leases of 5.5 s, not 15 s
+    answer = threading.Event()
+    receiver.always("/b", Reply(until=answer))  # B's two attempts hold both sender threads
     core = AgentCore.open(
         tmp_path / "a.db",
         entry_points=False,
         webhook_allowed_networks="127.0.0.0/8",
         webhook_workers=2,
-        webhook_timeout=1.0,
+        webhook_timeout=5.0,
     )
     try:
         wb, wa = core.workspace("acme", "test"), core.workspace("other", "test")
@@ -164,14 +166,21 @@ def test_attempts_cancelled_by_stop_free_their_slots_for_the_next_start(
         core.start()
         events = {wb.publish("agent.action", {"n": n}).id for n in range(2)}
         events |= {wa.publish("agent.action", {"n": n}).id for n in range(2)}
-        assert receiver.wait_for(2, path="/b", timeout=10)
-        core.stop(timeout=5)  # B's attempts end; A's, queued behind them, are cancelled
+        assert receiver.wait_for(2, path="/b")
+        # B's attempts end once stop() has stopped the worker's claims; A's, queued
+        # behind them, are cancelled
+        claiming = lambda: any(loop.name == WORKER and loop.running for loop in core.health().loops)  # noqa: E731
+        threading.Thread(
+            target=lambda: (wait_until(lambda: not claiming()), answer.set()), daemon=True
+        ).start()
+        core.stop(timeout=60)
         assert receiver.count("/a") == 0
         core.start()
         events.add(wa.publish("agent.action", {"n": 2}).id)
-        assert receiver.wait_for_ids(3, path="/a", timeout=10), receiver.distinct_ids("/a")
+        assert receiver.wait_for_ids(3, path="/a"), receiver.distinct_ids("/a")
         assert receiver.distinct_ids() == events
     finally:
+        answer.set()
         core.close()
 
 
@@ -181,27 +190,31 @@ def test_a_slow_attempt_keeps_its_slot_across_two_restarts(
 ) -> None:
     """An attempt that outlives stop()'s grace period still holds its subscription's
     slot after a start and a second, quick stop, so the per-subscription cap holds."""
-    receiver.always("/hook", Reply(delay=4.0))
+    answer = threading.Event()
+    receiver.always("/hook", Reply(until=answer))  # under way until the test ends
     core = AgentCore.open(
         tmp_path / "a.db",
         entry_points=False,
         webhook_allowed_networks="127.0.0.0/8",
-        webhook_timeout=10.0,
+        webhook_timeout=120.0,
     )
     try:
         ws = core.workspace("acme", "test")
         ws.webhooks.subscribe(receiver.url("/hook"), ["agent.action"])
         core.start()
         ws.publish("agent.action", {"n": 0})
-        assert receiver.wait_for(1, timeout=10)
-        began = time.monotonic()
+        assert receiver.wait_for(1)
         core.stop(timeout=0.3)  # the attempt outlives the grace period
         core.start()
         core.stop(timeout=1.0)  # the new pool holds nothing: it closes at once
         core.start()
         for n in range(1, 4):
             ws.publish("agent.action", {"n": n})
-        time.sleep(max(0.0, 3.0 - (time.monotonic() - began)))  # the first still under way
-        assert receiver.count("/hook") <= delivery.PER_SUBSCRIPTION_IN_FLIGHT
+        # the first, still under way, holds one of the subscription's slots: one more
+        # is sent, and a third would arrive meanwhile if the cap let it
+        assert receiver.wait_for(delivery.PER_SUBSCRIPTION_IN_FLIGHT)
+        time.sleep(1.0)
+        assert receiver.count("/hook") == delivery.PER_SUBSCRIPTION_IN_FLIGHT
     finally:
+        answer.set()
         core.close()

@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-from conftest import free_port
-from helpers import cli_env, delivery_counts
+from helpers import cli_env, delivery_counts, start_serve
+from processes import reap
 from webhook_receiver import Receiver, Reply
 
 from agentcore import AgentCore
@@ -26,36 +25,12 @@ EVENTS = 1_000
 pytestmark = pytest.mark.slow
 
 
-def _serve(db: Path, log: Path) -> subprocess.Popen[bytes]:
+def _serve(db: Path, log: Path) -> subprocess.Popen[str]:
     env = cli_env()
     env["AGENTCORE_WEBHOOK_ALLOWED_NETWORKS"] = "127.0.0.0/8"
     env["AGENTCORE_WEBHOOK_TIMEOUT"] = "2"
-    with log.open("ab") as out:
-        return subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "agentcore.cli",
-                "--db",
-                str(db),
-                "serve",
-                "--port",
-                str(free_port()),
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=env,
-        )
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
+    process, _ = start_serve(db, env=env, stdout=log, stderr=subprocess.STDOUT)
+    return process
 
 
 def test_sigkill_mid_delivery_loses_nothing(tmp_path: Path) -> None:
@@ -71,28 +46,28 @@ def test_sigkill_mid_delivery_loses_nothing(tmp_path: Path) -> None:
 
         first = _serve(db, log)
         try:
-            assert receiver.wait_for(50, timeout=30), (
-                f"server delivered {receiver.count()} in 30 s; log:\n{log.read_text()[-2000:]}"
+            assert receiver.wait_for(50), (
+                f"server delivered {receiver.count()} in 60 s; log:\n{log.read_text()[-2000:]}"
             )
             first.kill()  # SIGKILL: no shutdown, leases stay held
             first.wait(timeout=10)
         finally:
-            _stop(first)
+            reap(first)
         before = receiver.distinct_ids()
         assert 0 < len(before) < EVENTS, "the kill must land mid-delivery"
 
         second = _serve(db, log)
         try:
-            complete = receiver.wait_for_ids(EVENTS, timeout=50)
+            complete = receiver.wait_for_ids(EVENTS)
             got = receiver.distinct_ids()
             assert complete, f"{len(got)}/{EVENTS} delivered after restart"
             assert got == published
             assert receiver.count() >= EVENTS  # at least once; duplicates allowed
-            deadline = time.monotonic() + 10  # the last attempts get recorded
+            deadline = time.monotonic() + 60  # the last attempts get recorded
             with AgentCore.open(db, webhook_allowed_networks="127.0.0.0/8") as reader:
                 while delivery_counts(reader.store) != {"succeeded": EVENTS}:
                     assert time.monotonic() < deadline, delivery_counts(reader.store)
                     time.sleep(0.1)
         finally:
-            _stop(second)
+            reap(second)
     assert os.path.exists(db)

@@ -37,7 +37,7 @@ def test_test_ping_body_carries_the_webhook_id(served: tuple[str, str], receiver
         sent = client.test_webhook(sub.id)
         assert sent.id == sub.id and sent.status == "active"
         assert sent.event_id.startswith("evt_") and sent.delivery_id.startswith("dlv_")
-        assert receiver.wait_for(1, path="/hook", timeout=10)
+        assert receiver.wait_for(1, path="/hook")
         got = receiver.requests("/hook")[0]
         body = json.loads(got.body)
         assert list(body) == ["id", "type", "timestamp", "data"]
@@ -62,7 +62,7 @@ def test_published_event_body_id_matches_the_header(
         organization_id=ws.organization_id,
         environment="test",
     )
-    assert receiver.wait_for(1, path="/events", timeout=10)
+    assert receiver.wait_for(1, path="/events")
     got = receiver.requests("/events")[0]
     body = json.loads(got.body)
     assert body == {

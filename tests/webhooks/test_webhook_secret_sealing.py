@@ -54,12 +54,12 @@ def test_with_a_key_no_secret_is_stored_and_deliveries_verify(
         assert stored is not None and stored.secret.startswith(SEALED_PREFIX)
         core.start()
         event = ws.publish("agent.action", {"n": 1})
-        assert receiver.wait_for(1, timeout=10)
+        assert receiver.wait_for(1)
         assert verified(receiver, sub.secret, 1)[0]["id"] == event.id
 
         rotated = ws.webhooks.rotate_secret(sub.id)
         ws.publish("agent.action", {"n": 2})
-        assert receiver.wait_for(2, timeout=10)
+        assert receiver.wait_for(2)
         verified(receiver, rotated.secret, 1)  # the new secret signs
         verified(receiver, sub.secret, 1)  # and the old one beside it, during the overlap
     finally:

@@ -222,7 +222,7 @@ def test_test_ping_is_delivered_and_logged(api: Api, core: AgentCore, receiver: 
     response = api.post(f"/v1/webhooks/{sub['id']}/test")
     assert response.status_code == 202, response.text
     assert response.json()["id"] == sub["id"]
-    assert receiver.wait_for(1, timeout=5), "no ping arrived"
+    assert receiver.wait_for(1), "no ping arrived"
     first = receiver.requests()[0]
     payload = Webhook(sub["secret"]).verify(first.body, first.headers)
     assert payload["type"] == "webhook.ping"
@@ -257,7 +257,7 @@ def test_deliveries_show_success_and_error(api: Api, core: AgentCore, receiver: 
     dead = _subscribe(api, "http://127.0.0.1:9/closed")  # discard port: connection refused
     core.start()
     event = core.workspace("acme", "test").publish("agent.action", {"action": "reply.sent"})
-    assert receiver.wait_for(1, timeout=5)
+    assert receiver.wait_for(1)
     deadline = time.monotonic() + 5
     while True:  # bounded: both attempts recorded
         ok = api.get(f"/v1/webhooks/{sub['id']}/deliveries").json()["deliveries"]

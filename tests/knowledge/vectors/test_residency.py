@@ -194,12 +194,12 @@ def test_a_search_in_flight_is_never_evicted(db: Path) -> None:
 
         def query() -> Any:  # called while the search holds a's index
             inside.set()
-            assert leave.wait(30)
+            assert leave.wait(60)
             return embed.embed(["red pump oil"], kind="query")[0]
 
         worker = threading.Thread(target=lambda: found.append(cache.search(a, ENV, query, 3)))
         worker.start()
-        assert inside.wait(30)
+        assert inside.wait(60)
         _search(core, b)  # over budget, and a is the least recent: but it is in use
         _search(core, c)  # so b went, and c itself, once its search was over
         assert cache.loaded() == [(a, ENV)]
@@ -451,7 +451,7 @@ def test_a_load_from_segment_files_keeps_them_and_its_charge(
         hits = ws.knowledge.search("red pump oil", top_k=5).results
         assert sorted({h.document_id for h in hits}) == sorted(d.id for d in docs[3:])
         assert core.indexes.stats()["segment_loads"] == 1
-        assert core.indexes.wait_for_maintenance(30)
+        assert core.indexes.wait_for_maintenance(120)
         time.sleep(0.5)  # the helpers' RAM steps, had any been scheduled, have run
         index = core.indexes.get(ws.organization_id, ENV)
         assert index.parts() and all(part.mapped for part in index.parts())
