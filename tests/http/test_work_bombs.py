@@ -18,6 +18,7 @@ import httpx
 import pytest
 from helpers import cli_env, start_serve
 from pdfs import filler, make_drawing_bomb, make_pdf, make_xobject_bomb
+from processes import reap
 
 from agentcore import AgentCore
 
@@ -53,8 +54,7 @@ def serve(store_url: str) -> Iterator[Any]:
 
     yield start
     for process in processes:
-        process.kill()
-        process.wait()
+        reap(process)
 
 
 def upload(url: str, key: str, name: str, data: bytes) -> tuple[int, dict[str, Any]]:
