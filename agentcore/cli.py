@@ -24,8 +24,9 @@ from pydantic import ValidationError
 from tqdm import tqdm
 
 from agentcore.config import DEFAULT_DATABASE, Settings, database_url
-from agentcore.core import AgentCore, make_plugin_manager, plugin_settings_models
+from agentcore.core import AgentCore
 from agentcore.errors import AgentCoreError, NotFound, ValidationFailed
+from agentcore.plugin_manager import make_plugin_manager, plugin_settings_models
 from agentcore.redact import hide_passwords, redact
 from agentcore.schema import Agent, ApiKey, IssuedKey
 from agentcore.services import WorkspaceServices

@@ -7,7 +7,6 @@ the ``Settings`` and the plugin manager, and hands each service just what it use
 from __future__ import annotations
 
 import functools
-import importlib
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -16,9 +15,7 @@ from types import ModuleType, TracebackType
 from typing import Any
 
 import pluggy
-from pydantic_settings import BaseSettings
 
-import agentcore.hookspecs as hookspecs
 from agentcore.agents import AgentService
 from agentcore.cancellation import Cancellation
 from agentcore.chat import ChatService
@@ -47,7 +44,11 @@ from agentcore.knowledge.vectors import (
 from agentcore.knowledge.workers import Completed, WorkerSpec
 from agentcore.metrics import Metrics
 from agentcore.observer import Counts, Observer, Observers, observer_of
-from agentcore.plugins import DEFAULT_PLUGINS
+from agentcore.plugin_manager import (
+    make_plugin_manager,
+    plugin_settings_models,
+    registered_embedders,
+)
 from agentcore.rate_limits import RateLimiter
 from agentcore.redact import get_logger, hide_passwords
 from agentcore.runtime import Runtime
@@ -70,43 +71,6 @@ from agentcore.workspace import Workspace
 log = get_logger("agentcore")  # masks keys and secrets in every record
 
 MODEL_THREADS = 8  # model calls under way at once (each bounded by model_timeout)
-
-
-def make_plugin_manager(
-    plugins: Iterable[object] = (), *, entry_points: bool = True
-) -> pluggy.PluginManager:
-    """A plugin manager for one core: hookspecs, built-ins, entry points, then ``plugins``.
-
-    One per ``AgentCore`` (not a process global), so two cores in one process can
-    carry different plugins.
-    """
-    pm = pluggy.PluginManager(hookspecs.PROJECT)
-    pm.add_hookspecs(hookspecs)
-    for name in DEFAULT_PLUGINS:
-        pm.register(importlib.import_module(name), name=name)
-    if entry_points:
-        pm.load_setuptools_entrypoints(hookspecs.PROJECT)
-    for plugin in plugins:
-        if isinstance(plugin, str):
-            plugin = importlib.import_module(plugin)
-        pm.register(plugin)
-    pm.check_pending()
-    return pm
-
-
-def plugin_settings_models(pm: pluggy.PluginManager) -> dict[str, type[BaseSettings]]:
-    """The settings models plugins declare through ``agentcore_register_settings``."""
-    models: dict[str, type[BaseSettings]] = {}
-
-    def register(namespace: str, model: type[BaseSettings]) -> None:
-        if namespace in models:
-            raise ValueError(f"two plugins declare settings named {namespace!r}")
-        if not (isinstance(model, type) and issubclass(model, BaseSettings)):
-            raise TypeError(f"settings of plugin {namespace!r} must be a BaseSettings class")
-        models[namespace] = model
-
-    pm.hook.agentcore_register_settings(register=register)
-    return models
 
 
 def _vector_backend(
@@ -279,7 +243,7 @@ class AgentCore:
         # through a lambda, so a test may swap in a runtime with a fake clock or resolver
         self.events.add_sink(lambda event: self.webhooks.record(event))
         pm.hook.agentcore_register_event_kinds(register=self.events.register_kind)
-        pm.hook.agentcore_register_embedders(register=self._add_embedder, settings=settings)
+        self.embedders.update(registered_embedders(pm, settings))
         pm.hook.agentcore_register_chat_models(register=self._add_chat_model, settings=settings)
 
     @classmethod
@@ -372,11 +336,6 @@ class AgentCore:
             memory_mb=settings.ingest_worker_memory_mb,
             nice=settings.ingest_worker_nice,
         )
-
-    def _add_embedder(self, embedder: Embedder) -> None:
-        if embedder.name in self.embedders:
-            raise ValueError(f"two embedders are named {embedder.name!r}")
-        self.embedders[embedder.name] = embedder
 
     def _add_chat_model(self, model: ChatModel) -> None:
         if model.name in self.chat_models:

@@ -22,7 +22,7 @@ from processes import reap, spawn
 
 from agentcore.cli import build_parser
 from agentcore.config import Settings
-from agentcore.core import make_plugin_manager
+from agentcore.plugin_manager import make_plugin_manager
 
 SCRIPT = Path(sys.executable).parent / "agentcore"
 

@@ -10,7 +10,7 @@ import pytest
 
 from agentcore import AgentCore, hookimpl
 from agentcore.cli import build_parser, main
-from agentcore.core import make_plugin_manager
+from agentcore.plugin_manager import make_plugin_manager
 
 
 class Hello:

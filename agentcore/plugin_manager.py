@@ -1,0 +1,83 @@
+"""The plugin manager of a core: hookspecs, built-in plugins, entry points, the host's.
+
+``AgentCore.open`` makes one; an ingestion worker process makes the same one to find
+the same embedders, and the CLI one to find its commands and settings.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
+
+import pluggy
+from pydantic_settings import BaseSettings
+
+import agentcore.hookspecs as hookspecs
+from agentcore.plugins import DEFAULT_PLUGINS
+
+if TYPE_CHECKING:
+    from agentcore.config import Settings
+    from agentcore.knowledge.embedders import Embedder
+
+__all__ = ["make_plugin_manager", "plugin_settings_models", "registered_embedders"]
+
+
+def make_plugin_manager(
+    plugins: Iterable[object] = (), *, entry_points: bool = True
+) -> pluggy.PluginManager:
+    """A plugin manager for one core: hookspecs, built-ins, entry points, then ``plugins``.
+
+    One per ``AgentCore`` (not a process global), so two cores in one process can
+    carry different plugins.
+    """
+    pm = pluggy.PluginManager(hookspecs.PROJECT)
+    pm.add_hookspecs(hookspecs)
+    for name in DEFAULT_PLUGINS:
+        pm.register(importlib.import_module(name), name=name)
+    if entry_points:
+        pm.load_setuptools_entrypoints(hookspecs.PROJECT)
+    for plugin in plugins:
+        if isinstance(plugin, str):
+            plugin = importlib.import_module(plugin)
+        pm.register(plugin)
+    pm.check_pending()
+    return pm
+
+
+def plugin_settings_models(pm: pluggy.PluginManager) -> dict[str, type[BaseSettings]]:
+    """The settings models plugins declare through ``agentcore_register_settings``."""
+    models: dict[str, type[BaseSettings]] = {}
+
+    def register(namespace: str, model: type[BaseSettings]) -> None:
+        if namespace in models:
+            raise ValueError(f"two plugins declare settings named {namespace!r}")
+        if not (isinstance(model, type) and issubclass(model, BaseSettings)):
+            raise TypeError(f"settings of plugin {namespace!r} must be a BaseSettings class")
+        models[namespace] = model
+
+    pm.hook.agentcore_register_settings(register=register)
+    return models
+
+
+def registered_embedders(
+    pm: pluggy.PluginManager,
+    settings: Settings,
+    add: Callable[[Embedder], None] | None = None,
+) -> dict[str, Embedder]:
+    """The embedders plugins register (``agentcore_register_embedders``), by name.
+
+    :param add: also told of each one as it is registered.
+    :raises ValueError: two embedders share a name.
+    """
+    embedders: dict[str, Embedder] = {}
+
+    def register(embedder: Embedder) -> None:
+        if embedder.name in embedders:
+            raise ValueError(f"two embedders are named {embedder.name!r}")
+        embedders[embedder.name] = embedder
+        if add is not None:
+            add(embedder)
+
+    pm.hook.agentcore_register_embedders(register=register, settings=settings)
+    return embedders
