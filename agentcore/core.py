@@ -17,7 +17,6 @@ from typing import Any
 import pluggy
 
 from agentcore.agents import AgentService
-from agentcore.cancellation import Cancellation
 from agentcore.chat import ChatService
 from agentcore.chat_models import ChatModel
 from agentcore.config import Settings
@@ -25,10 +24,16 @@ from agentcore.conversations import ConversationService
 from agentcore.errors import NotFound
 from agentcore.events import EventBus
 from agentcore.idempotency import DEFAULT_SWEEP_INTERVAL, IdempotencyKeys
+from agentcore.ingest_worker import WorkerBootstrap
 from agentcore.keys import KeyManager, check_environment, check_scopes
 from agentcore.knowledge.embedders import Embedder
 from agentcore.knowledge.filters import MetadataCache
-from agentcore.knowledge.jobs import IngestionJobs, WorkersUnavailable
+from agentcore.knowledge.ingest import (
+    IngestionJobs,
+    IngestPipeline,
+    WorkerSpec,
+    WorkersUnavailable,
+)
 from agentcore.knowledge.keywords import KeywordCache
 from agentcore.knowledge.service import KnowledgeService
 from agentcore.knowledge.terms import TermCounter
@@ -41,7 +46,6 @@ from agentcore.knowledge.vectors import (
     max_mapped_files,
     segment_root,
 )
-from agentcore.knowledge.workers import Completed, WorkerSpec
 from agentcore.metrics import Metrics
 from agentcore.observer import Counts, Observer, Observers, observer_of
 from agentcore.plugin_manager import (
@@ -61,7 +65,6 @@ from agentcore.storage.base import (
     Store,
     VectorSearchStore,
 )
-from agentcore.storage.records import IngestJob
 from agentcore.storage.sqlite import path_for_url
 from agentcore.webhooks.delivery import WebhookRuntime
 from agentcore.webhooks.keyfile import SETTING_HINT, KeyFileError, secret_keys
@@ -215,11 +218,20 @@ class AgentCore:
             runtime=self.runtime if settings.start_workers else None,
             secrets=self.webhook_keys.box,
         )
+        # one pipeline indexes uploads here (a thread) and in worker processes alike
+        self.pipeline = IngestPipeline(
+            store,
+            settings,
+            self.embedding,
+            self.indexes.write,
+            terms=self.terms,
+            events=self.events,
+        )
         # a component of the runtime: its scheduling loop, watching threads, worker processes
         self.ingestion_jobs = IngestionJobs(
             store,
             settings,
-            run=self.run_ingest_job,
+            run=self.pipeline.run_ingest_job,
             runtime=self.runtime,
             workers=self._worker_spec,
             events=self.events,
@@ -306,13 +318,6 @@ class AgentCore:
         if sealed:
             log.info("sealed %d webhook signing secret(s) that were stored in plaintext", sealed)
 
-    @classmethod
-    def _for_worker(cls, origin: _Origin, open_store: Callable[[], Store]) -> AgentCore:
-        """The core an ingestion worker process builds: the same plugins and settings
-        (so the same embedder), on the same database opened again, unmigrated."""
-        pm = make_plugin_manager(origin.plugins, entry_points=origin.entry_points)
-        return cls(open_store(), origin.settings, pm)
-
     def _worker_spec(self) -> WorkerSpec:
         """What this core's ingestion worker processes are built from, or why there are none.
 
@@ -331,8 +336,9 @@ class AgentCore:
             raise WorkersUnavailable(
                 f"another process cannot open this core's database ({self.store.url!r})"
             )
+        origin = self._origin
         return WorkerSpec(
-            bootstrap=functools.partial(AgentCore._for_worker, self._origin, reopen),
+            bootstrap=WorkerBootstrap(origin.plugins, origin.entry_points, origin.settings, reopen),
             memory_mb=settings.ingest_worker_memory_mb,
             nice=settings.ingest_worker_nice,
         )
@@ -414,25 +420,13 @@ class AgentCore:
             settings=self.settings,
             index=self.indexes,
             embedding=self.embedding,
+            pipeline=self.pipeline,
             jobs=self.ingestion_jobs,
             terms=self.terms,
             metadata=self.metadata,
             keywords=self.keywords,
-            events=self.events,
             observer=self.observer,
         )
-
-    def run_ingest_job(self, job: IngestJob, cancellation: Cancellation) -> Completed | None:
-        """Index a leased ingestion job's upload in its workspace; the ready document (and
-        its ``document.ready`` event), or ``None`` if it is gone. What an ingestion worker
-        (process or thread) runs."""
-        workspace = Workspace(
-            organization_id=job.organization_id,
-            organization=job.organization_id,  # the name is not needed to index
-            environment=check_environment(job.environment),
-            scopes=frozenset({"read", "write"}),
-        )
-        return self.knowledge_service(workspace).run_job(job, cancellation)
 
     def chat_service(self, workspace: Workspace) -> ChatService:
         """Chat in ``workspace`` (host code uses ``workspace.chat``)."""

@@ -8,6 +8,7 @@ so the vectors it returns are the default ones.
 
 from __future__ import annotations
 
+import gc
 import os
 import time
 from collections.abc import Sequence
@@ -29,7 +30,8 @@ class MisbehavingEmbedder:
 
     A plugin object: register it with ``AgentCore.open(..., plugins=[it],
     embedder=it.name)``. ``pid_file`` (if given) gets the id of the process embedding
-    a triggered batch, so a test can see which worker ran it.
+    a triggered batch, so a test can see which worker ran it; ``objects_file`` the
+    classes of the objects that process holds.
     """
 
     dimension = 1024
@@ -43,6 +45,7 @@ class MisbehavingEmbedder:
         allocate_mb: int = 0,
         exit_code: int | None = None,
         pid_file: str | None = None,
+        objects_file: str | None = None,
     ) -> None:
         self.name = name
         self.trigger = trigger
@@ -50,6 +53,7 @@ class MisbehavingEmbedder:
         self.allocate_mb = allocate_mb
         self.exit_code = exit_code
         self.pid_file = pid_file
+        self.objects_file = objects_file
         self._inner: HashingEmbedder | None = None
 
     def __getstate__(self) -> dict[str, Any]:
@@ -63,6 +67,10 @@ class MisbehavingEmbedder:
             if self.pid_file is not None:
                 with open(self.pid_file, "w") as out:
                     out.write(str(os.getpid()))
+            if self.objects_file is not None:  # what the embedding process has built
+                built = {type(o) for o in gc.get_objects()}
+                with open(self.objects_file, "w") as out:
+                    out.write("\n".join(sorted(f"{t.__module__}.{t.__qualname__}" for t in built)))
             if self.exit_code is not None:
                 os._exit(self.exit_code)
             if self.allocate_mb:

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from agentcore.knowledge.cpu_budget import BudgetSpent, CpuBudget
+from agentcore.knowledge.ingest import BudgetSpent, CpuBudget
 
 
 def spin(seconds: float) -> None:

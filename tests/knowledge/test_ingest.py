@@ -14,7 +14,7 @@ from agentcore.errors import (
     ValidationFailed,
 )
 from agentcore.knowledge.chunking import chunk_pages
-from agentcore.knowledge.parsing import (
+from agentcore.knowledge.ingest._parsing import (
     ParsedDocument,
     clean_pdf_text,
     parse_document,

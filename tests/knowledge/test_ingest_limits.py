@@ -22,7 +22,7 @@ import agentcore
 from agentcore import AgentCore, Cancellation, Cancelled, DeadlineExceeded, PayloadTooLarge
 from agentcore.knowledge.chunking import chunk_pages
 from agentcore.knowledge.embedders import bounded_text
-from agentcore.knowledge.parsing import TextBudget, parse_document
+from agentcore.knowledge.ingest import TextBudget, parse_document
 from agentcore.knowledge.vectors._embedding import EMBED_BATCH
 from agentcore.plugins.hashing_embedder import HashingEmbedder
 from agentcore.schema import VerifyResponse

@@ -25,7 +25,7 @@ from pdfs import filler, make_pdf, make_pdf_bomb, make_stream_pdf
 
 import agentcore
 from agentcore import AgentCore, Cancellation, DeadlineExceeded, PayloadTooLarge
-from agentcore.knowledge.outcomes import outcome_of_end
+from agentcore.knowledge.ingest._outcomes import outcome_of_end
 from agentcore.plugins.hashing_embedder import HashingEmbedder
 from agentcore.schema import Document
 from agentcore.workspace import Workspace
@@ -107,6 +107,27 @@ def test_a_worker_stores_exactly_what_the_calling_thread_stores(tmp_path: Path) 
         assert hits and hits[0].document_id == there.id  # this process sees the write
     assert (here.status, here.pages, here.chunks) == (there.status, there.pages, there.chunks)
     assert stored(tmp_path / "thread.db") == stored(tmp_path / "worker.db")
+
+
+def test_a_worker_builds_the_pipeline_and_no_core(tmp_path: Path, pid_file: Path) -> None:
+    objects = tmp_path / "objects.txt"
+    probe = MisbehavingEmbedder(pid_file=str(pid_file), objects_file=str(objects))
+    with started(tmp_path / "a.db", probe) as (_, ws):
+        pdf = make_pdf([filler(20, 4) + " TRIGGER."])
+        assert ws.knowledge.ingest_file(pdf, filename="a.pdf", wait=True).status == "ready"
+    assert worker_pid(pid_file) != os.getpid()  # a worker process embedded it
+    held = set(objects.read_text().split())
+    assert "agentcore.knowledge.ingest._pipeline.IngestPipeline" in held
+    # no core, nor what only a core runs: its indexes, metrics, webhook delivery, jobs
+    core_parts = {
+        "agentcore.core.AgentCore",
+        "agentcore.knowledge.vectors._workspace_indexes.WorkspaceIndexes",
+        "agentcore.metrics.Metrics",
+        "agentcore.webhooks.delivery.WebhookRuntime",
+        "agentcore.knowledge.ingest._jobs.IngestionJobs",
+        "agentcore.runtime.Runtime",
+    }
+    assert not held & core_parts, sorted(held & core_parts)
 
 
 def test_small_plain_text_stays_in_the_calling_thread(tmp_path: Path) -> None:

@@ -317,7 +317,7 @@ def test_metadata_patched_while_indexing_is_what_the_ready_document_says(store_u
         assert job is not None
         done: list[Any] = []
         worker = threading.Thread(
-            target=lambda: done.append(ws.knowledge.run_job(job, Cancellation()))
+            target=lambda: done.append(core.pipeline.run_ingest_job(job, Cancellation()))
         )
         worker.start()
         assert gated.embedding.wait(60)  # the job has read its document

@@ -21,7 +21,7 @@ from pdfs import (
 )
 
 from agentcore.errors import PayloadTooLarge, ValidationFailed
-from agentcore.knowledge.parsing import TextBudget, WorkBudget, parse_document
+from agentcore.knowledge.ingest import TextBudget, WorkBudget, parse_document
 
 TEXT = TextBudget(page_chars=1_000_000, total_chars=70_000_000)
 LIMITS: dict[str, Any] = {

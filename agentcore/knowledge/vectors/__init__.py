@@ -3,7 +3,9 @@
 The knowledge service sees one seam, ``VectorBackend``: ``WorkspaceIndexes`` ranks in
 this process's memory (each workspace's exact ``VectorIndex``: kernels, segment files,
 change-log sync, maintenance), ``PgvectorBackend`` has the store rank. ``Embedding``
-turns passages and queries into rows for both. Everything else is private
+turns passages and queries into rows for both; ``WorkspaceEmbedders`` keeps each
+workspace's vectors those of the configured embedder (what an ingestion worker's writes
+check, without a backend). Everything else is private
 (``_index.py``, ``_kernels.py``, ``_segments.py``, ...).
 """
 
@@ -19,6 +21,7 @@ from agentcore.knowledge.vectors._kernels import CODECS, scan_helpers
 from agentcore.knowledge.vectors._loading import adopt, from_buffers, from_parts, from_segments
 from agentcore.knowledge.vectors._parts import NO_LABEL, LabelFilter, Part, encode_labels
 from agentcore.knowledge.vectors._pgvector import PgvectorBackend
+from agentcore.knowledge.vectors._reembed import WorkspaceEmbedders
 from agentcore.knowledge.vectors._segments import max_mapped_files, segment_root
 from agentcore.knowledge.vectors._workspace_indexes import WorkspaceIndexes
 from agentcore.knowledge.vectors._workspace_loading import WorkspaceRows
@@ -35,6 +38,7 @@ __all__ = [
     "VectorBackend",
     "VectorIndex",
     "Within",
+    "WorkspaceEmbedders",
     "WorkspaceIndexes",
     "WorkspaceRows",
     "adopt",

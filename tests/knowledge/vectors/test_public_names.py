@@ -19,6 +19,7 @@ PUBLIC = [
     "VectorBackend",
     "VectorIndex",
     "Within",
+    "WorkspaceEmbedders",
     "WorkspaceIndexes",
     "WorkspaceRows",
     "adopt",

@@ -1,10 +1,11 @@
 """Ingestion worker processes, seen from the parent: start, feed, watch, kill, reuse.
 
 Untrusted parsing and embedding run where a kill stops them (what runs inside is
-``worker_main.py``). A worker is a clean interpreter (``python -c``, as ``multiprocessing``'s ``spawn`` makes
-one; never a ``fork`` of the threaded server) that builds its own core from a picklable
-``bootstrap`` (the store opened again, unmigrated; the same plugins and settings, so
-the same embedder), then runs one job at a time: read the upload from the store,
+``_worker_main.py``). A worker is a clean interpreter (``python -c``, as
+``multiprocessing``'s ``spawn`` makes one; never a ``fork`` of the threaded server) that
+builds the ingest pipeline, and only that, from a picklable ``bootstrap``
+(``agentcore.ingest_worker``: the store opened again, unmigrated; the same plugins and
+settings, so the same embedder), then runs one job at a time: read the upload from the store,
 parse, chunk, embed, count terms and complete the document in its own transaction.
 Only a small ``Result`` comes back over a socket pair, so the server process never
 holds a large document.
@@ -73,7 +74,8 @@ class Completed:
 
 
 class JobRunner(Protocol):
-    """What a worker's ``bootstrap`` builds: something that indexes one leased job."""
+    """What a worker's ``bootstrap`` builds (the ingest pipeline): something that indexes
+    one leased job."""
 
     def run_ingest_job(self, job: IngestJob, cancellation: Cancellation) -> Completed | None:
         """Index ``job``'s upload and complete its document (with its recorded
@@ -84,7 +86,8 @@ class JobRunner(Protocol):
 class WorkerSpec:
     """Everything a worker process needs; pickled to it when it starts.
 
-    :param bootstrap: builds the worker's ``JobRunner`` (its own core on the same store).
+    :param bootstrap: builds the worker's ``JobRunner`` (the ingest pipeline, on the same
+        store opened again).
     :param memory_mb: address space the worker may add over its size once started.
     :param nice: added to the worker's nice value.
     """
@@ -140,7 +143,7 @@ class WorkerDied(RuntimeError):
 _BOOT = (
     "import sys; from multiprocessing.connection import Connection;"
     " conn = Connection(int(sys.argv[1])); sys.path[:] = conn.recv();"
-    " from agentcore.knowledge.worker_main import worker_main; worker_main(conn)"
+    " from agentcore.knowledge.ingest._worker_main import worker_main; worker_main(conn)"
 )
 
 

@@ -1,7 +1,7 @@
 """What runs inside an ingestion worker process (``workers.py`` starts and watches it).
 
 Started as ``python -c`` (``workers._BOOT``): it takes the parent's ``sys.path``, then
-its ``WorkerSpec``; lowers its priority and its BLAS threads, builds its core, reports
+its ``WorkerSpec``; lowers its priority and its BLAS threads, builds its ingest pipeline, reports
 ``Ready``, caps its address space, and runs one job at a time until told to stop, the
 socket closes, or its parent dies.
 """
@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from agentcore.cancellation import Cancellation
 from agentcore.errors import AgentCoreError, as_problem
-from agentcore.knowledge.workers import JobRunner, Ready, Result, WorkerSpec
+from agentcore.knowledge.ingest._workers import JobRunner, Ready, Result, WorkerSpec
 from agentcore.redact import get_logger
 
 if TYPE_CHECKING:

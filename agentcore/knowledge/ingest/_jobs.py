@@ -26,15 +26,15 @@ from typing import TYPE_CHECKING
 from agentcore.cancellation import Cancellation
 from agentcore.errors import AgentCoreError, Cancelled, as_problem
 from agentcore.keys import check_environment
-from agentcore.knowledge.outcomes import (
+from agentcore.knowledge.ingest._outcomes import (
     Outcome,
     Waiter,
     document_event,
     outcome_of_end,
     outcome_of_result,
 )
-from agentcore.knowledge.worker_main import trim_heap
-from agentcore.knowledge.workers import (
+from agentcore.knowledge.ingest._worker_main import trim_heap
+from agentcore.knowledge.ingest._workers import (
     Completed,
     WorkerDied,
     WorkerPool,
@@ -116,7 +116,7 @@ class IngestionJobs:
     :param store: the queue of jobs and the documents they fill.
     :param settings: the ``ingest_*`` settings.
     :param run: indexes one job's upload in this process (the thread mode, and
-        ``run_pending``): ``AgentCore.run_ingest_job``.
+        ``run_pending``): ``IngestPipeline.run_ingest_job``.
     :param runtime: the core's runtime: it owns the scheduling loop, the threads that
         watch running jobs, and this component.
     :param workers: gives what worker processes are built from, or raises

@@ -20,7 +20,7 @@ from agentcore.errors import (
     ValidationFailed,
     check_unicode,
 )
-from agentcore.knowledge.cpu_budget import BudgetSpent, CpuBudget
+from agentcore.knowledge.ingest._cpu_budget import BudgetSpent, CpuBudget
 from agentcore.redact import get_logger
 
 if TYPE_CHECKING:

@@ -11,7 +11,7 @@ from agentcore.errors import AgentCoreError, DeadlineExceeded, PayloadTooLarge, 
 
 if TYPE_CHECKING:
     from agentcore.events import Event
-    from agentcore.knowledge.workers import Result
+    from agentcore.knowledge.ingest._workers import Result
     from agentcore.schema import Document, Problem
 
 __all__ = [
