@@ -13,7 +13,8 @@ does not make it fail sooner, and an idle one does not let it run longer::
 
 A watcher thread reads the working thread's CPU clock a few times a second and, once a
 budget is spent, raises ``BudgetSpent`` in it (between two Python bytecodes: pure-Python
-parsers such as pypdf stop within a poll, though a long call into C finishes first).
+parsers such as pypdf stop within a poll, though a long call into C finishes first),
+again at each poll until the thread has left the part or the block.
 ``BudgetSpent`` is a ``BaseException``, so parser code that catches ``Exception`` to
 recover from a bad object cannot swallow it. ``check()`` raises it too, at the caller's
 own checkpoints: that is all there is where a thread's CPU clock cannot be read
@@ -74,6 +75,7 @@ class CpuBudget:
         # (absolute CPU time, name) of the whole budget, then of each open part
         self._limits: list[tuple[float, str]] = []
         self._spent: str | None = None  # which budget the watcher stopped the thread for
+        self._seen = False  # the thread has left a part, or the block, on a stop
         self._stop = threading.Event()
         self._watcher: threading.Thread | None = None
 
@@ -83,6 +85,7 @@ class CpuBudget:
         self._start = self._now()
         self._limits = [(self._start + self.seconds, self.name)]
         self._spent = None
+        self._seen = False
         self._stop.clear()
         if self._clock is not None:
             self._watcher = threading.Thread(
@@ -99,14 +102,15 @@ class CpuBudget:
     ) -> None:
         with self._lock:
             self._limits = []  # the watcher raises nothing from now on
+            self._seen = True
             raised = self._spent is not None
         self._stop.set()
         if self._watcher is not None:
             self._watcher.join()
             self._watcher = None
-        if raised and not isinstance(error, BudgetSpent):
-            # raised by the watcher but not yet seen by this thread: cancel it, so it
-            # cannot surface later in code that has nothing to do with this budget
+        if raised:
+            # one the watcher raised that this thread has not seen yet is cancelled, so
+            # it cannot surface later in code that has nothing to do with this budget
             ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self._thread), None)
 
     @property
@@ -122,6 +126,10 @@ class CpuBudget:
             self._limits.append((self._now() + seconds, name))
         try:
             yield
+        except BudgetSpent:
+            with self._lock:
+                self._seen = True  # the stop reached this thread: not raised again
+            raise
         finally:
             with self._lock:
                 if self._limits:
@@ -156,16 +164,17 @@ class CpuBudget:
                 return
             with self._lock:
                 spent = self._past(now)
-                if spent is None:
+                if spent is None or self._seen:
                     continue
-                self._spent = spent
-                self._limits = []
+                self._spent = self._spent or spent
                 # raised in the working thread at its next bytecode; an exception class,
-                # so the name travels in ``spent``
+                # so the name travels in ``_spent``. Raised again each poll until the
+                # thread leaves the part or the block: one raised while the thread runs
+                # a callback whose errors Python ignores (a weakref callback, a
+                # ``__del__``) is lost, and the work would go on
                 ctypes.pythonapi.PyThreadState_SetAsyncExc(
                     ctypes.c_ulong(self._thread), ctypes.py_object(_Spent)
                 )
-            return
 
     def reason(self, error: BudgetSpent) -> str:
         """Which budget ``error`` says ran out (the watcher's raises carry no argument)."""
