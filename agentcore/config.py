@@ -50,6 +50,8 @@ METRICS_DIR = "PROMETHEUS_MULTIPROC_DIR"
 """The variable that turns on prometheus-client's multiprocess mode (read at its import)."""
 
 _NAMESPACE = re.compile(r"[a-z][a-z0-9]*\Z")
+ENV_PREFIX = "AGENTCORE_"
+"""What the name of every setting's variable starts with, the core's and plugins'."""
 
 
 class PluginSettings(BaseSettings):
@@ -57,7 +59,8 @@ class PluginSettings(BaseSettings):
 
     Frozen, unknown names refused, and the ``.env`` file read like the core's (only
     its lines naming a field of this model). A subclass sets its own
-    ``env_prefix="AGENTCORE_<NAMESPACE>_"`` in ``model_config``.
+    ``env_prefix="AGENTCORE_<NAMESPACE>_"`` in ``model_config`` (or ``"AGENTCORE_"``
+    for settings named without the namespace: ``setting_prefix``).
     """
 
     model_config = SettingsConfigDict(
@@ -146,68 +149,9 @@ class Settings(BaseSettings):
         hide_input_in_errors=True,
     )
 
-    # HTTP request limits
-    max_body_bytes: int = Field(1 * MiB, ge=1, description="Largest JSON request body.")
+    # HTTP request limits the core checks too (the HTTP adapter's own limits are its
+    # settings: agentcore_starlette.settings.HttpSettings)
     max_upload_bytes: int = Field(50 * MiB, ge=1, description="Largest uploaded file.")
-    max_json_depth: int = Field(32, ge=2, description="Deepest nesting of a JSON body.")
-    request_deadline: float = Field(60.0, gt=0, description="Seconds a request may take.")
-    max_url_bytes: int = Field(
-        8 * 1024, ge=256, description="Longest request target (path and query string); 414 beyond."
-    )
-    max_header_bytes: int = Field(
-        32 * 1024,
-        ge=1024,
-        description="Largest request header section (every name and value together); 431 beyond.",
-    )
-    body_timeout: float = Field(
-        30.0,
-        gt=0,
-        description="Seconds a request body may stall (no byte arriving) before the request is"
-        " answered 408 and its connection closed.",
-    )
-    body_deadline: float = Field(
-        120.0,
-        gt=0,
-        description="Seconds a whole request body may take to arrive, from when the app starts"
-        " reading it, however steadily it trickles; then 408 and its connection closed.",
-    )
-    header_timeout: float = Field(
-        10.0,
-        gt=0,
-        description="`agentcore serve`: seconds a client has to send a request's head (request"
-        " line and headers), from connecting or from the previous answer; then 408 (or, when"
-        " nothing was sent, a silent close).",
-    )
-    max_connections: int = Field(
-        1000,
-        ge=1,
-        description="`agentcore serve`: open connections (or requests in progress) at which a"
-        " new request is answered 503 instead of being served.",
-    )
-    max_connections_per_client: int | None = Field(
-        None,
-        ge=1,
-        description="`agentcore serve`: open connections one client address may hold in a"
-        " server process (unset: a quarter of `max_connections`); a connection past it is"
-        " answered 429 and closed at once. Behind a proxy every connection comes from the"
-        " proxy's address: set it to `max_connections` there.",
-    )
-    keep_alive_timeout: int = Field(
-        5, ge=1, description="`agentcore serve`: seconds an idle keep-alive connection stays open."
-    )
-    mcp_enabled: bool = Field(
-        True,
-        description="Whether `create_app` serves the MCP endpoint `/v1/mcp` (it needs the"
-        " `mcp` extra; without it the endpoint answers 404 `mcp_not_installed`).",
-    )
-    inline_budget: float = Field(
-        0.005,
-        ge=0,
-        description="Seconds: a search whose recent runs in its workspace took at most this"
-        " long, on an index that is loaded and current, runs on the HTTP server's event"
-        " loop instead of a worker thread (the thread hop costs more than such a search),"
-        " whatever else the server is running; 0 always uses a thread.",
-    )
 
     # Field limits
     max_message_chars: int = Field(32_000, ge=1, description="Longest chat message.")
@@ -383,9 +327,6 @@ class Settings(BaseSettings):
     history_turns: int = Field(10, ge=0, description="Earlier messages passed to the model.")
     max_tool_steps: int = Field(4, ge=0)
     model_timeout: float = Field(30.0, gt=0, description="Seconds a model call may take.")
-    stream_heartbeat: float = Field(
-        15.0, gt=0, description="Seconds between comment heartbeats of a streamed answer."
-    )
 
     # Webhooks
     # NoDecode: the environment gives a comma-separated string, not JSON
@@ -545,10 +486,12 @@ class Settings(BaseSettings):
 
         ``models`` maps a plugin's namespace to its settings model (what plugins
         declare through ``agentcore_register_settings``). A keyword argument
-        ``<namespace>_<field>`` sets that field of that plugin (``openai_model=...``);
-        any other goes to the core, which refuses names it does not know. Each
-        model reads its own ``AGENTCORE_<NAMESPACE>_*`` variables and the ``.env``
-        file. ``base`` replaces reading the core's settings from the environment.
+        ``<namespace>_<field>`` sets that field of that plugin (``openai_model=...``),
+        or ``<field>`` for a model declared without the namespace (``setting_prefix``:
+        ``max_body_bytes=...`` sets the HTTP adapter's); any other goes to the core,
+        which refuses names it does not know. Each model reads its own variables
+        (``AGENTCORE_<NAMESPACE>_*``, or ``AGENTCORE_<FIELD>``) and the ``.env`` file.
+        ``base`` replaces reading the core's settings from the environment.
 
         :raises pydantic.ValidationError: naming the bad or unknown setting (as its
             keyword argument) and, for a plugin's, the plugin's namespace.
@@ -644,23 +587,43 @@ def _plugin_routes(
     """``{keyword: (namespace, field)}`` of every plugin setting; refuses clashes."""
     routes: dict[str, tuple[str, str]] = {}
     for namespace, model in models.items():
-        if not _NAMESPACE.match(namespace):
-            raise ValueError(
-                f"plugin settings namespace {namespace!r} must be lower-case letters and digits"
-            )
-        prefix = f"AGENTCORE_{namespace.upper()}_"
-        declared = str(model.model_config.get("env_prefix") or "")
-        if declared.upper() != prefix:
-            raise ValueError(
-                f"settings model {model.__qualname__} of plugin {namespace!r} must set"
-                f" env_prefix={prefix!r} (it has {declared!r})"
-            )
+        prefix = setting_prefix(namespace, model)
         for field in model.model_fields:
-            keyword = f"{namespace}_{field}"
+            keyword = prefix + field
             if keyword in core.model_fields or keyword in routes:
                 raise ValueError(f"setting {keyword!r} of plugin {namespace!r} is declared twice")
             routes[keyword] = (namespace, field)
     return routes
+
+
+def setting_prefix(namespace: str, model: type[BaseSettings]) -> str:
+    """What the names of a plugin's settings put before their field names: its keyword
+    arguments and, after ``AGENTCORE_``, its variables.
+
+    ``"<namespace>_"`` for a model whose ``env_prefix`` is ``AGENTCORE_<NAMESPACE>_``
+    (``openai_model``, ``AGENTCORE_OPENAI_MODEL``); nothing for one whose ``env_prefix``
+    is ``AGENTCORE_``: its settings keep their bare names (the HTTP adapter's
+    ``max_body_bytes``, once the core's own, whose name deployments set), and a name
+    that clashes with the core's or another plugin's is refused (``Settings.load``).
+
+    :raises ValueError: the namespace is not lower-case letters and digits, or the
+        model's ``env_prefix`` is neither of those.
+    """
+    if not _NAMESPACE.match(namespace):
+        raise ValueError(
+            f"plugin settings namespace {namespace!r} must be lower-case letters and digits"
+        )
+    namespaced = f"{ENV_PREFIX}{namespace.upper()}_"
+    declared = str(model.model_config.get("env_prefix") or "")
+    if declared.upper() == namespaced:
+        return f"{namespace}_"
+    if declared.upper() == ENV_PREFIX:
+        return ""
+    raise ValueError(
+        f"settings model {model.__qualname__} of plugin {namespace!r} must set"
+        f" env_prefix={namespaced!r}, or {ENV_PREFIX!r} for settings named without the"
+        f" namespace (it has {declared!r})"
+    )
 
 
 def _load_plugin(
@@ -673,13 +636,14 @@ def _load_plugin(
         return model(**values)
     except ValidationError as exc:
         # name each setting as the keyword argument that sets it, and say whose it is
+        prefix = setting_prefix(namespace, model)
         raise ValidationError.from_exception_data(
             f"settings of plugin {namespace!r} ({model.__qualname__},"
-            f" environment AGENTCORE_{namespace.upper()}_*)",
+            f" environment {ENV_PREFIX}{prefix.upper()}*)",
             [
                 {
                     "type": PydanticCustomError(error["type"], error["msg"]),
-                    "loc": _plugin_loc(namespace, model, error["loc"]),
+                    "loc": _plugin_loc(namespace, prefix, model, error["loc"]),
                     # a bad secret (an API key) must not end up in a log with the error
                     "input": "**********" if _is_secret(model, error["loc"]) else error["input"],
                 }
@@ -694,12 +658,12 @@ def _is_secret(model: type[BaseSettings], loc: tuple[int | str, ...]) -> bool:
 
 
 def _plugin_loc(
-    namespace: str, model: type[BaseSettings], loc: tuple[int | str, ...]
+    namespace: str, prefix: str, model: type[BaseSettings], loc: tuple[int | str, ...]
 ) -> tuple[int | str, ...]:
     if not loc:
         return (namespace,)
     head, *rest = loc
-    return (f"{namespace}_{head}" if head in model.model_fields else head, *rest)
+    return (f"{prefix}{head}" if head in model.model_fields else head, *rest)
 
 
 def metrics_multiprocess_dir() -> str | None:

@@ -84,7 +84,11 @@ def agentcore_register_settings(register: Callable[[str, type[BaseSettings]], No
     ``AGENTCORE_<NAMESPACE>_X``, from the ``.env`` file, or from the keyword argument
     ``AgentCore.open(..., <namespace>_x=...)``; a bad value stops ``AgentCore.open``
     with a ``pydantic.ValidationError`` naming ``<namespace>_x`` and the plugin.
-    Other hooks read the validated instance with ``settings.plugin(Model)``.
+    With ``env_prefix="AGENTCORE_"`` the settings keep their bare names
+    (``AGENTCORE_X``, ``x=...``), and one the core or another plugin also names stops
+    ``AgentCore.open`` with a ``ValueError`` (the HTTP adapter declares its limits so,
+    under the names they had as the core's). Other hooks read the validated instance
+    with ``settings.plugin(Model)``.
 
     :param register: callback taking the namespace and the settings model class.
     """

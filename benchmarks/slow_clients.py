@@ -1,7 +1,7 @@
 """Slow and oversized clients against ``agentcore serve``, with and without ``HeadGuard``.
 
 The user-visible win of the one uvicorn internal ``agentcore serve`` keeps
-(``agentcore_starlette.protocol.HeadGuard``, see ``docs/decisions.md``), measured
+(``agentcore_starlette.serve.head_guard.HeadGuard``, see ``docs/decisions.md``), measured
 against the same app under stock uvicorn (httptools, every other setting the same:
 ``server_options`` with ``http="httptools"``), one server after the other in one run.
 Every load is local (127.0.0.1), bounded in count and time, and stops by itself.
@@ -250,9 +250,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     from agentcore import AgentCore
-    from agentcore.config import Settings
+    from agentcore_starlette import HttpSettings
 
-    header_timeout = Settings().header_timeout
+    header_timeout = HttpSettings().header_timeout
     env = {
         **os.environ,
         "AGENTCORE_MAX_CONNECTIONS": str(args.max_connections),

@@ -14,12 +14,14 @@ if TYPE_CHECKING:
     from agentcore_starlette.app import create_app, lifespan_for
     from agentcore_starlette.credentials import bearer_token
     from agentcore_starlette.routing import ApiRoute, Call
+    from agentcore_starlette.settings import HttpSettings
 
-__all__ = ["ApiRoute", "Call", "bearer_token", "create_app", "lifespan_for"]
+__all__ = ["ApiRoute", "Call", "HttpSettings", "bearer_token", "create_app", "lifespan_for"]
 
 _HOMES = {
     "ApiRoute": "agentcore_starlette.routing",
     "Call": "agentcore_starlette.routing",
+    "HttpSettings": "agentcore_starlette.settings",
     "bearer_token": "agentcore_starlette.credentials",
     "create_app": "agentcore_starlette.app",
     "lifespan_for": "agentcore_starlette.app",

@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 from starlette.requests import ClientDisconnect, Request
 
+from agentcore.adapters import may_decode_to_lone_surrogate
 from agentcore.errors import (
     InvalidRequest,
     PayloadTooLarge,
@@ -17,7 +18,6 @@ from agentcore.errors import (
     check_unicode,
     invalid_fields,
 )
-from agentcore.unicode import may_decode_to_lone_surrogate
 
 M = TypeVar("M", bound=BaseModel)
 

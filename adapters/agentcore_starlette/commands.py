@@ -1,6 +1,5 @@
 """The adapter's commands for the ``agentcore`` CLI: ``serve``, through the
-``agentcore_register_commands`` hook (this module is the adapter's plugin, found
-through the ``agentcore`` entry point).
+``agentcore_register_commands`` hook (which the adapter's plugin, ``plugin``, offers).
 
 The CLI loads it on every run, with or without the ``server`` extra, so it imports
 neither Starlette nor uvicorn: the server is imported when ``serve`` runs, and
@@ -13,8 +12,8 @@ import argparse
 import sys
 from collections.abc import Callable
 
+from agentcore import AgentCore
 from agentcore.cli import USAGE_ERROR, Command, int_in
-from agentcore.core import AgentCore
 from agentcore.hookspecs import hookimpl
 
 NEEDS_EXTRA = "agentcore serve needs the server extra: pip install 'agentcore-service[server]'"

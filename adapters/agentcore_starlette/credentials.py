@@ -1,14 +1,17 @@
-"""Who is calling: the key of ``Authorization: Bearer``, parsed strictly, and no secret in
-the URL (URLs are logged)."""
+"""Who is calling: the key of ``Authorization: Bearer``, parsed strictly, checked by the
+core and charged to its rate limit; and no secret in the URL (URLs are logged)."""
 
 from __future__ import annotations
 
 import re
+from typing import Literal
 
 from starlette.requests import Request
 
+from agentcore import AgentCore, WorkspaceServices
+from agentcore.adapters import QUERY_SECRET_NAMES, looks_secret
 from agentcore.errors import AuthenticationError, InvalidRequest
-from agentcore.redact import QUERY_SECRET_NAMES, looks_secret
+from agentcore_starlette.ratelimit import rate_limit_headers
 
 _BEARER = re.compile(r"(?i)bearer ([^\s]+)")
 
@@ -57,3 +60,20 @@ def refuse_secrets_in_query(request: Request) -> None:
                 code="secret_in_query",
                 param=None if looks_secret(name) else name,
             )
+
+
+def identify(
+    core: AgentCore, request: Request, scope: Literal["any", "read", "write"]
+) -> tuple[WorkspaceServices, dict[str, str]]:
+    """The caller's workspace, from its key (401 without a valid one), checked for
+    ``scope`` (403; before the body is read, which it does not depend on), and the
+    ``RateLimit`` headers of the request it is charged for (429 past the limit)."""
+    # on the loop: a read of one indexed row (WAL readers never wait for the
+    # writer); the occasional last_used_at write goes to a background thread
+    workspace = core.authenticate(bearer_token(request), defer_touch=True)
+    if scope != "any":
+        workspace.require(scope)
+    limits = rate_limit_headers(
+        core.rate_limiter.enforce(workspace.key_id or "", workspace.environment)
+    )
+    return workspace, limits

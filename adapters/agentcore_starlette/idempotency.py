@@ -8,14 +8,15 @@ import json
 import time
 from collections.abc import Awaitable, Callable
 
+from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
+from agentcore import Workspace
+from agentcore.adapters import IdempotencyKeys, StoredResult, kept_error
 from agentcore.errors import AgentCoreError, DeadlineExceeded, InvalidRequest
-from agentcore.idempotency import IdempotencyKeys, kept_error
-from agentcore.storage.records import StoredResult
-from agentcore.workspace import Workspace
 from agentcore_starlette.problems import MEDIA_TYPE, problem_document, problem_headers
+from agentcore_starlette.routing import Call
 
 MAX_KEY_LENGTH = 255
 REPLAYED = {"Idempotent-Replayed": "true"}
@@ -41,6 +42,21 @@ def fingerprint(method: str, path: str, canonical_body: bytes) -> str:
         digest.update(len(part).to_bytes(8, "big"))
         digest.update(part)
     return digest.hexdigest()
+
+
+def canonical_body(call: Call) -> bytes:
+    """The parsed body as bytes, for the fingerprint (computed only when a request
+    carries an ``Idempotency-Key``): the upload's name, type and digest, or the
+    validated JSON body re-serialised, so formatting differences do not count."""
+    upload = call.upload
+    if upload is not None:
+        attributes = json.dumps([upload.metadata, upload.external_id], sort_keys=True)
+        meta = f"{upload.filename}\0{upload.content_type}\0{attributes}\0".encode()
+        return meta + hashlib.sha256(upload.data).digest()
+    if call.body is None:
+        return b""
+    body: BaseModel = call.body
+    return body.model_dump_json().encode()
 
 
 def check_key(key: str) -> str:

@@ -16,19 +16,21 @@ import re
 import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Executor
+from dataclasses import dataclass
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Histogram, multiprocess
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from agentcore import AgentCore
 from agentcore.config import metrics_multiprocess_dir
-from agentcore.core import AgentCore
 
 PATH = "/metrics"
 UNMATCHED = "unmatched"
@@ -203,3 +205,32 @@ def forget_this_process() -> None:
     directory = metrics_multiprocess_dir()
     if directory is not None:
         multiprocess.mark_process_dead(os.getpid(), directory)  # type: ignore[no-untyped-call]
+
+
+@dataclass(frozen=True)
+class Instrumentation:
+    """What an app adds to serve metrics: ``GET /metrics``, the middleware timing every
+    request (outermost, so it times the problems ``ApiMiddleware`` answers too), and what
+    its lifespan calls once the core stopped (``None``: nothing)."""
+
+    route: Route
+    middleware: Middleware
+    on_stop: Callable[[], None] | None
+
+
+def instrumentation(core: AgentCore, pool: Executor) -> Instrumentation:
+    """The metrics of an app of ``core``, scraped on ``pool``: the app's request
+    histogram in a registry of its own, with the core's metrics; in multiprocess mode
+    every worker's files, this worker's gauges refreshed by its requests, and its live
+    gauges dropped when it stops."""
+    registry = CollectorRegistry()
+    shared = metrics_multiprocess_dir() is not None
+    return Instrumentation(
+        route=metrics_route(scraped(core, registry), pool),
+        middleware=Middleware(
+            RequestMetrics,
+            histogram=request_histogram(registry),
+            refresh=core.metrics.refresh if shared else None,
+        ),
+        on_stop=forget_this_process if shared else None,
+    )

@@ -12,9 +12,8 @@ import asyncio
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from agentcore.adapters import get_logger, new_id
 from agentcore.errors import AgentCoreError, HeadersTooLarge, ShuttingDown, UriTooLong
-from agentcore.ids import new_id
-from agentcore.redact import get_logger
 from agentcore_starlette.problems import problem_response, responder_of
 
 log = get_logger("agentcore.http")  # masks keys and secrets in every record

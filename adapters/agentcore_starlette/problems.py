@@ -18,6 +18,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
+from agentcore.adapters import get_logger, new_id
 from agentcore.errors import (
     PROBLEM_TYPE,
     AgentCoreError,
@@ -28,8 +29,6 @@ from agentcore.errors import (
     RateLimited,
     ServiceUnavailable,
 )
-from agentcore.ids import new_id
-from agentcore.redact import get_logger
 from agentcore_starlette.ratelimit import rate_limit_headers, retry_after_header
 
 log = get_logger("agentcore.http")  # masks keys and secrets in every record

@@ -9,9 +9,8 @@ from typing import Any, Literal
 from pydantic import BaseModel
 from starlette.datastructures import Headers, QueryParams
 
-from agentcore.cancellation import Cancellation
+from agentcore import Cancellation, WorkspaceServices
 from agentcore.errors import ValidationFailed
-from agentcore.services import WorkspaceServices
 
 BodyKind = Literal["none", "json", "json_or_upload"]
 

@@ -22,9 +22,9 @@ import anyio.to_thread
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.responses import Response
 
-from agentcore.chat import ChatStream
+from agentcore import ChatStream
+from agentcore.adapters import get_logger
 from agentcore.errors import AgentCoreError, ShuttingDown
-from agentcore.redact import get_logger
 from agentcore.schema import ChatDelta, ChatMessageResponse, Problem
 from agentcore_starlette.problems import problem_body
 from agentcore_starlette.routing import StreamEvent

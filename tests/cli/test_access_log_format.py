@@ -15,8 +15,12 @@ import pytest
 from uvicorn.logging import AccessFormatter as UvicornAccessFormatter
 
 from agentcore.redact import SecretRedactingFilter
-from agentcore_starlette.logs import DEFAULT_FORMAT, AccessFormatter, DeferredStreamHandler
-from agentcore_starlette.serve import serve_log_config
+from agentcore_starlette.serve.access_log import (
+    DEFAULT_FORMAT,
+    AccessFormatter,
+    DeferredStreamHandler,
+)
+from agentcore_starlette.serve.options import serve_log_config
 
 
 def record(*args: Any, level: int = logging.INFO) -> logging.LogRecord:
@@ -86,11 +90,14 @@ def test_serve_configures_it_behind_the_redacting_filter() -> None:
     # the live line (redacted, from a real `agentcore serve`) is checked in
     # tests/core/test_secrets_in_logs.py; here: the configuration that produces it
     config = serve_log_config()
-    assert config["formatters"]["access"]["()"] == "agentcore_starlette.logs.AccessFormatter"
+    assert (
+        config["formatters"]["access"]["()"]
+        == "agentcore_starlette.serve.access_log.AccessFormatter"
+    )
     assert config["formatters"]["access"]["fmt"] == DEFAULT_FORMAT
     assert config["loggers"]["uvicorn.access"]["filters"] == ["redact_secrets"]
     access = config["handlers"]["access"]
-    assert access["class"] == "agentcore_starlette.logs.DeferredStreamHandler"
+    assert access["class"] == "agentcore_starlette.serve.access_log.DeferredStreamHandler"
     assert access["formatter"] == "access" and access["filters"] == ["redact_secrets"]
     config["formatters"]["access"]["use_colors"] = False
     config["handlers"]["access"]["stream"] = "ext://sys.stderr"

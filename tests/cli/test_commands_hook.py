@@ -52,7 +52,7 @@ def test_a_plugin_cannot_take_a_commands_name() -> None:
 def test_serve_comes_from_the_adapters_entry_point() -> None:
     pm = make_plugin_manager()
     plugin = pm.get_plugin("agentcore_starlette")
-    assert plugin is not None and plugin.__name__ == "agentcore_starlette.commands"
+    assert plugin is not None and plugin.__name__ == "agentcore_starlette.plugin"
     assert "serve" in _commands(build_parser(pm))
     without = build_parser(make_plugin_manager(entry_points=False))
     assert "serve" not in _commands(without)  # the core alone has no server command

@@ -1,4 +1,5 @@
-"""No import cycles inside ``agentcore``, counting a package's ``__init__`` as a module.
+"""No import cycles inside ``agentcore`` or its adapter, ``agentcore_starlette``, counting a
+package's ``__init__`` as a module.
 
 import-linter's ``acyclic_siblings`` contract (pyproject, run by ``lint-imports``)
 forbids cycles between sibling modules and subpackages; it does not see a module
@@ -104,3 +105,8 @@ def test_a_cycle_under_type_checking_is_found(
 
 def test_agentcore_has_no_import_cycles() -> None:
     assert strongly_connected(import_graph("agentcore"), "agentcore") == []
+
+
+def test_the_adapter_has_no_import_cycles() -> None:
+    graph = import_graph("agentcore_starlette")
+    assert strongly_connected(graph, "agentcore_starlette") == []

@@ -248,6 +248,19 @@ def test_third_party_plugin_bad_and_unknown_settings(tmp_path: Path) -> None:
         open_core(tmp_path, acme_greeting="hi")
 
 
+def declares(namespace: str, model: type[BaseSettings]) -> object:
+    """A plugin that declares ``model`` under ``namespace``."""
+
+    class Declares:
+        @hookimpl
+        def agentcore_register_settings(
+            self, register: Callable[[str, type[BaseSettings]], None]
+        ) -> None:
+            register(namespace, model)
+
+    return Declares()
+
+
 def test_plugin_settings_declarations_are_checked(tmp_path: Path) -> None:
     class Unprefixed(PluginSettings):
         colour: str = "red"
@@ -256,24 +269,58 @@ def test_plugin_settings_declarations_are_checked(tmp_path: Path) -> None:
         model_config = SettingsConfigDict(env_prefix="AGENTCORE_MAX_")
         top_k: int = 1  # would be the keyword max_top_k, a core setting
 
-    def declaring(namespace: str, model: type[BaseSettings]) -> object:
-        class Declares:
-            @hookimpl
-            def agentcore_register_settings(
-                self, register: Callable[[str, type[BaseSettings]], None]
-            ) -> None:
-                register(namespace, model)
-
-        return Declares()
-
     with pytest.raises(ValueError, match="env_prefix='AGENTCORE_PAINT_'"):
-        open_core(tmp_path, plugins=[declaring("paint", Unprefixed)])
+        open_core(tmp_path, plugins=[declares("paint", Unprefixed)])
     with pytest.raises(ValueError, match="'max_top_k' of plugin 'max' is declared twice"):
-        open_core(tmp_path, plugins=[declaring("max", Clash)])
+        open_core(tmp_path, plugins=[declares("max", Clash)])
     with pytest.raises(ValueError, match="two plugins declare settings named 'acme'"):
-        open_core(tmp_path, plugins=[AcmePlugin(), declaring("acme", AcmeSettings)])
+        open_core(tmp_path, plugins=[AcmePlugin(), declares("acme", AcmeSettings)])
     with pytest.raises(ValueError, match="lower-case"):
-        open_core(tmp_path, plugins=[declaring("Acme", AcmeSettings)])
+        open_core(tmp_path, plugins=[declares("Acme", AcmeSettings)])
+
+
+class BareSettings(PluginSettings):
+    """A plugin's settings named without its namespace (as the HTTP adapter's are)."""
+
+    model_config = SettingsConfigDict(env_prefix="AGENTCORE_")
+
+    max_widgets: int = Field(10, ge=1)
+
+
+def test_plugin_settings_may_keep_bare_names(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # env_prefix AGENTCORE_: the field's own name is its keyword, AGENTCORE_<FIELD> its
+    # variable (the names a setting had as the core's keep working once a plugin owns it)
+    monkeypatch.setenv("AGENTCORE_MAX_WIDGETS", "20")
+    with open_core(tmp_path, plugins=[declares("widgets", BareSettings)]) as core:
+        assert core.settings.plugin(BareSettings).max_widgets == 20
+    plugin = declares("widgets", BareSettings)
+    with open_core(tmp_path, plugins=[plugin], max_widgets=30, max_top_k=7) as core:
+        assert core.settings.plugin(BareSettings).max_widgets == 30
+        assert core.settings.max_top_k == 7
+    with pytest.raises(ValidationError) as info:
+        open_core(tmp_path, plugins=[declares("widgets", BareSettings)], max_widgets=0)
+    message = str(info.value)
+    assert "max_widgets" in message and "plugin 'widgets'" in message
+    assert "widgets_max_widgets" not in message and "AGENTCORE_*" in message
+
+
+def test_bare_plugin_settings_may_not_clash(tmp_path: Path) -> None:
+    class TopK(PluginSettings):
+        model_config = SettingsConfigDict(env_prefix="AGENTCORE_")
+        max_top_k: int = 1  # the core's
+
+    class Model(PluginSettings):
+        model_config = SettingsConfigDict(env_prefix="AGENTCORE_")
+        openai_model: str = "x"  # the OpenAI-compatible provider's keyword
+
+    with pytest.raises(ValueError, match="'max_top_k' of plugin 'topk' is declared twice"):
+        open_core(tmp_path, plugins=[declares("topk", TopK)])
+    with pytest.raises(ValueError, match="'openai_model' of plugin '.*' is declared twice"):
+        Settings.load({"openai": OpenAISettings, "model": Model})
+    with pytest.raises(ValueError, match="env_prefix='AGENTCORE_WIDGETS_', or 'AGENTCORE_'"):
+        Settings.load({"widgets": AcmeSettings})
 
 
 def test_plugin_settings_outside_open() -> None:

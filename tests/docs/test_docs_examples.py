@@ -609,20 +609,27 @@ def test_readme_is_a_five_minute_read() -> None:
 
 
 def test_every_setting_is_in_the_operations_table() -> None:
-    """docs/operations.md lists each field of ``Settings`` with its default, as JSON."""
+    """docs/operations.md lists each setting with its default, as JSON: every field of the
+    core's ``Settings`` and of the HTTP adapter's ``HttpSettings`` (named as the core's
+    are, ``AGENTCORE_<NAME>``), the adapter's marked *HTTP*."""
     from agentcore import Settings
+    from agentcore_starlette import HttpSettings
 
     rows = {
         match.group(1): line
         for line in section(ROOT / "docs/operations.md", "Settings").splitlines()
         if (match := re.match(r"\| `([a-z0-9_]+)` \|", line))
     }
-    for name, field in Settings.model_fields.items():
+    assert not Settings.model_fields.keys() & HttpSettings.model_fields.keys()
+    fields = {**Settings.model_fields, **HttpSettings.model_fields}
+    for name, field in fields.items():
         assert name in rows, f"document setting {name!r} in docs/operations.md"
         default = field.default
         shown = json.dumps(list(default) if isinstance(default, tuple) else default)
         assert f"| `{shown}`" in rows[name], f"{name}: default {shown} in docs/operations.md"
-    assert not rows.keys() - Settings.model_fields.keys(), "a documented setting does not exist"
+        marked = "| *HTTP*: " in rows[name]
+        assert marked == (name in HttpSettings.model_fields), f"{name}: *HTTP* if the adapter's"
+    assert not rows.keys() - fields.keys(), "a documented setting does not exist"
 
 
 def test_every_route_is_in_the_http_api_table() -> None:

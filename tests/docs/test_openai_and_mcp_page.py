@@ -16,7 +16,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from agentcore import AgentCore
 from agentcore_starlette import create_app
-from agentcore_starlette.openai_requests import PARAMETERS
+from agentcore_starlette.openai.requests import PARAMETERS
 
 PAGE = ROOT / "docs" / "openai-and-mcp.md"
 

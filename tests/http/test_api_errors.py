@@ -11,7 +11,7 @@ import httpx
 import pytest
 from helpers import ServerThread, api, assert_problem  # noqa: F401 (api: faster fixture)
 
-from agentcore_starlette import create_app
+from agentcore_starlette import HttpSettings, create_app
 from agentcore_starlette.routes import ROUTES
 
 MiB = 1024 * 1024
@@ -131,7 +131,7 @@ def test_body_limit_is_configurable(core, keys) -> None:
     assert ok.status_code == 201
     body = assert_problem(too_big, 413, "body_too_large")
     assert "100 bytes" in body["detail"]
-    assert core.settings.max_body_bytes == MiB  # the core's own settings are untouched
+    assert HttpSettings.of(core.settings).max_body_bytes == MiB  # the core's are untouched
 
 
 @pytest.mark.parametrize("settings", [{"max_body_bytes": 0}, {"max_body_bytes": -5}])
@@ -144,6 +144,12 @@ def test_unknown_setting_refused(core) -> None:
     # a typo such as max_body_byte must not be silently ignored
     with pytest.raises((TypeError, ValueError)):
         create_app(core, max_body_byte=10)
+
+
+def test_a_core_setting_is_refused_per_app(core) -> None:
+    # the core enforces max_top_k: an app of its own would only declare another limit
+    with pytest.raises(TypeError, match="max_top_k: a setting of the core"):
+        create_app(core, max_top_k=5)
 
 
 class Counter:

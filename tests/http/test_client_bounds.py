@@ -25,9 +25,8 @@ from starlette.applications import Starlette
 from starlette.routing import Mount
 
 from agentcore import AgentCore
-from agentcore.config import Settings
-from agentcore_starlette import create_app, lifespan_for
-from agentcore_starlette.connections import ClientShare, connections_per_client
+from agentcore_starlette import HttpSettings, create_app, lifespan_for
+from agentcore_starlette.serve.connections import ClientShare, connections_per_client
 
 slow = pytest.mark.slow  # the tests that start a server and wait out its bounds
 
@@ -141,9 +140,9 @@ def test_past_its_share_a_connection_is_answered_429_and_closed_unread(served: S
 
 
 def test_the_default_share_is_a_quarter_of_the_cap_and_at_least_one() -> None:
-    assert connections_per_client(Settings(max_connections=1000)) == 250
-    assert connections_per_client(Settings(max_connections=3)) == 1
-    given = Settings(max_connections=1000, max_connections_per_client=1000)
+    assert connections_per_client(HttpSettings(max_connections=1000)) == 250
+    assert connections_per_client(HttpSettings(max_connections=3)) == 1
+    given = HttpSettings(max_connections=1000, max_connections_per_client=1000)
     assert connections_per_client(given) == 1000  # behind a proxy: the whole cap
 
 

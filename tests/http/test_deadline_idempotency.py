@@ -25,7 +25,7 @@ from agentcore.chat_models import ChatRequest, ChatResult
 from agentcore.plugins.hashing_embedder import HashingEmbedder
 from agentcore.schema import Agent
 from agentcore_starlette import create_app
-from agentcore_starlette.app import HANDLER_THREADS
+from agentcore_starlette.dispatch import HANDLER_THREADS
 from agentcore_starlette.routes import ROUTES
 from agentcore_starlette.routing import ApiRoute, Call
 

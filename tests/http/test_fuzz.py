@@ -31,7 +31,8 @@ from fuzz_fixups import CONFIG, RECEIVER, fix_negative, fix_positive, real_key
 from hypothesis import HealthCheck, settings
 
 from agentcore import AgentCore, __version__
-from agentcore_starlette import create_app
+from agentcore_starlette import HttpSettings, create_app
+from agentcore_starlette.mcp import openapi as mcp_openapi
 from agentcore_starlette.openapi import build_openapi
 from agentcore_starlette.routes import ROUTES
 
@@ -100,7 +101,7 @@ def _document() -> dict[str, Any]:
             settings=core.settings,
             event_kinds=list(core.events.kinds),
             chat_models=list(core.chat_models),
-            mcp=True,
+            paths={"/mcp": mcp_openapi.path_item(HttpSettings.of(core.settings))},
         )
 
 

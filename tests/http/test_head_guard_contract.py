@@ -1,11 +1,11 @@
-"""The contract ``agentcore_starlette.protocol.HeadGuard`` has with uvicorn's private
+"""The contract ``agentcore_starlette.serve.head_guard.HeadGuard`` has with uvicorn's private
 httptools protocol: the source of every uvicorn method it overrides or relies on is
 the source it was written and tested against.
 
 The guard subclasses a private module (``docs/decisions.md`` says why it is kept), so a
 uvicorn release may change what it builds on without notice. This test fails on such a
 release, even one inside the pin: read the new source of the methods named in the
-failure against ``protocol.py``, run ``tests/http/test_serve_limits.py``, then record
+failure against ``serve/head_guard.py``, run ``tests/http/test_serve_limits.py``, then record
 the new digests here and move the pin in ``pyproject.toml``.
 """
 
@@ -20,7 +20,7 @@ import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 from uvicorn.server import Server
 
-from agentcore_starlette.protocol import HeadGuard
+from agentcore_starlette.serve.head_guard import HeadGuard
 
 TESTED_WITH = "0.54.0"
 """The uvicorn release these digests are of (``pyproject.toml`` pins ``>=0.54,<0.55``)."""
@@ -61,7 +61,7 @@ def _digest(qualified: str) -> str:
 def test_uvicorn_is_the_one_the_guard_was_written_for(qualified: str) -> None:
     assert _digest(qualified) == DIGESTS[qualified], (
         f"uvicorn {uvicorn.__version__} changed {qualified} (the guard was tested with"
-        f" {TESTED_WITH}): review agentcore_starlette/protocol.py against its new source,"
+        f" {TESTED_WITH}): review agentcore_starlette/serve/head_guard.py against its new source,"
         " run tests/http/test_serve_limits.py, then update DIGESTS and the pin"
     )
 

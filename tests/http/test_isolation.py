@@ -42,7 +42,7 @@ from agentcore.schema import (
     WebhookSubscribeRequest,
 )
 from agentcore_starlette import create_app
-from agentcore_starlette.openai_requests import ChatCompletionRequest
+from agentcore_starlette.openai.requests import ChatCompletionRequest
 from agentcore_starlette.routes import ROUTES
 from agentcore_starlette.routing import ApiRoute
 

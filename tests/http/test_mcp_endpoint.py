@@ -22,7 +22,7 @@ from mcp.shared.exceptions import MCPError
 
 import agentcore
 from agentcore import AgentCore
-from agentcore_starlette import create_app
+from agentcore_starlette import HttpSettings, create_app
 
 T = TypeVar("T")
 
@@ -255,7 +255,7 @@ def test_limits_of_rest_apply(mcp_url: str, core: AgentCore, keys: Keys) -> None
         "jsonrpc": "2.0",
         "id": 1,
         "method": "ping",
-        "params": {"pad": "x" * core.settings.max_body_bytes},
+        "params": {"pad": "x" * HttpSettings.of(core.settings).max_body_bytes},
     }
     too_large = httpx.post(mcp_url, json=big, headers=auth)
     assert too_large.status_code == 413

@@ -10,7 +10,7 @@ from conftest import Api, Keys
 from helpers import api as _api_fixture  # noqa: F401 (the `api` fixture: uvicorn and ASGI)
 
 from agentcore import AgentCore
-from agentcore_starlette.openai_requests import PARAMETERS, ChatCompletionRequest
+from agentcore_starlette.openai.requests import PARAMETERS, ChatCompletionRequest
 
 QUESTION = {"role": "user", "content": "How many vacation days do employees get?"}
 REFUSED: list[tuple[str, Any]] = [

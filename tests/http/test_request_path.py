@@ -20,9 +20,8 @@ from helpers import assert_problem
 
 import agentcore
 from agentcore import AgentCore
-from agentcore.residency import Sweeper
-from agentcore_starlette import create_app
-from agentcore_starlette.app import ESTIMATE_IDLE_SECONDS, RECENT_RUNS
+from agentcore_starlette import HttpSettings, create_app
+from agentcore_starlette.scheduling import RECENT_RUNS
 
 WORKER_PREFIX = "agentcore-http"  # the names of the threads blocking handlers run on
 
@@ -99,8 +98,7 @@ def served(tmp_path: Path, embedder: RecordingEmbedder) -> Iterator[dict[str, An
     ws.knowledge.ingest_text("refunds.md", "Refunds are paid within 14 days of the return.")
     ws.knowledge.ingest_text("shipping.md", "Parcels ship from Lisbon every weekday morning.")
     secret = core.keys.create("acme", "test", ["read", "write"]).secret
-    app = create_app(core)
-    app.state.api.clock = embedder.clock
+    app = create_app(core, clock=embedder.clock)
     with served_client(app, secret) as client:
         yield {"core": core, "client": client, "app": app, "db": tmp_path / "path.db"}
     core.close()
@@ -177,7 +175,7 @@ def test_a_write_by_another_core_sends_the_next_search_to_a_thread(served, embed
 
 
 def test_searches_that_turn_slow_leave_the_loop(served, embedder) -> None:
-    budget = served["app"].state.settings.inline_budget
+    budget = HttpSettings().inline_budget
     for _ in range(RECENT_RUNS):
         search(served["client"])
     assert not embedder.on_worker()
@@ -211,33 +209,6 @@ def test_the_first_search_of_each_workspace_takes_a_thread(served, embedder) -> 
     assert response.status_code == 200, response.text
     assert [r["source"] for r in response.json()["results"]] == ["g.md"]
     assert embedder.on_worker()
-
-
-def test_idle_workspaces_estimates_are_swept_and_rebuilt(served, embedder) -> None:
-    # a node serving many tenants keeps the estimates of workspaces used lately only
-    api = served["app"].state.api
-    api.sweep_runs = Sweeper(2)  # sweep once two workspaces have estimates
-    embedder.clock.step = 0.0  # searches take no time: estimates are noted at known times
-    core = served["core"]
-    core.create_organization("globex")
-    core.workspace("globex", "test").knowledge.ingest_text("g.md", "Globex refunds in 3 days.")
-    headers = {"Authorization": f"Bearer {core.keys.create('globex', 'test', ['read']).secret}"}
-    search(served["client"])
-    search(served["client"])
-    assert not embedder.on_worker()
-    embedder.clock.now += ESTIMATE_IDLE_SECONDS  # acme's estimate is now exactly that old
-    response = served["client"].post("/v1/knowledge/search", json={"query": "r"}, headers=headers)
-    assert response.status_code == 200, response.text
-    assert embedder.on_worker()
-    # globex's first estimate made two: acme's, idle for the whole interval, went
-    acme, globex = (core.workspace(name, "test").organization_id for name in ("acme", "globex"))
-    assert [key[1] for key in api.runs] == [globex]
-    first = search(served["client"])
-    assert embedder.on_worker()  # no estimate again: a thread, as a first run
-    # acme's new estimate made two again: globex's, noted just now, stays
-    assert {key[1] for key in api.runs} == {acme, globex}
-    assert search(served["client"]).json() == first.json()
-    assert not embedder.on_worker()  # and quick again on the loop
 
 
 def test_a_quick_search_stays_on_the_loop_while_another_handler_runs(served, embedder) -> None:

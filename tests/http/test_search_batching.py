@@ -30,7 +30,7 @@ from processes import reap
 import agentcore
 from agentcore import AgentCore
 from agentcore_starlette import create_app
-from agentcore_starlette.app import BATCH_MAX, BATCH_PROBE_EVERY, LONE_BATCHES
+from agentcore_starlette.batching import BATCH_MAX, BATCH_PROBE_EVERY, LONE_BATCHES
 
 SEARCH = "/v1/knowledge/search"
 QUERIES = SEARCH_QUERIES[:8]
@@ -358,8 +358,7 @@ def test_batches_hold_the_loop_no_longer_than_inline_budget(db_path: Path) -> No
         ws = core.authenticate(secret)
         for n in range(8):
             ws.knowledge.ingest_text(f"n{n}.txt", f"topic{n} refunds parcels note {n}")
-        app = create_app(core)
-        app.state.api.clock = embedder.clock
+        app = create_app(core, clock=embedder.clock)
         bodies = [{"query": f"topic{n % 8} refunds"} for n in range(32)]
 
         def on_loop() -> list[tuple[str, float, int]]:

@@ -89,7 +89,7 @@ def test_the_wheel_holds_both_packages_the_command_and_the_plugin(dist: Path) ->
     assert 'Requires-Dist: mcp<3,>=2.3; extra == "server"' in metadata
     assert "Requires-Dist: agentcore[" not in metadata
     assert "[console_scripts]\nagentcore = agentcore.cli:main" in entry_points
-    assert "[agentcore]\nagentcore_starlette = agentcore_starlette.commands" in entry_points
+    assert "[agentcore]\nagentcore_starlette = agentcore_starlette.plugin" in entry_points
 
 
 @pytest.fixture

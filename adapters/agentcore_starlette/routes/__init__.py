@@ -1,16 +1,10 @@
-"""The /v1 route table, one module per resource."""
+"""The /v1 route table, one module per resource (the OpenAI-compatible routes are
+``agentcore_starlette.openai``'s)."""
 
 from __future__ import annotations
 
-from agentcore_starlette.routes import (
-    agents,
-    auth,
-    chat,
-    conversations,
-    knowledge,
-    openai,
-    webhooks,
-)
+from agentcore_starlette.openai import routes as openai_routes
+from agentcore_starlette.routes import agents, auth, chat, conversations, knowledge, webhooks
 from agentcore_starlette.routing import ApiRoute
 
 ROUTES: list[ApiRoute] = [
@@ -20,5 +14,5 @@ ROUTES: list[ApiRoute] = [
     *chat.ROUTES,
     *conversations.ROUTES,
     *webhooks.ROUTES,
-    *openai.ROUTES,
+    *openai_routes.ROUTES,
 ]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import cast
 
-from agentcore.chat import ChatStream
+from agentcore import ChatStream
 from agentcore.schema import ChatMessageRequest, ChatMessageResponse
 from agentcore_starlette.routing import ApiRoute, Call
 from agentcore_starlette.streaming import CHAT_EVENTS

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import cast
 
-from agentcore.conversations import ORDERS, Order
+from agentcore.adapters import ORDERS, Order
 from agentcore.errors import ValidationFailed
 from agentcore.schema import Conversation, ConversationList, Deleted, MessageList
 from agentcore_starlette.routing import PAGINATION, ApiRoute, Call, QueryParam

@@ -33,11 +33,10 @@ from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel, Field
 from starlette.datastructures import Headers, QueryParams
 
-from agentcore import __version__
-from agentcore.cancellation import Cancellation
+from agentcore import Cancellation, Workspace, WorkspaceServices, __version__
+from agentcore.adapters import get_logger
 from agentcore.config import Settings
 from agentcore.errors import AgentCoreError
-from agentcore.redact import get_logger
 from agentcore.schema import (
     AgentStatus,
     ChatMessageRequest,
@@ -45,14 +44,13 @@ from agentcore.schema import (
     SearchRequest,
     TextDocumentCreate,
 )
-from agentcore.services import WorkspaceServices
-from agentcore.workspace import Workspace
 from agentcore_starlette.bodies import validate
-from agentcore_starlette.mcp_endpoint import WORKSPACE
-from agentcore_starlette.openapi import declare_limits
+from agentcore_starlette.declared_limits import declare_limits
+from agentcore_starlette.mcp.endpoint import WORKSPACE
 from agentcore_starlette.problems import problem_body
 from agentcore_starlette.routes import ROUTES
 from agentcore_starlette.routing import ApiRoute, Call
+from agentcore_starlette.settings import HttpSettings
 
 log = get_logger("agentcore.mcp")  # masks keys and secrets in every record
 
@@ -181,16 +179,17 @@ def allowed(tool: McpTool, workspace: Workspace) -> bool:
 
 
 class McpTools:
-    """The tools of one app: their schemas (declaring the app's limits, as its OpenAPI
-    document does) and their calls, run on the app's handler threads.
+    """The tools of one app: their schemas (declaring the core's limits, as the app's
+    OpenAPI document does) and their calls, run on the app's handler threads.
 
-    :param settings: the app's settings (limits, the request deadline).
+    :param settings: the core's settings (the limits its services enforce).
+    :param http: the app's HTTP settings (the request deadline).
     :param pool: the threads blocking work runs on (the REST handlers' ones).
     """
 
-    def __init__(self, settings: Settings, pool: Executor) -> None:
+    def __init__(self, settings: Settings, http: HttpSettings, pool: Executor) -> None:
         self.pool = pool
-        self.deadline = settings.request_deadline
+        self.deadline = http.request_deadline
         self.listed: dict[str, types.Tool] = {}
         for tool in TOOLS:
             name = tool.arguments.__name__
@@ -310,12 +309,15 @@ def build_server(tools: McpTools) -> Server[Any]:
     )
 
 
-def session_manager(settings: Settings, pool: Executor) -> StreamableHTTPSessionManager:
-    """The SDK's streamable-HTTP session manager serving the tools: stateless (every
-    request stands alone, authenticated by its own key) and answering JSON."""
+def session_manager(
+    settings: Settings, http: HttpSettings, pool: Executor
+) -> StreamableHTTPSessionManager:
+    """The SDK's streamable-HTTP session manager serving the tools (``McpTools``):
+    stateless (every request stands alone, authenticated by its own key) and answering
+    JSON."""
     return StreamableHTTPSessionManager(
-        build_server(McpTools(settings, pool)),
+        build_server(McpTools(settings, http, pool)),
         stateless=True,
         json_response=True,
-        max_request_body_size=settings.max_body_bytes,
+        max_request_body_size=http.max_body_bytes,
     )

@@ -1,8 +1,8 @@
 """Routes: OpenAI-compatible POST /v1/chat/completions, GET /v1/models and
 GET /v1/models/{id}.
 
-Requests, answers, errors and streams are in OpenAI's shapes (``openai_requests``,
-``openai_responses``), so OpenAI's SDKs and the tools built on them talk to agents as
+Requests, answers, errors and streams are in OpenAI's shapes (``requests``,
+``responses``), so OpenAI's SDKs and the tools built on them talk to agents as
 they talk to models. Keys, scopes, rate limits, limits and events are those of
 ``POST /v1/chat/message``: the same core call answers both.
 """
@@ -17,17 +17,16 @@ from typing import cast
 
 from sse_starlette import ServerSentEvent
 
-from agentcore.chat import CHAT_STATUSES
+from agentcore.adapters import CHAT_STATUSES, new_id
 from agentcore.chat_models import ChatTurn
 from agentcore.errors import AgentCoreError, NotFound
-from agentcore.ids import new_id
 from agentcore.schema import Agent, ChatMessageResponse
-from agentcore_starlette.openai_requests import (
+from agentcore_starlette.openai.requests import (
     ChatCompletionRequest,
     refuse_unsupported,
     split_messages,
 )
-from agentcore_starlette.openai_responses import (
+from agentcore_starlette.openai.responses import (
     ChatCompletion,
     ChatCompletionChunk,
     ChunkChoice,

@@ -34,10 +34,10 @@ from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from agentcore.config import Settings
 from agentcore.errors import AgentCoreError, HeadersTooLarge, RequestTimeout, UriTooLong
-from agentcore_starlette.connections import ClientShare
 from agentcore_starlette.problems import problem_message
+from agentcore_starlette.serve.connections import ClientShare
+from agentcore_starlette.settings import HttpSettings
 
 HEAD_SLACK = 8 * 1024
 """Bytes a head may hold beyond its URL and header limits: the method, the version,
@@ -54,7 +54,7 @@ class HeadLimits:
     header_timeout: float
 
     @classmethod
-    def of(cls, settings: Settings) -> HeadLimits:
+    def of(cls, settings: HttpSettings) -> HeadLimits:
         """The limits ``settings`` set (``max_url_bytes``, ``max_header_bytes``,
         ``header_timeout``)."""
         return cls(

@@ -1,12 +1,7 @@
-"""``agentcore serve``: the /v1 API under uvicorn, with the HTTP limits set.
+"""``agentcore serve``: the /v1 API under uvicorn, alone or in worker processes.
 
-``run`` is the command (registered by ``agentcore_starlette.commands``);
-``server_options`` are the uvicorn settings it uses, which any host serving the app
-with uvicorn can pass too::
-
-    uvicorn.run(create_app(core), **server_options(core.settings))
-
-``agentcore serve --workers N`` hands uvicorn the import string
+``run`` is the command (registered by ``agentcore_starlette.commands``). ``agentcore
+serve --workers N`` hands uvicorn the import string
 ``agentcore_starlette.serve:app_from_environment`` (uvicorn's worker processes need an
 import string, not an app object). Each worker opens the store named by
 ``AGENTCORE_DB`` with settings from the ``AGENTCORE_*`` variables, as
@@ -25,8 +20,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import copy
-import functools
 import os
 import shutil
 import signal
@@ -37,25 +30,22 @@ from pathlib import Path
 from typing import Any
 
 import uvicorn
-import uvicorn.config
 from starlette.applications import Starlette
 from uvicorn.config import STARTUP_FAILURE
 from uvicorn.supervisors import Multiprocess
 
-from agentcore import AgentCore
+from agentcore import AgentCore, Settings
+from agentcore.adapters import hide_passwords
 from agentcore.cli import START_FAILED, say
 from agentcore.config import (
-    Settings,
     database_url,
     export_metrics_multiprocess_dir,
     export_to_children,
     metrics_multiprocess_dir,
 )
-from agentcore.redact import hide_passwords
 from agentcore_starlette.app import create_app
-from agentcore_starlette.connections import ClientShare, connections_per_client
 from agentcore_starlette.metrics import metric_files
-from agentcore_starlette.protocol import HeadGuard, HeadLimits
+from agentcore_starlette.serve.options import server_options
 
 
 def app_from_environment() -> Starlette:
@@ -100,62 +90,6 @@ def listening_socket(host: str, port: int) -> socket.socket:
 def _reason(error: OSError) -> str:
     text = error.strerror or str(error)
     return text[:1].lower() + text[1:]
-
-
-def server_options(settings: Settings, log_level: str = "info") -> dict[str, Any]:
-    """uvicorn's settings for the API: the HTTP limits of ``settings`` and the logging.
-
-    - ``http``: httptools' parser with a bounded, timed head (``HeadGuard``:
-      ``max_url_bytes``, ``max_header_bytes``, ``header_timeout``) and a share of the
-      connections per client address (``max_connections_per_client``; one share per
-      call: each server, each worker process, counts its own connections);
-    - ``limit_concurrency``: ``max_connections`` (a request beyond gets uvicorn's 503);
-    - ``timeout_keep_alive``: ``keep_alive_timeout``;
-    - ``log_config``: ``serve_log_config(log_level)``.
-    """
-    return {
-        "http": functools.partial(
-            HeadGuard,
-            limits=HeadLimits.of(settings),
-            share=ClientShare(connections_per_client(settings)),
-        ),
-        "limit_concurrency": settings.max_connections,
-        "timeout_keep_alive": settings.keep_alive_timeout,
-        "log_config": serve_log_config(log_level),
-    }
-
-
-def serve_log_config(log_level: str = "info") -> dict[str, Any]:
-    """uvicorn's logging configuration, plus agentcore's loggers, all redacting secrets.
-
-    agentcore's own records are kept from ``log_level`` up (uvicorn's level names:
-    ``critical`` ... ``debug``, ``trace``); at ``debug`` and ``trace`` other libraries'
-    debug records are kept too. The configuration is applied in every process that
-    serves, the workers of ``serve --workers N`` included.
-
-    The access log line holds the query string, where a careless client may put a key
-    (the API refuses it, but the line is written anyway): every logger here carries
-    ``SecretRedactingFilter``. agentcore's own records go to uvicorn's default handler.
-    The access line is uvicorn's, made by ``logs.AccessFormatter`` and written after its
-    answer by ``logs.DeferredStreamHandler``.
-    """
-    config: dict[str, Any] = copy.deepcopy(uvicorn.config.LOGGING_CONFIG)
-    config["filters"] = {"redact_secrets": {"()": "agentcore.redact.SecretRedactingFilter"}}
-    # the access line follows its answer onto the wire instead of preceding it, and is
-    # uvicorn's line made without uvicorn's record copies
-    config["handlers"]["access"]["class"] = "agentcore_starlette.logs.DeferredStreamHandler"
-    config["formatters"]["access"]["()"] = "agentcore_starlette.logs.AccessFormatter"
-    loggers: dict[str, dict[str, Any]] = config["loggers"]
-    level = log_level.upper()  # uvicorn names "TRACE" a level of the logging module
-    loggers["agentcore"] = {"handlers": ["default"], "level": level, "propagate": False}
-    # other libraries (httpx sending webhooks, ...) reach the default handler through root
-    verbose = log_level in ("debug", "trace")
-    config["root"] = {"handlers": ["default"], "level": "DEBUG" if verbose else "WARNING"}
-    for logger in loggers.values():
-        logger["filters"] = ["redact_secrets"]
-    for handler in config["handlers"].values():  # also covers records propagated to root
-        handler["filters"] = ["redact_secrets"]
-    return config
 
 
 def run(core: AgentCore, args: argparse.Namespace) -> int:

@@ -5,7 +5,7 @@ to its rate limit and read within the body limits, as REST requests are (a refus
 JSON-RPC error holding the problem document, which MCP clients report); then the
 official SDK's ``StreamableHTTPSessionManager`` answers it (stateless, JSON answers:
 nothing of a client is kept between requests, so any node of a cluster can answer any
-request, and a revoked key stops working at once). The tools are ``mcp_tools``.
+request, and a revoked key stops working at once). The tools are ``mcp.tools``.
 
 The session manager runs a task group, which must live inside the app's lifespan
 (``lifespan_for(core)``, also when the API is mounted in a host app): the lifespan
@@ -21,6 +21,7 @@ import importlib
 import importlib.util
 import weakref
 from collections.abc import AsyncIterator
+from concurrent.futures import Executor
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -29,16 +30,15 @@ import anyio.to_thread
 from starlette.requests import Request
 from starlette.types import Message, Receive, Scope, Send
 
+from agentcore import AgentCore
 from agentcore.errors import NotFound, ServiceUnavailable
 from agentcore_starlette.bodies import read_limited, refuse_lone_surrogates, require_json
-from agentcore_starlette.credentials import refuse_secrets_in_query
+from agentcore_starlette.credentials import identify, refuse_secrets_in_query
 from agentcore_starlette.problems import RESPONDER, mcp_error_response
+from agentcore_starlette.settings import HttpSettings
 
 if TYPE_CHECKING:
     from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
-
-    from agentcore.core import AgentCore
-    from agentcore_starlette.app import Api
 
 PATH = "/mcp"
 METHODS = ["POST"]
@@ -51,17 +51,20 @@ WORKSPACE = "agentcore.workspace"
 class McpEndpoint:
     """The ASGI endpoint of ``/v1/mcp`` of one app.
 
-    :param api: the app's handlers: its key checks (``Api.identify``), settings and
-        threads.
+    :param core: whose keys and rate limits the requests use, and whose tools they call.
+    :param http: the app's HTTP settings (body limits, the request deadline).
+    :param pool: the threads the tools' blocking work runs on (the REST handlers').
     """
 
-    def __init__(self, api: Api) -> None:
-        self.api = api
+    def __init__(self, core: AgentCore, http: HttpSettings, pool: Executor) -> None:
+        self.core = core
+        self.http = http
+        self.pool = pool
         self.installed = importlib.util.find_spec("mcp") is not None
         self._group: anyio.abc.TaskGroup | None = None
         self._starting: anyio.Lock | None = None
         self._manager: StreamableHTTPSessionManager | None = None
-        _ENDPOINTS.setdefault(api.core, weakref.WeakSet()).add(self)
+        _ENDPOINTS.setdefault(core, weakref.WeakSet()).add(self)
 
     @property
     def serving(self) -> bool:
@@ -89,7 +92,7 @@ class McpEndpoint:
         request = Request(scope, receive)
         if scope["query_string"]:
             refuse_secrets_in_query(request)
-        workspace, limits = self.api.identify(request, "any")
+        workspace, limits = identify(self.core, request, "any")
         if not self.installed:
             raise NotFound(
                 "The MCP endpoint needs the official MCP SDK, which the server extra brings: "
@@ -114,12 +117,9 @@ class McpEndpoint:
         (``body_deadline``), 422 naming the field for a string with a lone surrogate;
         then hand it to the SDK as it had come."""
         require_json(request)
-        settings = self.api.settings
+        http = self.http
         body = await read_limited(
-            request,
-            settings.max_body_bytes,
-            timeout=settings.body_timeout,
-            deadline=settings.body_deadline,
+            request, http.max_body_bytes, timeout=http.body_timeout, deadline=http.body_deadline
         )
         refuse_lone_surrogates(body)
         sent = False
@@ -154,9 +154,9 @@ class McpEndpoint:
         """Run the session manager until the lifespan ends."""
         # the SDK's import takes about half a second: on a thread, so other requests go on
         tools = await anyio.to_thread.run_sync(
-            importlib.import_module, "agentcore_starlette.mcp_tools"
+            importlib.import_module, "agentcore_starlette.mcp.tools"
         )
-        manager = tools.session_manager(self.api.settings, self.api.pool)
+        manager = tools.session_manager(self.core.settings, self.http, self.pool)
         async with manager.run():
             task_status.started(manager)
             await anyio.sleep_forever()

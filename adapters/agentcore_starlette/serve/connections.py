@@ -19,10 +19,10 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from agentcore.config import Settings
+from agentcore.adapters import new_id
 from agentcore.errors import RateLimited
-from agentcore.ids import new_id
 from agentcore_starlette.problems import problem_message
+from agentcore_starlette.settings import HttpSettings
 
 SHARE = 4
 """By default one address may hold a ``SHARE``-th of ``max_connections``."""
@@ -38,7 +38,7 @@ a socket with unread bytes resets it, and a client may then lose the answer."""
 log = logging.getLogger("uvicorn.error")  # where the server's other refusals are logged
 
 
-def connections_per_client(settings: Settings) -> int:
+def connections_per_client(settings: HttpSettings) -> int:
     """The most connections one client address may hold: ``max_connections_per_client``,
     else a ``SHARE``-th of ``max_connections`` (at least one)."""
     given = settings.max_connections_per_client

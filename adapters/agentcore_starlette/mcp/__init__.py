@@ -1,0 +1,3 @@
+"""``/v1/mcp``: the Model Context Protocol endpoint (``endpoint``), its tools (``tools``,
+which import the MCP SDK, loaded on the first MCP request) and its OpenAPI
+declaration (``openapi``)."""

@@ -1,0 +1,2 @@
+"""The OpenAI-compatible surface: ``/v1/chat/completions`` and ``/v1/models`` in
+OpenAI's shapes (``requests``, ``responses``), and their routes (``routes``)."""
