@@ -15,8 +15,9 @@ import contextlib
 import json
 import re
 import time
-from collections.abc import Generator, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Executor, Future, InvalidStateError, wait
+from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -202,11 +203,18 @@ class ChatService:
         self._store = store
         self._settings = settings
         self._chat_models = chat_models
-        self._knowledge = knowledge
-        self._run_tool = run_tool
-        self._events = events
-        self._guard_pool = guard_pool
-        self._observer = observer
+        # what a turn works with (``_Turn`` reads nothing else of this service)
+        self._context = _TurnContext(
+            workspace=workspace,
+            store=store,
+            settings=settings,
+            knowledge=knowledge,
+            run_tool=run_tool,
+            events=events,
+            guard_pool=guard_pool,
+            observer=observer,
+            model_for=self.model_for,
+        )
 
     def send(
         self,
@@ -316,7 +324,7 @@ class ChatService:
         agent = self._answering_agent(agent_id)
         cancel: Future[None] = Future()
         turn = _Turn(
-            self,
+            self._context,
             agent,
             self._conversation(agent.id, conversation_id),
             message,
@@ -353,7 +361,9 @@ class ChatService:
         else:
             self._store.add_messages(turn.conversation_id, said)
         turn.action("reply_sent", citations=cited)
-        self._observer.answered(turn.model_name, time.perf_counter() - turn.began, turn.usage)
+        self._context.observer.answered(
+            turn.model_name, time.perf_counter() - turn.began, turn.usage
+        )
         return ChatMessageResponse(
             agentId=turn.agent.id,
             response=text,
@@ -481,12 +491,27 @@ class _Cancelled(Exception):
     """The stream was closed while the model was working."""
 
 
+@dataclass(frozen=True, kw_only=True)
+class _TurnContext:
+    """What a chat turn works with: its workspace and the core's parts it calls."""
+
+    workspace: Workspace
+    store: ChatStore
+    settings: Settings
+    knowledge: Retriever
+    run_tool: ToolRunner
+    events: Publisher
+    guard_pool: Executor
+    observer: Observer
+    model_for: Callable[[Agent], ChatModel]
+
+
 class _Turn:
     """One user message going through the pipeline."""
 
     def __init__(
         self,
-        service: ChatService,
+        context: _TurnContext,
         agent: Agent,
         conversation_id: str,
         message: str,
@@ -495,9 +520,9 @@ class _Turn:
         streaming: bool,
         cancellation: Cancellation | None = None,
     ):
-        self.service = service
-        self.ws = service._ws
-        self.settings = service._settings
+        self.context = context
+        self.ws = context.workspace
+        self.settings = context.settings
         self.agent = agent
         self.conversation_id = conversation_id
         self.message = message
@@ -508,7 +533,7 @@ class _Turn:
         self.usage: Usage | None = None  # summed over the model calls that reported it
         self.began = time.perf_counter()
         # the metrics' label: a registered model's name (or the default's), never a tenant's
-        self.model_name = agent.model or service._settings.default_chat_model
+        self.model_name = agent.model or context.settings.default_chat_model
         # the model's earlier turns: None reads them from the stored conversation
         self.history: list[ChatTurn] | None = None
 
@@ -523,7 +548,7 @@ class _Turn:
     def event(self, kind: str, **data: Any) -> None:
         # the data quotes the model (tool arguments, which a provider may send as NaN):
         # what a model says must not fail the chat, so such numbers are sent as null
-        self.service._events.publish(
+        self.context.events.publish(
             kind,
             {"agent_id": self.agent.id, "conversation_id": self.conversation_id, **finite(data)},
             organization_id=self.ws.organization_id,
@@ -554,7 +579,7 @@ class _Turn:
         if wants_human(self.message):
             return (yield from self.handoff("user_requested"))
         knowledge = self.agent.knowledge
-        results = self.service._knowledge.retrieve(
+        results = self.context.knowledge.retrieve(
             self.message,
             self.settings.chat_top_k,
             filter=None if knowledge is None else knowledge.filter,
@@ -578,12 +603,12 @@ class _Turn:
             )
             for number, (chunk, score) in enumerate(results, 1)
         ]
-        term_stats = self.service._knowledge.term_stats(self.message) if passages else None
+        term_stats = self.context.knowledge.term_stats(self.message) if passages else None
         history = self.history
         if history is None:
             history = [
                 ChatTurn(role="user" if m.role == "user" else "assistant", content=m.content)
-                for m in self.service._store.recent_messages(
+                for m in self.context.store.recent_messages(
                     self.conversation_id, self.settings.history_turns
                 )
             ]
@@ -591,7 +616,7 @@ class _Turn:
             HANDOFF_SPEC
         ]
         steps: list[ToolStep] = []
-        model = self.service.model_for(self.agent)
+        model = self.context.model_for(self.agent)
         hold = self.agent.handoff_on_no_answer
         said = held = ""
         result: ChatResult | None = None
@@ -644,7 +669,7 @@ class _Turn:
         known = {tool.name for tool in self.agent.tools}
         if name not in known:
             return json.dumps({"error": f"unknown tool {name!r}"})
-        outcome = self.service._run_tool(agent_id=self.agent.id, name=name, arguments=arguments)
+        outcome = self.context.run_tool(agent_id=self.agent.id, name=name, arguments=arguments)
         if outcome is None:
             return json.dumps({"error": "this tool is not available here"})
         return outcome if isinstance(outcome, str) else json.dumps(outcome, default=str)
@@ -659,7 +684,7 @@ class _Turn:
         """
         self.stop_if_cancelled()
         items = stream_answer(model, request) if self.streaming else whole_answer(model, request)
-        pool = self.service._guard_pool
+        pool = self.context.guard_pool
         pending: Future[Any] | None = None
         said = ""
         try:
@@ -714,7 +739,7 @@ class _Turn:
                 what = "ended without a result" if item is _END else "sent a non-text delta"
                 error = ProviderError(f"The model {model.name!r} {what}.")
         self.event("agent.error", error=error.code, detail=error.detail, model=model.name)
-        self.service._observer.chat_failed(model.name, error.code)
+        self.context.observer.chat_failed(model.name, error.code)
         raise error
 
 

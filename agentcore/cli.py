@@ -471,48 +471,85 @@ def build_parser(
         help=f"the store: a SQLite file (its folder must exist) or a postgresql:// URL"
         f" (default: $AGENTCORE_DB, else {DEFAULT_DATABASE})",
     )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands = _Commands(parser.add_subparsers(dest="command", required=True, metavar="COMMAND"))
+    _add_init_and_keys(commands)
+    _add_knowledge(commands, settings)
+    _add_agents(commands)
 
-    def command(
-        name: str, func: Callable[..., int], help_text: str, parent: Any = sub
-    ) -> argparse.ArgumentParser:
-        p: argparse.ArgumentParser = parent.add_parser(
+    def register(name: str, run: Command, help_text: str) -> argparse.ArgumentParser:
+        if name in commands.sub.choices:
+            raise ValueError(f"a plugin registers the command {name!r}, which exists already")
+        return commands.add(name, run, help_text)
+
+    (pm or make_plugin_manager()).hook.agentcore_register_commands(register=register)
+    return parser
+
+
+class _Commands:
+    """Adds commands and their common options to a group of subcommands."""
+
+    def __init__(self, sub: Any) -> None:
+        self.sub = sub
+
+    def add(self, name: str, func: Callable[..., int], help_text: str) -> argparse.ArgumentParser:
+        """A command ``name`` running ``func``."""
+        p: argparse.ArgumentParser = self.sub.add_parser(
             name, help=help_text, description=help_text, formatter_class=HelpFormatter
         )
         p.set_defaults(func=func)
         return p
 
+    def group(self, name: str, help_text: str, dest: str) -> _Commands:
+        """A command ``name`` whose subcommands the returned ``_Commands`` adds."""
+        parser = self.sub.add_parser(
+            name, help=help_text, description=help_text, formatter_class=HelpFormatter
+        )
+        return _Commands(parser.add_subparsers(dest=dest, required=True, metavar="COMMAND"))
+
+    @staticmethod
     def org(p: argparse.ArgumentParser, help_text: str = "the organization's name") -> None:
+        """The ``--org`` option."""
         p.add_argument("--org", required=True, help=help_text)
 
+    @staticmethod
     def env(p: argparse.ArgumentParser) -> None:
+        """The ``--env`` option."""
         p.add_argument(
             "--env", required=True, choices=["test", "live"], help="the environment of its keys"
         )
 
+    @staticmethod
     def as_json(p: argparse.ArgumentParser) -> None:
+        """The ``--json`` option."""
         p.add_argument("--json", action="store_true", help="print JSON instead of text")
 
-    p = command(
+    def scoped(
+        self, name: str, func: Callable[..., int], help_text: str
+    ) -> argparse.ArgumentParser:
+        """A command of one workspace: ``--org`` and ``--env``."""
+        p = self.add(name, func, help_text)
+        self.org(p)
+        self.env(p)
+        return p
+
+
+def _add_init_and_keys(commands: _Commands) -> None:
+    """``init`` and ``keys create|list|revoke|rotate``."""
+    p = commands.add(
         "init",
         cmd_init,
         "create the database and organization; mint a test and a live key (once)",
     )
-    org(p, "the organization to create (or to find, when it exists)")
+    commands.org(p, "the organization to create (or to find, when it exists)")
     p.add_argument(
         "--new-keys",
         action="store_true",
         help="mint a test and a live key even when the organization has usable keys",
     )
-    as_json(p)
+    commands.as_json(p)
 
-    keys_parser = sub.add_parser(
-        "keys", help="manage API keys", description="manage API keys", formatter_class=HelpFormatter
-    )
-    keys = keys_parser.add_subparsers(dest="keys_command", required=True, metavar="COMMAND")
-    p = command("create", cmd_keys_create, "mint a key", keys)
-    org(p)
-    env(p)
+    keys = commands.group("keys", "manage API keys", "keys_command")
+    p = keys.scoped("create", cmd_keys_create, "mint a key")
     p.add_argument(
         "--scope",
         action="append",
@@ -526,13 +563,13 @@ def build_parser(
         help=f"days until the key expires, more than 0 and at most {MAX_EXPIRY_DAYS}"
         " (default: never)",
     )
-    as_json(p)
-    p = command("list", cmd_keys_list, "list keys", keys)
-    org(p)
-    as_json(p)
-    p = command("revoke", cmd_keys_revoke, "revoke a key", keys)
+    keys.as_json(p)
+    p = keys.add("list", cmd_keys_list, "list keys")
+    keys.org(p)
+    keys.as_json(p)
+    p = keys.add("revoke", cmd_keys_revoke, "revoke a key")
     p.add_argument("key_id", help="the key's id (key_...)")
-    p = command("rotate", cmd_keys_rotate, "rotate a key", keys)
+    p = keys.add("rotate", cmd_keys_rotate, "rotate a key")
     p.add_argument("key_id", help="the key's id (key_...)")
     p.add_argument(
         "--grace-hours",
@@ -541,11 +578,12 @@ def build_parser(
         metavar="HOURS",
         help=f"how long the old key keeps working, 0 to {MAX_GRACE_HOURS}",
     )
-    as_json(p)
+    keys.as_json(p)
 
-    p = command("ingest", cmd_ingest, "ingest files and folders into the knowledge core")
-    org(p)
-    env(p)
+
+def _add_knowledge(commands: _Commands, settings: Settings) -> None:
+    """``ingest`` and ``search``."""
+    p = commands.scoped("ingest", cmd_ingest, "ingest files and folders into the knowledge core")
     p.add_argument(
         "--create-org",
         action="store_true",
@@ -561,9 +599,7 @@ def build_parser(
         "paths", nargs="+", help="files, or folders whose PDF, text and Markdown files to ingest"
     )
 
-    p = command("search", cmd_search, "search the knowledge core")
-    org(p)
-    env(p)
+    p = commands.scoped("search", cmd_search, "search the knowledge core")
     p.add_argument(
         "--top-k",
         type=int_in("--top-k", 1, settings.max_top_k),
@@ -571,54 +607,35 @@ def build_parser(
         metavar="K",
         help=f"how many results, 1 to max_top_k ({settings.max_top_k})",
     )
-    as_json(p)
+    commands.as_json(p)
     p.add_argument("query", help="what to search for")
 
-    agents_parser = sub.add_parser(
-        "agents",
-        help="create, list and deploy agents",
-        description="create, list and deploy agents",
-        formatter_class=HelpFormatter,
-    )
-    agents = agents_parser.add_subparsers(dest="agents_command", required=True, metavar="COMMAND")
-    p = command("create", cmd_agents_create, "create an agent (in draft)", agents)
-    org(p)
-    env(p)
+
+def _add_agents(commands: _Commands) -> None:
+    """``agents create|list|deploy`` and ``chat``."""
+    agents = commands.group("agents", "create, list and deploy agents", "agents_command")
+    p = agents.scoped("create", cmd_agents_create, "create an agent (in draft)")
     p.add_argument("--name", default="", help="the agent's display name")
     p.add_argument("--role", default="assistant", help="the agent's role label")
     p.add_argument("--system-prompt", default="", metavar="TEXT", help="the agent's system prompt")
     p.add_argument("--model", help="its chat model (default: the core's default_chat_model)")
     p.add_argument("--deploy", action="store_true", help="deploy the agent at once")
-    as_json(p)
-    p = command("list", cmd_agents_list, "list agents", agents)
-    org(p)
-    env(p)
+    agents.as_json(p)
+    p = agents.scoped("list", cmd_agents_list, "list agents")
     p.add_argument(
         "--status",
         choices=["draft", "deployed", "archived"],
         help="only agents in this status (default: draft and deployed)",
     )
-    as_json(p)
-    p = command("deploy", cmd_agents_deploy, "deploy a draft agent", agents)
-    org(p)
-    env(p)
+    agents.as_json(p)
+    p = agents.scoped("deploy", cmd_agents_deploy, "deploy a draft agent")
     p.add_argument("agent_id", help="the agent's id (agt_...)")
 
-    p = command("chat", cmd_chat, "ask an agent a question (streamed on a terminal)")
-    org(p)
-    env(p)
+    p = commands.scoped("chat", cmd_chat, "ask an agent a question (streamed on a terminal)")
     p.add_argument("--conversation", metavar="ID", help="continue this conversation (conv_...)")
-    as_json(p)
+    commands.as_json(p)
     p.add_argument("agent_id", help="the agent's id (agt_...)")
     p.add_argument("message", help="the question")
-
-    def register(name: str, run: Command, help_text: str) -> argparse.ArgumentParser:
-        if name in sub.choices:
-            raise ValueError(f"a plugin registers the command {name!r}, which exists already")
-        return command(name, run, help_text)
-
-    (pm or make_plugin_manager()).hook.agentcore_register_commands(register=register)
-    return parser
 
 
 def _missing_folder(db: str) -> str | None:

@@ -352,20 +352,11 @@ class Settings(BaseSettings):
         " them off everywhere (the core then records none).",
     )
 
-    # PostgreSQL store (postgresql:// URLs; the `postgres` extra)
-    postgres_pool_size: int = Field(10, ge=1, description="Connections per node.")
-    postgres_timeout: float = Field(
-        5.0, gt=0, description="Seconds to wait for a connection before answering 503."
-    )
+    # Where search runs: the core picks it (``core._vector_backend``), so it is the
+    # core's; the PostgreSQL store's own settings (postgres_*) are its plugin's
     vector_search: Literal["memory", "pgvector"] = Field(
         "memory",
         description="Where knowledge search runs: this node's RAM, or PostgreSQL (pgvector).",
-    )
-    postgres_prepared_statements: bool = Field(
-        True,
-        description="Let psycopg prepare the statements a connection sends often. Turn"
-        " off behind a pooler in transaction mode that cannot keep them per client, such"
-        " as PgBouncer before 1.21.",
     )
 
     # Keys and rate limits

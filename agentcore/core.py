@@ -164,6 +164,20 @@ class AgentCore:
         # every background thread, pool and component of this core; start()/stop() run it
         self.runtime = Runtime()
         self.events = EventBus()
+        self._started = False
+        self._lock = threading.Lock()
+        self._build_tenancy(store, settings)
+        self._build_knowledge(store, settings)
+        self._build_operations(store, settings)
+        self._build_ingestion(store, settings)
+        # through a lambda, so a test may swap in a runtime with a fake clock or resolver
+        self.events.add_sink(lambda event: self.webhooks.record(event))
+        pm.hook.agentcore_register_event_kinds(register=self.events.register_kind)
+        self.embedders.update(registered_embedders(pm, settings))
+        pm.hook.agentcore_register_chat_models(register=self._add_chat_model, settings=settings)
+
+    def _build_tenancy(self, store: Store, settings: Settings) -> None:
+        """Keys, rate limits and idempotency keys."""
         # last_used_at writes of keys seen on the event loop; finished when the core stops
         self.keys = KeyManager(
             store, toucher=self.runtime.executor("agentcore-key-touch", 1, finish_queued=True)
@@ -175,11 +189,25 @@ class AgentCore:
             lease=settings.idempotency_lease,
             sweep_interval=min(DEFAULT_SWEEP_INTERVAL, settings.idempotency_ttl / 2),
         )
+        # the claims this process holds are renewed (a third of their lease apart, so
+        # one late pass does not lose them), and expired keys and the results they keep
+        # go (a bounded write a pass, every sweep interval)
+        self.runtime.loop(
+            "agentcore-idempotency-sweep",
+            self.idempotency.sweep_step,
+            interval=self.idempotency.renew_interval,
+            # after failures (the store unreachable), renew again before a lease lapses
+            backoff_max=self.idempotency.renew_interval,
+        )
+
+    def _build_knowledge(self, store: Store, settings: Settings) -> None:
+        """What search reads: the embedder, the vector backend, the document tables
+        filters read, the keyword indexes, the term counts; all under one budget."""
         self.embedders: dict[str, Embedder] = {}
         self.chat_models: dict[str, ChatModel] = {}
         # sentence frequencies kept per document, read by chat (the core's tokenizer)
         self.terms = TermCounter(stems.tokens_of, stems.stem_frequencies)
-        # embedders fill in through the hooks below; looked up when one is needed
+        # embedders fill in through the hook (at the end of __init__); looked up when needed
         self.embedding = Embedding(
             self.embedders, settings.embedder, max_token_chars=settings.max_token_chars
         )
@@ -196,6 +224,9 @@ class AgentCore:
             catchup_max_rows=settings.index_catchup_max_rows,
             budget=self.indexes.budget,  # under index_cache_bytes with the vector indexes
         )
+
+    def _build_operations(self, store: Store, settings: Settings) -> None:
+        """Metrics, the model-call threads, webhook delivery, the store's housekeeping."""
         # Prometheus metrics of this core (its own registry); `metrics = false` records none
         self.metrics = Metrics(
             store,
@@ -210,14 +241,20 @@ class AgentCore:
         self.observer.add(self.metrics)
         # model calls run here, bounded in time even if a plugin hangs (threads start lazily)
         self.model_pool = self.runtime.executor("agentcore-model", MODEL_THREADS)
-        self._started = False
-        self._lock = threading.Lock()
         self.webhooks = WebhookRuntime(
             store,
             settings,
             runtime=self.runtime if settings.start_workers else None,
             secrets=self.webhook_keys.box,
         )
+        if isinstance(store, Checkpointing) and store.checkpoint_interval is not None:
+            # a SQLite file's WAL is folded into the database here, never in a request
+            self.runtime.loop(
+                "agentcore-checkpoint", _checkpoint_step(store), interval=store.checkpoint_interval
+            )
+
+    def _build_ingestion(self, store: Store, settings: Settings) -> None:
+        """The ingest pipeline and the jobs that run it in worker processes."""
         # one pipeline indexes uploads here (a thread) and in worker processes alike
         self.pipeline = IngestPipeline(
             store,
@@ -237,26 +274,6 @@ class AgentCore:
             events=self.events,
             observer=self.observer,
         )
-        if isinstance(store, Checkpointing) and store.checkpoint_interval is not None:
-            # a SQLite file's WAL is folded into the database here, never in a request
-            self.runtime.loop(
-                "agentcore-checkpoint", _checkpoint_step(store), interval=store.checkpoint_interval
-            )
-        # the claims this process holds are renewed (a third of their lease apart, so
-        # one late pass does not lose them), and expired keys and the results they keep
-        # go (a bounded write a pass, every sweep interval)
-        self.runtime.loop(
-            "agentcore-idempotency-sweep",
-            self.idempotency.sweep_step,
-            interval=self.idempotency.renew_interval,
-            # after failures (the store unreachable), renew again before a lease lapses
-            backoff_max=self.idempotency.renew_interval,
-        )
-        # through a lambda, so a test may swap in a runtime with a fake clock or resolver
-        self.events.add_sink(lambda event: self.webhooks.record(event))
-        pm.hook.agentcore_register_event_kinds(register=self.events.register_kind)
-        self.embedders.update(registered_embedders(pm, settings))
-        pm.hook.agentcore_register_chat_models(register=self._add_chat_model, settings=settings)
 
     @classmethod
     def open(

@@ -1,6 +1,6 @@
 """REFERENCE ONLY — agentcore/knowledge/chunking.py before the ingestion fast path (a641ba4).
 
-Kept verbatim (this docstring added) so `tests/knowledge/test_ingest_fast_path.py` can
+Kept verbatim (this docstring added) so `tests/knowledge/test_ingest_pipeline_writes.py` can
 check that the package's chunker still cuts every text exactly as the original did. Not
 part of the package; never import it from `agentcore`.
 """

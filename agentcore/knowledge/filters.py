@@ -54,7 +54,7 @@ from agentcore.schema import (
 from agentcore.storage.records import DocumentRow
 
 if TYPE_CHECKING:
-    from agentcore.storage.base import KnowledgeStore
+    from agentcore.storage.base import IndexStore
 
 Mask = npt.NDArray[np.bool_]
 Labels = npt.NDArray[np.int64]
@@ -377,7 +377,7 @@ class MetadataCache:
     is read again at the workspace's next filtered search.
     """
 
-    def __init__(self, store: KnowledgeStore, *, budget: Residency[Any, Any] | None = None) -> None:
+    def __init__(self, store: IndexStore, *, budget: Residency[Any, Any] | None = None) -> None:
         self._store = store
         self._tables: Residency[tuple[str, str], DocumentTable] = Residency(share=budget)
         self._locks: KeyedLocks[tuple[str, str]] = KeyedLocks()

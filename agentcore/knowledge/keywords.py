@@ -41,7 +41,7 @@ from agentcore.redact import get_logger
 from agentcore.residency import KeyedLocks, Residency, ResidencyStats
 
 if TYPE_CHECKING:
-    from agentcore.storage.base import KnowledgeStore
+    from agentcore.storage.base import IndexStore
 
 Tokenize = Callable[[Sequence[str]], list[list[str]]]
 """The stems of each of several texts (``StemTokenizer.tokens_of``)."""
@@ -410,7 +410,7 @@ class KeywordCache:
 
     def __init__(
         self,
-        store: KnowledgeStore,
+        store: IndexStore,
         tokenize: Tokenize,
         *,
         catchup_max_rows: int = 100_000,

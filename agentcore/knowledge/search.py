@@ -28,7 +28,7 @@ from agentcore.storage.records import StoredChunk
 if TYPE_CHECKING:
     from agentcore.config import Settings
     from agentcore.knowledge.keywords import KeywordCache
-    from agentcore.storage.base import KnowledgeStore
+    from agentcore.storage.base import DocumentStore
 
 __all__ = ["HYBRID_DEPTH", "KEYWORD_DEPTH", "RRF_K", "SEARCH_MODES", "Hit", "Search"]
 
@@ -74,7 +74,7 @@ class Search:
         self,
         key: tuple[str, str],
         *,
-        store: KnowledgeStore,
+        store: DocumentStore,
         settings: Settings,
         index: VectorBackend,
         embedding: Embedding,

@@ -1,4 +1,5 @@
-"""Built-in plugin: the PostgreSQL store for ``postgresql://`` and ``postgres://`` URLs.
+"""Built-in plugin: the PostgreSQL store for ``postgresql://`` and ``postgres://`` URLs,
+and its settings (``PostgresSettings``, namespace ``postgres``).
 
 psycopg is imported only when such a URL is opened, so agentcore works without the
 ``postgres`` extra until one is.
@@ -6,9 +7,45 @@ psycopg is imported only when such a URL is opened, so agentcore works without t
 
 from __future__ import annotations
 
-from agentcore.config import Settings
+from collections.abc import Callable
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from agentcore.config import PluginSettings, Settings
 from agentcore.hookspecs import hookimpl
 from agentcore.storage.base import Store
+
+__all__ = ["PostgresSettings", "agentcore_open_store", "agentcore_register_settings"]
+
+
+class PostgresSettings(PluginSettings):
+    """Settings of the PostgreSQL store: its connection pool and statements.
+
+    Namespace ``postgres``: ``AGENTCORE_POSTGRES_<FIELD>`` variables, or
+    ``AgentCore.open(url, postgres_<field>=...)``, the names they had as core settings.
+    Where search runs (``vector_search``) stays a core setting: the core picks where
+    vectors are ranked, and this store is one that can rank them.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="AGENTCORE_POSTGRES_")
+
+    pool_size: int = Field(10, ge=1, description="Connections per node.")
+    timeout: float = Field(
+        5.0, gt=0, description="Seconds to wait for a connection before answering 503."
+    )
+    prepared_statements: bool = Field(
+        True,
+        description="Let psycopg prepare the statements a connection sends often. Turn"
+        " off behind a pooler in transaction mode that cannot keep them per client, such"
+        " as PgBouncer before 1.21.",
+    )
+
+
+@hookimpl
+def agentcore_register_settings(register: Callable[[str, type[BaseSettings]], None]) -> None:
+    """Declare ``PostgresSettings`` under the namespace ``postgres``."""
+    register("postgres", PostgresSettings)
 
 
 @hookimpl
@@ -22,10 +59,11 @@ def agentcore_open_store(url: str, settings: Settings) -> Store | None:
         raise RuntimeError(
             f"PostgreSQL URLs need the postgres extra: pip install 'agentcore-service[postgres]' ({exc})"
         ) from exc
+    postgres = settings.plugin(PostgresSettings)
     return PostgresStore.open(
         url,
-        pool_size=settings.postgres_pool_size,
-        timeout=settings.postgres_timeout,
+        pool_size=postgres.pool_size,
+        timeout=postgres.timeout,
         vector_search=settings.vector_search,
-        prepared_statements=settings.postgres_prepared_statements,
+        prepared_statements=postgres.prepared_statements,
     )

@@ -1,9 +1,44 @@
-"""The ``Store`` protocol: what the core needs from a backend, in slices per service.
+"""The ``Store`` protocol: what the core needs from a backend, in the slices it uses.
 
-Every method takes plain values and returns models or small dataclasses, commits its
-own transaction, and scopes by (organization_id, environment) where data is tenant
-data. Each slice (``AgentStore``, ...) is what one service depends on; ``Store`` is all
-of them. ``storage/sql`` implements them once, for SQLite and PostgreSQL alike.
+An internal interface: the seam between the core's policy and a database, which host
+code never calls. The built-in stores implement it once, in ``storage/sql``, for SQLite
+and PostgreSQL alike; a third-party store (returned by ``agentcore_open_store``)
+implements ``Store``, every slice, and is held to the same contract by the conformance
+suite (``tests/storage/test_store_conformance.py``, which runs each method of each
+slice on both built-in stores; ``tests/storage/test_store_seam.py`` fails when a
+method is added that the suite does not call).
+
+Each slice is what one part of the core uses, and each part is typed with the
+narrowest it needs, so a slice names exactly who depends on it:
+
+- ``KeyStore``: organizations and API keys (``KeyManager``; ``AgentCore``)
+- ``AgentStore``: agents (``AgentService``; chat reads them)
+- ``DocumentStore``: documents and their chunks (``KnowledgeService``, ``Search``;
+  ingestion reads a document's status)
+- ``IndexStore``: each workspace's index state and change log, and what the indexes
+  kept in step with them read: rows, texts, vectors (the vector engine in
+  ``knowledge.vectors``, ``KeywordCache``, ``MetadataCache``)
+- ``TermStore``: documents' sentence counts (``KnowledgeService.term_stats``)
+- ``IngestStore``: the ingestion queue and the writes that make a document ready
+  (``knowledge.ingest``)
+- ``WebhookStore``: subscriptions and the event outbox (``WebhookService``,
+  ``WebhookRuntime``)
+- ``ConversationStore``: conversations and messages (``ChatService``,
+  ``ConversationService``)
+- ``IdempotencyStore``: idempotency keys (``IdempotencyKeys``)
+- ``RateLimitStore``: token buckets shared by processes (``RateLimiter``)
+
+``KnowledgeStore`` is the four knowledge slices (what ``KnowledgeService`` hands its
+parts); ``Store`` is every slice and a lifecycle, held whole only by the composition
+root (``AgentCore``). The optional capabilities at the end (``VectorSearchStore``,
+``ObservableStore``, ``BudgetedStore``, ``ReopenableStore``, ``EventWaiter``,
+``Checkpointing``) are found with ``isinstance``; a store without one still works.
+
+Every method takes plain values and returns models or small records, and scopes by
+(organization_id, environment) where data is tenant data. Each call is one unit: a
+write commits in a transaction of its own, all of it or nothing (``atomically``);
+a read sees committed data, in one snapshot where its docstring says so. A write by
+any process or node is seen by the next read of any other.
 """
 
 from __future__ import annotations
@@ -53,13 +88,15 @@ class KeyStore(Protocol):
     """Organizations and API keys: what ``KeyManager`` and ``AgentCore`` use."""
 
     def ensure_organization(self, name: str) -> Organization:
-        """The organization named ``name``, created if missing."""
+        """The organization named ``name``, created if missing, in one transaction: of
+        two callers creating it at once, both get the one stored."""
 
     def get_organization_by_name(self, name: str) -> Organization | None:
-        """The organization named ``name``, or ``None``."""
+        """The organization named ``name``, or ``None``. One read."""
 
     def insert_key(self, key: ApiKey, organization_id: str, digest: str) -> None:
-        """Store a new key's record and the SHA-256 digest of its secret."""
+        """Store a new key's record and the SHA-256 digest of its secret, in one
+        transaction."""
 
     def insert_keys(
         self,
@@ -74,26 +111,29 @@ class KeyStore(Protocol):
         organization's row lock. Whether they were stored."""
 
     def find_key_by_digest(self, digest: str) -> tuple[ApiKey, str, str] | None:
-        """``(key, organization_id, stored digest)``, or ``None``."""
+        """``(key, organization_id, stored digest)``, or ``None``. One read; a change
+        of the key (a revocation) by any process is seen by the very next call, even
+        where answers are cached (every request authenticates)."""
 
     def get_key(self, key_id: str) -> ApiKey | None:
-        """A key by id, or ``None``."""
+        """A key by id, or ``None``. One read."""
 
     def list_keys(self, organization_id: str) -> list[ApiKey]:
-        """Keys of an organization, newest first."""
+        """Keys of an organization, newest first. One read."""
 
     def update_key(self, key_id: str, **changes: Any) -> None:
-        """Set ``revoked_at``, ``expires_at``, ``last_used_at`` or ``name``."""
+        """Set ``revoked_at``, ``expires_at``, ``last_used_at`` or ``name`` (any other
+        name: ``ValueError``), in one transaction."""
 
 
 class AgentStore(Protocol):
     """Agents: what ``AgentService`` uses (and chat, to find the answering agent)."""
 
     def insert_agent(self, organization_id: str, environment: str, agent: Agent) -> None:
-        """Store a new agent."""
+        """Store a new agent, in one transaction."""
 
     def get_agent(self, organization_id: str, environment: str, agent_id: str) -> Agent | None:
-        """An agent of this workspace, or ``None``."""
+        """An agent of this workspace, or ``None``. One read."""
 
     def update_agent(
         self,
@@ -106,7 +146,11 @@ class AgentStore(Protocol):
     ) -> bool:
         """Write an agent if its status is still ``expected_status``; whether it did.
         With ``fields``, only those (and ``updated_at``) are written, so a concurrent
-        change of other fields stays; else every field is."""
+        change of other fields stays; else every field is.
+
+        Atomic: the check and the write are one, so of concurrent updates expecting
+        the same status (on any node) exactly one succeeds.
+        """
 
     def list_agents(
         self,
@@ -117,88 +161,55 @@ class AgentStore(Protocol):
         starting_after: str | None,
         statuses: tuple[str, ...],
     ) -> tuple[list[Agent], bool]:
-        """A page of agents with one of ``statuses``, newest first, and ``has_more``."""
+        """A page of agents with one of ``statuses``, newest first, and ``has_more``,
+        read in one snapshot; ``NotFound`` when ``starting_after`` is no agent of the
+        workspace."""
 
 
-class KnowledgeStore(Protocol):
-    """Documents, chunks and vectors: what ``KnowledgeService`` and ``WorkspaceIndexes`` use."""
+class DocumentStore(Protocol):
+    """Documents and their chunks as the knowledge service and search read and change
+    them: what ``KnowledgeService`` and ``Search`` use (ingestion reads a document's
+    status)."""
 
-    def insert_document(
-        self,
-        organization_id: str,
-        environment: str,
-        document: Document,
-        chunks: Chunks,
-        embedder: str,
-        vectors: Vectors,
-        keep: npt.NDArray[np.bool_],
-        term_counts: TermCounts | None = None,
-    ) -> WrittenDocument:
-        """Store a document (its metadata too), its chunks and the ``keep`` rows' vectors
-        atomically, bumping the version; the chunk ids (in chunk order; they are the
-        vector ids) and the document's ``seq``. Chunks outside ``keep`` are not indexed.
+    def get_document(
+        self, organization_id: str, environment: str, document_id: str
+    ) -> Document | None:
+        """A document of this workspace, or ``None``. One read."""
 
-        ``term_counts`` (``(sentences, {stem: sentences holding it})``) are stored with
-        them for ``term_counts`` and deleted with the document.
-        """
+    def list_documents(
+        self, organization_id: str, environment: str, *, limit: int, starting_after: str | None
+    ) -> tuple[list[Document], bool]:
+        """A page of documents, newest first, and ``has_more``, read in one snapshot;
+        ``NotFound`` when ``starting_after`` is no document of the workspace."""
 
-    def add_vectors(
-        self,
-        organization_id: str,
-        environment: str,
-        document_id: str | None,
-        embedder: str,
-        dimension: int,
-        ids: Ids,
-        vectors: Vectors,
-    ) -> None:
-        """Append vectors as whole-buffer segments."""
+    def update_metadata(
+        self, organization_id: str, environment: str, document_id: str, metadata: dict[str, Any]
+    ) -> Document | None:
+        """Replace a document's metadata and advance the workspace version, atomically;
+        the updated document, or ``None`` when it is not in this workspace."""
 
-    def load_vectors(
-        self, organization_id: str, environment: str, dimension: int
-    ) -> tuple[Ids, Vectors]:
-        """Every vector of a workspace: an id array and one contiguous float32 matrix."""
+    def delete_document(self, organization_id: str, environment: str, document_id: str) -> bool:
+        """Delete a document with its chunks, vectors, sentence counts and any ingestion
+        job; whether it existed. Atomic: one transaction that also advances the
+        workspace version and logs the deleted rows (``IndexStore.changes_since``)."""
 
-    def load_index(
-        self,
-        organization_id: str,
-        environment: str,
-        dimension: int,
-        *,
-        vectors: bool = True,
-        located: bool = False,
-    ) -> IndexRows:
-        """Every row of a workspace's index in one snapshot: ids, one contiguous float32
-        matrix (``None`` unless ``vectors``), each row's label (its document's ``seq``,
-        ``-1`` for rows of no document) and, if ``located``, where each row is kept: its
-        locator (``records.LOCATOR_SHIFT``) for ``read_vector_rows``, valid for as long
-        as the row is stored."""
+    def get_chunks(self, chunk_ids: Sequence[int]) -> dict[int, StoredChunk]:
+        """Chunks by id (with their document's source and metadata); missing ids left
+        out. One read."""
 
-    def locate_vectors(self, organization_id: str, environment: str, ids: Ids) -> Ids:
-        """The locators of the workspace's vectors ``ids`` (-1 for an id not stored)."""
 
-    def read_vector_rows(
-        self, organization_id: str, environment: str, locators: Ids, dimension: int
-    ) -> Vectors:
-        """The workspace's float32 vectors at ``locators``, one row each, read without
-        reading their segments whole; a row no longer stored (or not the workspace's)
-        is all NaN."""
-
-    def count_vectors(self, organization_id: str, environment: str) -> int:
-        """How many vectors a workspace stores."""
-
-    def replace_all_vectors(
-        self,
-        organization_id: str,
-        environment: str,
-        embedder: str,
-        segments: Sequence[tuple[str | None, Ids, Vectors]],
-        dimension: int,
-    ) -> None:
-        """Swap every vector of a workspace for new ones atomically."""
+class IndexStore(Protocol):
+    """Each workspace's index: its state and change log, the rows, texts and vectors
+    the indexes kept in step with them read, and the re-embed that replaces them. What
+    the vector engine (``knowledge.vectors``) uses, and the keyword indexes
+    (``KeywordCache``) and document tables (``MetadataCache``) that follow the same
+    version."""
 
     def knowledge_state(self, organization_id: str, environment: str) -> KnowledgeState:
-        """Embedder, dimension, version and index dtype of a workspace index."""
+        """Embedder, dimension, version and index dtype of a workspace index (version 0
+        and no embedder for a workspace never written). One read; a write by any
+        process is seen by the very next call, even where states are cached (every
+        search asks)."""
 
     def claim_index_dtype(self, organization_id: str, environment: str, index_dtype: str) -> str:
         """The workspace's index dtype: the stored one, else ``index_dtype``, stored now.
@@ -224,47 +235,129 @@ class KnowledgeStore(Protocol):
         ``max_rows`` rows added since): the caller then reloads the workspace.
         """
 
-    def get_document(
-        self, organization_id: str, environment: str, document_id: str
-    ) -> Document | None:
-        """A document of this workspace, or ``None``."""
-
-    def list_documents(
-        self, organization_id: str, environment: str, *, limit: int, starting_after: str | None
-    ) -> tuple[list[Document], bool]:
-        """A page of documents, newest first."""
-
-    def delete_document(self, organization_id: str, environment: str, document_id: str) -> bool:
-        """Delete a document with its chunks, vectors and any ingestion job; whether it existed."""
-
-    def term_counts(
-        self, organization_id: str, environment: str, stems: Sequence[str]
-    ) -> tuple[int, dict[str, int]]:
-        """``(sentences, {stem: sentences holding it})`` summed over the workspace's
-        documents, for ``stems`` (those no sentence holds may be left out)."""
-
-    def get_chunks(self, chunk_ids: Sequence[int]) -> dict[int, StoredChunk]:
-        """Chunks by id (with their document's source and metadata); missing ids left out."""
-
-    def chunk_texts_by_id(self, chunk_ids: Sequence[int]) -> dict[int, str]:
-        """The texts of chunks by id (missing ids left out)."""
-
-    def update_metadata(
-        self, organization_id: str, environment: str, document_id: str, metadata: dict[str, Any]
-    ) -> Document | None:
-        """Replace a document's metadata and advance the workspace version, atomically;
-        the updated document, or ``None`` when it is not in this workspace."""
-
     def documents_changed(
         self, organization_id: str, environment: str, after: int | None
     ) -> DocumentChanges:
         """The workspace's version and the documents written after version ``after``
         (stored ready, completed, or given new metadata; ``None``: all), in one snapshot."""
 
+    def load_index(
+        self,
+        organization_id: str,
+        environment: str,
+        dimension: int,
+        *,
+        vectors: bool = True,
+        located: bool = False,
+    ) -> IndexRows:
+        """Every row of a workspace's index in one snapshot: ids, one contiguous float32
+        matrix (``None`` unless ``vectors``), each row's label (its document's ``seq``,
+        ``-1`` for rows of no document) and, if ``located``, where each row is kept: its
+        locator (``records.LOCATOR_SHIFT``) for ``read_vector_rows``, valid for as long
+        as the row is stored. ``ValueError`` when the stored vectors have another
+        ``dimension``."""
+
+    def load_vectors(
+        self, organization_id: str, environment: str, dimension: int
+    ) -> tuple[Ids, Vectors]:
+        """Every vector of a workspace: an id array and one contiguous float32 matrix,
+        in one snapshot (``load_index``'s ids and vectors)."""
+
+    def locate_vectors(self, organization_id: str, environment: str, ids: Ids) -> Ids:
+        """The locators of the workspace's vectors ``ids`` (-1 for an id not stored),
+        read in one snapshot."""
+
+    def read_vector_rows(
+        self, organization_id: str, environment: str, locators: Ids, dimension: int
+    ) -> Vectors:
+        """The workspace's float32 vectors at ``locators``, one row each, read without
+        reading their segments whole; a row no longer stored (or not the workspace's)
+        is all NaN. Not one snapshot: a row deleted while it reads may read as NaN."""
+
+    def count_vectors(self, organization_id: str, environment: str) -> int:
+        """How many vectors a workspace stores. One read."""
+
+    def chunk_texts_by_id(self, chunk_ids: Sequence[int]) -> dict[int, str]:
+        """The texts of chunks by id (missing ids left out), read in one snapshot."""
+
     def iter_chunk_texts(
         self, organization_id: str, environment: str
     ) -> Iterator[tuple[str, list[int], list[str]]]:
-        """``(document_id, chunk ids, texts)`` per document."""
+        """``(document_id, chunk ids, texts)`` per document, oldest first. Not one
+        snapshot: each document is read as the iterator reaches it (a workspace's
+        texts are never all in memory), so one deleted meanwhile yields no chunks."""
+
+    def add_vectors(
+        self,
+        organization_id: str,
+        environment: str,
+        document_id: str | None,
+        embedder: str,
+        dimension: int,
+        ids: Ids,
+        vectors: Vectors,
+    ) -> None:
+        """Append vectors as whole-buffer segments and advance the workspace version,
+        atomically. ``ValueError`` when ``ids`` and ``vectors`` do not match (in number,
+        or ``dimension``); ``records.StaleEmbedder`` (nothing stored) when the workspace
+        is indexed by another embedder or dimension."""
+
+    def replace_all_vectors(
+        self,
+        organization_id: str,
+        environment: str,
+        embedder: str,
+        segments: Sequence[tuple[str | None, Ids, Vectors]],
+        dimension: int,
+    ) -> None:
+        """Swap every vector of a workspace for new ones of ``embedder`` (a re-embed),
+        atomically; the change log starts again after it (``changes_since`` from an
+        earlier version answers ``None``)."""
+
+
+class TermStore(Protocol):
+    """Documents' sentence counts, summed per workspace: what ``KnowledgeService`` uses
+    (its ``term_stats``, which chat's word rarity reads). They are written with their
+    document (``IngestStore``) and deleted with it (``DocumentStore.delete_document``)."""
+
+    def term_counts(
+        self, organization_id: str, environment: str, stems: Sequence[str]
+    ) -> tuple[int, dict[str, int]]:
+        """``(sentences, {stem: sentences holding it})`` summed over the workspace's
+        documents, for ``stems`` (those no sentence holds may be left out). As of one
+        version of the workspace, read in one snapshot, and current: a write by any
+        process is counted by the next call (sums kept in memory follow the change log)."""
+
+
+class IngestStore(Protocol):
+    """The writes that make a document searchable, and the queue of uploads waiting for
+    them: what ``knowledge.ingest`` uses (``Uploads``, ``IngestPipeline``,
+    ``IngestionJobs``; each also reads ``DocumentStore.get_document``).
+
+    A document written with an ``external_id`` replaces, in the transaction that makes
+    it ready, the ready document of its workspace that holds the same one. A write
+    whose workspace is indexed by another embedder or dimension than its vectors'
+    raises ``records.StaleEmbedder`` and stores nothing.
+    """
+
+    def insert_document(
+        self,
+        organization_id: str,
+        environment: str,
+        document: Document,
+        chunks: Chunks,
+        embedder: str,
+        vectors: Vectors,
+        keep: npt.NDArray[np.bool_],
+        term_counts: TermCounts | None = None,
+    ) -> WrittenDocument:
+        """Store a document (its metadata too), its chunks and the ``keep`` rows' vectors
+        atomically, bumping the version; the chunk ids (in chunk order; they are the
+        vector ids) and the document's ``seq``. Chunks outside ``keep`` are not indexed.
+
+        ``term_counts`` (``(sentences, {stem: sentences holding it})``) are stored with
+        them for ``term_counts`` and deleted with the document.
+        """
 
     def insert_processing_document(
         self,
@@ -287,7 +380,8 @@ class KnowledgeStore(Protocol):
         lease_seconds: float,
         excluding: Collection[str] = (),
     ) -> IngestJob | None:
-        """Lease an unleased (or lease-expired) job; counts one attempt. Atomic.
+        """Lease an unleased (or lease-expired) job; counts one attempt. Atomic: two
+        callers (any process or node) never lease the same job.
 
         Fair across workspaces: the oldest job of the workspace (organization and
         environment) with the fewest jobs leased at ``now`` by any process, then with
@@ -296,13 +390,15 @@ class KnowledgeStore(Protocol):
         """
 
     def ingest_job_data(self, document_id: str) -> bytes | None:
-        """The raw upload of a job, or ``None`` if the job no longer exists."""
+        """The raw upload of a job, or ``None`` if the job no longer exists. One read."""
 
     def renew_ingest_job(self, document_id: str, *, until: float) -> bool:
-        """Extend a job's lease to ``until``; ``False`` if the job no longer exists."""
+        """Extend a job's lease to ``until``; ``False`` if the job no longer exists.
+        One transaction."""
 
     def release_ingest_job(self, document_id: str) -> None:
-        """Drop a job's lease and take back the attempt its claim counted (shutdown)."""
+        """Drop a job's lease and take back the attempt its claim counted (shutdown),
+        in one transaction."""
 
     def complete_document(
         self,
@@ -336,8 +432,12 @@ class KnowledgeStore(Protocol):
         event: Event | None = None,
     ) -> bool:
         """A ``processing`` document becomes ``failed`` with ``last_error``; its job goes.
-        Whether it was ``processing``; only then is ``event`` recorded, in the same
-        transaction."""
+        Whether it was ``processing``; only then is ``event`` recorded. One transaction."""
+
+
+class KnowledgeStore(DocumentStore, IndexStore, TermStore, IngestStore, Protocol):
+    """The four knowledge slices: what ``KnowledgeService`` uses, and hands its parts
+    (``Search``, ``MetadataCache``, ``Uploads``) the slice each needs."""
 
 
 class WebhookStore(Protocol):
@@ -353,33 +453,37 @@ class WebhookStore(Protocol):
         secret: str,
         description: str | None,
     ) -> StoredSubscription:
-        """Store a new active subscription."""
+        """Store a new active subscription, in one transaction."""
 
     def get_subscription(
         self, organization_id: str | None, environment: str | None, subscription_id: str
     ) -> StoredSubscription | None:
-        """A subscription of this workspace (of any, if both are ``None``)."""
+        """A subscription of this workspace (of any, if both are ``None``). One read."""
 
     def list_subscriptions(
         self, organization_id: str, environment: str, *, limit: int, starting_after: str | None
     ) -> tuple[list[StoredSubscription], bool]:
-        """A page of subscriptions, newest first."""
+        """A page of subscriptions, newest first, and ``has_more``, read in one snapshot;
+        ``NotFound`` when ``starting_after`` is no subscription of the workspace."""
 
     def update_subscription(self, subscription_id: str, **changes: Any) -> None:
-        """Set status, secrets, failure tracking or the disabled reason. Disabling a
-        subscription ends its pending deliveries as ``failed``, and so does recording
-        an attempt of a subscription found disabled."""
+        """Set status, secrets, failure tracking or the disabled reason (any other name:
+        ``ValueError``), in one transaction. Disabling a subscription ends its pending
+        deliveries as ``failed`` in that transaction, and so does recording an attempt
+        of a subscription found disabled."""
 
     def delete_subscription(
         self, organization_id: str, environment: str, subscription_id: str
     ) -> bool:
-        """Delete a subscription; its pending deliveries end as failed."""
+        """Delete a subscription; its pending deliveries end as failed in the same
+        transaction. Whether it existed."""
 
     def seal_secrets(self, plaintext_prefix: str, seal: Callable[[str], str]) -> int:
         """Replace every subscription's secret and previous secret that starts with
         ``plaintext_prefix`` (one stored as it is) by ``seal(value)``, unless it changed
         meanwhile (a rotation stored a new one); how many values were replaced. The
-        subscriptions are otherwise unchanged (``updated_at`` too: the secret is the same)."""
+        subscriptions are otherwise unchanged (``updated_at`` too: the secret is the same).
+        One transaction."""
 
     def record_event(
         self, event: Event, *, now: float, only_subscription: str | None = None
@@ -397,14 +501,17 @@ class WebhookStore(Protocol):
         busy_subscriptions: Sequence[str] = (),
     ) -> list[DueDelivery]:
         """Lease up to ``limit`` due deliveries of active subscriptions, oldest first,
-        atomically, skipping those of ``busy_subscriptions``."""
+        atomically, skipping those of ``busy_subscriptions``: two callers (any process
+        or node) never lease the same delivery."""
 
     def next_due_at(self) -> float | None:
-        """When the earliest pending delivery falls due."""
+        """When the earliest pending delivery of an active subscription falls due (a
+        leased one: when its lease ends), or ``None``. One read."""
 
     def delivery_pending(self, delivery_id: str) -> bool:
         """Whether a delivery still waits to be sent: not succeeded or failed (by its
-        subscription's deletion or disabling, on any node) since it was claimed."""
+        subscription's deletion or disabling, on any node) since it was claimed. One
+        read."""
 
     def record_attempt(
         self,
@@ -431,7 +538,8 @@ class WebhookStore(Protocol):
         limit: int,
         starting_after: str | None,
     ) -> tuple[list[Delivery], bool]:
-        """A page of a subscription's deliveries with their attempts, newest first."""
+        """A page of a subscription's deliveries with their attempts, newest first, and
+        ``has_more``, read in one snapshot."""
 
 
 class ConversationStore(Protocol):
@@ -449,23 +557,25 @@ class ConversationStore(Protocol):
     ) -> str:
         """Create a conversation holding ``messages`` (in one write: it is never seen
         without them) and return its id: ``conversation_id`` when given (a chat turn
-        names it before it is stored), else a new one."""
+        names it before it is stored), else a new one. One transaction."""
 
     def conversation_agent(
         self, organization_id: str, environment: str, conversation_id: str
     ) -> str | None:
-        """The agent a conversation belongs to, or ``None``."""
+        """The agent a conversation of this workspace belongs to, or ``None``. One read."""
 
     def add_messages(self, conversation_id: str, messages: Sequence[StoredMessage]) -> None:
-        """Append messages to a conversation (``NotFound`` if it was deleted)."""
+        """Append messages to a conversation, in one transaction (``NotFound`` and
+        nothing stored if it was deleted): a ``delete_conversation`` at the same time
+        either comes first or deletes these messages too."""
 
     def recent_messages(self, conversation_id: str, limit: int) -> list[StoredMessage]:
-        """The last ``limit`` messages, oldest first."""
+        """The last ``limit`` messages, oldest first. One read."""
 
     def get_conversation(
         self, organization_id: str, environment: str, conversation_id: str
     ) -> Conversation | None:
-        """A conversation of this workspace, or ``None``."""
+        """A conversation of this workspace, or ``None``. One read."""
 
     def list_conversations(
         self,
@@ -477,7 +587,8 @@ class ConversationStore(Protocol):
         agent_id: str | None = None,
     ) -> tuple[list[Conversation], bool]:
         """A page of conversations (of one agent when ``agent_id`` is given), newest
-        first, and whether more follow."""
+        first, and whether more follow, read in one snapshot; ``NotFound`` when
+        ``starting_after`` is no conversation of the workspace."""
 
     def list_messages(
         self,
@@ -490,12 +601,14 @@ class ConversationStore(Protocol):
         newest_first: bool = False,
     ) -> tuple[list[Message], bool] | None:
         """A page of a conversation's messages, oldest first (or newest first), and
-        whether more follow; ``None`` when the conversation is not this workspace's."""
+        whether more follow, read in one snapshot; ``None`` when the conversation is
+        not this workspace's, ``NotFound`` when ``starting_after`` is no message of it."""
 
     def delete_conversation(
         self, organization_id: str, environment: str, conversation_id: str
     ) -> bool:
-        """Delete a conversation and its messages; whether it existed."""
+        """Delete a conversation and its messages, and the idempotent results that
+        replay them (``IdempotencyStore``), in one transaction; whether it existed."""
 
 
 class IdempotencyStore(Protocol):
@@ -533,12 +646,13 @@ class IdempotencyStore(Protocol):
         claimed_at: float | None = None,
     ) -> None:
         """Store the result to replay (``claimed_at``: only if the claim made at that
-        ``now`` still holds the key; ``None``: whichever does)."""
+        ``now`` still holds the key; ``None``: whichever does), in one transaction."""
 
     def release_idempotency_key(
         self, organization_id: str, environment: str, key: str, *, claimed_at: float | None = None
     ) -> None:
-        """Forget an in-progress claim (``claimed_at`` as for ``finish_idempotency_key``)."""
+        """Forget an in-progress claim (``claimed_at`` as for ``finish_idempotency_key``),
+        in one transaction."""
 
     def renew_idempotency_keys(
         self, claims: Sequence[tuple[str, str, str, float]], *, until: float
@@ -549,7 +663,7 @@ class IdempotencyStore(Protocol):
 
     def sweep_idempotency_keys(self, *, before: float, limit: int) -> int:
         """Delete up to ``limit`` keys claimed at ``before`` or earlier (expired, with
-        their results); how many went."""
+        their results), in one transaction; how many went."""
 
 
 class RateLimitStore(Protocol):
@@ -589,7 +703,7 @@ class Store(
         driver's error) when the database does not answer. For health checks."""
 
     def close(self) -> None:
-        """Release connections."""
+        """Release connections; the store is not used afterwards."""
 
 
 @runtime_checkable
@@ -608,7 +722,8 @@ class VectorSearchStore(Protocol):
     ) -> tuple[Ids, Vectors]:
         """The ``k`` ids most cosine-similar to the unit vector ``query`` and their scores,
         best first, ties by ascending id (as ``VectorIndex.search``), among the rows of
-        ``documents`` and of ``chunk_ids`` when given (before the top ``k`` is taken)."""
+        ``documents`` and of ``chunk_ids`` when given (before the top ``k`` is taken).
+        One query, over the rows committed when it runs."""
 
 
 @runtime_checkable
@@ -617,10 +732,11 @@ class ObservableStore(Protocol):
     (the built-in stores do; the metrics leave out what a store cannot report)."""
 
     def backlog(self, now: float) -> Backlog:
-        """Ingestion jobs and webhook deliveries waiting, over every tenant."""
+        """Ingestion jobs and webhook deliveries waiting, over every tenant, read in one
+        snapshot."""
 
     def connection_stats(self) -> ConnectionStats:
-        """This process's connections to the database."""
+        """This process's connections to the database (no query)."""
 
 
 @runtime_checkable

@@ -48,7 +48,7 @@ def test_the_core_holds_typed_collaborators_not_a_string_registry(core: AgentCor
     assert isinstance(core.idempotency, IdempotencyKeys)
     ws = core.workspace("acme", "test")
     assert ws.knowledge is ws.knowledge  # one service per workspace object
-    assert ws.chat._knowledge is ws.knowledge  # chat retrieves through the same service
+    assert ws.chat._context.knowledge is ws.knowledge  # chat retrieves through the same service
 
 
 def test_a_workspace_is_a_plain_value(core: AgentCore) -> None:

@@ -608,11 +608,14 @@ def test_readme_is_a_five_minute_read() -> None:
     assert len(lines) <= 200, len(lines)
 
 
-def test_every_setting_is_in_the_operations_table() -> None:
+def test_every_setting_is_documented() -> None:
     """docs/operations.md lists each setting with its default, as JSON: every field of the
     core's ``Settings`` and of the HTTP adapter's ``HttpSettings`` (named as the core's
-    are, ``AGENTCORE_<NAME>``), the adapter's marked *HTTP*."""
+    are, ``AGENTCORE_<NAME>``), the adapter's marked *HTTP*; each setting a built-in
+    plugin declares is there too (as its keyword, with its default) or in a table of
+    docs/plugins.md that names its keyword and its variable."""
     from agentcore import Settings
+    from agentcore.plugin_manager import make_plugin_manager, plugin_settings_models
     from agentcore_starlette import HttpSettings
 
     rows = {
@@ -620,16 +623,40 @@ def test_every_setting_is_in_the_operations_table() -> None:
         for line in section(ROOT / "docs/operations.md", "Settings").splitlines()
         if (match := re.match(r"\| `([a-z0-9_]+)` \|", line))
     }
+
+    def shows_default(name: str, default: object) -> None:
+        shown = json.dumps(list(default) if isinstance(default, tuple) else default)
+        assert f"| `{shown}`" in rows[name], f"{name}: default {shown} in docs/operations.md"
+
     assert not Settings.model_fields.keys() & HttpSettings.model_fields.keys()
     fields = {**Settings.model_fields, **HttpSettings.model_fields}
     for name, field in fields.items():
         assert name in rows, f"document setting {name!r} in docs/operations.md"
-        default = field.default
-        shown = json.dumps(list(default) if isinstance(default, tuple) else default)
-        assert f"| `{shown}`" in rows[name], f"{name}: default {shown} in docs/operations.md"
+        shows_default(name, field.default)
         marked = "| *HTTP*: " in rows[name]
         assert marked == (name in HttpSettings.model_fields), f"{name}: *HTTP* if the adapter's"
-    assert not rows.keys() - fields.keys(), "a documented setting does not exist"
+    models = plugin_settings_models(make_plugin_manager(entry_points=False))
+    plugin_fields = {
+        f"{namespace}_{name}": (f"AGENTCORE_{namespace.upper()}_{name.upper()}", field)
+        for namespace, model in models.items()
+        for name, field in model.model_fields.items()
+    }
+    assert {"postgres_pool_size", "openai_model"} <= plugin_fields.keys()
+    plugin_rows = [
+        line
+        for line in (ROOT / "docs/plugins.md").read_text(encoding="utf-8").splitlines()
+        if line.startswith("| `AGENTCORE_")
+    ]
+    for keyword, (variable, field) in plugin_fields.items():
+        if keyword in rows:
+            shows_default(keyword, field.default)
+        else:
+            assert any(f"`{variable}`" in row and f"`{keyword}`" in row for row in plugin_rows), (
+                f"document plugin setting {keyword!r} ({variable}) in docs/operations.md"
+                " or in its plugin's table of docs/plugins.md"
+            )
+    unknown = rows.keys() - fields.keys() - plugin_fields.keys()
+    assert not unknown, f"documented settings that do not exist: {sorted(unknown)}"
 
 
 def test_every_route_is_in_the_http_api_table() -> None:

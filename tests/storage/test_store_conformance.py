@@ -8,9 +8,10 @@ concurrent delivery claims from two connections.
 from __future__ import annotations
 
 import functools
+import pickle
 import threading
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +22,17 @@ from helpers import stored_chunk_ids
 from agentcore.errors import NotFound
 from agentcore.events import Event
 from agentcore.ids import new_id
+from agentcore.residency import Residency
 from agentcore.schema import Agent, ApiKey, Document, Problem, Usage
-from agentcore.storage.base import EventWaiter, Store, VectorSearchStore
-from agentcore.storage.records import LOCATOR_SHIFT, StoredMessage, StoredResult
+from agentcore.storage.base import (
+    BudgetedStore,
+    EventWaiter,
+    ObservableStore,
+    ReopenableStore,
+    Store,
+    VectorSearchStore,
+)
+from agentcore.storage.records import LOCATOR_SHIFT, Backlog, StoredMessage, StoredResult
 from agentcore.storage.sqlite import SQLiteStore
 
 pytestmark = pytest.mark.filterwarnings("ignore::ResourceWarning")
@@ -139,6 +148,26 @@ def test_keys(store: Any) -> None:
     assert store.find_key_by_digest("digest-1")[0].revoked_at == revoked
     with pytest.raises(ValueError):
         store.update_key(key.id, digest="x")
+
+
+def test_keys_are_inserted_together_unless_one_is_usable(store: Any) -> None:
+    org_id = org(store)
+    now = datetime.now(UTC).replace(microsecond=0)
+    first, second = make_key(name="a"), make_key(name="b", expires_at=now - timedelta(hours=1))
+    assert store.insert_keys(org_id, [(first, "digest-a"), (second, "digest-b")])
+    assert {k.id for k in store.list_keys(org_id)} == {first.id, second.id}
+    assert store.find_key_by_digest("digest-b")[0].id == second.id
+    # `first` is usable now: nothing is stored
+    assert not store.insert_keys(org_id, [(make_key(), "digest-c")], unless_usable_at=now)
+    assert store.find_key_by_digest("digest-c") is None
+    # revoked, and `second` expired: none is usable, so the new key is stored
+    store.update_key(first.id, revoked_at=now.isoformat())
+    third = make_key()
+    assert store.insert_keys(org_id, [(third, "digest-c")], unless_usable_at=now)
+    assert store.find_key_by_digest("digest-c")[0].id == third.id
+    # another organization's keys do not count
+    other = org(store, "globex")
+    assert store.insert_keys(other, [(make_key("globex"), "digest-d")], unless_usable_at=now)
 
 
 # agents ----------------------------------------------------------------------------
@@ -357,6 +386,111 @@ def test_replace_all_vectors(store: Any) -> None:
     loaded_ids, vectors = store.load_vectors(org_id, "test", 4)
     assert loaded_ids.tolist() == ids
     np.testing.assert_array_equal(vectors, fresh)
+
+
+def test_chunk_texts_by_id(store: Any) -> None:
+    org_id = org(store)
+    _, ids = ingest(store, org_id, n=3)
+    assert store.chunk_texts_by_id([ids[2], ids[0], 999_999]) == {
+        ids[2]: "chunk 2",
+        ids[0]: "chunk 0",
+    }
+    assert store.chunk_texts_by_id([]) == {}
+
+
+def test_metadata_updates_and_the_documents_changed(store: Any) -> None:
+    org_id = org(store)
+    first, ids = ingest(store, org_id, n=1)
+    since = store.knowledge_state(org_id, "test").version
+    everything = store.documents_changed(org_id, "test", None)
+    assert everything.version == since and [d.id for d in everything.documents] == [first]
+    assert everything.documents[0].metadata == {}
+    second, _ = ingest(store, org_id, n=1)
+    updated = store.update_metadata(org_id, "test", first, {"team": "hr", "year": 2024})
+    assert updated.id == first and updated.metadata == {"team": "hr", "year": 2024}
+    assert store.get_document(org_id, "test", first).metadata == {"team": "hr", "year": 2024}
+    assert store.get_chunks(ids)[ids[0]].metadata == {"team": "hr", "year": 2024}
+    # each write advanced the version, and both documents were written after `since`
+    changes = store.documents_changed(org_id, "test", since)
+    assert changes.version == store.knowledge_state(org_id, "test").version == since + 2
+    assert {d.id: d.metadata for d in changes.documents} == {
+        first: {"team": "hr", "year": 2024},
+        second: {},
+    }
+    assert store.documents_changed(org_id, "test", changes.version).documents == []
+    # not this workspace's, or no document: nothing written, the version unchanged
+    assert store.update_metadata(org_id, "live", first, {"team": "x"}) is None
+    assert store.update_metadata(org_id, "test", "doc_missing", {"team": "x"}) is None
+    assert store.knowledge_state(org_id, "test").version == changes.version
+
+
+def test_index_dtype_is_claimed_once_per_workspace(store: Any) -> None:
+    org_id = org(store)
+    assert store.knowledge_state(org_id, "test").index_dtype is None
+    assert store.claim_index_dtype(org_id, "test", "int8") == "int8"
+    assert store.claim_index_dtype(org_id, "test", "float16") == "int8"  # the first stays
+    state = store.knowledge_state(org_id, "test")
+    assert state.index_dtype == "int8" and state.version == 0  # the index is unchanged
+    assert store.claim_index_dtype(org_id, "live", "float16") == "float16"
+    ingest(store, org_id)
+    assert store.knowledge_state(org_id, "test").index_dtype == "int8"
+
+
+def test_concurrent_index_dtype_claims_agree(kind: str, request: pytest.FixtureRequest) -> None:
+    nodes = [open_store(kind, request) for _ in range(2)]
+    try:
+        org_id = org(nodes[0])
+        claimed: list[str] = []
+        barrier = threading.Barrier(4)
+
+        def go(node: Any, dtype: str) -> None:
+            barrier.wait()
+            claimed.append(node.claim_index_dtype(org_id, "test", dtype))
+
+        threads = [
+            threading.Thread(target=go, args=(nodes[i % 2], ("int8", "float16")[i % 2]))
+            for i in range(4)
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert len(claimed) == 4 and len(set(claimed)) == 1
+        assert nodes[1].knowledge_state(org_id, "test").index_dtype == claimed[0]
+    finally:
+        for node in nodes:
+            node.close()
+
+
+def test_term_counts_follow_every_write(
+    store: Any, kind: str, request: pytest.FixtureRequest
+) -> None:
+    org_id = org(store)
+    assert store.term_counts(org_id, "test", ["vacat"]) == (0, {})
+
+    def write(node: Any, sentences: int, stems: dict[str, int]) -> str:
+        document = make_document(1)
+        node.insert_document(
+            org_id, "test", document, [("a", [1], [0])], "e1", unit(1), np.ones(1, bool),
+            term_counts=(sentences, stems),
+        )  # fmt: skip
+        return document.id
+
+    first = write(store, 4, {"vacat": 2, "day": 1})
+    write(store, 3, {"vacat": 1, "leav": 3})
+    sentences, counts = store.term_counts(org_id, "test", ["vacat", "day", "leav", "none"])
+    assert sentences == 7 and counts.get("none", 0) == 0
+    assert {stem: n for stem, n in counts.items() if n} == {"vacat": 3, "day": 1, "leav": 3}
+    assert store.term_counts(org_id, "live", ["vacat"]) == (0, {})
+    # another node's writes are counted by this one's next call, its delete too
+    other = open_store(kind, request)
+    try:
+        write(other, 5, {"day": 5})
+        assert store.term_counts(org_id, "test", ["day"]) == (12, {"day": 6})
+        other.delete_document(org_id, "test", first)
+        assert store.term_counts(org_id, "test", ["vacat", "day"]) == (8, {"vacat": 1, "day": 5})
+    finally:
+        other.close()
 
 
 def test_workspaces_are_isolated(store: Any) -> None:
@@ -598,6 +732,31 @@ def test_busy_subscriptions_and_targets(store: Any) -> None:
     assert [d.subscription_id for d in due] == [b.public.id]
     # a ping targets one subscription whatever its event list
     assert store.record_event(event(org_id, "ping"), now=2.0, only_subscription=a.public.id) == 1
+
+
+def test_a_delivery_is_pending_until_it_ends(store: Any) -> None:
+    org_id = org(store)
+    kept, deleted, disabled = (subscribe(store, org_id) for _ in range(3))
+    store.record_event(event(org_id), now=1.0)
+    due = {
+        d.subscription_id: d
+        for d in store.claim_due_deliveries(now=1.0, lease_seconds=30, limit=10)
+    }
+    assert all(store.delivery_pending(d.id) for d in due.values())  # leased, not yet sent
+    store.record_attempt(
+        due[kept.public.id],
+        attempted_at="2026-01-01T00:00:01Z",
+        status_code=200,
+        error=None,
+        duration_ms=1.0,
+        outcome="succeeded",
+        next_attempt_at=None,
+        subscription_changes={},
+    )
+    store.delete_subscription(org_id, "test", deleted.public.id)
+    store.update_subscription(disabled.public.id, status="disabled")
+    assert not any(store.delivery_pending(d.id) for d in due.values())
+    assert not store.delivery_pending("dlv_missing")
 
 
 def test_deleting_a_subscription_fails_its_pending_deliveries(store: Any) -> None:
@@ -943,3 +1102,58 @@ def test_postgres_nodes_migrating_at_once_do_not_race(postgres_server: str) -> N
     for s in opened:
         assert s.get_organization_by_name("acme") is not None
         s.close()
+
+
+# the lifecycle, and the optional capabilities both built-in stores have -----------------
+
+
+def test_ping_answers_until_the_store_is_closed(kind: str, request: pytest.FixtureRequest) -> None:
+    node = open_store(kind, request)
+    assert node.ping() is None
+    node.close()
+    with pytest.raises(Exception):  # noqa: B017 - the driver's error, whichever it is
+        node.ping()
+
+
+def test_backlog_and_connections(store: Any) -> None:
+    assert isinstance(store, ObservableStore)
+    assert store.backlog(10.0) == Backlog(0, 0, 0, 0)
+    org_id = org(store)
+    processing(store, org_id, 1.0)
+    processing(store, org_id, 2.0)
+    store.claim_ingest_job(now=10.0, lease_seconds=30)
+    gone = subscribe(store, org_id)
+    subscribe(store, org_id)
+    store.record_event(event(org_id), now=1.0)
+    store.delete_subscription(org_id, "test", gone.public.id)  # its delivery failed
+    assert store.backlog(11.0) == Backlog(
+        ingest_queued=1, ingest_running=1, deliveries_pending=1, deliveries_failed=1
+    )
+    assert store.backlog(50.0).ingest_running == 0  # the lease ran out: queued again
+    assert store.connection_stats().open >= 1
+
+
+def test_term_sums_are_charged_to_a_shared_budget(store: Any) -> None:
+    assert isinstance(store, BudgetedStore)
+    budget: Residency[Any, Any] = Residency(budget_bytes=1 << 20)
+    store.share_budget(budget)
+    org_id = org(store)
+    document = make_document(1)
+    store.insert_document(
+        org_id, "test", document, [("a", [1], [0])], "e1", unit(1), np.ones(1, bool),
+        term_counts=(2, {"vacat": 1}),
+    )  # fmt: skip
+    assert store.term_counts(org_id, "test", ["vacat"]) == (2, {"vacat": 1})
+    stats = store.cache_stats()
+    assert stats.entries == 1 and stats.bytes > 0 and stats.budget_bytes == 1 << 20
+
+
+def test_another_process_can_open_the_store_again(store: Any) -> None:
+    assert isinstance(store, ReopenableStore)
+    org_id = org(store)
+    reopen = pickle.loads(pickle.dumps(store.reopener()))  # as it travels to a worker
+    again = reopen()
+    try:
+        assert again.get_organization_by_name("acme").id == org_id
+    finally:
+        again.close()

@@ -49,8 +49,8 @@ from agentcore.storage.records import IngestJob
 if TYPE_CHECKING:
     from agentcore.config import Settings
     from agentcore.events import EventBus
+    from agentcore.knowledge.ingest._pipeline import IngestingStore
     from agentcore.runtime import Runtime
-    from agentcore.storage.base import KnowledgeStore
 
 __all__ = ["IngestionJobs", "WorkersUnavailable"]
 
@@ -131,7 +131,7 @@ class IngestionJobs:
 
     def __init__(
         self,
-        store: KnowledgeStore,
+        store: IngestingStore,
         settings: Settings,
         *,
         run: Callable[[IngestJob, Cancellation], Completed | None],

@@ -34,6 +34,7 @@ from agentcore.knowledge.ingest._parsing import (
 )
 from agentcore.knowledge.ingest._workers import Completed
 from agentcore.schema import Document
+from agentcore.storage.base import DocumentStore, IngestStore
 
 if TYPE_CHECKING:
     from agentcore.cancellation import Cancellation
@@ -41,12 +42,16 @@ if TYPE_CHECKING:
     from agentcore.events import Event, EventBus
     from agentcore.knowledge.terms import TermCounter
     from agentcore.knowledge.vectors import Embedding, Rows
-    from agentcore.storage.base import KnowledgeStore
     from agentcore.storage.records import IngestJob, WrittenDocument
 
-__all__ = ["IngestPipeline", "Labels", "Writer", "stored_now"]
+__all__ = ["IngestPipeline", "IngestingStore", "Labels", "Writer", "stored_now"]
 
 T = TypeVar("T")
+
+
+class IngestingStore(DocumentStore, IngestStore, Protocol):
+    """What ingestion keeps: its writes and queue of jobs, and the documents whose
+    status it checks."""
 
 
 class Writer(Protocol):
@@ -130,7 +135,7 @@ class IngestPipeline:
 
     def __init__(
         self,
-        store: KnowledgeStore,
+        store: IngestingStore,
         settings: Settings,
         embedding: Embedding,
         write: Writer,

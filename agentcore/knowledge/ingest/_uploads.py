@@ -15,14 +15,18 @@ from agentcore.errors import Cancelled, Conflict
 from agentcore.ids import new_id
 from agentcore.knowledge.ingest._outcomes import Outcome, outcome_of
 from agentcore.knowledge.ingest._parsing import PDF, ParsedDocument
-from agentcore.knowledge.ingest._pipeline import IngestPipeline, Labels, stored_now
+from agentcore.knowledge.ingest._pipeline import (
+    IngestingStore,
+    IngestPipeline,
+    Labels,
+    stored_now,
+)
 from agentcore.schema import Document
 
 if TYPE_CHECKING:
     from agentcore.cancellation import Cancellation
     from agentcore.config import Settings
     from agentcore.knowledge.ingest._jobs import IngestionJobs
-    from agentcore.storage.base import KnowledgeStore
 
 __all__ = ["Upload", "Uploads"]
 
@@ -93,7 +97,7 @@ class Uploads:
         self,
         key: tuple[str, str],
         *,
-        store: KnowledgeStore,
+        store: IngestingStore,
         settings: Settings,
         pipeline: IngestPipeline,
         jobs: IngestionJobs | None,

@@ -21,7 +21,7 @@ from agentcore.redact import get_logger
 from agentcore.runtime import Loop, Runtime
 
 if TYPE_CHECKING:
-    from agentcore.storage.base import KnowledgeStore
+    from agentcore.storage.base import IndexStore
 
 # Seconds the idle maintenance loop sleeps between looks (a submission wakes it at once).
 MAINTENANCE_IDLE = 60.0
@@ -160,7 +160,7 @@ class SegmentMaintenance:
 
     def __init__(
         self,
-        store: KnowledgeStore,
+        store: IndexStore,
         loaded: LoadedIndexes,
         loader: WorkspaceLoader,
         *,

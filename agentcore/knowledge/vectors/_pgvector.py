@@ -18,7 +18,7 @@ from agentcore.residency import KeyedLocks, Residency
 from agentcore.storage.base import VectorSearchStore
 
 if TYPE_CHECKING:
-    from agentcore.storage.base import KnowledgeStore
+    from agentcore.storage.base import IndexStore
 
 
 class PgvectorBackend:
@@ -38,7 +38,7 @@ class PgvectorBackend:
 
     def __init__(
         self,
-        store: KnowledgeStore,
+        store: IndexStore,
         *,
         ranking: VectorSearchStore,
         embedding: Embedding,

@@ -16,7 +16,7 @@ from agentcore.knowledge.vectors._embedding import Embedding, embed_passages
 from agentcore.storage.records import KnowledgeState, StaleEmbedder
 
 if TYPE_CHECKING:
-    from agentcore.storage.base import KnowledgeStore
+    from agentcore.storage.base import IndexStore
 
 
 class WorkspaceEmbedders:
@@ -30,7 +30,7 @@ class WorkspaceEmbedders:
 
     def __init__(
         self,
-        store: KnowledgeStore,
+        store: IndexStore,
         embedding: Embedding,
         *,
         codec: str,

@@ -18,7 +18,7 @@ from agentcore.residency import Slot
 from agentcore.storage.records import KnowledgeState
 
 if TYPE_CHECKING:
-    from agentcore.storage.base import KnowledgeStore
+    from agentcore.storage.base import IndexStore
 
 # Versions a workspace may move past its manifest before one is written anyway: a
 # load then bridges a short change log (the store keeps 10,000 versions of deletes).
@@ -47,7 +47,7 @@ class IndexSync:
 
     def __init__(
         self,
-        store: KnowledgeStore,
+        store: IndexStore,
         loaded: LoadedIndexes,
         loader: WorkspaceLoader,
         embedders: WorkspaceEmbedders,

@@ -25,7 +25,7 @@ from agentcore.residency import Residency
 from agentcore.runtime import Runtime
 
 if TYPE_CHECKING:
-    from agentcore.storage.base import KnowledgeStore
+    from agentcore.storage.base import IndexStore
 
 
 class WorkspaceIndexes:
@@ -72,7 +72,7 @@ class WorkspaceIndexes:
 
     def __init__(
         self,
-        store: KnowledgeStore,
+        store: IndexStore,
         *,
         embedding: Embedding,
         catchup_max_rows: int = 100_000,

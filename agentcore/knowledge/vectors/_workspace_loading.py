@@ -24,7 +24,7 @@ from agentcore.residency import Slot
 from agentcore.storage.records import KnowledgeChanges, KnowledgeState
 
 if TYPE_CHECKING:
-    from agentcore.storage.base import KnowledgeStore
+    from agentcore.storage.base import IndexStore
 
 # Tail rows (added since the segment files were written) that make a background merge
 # into a new segment due; the tail is private RAM of each process, the segments shared.
@@ -42,7 +42,7 @@ _log = get_logger(__name__)
 class WorkspaceRows:
     """The ``RowStore`` of one workspace: its float32 rows as the store keeps them."""
 
-    def __init__(self, store: KnowledgeStore, key: Key, dimension: int) -> None:
+    def __init__(self, store: IndexStore, key: Key, dimension: int) -> None:
         self._store = store
         self._key = key
         self._dimension = dimension
@@ -97,7 +97,7 @@ class WorkspaceLoader:
 
     def __init__(
         self,
-        store: KnowledgeStore,
+        store: IndexStore,
         loaded: LoadedIndexes,
         *,
         embedding: Embedding,

@@ -43,7 +43,6 @@ from agentcore.storage.sql.queries import (
     write,
 )
 from agentcore.storage.sql.terms import TermTables
-from agentcore.storage.sql.vectors import VectorTables
 
 _ID_BATCH = 1_000  # ids per IN (...) list: far below either database's parameter limit
 _CHUNK_COLUMNS = "document_id, organization_id, environment, ordinal, text, pages, page_offsets"
@@ -88,8 +87,10 @@ class _NotProcessing(Exception):
 
 # ``WebhookStore``: its outbox's ``record_event`` (``WebhookTables``, in ``SQLStore``)
 # records a document's events in the transaction that writes it
-class DocumentTables(TermTables, VectorTables, KnowledgeStore, WebhookStore):
-    """Documents, chunks, vectors, sentence counts and ingestion jobs (``KnowledgeStore``)."""
+class DocumentTables(TermTables, KnowledgeStore, WebhookStore):
+    """Documents, chunks and ingestion jobs (``DocumentStore``, ``IngestStore``) and the
+    reads of ``IndexStore`` that name them: with the vectors and sentence counts of the
+    tables it extends, every knowledge slice (``KnowledgeStore``)."""
 
     @idempotent
     def insert_document(

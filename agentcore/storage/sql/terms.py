@@ -16,10 +16,11 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from agentcore.residency import Residency, ResidencyStats
-from agentcore.storage.base import BudgetedStore, KnowledgeStore
+from agentcore.storage.base import BudgetedStore, TermStore
 from agentcore.storage.records import TermCounts
-from agentcore.storage.sql.database import Connection, Tables
+from agentcore.storage.sql.database import Connection
 from agentcore.storage.sql.queries import WORKSPACE
+from agentcore.storage.sql.vectors import VectorTables
 
 
 def pack_stems(stems: Mapping[str, int]) -> str:
@@ -66,8 +67,9 @@ class TermSums:
                 del counts[stem]
 
 
-class TermTables(Tables, KnowledgeStore, BudgetedStore):
-    """Documents' sentence counts and their sums (``KnowledgeStore.term_counts``)."""
+class TermTables(VectorTables, TermStore, BudgetedStore):
+    """Documents' sentence counts and their sums (``TermStore``): the sums follow the
+    workspace version and change log that ``VectorTables`` keeps."""
 
     def __init__(self) -> None:
         self._term_lock = threading.Lock()

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from agentcore.storage.base import IndexStore
 from agentcore.storage.records import (
     LOCATOR_SHIFT,
     Ids,
@@ -51,8 +52,9 @@ _SEGMENT_COLUMNS = (
 )
 
 
-class VectorTables(Tables):
-    """Vectors, versions and the change log of each workspace (part of ``KnowledgeStore``)."""
+class VectorTables(Tables, IndexStore):
+    """Vectors, versions and the change log of each workspace: ``IndexStore`` but for its
+    reads of documents and chunk texts, which ``DocumentTables`` adds."""
 
     def _pipelined_writes(self) -> bool:
         """Whether a document's write may run as ``db.write(pipeline=True)``: no hook
