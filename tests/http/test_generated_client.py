@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import io
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -41,8 +42,12 @@ def generated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ModuleType]:
     ):
         spec = httpx.get(f"{server.url}/v1/openapi.json").json()
     (folder / "openapi.json").write_text(json.dumps(spec), encoding="utf-8")
-    tool = shutil.which("openapi-python-client", path=str(Path(sys.executable).parent))
+    scripts = str(Path(sys.executable).parent)
+    tool = shutil.which("openapi-python-client", path=scripts)
     assert tool is not None, "the test extra installs openapi-python-client"
+    # it formats its output with the ruff beside it (the test extra's), even when the
+    # virtualenv is not activated
+    path = os.pathsep.join([scripts, os.environ.get("PATH", "")])
     made = subprocess.run(
         [tool, "generate", "--path", "openapi.json", "--meta", "none", "--output-path", "client"],
         cwd=folder,
@@ -50,6 +55,7 @@ def generated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ModuleType]:
         text=True,
         timeout=300,
         check=False,
+        env={**os.environ, "PATH": path},
     )
     assert made.returncode == 0, made.stdout + made.stderr
     assert "Warning" not in made.stdout + made.stderr, made.stdout + made.stderr
