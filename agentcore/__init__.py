@@ -1,6 +1,7 @@
 """agentcore: an embeddable Agent Chat Service (agents, cited answers, search, webhooks)."""
 
-from agentcore.cancellation import Cancellation
+from agentcore._cancellation import Cancellation
+from agentcore._workspace_services import WorkspaceServices
 from agentcore.chat import ChatStream
 from agentcore.client import AsyncClient, Client
 from agentcore.config import Settings
@@ -24,7 +25,6 @@ from agentcore.errors import (
 )
 from agentcore.events import Event, EventBus
 from agentcore.hookspecs import hookimpl
-from agentcore.services import WorkspaceServices
 from agentcore.workspace import Workspace
 
 __version__ = "0.1.0"

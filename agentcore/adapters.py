@@ -25,20 +25,20 @@ facts an adapter turns into answers, and the helpers that keep secrets out of it
 
 from __future__ import annotations
 
-from agentcore.chat import CHAT_STATUSES
-from agentcore.conversations import ORDERS, Order
-from agentcore.idempotency import IdempotencyKeys, kept_error
-from agentcore.ids import new_id
-from agentcore.redact import (
+from agentcore._idempotency import IdempotencyKeys, kept_error
+from agentcore._ids import new_id
+from agentcore._logs import (
     QUERY_SECRET_NAMES,
     SecretRedactingFilter,
     get_logger,
     hide_passwords,
     looks_secret,
 )
-from agentcore.residency import Sweeper
+from agentcore._memory_budget import Sweeper
+from agentcore._unicode import may_decode_to_lone_surrogate
+from agentcore.chat import CHAT_STATUSES
+from agentcore.conversations import ORDERS, Order
 from agentcore.storage.records import StoredResult
-from agentcore.unicode import may_decode_to_lone_surrogate
 
 __all__ = [
     "CHAT_STATUSES",

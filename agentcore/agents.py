@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from agentcore._ids import new_id, utcnow
 from agentcore.errors import Conflict, NotFound, ValidationFailed
-from agentcore.ids import new_id, utcnow
 from agentcore.schema import (
     Agent,
     AgentCreate,

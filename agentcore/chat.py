@@ -21,7 +21,9 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol
 
-from agentcore.cancellation import Cancellation
+from agentcore._cancellation import Cancellation
+from agentcore._ids import new_id
+from agentcore._logs import get_logger
 from agentcore.chat_models import (
     ChatModel,
     ChatRequest,
@@ -44,11 +46,9 @@ from agentcore.errors import (
     check_unicode,
 )
 from agentcore.events import finite
-from agentcore.ids import new_id
-from agentcore.knowledge.citing import supporting_pages
+from agentcore.knowledge import supporting_pages
 from agentcore.knowledge.terms import TermStats
 from agentcore.observer import Observer, unobserved
-from agentcore.redact import get_logger
 from agentcore.schema import (
     HANDOFF_TOOL,
     Agent,

@@ -23,15 +23,15 @@ import pluggy
 from pydantic import ValidationError
 from tqdm import tqdm
 
+from agentcore._logs import hide_passwords, redact
+from agentcore._plugin_manager import make_plugin_manager, plugin_settings_models
+from agentcore._workspace_services import WorkspaceServices
 from agentcore.config import DEFAULT_DATABASE, Settings, database_url
 from agentcore.core import AgentCore
 from agentcore.errors import AgentCoreError, NotFound, ValidationFailed
-from agentcore.plugin_manager import make_plugin_manager, plugin_settings_models
-from agentcore.redact import hide_passwords, redact
 from agentcore.schema import Agent, ApiKey, IssuedKey
-from agentcore.services import WorkspaceServices
 from agentcore.storage.sqlite import path_for_url
-from agentcore.webhooks.keyfile import SETTING_HINT
+from agentcore.webhooks import SETTING_HINT
 
 MAX_GRACE_HOURS = 24 * 365 * 10  # ten years: far enough, and far from datetime's limits
 MAX_EXPIRY_DAYS = 365 * 100

@@ -16,6 +16,18 @@ from typing import Any
 
 import pluggy
 
+from agentcore._background import Runtime
+from agentcore._idempotency import DEFAULT_SWEEP_INTERVAL, IdempotencyKeys
+from agentcore._ingest_worker import WorkerBootstrap
+from agentcore._logs import get_logger, hide_passwords
+from agentcore._metrics import Metrics
+from agentcore._plugin_manager import (
+    make_plugin_manager,
+    plugin_settings_models,
+    registered_embedders,
+)
+from agentcore._rate_limits import RateLimiter
+from agentcore._workspace_services import WorkspaceServices
 from agentcore.agents import AgentService
 from agentcore.chat import ChatService
 from agentcore.chat_models import ChatModel
@@ -23,18 +35,15 @@ from agentcore.config import Settings
 from agentcore.conversations import ConversationService
 from agentcore.errors import NotFound
 from agentcore.events import EventBus
-from agentcore.idempotency import DEFAULT_SWEEP_INTERVAL, IdempotencyKeys
-from agentcore.ingest_worker import WorkerBootstrap
 from agentcore.keys import KeyManager, check_environment, check_scopes
+from agentcore.knowledge import KeywordCache, MetadataCache
 from agentcore.knowledge.embedders import Embedder
-from agentcore.knowledge.filters import MetadataCache
 from agentcore.knowledge.ingest import (
     IngestionJobs,
     IngestPipeline,
     WorkerSpec,
     WorkersUnavailable,
 )
-from agentcore.knowledge.keywords import KeywordCache
 from agentcore.knowledge.service import KnowledgeService
 from agentcore.knowledge.terms import TermCounter
 from agentcore.knowledge.text import stems
@@ -46,18 +55,8 @@ from agentcore.knowledge.vectors import (
     max_mapped_files,
     segment_root,
 )
-from agentcore.metrics import Metrics
 from agentcore.observer import Counts, Observer, Observers, observer_of
-from agentcore.plugin_manager import (
-    make_plugin_manager,
-    plugin_settings_models,
-    registered_embedders,
-)
-from agentcore.rate_limits import RateLimiter
-from agentcore.redact import get_logger, hide_passwords
-from agentcore.runtime import Runtime
 from agentcore.schema import Health, LoopState, Organization
-from agentcore.services import WorkspaceServices
 from agentcore.storage.base import (
     BudgetedStore,
     Checkpointing,
@@ -66,8 +65,7 @@ from agentcore.storage.base import (
     VectorSearchStore,
 )
 from agentcore.storage.sqlite import path_for_url
-from agentcore.webhooks.delivery import WebhookRuntime
-from agentcore.webhooks.keyfile import SETTING_HINT, KeyFileError, secret_keys
+from agentcore.webhooks import SETTING_HINT, KeyFileError, WebhookRuntime, secret_keys
 from agentcore.webhooks.service import WebhookService
 from agentcore.workspace import Workspace
 

@@ -35,8 +35,8 @@ from typing import Any, ClassVar
 
 from pydantic import ValidationError
 
+from agentcore._unicode import LoneSurrogate, find_lone_surrogate
 from agentcore.schema import FILTER_TAGS, Problem
-from agentcore.unicode import LoneSurrogate, find_lone_surrogate
 
 #: The base of every problem's ``type`` URI; the code completes it.
 PROBLEM_TYPE = "https://agentcore.dev/problems/"
@@ -251,7 +251,7 @@ def check_unicode(value: Any, *, param: str | None = None) -> None:
     ``param`` being where ``value`` sits (``metadata``, ``messages.0``).
 
     Arguments of the Python API are checked with it before anything is stored, as
-    request bodies are when they are decoded (``agentcore.unicode``).
+    request bodies are when they are decoded (``agentcore._unicode``).
     """
     found = find_lone_surrogate(value, prefix=tuple(param.split(".")) if param else ())
     if found is not None:

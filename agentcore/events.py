@@ -9,11 +9,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentcore._ids import new_id, now_iso
+from agentcore._logs import get_logger
+from agentcore._unicode import find_lone_surrogate
 from agentcore.errors import ValidationFailed
-from agentcore.ids import new_id, now_iso
-from agentcore.redact import get_logger
 from agentcore.schema import Environment, EventPayload
-from agentcore.unicode import find_lone_surrogate
 
 log = get_logger("agentcore.events")  # masks keys and secrets in every record
 

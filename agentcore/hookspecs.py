@@ -16,12 +16,12 @@ if TYPE_CHECKING:
 
     from pydantic_settings import BaseSettings
 
+    from agentcore._background import Runtime
+    from agentcore._workspace_services import WorkspaceServices
     from agentcore.chat_models import ChatModel
     from agentcore.config import Settings
     from agentcore.events import EventBus
     from agentcore.knowledge.embedders import Embedder
-    from agentcore.runtime import Runtime
-    from agentcore.services import WorkspaceServices
     from agentcore.storage.base import Store
 
 PROJECT = "agentcore"

@@ -12,9 +12,9 @@ from concurrent.futures import Executor
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, cast
 
+from agentcore._ids import BASE62, isoformat, new_id, random_base62, to_base62, utcnow
+from agentcore._memory_budget import Sweeper
 from agentcore.errors import AuthenticationError, InvalidRequest, NotFound, ValidationFailed
-from agentcore.ids import BASE62, isoformat, new_id, random_base62, to_base62, utcnow
-from agentcore.residency import Sweeper
 from agentcore.schema import ApiKey, Environment, IssuedKey, Scope
 
 if TYPE_CHECKING:

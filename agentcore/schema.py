@@ -21,7 +21,7 @@ from pydantic import (
     field_validator,
 )
 
-from agentcore.unicode import find_lone_surrogate
+from agentcore._unicode import find_lone_surrogate
 
 Environment = Literal["test", "live"]
 Scope = Literal["read", "write"]
@@ -65,7 +65,7 @@ class Request(BaseModel):
     (``"2"``, ``true`` or ``2.5`` for an integer are errors, as is ``false`` for a
     number); no string anywhere in the body may hold a NUL character (PostgreSQL
     cannot store one, and no text needs it) or a lone UTF-16 surrogate (no store can:
-    ``agentcore.unicode``).
+    ``agentcore._unicode``).
     """
 
     model_config = ConfigDict(extra="forbid", strict=True)
@@ -82,7 +82,7 @@ class Request(BaseModel):
 
 
 # Document metadata and the filters over it (the limits are OpenAI's vector-store
-# file attributes'; agentcore/knowledge/filters.py says how filters compare) ---------
+# file attributes'; agentcore/knowledge/_filters.py says how filters compare) ---------
 
 MAX_METADATA_KEYS = 16
 MAX_METADATA_KEY_CHARS = 64

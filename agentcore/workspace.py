@@ -3,7 +3,7 @@
 A plain value: it names the tenant and what the caller may do, and checks scopes. The
 services that act in a workspace are built by the core (``agentcore.core``); what
 ``authenticate()`` and ``workspace()`` hand out is a ``WorkspaceServices``
-(``agentcore.services``), this value with its services attached.
+(``agentcore._workspace_services``), this value with its services attached.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""REFERENCE ONLY — agentcore/knowledge/chunking.py before the ingestion fast path (a641ba4).
+"""REFERENCE ONLY — agentcore/knowledge/_chunking.py before the ingestion fast path (a641ba4).
 
 Kept verbatim (this docstring added) so `tests/knowledge/test_ingest_pipeline_writes.py` can
 check that the package's chunker still cuts every text exactly as the original did. Not
@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from agentcore.errors import PayloadTooLarge
 
 if TYPE_CHECKING:
-    from agentcore.cancellation import Cancellation
+    from agentcore._cancellation import Cancellation
 
 __all__ = ["Chunk", "chunk_pages", "pages_in_span", "sentence_spans", "split_sentences"]
 

@@ -44,8 +44,8 @@ def one_run(code: Path, url: str, chunks: int, writes: int, complete: bool) -> d
 
     import agentcore
     from agentcore import AgentCore
+    from agentcore._ids import new_id
     from agentcore.events import Event
-    from agentcore.ids import new_id
     from agentcore.schema import Document
 
     assert Path(agentcore.__file__).resolve().is_relative_to(code.resolve())

@@ -105,7 +105,7 @@ def unfiltered_only(args: argparse.Namespace) -> int:
 
 def vector_part(args: argparse.Namespace) -> dict[str, Any]:
     """Filtered and unfiltered searches of one index; recall against brute force."""
-    from agentcore.knowledge.filters import DocumentTable, check_filter
+    from agentcore.knowledge._filters import DocumentTable, check_filter
     from agentcore.knowledge.vectors import adopt
     from agentcore.storage.records import DocumentRow
 
@@ -182,8 +182,8 @@ def keyword_part(args: argparse.Namespace) -> dict[str, Any]:
     sys.path.insert(0, str(REPO / "benchmarks"))
     from squad_corpus import corpus
 
-    from agentcore.knowledge.filters import DocumentTable, check_filter
-    from agentcore.knowledge.keywords import KeywordIndex
+    from agentcore.knowledge._filters import DocumentTable, check_filter
+    from agentcore.knowledge._keywords import KeywordIndex
     from agentcore.plugins.extractive import tokens_of
     from agentcore.storage.records import DocumentRow
 

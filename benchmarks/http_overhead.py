@@ -122,7 +122,7 @@ def prepare(db: str, chunks: int, real_max: int) -> dict[str, Any]:
     import numpy as np
 
     from agentcore import AgentCore
-    from agentcore.ids import new_id, utcnow
+    from agentcore._ids import new_id, utcnow
     from agentcore.schema import Document
 
     contexts, _ = squad()

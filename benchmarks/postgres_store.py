@@ -46,7 +46,7 @@ def one_run(code: Path, url: str, docs: int, calls: int) -> dict[str, float]:
     import numpy as np
 
     import agentcore
-    from agentcore.ids import new_id, utcnow
+    from agentcore._ids import new_id, utcnow
 
     try:
         from agentcore.schema import Agent, ApiKey, Document

@@ -47,7 +47,7 @@ def timed(calls: int, fn: Callable[[int], object]) -> float:
 
 
 def one_run(calls: int) -> dict[str, float]:
-    from agentcore.ids import new_id, utcnow
+    from agentcore._ids import new_id, utcnow
 
     try:
         from agentcore.schema import Agent, ApiKey

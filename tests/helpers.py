@@ -19,8 +19,8 @@ from processes import reap, spawn
 
 import agentcore
 from agentcore import AgentCore
+from agentcore._ids import new_id, utcnow
 from agentcore.chat_models import ChatRequest, ChatResult
-from agentcore.ids import new_id, utcnow
 from agentcore.knowledge.vectors import Embedding, WorkspaceIndexes, segment_root
 from agentcore.plugins.hashing_embedder import HashingEmbedder
 from agentcore.schema import Document
@@ -264,7 +264,7 @@ class FastApi(_Api):
 
 def relax_rate_limits(core: Any) -> None:
     """Per-key limits high enough that a test's quick loop of requests is never a 429."""
-    from agentcore.rate_limits import RateLimiter
+    from agentcore._rate_limits import RateLimiter
 
     settings = core.settings.model_copy(update={"rate_limit_test": 1e6, "rate_limit_live": 1e6})
     core.rate_limiter = RateLimiter(settings)

@@ -48,7 +48,7 @@ def refuse_secrets_in_query(request: Request) -> None:
     """400 when the query string carries a key or secret: it would end up in access logs.
 
     Refused: a parameter named like a credential (``api_key``, ``key``, ``token``, …,
-    see ``agentcore.redact.QUERY_SECRET_NAMES``) whatever its value, and any value
+    see ``agentcore._logs.QUERY_SECRET_NAMES``) whatever its value, and any value
     shaped like ``ak_test_…``, ``ak_live_…`` or ``whsec_…``. The value is never echoed.
     """
     for name, value in request.query_params.multi_items():

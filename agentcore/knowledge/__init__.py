@@ -1,1 +1,23 @@
-"""The knowledge core: files to pages to chunks to vectors to cosine top-k."""
+"""The knowledge core: files to pages to chunks to vectors to cosine top-k.
+
+Public modules: ``service`` (``KnowledgeService``, what ``ws.knowledge`` is),
+``embedders`` (the ``Embedder`` protocol), ``text`` (the stop words, stemming and
+tokenizer every ranker and embedder shares), ``terms`` (``TermStats``, which chat
+models read) and the engine's face ``vectors``; ``ingest`` is the one ingestion
+pipeline. The ``_``-prefixed modules (chunking, citing, metadata filters, keyword
+ranking, search) are this package's own: other packages reach them through the names
+below, which the composition root and the built-in plugins use.
+"""
+
+from agentcore.knowledge._chunking import sentence_spans, split_sentences
+from agentcore.knowledge._citing import supporting_pages
+from agentcore.knowledge._filters import MetadataCache
+from agentcore.knowledge._keywords import KeywordCache
+
+__all__ = [
+    "KeywordCache",
+    "MetadataCache",
+    "sentence_spans",
+    "split_sentences",
+    "supporting_pages",
+]

@@ -12,10 +12,11 @@ import builtins
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from agentcore.cancellation import Cancellation
+from agentcore._cancellation import Cancellation
 from agentcore.errors import NotFound, PayloadTooLarge, ValidationFailed, check_unicode
+from agentcore.knowledge._filters import MetadataCache, check_metadata
+from agentcore.knowledge._search import Search
 from agentcore.knowledge.embedders import bounded_text
-from agentcore.knowledge.filters import MetadataCache, check_metadata
 from agentcore.knowledge.ingest import (
     IngestionJobs,
     IngestPipeline,
@@ -27,7 +28,6 @@ from agentcore.knowledge.ingest import (
     parse_text,
     text_kind,
 )
-from agentcore.knowledge.search import Search
 from agentcore.knowledge.terms import TermStats
 from agentcore.knowledge.vectors import Embedding, VectorBackend
 from agentcore.observer import Observer, unobserved
@@ -44,7 +44,7 @@ from agentcore.storage.records import StoredChunk
 
 if TYPE_CHECKING:
     from agentcore.config import Settings
-    from agentcore.knowledge.keywords import KeywordCache
+    from agentcore.knowledge._keywords import KeywordCache
     from agentcore.knowledge.terms import TermCounter
     from agentcore.storage.base import KnowledgeStore
     from agentcore.workspace import Workspace

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+__all__ = ["DEFAULT_PLUGINS"]
+
+
 DEFAULT_PLUGINS: tuple[str, ...] = (
     "agentcore.plugins.sqlite_store",
     "agentcore.plugins.postgres_store",

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from agentcore.chat_models import ChatRequest, ChatResult, Passage
 from agentcore.hookspecs import hookimpl
-from agentcore.knowledge.chunking import split_sentences
+from agentcore.knowledge import split_sentences
 from agentcore.knowledge.terms import TermStats
 from agentcore.knowledge.text import stems as tokenizer
 

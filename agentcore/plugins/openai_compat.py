@@ -17,12 +17,12 @@ from httpx_sse import EventSource, SSEError
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from agentcore._logs import get_logger
 from agentcore.chat_models import ChatRequest, ChatResult, ToolCall
 from agentcore.config import PluginSettings
 from agentcore.errors import ProviderError, ProviderTimeout
 from agentcore.hookspecs import hookimpl
 from agentcore.knowledge.embedders import EmbedKind
-from agentcore.redact import get_logger
 from agentcore.schema import Usage
 
 if TYPE_CHECKING:

@@ -50,8 +50,8 @@ from typing import Any, Literal, Protocol, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
+from agentcore._memory_budget import Residency, ResidencyStats
 from agentcore.events import Event
-from agentcore.residency import Residency, ResidencyStats
 from agentcore.schema import (
     Agent,
     ApiKey,
@@ -612,7 +612,7 @@ class ConversationStore(Protocol):
 
 
 class IdempotencyStore(Protocol):
-    """Idempotency keys and the results they replay: what ``agentcore.idempotency`` uses."""
+    """Idempotency keys and the results they replay: what ``agentcore._idempotency`` uses."""
 
     def claim_idempotency_key(
         self,

@@ -16,13 +16,13 @@ from agentcore.schema import (
     WebhookTestSent,
 )
 from agentcore.storage.records import StoredSubscription
+from agentcore.webhooks._ssrf import validate_url
 from agentcore.webhooks.signing import generate_secret
-from agentcore.webhooks.ssrf import validate_url
 
 if TYPE_CHECKING:
     from agentcore.config import Settings
     from agentcore.storage.base import WebhookStore
-    from agentcore.webhooks.delivery import WebhookRuntime
+    from agentcore.webhooks._delivery import WebhookRuntime
     from agentcore.workspace import Workspace
 
 ROTATION_OVERLAP = 24 * 3600.0

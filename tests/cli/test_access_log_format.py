@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from uvicorn.logging import AccessFormatter as UvicornAccessFormatter
 
-from agentcore.redact import SecretRedactingFilter
+from agentcore._logs import SecretRedactingFilter
 from agentcore_starlette.serve.access_log import (
     DEFAULT_FORMAT,
     AccessFormatter,

@@ -20,9 +20,9 @@ import pytest
 from helpers import CLI, cli_env, run_cli
 from processes import reap, spawn
 
+from agentcore._plugin_manager import make_plugin_manager
 from agentcore.cli import build_parser
 from agentcore.config import Settings
-from agentcore.plugin_manager import make_plugin_manager
 
 SCRIPT = Path(sys.executable).parent / "agentcore"
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from agentcore import AgentCore, hookimpl
+from agentcore._plugin_manager import make_plugin_manager
 from agentcore.cli import build_parser, main
-from agentcore.plugin_manager import make_plugin_manager
 
 
 class Hello:

@@ -441,7 +441,7 @@ def test_wants_human(message: str, expected: bool) -> None:
 
 def test_a_quote_cites_only_its_own_page_and_a_paraphrase_cites_the_chunk() -> None:
     from agentcore.chat import quoted_pages
-    from agentcore.knowledge.chunking import chunk_pages
+    from agentcore.knowledge._chunking import chunk_pages
 
     [chunk] = chunk_pages(["Cats sleep all day long. " * 3, "Dogs bark at the mailman daily."])
     assert chunk.pages == [1, 2]

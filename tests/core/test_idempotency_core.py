@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from agentcore import AgentCore, Conflict, NotFound
+from agentcore._background import PoolClosed
+from agentcore._idempotency import IdempotencyKeys, error_result, kept_error
 from agentcore.errors import ServiceUnavailable
-from agentcore.idempotency import IdempotencyKeys, error_result, kept_error
-from agentcore.runtime import PoolClosed
 from agentcore.storage.records import StoredResult
 from agentcore.storage.sqlite import SQLiteStore
 

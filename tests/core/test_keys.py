@@ -13,7 +13,7 @@ import pytest
 from helpers import wait_for
 
 from agentcore import AgentCore, AuthenticationError, InvalidRequest, ValidationFailed
-from agentcore.ids import BASE62
+from agentcore._ids import BASE62
 from agentcore.keys import digest, parse_secret
 
 KEY_RE = re.compile(r"^ak_(test|live)_[0-9A-Za-z]{32}[0-9A-Za-z]{6}$")

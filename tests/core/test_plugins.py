@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from agentcore import AgentCore, hookimpl, hookspecs
-from agentcore.plugin_manager import make_plugin_manager
+from agentcore._plugin_manager import make_plugin_manager
 from agentcore.storage.sqlite import SQLiteStore
 
 SPECS = [

@@ -8,8 +8,8 @@ import logging
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentcore import redact as module
-from agentcore.redact import REDACTED, SecretRedactingFilter, redact
+from agentcore import _logs as module
+from agentcore._logs import REDACTED, SecretRedactingFilter, redact
 
 FRAGMENTS = [
     "ak_test_",

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from agentcore._background import BACKOFF_FIRST, Runtime
 from agentcore.errors import ServiceUnavailable
-from agentcore.runtime import BACKOFF_FIRST, Runtime
 
 
 def wait_until(condition, timeout: float = 60.0) -> None:  # type: ignore[no-untyped-def]
@@ -219,7 +219,7 @@ def test_a_pass_ending_the_process_is_recorded_and_logged(
     loop = runtime.loop("ends", lambda: (_ for _ in ()).throw(exc))
     hook, threading.excepthook = threading.excepthook, lambda args: None  # re-raised: quiet
     try:
-        with caplog.at_level("ERROR", logger="agentcore.runtime"):
+        with caplog.at_level("ERROR", logger="agentcore._background"):
             runtime.start()
             wait_until(lambda: not loop.health().running or loop.failures)
             wait_until(lambda: not loop.health().running)

@@ -17,7 +17,7 @@ from processes import reap
 from webhook_receiver import Receiver
 
 from agentcore import AgentCore
-from agentcore.redact import SecretRedactingFilter, install_log_redaction, redact
+from agentcore._logs import SecretRedactingFilter, install_log_redaction, redact
 
 SCRIPT = Path(sys.executable).parent / "agentcore"
 
@@ -197,4 +197,4 @@ def test_every_agentcore_logger_carries_the_redacting_filter() -> None:
         for name, logger in loggers.items()
         if not any(isinstance(f, SecretRedactingFilter) for f in logger.filters)
     ]
-    assert bare == [], "use agentcore.redact.get_logger for these loggers"
+    assert bare == [], "use agentcore._logs.get_logger for these loggers"

@@ -10,10 +10,10 @@ import pytest
 from pydantic import ValidationError
 
 from agentcore import AgentCore
+from agentcore._unicode import find_lone_surrogate, lone_surrogate
 from agentcore.chat_models import ChatTurn
 from agentcore.errors import ValidationFailed
 from agentcore.schema import AgentCreate
-from agentcore.unicode import find_lone_surrogate, lone_surrogate
 
 pytestmark = pytest.mark.both_stores
 

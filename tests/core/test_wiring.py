@@ -19,9 +19,9 @@ from agentcore import (
     Workspace,
     WorkspaceServices,
 )
+from agentcore._idempotency import IdempotencyKeys
 from agentcore.agents import AgentService
 from agentcore.events import EventBus
-from agentcore.idempotency import IdempotencyKeys
 from agentcore.knowledge.vectors import Embedding, WorkspaceIndexes
 from agentcore.storage.sqlite import SQLiteStore
 from agentcore.webhooks.service import WebhookService

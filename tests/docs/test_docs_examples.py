@@ -615,7 +615,7 @@ def test_every_setting_is_documented() -> None:
     plugin declares is there too (as its keyword, with its default) or in a table of
     docs/plugins.md that names its keyword and its variable."""
     from agentcore import Settings
-    from agentcore.plugin_manager import make_plugin_manager, plugin_settings_models
+    from agentcore._plugin_manager import make_plugin_manager, plugin_settings_models
     from agentcore_starlette import HttpSettings
 
     rows = {

@@ -10,7 +10,7 @@ from datetime import timedelta
 import httpx
 from helpers import api, assert_problem  # noqa: F401 (api: faster fixture)
 
-from agentcore.ids import BASE62
+from agentcore._ids import BASE62
 from agentcore.keys import generate_secret
 
 

@@ -19,8 +19,8 @@ from helpers import api as _api_fixture  # noqa: F401 (the `api` fixture: uvicor
 from helpers import assert_problem
 
 from agentcore import AgentCore
+from agentcore._idempotency import error_result
 from agentcore.errors import ServiceUnavailable
-from agentcore.idempotency import error_result
 from agentcore.schema import AgentCreate
 from agentcore_starlette import create_app
 from agentcore_starlette.idempotency import fingerprint, replay_response

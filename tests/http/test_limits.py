@@ -21,9 +21,9 @@ from helpers import assert_problem
 
 import agentcore
 from agentcore import AgentCore, RateLimited, Settings
+from agentcore._rate_limits import RateLimiter
 from agentcore.chat_models import ChatRequest, ChatResult
 from agentcore.events import Event
-from agentcore.rate_limits import RateLimiter
 from agentcore_starlette import create_app
 from agentcore_starlette.ratelimit import rate_limit_headers
 
@@ -259,7 +259,7 @@ def test_buckets_are_independent_and_live_uses_its_own_rate() -> None:
 def test_local_buckets_full_again_are_dropped_but_drained_ones_are_kept(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from agentcore import rate_limits
+    from agentcore import _rate_limits as rate_limits
 
     monkeypatch.setattr(rate_limits, "SWEEP_BUCKETS", 100)
     clock = FakeClock()

@@ -248,7 +248,7 @@ def test_the_2026_client_works_too(mcp_url: str, keys: Keys, agent: str) -> None
 
 
 def test_limits_of_rest_apply(mcp_url: str, core: AgentCore, keys: Keys) -> None:
-    from agentcore.rate_limits import RateLimiter
+    from agentcore._rate_limits import RateLimiter
 
     auth = {"Authorization": f"Bearer {keys.make().secret}"}
     big = {

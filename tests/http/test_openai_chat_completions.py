@@ -322,7 +322,7 @@ def test_chat_events_are_published_as_for_chat_message(
 
 
 def test_the_per_key_rate_limit_applies(served_v1: str, core: AgentCore, keys: Keys) -> None:
-    from agentcore.rate_limits import RateLimiter
+    from agentcore._rate_limits import RateLimiter
 
     slow = {"rate_limit_test": 0.01, "rate_limit_backend": "local"}
     core.rate_limiter = RateLimiter(core.settings.model_copy(update=slow))

@@ -11,8 +11,8 @@ import pytest
 from helpers import cli_env
 
 from agentcore import AgentCore, RateLimited
+from agentcore._rate_limits import RateLimiter
 from agentcore.config import Settings
-from agentcore.rate_limits import RateLimiter
 from agentcore.storage.base import Store
 from agentcore_starlette.ratelimit import rate_limit_headers
 

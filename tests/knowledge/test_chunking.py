@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentcore.knowledge.chunking import Chunk, chunk_pages, split_sentences
+from agentcore.knowledge._chunking import Chunk, chunk_pages, split_sentences
 
 
 def test_sentences_respect_abbreviations_and_decimals() -> None:

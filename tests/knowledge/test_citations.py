@@ -15,8 +15,8 @@ from test_chunking import Document, documents
 
 from agentcore.chat import build_citations, quoted_pages
 from agentcore.chat_models import ChatRequest, ChatResult, Passage
-from agentcore.knowledge.chunking import chunk_pages, pages_in_span, sentence_spans
-from agentcore.knowledge.citing import supporting_pages
+from agentcore.knowledge._chunking import chunk_pages, pages_in_span, sentence_spans
+from agentcore.knowledge._citing import supporting_pages
 from agentcore.plugins.extractive import NO_ANSWER, ExtractiveModel
 
 # --- character -> page offsets ---------------------------------------------------

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from pydantic import TypeAdapter
 
 from agentcore.errors import ValidationFailed
-from agentcore.knowledge.filters import DocumentTable, check_filter, check_metadata
+from agentcore.knowledge._filters import DocumentTable, check_filter, check_metadata
 from agentcore.knowledge.vectors import NO_LABEL
 from agentcore.schema import STORED, BoundedFilter
 from agentcore.storage.records import DocumentRow

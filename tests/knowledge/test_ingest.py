@@ -13,7 +13,7 @@ from agentcore.errors import (
     UnsupportedMediaType,
     ValidationFailed,
 )
-from agentcore.knowledge.chunking import chunk_pages
+from agentcore.knowledge._chunking import chunk_pages
 from agentcore.knowledge.ingest._parsing import (
     ParsedDocument,
     clean_pdf_text,

@@ -20,7 +20,7 @@ from pdfs import filler, make_pdf, make_pdf_bomb
 
 import agentcore
 from agentcore import AgentCore, Cancellation, Cancelled, DeadlineExceeded, PayloadTooLarge
-from agentcore.knowledge.chunking import chunk_pages
+from agentcore.knowledge._chunking import chunk_pages
 from agentcore.knowledge.embedders import bounded_text
 from agentcore.knowledge.ingest import TextBudget, parse_document
 from agentcore.knowledge.vectors._embedding import EMBED_BATCH
@@ -271,7 +271,7 @@ def test_uncancelled_work_is_not_disturbed(tmp_path: Path) -> None:
 
 
 def test_huge_paragraphs_are_searched_in_bounded_blocks() -> None:
-    from agentcore.knowledge.chunking import BLOCK_CHARS, _blocks
+    from agentcore.knowledge._chunking import BLOCK_CHARS, _blocks
 
     words = ("word " * (BLOCK_CHARS // 2))[: BLOCK_CHARS * 3]
     for text in (words, "x" * (BLOCK_CHARS * 3 + 5), "short text"):

@@ -24,7 +24,7 @@ from embedder_corpus import DATA, fingerprint
 from helpers import cli_env, index_loads, open_seen, run_python, seen, stored_chunk_ids
 
 from agentcore import AgentCore
-from agentcore.knowledge.chunking import chunk_pages
+from agentcore.knowledge._chunking import chunk_pages
 from agentcore.knowledge.embedders import bounded_text
 from agentcore.knowledge.vectors import unit_rows
 from agentcore.plugins.hashing_embedder import HashingEmbedder

@@ -122,10 +122,10 @@ def test_a_worker_builds_the_pipeline_and_no_core(tmp_path: Path, pid_file: Path
     core_parts = {
         "agentcore.core.AgentCore",
         "agentcore.knowledge.vectors._workspace_indexes.WorkspaceIndexes",
-        "agentcore.metrics.Metrics",
-        "agentcore.webhooks.delivery.WebhookRuntime",
+        "agentcore._metrics.Metrics",
+        "agentcore.webhooks._delivery.WebhookRuntime",
         "agentcore.knowledge.ingest._jobs.IngestionJobs",
-        "agentcore.runtime.Runtime",
+        "agentcore._background.Runtime",
     }
     assert not held & core_parts, sorted(held & core_parts)
 

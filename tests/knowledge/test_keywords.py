@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from agentcore import AgentCore
-from agentcore.knowledge import keywords
-from agentcore.knowledge.keywords import KeywordIndex
+from agentcore.knowledge import _keywords as keywords
+from agentcore.knowledge._keywords import KeywordIndex
 from agentcore.plugins.extractive import tokens_of
 
 TEXTS = [

@@ -20,7 +20,7 @@ import pytest
 from ingest_plugins import MisbehavingEmbedder
 
 from agentcore import AgentCore
-from agentcore.cancellation import Cancellation
+from agentcore._cancellation import Cancellation
 from agentcore.errors import NotFound, PermissionDenied, ValidationFailed
 from agentcore.workspace import Workspace
 

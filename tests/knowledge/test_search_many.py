@@ -158,7 +158,7 @@ def test_metrics_count_each_query_and_the_batch(metered: AgentCore) -> None:
 
 @pytest.mark.both_stores
 def test_many_queries_are_scored_in_slices(core: AgentCore) -> None:
-    from agentcore.knowledge.search import QUERIES_AT_ONCE
+    from agentcore.knowledge._search import QUERIES_AT_ONCE
 
     ws = fill(core)
     queries = [QUERIES[n % len(QUERIES)] for n in range(2 * QUERIES_AT_ONCE + 5)]

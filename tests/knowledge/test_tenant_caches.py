@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from agentcore import AgentCore
-from agentcore.residency import Residency
+from agentcore._memory_budget import Residency
 from agentcore.storage.sql import terms
 
 ENV = "test"

@@ -9,7 +9,7 @@ from helpers import core_with
 from pdfs import make_pdf
 
 from agentcore.chat_models import ChatRequest, Passage
-from agentcore.knowledge.chunking import split_sentences
+from agentcore.knowledge._chunking import split_sentences
 from agentcore.knowledge.terms import TermStats
 from agentcore.plugins.extractive import NO_ANSWER, ExtractiveModel, _analysed
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from agentcore._ids import new_id, utcnow
 from agentcore.errors import NotFound
-from agentcore.ids import new_id, utcnow
 from agentcore.schema import Agent, ApiKey
 from agentcore.storage.sqlite import SQLiteStore
 

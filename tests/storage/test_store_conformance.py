@@ -19,10 +19,10 @@ import numpy as np
 import pytest
 from helpers import stored_chunk_ids
 
+from agentcore._ids import new_id
+from agentcore._memory_budget import Residency
 from agentcore.errors import NotFound
 from agentcore.events import Event
-from agentcore.ids import new_id
-from agentcore.residency import Residency
 from agentcore.schema import Agent, ApiKey, Document, Problem, Usage
 from agentcore.storage.base import (
     BudgetedStore,

@@ -18,7 +18,7 @@ from webhook_receiver import Receiver, Reply
 
 from agentcore import AgentCore
 from agentcore.schema import LoopState
-from agentcore.webhooks import delivery
+from agentcore.webhooks import _delivery as delivery
 
 WORKER = "agentcore-webhook-worker"
 

@@ -22,18 +22,18 @@ from starlette.types import ASGIApp
 from webhook_receiver import Receiver, Reply
 
 from agentcore import AgentCore
+from agentcore._memory_budget import Sweeper
 from agentcore.errors import Conflict, ValidationFailed
 from agentcore.events import Event
-from agentcore.residency import Sweeper
-from agentcore.webhooks.delivery import (
+from agentcore.webhooks._delivery import (
     HEALTH_IDLE_SECONDS,
     HEALTHY_IN_FLIGHT,
     PER_SUBSCRIPTION_IN_FLIGHT,
     WebhookRuntime,
     duration_text,
 )
+from agentcore.webhooks._sender import make_client
 from agentcore.webhooks.schedule import JITTER, RETRY_SCHEDULE
-from agentcore.webhooks.sender import make_client
 
 DAY = 86_400.0
 

@@ -27,8 +27,8 @@ from webhook_receiver import Receiver
 
 from agentcore import AgentCore
 from agentcore.storage.sqlite import SQLiteStore
-from agentcore.webhooks.keyfile import KEY_FILE_SUFFIX, KeyFileError
-from agentcore.webhooks.sealing import SEALED_PREFIX
+from agentcore.webhooks._keyfile import KEY_FILE_SUFFIX, KeyFileError
+from agentcore.webhooks._sealing import SEALED_PREFIX
 from agentcore.webhooks.signing import generate_secret
 
 PLAINTEXT = "stored in plaintext"

@@ -19,7 +19,7 @@ from webhook_receiver import Receiver
 
 from agentcore import AgentCore
 from agentcore.storage.sqlite import SQLiteStore
-from agentcore.webhooks.sealing import SEALED_PREFIX, SealedSecretError, SecretBox, parse_keys
+from agentcore.webhooks._sealing import SEALED_PREFIX, SealedSecretError, SecretBox, parse_keys
 from agentcore.webhooks.signing import generate_secret
 
 

@@ -18,20 +18,20 @@ import httpx
 import pytest
 from standardwebhooks.webhooks import Webhook
 
+from agentcore.webhooks._sender import RESPONSE_SNIPPET_BYTES, AttemptResult, make_client, send
+from agentcore.webhooks._ssrf import (
+    AddressPolicy,
+    BlockedAddress,
+    GuardedTransport,
+    validate_url,
+)
 from agentcore.webhooks.schedule import (
     MAX_RETRY_AFTER,
     RETRY_SCHEDULE,
     next_delay,
     parse_retry_after,
 )
-from agentcore.webhooks.sender import RESPONSE_SNIPPET_BYTES, AttemptResult, make_client, send
 from agentcore.webhooks.signing import build_headers, encode_payload, generate_secret
-from agentcore.webhooks.ssrf import (
-    AddressPolicy,
-    BlockedAddress,
-    GuardedTransport,
-    validate_url,
-)
 
 LOCAL = AddressPolicy(["127.0.0.0/8"])
 DEFAULT = AddressPolicy()

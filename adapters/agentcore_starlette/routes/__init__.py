@@ -7,6 +7,9 @@ from agentcore_starlette.openai import routes as openai_routes
 from agentcore_starlette.routes import agents, auth, chat, conversations, knowledge, webhooks
 from agentcore_starlette.routing import ApiRoute
 
+__all__ = ["ROUTES"]
+
+
 ROUTES: list[ApiRoute] = [
     *auth.ROUTES,
     *agents.ROUTES,

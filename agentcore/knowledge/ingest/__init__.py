@@ -2,7 +2,7 @@
 
 ``IngestPipeline`` parses (``parse_document``), chunks, embeds, counts terms and writes,
 wherever it runs: the caller's thread, a thread of the core, or a worker process
-(``agentcore.ingest_worker`` builds it there, without a core). ``Uploads`` decides where a
+(``agentcore._ingest_worker`` builds it there, without a core). ``Uploads`` decides where a
 workspace's upload runs and what its caller is answered; ``IngestionJobs`` runs the
 store's queue of jobs in killable worker processes under time, memory and work limits.
 Everything else is private (``_parsing.py``, ``_jobs.py``, ``_workers.py``, ...).

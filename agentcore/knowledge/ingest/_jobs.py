@@ -23,7 +23,8 @@ from collections import Counter
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from agentcore.cancellation import Cancellation
+from agentcore._cancellation import Cancellation
+from agentcore._logs import get_logger
 from agentcore.errors import AgentCoreError, Cancelled, as_problem
 from agentcore.keys import check_environment
 from agentcore.knowledge.ingest._outcomes import (
@@ -43,14 +44,13 @@ from agentcore.knowledge.ingest._workers import (
     WorkerStartFailed,
 )
 from agentcore.observer import Counts, unobserved
-from agentcore.redact import get_logger
 from agentcore.storage.records import IngestJob
 
 if TYPE_CHECKING:
+    from agentcore._background import Runtime
     from agentcore.config import Settings
     from agentcore.events import EventBus
     from agentcore.knowledge.ingest._pipeline import IngestingStore
-    from agentcore.runtime import Runtime
 
 __all__ = ["IngestionJobs", "WorkersUnavailable"]
 

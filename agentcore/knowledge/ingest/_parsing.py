@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from agentcore._logs import get_logger
 from agentcore.errors import (
     AgentCoreError,
     PayloadTooLarge,
@@ -21,10 +22,9 @@ from agentcore.errors import (
     check_unicode,
 )
 from agentcore.knowledge.ingest._cpu_budget import BudgetSpent, CpuBudget
-from agentcore.redact import get_logger
 
 if TYPE_CHECKING:
-    from agentcore.cancellation import Cancellation
+    from agentcore._cancellation import Cancellation
 
 __all__ = [
     "PDF",

@@ -2,7 +2,7 @@
 
 The same code indexes an upload wherever it runs: in the caller's thread (a small text
 document), on a thread of the core (no worker processes), or in a worker process, which
-builds only what it needs for this (``agentcore.ingest_worker``). The write goes through a
+builds only what it needs for this (``agentcore._ingest_worker``). The write goes through a
 ``Writer``: the core's ``VectorBackend.write`` (its index kept in step at once) or, in a
 worker, the workspace's embedder check alone (the core's index catches up from the
 store's change log, as with any other process's write).
@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 import numpy as np
 import numpy.typing as npt
 
+from agentcore._ids import new_id, utcnow
 from agentcore.errors import ValidationFailed
-from agentcore.ids import new_id, utcnow
 from agentcore.keys import check_environment
-from agentcore.knowledge.chunking import Chunk, chunk_pages
+from agentcore.knowledge._chunking import Chunk, chunk_pages
 from agentcore.knowledge.embedders import bounded_text
 from agentcore.knowledge.ingest._outcomes import document_event
 from agentcore.knowledge.ingest._parsing import (
@@ -37,7 +37,7 @@ from agentcore.schema import Document
 from agentcore.storage.base import DocumentStore, IngestStore
 
 if TYPE_CHECKING:
-    from agentcore.cancellation import Cancellation
+    from agentcore._cancellation import Cancellation
     from agentcore.config import Settings
     from agentcore.events import Event, EventBus
     from agentcore.knowledge.terms import TermCounter

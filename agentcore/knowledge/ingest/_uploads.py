@@ -11,8 +11,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from agentcore._ids import new_id
 from agentcore.errors import Cancelled, Conflict
-from agentcore.ids import new_id
 from agentcore.knowledge.ingest._outcomes import Outcome, outcome_of
 from agentcore.knowledge.ingest._parsing import PDF, ParsedDocument
 from agentcore.knowledge.ingest._pipeline import (
@@ -24,7 +24,7 @@ from agentcore.knowledge.ingest._pipeline import (
 from agentcore.schema import Document
 
 if TYPE_CHECKING:
-    from agentcore.cancellation import Cancellation
+    from agentcore._cancellation import Cancellation
     from agentcore.config import Settings
     from agentcore.knowledge.ingest._jobs import IngestionJobs
 

@@ -1,4 +1,4 @@
-"""What runs inside an ingestion worker process (``workers.py`` starts and watches it).
+"""What runs inside an ingestion worker process (``_workers.py`` starts and watches it).
 
 Started as ``python -c`` (``workers._BOOT``): it takes the parent's ``sys.path``, then
 its ``WorkerSpec``; lowers its priority and its BLAS threads, builds its ingest pipeline, reports
@@ -19,10 +19,10 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from agentcore.cancellation import Cancellation
+from agentcore._cancellation import Cancellation
+from agentcore._logs import get_logger
 from agentcore.errors import AgentCoreError, as_problem
 from agentcore.knowledge.ingest._workers import JobRunner, Ready, Result, WorkerSpec
-from agentcore.redact import get_logger
 
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection

@@ -4,7 +4,7 @@ Untrusted parsing and embedding run where a kill stops them (what runs inside is
 ``_worker_main.py``). A worker is a clean interpreter (``python -c``, as
 ``multiprocessing``'s ``spawn`` makes one; never a ``fork`` of the threaded server) that
 builds the ingest pipeline, and only that, from a picklable ``bootstrap``
-(``agentcore.ingest_worker``: the store opened again, unmigrated; the same plugins and
+(``agentcore._ingest_worker``: the store opened again, unmigrated; the same plugins and
 settings, so the same embedder), then runs one job at a time: read the upload from the store,
 parse, chunk, embed, count terms and complete the document in its own transaction.
 Only a small ``Result`` comes back over a socket pair, so the server process never
@@ -36,11 +36,11 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from typing import TYPE_CHECKING, Protocol
 
-from agentcore.cancellation import Cancellation
+from agentcore._cancellation import Cancellation
+from agentcore._logs import get_logger
 from agentcore.config import worker_environment
 from agentcore.events import Event
 from agentcore.observer import Counts, unobserved
-from agentcore.redact import get_logger
 from agentcore.schema import Document, Problem
 
 if TYPE_CHECKING:

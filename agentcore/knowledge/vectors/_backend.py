@@ -10,8 +10,8 @@ from typing import Any, Protocol, TypeVar
 import numpy as np
 import numpy.typing as npt
 
+from agentcore._memory_budget import Residency
 from agentcore.knowledge.vectors._parts import IdArray, Matrix, ScoreArray
-from agentcore.residency import Residency
 
 Key = tuple[str, str]
 """A workspace: ``(organization_id, environment)``."""

@@ -19,7 +19,7 @@ from agentcore.knowledge.embedders import Embedder, bounded_text
 from agentcore.knowledge.vectors._parts import Matrix
 
 if TYPE_CHECKING:
-    from agentcore.cancellation import Cancellation
+    from agentcore._cancellation import Cancellation
 
 
 class Embedding:

@@ -49,6 +49,7 @@ from concurrent.futures import Executor
 import numpy as np
 import numpy.typing as npt
 
+from agentcore._logs import get_logger
 from agentcore.errors import ValidationFailed
 from agentcore.knowledge.vectors import _kernels as kernels
 from agentcore.knowledge.vectors._embedding import RowScales, unit_queries
@@ -72,7 +73,6 @@ from agentcore.knowledge.vectors._parts import (
     labels_for,
 )
 from agentcore.knowledge.vectors._plan import MaintenancePlan, plan, settle
-from agentcore.redact import get_logger
 
 _MIN_CAPACITY = 256
 _GROWTH = 1.5

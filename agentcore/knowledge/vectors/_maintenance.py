@@ -11,14 +11,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from agentcore._background import Loop, Runtime
+from agentcore._logs import get_logger
 from agentcore.knowledge.vectors._backend import Key
 from agentcore.knowledge.vectors._parts import codec_named
 from agentcore.knowledge.vectors._plan import MaintenancePlan, settle
 from agentcore.knowledge.vectors._residency import Entry, Events, LoadedIndexes
 from agentcore.knowledge.vectors._segments import Manifest, SegmentDirectory, SegmentError
 from agentcore.knowledge.vectors._workspace_loading import WorkspaceLoader
-from agentcore.redact import get_logger
-from agentcore.runtime import Loop, Runtime
 
 if TYPE_CHECKING:
     from agentcore.storage.base import IndexStore

@@ -9,12 +9,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from agentcore._memory_budget import KeyedLocks, Residency
 from agentcore.knowledge.vectors._backend import Found, Key, Query, Rows, T, Within
 from agentcore.knowledge.vectors._embedding import Embedding, unit_rows
 from agentcore.knowledge.vectors._parts import IdArray, Matrix, ScoreArray
 from agentcore.knowledge.vectors._reembed import WorkspaceEmbedders
 from agentcore.knowledge.vectors._residency import stats
-from agentcore.residency import KeyedLocks, Residency
 from agentcore.storage.base import VectorSearchStore
 
 if TYPE_CHECKING:

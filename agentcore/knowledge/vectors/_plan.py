@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from agentcore._logs import get_logger
 from agentcore.knowledge.vectors._parts import (
     EMPTY_IDS,
     NO_LABEL,
@@ -21,7 +22,6 @@ from agentcore.knowledge.vectors._parts import (
     ascending,
     live_positions,
 )
-from agentcore.redact import get_logger
 
 COMPACT_FRACTION = 8  # a part is compacted once its dead rows exceed 1/8 of its rows
 MAX_PARTS = 8  # more frozen parts than this: the smallest are merged

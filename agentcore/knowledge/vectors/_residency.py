@@ -9,11 +9,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentcore._logs import get_logger
+from agentcore._memory_budget import KeyedLocks, Residency, Slot
 from agentcore.knowledge.vectors._backend import Key, Rows
 from agentcore.knowledge.vectors._index import VectorIndex
 from agentcore.observer import Counts
-from agentcore.redact import get_logger
-from agentcore.residency import KeyedLocks, Residency, Slot
 
 # Indexes evicted before their first segment files were written that are kept until
 # maintenance writes them (more wait for their next load).

@@ -9,12 +9,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from agentcore._memory_budget import Slot
 from agentcore.errors import ValidationFailed
 from agentcore.knowledge.vectors._backend import Key, Rows, T
 from agentcore.knowledge.vectors._reembed import WorkspaceEmbedders
 from agentcore.knowledge.vectors._residency import Entry, Events, LoadedIndexes
 from agentcore.knowledge.vectors._workspace_loading import WorkspaceLoader, apply_changes
-from agentcore.residency import Slot
 from agentcore.storage.records import KnowledgeState
 
 if TYPE_CHECKING:

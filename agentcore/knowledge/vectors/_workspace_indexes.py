@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from agentcore._background import Runtime
+from agentcore._memory_budget import Residency
 from agentcore.knowledge.vectors import _kernels as kernels
 from agentcore.knowledge.vectors._backend import Found, Key, Query, Rows, T, Within
 from agentcore.knowledge.vectors._embedding import Embedding, unit_rows
@@ -21,8 +23,6 @@ from agentcore.knowledge.vectors._segments import WriteStages
 from agentcore.knowledge.vectors._sync import IndexSync
 from agentcore.knowledge.vectors._workspace_loading import WorkspaceLoader
 from agentcore.observer import Counts, unobserved
-from agentcore.residency import Residency
-from agentcore.runtime import Runtime
 
 if TYPE_CHECKING:
     from agentcore.storage.base import IndexStore

@@ -11,6 +11,8 @@ from urllib.parse import quote
 
 import numpy as np
 
+from agentcore._logs import get_logger
+from agentcore._memory_budget import Slot
 from agentcore.errors import ValidationFailed
 from agentcore.knowledge.vectors._backend import Key
 from agentcore.knowledge.vectors._embedding import Embedding
@@ -19,8 +21,6 @@ from agentcore.knowledge.vectors._loading import adopt, from_parts
 from agentcore.knowledge.vectors._parts import IdArray, Matrix, Part, codec_named
 from agentcore.knowledge.vectors._residency import Entry, Events, LoadedIndexes
 from agentcore.knowledge.vectors._segments import SegmentDirectory, SegmentError, WriteStages
-from agentcore.redact import get_logger
-from agentcore.residency import Slot
 from agentcore.storage.records import KnowledgeChanges, KnowledgeState
 
 if TYPE_CHECKING:

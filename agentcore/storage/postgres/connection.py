@@ -34,8 +34,8 @@ from psycopg.pq import TransactionStatus
 from psycopg.rows import DictRow, dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
+from agentcore._logs import hide_passwords
 from agentcore.errors import ServiceUnavailable, ValidationFailed
-from agentcore.redact import hide_passwords
 from agentcore.storage.records import ConnectionStats, Ids, Vectors
 from agentcore.storage.sql.queries import insert_row
 

@@ -6,8 +6,8 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from agentcore._ids import new_id, now_iso
 from agentcore.errors import NotFound
-from agentcore.ids import new_id, now_iso
 from agentcore.schema import Conversation, Message, Usage
 from agentcore.storage.base import ConversationStore
 from agentcore.storage.records import StoredMessage

@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from agentcore._ids import isoformat
 from agentcore.events import Event
-from agentcore.ids import isoformat
 from agentcore.schema import Document, Problem
 from agentcore.storage.base import KnowledgeStore, WebhookStore
 from agentcore.storage.records import (

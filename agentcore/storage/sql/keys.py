@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from agentcore.ids import isoformat, new_id, now_iso
+from agentcore._ids import isoformat, new_id, now_iso
 from agentcore.schema import ApiKey, Organization
 from agentcore.storage.base import KeyStore
 from agentcore.storage.sql.database import CACHE_LIMIT, Tables

@@ -15,7 +15,7 @@ import threading
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from agentcore.residency import Residency, ResidencyStats
+from agentcore._memory_budget import Residency, ResidencyStats
 from agentcore.storage.base import BudgetedStore, TermStore
 from agentcore.storage.records import TermCounts
 from agentcore.storage.sql.database import Connection

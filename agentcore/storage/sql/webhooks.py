@@ -14,8 +14,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import fields
 from typing import Any
 
+from agentcore._ids import new_id, now_iso
 from agentcore.events import Event
-from agentcore.ids import new_id, now_iso
 from agentcore.schema import Delivery, DeliveryAttempt, WebhookSubscription
 from agentcore.storage.base import WebhookStore
 from agentcore.storage.records import DueDelivery, StoredSubscription

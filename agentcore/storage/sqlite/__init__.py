@@ -12,6 +12,8 @@ from agentcore.storage.sql.store import SQLStore
 from agentcore.storage.sqlite.connection import Database
 from agentcore.storage.sqlite.migrations import migrations
 
+__all__ = ["SQLiteStore", "path_for_url"]
+
 
 class SQLiteStore(SQLStore, ReopenableStore, Checkpointing):
     """Everything agentcore keeps, in one SQLite database with WAL and migrations."""

@@ -17,12 +17,12 @@ import pytest
 from helpers import file_indexes, open_seen, run_python, seen, stored_chunk_ids
 
 from agentcore import AgentCore
+from agentcore._memory_budget import Residency
 from agentcore.config import Settings, machine_memory
 from agentcore.knowledge.vectors import Embedding, WorkspaceIndexes
 from agentcore.knowledge.vectors import _segments as segments
 from agentcore.knowledge.vectors import _workspace_loading as loading
 from agentcore.plugins.hashing_embedder import HashingEmbedder
-from agentcore.residency import Residency
 from agentcore.storage.records import IndexRows
 from agentcore.storage.sqlite import SQLiteStore
 

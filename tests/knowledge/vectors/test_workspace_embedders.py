@@ -17,7 +17,7 @@ import pytest
 from test_knowledge_embedder import BagOfWords, EmbedderPlugin
 
 from agentcore import AgentCore
-from agentcore.ids import new_id, utcnow
+from agentcore._ids import new_id, utcnow
 from agentcore.schema import Document
 from agentcore.storage.records import StaleEmbedder
 

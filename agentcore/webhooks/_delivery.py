@@ -20,18 +20,18 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
+from agentcore._background import Loop, Pool, Runtime
+from agentcore._ids import isoformat, utcnow
+from agentcore._logs import get_logger
+from agentcore._memory_budget import Sweeper
 from agentcore.events import Event
-from agentcore.ids import isoformat, utcnow
-from agentcore.redact import get_logger
-from agentcore.residency import Sweeper
-from agentcore.runtime import Loop, Pool, Runtime
 from agentcore.storage.base import EventWaiter
 from agentcore.storage.records import DueDelivery
+from agentcore.webhooks._sealing import SecretBox
+from agentcore.webhooks._sender import AttemptResult, make_client, send
+from agentcore.webhooks._ssrf import AddressPolicy, Resolver, default_resolver
 from agentcore.webhooks.schedule import next_delay
-from agentcore.webhooks.sealing import SecretBox
-from agentcore.webhooks.sender import AttemptResult, make_client, send
 from agentcore.webhooks.signing import SECRET_PREFIX, build_headers, encode_payload
-from agentcore.webhooks.ssrf import AddressPolicy, Resolver, default_resolver
 
 if TYPE_CHECKING:
     from agentcore.config import Settings

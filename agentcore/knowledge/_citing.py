@@ -13,7 +13,7 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 
-from agentcore.knowledge.chunking import pages_in_span, sentence_spans, split_sentences
+from agentcore.knowledge._chunking import pages_in_span, sentence_spans, split_sentences
 
 __all__ = ["supporting_pages"]
 

@@ -38,9 +38,9 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import TypeAdapter, ValidationError
 
+from agentcore._memory_budget import KeyedLocks, Residency, ResidencyStats
 from agentcore.errors import check_unicode, invalid_fields
 from agentcore.knowledge.vectors import NO_LABEL
-from agentcore.residency import KeyedLocks, Residency, ResidencyStats
 from agentcore.schema import (
     MAX_EXACT_INTEGER,
     BoundedFilter,

@@ -12,9 +12,9 @@ import threading
 import time
 from collections.abc import Callable
 
+from agentcore._memory_budget import Sweeper
 from agentcore.config import Settings
 from agentcore.errors import Decision, RateLimited
-from agentcore.residency import Sweeper
 from agentcore.storage.base import RateLimitStore
 
 #: How many local buckets are kept before those full again are dropped.

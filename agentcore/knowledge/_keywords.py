@@ -36,9 +36,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
+from agentcore._logs import get_logger
+from agentcore._memory_budget import KeyedLocks, Residency, ResidencyStats
 from agentcore.knowledge.vectors import GATHER_FRACTION, LabelFilter, encode_labels
-from agentcore.redact import get_logger
-from agentcore.residency import KeyedLocks, Residency, ResidencyStats
 
 if TYPE_CHECKING:
     from agentcore.storage.base import IndexStore

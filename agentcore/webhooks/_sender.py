@@ -8,8 +8,7 @@ from dataclasses import dataclass
 
 import httpx
 
-from agentcore.webhooks.schedule import parse_retry_after
-from agentcore.webhooks.ssrf import (
+from agentcore.webhooks._ssrf import (
     DEFAULT_LIMITS,
     AddressPolicy,
     BlockedAddress,
@@ -18,6 +17,7 @@ from agentcore.webhooks.ssrf import (
     deadline,
     default_resolver,
 )
+from agentcore.webhooks.schedule import parse_retry_after
 
 RESPONSE_SNIPPET_BYTES = 4096
 """At most this much of a receiver's response body is read; the rest is never fetched."""

@@ -19,7 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from agentcore.errors import InvalidRequest, ValidationFailed, check_unicode
-from agentcore.knowledge.filters import MetadataCache, Selection, check_filter
+from agentcore.knowledge._filters import MetadataCache, Selection, check_filter
 from agentcore.knowledge.vectors import Embedding, VectorBackend
 from agentcore.observer import Observer, unobserved
 from agentcore.schema import Filter, SearchMode, SearchResponse, SearchResult
@@ -27,7 +27,7 @@ from agentcore.storage.records import StoredChunk
 
 if TYPE_CHECKING:
     from agentcore.config import Settings
-    from agentcore.knowledge.keywords import KeywordCache
+    from agentcore.knowledge._keywords import KeywordCache
     from agentcore.storage.base import DocumentStore
 
 __all__ = ["HYBRID_DEPTH", "KEYWORD_DEPTH", "RRF_K", "SEARCH_MODES", "Hit", "Search"]

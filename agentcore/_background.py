@@ -30,10 +30,10 @@ from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import ParamSpec, Protocol, TypeVar
 
+from agentcore._logs import get_logger
 from agentcore.errors import ShuttingDown
-from agentcore.redact import get_logger
 
-log = get_logger("agentcore.runtime")
+log = get_logger("agentcore._background")
 
 __all__ = ["Component", "Loop", "LoopHealth", "Pool", "Runtime", "Step"]
 

@@ -22,14 +22,14 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
+from agentcore._logs import get_logger
+from agentcore._memory_budget import ResidencyStats
 from agentcore.config import metrics_multiprocess_dir
 from agentcore.knowledge.vectors import VectorBackend
-from agentcore.redact import get_logger
-from agentcore.residency import ResidencyStats
 from agentcore.schema import Usage
 from agentcore.storage.base import ObservableStore, Store
 
-log = get_logger("agentcore.metrics")
+log = get_logger("agentcore._metrics")
 
 QUICK_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 """Seconds: a search takes a millisecond on a small index, a second on a huge one."""

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from agentcore.errors import PayloadTooLarge
 
 if TYPE_CHECKING:
-    from agentcore.cancellation import Cancellation
+    from agentcore._cancellation import Cancellation
 
 __all__ = ["Chunk", "chunk_pages", "pages_in_span", "sentence_spans", "split_sentences"]
 

@@ -13,12 +13,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
+from agentcore._plugin_manager import make_plugin_manager, registered_embedders
 from agentcore.events import EventBus
 from agentcore.knowledge.ingest import IngestPipeline
 from agentcore.knowledge.terms import TermCounter
 from agentcore.knowledge.text import stems
 from agentcore.knowledge.vectors import Embedding, Rows, WorkspaceEmbedders
-from agentcore.plugin_manager import make_plugin_manager, registered_embedders
 
 if TYPE_CHECKING:
     from agentcore.config import Settings
