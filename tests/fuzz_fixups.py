@@ -12,7 +12,9 @@ names must be unique within an agent, no string at any depth of a tool's free-fo
 ``parameters`` (or of a Chat Completions request's free-form members) may hold a NUL
 (the declared schema says so for every other string), a tool's nested schemas (a
 property's ``items``, ``then``, ...) must be schemas, and the last message of a Chat
-Completions request is the user's to answer (its only one with a ``conversation_id``).
+Completions request is the user's to answer (its only one with a ``conversation_id``),
+and no user message of it is blank; a metadata filter holds at most 64 comparisons at
+all depths together.
 ``tests/schemathesis.toml`` holds the one check that does not apply to one operation.
 """
 
@@ -20,6 +22,8 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
+
+from agentcore.schema import MAX_FILTER_CONDITIONS
 
 CONFIG = Path(__file__).with_name("schemathesis.toml")
 RECEIVER = "http://127.0.0.1:9/hook"  # allowed, never called (workers are off)
@@ -54,7 +58,13 @@ def fix_positive(case: Any) -> None:
         asked = {"role": "user", "content": "Vacation days?"}
         # with a stored conversation, its turns are the history: messages has no other
         earlier = [] if "conversation_id" in body else body["messages"][:-1]
+        # and every user message has some text (blank history is refused too)
+        earlier = [m for m in earlier if not _blank_user_message(m)]
         body["messages"] = [*earlier, asked]
+    # a filter holds at most MAX_FILTER_CONDITIONS comparisons at every depth together
+    for holder in (body, body.get("knowledge")):
+        if isinstance(holder, dict) and _comparisons(holder.get("filter")) > MAX_FILTER_CONDITIONS:
+            holder["filter"] = {"type": "eq", "key": "team", "value": "fuzz"}
     tools = body.get("tools")
     if isinstance(tools, list):
         unique: dict[str, Any] = {}
@@ -74,6 +84,31 @@ def fix_positive(case: Any) -> None:
                     }
             unique.setdefault(tool.get("name") if isinstance(tool, dict) else id(tool), tool)
         body["tools"] = list(unique.values())
+
+
+def _comparisons(value: Any) -> int:
+    """How many comparisons a filter holds, at any depth (0 for what is not one)."""
+    if not isinstance(value, dict):
+        return 0
+    inner = value.get("filters")
+    if value.get("type") in ("and", "or") and isinstance(inner, list):
+        return sum(_comparisons(item) for item in inner)
+    return 1
+
+
+def _blank_user_message(message: Any) -> bool:
+    """Whether a Chat Completions message is the user's and holds no text but spaces."""
+    if not isinstance(message, dict) or message.get("role") != "user":
+        return False
+    content = message.get("content")
+    if isinstance(content, list):
+        content = "".join(
+            str(part.get(part.get("type"), "")) if isinstance(part, dict) else ""
+            for part in content
+        )
+    elif content is None:
+        content = message.get("refusal") or ""
+    return not str(content).strip()
 
 
 def _nested_schemas_valid(params: dict[str, Any]) -> bool:

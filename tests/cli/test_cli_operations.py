@@ -20,6 +20,7 @@ import pytest
 from helpers import CLI, cli_env, run_cli
 from processes import reap, spawn
 
+from agentcore import AgentCore
 from agentcore._plugin_manager import make_plugin_manager
 from agentcore.cli import build_parser
 from agentcore.config import Settings
@@ -226,8 +227,12 @@ def test_serve_workers_keep_agentcore_records_from_the_log_level(
 def test_keys_list_into_a_closed_pipe_is_quiet(tmp_path: Path) -> None:
     db = tmp_path / "pipe.db"
     assert run_cli("init", "--org", "acme", db=db).returncode == 0
-    for _ in range(20):  # enough keys that the JSON outgrows the pipe's buffer
-        run_cli("init", "--org", "acme", "--new-keys", db=db)
+    # enough keys that the JSON outgrows the pipe's buffer (made in process: 40 more
+    # CLI starts would only cost time)
+    with AgentCore.open(db, start_workers=False) as core:
+        for _ in range(20):
+            for env in ("test", "live"):
+                core.keys.create("acme", env, ["read", "write"])
     command = f"'{SCRIPT}' --db '{db}' keys list --org acme --json | head -1"
     result = subprocess.run(
         ["bash", "-o", "pipefail", "-c", command],
