@@ -131,6 +131,13 @@ def filler(sentences: int, seed: int) -> str:
     )
 
 
+# The codes a text bomb (``make_pdf_bomb``) may be refused with under the default limits.
+# Its first page costs about as much CPU to parse (``ingest_page_cpu_seconds``, 5 s) as it
+# takes to pass its text limit (``max_pdf_page_chars``): on a busy or slower machine the
+# CPU budget can stop it first. Either is the budget holding; which one is the machine's.
+TEXT_BOMB_REFUSALS = frozenset({"too_large", "too_complex"})
+
+
 def make_pdf_bomb(pages: int = 4_999, text_bytes: int = 4_000_000, seed: int = 7) -> bytes:
     """A small PDF whose extracted text is enormous: a decompression bomb for text extraction.
 
