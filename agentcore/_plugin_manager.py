@@ -6,7 +6,9 @@ the same embedders, and the CLI one to find its commands and settings.
 
 from __future__ import annotations
 
+import functools
 import importlib
+import importlib.metadata
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
@@ -36,13 +38,23 @@ def make_plugin_manager(
     for name in DEFAULT_PLUGINS:
         pm.register(importlib.import_module(name), name=name)
     if entry_points:
-        pm.load_setuptools_entrypoints(hookspecs.PROJECT)
+        for entry_point in _installed_plugins():
+            if pm.get_plugin(entry_point.name) is None and not pm.is_blocked(entry_point.name):
+                pm.register(entry_point.load(), name=entry_point.name)
     for plugin in plugins:
         if isinstance(plugin, str):
             plugin = importlib.import_module(plugin)
         pm.register(plugin)
     pm.check_pending()
     return pm
+
+
+@functools.cache
+def _installed_plugins() -> tuple[importlib.metadata.EntryPoint, ...]:
+    """The ``agentcore`` entry points of the installed distributions, read once a process:
+    reading every distribution's metadata costs tens of milliseconds, and a process may
+    open many cores (a plugin installed later is found by the next process)."""
+    return tuple(importlib.metadata.entry_points(group=hookspecs.PROJECT))
 
 
 def plugin_settings_models(pm: pluggy.PluginManager) -> dict[str, type[BaseSettings]]:

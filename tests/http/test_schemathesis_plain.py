@@ -4,7 +4,8 @@ hooks (``tests/schemathesis.toml`` and ``fuzz_fixups`` keep their extra checks f
 
     st run http://127.0.0.1:8000/v1/openapi.json --checks all -H "Authorization: Bearer $KEY"
 
-against a real ``agentcore serve`` on SQLite and on PostgreSQL, with a read+write key:
+against a real ``agentcore serve`` on SQLite and on PostgreSQL (the test key's rate limit
+raised), with a read+write key:
 the document must declare what the server enforces. Bounded here by ``--max-examples``
 and a fixed ``--seed``. Three findings are by design, and only they may be reported
 (docs/operations.md, "Fuzzing", says why): an upload whose file is not a parseable PDF,
@@ -77,7 +78,9 @@ def test_the_plain_command_finds_nothing_undeclared(store_url: str, tmp_path: Pa
     assert st is not None, "the test extra installs schemathesis"
     keys = cli_json("init", "--org", "demo", "--json", db=store_url)["keys"]  # type: ignore[arg-type]
     key = next(k["secret"] for k in keys if k["environment"] == "test")
-    process, url = start_serve(store_url, key)  # type: ignore[arg-type]
+    # the test key's rate limit raised, so generated requests reach the API, not a 429
+    limits = {**cli_env(), "AGENTCORE_RATE_LIMIT_TEST": "1000000"}
+    process, url = start_serve(store_url, key, env=limits)  # type: ignore[arg-type]
     try:
         env = {k: v for k, v in cli_env().items() if not k.startswith("SCHEMATHESIS_")}
         run = subprocess.run(

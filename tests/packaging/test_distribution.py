@@ -64,7 +64,8 @@ def venv(dist: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     _run(sys.executable, "-m", "venv", home / "venv", cwd=home)
     (wheel,) = dist.glob("*.whl")
     pip = home / "venv" / "bin" / "pip"
-    _run(pip, "install", "--quiet", f"{wheel}[server]", cwd=home)
+    # --no-compile: the quick start does not need every dependency byte-compiled first
+    _run(pip, "install", "--quiet", "--no-compile", f"{wheel}[server]", cwd=home)
     return home / "venv"
 
 
