@@ -35,6 +35,7 @@ from agentcore.chat_models import (
     stream_answer,
     whole_answer,
 )
+from agentcore.conversations import Publisher, publish_message
 from agentcore.errors import (
     AgentCoreError,
     Conflict,
@@ -55,7 +56,7 @@ from agentcore.schema import (
     AgentStatus,
     ChatMessageResponse,
     Citation,
-    Environment,
+    ConversationStatus,
     Filter,
     SearchMode,
     Usage,
@@ -65,7 +66,6 @@ from agentcore.storage.records import StoredChunk, StoredMessage
 
 if TYPE_CHECKING:
     from agentcore.config import Settings
-    from agentcore.events import Event
     from agentcore.workspace import Workspace
 
 HANDOFF_REPLY = (
@@ -158,16 +158,6 @@ class ToolRunner(Protocol):
 
     def __call__(self, *, agent_id: str, name: str, arguments: dict[str, Any]) -> Any:
         """The tool's result, or ``None`` when no plugin runs a tool of that name."""
-        ...
-
-
-class Publisher(Protocol):
-    """Where a turn's events go (``EventBus.publish``)."""
-
-    def publish(
-        self, kind: str, data: dict[str, Any], *, organization_id: str, environment: Environment
-    ) -> Event:
-        """Record and announce an event of a workspace."""
         ...
 
 
@@ -323,10 +313,13 @@ class ChatService:
             )
         agent = self._answering_agent(agent_id)
         cancel: Future[None] = Future()
+        conversation, status = self._conversation(agent.id, conversation_id)
+        if status == "handed_off":
+            return ChatStream(self._keep_for_operator(agent.id, conversation, message), cancel)
         turn = _Turn(
             self._context,
             agent,
-            self._conversation(agent.id, conversation_id),
+            conversation,
             message,
             cancel=cancel,
             streaming=streaming,
@@ -349,6 +342,7 @@ class ChatService:
             StoredMessage("user", turn.message, []),
             StoredMessage("assistant", text, cited, usage=turn.usage),
         ]
+        status: ConversationStatus = "handed_off" if turn.handed_off else "active"
         if turn.new_conversation:
             ws = self._ws
             self._store.create_conversation(
@@ -357,9 +351,10 @@ class ChatService:
                 turn.agent.id,
                 said,
                 conversation_id=turn.conversation_id,
+                status=status,
             )
         else:
-            self._store.add_messages(turn.conversation_id, said)
+            self._store.add_messages(turn.conversation_id, said, status=status)
         turn.action("reply_sent", citations=cited)
         self._context.observer.answered(
             turn.model_name, time.perf_counter() - turn.began, turn.usage
@@ -371,6 +366,23 @@ class ChatService:
             conversationId=turn.conversation_id,
             usage=turn.usage,
         )
+
+    def _keep_for_operator(
+        self, agent_id: str, conversation_id: str, message: str
+    ) -> Generator[str, None, ChatMessageResponse]:
+        """A message to a handed-off conversation: stored and announced for the person
+        who has it (``conversation.message``); no model answers. Runs on first
+        iteration, as a turn does."""
+        self._store.add_messages(conversation_id, [StoredMessage("user", message, [])])
+        publish_message(self._context.events, self._ws, agent_id, conversation_id, "user", message)
+        return ChatMessageResponse(
+            agentId=agent_id,
+            status="handed_off",
+            response="",
+            citations=[],
+            conversationId=conversation_id,
+        )
+        yield  # a generator, as a turn is: nothing is said
 
     def _answering_agent(self, agent_id: str) -> Agent:
         ws = self._ws
@@ -387,22 +399,24 @@ class ChatService:
             )
         return agent
 
-    def _conversation(self, agent_id: str, conversation_id: str | None) -> str:
-        """The id of the conversation the turn is stored in: a new one's (created with
-        the turn's messages once it completes), or the given one's, checked."""
+    def _conversation(
+        self, agent_id: str, conversation_id: str | None
+    ) -> tuple[str, ConversationStatus]:
+        """The id and status of the conversation the turn is stored in: a new one's
+        (created with the turn's messages once it completes), or the given one's, checked."""
         ws = self._ws
         if conversation_id is None:
-            return new_id("conv")
-        owner = self._store.conversation_agent(ws.organization_id, ws.environment, conversation_id)
-        if owner is None:
+            return new_id("conv"), "active"
+        found = self._store.get_conversation(ws.organization_id, ws.environment, conversation_id)
+        if found is None:
             raise NotFound(f"No conversation with id {conversation_id!r}.", param="conversationId")
-        if owner != agent_id:
+        if found.agentId != agent_id:
             raise Conflict(
                 "That conversation belongs to another agent.",
                 code="conversation_agent_mismatch",
                 param="conversationId",
             )
-        return conversation_id
+        return conversation_id, found.status
 
     def model_for(self, agent: Agent) -> ChatModel:
         """The chat model an agent names (or the default), or a 400 naming the known ones."""
@@ -536,6 +550,7 @@ class _Turn:
         self.model_name = agent.model or context.settings.default_chat_model
         # the model's earlier turns: None reads them from the stored conversation
         self.history: list[ChatTurn] | None = None
+        self.handed_off = False  # the turn ended in a handoff: a person has it next
 
     def stop_if_cancelled(self) -> None:
         """Raise if the turn was stopped: the request's cancellation's error (its
@@ -561,8 +576,10 @@ class _Turn:
     def handoff(
         self, reason: str, said: str = ""
     ) -> Generator[str, None, tuple[str, list[Citation]]]:
-        """Announce the handoff and say so, after whatever the model already said."""
+        """Announce the handoff and say so, after whatever the model already said; the
+        conversation is stored ``handed_off``."""
         self.event("agent.handoff", reason=reason, message=self.message)
+        self.handed_off = True
         reply = f"\n\n{HANDOFF_REPLY}" if said else HANDOFF_REPLY
         yield reply
         return said + reply, []

@@ -449,6 +449,8 @@ def cmd_chat(core: AgentCore, args: argparse.Namespace) -> int:
     for citation in answer.citations:
         pages = ", ".join(str(page) for page in citation.pages)
         print(f"  [{citation.source}, p. {pages}]")
+    if answer.status == "handed_off":
+        say("a person has this conversation: the message was kept for them, no agent answered")
     say(f"conversation {answer.conversationId} (continue it with --conversation)")
     return 0
 

@@ -34,6 +34,7 @@ from agentcore.schema import (
     Document,
     DocumentList,
     Filter,
+    Message,
     MessageList,
     SearchMode,
     SearchResponse,
@@ -188,6 +189,16 @@ class _Requests:
     @staticmethod
     def delete_conversation(conversation_id: str) -> _Request[Deleted]:
         return _Request(Deleted, "DELETE", f"/conversations/{_segment(conversation_id)}")
+
+    @staticmethod
+    def reply(conversation_id: str, content: str) -> _Request[Message]:
+        path = f"/conversations/{_segment(conversation_id)}/messages"
+        return _Request(Message, "POST", path, {"json": {"content": content}})
+
+    @staticmethod
+    def release(conversation_id: str) -> _Request[Conversation]:
+        path = f"/conversations/{_segment(conversation_id)}/release"
+        return _Request(Conversation, "POST", path)
 
     @staticmethod
     def subscribe(url: str, events: list[str]) -> _Request[WebhookSubscriptionWithSecret]:
@@ -632,6 +643,15 @@ class Client:
         """``DELETE /v1/conversations/{id}``."""
         return self._run(_Requests.delete_conversation(conversation_id))
 
+    def reply(self, conversation_id: str, content: str) -> Message:
+        """``POST /v1/conversations/{id}/messages``: an operator's reply, which takes the
+        conversation over."""
+        return self._run(_Requests.reply(conversation_id, content))
+
+    def release(self, conversation_id: str) -> Conversation:
+        """``POST /v1/conversations/{id}/release``: hand it back to its agent."""
+        return self._run(_Requests.release(conversation_id))
+
     # webhooks ---------------------------------------------------------------------
 
     def subscribe(self, url: str, events: list[str]) -> WebhookSubscriptionWithSecret:
@@ -794,6 +814,15 @@ class AsyncClient:
     async def delete_conversation(self, conversation_id: str) -> Deleted:
         """``DELETE /v1/conversations/{id}``."""
         return await self._run(_Requests.delete_conversation(conversation_id))
+
+    async def reply(self, conversation_id: str, content: str) -> Message:
+        """``POST /v1/conversations/{id}/messages``: an operator's reply, which takes the
+        conversation over."""
+        return await self._run(_Requests.reply(conversation_id, content))
+
+    async def release(self, conversation_id: str) -> Conversation:
+        """``POST /v1/conversations/{id}/release``: hand it back to its agent."""
+        return await self._run(_Requests.release(conversation_id))
 
     # webhooks ---------------------------------------------------------------------
 

@@ -1,17 +1,61 @@
-"""Conversation history: list a workspace's conversations, read their messages, delete them."""
+"""Conversation history: list a workspace's conversations, read their messages, delete
+them; and a person taking one over (an operator's reply, handing it back)."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from agentcore.config import Settings
-from agentcore.errors import NotFound, ValidationFailed
-from agentcore.schema import Conversation, ConversationList, Deleted, MessageList
+from agentcore.errors import NotFound, ValidationFailed, check_unicode
+from agentcore.schema import (
+    Conversation,
+    ConversationList,
+    Deleted,
+    Environment,
+    Message,
+    MessageList,
+)
 from agentcore.storage.base import ConversationStore
+from agentcore.storage.records import StoredMessage
 from agentcore.workspace import Workspace
+
+if TYPE_CHECKING:
+    from agentcore.events import Event
 
 Order = Literal["asc", "desc"]
 ORDERS: tuple[Order, ...] = ("asc", "desc")
+
+
+class Publisher(Protocol):
+    """Where events go: a chat turn's, an operator's messages (``EventBus.publish``)."""
+
+    def publish(
+        self, kind: str, data: dict[str, Any], *, organization_id: str, environment: Environment
+    ) -> Event:
+        """Record and announce an event of a workspace."""
+        ...
+
+
+def publish_message(
+    events: Publisher,
+    workspace: Workspace,
+    agent_id: str,
+    conversation_id: str,
+    role: str,
+    content: str,
+) -> None:
+    """Announce a message of a handed-off conversation (``conversation.message``)."""
+    events.publish(
+        "conversation.message",
+        {
+            "agent_id": agent_id,
+            "conversation_id": conversation_id,
+            "role": role,
+            "content": content,
+        },
+        organization_id=workspace.organization_id,
+        environment=workspace.environment,
+    )
 
 
 def _missing(conversation_id: str) -> NotFound:
@@ -27,17 +71,29 @@ class ConversationService:
     chat UI and deletes them for good. Reading needs the ``read`` scope, deleting
     ``write``. Another organization's or environment's conversation is a 404.
 
+    A person takes a conversation over when its agent hands off, or by replying in it
+    (``reply``): its ``status`` is then ``handed_off``, the user's messages are kept and
+    announced (``conversation.message``) and no model answers them, until ``release``
+    gives it back to the agent.
+
     :param workspace: whose conversations, and the caller's scopes.
     :param store: where conversations are kept.
-    :param settings: the page sizes.
+    :param settings: the page sizes and the longest message.
+    :param events: where operators' messages are announced.
     """
 
     def __init__(
-        self, workspace: Workspace, *, store: ConversationStore, settings: Settings
+        self,
+        workspace: Workspace,
+        *,
+        store: ConversationStore,
+        settings: Settings,
+        events: Publisher,
     ) -> None:
         self._ws = workspace
         self._store = store
         self._settings = settings
+        self._events = events
 
     def list(
         self,
@@ -97,6 +153,54 @@ class ConversationService:
             raise _missing(conversation_id)
         messages, more = page
         return MessageList(messages=messages, has_more=more)
+
+    def reply(self, conversation_id: str, content: str) -> Message:
+        """Add an operator's message (``role: "operator"``) and take the conversation over
+        (``handed_off``), if the agent had not handed it off already. Write scope.
+
+        The message is announced as ``conversation.message``; the model sees it as the
+        agent's own turn once the conversation is released.
+        """
+        ws = self._ws
+        ws.require("write")
+        if not content.strip():
+            raise ValidationFailed("The message is empty.", code="empty_message", param="content")
+        if len(content) > self._settings.max_message_chars:
+            raise ValidationFailed(
+                f"The message is longer than {self._settings.max_message_chars} characters.",
+                code="message_too_long",
+                param="content",
+            )
+        check_unicode(content, param="content")
+        found = self.get(conversation_id)
+        self._store.add_messages(
+            conversation_id, [StoredMessage("operator", content, [])], status="handed_off"
+        )
+        publish_message(self._events, ws, found.agentId, conversation_id, "operator", content)
+        page = self._store.list_messages(
+            ws.organization_id,
+            ws.environment,
+            conversation_id,
+            limit=1,
+            starting_after=None,
+            newest_first=True,
+        )
+        if page is None or not page[0]:
+            raise _missing(conversation_id)  # deleted meanwhile
+        return page[0][0]
+
+    def release(self, conversation_id: str) -> Conversation:
+        """Give a handed-off conversation back to its agent (``active``): the next user
+        message is answered by the model again. Releasing an active one changes nothing.
+        Write scope."""
+        ws = self._ws
+        ws.require("write")
+        released = self._store.set_conversation_status(
+            ws.organization_id, ws.environment, conversation_id, "active"
+        )
+        if released is None:
+            raise _missing(conversation_id)
+        return released
 
     def delete(self, conversation_id: str) -> Deleted:
         """Delete a conversation and all its messages, for good. Write scope.

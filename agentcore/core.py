@@ -465,7 +465,9 @@ class AgentCore:
 
     def conversation_service(self, workspace: Workspace) -> ConversationService:
         """The conversations of ``workspace`` (host code uses ``workspace.conversations``)."""
-        return ConversationService(workspace, store=self.store, settings=self.settings)
+        return ConversationService(
+            workspace, store=self.store, settings=self.settings, events=self.events
+        )
 
     def webhook_service(self, workspace: Workspace) -> WebhookService:
         """Webhook subscriptions of ``workspace`` (host code uses ``workspace.webhooks``)."""

@@ -21,6 +21,8 @@ BUILTIN_KINDS: dict[str, str] = {
     "agent.action": "An agent took an action (knowledge lookup, tool call, reply sent).",
     "agent.handoff": "An agent needs a human to take over the conversation.",
     "agent.error": "An agent failed (model provider error or time-out).",
+    "conversation.message": "A message in a handed-off conversation (the user's, or an"
+    " operator's reply), for the person who took it over.",
     "document.ready": "A document indexed in the background became searchable.",
     "document.failed": "A document indexed in the background failed (the problem says why).",
 }

@@ -759,10 +759,26 @@ class Usage(BaseModel):
 USAGE_ABSENT = "Absent when the chat model reports no token usage."
 
 
+ChatStatus = Literal["completed", "handed_off"]
+"""How a chat turn ended: ``completed`` (the agent answered) or ``handed_off`` (a person
+has the conversation: the message was kept for them and no model answered)."""
+
+
+class OperatorMessageCreate(Request):
+    """Body of ``POST /v1/conversations/{id}/messages``: a person's reply in the conversation."""
+
+    content: str = Field(..., min_length=1, json_schema_extra=_DECLARE_NON_BLANK)
+
+
 class ChatMessageResponse(BaseModel):
     """The agent's answer, its citations and the conversation it belongs to."""
 
     agentId: str
+    status: ChatStatus = Field(
+        default="completed",
+        description="`completed`: the agent answered. `handed_off`: a person has the"
+        " conversation; the message was kept for them and `response` is empty.",
+    )
     response: str
     citations: list[Citation]
     conversationId: str
@@ -933,14 +949,27 @@ class Health(BaseModel):
     problems: list[str] = Field(description="What is wrong, one sentence each; empty when ok.")
 
 
+ConversationStatus = Literal["active", "handed_off"]
+"""``active``: the agent answers. ``handed_off``: a person has the conversation (the
+agent handed off, or an operator replied); the user's messages are kept and announced
+(``conversation.message``) and answered by no model, until the conversation is released."""
+
+
 class Conversation(BaseModel):
     """A conversation: the messages of one agent's chat, kept in order."""
 
     id: str
     agentId: str = Field(description="The agent the conversation is with.")
+    status: ConversationStatus = Field(
+        default="active",
+        description="`active`: the agent answers. `handed_off`: a person has it (the agent"
+        " handed off, or an operator replied) until it is released; the agent stays quiet.",
+    )
     created_at: datetime
     updated_at: datetime = Field(description="When its last message was added.")
-    message_count: int = Field(ge=0, description="Messages in the conversation (user and agent).")
+    message_count: int = Field(
+        ge=0, description="Messages in the conversation (user, agent and operator)."
+    )
 
 
 class ConversationList(BaseModel):
@@ -950,11 +979,16 @@ class ConversationList(BaseModel):
     has_more: bool
 
 
+MessageRole = Literal["user", "assistant", "operator"]
+"""Who wrote a message: the user, the agent (``assistant``), or a person who took the
+conversation over (``operator``)."""
+
+
 class Message(BaseModel):
-    """One message of a conversation: the user's, or the agent's answer."""
+    """One message of a conversation: the user's, the agent's answer, or an operator's."""
 
     id: str
-    role: Literal["user", "assistant"]
+    role: MessageRole
     content: str
     citations: list[Citation] = Field(
         description="For an answer, the citations its chat response carried; empty for"

@@ -56,6 +56,7 @@ from agentcore.schema import (
     Agent,
     ApiKey,
     Conversation,
+    ConversationStatus,
     Delivery,
     Document,
     Message,
@@ -554,20 +555,33 @@ class ConversationStore(Protocol):
         messages: Sequence[StoredMessage] = (),
         *,
         conversation_id: str | None = None,
+        status: ConversationStatus = "active",
     ) -> str:
         """Create a conversation holding ``messages`` (in one write: it is never seen
-        without them) and return its id: ``conversation_id`` when given (a chat turn
-        names it before it is stored), else a new one. One transaction."""
+        without them) in ``status``, and return its id: ``conversation_id`` when given
+        (a chat turn names it before it is stored), else a new one. One transaction."""
 
-    def conversation_agent(
-        self, organization_id: str, environment: str, conversation_id: str
-    ) -> str | None:
-        """The agent a conversation of this workspace belongs to, or ``None``. One read."""
+    def add_messages(
+        self,
+        conversation_id: str,
+        messages: Sequence[StoredMessage],
+        *,
+        status: ConversationStatus | None = None,
+    ) -> None:
+        """Append messages to a conversation, and set its ``status`` when given, in one
+        transaction (``NotFound`` and nothing stored if it was deleted): a
+        ``delete_conversation`` at the same time either comes first or deletes these
+        messages too."""
 
-    def add_messages(self, conversation_id: str, messages: Sequence[StoredMessage]) -> None:
-        """Append messages to a conversation, in one transaction (``NotFound`` and
-        nothing stored if it was deleted): a ``delete_conversation`` at the same time
-        either comes first or deletes these messages too."""
+    def set_conversation_status(
+        self,
+        organization_id: str,
+        environment: str,
+        conversation_id: str,
+        status: ConversationStatus,
+    ) -> Conversation | None:
+        """Set a conversation's ``status`` and return it, or ``None`` when it is not this
+        workspace's. One transaction."""
 
     def recent_messages(self, conversation_id: str, limit: int) -> list[StoredMessage]:
         """The last ``limit`` messages, oldest first. One read."""

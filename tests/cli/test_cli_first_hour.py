@@ -127,6 +127,15 @@ def test_agents_create_list_deploy_and_chat(db: Path, tmp_path: Path) -> None:
     missing = run_cli("chat", "--org", "demo", "--env", "test", "agt_nope", "Hi?", db=db)
     assert missing.returncode == 1 and "agt_nope" in missing.stderr
 
+    # a conversation handed to a person: the message is kept, and the CLI says why no
+    # agent answered
+    asked = ("chat", "--org", "demo", "--env", "test", made["id"])
+    handed = run_cli(*asked, "I want to talk to a human", db=db)
+    person = handed.stderr.split("conversation ")[1].split()[0]
+    waiting = run_cli(*asked, "--conversation", person, "Hello?", db=db)
+    assert waiting.returncode == 0, waiting.stderr
+    assert waiting.stdout == "\n" and "a person has this conversation" in waiting.stderr
+
 
 class HeldModel:
     """An OpenAI-compatible server on 127.0.0.1 whose streamed answer stops after its

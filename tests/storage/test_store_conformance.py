@@ -809,8 +809,8 @@ def test_concurrent_claims_are_disjoint(kind: str, request: pytest.FixtureReques
 def test_conversations(store: Any) -> None:
     org_id = org(store)
     conversation = store.create_conversation(org_id, "test", "agt_1")
-    assert store.conversation_agent(org_id, "test", conversation) == "agt_1"
-    assert store.conversation_agent(org_id, "live", conversation) is None
+    assert store.get_conversation(org_id, "test", conversation).agentId == "agt_1"
+    assert store.get_conversation(org_id, "live", conversation) is None
     cites = [{"source": "a.txt", "pages": [1]}]
     store.add_messages(
         conversation, [StoredMessage("user", "hi", []), StoredMessage("assistant", "yo", cites)]
@@ -832,6 +832,28 @@ def test_a_conversation_is_created_with_its_first_messages(store: Any) -> None:
     assert store.get_conversation(org_id, "test", named).message_count == 3
     fresh = store.create_conversation(org_id, "test", "agt_1", said)
     assert fresh.startswith("conv_") and fresh != named
+
+
+def test_a_conversation_is_handed_off_and_released(store: Any) -> None:
+    org_id, other = org(store), org(store, "globex")
+    said = [StoredMessage("user", "a human, please", []), StoredMessage("assistant", "ok", [])]
+    conversation = store.create_conversation(org_id, "test", "agt_1", said, status="handed_off")
+    assert store.get_conversation(org_id, "test", conversation).status == "handed_off"
+    # a message without a status leaves it as it is; with one, sets it in the same write
+    store.add_messages(conversation, [StoredMessage("user", "still there?", [])])
+    assert store.get_conversation(org_id, "test", conversation).status == "handed_off"
+    store.add_messages(conversation, [StoredMessage("operator", "yes", [])], status="handed_off")
+    released = store.set_conversation_status(org_id, "test", conversation, "active")
+    assert (released.id, released.status, released.message_count) == (conversation, "active", 4)
+    assert store.get_conversation(org_id, "test", conversation).status == "active"
+    # another workspace's conversation is not found, and stays as it was
+    assert store.set_conversation_status(other, "test", conversation, "handed_off") is None
+    assert store.set_conversation_status(org_id, "live", conversation, "handed_off") is None
+    assert store.get_conversation(org_id, "test", conversation).status == "active"
+    messages, _ = store.list_messages(org_id, "test", conversation, limit=10, starting_after=None)
+    assert [m.role for m in messages] == ["user", "assistant", "user", "operator"]
+    fresh = store.create_conversation(org_id, "test", "agt_1")
+    assert store.get_conversation(org_id, "test", fresh).status == "active"
 
 
 def test_conversation_history(store: Any) -> None:
@@ -895,7 +917,7 @@ def test_conversation_history(store: Any) -> None:
     assert store.delete_conversation(org_id, "test", first) is True
     assert store.delete_conversation(org_id, "test", first) is False
     assert store.get_conversation(org_id, "test", first) is None
-    assert store.conversation_agent(org_id, "test", first) is None
+    assert store.set_conversation_status(org_id, "test", first, "active") is None
     assert store.recent_messages(first, 10) == []
     assert store.list_messages(org_id, "test", first, limit=10, starting_after=None) is None
     with pytest.raises(NotFound):  # a turn finishing after the delete stores nothing

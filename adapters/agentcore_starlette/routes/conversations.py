@@ -1,4 +1,5 @@
-"""Routes: /v1/conversations — list, get, read messages, delete."""
+"""Routes: /v1/conversations — list, get, read messages, delete; an operator's reply and
+handing a conversation back to its agent."""
 
 from __future__ import annotations
 
@@ -6,7 +7,14 @@ from typing import cast
 
 from agentcore.adapters import ORDERS, Order
 from agentcore.errors import ValidationFailed
-from agentcore.schema import Conversation, ConversationList, Deleted, MessageList
+from agentcore.schema import (
+    Conversation,
+    ConversationList,
+    Deleted,
+    Message,
+    MessageList,
+    OperatorMessageCreate,
+)
 from agentcore_starlette.routing import PAGINATION, ApiRoute, Call, QueryParam
 
 
@@ -42,6 +50,23 @@ def list_conversation_messages(call: Call) -> MessageList:
         starting_after=call.str_query("starting_after"),
         order=cast(Order, call.str_query("order", ORDERS) or "asc"),
     )
+
+
+def reply_in_conversation(call: Call) -> Message:
+    """A person's reply in the conversation (`role: "operator"`), which takes it over.
+
+    The conversation becomes `handed_off` (if its agent had not handed off already): the
+    user's next messages are kept and sent to webhook subscribers as
+    `conversation.message` events, and no model answers them, until it is released.
+    """
+    body = cast(OperatorMessageCreate, call.body)
+    return call.workspace.conversations.reply(call.path["conversation_id"], body.content)
+
+
+def release_conversation(call: Call) -> Conversation:
+    """Give a handed-off conversation back to its agent: status `active`, and the agent
+    answers the next message (with the operator's replies in its history)."""
+    return call.workspace.conversations.release(call.path["conversation_id"])
 
 
 def delete_conversation(call: Call) -> Deleted:
@@ -91,6 +116,27 @@ ROUTES = [
                 "asc: oldest first (the default); desc: newest first.",
             ),
         ),
+    ),
+    ApiRoute(
+        method="POST",
+        path=_ONE + "/messages",
+        handler=reply_in_conversation,
+        response=Message,
+        summary="Reply in a conversation as an operator",
+        scope="write",
+        tag="conversations",
+        body="json",
+        request=OperatorMessageCreate,
+        status_code=201,
+    ),
+    ApiRoute(
+        method="POST",
+        path=_ONE + "/release",
+        handler=release_conversation,
+        response=Conversation,
+        summary="Hand a conversation back to its agent",
+        scope="write",
+        tag="conversations",
     ),
     ApiRoute(
         method="DELETE",

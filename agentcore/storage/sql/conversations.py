@@ -8,7 +8,7 @@ from typing import Any
 
 from agentcore._ids import new_id, now_iso
 from agentcore.errors import NotFound
-from agentcore.schema import Conversation, Message, Usage
+from agentcore.schema import Conversation, ConversationStatus, Message, Usage
 from agentcore.storage.base import ConversationStore
 from agentcore.storage.records import StoredMessage
 from agentcore.storage.sql.database import Connection, Tables
@@ -18,7 +18,7 @@ _GONE = "The conversation was deleted while the answer was being made."
 
 
 # the columns that are a conversation's, and a message's, fields as they are
-_CONVERSATION = ("id", "created_at", "updated_at", "message_count")
+_CONVERSATION = ("id", "status", "created_at", "updated_at", "message_count")
 _MESSAGE = ("id", "role", "content", "created_at")
 
 
@@ -40,7 +40,7 @@ def _message(row: Any) -> Message:
 class ConversationTables(Tables, ConversationStore):
     """Conversations and messages, in tables of those names.
 
-    Every chat turn runs ``conversation_agent``, ``recent_messages`` and
+    Every chat turn runs ``get_conversation``, ``recent_messages`` and
     ``add_messages``: small statements each (sqlite-utils' table API added a
     ``sqlite_master`` lookup, and a SAVEPOINT for writes, to each call: about 3x their
     time on SQLite, ``benchmarks/store_crud.py``).
@@ -54,18 +54,21 @@ class ConversationTables(Tables, ConversationStore):
         messages: Sequence[StoredMessage] = (),
         *,
         conversation_id: str | None = None,
+        status: ConversationStatus = "active",
     ) -> str:
         conversation_id = conversation_id or new_id("conv")
         now = now_iso()
         with self.db.write() as conn:  # the conversation and its first messages at once
             conn.execute(
                 "INSERT INTO conversations (id, organization_id, environment, agent_id,"
-                " created_at, updated_at, message_count) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                " status, created_at, updated_at, message_count)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 [
                     conversation_id,
                     organization_id,
                     environment,
                     agent_id,
+                    status,
                     now,
                     now,
                     len(messages),
@@ -74,14 +77,13 @@ class ConversationTables(Tables, ConversationStore):
             _insert_messages(conn, conversation_id, messages, now)
         return conversation_id
 
-    def conversation_agent(
-        self, organization_id: str, environment: str, conversation_id: str
-    ) -> str | None:
-        workspace = [organization_id, environment]
-        row = find_row(self.db, "conversations", conversation_id, workspace, "agent_id")
-        return None if row is None else str(row["agent_id"])
-
-    def add_messages(self, conversation_id: str, messages: Sequence[StoredMessage]) -> None:
+    def add_messages(
+        self,
+        conversation_id: str,
+        messages: Sequence[StoredMessage],
+        *,
+        status: ConversationStatus | None = None,
+    ) -> None:
         # The conversation's row is updated first (its count and ``updated_at``), which
         # locks it on PostgreSQL: a concurrent ``delete_conversation`` either ran before
         # (then this raises ``NotFound`` and stores nothing) or waits for this commit and
@@ -89,13 +91,32 @@ class ConversationTables(Tables, ConversationStore):
         now = now_iso()
         with self.db.write() as conn:
             cursor = conn.execute(
-                "UPDATE conversations SET updated_at = ?, message_count = message_count + ?"
-                " WHERE id = ?",
-                [now, len(messages), conversation_id],
+                "UPDATE conversations SET updated_at = ?, message_count = message_count + ?,"
+                " status = COALESCE(?, status) WHERE id = ?",
+                [now, len(messages), status, conversation_id],
             )
             if cursor.rowcount != 1:
                 raise NotFound(_GONE, param="conversationId")
             _insert_messages(conn, conversation_id, messages, now)
+
+    def set_conversation_status(
+        self,
+        organization_id: str,
+        environment: str,
+        conversation_id: str,
+        status: ConversationStatus,
+    ) -> Conversation | None:
+        with self.db.write() as conn:
+            changed = conn.execute(
+                f"UPDATE conversations SET status = ? WHERE id = ? AND {WORKSPACE}",
+                [status, conversation_id, organization_id, environment],
+            )
+            if changed.rowcount != 1:
+                return None
+            row = conn.execute(
+                "SELECT * FROM conversations WHERE id = ?", [conversation_id]
+            ).fetchone()
+        return _conversation(row)
 
     def recent_messages(self, conversation_id: str, limit: int) -> list[StoredMessage]:
         if limit <= 0:

@@ -517,3 +517,13 @@ def m017_document_external_id(d: Dialect) -> str:
             ON documents (organization_id, environment, external_id)
             WHERE external_id IS NOT NULL AND status = 'ready';
         """
+
+
+@migration()
+def m018_conversation_status(d: Dialect) -> str:
+    """A conversation's ``status``: ``active`` (the agent answers) or ``handed_off`` (a
+    person has it: the user's messages are kept and announced, the agent stays quiet
+    until the conversation is released)."""
+    return """
+        ALTER TABLE conversations ADD COLUMN status TEXT NOT NULL DEFAULT 'active';
+        """

@@ -247,7 +247,7 @@ def read_back(store: Any, made: dict[str, Any]) -> dict[str, Any]:
             for sub in made["subscriptions"]
         },
         "next_due_at": store.next_due_at(),
-        "conversation_agent": store.conversation_agent(*ws, made["conversation"]),
+        "conversation_agent": store.get_conversation(*ws, made["conversation"]).agentId,
         "messages": [
             [m.role, m.content, m.citations]
             for m in store.recent_messages(made["conversation"], 10)
