@@ -172,7 +172,10 @@ class ConversationService:
                 param="content",
             )
         check_unicode(content, param="content")
-        found = self.get(conversation_id)
+        # the store, not ``get``: replying needs only the write scope
+        found = self._store.get_conversation(ws.organization_id, ws.environment, conversation_id)
+        if found is None:
+            raise _missing(conversation_id)
         self._store.add_messages(
             conversation_id, [StoredMessage("operator", content, [])], status="handed_off"
         )

@@ -5,11 +5,17 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 from helpers import api, assert_problem  # noqa: F401 (api: faster fixture)
 
 from agentcore_starlette.routes import ROUTES
+
+
+def instant(text: str) -> datetime:
+    return datetime.fromisoformat(text)
+
 
 WEATHER = {
     "name": "get_weather",
@@ -147,7 +153,9 @@ def test_update_system_prompt_and_tools(api) -> None:
     assert updated["tools"] == [WEATHER]
     assert updated["name"] == "n"  # untouched
     assert updated["status"] == "draft"
-    assert updated["updated_at"] >= agent["updated_at"]
+    # as instants: a time of whole seconds is written without a fraction ('...15Z' sorts
+    # after '...15.023Z' as text)
+    assert instant(updated["updated_at"]) >= instant(agent["updated_at"])
     assert api.get(f"/v1/agents/{agent['id']}").json() == updated
     cleared = api.patch(f"/v1/agents/{agent['id']}", json={"tools": []}).json()
     assert cleared["tools"] == [] and cleared["system_prompt"] == "new"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -85,7 +86,8 @@ def test_a_chat_ui_reads_the_history_back(api) -> None:
     conversation = got.json()
     assert conversation["id"] == conversation_id and conversation["agentId"] == agent
     assert conversation["message_count"] == 4
-    assert conversation["updated_at"] >= conversation["created_at"]
+    updated, created = conversation["updated_at"], conversation["created_at"]
+    assert datetime.fromisoformat(updated) >= datetime.fromisoformat(created)  # as instants
 
     messages = api.get(f"/v1/conversations/{conversation_id}/messages").json()
     assert messages["has_more"] is False

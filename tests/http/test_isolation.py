@@ -37,6 +37,7 @@ from agentcore.schema import (
     AgentUpdate,
     ChatMessageRequest,
     DocumentUpdate,
+    OperatorMessageCreate,
     SearchRequest,
     TextDocumentCreate,
     WebhookSubscribeRequest,
@@ -120,6 +121,7 @@ def body_for(route: ApiRoute, owned: Owned, env: str) -> dict[str, Any] | None:
         DocumentUpdate: {"metadata": {"owner": "intruder"}},
         SearchRequest: {"query": f"{SECRET_WORD} warranty", "top_k": 100},
         ChatMessageRequest: {"agentId": owned.agent_id, "message": f"What is {SECRET_WORD}?"},
+        OperatorMessageCreate: {"content": "An intruder's reply."},
         WebhookSubscribeRequest: {"url": webhook_url(env), "events": ["agent.action"]},
         ChatCompletionRequest: {
             "model": owned.agent_id,

@@ -78,6 +78,7 @@ def test_migrations_render_for_each_dialect() -> None:
         "document_metadata",
         "idempotency_retention",
         "document_external_id",
+        "conversation_status",
     ]
     for step in MIGRATIONS:
         for dialect in (SQLITE, POSTGRES):
