@@ -342,7 +342,9 @@ class ChatService:
             StoredMessage("user", turn.message, []),
             StoredMessage("assistant", text, cited, usage=turn.usage),
         ]
-        status: ConversationStatus = "handed_off" if turn.handed_off else "active"
+        # a turn that did not hand off leaves the status as it is: an operator may have
+        # taken the conversation over while the model was answering
+        handed_off: ConversationStatus | None = "handed_off" if turn.handed_off else None
         if turn.new_conversation:
             ws = self._ws
             self._store.create_conversation(
@@ -351,10 +353,10 @@ class ChatService:
                 turn.agent.id,
                 said,
                 conversation_id=turn.conversation_id,
-                status=status,
+                status=handed_off or "active",
             )
         else:
-            self._store.add_messages(turn.conversation_id, said, status=status)
+            self._store.add_messages(turn.conversation_id, said, status=handed_off)
         turn.action("reply_sent", citations=cited)
         self._context.observer.answered(
             turn.model_name, time.perf_counter() - turn.began, turn.usage

@@ -188,3 +188,26 @@ def test_the_model_sees_the_operator_after_release(store_url: str) -> None:
             ("user", "Hello??"),
             ("assistant", "Sorry for the wait, refund issued."),
         ]
+
+
+def test_a_takeover_while_the_model_answers_stays(tmp_path: Any) -> None:
+    # the operator replies while the agent's model is still answering: the answer is
+    # stored, and the conversation stays with the person
+    taken: list[str] = []
+
+    def answer(request: Any) -> ChatResult:
+        if taken:
+            ws.conversations.reply(taken[0], "I'll take it from here.")
+        return ChatResult(text="Let me check that.")
+
+    model = Recorder("scripted", answer)
+    with AgentCore.open(tmp_path / "a.db", plugins=[model], default_chat_model="scripted") as core:
+        ws = core.workspace("acme")
+        agent = ws.agents.create(name="Support")
+        conversation = ws.chat.send(agent.id, "Where is my parcel?").conversationId
+        taken.append(conversation)
+        answered = ws.chat.send(agent.id, "It was due Monday.", conversation)
+        assert answered.status == "completed"
+        assert ws.conversations.get(conversation).status == "handed_off"
+        roles = [m.role for m in ws.conversations.messages(conversation).messages]
+        assert roles == ["user", "assistant", "operator", "user", "assistant"]
