@@ -35,7 +35,7 @@ from agentcore.chat_models import (
     stream_answer,
     whole_answer,
 )
-from agentcore.conversations import Publisher, publish_message
+from agentcore.conversations import Publisher, check_message, publish_message
 from agentcore.errors import (
     AgentCoreError,
     Conflict,
@@ -292,15 +292,7 @@ class ChatService:
         """Check the request, then return the turn, ready to run on first iteration."""
         ws = self._ws
         ws.require("read")
-        if not message.strip():
-            raise ValidationFailed("The message is empty.", code="empty_message", param="message")
-        if len(message) > self._settings.max_message_chars:
-            raise ValidationFailed(
-                f"The message is longer than {self._settings.max_message_chars} characters.",
-                code="message_too_long",
-                param="message",
-            )
-        check_unicode(message, param="message")
+        check_message(message, max_chars=self._settings.max_message_chars, param="message")
         check_unicode(agent_id, param="agentId")
         check_unicode(conversation_id, param="conversationId")
         for at, earlier in enumerate(history or ()):

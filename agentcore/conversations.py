@@ -58,6 +58,21 @@ def publish_message(
     )
 
 
+def check_message(text: str, *, max_chars: int, param: str) -> None:
+    """A 422 naming ``param`` for a message no conversation takes: blank
+    (``empty_message``), longer than ``max_chars`` (``message_too_long``), or holding a
+    lone surrogate. A user's chat message and an operator's reply are checked alike."""
+    if not text.strip():
+        raise ValidationFailed("The message is empty.", code="empty_message", param=param)
+    if len(text) > max_chars:
+        raise ValidationFailed(
+            f"The message is longer than {max_chars} characters.",
+            code="message_too_long",
+            param=param,
+        )
+    check_unicode(text, param=param)
+
+
 def _missing(conversation_id: str) -> NotFound:
     return NotFound(f"No conversation with id {conversation_id!r}.", param="id")
 
@@ -163,15 +178,7 @@ class ConversationService:
         """
         ws = self._ws
         ws.require("write")
-        if not content.strip():
-            raise ValidationFailed("The message is empty.", code="empty_message", param="content")
-        if len(content) > self._settings.max_message_chars:
-            raise ValidationFailed(
-                f"The message is longer than {self._settings.max_message_chars} characters.",
-                code="message_too_long",
-                param="content",
-            )
-        check_unicode(content, param="content")
+        check_message(content, max_chars=self._settings.max_message_chars, param="content")
         # the store, not ``get``: replying needs only the write scope
         found = self._store.get_conversation(ws.organization_id, ws.environment, conversation_id)
         if found is None:
