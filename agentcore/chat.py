@@ -17,9 +17,11 @@ import re
 import time
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Executor, Future, InvalidStateError, wait
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, replace
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol
+
+from pydantic import ValidationError
 
 from agentcore._cancellation import Cancellation
 from agentcore._ids import new_id
@@ -30,6 +32,7 @@ from agentcore.chat_models import (
     ChatResult,
     ChatTurn,
     Passage,
+    ToolCall,
     ToolSpec,
     ToolStep,
     stream_answer,
@@ -45,6 +48,7 @@ from agentcore.errors import (
     ProviderTimeout,
     ValidationFailed,
     check_unicode,
+    invalid_fields,
 )
 from agentcore.events import finite
 from agentcore.knowledge import supporting_pages
@@ -58,11 +62,13 @@ from agentcore.schema import (
     Citation,
     ConversationStatus,
     Filter,
+    RequestedToolCall,
     SearchMode,
+    ToolOutput,
     Usage,
 )
 from agentcore.storage.base import AgentStore, ConversationStore
-from agentcore.storage.records import StoredChunk, StoredMessage
+from agentcore.storage.records import PendingTurn, StoredChunk, StoredMessage
 
 if TYPE_CHECKING:
     from agentcore.config import Settings
@@ -93,6 +99,9 @@ CHAT_STATUSES: dict[str, tuple[AgentStatus, ...]] = {
 a test key also reaches agents in ``draft``)."""
 _GUARD_SLACK = 2.0  # seconds past the model time-out before a hung plugin is abandoned
 _END = object()  # what ``next`` returns for a model stream that ended without a result
+# the result a model sees for a caller's tool it called on its last step (tools are not
+# offered then, so the turn does not wait for the caller)
+_NOT_OFFERED = json.dumps({"error": "no more tool calls in this turn"})
 
 log = get_logger("agentcore.chat")  # masks keys and secrets in every record
 
@@ -209,13 +218,19 @@ class ChatService:
     def send(
         self,
         agent_id: str,
-        message: str,
+        message: str | None = None,
         conversation_id: str | None = None,
         *,
         history: Sequence[ChatTurn] | None = None,
         cancellation: Cancellation | None = None,
+        tool_outputs: Sequence[ToolOutput | Mapping[str, Any]] | None = None,
     ) -> ChatMessageResponse:
         """Send ``message`` to an agent and return its answer with citations. Read scope.
+
+        When the model calls tools the caller runs (an agent's tools no plugin runs),
+        the answer has ``status="requires_action"`` and ``tool_calls``: send their
+        outputs as ``tool_outputs`` (``[{"tool_call_id", "output"}]``, one for each
+        call) with the ``conversation_id`` and no ``message`` to continue the turn.
 
         :param conversation_id: continue this conversation: its stored turns are the
             model's context. Without it a new conversation starts; it is stored with
@@ -229,7 +244,13 @@ class ChatService:
             its ``DeadlineExceeded`` or ``Cancelled`` is raised.
         """
         answer = self._open(
-            agent_id, message, conversation_id, history, streaming=False, cancellation=cancellation
+            agent_id,
+            message,
+            conversation_id,
+            history,
+            streaming=False,
+            cancellation=cancellation,
+            tool_outputs=tool_outputs,
         )
         if cancellation is not None:
             cancellation.on_cancel(answer.close)  # wakes the turn waiting for its model
@@ -242,10 +263,11 @@ class ChatService:
     def stream(
         self,
         agent_id: str,
-        message: str,
+        message: str | None = None,
         conversation_id: str | None = None,
         *,
         history: Sequence[ChatTurn] | None = None,
+        tool_outputs: Sequence[ToolOutput | Mapping[str, Any]] | None = None,
     ) -> ChatStream:
         """Send ``message`` and get the answer as it is generated. Read scope.
 
@@ -255,9 +277,11 @@ class ChatService:
         unknown agent or conversation raise here, before anything is generated;
         model failures raise from the iteration. ``close()`` (or leaving a ``with``
         block) stops the model; an answer that did not complete is not stored.
-        ``conversation_id`` and ``history`` are as for ``send``.
+        ``conversation_id``, ``history`` and ``tool_outputs`` are as for ``send``.
         """
-        return self._open(agent_id, message, conversation_id, history, streaming=True)
+        return self._open(
+            agent_id, message, conversation_id, history, streaming=True, tool_outputs=tool_outputs
+        )
 
     def agents(self) -> list[Agent]:
         """Every agent this key may chat with, newest first: with a test key the agents
@@ -282,19 +306,34 @@ class ChatService:
     def _open(
         self,
         agent_id: str,
-        message: str,
+        message: str | None,
         conversation_id: str | None,
         history: Sequence[ChatTurn] | None,
         *,
         streaming: bool,
         cancellation: Cancellation | None = None,
+        tool_outputs: Sequence[ToolOutput | Mapping[str, Any]] | None = None,
     ) -> ChatStream:
         """Check the request, then return the turn, ready to run on first iteration."""
         ws = self._ws
         ws.require("read")
-        check_message(message, max_chars=self._settings.max_message_chars, param="message")
         check_unicode(agent_id, param="agentId")
         check_unicode(conversation_id, param="conversationId")
+        if tool_outputs is not None:
+            if message is not None or history is not None:
+                raise ValidationFailed(
+                    "Send either a message or the tool_outputs a turn waits for, not both.",
+                    code="message_with_tool_outputs",
+                    param="tool_outputs",
+                )
+            return self._resume(agent_id, conversation_id, tool_outputs, streaming, cancellation)
+        if message is None:
+            raise ValidationFailed(
+                "Give the user's message (or the tool_outputs a turn waits for).",
+                code="message_required",
+                param="message",
+            )
+        check_message(message, max_chars=self._settings.max_message_chars, param="message")
         for at, earlier in enumerate(history or ()):
             check_unicode(earlier.content, param=f"history.{at}.content")
         if history is not None and conversation_id is not None:
@@ -306,6 +345,13 @@ class ChatService:
         agent = self._answering_agent(agent_id)
         cancel: Future[None] = Future()
         conversation, status = self._conversation(agent.id, conversation_id)
+        if conversation_id is not None and self._store.pending_turn(conversation, time.time()):
+            raise Conflict(
+                "The conversation's turn waits for the outputs of the tools the caller runs:"
+                " send them as tool_outputs (it stops waiting after tool_call_timeout).",
+                code="conversation_requires_action",
+                param="conversationId",
+            )
         if status == "handed_off":
             return ChatStream(self._keep_for_operator(agent.id, conversation, message), cancel)
         turn = _Turn(
@@ -325,15 +371,146 @@ class ChatService:
             turn.history = turns[max(len(turns) - self._settings.history_turns, 0) :]
         return ChatStream(self._answer(turn), cancel)
 
+    def _resume(
+        self,
+        agent_id: str,
+        conversation_id: str | None,
+        tool_outputs: Sequence[ToolOutput | Mapping[str, Any]],
+        streaming: bool,
+        cancellation: Cancellation | None,
+    ) -> ChatStream:
+        """The turn waiting in a conversation, held for this resume and given the
+        outputs of its tool calls (each checked), ready to run on first iteration."""
+        if conversation_id is None:
+            raise ValidationFailed(
+                "tool_outputs continue a conversation's turn: give its conversationId.",
+                code="conversation_required",
+                param="conversationId",
+            )
+        outputs = self._checked_outputs(tool_outputs)
+        agent = self._answering_agent(agent_id)
+        conversation, _ = self._conversation(agent.id, conversation_id)
+        settings = self._settings
+        now = time.time()
+        # a resume runs at most every remaining model step; a crashed one lets go then
+        held_for = (settings.model_timeout + _GUARD_SLACK) * (settings.max_tool_steps + 1)
+        pending = self._store.claim_pending_turn(conversation, now, now + held_for)
+        if pending is None:
+            raise Conflict(
+                "No tool calls of this conversation wait for outputs: they were answered,"
+                " or waited longer than tool_call_timeout.",
+                code="no_tool_calls_pending",
+                param="tool_outputs",
+            )
+        waiting = [call["id"] for call in pending.state["waiting"]]
+        if sorted(outputs) != sorted(waiting) or len(outputs) != len(tool_outputs):
+            self._store.release_pending_turn(conversation, pending.id)
+            raise ValidationFailed(
+                "Give one output for each call the turn waits for, all at once: "
+                + ", ".join(waiting)
+                + ".",
+                code="tool_outputs_mismatch",
+                param="tool_outputs",
+            )
+        turn = _Turn(
+            self._context,
+            agent,
+            conversation,
+            str(pending.state["message"]),
+            cancel=Future(),
+            streaming=streaming,
+            cancellation=cancellation,
+        )
+        turn.resumed, turn.outputs = pending, outputs
+        return ChatStream(self._answer(turn), turn.cancel)
+
+    def _checked_outputs(
+        self, tool_outputs: Sequence[ToolOutput | Mapping[str, Any]]
+    ) -> dict[str, str]:
+        """The outputs by the id of the call they answer, each checked (a 422 names the
+        first bad one)."""
+        if not tool_outputs:
+            raise ValidationFailed(
+                "Give at least one tool output.", code="tool_outputs_empty", param="tool_outputs"
+            )
+        found: dict[str, str] = {}
+        for at, given in enumerate(tool_outputs):
+            try:
+                output = (
+                    given if isinstance(given, ToolOutput) else ToolOutput.model_validate(given)
+                )
+            except ValidationError as exc:
+                raise invalid_fields(exc, prefix=("tool_outputs", at)) from None
+            check_unicode(output.output, param=f"tool_outputs.{at}.output")
+            if len(output.output) > self._settings.max_tool_output_chars:
+                raise ValidationFailed(
+                    f"A tool output may hold at most {self._settings.max_tool_output_chars}"
+                    " characters.",
+                    code="tool_output_too_long",
+                    param=f"tool_outputs.{at}.output",
+                )
+            found[output.tool_call_id] = output.output
+        return found
+
     def _answer(self, turn: _Turn) -> Generator[str, None, ChatMessageResponse]:
-        """Run ``turn``, passing its deltas on; store and announce the finished answer."""
-        text, citations = yield from turn.run()
-        turn.stop_if_cancelled()  # answered past the deadline: the client was told 504
-        cited = [c.model_dump() for c in citations]
-        said = [
-            StoredMessage("user", turn.message, []),
-            StoredMessage("assistant", text, cited, usage=turn.usage),
+        """Run ``turn``, passing its deltas on; store and announce the finished answer
+        (or the turn paused for the caller's tools). A resume that does not finish lets
+        the paused turn go, for another resume."""
+        stored = False
+        try:
+            text, citations = yield from turn.run()
+            turn.stop_if_cancelled()  # answered past the deadline: the client was told 504
+            calls = self._store_turn(turn, text, citations)
+            stored = True
+        finally:
+            if not stored and turn.resumed is not None:
+                try:
+                    self._store.release_pending_turn(turn.conversation_id, turn.resumed.id)
+                except Exception:  # the turn's own failure is what the caller must see
+                    log.exception("releasing a paused chat turn failed")
+        if calls:
+            turn.action("requires_action", tool_calls=[c.model_dump() for c in calls])
+        else:
+            turn.action("reply_sent", citations=[c.model_dump() for c in citations])
+        self._context.observer.answered(
+            turn.model_name, time.perf_counter() - turn.began, turn.usage
+        )
+        return ChatMessageResponse(
+            agentId=turn.agent.id,
+            status="requires_action" if calls else "completed",
+            response=text,
+            citations=citations,
+            conversationId=turn.conversation_id,
+            usage=turn.usage,
+            tool_calls=calls or None,
+        )
+
+    def _store_turn(
+        self, turn: _Turn, text: str, citations: list[Citation]
+    ) -> list[RequestedToolCall]:
+        """Store what the turn said: the user's message (or the outputs a resume gave),
+        then the answer, or the calls it waits for with the paused turn; those calls."""
+        said: list[StoredMessage] = []
+        if turn.resumed is None:
+            said.append(StoredMessage("user", turn.message, []))
+        else:
+            said.extend(
+                StoredMessage("tool", turn.outputs[call["id"]], [], tool_call_id=call["id"])
+                for call in turn.resumed.state["waiting"]
+            )
+        calls = [
+            RequestedToolCall(id=call.id, name=call.name, arguments=finite(call.arguments))
+            for call in turn.waiting
         ]
+        pending: PendingTurn | None = None
+        if calls:
+            listed = [call.model_dump() for call in calls]
+            said.append(StoredMessage("assistant", text, [], usage=turn.usage, tool_calls=listed))
+            expires = time.time() + self._settings.tool_call_timeout
+            pending = PendingTurn(new_id("turn"), turn.paused_state(), expires)
+        else:
+            cited = [c.model_dump() for c in citations]
+            said.append(StoredMessage("assistant", text, cited, usage=turn.usage))
         # a turn that did not hand off leaves the status as it is: an operator may have
         # taken the conversation over while the model was answering
         handed_off: ConversationStatus | None = "handed_off" if turn.handed_off else None
@@ -346,20 +523,14 @@ class ChatService:
                 said,
                 conversation_id=turn.conversation_id,
                 status=handed_off or "active",
+                pending=pending,
             )
         else:
-            self._store.add_messages(turn.conversation_id, said, status=handed_off)
-        turn.action("reply_sent", citations=cited)
-        self._context.observer.answered(
-            turn.model_name, time.perf_counter() - turn.began, turn.usage
-        )
-        return ChatMessageResponse(
-            agentId=turn.agent.id,
-            response=text,
-            citations=citations,
-            conversationId=turn.conversation_id,
-            usage=turn.usage,
-        )
+            resumed = None if turn.resumed is None else turn.resumed.id
+            self._store.add_messages(
+                turn.conversation_id, said, status=handed_off, pending=pending, resumed=resumed
+            )
+        return calls
 
     def _keep_for_operator(
         self, agent_id: str, conversation_id: str, message: str
@@ -545,6 +716,12 @@ class _Turn:
         # the model's earlier turns: None reads them from the stored conversation
         self.history: list[ChatTurn] | None = None
         self.handed_off = False  # the turn ended in a handoff: a person has it next
+        # a resume: the paused turn, and the caller's outputs by the id of their call
+        self.resumed: PendingTurn | None = None
+        self.outputs: dict[str, str] = {}
+        # a pause: the calls the caller runs, and what the turn goes on from
+        self.waiting: list[ToolCall] = []
+        self._paused: dict[str, Any] = {}
 
     def stop_if_cancelled(self) -> None:
         """Raise if the turn was stopped: the request's cancellation's error (its
@@ -587,51 +764,23 @@ class _Turn:
         shows whether the answer used the knowledge core: a no-answer is replaced by
         the handoff, never sent and then taken back.
         """
-        if wants_human(self.message):
-            return (yield from self.handoff("user_requested"))
-        knowledge = self.agent.knowledge
-        results = self.context.knowledge.retrieve(
-            self.message,
-            self.settings.chat_top_k,
-            filter=None if knowledge is None else knowledge.filter,
-            mode=self.settings.chat_search_mode,
-        )
-        self.action(
-            "knowledge_lookup",
-            query=self.message,
-            results=len(results),
-            top_score=results[0][1] if results else None,
-        )
-        passages = [
-            Passage(
-                id=f"P{number}",
-                text=chunk.text,
-                source=chunk.source,
-                pages=chunk.pages,
-                score=score,
-                document_id=chunk.document_id,
-                page_offsets=chunk.page_offsets,
-            )
-            for number, (chunk, score) in enumerate(results, 1)
-        ]
+        if self.resumed is not None:
+            passages, history, steps, first = self.restored()
+        else:
+            if wants_human(self.message):
+                return (yield from self.handoff("user_requested"))
+            passages = self.retrieve()
+            history = self.stored_history() if self.history is None else self.history
+            steps, first = [], 0
         term_stats = self.context.knowledge.term_stats(self.message) if passages else None
-        history = self.history
-        if history is None:
-            history = [
-                ChatTurn(role="user" if m.role == "user" else "assistant", content=m.content)
-                for m in self.context.store.recent_messages(
-                    self.conversation_id, self.settings.history_turns
-                )
-            ]
         tools = [ToolSpec(t.name, t.description, t.parameters) for t in self.agent.tools] + [
             HANDOFF_SPEC
         ]
-        steps: list[ToolStep] = []
         model = self.context.model_for(self.agent)
         hold = self.agent.handoff_on_no_answer
         said = held = ""
         result: ChatResult | None = None
-        for step in range(self.settings.max_tool_steps + 1):
+        for step in range(first, self.settings.max_tool_steps + 1):
             offer = tools if step < self.settings.max_tool_steps else []
             request = ChatRequest(
                 system_prompt=self.agent.system_prompt,
@@ -660,13 +809,31 @@ class _Turn:
             if held:
                 said += held
                 yield held
+            waiting: list[ToolCall] = []
             for call in result.tool_calls:
                 if call.name == HANDOFF_TOOL:
                     reason = str(call.arguments.get("reason") or "model_requested")
                     return (yield from self.handoff(reason, said))
                 # a stopped turn starts no more tools (one already running ends)
                 self.stop_if_cancelled()
-                steps.append(ToolStep(call, self.run_tool(call.name, call.arguments)))
+                output = self.run_tool(call.name, call.arguments)
+                if output is None:
+                    waiting.append(self.named(call, steps, waiting))
+                else:
+                    steps.append(ToolStep(call, output))
+            if waiting and step < self.settings.max_tool_steps:
+                # the caller runs these: the turn waits, stored, for their outputs
+                self.waiting = waiting
+                self._paused = {
+                    "message": self.message,
+                    "passages": [asdict(passage) for passage in passages],
+                    "history": [asdict(turn) for turn in history],
+                    "steps": [{"call": asdict(s.call), "result": s.result} for s in steps],
+                    "waiting": [asdict(call) for call in waiting],
+                    "step": step,
+                }
+                return said, []
+            steps.extend(ToolStep(call, _NOT_OFFERED) for call in waiting)
         assert result is not None
         if not result.used_passage_ids and hold:
             return (yield from self.handoff("no_relevant_knowledge", said))
@@ -675,14 +842,85 @@ class _Turn:
             yield held
         return said, build_citations(passages, result.used_passage_ids, said)
 
-    def run_tool(self, name: str, arguments: dict[str, Any]) -> str:
+    def paused_state(self) -> dict[str, Any]:
+        """What a resume of this paused turn goes on from (JSON): its message, passages
+        and history, the tool steps taken, the calls it waits for, the step it is at."""
+        return finite(self._paused)  # type: ignore[no-any-return]
+
+    def restored(self) -> tuple[list[Passage], list[ChatTurn], list[ToolStep], int]:
+        """A resumed turn's passages, history and tool steps (the caller's outputs
+        last), and the step it goes on at."""
+        assert self.resumed is not None
+        state = self.resumed.state
+        steps = [ToolStep(ToolCall(**s["call"]), s["result"]) for s in state["steps"]]
+        steps += [ToolStep(ToolCall(**call), self.outputs[call["id"]]) for call in state["waiting"]]
+        return (
+            [Passage(**passage) for passage in state["passages"]],
+            [ChatTurn(**turn) for turn in state["history"]],
+            steps,
+            int(state["step"]) + 1,
+        )
+
+    @staticmethod
+    def named(call: ToolCall, steps: list[ToolStep], waiting: list[ToolCall]) -> ToolCall:
+        """``call`` with an id the caller can answer it by: the model's, or a new one
+        when the model gave none or one this turn already used."""
+        used = {step.call.id for step in steps} | {other.id for other in waiting}
+        return call if call.id and call.id not in used else replace(call, id=new_id("call"))
+
+    def retrieve(self) -> list[Passage]:
+        """The passages for the message, from the agent's knowledge (``knowledge_lookup``)."""
+        knowledge = self.agent.knowledge
+        results = self.context.knowledge.retrieve(
+            self.message,
+            self.settings.chat_top_k,
+            filter=None if knowledge is None else knowledge.filter,
+            mode=self.settings.chat_search_mode,
+        )
+        self.action(
+            "knowledge_lookup",
+            query=self.message,
+            results=len(results),
+            top_score=results[0][1] if results else None,
+        )
+        return [
+            Passage(
+                id=f"P{number}",
+                text=chunk.text,
+                source=chunk.source,
+                pages=chunk.pages,
+                score=score,
+                document_id=chunk.document_id,
+                page_offsets=chunk.page_offsets,
+            )
+            for number, (chunk, score) in enumerate(results, 1)
+        ]
+
+    def stored_history(self) -> list[ChatTurn]:
+        """The conversation's last messages as the model's earlier turns: the user's,
+        and the agent's and operators' as the assistant's (tool calls and outputs are
+        not: the model saw them in their own turn)."""
+        return [
+            ChatTurn(role="user" if m.role == "user" else "assistant", content=m.content)
+            for m in self.context.store.recent_messages(
+                self.conversation_id, self.settings.history_turns
+            )
+            if m.role != "tool" and m.content
+        ]
+
+    def run_tool(self, name: str, arguments: dict[str, Any]) -> str | None:
+        """Run a tool the model called: its result for the model, or ``None`` for one
+        of the agent's tools that no plugin runs (the caller runs it)."""
         self.action("tool_call", tool=name, arguments=arguments)
         known = {tool.name for tool in self.agent.tools}
         if name not in known:
             return json.dumps({"error": f"unknown tool {name!r}"})
         outcome = self.context.run_tool(agent_id=self.agent.id, name=name, arguments=arguments)
         if outcome is None:
-            return json.dumps({"error": "this tool is not available here"})
+            size = len(json.dumps(arguments, default=str))
+            if size > self.settings.max_tool_output_chars:
+                return json.dumps({"error": f"the arguments are too long ({size} characters)"})
+            return None
         return outcome if isinstance(outcome, str) else json.dumps(outcome, default=str)
 
     def call_model(self, model: ChatModel, request: ChatRequest) -> Iterator[str | ChatResult]:

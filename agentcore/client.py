@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +38,7 @@ from agentcore.schema import (
     MessageList,
     SearchMode,
     SearchResponse,
+    ToolOutput,
     VerifyResponse,
     WebhookList,
     WebhookSubscriptionWithSecret,
@@ -58,10 +59,25 @@ class _Request(Generic[M]):
     kwargs: dict[str, Any] = field(default_factory=dict)
 
 
-def _chat_body(agent_id: str, message: str, conversation_id: str | None) -> dict[str, Any]:
-    body: dict[str, Any] = {"agentId": agent_id, "message": message}
+ToolOutputs = Sequence[ToolOutput | Mapping[str, Any]]
+"""The outputs of the calls a turn waits for: ``[{"tool_call_id": ..., "output": ...}]``."""
+
+
+def _chat_body(
+    agent_id: str,
+    message: str | None,
+    conversation_id: str | None,
+    tool_outputs: ToolOutputs | None = None,
+) -> dict[str, Any]:
+    body: dict[str, Any] = {"agentId": agent_id}
+    if message is not None:
+        body["message"] = message
     if conversation_id is not None:
         body["conversationId"] = conversation_id
+    if tool_outputs is not None:
+        body["tool_outputs"] = [
+            o.model_dump() if isinstance(o, ToolOutput) else dict(o) for o in tool_outputs
+        ]
     return body
 
 
@@ -168,9 +184,12 @@ class _Requests:
 
     @staticmethod
     def chat(
-        agent_id: str, message: str, conversation_id: str | None
+        agent_id: str,
+        message: str | None,
+        conversation_id: str | None,
+        tool_outputs: ToolOutputs | None = None,
     ) -> _Request[ChatMessageResponse]:
-        body = _chat_body(agent_id, message, conversation_id)
+        body = _chat_body(agent_id, message, conversation_id, tool_outputs)
         return _Request(ChatMessageResponse, "POST", "/chat/message", {"json": body})
 
     @staticmethod
@@ -267,7 +286,7 @@ class _StreamReader:
         if event.event == "response.delta":
             delta = json.loads(event.data)["delta"]
             return str(delta)
-        if event.event == "response.completed":
+        if event.event in ("response.completed", "response.requires_action"):
             self.response = ChatMessageResponse.model_validate_json(event.data)
             return None
         if event.event == "error":
@@ -451,22 +470,34 @@ class ChatClient:
         return self.send(agent_id, message, conversation_id)
 
     def send(
-        self, agent_id: str, message: str, conversation_id: str | None = None
+        self,
+        agent_id: str,
+        message: str | None = None,
+        conversation_id: str | None = None,
+        *,
+        tool_outputs: ToolOutputs | None = None,
     ) -> ChatMessageResponse:
-        """``POST /v1/chat/message``: the whole answer."""
-        request = _Requests.chat(agent_id, message, conversation_id)
+        """``POST /v1/chat/message``: the whole answer. An answer with ``status ==
+        "requires_action"`` waits for its ``tool_calls``' outputs: send them as
+        ``tool_outputs`` with the ``conversation_id`` and no ``message``."""
+        request = _Requests.chat(agent_id, message, conversation_id, tool_outputs)
         response = self._http.request(request.method, request.path, **request.kwargs)
         return _parse(request, response)
 
     def stream(
-        self, agent_id: str, message: str, conversation_id: str | None = None
+        self,
+        agent_id: str,
+        message: str | None = None,
+        conversation_id: str | None = None,
+        *,
+        tool_outputs: ToolOutputs | None = None,
     ) -> ChatEventStream:
         """``POST /v1/chat/message`` with ``stream: true``: the answer as it is generated.
 
         ``with client.chat.stream(agent_id, "Hi") as stream: for delta in stream: ...``
         then ``stream.response``.
         """
-        body = {**_chat_body(agent_id, message, conversation_id), "stream": True}
+        body = {**_chat_body(agent_id, message, conversation_id, tool_outputs), "stream": True}
         return ChatEventStream(connect_sse(self._http, "POST", "/chat/message", json=body))
 
 
@@ -483,22 +514,34 @@ class AsyncChatClient:
         return await self.send(agent_id, message, conversation_id)
 
     async def send(
-        self, agent_id: str, message: str, conversation_id: str | None = None
+        self,
+        agent_id: str,
+        message: str | None = None,
+        conversation_id: str | None = None,
+        *,
+        tool_outputs: ToolOutputs | None = None,
     ) -> ChatMessageResponse:
-        """``POST /v1/chat/message``: the whole answer."""
-        request = _Requests.chat(agent_id, message, conversation_id)
+        """``POST /v1/chat/message``: the whole answer. An answer with ``status ==
+        "requires_action"`` waits for its ``tool_calls``' outputs: send them as
+        ``tool_outputs`` with the ``conversation_id`` and no ``message``."""
+        request = _Requests.chat(agent_id, message, conversation_id, tool_outputs)
         response = await self._http.request(request.method, request.path, **request.kwargs)
         return _parse(request, response)
 
     def stream(
-        self, agent_id: str, message: str, conversation_id: str | None = None
+        self,
+        agent_id: str,
+        message: str | None = None,
+        conversation_id: str | None = None,
+        *,
+        tool_outputs: ToolOutputs | None = None,
     ) -> AsyncChatEventStream:
         """``POST /v1/chat/message`` with ``stream: true``: the answer as it is generated.
 
         ``async with client.chat.stream(agent_id, "Hi") as stream: async for delta in
         stream: ...`` then ``stream.response``.
         """
-        body = {**_chat_body(agent_id, message, conversation_id), "stream": True}
+        body = {**_chat_body(agent_id, message, conversation_id, tool_outputs), "stream": True}
         return AsyncChatEventStream(aconnect_sse(self._http, "POST", "/chat/message", json=body))
 
 

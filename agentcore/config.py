@@ -325,8 +325,22 @@ class Settings(BaseSettings):
         " or hybrid (both, fused by reciprocal rank); see docs/benchmarks.md.",
     )
     history_turns: int = Field(10, ge=0, description="Earlier messages passed to the model.")
-    max_tool_steps: int = Field(4, ge=0)
+    max_tool_steps: int = Field(
+        4, ge=0, description="Tool steps one chat turn may take, counted across its pauses."
+    )
     model_timeout: float = Field(30.0, gt=0, description="Seconds a model call may take.")
+    tool_call_timeout: float = Field(
+        600.0,
+        gt=0,
+        description="Seconds a turn waits for the outputs of the tools the caller runs;"
+        " after it the conversation takes messages again.",
+    )
+    max_tool_output_chars: int = Field(
+        100_000,
+        ge=1,
+        description="Longest output of a tool the caller runs, and longest arguments of a"
+        " call handed to the caller (JSON text).",
+    )
 
     # Webhooks
     # NoDecode: the environment gives a comma-separated string, not JSON

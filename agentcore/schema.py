@@ -707,23 +707,6 @@ class Citation(BaseModel):
     pages: list[int]
 
 
-class ChatMessageRequest(Request):
-    """Body of ``POST /v1/chat/message``."""
-
-    agentId: str = Field(..., min_length=1, max_length=100)
-    message: str = Field(..., min_length=1, json_schema_extra=_DECLARE_NON_BLANK)
-    conversationId: str | None = Field(None, min_length=1, max_length=100)
-    stream: StrictBool = Field(
-        False, description="Answer as server-sent events (`text/event-stream`) as it is generated."
-    )
-
-
-class ChatDelta(BaseModel):
-    """``data`` of a ``response.delta`` event of a streamed answer: the next piece of text."""
-
-    delta: str
-
-
 def _absent_when_none(schema: dict[str, Any]) -> None:
     # a field left out of the JSON when it is None (exclude_if): declared as its type,
     # not nullable, and not required
@@ -740,6 +723,82 @@ def _omitted_if_none(description: str) -> Any:
         exclude_if=lambda value: value is None,
         json_schema_extra=_absent_when_none,
     )
+
+
+def _absent_or_non_blank(schema: dict[str, Any]) -> None:
+    # an optional text that is non-blank when given, and never null
+    _absent_when_none(schema)
+    schema.update(_DECLARE_NON_BLANK)
+
+
+MAX_TOOL_OUTPUTS = 64
+"""The most tool calls one model step may leave to the caller (and outputs one resume gives)."""
+
+
+class ToolOutput(Request):
+    """The result of a tool call the caller ran, sent back to resume the turn."""
+
+    tool_call_id: str = Field(
+        ..., min_length=1, max_length=100, description="The `id` of the call it answers."
+    )
+    output: str = Field(
+        ...,
+        description="What the tool returned, as text (JSON is usual); passed to the model"
+        " only. At most `max_tool_output_chars` characters.",
+    )
+
+
+class ChatMessageRequest(Request):
+    """Body of ``POST /v1/chat/message``: a ``message``, or the ``tool_outputs`` that
+    resume a turn waiting for them (with its ``conversationId``)."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "oneOf": [
+                {"required": ["message"], "not": {"required": ["tool_outputs"]}},
+                {
+                    "required": ["tool_outputs", "conversationId"],
+                    "properties": {"conversationId": {"type": "string"}},
+                    "not": {"required": ["message"]},
+                },
+            ]
+        }
+    )
+
+    agentId: str = Field(..., min_length=1, max_length=100)
+    message: str | None = Field(
+        None,
+        min_length=1,
+        description="The user's message. Required unless `tool_outputs` is given.",
+        json_schema_extra=_absent_or_non_blank,
+    )
+    conversationId: str | None = Field(None, min_length=1, max_length=100)
+    tool_outputs: list[ToolOutput] | None = Field(
+        None,
+        min_length=1,
+        max_length=MAX_TOOL_OUTPUTS,
+        description="Outputs of the tool calls the turn waits for (`status: requires_action`),"
+        " one for each call, all at once; with the conversation's `conversationId` and no"
+        " `message`.",
+        json_schema_extra=_absent_when_none,
+    )
+    stream: StrictBool = Field(
+        False, description="Answer as server-sent events (`text/event-stream`) as it is generated."
+    )
+
+    @field_validator("message", "tool_outputs", mode="before")
+    @classmethod
+    def _not_null(cls, value: Any) -> Any:
+        # absent, or given: the document declares neither as nullable
+        if value is None:
+            raise ValueError("must not be null: leave it out instead")
+        return value
+
+
+class ChatDelta(BaseModel):
+    """``data`` of a ``response.delta`` event of a streamed answer: the next piece of text."""
+
+    delta: str
 
 
 class Usage(BaseModel):
@@ -759,9 +818,21 @@ class Usage(BaseModel):
 USAGE_ABSENT = "Absent when the chat model reports no token usage."
 
 
-ChatStatus = Literal["completed", "handed_off"]
-"""How a chat turn ended: ``completed`` (the agent answered) or ``handed_off`` (a person
-has the conversation: the message was kept for them and no model answered)."""
+ChatStatus = Literal["completed", "requires_action", "handed_off"]
+"""How a chat turn ended: ``completed`` (the agent answered), ``requires_action`` (the
+model called tools the caller runs: the turn waits for their outputs) or ``handed_off``
+(a person has the conversation: the message was kept for them and no model answered)."""
+
+
+class RequestedToolCall(BaseModel):
+    """A call of one of the agent's tools that the caller runs (no plugin runs it)."""
+
+    id: str = Field(description="Answer it with a `tool_outputs` entry of this `tool_call_id`.")
+    type: Literal["function"] = "function"
+    name: str = Field(description="The tool's name, as the agent's `tools` define it.")
+    arguments: dict[str, Any] = Field(
+        description="The arguments the model chose, parsed from its JSON: untrusted input."
+    )
 
 
 class OperatorMessageCreate(Request):
@@ -776,12 +847,17 @@ class ChatMessageResponse(BaseModel):
     agentId: str
     status: ChatStatus = Field(
         default="completed",
-        description="`completed`: the agent answered. `handed_off`: a person has the"
-        " conversation; the message was kept for them and `response` is empty.",
+        description="`completed`: the agent answered. `requires_action`: the model called"
+        " tools the caller runs (`tool_calls`); send their `tool_outputs` to continue."
+        " `handed_off`: a person has the conversation; the message was kept for them and"
+        " `response` is empty.",
     )
     response: str
     citations: list[Citation]
     conversationId: str
+    tool_calls: list[RequestedToolCall] | None = _omitted_if_none(
+        "With `status: requires_action`: the calls waiting for their outputs."
+    )
     usage: Usage | None = _omitted_if_none(
         f"Tokens the chat model used for this answer. {USAGE_ABSENT}"
     )
@@ -979,9 +1055,9 @@ class ConversationList(BaseModel):
     has_more: bool
 
 
-MessageRole = Literal["user", "assistant", "operator"]
-"""Who wrote a message: the user, the agent (``assistant``), or a person who took the
-conversation over (``operator``)."""
+MessageRole = Literal["user", "assistant", "operator", "tool"]
+"""Who wrote a message: the user, the agent (``assistant``), a person who took the
+conversation over (``operator``), or a tool the caller ran (``tool``: its output)."""
 
 
 class Message(BaseModel):
@@ -996,6 +1072,12 @@ class Message(BaseModel):
     )
     usage: Usage | None = _omitted_if_none(
         f"For an answer, the tokens the chat model used. {USAGE_ABSENT}"
+    )
+    tool_calls: list[RequestedToolCall] | None = _omitted_if_none(
+        "For an answer that waited for the caller's tools: the calls it made."
+    )
+    tool_call_id: str | None = _omitted_if_none(
+        "For a `tool` message: the call whose output it is."
     )
     created_at: datetime
 

@@ -179,6 +179,8 @@ def declare_limits(
         prop("SearchRequest", "query")["maxLength"] = settings.max_query_chars
     if "ChatMessageRequest" in requests:
         prop("ChatMessageRequest", "message")["maxLength"] = settings.max_message_chars
+        _no_nul_strings(components["ToolOutput"])
+        prop("ToolOutput", "output")["maxLength"] = settings.max_tool_output_chars
     if "ChatCompletionRequest" in requests:
         _no_nul_strings(components["ChatCompletionMessageParam"])
         message = components["ChatCompletionMessageParam"]["properties"]

@@ -2,7 +2,8 @@
 
 A ``Framing`` turns each step of a ``ChatStream`` into events. The API's own
 (``CHAT_FRAMING``): ``response.delta`` events carry the text as it is generated,
-``response.completed`` the whole answer (the body a non-streaming call returns),
+``response.completed`` the whole answer (the body a non-streaming call returns; for
+a turn that waits for the caller's tools, ``response.requires_action``),
 ``error`` the problem document of a failure after the stream started; the OpenAI
 route frames the same steps as ``chat.completion.chunk`` objects. A comment heartbeat
 keeps idle connections open; a client that goes away closes the ``ChatStream``, which
@@ -42,6 +43,12 @@ CHAT_EVENTS = (
         "The whole answer, as the non-streaming call returns it; the deltas joined are "
         "its `response`. The last event.",
     ),
+    StreamEvent(
+        "response.requires_action",
+        ChatMessageResponse,
+        "The answer so far, with the `tool_calls` the turn waits for (`status:"
+        " requires_action`), in place of `response.completed`. The last event.",
+    ),
     StreamEvent("error", Problem, "The problem document of a failure; the last event."),
 )
 
@@ -71,8 +78,10 @@ class ChatFraming:
         return [ServerSentEvent(json.dumps({"delta": text}), event="response.delta")]
 
     def completed(self, response: ChatMessageResponse) -> list[ServerSentEvent]:
-        """A ``response.completed`` event holding the whole answer."""
-        return [ServerSentEvent(response.model_dump_json(), event="response.completed")]
+        """A ``response.completed`` event holding the whole answer, or for a turn that
+        waits for the caller's tools, a ``response.requires_action`` event."""
+        kind = "response.requires_action" if response.tool_calls else "response.completed"
+        return [ServerSentEvent(response.model_dump_json(), event=kind)]
 
     def error(self, error: AgentCoreError, request_id: str | None) -> list[ServerSentEvent]:
         """An ``error`` event holding the failure's problem document."""

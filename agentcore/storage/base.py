@@ -74,6 +74,7 @@ from agentcore.storage.records import (
     IngestJob,
     KnowledgeChanges,
     KnowledgeState,
+    PendingTurn,
     StoredChunk,
     StoredMessage,
     StoredResult,
@@ -556,10 +557,12 @@ class ConversationStore(Protocol):
         *,
         conversation_id: str | None = None,
         status: ConversationStatus = "active",
+        pending: PendingTurn | None = None,
     ) -> str:
         """Create a conversation holding ``messages`` (in one write: it is never seen
-        without them) in ``status``, and return its id: ``conversation_id`` when given
-        (a chat turn names it before it is stored), else a new one. One transaction."""
+        without them) in ``status``, with its first turn waiting as ``pending`` when
+        given, and return its id: ``conversation_id`` when given (a chat turn names it
+        before it is stored), else a new one. One transaction."""
 
     def add_messages(
         self,
@@ -567,11 +570,28 @@ class ConversationStore(Protocol):
         messages: Sequence[StoredMessage],
         *,
         status: ConversationStatus | None = None,
+        pending: PendingTurn | None = None,
+        resumed: str | None = None,
     ) -> None:
-        """Append messages to a conversation, and set its ``status`` when given, in one
-        transaction (``NotFound`` and nothing stored if it was deleted): a
-        ``delete_conversation`` at the same time either comes first or deletes these
-        messages too."""
+        """Append messages to a conversation, set its ``status`` when given, and make
+        ``pending`` its paused turn (``None``: it has none), in one transaction
+        (``NotFound`` and nothing stored if it was deleted): a ``delete_conversation``
+        at the same time either comes first or deletes these messages too. With
+        ``resumed`` (the id of the paused turn these messages finish), ``Conflict`` and
+        nothing stored unless that turn is still the conversation's."""
+
+    def pending_turn(self, conversation_id: str, now: float) -> PendingTurn | None:
+        """The conversation's paused turn, unless it expired by ``now``. One read."""
+
+    def claim_pending_turn(
+        self, conversation_id: str, now: float, lease_until: float
+    ) -> PendingTurn | None:
+        """Hold the conversation's paused turn for a resume until ``lease_until`` and
+        return it; ``None`` when it has none (or it expired by ``now``); ``Conflict``
+        when another resume holds it. One transaction."""
+
+    def release_pending_turn(self, conversation_id: str, turn_id: str) -> None:
+        """Let a resume that failed go: the turn waits again, for another resume."""
 
     def set_conversation_status(
         self,

@@ -168,12 +168,26 @@ class DueDelivery:
 @dataclass(frozen=True)
 class StoredMessage:
     """One message of a conversation; ``citations`` as ``[{source, pages}]``, ``usage``
-    the tokens its chat model reported (answers only, when it reported any)."""
+    the tokens its chat model reported (answers only, when it reported any),
+    ``tool_calls`` as ``[{id, type, name, arguments}]``."""
 
     role: str
     content: str
     citations: list[dict[str, Any]]
     usage: Usage | None = None
+    tool_calls: list[dict[str, Any]] | None = None  # an answer waiting for the caller's tools
+    tool_call_id: str | None = None  # a ``tool`` message: the call whose output it is
+
+
+@dataclass(frozen=True)
+class PendingTurn:
+    """A chat turn paused for the outputs of tools the caller runs, kept with its
+    conversation so any process can resume it: ``state`` is what the chat needs to go
+    on (JSON), ``expires_at`` when it stops waiting (Unix seconds)."""
+
+    id: str
+    state: dict[str, Any]
+    expires_at: float
 
 
 @dataclass(frozen=True)

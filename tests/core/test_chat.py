@@ -229,7 +229,7 @@ def test_tools_run_through_the_hook_and_results_go_back_to_the_model(tmp_path: A
     core.close()
 
 
-def test_a_tool_without_a_host_function_is_reported_and_steps_are_bounded(tmp_path: Any) -> None:
+def test_unknown_tools_are_reported_and_steps_are_bounded(tmp_path: Any) -> None:
     def always_calls(request: ChatRequest) -> ChatResult:
         if not request.tools:
             return ChatResult(text="I could not look that up.")
@@ -239,12 +239,12 @@ def test_a_tool_without_a_host_function_is_reported_and_steps_are_bounded(tmp_pa
     core = core_with(tmp_path, model, max_tool_steps=3)
     events = record(core, "agent.action")
     ws = core.workspace("acme", "test")
-    agent = ws.agents.create(name="L", model="loop", tools=[{"name": "lookup"}])
+    agent = ws.agents.create(name="L", model="loop", tools=[{"name": "other"}])
     reply = ws.chat.send(agent.id, "Look it up")
-    assert reply.response == "I could not look that up."
+    assert reply.response == "I could not look that up." and reply.status == "completed"
     assert len(model.requests) == 4  # three tool rounds, then a final call without tools
     assert model.requests[-1].tools == []
-    assert "not available" in model.requests[1].steps[0].result
+    assert "unknown tool 'lookup'" in model.requests[1].steps[0].result
     assert sum(1 for e in events if e.data["action"] == "tool_call") == 3
     core.close()
 

@@ -189,12 +189,37 @@ def docs_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DocsServer
 
 class _FakeOpenAI(BaseHTTPRequestHandler):
     """``POST /v1/chat/completions`` of an OpenAI-compatible server: one canned answer
-    that cites the first passage it was given."""
+    that cites the first passage it was given; offered a tool of the agent's (any but
+    ``handoff_to_human``), it first calls the first one (``{"city": "Paris"}`` for a
+    tool with a ``city`` parameter, else ``{}``), then answers with what it returned."""
 
     def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
         request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         assert self.path == "/v1/chat/completions", self.path
         assert not request.get("stream"), "the docs' example does not stream"
+        message: dict[str, Any] = {
+            "role": "assistant",
+            "content": "You get 25 vacation days a year [P1].",
+        }
+        tools = [
+            t["function"]
+            for t in request.get("tools") or []
+            if t["function"]["name"] != "handoff_to_human"
+        ]
+        last = request["messages"][-1]
+        if last["role"] == "tool":
+            message["content"] = f"The tool says: {last['content']}"
+        elif tools:
+            wanted = tools[0].get("parameters", {}).get("properties", {})
+            arguments = {"city": "Paris"} if "city" in wanted else {}
+            message["content"] = None
+            message["tool_calls"] = [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": tools[0]["name"], "arguments": json.dumps(arguments)},
+                }
+            ]
         body = json.dumps(
             {
                 "id": "chatcmpl-docs",
@@ -203,11 +228,8 @@ class _FakeOpenAI(BaseHTTPRequestHandler):
                 "choices": [
                     {
                         "index": 0,
-                        "finish_reason": "stop",
-                        "message": {
-                            "role": "assistant",
-                            "content": "You get 25 vacation days a year [P1].",
-                        },
+                        "finish_reason": "tool_calls" if "tool_calls" in message else "stop",
+                        "message": message,
                     }
                 ],
             }

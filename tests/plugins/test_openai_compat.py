@@ -12,14 +12,13 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import httpx
 import numpy as np
 import pytest
+from openai_provider import FakeProvider, completion, serve_provider
 
 from agentcore.chat_models import (
     ChatRequest,
@@ -54,78 +53,10 @@ WEATHER = ToolSpec(
 )
 
 
-@dataclass
-class Reply:
-    """One scripted answer of the fake provider."""
-
-    body: Any
-    status: int = 200
-    delay: float = 0.0
-
-
-@dataclass
-class Recorded:
-    path: str
-    headers: dict[str, str]
-    raw: bytes
-
-    @property
-    def json(self) -> Any:
-        return json.loads(self.raw)
-
-
-@dataclass
-class FakeProvider:
-    """A real OpenAI-compatible HTTP server that records requests and plays a script."""
-
-    url: str
-    requests: list[Recorded] = field(default_factory=list)
-    script: list[Reply] = field(default_factory=list)
-    release: threading.Event = field(default_factory=threading.Event)
-
-    def reply(self, body: Any, status: int = 200, delay: float = 0.0) -> None:
-        self.script.append(Reply(body, status, delay))
-
-
-def _handler(provider: FakeProvider) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-        def do_POST(self) -> None:
-            raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            provider.requests.append(Recorded(self.path, dict(self.headers.items()), raw))
-            reply = provider.script.pop(0) if provider.script else Reply({"error": "no script"})
-            if reply.delay:
-                provider.release.wait(reply.delay)
-            body = reply.body if isinstance(reply.body, bytes) else json.dumps(reply.body).encode()
-            try:
-                self.send_response(reply.status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-            except OSError:
-                pass  # the client gave up (timeout tests)
-
-    return Handler
-
-
 @pytest.fixture
 def provider() -> Iterator[FakeProvider]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), BaseHTTPRequestHandler)
-    server.daemon_threads = True
-    fake = FakeProvider(url=f"http://127.0.0.1:{server.server_address[1]}/v1")
-    server.RequestHandlerClass = _handler(fake)
-    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    yield fake
-    fake.release.set()
-    server.shutdown()
-    server.server_close()
-    thread.join(timeout=5)
+    with serve_provider() as fake:
+        yield fake
 
 
 @pytest.fixture
@@ -133,13 +64,6 @@ def model(provider: FakeProvider) -> Iterator[OpenAIChatModel]:
     chat = OpenAIChatModel("openai:test-model", provider.url, KEY, "test-model", timeout=10)
     yield chat
     chat.close()
-
-
-def completion(content: str | None = None, tool_calls: list[Any] | None = None) -> dict[str, Any]:
-    message: dict[str, Any] = {"role": "assistant", "content": content}
-    if tool_calls is not None:
-        message["tool_calls"] = tool_calls
-    return {"id": "chatcmpl-1", "object": "chat.completion", "choices": [{"message": message}]}
 
 
 def test_request_shape_and_cited_answer(provider: FakeProvider, model: OpenAIChatModel) -> None:
@@ -617,9 +541,18 @@ def test_a_tool_call_with_nan_arguments_does_not_fail_the_chat(
         ws = core.workspace("acme", "test")
         tool = {"name": "get_weather", "parameters": WEATHER.parameters}
         agent = ws.agents.create(name="W", model=model.name, tools=[tool])
-        reply = ws.chat.send(agent.id, "Weather in Caen?")
+        waiting = ws.chat.send(agent.id, "Weather in Caen?")
+        # the caller runs get_weather: it gets the arguments as JSON, NaN as null
+        assert waiting.status == "requires_action" and waiting.tool_calls is not None
+        (asked,) = waiting.tool_calls
+        assert asked.arguments == {"city": "Caen", "days": None}
+        outputs = [{"tool_call_id": asked.id, "output": '{"sky": "sunny"}'}]
+        reply = ws.chat.send(agent.id, conversation_id=waiting.conversationId, tool_outputs=outputs)
     finally:
         core.close()
-    assert reply.response == "Sunny in Caen."
+    assert reply.response == "Sunny in Caen." and reply.status == "completed"
     (called,) = [e.data for e in actions if e.data["action"] == "tool_call"]
     assert called["arguments"] == {"city": "Caen", "days": None}
+    # the provider got the call back with its output, as OpenAI's API expects
+    resumed = provider.requests[-1].json["messages"]
+    assert resumed[-1] == {"role": "tool", "tool_call_id": "c1", "content": '{"sky": "sunny"}'}

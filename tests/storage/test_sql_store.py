@@ -79,6 +79,7 @@ def test_migrations_render_for_each_dialect() -> None:
         "idempotency_retention",
         "document_external_id",
         "conversation_status",
+        "pending_tool_calls",
     ]
     for step in MIGRATIONS:
         for dialect in (SQLITE, POSTGRES):

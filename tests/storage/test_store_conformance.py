@@ -21,7 +21,7 @@ from helpers import stored_chunk_ids
 
 from agentcore._ids import new_id
 from agentcore._memory_budget import Residency
-from agentcore.errors import NotFound
+from agentcore.errors import Conflict, NotFound
 from agentcore.events import Event
 from agentcore.schema import Agent, ApiKey, Document, Problem, Usage
 from agentcore.storage.base import (
@@ -32,7 +32,13 @@ from agentcore.storage.base import (
     Store,
     VectorSearchStore,
 )
-from agentcore.storage.records import LOCATOR_SHIFT, Backlog, StoredMessage, StoredResult
+from agentcore.storage.records import (
+    LOCATOR_SHIFT,
+    Backlog,
+    PendingTurn,
+    StoredMessage,
+    StoredResult,
+)
 from agentcore.storage.sqlite import SQLiteStore
 
 pytestmark = pytest.mark.filterwarnings("ignore::ResourceWarning")
@@ -854,6 +860,49 @@ def test_a_conversation_is_handed_off_and_released(store: Any) -> None:
     assert [m.role for m in messages] == ["user", "assistant", "user", "operator"]
     fresh = store.create_conversation(org_id, "test", "agt_1")
     assert store.get_conversation(org_id, "test", fresh).status == "active"
+
+
+def test_a_paused_turn_waits_is_held_by_one_resume_and_expires(store: Any) -> None:
+    org_id = org(store)
+    call = {"id": "call_1", "type": "function", "name": "lookup", "arguments": {"q": "x"}}
+    said = [StoredMessage("user", "hi", []), StoredMessage("assistant", "", [], tool_calls=[call])]
+    first = PendingTurn("turn_1", {"waiting": [call], "step": 0}, expires_at=1_000.0)
+    conversation = store.create_conversation(org_id, "test", "agt_1", said, pending=first)
+    assert store.pending_turn(conversation, now=999.0) == first
+    assert store.pending_turn(conversation, now=1_000.0) is None  # expired
+    assert store.pending_turn("conv_missing", now=0.0) is None
+    messages, _ = store.list_messages(org_id, "test", conversation, limit=10, starting_after=None)
+    assert messages[1].tool_calls[0].model_dump() == call and messages[1].tool_call_id is None
+
+    # one resume holds it until its lease ends; a failed one lets it go at once
+    assert store.claim_pending_turn(conversation, now=10.0, lease_until=20.0) == first
+    with pytest.raises(Conflict) as busy:
+        store.claim_pending_turn(conversation, now=15.0, lease_until=25.0)
+    assert busy.value.code == "tool_outputs_in_progress"
+    assert store.claim_pending_turn(conversation, now=20.0, lease_until=30.0) == first  # lapsed
+    store.release_pending_turn(conversation, "turn_other")  # another turn's: no effect
+    with pytest.raises(Conflict):
+        store.claim_pending_turn(conversation, now=21.0, lease_until=31.0)
+    store.release_pending_turn(conversation, "turn_1")
+    assert store.claim_pending_turn(conversation, now=21.0, lease_until=31.0) == first
+    assert store.claim_pending_turn(conversation, now=1_000.0, lease_until=1_010.0) is None
+
+    # the resume that finishes it stores its messages and the next pause, once
+    output = StoredMessage("tool", '{"found": 1}', [], tool_call_id="call_1")
+    second = PendingTurn("turn_2", {"waiting": [], "step": 1}, expires_at=2_000.0)
+    store.add_messages(conversation, [output], pending=second, resumed="turn_1")
+    assert store.pending_turn(conversation, now=21.0) == second
+    with pytest.raises(Conflict) as answered:  # a second resume of the same pause
+        store.add_messages(conversation, [output], resumed="turn_1")
+    assert answered.value.code == "tool_outputs_already_submitted"
+    assert store.get_conversation(org_id, "test", conversation).message_count == 3
+    messages, _ = store.list_messages(org_id, "test", conversation, limit=10, starting_after=None)
+    assert (messages[2].role, messages[2].tool_call_id) == ("tool", "call_1")
+    # any other message ends the wait (a new message after it expired, an operator's reply)
+    store.add_messages(conversation, [StoredMessage("operator", "I'll take it", [])])
+    assert store.pending_turn(conversation, now=21.0) is None
+    with pytest.raises(NotFound):
+        store.add_messages("conv_missing", [output], resumed="turn_2")
 
 
 def test_conversation_history(store: Any) -> None:

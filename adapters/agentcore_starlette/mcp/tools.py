@@ -91,11 +91,8 @@ def _as_body(args: BaseModel) -> tuple[BaseModel, QueryParams]:
 
 def _as_chat_message(args: BaseModel) -> tuple[BaseModel, QueryParams]:
     assert isinstance(args, ChatWithAgentArguments)
-    body = ChatMessageRequest(
-        agentId=args.agent_id,
-        message=args.message,
-        conversationId=args.conversation_id,
-        stream=False,
+    body = ChatMessageRequest.model_validate(
+        {"agentId": args.agent_id, "message": args.message, "conversationId": args.conversation_id}
     )
     return body, QueryParams()
 

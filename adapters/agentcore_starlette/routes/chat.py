@@ -19,13 +19,24 @@ def send_chat_message(call: Call) -> ChatMessageResponse | ChatStream:
     deltas joined are its `response`), or an `error` event holding a problem document.
     Comment lines (`: ping`) are heartbeats. Errors found before the stream starts
     are ordinary problem responses. `Idempotency-Key` does not apply to streams.
+
+    When the model calls tools the caller runs, the answer has `status:
+    "requires_action"` and `tool_calls` (streamed: a `response.requires_action` event
+    ends the stream instead of `response.completed`); the turn waits until the same
+    call brings their `tool_outputs` with the `conversationId` and no `message`.
     """
     body = cast(ChatMessageRequest, call.body)
     chat = call.workspace.chat
     if body.stream:  # a stream is stopped by closing it (the client going away)
-        return chat.stream(body.agentId, body.message, body.conversationId)
+        return chat.stream(
+            body.agentId, body.message, body.conversationId, tool_outputs=body.tool_outputs
+        )
     return chat.send(
-        body.agentId, body.message, body.conversationId, cancellation=call.cancellation
+        body.agentId,
+        body.message,
+        body.conversationId,
+        cancellation=call.cancellation,
+        tool_outputs=body.tool_outputs,
     )
 
 

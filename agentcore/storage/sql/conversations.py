@@ -7,14 +7,19 @@ from collections.abc import Sequence
 from typing import Any
 
 from agentcore._ids import new_id, now_iso
-from agentcore.errors import NotFound
-from agentcore.schema import Conversation, ConversationStatus, Message, Usage
+from agentcore.errors import Conflict, NotFound
+from agentcore.schema import Conversation, ConversationStatus, Message, RequestedToolCall, Usage
 from agentcore.storage.base import ConversationStore
-from agentcore.storage.records import StoredMessage
+from agentcore.storage.records import PendingTurn, StoredMessage
 from agentcore.storage.sql.database import Connection, Tables
 from agentcore.storage.sql.queries import WORKSPACE, find_row, insert_rows, page
 
 _GONE = "The conversation was deleted while the answer was being made."
+_ANSWERED = (
+    "These tool calls were answered (or the turn was released) while their outputs were"
+    " being processed."
+)
+_BUSY = "The outputs of these tool calls are being processed by another request."
 
 
 # the columns that are a conversation's, and a message's, fields as they are
@@ -29,12 +34,25 @@ def _conversation(row: Any) -> Conversation:
 
 
 def _message(row: Any) -> Message:
-    usage = row["usage"]
+    usage, calls = row["usage"], row["tool_calls"]
     return Message(
         citations=json.loads(row["citations"]),
         usage=None if usage is None else Usage.model_validate_json(usage),
+        tool_calls=None if calls is None else [RequestedToolCall(**c) for c in json.loads(calls)],
+        tool_call_id=row["tool_call_id"],
         **{column: row[column] for column in _MESSAGE},
     )
+
+
+def _pending(pending: PendingTurn | None) -> list[Any]:
+    """The values of a conversation's pending columns (id, turn, expiry, lease)."""
+    if pending is None:
+        return [None, None, None, None]
+    return [pending.id, json.dumps(pending.state), pending.expires_at, None]
+
+
+def _pending_turn(row: Any) -> PendingTurn:
+    return PendingTurn(row["pending_id"], json.loads(row["pending_turn"]), row["pending_expires"])
 
 
 class ConversationTables(Tables, ConversationStore):
@@ -55,14 +73,15 @@ class ConversationTables(Tables, ConversationStore):
         *,
         conversation_id: str | None = None,
         status: ConversationStatus = "active",
+        pending: PendingTurn | None = None,
     ) -> str:
         conversation_id = conversation_id or new_id("conv")
         now = now_iso()
         with self.db.write() as conn:  # the conversation and its first messages at once
             conn.execute(
                 "INSERT INTO conversations (id, organization_id, environment, agent_id,"
-                " status, created_at, updated_at, message_count)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                " status, created_at, updated_at, message_count, pending_id, pending_turn,"
+                " pending_expires, pending_lease) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [
                     conversation_id,
                     organization_id,
@@ -72,6 +91,7 @@ class ConversationTables(Tables, ConversationStore):
                     now,
                     now,
                     len(messages),
+                    *_pending(pending),
                 ],
             )
             _insert_messages(conn, conversation_id, messages, now)
@@ -83,21 +103,65 @@ class ConversationTables(Tables, ConversationStore):
         messages: Sequence[StoredMessage],
         *,
         status: ConversationStatus | None = None,
+        pending: PendingTurn | None = None,
+        resumed: str | None = None,
     ) -> None:
         # The conversation's row is updated first (its count and ``updated_at``), which
         # locks it on PostgreSQL: a concurrent ``delete_conversation`` either ran before
         # (then this raises ``NotFound`` and stores nothing) or waits for this commit and
-        # deletes these messages too.
+        # deletes these messages too. A resume's update also requires its paused turn.
         now = now_iso()
         with self.db.write() as conn:
             cursor = conn.execute(
                 "UPDATE conversations SET updated_at = ?, message_count = message_count + ?,"
-                " status = COALESCE(?, status) WHERE id = ?",
-                [now, len(messages), status, conversation_id],
+                " status = COALESCE(?, status), pending_id = ?, pending_turn = ?,"
+                " pending_expires = ?, pending_lease = ?"
+                " WHERE id = ? AND (CAST(? AS TEXT) IS NULL OR pending_id = ?)",
+                [now, len(messages), status, *_pending(pending), conversation_id, resumed, resumed],
             )
             if cursor.rowcount != 1:
+                exists = "SELECT 1 FROM conversations WHERE id = ?"
+                if resumed is not None and conn.execute(exists, [conversation_id]).fetchone():
+                    raise Conflict(_ANSWERED, code="tool_outputs_already_submitted")
                 raise NotFound(_GONE, param="conversationId")
             _insert_messages(conn, conversation_id, messages, now)
+
+    def pending_turn(self, conversation_id: str, now: float) -> PendingTurn | None:
+        with self.db.read() as conn:
+            row = conn.execute(
+                "SELECT pending_id, pending_turn, pending_expires FROM conversations"
+                " WHERE id = ? AND pending_id IS NOT NULL AND pending_expires > ?",
+                [conversation_id, now],
+            ).fetchone()
+        return None if row is None else _pending_turn(row)
+
+    def claim_pending_turn(
+        self, conversation_id: str, now: float, lease_until: float
+    ) -> PendingTurn | None:
+        with self.db.write() as conn:
+            row = conn.execute(
+                "SELECT pending_id, pending_turn, pending_expires, pending_lease"
+                " FROM conversations WHERE id = ? AND pending_id IS NOT NULL"
+                " AND pending_expires > ?",
+                [conversation_id, now],
+            ).fetchone()
+            if row is None:
+                return None
+            claimed = conn.execute(
+                "UPDATE conversations SET pending_lease = ? WHERE id = ? AND pending_id = ?"
+                " AND (pending_lease IS NULL OR pending_lease <= ?)",
+                [lease_until, conversation_id, row["pending_id"], now],
+            )
+            if claimed.rowcount != 1:
+                raise Conflict(_BUSY, code="tool_outputs_in_progress", param="tool_outputs")
+        return _pending_turn(row)
+
+    def release_pending_turn(self, conversation_id: str, turn_id: str) -> None:
+        with self.db.write() as conn:
+            conn.execute(
+                "UPDATE conversations SET pending_lease = NULL WHERE id = ? AND pending_id = ?",
+                [conversation_id, turn_id],
+            )
 
     def set_conversation_status(
         self,
@@ -206,7 +270,7 @@ def _insert_messages(
     insert_rows(
         conn,
         "INSERT INTO messages (id, conversation_id, role, content, citations, usage,"
-        " created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+        " tool_calls, tool_call_id, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
         [
             [
                 new_id("msg"),
@@ -215,6 +279,8 @@ def _insert_messages(
                 m.content,
                 json.dumps(m.citations),
                 None if m.usage is None else m.usage.model_dump_json(),
+                None if m.tool_calls is None else json.dumps(m.tool_calls),
+                m.tool_call_id,
                 now,
             ]
             for m in messages

@@ -527,3 +527,19 @@ def m018_conversation_status(d: Dialect) -> str:
     return """
         ALTER TABLE conversations ADD COLUMN status TEXT NOT NULL DEFAULT 'active';
         """
+
+
+@migration()
+def m019_pending_tool_calls(d: Dialect) -> str:
+    """Turns that wait for tools the caller runs: a message's tool calls (an answer that
+    made them, JSON) and the call a ``tool`` message answers; a conversation's paused
+    turn (``pending_id``, its state as JSON, when it stops waiting, and until when a
+    resume in progress holds it: NULL when none)."""
+    return f"""
+        ALTER TABLE messages ADD COLUMN tool_calls TEXT;
+        ALTER TABLE messages ADD COLUMN tool_call_id TEXT;
+        ALTER TABLE conversations ADD COLUMN pending_id TEXT;
+        ALTER TABLE conversations ADD COLUMN pending_turn TEXT;
+        ALTER TABLE conversations ADD COLUMN pending_expires {d.real};
+        ALTER TABLE conversations ADD COLUMN pending_lease {d.real};
+        """
