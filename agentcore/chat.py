@@ -330,7 +330,6 @@ class ChatService:
         if message is None:
             raise ValidationFailed(
                 "Give the user's message (or the tool_outputs a turn waits for).",
-                code="message_required",
                 param="message",
             )
         check_message(message, max_chars=self._settings.max_message_chars, param="message")

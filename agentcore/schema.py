@@ -752,19 +752,6 @@ class ChatMessageRequest(Request):
     """Body of ``POST /v1/chat/message``: a ``message``, or the ``tool_outputs`` that
     resume a turn waiting for them (with its ``conversationId``)."""
 
-    model_config = ConfigDict(
-        json_schema_extra={
-            "oneOf": [
-                {"required": ["message"], "not": {"required": ["tool_outputs"]}},
-                {
-                    "required": ["tool_outputs", "conversationId"],
-                    "properties": {"conversationId": {"type": "string"}},
-                    "not": {"required": ["message"]},
-                },
-            ]
-        }
-    )
-
     agentId: str = Field(..., min_length=1, max_length=100)
     message: str | None = Field(
         None,

@@ -99,6 +99,19 @@ def _strictly(component: dict[str, Any], tighten: Callable[[dict[str, Any]], Non
     component.update({"if": True, "then": strict})
 
 
+def _message_or_outputs(strict: dict[str, Any]) -> None:
+    """A chat request holds a ``message``, or the ``tool_outputs`` of a conversation's
+    waiting turn with its ``conversationId``, never both."""
+    strict["oneOf"] = [
+        {"required": ["message"], "not": {"required": ["tool_outputs"]}},
+        {
+            "required": ["tool_outputs", "conversationId"],
+            "properties": {"conversationId": {"type": "string"}},
+            "not": {"required": ["message"]},
+        },
+    ]
+
+
 def _declare_completion_messages(components: dict[str, Any], settings: Settings) -> None:
     """What ``split_messages`` checks of a Chat Completions request, declared: a user
     message's text is not blank; ``messages`` holds a user message; with a
@@ -181,6 +194,7 @@ def declare_limits(
         prop("ChatMessageRequest", "message")["maxLength"] = settings.max_message_chars
         _no_nul_strings(components["ToolOutput"])
         prop("ToolOutput", "output")["maxLength"] = settings.max_tool_output_chars
+        _strictly(components["ChatMessageRequest"], _message_or_outputs)
     if "ChatCompletionRequest" in requests:
         _no_nul_strings(components["ChatCompletionMessageParam"])
         message = components["ChatCompletionMessageParam"]["properties"]

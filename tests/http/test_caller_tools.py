@@ -237,7 +237,7 @@ def test_bad_resumes_are_refused_and_change_nothing(api: Api, keys: Keys) -> Non
         ),
         ({**resume, "message": None}, 422, None, "message"),
         ({**resume, "tool_outputs": None}, 422, None, "tool_outputs"),
-        (resume, 422, "message_required", "message"),
+        (resume, 422, "validation_error", "message"),
         ({**resume, "conversationId": "conv_missing", "tool_outputs": good}, 404, None, None),
         ({**resume, "agentId": other_agent, "tool_outputs": good}, 409, None, "conversationId"),
     ]:

@@ -43,10 +43,14 @@ class Metered:
     def agentcore_register_chat_models(self, register: Any, settings: Any) -> None:
         register(self)
 
+    @agentcore.hookimpl
+    def agentcore_run_tool(self, workspace: Any, agent_id: str, name: str, arguments: Any) -> Any:
+        return "opens at 9" if name == "lookup" else None
+
 
 @pytest.fixture
 def core(store_url: str) -> Iterator[AgentCore]:
-    """conftest's core, with the metered model registered."""
+    """conftest's core, with the metered model (and the tool it runs) registered."""
     instance = AgentCore.open(
         store_url, plugins=[Metered()], rate_limit_test=1e6, rate_limit_live=1e6
     )

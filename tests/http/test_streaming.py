@@ -270,7 +270,8 @@ def test_text_beside_a_tool_call_stays_in_the_answer(serve: Any) -> None:
 
     setup = serve(Scripted("tooly", script), model="tooly")
     ws = setup.core.workspace("acme", "test")
-    agent = ws.agents.create(name="T", model="tooly", tools=[{"name": "lookup"}])
+    # lookup is no tool of the agent's: the model is told so, and the turn goes on
+    agent = ws.agents.create(name="T", model="tooly", tools=[{"name": "other"}])
     _, events = setup.stream("Look it up", agent_id=agent.id)
     assert deltas(events) == ["Let me check.", " It is unknown."]
     assert json.loads(events[-1].data)["response"] == "Let me check. It is unknown."
@@ -421,10 +422,14 @@ def test_openapi_documents_the_event_stream(serve: Any) -> None:
     content = operation["responses"]["200"]["content"]
     assert set(content) == {"application/json", "text/event-stream"}
     events = content["text/event-stream"]["x-events"]
-    assert set(events) == {"response.delta", "response.completed", "error"}
-    assert events["response.completed"]["data"] == {
-        "$ref": "#/components/schemas/ChatMessageResponse"
+    assert set(events) == {
+        "response.delta",
+        "response.completed",
+        "response.requires_action",
+        "error",
     }
+    for ending in ("response.completed", "response.requires_action"):
+        assert events[ending]["data"] == {"$ref": "#/components/schemas/ChatMessageResponse"}
     assert document["components"]["schemas"]["ChatDelta"]["required"] == ["delta"]
     schema = document["components"]["schemas"]["ChatMessageRequest"]["properties"]["stream"]
     assert schema["type"] == "boolean"
