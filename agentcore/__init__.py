@@ -2,7 +2,7 @@
 
 from agentcore._cancellation import Cancellation
 from agentcore._workspace_services import WorkspaceServices
-from agentcore.chat import ChatStream
+from agentcore.chat import CallerOptions, ChatStream
 from agentcore.client import AsyncClient, Client
 from agentcore.config import Settings
 from agentcore.core import AgentCore
@@ -34,6 +34,7 @@ __all__ = [
     "AgentCoreError",
     "AsyncClient",
     "AuthenticationError",
+    "CallerOptions",
     "Cancellation",
     "Cancelled",
     "ChatStream",

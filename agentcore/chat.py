@@ -136,6 +136,54 @@ def build_citations(
     return [Citation(source=source, pages=sorted(found)) for source, found in pages.items()]
 
 
+@dataclass(frozen=True)
+class CallerOptions:
+    """What one request adds to a turn: tools it offers beside the agent's own, which the
+    caller runs (OpenAI's ``tools``), and what the caller already ran of this turn:
+    ``steps`` (each call with its output), taken over ``rounds`` model steps (they count
+    towards ``max_tool_steps``).
+
+    ``choice`` is ``auto``, ``none`` (no tool is offered, the agent's included),
+    ``required`` or the name of the tool the model must call; the model is told.
+    ``kept``: whether a turn that pauses for the caller is kept in the store, to be
+    resumed with ``tool_outputs`` (``False``: the caller sends the whole turn again
+    with its outputs as ``steps``, as OpenAI's Chat Completions API has it).
+    ``response_format``: the JSON the caller wants the answer in.
+    """
+
+    tools: Sequence[ToolSpec] = ()
+    steps: Sequence[ToolStep] = ()
+    rounds: int = 0
+    choice: str = "auto"
+    kept: bool = True
+    response_format: Mapping[str, Any] | None = None
+    """The JSON the answer must be (OpenAI's ``response_format``), for a model whose
+    ``accepts_response_format`` is true; ``None``: text."""
+
+
+def _check_caller_options(agent: Agent, caller: CallerOptions | None) -> None:
+    """422 when a caller's tool takes the name of one of the agent's (or of the built-in
+    handoff tool), or ``choice`` names a tool that is not offered."""
+    if caller is None:
+        return
+    taken = {tool.name for tool in agent.tools} | {HANDOFF_TOOL}
+    for at, tool in enumerate(caller.tools):
+        if tool.name in taken:
+            raise ValidationFailed(
+                f"The agent already has a tool named {tool.name!r}: give yours another name.",
+                code="duplicate_tool_name",
+                param=f"tools.{at}",
+            )
+        taken.add(tool.name)
+    if caller.choice not in ("auto", "none", "required") and caller.choice not in taken:
+        raise ValidationFailed(
+            f"tool_choice names {caller.choice!r}, which is not a tool of this request or"
+            " of the agent.",
+            code="unknown_tool",
+            param="tool_choice",
+        )
+
+
 class ChatStore(AgentStore, ConversationStore, Protocol):
     """What chat keeps: it reads agents and writes conversations."""
 
@@ -224,6 +272,7 @@ class ChatService:
         history: Sequence[ChatTurn] | None = None,
         cancellation: Cancellation | None = None,
         tool_outputs: Sequence[ToolOutput | Mapping[str, Any]] | None = None,
+        caller: CallerOptions | None = None,
     ) -> ChatMessageResponse:
         """Send ``message`` to an agent and return its answer with citations. Read scope.
 
@@ -242,6 +291,10 @@ class ChatService:
         :param cancellation: stops the turn (the HTTP request's deadline or its client
             going away): the model call is abandoned at once, nothing is stored, and
             its ``DeadlineExceeded`` or ``Cancelled`` is raised.
+        :param caller: what the request adds (``CallerOptions``): tools beside the
+            agent's own, which the caller runs, the calls of this turn it already ran,
+            the tool choice and the answer's format (OpenAI's ``tools``, tool messages,
+            ``tool_choice`` and ``response_format``).
         """
         answer = self._open(
             agent_id,
@@ -251,6 +304,7 @@ class ChatService:
             streaming=False,
             cancellation=cancellation,
             tool_outputs=tool_outputs,
+            caller=caller,
         )
         if cancellation is not None:
             cancellation.on_cancel(answer.close)  # wakes the turn waiting for its model
@@ -268,6 +322,7 @@ class ChatService:
         *,
         history: Sequence[ChatTurn] | None = None,
         tool_outputs: Sequence[ToolOutput | Mapping[str, Any]] | None = None,
+        caller: CallerOptions | None = None,
     ) -> ChatStream:
         """Send ``message`` and get the answer as it is generated. Read scope.
 
@@ -277,10 +332,17 @@ class ChatService:
         unknown agent or conversation raise here, before anything is generated;
         model failures raise from the iteration. ``close()`` (or leaving a ``with``
         block) stops the model; an answer that did not complete is not stored.
-        ``conversation_id``, ``history`` and ``tool_outputs`` are as for ``send``.
+        ``conversation_id``, ``history``, ``tool_outputs`` and ``caller`` are as
+        for ``send``.
         """
         return self._open(
-            agent_id, message, conversation_id, history, streaming=True, tool_outputs=tool_outputs
+            agent_id,
+            message,
+            conversation_id,
+            history,
+            streaming=True,
+            tool_outputs=tool_outputs,
+            caller=caller,
         )
 
     def agents(self) -> list[Agent]:
@@ -313,6 +375,7 @@ class ChatService:
         streaming: bool,
         cancellation: Cancellation | None = None,
         tool_outputs: Sequence[ToolOutput | Mapping[str, Any]] | None = None,
+        caller: CallerOptions | None = None,
     ) -> ChatStream:
         """Check the request, then return the turn, ready to run on first iteration."""
         ws = self._ws
@@ -326,7 +389,9 @@ class ChatService:
                     code="message_with_tool_outputs",
                     param="tool_outputs",
                 )
-            return self._resume(agent_id, conversation_id, tool_outputs, streaming, cancellation)
+            return self._resume(
+                agent_id, conversation_id, tool_outputs, streaming, cancellation, caller
+            )
         if message is None:
             raise ValidationFailed(
                 "Give the user's message (or the tool_outputs a turn waits for).",
@@ -342,6 +407,8 @@ class ChatService:
                 param="conversationId",
             )
         agent = self._answering_agent(agent_id)
+        _check_caller_options(agent, caller)
+        self._check_response_format(agent, caller)
         cancel: Future[None] = Future()
         conversation, status = self._conversation(agent.id, conversation_id)
         if conversation_id is not None and self._store.pending_turn(conversation, time.time()):
@@ -362,6 +429,7 @@ class ChatService:
             streaming=streaming,
             cancellation=cancellation,
         )
+        turn.caller = caller or CallerOptions()
         if conversation_id is None:  # named now (for the turn's events), stored with it
             turn.new_conversation = True
             turn.history = []
@@ -377,9 +445,12 @@ class ChatService:
         tool_outputs: Sequence[ToolOutput | Mapping[str, Any]],
         streaming: bool,
         cancellation: Cancellation | None,
+        caller: CallerOptions | None = None,
     ) -> ChatStream:
         """The turn waiting in a conversation, held for this resume and given the
-        outputs of its tool calls (each checked), ready to run on first iteration."""
+        outputs of its tool calls (each checked), ready to run on first iteration. The
+        caller's tools are those it offered when the turn paused, unless it offers
+        them again (``caller``)."""
         if conversation_id is None:
             raise ValidationFailed(
                 "tool_outputs continue a conversation's turn: give its conversationId.",
@@ -388,6 +459,8 @@ class ChatService:
             )
         outputs = self._checked_outputs(tool_outputs)
         agent = self._answering_agent(agent_id)
+        _check_caller_options(agent, caller)
+        self._check_response_format(agent, caller)
         conversation, _ = self._conversation(agent.id, conversation_id)
         settings = self._settings
         now = time.time()
@@ -421,6 +494,11 @@ class ChatService:
             cancellation=cancellation,
         )
         turn.resumed, turn.outputs = pending, outputs
+        turn.caller = caller or CallerOptions(
+            tools=[ToolSpec(**spec) for spec in pending.state.get("offered_tools", [])],
+            choice=str(pending.state.get("tool_choice", "auto")),
+            response_format=pending.state.get("response_format"),
+        )
         return ChatStream(self._answer(turn), turn.cancel)
 
     def _checked_outputs(
@@ -505,8 +583,9 @@ class ChatService:
         if calls:
             listed = [call.model_dump() for call in calls]
             said.append(StoredMessage("assistant", text, [], usage=turn.usage, tool_calls=listed))
-            expires = time.time() + self._settings.tool_call_timeout
-            pending = PendingTurn(new_id("turn"), turn.paused_state(), expires)
+            if turn.caller.kept:
+                expires = time.time() + self._settings.tool_call_timeout
+                pending = PendingTurn(new_id("turn"), turn.paused_state(), expires)
         else:
             cited = [c.model_dump() for c in citations]
             said.append(StoredMessage("assistant", text, cited, usage=turn.usage))
@@ -581,6 +660,21 @@ class ChatService:
                 param="conversationId",
             )
         return conversation_id, found.status
+
+    def _check_response_format(self, agent: Agent, caller: CallerOptions | None) -> None:
+        """400 ``response_format_unsupported`` when the caller wants JSON from a model
+        that cannot be told to answer in it."""
+        if caller is None or caller.response_format is None:
+            return
+        model = self.model_for(agent)
+        if not getattr(model, "accepts_response_format", False):
+            raise InvalidRequest(
+                f"The agent's model {model.name!r} cannot be asked for JSON: leave"
+                " response_format out (or set it to text), or give the agent a model that can"
+                " (an OpenAI-compatible one).",
+                code="response_format_unsupported",
+                param="response_format",
+            )
 
     def model_for(self, agent: Agent) -> ChatModel:
         """The chat model an agent names (or the default), or a 400 naming the known ones."""
@@ -721,6 +815,7 @@ class _Turn:
         # a pause: the calls the caller runs, and what the turn goes on from
         self.waiting: list[ToolCall] = []
         self._paused: dict[str, Any] = {}
+        self.caller = CallerOptions()  # the tools this request offers and what it ran
 
     def stop_if_cancelled(self) -> None:
         """Raise if the turn was stopped: the request's cancellation's error (its
@@ -770,11 +865,15 @@ class _Turn:
                 return (yield from self.handoff("user_requested"))
             passages = self.retrieve()
             history = self.stored_history() if self.history is None else self.history
-            steps, first = [], 0
+            steps, first = list(self.caller.steps), self.caller.rounds
         term_stats = self.context.knowledge.term_stats(self.message) if passages else None
-        tools = [ToolSpec(t.name, t.description, t.parameters) for t in self.agent.tools] + [
-            HANDOFF_SPEC
-        ]
+        tools = [ToolSpec(t.name, t.description, t.parameters) for t in self.agent.tools]
+        tools += [*self.caller.tools, HANDOFF_SPEC]
+        choice = self.caller.choice
+        if choice == "none":
+            tools, choice = [], "auto"
+        wanted = self.caller.response_format
+        answer_format = None if wanted is None else dict(wanted)
         model = self.context.model_for(self.agent)
         hold = self.agent.handoff_on_no_answer
         said = held = ""
@@ -790,6 +889,8 @@ class _Turn:
                 steps=list(steps),
                 timeout=self.settings.model_timeout,
                 term_stats=term_stats,
+                tool_choice=choice,
+                response_format=answer_format,
             )
             held = ""
             for item in self.call_model(model, request):
@@ -830,6 +931,9 @@ class _Turn:
                     "steps": [{"call": asdict(s.call), "result": s.result} for s in steps],
                     "waiting": [asdict(call) for call in waiting],
                     "step": step,
+                    "offered_tools": [asdict(tool) for tool in self.caller.tools],
+                    "tool_choice": self.caller.choice,
+                    "response_format": answer_format,
                 }
                 return said, []
             steps.extend(ToolStep(call, _NOT_OFFERED) for call in waiting)
@@ -912,9 +1016,12 @@ class _Turn:
         of the agent's tools that no plugin runs (the caller runs it)."""
         self.action("tool_call", tool=name, arguments=arguments)
         known = {tool.name for tool in self.agent.tools}
-        if name not in known:
+        theirs = {tool.name for tool in self.caller.tools}
+        if name not in known | theirs:
             return json.dumps({"error": f"unknown tool {name!r}"})
-        outcome = self.context.run_tool(agent_id=self.agent.id, name=name, arguments=arguments)
+        outcome = None
+        if name not in theirs:  # the caller's own tools are never a plugin's
+            outcome = self.context.run_tool(agent_id=self.agent.id, name=name, arguments=arguments)
         if outcome is None:
             size = len(json.dumps(arguments, default=str))
             if size > self.settings.max_tool_output_chars:

@@ -77,6 +77,15 @@ class ChatRequest:
     steps: list[ToolStep] = field(default_factory=list)
     timeout: float = 30.0
     term_stats: TermStats | None = None
+    tool_choice: str = "auto"
+    """``auto`` (the model decides), ``required`` (it must call a tool) or the name of
+    the tool it must call, as the caller asked (OpenAI's ``tool_choice``); models that
+    cannot be told may ignore it."""
+    response_format: dict[str, Any] | None = None
+    """The JSON the caller wants the answer in (OpenAI's ``response_format``:
+    ``{"type": "json_object"}`` or ``{"type": "json_schema", "json_schema": {...}}``);
+    given only to a model whose ``accepts_response_format`` is true (else the request
+    is refused), ``None`` for text."""
 
 
 @dataclass(frozen=True)
@@ -98,7 +107,12 @@ class ChatResult:
 
 @runtime_checkable
 class ChatModel(Protocol):
-    """A chat model; ``name`` is what ``agent.model`` refers to."""
+    """A chat model; ``name`` is what ``agent.model`` refers to.
+
+    A model that can answer in the JSON a caller asks for (``ChatRequest.response_format``)
+    says so with a class attribute ``accepts_response_format = True``; the others are
+    never given one.
+    """
 
     name: str
 

@@ -66,24 +66,39 @@ def fix_positive(case: Any) -> None:
         if isinstance(holder, dict) and _comparisons(holder.get("filter")) > MAX_FILTER_CONDITIONS:
             holder["filter"] = {"type": "eq", "key": "team", "value": "fuzz"}
     tools = body.get("tools")
-    if isinstance(tools, list):
-        unique: dict[str, Any] = {}
-        for tool in tools:
-            if isinstance(tool, dict) and isinstance(tool.get("parameters"), dict):
-                tool["parameters"] = params = without_nul(tool["parameters"])
-                names = params.get("properties", {})
-                if isinstance(params.get("required"), list):
-                    params["required"] = [n for n in params["required"] if n in names]
-                if not _nested_schemas_valid(params):
-                    # its nested schemas (a property's "then", "items", ...) must be
-                    # schemas too: kept as the properties' names, each any value
-                    tool["parameters"] = {
-                        "type": "object",
-                        "properties": {name: {} for name in names},
-                        "required": params.get("required", []),
-                    }
-            unique.setdefault(tool.get("name") if isinstance(tool, dict) else id(tool), tool)
-        body["tools"] = list(unique.values())
+    if isinstance(tools, list) and "messages" in body:  # Chat Completions: tools[].function
+        offered = [t for t in tools if isinstance(t, dict) and isinstance(t.get("function"), dict)]
+        kept = {id(f) for f in _fixed_tools([t["function"] for t in offered])}
+        body["tools"] = [t for t in offered if id(t["function"]) in kept]
+        names = {t["function"].get("name") for t in body["tools"]}
+        choice = body.get("tool_choice")
+        if isinstance(choice, dict) and (choice.get("function") or {}).get("name") not in names:
+            body["tool_choice"] = "auto"  # a named choice names a tool the request offers
+    elif isinstance(tools, list):
+        body["tools"] = _fixed_tools(tools)
+
+
+def _fixed_tools(tools: list[Any]) -> list[Any]:
+    """Tool definitions made valid where JSON Schema cannot say so (each fixed in place):
+    ``required`` among ``properties``, nested schemas that are schemas; the first of
+    each name."""
+    unique: dict[Any, Any] = {}
+    for tool in tools:
+        if isinstance(tool, dict) and isinstance(tool.get("parameters"), dict):
+            tool["parameters"] = params = without_nul(tool["parameters"])
+            names = params.get("properties", {})
+            if isinstance(params.get("required"), list):
+                params["required"] = [n for n in params["required"] if n in names]
+            if not _nested_schemas_valid(params):
+                # its nested schemas (a property's "then", "items", ...) must be
+                # schemas too: kept as the properties' names, each any value
+                tool["parameters"] = {
+                    "type": "object",
+                    "properties": {name: {} for name in names},
+                    "required": params.get("required", []),
+                }
+        unique.setdefault(tool.get("name") if isinstance(tool, dict) else id(tool), tool)
+    return list(unique.values())
 
 
 def _comparisons(value: Any) -> int:

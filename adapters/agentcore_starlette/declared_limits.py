@@ -115,7 +115,8 @@ def _message_or_outputs(strict: dict[str, Any]) -> None:
 def _declare_completion_messages(components: dict[str, Any], settings: Settings) -> None:
     """What ``split_messages`` checks of a Chat Completions request, declared: a user
     message's text is not blank; ``messages`` holds a user message; with a
-    ``conversation_id``, exactly one and no assistant message; no NUL anywhere."""
+    ``conversation_id``, exactly one and no assistant message, or only tool messages
+    (and the assistant's calls they answer); no NUL anywhere."""
     user = {"required": ["role"], "properties": {"role": {"const": "user"}}}
     non_blank_text = {"type": "string", "pattern": NON_BLANK}
 
@@ -137,17 +138,31 @@ def _declare_completion_messages(components: dict[str, Any], settings: Settings)
 
     def request(strict: dict[str, Any]) -> None:
         _no_nul_anywhere(strict)
-        strict["properties"]["messages"]["contains"] = user
+        # a user message, unless the messages resume a stored conversation's turn
+        strict["properties"]["messages"]["contains"] = {
+            "anyOf": [user, {"required": ["role"], "properties": {"role": {"const": "tool"}}}]
+        }
         strict["if"] = {
             "required": ["conversation_id"],
             "properties": {"conversation_id": {"type": "string"}},
         }
+        tool = {"required": ["role"], "properties": {"role": {"const": "tool"}}}
         strict["then"] = {
             "properties": {
                 "messages": {
-                    "contains": user,
-                    "maxContains": 1,
-                    "items": {"properties": {"role": {"enum": ["system", "developer", "user"]}}},
+                    "anyOf": [
+                        {  # the one new user message
+                            "contains": user,
+                            "maxContains": 1,
+                            "items": {
+                                "properties": {"role": {"enum": ["system", "developer", "user"]}}
+                            },
+                        },
+                        {  # or the outputs of the stored turn's waiting calls
+                            "not": {"contains": user},
+                            "contains": tool,
+                        },
+                    ]
                 }
             }
         }
@@ -204,6 +219,8 @@ def declare_limits(
                 if text.get("type") == "string":
                     text["maxLength"] = settings.max_message_chars
         extra.update(tool_schema_components(TOOL_SCHEMAS))
+        _no_nul_strings(components["FunctionDefinition"])
+        _declare_tool_parameters(prop("FunctionDefinition", "parameters"), extra)
         _declare_completion_messages(components, settings)
     if "TextDocumentCreate" in requests:
         prop("TextDocumentCreate", "text")["maxLength"] = settings.max_text_chars

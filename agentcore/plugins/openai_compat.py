@@ -241,7 +241,8 @@ class OpenAIChatModel:
     only from the passages and cite them as ``[P1]`` markers; then come the history
     turns, the user message with the numbered passages, and, for each tool step of
     this turn, an assistant ``tool_calls`` message and its ``tool`` result. Tools are
-    offered in OpenAI's function format with ``tool_choice: "auto"``. A server that
+    offered in OpenAI's function format with the request's ``tool_choice`` (``auto``
+    unless the caller asked for ``required`` or a named function). A server that
     refuses a request with tools (many local servers without tool support answer 400 or
     500) is asked once more without them; when that succeeds the model remembers it and
     sends no tools from then on (``sends_tools`` is then False), so the agent answers
@@ -281,6 +282,8 @@ class OpenAIChatModel:
         self.max_tokens = max_tokens
         self.sends_tools = True
         """False once the server refused tools and answered without them."""
+        self.accepts_response_format = True
+        """The request's ``response_format`` is sent on (the server enforces it)."""
         self._endpoint = _Endpoint(base_url, api_key, client)
 
     def complete(self, request: ChatRequest) -> ChatResult:
@@ -412,7 +415,9 @@ class OpenAIChatModel:
                 }
                 for tool in request.tools
             ]
-            payload["tool_choice"] = "auto"
+            payload["tool_choice"] = _tool_choice(request.tool_choice)
+        if request.response_format is not None:
+            payload["response_format"] = request.response_format
         return payload
 
     def messages(self, request: ChatRequest) -> list[dict[str, Any]]:
@@ -603,6 +608,14 @@ def _user_content(request: ChatRequest) -> str:
         where = f"{passage.source}, page {pages}" if pages else passage.source
         blocks.append(f"[{passage.id}] ({where})\n{passage.text}")
     return "Passages:\n\n" + "\n\n".join(blocks) + f"\n\nQuestion: {request.message}"
+
+
+def _tool_choice(choice: str) -> str | dict[str, Any]:
+    """A request's ``tool_choice`` as OpenAI's API takes it: ``auto``, ``required``, or
+    the function the model must call."""
+    if choice in ("auto", "required"):
+        return choice
+    return {"type": "function", "function": {"name": choice}}
 
 
 def _tool_call(raw: Any, number: int, where: str) -> ToolCall:

@@ -161,9 +161,11 @@ class DocsServer:
 
 
 @pytest.fixture(scope="session")
-def docs_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DocsServer]:
+def docs_server(tmp_path_factory: pytest.TempPathFactory, fake_openai: str) -> Iterator[DocsServer]:
     """``agentcore init --org demo`` and ``agentcore serve`` on a fresh SQLite file, with
-    the handbook uploaded and one agent deployed (so ``agt_...`` can chat)."""
+    the handbook uploaded and one agent deployed (so ``agt_...`` can chat), and the fake
+    OpenAI-compatible server registered as the chat model ``openai:smollm2`` (an agent
+    that names it calls the tools it is offered)."""
     home = tmp_path_factory.mktemp("docs-server")
     db = home / "agentcore.db"
     keys = {
@@ -174,6 +176,8 @@ def docs_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DocsServer
     # the examples subscribe receivers on this machine and send requests in quick bursts
     env["AGENTCORE_WEBHOOK_ALLOWED_NETWORKS"] = "127.0.0.0/8"
     env["AGENTCORE_RATE_LIMIT_TEST"] = env["AGENTCORE_RATE_LIMIT_LIVE"] = "1000"
+    env["AGENTCORE_OPENAI_BASE_URL"] = fake_openai
+    env["AGENTCORE_OPENAI_MODEL"] = "smollm2"
     process, url = start_serve(db, keys["test"], env=env)
     try:
         auth = {"Authorization": f"Bearer {keys['test']}"}

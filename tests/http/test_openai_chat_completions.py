@@ -87,6 +87,14 @@ def test_a_completion_answers_and_cites_its_sources(served_v1: str, key: str, ag
     extra = completion.model_extra or {}
     assert extra["citations"] == [{"source": "handbook.pdf", "pages": [2]}]
     assert extra["conversation_id"].startswith("conv_")
+    # and as OpenAI's annotations, which frameworks keep when they drop extension fields
+    (cited,) = choice.message.annotations or []
+    assert cited.type == "url_citation"
+    assert (cited.url_citation.url, cited.url_citation.title) == (
+        "handbook.pdf#page=2",
+        "handbook.pdf, page 2",
+    )
+    assert cited.url_citation.end_index == len(choice.message.content or "")
 
 
 def test_a_stream_sends_the_same_answer_in_chunks_then_done(

@@ -13,15 +13,11 @@ from agentcore import AgentCore
 from agentcore_starlette.openai.requests import PARAMETERS, ChatCompletionRequest
 
 QUESTION = {"role": "user", "content": "How many vacation days do employees get?"}
+CALL = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
 REFUSED: list[tuple[str, Any]] = [
     ("n", 2),
-    ("tools", [{"type": "function", "function": {"name": "f", "parameters": {}}}]),
-    ("tool_choice", "required"),
-    ("tool_choice", {"type": "function", "function": {"name": "f"}}),
     ("functions", [{"name": "f", "parameters": {}}]),
     ("function_call", {"name": "f"}),
-    ("response_format", {"type": "json_object"}),
-    ("response_format", {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}),
     ("logprobs", True),
     ("top_logprobs", 2),
     ("logit_bias", {"50256": -100}),
@@ -109,6 +105,24 @@ def test_a_refused_parameter_is_a_400_naming_it(
     }
 
 
+@pytest.mark.parametrize(
+    "value",
+    [{"type": "json_object"}, {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}],
+)
+def test_json_answers_are_refused_by_a_model_that_cannot_give_them(
+    api: Api, agent: str, value: Any
+) -> None:
+    # the built-in extractive model quotes the knowledge: it cannot be asked for JSON
+    error = error_of(ask(api, agent, response_format=value), 400)
+    assert (error["code"], error["param"]) == ("response_format_unsupported", "response_format")
+
+
+def test_a_response_format_of_another_shape_is_a_400(api: Api, agent: str) -> None:
+    for value in ({"type": "json_schema"}, {"type": "json_schema", "json_schema": {}}):
+        error = error_of(ask(api, agent, response_format=value), 400)
+        assert error["param"] == "response_format", error
+
+
 def test_neutral_values_of_refused_parameters_and_ignored_ones_change_nothing(
     api: Api, agent: str
 ) -> None:
@@ -146,16 +160,34 @@ def test_invalid_values_are_a_400_naming_the_field(
     [
         (
             [QUESTION, {"role": "tool", "tool_call_id": "c1", "content": "42"}],
-            "unsupported_message",
-            "messages.1.role",
+            "unknown_tool_call",
+            "messages.1.tool_call_id",
         ),
         (
             [
-                {"role": "assistant", "tool_calls": [{"id": "c1", "type": "function"}]},
                 QUESTION,
+                {"role": "assistant", "tool_calls": [CALL, {**CALL, "id": "c2"}]},
+                {"role": "tool", "tool_call_id": "c1", "content": "42"},
             ],
+            "missing_tool_output",
+            "messages.1.tool_calls",
+        ),
+        (
+            [
+                QUESTION,
+                {
+                    "role": "assistant",
+                    "tool_calls": [{**CALL, "function": {"name": "f", "arguments": "[1]"}}],
+                },
+                {"role": "tool", "tool_call_id": "c1", "content": "42"},
+            ],
+            "invalid_tool_arguments",
+            "messages.1.tool_calls.0.function.arguments",
+        ),
+        (
+            [{"role": "function", "name": "f", "content": "42"}, QUESTION],
             "unsupported_message",
-            "messages.0.tool_calls",
+            "messages.0.role",
         ),
         (
             [

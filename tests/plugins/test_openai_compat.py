@@ -556,3 +556,28 @@ def test_a_tool_call_with_nan_arguments_does_not_fail_the_chat(
     # the provider got the call back with its output, as OpenAI's API expects
     resumed = provider.requests[-1].json["messages"]
     assert resumed[-1] == {"role": "tool", "tool_call_id": "c1", "content": '{"sky": "sunny"}'}
+
+
+def test_tool_choice_and_response_format_are_passed_on(
+    provider: FakeProvider, model: OpenAIChatModel
+) -> None:
+    assert model.accepts_response_format  # the core gives it the caller's response_format
+    for choice, sent in [
+        ("auto", "auto"),
+        ("required", "required"),
+        ("get_weather", {"type": "function", "function": {"name": "get_weather"}}),
+    ]:
+        provider.reply(completion('{"sky": "sunny"}'))
+        request = ChatRequest(
+            system_prompt="",
+            message="Weather?",
+            tools=[WEATHER],
+            tool_choice=choice,
+            response_format={"type": "json_object"},
+        )
+        assert model.complete(request).text == '{"sky": "sunny"}'
+        body = provider.requests[-1].json
+        assert body["tool_choice"] == sent and body["response_format"] == {"type": "json_object"}
+    provider.reply(completion("Sunny."))
+    model.complete(ChatRequest(system_prompt="", message="Weather?"))
+    assert "response_format" not in provider.requests[-1].json  # text: nothing is sent

@@ -19,12 +19,86 @@ class CompletionUsage(BaseModel):
     total_tokens: int
 
 
+FinishReason = Literal["stop", "tool_calls"]
+"""``stop``: the answer is complete. ``tool_calls``: the model called tools the caller
+runs (``message.tool_calls``); send their outputs as ``tool`` messages to go on."""
+
+
+class CompletionFunction(BaseModel):
+    """The function a tool call names, with its arguments as JSON text."""
+
+    name: str
+    arguments: str
+
+
+class CompletionToolCall(BaseModel):
+    """A call of a tool the caller runs (one of the request's ``tools``, or an agent's
+    tool that no plugin runs)."""
+
+    id: str
+    type: Literal["function"] = "function"
+    function: CompletionFunction
+
+
+class UrlCitation(BaseModel):
+    """Where a cited page is: ``url`` is the source with the page as a PDF fragment
+    (``handbook.pdf#page=4``, the first of its pages), ``title`` the source and its
+    pages; the span is the answer's text that relies on it (all of it)."""
+
+    url: str
+    title: str
+    start_index: int
+    end_index: int
+
+
+class CompletionAnnotation(BaseModel):
+    """One of the answer's citations in OpenAI's ``annotations`` shape, which agent
+    frameworks keep when they drop extension fields."""
+
+    type: Literal["url_citation"] = "url_citation"
+    url_citation: UrlCitation
+
+
+def url_citations(text: str, citations: list[Citation]) -> list[CompletionAnnotation]:
+    """The citations of an answer as OpenAI's ``url_citation`` annotations of ``text``."""
+    return [
+        CompletionAnnotation(
+            url_citation=UrlCitation(
+                url=f"{citation.source}#page={citation.pages[0]}"
+                if citation.pages
+                else citation.source,
+                title=_title(citation),
+                start_index=0,
+                end_index=len(text),
+            )
+        )
+        for citation in citations
+    ]
+
+
+def _title(citation: Citation) -> str:
+    """``handbook.pdf, page 4`` or ``handbook.pdf, pages 3, 4`` (the source alone
+    without pages)."""
+    pages = citation.pages
+    if not pages:
+        return citation.source
+    return f"{citation.source}, page{'s' if len(pages) > 1 else ''} {', '.join(map(str, pages))}"
+
+
 class CompletionMessage(BaseModel):
     """The assistant's message of a completion."""
 
     role: Literal["assistant"] = "assistant"
-    content: str
+    content: str | None
     refusal: None = None
+    annotations: list[CompletionAnnotation] = Field(
+        default_factory=list,
+        description="The citations, as OpenAI's `url_citation` annotations (`citations`"
+        " has them as agentcore gives them).",
+    )
+    tool_calls: list[CompletionToolCall] | None = Field(
+        default=None, exclude_if=lambda value: value is None
+    )
 
 
 class CompletionChoice(BaseModel):
@@ -32,7 +106,7 @@ class CompletionChoice(BaseModel):
 
     index: int = 0
     message: CompletionMessage
-    finish_reason: Literal["stop"] = "stop"
+    finish_reason: FinishReason = "stop"
     logprobs: None = None
 
 
@@ -61,11 +135,18 @@ def _unset(value: Any) -> bool:
     return value is None
 
 
+class ChunkToolCall(CompletionToolCall):
+    """A tool call in a chunk: whole, with its position among the message's calls."""
+
+    index: int
+
+
 class ChunkDelta(BaseModel):
     """What a chunk adds to the message."""
 
     role: Literal["assistant"] | None = Field(default=None, exclude_if=_unset)
     content: str | None = Field(default=None, exclude_if=_unset)
+    tool_calls: list[ChunkToolCall] | None = Field(default=None, exclude_if=_unset)
 
 
 class ChunkChoice(BaseModel):
@@ -73,7 +154,7 @@ class ChunkChoice(BaseModel):
 
     index: int = 0
     delta: ChunkDelta
-    finish_reason: Literal["stop"] | None = None
+    finish_reason: FinishReason | None = None
     logprobs: None = None
 
 

@@ -23,6 +23,7 @@ from agentcore.errors import AgentCoreError, NotFound
 from agentcore.schema import Agent, ChatMessageResponse
 from agentcore_starlette.openai.requests import (
     ChatCompletionRequest,
+    caller_options,
     refuse_unsupported,
     split_messages,
 )
@@ -31,12 +32,16 @@ from agentcore_starlette.openai.responses import (
     ChatCompletionChunk,
     ChunkChoice,
     ChunkDelta,
+    ChunkToolCall,
     CompletionChoice,
+    CompletionFunction,
     CompletionMessage,
+    CompletionToolCall,
     CompletionUsage,
     ModelList,
     ModelObject,
     OpenAIErrorResponse,
+    url_citations,
 )
 from agentcore_starlette.problems import openai_error_body
 from agentcore_starlette.routing import ApiRoute, Call, StreamEvent
@@ -48,9 +53,14 @@ def create_chat_completion(call: Call) -> ChatCompletion | Streamed:
 
     The last user message is answered; earlier user and assistant messages are the
     chat model's history, or, with the extension field `conversation_id`, the stored
-    conversation is (`messages` then holds the one user message). Messages after the
-    last user message are not used (an assistant reply there is replaced). The answer cites its sources in the extension field
-    `citations` (also on the streamed chunk with `finish_reason`). With
+    conversation is (`messages` then holds the one user message). An assistant reply
+    after the last user message is replaced. `tools` are offered beside the agent's
+    own and run by the caller: when the model calls one (or an agent's tool that no
+    plugin runs), the answer's `finish_reason` is `tool_calls` with `message.tool_calls`,
+    and the caller sends the same messages again with that assistant message and a
+    `tool` message for each call (with `conversation_id`: only those). The answer cites
+    its sources in the extension field `citations` (also on the streamed chunk with
+    `finish_reason`). With
     `"stream": true` the answer comes as `chat.completion.chunk` events ending with
     `data: [DONE]`. Errors use OpenAI's envelope `{"error": {message, type, code,
     param}}`; parameters agentcore cannot honour are refused with 400
@@ -65,14 +75,24 @@ def create_chat_completion(call: Call) -> ChatCompletion | Streamed:
         stored=body.conversation_id is not None,
     )
     history: list[ChatTurn] | None = asked.history
-    if body.conversation_id is not None and not history:
+    if body.conversation_id is not None and not history or asked.outputs is not None:
         # the stored conversation's turns are the history (earlier messages sent as
         # well would be a second, possibly different one: the core refuses both)
         history = None
+    tools = caller_options(body, asked)
+    # a resume offers the tools it was given again, or else those the turn paused with
+    offered = tools if asked.outputs is None or body.tools is not None else None
     completion_id, created = new_id("chatcmpl"), int(time.time())
     with _openai_params(asked.index):
         if body.stream:
-            stream = chat.stream(body.model, asked.message, body.conversation_id, history=history)
+            stream = chat.stream(
+                body.model,
+                asked.message,
+                body.conversation_id,
+                history=history,
+                tool_outputs=asked.outputs,
+                caller=offered,
+            )
             include_usage = bool(body.stream_options and body.stream_options.include_usage)
             framing = CompletionFraming(completion_id, created, body.model, include_usage)
             return Streamed(stream, framing)
@@ -82,16 +102,41 @@ def create_chat_completion(call: Call) -> ChatCompletion | Streamed:
             body.conversation_id,
             history=history,
             cancellation=call.cancellation,
+            tool_outputs=asked.outputs,
+            caller=offered,
         )
+    calls = completion_tool_calls(answer)
+    content = answer.response if answer.response or not calls else None
+    message = CompletionMessage(
+        content=content,
+        tool_calls=calls,
+        annotations=url_citations(content or "", answer.citations),
+    )
     return ChatCompletion(
         id=completion_id,
         created=created,
         model=answer.agentId,
-        choices=[CompletionChoice(message=CompletionMessage(content=answer.response))],
+        choices=[
+            CompletionChoice(message=message, finish_reason="tool_calls" if calls else "stop")
+        ],
         usage=completion_usage(answer),
         citations=answer.citations,
         conversation_id=answer.conversationId,
     )
+
+
+def completion_tool_calls(answer: ChatMessageResponse) -> list[CompletionToolCall] | None:
+    """The calls a turn waits for, as OpenAI's ``tool_calls`` (arguments as JSON text);
+    ``None`` for an answer that waits for none."""
+    if not answer.tool_calls:
+        return None
+    return [
+        CompletionToolCall(
+            id=call.id,
+            function=CompletionFunction(name=call.name, arguments=json.dumps(call.arguments)),
+        )
+        for call in answer.tool_calls
+    ]
 
 
 def list_models(call: Call) -> ModelList:
@@ -198,15 +243,22 @@ class CompletionFraming:
         return [*self._opening(), self._make([ChunkChoice(delta=ChunkDelta(content=text))])]
 
     def completed(self, response: ChatMessageResponse) -> list[ServerSentEvent]:
-        """The ``finish_reason`` chunk with the citations, the usage chunk, ``[DONE]``."""
-        events = [
-            *self._opening(),
+        """The tool calls the turn waits for (a chunk holding them whole), the
+        ``finish_reason`` chunk with the citations, the usage chunk, ``[DONE]``."""
+        events = self._opening()
+        calls = completion_tool_calls(response)
+        if calls:
+            numbered = [
+                ChunkToolCall(index=index, **call.model_dump()) for index, call in enumerate(calls)
+            ]
+            events.append(self._make([ChunkChoice(delta=ChunkDelta(tool_calls=numbered))]))
+        events.append(
             self._make(
-                [ChunkChoice(delta=ChunkDelta(), finish_reason="stop")],
+                [ChunkChoice(delta=ChunkDelta(), finish_reason="tool_calls" if calls else "stop")],
                 citations=response.citations,
                 conversation_id=response.conversationId,
-            ),
-        ]
+            )
+        )
         if self.include_usage:
             events.append(self._make([], usage=completion_usage(response)))
         events.append(ServerSentEvent("[DONE]"))
