@@ -208,3 +208,21 @@ def test_a_stored_conversation_waits_for_its_tool_messages(
         "tool",
         "assistant",
     ]
+
+
+def test_a_tool_output_is_bounded(served_v1: str, key: str, agent: str, core: AgentCore) -> None:
+    sdk = client(served_v1, key)
+    first = sdk.chat.completions.create(model=agent, messages=[QUESTION], tools=[WEATHER])
+    message = first.choices[0].message.model_dump(exclude_none=True)
+    call = (first.choices[0].message.tool_calls or [])[0]
+    limit = core.settings.max_tool_output_chars
+    for size, passes in [(limit, True), (limit + 1, False)]:
+        output = {"role": "tool", "tool_call_id": call.id, "content": "x" * size}
+        ask = {"model": agent, "messages": [QUESTION, message, output], "tools": [WEATHER]}
+        if passes:
+            assert sdk.chat.completions.create(**ask).choices[0].finish_reason == "stop"  # type: ignore[call-overload]
+            continue
+        with pytest.raises(openai.BadRequestError) as refused:
+            sdk.chat.completions.create(**ask)  # type: ignore[call-overload]
+        assert refused.value.body["code"] == "tool_output_too_long"  # type: ignore[index]
+        assert refused.value.body["param"] == "messages.2.content"  # type: ignore[index]

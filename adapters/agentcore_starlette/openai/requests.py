@@ -389,7 +389,11 @@ class Conversation:
 
 
 def split_messages(
-    messages: list[ChatCompletionMessageParam], *, max_chars: int, stored: bool = False
+    messages: list[ChatCompletionMessageParam],
+    *,
+    max_chars: int,
+    stored: bool = False,
+    max_output: int | None = None,
 ) -> Conversation:
     """The last user message, to answer, the user and assistant turns before it, and the
     tool calls of this turn the caller ran (the assistant ``tool_calls`` and ``tool``
@@ -406,10 +410,17 @@ def split_messages(
     conversation (``conversation_id``), whose turns are the history, ``messages`` holds
     one user message and no assistant message, or only the ``tool`` messages (and the
     assistant's ``tool_calls`` they answer) that resume its waiting turn. The OpenAPI
-    document declares each of these rules (``declare_completion_messages``).
+    document declares each of these rules (``declare_completion_messages``). A tool
+    message longer than ``max_output`` characters is a 400 ``tool_output_too_long``.
     """
     for index, item in enumerate(messages):
         where = f"messages.{index}"
+        if item.role == "tool" and max_output is not None and len(_text(item, where)) > max_output:
+            raise InvalidRequest(
+                f"A tool's output may hold at most {max_output} characters.",
+                code="tool_output_too_long",
+                param=f"{where}.content",
+            )
         if item.role == "function":
             raise InvalidRequest(
                 "'function' messages are not supported: send 'tool' messages.",

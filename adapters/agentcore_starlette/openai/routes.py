@@ -72,6 +72,7 @@ def create_chat_completion(call: Call) -> ChatCompletion | Streamed:
     asked = split_messages(
         body.messages,
         max_chars=call.workspace.core.settings.max_message_chars,
+        max_output=call.workspace.core.settings.max_tool_output_chars,
         stored=body.conversation_id is not None,
     )
     history: list[ChatTurn] | None = asked.history
