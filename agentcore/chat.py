@@ -64,6 +64,7 @@ from agentcore.schema import (
     Filter,
     RequestedToolCall,
     SearchMode,
+    ToolApproval,
     ToolOutput,
     Usage,
 )
@@ -102,6 +103,11 @@ _END = object()  # what ``next`` returns for a model stream that ended without a
 # the result a model sees for a caller's tool it called on its last step (tools are not
 # offered then, so the turn does not wait for the caller)
 _NOT_OFFERED = json.dumps({"error": "no more tool calls in this turn"})
+# what a model sees for a call that needs a person's approval, asked through a client
+# that cannot give one (OpenAI's API): the call is not made
+_NO_APPROVER = json.dumps(
+    {"error": "this tool needs a person's approval, which is not possible here"}
+)
 
 log = get_logger("agentcore.chat")  # masks keys and secrets in every record
 
@@ -159,6 +165,9 @@ class CallerOptions:
     response_format: Mapping[str, Any] | None = None
     """The JSON the answer must be (OpenAI's ``response_format``), for a model whose
     ``accepts_response_format`` is true; ``None``: text."""
+    approves: bool = True
+    """Whether the caller can approve calls (``approvals``): when not (OpenAI's API has
+    no way to), a call that needs approval is not made, and the model is told so."""
 
 
 def _check_caller_options(agent: Agent, caller: CallerOptions | None) -> None:
@@ -182,6 +191,24 @@ def _check_caller_options(agent: Agent, caller: CallerOptions | None) -> None:
             code="unknown_tool",
             param="tool_choice",
         )
+
+
+def _checked_approvals(
+    approvals: Sequence[ToolApproval | Mapping[str, Any]],
+) -> dict[str, ToolApproval]:
+    """The decisions by the id of the call they decide, each checked (a 422 names the
+    first bad one)."""
+    found: dict[str, ToolApproval] = {}
+    for at, given in enumerate(approvals):
+        try:
+            decision = (
+                given if isinstance(given, ToolApproval) else ToolApproval.model_validate(given)
+            )
+        except ValidationError as exc:
+            raise invalid_fields(exc, prefix=("approvals", at)) from None
+        check_unicode(decision.reason, param=f"approvals.{at}.reason")
+        found[decision.tool_call_id] = decision
+    return found
 
 
 class ChatStore(AgentStore, ConversationStore, Protocol):
@@ -273,13 +300,17 @@ class ChatService:
         cancellation: Cancellation | None = None,
         tool_outputs: Sequence[ToolOutput | Mapping[str, Any]] | None = None,
         caller: CallerOptions | None = None,
+        approvals: Sequence[ToolApproval | Mapping[str, Any]] | None = None,
     ) -> ChatMessageResponse:
         """Send ``message`` to an agent and return its answer with citations. Read scope.
 
         When the model calls tools the caller runs (an agent's tools no plugin runs),
         the answer has ``status="requires_action"`` and ``tool_calls``: send their
         outputs as ``tool_outputs`` (``[{"tool_call_id", "output"}]``, one for each
-        call) with the ``conversation_id`` and no ``message`` to continue the turn.
+        call) with the ``conversation_id`` and no ``message`` to continue the turn. A
+        call of a tool that needs approval waits as ``type="approval"``: decide it in
+        ``approvals`` (``[{"tool_call_id", "approve", "reason"}]``), with the outputs of
+        the other calls, if any.
 
         :param conversation_id: continue this conversation: its stored turns are the
             model's context. Without it a new conversation starts; it is stored with
@@ -305,6 +336,7 @@ class ChatService:
             cancellation=cancellation,
             tool_outputs=tool_outputs,
             caller=caller,
+            approvals=approvals,
         )
         if cancellation is not None:
             cancellation.on_cancel(answer.close)  # wakes the turn waiting for its model
@@ -323,6 +355,7 @@ class ChatService:
         history: Sequence[ChatTurn] | None = None,
         tool_outputs: Sequence[ToolOutput | Mapping[str, Any]] | None = None,
         caller: CallerOptions | None = None,
+        approvals: Sequence[ToolApproval | Mapping[str, Any]] | None = None,
     ) -> ChatStream:
         """Send ``message`` and get the answer as it is generated. Read scope.
 
@@ -332,8 +365,8 @@ class ChatService:
         unknown agent or conversation raise here, before anything is generated;
         model failures raise from the iteration. ``close()`` (or leaving a ``with``
         block) stops the model; an answer that did not complete is not stored.
-        ``conversation_id``, ``history``, ``tool_outputs`` and ``caller`` are as
-        for ``send``.
+        ``conversation_id``, ``history``, ``tool_outputs``, ``caller`` and
+        ``approvals`` are as for ``send``.
         """
         return self._open(
             agent_id,
@@ -343,6 +376,7 @@ class ChatService:
             streaming=True,
             tool_outputs=tool_outputs,
             caller=caller,
+            approvals=approvals,
         )
 
     def agents(self) -> list[Agent]:
@@ -376,21 +410,29 @@ class ChatService:
         cancellation: Cancellation | None = None,
         tool_outputs: Sequence[ToolOutput | Mapping[str, Any]] | None = None,
         caller: CallerOptions | None = None,
+        approvals: Sequence[ToolApproval | Mapping[str, Any]] | None = None,
     ) -> ChatStream:
         """Check the request, then return the turn, ready to run on first iteration."""
         ws = self._ws
         ws.require("read")
         check_unicode(agent_id, param="agentId")
         check_unicode(conversation_id, param="conversationId")
-        if tool_outputs is not None:
+        if tool_outputs is not None or approvals is not None:
             if message is not None or history is not None:
                 raise ValidationFailed(
-                    "Send either a message or the tool_outputs a turn waits for, not both.",
+                    "Send either a message or the tool_outputs and approvals a turn waits"
+                    " for, not both.",
                     code="message_with_tool_outputs",
-                    param="tool_outputs",
+                    param="tool_outputs" if tool_outputs is not None else "approvals",
                 )
             return self._resume(
-                agent_id, conversation_id, tool_outputs, streaming, cancellation, caller
+                agent_id,
+                conversation_id,
+                tool_outputs or (),
+                approvals or (),
+                streaming,
+                cancellation,
+                caller,
             )
         if message is None:
             raise ValidationFailed(
@@ -443,21 +485,29 @@ class ChatService:
         agent_id: str,
         conversation_id: str | None,
         tool_outputs: Sequence[ToolOutput | Mapping[str, Any]],
+        approvals: Sequence[ToolApproval | Mapping[str, Any]],
         streaming: bool,
         cancellation: Cancellation | None,
         caller: CallerOptions | None = None,
     ) -> ChatStream:
         """The turn waiting in a conversation, held for this resume and given the
-        outputs of its tool calls (each checked), ready to run on first iteration. The
-        caller's tools are those it offered when the turn paused, unless it offers
-        them again (``caller``)."""
+        outputs of its tool calls and the decisions on those that wait for approval
+        (each checked), ready to run on first iteration. The caller's tools are those it
+        offered when the turn paused, unless it offers them again (``caller``)."""
         if conversation_id is None:
             raise ValidationFailed(
                 "tool_outputs continue a conversation's turn: give its conversationId.",
                 code="conversation_required",
                 param="conversationId",
             )
+        if not tool_outputs and not approvals:
+            raise ValidationFailed(
+                "Give at least one tool output or approval.",
+                code="tool_outputs_empty",
+                param="tool_outputs",
+            )
         outputs = self._checked_outputs(tool_outputs)
+        decided = _checked_approvals(approvals)
         agent = self._answering_agent(agent_id)
         _check_caller_options(agent, caller)
         self._check_response_format(agent, caller)
@@ -474,16 +524,23 @@ class ChatService:
                 code="no_tool_calls_pending",
                 param="tool_outputs",
             )
-        waiting = [call["id"] for call in pending.state["waiting"]]
-        if sorted(outputs) != sorted(waiting) or len(outputs) != len(tool_outputs):
-            self._store.release_pending_turn(conversation, pending.id)
-            raise ValidationFailed(
-                "Give one output for each call the turn waits for, all at once: "
-                + ", ".join(waiting)
-                + ".",
-                code="tool_outputs_mismatch",
-                param="tool_outputs",
-            )
+        waiting = pending.state["waiting"]
+        run = [call["id"] for call in waiting if call.get("kind", "function") == "function"]
+        approve = [call["id"] for call in waiting if call.get("kind") == "approval"]
+        checks: list[tuple[list[str], list[str], int, str, str]] = [
+            (list(outputs), run, len(tool_outputs), "tool_outputs", "an output"),
+            (list(decided), approve, len(approvals), "approvals", "a decision"),
+        ]
+        for given, wanted, count, param, what in checks:
+            if sorted(given) != sorted(wanted) or len(given) != count:
+                self._store.release_pending_turn(conversation, pending.id)
+                raise ValidationFailed(
+                    f"Give {what} for each call the turn waits for, all at once: "
+                    + (", ".join(wanted) or "none")
+                    + ".",
+                    code="tool_outputs_mismatch",
+                    param=param,
+                )
         turn = _Turn(
             self._context,
             agent,
@@ -493,7 +550,7 @@ class ChatService:
             streaming=streaming,
             cancellation=cancellation,
         )
-        turn.resumed, turn.outputs = pending, outputs
+        turn.resumed, turn.outputs, turn.approvals = pending, outputs, decided
         turn.caller = caller or CallerOptions(
             tools=[ToolSpec(**spec) for spec in pending.state.get("offered_tools", [])],
             choice=str(pending.state.get("tool_choice", "auto")),
@@ -506,10 +563,6 @@ class ChatService:
     ) -> dict[str, str]:
         """The outputs by the id of the call they answer, each checked (a 422 names the
         first bad one)."""
-        if not tool_outputs:
-            raise ValidationFailed(
-                "Give at least one tool output.", code="tool_outputs_empty", param="tool_outputs"
-            )
         found: dict[str, str] = {}
         for at, given in enumerate(tool_outputs):
             try:
@@ -576,7 +629,12 @@ class ChatService:
                 for call in turn.resumed.state["waiting"]
             )
         calls = [
-            RequestedToolCall(id=call.id, name=call.name, arguments=finite(call.arguments))
+            RequestedToolCall(
+                id=call.id,
+                type="approval" if turn.kinds.get(call.id) == "approval" else "function",
+                name=call.name,
+                arguments=finite(call.arguments),
+            )
             for call in turn.waiting
         ]
         pending: PendingTurn | None = None
@@ -814,6 +872,8 @@ class _Turn:
         self.outputs: dict[str, str] = {}
         # a pause: the calls the caller runs, and what the turn goes on from
         self.waiting: list[ToolCall] = []
+        self.kinds: dict[str, str] = {}  # "approval" for a waiting call that needs one
+        self.approvals: dict[str, ToolApproval] = {}  # a resume: the decisions, by call id
         self._paused: dict[str, Any] = {}
         self.caller = CallerOptions()  # the tools this request offers and what it ran
 
@@ -916,6 +976,15 @@ class _Turn:
                     return (yield from self.handoff(reason, said))
                 # a stopped turn starts no more tools (one already running ends)
                 self.stop_if_cancelled()
+                if self.needs_approval(call.name):
+                    self.action("tool_call", tool=call.name, arguments=call.arguments)
+                    if not self.caller.approves:
+                        steps.append(ToolStep(call, _NO_APPROVER))
+                        continue
+                    named = self.named(call, steps, waiting)
+                    self.kinds[named.id] = "approval"
+                    waiting.append(named)
+                    continue
                 output = self.run_tool(call.name, call.arguments)
                 if output is None:
                     waiting.append(self.named(call, steps, waiting))
@@ -929,7 +998,10 @@ class _Turn:
                     "passages": [asdict(passage) for passage in passages],
                     "history": [asdict(turn) for turn in history],
                     "steps": [{"call": asdict(s.call), "result": s.result} for s in steps],
-                    "waiting": [asdict(call) for call in waiting],
+                    "waiting": [
+                        {**asdict(call), "kind": self.kinds.get(call.id, "function")}
+                        for call in waiting
+                    ],
                     "step": step,
                     "offered_tools": [asdict(tool) for tool in self.caller.tools],
                     "tool_choice": self.caller.choice,
@@ -956,13 +1028,44 @@ class _Turn:
         assert self.resumed is not None
         state = self.resumed.state
         steps = [ToolStep(ToolCall(**s["call"]), s["result"]) for s in state["steps"]]
-        steps += [ToolStep(ToolCall(**call), self.outputs[call["id"]]) for call in state["waiting"]]
+        for waited in state["waiting"]:
+            call = ToolCall(waited["id"], waited["name"], waited["arguments"])
+            if waited.get("kind") == "approval":
+                self.stop_if_cancelled()
+                self.outputs[call.id] = self.decide(call, self.approvals[call.id])
+            steps.append(ToolStep(call, self.outputs[call.id]))
         return (
             [Passage(**passage) for passage in state["passages"]],
             [ChatTurn(**turn) for turn in state["history"]],
             steps,
             int(state["step"]) + 1,
         )
+
+    def needs_approval(self, name: str) -> bool:
+        """Whether calls of the agent's tool ``name`` wait for a person's approval."""
+        return any(
+            tool.name == name and tool.require_approval == "always" for tool in self.agent.tools
+        )
+
+    def decide(self, call: ToolCall, decision: ToolApproval) -> str:
+        """Run an approved call with the plugin that runs it, or tell the model that a
+        person refused it (``approval`` action events both)."""
+        self.action(
+            "approval",
+            tool=call.name,
+            tool_call_id=call.id,
+            approve=decision.approve,
+            reason=decision.reason,
+        )
+        if not decision.approve:
+            refused = {"error": "a person refused this call", "reason": decision.reason}
+            return json.dumps(refused)
+        outcome = self.context.run_tool(
+            agent_id=self.agent.id, name=call.name, arguments=call.arguments
+        )
+        if outcome is None:
+            return json.dumps({"error": "this tool is not available here"})
+        return outcome if isinstance(outcome, str) else json.dumps(outcome, default=str)
 
     @staticmethod
     def named(call: ToolCall, steps: list[ToolStep], waiting: list[ToolCall]) -> ToolCall:

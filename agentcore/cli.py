@@ -453,7 +453,8 @@ def cmd_chat(core: AgentCore, args: argparse.Namespace) -> int:
         say("a person has this conversation: the message was kept for them, no agent answered")
     for call in answer.tool_calls or ():
         arguments = json.dumps(call.arguments, ensure_ascii=False)
-        say(f"the agent waits for the output of {call.name}({arguments}), call {call.id}")
+        wanted = "approval" if call.type == "approval" else "the output"
+        say(f"the agent waits for {wanted} of {call.name}({arguments}), call {call.id}")
     say(f"conversation {answer.conversationId} (continue it with --conversation)")
     return 0
 

@@ -38,6 +38,7 @@ from agentcore.schema import (
     MessageList,
     SearchMode,
     SearchResponse,
+    ToolApproval,
     ToolOutput,
     VerifyResponse,
     WebhookList,
@@ -61,6 +62,8 @@ class _Request(Generic[M]):
 
 ToolOutputs = Sequence[ToolOutput | Mapping[str, Any]]
 """The outputs of the calls a turn waits for: ``[{"tool_call_id": ..., "output": ...}]``."""
+Approvals = Sequence[ToolApproval | Mapping[str, Any]]
+"""Decisions on the calls that wait for approval: ``[{"tool_call_id", "approve", "reason"}]``."""
 
 
 def _chat_body(
@@ -68,6 +71,7 @@ def _chat_body(
     message: str | None,
     conversation_id: str | None,
     tool_outputs: ToolOutputs | None = None,
+    approvals: Approvals | None = None,
 ) -> dict[str, Any]:
     body: dict[str, Any] = {"agentId": agent_id}
     if message is not None:
@@ -77,6 +81,11 @@ def _chat_body(
     if tool_outputs is not None:
         body["tool_outputs"] = [
             o.model_dump() if isinstance(o, ToolOutput) else dict(o) for o in tool_outputs
+        ]
+    if approvals is not None:
+        body["approvals"] = [
+            a.model_dump(exclude_none=True) if isinstance(a, ToolApproval) else dict(a)
+            for a in approvals
         ]
     return body
 
@@ -188,8 +197,9 @@ class _Requests:
         message: str | None,
         conversation_id: str | None,
         tool_outputs: ToolOutputs | None = None,
+        approvals: Approvals | None = None,
     ) -> _Request[ChatMessageResponse]:
-        body = _chat_body(agent_id, message, conversation_id, tool_outputs)
+        body = _chat_body(agent_id, message, conversation_id, tool_outputs, approvals)
         return _Request(ChatMessageResponse, "POST", "/chat/message", {"json": body})
 
     @staticmethod
@@ -476,11 +486,13 @@ class ChatClient:
         conversation_id: str | None = None,
         *,
         tool_outputs: ToolOutputs | None = None,
+        approvals: Approvals | None = None,
     ) -> ChatMessageResponse:
         """``POST /v1/chat/message``: the whole answer. An answer with ``status ==
         "requires_action"`` waits for its ``tool_calls``' outputs: send them as
-        ``tool_outputs`` with the ``conversation_id`` and no ``message``."""
-        request = _Requests.chat(agent_id, message, conversation_id, tool_outputs)
+        ``tool_outputs`` (and the ``approvals`` of calls of ``type == "approval"``) with
+        the ``conversation_id`` and no ``message``."""
+        request = _Requests.chat(agent_id, message, conversation_id, tool_outputs, approvals)
         response = self._http.request(request.method, request.path, **request.kwargs)
         return _parse(request, response)
 
@@ -491,13 +503,17 @@ class ChatClient:
         conversation_id: str | None = None,
         *,
         tool_outputs: ToolOutputs | None = None,
+        approvals: Approvals | None = None,
     ) -> ChatEventStream:
         """``POST /v1/chat/message`` with ``stream: true``: the answer as it is generated.
 
         ``with client.chat.stream(agent_id, "Hi") as stream: for delta in stream: ...``
         then ``stream.response``.
         """
-        body = {**_chat_body(agent_id, message, conversation_id, tool_outputs), "stream": True}
+        body = {
+            **_chat_body(agent_id, message, conversation_id, tool_outputs, approvals),
+            "stream": True,
+        }
         return ChatEventStream(connect_sse(self._http, "POST", "/chat/message", json=body))
 
 
@@ -520,11 +536,13 @@ class AsyncChatClient:
         conversation_id: str | None = None,
         *,
         tool_outputs: ToolOutputs | None = None,
+        approvals: Approvals | None = None,
     ) -> ChatMessageResponse:
         """``POST /v1/chat/message``: the whole answer. An answer with ``status ==
         "requires_action"`` waits for its ``tool_calls``' outputs: send them as
-        ``tool_outputs`` with the ``conversation_id`` and no ``message``."""
-        request = _Requests.chat(agent_id, message, conversation_id, tool_outputs)
+        ``tool_outputs`` (and the ``approvals`` of calls of ``type == "approval"``) with
+        the ``conversation_id`` and no ``message``."""
+        request = _Requests.chat(agent_id, message, conversation_id, tool_outputs, approvals)
         response = await self._http.request(request.method, request.path, **request.kwargs)
         return _parse(request, response)
 
@@ -535,13 +553,17 @@ class AsyncChatClient:
         conversation_id: str | None = None,
         *,
         tool_outputs: ToolOutputs | None = None,
+        approvals: Approvals | None = None,
     ) -> AsyncChatEventStream:
         """``POST /v1/chat/message`` with ``stream: true``: the answer as it is generated.
 
         ``async with client.chat.stream(agent_id, "Hi") as stream: async for delta in
         stream: ...`` then ``stream.response``.
         """
-        body = {**_chat_body(agent_id, message, conversation_id, tool_outputs), "stream": True}
+        body = {
+            **_chat_body(agent_id, message, conversation_id, tool_outputs, approvals),
+            "stream": True,
+        }
         return AsyncChatEventStream(aconnect_sse(self._http, "POST", "/chat/message", json=body))
 
 

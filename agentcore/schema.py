@@ -326,8 +326,9 @@ class VerifyResponse(BaseModel):
     key_id: str | None = None
 
 
-class ToolDefinition(BaseModel):
-    """A function an agent may call: OpenAI's function shape, JSON-Schema parameters."""
+class FunctionShape(BaseModel):
+    """A function a model may call: OpenAI's function shape, JSON-Schema parameters (the
+    common part of an agent's tool and of a Chat Completions request's function)."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
@@ -379,6 +380,21 @@ class ToolDefinition(BaseModel):
             # it is, so it can still be listed, fixed and deleted
             _check_subschemas(value, "")
         return value
+
+
+ApprovalPolicy = Literal["never", "always"]
+"""Whether a person must approve each call of a tool before it runs."""
+
+
+class ToolDefinition(FunctionShape):
+    """A function an agent may call, and whether its calls wait for approval."""
+
+    require_approval: ApprovalPolicy = Field(
+        "never",
+        description="`always`: each call waits for the caller's approval (`status:"
+        " requires_action`, a `tool_calls` entry of `type: approval`) before a plugin runs"
+        " it; a refused call never runs. For tools a plugin runs.",
+    )
 
 
 _JSON_TYPES = frozenset({"string", "number", "integer", "boolean", "object", "array", "null"})
@@ -748,6 +764,18 @@ class ToolOutput(Request):
     )
 
 
+class ToolApproval(Request):
+    """The caller's decision on a call that waits for approval."""
+
+    tool_call_id: str = Field(
+        ..., min_length=1, max_length=100, description="The `id` of the call it decides."
+    )
+    approve: StrictBool = Field(description="`true`: the call runs; `false`: it never does.")
+    reason: str | None = Field(
+        None, max_length=1000, description="Why (told to the model when it is refused)."
+    )
+
+
 class ChatMessageRequest(Request):
     """Body of ``POST /v1/chat/message``: a ``message``, or the ``tool_outputs`` that
     resume a turn waiting for them (with its ``conversationId``)."""
@@ -769,11 +797,20 @@ class ChatMessageRequest(Request):
         " `message`.",
         json_schema_extra=_absent_when_none,
     )
+    approvals: list[ToolApproval] | None = Field(
+        None,
+        min_length=1,
+        max_length=MAX_TOOL_OUTPUTS,
+        description="Decisions on the calls that wait for approval (`type: approval`), one"
+        " for each, given with the `tool_outputs` of the others (if any); with the"
+        " conversation's `conversationId` and no `message`.",
+        json_schema_extra=_absent_when_none,
+    )
     stream: StrictBool = Field(
         False, description="Answer as server-sent events (`text/event-stream`) as it is generated."
     )
 
-    @field_validator("message", "tool_outputs", mode="before")
+    @field_validator("message", "tool_outputs", "approvals", mode="before")
     @classmethod
     def _not_null(cls, value: Any) -> Any:
         # absent, or given: the document declares neither as nullable
@@ -812,10 +849,14 @@ model called tools the caller runs: the turn waits for their outputs) or ``hande
 
 
 class RequestedToolCall(BaseModel):
-    """A call of one of the agent's tools that the caller runs (no plugin runs it)."""
+    """A call the turn waits for: of a tool the caller runs (``function``: no plugin runs
+    it), or of one that needs the caller's approval before it runs (``approval``)."""
 
-    id: str = Field(description="Answer it with a `tool_outputs` entry of this `tool_call_id`.")
-    type: Literal["function"] = "function"
+    id: str = Field(
+        description="Answer it with a `tool_outputs` entry (`function`) or an `approvals`"
+        " entry (`approval`) of this `tool_call_id`."
+    )
+    type: Literal["function", "approval"] = "function"
     name: str = Field(description="The tool's name, as the agent's `tools` define it.")
     arguments: dict[str, Any] = Field(
         description="The arguments the model chose, parsed from its JSON: untrusted input."

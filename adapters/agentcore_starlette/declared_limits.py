@@ -100,13 +100,15 @@ def _strictly(component: dict[str, Any], tighten: Callable[[dict[str, Any]], Non
 
 
 def _message_or_outputs(strict: dict[str, Any]) -> None:
-    """A chat request holds a ``message``, or the ``tool_outputs`` of a conversation's
-    waiting turn with its ``conversationId``, never both."""
+    """A chat request holds a ``message``, or the ``tool_outputs`` and ``approvals`` of
+    a conversation's waiting turn with its ``conversationId``, never both."""
+    resumes = {"anyOf": [{"required": ["tool_outputs"]}, {"required": ["approvals"]}]}
     strict["oneOf"] = [
-        {"required": ["message"], "not": {"required": ["tool_outputs"]}},
+        {"required": ["message"], "not": resumes},
         {
-            "required": ["tool_outputs", "conversationId"],
+            "required": ["conversationId"],
             "properties": {"conversationId": {"type": "string"}},
+            **resumes,
             "not": {"required": ["message"]},
         },
     ]
@@ -139,9 +141,7 @@ def _declare_completion_messages(components: dict[str, Any], settings: Settings)
     def request(strict: dict[str, Any]) -> None:
         _no_nul_anywhere(strict)
         # a user message, unless the messages resume a stored conversation's turn
-        strict["properties"]["messages"]["contains"] = {
-            "anyOf": [user, {"required": ["role"], "properties": {"role": {"const": "tool"}}}]
-        }
+        strict["else"] = {"properties": {"messages": {"contains": user}}}
         strict["if"] = {
             "required": ["conversation_id"],
             "properties": {"conversation_id": {"type": "string"}},
@@ -208,6 +208,7 @@ def declare_limits(
     if "ChatMessageRequest" in requests:
         prop("ChatMessageRequest", "message")["maxLength"] = settings.max_message_chars
         _no_nul_strings(components["ToolOutput"])
+        _no_nul_strings(components["ToolApproval"])
         prop("ToolOutput", "output")["maxLength"] = settings.max_tool_output_chars
         _strictly(components["ChatMessageRequest"], _message_or_outputs)
     if "ChatCompletionRequest" in requests:

@@ -28,6 +28,7 @@ WEATHER = {
     "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
 }
 CLOCK = {"name": "clock", "description": "The time now."}
+REFUND = {"name": "refund", "description": "Refund an order.", "require_approval": "always"}
 
 
 class Script:
@@ -47,6 +48,13 @@ class Script:
         if self.fail_next:
             self.fail_next = False
             raise ProviderError("The model provider is down.")
+        if "refund" in request.message:
+            if request.steps:
+                return ChatResult(text=f"Refund: {request.steps[-1].result}")
+            calls = [ToolCall("call_r", "refund", {"order": "A-17"})]
+            if "weather" in request.message:
+                calls.append(ToolCall("call_w", "get_weather", {"city": "Paris"}))
+            return ChatResult(text="", tool_calls=calls)
         if "loop" in request.message:
             if request.tools:
                 call = ToolCall(f"c{len(request.steps)}", "get_weather", {"city": "Oslo"})
@@ -62,17 +70,26 @@ class Script:
 
 
 class Clock:
-    """A plugin runs ``clock``; every other tool is the caller's."""
+    """A plugin runs ``clock`` and ``refund`` (which needs approval); every other tool
+    is the caller's. ``refunds`` are the refunds it made."""
+
+    def __init__(self) -> None:
+        self.refunds: list[str] = []
 
     @agentcore.hookimpl
     def agentcore_run_tool(self, workspace: Any, agent_id: str, name: str, arguments: Any) -> Any:
+        if name == "refund":
+            self.refunds.append(arguments["order"])
+            return f"order {arguments['order']} refunded"
         return "12:00" if name == "clock" else None
 
 
-def open_core(store_url: str, script: Script, **settings: Any) -> AgentCore:
+def open_core(
+    store_url: str, script: Script, clock: Clock | None = None, **settings: Any
+) -> AgentCore:
     return AgentCore.open(
         store_url,
-        plugins=[Recorder("scripted", script), Clock()],
+        plugins=[Recorder("scripted", script), clock or Clock()],
         rate_limit_test=1e6,
         rate_limit_live=1e6,
         max_tool_output_chars=MAX_OUTPUT,
@@ -86,9 +103,14 @@ def script() -> Script:
 
 
 @pytest.fixture
-def core(store_url: str, script: Script) -> Iterator[AgentCore]:
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def core(store_url: str, script: Script, clock: Clock) -> Iterator[AgentCore]:
     """The suite's core (every HTTP test runs on both stores) with the scripted model."""
-    instance = open_core(store_url, script)
+    instance = open_core(store_url, script, clock)
     yield instance
     instance.close()
 
@@ -409,3 +431,90 @@ def _raw_stream(url: str, secret: str, agent_id: str) -> list[tuple[str, str]]:
         connect_sse(http, "POST", "/v1/chat/message", json=body) as source,
     ):
         return [(event.event, event.data) for event in source.iter_sse()]
+
+
+def test_a_call_that_needs_approval_runs_once_approved(
+    api: Api, core: AgentCore, clock: Clock
+) -> None:
+    actions: list[Event] = []
+    core.events.subscribe("agent.action", actions.append)
+    agent_id = create_agent(api, WEATHER, REFUND)
+    body = chat(api, {"agentId": agent_id, "message": "Please refund order A-17"})
+    assert body["status"] == "requires_action"
+    assert body["tool_calls"] == [
+        {"id": "call_r", "type": "approval", "name": "refund", "arguments": {"order": "A-17"}}
+    ]
+    assert clock.refunds == []  # not before a person says so
+    resume = {"agentId": agent_id, "conversationId": body["conversationId"]}
+    approved = [{"tool_call_id": "call_r", "approve": True}]
+    done = chat(api, {**resume, "approvals": approved})
+    assert done["response"] == "Refund: order A-17 refunded" and clock.refunds == ["A-17"]
+    decided = [e.data for e in actions if e.data["action"] == "approval"]
+    assert [(d["tool"], d["approve"], d["reason"]) for d in decided] == [("refund", True, None)]
+    messages = history(api, body["conversationId"])
+    assert messages[-2] == {
+        "role": "tool",
+        "content": "order A-17 refunded",
+        "tool_call_id": "call_r",
+    }
+
+
+def test_a_refused_call_never_runs_and_the_model_is_told(api: Api, clock: Clock) -> None:
+    agent_id = create_agent(api, WEATHER, REFUND)
+    body = chat(api, {"agentId": agent_id, "message": "Please refund order A-17"})
+    resume = {"agentId": agent_id, "conversationId": body["conversationId"]}
+    refused = [{"tool_call_id": "call_r", "approve": False, "reason": "over the limit"}]
+    done = chat(api, {**resume, "approvals": refused})
+    assert clock.refunds == []
+    told = json.loads(done["response"].removeprefix("Refund: "))
+    assert told == {"error": "a person refused this call", "reason": "over the limit"}
+
+
+def test_outputs_and_approvals_go_together_and_each_is_checked(api: Api, clock: Clock) -> None:
+    agent_id = create_agent(api, WEATHER, REFUND)
+    body = chat(api, {"agentId": agent_id, "message": "Please refund A-17 and get the weather"})
+    assert [(c["id"], c["type"]) for c in body["tool_calls"]] == [
+        ("call_r", "approval"),
+        ("call_w", "function"),
+    ]
+    resume = {"agentId": agent_id, "conversationId": body["conversationId"]}
+    approve = [{"tool_call_id": "call_r", "approve": True}]
+    output = outputs(("call_w", "sunny"))
+    for bad, param in [
+        ({"tool_outputs": output}, "approvals"),  # the approval missing
+        ({"approvals": approve}, "tool_outputs"),  # the output missing
+        ({"tool_outputs": outputs(("call_r", "x")), "approvals": approve}, "tool_outputs"),
+        (
+            {"tool_outputs": output, "approvals": [{"tool_call_id": "call_w", "approve": True}]},
+            "approvals",
+        ),
+        (
+            {"tool_outputs": output, "approvals": [{"tool_call_id": "call_r", "approve": "yes"}]},
+            "approvals.0.approve",
+        ),
+        (
+            {
+                "tool_outputs": output,
+                "approvals": [{"tool_call_id": "call_r", "approve": True, "reason": "x" * 1001}],
+            },
+            "approvals.0.reason",
+        ),
+        ({"message": "hi", "approvals": approve}, "approvals"),
+        ({"tool_outputs": output, "approvals": None}, "approvals"),
+    ]:
+        refused = api.post("/v1/chat/message", json={**resume, **bad})
+        assert refused.status_code == 422, (bad, refused.text)
+        assert refused.json()["param"] == param, (bad, refused.text)
+    assert clock.refunds == [] and len(history(api, body["conversationId"])) == 2
+    done = chat(api, {**resume, "tool_outputs": output, "approvals": approve})
+    assert done["status"] == "completed" and clock.refunds == ["A-17"]
+
+
+def test_a_client_that_cannot_approve_gets_no_call_made(core: AgentCore, clock: Clock) -> None:
+    from agentcore import CallerOptions
+
+    ws = core.workspace("acme", "test")
+    agent = ws.agents.create(name="R", model="scripted", tools=[REFUND])
+    done = ws.chat.send(agent.id, "Please refund order A-17", caller=CallerOptions(approves=False))
+    assert done.status == "completed" and clock.refunds == []
+    assert "approval" in done.response

@@ -23,7 +23,7 @@ from pydantic import Field, StrictBool, field_validator
 from agentcore import CallerOptions
 from agentcore.chat_models import ChatTurn, ToolCall, ToolSpec, ToolStep
 from agentcore.errors import InvalidRequest, ValidationFailed
-from agentcore.schema import Request, ToolDefinition
+from agentcore.schema import FunctionShape, Request
 
 Handling = Literal["used", "ignored", "refused"]
 
@@ -128,9 +128,9 @@ class MessageToolCall(Request):
     function: CalledFunction
 
 
-class FunctionDefinition(ToolDefinition):
-    """A function a request offers (``tools[].function``): an agent's tool definition,
-    and OpenAI's ``strict`` flag, accepted and not enforced."""
+class FunctionDefinition(FunctionShape):
+    """A function a request offers (``tools[].function``): an agent's tool's shape, and
+    OpenAI's ``strict`` flag, accepted and not enforced."""
 
     strict: StrictBool | None = None
 
@@ -350,6 +350,7 @@ def caller_options(body: ChatCompletionRequest, asked: Conversation) -> CallerOp
         choice=choice or "auto",
         kept=body.conversation_id is not None,
         response_format=_response_format(body.response_format),
+        approves=False,  # Chat Completions has no way to approve a call
     )
 
 

@@ -23,13 +23,18 @@ def send_chat_message(call: Call) -> ChatMessageResponse | ChatStream:
     When the model calls tools the caller runs, the answer has `status:
     "requires_action"` and `tool_calls` (streamed: a `response.requires_action` event
     ends the stream instead of `response.completed`); the turn waits until the same
-    call brings their `tool_outputs` with the `conversationId` and no `message`.
+    call brings their `tool_outputs` with the `conversationId` and no `message`. A call
+    of a tool that needs approval waits as `type: "approval"`, decided in `approvals`.
     """
     body = cast(ChatMessageRequest, call.body)
     chat = call.workspace.chat
     if body.stream:  # a stream is stopped by closing it (the client going away)
         return chat.stream(
-            body.agentId, body.message, body.conversationId, tool_outputs=body.tool_outputs
+            body.agentId,
+            body.message,
+            body.conversationId,
+            tool_outputs=body.tool_outputs,
+            approvals=body.approvals,
         )
     return chat.send(
         body.agentId,
@@ -37,6 +42,7 @@ def send_chat_message(call: Call) -> ChatMessageResponse | ChatStream:
         body.conversationId,
         cancellation=call.cancellation,
         tool_outputs=body.tool_outputs,
+        approvals=body.approvals,
     )
 
 
