@@ -19,7 +19,7 @@ from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Executor, Future, InvalidStateError, wait
 from dataclasses import asdict, dataclass, replace
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from pydantic import ValidationError
 
@@ -112,6 +112,23 @@ _NO_APPROVER = json.dumps(
 log = get_logger("agentcore.chat")  # masks keys and secrets in every record
 
 
+def passages_of(results: Sequence[tuple[StoredChunk, float]]) -> list[Passage]:
+    """Retrieved chunks and their scores as the passages a model is given, ``P1``,
+    ``P2``, ... in rank order."""
+    return [
+        Passage(
+            id=f"P{number}",
+            text=chunk.text,
+            source=chunk.source,
+            pages=chunk.pages,
+            score=score,
+            document_id=chunk.document_id,
+            page_offsets=chunk.page_offsets,
+        )
+        for number, (chunk, score) in enumerate(results, 1)
+    ]
+
+
 def wants_human(message: str) -> bool:
     """Whether the user asks for a person ("I want to talk to a human", ...)."""
     return _HUMAN_REQUEST.search(message) is not None
@@ -193,19 +210,29 @@ def _check_caller_options(agent: Agent, caller: CallerOptions | None) -> None:
         )
 
 
+_Given = TypeVar("_Given", ToolOutput, ToolApproval)
+
+
+def _each(
+    given: Sequence[_Given | Mapping[str, Any]], model: type[_Given], param: str
+) -> list[_Given]:
+    """Each of ``given`` as ``model``; a 422 names the first bad field (``param.N....``)."""
+    found: list[_Given] = []
+    for at, item in enumerate(given):
+        try:
+            found.append(item if isinstance(item, model) else model.model_validate(item))
+        except ValidationError as exc:
+            raise invalid_fields(exc, prefix=(param, at)) from None
+    return found
+
+
 def _checked_approvals(
     approvals: Sequence[ToolApproval | Mapping[str, Any]],
 ) -> dict[str, ToolApproval]:
     """The decisions by the id of the call they decide, each checked (a 422 names the
     first bad one)."""
     found: dict[str, ToolApproval] = {}
-    for at, given in enumerate(approvals):
-        try:
-            decision = (
-                given if isinstance(given, ToolApproval) else ToolApproval.model_validate(given)
-            )
-        except ValidationError as exc:
-            raise invalid_fields(exc, prefix=("approvals", at)) from None
+    for at, decision in enumerate(_each(approvals, ToolApproval, "approvals")):
         check_unicode(decision.reason, param=f"approvals.{at}.reason")
         found[decision.tool_call_id] = decision
     return found
@@ -564,13 +591,7 @@ class ChatService:
         """The outputs by the id of the call they answer, each checked (a 422 names the
         first bad one)."""
         found: dict[str, str] = {}
-        for at, given in enumerate(tool_outputs):
-            try:
-                output = (
-                    given if isinstance(given, ToolOutput) else ToolOutput.model_validate(given)
-                )
-            except ValidationError as exc:
-                raise invalid_fields(exc, prefix=("tool_outputs", at)) from None
+        for at, output in enumerate(_each(tool_outputs, ToolOutput, "tool_outputs")):
             check_unicode(output.output, param=f"tool_outputs.{at}.output")
             if len(output.output) > self._settings.max_tool_output_chars:
                 raise ValidationFailed(
@@ -1089,18 +1110,7 @@ class _Turn:
             results=len(results),
             top_score=results[0][1] if results else None,
         )
-        return [
-            Passage(
-                id=f"P{number}",
-                text=chunk.text,
-                source=chunk.source,
-                pages=chunk.pages,
-                score=score,
-                document_id=chunk.document_id,
-                page_offsets=chunk.page_offsets,
-            )
-            for number, (chunk, score) in enumerate(results, 1)
-        ]
+        return passages_of(results)
 
     def stored_history(self) -> list[ChatTurn]:
         """The conversation's last messages as the model's earlier turns: the user's,

@@ -33,8 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from retrieval_quality import DEFAULT_SQUAD, build_pdfs  # noqa: E402
 
 from agentcore import AgentCore  # noqa: E402
-from agentcore.chat import build_citations  # noqa: E402
-from agentcore.chat_models import ChatRequest, Passage  # noqa: E402
+from agentcore.chat import build_citations, passages_of  # noqa: E402
+from agentcore.chat_models import ChatRequest  # noqa: E402
 from agentcore.plugins.extractive import ExtractiveModel  # noqa: E402
 
 Case = tuple[str, int, tuple[str, ...], ChatRequest]  # article, gold page, answers, request
@@ -57,20 +57,7 @@ def retrieve_all(squad: Path, paragraphs_per_page: int) -> list[Case]:
             ]
             for doc, gold in ingested:
                 for question, expected in gold.items():
-                    passages = [
-                        Passage(
-                            id=f"P{number}",
-                            text=chunk.text,
-                            source=chunk.source,
-                            pages=chunk.pages,
-                            score=score,
-                            document_id=chunk.document_id,
-                            page_offsets=chunk.page_offsets,
-                        )
-                        for number, (chunk, score) in enumerate(
-                            ws.knowledge.retrieve(question, k), 1
-                        )
-                    ]
+                    passages = passages_of(ws.knowledge.retrieve(question, k))
                     request = ChatRequest(
                         system_prompt="",
                         message=question,

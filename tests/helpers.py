@@ -194,14 +194,16 @@ class Recorder:
         register(self)
 
 
-def core_with(tmp_path: Any, *plugins: object, **settings: Any) -> AgentCore:
+def open_with(store: Any, *plugins: object, **settings: Any) -> AgentCore:
+    """A core on ``store`` (a SQLite path or a PostgreSQL URL) with ``plugins`` and the
+    rate limits lifted, so a test may send requests in bursts."""
     return AgentCore.open(
-        tmp_path / "chat.db",
-        plugins=list(plugins),
-        rate_limit_test=1e6,
-        rate_limit_live=1e6,
-        **settings,
+        store, plugins=list(plugins), rate_limit_test=1e6, rate_limit_live=1e6, **settings
     )
+
+
+def core_with(tmp_path: Any, *plugins: object, **settings: Any) -> AgentCore:
+    return open_with(tmp_path / "chat.db", *plugins, **settings)
 
 
 # A faster ``api`` fixture -----------------------------------------------------------

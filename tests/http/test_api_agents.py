@@ -54,7 +54,7 @@ def test_create_starts_in_draft_and_get_returns_it(api) -> None:
     assert agent["role"] == "support"
     assert agent["name"] == "Support"
     assert agent["system_prompt"] == "Be kind."
-    assert agent["tools"] == [WEATHER]
+    assert agent["tools"] == [{**WEATHER, "require_approval": "never"}]  # the default, said
     assert agent["created_at"] == agent["updated_at"]
     got = api.get(f"/v1/agents/{agent['id']}")
     assert got.status_code == 200
@@ -150,7 +150,7 @@ def test_update_system_prompt_and_tools(api) -> None:
     assert response.status_code == 200, response.text
     updated = response.json()
     assert updated["system_prompt"] == "new"
-    assert updated["tools"] == [WEATHER]
+    assert updated["tools"] == [{**WEATHER, "require_approval": "never"}]
     assert updated["name"] == "n"  # untouched
     assert updated["status"] == "draft"
     # as instants: a time of whole seconds is written without a fraction ('...15Z' sorts

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from conftest import Api, Keys, ServerThread
-from helpers import Recorder
+from helpers import Recorder, open_with
 
 import agentcore
 from agentcore import AgentCore, AsyncClient, Client, Event
@@ -87,14 +87,8 @@ class Clock:
 def open_core(
     store_url: str, script: Script, clock: Clock | None = None, **settings: Any
 ) -> AgentCore:
-    return AgentCore.open(
-        store_url,
-        plugins=[Recorder("scripted", script), clock or Clock()],
-        rate_limit_test=1e6,
-        rate_limit_live=1e6,
-        max_tool_output_chars=MAX_OUTPUT,
-        **settings,
-    )
+    plugins = (Recorder("scripted", script), clock or Clock())
+    return open_with(store_url, *plugins, max_tool_output_chars=MAX_OUTPUT, **settings)
 
 
 @pytest.fixture
@@ -326,47 +320,42 @@ def test_one_resume_at_a_time(api: Api, script: Script) -> None:
     ]
 
 
+def weather_agent(core: AgentCore) -> tuple[Any, str]:
+    """The acme test workspace, and an agent of it whose get_weather the caller runs."""
+    ws = core.workspace("acme", "test")
+    return ws, ws.agents.create(name="W", model="scripted", tools=[WEATHER]).id
+
+
 @pytest.mark.both_stores
 def test_a_turn_stops_waiting_after_tool_call_timeout(store_url: str, script: Script) -> None:
-    core = open_core(store_url, script, tool_call_timeout=0.2)
-    try:
-        ws = core.workspace("acme", "test")
-        agent = ws.agents.create(name="W", model="scripted", tools=[WEATHER])
-        waiting = ws.chat.send(agent.id, "Weather in Paris?")
+    with open_core(store_url, script, tool_call_timeout=0.2) as core:
+        ws, agent = weather_agent(core)
+        waiting = ws.chat.send(agent, "Weather in Paris?")
         time.sleep(0.3)  # longer than the timeout: it has expired, however slow the machine
         with pytest.raises(agentcore.Conflict) as late:
-            ws.chat.send(
-                agent.id,
-                conversation_id=waiting.conversationId,
-                tool_outputs=outputs(("call_w", "x")),
-            )
+            resume = outputs(("call_w", "x"))
+            ws.chat.send(agent, conversation_id=waiting.conversationId, tool_outputs=resume)
         assert late.value.code == "no_tool_calls_pending"
-        goes_on = ws.chat.send(agent.id, "Weather in Paris?", waiting.conversationId)
+        goes_on = ws.chat.send(agent, "Weather in Paris?", waiting.conversationId)
         assert goes_on.status == "requires_action"  # the conversation takes messages again
-    finally:
-        core.close()
 
 
 @pytest.mark.both_stores
 def test_max_tool_steps_count_across_pauses(store_url: str, script: Script) -> None:
-    core = open_core(store_url, script, max_tool_steps=2)
-    try:
-        ws = core.workspace("acme", "test")
-        agent = ws.agents.create(name="W", model="scripted", tools=[WEATHER])
-        reply = ws.chat.send(agent.id, "loop")
+    with open_core(store_url, script, max_tool_steps=2) as core:
+        ws, agent = weather_agent(core)
+        reply = ws.chat.send(agent, "loop")
         ids = []
         while reply.status == "requires_action":
             assert reply.tool_calls is not None
             ids.append(reply.tool_calls[0].id)
             reply = ws.chat.send(
-                agent.id,
+                agent,
                 conversation_id=reply.conversationId,
                 tool_outputs=[{"tool_call_id": reply.tool_calls[0].id, "output": "windy"}],
             )
         assert ids == ["c0", "c1"]  # two steps, then a last call offers no tools
         assert reply.response == "Done after 2 steps."
-    finally:
-        core.close()
 
 
 @pytest.mark.both_stores

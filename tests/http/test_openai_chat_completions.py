@@ -12,6 +12,7 @@ import httpx
 import openai
 import pytest
 from conftest import Keys
+from helpers import open_with
 
 import agentcore
 from agentcore import AgentCore, Event
@@ -48,11 +49,8 @@ def scripted() -> Scripted:
 @pytest.fixture
 def core(store_url: str, scripted: Scripted) -> Iterator[AgentCore]:
     """conftest's core (SQLite or PostgreSQL) with the ``scripted`` chat model."""
-    instance = AgentCore.open(
-        store_url, plugins=[scripted], rate_limit_test=1e6, rate_limit_live=1e6
-    )
-    yield instance
-    instance.close()
+    with open_with(store_url, scripted) as instance:
+        yield instance
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ from agents import (
 )
 from agents.mcp import MCPServerStreamableHttp
 from conftest import Keys
-from helpers import Recorder
+from helpers import Recorder, open_with
 from langchain_core.messages import HumanMessage, ToolMessage
 from langchain_openai import ChatOpenAI
 from openai import AsyncOpenAI, BadRequestError
@@ -78,10 +78,8 @@ def model() -> Recorder:
 @pytest.fixture
 def core(store_url: str, model: Recorder) -> Iterator[AgentCore]:
     """conftest's core (SQLite or PostgreSQL) with the scripted chat models."""
-    plugins = [model, JsonRecorder("json", in_json)]
-    instance = AgentCore.open(store_url, plugins=plugins, rate_limit_test=1e6, rate_limit_live=1e6)
-    yield instance
-    instance.close()
+    with open_with(store_url, model, JsonRecorder("json", in_json)) as instance:
+        yield instance
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from typing import Any
 import openai
 import pytest
 from conftest import Keys
-from helpers import Recorder
+from helpers import Recorder, open_with
 
 from agentcore import AgentCore
 from agentcore.chat_models import ChatRequest, ChatResult, ToolCall
@@ -49,9 +49,8 @@ def model() -> Recorder:
 @pytest.fixture
 def core(store_url: str, model: Recorder) -> Iterator[AgentCore]:
     """conftest's core (SQLite or PostgreSQL) with the scripted chat model."""
-    instance = AgentCore.open(store_url, plugins=[model], rate_limit_test=1e6, rate_limit_live=1e6)
-    yield instance
-    instance.close()
+    with open_with(store_url, model) as instance:
+        yield instance
 
 
 @pytest.fixture
