@@ -543,12 +543,13 @@ LONGEST = (
 )
 """Tests of minutes each (the plain schemathesis command, one per store): they start the
 run, each on a worker of its own, so the run never waits for one at its end."""
+WORKERS = 4  # pyproject's addopts: -n 4
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Tests that need the PostgreSQL server are slow: ``-m "not slow"`` starts none.
     The ``LONGEST`` tests go where a worker's first share of the run begins (the
-    ``worksteal`` scheduler hands each of the 4 workers a contiguous share, in order)."""
+    ``worksteal`` scheduler hands each of the workers a contiguous share, in order)."""
     for item in items:
         if "postgres_server" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.slow)
@@ -556,7 +557,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     if not longest:
         return
     rest = [item for item in items if item.nodeid.partition("[")[0] not in LONGEST]
-    share = max(len(items) // 4, 1)
-    for number, item in enumerate(longest):  # workers 0, 2, 1, 3: the first share of each
-        rest.insert(min(share * (2 * number % 4 + number // 2 % 2), len(rest)), item)
+    # where each worker's share begins: worksteal gives each idle worker in turn an even
+    # part of what is left (remaining // workers left)
+    starts, start = [], 0
+    for left in range(WORKERS, 0, -1):
+        starts.append(start)
+        start += (len(items) - start) // left
+    spread = [starts[worker] for worker in range(0, WORKERS, 2)] + starts[1::2]
+    for item, at in sorted(zip(longest, spread, strict=False), key=lambda pair: pair[1]):
+        rest.insert(at, item)  # in order: each lands at its index
     items[:] = rest

@@ -36,17 +36,7 @@ from agentcore_starlette.mcp import openapi as mcp_openapi
 from agentcore_starlette.openapi import build_openapi
 from agentcore_starlette.routes import ROUTES
 
-pytestmark = [
-    pytest.mark.slow,  # schemathesis over a real server: every operation, many requests
-    # Hypothesis reports a strategy that "uses the random module" when the global random
-    # state changes while it draws a case. The server under test runs in this process,
-    # and psycopg_pool's background threads draw from that global state (jitter on each
-    # new connection's lifetime), so the report is about another thread, not a strategy.
-    pytest.mark.filterwarnings(
-        "ignore:Do not use the `random` module inside strategies"
-        ":hypothesis.errors.HypothesisDeprecationWarning"
-    ),
-]
+pytestmark = pytest.mark.slow  # schemathesis over a real server: every operation, many requests
 
 MAX_EXAMPLES = int(os.environ.get("AGENTCORE_FUZZ_EXAMPLES", "8"))
 # The suite fuzzes the same cases on every run, so a run passes or fails for the code
