@@ -995,39 +995,10 @@ class _Turn:
                 if call.name == HANDOFF_TOOL:
                     reason = str(call.arguments.get("reason") or "model_requested")
                     return (yield from self.handoff(reason, said))
-                # a stopped turn starts no more tools (one already running ends)
-                self.stop_if_cancelled()
-                if self.needs_approval(call.name):
-                    self.action("tool_call", tool=call.name, arguments=call.arguments)
-                    if not self.caller.approves:
-                        steps.append(ToolStep(call, _NO_APPROVER))
-                        continue
-                    named = self.named(call, steps, waiting)
-                    self.kinds[named.id] = "approval"
-                    waiting.append(named)
-                    continue
-                output = self.run_tool(call.name, call.arguments)
-                if output is None:
-                    waiting.append(self.named(call, steps, waiting))
-                else:
-                    steps.append(ToolStep(call, output))
+                self.take(call, steps, waiting)
             if waiting and step < self.settings.max_tool_steps:
                 # the caller runs these: the turn waits, stored, for their outputs
-                self.waiting = waiting
-                self._paused = {
-                    "message": self.message,
-                    "passages": [asdict(passage) for passage in passages],
-                    "history": [asdict(turn) for turn in history],
-                    "steps": [{"call": asdict(s.call), "result": s.result} for s in steps],
-                    "waiting": [
-                        {**asdict(call), "kind": self.kinds.get(call.id, "function")}
-                        for call in waiting
-                    ],
-                    "step": step,
-                    "offered_tools": [asdict(tool) for tool in self.caller.tools],
-                    "tool_choice": self.caller.choice,
-                    "response_format": answer_format,
-                }
+                self.pause(waiting, step, passages, history, steps, answer_format)
                 return said, []
             steps.extend(ToolStep(call, _NOT_OFFERED) for call in waiting)
         assert result is not None
@@ -1037,6 +1008,51 @@ class _Turn:
             said += held
             yield held
         return said, build_citations(passages, result.used_passage_ids, said)
+
+    def take(self, call: ToolCall, steps: list[ToolStep], waiting: list[ToolCall]) -> None:
+        """Run one call the model made (its result joins ``steps``), or set it aside in
+        ``waiting`` for the caller: its output, or a person's approval."""
+        self.stop_if_cancelled()  # a stopped turn starts no more tools (one running ends)
+        if self.needs_approval(call.name):
+            self.action("tool_call", tool=call.name, arguments=call.arguments)
+            if not self.caller.approves:
+                steps.append(ToolStep(call, _NO_APPROVER))
+                return
+            named = self.named(call, steps, waiting)
+            self.kinds[named.id] = "approval"
+            waiting.append(named)
+            return
+        output = self.run_tool(call.name, call.arguments)
+        if output is None:
+            waiting.append(self.named(call, steps, waiting))
+        else:
+            steps.append(ToolStep(call, output))
+
+    def pause(
+        self,
+        waiting: list[ToolCall],
+        step: int,
+        passages: list[Passage],
+        history: list[ChatTurn],
+        steps: list[ToolStep],
+        answer_format: dict[str, Any] | None,
+    ) -> None:
+        """End the turn waiting for ``waiting``: what a resume goes on from is kept as
+        ``paused_state``."""
+        self.waiting = waiting
+        self._paused = {
+            "message": self.message,
+            "passages": [asdict(passage) for passage in passages],
+            "history": [asdict(turn) for turn in history],
+            "steps": [{"call": asdict(s.call), "result": s.result} for s in steps],
+            "waiting": [
+                {**asdict(call), "kind": self.kinds.get(call.id, "function")} for call in waiting
+            ],
+            "step": step,
+            "offered_tools": [asdict(tool) for tool in self.caller.tools],
+            "tool_choice": self.caller.choice,
+            "response_format": answer_format,
+        }
 
     def paused_state(self) -> dict[str, Any]:
         """What a resume of this paused turn goes on from (JSON): its message, passages
