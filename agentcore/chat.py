@@ -226,6 +226,24 @@ def _each(
     return found
 
 
+def _checked_outputs(
+    tool_outputs: Sequence[ToolOutput | Mapping[str, Any]], max_chars: int
+) -> dict[str, str]:
+    """The outputs by the id of the call they answer, each checked (a 422 names the
+    first bad one; an output is at most ``max_chars`` characters)."""
+    found: dict[str, str] = {}
+    for at, output in enumerate(_each(tool_outputs, ToolOutput, "tool_outputs")):
+        check_unicode(output.output, param=f"tool_outputs.{at}.output")
+        if len(output.output) > max_chars:
+            raise ValidationFailed(
+                f"A tool output may hold at most {max_chars} characters.",
+                code="tool_output_too_long",
+                param=f"tool_outputs.{at}.output",
+            )
+        found[output.tool_call_id] = output.output
+    return found
+
+
 def _checked_approvals(
     approvals: Sequence[ToolApproval | Mapping[str, Any]],
 ) -> dict[str, ToolApproval]:
@@ -533,7 +551,7 @@ class ChatService:
                 code="tool_outputs_empty",
                 param="tool_outputs",
             )
-        outputs = self._checked_outputs(tool_outputs)
+        outputs = _checked_outputs(tool_outputs, self._settings.max_tool_output_chars)
         decided = _checked_approvals(approvals)
         agent = self._answering_agent(agent_id)
         _check_caller_options(agent, caller)
@@ -584,24 +602,6 @@ class ChatService:
             response_format=pending.state.get("response_format"),
         )
         return ChatStream(self._answer(turn), turn.cancel)
-
-    def _checked_outputs(
-        self, tool_outputs: Sequence[ToolOutput | Mapping[str, Any]]
-    ) -> dict[str, str]:
-        """The outputs by the id of the call they answer, each checked (a 422 names the
-        first bad one)."""
-        found: dict[str, str] = {}
-        for at, output in enumerate(_each(tool_outputs, ToolOutput, "tool_outputs")):
-            check_unicode(output.output, param=f"tool_outputs.{at}.output")
-            if len(output.output) > self._settings.max_tool_output_chars:
-                raise ValidationFailed(
-                    f"A tool output may hold at most {self._settings.max_tool_output_chars}"
-                    " characters.",
-                    code="tool_output_too_long",
-                    param=f"tool_outputs.{at}.output",
-                )
-            found[output.tool_call_id] = output.output
-        return found
 
     def _answer(self, turn: _Turn) -> Generator[str, None, ChatMessageResponse]:
         """Run ``turn``, passing its deltas on; store and announce the finished answer
