@@ -342,10 +342,36 @@ class Settings(BaseSettings):
         " call handed to the caller (JSON text).",
     )
 
-    # Webhooks
+    # Remote MCP servers an agent's tools come from (``mcp_servers``)
+    mcp_timeout: float = Field(
+        30.0,
+        gt=0,
+        description="Seconds one exchange with an agent's MCP server (listing its tools, or"
+        " one tool call) may take; then the call is a tool error.",
+    )
+    mcp_tools_ttl: float = Field(
+        300.0,
+        ge=0,
+        description="Seconds an MCP server's tool list is reused before it is listed again"
+        " (a change of the agent's servers lists them again at once).",
+    )
+    mcp_max_response_bytes: int = Field(
+        4 * 1024 * 1024,
+        ge=1024,
+        description="Bytes an MCP server's responses to one exchange may bring.",
+    )
+
+    # Outbound calls (webhooks, MCP servers)
     # NoDecode: the environment gives a comma-separated string, not JSON
+    outbound_allowed_networks: Annotated[tuple[str, ...], NoDecode] = Field(
+        (),
+        description="CIDRs exempt from the SSRF guard of every outbound call (webhooks, MCP"
+        " servers); tests allow 127.0.0.0/8.",
+    )
+
+    # Webhooks
     webhook_allowed_networks: Annotated[tuple[str, ...], NoDecode] = Field(
-        (), description="CIDRs exempt from the SSRF guard (tests allow 127.0.0.0/8)."
+        (), description="The older name of outbound_allowed_networks (both apply)."
     )
     webhook_timeout: float = Field(15.0, gt=0)
     webhook_workers: int = Field(8, ge=1)
@@ -440,7 +466,7 @@ class Settings(BaseSettings):
             )
         return limit
 
-    @field_validator("webhook_allowed_networks", mode="before")
+    @field_validator("outbound_allowed_networks", "webhook_allowed_networks", mode="before")
     @classmethod
     def _split_networks(cls, value: Any) -> Any:
         if isinstance(value, str):
@@ -465,6 +491,12 @@ class Settings(BaseSettings):
         if self.default_page_size > self.max_page_size:
             raise ValueError("default_page_size cannot exceed max_page_size")
         return self
+
+    @property
+    def allowed_networks(self) -> tuple[str, ...]:
+        """The CIDRs exempt from the SSRF guard: ``outbound_allowed_networks`` and those
+        given under its older name, ``webhook_allowed_networks``."""
+        return tuple(dict.fromkeys(self.outbound_allowed_networks + self.webhook_allowed_networks))
 
     # settings of plugins: by namespace (``load``/``with_plugins``), and models read
     # from the environment on demand (``plugin``), by class

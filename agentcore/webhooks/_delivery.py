@@ -25,11 +25,10 @@ from agentcore._ids import isoformat, utcnow
 from agentcore._logs import get_logger
 from agentcore._memory_budget import Sweeper
 from agentcore.events import Event
+from agentcore.outbound import AddressPolicy, Resolver, SecretBox, default_resolver
 from agentcore.storage.base import EventWaiter
 from agentcore.storage.records import DueDelivery
-from agentcore.webhooks._sealing import SecretBox
 from agentcore.webhooks._sender import AttemptResult, make_client, send
-from agentcore.webhooks._ssrf import AddressPolicy, Resolver, default_resolver
 from agentcore.webhooks.schedule import next_delay
 from agentcore.webhooks.signing import SECRET_PREFIX, build_headers, encode_payload
 
@@ -98,7 +97,7 @@ class WebhookRuntime:
         self.clock = clock
         self.rng = rng or random.Random()
         self.resolver = resolver
-        self.policy = AddressPolicy(settings.webhook_allowed_networks)
+        self.policy = AddressPolicy(settings.allowed_networks)
         self.timeout = settings.webhook_timeout
         self.disable_after = settings.webhook_disable_after
         self.secrets = (

@@ -27,7 +27,7 @@ from pathlib import Path
 from pydantic import SecretStr
 
 from agentcore.config import WEBHOOK_KEY_BYTES, parse_keys
-from agentcore.webhooks._sealing import SecretBox
+from agentcore.outbound import SecretBox
 
 KEY_FILE_SUFFIX = ".webhook-key"
 SETTING_HINT = (

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import httpx
 
-from agentcore.webhooks._ssrf import (
+from agentcore.outbound import (
     DEFAULT_LIMITS,
     AddressPolicy,
     BlockedAddress,

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from agentcore.errors import Conflict, NotFound, ValidationFailed, check_unicode
 from agentcore.events import Event
+from agentcore.outbound import validate_url
 from agentcore.schema import (
     MAX_WEBHOOK_DESCRIPTION,
     Deleted,
@@ -16,7 +17,6 @@ from agentcore.schema import (
     WebhookTestSent,
 )
 from agentcore.storage.records import StoredSubscription
-from agentcore.webhooks._ssrf import validate_url
 from agentcore.webhooks.signing import generate_secret
 
 if TYPE_CHECKING:

@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentcore.errors import PermissionDenied, ValidationFailed
+from agentcore.outbound._ssrf import AddressPolicy, Resolver, validate_url
 from agentcore.schema import WEBHOOK_URL_PATTERN
-from agentcore.webhooks._ssrf import AddressPolicy, Resolver, validate_url
 
 REFUSED = [
     ("127.0.0.1", "a loopback address"),

@@ -26,9 +26,9 @@ from standardwebhooks.webhooks import Webhook
 from webhook_receiver import Receiver
 
 from agentcore import AgentCore
+from agentcore.outbound._sealing import SEALED_PREFIX
 from agentcore.storage.sqlite import SQLiteStore
 from agentcore.webhooks._keyfile import KEY_FILE_SUFFIX, KeyFileError
-from agentcore.webhooks._sealing import SEALED_PREFIX
 from agentcore.webhooks.signing import generate_secret
 
 PLAINTEXT = "stored in plaintext"

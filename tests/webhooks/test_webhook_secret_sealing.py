@@ -18,8 +18,8 @@ from standardwebhooks.webhooks import Webhook
 from webhook_receiver import Receiver
 
 from agentcore import AgentCore
+from agentcore.outbound._sealing import SEALED_PREFIX, SealedSecretError, SecretBox, parse_keys
 from agentcore.storage.sqlite import SQLiteStore
-from agentcore.webhooks._sealing import SEALED_PREFIX, SealedSecretError, SecretBox, parse_keys
 from agentcore.webhooks.signing import generate_secret
 
 

@@ -18,13 +18,13 @@ import httpx
 import pytest
 from standardwebhooks.webhooks import Webhook
 
-from agentcore.webhooks._sender import RESPONSE_SNIPPET_BYTES, AttemptResult, make_client, send
-from agentcore.webhooks._ssrf import (
+from agentcore.outbound._ssrf import (
     AddressPolicy,
     BlockedAddress,
     GuardedTransport,
     validate_url,
 )
+from agentcore.webhooks._sender import RESPONSE_SNIPPET_BYTES, AttemptResult, make_client, send
 from agentcore.webhooks.schedule import (
     MAX_RETRY_AFTER,
     RETRY_SCHEDULE,

@@ -1,4 +1,5 @@
-"""SSRF guard: which addresses webhooks may reach, checked at subscribe time and at connect time.
+"""SSRF guard: which addresses outbound calls (webhooks, MCP servers) may reach, checked
+when the URL is given and at connect time.
 
 Subscribe time (:func:`validate_url`) gives the caller a clear answer: a 422 for a URL
 that is not of the declared shape (``WEBHOOK_URL_PATTERN``, which the OpenAPI document states),
@@ -202,8 +203,11 @@ def validate_url(
     environment: Literal["test", "live"],
     policy: AddressPolicy,
     resolver: Resolver = default_resolver,
+    param: str = "url",
+    subject: str = "webhook",
 ) -> str:
-    """Check a callback URL at subscribe time and return it normalised.
+    """Check a URL the server will call (a webhook's, an MCP server's) when it is given,
+    and return it normalised.
 
     The URL must be of ``WEBHOOK_URL_PATTERN``'s shape (absolute ``http``/``https``, no
     credentials), at most 2048 characters; in the live environment ``https``; and every
@@ -211,16 +215,18 @@ def validate_url(
     resolve (yet) is accepted: every delivery resolves it again and checks what it finds,
     and fails while it does not resolve. A fragment is dropped: it is never sent anyway.
 
-    :raises ValidationFailed: (422) ``param="url"``, code ``invalid_url``.
-    :raises PermissionDenied: (403) ``param="url"``, code ``https_required`` (a live key,
+    :param param: the request field the errors name.
+    :param subject: what the URL is for, as the live-mode error names it.
+    :raises ValidationFailed: (422) naming ``param``, code ``invalid_url``.
+    :raises PermissionDenied: (403) naming ``param``, code ``https_required`` (a live key,
         an ``http`` URL) or ``url_not_allowed`` (an address ``policy`` refuses).
     """
 
     def invalid(detail: str) -> ValidationFailed:
-        return ValidationFailed(detail, code="invalid_url", param="url")
+        return ValidationFailed(detail, code="invalid_url", param=param)
 
     def refused(detail: str, code: str) -> PermissionDenied:
-        return PermissionDenied(detail, code=code, param="url")
+        return PermissionDenied(detail, code=code, param=param)
 
     if not isinstance(url, str) or not url:
         raise invalid("The URL must be a non-empty string.")
@@ -243,7 +249,7 @@ def validate_url(
             " printable ASCII (percent-encode anything else)."
         )
     if environment == "live" and parsed.scheme != "https":
-        raise refused("Live-mode webhook URLs must use https.", "https_required")
+        raise refused(f"Live-mode {subject} URLs must use https.", "https_required")
     host = parsed.raw_host.decode("ascii")
     port = parsed.port or (443 if parsed.scheme == "https" else 80)
     try:

@@ -29,8 +29,11 @@ from agentcore.errors import AgentCoreError
 
 SEALED_PREFIX = "enc:v1:"
 NONCE_BYTES = 12  # the size GCM is specified for
-# Bound into every ciphertext: a sealed value means "an agentcore webhook secret"
+# Bound into every ciphertext: a sealed value means "an agentcore webhook secret" (the
+# default purpose); other secrets name their own, so one cannot pass for another
 _ASSOCIATED_DATA = b"agentcore webhook secret v1"
+MCP_HEADERS = b"agentcore mcp server headers v1"
+"""The purpose of an agent's sealed MCP server headers."""
 
 
 class SealedSecretError(AgentCoreError):
@@ -78,17 +81,19 @@ class SecretBox:
         """Whether new secrets are stored sealed (a key is configured)."""
         return self._sealing is not None
 
-    def seal(self, secret: str) -> str:
+    def seal(self, secret: str, purpose: bytes = _ASSOCIATED_DATA) -> str:
         """What the store keeps for ``secret``: sealed with the first key, or ``secret``
-        itself without one. A value sealed already is returned as it is."""
+        itself without one. A value sealed already is returned as it is. ``purpose`` is
+        bound into the seal (a webhook secret by default; ``MCP_HEADERS``): ``open``
+        needs the same one."""
         if self._sealing is None or is_sealed(secret):
             return secret
         key_id, cipher = self._sealing
         nonce = os.urandom(NONCE_BYTES)
-        sealed = cipher.encrypt(nonce, secret.encode("utf-8"), _ASSOCIATED_DATA)
+        sealed = cipher.encrypt(nonce, secret.encode("utf-8"), purpose)
         return f"{SEALED_PREFIX}{key_id}:{base64.b64encode(nonce + sealed).decode('ascii')}"
 
-    def open(self, stored: str) -> str:
+    def open(self, stored: str, purpose: bytes = _ASSOCIATED_DATA) -> str:
         """The secret a stored value holds (a plaintext row is returned as it is).
 
         :raises SealedSecretError: sealed with a key not configured here, or altered.
@@ -99,17 +104,17 @@ class SecretBox:
         cipher = self._ciphers.get(key_id)
         if cipher is None:
             raise SealedSecretError(
-                f"a webhook secret is sealed with key {key_id}, which webhook_secret_key"
+                f"a secret (webhook secret, MCP server headers) is sealed with key {key_id}, which webhook_secret_key"
                 " does not hold: configure that key (it may follow the current one)"
             )
         from cryptography.exceptions import InvalidTag
 
         try:
             raw = base64.b64decode(payload, validate=True)
-            opened: bytes = cipher.decrypt(raw[:NONCE_BYTES], raw[NONCE_BYTES:], _ASSOCIATED_DATA)
+            opened: bytes = cipher.decrypt(raw[:NONCE_BYTES], raw[NONCE_BYTES:], purpose)
         except (binascii.Error, ValueError, InvalidTag):
             raise SealedSecretError(
-                f"a webhook secret sealed with key {key_id} does not open: it was altered"
+                f"a secret sealed with key {key_id} does not open: it was altered"
             ) from None
         return opened.decode("utf-8")
 
@@ -119,4 +124,11 @@ def is_sealed(stored: str) -> bool:
     return stored.startswith(SEALED_PREFIX)
 
 
-__all__ = ["SEALED_PREFIX", "SealedSecretError", "SecretBox", "is_sealed", "parse_keys"]
+__all__ = [
+    "MCP_HEADERS",
+    "SEALED_PREFIX",
+    "SealedSecretError",
+    "SecretBox",
+    "is_sealed",
+    "parse_keys",
+]
