@@ -2,17 +2,28 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Collection, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from agentcore._ids import new_id, utcnow
 from agentcore.errors import Conflict, NotFound, ValidationFailed
+from agentcore.outbound import (
+    MCP_HEADERS,
+    AddressPolicy,
+    Resolver,
+    SecretBox,
+    default_resolver,
+    validate_url,
+)
 from agentcore.schema import (
     Agent,
     AgentCreate,
     AgentList,
     AgentStatus,
     AgentUpdate,
+    McpServer,
+    McpServerSpec,
     ToolDefinition,
 )
 
@@ -21,6 +32,8 @@ if TYPE_CHECKING:
     from agentcore.config import Settings
     from agentcore.storage.base import AgentStore
     from agentcore.workspace import Workspace
+
+_Servers = list[McpServer]  # (a method of AgentService is named ``list``)
 
 # (from, to) pairs that are allowed; anything else is a 409.
 TRANSITIONS: dict[str, set[AgentStatus]] = {
@@ -38,7 +51,9 @@ class AgentService:
     :param store: where agents are kept.
     :param chat_models: the registered chat models, by name (an agent's ``model``
         must name one of them).
-    :param settings: page-size limits.
+    :param settings: page-size limits, and the networks MCP servers may be on.
+    :param secrets: seals MCP servers' headers for the store (the webhook secrets' box).
+    :param resolver: how MCP servers' host names are looked up for the SSRF check.
     """
 
     def __init__(
@@ -48,11 +63,16 @@ class AgentService:
         store: AgentStore,
         chat_models: Mapping[str, ChatModel],
         settings: Settings,
+        secrets: SecretBox | None = None,
+        resolver: Resolver = default_resolver,
     ) -> None:
         self._ws = workspace
         self._store = store
         self._chat_models = chat_models
         self._settings = settings
+        self._secrets = secrets or SecretBox()
+        self._policy = AddressPolicy(settings.allowed_networks)
+        self._resolver = resolver
 
     def create(self, spec: AgentCreate | None = None, **fields: object) -> Agent:
         """Create an agent in ``draft``. Write scope."""
@@ -60,13 +80,15 @@ class AgentService:
         spec = spec or AgentCreate.model_validate(fields)
         self._check_model(spec.model)
         _check_tool_names(spec.tools)
+        servers = self._mcp_servers(spec.mcp_servers)
         now = utcnow()
         agent = Agent(
             id=new_id("agt"),
             status="draft",
             created_at=now,
             updated_at=now,
-            **spec.model_dump(),
+            **spec.model_dump(exclude={"mcp_servers"}),
+            mcp_servers=servers,
         )
         self._store.insert_agent(self._ws.organization_id, self._ws.environment, agent)
         return agent
@@ -114,11 +136,20 @@ class AgentService:
         given = changes.model_dump(exclude_unset=True)
         self._check_model(given.get("model"))
         _check_tool_names(changes.tools or [])
-        for required in ("name", "role", "system_prompt", "tools", "handoff_on_no_answer"):
+        for required in (
+            "name",
+            "role",
+            "system_prompt",
+            "tools",
+            "handoff_on_no_answer",
+            "mcp_servers",
+        ):
             if required in given and given[required] is None:
                 raise ValidationFailed(f"'{required}' cannot be null.", param=required)
-        given.pop("tools", None)
-        given.pop("knowledge", None)
+        for nested in ("tools", "knowledge", "mcp_servers"):
+            given.pop(nested, None)
+        if changes.mcp_servers is not None:
+            given["mcp_servers"] = self._mcp_servers(changes.mcp_servers, agent.mcp_servers)
         updated = agent.model_copy(update={**given, "updated_at": utcnow()})
         # models, not the dicts model_dump made of them (model_copy does not validate)
         if changes.tools is not None:
@@ -142,6 +173,52 @@ class AgentService:
             raise Conflict(
                 "The agent changed while this request ran; retry.", code="concurrent_update"
             )
+
+    def _mcp_servers(
+        self, specs: Sequence[McpServerSpec], before: Sequence[McpServer] = ()
+    ) -> _Servers:
+        """The servers to store for ``specs``: labels unique, each URL past the SSRF
+        guard, headers sealed (a server of the same label and URL given without
+        ``headers`` keeps those stored in ``before``)."""
+        stored = {server.label: server for server in before}
+        servers: _Servers = []
+        for number, spec in enumerate(specs):
+            if any(server.label == spec.label for server in servers):
+                raise Conflict(
+                    f"Two MCP servers are labelled {spec.label!r}: an agent's labels are unique.",
+                    code="duplicate_mcp_server_label",
+                    param=f"mcp_servers.{number}.label",
+                )
+            url = validate_url(
+                spec.url,
+                environment=self._ws.environment,
+                policy=self._policy,
+                resolver=self._resolver,
+                param=f"mcp_servers.{number}.url",
+                subject="MCP server",
+            )
+            names: Sequence[str] = ()
+            sealed = None
+            _check_header_names(spec.headers or {}, number)
+            if spec.headers:
+                names = list(spec.headers)
+                sealed = self._secrets.seal(json.dumps(spec.headers), MCP_HEADERS)
+            elif spec.headers is None:
+                # the same server as before: its secret headers stay (a GET shows no
+                # values, so an update that resends what it read must not drop them);
+                # never for another URL, where they would reach a server not meant for them
+                old = stored.get(spec.label)
+                if old is not None and old.url == url:
+                    names, sealed = old.header_names, old.sealed_headers
+            server = McpServer(
+                label=spec.label,
+                url=url,
+                header_names=list(names),
+                allowed_tools=spec.allowed_tools,
+                require_approval=spec.require_approval,
+            )
+            servers.append(server.with_sealed_headers(sealed))
+        return servers
 
     def _check_model(self, name: str | None) -> None:
         models = self._chat_models
@@ -193,3 +270,17 @@ def _check_tool_names(tools: Sequence[ToolDefinition]) -> None:
                 param=f"tools.{number}.name",
             )
         seen.add(tool.name)
+
+
+def _check_header_names(headers: Mapping[str, str], number: int) -> None:
+    """409 ``duplicate_header_name``: HTTP header names are case-insensitive, so two that
+    differ only in case name one header (a rule JSON Schema cannot state: declared 409)."""
+    seen: set[str] = set()
+    for name in headers:
+        if name.lower() in seen:
+            raise Conflict(
+                f"The header {name!r} is given twice (header names are case-insensitive).",
+                code="duplicate_header_name",
+                param=f"mcp_servers.{number}.headers",
+            )
+        seen.add(name.lower())

@@ -53,6 +53,7 @@ from agentcore.errors import (
 from agentcore.events import finite
 from agentcore.knowledge import supporting_pages
 from agentcore.knowledge.terms import TermStats
+from agentcore.mcp_tools import McpFailure, McpTools, RemoteTool
 from agentcore.observer import Observer, unobserved
 from agentcore.schema import (
     HANDOFF_TOOL,
@@ -299,6 +300,7 @@ class ChatService:
     :param chat_models: the registered chat models, by name.
     :param knowledge: the workspace's retrieval (its ``KnowledgeService``).
     :param run_tool: runs tools the model calls (the plugins' hook).
+    :param mcp_tools: lists and calls the tools of agents' remote MCP servers.
     :param events: where the turn's events are published, in the workspace.
     :param guard_pool: the core's threads that model calls run on, so a hung plugin
         cannot hold a request past its time-out.
@@ -314,6 +316,7 @@ class ChatService:
         chat_models: Mapping[str, ChatModel],
         knowledge: Retriever,
         run_tool: ToolRunner,
+        mcp_tools: McpTools,
         events: Publisher,
         guard_pool: Executor,
         observer: Observer = unobserved,
@@ -329,6 +332,7 @@ class ChatService:
             settings=settings,
             knowledge=knowledge,
             run_tool=run_tool,
+            mcp_tools=mcp_tools,
             events=events,
             guard_pool=guard_pool,
             observer=observer,
@@ -655,6 +659,7 @@ class ChatService:
                 type="approval" if turn.kinds.get(call.id) == "approval" else "function",
                 name=call.name,
                 arguments=finite(call.arguments),
+                server_label=turn.server_of(call.name),
             )
             for call in turn.waiting
         ]
@@ -851,6 +856,7 @@ class _TurnContext:
     settings: Settings
     knowledge: Retriever
     run_tool: ToolRunner
+    mcp_tools: McpTools
     events: Publisher
     guard_pool: Executor
     observer: Observer
@@ -895,6 +901,7 @@ class _Turn:
         self.waiting: list[ToolCall] = []
         self.kinds: dict[str, str] = {}  # "approval" for a waiting call that needs one
         self.approvals: dict[str, ToolApproval] = {}  # a resume: the decisions, by call id
+        self.remote: dict[str, RemoteTool] = {}  # the MCP servers' tools offered, by name
         self._paused: dict[str, Any] = {}
         self.caller = CallerOptions()  # the tools this request offers and what it ran
 
@@ -949,6 +956,7 @@ class _Turn:
             steps, first = list(self.caller.steps), self.caller.rounds
         term_stats = self.context.knowledge.term_stats(self.message) if passages else None
         tools = [ToolSpec(t.name, t.description, t.parameters) for t in self.agent.tools]
+        tools += self.remote_tools({t.name for t in [*tools, *self.caller.tools]})
         tools += [*self.caller.tools, HANDOFF_SPEC]
         choice = self.caller.choice
         if choice == "none":
@@ -1014,7 +1022,9 @@ class _Turn:
         ``waiting`` for the caller: its output, or a person's approval."""
         self.stop_if_cancelled()  # a stopped turn starts no more tools (one running ends)
         if self.needs_approval(call.name):
-            self.action("tool_call", tool=call.name, arguments=call.arguments)
+            server = self.server_of(call.name)
+            on = {} if server is None else {"server": server}
+            self.action("tool_call", tool=call.name, arguments=call.arguments, **on)
             if not self.caller.approves:
                 steps.append(ToolStep(call, _NO_APPROVER))
                 return
@@ -1046,7 +1056,12 @@ class _Turn:
             "history": [asdict(turn) for turn in history],
             "steps": [{"call": asdict(s.call), "result": s.result} for s in steps],
             "waiting": [
-                {**asdict(call), "kind": self.kinds.get(call.id, "function")} for call in waiting
+                {
+                    **asdict(call),
+                    "kind": self.kinds.get(call.id, "function"),
+                    "server": self.server_of(call.name),
+                }
+                for call in waiting
             ],
             "step": step,
             "offered_tools": [asdict(tool) for tool in self.caller.tools],
@@ -1069,7 +1084,8 @@ class _Turn:
             call = ToolCall(waited["id"], waited["name"], waited["arguments"])
             if waited.get("kind") == "approval":
                 self.stop_if_cancelled()
-                self.outputs[call.id] = self.decide(call, self.approvals[call.id])
+                decision = self.approvals[call.id]
+                self.outputs[call.id] = self.decide(call, decision, waited.get("server"))
             steps.append(ToolStep(call, self.outputs[call.id]))
         return (
             [Passage(**passage) for passage in state["passages"]],
@@ -1079,30 +1095,87 @@ class _Turn:
         )
 
     def needs_approval(self, name: str) -> bool:
-        """Whether calls of the agent's tool ``name`` wait for a person's approval."""
+        """Whether calls of the agent's tool ``name`` wait for a person's approval: a
+        tool so marked, or one on an MCP server so marked."""
+        remote = self.remote.get(name)
+        if remote is not None:
+            return any(
+                server.label == remote.server and server.require_approval == "always"
+                for server in self.agent.mcp_servers
+            )
         return any(
             tool.name == name and tool.require_approval == "always" for tool in self.agent.tools
         )
 
-    def decide(self, call: ToolCall, decision: ToolApproval) -> str:
-        """Run an approved call with the plugin that runs it, or tell the model that a
-        person refused it (``approval`` action events both)."""
+    def decide(self, call: ToolCall, decision: ToolApproval, server: str | None = None) -> str:
+        """Run an approved call (on the MCP server labelled ``server``, else with the
+        plugin that runs it), or tell the model that a person refused it (``approval``
+        action events both)."""
+        on = {} if server is None else {"server": server}
         self.action(
             "approval",
             tool=call.name,
             tool_call_id=call.id,
             approve=decision.approve,
             reason=decision.reason,
+            **on,
         )
         if not decision.approve:
             refused = {"error": "a person refused this call", "reason": decision.reason}
             return json.dumps(refused)
+        if server is not None:
+            return self.call_remote(server, call.name, call.arguments)
         outcome = self.context.run_tool(
             agent_id=self.agent.id, name=call.name, arguments=call.arguments
         )
         if outcome is None:
             return json.dumps({"error": "this tool is not available here"})
         return outcome if isinstance(outcome, str) else json.dumps(outcome, default=str)
+
+    def remote_tools(self, taken: set[str]) -> list[ToolSpec]:
+        """The tools of the agent's MCP servers, offered beside its own: a name already
+        ``taken`` (the agent's own tools, the request's, an earlier server's) is not
+        offered again; a server that cannot be listed is announced (``agent.error``)
+        and left out of this turn."""
+        specs: list[ToolSpec] = []
+        for server in self.agent.mcp_servers:
+            self.stop_if_cancelled()
+            try:
+                listed = self.context.mcp_tools.tools(self.agent.id, server)
+            except McpFailure as failure:
+                self.mcp_failed(failure, server.label)
+                continue
+            for tool in listed:
+                if tool.name in taken:
+                    continue
+                taken.add(tool.name)
+                self.remote[tool.name] = tool
+                specs.append(ToolSpec(tool.name, tool.description, tool.parameters))
+        return specs
+
+    def server_of(self, name: str) -> str | None:
+        """The label of the MCP server the offered tool ``name`` is on, if it is on one."""
+        remote = self.remote.get(name)
+        return None if remote is None else remote.server
+
+    def call_remote(self, label: str, name: str, arguments: dict[str, Any]) -> str:
+        """Call ``name`` on the agent's MCP server ``label``: its result, or the error
+        the model is told (a failure is also announced as ``agent.error``)."""
+        server = next((s for s in self.agent.mcp_servers if s.label == label), None)
+        if server is None:  # removed from the agent while a call waited for approval
+            return json.dumps({"error": f"the MCP server {label!r} is no longer configured"})
+        try:
+            return self.context.mcp_tools.call(server, name, arguments)
+        except McpFailure as failure:
+            self.mcp_failed(failure, label, name)
+            return json.dumps({"error": failure.detail, "code": failure.code})
+
+    def mcp_failed(self, failure: McpFailure, server: str, tool: str | None = None) -> None:
+        """Announce an MCP server's failure as ``agent.error`` (the turn goes on)."""
+        called = {} if tool is None else {"tool": tool}
+        self.event(
+            "agent.error", error=failure.code, detail=failure.detail, server=server, **called
+        )
 
     @staticmethod
     def named(call: ToolCall, steps: list[ToolStep], waiting: list[ToolCall]) -> ToolCall:
@@ -1143,7 +1216,11 @@ class _Turn:
     def run_tool(self, name: str, arguments: dict[str, Any]) -> str | None:
         """Run a tool the model called: its result for the model, or ``None`` for one
         of the agent's tools that no plugin runs (the caller runs it)."""
-        self.action("tool_call", tool=name, arguments=arguments)
+        server = self.server_of(name)
+        on = {} if server is None else {"server": server}
+        self.action("tool_call", tool=name, arguments=arguments, **on)
+        if server is not None:
+            return self.call_remote(server, name, arguments)
         known = {tool.name for tool in self.agent.tools}
         theirs = {tool.name for tool in self.caller.tools}
         if name not in known | theirs:

@@ -182,7 +182,7 @@ def cmd_init(core: AgentCore, args: argparse.Namespace) -> int:
         )
     elif not args.json and webhook_keys.plaintext_reason is not None:
         print(
-            "Webhook signing secrets are stored in plaintext"
+            "Webhook signing secrets and MCP server headers are stored in plaintext"
             f" ({webhook_keys.plaintext_reason}); {SETTING_HINT}."
         )
     return 0

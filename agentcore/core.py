@@ -55,6 +55,7 @@ from agentcore.knowledge.vectors import (
     max_mapped_files,
     segment_root,
 )
+from agentcore.mcp_tools import McpTools
 from agentcore.observer import Counts, Observer, Observers, observer_of
 from agentcore.schema import Health, LoopState, Organization
 from agentcore.storage.base import (
@@ -245,6 +246,8 @@ class AgentCore:
             runtime=self.runtime if settings.start_workers else None,
             secrets=self.webhook_keys.box,
         )
+        # the tools of agents' remote MCP servers: their listings are shared by every turn
+        self.mcp_tools = McpTools(settings, self.webhook_keys.box, resolver=self.webhooks.resolver)
         if isinstance(store, Checkpointing) and store.checkpoint_interval is not None:
             # a SQLite file's WAL is folded into the database here, never in a request
             self.runtime.loop(
@@ -424,7 +427,12 @@ class AgentCore:
     def agent_service(self, workspace: Workspace) -> AgentService:
         """The agents of ``workspace`` (host code uses ``workspace.agents``)."""
         return AgentService(
-            workspace, store=self.store, chat_models=self.chat_models, settings=self.settings
+            workspace,
+            store=self.store,
+            chat_models=self.chat_models,
+            settings=self.settings,
+            secrets=self.webhook_keys.box,
+            resolver=self.webhooks.resolver,
         )
 
     def knowledge_service(self, workspace: Workspace) -> KnowledgeService:
@@ -458,6 +466,7 @@ class AgentCore:
             chat_models=self.chat_models,
             knowledge=services.knowledge,
             run_tool=functools.partial(self.pm.hook.agentcore_run_tool, workspace=services),
+            mcp_tools=self.mcp_tools,
             events=self.events,
             guard_pool=self.model_pool,
             observer=self.observer,
@@ -498,7 +507,7 @@ class AgentCore:
         keys = self.webhook_keys
         if keys.plaintext_reason is not None:
             log.warning(
-                "webhook signing secrets are stored in plaintext: %s; %s",
+                "webhook signing secrets and MCP server headers are stored in plaintext: %s; %s",
                 keys.plaintext_reason,
                 SETTING_HINT,
             )

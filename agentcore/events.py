@@ -20,7 +20,7 @@ log = get_logger("agentcore.events")  # masks keys and secrets in every record
 BUILTIN_KINDS: dict[str, str] = {
     "agent.action": "An agent took an action (knowledge lookup, tool call, reply sent).",
     "agent.handoff": "An agent needs a human to take over the conversation.",
-    "agent.error": "An agent failed (model provider error or time-out).",
+    "agent.error": "An agent failed (model provider error or time-out, MCP server failure).",
     "conversation.message": "A message in a handed-off conversation (the user's, or an"
     " operator's reply), for the person who took it over.",
     "document.ready": "A document indexed in the background became searchable.",

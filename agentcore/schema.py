@@ -14,6 +14,7 @@ from pydantic import (
     Discriminator,
     Field,
     PlainValidator,
+    PrivateAttr,
     StrictBool,
     Tag,
     ValidationInfo,
@@ -518,6 +519,146 @@ def _join(path: str, key: str) -> str:
     return f"{path}.{key}" if path else key
 
 
+_H16 = "[0-9a-fA-F]{1,4}"
+_OCTET = "(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])"
+_IPV4 = f"{_OCTET}(?:\\.{_OCTET}){{3}}"
+_IPV6 = (
+    (
+        "(?:(?:H:){7}H|(?:H:){1,7}:|(?:H:){1,6}:H|(?:H:){1,5}(?::H){1,2}|(?:H:){1,4}(?::H){1,3}"
+        "|(?:H:){1,3}(?::H){1,4}|(?:H:){1,2}(?::H){1,5}|H:(?::H){1,6}|:(?:(?::H){1,7}|:)"
+        "|(?:H:){6}V4|::(?:[fF]{4}(?::0{1,4})?:)?V4|(?:H:){1,4}:V4)"
+    )
+    .replace("H", _H16)
+    .replace("V4", _IPV4)
+)
+_LABEL = "[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+_TOP_LABEL = "[A-Za-z](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"  # a name's last label: not a number
+_PORT = "(?:6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}|[1-9][0-9]{0,3})"
+WEBHOOK_URL_PATTERN = (
+    f"^[Hh][Tt][Tt][Pp][Ss]?://(?:(?:{_LABEL}\\.)*{_TOP_LABEL}\\.?|{_IPV4}|\\[{_IPV6}\\])"
+    f"(?::{_PORT})?(?:[/?#][!-~]*)?$"
+)
+"""A callback URL's shape, which the OpenAPI document declares and subscribe enforces:
+``http`` or ``https``; a host that is a DNS name (ASCII: an internationalised name in its
+``xn--`` form; its last label not a number), an IPv4 address or a bracketed IPv6 one;
+an optional port 1-65535; then printable ASCII (anything else percent-encoded). No user
+name or password."""
+
+
+MAX_MCP_SERVERS = 8
+"""The most remote MCP servers one agent calls."""
+MAX_MCP_HEADERS = 16
+_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,128}$")
+# set by the client for each request: a header of these names would break the exchange
+_RESERVED_HEADERS = frozenset(
+    {"host", "content-length", "content-type", "transfer-encoding", "connection", "accept"}
+    | {"mcp-session-id", "mcp-protocol-version", "upgrade", "te", "trailer", "keep-alive"}
+)
+# the same, as a JSON Schema pattern (no flags there: each letter in both cases)
+_RESERVED_HEADER_PATTERN = "^(?:{})$".format(
+    "|".join(
+        "".join(f"[{c.upper()}{c}]" if c.isalpha() else c for c in name)
+        for name in sorted(_RESERVED_HEADERS)
+    )
+)
+_HEADER_VALUE = re.compile(r"^[\t -~]{0,4096}$")
+
+
+class McpServerSpec(Request):
+    """A remote MCP server an agent's tools come from (streamable HTTP), as given."""
+
+    label: str = Field(
+        ...,
+        description="The server's name in this agent: 1-64 letters, digits, '_' or '-'"
+        " (unique among the agent's servers).",
+        json_schema_extra={"pattern": _TOOL_NAME.pattern},
+    )
+    url: str = Field(
+        ...,
+        min_length=1,
+        max_length=2048,
+        description="The server's streamable HTTP endpoint (live keys: https). Checked"
+        " by the SSRF guard now and on every connection.",
+        json_schema_extra={"pattern": WEBHOOK_URL_PATTERN},
+    )
+    headers: dict[str, str] | None = Field(
+        None,
+        description="Sent with every request to the server (for example its"
+        " `Authorization`): secrets, sealed at rest and never shown again (an agent"
+        " shows `header_names`). Left out on an update of a server of the same label"
+        " and URL: the stored ones are kept; `{}` removes them.",
+        json_schema_extra={
+            "maxProperties": MAX_MCP_HEADERS,
+            "propertyNames": {
+                "pattern": _HEADER_NAME.pattern,
+                "not": {"pattern": _RESERVED_HEADER_PATTERN},
+            },
+            "additionalProperties": {"type": "string", "pattern": _HEADER_VALUE.pattern},
+        },
+    )
+    allowed_tools: list[Annotated[str, Field(min_length=1, max_length=128)]] | None = Field(
+        None,
+        max_length=128,
+        description="Only these of the server's tools are offered (null: all of them).",
+    )
+    require_approval: ApprovalPolicy = Field(
+        "always",
+        description="`always` (the default, as OpenAI's): each call waits for the"
+        " caller's approval (`status: requires_action`, a `tool_calls` entry of `type:"
+        " approval`); a refused call is never made. `never`: calls are made at once.",
+    )
+
+    @field_validator("label")
+    @classmethod
+    def _check_label(cls, value: str) -> str:
+        if not _TOOL_NAME.match(value):
+            raise ValueError("must be 1-64 characters of letters, digits, '_' or '-'")
+        return value
+
+    @field_validator("headers")
+    @classmethod
+    def _check_headers(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        if value is None:
+            return None
+        if len(value) > MAX_MCP_HEADERS:
+            raise ValueError(f"at most {MAX_MCP_HEADERS} headers")
+        for name, text in value.items():
+            if not _HEADER_NAME.match(name):
+                raise ValueError(f"{name!r} is not an HTTP header name")
+            if name.lower() in _RESERVED_HEADERS:
+                raise ValueError(f"{name!r} is set by the MCP client itself")
+            if not _HEADER_VALUE.match(text):
+                raise ValueError(
+                    f"the value of {name!r} must be at most 4096 printable ASCII characters"
+                )
+        return value
+
+
+class McpServer(BaseModel):
+    """A remote MCP server of an agent, as shown: its headers' names, never their values."""
+
+    label: str
+    url: str
+    header_names: list[str] = Field(
+        default_factory=list, description="The headers sent to the server (values hidden)."
+    )
+    allowed_tools: list[str] | None = None
+    require_approval: ApprovalPolicy = "always"
+    # the headers as the store keeps them (sealed when a key is configured): never shown
+    _sealed_headers: str | None = PrivateAttr(None)
+
+    @property
+    def sealed_headers(self) -> str | None:
+        """The headers as the store keeps them (sealed JSON), or ``None`` for none."""
+        return self._sealed_headers
+
+    def with_sealed_headers(self, sealed: str | None) -> McpServer:
+        """This server, carrying ``sealed`` as its stored headers."""
+        copy = self.model_copy()
+        copy._sealed_headers = sealed
+        return copy
+
+
 class AgentKnowledge(BaseModel):
     """Which knowledge an agent answers from: the documents ``filter`` selects (by their
     metadata); no filter, every document of the workspace."""
@@ -543,6 +684,9 @@ class Agent(BaseModel):
     knowledge: AgentKnowledge | None = Field(
         None, description="The knowledge the agent answers from (null: all of it)."
     )
+    mcp_servers: list[McpServer] = Field(
+        default_factory=list, description="Remote MCP servers the agent's tools also come from."
+    )
     created_at: datetime
     updated_at: datetime
 
@@ -557,6 +701,7 @@ class AgentCreate(Request):
     model: str | None = Field(None, max_length=200)
     handoff_on_no_answer: bool = False
     knowledge: AgentKnowledge | None = None
+    mcp_servers: list[McpServerSpec] = Field(default_factory=list, max_length=MAX_MCP_SERVERS)
 
 
 NULLABLE_UPDATES = ("model", "knowledge")
@@ -586,6 +731,12 @@ class AgentUpdate(Request):
     model: str | None = Field(None, max_length=200)
     handoff_on_no_answer: bool | None = None
     knowledge: AgentKnowledge | None = None
+    mcp_servers: list[McpServerSpec] | None = Field(
+        None,
+        max_length=MAX_MCP_SERVERS,
+        description="Replaces the agent's servers (a server's stored headers are kept when"
+        " its label and URL stay and no `headers` are given).",
+    )
 
 
 class AgentList(BaseModel):
@@ -861,6 +1012,9 @@ class RequestedToolCall(BaseModel):
     arguments: dict[str, Any] = Field(
         description="The arguments the model chose, parsed from its JSON: untrusted input."
     )
+    server_label: str | None = Field(
+        None, description="The MCP server the tool is on (`mcp_servers`), if it is on one."
+    )
 
 
 class OperatorMessageCreate(Request):
@@ -906,32 +1060,6 @@ class EventPayload(BaseModel):
 
 MAX_WEBHOOK_DESCRIPTION = 500
 """The longest webhook ``description`` (characters), over HTTP and in Python alike."""
-
-
-_H16 = "[0-9a-fA-F]{1,4}"
-_OCTET = "(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])"
-_IPV4 = f"{_OCTET}(?:\\.{_OCTET}){{3}}"
-_IPV6 = (
-    (
-        "(?:(?:H:){7}H|(?:H:){1,7}:|(?:H:){1,6}:H|(?:H:){1,5}(?::H){1,2}|(?:H:){1,4}(?::H){1,3}"
-        "|(?:H:){1,3}(?::H){1,4}|(?:H:){1,2}(?::H){1,5}|H:(?::H){1,6}|:(?:(?::H){1,7}|:)"
-        "|(?:H:){6}V4|::(?:[fF]{4}(?::0{1,4})?:)?V4|(?:H:){1,4}:V4)"
-    )
-    .replace("H", _H16)
-    .replace("V4", _IPV4)
-)
-_LABEL = "[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
-_TOP_LABEL = "[A-Za-z](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"  # a name's last label: not a number
-_PORT = "(?:6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}|[1-9][0-9]{0,3})"
-WEBHOOK_URL_PATTERN = (
-    f"^[Hh][Tt][Tt][Pp][Ss]?://(?:(?:{_LABEL}\\.)*{_TOP_LABEL}\\.?|{_IPV4}|\\[{_IPV6}\\])"
-    f"(?::{_PORT})?(?:[/?#][!-~]*)?$"
-)
-"""A callback URL's shape, which the OpenAPI document declares and subscribe enforces:
-``http`` or ``https``; a host that is a DNS name (ASCII: an internationalised name in its
-``xn--`` form; its last label not a number), an IPv4 address or a bracketed IPv6 one;
-an optional port 1-65535; then printable ASCII (anything else percent-encoded). No user
-name or password."""
 
 
 class WebhookSubscribeRequest(Request):

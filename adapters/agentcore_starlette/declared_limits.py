@@ -197,6 +197,8 @@ def declare_limits(
 
     for name in requests:
         _no_nul_strings(components[name])
+    if "McpServerSpec" in components:  # an agent's MCP servers: a component of its own
+        _no_nul_strings(components["McpServerSpec"])
     if "ToolDefinition" in components:
         _no_nul_strings(components["ToolDefinition"])
         _declare_tool_parameters(prop("ToolDefinition", "parameters"), extra)

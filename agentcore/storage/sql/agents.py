@@ -6,7 +6,7 @@ import json
 from collections.abc import Collection
 from typing import Any
 
-from agentcore.schema import STORED, Agent
+from agentcore.schema import STORED, Agent, McpServer
 from agentcore.storage.base import AgentStore
 from agentcore.storage.sql.database import Tables
 from agentcore.storage.sql.queries import WORKSPACE, find_row, insert_row, marks, page, write
@@ -17,6 +17,10 @@ def _agent(row: Any) -> Agent:
     data["tools"] = json.loads(data["tools"])
     data["handoff_on_no_answer"] = bool(data["handoff_on_no_answer"])
     data["knowledge"] = json.loads(data["knowledge"]) if data.get("knowledge") else None
+    data["mcp_servers"] = [  # each with its stored headers, which are never shown
+        McpServer.model_validate(server).with_sealed_headers(server.get("sealed_headers"))
+        for server in (json.loads(data["mcp_servers"]) if data.get("mcp_servers") else [])
+    ]
     # a filter value older versions accepted (an integer beyond 2**53) is read, not refused
     return Agent.model_validate(data, context=STORED)
 
@@ -28,6 +32,11 @@ def _columns(agent: Agent) -> dict[str, Any]:
     # compact, with the filter's unset parts left out: what a request sent
     knowledge = agent.knowledge
     data["knowledge"] = None if knowledge is None else knowledge.model_dump_json(exclude_none=True)
+    servers = [
+        {**server.model_dump(mode="json"), "sealed_headers": server.sealed_headers}
+        for server in agent.mcp_servers
+    ]
+    data["mcp_servers"] = json.dumps(servers) if servers else None
     return data
 
 

@@ -543,3 +543,12 @@ def m019_pending_tool_calls(d: Dialect) -> str:
         ALTER TABLE conversations ADD COLUMN pending_expires {d.real};
         ALTER TABLE conversations ADD COLUMN pending_lease {d.real};
         """
+
+
+@migration()
+def m020_agent_mcp_servers(d: Dialect) -> str:
+    """An agent's remote MCP servers (JSON: each server as shown, and its headers as
+    ``sealed_headers``, sealed when a key is configured); NULL for none."""
+    return """
+        ALTER TABLE agents ADD COLUMN mcp_servers TEXT;
+        """
