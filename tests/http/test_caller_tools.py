@@ -507,3 +507,56 @@ def test_a_client_that_cannot_approve_gets_no_call_made(core: AgentCore, clock: 
     done = ws.chat.send(agent.id, "Please refund order A-17", caller=CallerOptions(approves=False))
     assert done.status == "completed" and clock.refunds == []
     assert "approval" in done.response
+
+
+def test_an_mcp_client_resumes_a_paused_turn_through_chat_with_agent(
+    core: AgentCore, clock: Clock
+) -> None:
+    """The MCP door's ``chat_with_agent`` takes ``tool_outputs`` and ``approvals`` too, so
+    an MCP client can finish a turn that waits, as an HTTP caller does."""
+    from mcp import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+
+    core.create_organization("acme")
+    key = core.keys.create("acme", "test", ["read", "write"]).secret
+    agent = core.workspace("acme", "test").agents.create(
+        name="W", model="scripted", tools=[WEATHER, REFUND]
+    )
+
+    async def converse(url: str) -> list[dict[str, Any]]:
+        headers = {"Authorization": f"Bearer {key}"}
+        async with (
+            create_mcp_http_client(headers=headers) as http,
+            streamable_http_client(url, http_client=http) as (read, write),
+            ClientSession(read, write) as client,
+        ):
+            await client.initialize()
+            said = []
+            for arguments in [
+                {"agent_id": agent.id, "message": "Weather in Paris?"},
+                {"agent_id": agent.id, "tool_outputs": outputs(("call_w", "foggy"))},
+                {"agent_id": agent.id, "message": "A refund please"},
+                {"agent_id": agent.id, "approvals": [{"tool_call_id": "call_r", "approve": True}]},
+                {"agent_id": agent.id},  # neither a message nor outputs: refused
+            ]:
+                if "message" not in arguments:
+                    arguments["conversation_id"] = said[-1]["conversationId"]
+                result = await client.call_tool("chat_with_agent", arguments)
+                assert result.is_error == (set(arguments) == {"agent_id", "conversation_id"})
+                said.append(result.structured_content)
+            return said
+
+    with ServerThread(create_app(core)) as server:
+        said = asyncio.run(converse(server.url + "/v1/mcp"))
+    assert [s.get("status") for s in said] == [
+        "requires_action",
+        "completed",
+        "requires_action",
+        "completed",
+        422,  # the problem document of the refusal
+    ]
+    assert said[-1]["param"] == "message"
+    assert said[1]["response"] == "It is foggy in Paris."
+    assert said[2]["tool_calls"][0]["type"] == "approval"
+    assert said[3]["response"] == "Refund: order A-17 refunded" and clock.refunds == ["A-17"]

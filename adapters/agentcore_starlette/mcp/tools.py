@@ -38,11 +38,14 @@ from agentcore.adapters import get_logger
 from agentcore.config import Settings
 from agentcore.errors import AgentCoreError
 from agentcore.schema import (
+    MAX_TOOL_OUTPUTS,
     AgentStatus,
     ChatMessageRequest,
     Request,
     SearchRequest,
     TextDocumentCreate,
+    ToolApproval,
+    ToolOutput,
 )
 from agentcore_starlette.bodies import validate
 from agentcore_starlette.declared_limits import declare_limits
@@ -71,12 +74,30 @@ class ChatWithAgentArguments(Request):
     """Arguments of ``chat_with_agent``."""
 
     agent_id: str = Field(..., min_length=1, max_length=100, description="The agent's id.")
-    message: str = Field(..., min_length=1, description="The user's message.")
+    message: str | None = Field(
+        None,
+        min_length=1,
+        description="The user's message (leave it out to resume a turn with `tool_outputs`"
+        " or `approvals`).",
+    )
     conversation_id: str | None = Field(
         None,
         min_length=1,
         max_length=100,
         description="Continue this conversation (the conversationId of an earlier answer).",
+    )
+    tool_outputs: list[ToolOutput] | None = Field(
+        None,
+        min_length=1,
+        max_length=MAX_TOOL_OUTPUTS,
+        description="An answer with status requires_action waits for these: the outputs of"
+        " its `function` tool_calls, by tool_call_id (with its conversation_id).",
+    )
+    approvals: list[ToolApproval] | None = Field(
+        None,
+        min_length=1,
+        max_length=MAX_TOOL_OUTPUTS,
+        description="Decisions on its `approval` tool_calls: {tool_call_id, approve, reason}.",
     )
 
 
@@ -91,8 +112,15 @@ def _as_body(args: BaseModel) -> tuple[BaseModel, QueryParams]:
 
 def _as_chat_message(args: BaseModel) -> tuple[BaseModel, QueryParams]:
     assert isinstance(args, ChatWithAgentArguments)
+    given = {
+        "agentId": args.agent_id,
+        "message": args.message,
+        "conversationId": args.conversation_id,
+        "tool_outputs": args.tool_outputs,
+        "approvals": args.approvals,
+    }
     body = ChatMessageRequest.model_validate(
-        {"agentId": args.agent_id, "message": args.message, "conversationId": args.conversation_id}
+        {name: value for name, value in given.items() if value is not None}
     )
     return body, QueryParams()
 
