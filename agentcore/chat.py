@@ -51,7 +51,7 @@ from agentcore.errors import (
     invalid_fields,
 )
 from agentcore.events import finite
-from agentcore.knowledge import supporting_pages
+from agentcore.knowledge import check_user, supporting_pages
 from agentcore.knowledge.terms import TermStats
 from agentcore.mcp_tools import McpFailure, McpTools, RemoteTool
 from agentcore.observer import Observer, unobserved
@@ -62,6 +62,7 @@ from agentcore.schema import (
     ChatMessageResponse,
     Citation,
     ConversationStatus,
+    EndUser,
     Filter,
     RequestedToolCall,
     SearchMode,
@@ -272,9 +273,10 @@ class Retriever(Protocol):
         *,
         filter: Filter | None = None,
         mode: SearchMode = "vector",
+        user: EndUser | None = None,
     ) -> list[tuple[StoredChunk, float]]:
         """The top ``k`` chunks and cosine scores for ``query`` among the documents
-        ``filter`` selects, ranked as ``mode`` says."""
+        ``filter`` selects that ``user`` may read, ranked as ``mode`` says."""
         ...
 
     def term_stats(self, text: str) -> TermStats:
@@ -350,6 +352,7 @@ class ChatService:
         tool_outputs: Sequence[ToolOutput | Mapping[str, Any]] | None = None,
         caller: CallerOptions | None = None,
         approvals: Sequence[ToolApproval | Mapping[str, Any]] | None = None,
+        user: EndUser | Mapping[str, Any] | None = None,
     ) -> ChatMessageResponse:
         """Send ``message`` to an agent and return its answer with citations. Read scope.
 
@@ -375,6 +378,8 @@ class ChatService:
             agent's own, which the caller runs, the calls of this turn it already ran,
             the tool choice and the answer's format (OpenAI's ``tools``, tool messages,
             ``tool_choice`` and ``response_format``).
+        :param user: answer for this end user (``{"id": ..., "groups": [...]}``): the
+            turn retrieves, cites and quotes only documents they may read (``access``).
         """
         answer = self._open(
             agent_id,
@@ -386,6 +391,7 @@ class ChatService:
             tool_outputs=tool_outputs,
             caller=caller,
             approvals=approvals,
+            user=user,
         )
         if cancellation is not None:
             cancellation.on_cancel(answer.close)  # wakes the turn waiting for its model
@@ -405,6 +411,7 @@ class ChatService:
         tool_outputs: Sequence[ToolOutput | Mapping[str, Any]] | None = None,
         caller: CallerOptions | None = None,
         approvals: Sequence[ToolApproval | Mapping[str, Any]] | None = None,
+        user: EndUser | Mapping[str, Any] | None = None,
     ) -> ChatStream:
         """Send ``message`` and get the answer as it is generated. Read scope.
 
@@ -414,8 +421,8 @@ class ChatService:
         unknown agent or conversation raise here, before anything is generated;
         model failures raise from the iteration. ``close()`` (or leaving a ``with``
         block) stops the model; an answer that did not complete is not stored.
-        ``conversation_id``, ``history``, ``tool_outputs``, ``caller`` and
-        ``approvals`` are as for ``send``.
+        ``conversation_id``, ``history``, ``tool_outputs``, ``caller``,
+        ``approvals`` and ``user`` are as for ``send``.
         """
         return self._open(
             agent_id,
@@ -426,6 +433,7 @@ class ChatService:
             tool_outputs=tool_outputs,
             caller=caller,
             approvals=approvals,
+            user=user,
         )
 
     def agents(self) -> list[Agent]:
@@ -460,12 +468,14 @@ class ChatService:
         tool_outputs: Sequence[ToolOutput | Mapping[str, Any]] | None = None,
         caller: CallerOptions | None = None,
         approvals: Sequence[ToolApproval | Mapping[str, Any]] | None = None,
+        user: EndUser | Mapping[str, Any] | None = None,
     ) -> ChatStream:
         """Check the request, then return the turn, ready to run on first iteration."""
         ws = self._ws
         ws.require("read")
         check_unicode(agent_id, param="agentId")
         check_unicode(conversation_id, param="conversationId")
+        reader = check_user(user)
         if tool_outputs is not None or approvals is not None:
             if message is not None or history is not None:
                 raise ValidationFailed(
@@ -521,6 +531,7 @@ class ChatService:
             cancellation=cancellation,
         )
         turn.caller = caller or CallerOptions()
+        turn.reader = reader
         if conversation_id is None:  # named now (for the turn's events), stored with it
             turn.new_conversation = True
             turn.history = []
@@ -904,6 +915,7 @@ class _Turn:
         self.remote: dict[str, RemoteTool] = {}  # the MCP servers' tools offered, by name
         self._paused: dict[str, Any] = {}
         self.caller = CallerOptions()  # the tools this request offers and what it ran
+        self.reader: EndUser | None = None  # the end user it answers for (their documents)
 
     def stop_if_cancelled(self) -> None:
         """Raise if the turn was stopped: the request's cancellation's error (its
@@ -1192,6 +1204,7 @@ class _Turn:
             self.settings.chat_top_k,
             filter=None if knowledge is None else knowledge.filter,
             mode=self.settings.chat_search_mode,
+            user=self.reader,
         )
         self.action(
             "knowledge_lookup",

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
+from types import EllipsisType, TracebackType
 from typing import Any, Generic, TypeVar
 from urllib.parse import quote
 
@@ -32,7 +32,9 @@ from agentcore.schema import (
     Deleted,
     DeliveryList,
     Document,
+    DocumentAccess,
     DocumentList,
+    EndUser,
     Filter,
     Message,
     MessageList,
@@ -66,14 +68,22 @@ Approvals = Sequence[ToolApproval | Mapping[str, Any]]
 """Decisions on the calls that wait for approval: ``[{"tool_call_id", "approve", "reason"}]``."""
 
 
+def _plain(value: BaseModel | Mapping[str, Any]) -> dict[str, Any]:
+    """A model or a mapping as the JSON object a request body holds."""
+    return value.model_dump(mode="json") if isinstance(value, BaseModel) else dict(value)
+
+
 def _chat_body(
     agent_id: str,
     message: str | None,
     conversation_id: str | None,
     tool_outputs: ToolOutputs | None = None,
     approvals: Approvals | None = None,
+    user: EndUser | Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     body: dict[str, Any] = {"agentId": agent_id}
+    if user is not None:
+        body["user"] = _plain(user)
     if message is not None:
         body["message"] = message
     if conversation_id is not None:
@@ -127,6 +137,7 @@ class _Requests:
         content_type: str | None,
         metadata: Mapping[str, Any] | None,
         external_id: str | None,
+        access: DocumentAccess | Mapping[str, Any] | None = None,
     ) -> _Request[Document]:
         file = Path(path)
         files = {"file": (file.name, file.read_bytes(), content_type or "application/octet-stream")}
@@ -136,15 +147,23 @@ class _Requests:
             fields["metadata"] = json.dumps(dict(metadata))
         if external_id is not None:
             fields["external_id"] = external_id
+        if access is not None:
+            fields["access"] = json.dumps(_plain(access))
         if fields:
             kwargs["data"] = fields
         return _Request(Document, "POST", "/knowledge/documents", kwargs)
 
     @staticmethod
     def add_text(
-        source: str, text: str, metadata: Mapping[str, Any] | None, external_id: str | None
+        source: str,
+        text: str,
+        metadata: Mapping[str, Any] | None,
+        external_id: str | None,
+        access: DocumentAccess | Mapping[str, Any] | None = None,
     ) -> _Request[Document]:
         body: dict[str, Any] = {"source": source, "text": text}
+        if access is not None:
+            body["access"] = _plain(access)
         if metadata is not None:
             body["metadata"] = dict(metadata)
         if external_id is not None:
@@ -156,8 +175,14 @@ class _Requests:
         return _Request(Document, "GET", f"/knowledge/documents/{_segment(document_id)}")
 
     @staticmethod
-    def update_document(document_id: str, metadata: Mapping[str, Any]) -> _Request[Document]:
-        body = {"metadata": dict(metadata)}
+    def update_document(
+        document_id: str, metadata: Mapping[str, Any] | None, access: Any = ...
+    ) -> _Request[Document]:
+        body: dict[str, Any] = {}
+        if metadata is not None:
+            body["metadata"] = dict(metadata)
+        if access is not ...:
+            body["access"] = None if access is None else _plain(access)
         return _Request(
             Document, "PATCH", f"/knowledge/documents/{_segment(document_id)}", {"json": body}
         )
@@ -177,8 +202,11 @@ class _Requests:
         min_score: float | None,
         filter: Filter | Mapping[str, Any] | None,
         mode: SearchMode | None,
+        user: EndUser | Mapping[str, Any] | None = None,
     ) -> _Request[SearchResponse]:
         body: dict[str, Any] = {"query": query}
+        if user is not None:
+            body["user"] = _plain(user)
         if top_k is not None:
             body["top_k"] = top_k
         if min_score is not None:
@@ -198,8 +226,9 @@ class _Requests:
         conversation_id: str | None,
         tool_outputs: ToolOutputs | None = None,
         approvals: Approvals | None = None,
+        user: EndUser | Mapping[str, Any] | None = None,
     ) -> _Request[ChatMessageResponse]:
-        body = _chat_body(agent_id, message, conversation_id, tool_outputs, approvals)
+        body = _chat_body(agent_id, message, conversation_id, tool_outputs, approvals, user)
         return _Request(ChatMessageResponse, "POST", "/chat/message", {"json": body})
 
     @staticmethod
@@ -487,12 +516,14 @@ class ChatClient:
         *,
         tool_outputs: ToolOutputs | None = None,
         approvals: Approvals | None = None,
+        user: EndUser | Mapping[str, Any] | None = None,
     ) -> ChatMessageResponse:
         """``POST /v1/chat/message``: the whole answer. An answer with ``status ==
         "requires_action"`` waits for its ``tool_calls``' outputs: send them as
         ``tool_outputs`` (and the ``approvals`` of calls of ``type == "approval"``) with
-        the ``conversation_id`` and no ``message``."""
-        request = _Requests.chat(agent_id, message, conversation_id, tool_outputs, approvals)
+        the ``conversation_id`` and no ``message``. ``user`` (``{"id", "groups"}``):
+        answer for that end user, from the documents they may read."""
+        request = _Requests.chat(agent_id, message, conversation_id, tool_outputs, approvals, user)
         response = self._http.request(request.method, request.path, **request.kwargs)
         return _parse(request, response)
 
@@ -504,6 +535,7 @@ class ChatClient:
         *,
         tool_outputs: ToolOutputs | None = None,
         approvals: Approvals | None = None,
+        user: EndUser | Mapping[str, Any] | None = None,
     ) -> ChatEventStream:
         """``POST /v1/chat/message`` with ``stream: true``: the answer as it is generated.
 
@@ -511,7 +543,7 @@ class ChatClient:
         then ``stream.response``.
         """
         body = {
-            **_chat_body(agent_id, message, conversation_id, tool_outputs, approvals),
+            **_chat_body(agent_id, message, conversation_id, tool_outputs, approvals, user),
             "stream": True,
         }
         return ChatEventStream(connect_sse(self._http, "POST", "/chat/message", json=body))
@@ -537,12 +569,14 @@ class AsyncChatClient:
         *,
         tool_outputs: ToolOutputs | None = None,
         approvals: Approvals | None = None,
+        user: EndUser | Mapping[str, Any] | None = None,
     ) -> ChatMessageResponse:
         """``POST /v1/chat/message``: the whole answer. An answer with ``status ==
         "requires_action"`` waits for its ``tool_calls``' outputs: send them as
         ``tool_outputs`` (and the ``approvals`` of calls of ``type == "approval"``) with
-        the ``conversation_id`` and no ``message``."""
-        request = _Requests.chat(agent_id, message, conversation_id, tool_outputs, approvals)
+        the ``conversation_id`` and no ``message``. ``user`` (``{"id", "groups"}``):
+        answer for that end user, from the documents they may read."""
+        request = _Requests.chat(agent_id, message, conversation_id, tool_outputs, approvals, user)
         response = await self._http.request(request.method, request.path, **request.kwargs)
         return _parse(request, response)
 
@@ -554,6 +588,7 @@ class AsyncChatClient:
         *,
         tool_outputs: ToolOutputs | None = None,
         approvals: Approvals | None = None,
+        user: EndUser | Mapping[str, Any] | None = None,
     ) -> AsyncChatEventStream:
         """``POST /v1/chat/message`` with ``stream: true``: the answer as it is generated.
 
@@ -561,7 +596,7 @@ class AsyncChatClient:
         stream: ...`` then ``stream.response``.
         """
         body = {
-            **_chat_body(agent_id, message, conversation_id, tool_outputs, approvals),
+            **_chat_body(agent_id, message, conversation_id, tool_outputs, approvals, user),
             "stream": True,
         }
         return AsyncChatEventStream(aconnect_sse(self._http, "POST", "/chat/message", json=body))
@@ -646,10 +681,12 @@ class Client:
         content_type: str | None = None,
         metadata: Mapping[str, Any] | None = None,
         external_id: str | None = None,
+        access: DocumentAccess | Mapping[str, Any] | None = None,
     ) -> Document:
         """``POST /v1/knowledge/documents`` with a file (and its ``metadata``; an
-        ``external_id`` replaces the document under it once this one is ready)."""
-        return self._run(_Requests.upload(path, content_type, metadata, external_id))
+        ``external_id`` replaces the document under it once this one is ready; ``access``
+        ``{"users", "groups"}`` says who may read it)."""
+        return self._run(_Requests.upload(path, content_type, metadata, external_id, access))
 
     def add_text(
         self,
@@ -658,17 +695,26 @@ class Client:
         *,
         metadata: Mapping[str, Any] | None = None,
         external_id: str | None = None,
+        access: DocumentAccess | Mapping[str, Any] | None = None,
     ) -> Document:
-        """``POST /v1/knowledge/documents`` with ``{source, text, metadata?, external_id?}``."""
-        return self._run(_Requests.add_text(source, text, metadata, external_id))
+        """``POST /v1/knowledge/documents`` with ``{source, text, metadata?, external_id?,
+        access?}``."""
+        return self._run(_Requests.add_text(source, text, metadata, external_id, access))
 
     def get_document(self, document_id: str) -> Document:
         """``GET /v1/knowledge/documents/{id}``."""
         return self._run(_Requests.get_document(document_id))
 
-    def update_document(self, document_id: str, *, metadata: Mapping[str, Any]) -> Document:
-        """``PATCH /v1/knowledge/documents/{id}``: replace its metadata."""
-        return self._run(_Requests.update_document(document_id, metadata))
+    def update_document(
+        self,
+        document_id: str,
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        access: DocumentAccess | Mapping[str, Any] | None | EllipsisType = ...,
+    ) -> Document:
+        """``PATCH /v1/knowledge/documents/{id}``: replace its metadata, and its access
+        list when ``access`` is given (``None``: everyone may read it)."""
+        return self._run(_Requests.update_document(document_id, metadata, access))
 
     def list_documents(self, **params: Any) -> DocumentList:
         """``GET /v1/knowledge/documents``."""
@@ -686,9 +732,11 @@ class Client:
         min_score: float | None = None,
         filter: Filter | Mapping[str, Any] | None = None,
         mode: SearchMode | None = None,
+        user: EndUser | Mapping[str, Any] | None = None,
     ) -> SearchResponse:
-        """``POST /v1/knowledge/search``."""
-        return self._run(_Requests.search(query, top_k, min_score, filter, mode))
+        """``POST /v1/knowledge/search`` (``user``: for that end user, among the
+        documents they may read)."""
+        return self._run(_Requests.search(query, top_k, min_score, filter, mode, user))
 
     # conversations -----------------------------------------------------------------
 
@@ -818,10 +866,12 @@ class AsyncClient:
         content_type: str | None = None,
         metadata: Mapping[str, Any] | None = None,
         external_id: str | None = None,
+        access: DocumentAccess | Mapping[str, Any] | None = None,
     ) -> Document:
         """``POST /v1/knowledge/documents`` with a file (and its ``metadata``; an
-        ``external_id`` replaces the document under it once this one is ready)."""
-        return await self._run(_Requests.upload(path, content_type, metadata, external_id))
+        ``external_id`` replaces the document under it once this one is ready; ``access``
+        ``{"users", "groups"}`` says who may read it)."""
+        return await self._run(_Requests.upload(path, content_type, metadata, external_id, access))
 
     async def add_text(
         self,
@@ -830,17 +880,26 @@ class AsyncClient:
         *,
         metadata: Mapping[str, Any] | None = None,
         external_id: str | None = None,
+        access: DocumentAccess | Mapping[str, Any] | None = None,
     ) -> Document:
-        """``POST /v1/knowledge/documents`` with ``{source, text, metadata?, external_id?}``."""
-        return await self._run(_Requests.add_text(source, text, metadata, external_id))
+        """``POST /v1/knowledge/documents`` with ``{source, text, metadata?, external_id?,
+        access?}``."""
+        return await self._run(_Requests.add_text(source, text, metadata, external_id, access))
 
     async def get_document(self, document_id: str) -> Document:
         """``GET /v1/knowledge/documents/{id}``."""
         return await self._run(_Requests.get_document(document_id))
 
-    async def update_document(self, document_id: str, *, metadata: Mapping[str, Any]) -> Document:
-        """``PATCH /v1/knowledge/documents/{id}``: replace its metadata."""
-        return await self._run(_Requests.update_document(document_id, metadata))
+    async def update_document(
+        self,
+        document_id: str,
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        access: DocumentAccess | Mapping[str, Any] | None | EllipsisType = ...,
+    ) -> Document:
+        """``PATCH /v1/knowledge/documents/{id}``: replace its metadata, and its access
+        list when ``access`` is given (``None``: everyone may read it)."""
+        return await self._run(_Requests.update_document(document_id, metadata, access))
 
     async def list_documents(self, **params: Any) -> DocumentList:
         """``GET /v1/knowledge/documents``."""
@@ -858,9 +917,11 @@ class AsyncClient:
         min_score: float | None = None,
         filter: Filter | Mapping[str, Any] | None = None,
         mode: SearchMode | None = None,
+        user: EndUser | Mapping[str, Any] | None = None,
     ) -> SearchResponse:
-        """``POST /v1/knowledge/search``."""
-        return await self._run(_Requests.search(query, top_k, min_score, filter, mode))
+        """``POST /v1/knowledge/search`` (``user``: for that end user, among the
+        documents they may read)."""
+        return await self._run(_Requests.search(query, top_k, min_score, filter, mode, user))
 
     # conversations -----------------------------------------------------------------
 

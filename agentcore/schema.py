@@ -759,6 +759,48 @@ ExternalId = Annotated[
 """A document's ``external_id``: 1-256 characters (no NUL, as every string)."""
 
 
+def _absent_when_none(schema: dict[str, Any]) -> None:
+    # a field left out of the JSON when it is None (exclude_if): declared as its type,
+    # not nullable, and not required
+    (given,) = [branch for branch in schema.pop("anyOf") if branch.get("type") != "null"]
+    schema.pop("default", None)
+    schema.update(given)
+
+
+def _refuse_null(value: Any, instead: str) -> Any:
+    """A field that may be left out but is never ``null`` (the document declares it so):
+    ``value``, or the error that says what leaving it out does (``instead``)."""
+    if value is None:
+        raise ValueError(f"must not be null: leave it out {instead}")
+    return value
+
+
+MAX_PRINCIPALS = 256
+"""The most users, and the most groups, one access list (or one end user) names."""
+Principal = Annotated[
+    str,
+    Field(min_length=1, max_length=128, description="A user's or group's id, as you name them."),
+]
+
+
+class DocumentAccess(Request):
+    """Who may read a document: the users and groups it names (your own ids). A request
+    acting for an end user (``user``, or a client token) sees the document when the list
+    names that user or one of their groups; a request with no end user sees every
+    document. A document without a list (``null``) is everyone's in the workspace."""
+
+    users: list[Principal] = Field(default_factory=list, max_length=MAX_PRINCIPALS)
+    groups: list[Principal] = Field(default_factory=list, max_length=MAX_PRINCIPALS)
+
+
+class EndUser(Request):
+    """The end user a request acts for: its search and its answers use only documents
+    without an access list, or whose list names this user or one of their groups."""
+
+    id: Principal
+    groups: list[Principal] = Field(default_factory=list, max_length=MAX_PRINCIPALS)
+
+
 class Document(BaseModel):
     """A document of the knowledge core."""
 
@@ -787,6 +829,10 @@ class Document(BaseModel):
         " system's id): unique among the workspace's ready documents; an upload under it"
         " replaces the earlier version once it is ready.",
     )
+    access: DocumentAccess | None = Field(
+        default=None,
+        description="Who may read it, when requests act for end users (null: everyone).",
+    )
 
 
 class DocumentList(BaseModel):
@@ -803,12 +849,26 @@ class TextDocumentCreate(Request):
     text: str = Field(..., min_length=1, json_schema_extra=_DECLARE_NON_BLANK)
     metadata: Metadata | None = None
     external_id: ExternalId | None = None
+    access: DocumentAccess | None = Field(
+        None, description="Who may read it (null or absent: everyone in the workspace)."
+    )
 
 
 class DocumentUpdate(Request):
-    """Body of ``PATCH /v1/knowledge/documents/{id}``: the new metadata, replacing the old."""
+    """Body of ``PATCH /v1/knowledge/documents/{id}``: the new metadata, replacing the
+    old, and the new access list (each only when given)."""
 
-    metadata: Metadata
+    metadata: Metadata | None = Field(
+        None, description="Replaces the metadata.", json_schema_extra=_absent_when_none
+    )
+    access: DocumentAccess | None = Field(
+        None, description="Replaces the access list; null: everyone may read it."
+    )
+
+    @field_validator("metadata", mode="before")
+    @classmethod
+    def _metadata_not_null(cls, value: Any) -> Any:
+        return _refuse_null(value, "to keep the metadata")
 
 
 SearchMode = Literal["vector", "keyword", "hybrid"]
@@ -833,6 +893,16 @@ class SearchRequest(Request):
         description="vector (default): by cosine similarity; keyword: by BM25 over the"
         " query's words; hybrid: both, fused by reciprocal rank.",
     )
+    user: EndUser | None = Field(
+        None,
+        description="Search for this end user: only documents they may read (`access`).",
+        json_schema_extra=_absent_when_none,
+    )
+
+    @field_validator("user", mode="before")
+    @classmethod
+    def _user_not_null(cls, value: Any) -> Any:
+        return _refuse_null(value, "to search every document")
 
     @field_validator("top_k", mode="before")
     @classmethod
@@ -872,14 +942,6 @@ class Citation(BaseModel):
 
     source: str
     pages: list[int]
-
-
-def _absent_when_none(schema: dict[str, Any]) -> None:
-    # a field left out of the JSON when it is None (exclude_if): declared as its type,
-    # not nullable, and not required
-    (given,) = [branch for branch in schema.pop("anyOf") if branch.get("type") != "null"]
-    schema.pop("default", None)
-    schema.update(given)
 
 
 def _omitted_if_none(description: str) -> Any:
@@ -960,14 +1022,18 @@ class ChatMessageRequest(Request):
     stream: StrictBool = Field(
         False, description="Answer as server-sent events (`text/event-stream`) as it is generated."
     )
+    user: EndUser | None = Field(
+        None,
+        description="Answer for this end user: only documents they may read (`access`) are"
+        " retrieved, cited or quoted.",
+        json_schema_extra=_absent_when_none,
+    )
 
-    @field_validator("message", "tool_outputs", "approvals", mode="before")
+    @field_validator("message", "tool_outputs", "approvals", "user", mode="before")
     @classmethod
     def _not_null(cls, value: Any) -> Any:
-        # absent, or given: the document declares neither as nullable
-        if value is None:
-            raise ValueError("must not be null: leave it out instead")
-        return value
+        # absent, or given: the document declares none of them as nullable
+        return _refuse_null(value, "instead")
 
 
 class ChatDelta(BaseModel):
@@ -1012,8 +1078,9 @@ class RequestedToolCall(BaseModel):
     arguments: dict[str, Any] = Field(
         description="The arguments the model chose, parsed from its JSON: untrusted input."
     )
-    server_label: str | None = Field(
-        None, description="The MCP server the tool is on (`mcp_servers`), if it is on one."
+    server_label: str | None = _omitted_if_none(
+        "The MCP server the tool is on (its `label` in the agent's `mcp_servers`); absent"
+        " for a tool that is not on one."
     )
 
 

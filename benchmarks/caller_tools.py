@@ -40,7 +40,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -90,7 +90,7 @@ class ScriptedModel:
 
 
 class ClockTool:
-    """Runs ``clock``; every other tool is the caller's."""
+    """Runs ``clock``; every other tool is not a plugin's."""
 
     @agentcore.hookimpl
     def agentcore_run_tool(self, workspace: Any, agent_id: str, name: str, arguments: Any) -> Any:
@@ -110,12 +110,14 @@ def open_core(url: str) -> agentcore.AgentCore:
     )
 
 
-def serve(url: str, port: int) -> None:
+def serve(url: str, port: int, opener: Callable[[str], agentcore.AgentCore] | None = None) -> None:
+    """Serve the core ``opener`` (this benchmark's ``open_core`` by default) opens on
+    ``url``, on 127.0.0.1:``port``, until stopped."""
     import uvicorn
 
     from agentcore_starlette import create_app
 
-    core = open_core(url)
+    core = (opener or open_core)(url)
     try:
         uvicorn.run(
             create_app(core), host="127.0.0.1", port=port, access_log=False, log_level="warning"

@@ -54,7 +54,16 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from caller_tools import chat, free_port, percentile, stop_server, store, wait_for
+from caller_tools import (
+    ClockTool,
+    chat,
+    free_port,
+    percentile,
+    serve,
+    stop_server,
+    store,
+    wait_for,
+)
 
 import agentcore
 from agentcore.chat_models import ChatRequest, ChatResult, ToolCall
@@ -100,14 +109,6 @@ class ScriptedModel:
         register(self)
 
 
-class ClockTool:
-    """Runs ``clock``; every other tool is someone else's."""
-
-    @agentcore.hookimpl
-    def agentcore_run_tool(self, workspace: Any, agent_id: str, name: str, arguments: Any) -> Any:
-        return "12:00" if name == "clock" else None
-
-
 # the agentcore server (``mcp_tools.py serve URL PORT``) -----------------------------------
 
 
@@ -120,20 +121,6 @@ def open_core(url: str) -> agentcore.AgentCore:
         start_workers=False,
         outbound_allowed_networks="127.0.0.0/8",  # the SSRF guard lets it reach loopback
     )
-
-
-def serve(url: str, port: int) -> None:
-    import uvicorn
-
-    from agentcore_starlette import create_app
-
-    core = open_core(url)
-    try:
-        uvicorn.run(
-            create_app(core), host="127.0.0.1", port=port, access_log=False, log_level="warning"
-        )
-    finally:
-        core.close()
 
 
 # the MCP server (``mcp_tools.py tools PORT``) ---------------------------------------------
@@ -357,7 +344,7 @@ def main() -> None:
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "serve":
-        serve(sys.argv[2], int(sys.argv[3]))
+        serve(sys.argv[2], int(sys.argv[3]), open_core)
     elif len(sys.argv) > 1 and sys.argv[1] == "tools":
         serve_tools(int(sys.argv[2]))
     else:

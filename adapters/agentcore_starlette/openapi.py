@@ -115,7 +115,10 @@ def _upload_metadata(paths: dict[str, dict[str, Any]], metadata: dict[str, Any])
                 continue
             declared = form["schema"]["properties"]["metadata"]
             declared.update(copy.deepcopy(of_type(metadata, "object")))
-            form["encoding"] = {"metadata": {"contentType": "application/json"}}
+            form["encoding"] = {
+                "metadata": {"contentType": "application/json"},
+                "access": {"contentType": "application/json"},
+            }
 
 
 def _query_schema(name: str, schema: dict[str, Any], settings: Settings) -> dict[str, Any]:
@@ -212,6 +215,12 @@ def _upload_form(settings: Settings) -> dict[str, Any]:
                     "pattern": NO_NUL,
                     "description": "Your own id for the document: a ready"
                     " document under it is replaced when this one is ready.",
+                },
+                "access": {
+                    # an object: a JSON part (encoding), as the JSON body's `access`
+                    "$ref": REF.format(model="DocumentAccess"),
+                    "description": "Who may read it, as a JSON object"
+                    " `{users, groups}` (left out: everyone in the workspace).",
                 },
             },
         }

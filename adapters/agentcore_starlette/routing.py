@@ -17,14 +17,15 @@ BodyKind = Literal["none", "json", "json_or_upload"]
 
 @dataclass(frozen=True)
 class Upload:
-    """A file sent as multipart ``file``, its ``metadata`` field (JSON, parsed) and its
-    ``external_id`` field."""
+    """A file sent as multipart ``file``, its ``metadata`` field (JSON, parsed), its
+    ``external_id`` field and its ``access`` field (JSON, parsed)."""
 
     filename: str
     content_type: str | None
     data: bytes
     metadata: dict[str, Any] | None = None
     external_id: str | None = None
+    access: dict[str, Any] | None = None
 
 
 @dataclass

@@ -1,5 +1,5 @@
-"""Reading a document upload: one multipart ``file`` with its ``metadata`` and
-``external_id`` fields, within the upload limit and the body's timeouts."""
+"""Reading a document upload: one multipart ``file`` with its ``metadata``,
+``external_id`` and ``access`` fields, within the upload limit and the body's timeouts."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from agentcore_starlette.routing import Upload
 MULTIPART_OVERHEAD = 64 * 1024
 """Bytes a multipart body may hold beyond its file: the part headers, boundaries and
 the other fields."""
-UPLOAD_FIELDS = ("file", "metadata", "external_id")
+UPLOAD_FIELDS = ("file", "metadata", "external_id", "access")
 """The multipart fields a document upload may carry (openapi.py declares the same)."""
 
 
@@ -55,7 +55,12 @@ async def read_upload(request: Request, *, limit: int, timeout: float, deadline:
             code="unknown_parameter",
             param=unknown[0],
         )
-    metadata = _form_metadata(form.get("metadata"))
+    try:
+        metadata = _form_object(form.get("metadata"), "metadata")
+        access = _form_object(form.get("access"), "access")
+    except ValidationFailed:
+        await form.close()
+        raise
     external_id = form.get("external_id")
     if external_id is not None and not isinstance(external_id, str):
         await form.close()
@@ -73,28 +78,22 @@ async def read_upload(request: Request, *, limit: int, timeout: float, deadline:
             code="file_too_large",
             param="file",
         )
-    return Upload(file.filename or "upload", file.content_type, data, metadata, external_id)
+    return Upload(file.filename or "upload", file.content_type, data, metadata, external_id, access)
 
 
-def _form_metadata(field: Any) -> dict[str, Any] | None:
-    """The multipart ``metadata`` field: a JSON object (checked like the JSON body's
-    ``metadata`` by the core), or a 422 naming it."""
+def _form_object(field: Any, name: str) -> dict[str, Any] | None:
+    """The multipart field ``name`` (``metadata``, ``access``): a JSON object (checked
+    like the JSON body's field of that name by the core), or a 422 naming it."""
     if field is None:
         return None
     if not isinstance(field, str):
-        raise ValidationFailed("The 'metadata' field must be JSON text.", param="metadata")
+        raise ValidationFailed(f"The '{name}' field must be JSON text.", param=name)
     try:
         value = json.loads(field)
     except ValueError:
-        raise ValidationFailed(
-            "The 'metadata' field is not valid JSON.", param="metadata"
-        ) from None
+        raise ValidationFailed(f"The '{name}' field is not valid JSON.", param=name) from None
     except RecursionError:  # nested deeper than the decoder's stack (values must be flat)
-        raise ValidationFailed(
-            "The 'metadata' field is nested too deeply: its values must be strings,"
-            " numbers or booleans.",
-            param="metadata",
-        ) from None
+        raise ValidationFailed(f"The '{name}' field is nested too deeply.", param=name) from None
     if not isinstance(value, dict):
-        raise ValidationFailed("The 'metadata' field must be a JSON object.", param="metadata")
+        raise ValidationFailed(f"The '{name}' field must be a JSON object.", param=name)
     return value

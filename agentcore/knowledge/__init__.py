@@ -11,12 +11,14 @@ below, which the composition root and the built-in plugins use.
 
 from agentcore.knowledge._chunking import sentence_spans, split_sentences
 from agentcore.knowledge._citing import supporting_pages
-from agentcore.knowledge._filters import MetadataCache
+from agentcore.knowledge._filters import MetadataCache, check_access, check_user
 from agentcore.knowledge._keywords import KeywordCache
 
 __all__ = [
     "KeywordCache",
     "MetadataCache",
+    "check_access",
+    "check_user",
     "sentence_spans",
     "split_sentences",
     "supporting_pages",

@@ -32,7 +32,7 @@ from __future__ import annotations
 import operator
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -45,6 +45,8 @@ from agentcore.schema import (
     MAX_EXACT_INTEGER,
     BoundedFilter,
     CompoundFilter,
+    DocumentAccess,
+    EndUser,
     EqualityFilter,
     Filter,
     ListFilter,
@@ -65,6 +67,19 @@ DOCUMENT_ENTRY_BYTES = 512
 _OBJECT_BYTES = 50  # a small str or number object
 _FILTER = TypeAdapter(BoundedFilter)
 _METADATA = TypeAdapter(Metadata)
+_USER = TypeAdapter(EndUser)
+_ACCESS = TypeAdapter(DocumentAccess)
+T = TypeVar("T")
+
+
+def _checked(adapter: TypeAdapter[T], value: Any, param: str) -> T:
+    """``value`` validated by ``adapter``, or a 422 naming the offending part under
+    ``param`` (a dotted path)."""
+    check_unicode(value, param=param)
+    try:
+        return adapter.validate_python(value)
+    except ValidationError as exc:
+        raise invalid_fields(exc, prefix=tuple(param.split("."))) from None
 
 
 def check_filter(
@@ -72,25 +87,31 @@ def check_filter(
 ) -> Filter | None:
     """``value`` as a ``Filter`` (a dict in OpenAI's shape, or a model), or a 422
     naming the offending part, e.g. ``filter.filters.0.value``."""
-    if value is None:
-        return None
-    check_unicode(value, param=param)
-    try:
-        return _FILTER.validate_python(value)
-    except ValidationError as exc:
-        raise invalid_fields(exc, prefix=tuple(param.split("."))) from None
+    return None if value is None else _checked(_FILTER, value, param)
+
+
+def check_user(value: EndUser | Mapping[str, Any] | None, *, param: str = "user") -> EndUser | None:
+    """``value`` as the ``EndUser`` a request acts for (a model or ``{id, groups}``), or
+    a 422 naming the offending part (``user.groups.0``); ``None`` is no end user."""
+    if value is None or isinstance(value, EndUser):
+        return value
+    return _checked(_USER, value, param)
+
+
+def check_access(
+    value: DocumentAccess | Mapping[str, Any] | None, *, param: str = "access"
+) -> DocumentAccess | None:
+    """``value`` as a document's access list (a model or ``{users, groups}``), or a 422
+    naming the offending part (``access.users.3``); ``None`` is no list (everyone)."""
+    if value is None or isinstance(value, DocumentAccess):
+        return value
+    return _checked(_ACCESS, value, param)
 
 
 def check_metadata(value: Mapping[str, Any] | None) -> dict[str, str | int | float | bool]:
     """``value`` as document metadata, or a 422 naming the offending key
     (``metadata.<key>``); ``None`` is no metadata."""
-    if value is None:
-        return {}
-    check_unicode(value, param="metadata")
-    try:
-        return _METADATA.validate_python(value)
-    except ValidationError as exc:
-        raise invalid_fields(exc, prefix=("metadata",)) from None
+    return {} if value is None else _checked(_METADATA, value, "metadata")
 
 
 def _fits(value: int | float) -> bool:
@@ -235,6 +256,11 @@ class DocumentTable:
         self._capacity = 0
         self._sorted: tuple[Labels, npt.NDArray[np.int64]] | None = None
         self._payload = 0  # the metadata's keys and values, about (see _payload_of)
+        # who may read each document: the ordinals of those without a list (everyone's),
+        # and each principal's documents ("u:" + a user's id, "g:" + a group's)
+        self._open = np.ones(0, dtype=bool)
+        self._readers: dict[str, set[int]] = {}
+        self._lists: dict[int, tuple[str, ...]] = {}  # ordinal -> its principals
 
     def __len__(self) -> int:
         return len(self._ids)
@@ -247,7 +273,10 @@ class DocumentTable:
         columns = sum(
             c.kinds.nbytes + c.numbers.nbytes + c.strings.nbytes for c in self._columns.values()
         )
-        return columns + len(self._ids) * DOCUMENT_ENTRY_BYTES + self._payload
+        readers = sum(
+            len(key) + _OBJECT_BYTES + 16 * len(held) for key, held in self._readers.items()
+        )
+        return columns + len(self._ids) * DOCUMENT_ENTRY_BYTES + self._payload + readers
 
     def apply(self, rows: Iterable[DocumentRow], version: int) -> None:
         """Learn these documents (new ones, or new metadata of known ones); the table
@@ -265,6 +294,10 @@ class DocumentTable:
                         self._capacity = max(64, 2 * self._capacity, at + 1)
                         for column in self._columns.values():
                             column.grow(self._capacity)
+                        grown = np.ones(self._capacity, dtype=bool)
+                        grown[: self._open.shape[0]] = self._open
+                        self._open = grown
+                self._set_access(at, row.access)
                 old = self._metadata[at]
                 for key in old.keys() - row.metadata.keys():
                     self._columns[key].set(at, None)
@@ -275,6 +308,37 @@ class DocumentTable:
                 self._payload += _payload_of(row.metadata) - _payload_of(old)
                 self._metadata[at] = dict(row.metadata)
             self.version = max(self.version, version)
+
+    def _set_access(self, at: int, access: Mapping[str, Sequence[str]] | None) -> None:
+        for principal in self._lists.pop(at, ()):
+            held = self._readers[principal]
+            held.discard(at)
+            if not held:
+                del self._readers[principal]
+        self._open[at] = access is None
+        if access is None:
+            return
+        principals = tuple(
+            [f"u:{user}" for user in access.get("users", ())]
+            + [f"g:{group}" for group in access.get("groups", ())]
+        )
+        self._lists[at] = principals
+        for principal in principals:
+            self._readers.setdefault(principal, set()).add(at)
+
+    def readable(self, reader: EndUser, size: int | None = None) -> Mask:
+        """Which documents (by ordinal) ``reader`` may read: those without an access
+        list, and those whose list names the user or one of their groups."""
+        with self._lock:
+            return self._readable(reader, len(self._ids) if size is None else size)
+
+    def _readable(self, reader: EndUser, size: int) -> Mask:
+        found: Mask = self._open[:size].copy()
+        for principal in [f"u:{reader.id}", *(f"g:{group}" for group in reader.groups)]:
+            held = self._readers.get(principal)
+            if held:
+                found[np.fromiter(held, dtype=np.int64, count=len(held))] = True
+        return found
 
     def select(self, spec: Filter) -> Mask:
         """Which documents (by ordinal) ``spec`` selects."""
@@ -298,18 +362,23 @@ class DocumentTable:
             return np.zeros(size, dtype=bool)
         return column.ordered(spec.type, spec.value, size)
 
-    def selection(self, spec: Filter) -> Selection:
-        """What ``spec`` lets searches see: documents by label, and their ids."""
+    def selection(self, spec: Filter | None, reader: EndUser | None = None) -> Selection:
+        """What ``spec`` (``None``: every document) lets searches see, among what
+        ``reader`` (``None``: no end user) may read: documents by label, and their ids."""
         with self._lock:
             size = len(self._ids)
-            chosen = self._select(spec, size)
+            chosen = np.ones(size, dtype=bool) if spec is None else self._select(spec, size)
+            if reader is not None:
+                chosen &= self._readable(reader, size)
             if self._sorted is None:
                 seqs = np.fromiter(self._ordinal, dtype=np.int64, count=size)
                 order = np.argsort(seqs)
                 self._sorted = (seqs[order], order.astype(np.int64))
             sorted_seqs, ordinals = self._sorted
             ids = [self._ids[i] for i in np.flatnonzero(chosen).tolist()]
-        return Selection(chosen, sorted_seqs, ordinals, bool(_NOTHING.select(spec)[0]), ids)
+        # a row of no document: a document without metadata, which everyone may read
+        unknown = True if spec is None else bool(_NOTHING.select(spec)[0])
+        return Selection(chosen, sorted_seqs, ordinals, unknown, ids)
 
 
 class Selection:
@@ -406,6 +475,13 @@ class MetadataCache:
         """The tables held now, what they are charged and how many were evicted."""
         return self._tables.stats()
 
-    def selection(self, organization_id: str, environment: str, spec: Filter) -> Selection:
-        """What ``spec`` selects among the workspace's documents now."""
-        return self.table(organization_id, environment).selection(spec)
+    def selection(
+        self,
+        organization_id: str,
+        environment: str,
+        spec: Filter | None,
+        reader: EndUser | None = None,
+    ) -> Selection:
+        """What ``spec`` selects among the workspace's documents now, of those ``reader``
+        may read."""
+        return self.table(organization_id, environment).selection(spec, reader)

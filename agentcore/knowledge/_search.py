@@ -19,10 +19,10 @@ import numpy as np
 import numpy.typing as npt
 
 from agentcore.errors import InvalidRequest, ValidationFailed, check_unicode
-from agentcore.knowledge._filters import MetadataCache, Selection, check_filter
+from agentcore.knowledge._filters import MetadataCache, Selection, check_filter, check_user
 from agentcore.knowledge.vectors import Embedding, VectorBackend
 from agentcore.observer import Observer, unobserved
-from agentcore.schema import Filter, SearchMode, SearchResponse, SearchResult
+from agentcore.schema import EndUser, Filter, SearchMode, SearchResponse, SearchResult
 from agentcore.storage.records import StoredChunk
 
 if TYPE_CHECKING:
@@ -99,6 +99,7 @@ class Search:
         min_score: float | None = None,
         filter: Filter | Mapping[str, Any] | None = None,
         mode: SearchMode | None = None,
+        user: EndUser | Mapping[str, Any] | None = None,
     ) -> SearchResponse:
         """The ``top_k`` chunks best matching ``query``.
 
@@ -110,12 +111,16 @@ class Search:
             rank. Each result's ``score`` is its cosine similarity in every mode, and
             ``rank_score`` what the mode ranked by; ``min_score`` drops results whose
             cosine score is lower.
+        :param user: search for this end user (an ``EndUser`` or ``{id, groups}``):
+            only documents without an access list, or whose list names the user or one
+            of their groups, applied before the top ``top_k`` as ``filter`` is.
         """
         k = self._checked(query, top_k, min_score)
         mode = self._mode(mode)
         spec = check_filter(filter)
+        reader = check_user(user)
         began = time.perf_counter()
-        hits = self._ranked(query, k, min_score, spec, mode)
+        hits = self._ranked(query, k, min_score, spec, mode, reader)
         self._observer.searched(time.perf_counter() - began, 1)
         return _response(query, mode, hits)
 
@@ -127,6 +132,7 @@ class Search:
         min_score: float | None = None,
         filter: Filter | Mapping[str, Any] | None = None,
         mode: SearchMode | None = None,
+        user: EndUser | Mapping[str, Any] | None = None,
     ) -> list[SearchResponse]:
         """``search`` for each of ``queries`` with the same options: their answers, in
         order. A query ``search`` refuses makes the whole call fail with
@@ -150,9 +156,11 @@ class Search:
                 error.param = f"queries.{at}" if error.param == "query" else error.param
                 raise
         mode = self._mode(mode)
-        if len(queries) < 2 or mode != "vector" or filter is not None:
+        if len(queries) < 2 or mode != "vector" or filter is not None or user is not None:
             return [
-                self.search(q, top_k=top_k, min_score=min_score, filter=filter, mode=mode)
+                self.search(
+                    q, top_k=top_k, min_score=min_score, filter=filter, mode=mode, user=user
+                )
                 for q in queries
             ]
         answers: list[SearchResponse] = []
@@ -239,20 +247,28 @@ class Search:
         *,
         filter: Filter | None = None,
         mode: SearchMode = "vector",
+        user: EndUser | None = None,
     ) -> list[tuple[StoredChunk, float]]:
         """The top ``k`` chunks and their cosine scores for ``query``, among the
-        documents ``filter`` selects, ranked as ``mode`` says (no argument checks; chat
-        uses it)."""
-        hits = self._ranked(query, k, min_score, filter, self._mode(mode))
+        documents ``filter`` selects that ``user`` may read, ranked as ``mode`` says (no
+        argument checks; chat uses it)."""
+        hits = self._ranked(query, k, min_score, filter, self._mode(mode), user)
         return [(hit.chunk, hit.score) for hit in hits]
 
     def _ranked(
-        self, query: str, k: int, min_score: float | None, spec: Filter | None, mode: SearchMode
+        self,
+        query: str,
+        k: int,
+        min_score: float | None,
+        spec: Filter | None,
+        mode: SearchMode,
+        reader: EndUser | None = None,
     ) -> list[Hit]:
-        """The top ``k`` hits of ``query`` in ``mode``, among what ``spec`` selects."""
+        """The top ``k`` hits of ``query`` in ``mode``, among what ``spec`` selects and
+        ``reader`` may read."""
         within: Selection | None = None
-        if spec is not None:
-            within = self._metadata.selection(*self._key, spec)
+        if spec is not None or reader is not None:
+            within = self._metadata.selection(*self._key, spec, reader)
             if within.empty:
                 return []
         vector = _Once(lambda: self._query_vector(query))

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Mapping, Sequence
+from types import EllipsisType
 from typing import TYPE_CHECKING, Any
 
 from agentcore._cancellation import Cancellation
 from agentcore.errors import NotFound, PayloadTooLarge, ValidationFailed, check_unicode
-from agentcore.knowledge._filters import MetadataCache, check_metadata
+from agentcore.knowledge._filters import MetadataCache, check_access, check_metadata
 from agentcore.knowledge._search import Search
 from agentcore.knowledge.embedders import bounded_text
 from agentcore.knowledge.ingest import (
@@ -35,7 +36,9 @@ from agentcore.schema import (
     MAX_EXTERNAL_ID_CHARS,
     Deleted,
     Document,
+    DocumentAccess,
     DocumentList,
+    EndUser,
     Filter,
     SearchMode,
     SearchResponse,
@@ -142,6 +145,7 @@ class KnowledgeService:
         content_type: str | None = None,
         metadata: Mapping[str, Any] | None = None,
         external_id: str | None = None,
+        access: DocumentAccess | Mapping[str, Any] | None = None,
         wait: bool | None = None,
         cancellation: Cancellation | None = None,
     ) -> Document:
@@ -158,6 +162,10 @@ class KnowledgeService:
         transaction: searches see the old version's chunks until they see the new
         one's, never both or neither. The new document has a new ``id``; an upload that
         fails leaves the old version as it was.
+
+        ``access``: who may read it when a search or chat acts for an end user
+        (``{"users": [...], "groups": [...]}``, at most 256 of each, 1-128 characters);
+        ``None`` (default): everyone in the workspace.
 
         Either the whole document is stored (document, chunks, vectors in one
         transaction) or nothing is. Once the core is started (``core.start()``; the
@@ -180,7 +188,9 @@ class KnowledgeService:
             a worker is stopped too (nothing stored); otherwise waiting ends.
         """
         self._ws.require("write")
-        labels = Labels(check_metadata(metadata), check_external_id(external_id))
+        labels = Labels(
+            check_metadata(metadata), check_external_id(external_id), check_access(access)
+        )
         source, kind = check_upload(
             data, filename, content_type, max_bytes=self._settings.max_upload_bytes
         )
@@ -203,6 +213,7 @@ class KnowledgeService:
         *,
         metadata: Mapping[str, Any] | None = None,
         external_id: str | None = None,
+        access: DocumentAccess | Mapping[str, Any] | None = None,
         wait: bool | None = None,
         cancellation: Cancellation | None = None,
     ) -> Document:
@@ -211,13 +222,14 @@ class KnowledgeService:
         The source's extension says the type: ``.md`` (or ``.markdown``) is Markdown,
         one page; anything else is plain text, split into pages at form feeds (``\\f``),
         so ``ingest_text("notes.txt", "A.\\fB.")`` has two pages. ``metadata``,
-        ``external_id``, ``wait`` and ``cancellation`` work as for ``ingest_file``.
+        ``external_id``, ``access``, ``wait`` and ``cancellation`` work as for
+        ``ingest_file``.
         """
         self._ws.require("write")
         attributes = check_metadata(metadata)
         check_unicode(source, param="source")
         check_unicode(text, param="text")
-        labels = Labels(attributes, check_external_id(external_id))
+        labels = Labels(attributes, check_external_id(external_id), check_access(access))
         if len(text) > self._settings.max_text_chars:
             raise ValidationFailed(
                 f"The text is longer than {self._settings.max_text_chars} characters;"
@@ -281,17 +293,25 @@ class KnowledgeService:
         )
         return DocumentList(documents=documents, has_more=more)
 
-    def update(self, document_id: str, *, metadata: Mapping[str, Any]) -> Document:
-        """Replace a document's metadata (``{}`` clears it). Write scope.
+    def update(
+        self,
+        document_id: str,
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        access: DocumentAccess | Mapping[str, Any] | None | EllipsisType = ...,
+    ) -> Document:
+        """Replace a document's metadata (``{}`` clears it; ``None`` keeps it) and its
+        access list (``None``: everyone may read it; left out: kept). Write scope.
 
         Searches see the change at once, in every process and on every node: the write
         advances the workspace's version, and each process's filters catch up with the
-        documents written since (``MetadataCache``). Bad metadata is a 422 naming the
-        key, and nothing changes.
+        documents written since (``MetadataCache``). Bad metadata or a bad access list is
+        a 422 naming the key, and nothing changes.
         """
         self._ws.require("write")
-        attributes = check_metadata(metadata)
-        updated = self._store.update_metadata(*self._scope, document_id, attributes)
+        attributes = None if metadata is None else check_metadata(metadata)
+        readers = access if isinstance(access, EllipsisType) else check_access(access)
+        updated = self._store.update_metadata(*self._scope, document_id, attributes, access=readers)
         if updated is None:
             raise NotFound(f"No document with id {document_id!r}.", param="id")
         return updated
@@ -326,6 +346,7 @@ class KnowledgeService:
         min_score: float | None = None,
         filter: Filter | Mapping[str, Any] | None = None,
         mode: SearchMode | None = None,
+        user: EndUser | Mapping[str, Any] | None = None,
     ) -> SearchResponse:
         """The ``top_k`` chunks best matching ``query``. Read scope.
 
@@ -337,10 +358,13 @@ class KnowledgeService:
             rank. Each result's ``score`` is its cosine similarity in every mode, and
             ``rank_score`` what the mode ranked by; ``min_score`` drops results whose
             cosine score is lower.
+        :param user: search for this end user (``{"id": ..., "groups": [...]}``): only
+            documents without an access list, or whose list names the user or one of
+            their groups, applied before the top ``top_k`` as ``filter`` is.
         """
         self._ws.require("read")
         return self._search.search(
-            query, top_k=top_k, min_score=min_score, filter=filter, mode=mode
+            query, top_k=top_k, min_score=min_score, filter=filter, mode=mode, user=user
         )
 
     def search_many(
@@ -351,6 +375,7 @@ class KnowledgeService:
         min_score: float | None = None,
         filter: Filter | Mapping[str, Any] | None = None,
         mode: SearchMode | None = None,
+        user: EndUser | Mapping[str, Any] | None = None,
     ) -> builtins.list[SearchResponse]:
         """``search`` for each of ``queries`` with the same options: their answers, in
         order. Read scope. A query ``search`` refuses makes the whole call fail with
@@ -364,7 +389,7 @@ class KnowledgeService:
         """
         self._ws.require("read")
         return self._search.search_many(
-            queries, top_k=top_k, min_score=min_score, filter=filter, mode=mode
+            queries, top_k=top_k, min_score=min_score, filter=filter, mode=mode, user=user
         )
 
     def index_is_current(self) -> bool:
@@ -384,9 +409,10 @@ class KnowledgeService:
         *,
         filter: Filter | None = None,
         mode: SearchMode = "vector",
+        user: EndUser | None = None,
     ) -> builtins.list[tuple[StoredChunk, float]]:
         """The top ``k`` chunks and their cosine scores for ``query``, among the
-        documents ``filter`` selects, ranked as ``mode`` says (no argument checks; chat
-        uses it). Read scope."""
+        documents ``filter`` selects that ``user`` may read, ranked as ``mode`` says (no
+        argument checks; chat uses it). Read scope."""
         self._ws.require("read")
-        return self._search.retrieve(query, k, min_score, filter=filter, mode=mode)
+        return self._search.retrieve(query, k, min_score, filter=filter, mode=mode, user=user)

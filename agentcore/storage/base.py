@@ -45,6 +45,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterator, Sequence
 from datetime import datetime
+from types import EllipsisType
 from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
@@ -59,6 +60,7 @@ from agentcore.schema import (
     ConversationStatus,
     Delivery,
     Document,
+    DocumentAccess,
     Message,
     Organization,
     Problem,
@@ -185,10 +187,17 @@ class DocumentStore(Protocol):
         ``NotFound`` when ``starting_after`` is no document of the workspace."""
 
     def update_metadata(
-        self, organization_id: str, environment: str, document_id: str, metadata: dict[str, Any]
+        self,
+        organization_id: str,
+        environment: str,
+        document_id: str,
+        metadata: dict[str, Any] | None,
+        *,
+        access: DocumentAccess | None | EllipsisType = ...,
     ) -> Document | None:
-        """Replace a document's metadata and advance the workspace version, atomically;
-        the updated document, or ``None`` when it is not in this workspace."""
+        """Replace a document's metadata (unless ``None``) and its access list (unless
+        ``...``; ``None`` is no list) and advance the workspace version, atomically; the
+        updated document, or ``None`` when it is not in this workspace."""
 
     def delete_document(self, organization_id: str, environment: str, document_id: str) -> bool:
         """Delete a document with its chunks, vectors, sentence counts and any ingestion

@@ -112,11 +112,14 @@ class WrittenDocument:
 
 @dataclass(frozen=True)
 class DocumentRow:
-    """A document as filters see it: its ``seq`` (its rows' label), id and metadata."""
+    """A document as filters see it: its ``seq`` (its rows' label), id, metadata, and
+    who may read it (``access``: ``{"users": [...], "groups": [...]}``, ``None`` for
+    everyone)."""
 
     seq: int
     id: str
     metadata: dict[str, Any]
+    access: dict[str, list[str]] | None = None
 
 
 @dataclass(frozen=True)

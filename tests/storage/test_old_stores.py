@@ -35,11 +35,13 @@ def reads_back_and_works(store: Any, expected: dict[str, Any]) -> None:
     assert tools and all(tool.pop("require_approval") == "never" for tool in tools)
     assert read == expected["read"]
     documents, _ = store.list_documents(org, "test", limit=100, starting_after=None)
-    assert documents and all(d.metadata == {} and d.external_id is None for d in documents)
+    assert documents and all(
+        d.metadata == {} and d.external_id is None and d.access is None for d in documents
+    )
     agents, _ = store.list_agents(
         org, "test", limit=100, starting_after=None, statuses=("draft", "deployed", "archived")
     )
-    assert agents and all(a.knowledge is None for a in agents)
+    assert agents and all(a.knowledge is None and a.mcp_servers == [] for a in agents)
     # the rows still work: claims, replays, buckets, deletes and new writes
     job = store.claim_ingest_job(now=5000.0, lease_seconds=30)
     assert (job.document_id, job.kind, job.attempts) == ("doc_old3", "file", 1)

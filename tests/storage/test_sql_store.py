@@ -80,6 +80,8 @@ def test_migrations_render_for_each_dialect() -> None:
         "document_external_id",
         "conversation_status",
         "pending_tool_calls",
+        "agent_mcp_servers",
+        "document_access",
     ]
     for step in MIGRATIONS:
         for dialect in (SQLITE, POSTGRES):

@@ -41,6 +41,7 @@ from agentcore.schema import (
     MAX_TOOL_OUTPUTS,
     AgentStatus,
     ChatMessageRequest,
+    EndUser,
     Request,
     SearchRequest,
     TextDocumentCreate,
@@ -99,6 +100,10 @@ class ChatWithAgentArguments(Request):
         max_length=MAX_TOOL_OUTPUTS,
         description="Decisions on its `approval` tool_calls: {tool_call_id, approve, reason}.",
     )
+    user: EndUser | None = Field(
+        None,
+        description="Answer for this end user {id, groups}: only documents they may read.",
+    )
 
 
 def _as_query(args: BaseModel) -> tuple[None, QueryParams]:
@@ -118,6 +123,7 @@ def _as_chat_message(args: BaseModel) -> tuple[BaseModel, QueryParams]:
         "conversationId": args.conversation_id,
         "tool_outputs": args.tool_outputs,
         "approvals": args.approvals,
+        "user": args.user,
     }
     body = ChatMessageRequest.model_validate(
         {name: value for name, value in given.items() if value is not None}

@@ -23,7 +23,7 @@ from pydantic import Field, StrictBool, field_validator
 from agentcore import CallerOptions
 from agentcore.chat_models import ChatTurn, ToolCall, ToolSpec, ToolStep
 from agentcore.errors import InvalidRequest, ValidationFailed
-from agentcore.schema import FunctionShape, Request
+from agentcore.schema import MAX_PRINCIPALS, EndUser, FunctionShape, Principal, Request
 
 Handling = Literal["used", "ignored", "refused"]
 
@@ -55,7 +55,8 @@ PARAMETERS: dict[str, Handling] = {
     "presence_penalty": "ignored",
     "frequency_penalty": "ignored",
     "seed": "ignored",
-    "user": "ignored",
+    "user": "used",
+    "user_groups": "used",  # agentcore's extension
     "safety_identifier": "ignored",
     "prompt_cache_key": "ignored",
     "metadata": "ignored",
@@ -255,7 +256,18 @@ class ChatCompletionRequest(Request):
     presence_penalty: float | None = Field(None, ge=-2, le=2)
     frequency_penalty: float | None = Field(None, ge=-2, le=2)
     seed: int | None = None
-    user: str | None = None
+    user: str | None = Field(
+        None,
+        min_length=1,
+        max_length=128,
+        description="The end user the answer is for: only documents they may read"
+        " (`access`) are retrieved and cited.",
+    )
+    user_groups: list[Principal] | None = Field(
+        None,
+        max_length=MAX_PRINCIPALS,
+        description="agentcore's extension: the groups of `user` (ignored without it).",
+    )
     safety_identifier: str | None = None
     prompt_cache_key: str | None = None
     metadata: dict[str, str] | None = None
@@ -581,3 +593,11 @@ def _text(item: ChatCompletionMessageParam, where: str) -> str:
             )
         texts.append(value)
     return "\n".join(texts)
+
+
+def end_user(body: ChatCompletionRequest) -> EndUser | None:
+    """The end user a completion answers for: ``user``, with the ``user_groups``
+    extension as their groups; ``None`` without ``user``."""
+    if body.user is None:
+        return None
+    return EndUser(id=body.user, groups=body.user_groups or [])

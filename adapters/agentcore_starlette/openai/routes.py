@@ -24,6 +24,7 @@ from agentcore.schema import Agent, ChatMessageResponse
 from agentcore_starlette.openai.requests import (
     ChatCompletionRequest,
     caller_options,
+    end_user,
     refuse_unsupported,
     split_messages,
 )
@@ -93,6 +94,7 @@ def create_chat_completion(call: Call) -> ChatCompletion | Streamed:
                 history=history,
                 tool_outputs=asked.outputs,
                 caller=offered,
+                user=end_user(body),
             )
             include_usage = bool(body.stream_options and body.stream_options.include_usage)
             framing = CompletionFraming(completion_id, created, body.model, include_usage)
@@ -105,6 +107,7 @@ def create_chat_completion(call: Call) -> ChatCompletion | Streamed:
             cancellation=call.cancellation,
             tool_outputs=asked.outputs,
             caller=offered,
+            user=end_user(body),
         )
     calls = completion_tool_calls(answer)
     content = answer.response if answer.response or not calls else None

@@ -35,6 +35,7 @@ def send_chat_message(call: Call) -> ChatMessageResponse | ChatStream:
             body.conversationId,
             tool_outputs=body.tool_outputs,
             approvals=body.approvals,
+            user=body.user,
         )
     return chat.send(
         body.agentId,
@@ -43,6 +44,7 @@ def send_chat_message(call: Call) -> ChatMessageResponse | ChatStream:
         cancellation=call.cancellation,
         tool_outputs=body.tool_outputs,
         approvals=body.approvals,
+        user=body.user,
     )
 
 

@@ -40,6 +40,7 @@ def create_document(call: Call) -> Document:
             content_type=upload.content_type,
             metadata=upload.metadata,
             external_id=upload.external_id,
+            access=upload.access,
             cancellation=call.cancellation,
         )
     body = cast(TextDocumentCreate, call.body)
@@ -48,6 +49,7 @@ def create_document(call: Call) -> Document:
         body.text,
         metadata=body.metadata,
         external_id=body.external_id,
+        access=body.access,
         cancellation=call.cancellation,
     )
 
@@ -76,8 +78,13 @@ def get_document(call: Call) -> Document:
 
 
 def update_document(call: Call) -> Document:
-    """Replace a document's metadata; searches everywhere see it at once."""
+    """Replace a document's metadata and its access list (each when given); searches
+    everywhere see it at once."""
     body = cast(DocumentUpdate, call.body)
+    if "access" in body.model_fields_set:
+        return call.workspace.knowledge.update(
+            call.path["document_id"], metadata=body.metadata, access=body.access
+        )
     return call.workspace.knowledge.update(call.path["document_id"], metadata=body.metadata)
 
 
@@ -101,13 +108,14 @@ def search_knowledge(call: Call) -> SearchResponse:
         min_score=body.min_score,
         filter=body.filter,
         mode=body.mode,
+        user=body.user,
     )
 
 
 def _search_batch_key(call: Call) -> Hashable | None:
     # vector searches of one workspace with the same options can share one scan
     body = cast(SearchRequest, call.body)
-    if body.filter is not None or body.mode not in (None, "vector"):
+    if body.filter is not None or body.user is not None or body.mode not in (None, "vector"):
         return None
     ws = call.workspace
     return (ws.organization_id, ws.environment, body.top_k, body.min_score)

@@ -33,7 +33,7 @@ from agentcore.knowledge.ingest._parsing import (
     parse_text,
 )
 from agentcore.knowledge.ingest._workers import Completed
-from agentcore.schema import Document
+from agentcore.schema import Document, DocumentAccess
 from agentcore.storage.base import DocumentStore, IngestStore
 
 if TYPE_CHECKING:
@@ -72,10 +72,12 @@ class Writer(Protocol):
 
 @dataclass(frozen=True)
 class Labels:
-    """What a caller names an upload by, besides its content: metadata, external id."""
+    """What a caller names an upload by, besides its content: metadata, external id, and
+    who may read it (``None``: everyone)."""
 
     metadata: dict[str, Any]
     external_id: str | None = None
+    access: DocumentAccess | None = None
 
 
 def stored_now() -> datetime:
@@ -205,6 +207,7 @@ class IngestPipeline:
             created_at=stored_now(),
             metadata=labels.metadata,
             external_id=labels.external_id,
+            access=labels.access,
         )
 
         def store_write() -> WrittenDocument:

@@ -77,6 +77,7 @@ class Upload:
             status="processing",
             metadata=self.labels.metadata,
             external_id=self.labels.external_id,
+            access=self.labels.access,
         )
 
 

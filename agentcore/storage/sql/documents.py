@@ -10,6 +10,7 @@ import json
 import time
 from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import fields
+from types import EllipsisType
 from typing import Any
 
 import numpy as np
@@ -17,7 +18,7 @@ import numpy.typing as npt
 
 from agentcore._ids import isoformat
 from agentcore.events import Event
-from agentcore.schema import Document, Problem
+from agentcore.schema import Document, DocumentAccess, Problem
 from agentcore.storage.base import KnowledgeStore, WebhookStore
 from agentcore.storage.records import (
     Chunks,
@@ -49,7 +50,7 @@ _CHUNK_COLUMNS = "document_id, organization_id, environment, ordinal, text, page
 _CHUNK_IDS = "SELECT id FROM chunks WHERE document_id = ? ORDER BY ordinal"
 _DOCUMENT_COLUMNS = (
     "id, source, content_type, pages, chunks, bytes, created_at, status, last_error, metadata,"
-    " external_id"
+    " external_id, access"
 )
 _JOB_COLUMNS = ", ".join(field.name for field in fields(IngestJob))
 
@@ -67,7 +68,17 @@ def _document(row: Any) -> Document:
     if values["last_error"]:
         values["last_error"] = json.loads(values["last_error"])
     values["metadata"] = parse_object(values["metadata"])
+    values["access"] = _access(values.get("access"))
     return Document.model_validate(values)
+
+
+def _access(stored: str | None) -> DocumentAccess | None:
+    return None if not stored else DocumentAccess.model_validate_json(stored)
+
+
+def json_access(access: DocumentAccess | None) -> str | None:
+    """An access list as stored: compact JSON, ``NULL`` for none (everyone)."""
+    return None if access is None else access.model_dump_json()
 
 
 def json_object(value: dict[str, Any]) -> str | None:
@@ -178,7 +189,7 @@ class DocumentTables(TermTables, KnowledgeStore, WebhookStore):
         return conn.execute(
             "INSERT INTO documents (id, organization_id, environment, source, content_type,"
             " pages, chunks, bytes, created_at, status, last_error, metadata, external_id,"
-            " version) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,"
+            " access, version) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,"
             f" {CHECKED_VERSION if embedder else 0}) RETURNING seq",
             [
                 document.id,
@@ -193,6 +204,7 @@ class DocumentTables(TermTables, KnowledgeStore, WebhookStore):
                 document.last_error.model_dump_json() if document.last_error else None,
                 json_object(document.metadata),
                 document.external_id,
+                json_access(document.access),
                 *((*workspace, *embedder) if embedder else ()),
             ],
         )
@@ -333,21 +345,33 @@ class DocumentTables(TermTables, KnowledgeStore, WebhookStore):
         return found
 
     def update_metadata(
-        self, organization_id: str, environment: str, document_id: str, metadata: dict[str, Any]
+        self,
+        organization_id: str,
+        environment: str,
+        document_id: str,
+        metadata: dict[str, Any] | None,
+        *,
+        access: DocumentAccess | None | EllipsisType = ...,
     ) -> Document | None:
         # searches in every process see it at once: their filters follow the version
         # (``documents_changed``)
         workspace = [organization_id, environment]
+        changes: dict[str, str | None] = {}
+        if metadata is not None:
+            changes["metadata"] = json_object(metadata)
+        if not isinstance(access, EllipsisType):
+            changes["access"] = json_access(access)
         with self.db.write() as conn:  # find_row reads in it too
             if find_row(self.db, "documents", document_id, workspace, "seq") is None:
                 return None
             # the bump first: on PostgreSQL its row lock orders this workspace's writers,
             # so each document's version commits in order (see add_vectors)
             version = self._bump(conn, organization_id, environment)
+            assignments = "".join(f"{column} = ?, " for column in changes)
             row = conn.execute(
-                f"UPDATE documents SET metadata = ?, version = ? WHERE id = ? AND {WORKSPACE}"
+                f"UPDATE documents SET {assignments}version = ? WHERE id = ? AND {WORKSPACE}"
                 f" RETURNING {_DOCUMENT_COLUMNS}",
-                [json_object(metadata), version, document_id, *workspace],
+                [*changes.values(), version, document_id, *workspace],
             ).fetchone()
         return None if row is None else _document(row)
 
@@ -360,13 +384,18 @@ class DocumentTables(TermTables, KnowledgeStore, WebhookStore):
             version = self.knowledge_state(organization_id, environment).version
             since = "" if after is None else " AND version > ?"
             rows = conn.execute(
-                f"SELECT seq, id, metadata FROM documents WHERE {WORKSPACE}{since}",
+                f"SELECT seq, id, metadata, access FROM documents WHERE {WORKSPACE}{since}",
                 scope if after is None else [*scope, after],
             ).fetchall()
         return DocumentChanges(
             version,
             [
-                DocumentRow(int(row["seq"]), row["id"], parse_object(row["metadata"]))
+                DocumentRow(
+                    int(row["seq"]),
+                    row["id"],
+                    parse_object(row["metadata"]),
+                    json.loads(row["access"]) if row["access"] else None,
+                )
                 for row in rows
             ],
         )
@@ -495,7 +524,7 @@ class DocumentTables(TermTables, KnowledgeStore, WebhookStore):
                 row = conn.execute(
                     "UPDATE documents SET status = 'ready', last_error = NULL,"
                     f" content_type = ?, pages = ?, chunks = ? WHERE id = ? AND {WORKSPACE}"
-                    " AND status = 'processing' RETURNING seq, metadata",
+                    " AND status = 'processing' RETURNING seq, metadata, access",
                     [document.content_type, document.pages, document.chunks, document.id]
                     + list(workspace),
                 ).fetchone()
@@ -511,8 +540,14 @@ class DocumentTables(TermTables, KnowledgeStore, WebhookStore):
                     f"UPDATE documents SET version = {CHECKED_VERSION} WHERE seq = ?",
                     [*workspace, embedder, dimension, row["seq"]],
                 )
-                # the metadata now stored: a PATCH while the job ran replaced the job's
-                stored = document.model_copy(update={"metadata": parse_object(row["metadata"])})
+                # the metadata and access now stored: a PATCH while the job ran replaced
+                # the job's
+                stored = document.model_copy(
+                    update={
+                        "metadata": parse_object(row["metadata"]),
+                        "access": _access(row["access"]),
+                    }
+                )
                 if event is not None:  # before the chunks: its subscriptions are read
                     self.record_event(event(stored), now=time.time())
                 ids = self._write_chunks(

@@ -552,3 +552,12 @@ def m020_agent_mcp_servers(d: Dialect) -> str:
     return """
         ALTER TABLE agents ADD COLUMN mcp_servers TEXT;
         """
+
+
+@migration()
+def m021_document_access(d: Dialect) -> str:
+    """Who may read a document (JSON ``{"users": [...], "groups": [...]}``): NULL for
+    everyone in the workspace."""
+    return """
+        ALTER TABLE documents ADD COLUMN access TEXT;
+        """

@@ -184,7 +184,10 @@ def fill(store: Any) -> dict[str, Any]:
 
 # Fields the models gained after these stores were made: left out of ``read_back`` (what
 # the old code read), and checked by test_old_stores to read as their defaults.
-ADDED_SINCE = {"agents": {"knowledge"}, "documents": {"metadata", "external_id"}}
+ADDED_SINCE = {
+    "agents": {"knowledge", "mcp_servers"},
+    "documents": {"metadata", "external_id", "access"},
+}
 
 
 def read_back(store: Any, made: dict[str, Any]) -> dict[str, Any]:
