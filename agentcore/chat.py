@@ -492,6 +492,7 @@ class ChatService:
                 streaming,
                 cancellation,
                 caller,
+                reader,
             )
         if message is None:
             raise ValidationFailed(
@@ -511,7 +512,7 @@ class ChatService:
         _check_caller_options(agent, caller)
         self._check_response_format(agent, caller)
         cancel: Future[None] = Future()
-        conversation, status = self._conversation(agent.id, conversation_id)
+        conversation, status = self._conversation(agent.id, conversation_id, reader)
         if conversation_id is not None and self._store.pending_turn(conversation, time.time()):
             raise Conflict(
                 "The conversation's turn waits for the outputs of the tools the caller runs:"
@@ -520,7 +521,8 @@ class ChatService:
                 param="conversationId",
             )
         if status == "handed_off":
-            return ChatStream(self._keep_for_operator(agent.id, conversation, message), cancel)
+            kept = self._keep_for_operator(agent.id, conversation, message, reader)
+            return ChatStream(kept, cancel)
         turn = _Turn(
             self._context,
             agent,
@@ -549,6 +551,7 @@ class ChatService:
         streaming: bool,
         cancellation: Cancellation | None,
         caller: CallerOptions | None = None,
+        reader: EndUser | None = None,
     ) -> ChatStream:
         """The turn waiting in a conversation, held for this resume and given the
         outputs of its tool calls and the decisions on those that wait for approval
@@ -571,7 +574,7 @@ class ChatService:
         agent = self._answering_agent(agent_id)
         _check_caller_options(agent, caller)
         self._check_response_format(agent, caller)
-        conversation, _ = self._conversation(agent.id, conversation_id)
+        conversation, _ = self._conversation(agent.id, conversation_id, reader)
         settings = self._settings
         now = time.time()
         # a resume runs at most every remaining model step; a crashed one lets go then
@@ -616,6 +619,7 @@ class ChatService:
             choice=str(pending.state.get("tool_choice", "auto")),
             response_format=pending.state.get("response_format"),
         )
+        turn.reader = reader
         return ChatStream(self._answer(turn), turn.cancel)
 
     def _answer(self, turn: _Turn) -> Generator[str, None, ChatMessageResponse]:
@@ -697,6 +701,7 @@ class ChatService:
                 conversation_id=turn.conversation_id,
                 status=handed_off or "active",
                 pending=pending,
+                user=None if turn.reader is None else turn.reader.id,
             )
         else:
             resumed = None if turn.resumed is None else turn.resumed.id
@@ -706,13 +711,21 @@ class ChatService:
         return calls
 
     def _keep_for_operator(
-        self, agent_id: str, conversation_id: str, message: str
+        self, agent_id: str, conversation_id: str, message: str, reader: EndUser | None
     ) -> Generator[str, None, ChatMessageResponse]:
         """A message to a handed-off conversation: stored and announced for the person
         who has it (``conversation.message``); no model answers. Runs on first
         iteration, as a turn does."""
         self._store.add_messages(conversation_id, [StoredMessage("user", message, [])])
-        publish_message(self._context.events, self._ws, agent_id, conversation_id, "user", message)
+        publish_message(
+            self._context.events,
+            self._ws,
+            agent_id,
+            conversation_id,
+            "user",
+            message,
+            user=None if reader is None else reader.id,
+        )
         return ChatMessageResponse(
             agentId=agent_id,
             status="handed_off",
@@ -738,15 +751,16 @@ class ChatService:
         return agent
 
     def _conversation(
-        self, agent_id: str, conversation_id: str | None
+        self, agent_id: str, conversation_id: str | None, reader: EndUser | None = None
     ) -> tuple[str, ConversationStatus]:
         """The id and status of the conversation the turn is stored in: a new one's
-        (created with the turn's messages once it completes), or the given one's, checked."""
+        (created with the turn's messages once it completes), or the given one's, checked:
+        a conversation of another end user than ``reader`` is not found for them."""
         ws = self._ws
         if conversation_id is None:
             return new_id("conv"), "active"
         found = self._store.get_conversation(ws.organization_id, ws.environment, conversation_id)
-        if found is None:
+        if found is None or (reader is not None and found.user not in (None, reader.id)):
             raise NotFound(f"No conversation with id {conversation_id!r}.", param="conversationId")
         if found.agentId != agent_id:
             raise Conflict(
@@ -928,9 +942,16 @@ class _Turn:
     def event(self, kind: str, **data: Any) -> None:
         # the data quotes the model (tool arguments, which a provider may send as NaN):
         # what a model says must not fail the chat, so such numbers are sent as null
+        # the end user the turn is for, when it is for one (webhook receivers route by it)
+        user = {} if self.reader is None else {"user": self.reader.id}
         self.context.events.publish(
             kind,
-            {"agent_id": self.agent.id, "conversation_id": self.conversation_id, **finite(data)},
+            {
+                "agent_id": self.agent.id,
+                "conversation_id": self.conversation_id,
+                **user,
+                **finite(data),
+            },
             organization_id=self.ws.organization_id,
             environment=self.ws.environment,
         )

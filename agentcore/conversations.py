@@ -43,13 +43,17 @@ def publish_message(
     conversation_id: str,
     role: str,
     content: str,
+    *,
+    user: str | None = None,
 ) -> None:
-    """Announce a message of a handed-off conversation (``conversation.message``)."""
+    """Announce a message of a handed-off conversation (``conversation.message``), with
+    the end ``user`` it is for when one is known."""
     events.publish(
         "conversation.message",
         {
             "agent_id": agent_id,
             "conversation_id": conversation_id,
+            **({} if user is None else {"user": user}),
             "role": role,
             "content": content,
         },
@@ -114,10 +118,12 @@ class ConversationService:
         self,
         *,
         agent_id: str | None = None,
+        user: str | None = None,
         limit: int | None = None,
         starting_after: str | None = None,
     ) -> ConversationList:
-        """A page of conversations, newest first (only ``agent_id``'s when given).
+        """A page of conversations, newest first (only ``agent_id``'s when given, only
+        those for the end user ``user`` when given).
 
         ``limit`` defaults to ``default_page_size``; ``starting_after`` is the id of the
         last conversation of the previous page.
@@ -130,6 +136,7 @@ class ConversationService:
             limit=self._settings.page_size(limit),
             starting_after=starting_after,
             agent_id=agent_id,
+            user=user,
         )
         return ConversationList(conversations=conversations, has_more=more)
 
@@ -186,7 +193,9 @@ class ConversationService:
         self._store.add_messages(
             conversation_id, [StoredMessage("operator", content, [])], status="handed_off"
         )
-        publish_message(self._events, ws, found.agentId, conversation_id, "operator", content)
+        publish_message(
+            self._events, ws, found.agentId, conversation_id, "operator", content, user=found.user
+        )
         page = self._store.list_messages(
             ws.organization_id,
             ws.environment,

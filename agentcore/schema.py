@@ -777,9 +777,15 @@ def _refuse_null(value: Any, instead: str) -> Any:
 
 MAX_PRINCIPALS = 256
 """The most users, and the most groups, one access list (or one end user) names."""
+MAX_PRINCIPAL_CHARS = 128
+"""The longest user or group id."""
 Principal = Annotated[
     str,
-    Field(min_length=1, max_length=128, description="A user's or group's id, as you name them."),
+    Field(
+        min_length=1,
+        max_length=MAX_PRINCIPAL_CHARS,
+        description="A user's or group's id, as you name them.",
+    ),
 ]
 
 
@@ -1268,6 +1274,11 @@ class Conversation(BaseModel):
     updated_at: datetime = Field(description="When its last message was added.")
     message_count: int = Field(
         ge=0, description="Messages in the conversation (user, agent and operator)."
+    )
+    user: str | None = Field(
+        default=None,
+        description="The end user it is for (the `user` it was started with), if any: a"
+        " request for another user does not find it.",
     )
 
 

@@ -29,6 +29,7 @@ Semantics (documented in docs/guide.md#filters):
 
 from __future__ import annotations
 
+import functools
 import operator
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -375,7 +376,7 @@ class DocumentTable:
                 order = np.argsort(seqs)
                 self._sorted = (seqs[order], order.astype(np.int64))
             sorted_seqs, ordinals = self._sorted
-            ids = [self._ids[i] for i in np.flatnonzero(chosen).tolist()]
+            ids = self._ids  # only appended to: the first ``size`` stay as they are
         # a row of no document: a document without metadata, which everyone may read
         unknown = True if spec is None else bool(_NOTHING.select(spec)[0])
         return Selection(chosen, sorted_seqs, ordinals, unknown, ids)
@@ -389,7 +390,8 @@ class Selection:
     :param seqs: the table's seqs, sorted; ``ordinals`` their ordinals.
     :param unknown: the verdict for a label the table does not know (a row of no
         document): a document without metadata.
-    :param document_ids: the selected documents' ids.
+    :param ids: the table's document ids by ordinal (the selected ones are listed in
+        ``document_ids`` only when a store asks for them).
     """
 
     def __init__(
@@ -398,13 +400,18 @@ class Selection:
         seqs: Labels,
         ordinals: npt.NDArray[np.int64],
         unknown: bool,
-        document_ids: list[str],
+        ids: Sequence[str],
     ) -> None:
         self._chosen = chosen
         self._seqs = seqs
         self._ordinals = ordinals
         self._unknown = unknown
-        self.document_ids = document_ids
+        self._ids = ids
+
+    @functools.cached_property
+    def document_ids(self) -> list[str]:
+        """The selected documents' ids (for a store that searches itself: pgvector)."""
+        return [self._ids[i] for i in np.flatnonzero(self._chosen).tolist()]
 
     def __call__(self, labels: Labels) -> Mask:
         """The verdict for each of ``labels`` (distinct document seqs)."""
@@ -419,7 +426,7 @@ class Selection:
     @property
     def empty(self) -> bool:
         """Whether no row can pass: no document is selected, nor a row of none."""
-        return not self.document_ids and not self._unknown
+        return not self._unknown and not bool(self._chosen.any())
 
 
 def _document_without_metadata() -> DocumentTable:

@@ -567,11 +567,13 @@ class ConversationStore(Protocol):
         conversation_id: str | None = None,
         status: ConversationStatus = "active",
         pending: PendingTurn | None = None,
+        user: str | None = None,
     ) -> str:
         """Create a conversation holding ``messages`` (in one write: it is never seen
-        without them) in ``status``, with its first turn waiting as ``pending`` when
-        given, and return its id: ``conversation_id`` when given (a chat turn names it
-        before it is stored), else a new one. One transaction."""
+        without them) in ``status``, for the end user ``user`` (if any), with its first
+        turn waiting as ``pending`` when given, and return its id: ``conversation_id``
+        when given (a chat turn names it before it is stored), else a new one. One
+        transaction."""
 
     def add_messages(
         self,
@@ -628,10 +630,12 @@ class ConversationStore(Protocol):
         limit: int,
         starting_after: str | None,
         agent_id: str | None = None,
+        user: str | None = None,
     ) -> tuple[list[Conversation], bool]:
-        """A page of conversations (of one agent when ``agent_id`` is given), newest
-        first, and whether more follow, read in one snapshot; ``NotFound`` when
-        ``starting_after`` is no conversation of the workspace."""
+        """A page of conversations (of one agent when ``agent_id`` is given, for one end
+        user when ``user`` is), newest first, and whether more follow, read in one
+        snapshot; ``NotFound`` when ``starting_after`` is no conversation of the
+        workspace."""
 
     def list_messages(
         self,

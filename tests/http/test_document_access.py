@@ -290,3 +290,45 @@ def test_a_queued_upload_keeps_its_access_list(store_url: str) -> None:
         assert [r.source for r in ws.knowledge.search("spot 42", user={"id": "ana"}).results] == [
             "ana.md"
         ]
+
+
+def test_a_conversation_belongs_to_the_user_it_was_started_for(
+    api: Api, core: AgentCore, documents: dict[str, str]
+) -> None:
+    events: list[Any] = []
+    core.events.subscribe("agent.action", events.append)
+    core.events.subscribe("conversation.message", events.append)
+    agent = api.post("/v1/agents", json={"name": "Parking"}).json()["id"]
+    ana = {"id": "ana", "groups": ["hr"]}
+
+    def chat(body: dict[str, Any], status: int = 200) -> Any:
+        response = api.post("/v1/chat/message", json={"agentId": agent, **body})
+        assert response.status_code == status, response.text
+        return response.json()
+
+    started = chat({"message": "Where do I park?", "user": ana})
+    conversation = started["conversationId"]
+    assert api.get(f"/v1/conversations/{conversation}").json()["user"] == "ana"
+    chat({"message": "Where do visitors park?"})  # a conversation for no one
+    listed = api.get("/v1/conversations?user=ana").json()["conversations"]
+    assert [c["id"] for c in listed] == [conversation]
+    assert len(api.get("/v1/conversations").json()["conversations"]) == 2
+    for query in ("user=", "user=" + "x" * 129):
+        refused = api.get(f"/v1/conversations?{query}")
+        assert refused.status_code == 422 and refused.json()["param"] == "user"
+
+    # another user does not find it; the key itself, and ana, may go on
+    other = chat({"message": "And me?", "conversationId": conversation, "user": {"id": "bob"}}, 404)
+    assert other["param"] == "conversationId"
+    chat({"message": "And on weekends?", "conversationId": conversation, "user": ana})
+    chat({"message": "Thanks", "conversationId": conversation})
+
+    # the turn's events say whom it was for; a handed-off conversation's messages too
+    mine = [e.data for e in events if e.data.get("conversation_id") == conversation]
+    assert mine and all(data.get("user") == "ana" for data in mine[:4])
+    chat({"message": "I want to talk to a human", "conversationId": conversation, "user": ana})
+    chat({"message": "Hello?", "conversationId": conversation, "user": ana})
+    reply = api.post(f"/v1/conversations/{conversation}/messages", json={"content": "Hi, Ana."})
+    assert reply.status_code == 201
+    said = [e.data for e in events if e.type == "conversation.message"]
+    assert [(d["role"], d.get("user")) for d in said] == [("user", "ana"), ("operator", "ana")]

@@ -8,6 +8,7 @@ from typing import cast
 from agentcore.adapters import ORDERS, Order
 from agentcore.errors import ValidationFailed
 from agentcore.schema import (
+    MAX_PRINCIPAL_CHARS,
     Conversation,
     ConversationList,
     Deleted,
@@ -19,15 +20,22 @@ from agentcore_starlette.routing import PAGINATION, ApiRoute, Call, QueryParam
 
 
 def list_conversations(call: Call) -> ConversationList:
-    """A page of conversations, newest first; `agentId` keeps one agent's."""
-    agent_id = call.query.get("agentId")
-    if agent_id == "":  # an empty filter would silently list every agent's conversations
+    """A page of conversations, newest first; `agentId` keeps one agent's, `user` one end
+    user's."""
+    agent_id, user = call.query.get("agentId"), call.query.get("user")
+    for name, value in (("agentId", agent_id), ("user", user)):
+        if value == "":  # an empty filter would silently list every conversation
+            raise ValidationFailed(
+                f"'{name}' must not be empty: leave it out to list every conversation.",
+                param=name,
+            )
+    if user is not None and len(user) > MAX_PRINCIPAL_CHARS:
         raise ValidationFailed(
-            "'agentId' must not be empty: leave it out to list every agent's conversations.",
-            param="agentId",
+            f"'user' must be at most {MAX_PRINCIPAL_CHARS} characters.", param="user"
         )
     return call.workspace.conversations.list(
         agent_id=agent_id,
+        user=user,
         limit=call.int_query("limit"),
         starting_after=call.str_query("starting_after"),
     )
@@ -88,6 +96,11 @@ ROUTES = [
             *PAGINATION,
             QueryParam(
                 "agentId", {"type": "string", "minLength": 1}, "Only this agent's conversations."
+            ),
+            QueryParam(
+                "user",
+                {"type": "string", "minLength": 1, "maxLength": MAX_PRINCIPAL_CHARS},
+                "Only the conversations of this end user (the `user` they were started with).",
             ),
         ),
     ),

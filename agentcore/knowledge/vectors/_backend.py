@@ -28,7 +28,10 @@ class Within(Protocol):
     """The rows a filtered search may return (``filters.Selection``): a verdict on row
     labels for the index, and the selected documents' ids for a store that searches."""
 
-    document_ids: list[str]
+    @property
+    def document_ids(self) -> list[str]:
+        """The selected documents' ids (what a store that searches itself is given)."""
+        ...
 
     def __call__(self, labels: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
         """The verdict for each of ``labels`` (distinct document seqs)."""

@@ -29,7 +29,9 @@ _MESSAGE = ("id", "role", "content", "created_at")
 
 def _conversation(row: Any) -> Conversation:
     return Conversation(
-        agentId=row["agent_id"], **{column: row[column] for column in _CONVERSATION}
+        agentId=row["agent_id"],
+        user=row["user_id"],
+        **{column: row[column] for column in _CONVERSATION},
     )
 
 
@@ -74,6 +76,7 @@ class ConversationTables(Tables, ConversationStore):
         conversation_id: str | None = None,
         status: ConversationStatus = "active",
         pending: PendingTurn | None = None,
+        user: str | None = None,
     ) -> str:
         conversation_id = conversation_id or new_id("conv")
         now = now_iso()
@@ -81,7 +84,8 @@ class ConversationTables(Tables, ConversationStore):
             conn.execute(
                 "INSERT INTO conversations (id, organization_id, environment, agent_id,"
                 " status, created_at, updated_at, message_count, pending_id, pending_turn,"
-                " pending_expires, pending_lease) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " pending_expires, pending_lease, user_id)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [
                     conversation_id,
                     organization_id,
@@ -92,6 +96,7 @@ class ConversationTables(Tables, ConversationStore):
                     now,
                     len(messages),
                     *_pending(pending),
+                    user,
                 ],
             )
             _insert_messages(conn, conversation_id, messages, now)
@@ -210,8 +215,12 @@ class ConversationTables(Tables, ConversationStore):
         limit: int,
         starting_after: str | None,
         agent_id: str | None = None,
+        user: str | None = None,
     ) -> tuple[list[Conversation], bool]:
-        where, args = ("agent_id = ?", [agent_id]) if agent_id is not None else ("1 = 1", [])
+        given = {"agent_id": agent_id, "user_id": user}
+        chosen = {column: value for column, value in given.items() if value is not None}
+        where = " AND ".join(f"{column} = ?" for column in chosen) or "1 = 1"
+        args = list(chosen.values())
         workspace = (organization_id, environment)
         rows, more = page(self.db, "conversations", workspace, limit, starting_after, where, args)
         return [_conversation(row) for row in rows], more

@@ -561,3 +561,13 @@ def m021_document_access(d: Dialect) -> str:
     return """
         ALTER TABLE documents ADD COLUMN access TEXT;
         """
+
+
+@migration()
+def m022_conversation_user(d: Dialect) -> str:
+    """The end user a conversation is for (the ``user`` it was started with): NULL when
+    it was started for no one; listed by user with the index."""
+    return """
+        ALTER TABLE conversations ADD COLUMN user_id TEXT;
+        CREATE INDEX conversations_user ON conversations (organization_id, environment, user_id);
+        """
