@@ -862,7 +862,9 @@ class TextDocumentCreate(Request):
 
 class DocumentUpdate(Request):
     """Body of ``PATCH /v1/knowledge/documents/{id}``: the new metadata, replacing the
-    old, and the new access list (each only when given)."""
+    old, and the new access list (each only when given; at least one of them)."""
+
+    model_config = ConfigDict(json_schema_extra={"minProperties": 1})
 
     metadata: Metadata | None = Field(
         None, description="Replaces the metadata.", json_schema_extra=_absent_when_none

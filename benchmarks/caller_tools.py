@@ -40,7 +40,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -167,6 +167,35 @@ def store(postgres: str | None) -> Iterator[str]:
         yield url
 
 
+def run_context(args: argparse.Namespace) -> tuple[str, tuple[float, float, float]]:
+    """The store the run used, and the machine's load average now."""
+    load = os.getloadavg() if hasattr(os, "getloadavg") else (0.0, 0.0, 0.0)
+    return ("SQLite" if args.postgres is None else "PostgreSQL"), load
+
+
+def print_table(
+    times: dict[str, list[float]], rows: Sequence[tuple[str, Any]], args: argparse.Namespace
+) -> tuple[dict[str, float], dict[str, float]]:
+    """Print the table of ``rows`` (name, requests per turn), each against the plugin
+    tool turn; the p50 and p95 of each row, by name."""
+    p50 = {name: percentile(times[name], 0.5) for name, _ in rows}
+    p95 = {name: percentile(times[name], 0.95) for name, _ in rows}
+    base = "plugin tool turn"
+    kind, load = run_context(args)
+    print(
+        f"\nChat turns with a tool, ms ({args.turns} turns after {args.warmup} warm-up; "
+        f"{kind} store; load average {load[0]:.2f}, {os.cpu_count()} CPUs)\n"
+    )
+    print("| case | requests/turn | p50 ms | p95 ms | p50 / plugin turn | p95 / plugin turn |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for name, requests in rows:
+        print(
+            f"| {name} | {requests} | {p50[name]:.2f} | {p95[name]:.2f} | "
+            f"{p50[name] / p50[base]:.2f} | {p95[name] / p95[base]:.2f} |"
+        )
+    return p50, p95
+
+
 # measuring --------------------------------------------------------------------------------
 
 
@@ -273,22 +302,9 @@ def main() -> None:
         finally:
             stop_server(server)
 
-    p50 = {name: percentile(times[name], 0.5) for name, _ in ROWS}
-    p95 = {name: percentile(times[name], 0.95) for name, _ in ROWS}
+    p50, p95 = print_table(times, ROWS, args)
     base = "plugin tool turn"
-    load = os.getloadavg() if hasattr(os, "getloadavg") else (0.0, 0.0, 0.0)
-    kind = "SQLite" if args.postgres is None else "PostgreSQL"
-    print(
-        f"\nChat turns with a tool, ms ({args.turns} turns after {args.warmup} warm-up; "
-        f"{kind} store; load average {load[0]:.2f}, {os.cpu_count()} CPUs)\n"
-    )
-    print("| case | requests/turn | p50 ms | p95 ms | p50 / plugin turn | p95 / plugin turn |")
-    print("|---|---:|---:|---:|---:|---:|")
-    for name, requests in ROWS:
-        print(
-            f"| {name} | {requests} | {p50[name]:.2f} | {p95[name]:.2f} | "
-            f"{p50[name] / p50[base]:.2f} | {p95[name] / p95[base]:.2f} |"
-        )
+    kind, load = run_context(args)
     trip = "caller tool: round trip"
     print(
         f"\nround trip / plugin tool turn: p50 {p50[trip] / p50[base]:.2f}×, "

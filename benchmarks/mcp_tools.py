@@ -58,7 +58,8 @@ from caller_tools import (
     ClockTool,
     chat,
     free_port,
-    percentile,
+    print_table,
+    run_context,
     serve,
     stop_server,
     store,
@@ -276,23 +277,10 @@ def main() -> None:
         finally:
             stop_server(tools)
 
-    p50 = {name: percentile(times[name], 0.5) for name, _ in ROWS}
-    p95 = {name: percentile(times[name], 0.95) for name, _ in ROWS}
+    p50, p95 = print_table(times, ROWS, args)
     base = "plugin tool turn"
+    kind, load = run_context(args)
     listing = statistics.median(listings)
-    load = os.getloadavg() if hasattr(os, "getloadavg") else (0.0, 0.0, 0.0)
-    kind = "SQLite" if args.postgres is None else "PostgreSQL"
-    print(
-        f"\nChat turns with a tool, ms ({args.turns} turns after {args.warmup} warm-up; "
-        f"{kind} store; load average {load[0]:.2f}, {os.cpu_count()} CPUs)\n"
-    )
-    print("| case | requests/turn | p50 ms | p95 ms | p50 / plugin turn | p95 / plugin turn |")
-    print("|---|---:|---:|---:|---:|---:|")
-    for name, requests in ROWS:
-        print(
-            f"| {name} | {requests} | {p50[name]:.2f} | {p95[name]:.2f} | "
-            f"{p50[name] / p50[base]:.2f} | {p95[name] / p95[base]:.2f} |"
-        )
     remote = "MCP tool turn"
     print(
         f"\nMCP tool turn / plugin tool turn: p50 {p50[remote] / p50[base]:.2f}×, "

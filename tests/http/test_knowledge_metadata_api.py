@@ -195,7 +195,7 @@ def test_the_openapi_document_declares_the_fields_and_their_limits(
     assert metadata["maxProperties"] == 16
     assert metadata["propertyNames"]["maxLength"] == 64
     assert metadata["additionalProperties"]["anyOf"][0]["maxLength"] == 512
-    assert schemas["DocumentUpdate"]["required"] == ["metadata"]
+    assert schemas["DocumentUpdate"]["minProperties"] == 1  # metadata, access or both
     assert "metadata" in schemas["Document"]["properties"]
     search_request = schemas["SearchRequest"]["properties"]
     assert search_request["mode"]["anyOf"][0]["enum"] == ["vector", "keyword", "hybrid"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Hashable
 from typing import cast
 
+from agentcore.errors import ValidationFailed
 from agentcore.schema import (
     Deleted,
     Document,
@@ -81,6 +82,10 @@ def update_document(call: Call) -> Document:
     """Replace a document's metadata and its access list (each when given); searches
     everywhere see it at once."""
     body = cast(DocumentUpdate, call.body)
+    if not body.model_fields_set:  # the document declares minProperties: 1
+        raise ValidationFailed(
+            "Give the new metadata, the new access list, or both.", param="metadata"
+        )
     if "access" in body.model_fields_set:
         return call.workspace.knowledge.update(
             call.path["document_id"], metadata=body.metadata, access=body.access
