@@ -433,3 +433,28 @@ def test_responses_beyond_the_byte_limit_are_cut_off(tools: ToolServer) -> None:
         client.call(good, "huge", {"characters": 3000})
     assert failed.value.code == "mcp_response_too_large"
     assert client.call(good, "huge", {"characters": 10}) == "x" * 10
+
+
+def test_a_server_gone_after_its_listing_is_a_tool_error(api: Api, core: AgentCore) -> None:
+    errors = recorded(core, "agent.error")
+    with serve_tools() as tools:
+        agent_id = create_agent(api, server(tools.url, require_approval="never"))["id"]
+        first = chat(api, {"agentId": agent_id, "message": "order 1"})
+        assert first["response"] == "Tool said: Order 1 ships on Tuesday."
+    # the listing is still reused, and the call finds nobody there
+    body = chat(api, {"agentId": agent_id, "message": "order 2"})
+    assert body["status"] == "completed"
+    said = json.loads(body["response"].removeprefix("Tool said: "))
+    assert said["code"] == "mcp_unreachable"
+    assert [(e.data["error"], e.data["tool"]) for e in errors] == [
+        ("mcp_unreachable", "order_status")
+    ]
+
+
+def test_the_webhook_allowlist_still_opens_a_network_to_mcp_servers(tools: ToolServer) -> None:
+    older = Settings(webhook_allowed_networks="127.0.0.0/8")
+    assert older.allowed_networks == ("127.0.0.0/8",)
+    both = Settings(outbound_allowed_networks="10.0.0.0/8", webhook_allowed_networks="127.0.0.0/8")
+    assert set(both.allowed_networks) == {"10.0.0.0/8", "127.0.0.0/8"}
+    good = McpServer(label="o", url=tools.url).with_sealed_headers(json.dumps(BEARER))
+    assert "order_status" in [t.name for t in McpTools(older, SecretBox()).tools("agt_1", good)]
