@@ -189,9 +189,13 @@ class CallerOptions:
     no way to), a call that needs approval is not made, and the model is told so."""
 
 
-def _check_caller_options(agent: Agent, caller: CallerOptions | None) -> None:
+def _check_caller_options(
+    agent: Agent, caller: CallerOptions | None, model_for: Callable[[Agent], ChatModel]
+) -> None:
     """422 when a caller's tool takes the name of one of the agent's (or of the built-in
-    handoff tool), or ``choice`` names a tool that is not offered."""
+    handoff tool), or ``choice`` names a tool that is not offered; 400
+    ``response_format_unsupported`` when the caller wants JSON from a model (the agent's,
+    by ``model_for``) that cannot be told to answer in it."""
     if caller is None:
         return
     taken = {tool.name for tool in agent.tools} | {HANDOFF_TOOL}
@@ -210,6 +214,16 @@ def _check_caller_options(agent: Agent, caller: CallerOptions | None) -> None:
             code="unknown_tool",
             param="tool_choice",
         )
+    if caller.response_format is not None:
+        model = model_for(agent)
+        if not getattr(model, "accepts_response_format", False):
+            raise InvalidRequest(
+                f"The agent's model {model.name!r} cannot be asked for JSON: leave"
+                " response_format out (or set it to text), or give the agent a model that can"
+                " (an OpenAI-compatible one).",
+                code="response_format_unsupported",
+                param="response_format",
+            )
 
 
 _Given = TypeVar("_Given", ToolOutput, ToolApproval)
@@ -509,8 +523,7 @@ class ChatService:
                 param="conversationId",
             )
         agent = self._answering_agent(agent_id)
-        _check_caller_options(agent, caller)
-        self._check_response_format(agent, caller)
+        _check_caller_options(agent, caller, self.model_for)
         cancel: Future[None] = Future()
         conversation, status = self._conversation(agent.id, conversation_id, reader)
         if conversation_id is not None and self._store.pending_turn(conversation, time.time()):
@@ -572,8 +585,7 @@ class ChatService:
         outputs = _checked_outputs(tool_outputs, self._settings.max_tool_output_chars)
         decided = _checked_approvals(approvals)
         agent = self._answering_agent(agent_id)
-        _check_caller_options(agent, caller)
-        self._check_response_format(agent, caller)
+        _check_caller_options(agent, caller, self.model_for)
         conversation, _ = self._conversation(agent.id, conversation_id, reader)
         settings = self._settings
         now = time.time()
@@ -769,21 +781,6 @@ class ChatService:
                 param="conversationId",
             )
         return conversation_id, found.status
-
-    def _check_response_format(self, agent: Agent, caller: CallerOptions | None) -> None:
-        """400 ``response_format_unsupported`` when the caller wants JSON from a model
-        that cannot be told to answer in it."""
-        if caller is None or caller.response_format is None:
-            return
-        model = self.model_for(agent)
-        if not getattr(model, "accepts_response_format", False):
-            raise InvalidRequest(
-                f"The agent's model {model.name!r} cannot be asked for JSON: leave"
-                " response_format out (or set it to text), or give the agent a model that can"
-                " (an OpenAI-compatible one).",
-                code="response_format_unsupported",
-                param="response_format",
-            )
 
     def model_for(self, agent: Agent) -> ChatModel:
         """The chat model an agent names (or the default), or a 400 naming the known ones."""
