@@ -57,6 +57,7 @@ from agentcore.knowledge.vectors import (
 )
 from agentcore.mcp_tools import McpTools
 from agentcore.observer import Counts, Observer, Observers, observer_of
+from agentcore.outbound import MCP_HEADERS
 from agentcore.schema import Health, LoopState, Organization
 from agentcore.storage.base import (
     BudgetedStore,
@@ -325,16 +326,27 @@ class AgentCore:
         return core
 
     def _seal_plaintext_secrets(self) -> None:
-        """Seal, in place, webhook secrets stored before a key was available (no
-        receiver notices: the secrets stay the same). A failure is logged, not raised:
-        those secrets keep working as they are, and the next open tries again."""
+        """Seal, in place, webhook secrets and MCP server headers stored before a key was
+        available (no receiver or server notices: the values stay the same). A failure is
+        logged, not raised: those secrets keep working as they are, and the next open
+        tries again."""
+        box = self.webhook_keys.box
         try:
             sealed = self.webhooks.seal_stored_secrets()
+            headers = (
+                self.store.seal_mcp_headers(functools.partial(box.seal, purpose=MCP_HEADERS))
+                if box.sealing
+                else 0
+            )
         except Exception as exc:  # e.g. a read-only database: opening must not fail on it
-            log.warning("could not seal the webhook secrets stored in plaintext: %s", exc)
+            log.warning("could not seal the secrets stored in plaintext: %s", exc)
             return
         if sealed:
             log.info("sealed %d webhook signing secret(s) that were stored in plaintext", sealed)
+        if headers:
+            log.info(
+                "sealed the headers of %d MCP server(s) that were stored in plaintext", headers
+            )
 
     def _worker_spec(self) -> WorkerSpec:
         """What this core's ingestion worker processes are built from, or why there are none.

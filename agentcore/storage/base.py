@@ -169,6 +169,13 @@ class AgentStore(Protocol):
         read in one snapshot; ``NotFound`` when ``starting_after`` is no agent of the
         workspace."""
 
+    def seal_mcp_headers(self, seal: Callable[[str], str]) -> int:
+        """Replace every agent's stored MCP server headers by ``seal(value)`` where that
+        changes them (``seal`` returns a value sealed already as it is), unless the
+        agent's servers changed meanwhile; how many servers' headers were replaced, in
+        every workspace. The agents are otherwise unchanged (``updated_at`` too). One
+        transaction."""
+
 
 class DocumentStore(Protocol):
     """Documents and their chunks as the knowledge service and search read and change

@@ -458,3 +458,43 @@ def test_the_webhook_allowlist_still_opens_a_network_to_mcp_servers(tools: ToolS
     assert set(both.allowed_networks) == {"10.0.0.0/8", "127.0.0.0/8"}
     good = McpServer(label="o", url=tools.url).with_sealed_headers(json.dumps(BEARER))
     assert "order_status" in [t.name for t in McpTools(older, SecretBox()).tools("agt_1", good)]
+
+
+def test_headers_stored_before_a_key_are_sealed_when_one_is_set(
+    store_kind: str, store_url: str, tools: ToolServer
+) -> None:
+    if store_kind != "postgres":
+        pytest.skip("a SQLite file is sealed by its key file from the start")
+    import base64
+    import os
+
+    import psycopg
+
+    first = open_core(store_url)  # PostgreSQL without webhook_secret_key: plaintext
+    try:
+        first.create_organization("acme")
+        ws = first.workspace("acme", "test")
+        agent = ws.agents.create(
+            name="x", mcp_servers=[server(tools.url, require_approval="never")]
+        )
+    finally:
+        first.close()
+
+    def stored() -> str:
+        with psycopg.connect(store_url) as conn:
+            row = conn.execute("SELECT mcp_servers FROM agents WHERE id = %s", [agent.id])
+            return str(json.loads(row.fetchone()[0])[0]["sealed_headers"])
+
+    assert TOKEN in stored()
+    key = base64.b64encode(os.urandom(32)).decode()
+    second = open_core(store_url, webhook_secret_key=key)
+    try:
+        assert stored().startswith("enc:v1:") and TOKEN not in stored()
+        ws = second.workspace("acme", "test")
+        agent = ws.agents.get(agent.id)
+        calls = McpTools(
+            Settings(outbound_allowed_networks="127.0.0.0/8"), second.webhook_keys.box
+        ).call(agent.mcp_servers[0], "order_status", {"order_id": "3"})
+        assert calls == "Order 3 ships on Tuesday."
+    finally:
+        second.close()

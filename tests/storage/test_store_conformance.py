@@ -23,7 +23,7 @@ from agentcore._ids import new_id
 from agentcore._memory_budget import Residency
 from agentcore.errors import Conflict, NotFound
 from agentcore.events import Event
-from agentcore.schema import Agent, ApiKey, Document, Problem, Usage
+from agentcore.schema import Agent, ApiKey, Document, McpServer, Problem, Usage
 from agentcore.storage.base import (
     BudgetedStore,
     EventWaiter,
@@ -203,6 +203,28 @@ def test_agents_crud_and_paging(store: Any) -> None:
         org_id, "test", limit=10, starting_after=None, statuses=("deployed",)
     )
     assert [a.id for a in listed] == [agents[0].id]
+
+
+def test_mcp_headers_stored_in_plaintext_are_sealed_in_place(store: Any) -> None:
+    org_id = org(store)
+    plain = McpServer(label="a", url="https://a.example/mcp").with_sealed_headers('{"K": "1"}')
+    sealed = McpServer(label="b", url="https://b.example/mcp").with_sealed_headers("S:x")
+    bare = McpServer(label="c", url="https://c.example/mcp")
+    agent = make_agent().model_copy(update={"mcp_servers": [plain, sealed, bare]})
+    store.insert_agent(org_id, "test", agent)
+    store.insert_agent(org_id, "live", make_agent())  # no servers: not touched
+
+    def seal(value: str) -> str:
+        return value if value.startswith("S:") else "S:" + value
+
+    assert store.seal_mcp_headers(seal) == 1
+    assert store.seal_mcp_headers(seal) == 0  # nothing left in plaintext
+    found = store.get_agent(org_id, "test", agent.id)
+    assert [s.sealed_headers for s in found.mcp_servers] == ['S:{"K": "1"}', "S:x", None]
+    assert found.updated_at == agent.updated_at  # and the servers as shown are unchanged
+    assert [s.model_dump() for s in found.mcp_servers] == [
+        s.model_dump() for s in agent.mcp_servers
+    ]
 
 
 def test_concurrent_transitions_have_one_winner(store: Any) -> None:

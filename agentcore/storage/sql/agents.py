@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from typing import Any
 
 from agentcore.schema import STORED, Agent, McpServer
@@ -80,6 +80,30 @@ class AgentTables(Tables, AgentStore):
             [*data.values(), agent_id, organization_id, environment, expected_status],
         )
         return changed == 1
+
+    def seal_mcp_headers(self, seal: Callable[[str], str]) -> int:
+        replaced = 0
+        with self.db.write() as conn:
+            rows = conn.execute(
+                "SELECT id, mcp_servers FROM agents WHERE mcp_servers IS NOT NULL"
+            ).fetchall()
+            for row in rows:
+                servers = json.loads(row["mcp_servers"])
+                changed = 0
+                for server in servers:
+                    stored = server.get("sealed_headers")
+                    if stored and seal(stored) != stored:
+                        server["sealed_headers"] = seal(stored)
+                        changed += 1
+                if changed:
+                    # only if they are still those servers: an update committed since the
+                    # read (another node's) stored its own, sealed ones
+                    changed *= conn.execute(
+                        "UPDATE agents SET mcp_servers = ? WHERE id = ? AND mcp_servers = ?",
+                        [json.dumps(servers), row["id"], row["mcp_servers"]],
+                    ).rowcount
+                    replaced += changed
+        return replaced
 
     def list_agents(
         self,
