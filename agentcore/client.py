@@ -254,6 +254,18 @@ class _Requests:
         return _Request(Message, "POST", path, {"json": {"content": content}})
 
     @staticmethod
+    def feedback(
+        conversation_id: str, message_id: str, rating: str, reason: str | None
+    ) -> _Request[Message]:
+        path = (
+            f"/conversations/{_segment(conversation_id)}/messages/{_segment(message_id)}/feedback"
+        )
+        body: dict[str, Any] = {"rating": rating}
+        if reason is not None:
+            body["reason"] = reason
+        return _Request(Message, "POST", path, {"json": body})
+
+    @staticmethod
     def release(conversation_id: str) -> _Request[Conversation]:
         path = f"/conversations/{_segment(conversation_id)}/release"
         return _Request(Conversation, "POST", path)
@@ -761,6 +773,13 @@ class Client:
         conversation over."""
         return self._run(_Requests.reply(conversation_id, content))
 
+    def feedback(
+        self, conversation_id: str, message_id: str, rating: str, reason: str | None = None
+    ) -> Message:
+        """``POST /v1/conversations/{id}/messages/{message_id}/feedback``: rate an answer
+        ``"up"`` or ``"down"`` (a second rating replaces the first)."""
+        return self._run(_Requests.feedback(conversation_id, message_id, rating, reason))
+
     def release(self, conversation_id: str) -> Conversation:
         """``POST /v1/conversations/{id}/release``: hand it back to its agent."""
         return self._run(_Requests.release(conversation_id))
@@ -945,6 +964,13 @@ class AsyncClient:
         """``POST /v1/conversations/{id}/messages``: an operator's reply, which takes the
         conversation over."""
         return await self._run(_Requests.reply(conversation_id, content))
+
+    async def feedback(
+        self, conversation_id: str, message_id: str, rating: str, reason: str | None = None
+    ) -> Message:
+        """``POST /v1/conversations/{id}/messages/{message_id}/feedback``: rate an answer
+        ``"up"`` or ``"down"`` (a second rating replaces the first)."""
+        return await self._run(_Requests.feedback(conversation_id, message_id, rating, reason))
 
     async def release(self, conversation_id: str) -> Conversation:
         """``POST /v1/conversations/{id}/release``: hand it back to its agent."""

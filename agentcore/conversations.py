@@ -5,15 +5,21 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
+from pydantic import ValidationError
+
+from agentcore._ids import utcnow
 from agentcore.config import Settings
-from agentcore.errors import NotFound, ValidationFailed, check_unicode
+from agentcore.errors import NotFound, ValidationFailed, check_unicode, invalid_fields
 from agentcore.schema import (
     Conversation,
     ConversationList,
     Deleted,
     Environment,
+    Feedback,
+    FeedbackCreate,
     Message,
     MessageList,
+    Rating,
 )
 from agentcore.storage.base import ConversationStore
 from agentcore.storage.records import StoredMessage
@@ -207,6 +213,53 @@ class ConversationService:
         if page is None or not page[0]:
             raise _missing(conversation_id)  # deleted meanwhile
         return page[0][0]
+
+    def feedback(
+        self,
+        conversation_id: str,
+        message_id: str,
+        rating: Rating,
+        reason: str | None = None,
+    ) -> Message:
+        """Rate an answer of the conversation (``rating`` ``"up"`` or ``"down"``, and why,
+        at most 1,000 characters); a second rating replaces the first. Read scope: the
+        people a conversation answers rate it. Announced as ``message.feedback``.
+
+        A message that is not the agent's answer is a 409 (``not_an_answer``); a bad
+        rating or reason a 422 naming it; another workspace's conversation a 404.
+        """
+        ws = self._ws
+        ws.require("read")
+        try:
+            given = FeedbackCreate.model_validate({"rating": rating, "reason": reason})
+        except ValidationError as exc:
+            raise invalid_fields(exc) from None
+        check_unicode(message_id, param="message_id")
+        found = self._store.get_conversation(ws.organization_id, ws.environment, conversation_id)
+        if found is None:
+            raise _missing(conversation_id)
+        feedback = Feedback(rating=given.rating, reason=given.reason, rated_at=utcnow())
+        rated = self._store.rate_message(
+            ws.organization_id, ws.environment, conversation_id, message_id, feedback
+        )
+        if rated is None:
+            raise NotFound(
+                f"No message with id {message_id!r} in this conversation.", param="message_id"
+            )
+        self._events.publish(
+            "message.feedback",
+            {
+                "agent_id": found.agentId,
+                "conversation_id": conversation_id,
+                **({} if found.user is None else {"user": found.user}),
+                "message_id": message_id,
+                "rating": feedback.rating,
+                "reason": feedback.reason,
+            },
+            organization_id=ws.organization_id,
+            environment=ws.environment,
+        )
+        return rated
 
     def release(self, conversation_id: str) -> Conversation:
         """Give a handed-off conversation back to its agent (``active``): the next user

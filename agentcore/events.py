@@ -23,6 +23,7 @@ BUILTIN_KINDS: dict[str, str] = {
     "agent.error": "An agent failed (model provider error or time-out, MCP server failure).",
     "conversation.message": "A message in a handed-off conversation (the user's, or an"
     " operator's reply), for the person who took it over.",
+    "message.feedback": "An answer was rated (up or down, with the reason given).",
     "document.ready": "A document indexed in the background became searchable.",
     "document.failed": "A document indexed in the background failed (the problem says why).",
 }

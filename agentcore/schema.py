@@ -1296,6 +1296,27 @@ MessageRole = Literal["user", "assistant", "operator", "tool"]
 conversation over (``operator``), or a tool the caller ran (``tool``: its output)."""
 
 
+Rating = Literal["up", "down"]
+"""A rating of an answer: helpful (``up``) or not (``down``)."""
+
+
+class FeedbackCreate(Request):
+    """Body of ``POST /v1/conversations/{id}/messages/{message_id}/feedback``."""
+
+    rating: Rating = Field(description="`up`: the answer helped; `down`: it did not.")
+    reason: str | None = Field(
+        None, max_length=1000, description="Why, in the user's words (at most 1,000 characters)."
+    )
+
+
+class Feedback(BaseModel):
+    """The rating an answer was given (the latest: a second one replaces the first)."""
+
+    rating: Rating
+    reason: str | None = None
+    rated_at: datetime
+
+
 class Message(BaseModel):
     """One message of a conversation: the user's, the agent's answer, or an operator's."""
 
@@ -1314,6 +1335,9 @@ class Message(BaseModel):
     )
     tool_call_id: str | None = _omitted_if_none(
         "For a `tool` message: the call whose output it is."
+    )
+    feedback: Feedback | None = _omitted_if_none(
+        "For an answer that was rated: its rating (`POST .../feedback`)."
     )
     created_at: datetime
 

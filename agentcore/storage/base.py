@@ -61,6 +61,7 @@ from agentcore.schema import (
     Delivery,
     Document,
     DocumentAccess,
+    Feedback,
     Message,
     Organization,
     Problem,
@@ -643,6 +644,21 @@ class ConversationStore(Protocol):
         user when ``user`` is), newest first, and whether more follow, read in one
         snapshot; ``NotFound`` when ``starting_after`` is no conversation of the
         workspace."""
+
+    def rate_message(
+        self,
+        organization_id: str,
+        environment: str,
+        conversation_id: str,
+        message_id: str,
+        feedback: Feedback,
+    ) -> Message | None:
+        """Store ``feedback`` on an answer of a conversation of this workspace, replacing
+        any earlier one, and return the message; ``None`` when the conversation or the
+        message is not there. One transaction.
+
+        :raises Conflict: (``not_an_answer``) the message is not the agent's answer.
+        """
 
     def list_messages(
         self,

@@ -82,6 +82,8 @@ def test_migrations_render_for_each_dialect() -> None:
         "pending_tool_calls",
         "agent_mcp_servers",
         "document_access",
+        "conversation_user",
+        "message_feedback",
     ]
     for step in MIGRATIONS:
         for dialect in (SQLITE, POSTGRES):

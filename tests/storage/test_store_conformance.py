@@ -23,7 +23,7 @@ from agentcore._ids import new_id
 from agentcore._memory_budget import Residency
 from agentcore.errors import Conflict, NotFound
 from agentcore.events import Event
-from agentcore.schema import Agent, ApiKey, Document, McpServer, Problem, Usage
+from agentcore.schema import Agent, ApiKey, Document, Feedback, McpServer, Problem, Usage
 from agentcore.storage.base import (
     BudgetedStore,
     EventWaiter,
@@ -860,6 +860,30 @@ def test_a_conversation_is_created_with_its_first_messages(store: Any) -> None:
     assert store.get_conversation(org_id, "test", named).message_count == 3
     fresh = store.create_conversation(org_id, "test", "agt_1", said)
     assert fresh.startswith("conv_") and fresh != named
+
+
+def test_an_answer_is_rated_in_its_workspace_only(store: Any) -> None:
+    org_id, other = org(store), org(store, "globex")
+    said = [StoredMessage("user", "hi", []), StoredMessage("assistant", "yo", [])]
+    conversation = store.create_conversation(org_id, "test", "agt_1", said, user="ana")
+    assert store.get_conversation(org_id, "test", conversation).user == "ana"
+    question, answer = store.list_messages(
+        org_id, "test", conversation, limit=10, starting_after=None
+    )[0]
+    down = Feedback(rating="down", reason="no", rated_at=datetime(2026, 1, 1, tzinfo=UTC))
+    rated = store.rate_message(org_id, "test", conversation, answer.id, down)
+    assert rated.id == answer.id and rated.feedback == down
+    up = Feedback(rating="up", rated_at=datetime(2026, 1, 2, tzinfo=UTC))
+    assert store.rate_message(org_id, "test", conversation, answer.id, up).feedback == up
+    with pytest.raises(Conflict):
+        store.rate_message(org_id, "test", conversation, question.id, up)
+    assert store.rate_message(other, "test", conversation, answer.id, down) is None
+    assert store.rate_message(org_id, "live", conversation, answer.id, down) is None
+    assert store.rate_message(org_id, "test", conversation, "msg_missing", down) is None
+    messages, _ = store.list_messages(org_id, "test", conversation, limit=10, starting_after=None)
+    assert [m.feedback for m in messages] == [None, up]
+    mine, _ = store.list_conversations(org_id, "test", limit=10, starting_after=None, user="ana")
+    assert [c.id for c in mine] == [conversation]
 
 
 def test_a_conversation_is_handed_off_and_released(store: Any) -> None:

@@ -12,6 +12,7 @@ from agentcore.schema import (
     Conversation,
     ConversationList,
     Deleted,
+    FeedbackCreate,
     Message,
     MessageList,
     OperatorMessageCreate,
@@ -57,6 +58,17 @@ def list_conversation_messages(call: Call) -> MessageList:
         limit=call.int_query("limit"),
         starting_after=call.str_query("starting_after"),
         order=cast(Order, call.str_query("order", ORDERS) or "asc"),
+    )
+
+
+def rate_message(call: Call) -> Message:
+    """Rate one of the agent's answers: `up` (it helped) or `down`, with an optional
+    `reason`; a second rating replaces the first. The message shows its `feedback`, and
+    a `message.feedback` event is sent to subscribers. Rating a message that is not an
+    answer is a 409 (`not_an_answer`)."""
+    body = cast(FeedbackCreate, call.body)
+    return call.workspace.conversations.feedback(
+        call.path["conversation_id"], call.path["message_id"], body.rating, body.reason
     )
 
 
@@ -141,6 +153,17 @@ ROUTES = [
         body="json",
         request=OperatorMessageCreate,
         status_code=201,
+    ),
+    ApiRoute(
+        method="POST",
+        path=_ONE + "/messages/{message_id}/feedback",
+        handler=rate_message,
+        response=Message,
+        summary="Rate an answer",
+        scope="read",
+        tag="conversations",
+        body="json",
+        request=FeedbackCreate,
     ),
     ApiRoute(
         method="POST",

@@ -8,7 +8,14 @@ from typing import Any
 
 from agentcore._ids import new_id, now_iso
 from agentcore.errors import Conflict, NotFound
-from agentcore.schema import Conversation, ConversationStatus, Message, RequestedToolCall, Usage
+from agentcore.schema import (
+    Conversation,
+    ConversationStatus,
+    Feedback,
+    Message,
+    RequestedToolCall,
+    Usage,
+)
 from agentcore.storage.base import ConversationStore
 from agentcore.storage.records import PendingTurn, StoredMessage
 from agentcore.storage.sql.database import Connection, Tables
@@ -42,6 +49,7 @@ def _message(row: Any) -> Message:
         usage=None if usage is None else Usage.model_validate_json(usage),
         tool_calls=None if calls is None else [RequestedToolCall(**c) for c in json.loads(calls)],
         tool_call_id=row["tool_call_id"],
+        feedback=None if row["feedback"] is None else Feedback.model_validate_json(row["feedback"]),
         **{column: row[column] for column in _MESSAGE},
     )
 
@@ -250,6 +258,37 @@ class ConversationTables(Tables, ConversationStore):
                 missing="No message with id '{}' in this conversation to start after.",
             )
         return [_message(row) for row in rows], more
+
+    def rate_message(
+        self,
+        organization_id: str,
+        environment: str,
+        conversation_id: str,
+        message_id: str,
+        feedback: Feedback,
+    ) -> Message | None:
+        workspace = [organization_id, environment]
+        with self.db.write() as conn:
+            if find_row(self.db, "conversations", conversation_id, workspace, "1") is None:
+                return None
+            row = conn.execute(
+                "SELECT * FROM messages WHERE id = ? AND conversation_id = ?",
+                [message_id, conversation_id],
+            ).fetchone()
+            if row is None:
+                return None
+            if row["role"] != "assistant":
+                raise Conflict(
+                    f"Message {message_id!r} is a {row['role']} message: only the agent's"
+                    " answers are rated.",
+                    code="not_an_answer",
+                    param="message_id",
+                )
+            rated = conn.execute(
+                "UPDATE messages SET feedback = ? WHERE id = ? RETURNING *",
+                [feedback.model_dump_json(), message_id],
+            ).fetchone()
+        return _message(rated)
 
     def delete_conversation(
         self, organization_id: str, environment: str, conversation_id: str

@@ -571,3 +571,11 @@ def m022_conversation_user(d: Dialect) -> str:
         ALTER TABLE conversations ADD COLUMN user_id TEXT;
         CREATE INDEX conversations_user ON conversations (organization_id, environment, user_id);
         """
+
+
+@migration()
+def m023_message_feedback(d: Dialect) -> str:
+    """A rating of an answer (JSON ``{rating, reason, rated_at}``): NULL until rated."""
+    return """
+        ALTER TABLE messages ADD COLUMN feedback TEXT;
+        """
