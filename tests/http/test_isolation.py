@@ -37,6 +37,7 @@ from agentcore.schema import (
     AgentUpdate,
     ChatMessageRequest,
     DocumentUpdate,
+    FeedbackCreate,
     OperatorMessageCreate,
     SearchRequest,
     TextDocumentCreate,
@@ -85,6 +86,7 @@ class Owned:
     webhook_id: str
     conversation_id: str
     snapshot: dict[str, Any]
+    message_id: str = "msg_x"  # the agent's answer in the conversation
 
     @property
     def ids(self) -> dict[str, str]:
@@ -93,6 +95,7 @@ class Owned:
             "document_id": self.document_id,
             "webhook_id": self.webhook_id,
             "conversation_id": self.conversation_id,
+            "message_id": self.message_id,
         }
 
     def markers(self) -> list[str]:
@@ -122,6 +125,7 @@ def body_for(route: ApiRoute, owned: Owned, env: str) -> dict[str, Any] | None:
         SearchRequest: {"query": f"{SECRET_WORD} warranty", "top_k": 100},
         ChatMessageRequest: {"agentId": owned.agent_id, "message": f"What is {SECRET_WORD}?"},
         OperatorMessageCreate: {"content": "An intruder's reply."},
+        FeedbackCreate: {"rating": "down", "reason": "An intruder's rating."},
         WebhookSubscribeRequest: {"url": webhook_url(env), "events": ["agent.action"]},
         ChatCompletionRequest: {
             "model": owned.agent_id,
@@ -172,6 +176,12 @@ def assert_refused(response: httpx.Response, route: ApiRoute, status: int, code:
 
 def mutates(route: ApiRoute) -> bool:
     return route.scope == "write"
+
+
+def changes_a(route: ApiRoute) -> bool:
+    """Routes that change what A's key sees of A's objects when A calls them: its writes,
+    and rating an answer (a read-scope route: the people an answer was for rate it)."""
+    return mutates(route) or route.path.endswith("/feedback")
 
 
 # fixtures --------------------------------------------------------------------------
@@ -242,7 +252,10 @@ def set_up_a(session: Session, key: str) -> Owned:
     answer = session.one(
         key, "POST", "/v1/chat/message", {"agentId": agent["id"], "message": "Hello?"}
     )
-    owned = Owned(agent["id"], document["id"], webhook["id"], answer["conversationId"], {})
+    conversation = answer["conversationId"]
+    said = session.one(key, "GET", f"/v1/conversations/{conversation}/messages")
+    owned = Owned(agent["id"], document["id"], webhook["id"], conversation, {})
+    owned.message_id = said["messages"][-1]["id"]
     owned.snapshot = snapshot(session, key, owned)
     return owned
 
@@ -301,7 +314,7 @@ def test_isolation_matrix(iso_core: AgentCore) -> None:
         own = (org, env) == ("acme", "test")
         for route in ROUTES:
             allowed = route.scope == "any" or route.scope in SCOPE_SETS[label]
-            if own and allowed and mutates(route):
+            if own and allowed and changes_a(route):
                 continue  # A's own writes would change A; other suites cover them
             plan.append(
                 ((org, env, label), route, key, path_for(route, owned), body_for(route, owned, env))
@@ -336,8 +349,9 @@ def test_isolation_matrix(iso_core: AgentCore) -> None:
             leaked = [m for m in owned.markers() if m in seen]
             assert not leaked, (where, leaked, response.text)
         checked += 1
-    # every route ran for all 12 keys, except A's own writes (write and read+write keys)
-    assert checked == len(ROUTES) * 12 - 2 * len([r for r in ROUTES if mutates(r)])
+    # every route ran for all 12 keys, except A's own writes (by the two of A's keys that
+    # hold the route's scope: write and read+write, or read and read+write)
+    assert checked == len(ROUTES) * 12 - 2 * len([r for r in ROUTES if changes_a(r)])
 
     # A's objects are exactly as they were, seen through A's key
     assert snapshot(session, owner, owned) == owned.snapshot
