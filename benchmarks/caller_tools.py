@@ -196,6 +196,48 @@ def print_table(
     return p50, p95
 
 
+def write_results(
+    args: argparse.Namespace,
+    benchmark: str,
+    rows: Sequence[tuple[str, Any]],
+    p50: dict[str, float],
+    p95: dict[str, float],
+    **extra: Any,
+) -> None:
+    """Write the run's figures to ``--json`` (if given): the table's rows, each against
+    the plugin tool turn, the machine, and ``extra``."""
+    if args.json is None:
+        return
+    base = "plugin tool turn"
+    kind, load = run_context(args)
+    figures = {
+        "benchmark": benchmark,
+        "turns": args.turns,
+        "warmup": args.warmup,
+        "store": kind,
+        "machine": {
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "cpus": os.cpu_count(),
+            "load_average": load,
+        },
+        "rows": [
+            {
+                "case": name,
+                "requests_per_turn": requests if isinstance(requests, int) else None,
+                "p50_ms": p50[name],
+                "p95_ms": p95[name],
+                "p50_ratio": p50[name] / p50[base],
+                "p95_ratio": p95[name] / p95[base],
+            }
+            for name, requests in rows
+        ],
+        **extra,
+    }
+    args.json.write_text(json.dumps(figures, indent=2) + "\n")
+    print(f"wrote {args.json}")
+
+
 # measuring --------------------------------------------------------------------------------
 
 
@@ -304,43 +346,12 @@ def main() -> None:
 
     p50, p95 = print_table(times, ROWS, args)
     base = "plugin tool turn"
-    kind, load = run_context(args)
     trip = "caller tool: round trip"
     print(
         f"\nround trip / plugin tool turn: p50 {p50[trip] / p50[base]:.2f}×, "
         f"p95 {p95[trip] / p95[base]:.2f}×"
     )
-    if args.json is not None:
-        args.json.write_text(
-            json.dumps(
-                {
-                    "benchmark": "caller_tools",
-                    "turns": args.turns,
-                    "warmup": args.warmup,
-                    "store": kind,
-                    "machine": {
-                        "python": platform.python_version(),
-                        "platform": platform.platform(),
-                        "cpus": os.cpu_count(),
-                        "load_average": load,
-                    },
-                    "rows": [
-                        {
-                            "case": name,
-                            "requests_per_turn": requests,
-                            "p50_ms": p50[name],
-                            "p95_ms": p95[name],
-                            "p50_ratio": p50[name] / p50[base],
-                            "p95_ratio": p95[name] / p95[base],
-                        }
-                        for name, requests in ROWS
-                    ],
-                },
-                indent=2,
-            )
-            + "\n"
-        )
-        print(f"wrote {args.json}")
+    write_results(args, "caller_tools", ROWS, p50, p95)
 
 
 if __name__ == "__main__":

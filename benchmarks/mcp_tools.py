@@ -41,9 +41,6 @@ Run: ``python benchmarks/mcp_tools.py [--turns 200] [--warmup 20]
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import re
 import signal
 import statistics
@@ -59,11 +56,11 @@ from caller_tools import (
     chat,
     free_port,
     print_table,
-    run_context,
     serve,
     stop_server,
     store,
     wait_for,
+    write_results,
 )
 
 import agentcore
@@ -279,7 +276,6 @@ def main() -> None:
 
     p50, p95 = print_table(times, ROWS, args)
     base = "plugin tool turn"
-    kind, load = run_context(args)
     listing = statistics.median(listings)
     remote = "MCP tool turn"
     print(
@@ -294,40 +290,16 @@ def main() -> None:
         f"first MCP tool turn of a new agent (lists the tools again, warm process), "
         f"median of {LISTINGS}: {listing:.2f} ms"
     )
-    if args.json is not None:
-        args.json.write_text(
-            json.dumps(
-                {
-                    "benchmark": "mcp_tools",
-                    "turns": args.turns,
-                    "warmup": args.warmup,
-                    "store": kind,
-                    "machine": {
-                        "python": platform.python_version(),
-                        "platform": platform.platform(),
-                        "cpus": os.cpu_count(),
-                        "load_average": load,
-                    },
-                    "rows": [
-                        {
-                            "case": name,
-                            "requests_per_turn": int(requests) if requests.isdigit() else None,
-                            "p50_ms": p50[name],
-                            "p95_ms": p95[name],
-                            "p50_ratio": p50[name] / p50[base],
-                            "p95_ratio": p95[name] / p95[base],
-                        }
-                        for name, requests in ROWS
-                    ],
-                    "cold_mcp_turn_ms": cold_mcp,
-                    "cold_plugin_turn_ms": cold_plugin,
-                    "new_agent_mcp_turn_ms": listings,
-                },
-                indent=2,
-            )
-            + "\n"
-        )
-        print(f"wrote {args.json}")
+    write_results(
+        args,
+        "mcp_tools",
+        [(name, int(requests) if requests.isdigit() else requests) for name, requests in ROWS],
+        p50,
+        p95,
+        cold_mcp_turn_ms=cold_mcp,
+        cold_plugin_turn_ms=cold_plugin,
+        new_agent_mcp_turn_ms=listings,
+    )
 
 
 if __name__ == "__main__":
