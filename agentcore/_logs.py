@@ -19,7 +19,7 @@ REDACTED = "[REDACTED]"
 HIDDEN_PASSWORD = "***"
 """What a URL's password becomes (``postgresql://user:***@host/db``): still a URL."""
 
-SECRET_PREFIXES = ("ak_test_", "ak_live_", "whsec_")
+SECRET_PREFIXES = ("ak_test_", "ak_live_", "ct_test_", "ct_live_", "whsec_")
 """What the secrets this library mints start with."""
 
 QUERY_SECRET_NAMES = frozenset(
@@ -28,7 +28,7 @@ QUERY_SECRET_NAMES = frozenset(
 """Query parameter names refused by the HTTP API (keys belong in ``Authorization``)."""
 
 # a prefix, then the characters a key or a base64 secret is made of, raw or percent-encoded
-_SECRET = re.compile(r"(ak_(?:test|live)_|whsec_)[A-Za-z0-9+/=%_-]*")
+_SECRET = re.compile(r"((?:ak|ct)_(?:test|live)_|whsec_)[A-Za-z0-9+/=%_-]*")
 _BEARER = re.compile(r"(?i)\b(bearer|basic)(\s+)[^\s,;\"']+")
 _QUERY = re.compile(
     r"(?i)([?&](?:" + "|".join(re.escape(n) for n in sorted(QUERY_SECRET_NAMES)) + r")=)[^&\s\"']*"
@@ -41,7 +41,7 @@ _PASSWORD_SETTING = re.compile(r"(?i)(\bpassword\s*=\s*)(?:'(?:[^'\\]|\\.)*'|[^\
 # whether any of the three can match: one search, so text without a secret (nearly
 # every log argument, e.g. the access log's method, path and status) is returned as is
 _ANY = re.compile(
-    r"ak_(?:test|live)_|whsec_|(?i:\b(?:bearer|basic)\s)|(?i:[?&](?:"
+    r"(?:ak|ct)_(?:test|live)_|whsec_|(?i:\b(?:bearer|basic)\s)|(?i:[?&](?:"
     + "|".join(re.escape(n) for n in sorted(QUERY_SECRET_NAMES))
     + r")=)|://[^\s/@:\"']*:[^\s/@\"']+@|(?i:\bpassword\s*=)"
 )

@@ -16,6 +16,7 @@ from agentcore._memory_budget import Sweeper
 from agentcore.config import Settings
 from agentcore.errors import Decision, RateLimited
 from agentcore.storage.base import RateLimitStore
+from agentcore.workspace import Workspace
 
 #: How many local buckets are kept before those full again are dropped.
 SWEEP_BUCKETS = 10_000
@@ -41,6 +42,7 @@ class RateLimiter:
         store: RateLimitStore | None = None,
     ):
         self._rates = {"live": settings.rate_limit_live, "test": settings.rate_limit_test}
+        self._token_share = settings.client_token_rate_share
         backend = settings.rate_limit_backend
         if backend == "auto":
             # one limit per key wherever requests land: a store that several nodes share
@@ -53,7 +55,11 @@ class RateLimiter:
         self._lock = threading.Lock()
         # a bucket untouched this long is full again, the same as none: such buckets are
         # swept out (keys of 100,000 tenants leave no 100,000 buckets behind)
-        self._full_after = max(max(r, 1.0) / r for r in self._rates.values() if r > 0)
+        self._full_after = max(
+            max(r, 1.0) / r
+            for rate in self._rates.values()
+            for r in (rate, rate * self._token_share)
+        )
         self._sweep = Sweeper(SWEEP_BUCKETS)
 
     @property
@@ -61,9 +67,10 @@ class RateLimiter:
         """Where the buckets live: ``"store"`` (shared by nodes) or ``"local"`` (this process)."""
         return "store" if self._store is not None else "local"
 
-    def check(self, key_id: str, environment: str) -> Decision:
-        """Take one token for ``key_id`` if there is one."""
-        rate = self._rates[environment]
+    def check(self, key_id: str, environment: str, *, share: float = 1.0) -> Decision:
+        """Take one token for ``key_id`` if there is one; ``share`` scales the
+        environment's rate (a client token's bucket holds a share of its key's)."""
+        rate = self._rates[environment] * share
         burst = max(rate, 1.0)
         now = self._clock()
         if self._store is not None:
@@ -87,12 +94,19 @@ class RateLimiter:
             retry_after=0.0 if allowed else (1.0 - tokens) / rate,
         )
 
-    def enforce(self, key_id: str, environment: str) -> Decision:
+    def enforce(self, key_id: str, environment: str, *, share: float = 1.0) -> Decision:
         """The decision for an allowed request, or ``RateLimited`` (429) carrying it."""
-        decision = self.check(key_id, environment)
+        decision = self.check(key_id, environment, share=share)
         if not decision.allowed:
             wait = max(1, math.ceil(decision.retry_after))
+            whose = "client token" if share != 1.0 else "key"
             raise RateLimited(
-                f"Too many requests for this key; retry after {wait} s.", decision=decision
+                f"Too many requests for this {whose}; retry after {wait} s.", decision=decision
             )
         return decision
+
+    def enforce_for(self, workspace: Workspace) -> Decision:
+        """``enforce`` for the caller of ``workspace``: its client token's own bucket (a
+        ``client_token_rate_share`` of its key's rate), else its key's."""
+        share = self._token_share if workspace.client is not None else 1.0
+        return self.enforce(workspace.rate_limit_id, workspace.environment, share=share)

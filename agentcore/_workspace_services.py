@@ -1,7 +1,8 @@
 """WorkspaceServices: a ``Workspace`` with its services, as host code and plugins use it.
 
 ``core.authenticate(key)`` and ``core.workspace(org, env)`` return one:
-``ws.agents``, ``ws.knowledge``, ``ws.chat``, ``ws.conversations`` and ``ws.webhooks`` are the workspace's
+``ws.agents``, ``ws.knowledge``, ``ws.chat``, ``ws.conversations``, ``ws.webhooks`` and
+``ws.client_tokens`` are the workspace's
 services, built by the core (the composition root) on first use. This module sits
 above the services and the ``Workspace`` value, which never import it.
 """
@@ -14,10 +15,12 @@ from typing import Any, Protocol
 
 from agentcore.agents import AgentService
 from agentcore.chat import ChatService
+from agentcore.client_tokens import ClientTokenService, grant
 from agentcore.config import Settings
 from agentcore.conversations import ConversationService
 from agentcore.events import Event, EventBus
 from agentcore.knowledge.service import KnowledgeService
+from agentcore.storage.records import StoredClientToken
 from agentcore.webhooks.service import WebhookService
 from agentcore.workspace import Workspace
 
@@ -55,6 +58,10 @@ class ServiceFactory(Protocol):
         """Webhook subscriptions of ``workspace``."""
         ...
 
+    def client_token_service(self, workspace: Workspace) -> ClientTokenService:
+        """The client tokens of ``workspace``."""
+        ...
+
 
 @dataclass(frozen=True, kw_only=True, repr=False, eq=False)
 class WorkspaceServices(Workspace):
@@ -77,6 +84,21 @@ class WorkspaceServices(Workspace):
             environment=workspace.environment,
             scopes=workspace.scopes,
             key_id=workspace.key_id,
+            client=workspace.client,
+            core=core,
+        )
+
+    @classmethod
+    def of_token(cls, token: StoredClientToken, core: ServiceFactory) -> WorkspaceServices:
+        """The workspace a live client token opens: its key's tenant and scopes, acting
+        only as the token's user."""
+        return cls(
+            organization_id=token.organization_id,
+            organization=token.organization,
+            environment="live" if token.environment == "live" else "test",
+            scopes=frozenset(scope for scope in ("read", "write") if scope in token.key_scopes),
+            key_id=token.key_id,
+            client=grant(token),
             core=core,
         )
 
@@ -105,6 +127,11 @@ class WorkspaceServices(Workspace):
     def conversations(self) -> ConversationService:
         """The conversations of this workspace: their history, and deleting them."""
         return self.core.conversation_service(self)
+
+    @cached_property
+    def client_tokens(self) -> ClientTokenService:
+        """Mint and revoke client tokens for this workspace's end users (write scope)."""
+        return self.core.client_token_service(self)
 
     @cached_property
     def webhooks(self) -> WebhookService:

@@ -36,9 +36,9 @@ from agentcore._logs import (
 )
 from agentcore._memory_budget import Sweeper
 from agentcore._unicode import may_decode_to_lone_surrogate
-from agentcore.chat import CHAT_STATUSES
 from agentcore.conversations import ORDERS, Order
 from agentcore.storage.records import StoredResult
+from agentcore.workspace import CHAT_STATUSES
 
 __all__ = [
     "CHAT_STATUSES",

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from agentcore._ids import new_id, utcnow
-from agentcore.errors import Conflict, NotFound, ValidationFailed
+from agentcore.errors import Conflict, NotFound, PermissionDenied, ValidationFailed
 from agentcore.outbound import (
     MCP_HEADERS,
     AddressPolicy,
@@ -26,6 +26,7 @@ from agentcore.schema import (
     McpServerSpec,
     ToolDefinition,
 )
+from agentcore.workspace import CHAT_STATUSES
 
 if TYPE_CHECKING:
     from agentcore.chat_models import ChatModel
@@ -94,9 +95,21 @@ class AgentService:
         return agent
 
     def get(self, agent_id: str) -> Agent:
-        """One agent of this workspace (archived ones too). Read scope."""
-        self._ws.require("read")
-        return self._find(agent_id)
+        """One agent of this workspace (archived ones too; a client token: only an agent
+        it may chat with). Read scope."""
+        ws = self._ws
+        ws.require("read", end_users=True)
+        agent = self._find(agent_id)
+        if ws.client is not None:
+            if not ws.client.allows_agent(agent_id):
+                raise PermissionDenied(
+                    "This client token may not use that agent.",
+                    code="agent_not_allowed",
+                    param="id",
+                )
+            if agent.status not in CHAT_STATUSES[ws.environment]:
+                raise NotFound(f"No agent with id {agent_id!r}.", param="id")
+        return agent
 
     def _find(self, agent_id: str) -> Agent:
         # no scope check: write operations look the agent up without needing 'read'
@@ -112,9 +125,18 @@ class AgentService:
         starting_after: str | None = None,
         status: AgentStatus | None = None,
     ) -> AgentList:
-        """A page of agents, newest first; archived ones only when asked for. Read scope."""
-        self._ws.require("read")
+        """A page of agents, newest first; archived ones only when asked for. Read scope.
+
+        A client token lists only the agents it may chat with (those its key's
+        environment chats with, and only its ``agents`` if it names some).
+        """
+        ws = self._ws
+        ws.require("read", end_users=True)
         statuses: tuple[str, ...] = (status,) if status else ("draft", "deployed")
+        if ws.client is not None:
+            statuses = tuple(s for s in statuses if s in CHAT_STATUSES[ws.environment])
+            if ws.client.agents is not None:
+                return self._named(ws.client.agents, statuses, limit, starting_after)
         agents, more = self._store.list_agents(
             self._ws.organization_id,
             self._ws.environment,
@@ -123,6 +145,31 @@ class AgentService:
             statuses=statuses,
         )
         return AgentList(agents=agents, has_more=more)
+
+    def _named(
+        self,
+        ids: Iterable[str],
+        statuses: tuple[str, ...],
+        limit: int | None,
+        starting_after: str | None,
+    ) -> AgentList:
+        """A page of the agents ``ids`` names (a client token's, at most 64) in
+        ``statuses``, newest first, paged as the store pages."""
+        ws = self._ws
+        found = [
+            agent
+            for agent_id in ids
+            if (agent := self._store.get_agent(ws.organization_id, ws.environment, agent_id))
+            and agent.status in statuses
+        ]
+        found.sort(key=lambda agent: (agent.created_at, agent.id), reverse=True)
+        if starting_after is not None:
+            at = next((n for n, agent in enumerate(found) if agent.id == starting_after), None)
+            if at is None:
+                raise NotFound(f"No agent with id {starting_after!r}.", param="starting_after")
+            found = found[at + 1 :]
+        size = self._settings.page_size(limit)
+        return AgentList(agents=found[:size], has_more=len(found) > size)
 
     def update(self, agent_id: str, changes: AgentUpdate | None = None, **fields: object) -> Agent:
         """Change the fields given; an archived agent cannot change. Write scope."""

@@ -44,6 +44,7 @@ from agentcore.errors import (
     Conflict,
     InvalidRequest,
     NotFound,
+    PermissionDenied,
     ProviderError,
     ProviderTimeout,
     ValidationFailed,
@@ -58,7 +59,6 @@ from agentcore.observer import Observer, unobserved
 from agentcore.schema import (
     HANDOFF_TOOL,
     Agent,
-    AgentStatus,
     ChatMessageResponse,
     Citation,
     ConversationStatus,
@@ -72,6 +72,7 @@ from agentcore.schema import (
 )
 from agentcore.storage.base import AgentStore, ConversationStore
 from agentcore.storage.records import PendingTurn, StoredChunk, StoredMessage
+from agentcore.workspace import CHAT_STATUSES
 
 if TYPE_CHECKING:
     from agentcore.config import Settings
@@ -94,12 +95,6 @@ _HUMAN_REQUEST = re.compile(
     r"\bhuman (agent|being|support)\b|\brepresentative\b",
     re.IGNORECASE,
 )
-CHAT_STATUSES: dict[str, tuple[AgentStatus, ...]] = {
-    "test": ("draft", "deployed"),
-    "live": ("deployed",),
-}
-"""The statuses of the agents a key of each environment may chat with ("draft queries":
-a test key also reaches agents in ``draft``)."""
 _GUARD_SLACK = 2.0  # seconds past the model time-out before a hung plugin is abandoned
 _END = object()  # what ``next`` returns for a model stream that ended without a result
 # the result a model sees for a caller's tool it called on its last step (tools are not
@@ -452,9 +447,10 @@ class ChatService:
 
     def agents(self) -> list[Agent]:
         """Every agent this key may chat with, newest first: with a test key the agents
-        in ``draft`` and ``deployed``, with a live key the deployed ones. Read scope."""
+        in ``draft`` and ``deployed``, with a live key the deployed ones (a client token:
+        only its ``agents``, if it names some). Read scope."""
         ws = self._ws
-        ws.require("read")
+        ws.require("read", end_users=True)
         found: list[Agent] = []
         after: str | None = None
         while True:
@@ -467,7 +463,8 @@ class ChatService:
             )
             found.extend(page)
             if not more or not page:
-                return found
+                client = ws.client
+                return found if client is None else [a for a in found if client.allows_agent(a.id)]
             after = page[-1].id
 
     def _open(
@@ -486,10 +483,10 @@ class ChatService:
     ) -> ChatStream:
         """Check the request, then return the turn, ready to run on first iteration."""
         ws = self._ws
-        ws.require("read")
+        ws.require("read", end_users=True)
         check_unicode(agent_id, param="agentId")
         check_unicode(conversation_id, param="conversationId")
-        reader = check_user(user)
+        reader = ws.reader(check_user(user))
         if tool_outputs is not None or approvals is not None:
             if message is not None or history is not None:
                 raise ValidationFailed(
@@ -752,6 +749,12 @@ class ChatService:
         agent = self._store.get_agent(ws.organization_id, ws.environment, agent_id)
         if agent is None:
             raise NotFound(f"No agent with id {agent_id!r}.", param="agentId")
+        if ws.client is not None and not ws.client.allows_agent(agent_id):
+            raise PermissionDenied(
+                "This client token may not chat with that agent.",
+                code="agent_not_allowed",
+                param="agentId",
+            )
         if agent.status == "archived":
             raise Conflict("The agent is archived.", code="agent_archived", param="agentId")
         if agent.status not in CHAT_STATUSES[ws.environment]:
@@ -767,12 +770,13 @@ class ChatService:
     ) -> tuple[str, ConversationStatus]:
         """The id and status of the conversation the turn is stored in: a new one's
         (created with the turn's messages once it completes), or the given one's, checked:
-        a conversation of another end user than ``reader`` is not found for them."""
+        a conversation of another end user than ``reader`` is not found for them (for a
+        client token, nor is one started for no one)."""
         ws = self._ws
         if conversation_id is None:
             return new_id("conv"), "active"
         found = self._store.get_conversation(ws.organization_id, ws.environment, conversation_id)
-        if found is None or (reader is not None and found.user not in (None, reader.id)):
+        if found is None or not _visible(found.user, reader, own_only=ws.client is not None):
             raise NotFound(f"No conversation with id {conversation_id!r}.", param="conversationId")
         if found.agentId != agent_id:
             raise Conflict(
@@ -1355,3 +1359,12 @@ def _close_when_done(items: Iterator[str | ChatResult], pending: Future[Any] | N
         quietly()
     else:
         pending.add_done_callback(quietly)
+
+
+def _visible(owner: str | None, reader: EndUser | None, *, own_only: bool) -> bool:
+    """Whether a conversation of ``owner`` may be continued for ``reader``: any, for no
+    reader; their own or one of no one's, for a user a key acts for; only their own,
+    with ``own_only`` (a client token)."""
+    if reader is None:
+        return True
+    return owner == reader.id or (owner is None and not own_only)

@@ -27,6 +27,8 @@ from agentcore.schema import (
     Agent,
     AgentList,
     ChatMessageResponse,
+    ClientToken,
+    ClientTokenRevocation,
     Conversation,
     ConversationList,
     Deleted,
@@ -106,6 +108,16 @@ class _Requests:
     @staticmethod
     def verify() -> _Request[VerifyResponse]:
         return _Request(VerifyResponse, "GET", "/auth/verify")
+
+    @staticmethod
+    def create_client_token(fields: dict[str, Any]) -> _Request[ClientToken]:
+        body = {name: value for name, value in fields.items() if value is not None}
+        return _Request(ClientToken, "POST", "/client_tokens", {"json": body})
+
+    @staticmethod
+    def revoke_client_tokens(user: str) -> _Request[ClientTokenRevocation]:
+        body = {"user": user}
+        return _Request(ClientTokenRevocation, "POST", "/client_tokens/revoke", {"json": body})
 
     @staticmethod
     def list_agents(params: dict[str, Any]) -> _Request[AgentList]:
@@ -656,6 +668,23 @@ class Client:
         """``GET /v1/auth/verify``."""
         return self._run(_Requests.verify())
 
+    def create_client_token(
+        self,
+        user: str,
+        *,
+        groups: list[str] | None = None,
+        agents: list[str] | None = None,
+        ttl_seconds: int | None = None,
+    ) -> ClientToken:
+        """``POST /v1/client_tokens`` (write key): a short-lived token for the end user
+        ``user``, for their browser or app; ``token`` is shown only here."""
+        fields = {"user": user, "groups": groups, "agents": agents, "ttl_seconds": ttl_seconds}
+        return self._run(_Requests.create_client_token(fields))
+
+    def revoke_client_tokens(self, user: str) -> ClientTokenRevocation:
+        """``POST /v1/client_tokens/revoke``: end every live token of ``user``."""
+        return self._run(_Requests.revoke_client_tokens(user))
+
     def list_agents(self, **params: Any) -> AgentList:
         """``GET /v1/agents`` (``limit``, ``starting_after``, ``status``)."""
         return self._run(_Requests.list_agents(params))
@@ -847,6 +876,23 @@ class AsyncClient:
     async def verify(self) -> VerifyResponse:
         """``GET /v1/auth/verify``."""
         return await self._run(_Requests.verify())
+
+    async def create_client_token(
+        self,
+        user: str,
+        *,
+        groups: list[str] | None = None,
+        agents: list[str] | None = None,
+        ttl_seconds: int | None = None,
+    ) -> ClientToken:
+        """``POST /v1/client_tokens`` (write key): a short-lived token for the end user
+        ``user``, for their browser or app; ``token`` is shown only here."""
+        fields = {"user": user, "groups": groups, "agents": agents, "ttl_seconds": ttl_seconds}
+        return await self._run(_Requests.create_client_token(fields))
+
+    async def revoke_client_tokens(self, user: str) -> ClientTokenRevocation:
+        """``POST /v1/client_tokens/revoke``: end every live token of ``user``."""
+        return await self._run(_Requests.revoke_client_tokens(user))
 
     async def list_agents(self, **params: Any) -> AgentList:
         """``GET /v1/agents`` (``limit``, ``starting_after``, ``status``)."""

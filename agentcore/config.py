@@ -409,6 +409,13 @@ class Settings(BaseSettings):
         " request) or `auto`: `store` on a store shared by nodes (PostgreSQL) and under"
         " `serve --workers N`, else `local`.",
     )
+    client_token_rate_share: float = Field(
+        0.25,
+        gt=0,
+        le=1,
+        description="Each client token's own rate limit, as a share of its key's (0.25 of a"
+        " live key's 100/s is 25/s): one end user cannot spend the organization's budget.",
+    )
     key_touch_interval: float = Field(60.0, ge=0, description="Resolution of last_used_at.")
     idempotency_ttl: float = Field(86_400.0, gt=0)
     idempotency_lease: float = Field(

@@ -9,7 +9,13 @@ from pydantic import ValidationError
 
 from agentcore._ids import utcnow
 from agentcore.config import Settings
-from agentcore.errors import NotFound, ValidationFailed, check_unicode, invalid_fields
+from agentcore.errors import (
+    NotFound,
+    PermissionDenied,
+    ValidationFailed,
+    check_unicode,
+    invalid_fields,
+)
 from agentcore.schema import (
     Conversation,
     ConversationList,
@@ -135,7 +141,15 @@ class ConversationService:
         last conversation of the previous page.
         """
         ws = self._ws
-        ws.require("read")
+        ws.require("read", end_users=True)
+        if ws.client is not None:  # a client token lists its own user's only
+            if user is not None and user != ws.client.user.id:
+                raise PermissionDenied(
+                    "A client token lists only its own user's conversations.",
+                    code="user_not_allowed",
+                    param="user",
+                )
+            user = ws.client.user.id
         conversations, more = self._store.list_conversations(
             ws.organization_id,
             ws.environment,
@@ -148,10 +162,15 @@ class ConversationService:
 
     def get(self, conversation_id: str) -> Conversation:
         """One conversation, with its message count."""
+        self._ws.require("read", end_users=True)
+        return self._visible(conversation_id)
+
+    def _visible(self, conversation_id: str) -> Conversation:
+        """The conversation, if the caller may see it (a client token: its user's own),
+        else a 404: another user's conversation does not exist for them."""
         ws = self._ws
-        ws.require("read")
         found = self._store.get_conversation(ws.organization_id, ws.environment, conversation_id)
-        if found is None:
+        if found is None or not ws.sees_conversation_of(found.user):
             raise _missing(conversation_id)
         return found
 
@@ -166,9 +185,11 @@ class ConversationService:
         """A page of a conversation's messages, oldest first (``order="desc"``: newest
         first); ``starting_after`` is the id of the last message of the previous page."""
         ws = self._ws
-        ws.require("read")
+        ws.require("read", end_users=True)
         if order not in ORDERS:
             raise ValidationFailed("order must be 'asc' or 'desc'.", param="order")
+        if ws.client is not None:
+            self._visible(conversation_id)
         page = self._store.list_messages(
             ws.organization_id,
             ws.environment,
@@ -229,15 +250,13 @@ class ConversationService:
         rating or reason a 422 naming it; another workspace's conversation a 404.
         """
         ws = self._ws
-        ws.require("read")
+        ws.require("read", end_users=True)
         try:
             given = FeedbackCreate.model_validate({"rating": rating, "reason": reason})
         except ValidationError as exc:
             raise invalid_fields(exc) from None
         check_unicode(message_id, param="message_id")
-        found = self._store.get_conversation(ws.organization_id, ws.environment, conversation_id)
-        if found is None:
-            raise _missing(conversation_id)
+        found = self._visible(conversation_id)
         feedback = Feedback(rating=given.rating, reason=given.reason, rated_at=utcnow())
         rated = self._store.rate_message(
             ws.organization_id, ws.environment, conversation_id, message_id, feedback
@@ -278,9 +297,12 @@ class ConversationService:
         """Delete a conversation and all its messages, for good. Write scope.
 
         Afterwards it is a 404 everywhere, also as the ``conversationId`` of a chat.
+        A client token deletes only its own user's.
         """
         ws = self._ws
-        ws.require("write")
+        ws.require("write", end_users=True)
+        if ws.client is not None:
+            self._visible(conversation_id)
         if not self._store.delete_conversation(ws.organization_id, ws.environment, conversation_id):
             raise _missing(conversation_id)
         return Deleted(id=conversation_id)

@@ -16,6 +16,7 @@ from typing import Any
 
 import pluggy
 
+from agentcore import client_tokens
 from agentcore._background import Runtime
 from agentcore._idempotency import DEFAULT_SWEEP_INTERVAL, IdempotencyKeys
 from agentcore._ingest_worker import WorkerBootstrap
@@ -31,6 +32,7 @@ from agentcore._workspace_services import WorkspaceServices
 from agentcore.agents import AgentService
 from agentcore.chat import ChatService
 from agentcore.chat_models import ChatModel
+from agentcore.client_tokens import ClientTokenService, is_client_token
 from agentcore.config import Settings
 from agentcore.conversations import ConversationService
 from agentcore.errors import NotFound
@@ -198,6 +200,12 @@ class AgentCore:
             interval=self.idempotency.renew_interval,
             # after failures (the store unreachable), renew again before a lease lapses
             backoff_max=self.idempotency.renew_interval,
+        )
+        # expired client tokens go, a bounded write a pass, hourly
+        self.runtime.loop(
+            "agentcore-client-token-sweep",
+            lambda: 0.0 if client_tokens.sweep(store) >= client_tokens.SWEEP_LIMIT else None,
+            interval=3600.0,
         )
 
     def _build_knowledge(self, store: Store, settings: Settings) -> None:
@@ -388,12 +396,14 @@ class AgentCore:
         return self.store.ensure_organization(name)
 
     def authenticate(self, secret: str | None, *, defer_touch: bool = False) -> WorkspaceServices:
-        """The workspace a key opens, with its services, or ``AuthenticationError`` (401)
-        saying why.
+        """The workspace a key or a client token opens, with its services, or
+        ``AuthenticationError`` (401) saying why.
 
         :param defer_touch: write ``last_used_at`` on a background thread, so that this
             call only reads the store (the HTTP adapter calls it on the event loop).
         """
+        if secret and is_client_token(secret):
+            return WorkspaceServices.of_token(client_tokens.resolve(self.store, secret), self)
         key, organization_id = self.keys.resolve(
             secret, touch_interval=self.settings.key_touch_interval, defer_touch=defer_touch
         )
@@ -489,6 +499,10 @@ class AgentCore:
         return ConversationService(
             workspace, store=self.store, settings=self.settings, events=self.events
         )
+
+    def client_token_service(self, workspace: Workspace) -> ClientTokenService:
+        """The client tokens of ``workspace`` (host code uses ``workspace.client_tokens``)."""
+        return ClientTokenService(workspace, store=self.store, agents=self.store)
 
     def webhook_service(self, workspace: Workspace) -> WebhookService:
         """Webhook subscriptions of ``workspace`` (host code uses ``workspace.webhooks``)."""

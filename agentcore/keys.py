@@ -26,9 +26,17 @@ CHECKSUM_CHARS = 6  # base62 CRC32, as GitHub tokens carry
 SWEEP_TOUCHES = 10_000
 ENVIRONMENTS: tuple[Environment, ...] = ("test", "live")
 SCOPES: tuple[Scope, ...] = ("read", "write")
-_KEY_PATTERN = re.compile(
-    rf"^ak_(test|live)_([0-9A-Za-z]{{{RANDOM_CHARS}}})([0-9A-Za-z]{{{CHECKSUM_CHARS}}})$"
-)
+KEY_PREFIX = "ak"
+"""What an API key starts with (``ak_test_``, ``ak_live_``)."""
+
+
+def _secret_pattern(prefix: str) -> re.Pattern[str]:
+    return re.compile(
+        rf"^{prefix}_(test|live)_([0-9A-Za-z]{{{RANDOM_CHARS}}})([0-9A-Za-z]{{{CHECKSUM_CHARS}}})$"
+    )
+
+
+_PATTERNS: dict[str, re.Pattern[str]] = {}
 
 
 def _checksum(body: str) -> str:
@@ -45,19 +53,24 @@ def _from_base62(text: str) -> int:
     return number
 
 
-def generate_secret(environment: Environment) -> str:
-    """A fresh key secret: ``ak_<env>_`` + 32 random base62 chars + a 6-char checksum."""
-    body = f"ak_{environment}_{random_base62(RANDOM_CHARS)}"
+def generate_secret(environment: Environment, prefix: str = KEY_PREFIX) -> str:
+    """A fresh secret: ``<prefix>_<env>_`` + 32 random base62 chars + a 6-char checksum
+    (``ak``: an API key; ``ct``: a client token)."""
+    body = f"{prefix}_{environment}_{random_base62(RANDOM_CHARS)}"
     return body + _checksum(body)
 
 
-def parse_secret(secret: str) -> Environment | None:
-    """The environment a well-formed secret claims, or ``None`` if it is malformed.
+def parse_secret(secret: str, prefix: str = KEY_PREFIX) -> Environment | None:
+    """The environment a well-formed secret of ``prefix`` claims, or ``None`` if it is
+    malformed.
 
     Checks shape and checksum without touching the store, so typos and garbage are
     refused cheaply.
     """
-    match = _KEY_PATTERN.match(secret)
+    pattern = _PATTERNS.get(prefix)
+    if pattern is None:
+        pattern = _PATTERNS[prefix] = _secret_pattern(prefix)
+    match = pattern.match(secret)
     if match is None:
         return None
     body = secret[:-CHECKSUM_CHARS]
@@ -188,14 +201,16 @@ class KeyManager:
         return found
 
     def revoke(self, key_id: str) -> ApiKey:
-        """Revoke at once; a running server refuses the key from its next request."""
+        """Revoke at once; a running server refuses the key, and every client token it
+        minted, from its next request."""
         key = self.get(key_id)
         if key.revoked_at is None:
             self._store.update_key(key_id, revoked_at=isoformat(utcnow()))
         return self.get(key_id)
 
     def rotate(self, key_id: str, *, grace: timedelta = timedelta(hours=24)) -> IssuedKey:
-        """Mint a replacement with the same scopes; the old key keeps working for ``grace``."""
+        """Mint a replacement with the same scopes; the old key keeps working for
+        ``grace``, and the client tokens it minted end at once."""
         old = self.get(key_id)
         if old.revoked_at is not None:
             raise InvalidRequest("A revoked key cannot be rotated.", code="key_revoked")
@@ -219,6 +234,9 @@ class KeyManager:
         )
         if old.expires_at is None or old.expires_at > ends:
             self._store.update_key(key_id, expires_at=isoformat(ends))
+        # the old key serves on through its grace, but the client tokens it minted end
+        # now: a rotation is often a suspected leak, and a token is cheap to mint again
+        self._store.revoke_key_client_tokens(key_id, now=now)
         return new
 
     def resolve(

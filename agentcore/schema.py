@@ -317,16 +317,6 @@ class IssuedKey(ApiKey):
     secret: str
 
 
-class VerifyResponse(BaseModel):
-    """Result of ``GET /v1/auth/verify``."""
-
-    status: Literal["authenticated"] = "authenticated"
-    organization: str
-    scope: list[Scope]
-    environment: Environment
-    key_id: str | None = None
-
-
 class FunctionShape(BaseModel):
     """A function a model may call: OpenAI's function shape, JSON-Schema parameters (the
     common part of an agent's tool and of a Chat Completions request's function)."""
@@ -960,6 +950,81 @@ def _omitted_if_none(description: str) -> Any:
         exclude_if=lambda value: value is None,
         json_schema_extra=_absent_when_none,
     )
+
+
+class VerifyResponse(BaseModel):
+    """Result of ``GET /v1/auth/verify``."""
+
+    status: Literal["authenticated"] = "authenticated"
+    organization: str
+    scope: list[Scope]
+    environment: Environment
+    key_id: str | None = None
+    user: EndUser | None = _omitted_if_none(
+        "For a client token: the end user it acts for (absent for an API key)."
+    )
+    expires_at: datetime | None = _omitted_if_none(
+        "For a client token: when it stops working (absent for an API key)."
+    )
+
+
+MAX_CLIENT_TOKEN_TTL = 86_400
+"""The longest a client token lives, in seconds (a day)."""
+MAX_CLIENT_TOKEN_AGENTS = 64
+"""The most agents one client token may be limited to."""
+AgentId = Annotated[str, Field(min_length=1, max_length=64, description="An agent's id.")]
+
+
+class ClientTokenCreate(Request):
+    """Body of ``POST /v1/client_tokens``: a short-lived token for one end user."""
+
+    user: Principal = Field(description="The end user the token acts for (your id for them).")
+    groups: list[Principal] = Field(
+        default_factory=list,
+        max_length=MAX_PRINCIPALS,
+        description="The user's groups: documents whose access list names one are theirs too.",
+    )
+    agents: list[AgentId] | None = Field(
+        None,
+        max_length=MAX_CLIENT_TOKEN_AGENTS,
+        description="The only agents the token may list and chat with (absent or null: every"
+        " agent the key may chat with).",
+    )
+    ttl_seconds: int = Field(
+        3600, ge=1, le=MAX_CLIENT_TOKEN_TTL, description="Seconds until the token expires."
+    )
+
+
+class ClientToken(BaseModel):
+    """A client token, as minted: ``token`` is shown only in this answer."""
+
+    object: Literal["client_token"] = "client_token"
+    id: str
+    token: str = Field(
+        description="Send it as `Authorization: Bearer <token>` from the browser or app."
+        " It is shown once and stored only as a digest."
+    )
+    user: str
+    groups: list[str]
+    agents: list[str] | None = _omitted_if_none(
+        "The only agents the token may use (absent: every agent the key may chat with)."
+    )
+    expires_at: datetime
+    created_at: datetime
+
+
+class ClientTokenRevoke(Request):
+    """Body of ``POST /v1/client_tokens/revoke``: end every token of one end user."""
+
+    user: Principal
+
+
+class ClientTokenRevocation(BaseModel):
+    """What ``POST /v1/client_tokens/revoke`` ended."""
+
+    object: Literal["client_token_revocation"] = "client_token_revocation"
+    user: str
+    revoked: int = Field(description="How many of the user's unexpired tokens were ended.")
 
 
 def _absent_or_non_blank(schema: dict[str, Any]) -> None:

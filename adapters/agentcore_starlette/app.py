@@ -21,6 +21,7 @@ from starlette.middleware import Middleware
 from starlette.routing import Route
 
 from agentcore import AgentCore
+from agentcore_starlette.cors import EndUserCors
 from agentcore_starlette.dispatch import Dispatcher, Endpoint, PathEndpoint, handler_pool
 from agentcore_starlette.health import HealthCheck
 from agentcore_starlette.mcp import openapi as mcp_openapi
@@ -118,6 +119,11 @@ def create_app(
             ApiMiddleware, max_url_bytes=http.max_url_bytes, max_header_bytes=http.max_header_bytes
         )
     ]
+    if http.cors_origins:  # outside ApiMiddleware: its problems get the headers too
+        paths = [PREFIX + route.path for route in table if route.end_users]
+        if mcp is not None:
+            paths.append(PREFIX + MCP_PATH)
+        middleware.insert(0, Middleware(EndUserCors, origins=http.cors_origins, paths=paths))
     on_stop = None
     if core.settings.metrics if metrics is None else metrics:
         measured = instrumentation(core, pool)

@@ -63,17 +63,22 @@ def refuse_secrets_in_query(request: Request) -> None:
 
 
 def identify(
-    core: AgentCore, request: Request, scope: Literal["any", "read", "write"]
+    core: AgentCore,
+    request: Request,
+    scope: Literal["any", "read", "write"],
+    *,
+    end_users: bool = False,
 ) -> tuple[WorkspaceServices, dict[str, str]]:
-    """The caller's workspace, from its key (401 without a valid one), checked for
-    ``scope`` (403; before the body is read, which it does not depend on), and the
+    """The caller's workspace, from its key or client token (401 without a valid one),
+    checked for ``scope`` and, for a client token, that the route is one ``end_users``
+    may call (403; before the body is read, which it does not depend on), and the
     ``RateLimit`` headers of the request it is charged for (429 past the limit)."""
     # on the loop: a read of one indexed row (WAL readers never wait for the
     # writer); the occasional last_used_at write goes to a background thread
     workspace = core.authenticate(bearer_token(request), defer_touch=True)
     if scope != "any":
-        workspace.require(scope)
-    limits = rate_limit_headers(
-        core.rate_limiter.enforce(workspace.key_id or "", workspace.environment)
-    )
+        workspace.require(scope, end_users=end_users)
+    elif workspace.client is not None and not end_users:
+        workspace.require("read")  # refuses a client token
+    limits = rate_limit_headers(core.rate_limiter.enforce_for(workspace))
     return workspace, limits

@@ -16,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from agentcore import AgentCore, Cancellation, ChatStream
+from agentcore import AgentCore, Cancellation, ChatStream, WorkspaceServices
 from agentcore.errors import NotFound, ValidationFailed
 from agentcore_starlette.batching import Batcher
 from agentcore_starlette.bodies import media_type, parse_json, read_limited, require_json, validate
@@ -85,6 +85,13 @@ def _json(route: ApiRoute, result: Any, headers: dict[str, str] | None = None) -
     )
 
 
+def _for_caller(key: str, workspace: WorkspaceServices) -> str:
+    """An Idempotency-Key in its caller's namespace: a client token's keys are its
+    user's own, so two users sending the same key never see each other's answer."""
+    client = workspace.client
+    return key if client is None else f"{key} (client user {client.user.id})"
+
+
 class Dispatcher:
     """Makes the endpoint of each route, bound to one core and one app's settings.
 
@@ -117,7 +124,7 @@ class Dispatcher:
                 refuse_unknown_query(route, request)
             if any("\x00" in value for value in request.path_params.values()):
                 raise NotFound("No object has an id with a NUL character.")  # nor can one
-            workspace, limits = identify(self.core, request, route.scope)
+            workspace, limits = identify(self.core, request, route.scope, end_users=route.end_users)
             query = request.query_params if request.scope["query_string"] else NO_QUERY
             # the request's deadline rides on its cancellation: work that waits (an upload
             # waiting for its worker) stops in time to answer before the adapter's 504
@@ -149,7 +156,7 @@ class Dispatcher:
                 response = await run_once(
                     self.core.idempotency,
                     workspace,
-                    check_key(key),
+                    _for_caller(check_key(key), workspace),
                     print_,
                     handle,
                     wait=self.http.request_deadline,

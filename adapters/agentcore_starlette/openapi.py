@@ -32,7 +32,7 @@ REF = "#/components/schemas/{model}"
 _ERRORS = {
     "400": "Malformed request",
     "401": "Missing or invalid API key",
-    "403": "The key lacks the needed scope",
+    "403": "The key lacks the needed scope, or a client token may not use this route",
     "404": "No such object in this organization and environment",
     "409": "Conflict with the object's state",
     "413": "Body too large",

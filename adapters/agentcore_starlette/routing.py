@@ -125,6 +125,9 @@ class ApiRoute:
     error_format: Literal["problem", "openai"] = "problem"
     # whether a POST honours Idempotency-Key (OpenAI's routes do not, as at OpenAI)
     idempotency: bool = True
+    # whether a client token (an end user's browser or app) may call it; such routes are
+    # also the only ones AGENTCORE_CORS_ORIGINS opens to browsers
+    end_users: bool = False
 
     def streams(self, body: Any) -> bool:
         """Whether a request with this parsed ``body`` is answered as an event stream."""

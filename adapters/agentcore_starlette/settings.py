@@ -11,16 +11,30 @@ loads it with the plugin, and ingestion worker processes unpickle it with the se
 
 from __future__ import annotations
 
-from typing import Any
+import re
+from typing import Annotated, Any
 
-from pydantic import Field
-from pydantic_settings import SettingsConfigDict
+from pydantic import Field, field_validator
+from pydantic_settings import NoDecode, SettingsConfigDict
 
 from agentcore.config import ENV_PREFIX, PluginSettings, Settings
 
 NAMESPACE = "http"
 """The adapter's namespace among plugins' settings (``settings.plugin("http")``)."""
 MiB = 1024 * 1024
+_ORIGIN = re.compile(r"^https?://[^/\s?#]+$")
+
+
+def check_origin(origin: str) -> str:
+    """``origin`` if it is ``*`` or an origin (a scheme and a host, with a port if any,
+    no path: as a browser sends it in ``Origin``), else ``ValueError``."""
+    origin = origin.strip()
+    if origin != "*" and not _ORIGIN.match(origin):
+        raise ValueError(
+            f"{origin!r} is not an origin: give a scheme and a host (and a port), with no"
+            " path or trailing slash, e.g. https://app.example.com"
+        )
+    return origin
 
 
 class HttpSettings(PluginSettings):
@@ -96,6 +110,22 @@ class HttpSettings(PluginSettings):
     stream_heartbeat: float = Field(
         15.0, gt=0, description="Seconds between comment heartbeats of a streamed answer."
     )
+    cors_origins: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Origins whose pages may call the routes a client token may use"
+        " (comma-separated, e.g. `https://app.example.com,https://admin.example.com`;"
+        " `*` for any); no other route is opened. None by default.",
+    )
+
+    @field_validator("cors_origins", mode="before")
+    @classmethod
+    def _split_origins(cls, value: Any) -> Any:
+        """``a,b`` (the environment's form) as ``["a", "b"]``; each one checked."""
+        if isinstance(value, str):
+            value = [part for part in value.split(",") if part.strip()]
+        if isinstance(value, list):
+            return [check_origin(str(origin)) for origin in value]
+        return value
 
     @classmethod
     def of(cls, settings: Settings, **overrides: Any) -> HttpSettings:

@@ -15,7 +15,12 @@ from typing import TYPE_CHECKING, Any
 
 from agentcore._cancellation import Cancellation
 from agentcore.errors import NotFound, PayloadTooLarge, ValidationFailed, check_unicode
-from agentcore.knowledge._filters import MetadataCache, check_access, check_metadata
+from agentcore.knowledge._filters import (
+    MetadataCache,
+    check_access,
+    check_metadata,
+    check_user,
+)
 from agentcore.knowledge._search import Search
 from agentcore.knowledge.embedders import bounded_text
 from agentcore.knowledge.ingest import (
@@ -260,7 +265,7 @@ class KnowledgeService:
     def term_stats(self, text: str) -> TermStats:
         """How many sentences this workspace holds and how many of them hold each stem of
         ``text`` (a question): the rarity chat weighs question words by. Read scope."""
-        self._ws.require("read")
+        self._ws.require("read", end_users=True)
         if self._terms is None:
             return TermStats(0)
         stems = self._terms.stems(bounded_text(text, self._settings.max_token_chars))
@@ -362,9 +367,10 @@ class KnowledgeService:
             documents without an access list, or whose list names the user or one of
             their groups, applied before the top ``top_k`` as ``filter`` is.
         """
-        self._ws.require("read")
+        self._ws.require("read", end_users=True)
+        reader = self._ws.reader(check_user(user))
         return self._search.search(
-            query, top_k=top_k, min_score=min_score, filter=filter, mode=mode, user=user
+            query, top_k=top_k, min_score=min_score, filter=filter, mode=mode, user=reader
         )
 
     def search_many(
@@ -387,9 +393,10 @@ class KnowledgeService:
         searches so); a score may then differ from a lone search's in the last bit of
         its float32, and so may the order of two results that close.
         """
-        self._ws.require("read")
+        self._ws.require("read", end_users=True)
+        reader = self._ws.reader(check_user(user))
         return self._search.search_many(
-            queries, top_k=top_k, min_score=min_score, filter=filter, mode=mode, user=user
+            queries, top_k=top_k, min_score=min_score, filter=filter, mode=mode, user=reader
         )
 
     def index_is_current(self) -> bool:
@@ -398,7 +405,7 @@ class KnowledgeService:
 
         The HTTP adapter asks before running a search on its event loop.
         """
-        self._ws.require("read")
+        self._ws.require("read", end_users=True)
         return self._search.is_current()
 
     def retrieve(
@@ -414,5 +421,5 @@ class KnowledgeService:
         """The top ``k`` chunks and their cosine scores for ``query``, among the
         documents ``filter`` selects that ``user`` may read, ranked as ``mode`` says (no
         argument checks; chat uses it). Read scope."""
-        self._ws.require("read")
+        self._ws.require("read", end_users=True)
         return self._search.retrieve(query, k, min_score, filter=filter, mode=mode, user=user)

@@ -79,6 +79,7 @@ from agentcore.storage.records import (
     KnowledgeState,
     PendingTurn,
     StoredChunk,
+    StoredClientToken,
     StoredMessage,
     StoredResult,
     StoredSubscription,
@@ -129,6 +130,26 @@ class KeyStore(Protocol):
     def update_key(self, key_id: str, **changes: Any) -> None:
         """Set ``revoked_at``, ``expires_at``, ``last_used_at`` or ``name`` (any other
         name: ``ValueError``), in one transaction."""
+
+    def insert_client_token(self, token: StoredClientToken, digest: str) -> None:
+        """Store a new client token's row and the SHA-256 digest of its secret."""
+
+    def find_client_token_by_digest(self, digest: str) -> tuple[StoredClientToken, str] | None:
+        """``(token, stored digest)``, with its organization's name and its minting key's
+        scopes, revocation and expiry, or ``None``. One read; a revocation by any process
+        is seen by the very next call."""
+
+    def revoke_client_tokens(
+        self, organization_id: str, environment: str, user: str, *, now: datetime
+    ) -> int:
+        """End every token of ``user`` in the workspace that is neither revoked nor
+        expired at ``now``, in one transaction; how many."""
+
+    def revoke_key_client_tokens(self, key_id: str, *, now: datetime) -> int:
+        """End every live token minted by ``key_id`` (it was rotated); how many."""
+
+    def sweep_client_tokens(self, *, before: datetime, limit: int) -> int:
+        """Delete up to ``limit`` tokens that expired at ``before`` or earlier; how many."""
 
 
 class AgentStore(Protocol):

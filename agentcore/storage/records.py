@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 import numpy as np
@@ -268,3 +269,26 @@ def segment_arrays(
     if matrix.ndim != 2 or matrix.shape != (len(id_array), dimension):
         raise ValueError("vectors must have shape (len(ids), dimension)")
     return id_array, matrix
+
+
+@dataclass(frozen=True)
+class StoredClientToken:
+    """A client token's row, with what authenticating it needs from its minting key.
+
+    ``key_revoked_at``/``key_expires_at`` are the minting key's: a token ends with it.
+    """
+
+    id: str
+    organization_id: str
+    organization: str
+    environment: str
+    key_id: str
+    key_scopes: list[str]
+    user: str
+    groups: list[str]
+    agents: list[str] | None
+    created_at: datetime
+    expires_at: datetime
+    revoked_at: datetime | None = None
+    key_revoked_at: datetime | None = None
+    key_expires_at: datetime | None = None

@@ -84,6 +84,7 @@ def test_migrations_render_for_each_dialect() -> None:
         "document_access",
         "conversation_user",
         "message_feedback",
+        "client_tokens",
     ]
     for step in MIGRATIONS:
         for dialect in (SQLITE, POSTGRES):

@@ -36,6 +36,7 @@ from agentcore.storage.records import (
     LOCATOR_SHIFT,
     Backlog,
     PendingTurn,
+    StoredClientToken,
     StoredMessage,
     StoredResult,
 )
@@ -154,6 +155,70 @@ def test_keys(store: Any) -> None:
     assert store.find_key_by_digest("digest-1")[0].revoked_at == revoked
     with pytest.raises(ValueError):
         store.update_key(key.id, digest="x")
+
+
+def make_token(store: Any, org_id: str, key: ApiKey, user: str = "ana", **kw: Any) -> Any:
+    now = datetime.now(UTC).replace(microsecond=0)
+    return StoredClientToken(
+        id=new_id("ctk"),
+        organization_id=org_id,
+        organization="acme",
+        environment="test",
+        key_id=key.id,
+        key_scopes=["read", "write"],
+        user=user,
+        groups=kw.get("groups", ["hr"]),
+        agents=kw.get("agents"),
+        created_at=now,
+        expires_at=kw.get("expires_at", now + timedelta(hours=1)),
+    )
+
+
+def test_client_tokens(store: Any) -> None:
+    org_id = org(store)
+    key = make_key()
+    store.insert_key(key, org_id, "key-digest")
+    ana = make_token(store, org_id, key, agents=["agt_1"])
+    store.insert_client_token(ana, "token-ana")
+    found, digest = store.find_client_token_by_digest("token-ana")
+    assert digest == "token-ana" and found.id == ana.id and found.organization == "acme"
+    assert (found.user, found.groups, found.agents, found.key_scopes) == (
+        "ana",
+        ["hr"],
+        ["agt_1"],
+        ["read", "write"],
+    )
+    assert found.expires_at == ana.expires_at and found.revoked_at is None
+    assert found.key_revoked_at is None and found.key_expires_at is None
+    assert store.find_client_token_by_digest("missing") is None
+    # the minting key's revocation is seen through the token at the next lookup
+    now = datetime.now(UTC).replace(microsecond=0)
+    store.update_key(key.id, revoked_at=now.isoformat())
+    assert store.find_client_token_by_digest("token-ana")[0].key_revoked_at == now
+    # revoked by user: only that user's live tokens in that workspace
+    bob = make_token(store, org_id, key, "bob", agents=None)
+    old = make_token(store, org_id, key, expires_at=now - timedelta(minutes=1))
+    store.insert_client_token(bob, "token-bob")
+    store.insert_client_token(old, "token-old")
+    assert store.find_client_token_by_digest("token-bob")[0].agents is None
+    assert store.revoke_client_tokens(org_id, "live", "ana", now=now) == 0
+    assert store.revoke_client_tokens(org_id, "test", "ana", now=now) == 1  # not the expired
+    assert store.find_client_token_by_digest("token-ana")[0].revoked_at == now
+    assert store.revoke_client_tokens(org_id, "test", "ana", now=now) == 0
+    # revoked by key (a rotation): every live token it minted
+    other = make_key()
+    store.insert_key(other, org_id, "other-digest")
+    carl = make_token(store, org_id, other, "carl")
+    store.insert_client_token(carl, "token-carl")
+    assert store.revoke_key_client_tokens(other.id, now=now) == 1
+    assert store.find_client_token_by_digest("token-carl")[0].revoked_at == now
+    assert store.find_client_token_by_digest("token-bob")[0].revoked_at is None
+    # swept by expiry, a bounded number at a time
+    assert store.sweep_client_tokens(before=now, limit=10) == 1
+    assert store.find_client_token_by_digest("token-old") is None
+    assert store.sweep_client_tokens(before=now + timedelta(hours=2), limit=2) == 2
+    assert store.sweep_client_tokens(before=now + timedelta(hours=2), limit=2) == 1
+    assert store.find_client_token_by_digest("token-bob") is None
 
 
 def test_keys_are_inserted_together_unless_one_is_usable(store: Any) -> None:

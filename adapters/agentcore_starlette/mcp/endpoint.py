@@ -92,7 +92,7 @@ class McpEndpoint:
         request = Request(scope, receive)
         if scope["query_string"]:
             refuse_secrets_in_query(request)
-        workspace, limits = identify(self.core, request, "any")
+        workspace, limits = identify(self.core, request, "any", end_users=True)
         if not self.installed:
             raise NotFound(
                 "The MCP endpoint needs the official MCP SDK, which the server extra brings: "

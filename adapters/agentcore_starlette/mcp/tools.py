@@ -204,9 +204,12 @@ _BY_NAME = {tool.name: tool for tool in TOOLS}
 
 
 def allowed(tool: McpTool, workspace: Workspace) -> bool:
-    """Whether the key may call ``tool`` (and sees it listed): its route's scope."""
-    scope = tool.route.scope
-    return scope == "any" or scope in workspace.scopes
+    """Whether the key may call ``tool`` (and sees it listed): its route's scope, and
+    for a client token, whether end users may call its route."""
+    route = tool.route
+    if workspace.client is not None and not route.end_users:
+        return False
+    return route.scope == "any" or route.scope in workspace.scopes
 
 
 class McpTools:
@@ -279,7 +282,7 @@ class McpTools:
         """The tool's work, on a handler thread: as REST runs the route."""
         route = tool.route
         if route.scope != "any":
-            workspace.require(route.scope)
+            workspace.require(route.scope, end_users=route.end_users)
         args = validate(tool.arguments, dict(arguments))
         body, query = tool.to_request(args)
         call = Call(

@@ -282,6 +282,7 @@ ROUTES = [
         summary="Ask an agent (OpenAI-compatible)",
         scope="read",
         tag="openai",
+        end_users=True,
         body="json",
         request=ChatCompletionRequest,
         events=(
@@ -307,6 +308,7 @@ ROUTES = [
         summary="Retrieve an agent as a model (OpenAI-compatible)",
         scope="read",
         tag="openai",
+        end_users=True,
         error_format="openai",
     ),
     ApiRoute(
@@ -317,6 +319,7 @@ ROUTES = [
         summary="List the agents as models (OpenAI-compatible)",
         scope="read",
         tag="openai",
+        end_users=True,
         error_format="openai",
     ),
 ]

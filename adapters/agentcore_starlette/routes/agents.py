@@ -60,6 +60,7 @@ ROUTES = [
         summary="List agents",
         scope="read",
         tag="agents",
+        end_users=True,
         query=(
             *PAGINATION,
             QueryParam("status", {"type": "string", "enum": list(STATUSES)}, "Filter by status."),
@@ -85,6 +86,7 @@ ROUTES = [
         summary="Retrieve an agent",
         scope="read",
         tag="agents",
+        end_users=True,
     ),
     ApiRoute(
         method="PATCH",

@@ -57,6 +57,7 @@ ROUTES = [
         summary="Send a message to an agent",
         scope="read",
         tag="chat",
+        end_users=True,
         body="json",
         request=ChatMessageRequest,
         events=CHAT_EVENTS,

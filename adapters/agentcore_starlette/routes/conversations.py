@@ -104,6 +104,7 @@ ROUTES = [
         summary="List conversations",
         scope="read",
         tag="conversations",
+        end_users=True,
         query=(
             *PAGINATION,
             QueryParam(
@@ -124,6 +125,7 @@ ROUTES = [
         summary="Retrieve a conversation",
         scope="read",
         tag="conversations",
+        end_users=True,
     ),
     ApiRoute(
         method="GET",
@@ -133,6 +135,7 @@ ROUTES = [
         summary="List a conversation's messages",
         scope="read",
         tag="conversations",
+        end_users=True,
         query=(
             *PAGINATION,
             QueryParam(
@@ -162,6 +165,7 @@ ROUTES = [
         summary="Rate an answer",
         scope="read",
         tag="conversations",
+        end_users=True,
         body="json",
         request=FeedbackCreate,
     ),
@@ -182,5 +186,6 @@ ROUTES = [
         summary="Delete a conversation",
         scope="write",
         tag="conversations",
+        end_users=True,
     ),
 ]

@@ -209,6 +209,7 @@ ROUTES = [
         summary="Search the knowledge core",
         scope="read",
         tag="knowledge",
+        end_users=True,
         body="json",
         request=SearchRequest,
         quick_when=_index_current,

@@ -10,8 +10,9 @@ from typing import Any
 from agentcore._ids import isoformat, new_id, now_iso
 from agentcore.schema import ApiKey, Organization
 from agentcore.storage.base import KeyStore
+from agentcore.storage.records import StoredClientToken
 from agentcore.storage.sql.database import CACHE_LIMIT, Tables
-from agentcore.storage.sql.queries import insert_row, read_row, read_rows, update_row
+from agentcore.storage.sql.queries import insert_row, read_row, read_rows, update_row, write
 
 # Every request authenticates: a key comes with its organization's name in one
 # indexed join.
@@ -20,6 +21,15 @@ _KEY_SELECT = (
     "JOIN organizations ON organizations.id = api_keys.organization_id"
 )
 _KEY_COLUMNS = {"revoked_at", "expires_at", "last_used_at", "name"}
+# a client token comes with its organization's name and its minting key's state
+_TOKEN_SELECT = (
+    "SELECT client_tokens.*, organizations.name AS org_name, api_keys.scopes AS key_scopes,"
+    " api_keys.revoked_at AS key_revoked_at, api_keys.expires_at AS key_expires_at"
+    " FROM client_tokens JOIN organizations ON organizations.id = client_tokens.organization_id"
+    " JOIN api_keys ON api_keys.id = client_tokens.key_id"
+)
+# a token that has not ended yet at the given time
+_LIVE_TOKEN = "revoked_at IS NULL AND expires_at > ?"
 
 
 # a key's columns that hold its fields as they are, and those that hold its times
@@ -36,6 +46,26 @@ def _key(row: Any) -> ApiKey:
         scopes=json.loads(row["scopes"]),
         **{column: row[column] for column in _TEXTS},
         **times,
+    )
+
+
+def _token(row: Any) -> StoredClientToken:
+    agents = row["agents"]
+    return StoredClientToken(
+        id=row["id"],
+        organization_id=row["organization_id"],
+        organization=row["org_name"],
+        environment=row["environment"],
+        key_id=row["key_id"],
+        key_scopes=json.loads(row["key_scopes"]),
+        user=row["user_id"],
+        groups=json.loads(row["groups"]),
+        agents=None if agents is None else json.loads(agents),
+        created_at=datetime.fromisoformat(row["created_at"]),
+        expires_at=datetime.fromisoformat(row["expires_at"]),
+        revoked_at=_time(row["revoked_at"]),
+        key_revoked_at=_time(row["key_revoked_at"]),
+        key_expires_at=_time(row["key_expires_at"]),
     )
 
 
@@ -132,3 +162,59 @@ class KeyTables(Tables, KeyStore):
     def update_key(self, key_id: str, **changes: Any) -> None:
         with self.db.write() as conn:
             update_row(conn, "api_keys", key_id, changes, _KEY_COLUMNS)
+
+    def insert_client_token(self, token: StoredClientToken, digest: str) -> None:
+        with self.db.write() as conn:
+            insert_row(
+                conn,
+                "client_tokens",
+                {
+                    "id": token.id,
+                    "organization_id": token.organization_id,
+                    "environment": token.environment,
+                    "key_id": token.key_id,
+                    "digest": digest,
+                    "user_id": token.user,
+                    "groups": json.dumps(token.groups),
+                    "agents": None if token.agents is None else json.dumps(token.agents),
+                    "created_at": isoformat(token.created_at),
+                    "expires_at": isoformat(token.expires_at),
+                },
+            )
+
+    def find_client_token_by_digest(self, digest: str) -> tuple[StoredClientToken, str] | None:
+        # remembered as keys are, until anything is written to the database
+        cache = self.db.current_cache("client_tokens")
+        if digest in cache:
+            found: tuple[StoredClientToken, str] = cache[digest]
+            return found
+        row = read_row(self.db, f"{_TOKEN_SELECT} WHERE client_tokens.digest = ?", [digest])
+        if row is None:
+            return None
+        found = (_token(row), row["digest"])
+        if len(cache) < CACHE_LIMIT:
+            cache[digest] = found
+        return found
+
+    def revoke_client_tokens(
+        self, organization_id: str, environment: str, user: str, *, now: datetime
+    ) -> int:
+        at = isoformat(now)
+        sql = (
+            "UPDATE client_tokens SET revoked_at = ? WHERE organization_id = ?"
+            f" AND environment = ? AND user_id = ? AND {_LIVE_TOKEN}"
+        )
+        return max(write(self.db, sql, [at, organization_id, environment, user, at]), 0)
+
+    def revoke_key_client_tokens(self, key_id: str, *, now: datetime) -> int:
+        at = isoformat(now)
+        sql = f"UPDATE client_tokens SET revoked_at = ? WHERE key_id = ? AND {_LIVE_TOKEN}"
+        return max(write(self.db, sql, [at, key_id, at]), 0)
+
+    def sweep_client_tokens(self, *, before: datetime, limit: int) -> int:
+        # bounded, so one pass is a short write however many tokens expired at once
+        sql = (
+            "DELETE FROM client_tokens WHERE id IN"
+            " (SELECT id FROM client_tokens WHERE expires_at <= ? LIMIT ?)"
+        )
+        return max(write(self.db, sql, [isoformat(before), limit]), 0)

@@ -579,3 +579,28 @@ def m023_message_feedback(d: Dialect) -> str:
     return """
         ALTER TABLE messages ADD COLUMN feedback TEXT;
         """
+
+
+@migration()
+def m024_client_tokens(d: Dialect) -> str:
+    """Client tokens: one end user's short-lived credential, minted by a key (only the
+    SHA-256 digest of its secret is kept); found by digest, revoked by user or key,
+    swept by expiry."""
+    return """
+        CREATE TABLE client_tokens (
+            id TEXT PRIMARY KEY,
+            organization_id TEXT NOT NULL REFERENCES organizations(id),
+            environment TEXT NOT NULL CHECK (environment IN ('test', 'live')),
+            key_id TEXT NOT NULL,
+            digest TEXT NOT NULL UNIQUE,
+            user_id TEXT NOT NULL,
+            groups TEXT NOT NULL,
+            agents TEXT,
+            created_at TEXT NOT NULL,
+            expires_at TEXT NOT NULL,
+            revoked_at TEXT
+        );
+        CREATE INDEX client_tokens_user ON client_tokens (organization_id, environment, user_id);
+        CREATE INDEX client_tokens_key ON client_tokens (key_id);
+        CREATE INDEX client_tokens_expiry ON client_tokens (expires_at);
+        """
