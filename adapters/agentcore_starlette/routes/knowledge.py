@@ -118,11 +118,16 @@ def search_knowledge(call: Call) -> SearchResponse:
 
 
 def _search_batch_key(call: Call) -> Hashable | None:
-    # vector searches of one workspace with the same options can share one scan
+    # vector searches of one workspace with the same options, each for no end user, can
+    # share one scan; a search for a user (``user`` in the body, or a client token, which
+    # always acts for its user) sees only that user's documents, so it runs alone: the
+    # batch runs as its first call's caller
     body = cast(SearchRequest, call.body)
-    if body.filter is not None or body.user is not None or body.mode not in (None, "vector"):
-        return None
     ws = call.workspace
+    if body.filter is not None or body.user is not None or ws.client is not None:
+        return None
+    if body.mode not in (None, "vector"):
+        return None
     return (ws.organization_id, ws.environment, body.top_k, body.min_score)
 
 
