@@ -51,15 +51,11 @@ class RateLimiter:
         self._store = store if backend == "store" else None
         default = time.time if self._store is not None else time.monotonic
         self._clock = clock or default
-        self._buckets: dict[str, tuple[float, float]] = {}  # key -> (tokens, last refill)
+        # key -> (tokens, last refill, when it is full again): a bucket full again is the
+        # same as none, so such buckets are swept out (keys of 100,000 tenants, or the
+        # client tokens of as many users, leave no 100,000 buckets behind)
+        self._buckets: dict[str, tuple[float, float, float]] = {}
         self._lock = threading.Lock()
-        # a bucket untouched this long is full again, the same as none: such buckets are
-        # swept out (keys of 100,000 tenants leave no 100,000 buckets behind)
-        self._full_after = max(
-            max(r, 1.0) / r
-            for rate in self._rates.values()
-            for r in (rate, rate * self._token_share)
-        )
         self._sweep = Sweeper(SWEEP_BUCKETS)
 
     @property
@@ -78,14 +74,13 @@ class RateLimiter:
             allowed, tokens = taken.allowed, taken.tokens
         else:
             with self._lock:
-                tokens, last = self._buckets.get(key_id, (burst, now))
+                tokens, last, _ = self._buckets.get(key_id, (burst, now, now))
                 tokens = min(burst, tokens + (now - last) * rate)
                 allowed = tokens >= 1.0
                 if allowed:
                     tokens -= 1.0
-                self._buckets[key_id] = (tokens, now)
-                idle = now - self._full_after
-                self._buckets = self._sweep(self._buckets, lambda bucket: bucket[1] > idle)
+                self._buckets[key_id] = (tokens, now, now + (burst - tokens) / rate)
+                self._buckets = self._sweep(self._buckets, lambda bucket: bucket[2] > now)
         return Decision(
             allowed=allowed,
             limit=rate,
