@@ -111,7 +111,7 @@ class HttpSettings(PluginSettings):
         15.0, gt=0, description="Seconds between comment heartbeats of a streamed answer."
     )
     cors_origins: Annotated[list[str], NoDecode] = Field(
-        default_factory=list,
+        [],
         description="Origins whose pages may call the routes a client token may use"
         " (comma-separated, e.g. `https://app.example.com,https://admin.example.com`;"
         " `*` for any); no other route is opened. None by default.",
