@@ -52,7 +52,7 @@ from agentcore.errors import (
     invalid_fields,
 )
 from agentcore.events import finite
-from agentcore.knowledge import check_user, supporting_pages
+from agentcore.knowledge import check_user, support, supporting_pages
 from agentcore.knowledge.terms import TermStats
 from agentcore.mcp_tools import McpFailure, McpTools, RemoteTool
 from agentcore.observer import Observer, unobserved
@@ -95,6 +95,7 @@ _HUMAN_REQUEST = re.compile(
     r"\bhuman (agent|being|support)\b|\brepresentative\b",
     re.IGNORECASE,
 )
+MAX_QUOTES = 5  # the most passages one citation quotes
 _GUARD_SLACK = 2.0  # seconds past the model time-out before a hung plugin is abandoned
 _END = object()  # what ``next`` returns for a model stream that ended without a result
 # the result a model sees for a caller's tool it called on its last step (tools are not
@@ -139,21 +140,38 @@ def quoted_pages(passage: Passage, answer: str) -> list[int]:
 def build_citations(
     passages: list[Passage], used_ids: list[str], answer: str = ""
 ) -> list[Citation]:
-    """Citations from the passages an answer used: grouped by source, pages sorted, unique.
+    """Citations from the passages an answer used: grouped by source, pages sorted, unique,
+    each with the passages it quotes.
 
     A used passage cites the pages of the sentences the answer draws on: those it
-    quotes, and for a paraphrase those that best match it (see ``supporting_pages``).
-    An answer that repeats sentences of a chunk spanning pages 3-4, all from page 4,
-    cites page 4 only; a passage nothing in the answer can be traced to cites all its
-    pages.
+    quotes, and for a paraphrase those that best match it (see ``support``), and quotes
+    those sentences verbatim. An answer that repeats sentences of a chunk spanning pages
+    3-4, all from page 4, cites page 4 only and quotes them; a passage nothing in the
+    answer can be traced to cites all its pages and quotes its opening. A citation keeps
+    at most ``MAX_QUOTES`` quotes, those traced to the answer first.
     """
     used = set(used_ids)
     cited = [passage for passage in passages if passage.id in used]
-    found = supporting_pages([(p.text, p.pages, p.page_offsets) for p in cited], answer)
+    found = support([(p.text, p.pages, p.page_offsets) for p in cited], answer)
     pages: dict[str, set[int]] = {}
-    for passage, passage_pages in zip(cited, found, strict=True):
-        pages.setdefault(passage.source, set()).update(passage_pages)
-    return [Citation(source=source, pages=sorted(found)) for source, found in pages.items()]
+    quotes: dict[str, tuple[list[str], list[str]]] = {}  # source -> (traced, untraced)
+    for passage, supported in zip(cited, found, strict=True):
+        pages.setdefault(passage.source, set()).update(supported.pages)
+        traced, untraced = quotes.setdefault(passage.source, ([], []))
+        (traced if supported.traced else untraced).extend(supported.quotes)
+    citations = []
+    for source, cited_pages in pages.items():
+        traced, untraced = quotes[source]
+        kept = list(dict.fromkeys(traced or untraced))[:MAX_QUOTES]
+        citations.append(
+            Citation(
+                source=source,
+                pages=sorted(cited_pages),
+                quote=kept[0] if kept else None,
+                quotes=kept if len(kept) > 1 else None,
+            )
+        )
+    return citations
 
 
 @dataclass(frozen=True)

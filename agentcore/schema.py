@@ -935,13 +935,6 @@ class SearchResponse(BaseModel):
     results: list[SearchResult]
 
 
-class Citation(BaseModel):
-    """A source document and the pages of it an answer used."""
-
-    source: str
-    pages: list[int]
-
-
 def _omitted_if_none(description: str) -> Any:
     """A field that is ``None`` in Python and absent (never ``null``) in the JSON."""
     return Field(
@@ -949,6 +942,23 @@ def _omitted_if_none(description: str) -> Any:
         description=description,
         exclude_if=lambda value: value is None,
         json_schema_extra=_absent_when_none,
+    )
+
+
+class Citation(BaseModel):
+    """A source document and the pages of it an answer used, with the passages it used
+    from them (``quote``, and ``quotes`` when there are several)."""
+
+    source: str
+    pages: list[int]
+    quote: str | None = _omitted_if_none(
+        "The passage of the source the answer used, verbatim from the stored text (at most"
+        " 500 characters, cut at a sentence or word end). Absent on answers stored before"
+        " quotes existed."
+    )
+    quotes: list[str] | None = _omitted_if_none(
+        "Every passage of the source the answer used (at most 5), when there is more than"
+        " one; the first is `quote`."
     )
 
 

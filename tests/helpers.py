@@ -369,3 +369,9 @@ SEARCH_QUERIES = [  # SEARCH_TOPICS[i]'s question at i
     "why grow grapes on volcanoes",
     "how long is the warranty",
 ]
+
+
+def where_cited(citations: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Citations as ``[{source, pages}]``, their quotes left out (tests of where an
+    answer's sources are; tests/knowledge/test_citations.py checks the quotes)."""
+    return [{"source": c["source"], "pages": c["pages"]} for c in citations]

@@ -10,7 +10,7 @@ below, which the composition root and the built-in plugins use.
 """
 
 from agentcore.knowledge._chunking import sentence_spans, split_sentences
-from agentcore.knowledge._citing import supporting_pages
+from agentcore.knowledge._citing import MAX_QUOTE_CHARS, support, supporting_pages
 from agentcore.knowledge._filters import MetadataCache, check_access, check_user
 from agentcore.knowledge._keywords import KeywordCache
 
@@ -21,5 +21,7 @@ __all__ = [
     "check_user",
     "sentence_spans",
     "split_sentences",
+    "MAX_QUOTE_CHARS",
+    "support",
     "supporting_pages",
 ]

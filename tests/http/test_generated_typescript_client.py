@@ -15,6 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 from conftest import Keys, ServerThread
+from helpers import where_cited
 
 from agentcore import AgentCore
 from agentcore_starlette import create_app
@@ -66,6 +67,6 @@ def test_the_generated_typescript_client_uploads_searches_and_chats(
     assert document["external_id"] == "hr/handbook" and document["id"] != got["replaced"]
     assert got["chunks"] == ["# Handbook\n\nEmployees get 25 vacation days per year."]
     assert "25 vacation days" in got["answer"]
-    assert got["citations"] == [{"source": "handbook.md", "pages": [1]}]
+    assert where_cited(got["citations"]) == [{"source": "handbook.md", "pages": [1]}]
     listed = core.workspace("acme").knowledge.list().documents
     assert [d.id for d in listed] == [document["id"]]  # the text was replaced

@@ -16,7 +16,7 @@ from test_chunking import Document, documents
 from agentcore.chat import build_citations, quoted_pages
 from agentcore.chat_models import ChatRequest, ChatResult, Passage
 from agentcore.knowledge._chunking import chunk_pages, pages_in_span, sentence_spans
-from agentcore.knowledge._citing import supporting_pages
+from agentcore.knowledge._citing import MAX_QUOTE_CHARS, support, supporting_pages
 from agentcore.plugins.extractive import NO_ANSWER, ExtractiveModel
 
 # --- character -> page offsets ---------------------------------------------------
@@ -150,7 +150,11 @@ def test_each_cited_chunk_gets_the_sentences_traced_to_it() -> None:
         [(p.text, p.pages, p.page_offsets) for p in (first, second)], answer
     ) == [[3], [1]]
     citations = build_citations([first, second], ["P1", "P2"], answer)
-    assert [c.model_dump() for c in citations] == [{"source": "ops.pdf", "pages": [1, 3]}]
+    generator = "The emergency generator is tested every Tuesday at seven by the facilities team."
+    visitors = "Visitors sign in at the front desk and wear a badge."
+    assert [c.model_dump() for c in citations] == [
+        {"source": "ops.pdf", "pages": [1, 3], "quote": generator, "quotes": [generator, visitors]}
+    ]
     # A chunk the answer never draws on, though the model cited it, keeps all its pages.
     assert build_citations([first, second], ["P2"], answer)[0].pages == [1]
     assert build_citations([first, second], ["P1"], "Nothing relevant at all here, sorry.")[
@@ -190,9 +194,13 @@ def test_extractive_answers_over_a_pdf_cite_the_quoted_sentences_pages(tmp_path:
         }
         for question, pages in expected.items():
             reply = ws.chat.send(agent.id, question)
-            assert [c.model_dump() for c in reply.citations] == [
-                {"source": "ops.pdf", "pages": pages}
-            ], (question, reply.response)
+            [citation] = reply.citations
+            assert (citation.source, citation.pages) == ("ops.pdf", pages), reply.response
+            # the quote is what the extractive model repeated, as the stored text has it
+            assert citation.quote is not None and citation.quotes is None
+            assert " ".join(citation.quote.split()) == reply.response, (question, citation)
+            stored = ws.conversations.messages(reply.conversationId).messages[-1]
+            assert stored.citations == reply.citations
     finally:
         core.close()
 
@@ -237,3 +245,73 @@ def test_a_name_misspelt_by_one_letter_is_still_answered() -> None:
     # Two letters off, or a name nowhere in the passages: not about these passages.
     assert ask("In what year did Hatmaniz and Stearm publish their paper?") == NO_ANSWER
     assert ask("In what year did Dijkstra publish his paper?") == NO_ANSWER
+
+
+# --- what an answer quotes --------------------------------------------------------------
+
+
+def chunk_of(passage: Passage) -> tuple[str, list[int], list[int]]:
+    return passage.text, passage.pages, passage.page_offsets
+
+
+def test_a_quote_is_the_stored_text_of_the_sentences_used() -> None:
+    chunk = passage()
+    answer = "The parking garage closes at midnight on weekdays and at two on Saturdays."
+    [found] = support([chunk_of(chunk)], answer)
+    assert found.traced and found.pages == [2] and found.quotes == [answer]
+    # a paraphrase quotes the sentence it matched, not the answer's words
+    llm = "Every Tuesday the facilities team runs a test of the emergency generator."
+    [found] = support([chunk_of(chunk)], llm)
+    assert found.quotes == [
+        "The emergency generator is tested every Tuesday at seven by the facilities team."
+    ]
+    # whitespace as stored: the folded answer still quotes the wrapped original
+    wrapped = passage(["Intro line here.\n\nThe garage\ncloses   at\tmidnight.", "Other."])
+    [found] = support([chunk_of(wrapped)], "The garage closes at midnight.")
+    assert found.quotes == ["The garage\ncloses   at\tmidnight."]
+    assert found.quotes[0] in wrapped.text
+
+
+def test_neighbouring_sentences_are_one_quote_and_others_apart() -> None:
+    chunk = passage()
+    breakfast = "The cafeteria opens at eight and serves breakfast until ten."
+    generator = "The emergency generator is tested every Tuesday at seven by the facilities team."
+    garage = "The parking garage closes at midnight on weekdays and at two on Saturdays."
+    [found] = support([chunk_of(chunk)], f"{generator} {breakfast}")
+    assert found.quotes == [breakfast, generator]  # in the chunk's order
+    [found] = support([chunk_of(chunk)], f"{garage} {generator}")
+    assert len(found.quotes) == 1 and found.quotes[0].startswith("The parking garage")
+    assert found.quotes[0].endswith("facilities team.")  # one passage: they are neighbours
+
+
+def test_an_untraced_chunk_quotes_its_opening_and_long_quotes_are_cut() -> None:
+    chunk = passage()
+    [found] = support([chunk_of(chunk)], "I hope this helps you with your question today.")
+    assert not found.traced and found.pages == [1, 2, 3]
+    assert chunk.text.startswith(found.quotes[0])
+    long = " ".join(f"Sentence number {n} is here." for n in range(60))  # ~1,700 chars
+    [found] = support([(long, [1], [0])], "")
+    [quote] = found.quotes
+    assert len(quote) <= MAX_QUOTE_CHARS and long.startswith(quote) and quote.endswith(".")
+    wordy = "word " * 200  # no sentence end: cut at a word end
+    [found] = support([(wordy.strip(), [1], [0])], "")
+    assert len(found.quotes[0]) <= MAX_QUOTE_CHARS and found.quotes[0].endswith("word")
+    # exactly the bound is kept whole
+    exact = "x" * (MAX_QUOTE_CHARS - 1) + "."
+    assert support([(exact, [1], [0])], "")[0].quotes == [exact]
+    assert support([("", [1], [0])], "")[0].quotes == []
+
+
+def test_a_citation_keeps_at_most_five_quotes_traced_first() -> None:
+    sentences = [f"Fact {word} is recorded in the archive ledger." for word in "abcdefgh"]
+    chunks = [
+        Passage(f"P{n}", sentence, "facts.pdf", [n + 1], 0.5, "doc", [0])
+        for n, sentence in enumerate(sentences)
+    ]
+    unrelated = Passage(
+        "PX", "Completely different words about bananas.", "facts.pdf", [9], 0.5, "doc", [0]
+    )
+    answer = " ".join(sentences)
+    [citation] = build_citations([unrelated, *chunks], [c.id for c in [unrelated, *chunks]], answer)
+    assert citation.quote == sentences[0]
+    assert citation.quotes == sentences[:5]  # the untraced opening of PX is not among them
