@@ -419,9 +419,10 @@ def test_citations_group_by_source_with_sorted_unique_pages() -> None:
         Passage("P4", "d", "c.pdf", [9], 0.6),
     ]
     citations = build_citations(passages, ["P3", "P1", "P2"])
+    # nothing in an empty answer is traced: each passage quotes its opening, in order
     assert [c.model_dump() for c in citations] == [
-        {"source": "b.pdf", "pages": [1, 4, 5]},
-        {"source": "a.pdf", "pages": [2]},
+        {"source": "b.pdf", "pages": [1, 4, 5], "quote": "a", "quotes": ["a", "c"]},
+        {"source": "a.pdf", "pages": [2], "quote": "b"},
     ]
     assert build_citations(passages, []) == []
 
