@@ -344,18 +344,8 @@ def _progress(files: Sequence[Path]) -> Iterator[Report]:
         yield line
         return
     sizes = {path: path.stat().st_size for path in files}
-    # COLUMNS and LINES, else the terminal's size, else 80 x 24 (a new pseudo-terminal
-    # says 0 x 0, which tqdm takes for a screen with no room for a bar)
-    screen = shutil.get_terminal_size()
-    with tqdm(
-        total=sum(sizes.values()),
-        unit="B",
-        unit_scale=True,
-        unit_divisor=1024,
-        file=sys.stderr,
-        desc=f"{total} file(s)",
-        ncols=screen.columns,
-        nrows=screen.lines,
+    with _bar(
+        sum(sizes.values()), f"{total} file(s)", unit="B", unit_scale=True, unit_divisor=1024
     ) as bar:
 
         def advance(path: Path, text: str) -> None:
@@ -365,6 +355,23 @@ def _progress(files: Sequence[Path]) -> Iterator[Report]:
             bar.update(sizes[path])
 
         yield advance
+
+
+@contextmanager
+def _bar(total: float, desc: str, **options: Any) -> Iterator[tqdm]:
+    """A tqdm bar on stderr, as wide as the terminal."""
+    # COLUMNS and LINES, else the terminal's size, else 80 x 24 (a new pseudo-terminal
+    # says 0 x 0, which tqdm takes for a screen with no room for a bar)
+    screen = shutil.get_terminal_size()
+    with tqdm(
+        total=total,
+        file=sys.stderr,
+        desc=desc,
+        ncols=screen.columns,
+        nrows=screen.lines,
+        **options,
+    ) as bar:
+        yield bar
 
 
 def cmd_search(core: AgentCore, args: argparse.Namespace) -> int:
