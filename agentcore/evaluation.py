@@ -277,8 +277,9 @@ class Report:
 
         ``search_recall_at_<k>`` (``k`` = ``top_k``): answerable questions with a result
         from ``source``; ``search_mrr``: the mean of 1/rank of the first such result (0
-        when none is in the top k); ``search_page_recall_at_<k>``: questions with
-        ``pages`` with a result from ``source`` on one of them; ``cites_source``,
+        when none is in the top k); ``search_page_recall_at_<k>`` and
+        ``search_page_mrr``: the same over questions with ``pages``, for a result from
+        ``source`` on one of them; ``cites_source``,
         ``cites_page`` (over questions with ``pages``), ``answer_contains`` (over
         questions with ``answer``); ``abstains``: questions without ``source`` the
         agent did not answer.
@@ -292,6 +293,10 @@ class Report:
                 answerable, lambda o: 1 / o.source_rank if o.source_rank else 0.0
             ),
             f"search_page_recall_at_{k}": recall_at(self.outcomes, k, pages=True),
+            "search_page_mrr": Figure.average(
+                [o for o in answerable if o.golden.pages],
+                lambda o: 1 / o.page_rank if o.page_rank else 0.0,
+            ),
             "cites_source": Figure.share(answerable, lambda o: o.cites_source) if chatted else None,
             "cites_page": (
                 Figure.share([o for o in answerable if o.golden.pages], lambda o: o.cites_page)

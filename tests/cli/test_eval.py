@@ -117,6 +117,7 @@ def test_the_figures_of_a_constructed_case(workspace: dict[str, Any]) -> None:
         "search_recall_at_5": {"value": 0.6667, "hits": 2, "of": 3},
         "search_mrr": {"value": 0.6667, "of": 3},  # (1 + 1 + 0) / 3
         "search_page_recall_at_5": {"value": 0.5, "hits": 1, "of": 2},
+        "search_page_mrr": {"value": 0.5, "of": 2},  # (1 + 0) / 2
         "cites_source": {"value": 0.6667, "hits": 2, "of": 3},
         "cites_page": {"value": 0.5, "hits": 1, "of": 2},
         "answer_contains": {"value": 1.0, "hits": 2, "of": 2},
@@ -147,6 +148,7 @@ def test_the_table(workspace: dict[str, Any]) -> None:
         "search_recall_at_5       0.667  2/3",
         "search_mrr               0.667  3",
         "search_page_recall_at_5  0.500  1/2",
+        "search_page_mrr          0.500  2",
         "cites_source             0.667  2/3",
         "cites_page               0.500  1/2",
         "answer_contains          1.000  2/2",
@@ -183,6 +185,7 @@ def test_top_k_1(workspace: dict[str, Any]) -> None:
     assert report["search_recall_at_1"] == {"value": 0.6667, "hits": 2, "of": 3}
     assert report["search_mrr"] == {"value": 0.6667, "of": 3}
     assert report["search_page_recall_at_1"] == {"value": 0.5, "hits": 1, "of": 2}
+    assert report["search_page_mrr"] == {"value": 0.5, "of": 2}
 
 
 @pytest.mark.parametrize("k", ["0", "101"])
