@@ -8,15 +8,13 @@ import io
 import json
 import os
 import pty
-import select
 import sqlite3
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import CLI, cli_env
+from helpers import CLI, cli_env, read_terminal
 from pdfs import filler, make_pdf
 from processes import reap, spawn
 
@@ -382,21 +380,7 @@ def test_on_a_terminal_a_bar_counts_the_questions(workspace: dict[str, Any]) -> 
         env={**cli_env(), "COLUMNS": "120"},
     )
     os.close(secondary)
-    seen = b""
-    deadline = time.monotonic() + 120  # only guards a hang: the loop ends with the command
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([main_fd], [], [], 0.5)
-        if ready:
-            try:
-                chunk = os.read(main_fd, 65536)
-            except OSError:  # the terminal's other end closed: the command ended
-                break
-            if not chunk:
-                break
-            seen += chunk
-        elif process.poll() is not None:
-            break
-    os.close(main_fd)
+    seen = read_terminal(main_fd, process, 120)
     try:
         out, _ = process.communicate(timeout=60)
         assert process.returncode == 0
