@@ -582,6 +582,18 @@ class _Commands:
         )
 
     @staticmethod
+    def top_k(p: argparse.ArgumentParser, settings: Settings, what: str) -> None:
+        """The ``--top-k`` option: 1 to the settings' ``max_top_k``, their
+        ``default_top_k`` by default."""
+        p.add_argument(
+            "--top-k",
+            type=int_in("--top-k", 1, settings.max_top_k),
+            default=settings.default_top_k,
+            metavar="K",
+            help=f"{what}, 1 to max_top_k ({settings.max_top_k})",
+        )
+
+    @staticmethod
     def as_json(p: argparse.ArgumentParser) -> None:
         """The ``--json`` option."""
         p.add_argument("--json", action="store_true", help="print JSON instead of text")
@@ -663,13 +675,7 @@ def _add_knowledge(commands: _Commands, settings: Settings) -> None:
     )
 
     p = commands.scoped("search", cmd_search, "search the knowledge core")
-    p.add_argument(
-        "--top-k",
-        type=int_in("--top-k", 1, settings.max_top_k),
-        default=settings.default_top_k,
-        metavar="K",
-        help=f"how many results, 1 to max_top_k ({settings.max_top_k})",
-    )
+    commands.top_k(p, settings, "how many results")
     commands.as_json(p)
     p.add_argument("query", help="what to search for")
 
@@ -728,13 +734,7 @@ def _add_eval(commands: _Commands, settings: Settings) -> None:
         metavar="ID",
         help="ask this agent each question too (default: search only, no answers' figures)",
     )
-    p.add_argument(
-        "--top-k",
-        type=int_in("--top-k", 1, settings.max_top_k),
-        default=settings.default_top_k,
-        metavar="K",
-        help=f"search results per question, 1 to max_top_k ({settings.max_top_k})",
-    )
+    commands.top_k(p, settings, "search results per question")
     p.add_argument(
         "--mode",
         choices=["vector", "keyword", "hybrid"],
