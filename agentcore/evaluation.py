@@ -19,6 +19,7 @@ with it too.
 
 from __future__ import annotations
 
+import codecs
 import json
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -83,6 +84,7 @@ def parse_golden(text: str | bytes, name: str) -> list[GoldenQuestion]:
     """The questions of a golden file's ``text``; ``name`` is how errors name the file
     (``name:line: what is wrong``). Raises as ``read_golden`` does."""
     data = text.encode("utf-8") if isinstance(text, str) else text
+    data = data.removeprefix(codecs.BOM_UTF8)  # as some editors on Windows save a file
     found: list[GoldenQuestion] = []
     # bytes split at line breaks only (a JSON string may hold U+2028, which str splits at)
     for number, raw in enumerate(data.splitlines(), 1):

@@ -22,6 +22,7 @@ from agentcore import AgentCore
 from agentcore._plugin_manager import make_plugin_manager
 from agentcore.cli import build_parser, main
 from agentcore.config import Settings
+from agentcore.evaluation import read_golden
 
 CRANES = "Harbour cranes at Port Velmar lift at most forty tonnes in a single hoist."
 GLIDERS = "Refunds for cancelled glider lessons are paid within nine working days."
@@ -315,6 +316,12 @@ def test_a_malformed_line_is_refused_before_anything_is_opened(
         err == f"agentcore: argument GOLDEN: {golden}:3: {reason} (see 'agentcore eval --help')\n"
     )
     assert not db.exists()  # refused while parsing: no database opened, nothing asked
+
+
+def test_a_byte_order_mark_and_crlf_line_ends_are_read(tmp_path: Path) -> None:
+    golden = tmp_path / "windows.jsonl"
+    golden.write_bytes(b'\xef\xbb\xbf{"question": "a?"}\r\n{"question": "b?"}\r\n')
+    assert [item.question for item in read_golden(golden)] == ["a?", "b?"]
 
 
 def test_a_line_that_is_not_utf8(tmp_path: Path) -> None:
