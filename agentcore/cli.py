@@ -1,4 +1,4 @@
-"""The ``agentcore`` command: init, keys, serve, ingest, search, agents, chat."""
+"""The ``agentcore`` command: init, keys, serve, ingest, search, agents, chat, eval."""
 
 # Plugins add commands through the agentcore_register_commands hook; the HTTP adapter
 # adds `serve` that way (agentcore_starlette.commands), so the core never imports a server.
@@ -29,6 +29,7 @@ from agentcore._workspace_services import WorkspaceServices
 from agentcore.config import DEFAULT_DATABASE, Settings, database_url
 from agentcore.core import AgentCore
 from agentcore.errors import AgentCoreError, NotFound, ValidationFailed
+from agentcore.evaluation import GoldenQuestion, evaluate, read_golden, unknown_sources
 from agentcore.schema import Agent, ApiKey, IssuedKey
 from agentcore.storage.sqlite import path_for_url
 from agentcore.webhooks import SETTING_HINT
@@ -344,18 +345,8 @@ def _progress(files: Sequence[Path]) -> Iterator[Report]:
         yield line
         return
     sizes = {path: path.stat().st_size for path in files}
-    # COLUMNS and LINES, else the terminal's size, else 80 x 24 (a new pseudo-terminal
-    # says 0 x 0, which tqdm takes for a screen with no room for a bar)
-    screen = shutil.get_terminal_size()
-    with tqdm(
-        total=sum(sizes.values()),
-        unit="B",
-        unit_scale=True,
-        unit_divisor=1024,
-        file=sys.stderr,
-        desc=f"{total} file(s)",
-        ncols=screen.columns,
-        nrows=screen.lines,
+    with _bar(
+        sum(sizes.values()), f"{total} file(s)", unit="B", unit_scale=True, unit_divisor=1024
     ) as bar:
 
         def advance(path: Path, text: str) -> None:
@@ -365,6 +356,23 @@ def _progress(files: Sequence[Path]) -> Iterator[Report]:
             bar.update(sizes[path])
 
         yield advance
+
+
+@contextmanager
+def _bar(total: float, desc: str, **options: Any) -> Iterator[tqdm]:
+    """A tqdm bar on stderr, as wide as the terminal."""
+    # COLUMNS and LINES, else the terminal's size, else 80 x 24 (a new pseudo-terminal
+    # says 0 x 0, which tqdm takes for a screen with no room for a bar)
+    screen = shutil.get_terminal_size()
+    with tqdm(
+        total=total,
+        file=sys.stderr,
+        desc=desc,
+        ncols=screen.columns,
+        nrows=screen.lines,
+        **options,
+    ) as bar:
+        yield bar
 
 
 def cmd_search(core: AgentCore, args: argparse.Namespace) -> int:
@@ -459,6 +467,54 @@ def cmd_chat(core: AgentCore, args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_eval(core: AgentCore, args: argparse.Namespace) -> int:
+    """Search once per question of a golden file (and, with ``--agent``, chat once) and
+    print the figures (``agentcore.evaluation``): a table, or JSON with ``--json``; a bar
+    on stderr while it runs when stderr is a terminal."""
+    golden: list[GoldenQuestion] = args.golden  # read and checked while parsing
+    ws = _workspace(core, args)
+    for source, count in unknown_sources(ws, golden).items():
+        say(f"no document is named {source!r}: its {count} question(s) will count as misses")
+    if args.agent is None:
+        say("no --agent: search figures only (the answers' figures need an agent to ask)")
+    with _questions_bar(len(golden)) as advance:
+        report = evaluate(
+            ws, golden, agent_id=args.agent, top_k=args.top_k, mode=args.mode, progress=advance
+        )
+    if args.json:
+        _print_json(report.as_json())
+    else:
+        print("\n".join(report.table()))
+    return 0
+
+
+@contextmanager
+def _questions_bar(total: int) -> Iterator[Callable[[], None] | None]:
+    """What ``eval`` tells after each question: a bar's step on a terminal; nothing
+    otherwise (a log gets the table, not a line per question)."""
+    if not sys.stderr.isatty():
+        yield None
+        return
+    with _bar(total, f"{total} question(s)", unit="q") as bar:
+        yield lambda: bar.update(1)
+
+
+def _golden_file(raw: str) -> list[GoldenQuestion]:
+    """An argparse type: the questions of the golden file ``raw``, checked whole before
+    anything is opened; a missing, empty or malformed file is a usage error naming the
+    file and the line."""
+    try:
+        return read_golden(raw)
+    except ValidationFailed as error:
+        raise argparse.ArgumentTypeError(error.detail) from None
+
+
+def _eval_settings(settings: Settings, args: argparse.Namespace) -> Settings:
+    """``eval`` opens its core with ``chat_search_mode`` set to ``--mode``, so that the
+    chat turns it measures retrieve as its searches do."""
+    return settings.model_copy(update={"chat_search_mode": args.mode})
+
+
 def build_parser(
     pm: pluggy.PluginManager | None = None, settings: Settings | None = None
 ) -> argparse.ArgumentParser:
@@ -481,6 +537,7 @@ def build_parser(
     _add_init_and_keys(commands)
     _add_knowledge(commands, settings)
     _add_agents(commands)
+    _add_eval(commands, settings)
 
     def register(name: str, run: Command, help_text: str) -> argparse.ArgumentParser:
         if name in commands.sub.choices:
@@ -522,6 +579,18 @@ class _Commands:
         """The ``--env`` option."""
         p.add_argument(
             "--env", required=True, choices=["test", "live"], help="the environment of its keys"
+        )
+
+    @staticmethod
+    def top_k(p: argparse.ArgumentParser, settings: Settings, what: str) -> None:
+        """The ``--top-k`` option: 1 to the settings' ``max_top_k``, their
+        ``default_top_k`` by default."""
+        p.add_argument(
+            "--top-k",
+            type=int_in("--top-k", 1, settings.max_top_k),
+            default=settings.default_top_k,
+            metavar="K",
+            help=f"{what}, 1 to max_top_k ({settings.max_top_k})",
         )
 
     @staticmethod
@@ -606,13 +675,7 @@ def _add_knowledge(commands: _Commands, settings: Settings) -> None:
     )
 
     p = commands.scoped("search", cmd_search, "search the knowledge core")
-    p.add_argument(
-        "--top-k",
-        type=int_in("--top-k", 1, settings.max_top_k),
-        default=settings.default_top_k,
-        metavar="K",
-        help=f"how many results, 1 to max_top_k ({settings.max_top_k})",
-    )
+    commands.top_k(p, settings, "how many results")
     commands.as_json(p)
     p.add_argument("query", help="what to search for")
 
@@ -642,6 +705,43 @@ def _add_agents(commands: _Commands) -> None:
     commands.as_json(p)
     p.add_argument("agent_id", help="the agent's id (agt_...)")
     p.add_argument("message", help="the question")
+
+
+def _add_eval(commands: _Commands, settings: Settings) -> None:
+    """``eval``."""
+    p = commands.add(
+        "eval",
+        cmd_eval,
+        "measure search and answers against a golden file of questions (JSON Lines)",
+    )
+    p.set_defaults(opens_with=_eval_settings)
+    p.add_argument(
+        "golden",
+        type=_golden_file,
+        metavar="GOLDEN",
+        help="a JSON Lines file, one {question, source, pages?, answer?} a line (no source:"
+        " a question the agent should not answer)",
+    )
+    commands.org(p)
+    p.add_argument(
+        "--env",
+        choices=["test", "live"],
+        default="test",
+        help="the environment whose documents and agent to evaluate",
+    )
+    p.add_argument(
+        "--agent",
+        metavar="ID",
+        help="ask this agent each question too (default: search only, no answers' figures)",
+    )
+    commands.top_k(p, settings, "search results per question")
+    p.add_argument(
+        "--mode",
+        choices=["vector", "keyword", "hybrid"],
+        default=settings.chat_search_mode,
+        help="how search ranks, and how the agent's turns retrieve (the chat_search_mode setting)",
+    )
+    commands.as_json(p)
 
 
 def _missing_folder(db: str) -> str | None:
@@ -684,6 +784,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             f" URL (unset AGENTCORE_DB for {DEFAULT_DATABASE})"
         )
         return USAGE_ERROR
+    opens_with = getattr(args, "opens_with", None)
+    if opens_with is not None:  # a command whose core needs settings of its own (eval)
+        settings = opens_with(settings, args)
     folder = _missing_folder(args.db)
     if folder is not None:  # refused before anything (a database, its folders) is made
         say(f"the folder of --db does not exist: {folder} (create it first)")

@@ -1,18 +1,23 @@
 """Retrieval and answer quality: SQuAD articles as PDFs, page-level recall and citations.
 
 Each article of the SQuAD sample is printed to a PDF, two paragraphs a page (or
-``--paragraphs-per-page N``: the same text paginated differently), and
-ingested through the public API (``AgentCore`` on a temporary SQLite file, all
-articles in one workspace). Every answerable question is searched with ``top_k=5``.
+``--paragraphs-per-page N``: the same text paginated differently; ``squad_golden.py``
+prints them and finds each question's gold page), and ingested through the public API
+(``AgentCore`` on a temporary SQLite file, all articles in one workspace). Every
+answerable question goes through ``agentcore.evaluation.evaluate`` (what ``agentcore
+eval`` runs), which searches it with ``top_k=5`` and computes the figures:
 
     R@k = share of questions where one of the top-k results is from the question's
-    document and its pages include the page holding the question's gold paragraph.
+    document and its pages include the page holding the question's gold paragraph
+    (``search_page_recall_at_<k>``).
 
 A chunk spanning pages counts for each of them. Every question is also sent to a
 chat agent using the default (extractive) model:
 
     cited = share of answers whose citations name the question's document and gold page
-    answered = share of answers whose text contains one of the gold answers (any case)
+        (``cites_page``)
+    answered = share of answers whose text contains one of the gold answers (any case;
+        ``answer_contains``)
     pages/answer = mean number of pages an answer cites (a citation that named every
         page would be "cited" always; this shows it does not)
     chat p50 ms = median wall time of one ``ws.chat.send`` (retrieval, the model,
@@ -21,7 +26,10 @@ chat agent using the default (extractive) model:
 
 Rows are per article: a method or parameter chosen on one article is checked on the
 other (the sample has two). ``--code PATH`` imports ``agentcore`` from another checkout
-(e.g. ``main``) to measure the code before a change on the same machine.
+(e.g. ``main``) to measure the code before a change on the same machine; the figures'
+code (``agentcore/evaluation.py``) is still this checkout's, so both are measured
+alike, also a checkout from before the module. The JSON's misses name each top result
+by its document's source.
 
 Last, a generated 100-page PDF (about 400 words a page) is ingested and timed.
 Prints Markdown tables, writes ``benchmarks/results/retrieval_quality.json`` and
@@ -36,34 +44,33 @@ per mode.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import platform
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from statistics import median
+from types import ModuleType
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-DEFAULT_SQUAD = REPO / ".." / "shared" / "eval" / "squad-sample.json"
-RESULTS = REPO / "benchmarks" / "results" / "retrieval_quality.json"
-PARAGRAPHS_PER_PAGE = 2
-TOP_K = 5
-FONT_CANDIDATES = (
-    "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
-    "/usr/share/fonts/TTF/DejaVuSans.ttf",
-    "/Library/Fonts/DejaVuSans.ttf",
+from squad_golden import (  # standard library only: safe before choosing a checkout
+    DEFAULT_SQUAD,
+    PARAGRAPHS_PER_PAGE,
+    REPO,
+    golden_lines,
+    render_pdfs,
 )
+
+RESULTS = REPO / "benchmarks" / "results" / "retrieval_quality.json"
+TOP_K = 5
 
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 PdfCase = tuple[str, bytes, dict[str, "Gold"]]
-# question -> ranked (document key, pages) of the top-k results
-Searcher = Callable[[str], list[tuple[str, list[int]]]]
 
 
 @dataclass(frozen=True)
@@ -77,42 +84,21 @@ class Gold:
 def build_pdfs(
     path_to_squad: str | Path, paragraphs_per_page: int = PARAGRAPHS_PER_PAGE
 ) -> list[PdfCase]:
-    """Render each SQuAD article as a PDF, ``paragraphs_per_page`` paragraphs a page.
+    """Render each SQuAD article as a PDF, ``paragraphs_per_page`` paragraphs a page
+    (``squad_golden.py``: the same PDFs and gold pages as ``agentcore eval``'s golden file).
 
     :return: one ``(filename, pdf bytes, {question: Gold})`` per article, for the
         answerable questions.
     """
-    from fpdf import FPDF
-
     squad = json.loads(Path(path_to_squad).read_text(encoding="utf-8"))
-    font = next((f for f in FONT_CANDIDATES if Path(f).exists()), None)
-    cases: list[PdfCase] = []
-    for article in squad["data"]:
-        pdf = FPDF()
-        pdf.set_auto_page_break(auto=True, margin=15)
-        if font:
-            pdf.add_font("Body", "", font)
-            pdf.set_font("Body", size=11)
-        else:  # core font: latin-1 only
-            pdf.set_font("Helvetica", size=11)
-        gold: dict[str, Gold] = {}
-        for number, paragraph in enumerate(article["paragraphs"]):
-            if number % paragraphs_per_page == 0:
-                pdf.add_page()
-            page = pdf.page_no()
-            text = paragraph["context"]
-            if not font:
-                text = text.encode("latin-1", "replace").decode("latin-1")
-            pdf.multi_cell(0, 6, text)
-            pdf.ln(4)
-            if pdf.page_no() != page:
-                raise RuntimeError(f"a paragraph of {article['title']} overflowed its page")
-            for qa in paragraph["qas"]:
-                if not qa.get("is_impossible"):
-                    answers = tuple(a["text"] for a in qa.get("answers", []))
-                    gold[qa["question"]] = Gold(page, answers)
-        cases.append((f"{article['title']}.pdf", bytes(pdf.output()), gold))
-    return cases
+    gold: dict[str, dict[str, Gold]] = {}
+    for line in golden_lines(squad, paragraphs_per_page):
+        if "source" in line:
+            answers = tuple(line.get("answer", ()))
+            gold.setdefault(line["source"], {})[line["question"]] = Gold(line["pages"][0], answers)
+    return [
+        (name, data, gold.get(name, {})) for name, data in render_pdfs(squad, paragraphs_per_page)
+    ]
 
 
 @dataclass
@@ -135,38 +121,66 @@ class ArticleResult:
     chat_cpu_p50_ms: float | None = None
 
 
-def _recall(
-    key: str, gold: dict[str, Gold], search: Searcher
-) -> tuple[float, float, list[dict[str, Any]]]:
-    hits1 = hits5 = 0
-    misses: list[dict[str, Any]] = []
-    for question, expected in gold.items():
-        page = expected.page
-        ranked = search(question)
-        hit = [doc == key and page in pages for doc, pages in ranked[:TOP_K]]
-        hits1 += bool(hit[:1] and hit[0])
-        hits5 += any(hit)
-        if not any(hit):
-            misses.append({"question": question, "gold_page": page, "top_pages": ranked})
-    return hits1 / len(gold), hits5 / len(gold), misses
+def _evaluation() -> ModuleType:
+    """This checkout's ``agentcore/evaluation.py``, loaded from its file: with ``--code``
+    the other checkout (which may predate it) is measured by the same figures."""
+    spec = importlib.util.spec_from_file_location(
+        "retrieval_quality_evaluation", REPO / "agentcore" / "evaluation.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
 
 
-def _chat_quality(
-    ws: Any, agent_id: str, source: str, gold: dict[str, Gold]
-) -> tuple[float, float, float, list[float], list[float]]:
-    cited = answered = pages = 0
-    times: list[float] = []
-    cpu: list[float] = []
-    for question, expected in gold.items():
-        started, cpu_started = time.perf_counter(), time.process_time()
-        reply = ws.chat.send(agent_id, question)
-        times.append(time.perf_counter() - started)
-        cpu.append(time.process_time() - cpu_started)
-        cited += any(c.source == source and expected.page in c.pages for c in reply.citations)
-        pages += sum(len(c.pages) for c in reply.citations)
-        text = reply.response.casefold()
-        answered += any(answer.casefold() in text for answer in expected.answers)
-    return cited / len(gold), answered / len(gold), pages / len(gold), times, cpu
+def _evaluate(
+    evaluation: ModuleType,
+    ws: Any,
+    ingested: tuple[Any, float, dict[str, Gold]],
+    agent_id: str | None,
+    mode: str | None,
+) -> tuple[ArticleResult, list[dict[str, Any]]]:
+    """Search (and chat, given ``agent_id``) each question of an ingested article (its
+    document, ingestion seconds and gold) through ``evaluation.evaluate``: the
+    article's row, and the questions whose gold page is not in the top ``TOP_K``."""
+    doc, seconds, gold = ingested
+    golden = [
+        evaluation.GoldenQuestion(question, doc.source, (expected.page,), expected.answers)
+        for question, expected in gold.items()
+    ]
+    report = evaluation.evaluate(ws, golden, agent_id=agent_id, top_k=TOP_K, mode=mode)
+    outcomes = report.outcomes
+    result = ArticleResult(
+        doc.source,
+        len(golden),
+        doc.pages,
+        doc.chunks,
+        evaluation.recall_at(outcomes, 1, pages=True).value,
+        evaluation.recall_at(outcomes, TOP_K, pages=True).value,
+        seconds,
+    )
+    if agent_id is not None:
+        figures = report.figures()
+        result.cited = figures["cites_page"].value
+        result.answered = figures["answer_contains"].value
+        result.pages_cited = sum(len(c.pages) for o in outcomes for c in o.answer.citations) / len(
+            outcomes
+        )
+        result.chat_seconds = [o.chat_seconds for o in outcomes]
+        result.chat_cpu_seconds = [o.chat_cpu_seconds for o in outcomes]
+        result.chat_p50_ms = median(result.chat_seconds) * 1000
+        result.chat_cpu_p50_ms = median(result.chat_cpu_seconds) * 1000
+    misses = [
+        {
+            "question": o.golden.question,
+            "gold_page": o.golden.pages[0],
+            "top_pages": [(r.source, list(r.pages)) for r in o.results],
+        }
+        for o in outcomes
+        if o.page_rank is None
+    ]
+    return result, misses
 
 
 def run_api(
@@ -176,10 +190,10 @@ def run_api(
     ``mode`` (when given) is both the search mode and the chat's ``chat_search_mode``."""
     from agentcore import AgentCore
 
+    evaluation = _evaluation()
     results: list[ArticleResult] = []
     misses: list[dict[str, Any]] = []
     settings: dict[str, Any] = {} if mode is None else {"chat_search_mode": mode}
-    searched: dict[str, Any] = {} if mode is None else {"mode": mode}
     with tempfile.TemporaryDirectory() as tmp:
         core = AgentCore.open(str(Path(tmp) / "bench.db"), **settings)
         try:
@@ -191,29 +205,13 @@ def run_api(
                     data, filename=filename, content_type="application/pdf"
                 )
                 ingested.append((doc, time.perf_counter() - started, gold))
-
-            def search(question: str) -> list[tuple[str, list[int]]]:
-                response = ws.knowledge.search(question, top_k=TOP_K, **searched)
-                return [(r.document_id, list(r.pages)) for r in response.results]
-
             agent = ws.agents.create(name="SQuAD", role="support")
-            for doc, seconds, gold in ingested:
-                r1, r5, missed = _recall(doc.id, gold, search)
-                misses += missed
-                result = ArticleResult(
-                    doc.source, len(gold), doc.pages, doc.chunks, r1, r5, seconds
+            for article in ingested:
+                result, missed = _evaluate(
+                    evaluation, ws, article, agent.id if chat else None, mode
                 )
-                if chat:
-                    (
-                        result.cited,
-                        result.answered,
-                        result.pages_cited,
-                        result.chat_seconds,
-                        result.chat_cpu_seconds,
-                    ) = _chat_quality(ws, agent.id, doc.source, gold)
-                    result.chat_p50_ms = median(result.chat_seconds) * 1000
-                    result.chat_cpu_p50_ms = median(result.chat_cpu_seconds) * 1000
                 results.append(result)
+                misses += missed
         finally:
             core.close()
     return results, misses

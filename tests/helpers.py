@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import subprocess
 import sys
 import threading
@@ -164,6 +165,28 @@ def run_python(script: str, *args: str, timeout: float = 120) -> subprocess.Comp
         timeout=timeout,
         check=False,
     )
+
+
+def read_terminal(fd: int, process: subprocess.Popen[Any], bound: float) -> bytes:
+    """What ``process`` wrote to a pseudo-terminal until it ended or closed it: read from
+    ``fd``, the terminal's other end, which is closed afterwards. ``bound`` seconds only
+    guard a hang: the reading ends with the command."""
+    seen = b""
+    deadline = time.monotonic() + bound
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([fd], [], [], 0.5)
+        if ready:
+            try:
+                chunk = os.read(fd, 65536)
+            except OSError:  # the terminal's other end closed: the command ended
+                break
+            if not chunk:
+                break
+            seen += chunk
+        elif process.poll() is not None:
+            break
+    os.close(fd)
+    return seen
 
 
 def cli_json(*args: str, db: Path | None = None, env_db: Path | None = None) -> Any:

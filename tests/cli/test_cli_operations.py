@@ -7,17 +7,15 @@ import argparse
 import json
 import os
 import pty
-import select
 import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
 import pytest
-from helpers import CLI, cli_env, run_cli
+from helpers import CLI, cli_env, read_terminal, run_cli
 from processes import reap, spawn
 
 from agentcore import AgentCore
@@ -277,21 +275,7 @@ def test_ingest_on_a_terminal_shows_a_bar_with_rate_and_time_left(tmp_path: Path
         env={**cli_env(), "COLUMNS": "120"},
     )
     os.close(secondary)
-    seen = b""
-    deadline = time.monotonic() + 240  # only guards a hang: the loop ends with the command
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([main], [], [], 0.5)
-        if ready:
-            try:
-                chunk = os.read(main, 65536)
-            except OSError:  # the terminal's other end closed: the command ended
-                break
-            if not chunk:
-                break
-            seen += chunk
-        elif process.poll() is not None:
-            break
-    os.close(main)
+    seen = read_terminal(main, process, 240)
     try:
         assert process.wait(timeout=120) == 0
     finally:
