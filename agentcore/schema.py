@@ -661,7 +661,9 @@ class AgentKnowledge(BaseModel):
     rerank: bool = Field(
         False,
         description="Have the core's reranker order the retrieved passages (none"
-        " configured: retrieved without).",
+        " configured: retrieved without). Left out of answers when false.",
+        # absent when false, so an agent's knowledge reads as it did before reranking
+        exclude_if=lambda value: value is False,
     )
 
 
