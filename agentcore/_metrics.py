@@ -106,6 +106,13 @@ class Metrics:
             ["model", "code"],
             registry=registry,
         )
+        self._rerank_failures = Counter(
+            "agentcore_rerank_failures",
+            "Reranker calls that failed, timed out or answered nonsense, so the search kept"
+            " its first order (code: provider_error, provider_timeout, invalid_answer, ...).",
+            ["reranker", "code"],
+            registry=registry,
+        )
         self._tokens = Counter(
             "agentcore_chat_tokens",
             "Tokens chat models reported using (kind: input or output).",
@@ -251,6 +258,11 @@ class Metrics:
         """A chat turn's model call failed with the error ``code``."""
         if self.enabled:
             self._chat_failures.labels(model, code).inc()
+
+    def rerank_failed(self, reranker: str, code: str) -> None:
+        """A reranker call failed with ``code``; the search kept its first order."""
+        if self.enabled:
+            self._rerank_failures.labels(reranker, code).inc()
 
     def refresh(self) -> None:
         """Set this process's gauges: its store connections and loaded indexes (no

@@ -21,8 +21,14 @@ from agentcore.plugins import DEFAULT_PLUGINS
 if TYPE_CHECKING:
     from agentcore.config import Settings
     from agentcore.knowledge.embedders import Embedder
+    from agentcore.knowledge.rerankers import Reranker
 
-__all__ = ["make_plugin_manager", "plugin_settings_models", "registered_embedders"]
+__all__ = [
+    "make_plugin_manager",
+    "plugin_settings_models",
+    "registered_embedders",
+    "registered_rerankers",
+]
 
 
 def make_plugin_manager(
@@ -93,3 +99,19 @@ def registered_embedders(
 
     pm.hook.agentcore_register_embedders(register=register, settings=settings)
     return embedders
+
+
+def registered_rerankers(pm: pluggy.PluginManager, settings: Settings) -> dict[str, Reranker]:
+    """The rerankers plugins register (``agentcore_register_rerankers``), by name.
+
+    :raises ValueError: two rerankers share a name.
+    """
+    rerankers: dict[str, Reranker] = {}
+
+    def register(reranker: Reranker) -> None:
+        if reranker.name in rerankers:
+            raise ValueError(f"two rerankers are named {reranker.name!r}")
+        rerankers[reranker.name] = reranker
+
+    pm.hook.agentcore_register_rerankers(register=register, settings=settings)
+    return rerankers

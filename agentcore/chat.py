@@ -301,9 +301,11 @@ class Retriever(Protocol):
         filter: Filter | None = None,
         mode: SearchMode = "vector",
         user: EndUser | None = None,
+        rerank: bool = False,
     ) -> list[tuple[StoredChunk, float]]:
         """The top ``k`` chunks and cosine scores for ``query`` among the documents
-        ``filter`` selects that ``user`` may read, ranked as ``mode`` says."""
+        ``filter`` selects that ``user`` may read, ranked as ``mode`` says (and reranked
+        with ``rerank``)."""
         ...
 
     def term_stats(self, text: str) -> TermStats:
@@ -1245,6 +1247,7 @@ class _Turn:
             filter=None if knowledge is None else knowledge.filter,
             mode=self.settings.chat_search_mode,
             user=self.reader,
+            rerank=knowledge is not None and knowledge.rerank,
         )
         self.action(
             "knowledge_lookup",

@@ -168,6 +168,17 @@ class Settings(BaseSettings):
 
     # Knowledge
     embedder: str = Field("hashing-v1", description="Embedder that indexes the knowledge core.")
+    reranker: str | None = Field(
+        None,
+        description="Reranker of searches with `rerank`; unset: `http` when"
+        " AGENTCORE_RERANKER_URL is set, else the only one a plugin registers.",
+    )
+    rerank_candidates: int = Field(
+        50, ge=1, le=1_000, description="Chunks a reranked search hands the reranker (≥ top_k)."
+    )
+    rerank_timeout: float = Field(
+        10.0, gt=0, description="Seconds a reranker may take; then the first order is kept."
+    )
     chunk_target_chars: int = Field(700, ge=50)
     chunk_overlap_chars: int = Field(150, ge=0)
     max_pdf_pages: int = Field(5_000, ge=1)

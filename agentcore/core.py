@@ -26,6 +26,7 @@ from agentcore._plugin_manager import (
     make_plugin_manager,
     plugin_settings_models,
     registered_embedders,
+    registered_rerankers,
 )
 from agentcore._rate_limits import RateLimiter
 from agentcore._workspace_services import WorkspaceServices
@@ -38,7 +39,7 @@ from agentcore.conversations import ConversationService
 from agentcore.errors import NotFound
 from agentcore.events import EventBus
 from agentcore.keys import KeyManager, check_environment, check_scopes
-from agentcore.knowledge import KeywordCache, MetadataCache
+from agentcore.knowledge import KeywordCache, MetadataCache, Reranking
 from agentcore.knowledge.embedders import Embedder
 from agentcore.knowledge.ingest import (
     IngestionJobs,
@@ -46,6 +47,7 @@ from agentcore.knowledge.ingest import (
     WorkerSpec,
     WorkersUnavailable,
 )
+from agentcore.knowledge.rerankers import Reranker
 from agentcore.knowledge.service import KnowledgeService
 from agentcore.knowledge.terms import TermCounter
 from agentcore.knowledge.text import stems
@@ -176,6 +178,7 @@ class AgentCore:
         self.events.add_sink(lambda event: self.webhooks.record(event))
         pm.hook.agentcore_register_event_kinds(register=self.events.register_kind)
         self.embedders.update(registered_embedders(pm, settings))
+        self.rerankers.update(registered_rerankers(pm, settings))
         pm.hook.agentcore_register_chat_models(register=self._add_chat_model, settings=settings)
 
     def _build_tenancy(self, store: Store, settings: Settings) -> None:
@@ -213,6 +216,7 @@ class AgentCore:
         filters read, the keyword indexes, the term counts; all under one budget."""
         self.embedders: dict[str, Embedder] = {}
         self.chat_models: dict[str, ChatModel] = {}
+        self.rerankers: dict[str, Reranker] = {}  # filled in as embedders are
         # sentence frequencies kept per document, read by chat (the core's tokenizer)
         self.terms = TermCounter(stems.tokens_of, stems.stem_frequencies)
         # embedders fill in through the hook (at the end of __init__); looked up when needed
@@ -249,6 +253,9 @@ class AgentCore:
         self.observer.add(self.metrics)
         # model calls run here, bounded in time even if a plugin hangs (threads start lazily)
         self.model_pool = self.runtime.executor("agentcore-model", MODEL_THREADS)
+        self.reranking = Reranking(
+            self.rerankers, settings, pool=self.model_pool, observer=self.observer
+        )
         self.webhooks = WebhookRuntime(
             store,
             settings,
@@ -470,6 +477,7 @@ class AgentCore:
             terms=self.terms,
             metadata=self.metadata,
             keywords=self.keywords,
+            reranking=self.reranking,
             observer=self.observer,
         )
 

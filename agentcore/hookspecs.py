@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from agentcore.config import Settings
     from agentcore.events import EventBus
     from agentcore.knowledge.embedders import Embedder
+    from agentcore.knowledge.rerankers import Reranker
     from agentcore.storage.base import Store
 
 PROJECT = "agentcore"
@@ -137,6 +138,22 @@ def agentcore_register_chat_models(
 
     :param register: callback taking an object implementing ``ChatModel``.
     :param settings: the core's settings.
+    """
+
+
+@hookspec
+def agentcore_register_rerankers(register: Callable[[Reranker], None], settings: Settings) -> None:
+    """Register rerankers by calling ``register(reranker)`` once per reranker.
+
+    Called once when the core starts. ``reranker.name`` must be unique; the core's
+    ``settings.reranker`` picks the one searches with ``rerank`` use (unset: ``http``,
+    the built-in ``/rerank`` client, when ``AGENTCORE_RERANKER_URL`` is set, else the
+    only one registered). A reranker that raises or hangs is logged and counted, and
+    the search keeps its first order.
+
+    :param register: callback taking an object implementing
+        ``agentcore.knowledge.rerankers.Reranker``.
+    :param settings: the core's settings; a plugin's own are ``settings.plugin(Model)``.
     """
 
 

@@ -2,7 +2,7 @@
 
 One protocol for every part: the engine's parts count what they do
 (``observer("index.reload", 1)``), knowledge search reports how long searches took,
-chat how each turn went. The core's ``Metrics`` implements all of it; a host passes a
+chat how each turn went, reranking when it failed. The core's ``Metrics`` implements all of it; a host passes a
 plain ``(event, count)`` callable to ``AgentCore.open(observer=...)`` to see the counts,
 and the core tells both (``Observers``).
 
@@ -51,6 +51,10 @@ class Observer(Protocol):
         """A call to chat model ``model`` failed with error ``code``."""
         ...
 
+    def rerank_failed(self, reranker: str, code: str) -> None:
+        """A call to ``reranker`` failed with ``code``; the search kept its first order."""
+        ...
+
 
 class Unobserved:
     """An observer told nothing: every call does nothing."""
@@ -65,6 +69,9 @@ class Unobserved:
         """Nothing."""
 
     def chat_failed(self, model: str, code: str) -> None:
+        """Nothing."""
+
+    def rerank_failed(self, reranker: str, code: str) -> None:
         """Nothing."""
 
 
@@ -122,3 +129,8 @@ class Observers:
         """Tell each observer."""
         for observer in self._observers:
             observer.chat_failed(model, code)
+
+    def rerank_failed(self, reranker: str, code: str) -> None:
+        """Tell each observer."""
+        for observer in self._observers:
+            observer.rerank_failed(reranker, code)

@@ -658,6 +658,13 @@ class AgentKnowledge(BaseModel):
     filter: BoundedFilter | None = Field(
         None, description="Only documents this filter selects are retrieved for the agent."
     )
+    rerank: bool = Field(
+        False,
+        description="Have the core's reranker order the retrieved passages (none"
+        " configured: retrieved without). Left out of answers when false.",
+        # absent when false, so an agent's knowledge reads as it did before reranking
+        exclude_if=lambda value: value is False,
+    )
 
 
 class Agent(BaseModel):
@@ -869,6 +876,16 @@ class DocumentUpdate(Request):
         return _refuse_null(value, "to keep the metadata")
 
 
+def _omitted_if_none(description: str) -> Any:
+    """A field that is ``None`` in Python and absent (never ``null``) in the JSON."""
+    return Field(
+        None,
+        description=description,
+        exclude_if=lambda value: value is None,
+        json_schema_extra=_absent_when_none,
+    )
+
+
 SearchMode = Literal["vector", "keyword", "hybrid"]
 """How search ranks: cosine similarity, BM25 over the words, or both fused by rank."""
 
@@ -896,6 +913,11 @@ class SearchRequest(Request):
         description="Search for this end user: only documents they may read (`access`).",
         json_schema_extra=_absent_when_none,
     )
+    rerank: bool = Field(
+        False,
+        description="Have the core's reranker order the top rerank_candidates (default 50)"
+        " and keep its best top_k, with rerank_score; 400 reranker_unavailable without one.",
+    )
 
     @field_validator("user", mode="before")
     @classmethod
@@ -922,27 +944,22 @@ class SearchResult(BaseModel):
     document_id: str
     metadata: dict[str, str | int | float | bool] = Field(default_factory=dict)
     rank_score: float = Field(
-        description="What the results are ordered by: the cosine similarity (vector),"
-        " the BM25 score (keyword) or the reciprocal-rank-fusion score (hybrid)."
+        description="What the mode ranked by: the cosine similarity (vector), the BM25"
+        " score (keyword) or the reciprocal-rank-fusion score (hybrid)."
+    )
+    rerank_score: float | None = _omitted_if_none(
+        "The reranker's score, which reranked results are ordered by (absent when the"
+        " search was not reranked, or its reranker failed)."
     )
 
 
 class SearchResponse(BaseModel):
-    """Chunks ordered by ``rank_score``, highest first (ties by the cosine, then by chunk id)."""
+    """Chunks ordered by ``rank_score``, highest first (ties by the cosine, then by chunk
+    id), or by ``rerank_score`` when reranked."""
 
     query: str
     mode: SearchMode = "vector"
     results: list[SearchResult]
-
-
-def _omitted_if_none(description: str) -> Any:
-    """A field that is ``None`` in Python and absent (never ``null``) in the JSON."""
-    return Field(
-        None,
-        description=description,
-        exclude_if=lambda value: value is None,
-        json_schema_extra=_absent_when_none,
-    )
 
 
 class Citation(BaseModel):

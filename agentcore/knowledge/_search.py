@@ -5,14 +5,15 @@ retrieval) delegate to once the caller's scope is checked. Every mode ranks amon
 documents a metadata filter selects, before the top ``k`` is taken: ``vector`` through
 the core's ``VectorBackend`` (cosine), ``keyword`` through the workspace's BM25 index,
 ``hybrid`` both, fused by reciprocal rank. Every result's ``score`` is its cosine
-similarity, whatever the mode ranked by (``rank_score``).
+similarity, whatever the mode ranked by (``rank_score``). A search with ``rerank`` ranks
+``rerank_candidates`` so and has the core's reranker order them (``rerank_score``).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, get_args
 
 import numpy as np
@@ -20,6 +21,7 @@ import numpy.typing as npt
 
 from agentcore.errors import InvalidRequest, ValidationFailed, check_unicode
 from agentcore.knowledge._filters import MetadataCache, Selection, check_filter, check_user
+from agentcore.knowledge._reranking import Reranking
 from agentcore.knowledge.vectors import Embedding, VectorBackend
 from agentcore.observer import Observer, unobserved
 from agentcore.schema import EndUser, Filter, SearchMode, SearchResponse, SearchResult
@@ -28,6 +30,7 @@ from agentcore.storage.records import StoredChunk
 if TYPE_CHECKING:
     from agentcore.config import Settings
     from agentcore.knowledge._keywords import KeywordCache
+    from agentcore.knowledge.rerankers import Reranker
     from agentcore.storage.base import DocumentStore
 
 __all__ = ["HYBRID_DEPTH", "KEYWORD_DEPTH", "RRF_K", "SEARCH_MODES", "Hit", "Search"]
@@ -49,11 +52,13 @@ KEYWORD_DEPTH = 50
 
 @dataclass(frozen=True)
 class Hit:
-    """A ranked chunk: its cosine ``score`` and the ``rank`` its search ordered by."""
+    """A ranked chunk: its cosine ``score``, the ``rank`` its search ordered by, and the
+    reranker's score when it was reranked."""
 
     chunk: StoredChunk
     score: float
     rank: float
+    rerank: float | None = None
 
 
 class Search:
@@ -67,6 +72,7 @@ class Search:
     :param metadata: the document tables filters select from.
     :param keywords: the keyword (BM25) indexes; ``None``: keyword and hybrid searches
         are refused.
+    :param reranking: the core's rerankers; ``None``: reranked searches are refused.
     :param observer: told how long searches took.
     """
 
@@ -80,6 +86,7 @@ class Search:
         embedding: Embedding,
         metadata: MetadataCache,
         keywords: KeywordCache | None = None,
+        reranking: Reranking | None = None,
         observer: Observer = unobserved,
     ) -> None:
         self._key = key
@@ -89,6 +96,7 @@ class Search:
         self._embedding = embedding
         self._metadata = metadata
         self._keywords = keywords
+        self._reranking = reranking or Reranking({}, settings)
         self._observer = observer
 
     def search(
@@ -100,6 +108,7 @@ class Search:
         filter: Filter | Mapping[str, Any] | None = None,
         mode: SearchMode | None = None,
         user: EndUser | Mapping[str, Any] | None = None,
+        rerank: bool = False,
     ) -> SearchResponse:
         """The ``top_k`` chunks best matching ``query``.
 
@@ -114,13 +123,19 @@ class Search:
         :param user: search for this end user (an ``EndUser`` or ``{id, groups}``):
             only documents without an access list, or whose list names the user or one
             of their groups, applied before the top ``top_k`` as ``filter`` is.
+        :param rerank: rank the top ``rerank_candidates`` (at least ``top_k``) as
+            ``mode`` says, then keep the ``top_k`` the core's reranker puts first, each
+            with its ``rerank_score``; a 400 ``reranker_unavailable`` when the core has
+            none. A reranker that fails or times out leaves the first order (logged
+            and counted), without ``rerank_score``.
         """
         k = self._checked(query, top_k, min_score)
         mode = self._mode(mode)
+        reranker = self._reranking.required() if rerank else None
         spec = check_filter(filter)
         reader = check_user(user)
         began = time.perf_counter()
-        hits = self._ranked(query, k, min_score, spec, mode, reader)
+        hits = self._reranked(reranker, query, k, min_score, spec, mode, reader)
         self._observer.searched(time.perf_counter() - began, 1)
         return _response(query, mode, hits)
 
@@ -133,6 +148,7 @@ class Search:
         filter: Filter | Mapping[str, Any] | None = None,
         mode: SearchMode | None = None,
         user: EndUser | Mapping[str, Any] | None = None,
+        rerank: bool = False,
     ) -> list[SearchResponse]:
         """``search`` for each of ``queries`` with the same options: their answers, in
         order. A query ``search`` refuses makes the whole call fail with
@@ -142,7 +158,8 @@ class Search:
         scored against the index in one matrix product, which costs about half of a
         search each when there are eight (the HTTP adapter batches concurrent
         searches so); a score may then differ from a lone search's in the last bit of
-        its float32, and so may the order of two results that close.
+        its float32, and so may the order of two results that close. Reranked searches
+        run one by one.
         """
         if isinstance(queries, str):  # a str is a Sequence[str]: one search per character
             raise ValidationFailed(
@@ -156,10 +173,17 @@ class Search:
                 error.param = f"queries.{at}" if error.param == "query" else error.param
                 raise
         mode = self._mode(mode)
-        if len(queries) < 2 or mode != "vector" or filter is not None or user is not None:
+        alone = rerank or filter is not None or user is not None
+        if len(queries) < 2 or mode != "vector" or alone:
             return [
                 self.search(
-                    q, top_k=top_k, min_score=min_score, filter=filter, mode=mode, user=user
+                    q,
+                    top_k=top_k,
+                    min_score=min_score,
+                    filter=filter,
+                    mode=mode,
+                    user=user,
+                    rerank=rerank,
                 )
                 for q in queries
             ]
@@ -248,12 +272,36 @@ class Search:
         filter: Filter | None = None,
         mode: SearchMode = "vector",
         user: EndUser | None = None,
+        rerank: bool = False,
     ) -> list[tuple[StoredChunk, float]]:
         """The top ``k`` chunks and their cosine scores for ``query``, among the
-        documents ``filter`` selects that ``user`` may read, ranked as ``mode`` says (no
-        argument checks; chat uses it)."""
-        hits = self._ranked(query, k, min_score, filter, self._mode(mode), user)
+        documents ``filter`` selects that ``user`` may read, ranked as ``mode`` says
+        and reranked with ``rerank`` when the core has a reranker (no argument checks;
+        chat uses it)."""
+        reranker = self._reranking.for_chat() if rerank else None
+        hits = self._reranked(reranker, query, k, min_score, filter, self._mode(mode), user)
         return [(hit.chunk, hit.score) for hit in hits]
+
+    def _reranked(
+        self,
+        reranker: Reranker | None,
+        query: str,
+        k: int,
+        min_score: float | None,
+        spec: Filter | None,
+        mode: SearchMode,
+        reader: EndUser | None,
+    ) -> list[Hit]:
+        """The top ``k`` hits of ``query`` (``_ranked``); with a ``reranker``, the top
+        ``k`` of the reranker's order of the first ``rerank_candidates`` (the first
+        order when it fails)."""
+        if reranker is None:
+            return self._ranked(query, k, min_score, spec, mode, reader)
+        hits = self._ranked(query, self._reranking.depth(k), min_score, spec, mode, reader)
+        order = self._reranking.order(reranker, query, [hit.chunk.text for hit in hits], k)
+        if order is None:
+            return hits[:k]
+        return [replace(hits[index], rerank=score) for index, score in order]
 
     def _ranked(
         self,
@@ -397,6 +445,7 @@ def _response(query: str, mode: SearchMode, hits: list[Hit]) -> SearchResponse:
             document_id=hit.chunk.document_id,
             metadata=hit.chunk.metadata,
             rank_score=hit.rank,
+            rerank_score=hit.rerank,
         )
         for hit in hits
     ]

@@ -21,6 +21,7 @@ from agentcore.knowledge._filters import (
     check_metadata,
     check_user,
 )
+from agentcore.knowledge._reranking import Reranking
 from agentcore.knowledge._search import Search
 from agentcore.knowledge.embedders import bounded_text
 from agentcore.knowledge.ingest import (
@@ -95,6 +96,7 @@ class KnowledgeService:
         (``None``: one of its own).
     :param keywords: the core's keyword (BM25) indexes; ``None``: keyword and hybrid
         searches are refused.
+    :param reranking: the core's rerankers; ``None``: reranked searches are refused.
     :param observer: told the seconds each ``search`` took, or those of ``n``
         searches answered together and ``n`` (the core's metrics).
     """
@@ -112,6 +114,7 @@ class KnowledgeService:
         terms: TermCounter | None = None,
         metadata: MetadataCache | None = None,
         keywords: KeywordCache | None = None,
+        reranking: Reranking | None = None,
         observer: Observer = unobserved,
     ) -> None:
         self._ws = workspace
@@ -130,6 +133,7 @@ class KnowledgeService:
             embedding=embedding,
             metadata=metadata or MetadataCache(store),
             keywords=keywords,
+            reranking=reranking,
             observer=observer,
         )
         self._uploads = Uploads(
@@ -352,6 +356,7 @@ class KnowledgeService:
         filter: Filter | Mapping[str, Any] | None = None,
         mode: SearchMode | None = None,
         user: EndUser | Mapping[str, Any] | None = None,
+        rerank: bool = False,
     ) -> SearchResponse:
         """The ``top_k`` chunks best matching ``query``. Read scope.
 
@@ -366,11 +371,21 @@ class KnowledgeService:
         :param user: search for this end user (``{"id": ..., "groups": [...]}``): only
             documents without an access list, or whose list names the user or one of
             their groups, applied before the top ``top_k`` as ``filter`` is.
+        :param rerank: have the core's reranker order the top ``rerank_candidates`` and
+            keep its best ``top_k``, each with its ``rerank_score`` (a 400
+            ``reranker_unavailable`` when the core has none); a reranker that fails or
+            times out leaves the first order, without ``rerank_score``.
         """
         self._ws.require("read", end_users=True)
         reader = self._ws.reader(check_user(user))
         return self._search.search(
-            query, top_k=top_k, min_score=min_score, filter=filter, mode=mode, user=reader
+            query,
+            top_k=top_k,
+            min_score=min_score,
+            filter=filter,
+            mode=mode,
+            user=reader,
+            rerank=rerank,
         )
 
     def search_many(
@@ -382,6 +397,7 @@ class KnowledgeService:
         filter: Filter | Mapping[str, Any] | None = None,
         mode: SearchMode | None = None,
         user: EndUser | Mapping[str, Any] | None = None,
+        rerank: bool = False,
     ) -> builtins.list[SearchResponse]:
         """``search`` for each of ``queries`` with the same options: their answers, in
         order. Read scope. A query ``search`` refuses makes the whole call fail with
@@ -391,12 +407,19 @@ class KnowledgeService:
         scored against the index in one matrix product, which costs about half of a
         search each when there are eight (the HTTP adapter batches concurrent
         searches so); a score may then differ from a lone search's in the last bit of
-        its float32, and so may the order of two results that close.
+        its float32, and so may the order of two results that close. Reranked
+        searches run one by one.
         """
         self._ws.require("read", end_users=True)
         reader = self._ws.reader(check_user(user))
         return self._search.search_many(
-            queries, top_k=top_k, min_score=min_score, filter=filter, mode=mode, user=reader
+            queries,
+            top_k=top_k,
+            min_score=min_score,
+            filter=filter,
+            mode=mode,
+            user=reader,
+            rerank=rerank,
         )
 
     def index_is_current(self) -> bool:
@@ -417,9 +440,13 @@ class KnowledgeService:
         filter: Filter | None = None,
         mode: SearchMode = "vector",
         user: EndUser | None = None,
+        rerank: bool = False,
     ) -> builtins.list[tuple[StoredChunk, float]]:
         """The top ``k`` chunks and their cosine scores for ``query``, among the
-        documents ``filter`` selects that ``user`` may read, ranked as ``mode`` says (no
-        argument checks; chat uses it). Read scope."""
+        documents ``filter`` selects that ``user`` may read, ranked as ``mode`` says and
+        reranked with ``rerank`` when the core has a reranker (else logged and counted;
+        no argument checks; chat uses it). Read scope."""
         self._ws.require("read", end_users=True)
-        return self._search.retrieve(query, k, min_score, filter=filter, mode=mode, user=user)
+        return self._search.retrieve(
+            query, k, min_score, filter=filter, mode=mode, user=user, rerank=rerank
+        )

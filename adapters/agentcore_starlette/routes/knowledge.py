@@ -99,13 +99,17 @@ def delete_document(call: Call) -> Deleted:
 
 
 def _index_current(call: Call) -> bool:
-    # a search now runs on the loaded index as it is: it neither loads nor catches up
+    # a search now runs on the loaded index as it is: it neither loads nor catches up;
+    # a reranked one waits for its reranker (a network call), so never on the event loop
+    if cast(SearchRequest, call.body).rerank:
+        return False
     return call.workspace.knowledge.index_is_current()
 
 
 def search_knowledge(call: Call) -> SearchResponse:
     """Chunks ranked by cosine similarity to the query (``mode`` ``vector``), by BM25
-    (``keyword``) or by both fused (``hybrid``), among the documents ``filter`` selects."""
+    (``keyword``) or by both fused (``hybrid``), among the documents ``filter`` selects;
+    with ``rerank``, the best of those by the core's reranker."""
     body = cast(SearchRequest, call.body)
     return call.workspace.knowledge.search(
         body.query,
@@ -114,6 +118,7 @@ def search_knowledge(call: Call) -> SearchResponse:
         filter=body.filter,
         mode=body.mode,
         user=body.user,
+        rerank=body.rerank,
     )
 
 
@@ -121,10 +126,12 @@ def _search_batch_key(call: Call) -> Hashable | None:
     # vector searches of one workspace with the same options, each for no end user, can
     # share one scan; a search for a user (``user`` in the body, or a client token, which
     # always acts for its user) sees only that user's documents, so it runs alone: the
-    # batch runs as its first call's caller
+    # batch runs as its first call's caller; a reranked search calls its reranker alone
     body = cast(SearchRequest, call.body)
     ws = call.workspace
     if body.filter is not None or body.user is not None or ws.client is not None:
+        return None
+    if body.rerank:
         return None
     if body.mode not in (None, "vector"):
         return None
