@@ -38,7 +38,7 @@ from agentcore.chat_models import (
     stream_answer,
     whole_answer,
 )
-from agentcore.conversations import Publisher, check_message, publish_message
+from agentcore.conversations import Publisher, check_message, publish_message, question_text
 from agentcore.errors import (
     AgentCoreError,
     Conflict,
@@ -670,8 +670,9 @@ class ChatService:
         """Store what the turn said: the user's message (or the outputs a resume gave),
         then the answer, or the calls it waits for with the paused turn; those calls."""
         said: list[StoredMessage] = []
+        question = question_text(turn.message)  # the user's, and the answer's (its stats)
         if turn.resumed is None:
-            said.append(StoredMessage("user", turn.message, []))
+            said.append(StoredMessage("user", turn.message, [], question=question))
         else:
             said.extend(
                 StoredMessage("tool", turn.outputs[call["id"]], [], tool_call_id=call["id"])
@@ -696,10 +697,21 @@ class ChatService:
                 pending = PendingTurn(new_id("turn"), turn.paused_state(), expires)
         else:
             cited = [c.model_dump() for c in citations]
-            said.append(StoredMessage("assistant", text, cited, usage=turn.usage))
+            said.append(
+                StoredMessage(
+                    "assistant",
+                    text,
+                    cited,
+                    usage=turn.usage,
+                    question=question,
+                    handoff=turn.handoff_reason,
+                )
+            )
         # a turn that did not hand off leaves the status as it is: an operator may have
         # taken the conversation over while the model was answering
-        handed_off: ConversationStatus | None = "handed_off" if turn.handed_off else None
+        handed_off: ConversationStatus | None = (
+            "handed_off" if turn.handoff_reason is not None else None
+        )
         if turn.new_conversation:
             ws = self._ws
             self._store.create_conversation(
@@ -725,7 +737,8 @@ class ChatService:
         """A message to a handed-off conversation: stored and announced for the person
         who has it (``conversation.message``); no model answers. Runs on first
         iteration, as a turn does."""
-        self._store.add_messages(conversation_id, [StoredMessage("user", message, [])])
+        kept = StoredMessage("user", message, [], question=question_text(message))
+        self._store.add_messages(conversation_id, [kept])
         publish_message(
             self._context.events,
             self._ws,
@@ -919,7 +932,8 @@ class _Turn:
         self.model_name = agent.model or context.settings.default_chat_model
         # the model's earlier turns: None reads them from the stored conversation
         self.history: list[ChatTurn] | None = None
-        self.handed_off = False  # the turn ended in a handoff: a person has it next
+        # the turn ended in a handoff (a person has it next): why, as announced
+        self.handoff_reason: str | None = None
         # a resume: the paused turn, and the caller's outputs by the id of their call
         self.resumed: PendingTurn | None = None
         self.outputs: dict[str, str] = {}
@@ -966,7 +980,7 @@ class _Turn:
         """Announce the handoff and say so, after whatever the model already said; the
         conversation is stored ``handed_off``."""
         self.event("agent.handoff", reason=reason, message=self.message)
-        self.handed_off = True
+        self.handoff_reason = reason
         reply = f"\n\n{HANDOFF_REPLY}" if said else HANDOFF_REPLY
         yield reply
         return said + reply, []
