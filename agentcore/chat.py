@@ -670,9 +670,8 @@ class ChatService:
         """Store what the turn said: the user's message (or the outputs a resume gave),
         then the answer, or the calls it waits for with the paused turn; those calls."""
         said: list[StoredMessage] = []
-        question = question_text(turn.message)  # the user's, and the answer's (its stats)
         if turn.resumed is None:
-            said.append(StoredMessage("user", turn.message, [], question=question))
+            said.append(turn.stored_question())
         else:
             said.extend(
                 StoredMessage("tool", turn.outputs[call["id"]], [], tool_call_id=call["id"])
@@ -696,21 +695,11 @@ class ChatService:
                 expires = time.time() + self._settings.tool_call_timeout
                 pending = PendingTurn(new_id("turn"), turn.paused_state(), expires)
         else:
-            cited = [c.model_dump() for c in citations]
-            said.append(
-                StoredMessage(
-                    "assistant",
-                    text,
-                    cited,
-                    usage=turn.usage,
-                    question=question,
-                    handoff=turn.handoff_reason,
-                )
-            )
+            said.append(turn.stored_answer(text, citations))
         # a turn that did not hand off leaves the status as it is: an operator may have
         # taken the conversation over while the model was answering
         handed_off: ConversationStatus | None = (
-            "handed_off" if turn.handoff_reason is not None else None
+            None if turn.handoff_reason is None else "handed_off"
         )
         if turn.new_conversation:
             ws = self._ws
@@ -953,6 +942,23 @@ class _Turn:
             self.cancellation.check()
         if self.cancel.done():
             raise _Cancelled
+
+    def stored_question(self) -> StoredMessage:
+        """The user's message as stored, with its normalised text (an agent's stats
+        group questions by it)."""
+        return StoredMessage("user", self.message, [], question=question_text(self.message))
+
+    def stored_answer(self, text: str, citations: list[Citation]) -> StoredMessage:
+        """The answer as stored: its citations and tokens, and what an agent's stats
+        count it by, the question it answers (normalised) and why it handed off."""
+        return StoredMessage(
+            "assistant",
+            text,
+            [c.model_dump() for c in citations],
+            self.usage,
+            question=question_text(self.message),
+            handoff=self.handoff_reason,
+        )
 
     def event(self, kind: str, **data: Any) -> None:
         # the data quotes the model (tool arguments, which a provider may send as NaN):
