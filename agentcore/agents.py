@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Collection, Iterable, Mapping, Sequence
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from agentcore._ids import new_id, utcnow
@@ -17,9 +18,11 @@ from agentcore.outbound import (
     validate_url,
 )
 from agentcore.schema import (
+    TOP_QUESTIONS,
     Agent,
     AgentCreate,
     AgentList,
+    AgentStats,
     AgentStatus,
     AgentUpdate,
     McpServer,
@@ -171,6 +174,36 @@ class AgentService:
         size = self._settings.page_size(limit)
         return AgentList(agents=found[:size], has_more=len(found) > size)
 
+    def stats(
+        self,
+        agent_id: str,
+        since: datetime | str | None = None,
+        until: datetime | str | None = None,
+    ) -> AgentStats:
+        """What the agent's conversations held from ``since`` (included) to ``until``
+        (excluded), by the time of each message: conversations, messages, answers with
+        and without citations, handoffs, ratings, the most asked and the unanswered
+        questions, tokens (``AgentStats``). Read scope; not for a client token.
+
+        ``since`` and ``until`` are times or ISO 8601 timestamps (without an offset:
+        UTC; ``None``: no bound). A malformed one, or ``until`` before ``since``, is a
+        422 naming it; another workspace's agent a 404.
+        """
+        ws = self._ws
+        ws.require("read")
+        self._find(agent_id)  # archived ones too: their conversations stay
+        start, end = _moment(since, "since"), _moment(until, "until")
+        if start is not None and end is not None and end < start:
+            raise ValidationFailed("'until' must not be before 'since'.", param="until")
+        return self._store.agent_stats(
+            ws.organization_id,
+            ws.environment,
+            agent_id,
+            since=start,
+            until=end,
+            top=TOP_QUESTIONS,
+        )
+
     def update(self, agent_id: str, changes: AgentUpdate | None = None, **fields: object) -> Agent:
         """Change the fields given; an archived agent cannot change. Write scope."""
         self._ws.require("write")
@@ -301,6 +334,31 @@ class AgentService:
         updated = agent.model_copy(update={"status": _TARGET[action], "updated_at": utcnow()})
         self._save(updated, agent.status, ["status"])
         return self._find(agent_id)
+
+
+def _moment(value: datetime | str | None, param: str) -> datetime | None:
+    """A bound of a stats window as an aware UTC time: an ISO 8601 timestamp or a
+    ``datetime`` (without an offset: UTC; a date alone: its midnight), else a 422 naming
+    ``param``. A time beyond what UTC datetimes hold (the year 1 at +01:00) is the
+    first or last one they do."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value.upper())  # RFC 3339 allows 't' and 'z'
+        except ValueError:
+            raise ValidationFailed(
+                f"'{param}' must be an ISO 8601 timestamp, such as 2025-06-01T00:00:00Z.",
+                param=param,
+            ) from None
+    if not isinstance(value, datetime):
+        raise ValidationFailed(f"'{param}' must be a timestamp.", param=param)
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:
+        return (datetime.min if value.year == 1 else datetime.max).replace(tzinfo=UTC)
 
 
 def _check_tool_names(tools: Sequence[ToolDefinition]) -> None:

@@ -38,7 +38,7 @@ from agentcore.chat_models import (
     stream_answer,
     whole_answer,
 )
-from agentcore.conversations import Publisher, check_message, publish_message
+from agentcore.conversations import Publisher, check_message, publish_message, question_text
 from agentcore.errors import (
     AgentCoreError,
     Conflict,
@@ -691,7 +691,7 @@ class ChatService:
         then the answer, or the calls it waits for with the paused turn; those calls."""
         said: list[StoredMessage] = []
         if turn.resumed is None:
-            said.append(StoredMessage("user", turn.message, []))
+            said.append(turn.stored_question())
         else:
             said.extend(
                 StoredMessage("tool", turn.outputs[call["id"]], [], tool_call_id=call["id"])
@@ -715,11 +715,12 @@ class ChatService:
                 expires = time.time() + self._settings.tool_call_timeout
                 pending = PendingTurn(new_id("turn"), turn.paused_state(), expires)
         else:
-            cited = [c.model_dump() for c in citations]
-            said.append(StoredMessage("assistant", text, cited, usage=turn.usage))
+            said.append(turn.stored_answer(text, citations))
         # a turn that did not hand off leaves the status as it is: an operator may have
         # taken the conversation over while the model was answering
-        handed_off: ConversationStatus | None = "handed_off" if turn.handed_off else None
+        handed_off: ConversationStatus | None = (
+            None if turn.handoff_reason is None else "handed_off"
+        )
         if turn.new_conversation:
             ws = self._ws
             self._store.create_conversation(
@@ -745,7 +746,8 @@ class ChatService:
         """A message to a handed-off conversation: stored and announced for the person
         who has it (``conversation.message``); no model answers. Runs on first
         iteration, as a turn does."""
-        self._store.add_messages(conversation_id, [StoredMessage("user", message, [])])
+        kept = StoredMessage("user", message, [], question=question_text(message))
+        self._store.add_messages(conversation_id, [kept])
         publish_message(
             self._context.events,
             self._ws,
@@ -939,7 +941,8 @@ class _Turn:
         self.model_name = agent.model or context.settings.default_chat_model
         # the model's earlier turns: None reads them from the stored conversation
         self.history: list[ChatTurn] | None = None
-        self.handed_off = False  # the turn ended in a handoff: a person has it next
+        # the turn ended in a handoff (a person has it next): why, as announced
+        self.handoff_reason: str | None = None
         # a resume: the paused turn, and the caller's outputs by the id of their call
         self.resumed: PendingTurn | None = None
         self.outputs: dict[str, str] = {}
@@ -959,6 +962,23 @@ class _Turn:
             self.cancellation.check()
         if self.cancel.done():
             raise _Cancelled
+
+    def stored_question(self) -> StoredMessage:
+        """The user's message as stored, with its normalised text (an agent's stats
+        group questions by it)."""
+        return StoredMessage("user", self.message, [], question=question_text(self.message))
+
+    def stored_answer(self, text: str, citations: list[Citation]) -> StoredMessage:
+        """The answer as stored: its citations and tokens, and what an agent's stats
+        count it by, the question it answers (normalised) and why it handed off."""
+        return StoredMessage(
+            "assistant",
+            text,
+            [c.model_dump() for c in citations],
+            self.usage,
+            question=question_text(self.message),
+            handoff=self.handoff_reason,
+        )
 
     def event(self, kind: str, **data: Any) -> None:
         # the data quotes the model (tool arguments, which a provider may send as NaN):
@@ -986,7 +1006,7 @@ class _Turn:
         """Announce the handoff and say so, after whatever the model already said; the
         conversation is stored ``handed_off``."""
         self.event("agent.handoff", reason=reason, message=self.message)
-        self.handed_off = True
+        self.handoff_reason = reason
         reply = f"\n\n{HANDOFF_REPLY}" if said else HANDOFF_REPLY
         yield reply
         return said + reply, []

@@ -12,6 +12,7 @@ import time
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from types import EllipsisType, TracebackType
 from typing import Any, Generic, TypeVar
@@ -26,6 +27,7 @@ from agentcore.schema import (
     STORED,
     Agent,
     AgentList,
+    AgentStats,
     ChatMessageResponse,
     ClientToken,
     ClientTokenRevocation,
@@ -64,6 +66,8 @@ class _Request(Generic[M]):
     kwargs: dict[str, Any] = field(default_factory=dict)
 
 
+Moment = datetime | str | None
+"""A bound of a stats window: a time (naive: UTC), an ISO 8601 timestamp, or none."""
 ToolOutputs = Sequence[ToolOutput | Mapping[str, Any]]
 """The outputs of the calls a turn waits for: ``[{"tool_call_id": ..., "output": ...}]``."""
 Approvals = Sequence[ToolApproval | Mapping[str, Any]]
@@ -142,6 +146,18 @@ class _Requests:
     @staticmethod
     def archive_agent(agent_id: str) -> _Request[Agent]:
         return _Request(Agent, "DELETE", f"/agents/{_segment(agent_id)}")
+
+    @staticmethod
+    def agent_stats(agent_id: str, since: Moment, until: Moment) -> _Request[AgentStats]:
+        window = {"since": since, "until": until}
+        params = {
+            name: value.isoformat() if isinstance(value, datetime) else value
+            for name, value in window.items()
+            if value is not None
+        }
+        return _Request(
+            AgentStats, "GET", f"/agents/{_segment(agent_id)}/stats", {"params": params}
+        )
 
     @staticmethod
     def upload(
@@ -713,6 +729,10 @@ class Client:
         """``DELETE /v1/agents/{id}``."""
         return self._run(_Requests.archive_agent(agent_id))
 
+    def agent_stats(self, agent_id: str, since: Moment = None, until: Moment = None) -> AgentStats:
+        """``GET /v1/agents/{id}/stats``: the messages at or after ``since``, before ``until``."""
+        return self._run(_Requests.agent_stats(agent_id, since, until))
+
     # knowledge ---------------------------------------------------------------------
 
     def upload(
@@ -921,6 +941,12 @@ class AsyncClient:
     async def archive_agent(self, agent_id: str) -> Agent:
         """``DELETE /v1/agents/{id}``."""
         return await self._run(_Requests.archive_agent(agent_id))
+
+    async def agent_stats(
+        self, agent_id: str, since: Moment = None, until: Moment = None
+    ) -> AgentStats:
+        """``GET /v1/agents/{id}/stats``: the messages at or after ``since``, before ``until``."""
+        return await self._run(_Requests.agent_stats(agent_id, since, until))
 
     # knowledge ---------------------------------------------------------------------
 

@@ -3,6 +3,7 @@ them; and a person taking one over (an operator's reply, handing it back)."""
 
 from __future__ import annotations
 
+import unicodedata
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from pydantic import ValidationError
@@ -87,6 +88,21 @@ def check_message(text: str, *, max_chars: int, param: str) -> None:
             param=param,
         )
     check_unicode(text, param=param)
+
+
+QUESTION_CHARS = 500
+"""The most characters of a normalised question (``question_text``) that are kept."""
+# what ends a sentence, after NFKC (which makes ？！，：； their ASCII forms)
+_SENTENCE_ENDS = ".,;:!?\u3002\u3001\u061f"
+
+
+def question_text(message: str) -> str:
+    """``message`` as an agent's stats group questions: NFKC, case-folded, each run of
+    white space one space, no trailing ``. , ; : ! ?`` (nor ``。、؟``), at most
+    ``QUESTION_CHARS`` characters. A message of punctuation alone keeps it."""
+    text = " ".join(unicodedata.normalize("NFKC", message).casefold().split())
+    trimmed = text[:QUESTION_CHARS].rstrip(_SENTENCE_ENDS + " ")
+    return trimmed or text[:QUESTION_CHARS]
 
 
 def _missing(conversation_id: str) -> NotFound:

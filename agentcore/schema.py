@@ -1439,3 +1439,66 @@ class MessageList(BaseModel):
 
     messages: list[Message]
     has_more: bool
+
+
+TOP_QUESTIONS = 20
+"""How many questions each list of ``AgentStats`` holds at most."""
+
+
+class QuestionCount(BaseModel):
+    """A question users asked, as normalised, and how often."""
+
+    text: str = Field(
+        description="The question normalised: NFKC, case-folded, runs of white space made"
+        " one space, trailing `. , ; : ! ?` dropped, at most 500 characters."
+    )
+    count: int = Field(ge=1, description="How many messages of the window asked it.")
+
+
+class FeedbackCounts(BaseModel):
+    """The ratings of an agent's answers."""
+
+    up: int = Field(ge=0, description="Answers rated `up`.")
+    down: int = Field(ge=0, description="Answers rated `down`.")
+
+
+class AgentStats(BaseModel):
+    """What an agent's conversations held in a window (``GET /v1/agents/{id}/stats``):
+    every number counts the messages whose time is at or after ``since`` and before
+    ``until``."""
+
+    agent_id: str
+    since: datetime | None = Field(description="The window's start, included (null: none).")
+    until: datetime | None = Field(description="The window's end, excluded (null: none).")
+    conversations: int = Field(
+        ge=0, description="Conversations with a user message or an answer in the window."
+    )
+    messages: int = Field(
+        ge=0,
+        description="The users' messages and the agent's answers (not tool outputs, operators'"
+        " replies, or a turn's pause for the caller's tools).",
+    )
+    answered: int = Field(
+        ge=0, description="Answers that cite the knowledge (one citation or more)."
+    )
+    unanswered: int = Field(
+        ge=0,
+        description="Answers without a citation, and handoffs because the knowledge held no"
+        " answer (`handoff_on_no_answer`).",
+    )
+    handoffs: int = Field(
+        ge=0, description="Answers that handed the conversation to a person, for any reason."
+    )
+    feedback: FeedbackCounts = Field(description="The ratings of the answers in the window.")
+    top_questions: list[QuestionCount] = Field(
+        description=f"The users' messages, by normalised text: the {TOP_QUESTIONS} most"
+        " asked, most first (ties by text)."
+    )
+    unanswered_questions: list[QuestionCount] = Field(
+        description=f"The questions of the `unanswered` answers, by normalised text: the"
+        f" {TOP_QUESTIONS} most frequent, most first (ties by text)."
+    )
+    usage: Usage = Field(
+        description="The tokens of every model call of the window's turns (0 when the"
+        " chat model reports none)."
+    )

@@ -14,12 +14,13 @@ names must be unique within an agent, no string at any depth of a tool's free-fo
 property's ``items``, ``then``, ...) must be schemas, and the last message of a Chat
 Completions request is the user's to answer (its only one with a ``conversation_id``),
 and no user message of it is blank; a metadata filter holds at most 64 comparisons at
-all depths together.
+all depths together; an agent's stats window does not end before it starts.
 ``tests/schemathesis.toml`` holds the one check that does not apply to one operation.
 """
 
 from __future__ import annotations
 
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +44,10 @@ def without_nul(value: Any) -> Any:
 def fix_positive(case: Any) -> None:
     """Make a positive case valid in the ways JSON Schema cannot express."""
     meta = case.meta
-    if meta is None or not meta.generation.mode.is_positive or not isinstance(case.body, dict):
+    if meta is None or not meta.generation.mode.is_positive:
+        return
+    _ordered_window(case.query)
+    if not isinstance(case.body, dict):
         return
     body = case.body
     if "url" in body and "events" in body:
@@ -76,6 +80,21 @@ def fix_positive(case: Any) -> None:
             body["tool_choice"] = "auto"  # a named choice names a tool the request offers
     elif isinstance(tools, list):
         body["tools"] = _fixed_tools(tools)
+
+
+def _ordered_window(query: Any) -> None:
+    """A stats window whose ``until`` is before its ``since`` (as times; a 422) is sent
+    the other way round."""
+    if not isinstance(query, dict) or not {"since", "until"} <= query.keys():
+        return
+    try:
+        since, until = (
+            datetime.fromisoformat(str(query[name]).upper()) for name in ("since", "until")
+        )
+        if until < since:
+            query["since"], query["until"] = query["until"], query["since"]
+    except (ValueError, TypeError):  # not times (the server refuses them), or naive and aware
+        return
 
 
 def _fixed_tools(tools: list[Any]) -> list[Any]:

@@ -12,7 +12,8 @@ Each slice is what one part of the core uses, and each part is typed with the
 narrowest it needs, so a slice names exactly who depends on it:
 
 - ``KeyStore``: organizations and API keys (``KeyManager``; ``AgentCore``)
-- ``AgentStore``: agents (``AgentService``; chat reads them)
+- ``AgentStore``: agents, and the stats of their conversations (``AgentService``;
+  chat reads them)
 - ``DocumentStore``: documents and their chunks (``KnowledgeService``, ``Search``;
   ingestion reads a document's status)
 - ``IndexStore``: each workspace's index state and change log, and what the indexes
@@ -55,6 +56,7 @@ from agentcore._memory_budget import Residency, ResidencyStats
 from agentcore.events import Event
 from agentcore.schema import (
     Agent,
+    AgentStats,
     ApiKey,
     Conversation,
     ConversationStatus,
@@ -153,7 +155,8 @@ class KeyStore(Protocol):
 
 
 class AgentStore(Protocol):
-    """Agents: what ``AgentService`` uses (and chat, to find the answering agent)."""
+    """Agents, and the stats of their conversations: what ``AgentService`` uses (and
+    chat, to find the answering agent)."""
 
     def insert_agent(self, organization_id: str, environment: str, agent: Agent) -> None:
         """Store a new agent, in one transaction."""
@@ -190,6 +193,30 @@ class AgentStore(Protocol):
         """A page of agents with one of ``statuses``, newest first, and ``has_more``,
         read in one snapshot; ``NotFound`` when ``starting_after`` is no agent of the
         workspace."""
+
+    def agent_stats(
+        self,
+        organization_id: str,
+        environment: str,
+        agent_id: str,
+        *,
+        since: datetime | None,
+        until: datetime | None,
+        top: int,
+    ) -> AgentStats:
+        """What the agent's conversations (of this workspace) held from ``since``
+        (included) to ``until`` (excluded), aware times (``None``: no bound), by each
+        message's ``created_at``: the counts ``AgentStats`` describes, and its lists of
+        at most ``top`` questions each. Aggregates the database computes (no message is
+        read out), in one snapshot; an agent without messages has zeros.
+
+        An answer is an ``assistant`` message without ``tool_calls``; ``answered``, one
+        with citations; ``unanswered``, one without whose ``handoff`` is ``None`` or
+        ``"no_relevant_knowledge"``; ``handoffs``, one with a ``handoff``. Questions are
+        grouped by the messages' ``question`` (those without one are in no list):
+        ``top_questions`` over the ``user`` messages, ``unanswered_questions`` over the
+        unanswered answers; most first, ties by text in code point order.
+        """
 
     def seal_mcp_headers(self, seal: Callable[[str], str]) -> int:
         """Replace every agent's stored MCP server headers by ``seal(value)`` where that

@@ -173,7 +173,8 @@ class DueDelivery:
 class StoredMessage:
     """One message of a conversation; ``citations`` as ``[{source, pages}]``, ``usage``
     the tokens its chat model reported (answers only, when it reported any),
-    ``tool_calls`` as ``[{id, type, name, arguments}]``."""
+    ``tool_calls`` as ``[{id, type, name, arguments}]``; ``question`` and ``handoff``
+    are what an agent's stats group by and tell apart (``AgentStore.agent_stats``)."""
 
     role: str
     content: str
@@ -181,6 +182,10 @@ class StoredMessage:
     usage: Usage | None = None
     tool_calls: list[dict[str, Any]] | None = None  # an answer waiting for the caller's tools
     tool_call_id: str | None = None  # a ``tool`` message: the call whose output it is
+    # the question normalised (``conversations.question_text``): a user's message, its
+    # own; an answer, that of the message it answers
+    question: str | None = None
+    handoff: str | None = None  # an answer that handed off: why (the ``agent.handoff`` reason)
 
 
 @dataclass(frozen=True)

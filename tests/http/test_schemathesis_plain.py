@@ -7,15 +7,16 @@ hooks (``tests/schemathesis.toml`` and ``fuzz_fixups`` keep their extra checks f
 against a real ``agentcore serve`` on SQLite and on PostgreSQL (the test key's rate limit
 raised), with a read+write key:
 the document must declare what the server enforces. Bounded here by ``--max-examples``
-and a fixed ``--seed``. Four findings are by design, and only they may be reported
+and a fixed ``--seed``. Five findings are by design, and only they may be reported
 (docs/operations.md, "Fuzzing", says why): an upload whose file is not a parseable PDF,
 Markdown or UTF-8 text (the document cannot describe a file's content, so generated
 bytes are refused with 415 or 422 ``param: file``), an archived agent that stays
 readable after ``DELETE /v1/agents/{id}`` (the spec's DELETE archives), a negative
 case whose over-long string makes the body larger than ``max_body_bytes`` (413: no
-OpenAPI keyword states a body's size in bytes), and a Chat Completions request whose
+OpenAPI keyword states a body's size in bytes), a Chat Completions request whose
 tool messages or tools break a rule no keyword states (``TOOL_RULES``: 400, as at
-OpenAI)."""
+OpenAI), and an agent's stats window whose ``until`` is before its ``since`` (422
+naming ``until``: no keyword compares two parameters)."""
 
 from __future__ import annotations
 
@@ -66,6 +67,8 @@ def by_design(section: str, check: str, case: str) -> bool:
         return '"param":"file"' in case and re.search(r"\[(415|422)\]", case) is not None
     if check == "ST202" and "/v1/chat/completions" in case:
         return "[400]" in case and any(f'"code":"{code}"' in case for code in TOOL_RULES)
+    if check == "ST202" and re.search(r"/v1/agents/[^/ ]+/stats\?", case):
+        return "[422]" in case and '"param":"until"' in case and "before 'since'" in case
     if check == "ST301":
         return "-X DELETE" in case and "/v1/agents/agt_" in case
     if check == "ST201":  # a negative case past max_body_bytes: 413 is the right answer
@@ -80,14 +83,19 @@ def test_the_report_parser_reads_findings() -> None:
         "_____ POST /v1/knowledge/documents _____\n1. Test Case ID: Cd2\n\n- ST202 Schema-"
         'valid request rejected\n\n[415] Unsupported Media Type:\n\n    `{"param":"file"}`\n'
         "    curl -X POST http://127.0.0.1:1/v1/knowledge/documents\n"
+        "_____ GET /v1/agents/{agent_id}/stats _____\n1. Test Case ID: Ef3\n\n- ST202 Schema-"
+        'valid request rejected\n\n[422] Unprocessable Content:\n\n    `{"detail":"\'until\''
+        ' must not be before \'since\'.","param":"until"}`\n'
+        "    curl -X GET 'http://127.0.0.1:1/v1/agents/agt_1/stats?until=1484-09-28T21%3A48Z'\n"
         "=================== SUMMARY ===================\n- ST999 not a finding\n"
     )
     found = findings(report)
     assert [(s, c) for s, c, _ in found] == [
         ("POST /v1/agents", "ST202"),
         ("POST /v1/knowledge/documents", "ST202"),
+        ("GET /v1/agents/{agent_id}/stats", "ST202"),
     ]
-    assert [by_design(*finding) for finding in found] == [False, True]
+    assert [by_design(*finding) for finding in found] == [False, True, True]
 
 
 @pytest.mark.timeout(900)  # minutes of generated requests, at the start of a loaded run
@@ -115,7 +123,7 @@ def test_the_plain_command_finds_nothing_undeclared(store_url: str, tmp_path: Pa
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=60)
     report = run.stdout + run.stderr
-    assert re.search(r"Tested: 3\d", report), report[-3000:]  # every operation was run
+    assert re.search(r"Tested: 4\d", report), report[-3000:]  # every operation was run
     unexpected = [
         f"{s}: {c}\n{case}" for s, c, case in findings(report) if not by_design(s, c, case)
     ]

@@ -85,6 +85,7 @@ def test_migrations_render_for_each_dialect() -> None:
         "conversation_user",
         "message_feedback",
         "client_tokens",
+        "message_stats",
     ]
     for step in MIGRATIONS:
         for dialect in (SQLITE, POSTGRES):

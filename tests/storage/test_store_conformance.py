@@ -10,8 +10,9 @@ from __future__ import annotations
 import functools
 import pickle
 import threading
+import time
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -1084,6 +1085,123 @@ def test_conversation_history(store: Any) -> None:
         store.add_messages(first, [StoredMessage("user", "late", [])])
     assert store.recent_messages(first, 10) == []
     assert store.get_conversation(org_id, "test", second) is not None
+
+
+def _times(store: Any, org_id: str, conversation: str) -> list[datetime]:
+    messages, _ = store.list_messages(org_id, "test", conversation, limit=100, starting_after=None)
+    return [m.created_at for m in messages]
+
+
+def test_agent_stats_are_aggregates_of_the_window(store: Any) -> None:
+    org_id, other = org(store), org(store, "globex")
+
+    def stats(agent: str = "agt_1", **window: Any) -> Any:
+        return store.agent_stats(
+            org_id, "test", agent, since=window.get("since"), until=window.get("until"), top=20
+        )
+
+    def q(role: str, text: str, cites: Any = (), **fields: Any) -> StoredMessage:
+        return StoredMessage(role, text, list(cites), question=text.lower(), **fields)
+
+    empty = stats()
+    assert (empty.conversations, empty.messages, empty.answered, empty.unanswered) == (0, 0, 0, 0)
+    assert empty.top_questions == [] and empty.usage == Usage(input_tokens=0, output_tokens=0)
+    cites = [{"source": "a.txt", "pages": [1]}]
+    call = {"id": "call_1", "type": "function", "name": "lookup", "arguments": {}}
+    first = store.create_conversation(
+        org_id,
+        "test",
+        "agt_1",
+        [
+            q("user", "Days"),
+            q("assistant", "Days", cites, usage=Usage(input_tokens=10, output_tokens=2)),
+            q("user", "Wifi"),
+            q("assistant", "Wifi"),  # no citation: unanswered
+            # a pause for the caller's tools: its tokens count, it is no answer
+            StoredMessage(
+                "assistant", "", [], usage=Usage(input_tokens=5, output_tokens=1), tool_calls=[call]
+            ),
+            StoredMessage("tool", "{}", [], tool_call_id="call_1"),
+            StoredMessage("operator", "here", []),  # an operator's reply: not counted
+        ],
+    )
+    answers = [
+        m for m in store.list_messages(org_id, "test", first, limit=10, starting_after=None)[0]
+    ]
+    rated_at = datetime(2026, 1, 1, tzinfo=UTC)
+    store.rate_message(
+        org_id, "test", first, answers[1].id, Feedback(rating="up", rated_at=rated_at)
+    )
+    store.rate_message(
+        org_id, "test", first, answers[3].id, Feedback(rating="down", rated_at=rated_at)
+    )
+    # a handoff the user asked for (no citation, yet not unanswered), one for lack of
+    # knowledge (unanswered), a message of an earlier version (no question: in no list)
+    store.create_conversation(
+        org_id,
+        "test",
+        "agt_1",
+        [q("user", "Human"), q("assistant", "Human", handoff="user_requested")],
+    )
+    store.create_conversation(
+        org_id,
+        "test",
+        "agt_1",
+        [q("user", "Wifi"), q("assistant", "Wifi", handoff="no_relevant_knowledge")],
+    )
+    store.create_conversation(org_id, "test", "agt_1", [StoredMessage("user", "old", [])])
+    # other agents and workspaces are not this agent's
+    for organization, environment, agent in [
+        (org_id, "test", "agt_2"),
+        (org_id, "live", "agt_1"),
+        (other, "test", "agt_1"),
+    ]:
+        store.create_conversation(organization, environment, agent, [q("user", "Days")])
+
+    every = stats()
+    assert (every.agent_id, every.since, every.until) == ("agt_1", None, None)
+    assert every.conversations == 4 and every.messages == 9
+    assert (every.answered, every.unanswered, every.handoffs) == (1, 2, 2)
+    assert (every.feedback.up, every.feedback.down) == (1, 1)
+    assert every.usage == Usage(input_tokens=15, output_tokens=3)
+    assert [(t.text, t.count) for t in every.top_questions] == [
+        ("wifi", 2),
+        ("days", 1),
+        ("human", 1),
+    ]
+    assert [(t.text, t.count) for t in every.unanswered_questions] == [("wifi", 2)]
+    assert stats("agt_2").messages == 1 and stats("agt_missing").messages == 0
+
+    # the window: since included, until excluded, to the millisecond the store keeps
+    time.sleep(0.005)
+    later = store.create_conversation(org_id, "test", "agt_1", [q("user", "Late")])
+    (at,) = _times(store, org_id, later)
+    assert at > max(_times(store, org_id, first))
+    since = stats(since=at)
+    assert (since.since, since.conversations, since.messages) == (at, 1, 1)
+    assert [t.text for t in since.top_questions] == ["late"] and since.answered == 0
+    until = stats(until=at)
+    assert (until.until, until.messages, until.answered) == (at, 9, 1)
+    assert stats(since=at, until=at).messages == 0
+    half = timedelta(microseconds=500)  # between two milliseconds
+    assert stats(since=at + half).messages == 0 and stats(until=at + half).messages == 10
+    assert stats(since=at - half).messages == 1 and stats(until=at - half).messages == 9
+    assert stats(since=at.astimezone(timezone(timedelta(hours=-5)))).messages == 1
+
+
+def test_agent_stats_lists_are_cut_at_top_ties_by_code_point(store: Any) -> None:
+    org_id = org(store)
+    texts = ["fig", "éclair", "zebra"] * 2 + ["most"] * 3 + [f"q{n:02}" for n in range(21)]
+    said = [StoredMessage("user", text, [], question=text) for text in texts]
+    said += [StoredMessage("assistant", "?", [], question=text) for text in texts]
+    store.create_conversation(org_id, "test", "agt_1", said)
+    stats = store.agent_stats(org_id, "test", "agt_1", since=None, until=None, top=5)
+    expected = [("most", 3), ("fig", 2), ("zebra", 2), ("éclair", 2), ("q00", 1)]
+    assert [(t.text, t.count) for t in stats.top_questions] == expected
+    assert [(t.text, t.count) for t in stats.unanswered_questions] == expected
+    assert stats.messages == 2 * len(texts) and stats.unanswered == len(texts)
+    wide = store.agent_stats(org_id, "test", "agt_1", since=None, until=None, top=20)
+    assert len(wide.top_questions) == 20 and wide.top_questions[-1].text == "q15"
 
 
 def test_idempotency_keys(store: Any) -> None:

@@ -1,10 +1,10 @@
-"""Routes: /v1/agents — list, create, get, update, archive, deploy, undeploy."""
+"""Routes: /v1/agents — list, create, get, update, archive, deploy, undeploy; stats."""
 
 from __future__ import annotations
 
 from typing import cast
 
-from agentcore.schema import Agent, AgentCreate, AgentList, AgentStatus, AgentUpdate
+from agentcore.schema import Agent, AgentCreate, AgentList, AgentStats, AgentStatus, AgentUpdate
 from agentcore_starlette.routing import PAGINATION, ApiRoute, Call, QueryParam
 
 STATUSES = ("draft", "deployed", "archived")
@@ -50,6 +50,15 @@ def undeploy_agent(call: Call) -> Agent:
     return call.workspace.agents.undeploy(call.path["agent_id"])
 
 
+def agent_stats(call: Call) -> AgentStats:
+    """What the agent's conversations held in a window."""
+    # the raw values: an empty one is malformed, not absent
+    return call.workspace.agents.stats(
+        call.path["agent_id"], call.query.get("since"), call.query.get("until")
+    )
+
+
+_TIME = {"type": "string", "format": "date-time"}
 _ONE = "/agents/{agent_id}"
 ROUTES = [
     ApiRoute(
@@ -116,6 +125,23 @@ ROUTES = [
         summary="Deploy an agent",
         scope="write",
         tag="agents",
+    ),
+    ApiRoute(
+        method="GET",
+        path=_ONE + "/stats",
+        handler=agent_stats,
+        response=AgentStats,
+        summary="Retrieve an agent's stats",
+        scope="read",
+        tag="agents",
+        query=(
+            QueryParam(
+                "since",
+                _TIME,
+                "Count the messages at or after this time (ISO 8601; no offset: UTC).",
+            ),
+            QueryParam("until", _TIME, "Count the messages before this time (not before `since`)."),
+        ),
     ),
     ApiRoute(
         method="POST",

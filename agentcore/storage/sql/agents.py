@@ -1,13 +1,16 @@
-"""Agents, in SQL, each inside one (organization, environment)."""
+"""Agents, in SQL, each inside one (organization, environment); their stats are read in
+``agent_stats.py``."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Collection
+from datetime import datetime
 from typing import Any
 
-from agentcore.schema import STORED, Agent, McpServer
+from agentcore.schema import STORED, Agent, AgentStats, McpServer
 from agentcore.storage.base import AgentStore
+from agentcore.storage.sql.agent_stats import read_agent_stats
 from agentcore.storage.sql.database import Tables
 from agentcore.storage.sql.queries import WORKSPACE, find_row, insert_row, marks, page, write
 
@@ -118,3 +121,24 @@ class AgentTables(Tables, AgentStore):
         workspace = (organization_id, environment)
         rows, more = page(self.db, "agents", workspace, limit, starting_after, where, statuses)
         return [_agent(row) for row in rows], more
+
+    def agent_stats(
+        self,
+        organization_id: str,
+        environment: str,
+        agent_id: str,
+        *,
+        since: datetime | None,
+        until: datetime | None,
+        top: int,
+    ) -> AgentStats:
+        return read_agent_stats(
+            self.db,
+            self.dialect,
+            organization_id,
+            environment,
+            agent_id,
+            since=since,
+            until=until,
+            top=top,
+        )

@@ -318,7 +318,8 @@ def _insert_messages(
     insert_rows(
         conn,
         "INSERT INTO messages (id, conversation_id, role, content, citations, usage,"
-        " tool_calls, tool_call_id, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        " tool_calls, tool_call_id, question, handoff, created_at)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         [
             [
                 new_id("msg"),
@@ -329,6 +330,8 @@ def _insert_messages(
                 None if m.usage is None else m.usage.model_dump_json(),
                 None if m.tool_calls is None else json.dumps(m.tool_calls),
                 m.tool_call_id,
+                m.question,
+                m.handoff,
                 now,
             ]
             for m in messages

@@ -2,9 +2,10 @@
 
 The store writes each statement once, with ``?`` placeholders (PostgreSQL's connections
 translate them) and, where the two databases use other words, with its ``Dialect``'s:
-DDL types, two scalar functions, the row lock of a claim and how a segment's ids are
-gathered in SQL. What differs beyond spelling (connections, blob I/O, term counts,
-pgvector, wake-ups) lives in each database's store class.
+DDL types, two scalar functions, the row lock of a claim, how a segment's ids are
+gathered in SQL, a member of JSON text, and text sorted by code point. What differs
+beyond spelling (connections, blob I/O, term counts, pgvector, wake-ups) lives in each
+database's store class.
 """
 
 from __future__ import annotations
@@ -39,6 +40,14 @@ class Dialect:
     #: reads the ids
     segment_ids: str | None = None
     any_of: str = ""
+    #: member ``{1}`` of the JSON object a TEXT column ``{0}`` holds, as a scalar
+    json_member: str = "json_extract({0}, '$.{1}')"
+    #: what an ``ORDER BY`` of text adds so that it sorts by code point, as SQLite does
+    code_point_order: str = ""
+
+    def member(self, column: str, name: str) -> str:
+        """The SQL of member ``name`` of the JSON object in TEXT column ``column``."""
+        return self.json_member.format(column, name)
 
     def lock(self, alias: str) -> str:
         """The claim clause for the rows of the table aliased ``alias`` ("" where the
@@ -103,4 +112,8 @@ POSTGRES = Dialect(
     + " | ".join(f"((({{0}} >> {8 * k}) & 255) << {56 - 8 * k})" for k in range(8))
     + "), ''::bytea ORDER BY {1})",
     any_of="{0} = ANY(?)",  # one array parameter: a list of any length
+    json_member="(({0})::json ->> '{1}')",
+    # the database's collation may sort by a locale's rules; "C" compares the UTF-8
+    # bytes, which is code point order
+    code_point_order=' COLLATE "C"',
 )

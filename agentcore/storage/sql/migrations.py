@@ -604,3 +604,16 @@ def m024_client_tokens(d: Dialect) -> str:
         CREATE INDEX client_tokens_key ON client_tokens (key_id);
         CREATE INDEX client_tokens_expiry ON client_tokens (expires_at);
         """
+
+
+@migration()
+def m025_message_stats(d: Dialect) -> str:
+    """What an agent's stats group and tell apart: a message's ``question`` (a user's
+    message: its own text normalised; an answer: that of the question it answers) and
+    an answer's ``handoff`` (why it handed off: ``no_relevant_knowledge``,
+    ``user_requested`` or the model's reason); NULL for the messages of earlier versions,
+    whose question and handoff are not known."""
+    return """
+        ALTER TABLE messages ADD COLUMN question TEXT;
+        ALTER TABLE messages ADD COLUMN handoff TEXT;
+        """
