@@ -231,8 +231,11 @@ class _Requests:
         filter: Filter | Mapping[str, Any] | None,
         mode: SearchMode | None,
         user: EndUser | Mapping[str, Any] | None = None,
+        rerank: bool = False,
     ) -> _Request[SearchResponse]:
         body: dict[str, Any] = {"query": query}
+        if rerank:
+            body["rerank"] = True
         if user is not None:
             body["user"] = _plain(user)
         if top_k is not None:
@@ -794,10 +797,12 @@ class Client:
         filter: Filter | Mapping[str, Any] | None = None,
         mode: SearchMode | None = None,
         user: EndUser | Mapping[str, Any] | None = None,
+        rerank: bool = False,
     ) -> SearchResponse:
         """``POST /v1/knowledge/search`` (``user``: for that end user, among the
-        documents they may read)."""
-        return self._run(_Requests.search(query, top_k, min_score, filter, mode, user))
+        documents they may read; ``rerank``: the top candidates reordered by the
+        server's reranker, each with its ``rerank_score``)."""
+        return self._run(_Requests.search(query, top_k, min_score, filter, mode, user, rerank))
 
     # conversations -----------------------------------------------------------------
 
@@ -1009,10 +1014,14 @@ class AsyncClient:
         filter: Filter | Mapping[str, Any] | None = None,
         mode: SearchMode | None = None,
         user: EndUser | Mapping[str, Any] | None = None,
+        rerank: bool = False,
     ) -> SearchResponse:
         """``POST /v1/knowledge/search`` (``user``: for that end user, among the
-        documents they may read)."""
-        return await self._run(_Requests.search(query, top_k, min_score, filter, mode, user))
+        documents they may read; ``rerank``: the top candidates reordered by the
+        server's reranker, each with its ``rerank_score``)."""
+        return await self._run(
+            _Requests.search(query, top_k, min_score, filter, mode, user, rerank)
+        )
 
     # conversations -----------------------------------------------------------------
 

@@ -11,6 +11,8 @@ from helpers import cli_env, cli_json, start_serve
 from openai_provider import serve_provider
 from processes import reap
 
+from agentcore import Client
+
 pytestmark = [pytest.mark.both_stores, pytest.mark.slow]  # a server process per test
 
 TOPICS = [f"Vacation policy note {n}: employees get {20 + n} vacation days." for n in range(6)]
@@ -24,6 +26,7 @@ def test_a_served_search_is_reranked_by_the_configured_server(store_url: str) ->
         reranker.reply({"results": [{"index": 4, "relevance_score": 0.75}]})
         reranker.reply({"message": "overloaded"}, status=503)
         reranker.reply({"results": [{"index": 0, "relevance_score": 0.5}]})
+        reranker.reply({"results": [{"index": 1, "relevance_score": 0.9}]})
         env = {
             **cli_env(),
             "AGENTCORE_RERANKER_URL": f"{reranker.url}/rerank",
@@ -67,6 +70,11 @@ def test_a_served_search_is_reranked_by_the_configured_server(store_url: str) ->
                     json={"agentId": agent["id"], "message": "How many vacation days?"},
                 )
                 assert answer.status_code == 200, answer.text
+            # the Python client asks for it too
+            with Client(url, key) as typed:
+                [found] = typed.search(QUERY, top_k=1, rerank=True).results
+                assert found.rerank_score == 0.9
+                assert found.chunk == plain["results"][1]["chunk"]
         finally:
             reap(process)
     sent = [request.json for request in reranker.requests]
