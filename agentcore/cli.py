@@ -479,7 +479,13 @@ def cmd_eval(core: AgentCore, args: argparse.Namespace) -> int:
         say("no --agent: search figures only (the answers' figures need an agent to ask)")
     with _questions_bar(len(golden)) as advance:
         report = evaluate(
-            ws, golden, agent_id=args.agent, top_k=args.top_k, mode=args.mode, progress=advance
+            ws,
+            golden,
+            agent_id=args.agent,
+            top_k=args.top_k,
+            mode=args.mode,
+            rerank=args.rerank,
+            progress=advance,
         )
     if args.json:
         _print_json(report.as_json())
@@ -740,6 +746,12 @@ def _add_eval(commands: _Commands, settings: Settings) -> None:
         choices=["vector", "keyword", "hybrid"],
         default=settings.chat_search_mode,
         help="how search ranks, and how the agent's turns retrieve (the chat_search_mode setting)",
+    )
+    p.add_argument(
+        "--rerank",
+        action="store_true",
+        help="rerank each search with the configured reranker (an agent reranks its turns"
+        " when its knowledge.rerank says so)",
     )
     commands.as_json(p)
 

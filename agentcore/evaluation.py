@@ -273,6 +273,7 @@ class Report:
     top_k: int
     mode: str
     agent_id: str | None = None
+    reranked: bool = False
 
     def figures(self) -> dict[str, Figure | None]:
         """Each figure by its name; the answers' figures are ``None`` without an agent.
@@ -346,6 +347,7 @@ class Report:
         return {
             "questions": len(self.outcomes),
             "mode": self.mode,
+            "reranked": self.reranked,
             "top_k": self.top_k,
             "agent": self.agent_id,
             **figures,
@@ -359,7 +361,8 @@ class Report:
         agent = f"agent {self.agent_id}" if self.agent_id else "no agent: search only"
         lines = [
             f"{len(self.outcomes)} questions ({answerable} answerable, "
-            f"{len(self.outcomes) - answerable} not); {self.mode} search, top {self.top_k}; {agent}",
+            f"{len(self.outcomes) - answerable} not); {self.mode} search"
+            f"{', reranked' if self.reranked else ''}, top {self.top_k}; {agent}",
         ]
         figures = self.figures()
         width = max(len(name) for name in figures)
@@ -394,10 +397,13 @@ def evaluate(
     agent_id: str | None = None,
     top_k: int = 5,
     mode: SearchMode | None = None,
+    rerank: bool = False,
     progress: Callable[[], None] | None = None,
 ) -> Report:
-    """Search ``ws`` once for each question (``top_k`` results, in ``mode``) and, given
-    ``agent_id``, ask the agent once; ``progress`` is told after each question.
+    """Search ``ws`` once for each question (``top_k`` results, in ``mode``, reordered by
+    the core's reranker with ``rerank``) and, given ``agent_id``, ask the agent once
+    (its turns rerank as its ``knowledge.rerank`` says); ``progress`` is told after
+    each question.
 
     Each question is a chat turn as any other (announced as ``agent.action`` events);
     its conversation is deleted once its answer is read, so none is left behind (nor
@@ -413,7 +419,7 @@ def evaluate(
     searched = mode or "vector"
     for item in golden:
         started = time.perf_counter()
-        response = ws.knowledge.search(item.question, top_k=top_k, mode=mode)
+        response = ws.knowledge.search(item.question, top_k=top_k, mode=mode, rerank=rerank)
         outcome = Outcome(item, tuple(response.results), time.perf_counter() - started)
         searched = response.mode
         if agent_id is not None:
@@ -421,7 +427,7 @@ def evaluate(
         outcomes.append(outcome)
         if progress is not None:
             progress()
-    return Report(tuple(outcomes), top_k=top_k, mode=searched, agent_id=agent_id)
+    return Report(tuple(outcomes), top_k=top_k, mode=searched, agent_id=agent_id, reranked=rerank)
 
 
 def _ask(ws: WorkspaceServices, agent_id: str, outcome: Outcome) -> Outcome:

@@ -111,6 +111,7 @@ def test_the_figures_of_a_constructed_case(workspace: dict[str, Any]) -> None:
     assert report == {
         "questions": 5,
         "mode": "keyword",
+        "reranked": False,
         "top_k": 5,
         "agent": agent,
         "search_recall_at_5": {"value": 0.6667, "hits": 2, "of": 3},
@@ -397,3 +398,47 @@ def test_on_a_terminal_a_bar_counts_the_questions(workspace: dict[str, Any]) -> 
     assert "\r" in bar and "5 question(s)" in bar and "100%" in bar and "5/5" in bar
     assert out.splitlines()[0].startswith("5 questions (3 answerable, 2 not)")  # stdout: the table
     assert "question(s)" not in out
+
+
+def test_rerank_without_a_reranker_is_refused(workspace: dict[str, Any]) -> None:
+    code, out, err = evaluate(workspace, "--rerank")
+    assert code == 1 and out == ""
+    assert "reranker" in err
+
+
+def test_eval_reranks_its_searches_when_asked(tmp_path: Path) -> None:
+    """``evaluate(rerank=True)``: each search is reordered by the core's reranker (here
+    one that puts the last candidate first), and the report says it was reranked."""
+    from agentcore import AgentCore, hookimpl
+    from agentcore.evaluation import evaluate as run_eval
+    from agentcore.evaluation import parse_golden
+
+    calls: list[str] = []
+
+    class LastFirst:
+        name = "last-first"
+
+        def rerank(self, query: str, documents: Any, top_n: int) -> list[tuple[int, float]]:
+            calls.append(query)
+            return [(i, float(i)) for i in reversed(range(len(documents)))][:top_n]
+
+    class Registers:
+        @hookimpl
+        def agentcore_register_rerankers(self, register: Any, settings: Any) -> None:
+            register(LastFirst())
+
+    with AgentCore.open(tmp_path / "r.db", plugins=[Registers()], entry_points=False) as core:
+        ws = core.workspace("acme")
+        ws.knowledge.ingest_text("parking.txt", "Visitors park on level 2 of the garage.")
+        ws.knowledge.ingest_text("lunch.txt", "Lunch is served in the cafeteria at noon.")
+        golden = parse_golden(
+            b'{"question": "Where do visitors park in the garage?", "source": "parking.txt"}\n',
+            "g.jsonl",
+        )
+        plain = run_eval(ws, golden, top_k=2)
+        reranked = run_eval(ws, golden, top_k=2, rerank=True)
+    assert plain.figures()["search_mrr"].value == 1.0  # type: ignore[union-attr]
+    assert reranked.figures()["search_mrr"].value == 0.5  # type: ignore[union-attr]
+    assert len(calls) == 1 and reranked.reranked and not plain.reranked
+    assert reranked.as_json()["reranked"] is True
+    assert ", reranked, top 2;" in reranked.table()[0]
