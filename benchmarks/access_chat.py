@@ -68,8 +68,6 @@ the ratios, which are taken within one round.
 from __future__ import annotations
 
 import argparse
-import json
-import platform
 import re
 import sys
 import tempfile
@@ -81,7 +79,7 @@ from statistics import median
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from access_search import TARGETS, access_lists, may_read, readers
+from access_search import TARGETS, access_lists, may_read, readers, write_report
 
 if TYPE_CHECKING:
     from agentcore import AgentCore, WorkspaceServices
@@ -457,14 +455,7 @@ def main(argv: list[str] | None = None) -> int:
     result = run(args)
     sound = print_report(result)
     if args.json is not None:
-        report = {
-            "benchmark": "access_chat",
-            "python": platform.python_version(),
-            "numpy": np.__version__,
-            "chat": result,
-        }
-        args.json.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-        print(f"wrote {args.json}")
+        write_report(args.json, "access_chat", "chat", result)
     return 0 if sound else 1
 
 

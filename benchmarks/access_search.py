@@ -263,15 +263,21 @@ def main(argv: list[str] | None = None) -> int:
     result = run(args)
     sound = print_report(result)
     if args.json is not None:
-        report = {
-            "benchmark": "access_search",
-            "python": platform.python_version(),
-            "numpy": np.__version__,
-            "vector": result,
-        }
-        args.json.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-        print(f"wrote {args.json}")
+        write_report(args.json, "access_search", "vector", result)
     return 0 if sound else 1
+
+
+def write_report(path: Path, benchmark: str, part: str, result: dict[str, Any]) -> None:
+    """``result`` as ``path``'s JSON under ``part``, with the benchmark's name and the
+    Python and numpy versions (the access benchmarks' shared form)."""
+    report = {
+        "benchmark": benchmark,
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        part: result,
+    }
+    path.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    print(f"wrote {path}")
 
 
 if __name__ == "__main__":
