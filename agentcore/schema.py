@@ -1021,6 +1021,14 @@ class ClientTokenCreate(Request):
         3600, ge=1, le=MAX_CLIENT_TOKEN_TTL, description="Seconds until the token expires."
     )
 
+    @field_validator("ttl_seconds", mode="before")
+    @classmethod
+    def _integral_number(cls, value: Any) -> Any:
+        # JSON Schema counts 60.0 as an integer; 60.5, "60" and true stay errors
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        return value
+
 
 class ClientToken(BaseModel):
     """A client token, as minted: ``token`` is shown only in this answer."""

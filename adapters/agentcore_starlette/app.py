@@ -106,6 +106,7 @@ def create_app(
         prefix=PREFIX,
         event_kinds=list(core.events.kinds),
         chat_models=list(core.chat_models),
+        rerank=bool(core.rerankers),
         paths={} if mcp is None else {MCP_PATH: mcp_openapi.path_item(http)},
     )
     starlette_routes = _api_routes(table, dispatcher)

@@ -280,6 +280,7 @@ def build_openapi(
     settings: Settings | None = None,
     event_kinds: Sequence[str] = (),
     chat_models: Sequence[str] = (),
+    rerank: bool = True,
     root_path: str = "",
     paths: Mapping[str, dict[str, Any]] = {},  # noqa: B006 - never mutated
 ) -> dict[str, Any]:
@@ -289,6 +290,8 @@ def build_openapi(
         ``Settings()``'s).
     :param event_kinds: the kinds a subscription may name (the core's event bus).
     :param chat_models: the names an agent's ``model`` may take.
+    :param rerank: whether the core has a reranker; without one, a search's ``rerank``
+        is declared ``false`` only (``true`` is refused: 400 ``reranker_unavailable``).
     :param root_path: where the app is mounted (ASGI ``root_path``): the ``servers`` URL.
     :param paths: the operations of the app's other endpoints, by path under
         ``prefix`` (the MCP endpoint's: ``mcp.openapi``).
@@ -312,6 +315,8 @@ def build_openapi(
         chat_models=chat_models,
         extra=extra,
     )
+    if not rerank and "SearchRequest" in components:
+        components["SearchRequest"]["properties"]["rerank"]["const"] = False
     if "TextDocumentCreate" in components:
         _upload_metadata(operations, components["TextDocumentCreate"]["properties"]["metadata"])
     return {
@@ -337,8 +342,8 @@ def build_openapi(
 class OpenApiDocument:
     """The document of one app (``GET /v1/openapi.json``, ``serve``), built when first
     asked for at each mount path (its ``servers`` entry differs), then served from
-    memory. It declares the limits the serving core enforces (its settings, event kinds
-    and chat models).
+    memory. It declares the limits the serving core enforces (its settings, event kinds,
+    chat models, and whether it can rerank).
 
     :param paths: the app's other operations (``build_openapi``).
     """
@@ -352,8 +357,10 @@ class OpenApiDocument:
         event_kinds: Sequence[str],
         chat_models: Sequence[str],
         paths: Mapping[str, dict[str, Any]],
+        rerank: bool = True,
     ) -> None:
         self.routes = list(routes)
+        self.rerank = rerank
         self.settings = settings
         self.prefix = prefix
         self.event_kinds = list(event_kinds)
@@ -374,6 +381,7 @@ class OpenApiDocument:
                     settings=self.settings,
                     event_kinds=self.event_kinds,
                     chat_models=self.chat_models,
+                    rerank=self.rerank,
                     root_path=root_path,
                     paths=self.paths,
                 )

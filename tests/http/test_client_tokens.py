@@ -117,6 +117,8 @@ def test_bad_token_requests_are_refused(api: Api, world: dict[str, str]) -> None
     # the boundaries are accepted
     assert mint(api, user="u" * 128, ttl_seconds=86_400, groups=["g"] * 256)["user"] == "u" * 128
     assert mint(api, user="ana", ttl_seconds=1, agents=[])["agents"] == []
+    assert mint(api, user="ana", ttl_seconds=60.0)["user"] == "ana"  # JSON's integer 60.0
+    assert mint(api, 422, user="ana", ttl_seconds=60.5)["param"] == "ttl_seconds"
     for body in ({"user": ""}, {}, {"user": "ana", "groups": ["hr"]}):
         bad_revoke = api.post("/v1/client_tokens/revoke", json=body)
         assert bad_revoke.status_code == 422, (body, bad_revoke.text)

@@ -105,6 +105,7 @@ def _document() -> dict[str, Any]:
             settings=core.settings,
             event_kinds=list(core.events.kinds),
             chat_models=list(core.chat_models),
+            rerank=bool(core.rerankers),
             paths={"/mcp": mcp_openapi.path_item(HttpSettings.of(core.settings))},
         )
 

@@ -106,3 +106,31 @@ def test_what_generators_cannot_read_is_only_under_then(api: Api) -> None:
     assert _outside_then(visible) == []
     parameters = document["components"]["schemas"]["ToolDefinition"]["properties"]["parameters"]
     assert parameters["if"] is True and parameters["then"]["required"] == ["type"]
+
+
+def test_rerank_is_declared_as_the_core_can_do_it(api: Api, tmp_path: Any) -> None:
+    """Without a reranker a search's ``rerank`` may only be false (true is a 400
+    ``reranker_unavailable``, so fuzzers must not send it as valid); with one, either."""
+    from agentcore import AgentCore, hookimpl
+    from agentcore_starlette import create_app
+
+    schema = api.get("/v1/openapi.json", key=None).json()["components"]["schemas"]
+    assert schema["SearchRequest"]["properties"]["rerank"]["const"] is False
+    refused = api.post("/v1/knowledge/search", json={"query": "x", "rerank": True})
+    assert refused.status_code == 400 and refused.json()["code"] == "reranker_unavailable"
+
+    class Keeps:
+        name = "keeps"
+
+        def rerank(self, query: str, documents: Any, top_n: int) -> list[tuple[int, float]]:
+            return [(i, 1.0) for i in range(len(documents))][:top_n]
+
+    class Registers:
+        @hookimpl
+        def agentcore_register_rerankers(self, register: Any, settings: Any) -> None:
+            register(Keeps())
+
+    with AgentCore.open(tmp_path / "r.db", plugins=[Registers()], entry_points=False) as core:
+        served = Api(create_app(core), None).get("/v1/openapi.json", key=None).json()
+    declared = served["components"]["schemas"]["SearchRequest"]["properties"]["rerank"]
+    assert "const" not in declared and declared["type"] == "boolean"

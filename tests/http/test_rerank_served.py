@@ -78,6 +78,6 @@ def test_a_served_search_is_reranked_by_the_configured_server(store_url: str) ->
         finally:
             reap(process)
     sent = [request.json for request in reranker.requests]
-    assert [s["query"] for s in sent] == [QUERY, QUERY, "How many vacation days?"]
+    assert [s["query"] for s in sent] == [QUERY, QUERY, "How many vacation days?", QUERY]
     assert sent[0]["documents"] == [r["chunk"] for r in plain["results"]]
     assert reranker.requests[0].headers["Authorization"] == "Bearer rk-served-key"
