@@ -782,6 +782,9 @@ Principal = Annotated[
         min_length=1,
         max_length=MAX_PRINCIPAL_CHARS,
         description="A user's or group's id, as you name them.",
+        # declared (the Request validator refuses a NUL in any string): fuzzers and
+        # generated clients then know that a NUL is no id
+        json_schema_extra={"pattern": NO_NUL},
     ),
 ]
 
@@ -999,7 +1002,15 @@ MAX_CLIENT_TOKEN_TTL = 86_400
 """The longest a client token lives, in seconds (a day)."""
 MAX_CLIENT_TOKEN_AGENTS = 64
 """The most agents one client token may be limited to."""
-AgentId = Annotated[str, Field(min_length=1, max_length=64, description="An agent's id.")]
+AgentId = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=64,
+        description="An agent's id.",
+        json_schema_extra={"pattern": NO_NUL},
+    ),
+]
 
 
 class ClientTokenCreate(Request):
