@@ -378,7 +378,7 @@ def _bar(total: float, desc: str, **options: Any) -> Iterator[tqdm]:
 def cmd_search(core: AgentCore, args: argparse.Namespace) -> int:
     """Search a workspace's knowledge core."""
     ws = _workspace(core, args)
-    response = ws.knowledge.search(args.query, top_k=args.top_k)
+    response = ws.knowledge.search(args.query, top_k=args.top_k, rerank=args.rerank)
     if args.json:
         print(response.model_dump_json(indent=2))
         return 0
@@ -682,6 +682,11 @@ def _add_knowledge(commands: _Commands, settings: Settings) -> None:
 
     p = commands.scoped("search", cmd_search, "search the knowledge core")
     commands.top_k(p, settings, "how many results")
+    p.add_argument(
+        "--rerank",
+        action="store_true",
+        help="reorder the top candidates with the configured reranker (AGENTCORE_RERANKER_URL)",
+    )
     commands.as_json(p)
     p.add_argument("query", help="what to search for")
 

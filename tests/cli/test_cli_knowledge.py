@@ -29,12 +29,14 @@ SUMMARY = re.compile(
 )
 
 
-def run(db: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def run(
+    db: Path, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     result = subprocess.run(
         [AGENTCORE, "--db", str(db), *args],
         capture_output=True,
         text=True,
-        env=cli_env(),
+        env={**cli_env(), **(env or {})},
         timeout=60,
         check=False,
     )
@@ -136,6 +138,28 @@ def test_search_plain_output(ingested: dict[str, Any]) -> None:
     assert ranks == [1, 2, 3, 4, 5]  # the default top_k of 5 (7 chunks are stored)
     guide = re.search(r"guide\.pdf p\.(\d+(?:,\d+)*)$", result.stdout, re.MULTILINE)
     assert guide and all(p.isdigit() for p in guide.group(1).split(","))
+
+
+def test_search_reranks_with_the_configured_reranker(ingested: dict[str, Any]) -> None:
+    from openai_provider import serve_provider
+
+    db, query = ingested["db"], "When does the lantern club meet?"
+    refused = run(db, "search", "--org", "acme", "--env", "test", "--rerank", query)
+    assert refused.returncode == 1 and refused.stdout == ""
+    assert "reranker" in refused.stderr, refused.stderr
+    plain = run(db, "search", "--org", "acme", "--env", "test", "--json", query)
+    first = json.loads(plain.stdout)["results"]
+    with serve_provider() as reranker:
+        reranker.reply({"results": [{"index": 2, "relevance_score": 0.8}]})
+        env = {
+            "AGENTCORE_RERANKER_URL": f"{reranker.url}/rerank",
+            "AGENTCORE_OUTBOUND_ALLOWED_NETWORKS": "127.0.0.0/8",
+        }
+        args = ("search", "--org", "acme", "--env", "test", "--top-k", "1", "--rerank")
+        reranked = run(db, *args, "--json", query, env=env)
+    assert reranked.returncode == 0, reranked.stderr
+    [result] = json.loads(reranked.stdout)["results"]
+    assert result["chunk"] == first[2]["chunk"] and result["rerank_score"] == 0.8
 
 
 def test_search_missing_org_fails_clearly(ingested: dict[str, Any]) -> None:
