@@ -10,6 +10,7 @@ from typing import Annotated, Any, Literal
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Discriminator,
     Field,
@@ -57,6 +58,18 @@ def _has_nul(value: Any) -> bool:
         elif isinstance(item, BaseModel):
             stack.extend(vars(item).values())
     return False
+
+
+def _whole_number(value: Any) -> Any:
+    # JSON Schema counts 2.0 as an integer; 2.5, "2" and true stay errors
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+JsonInt = Annotated[int, BeforeValidator(_whole_number)]
+"""An integer as JSON Schema reads one: ``2.0`` is taken as ``2`` (``2.5``, ``"2"`` and
+``true`` are still refused by the strict request models)."""
 
 
 class Request(BaseModel):
@@ -897,7 +910,7 @@ class SearchRequest(Request):
     """Body of ``POST /v1/knowledge/search``."""
 
     query: str = Field(..., min_length=1, json_schema_extra=_DECLARE_NON_BLANK)
-    top_k: int | None = Field(
+    top_k: JsonInt | None = Field(
         None, description="How many results: default 5, at most the configured max_top_k."
     )
     min_score: float | None = Field(
@@ -926,14 +939,6 @@ class SearchRequest(Request):
     @classmethod
     def _user_not_null(cls, value: Any) -> Any:
         return _refuse_null(value, "to search every document")
-
-    @field_validator("top_k", mode="before")
-    @classmethod
-    def _integral_number(cls, value: Any) -> Any:
-        # JSON Schema counts 2.0 as an integer; 2.5, "2" and true stay errors
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
-        return value
 
 
 class SearchResult(BaseModel):
@@ -1028,17 +1033,9 @@ class ClientTokenCreate(Request):
         description="The only agents the token may list and chat with (absent or null: every"
         " agent the key may chat with).",
     )
-    ttl_seconds: int = Field(
+    ttl_seconds: JsonInt = Field(
         3600, ge=1, le=MAX_CLIENT_TOKEN_TTL, description="Seconds until the token expires."
     )
-
-    @field_validator("ttl_seconds", mode="before")
-    @classmethod
-    def _integral_number(cls, value: Any) -> Any:
-        # JSON Schema counts 60.0 as an integer; 60.5, "60" and true stay errors
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
-        return value
 
 
 class ClientToken(BaseModel):

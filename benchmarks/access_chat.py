@@ -79,7 +79,7 @@ from statistics import median
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from access_search import TARGETS, access_lists, may_read, readers, write_report
+from access_search import access_lists, may_read, readers, verdicts, write_report
 
 if TYPE_CHECKING:
     from agentcore import AgentCore, WorkspaceServices
@@ -412,16 +412,7 @@ def print_report(result: dict[str, Any]) -> bool:
             f" | {case['median_ms']:.1f} | {case['ratio_to_unfiltered']:.2f}"
             f" | {case['cpu_median_ms']:.1f} | {case['answered']:.0%} |"
         )
-    verdicts = []
-    for name, target in TARGETS.items():
-        ratio = result["cases"][name]["ratio_to_unfiltered"]
-        verdicts.append(
-            f"{name.removeprefix('user reads ')}: {ratio:.2f}x "
-            f"(target <= {target}x, {'met' if ratio <= target else 'NOT met'})"
-        )
-    print(
-        f"\nAccess filter vs unfiltered chat at {result['chunks']:,} chunks: " + "; ".join(verdicts)
-    )
+    print(f"\nAccess filter vs unfiltered chat at {result['chunks']:,} chunks: " + verdicts(result))
     failures = result["failures"]
     if failures:
         print(f"\n{len(failures)} answers failed their checks, the first:")

@@ -233,15 +233,20 @@ def print_report(result: dict[str, Any]) -> bool:
             f"| {case['median_ms']:.2f} | {case['ratio_to_unfiltered']:.2f} | {selection} "
             f"| {case['recall_at_10']:.3f} | {case['leaks']}{exact} |"
         )
-    verdicts = []
+    print(f"\nAccess filter vs unfiltered at {result['rows']:,} chunks: " + verdicts(result))
+    return sound
+
+
+def verdicts(result: dict[str, Any]) -> str:
+    """Each target case's ratio to the unfiltered case, and whether it meets ``TARGETS``."""
+    said = []
     for name, target in TARGETS.items():
         ratio = result["cases"][name]["ratio_to_unfiltered"]
-        verdicts.append(
+        said.append(
             f"{name.removeprefix('user reads ')}: {ratio:.2f}x "
             f"(target <= {target}x, {'met' if ratio <= target else 'NOT met'})"
         )
-    print(f"\nAccess filter vs unfiltered at {result['rows']:,} chunks: " + "; ".join(verdicts))
-    return sound
+    return "; ".join(said)
 
 
 def main(argv: list[str] | None = None) -> int:
