@@ -10,7 +10,7 @@ import functools
 import importlib
 import importlib.metadata
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 import pluggy
 from pydantic_settings import BaseSettings
@@ -88,17 +88,7 @@ def registered_embedders(
     :param add: also told of each one as it is registered.
     :raises ValueError: two embedders share a name.
     """
-    embedders: dict[str, Embedder] = {}
-
-    def register(embedder: Embedder) -> None:
-        if embedder.name in embedders:
-            raise ValueError(f"two embedders are named {embedder.name!r}")
-        embedders[embedder.name] = embedder
-        if add is not None:
-            add(embedder)
-
-    pm.hook.agentcore_register_embedders(register=register, settings=settings)
-    return embedders
+    return _by_name(pm.hook.agentcore_register_embedders, settings, "embedders", add)
 
 
 def registered_rerankers(pm: pluggy.PluginManager, settings: Settings) -> dict[str, Reranker]:
@@ -106,12 +96,32 @@ def registered_rerankers(pm: pluggy.PluginManager, settings: Settings) -> dict[s
 
     :raises ValueError: two rerankers share a name.
     """
-    rerankers: dict[str, Reranker] = {}
+    return _by_name(pm.hook.agentcore_register_rerankers, settings, "rerankers")
 
-    def register(reranker: Reranker) -> None:
-        if reranker.name in rerankers:
-            raise ValueError(f"two rerankers are named {reranker.name!r}")
-        rerankers[reranker.name] = reranker
 
-    pm.hook.agentcore_register_rerankers(register=register, settings=settings)
-    return rerankers
+class _Named(Protocol):
+    name: str
+
+
+_N = TypeVar("_N", bound=_Named)
+
+
+def _by_name(
+    hook: Callable[..., object],
+    settings: Settings,
+    kind: str,
+    add: Callable[[_N], None] | None = None,
+) -> dict[str, _N]:
+    """What the plugins register through ``hook(register=, settings=)``, by name; two of
+    one name are a ``ValueError`` naming ``kind``."""
+    found: dict[str, _N] = {}
+
+    def register(item: _N) -> None:
+        if item.name in found:
+            raise ValueError(f"two {kind} are named {item.name!r}")
+        found[item.name] = item
+        if add is not None:
+            add(item)
+
+    hook(register=register, settings=settings)
+    return found
