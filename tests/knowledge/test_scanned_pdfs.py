@@ -134,7 +134,8 @@ def served(store: str | Path, *plugins: object, **settings: Any) -> Iterator[Fas
 @pytest.mark.tesseract
 @pytest.mark.skipif(not TESSERACT, reason=NO_TESSERACT)
 def test_ocr_reads_scanned_pages_which_are_then_searched_and_cited(store_url: str) -> None:
-    with served(store_url, ocr="tesseract") as api:
+    # time to spare for tesseract on a loaded machine (a page may take 5 s by default)
+    with served(store_url, ocr="tesseract", ingest_page_cpu_seconds=30.0) as api:
         response = upload(api, "mixed.pdf", mixed_pdf())
         assert response.status_code == 201, response.text
         document = response.json()

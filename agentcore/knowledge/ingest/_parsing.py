@@ -541,14 +541,12 @@ class _PageReader:
         return holds_images(page, _XOBJECTS if self.work is None else self.work.page_xobjects)
 
     def read_images(self, page: Any, ocr: OcrRun) -> str:
-        """A scanned page's text as ``ocr`` reads it from its images (decoded within a
-        page's CPU budget), counted against the text budget; ``_Stop`` past it."""
+        """A scanned page's text as ``ocr`` reads it from its images, counted against
+        the text budget (``_Stop`` past it). Decoding them counts against the file's CPU
+        budget, not a page's: images are bounded in size (``MAX_IMAGE_PIXELS``), and
+        the first decode of a process pays for importing Pillow."""
         limit = _XOBJECTS if self.work is None else self.work.page_xobjects
-        if self.work is None:
-            raw = ocr.read(page, limit)
-        else:
-            with self.cpu.part(self.work.page_cpu_seconds, "page"):
-                raw = ocr.read(page, limit)
+        raw = ocr.read(page, limit)
         if self.budget is not None:
             per_page = self.budget.page_chars <= self.budget.total_chars - self.total
             if len(raw) > min(self.budget.page_chars, self.budget.total_chars - self.total):
