@@ -1,8 +1,8 @@
 """What an ingestion worker process builds: the ingest pipeline, and nothing more.
 
 A worker gets a ``WorkerBootstrap`` (pickled) and calls it: the store opened again
-(unmigrated), the same plugins and settings (so the same embedder), and the ingest
-pipeline over them. No core: no indexes, caches, metrics, webhook delivery or job
+(unmigrated), the same plugins and settings (so the same embedder and OCR engine), and
+the ingest pipeline over them. No core: no indexes, caches, metrics, webhook delivery or job
 scheduler, none of which a job uses. Its writes check the workspace's embedder (as
 every knowledge write does); the server's index catches up from the store's change log.
 """
@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
-from agentcore._plugin_manager import make_plugin_manager, registered_embedders
+from agentcore._plugin_manager import configured_ocr, make_plugin_manager, registered_embedders
 from agentcore.events import EventBus
 from agentcore.knowledge.ingest import IngestPipeline
 from agentcore.knowledge.terms import TermCounter
@@ -77,4 +77,5 @@ class WorkerBootstrap:
             write,
             terms=TermCounter(stems.tokens_of, stems.stem_frequencies),
             events=events,
+            ocr=configured_ocr(pm, settings),
         )

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import importlib
 import importlib.metadata
+import importlib.util
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
@@ -16,17 +17,21 @@ import pluggy
 from pydantic_settings import BaseSettings
 
 import agentcore.hookspecs as hookspecs
+from agentcore.knowledge.ocr import OcrUnavailable
 from agentcore.plugins import DEFAULT_PLUGINS
 
 if TYPE_CHECKING:
     from agentcore.config import Settings
     from agentcore.knowledge.embedders import Embedder
+    from agentcore.knowledge.ocr import OcrEngine
     from agentcore.knowledge.rerankers import Reranker
 
 __all__ = [
+    "configured_ocr",
     "make_plugin_manager",
     "plugin_settings_models",
     "registered_embedders",
+    "registered_ocr_engines",
     "registered_rerankers",
 ]
 
@@ -97,6 +102,43 @@ def registered_rerankers(pm: pluggy.PluginManager, settings: Settings) -> dict[s
     :raises ValueError: two rerankers share a name.
     """
     return _by_name(pm.hook.agentcore_register_rerankers, settings, "rerankers")
+
+
+def registered_ocr_engines(pm: pluggy.PluginManager, settings: Settings) -> dict[str, OcrEngine]:
+    """The OCR engines plugins register (``agentcore_register_ocr``), by name.
+
+    :raises ValueError: two engines share a name.
+    """
+    return _by_name(pm.hook.agentcore_register_ocr, settings, "OCR engines")
+
+
+def configured_ocr(pm: pluggy.PluginManager, settings: Settings) -> OcrEngine | None:
+    """The OCR engine ``settings.ocr`` names (``None`` when it names none).
+
+    :raises OcrUnavailable: no plugin registered that engine, or Pillow (which turns a
+        page's images into the PNGs engines read) is not installed.
+    """
+    if settings.ocr is None:
+        return None
+    engines = registered_ocr_engines(pm, settings)
+    engine = engines.get(settings.ocr)
+    if engine is None:
+        known = ", ".join(sorted(engines)) or "none"
+        hint = (
+            " The built-in tesseract engine registers when the tesseract command is on PATH"
+            " (e.g. apt-get install tesseract-ocr)."
+            if settings.ocr == "tesseract"
+            else ""
+        )
+        raise OcrUnavailable(
+            f"The configured OCR engine {settings.ocr!r} is not registered"
+            f" (registered: {known}).{hint}"
+        )
+    if importlib.util.find_spec("PIL") is None:
+        raise OcrUnavailable(
+            "OCR needs Pillow to read a PDF's images: pip install 'agentcore-service[ocr]'."
+        )
+    return engine
 
 
 class _Named(Protocol):

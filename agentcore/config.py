@@ -179,6 +179,14 @@ class Settings(BaseSettings):
     rerank_timeout: float = Field(
         10.0, gt=0, description="Seconds a reranker may take; then the first order is kept."
     )
+    ocr: str | None = Field(
+        None,
+        description="OCR engine that reads scanned PDF pages (images, no text layer) as"
+        " they are ingested: `tesseract` (built in, when the tesseract command is on PATH;"
+        " needs the `ocr` extra) or a plugin's. Unset: none; such pages are indexed"
+        " without text and listed in the document's `warnings`. An engine no plugin"
+        " registers stops the core from opening.",
+    )
     chunk_target_chars: int = Field(700, ge=50)
     chunk_overlap_chars: int = Field(150, ge=0)
     max_pdf_pages: int = Field(5_000, ge=1)
@@ -492,6 +500,12 @@ class Settings(BaseSettings):
         for cidr in value:
             ipaddress.ip_network(cidr, strict=False)
         return tuple(value)
+
+    @field_validator("ocr", mode="before")
+    @classmethod
+    def _blank_is_no_ocr(cls, value: Any) -> Any:
+        # AGENTCORE_OCR= (set, empty) turns OCR off, as leaving it unset does
+        return None if isinstance(value, str) and not value.strip() else value
 
     @field_validator("webhook_secret_key", mode="after")
     @classmethod

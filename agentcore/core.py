@@ -23,6 +23,7 @@ from agentcore._ingest_worker import WorkerBootstrap
 from agentcore._logs import get_logger, hide_passwords
 from agentcore._metrics import Metrics
 from agentcore._plugin_manager import (
+    configured_ocr,
     make_plugin_manager,
     plugin_settings_models,
     registered_embedders,
@@ -47,6 +48,7 @@ from agentcore.knowledge.ingest import (
     WorkerSpec,
     WorkersUnavailable,
 )
+from agentcore.knowledge.ocr import OcrUnavailable
 from agentcore.knowledge.rerankers import Reranker
 from agentcore.knowledge.service import KnowledgeService
 from agentcore.knowledge.terms import TermCounter
@@ -159,6 +161,9 @@ class AgentCore:
         self.webhook_keys = secret_keys(
             settings.webhook_secret_key, path_for_url(str(getattr(store, "url", "")))
         )
+        # the engine that reads scanned PDF pages, if one is set: one that cannot run
+        # here refuses now, not at the first scanned upload
+        self.ocr = configured_ocr(pm, settings)
         self.store = store
         # the core's metrics and its host's observer, told what every part does
         self.observer = Observers(observer_of(observer))
@@ -280,6 +285,7 @@ class AgentCore:
             self.indexes.write,
             terms=self.terms,
             events=self.events,
+            ocr=self.ocr,
         )
         # a component of the runtime: its scheduling loop, watching threads, worker processes
         self.ingestion_jobs = IngestionJobs(
@@ -334,8 +340,8 @@ class AgentCore:
         origin = _Origin(named, entry_points, settings)
         try:
             core = cls(store, settings, pm, origin=origin, observer=observer)
-        except KeyFileError:  # refused before the core built anything: close what open opened
-            store.close()
+        except (KeyFileError, OcrUnavailable):  # refused before the core built anything
+            store.close()  # so close what open opened
             raise
         core._seal_plaintext_secrets()
         return core

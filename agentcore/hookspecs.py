@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from agentcore.config import Settings
     from agentcore.events import EventBus
     from agentcore.knowledge.embedders import Embedder
+    from agentcore.knowledge.ocr import OcrEngine
     from agentcore.knowledge.rerankers import Reranker
     from agentcore.storage.base import Store
 
@@ -153,6 +154,22 @@ def agentcore_register_rerankers(register: Callable[[Reranker], None], settings:
 
     :param register: callback taking an object implementing
         ``agentcore.knowledge.rerankers.Reranker``.
+    :param settings: the core's settings; a plugin's own are ``settings.plugin(Model)``.
+    """
+
+
+@hookspec
+def agentcore_register_ocr(register: Callable[[OcrEngine], None], settings: Settings) -> None:
+    """Register OCR engines by calling ``register(engine)`` once per engine.
+
+    Called once when the core starts, and once in each ingestion worker process.
+    ``engine.name`` must be unique; the core's ``settings.ocr`` picks the one that reads
+    scanned PDF pages (unset: none does). Register an engine only where it can run (the
+    built-in ``tesseract`` registers when the ``tesseract`` command is on ``PATH``): a
+    core whose ``ocr`` names an engine no plugin registered does not open.
+
+    :param register: callback taking an object implementing
+        ``agentcore.knowledge.ocr.OcrEngine``.
     :param settings: the core's settings; a plugin's own are ``settings.plugin(Model)``.
     """
 

@@ -820,6 +820,17 @@ class EndUser(Request):
     groups: list[Principal] = Field(default_factory=list, max_length=MAX_PRINCIPALS)
 
 
+class DocumentWarning(BaseModel):
+    """Something a ready document's reader should know about its pages: ``no_text``,
+    pages of images without a text layer (scanned), so nothing on them is searchable;
+    ``ocr``, pages whose text was read from their images by OCR, so it may hold
+    recognition errors."""
+
+    code: Literal["no_text", "ocr"]
+    pages: list[int] = Field(description="The pages concerned (1-based), in order.")
+    detail: str
+
+
 class Document(BaseModel):
     """A document of the knowledge core."""
 
@@ -851,6 +862,11 @@ class Document(BaseModel):
     access: DocumentAccess | None = Field(
         default=None,
         description="Who may read it, when requests act for end users (null: everyone).",
+    )
+    warnings: list[DocumentWarning] = Field(
+        default_factory=list,
+        description="What indexing found that a reader should know: scanned pages with"
+        " nothing searchable (`no_text`), pages read by OCR (`ocr`); [] when none.",
     )
 
 

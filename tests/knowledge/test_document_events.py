@@ -81,6 +81,7 @@ def test_each_background_document_ends_with_one_event(
             "source": "big.txt",
             "status": "ready",
             "metadata": {"team": "hr"},
+            "warnings": [],
         }
         failed = delivered[broken.id]
         assert failed["type"] == "document.failed"

@@ -24,7 +24,16 @@ from agentcore._ids import new_id
 from agentcore._memory_budget import Residency
 from agentcore.errors import Conflict, NotFound
 from agentcore.events import Event
-from agentcore.schema import Agent, ApiKey, Document, Feedback, McpServer, Problem, Usage
+from agentcore.schema import (
+    Agent,
+    ApiKey,
+    Document,
+    DocumentWarning,
+    Feedback,
+    McpServer,
+    Problem,
+    Usage,
+)
 from agentcore.storage.base import (
     BudgetedStore,
     EventWaiter,
@@ -674,6 +683,42 @@ def test_background_ingestion_jobs(store: Any) -> None:
     third = processing(store, org_id, 3.0)
     assert store.delete_document(org_id, "test", third.id)
     assert store.claim_ingest_job(now=1e6, lease_seconds=30) is None
+
+
+def test_document_warnings_are_kept(store: Any) -> None:
+    """A document's warnings come back as written, from an insert and from a completed
+    job, in a read, a list and a metadata update; none is ``[]``."""
+    org_id = org(store)
+    warnings = [
+        DocumentWarning(code="no_text", pages=[3, 4], detail="Images, no text."),
+        DocumentWarning(code="ocr", pages=[2], detail="Read by OCR."),
+    ]
+    written = make_document(1).model_copy(update={"warnings": warnings})
+    store.insert_document(
+        org_id, "test", written, [("a", [1], [0])], "e1", unit(1), np.ones(1, bool)
+    )
+    job = processing(store, org_id)
+    ready = job.model_copy(update={"status": "ready", "chunks": 1, "warnings": warnings[1:]})
+    done = store.complete_document(
+        org_id, "test", ready, [("b", [1], [0])], "e1", unit(1, seed=1), np.ones(1, bool)
+    )
+    assert done is not None and done.document is not None
+    assert done.document.warnings == warnings[1:]
+    plain = make_document(1)
+    store.insert_document(
+        org_id, "test", plain, [("c", [1], [0])], "e1", unit(1, seed=2), np.ones(1, bool)
+    )
+    assert store.get_document(org_id, "test", written.id).warnings == warnings
+    assert store.get_document(org_id, "test", job.id).warnings == warnings[1:]
+    assert store.get_document(org_id, "test", plain.id).warnings == []
+    listed, _ = store.list_documents(org_id, "test", limit=10, starting_after=None)
+    assert {d.id: d.warnings for d in listed} == {
+        written.id: warnings,
+        job.id: warnings[1:],
+        plain.id: [],
+    }
+    updated = store.update_metadata(org_id, "test", written.id, {"team": "hr"})
+    assert updated is not None and updated.warnings == warnings
 
 
 def test_token_buckets(store: Any) -> None:

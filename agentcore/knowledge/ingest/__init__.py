@@ -5,7 +5,8 @@ wherever it runs: the caller's thread, a thread of the core, or a worker process
 (``agentcore._ingest_worker`` builds it there, without a core). ``Uploads`` decides where a
 workspace's upload runs and what its caller is answered; ``IngestionJobs`` runs the
 store's queue of jobs in killable worker processes under time, memory and work limits.
-Everything else is private (``_parsing.py``, ``_jobs.py``, ``_workers.py``, ...).
+A PDF's scanned pages are found as it is parsed, and read by OCR when an engine is set
+(``_scans.py``). Everything else is private (``_parsing.py``, ``_jobs.py``, ...).
 """
 
 from agentcore.knowledge.ingest._cpu_budget import BudgetSpent, CpuBudget
@@ -24,6 +25,7 @@ from agentcore.knowledge.ingest._parsing import (
     text_kind,
 )
 from agentcore.knowledge.ingest._pipeline import IngestPipeline, Labels, Writer
+from agentcore.knowledge.ingest._scans import Ocr
 from agentcore.knowledge.ingest._uploads import Upload, Uploads
 from agentcore.knowledge.ingest._workers import Completed, WorkerSpec
 
@@ -37,6 +39,7 @@ __all__ = [
     "IngestPipeline",
     "IngestionJobs",
     "Labels",
+    "Ocr",
     "ParsedDocument",
     "TextBudget",
     "Upload",

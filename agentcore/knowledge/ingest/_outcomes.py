@@ -25,7 +25,8 @@ __all__ = [
 
 
 def document_event(document: Document, error: Problem | None = None) -> dict[str, Any]:
-    """The ``data`` of a ``document.ready`` or ``document.failed`` event."""
+    """The ``data`` of a ``document.ready`` event (with the document's ``warnings``) or
+    of a ``document.failed`` one (with its ``error``)."""
     data: dict[str, Any] = {
         "document_id": document.id,
         "source": document.source,
@@ -34,6 +35,8 @@ def document_event(document: Document, error: Problem | None = None) -> dict[str
     }
     if error is not None:
         data["error"] = error.model_dump(mode="json", exclude_none=True)
+    else:
+        data["warnings"] = [warning.model_dump(mode="json") for warning in document.warnings]
     return data
 
 

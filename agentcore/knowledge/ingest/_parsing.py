@@ -10,7 +10,7 @@ import re
 import sys
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from agentcore._logs import get_logger
@@ -22,6 +22,8 @@ from agentcore.errors import (
     check_unicode,
 )
 from agentcore.knowledge.ingest._cpu_budget import BudgetSpent, CpuBudget
+from agentcore.knowledge.ingest._scans import Ocr, OcrRun, ScannedPages, holds_images
+from agentcore.schema import DocumentWarning
 
 if TYPE_CHECKING:
     from agentcore._cancellation import Cancellation
@@ -114,7 +116,8 @@ class WorkBudget:
 
 @dataclass(frozen=True)
 class ParsedDocument:
-    """A parsed upload: its source name, canonical content type and page texts.
+    """A parsed upload: its source name, canonical content type, page texts, and what
+    its reader should know (a PDF's scanned pages, its pages read by OCR).
 
     Page ``n`` (1-based) is ``pages[n - 1]``; a page with no text is an empty string,
     so numbering always matches the original file.
@@ -123,6 +126,7 @@ class ParsedDocument:
     source: str
     content_type: str
     pages: list[str]
+    warnings: list[DocumentWarning] = field(default_factory=list)
 
 
 def parse_document(
@@ -135,6 +139,7 @@ def parse_document(
     budget: TextBudget | None = None,
     work: WorkBudget | None = None,
     cancellation: Cancellation | None = None,
+    ocr: Ocr | None = None,
 ) -> ParsedDocument:
     """Parse an uploaded file into pages.
 
@@ -146,6 +151,10 @@ def parse_document(
     empty user password (common for "no copy" flags) are opened; any other
     encryption is refused.
 
+    A PDF page that extracts to no text but holds images is scanned: ``ocr`` (when
+    given) reads its images, and the document's ``warnings`` list the pages read so
+    (``ocr``) and those still without text (``no_text``).
+
     :param data: the file's bytes.
     :param filename: the uploaded file's name; its base name becomes ``source``.
     :param content_type: the declared media type, parameters allowed.
@@ -153,7 +162,8 @@ def parse_document(
     :param max_pages: the most pages accepted in a PDF.
     :param budget: the most text a PDF may extract to (``None``: no limit).
     :param work: the most work reading a PDF may take (``None``: no limit).
-    :param cancellation: checked between the pages of a PDF.
+    :param cancellation: checked between the pages of a PDF; OCR ends by its deadline.
+    :param ocr: reads scanned pages (``None``: they stay without text).
     :raises PayloadTooLarge: ``file_too_large``, ``too_many_pages``, ``too_large`` (a PDF
         whose text passes ``budget``), ``too_complex`` (a PDF that passes ``work``).
     :raises UnsupportedMediaType: ``unsupported_file_type``.
@@ -161,19 +171,28 @@ def parse_document(
         ``encrypted_pdf``, ``no_text``. Every error has ``param="file"``.
     """
     source, kind = check_upload(data, filename, content_type, max_bytes=max_bytes)
-    pages = (
-        _pdf_pages(data, max_pages, budget, work, cancellation)
-        if kind == PDF
-        else _text_pages(decode_text(data), kind)
-    )
-    if not any(page and not page.isspace() for page in pages):  # no copy of a huge page
-        raise ValidationFailed(
-            "The file contains no extractable text"
-            + (" (a scanned PDF needs OCR first)." if kind == PDF else "."),
-            code="no_text",
-            param="file",
+    if kind != PDF:
+        pages = _text_pages(decode_text(data), kind)
+        if not any(page and not page.isspace() for page in pages):  # no copy of a huge page
+            raise ValidationFailed(
+                "The file contains no extractable text.", code="no_text", param="file"
+            )
+        return ParsedDocument(source=source, content_type=kind, pages=pages)
+    run = OcrRun(ocr, cancellation) if ocr is not None else None
+    pages, scans = _pdf_pages(data, max_pages, budget, work, cancellation, run)
+    if run is not None:
+        run.report(source)
+    if not any(page and not page.isspace() for page in pages):
+        why = (
+            f"its pages are images, and OCR ({run.name}) read no text from them:"
+            f" {run.reason or 'it found none'}"
+            if run is not None and scans.unread
+            else "a scanned PDF needs OCR first"
         )
-    return ParsedDocument(source=source, content_type=kind, pages=pages)
+        raise ValidationFailed(
+            f"The file contains no extractable text ({why}).", code="no_text", param="file"
+        )
+    return ParsedDocument(source, kind, pages, scans.warnings(run))
 
 
 def check_upload(
@@ -322,9 +341,11 @@ def _pdf_pages(
     budget: TextBudget | None,
     work: WorkBudget | None,
     cancellation: Cancellation | None,
-) -> list[str]:
+    ocr: OcrRun | None,
+) -> tuple[list[str], ScannedPages]:
     cpu = CpuBudget(work.cpu_seconds if work is not None else float("inf"))
     pages: list[str] = []  # read so far: the page being read is the next one
+    scans = ScannedPages()
     try:
         with cpu, _folded_pypdf_warnings():
             reader = _open_pdf(data, max_pages)
@@ -339,8 +360,14 @@ def _pdf_pages(
                     param="file",
                 )
                 with _reading(corrupt):  # a page object of a broken file raises too
-                    pages.append(clean_pdf_text(text_of.text(reader.pages[number])))
-            return pages
+                    page = reader.pages[number]
+                    text = clean_pdf_text(text_of.text(page))
+                    if not text.strip() and text_of.scanned(page):
+                        if ocr is not None:
+                            text = clean_pdf_text(text_of.read_images(page, ocr))
+                        scans.add(number + 1, read=bool(text.strip()))
+                    pages.append(text)
+            return pages, scans
     except (_Stop, BudgetSpent) as stop:
         raise _refusal(stop, len(pages) + 1, budget, work, cpu) from None
 
@@ -451,6 +478,10 @@ def _too_complex(detail: str) -> PayloadTooLarge:
 # Operators that can put text on a page: text shown, or an XObject (a form may hold text).
 # A content stream without any is not parsed at all, as pypdf does when nothing visits.
 _TEXT_OPERATOR = re.compile(rb"T[jJ]|Do|['\"]")
+# An XObject drawn (an image, or a form): a blank page without one shows no scan.
+_DRAW_OPERATOR = re.compile(rb"Do")
+# XObjects looked at for images on a blank page, when no work budget says how many
+_XOBJECTS = 1_000
 # An operator: one to three regular characters starting with a letter or a quote, with a
 # delimiter or whitespace on both sides; strings are matched too, to be skipped (the
 # words in them are no operators). Counted on the raw stream before pypdf parses it, so a
@@ -460,6 +491,17 @@ _OPERATOR = re.compile(
     rb"|(?<![^\x00\t\n\x0c\r \]\)>])([A-Za-z'\"][A-Za-z0-9*'\"]{0,2})(?![^\x00\t\n\x0c\r (/<\[%])"
 )
 _CHECK_EVERY = 1024  # operators between two checks of the CPU budget in the visitor
+
+
+def _count_operators(data: bytes, limit: int) -> None:
+    """``_TooComplex`` when the content stream ``data`` holds more than ``limit``
+    operators."""
+    operators = 0
+    for token in _OPERATOR.finditer(data):
+        if token.lastindex:  # an operator, not a string
+            operators += 1
+            if operators > limit:
+                raise _TooComplex("operators")
 
 
 class _PageReader:
@@ -474,7 +516,8 @@ class _PageReader:
         self.work = work
         self.cpu = cpu
         self.total = 0  # characters the pages read so far extracted to
-        self._streams: dict[tuple[int, ...], bool] = {}  # content -> whether it may hold text
+        # content -> whether it may show text, and whether it draws an XObject
+        self._streams: dict[tuple[int, ...], tuple[bool, bool]] = {}
 
     def text(self, page: Any) -> str:
         """One page's raw text; ``_Stop`` as soon as it passes a budget."""
@@ -489,12 +532,40 @@ class _PageReader:
         self.total += len(raw)
         return raw
 
+    def scanned(self, page: Any) -> bool:
+        """Whether ``page``, which extracted to no text, draws an image: its content
+        invokes an XObject (known from ``text``, which scanned it) and its resources hold
+        an image, directly or in a form. Nothing is decoded."""
+        if not self._content(page, self.work)[1]:
+            return False
+        return holds_images(page, _XOBJECTS if self.work is None else self.work.page_xobjects)
+
+    def read_images(self, page: Any, ocr: OcrRun) -> str:
+        """A scanned page's text as ``ocr`` reads it from its images, counted against
+        the text budget (``_Stop`` past it). Decoding them counts against the file's CPU
+        budget, not a page's: images are bounded in size (``MAX_IMAGE_PIXELS``), and
+        the first decode of a process pays for importing Pillow."""
+        limit = _XOBJECTS if self.work is None else self.work.page_xobjects
+        raw = ocr.read(page, limit)
+        if self.budget is not None:
+            per_page = self.budget.page_chars <= self.budget.total_chars - self.total
+            if len(raw) > min(self.budget.page_chars, self.budget.total_chars - self.total):
+                raise _OverBudget(per_page)
+        self.total += len(raw)
+        return raw
+
     def _may_hold_text(self, page: Any, work: WorkBudget) -> bool:
         """Whether ``page``'s content can show text; ``_TooComplex`` when it has more
         operators than ``work`` allows."""
+        return self._content(page, work)[0]
+
+    def _content(self, page: Any, work: WorkBudget | None) -> tuple[bool, bool]:
+        """Whether ``page``'s content may show text, and whether it draws an XObject
+        (each stream scanned once); ``_TooComplex`` when it has more operators than
+        ``work`` allows (``None``: any number)."""
         contents = page.get("/Contents")
         if contents is None:
-            return False
+            return False, False
         streams = contents.get_object()
         parts = list(streams) if isinstance(streams, list) else [contents]
         key = tuple(id(part.get_object()) for part in parts)
@@ -502,13 +573,10 @@ class _PageReader:
         if known is not None:
             return known
         data = b"\n".join(part.get_object().get_data() for part in parts)
-        operators = 0
-        for token in _OPERATOR.finditer(data):
-            if token.lastindex:  # an operator, not a string
-                operators += 1
-                if operators > work.page_operators:
-                    raise _TooComplex("operators")
-        self._streams[key] = known = _TEXT_OPERATOR.search(data) is not None
+        if work is not None:
+            _count_operators(data, work.page_operators)
+        shows = _TEXT_OPERATOR.search(data) is not None
+        self._streams[key] = known = (shows, shows and _DRAW_OPERATOR.search(data) is not None)
         return known
 
     def _extract(self, page: Any) -> str:

@@ -32,6 +32,7 @@ from agentcore.knowledge.ingest._parsing import (
     parse_document,
     parse_text,
 )
+from agentcore.knowledge.ingest._scans import Ocr
 from agentcore.knowledge.ingest._workers import Completed
 from agentcore.schema import Document, DocumentAccess
 from agentcore.storage.base import DocumentStore, IngestStore
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
     from agentcore._cancellation import Cancellation
     from agentcore.config import Settings
     from agentcore.events import Event, EventBus
+    from agentcore.knowledge.ocr import OcrEngine
     from agentcore.knowledge.terms import TermCounter
     from agentcore.knowledge.vectors import Embedding, Rows
     from agentcore.storage.records import IngestJob, WrittenDocument
@@ -133,6 +135,8 @@ class IngestPipeline:
         chat's word rarity; ``None``: no counts are kept.
     :param events: a background job's document records ``document.ready`` here, in its
         store transaction; ``None``: no event.
+    :param ocr: reads the scanned pages of PDFs (``Settings.ocr``); ``None``: they are
+        indexed without text, and listed in the document's ``warnings``.
     """
 
     def __init__(
@@ -144,6 +148,7 @@ class IngestPipeline:
         *,
         terms: TermCounter | None = None,
         events: EventBus | None = None,
+        ocr: OcrEngine | None = None,
     ) -> None:
         self._store = store
         self._settings = settings
@@ -151,6 +156,7 @@ class IngestPipeline:
         self._write = write
         self._terms = terms
         self._events = events
+        self._ocr = ocr
 
     def parse_upload(
         self,
@@ -162,8 +168,18 @@ class IngestPipeline:
         """``parse_document`` with this core's limits: size, pages, the text budget (a
         document that extracts to more text than ``max_document_chunks`` chunks could
         hold is refused while it is extracted, not after) and the work budget (CPU time
-        and drawing operators, however little text they yield)."""
+        and drawing operators, however little text they yield). OCR, when configured,
+        may take as many wall-clock seconds as the work budget allows CPU seconds: a
+        page's, and the file's over all its pages."""
         settings = self._settings
+        work = WorkBudget.for_size(
+            len(data),
+            cpu_seconds=settings.ingest_cpu_seconds,
+            cpu_seconds_per_mib=settings.ingest_cpu_seconds_per_mib,
+            page_cpu_seconds=settings.ingest_page_cpu_seconds,
+            page_operators=settings.max_pdf_page_operators,
+            page_xobjects=settings.max_pdf_page_xobjects,
+        )
         return parse_document(
             data,
             filename,
@@ -174,15 +190,13 @@ class IngestPipeline:
                 page_chars=settings.max_pdf_page_chars,
                 total_chars=settings.max_document_chunks * settings.chunk_target_chars,
             ),
-            work=WorkBudget.for_size(
-                len(data),
-                cpu_seconds=settings.ingest_cpu_seconds,
-                cpu_seconds_per_mib=settings.ingest_cpu_seconds_per_mib,
-                page_cpu_seconds=settings.ingest_page_cpu_seconds,
-                page_operators=settings.max_pdf_page_operators,
-                page_xobjects=settings.max_pdf_page_xobjects,
-            ),
+            work=work,
             cancellation=cancellation,
+            ocr=None
+            if self._ocr is None
+            else Ocr(
+                self._ocr, page_seconds=work.page_cpu_seconds, document_seconds=work.cpu_seconds
+            ),
         )
 
     def store_new(
@@ -208,6 +222,7 @@ class IngestPipeline:
             metadata=labels.metadata,
             external_id=labels.external_id,
             access=labels.access,
+            warnings=parsed.warnings,
         )
 
         def store_write() -> WrittenDocument:
@@ -254,6 +269,7 @@ class IngestPipeline:
                 "pages": len(parsed.pages),
                 "chunks": len(prepared.chunks),
                 "status": "ready",
+                "warnings": parsed.warnings,
             }
         )
         del parsed

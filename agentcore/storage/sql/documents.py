@@ -50,7 +50,7 @@ _CHUNK_COLUMNS = "document_id, organization_id, environment, ordinal, text, page
 _CHUNK_IDS = "SELECT id FROM chunks WHERE document_id = ? ORDER BY ordinal"
 _DOCUMENT_COLUMNS = (
     "id, source, content_type, pages, chunks, bytes, created_at, status, last_error, metadata,"
-    " external_id, access"
+    " external_id, access, warnings"
 )
 _JOB_COLUMNS = ", ".join(field.name for field in fields(IngestJob))
 
@@ -69,6 +69,7 @@ def _document(row: Any) -> Document:
         values["last_error"] = json.loads(values["last_error"])
     values["metadata"] = parse_object(values["metadata"])
     values["access"] = _access(values.get("access"))
+    values["warnings"] = json.loads(values["warnings"]) if values.get("warnings") else []
     return Document.model_validate(values)
 
 
@@ -79,6 +80,13 @@ def _access(stored: str | None) -> DocumentAccess | None:
 def json_access(access: DocumentAccess | None) -> str | None:
     """An access list as stored: compact JSON, ``NULL`` for none (everyone)."""
     return None if access is None else access.model_dump_json()
+
+
+def json_warnings(document: Document) -> str | None:
+    """A document's warnings as stored: a compact JSON list, ``NULL`` for none."""
+    if not document.warnings:
+        return None
+    return json.dumps([warning.model_dump(mode="json") for warning in document.warnings])
 
 
 def json_object(value: dict[str, Any]) -> str | None:
@@ -189,7 +197,7 @@ class DocumentTables(TermTables, KnowledgeStore, WebhookStore):
         return conn.execute(
             "INSERT INTO documents (id, organization_id, environment, source, content_type,"
             " pages, chunks, bytes, created_at, status, last_error, metadata, external_id,"
-            " access, version) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,"
+            " access, warnings, version) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,"
             f" {CHECKED_VERSION if embedder else 0}) RETURNING seq",
             [
                 document.id,
@@ -205,6 +213,7 @@ class DocumentTables(TermTables, KnowledgeStore, WebhookStore):
                 json_object(document.metadata),
                 document.external_id,
                 json_access(document.access),
+                json_warnings(document),
                 *((*workspace, *embedder) if embedder else ()),
             ],
         )
@@ -523,10 +532,10 @@ class DocumentTables(TermTables, KnowledgeStore, WebhookStore):
                     self._replace(conn, workspace, document, version)
                 row = conn.execute(
                     "UPDATE documents SET status = 'ready', last_error = NULL,"
-                    f" content_type = ?, pages = ?, chunks = ? WHERE id = ? AND {WORKSPACE}"
-                    " AND status = 'processing' RETURNING seq, metadata, access",
-                    [document.content_type, document.pages, document.chunks, document.id]
-                    + list(workspace),
+                    f" content_type = ?, pages = ?, chunks = ?, warnings = ? WHERE id = ?"
+                    f" AND {WORKSPACE} AND status = 'processing' RETURNING seq, metadata, access",
+                    [document.content_type, document.pages, document.chunks]
+                    + [json_warnings(document), document.id, *workspace],
                 ).fetchone()
                 if row is None and replacing:
                     raise _NotProcessing  # rolls the replacement back

@@ -617,3 +617,13 @@ def m025_message_stats(d: Dialect) -> str:
         ALTER TABLE messages ADD COLUMN question TEXT;
         ALTER TABLE messages ADD COLUMN handoff TEXT;
         """
+
+
+@migration()
+def m027_document_warnings(d: Dialect) -> str:
+    """What indexing found that a document's reader should know (a JSON list of
+    ``{code, pages, detail}``: scanned pages with no text, pages read by OCR): NULL for
+    none, as on the documents of earlier versions."""
+    return """
+        ALTER TABLE documents ADD COLUMN warnings TEXT;
+        """
