@@ -385,7 +385,8 @@ def cmd_search(core: AgentCore, args: argparse.Namespace) -> int:
     for rank, result in enumerate(response.results, 1):
         pages = ",".join(str(p) for p in result.pages)
         snippet = " ".join(result.chunk.split())[:160]
-        print(f"{rank:>2}. {result.score:.3f}  {result.source} p.{pages}\n    {snippet}")
+        where = f" ({result.location})" if result.location else ""
+        print(f"{rank:>2}. {result.score:.3f}  {result.source}{where} p.{pages}\n    {snippet}")
     if not response.results:
         print("No results.")
     return 0
@@ -456,7 +457,8 @@ def cmd_chat(core: AgentCore, args: argparse.Namespace) -> int:
         print(answer.response)
     for citation in answer.citations:
         pages = ", ".join(str(page) for page in citation.pages)
-        print(f"  [{citation.source}, p. {pages}]")
+        where = f", {citation.location}" if citation.location else ""
+        print(f"  [{citation.source}{where}, p. {pages}]")
     if answer.status == "handed_off":
         say("a person has this conversation: the message was kept for them, no agent answered")
     for call in answer.tool_calls or ():

@@ -86,6 +86,7 @@ def test_migrations_render_for_each_dialect() -> None:
         "message_feedback",
         "client_tokens",
         "message_stats",
+        "chunk_location",
     ]
     for step in MIGRATIONS:
         for dialect in (SQLITE, POSTGRES):

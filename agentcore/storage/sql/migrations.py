@@ -617,3 +617,12 @@ def m025_message_stats(d: Dialect) -> str:
         ALTER TABLE messages ADD COLUMN question TEXT;
         ALTER TABLE messages ADD COLUMN handoff TEXT;
         """
+
+
+@migration()
+def m026_chunk_location(d: Dialect) -> str:
+    """Where a chunk starts in its document, as a label (``Slide 3``, ``Sheet Sales``,
+    the heading it falls under): NULL when its format names no parts."""
+    return """
+        ALTER TABLE chunks ADD COLUMN location TEXT;
+        """
