@@ -284,8 +284,9 @@ def chunk_pages(
     between sentences is folded to one space (one blank line between paragraphs).
     Deterministic; never returns an empty chunk. Time and memory are linear in the
     text, whatever it holds (no whitespace at all, a million one-letter sentences).
-    Each chunk's ``location`` is the last of ``labels`` that starts at or before the
-    chunk's first sentence.
+    A labelled part (a slide, a sheet, a heading's section: each of ``labels`` starts
+    one) starts a new chunk, and each chunk's ``location`` is the label in force at its
+    first sentence, so a chunk lies in one part.
 
     :param pages: page texts; page ``n`` (1-based) is ``pages[n - 1]``.
     :param labels: where named parts of the pages start (a slide, a sheet, a heading).
@@ -305,7 +306,9 @@ def chunk_pages(
     if overlap_chars * 2 > target_chars:
         raise ValueError("overlap_chars must be at most half of target_chars")
 
-    if len(pages) == 1 and (max_chunks is None or max_chunks > 0):
+    # one short page is one chunk, unless a labelled part starts inside it
+    inner = any(label.page != 1 or label.offset > 0 for label in labels)
+    if len(pages) == 1 and not inner and (max_chunks is None or max_chunks > 0):
         single = _single_chunk(pages[0], target_chars, _Labels(labels, [0]))
         if single is not None:
             if cancellation is not None:
@@ -315,7 +318,8 @@ def chunk_pages(
     layout = _Layout.of(pages)
     located = _Labels(labels, layout.page_starts)
     chunks: list[Chunk] = []
-    for group in _packed(_units(layout.text, target_chars), target_chars, overlap_chars):
+    units = _units(layout.text, target_chars)
+    for group in _packed(units, target_chars, overlap_chars, located.starts):
         if cancellation is not None:
             cancellation.check()
         if max_chunks is not None and len(chunks) >= max_chunks:
@@ -338,12 +342,12 @@ class _Labels:
             for number, label in enumerate(labels)
             if 1 <= label.page <= len(page_starts)
         )
-        self._starts = [start for start, _, _ in placed]
+        self.starts = [start for start, _, _ in placed]
         self._texts = [text for _, _, text in placed]
 
     def at(self, position: int) -> str | None:
         """The label in force at ``position`` of the joined text (``None``: none yet)."""
-        index = bisect_right(self._starts, position) - 1
+        index = bisect_right(self.starts, position) - 1
         return self._texts[index] if index >= 0 else None
 
 
@@ -395,20 +399,32 @@ class _Layout:
         return Chunk(text="".join(parts), pages=pages_in, page_offsets=offsets, location=location)
 
 
-def _packed(units: Iterable[_Unit], target_chars: int, overlap_chars: int) -> Iterator[list[_Unit]]:
-    """The units packed into groups of at most ``target_chars`` (as ``chunk_pages`` says).
+def _packed(
+    units: Iterable[_Unit], target_chars: int, overlap_chars: int, parts: Sequence[int] = ()
+) -> Iterator[list[_Unit]]:
+    """The units packed into groups of at most ``target_chars`` (as ``chunk_pages`` says);
+    a unit starting at or past one of ``parts`` (sorted positions where a labelled part
+    starts) starts a new group, repeating nothing of the part before.
 
     Lengths are kept as running sums (the joined length of a group counts the
     separator before every unit but the first), so packing stays linear.
     """
     current: list[_Unit] = []
     current_length = 0
+    ahead = 0  # the next part start not yet passed
     for unit in units:
         gap = len(_separator(unit))
+        new_part = False
+        while ahead < len(parts) and parts[ahead] <= unit.start:
+            new_part = True
+            ahead += 1
         if current:
             too_long = current_length + gap + unit.length > target_chars
             paragraph_cut = unit.paragraph_start and current_length >= target_chars // 2
-            if too_long or paragraph_cut:
+            if new_part:
+                yield current
+                current, current_length = [], 0
+            elif too_long or paragraph_cut:
                 yield current
                 current, current_length = _carried(current, unit, overlap_chars, target_chars)
         current_length += (gap if current else 0) + unit.length
