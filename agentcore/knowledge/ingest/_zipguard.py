@@ -32,7 +32,8 @@ _DIRECTORY_ENTRY_BYTES = 1024  # a generous directory entry: its name and extra 
 _READ_BYTES = 64 * 1024
 # A DTD is the only way to declare entities; Office files never carry one. Lowercased,
 # in the encodings an XML part may use.
-_DOCTYPES = tuple("<!doctype".encode(codec) for codec in ("utf-8", "utf-16-le", "utf-16-be"))
+_UTF16 = b"<\x00!\x00d\x00o\x00c\x00t\x00y\x00p\x00e\x00"  # little-endian
+_DOCTYPES = (b"<!doctype", _UTF16, b"\x00" + _UTF16[:-1])
 _XML_SUFFIXES = (".xml", ".rels", ".vml")
 
 
