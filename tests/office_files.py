@@ -3,7 +3,8 @@ hostile ones made with zipfile: a zip bomb, a billion-laughs document, a lying a
 
 ``make_docx(blocks)`` writes headings (``("h1", "Expenses")``), paragraphs (a plain
 string), page breaks (``PAGE``) and tables (a list of rows); ``make_pptx(slides)`` one
-slide per ``(title, body, notes)``, ``make_xlsx({sheet: rows})`` one sheet per entry.
+slide per ``(title, body, notes)``, ``make_xlsx({sheet: rows})`` one sheet per entry,
+``make_xlsx_of_sheet(xml)`` a workbook whose one sheet is the worksheet XML given.
 """
 
 from __future__ import annotations
@@ -26,7 +27,9 @@ __all__ = [
     "make_lying_docx",
     "make_pptx",
     "make_xlsx",
+    "make_xlsx_of_sheet",
     "make_zip_bomb",
+    "sheet_xml",
 ]
 
 PAGE = object()
@@ -88,6 +91,25 @@ def make_xlsx(sheets: dict[str, list[list[Any]]]) -> bytes:
             sheet.append(row)
     out = io.BytesIO()
     workbook.save(out)
+    return out.getvalue()
+
+
+def sheet_xml(cells: str) -> bytes:
+    """Worksheet XML whose ``<sheetData>`` holds ``cells`` (rows and cells as written)."""
+    return (
+        '<worksheet xmlns="http://schemas.openxmlformats.org/spreadsheetml/2006/main">'
+        f"<sheetData>{cells}</sheetData></worksheet>"
+    ).encode()
+
+
+def make_xlsx_of_sheet(xml: bytes) -> bytes:
+    """A workbook of one sheet, ``Data``, whose worksheet XML is ``xml``."""
+    original = zipfile.ZipFile(io.BytesIO(make_xlsx({"Data": [["x"]]})))
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name in original.namelist():
+            data = xml if name == "xl/worksheets/sheet1.xml" else original.read(name)
+            archive.writestr(name, data)
     return out.getvalue()
 
 

@@ -20,13 +20,16 @@ from office_files import (
     make_lying_docx,
     make_pptx,
     make_xlsx,
+    make_xlsx_of_sheet,
     make_zip_bomb,
+    sheet_xml,
 )
 
-from agentcore.errors import AgentCoreError
+from agentcore.errors import AgentCoreError, PayloadTooLarge
 from agentcore.knowledge._chunking import Label, chunk_pages
 from agentcore.knowledge.ingest import TextBudget, WorkBudget, parse_document
 from agentcore.knowledge.ingest._parsing import CSV, DOCX, HTML, PPTX, XLSX, ParsedDocument
+from agentcore.knowledge.ingest._zipguard import ArchiveLimits, verify_archive
 
 LIMITS = {"max_bytes": 50 * 1024 * 1024, "max_pages": 100}
 
@@ -186,10 +189,117 @@ def test_a_sheet_that_expands_past_the_text_budget_stops_with_413() -> None:
 
 
 def test_reading_past_the_cpu_budget_is_too_complex() -> None:
-    rows = [["Name", "Note"]] + [[f"N{n}", f"note {n}"] for n in range(20_000)]
-    work = WorkBudget(cpu_seconds=0.2, page_cpu_seconds=5, page_operators=10, page_xobjects=10)
-    error = refusal(make_xlsx({"Big": rows}), "big.xlsx", work=work)
+    # 100,000 rows (written here as XML: openpyxl would take seconds) take calamine and
+    # the rows' writing over a second of CPU, ten times the budget
+    cells = "".join(
+        f'<row r="{n}"><c r="A{n}" t="inlineStr"><is><t>N{n}</t></is></c>'
+        f'<c r="B{n}" t="inlineStr"><is><t>note {n}</t></is></c></row>'
+        for n in range(1, 100_001)
+    )
+    work = WorkBudget(cpu_seconds=0.1, page_cpu_seconds=5, page_operators=10, page_xobjects=10)
+    error = refusal(make_xlsx_of_sheet(sheet_xml(cells)), "big.xlsx", work=work)
     assert (error.status, error.code) == (413, "too_complex")
+
+
+def test_a_sheet_starting_past_column_a_names_blank_headers_by_their_column() -> None:
+    cells = (
+        '<row r="4"><c r="C4" t="inlineStr"><is><t>Site</t></is></c><c r="E4" t="inlineStr">'
+        '<is><t>Stock</t></is></c></row><row r="5"><c r="C5" t="inlineStr"><is><t>Porto</t>'
+        '</is></c><c r="D5"><v>7</v></c><c r="E5"><v>12.5</v></c></row>'
+    )
+    document = parse(make_xlsx_of_sheet(sheet_xml(cells)), "stock.xlsx")
+    assert document.pages == ["# Data\n\n- Site: Porto; Column 4: 7; Stock: 12.5"]
+
+
+# calamine makes a sheet one grid from its first cell to its last: two cells far apart
+# would ask it for 17 billion (550 GB), and a failed allocation aborts the process
+_FAR = '<row r="1048576"><c r="XFD1048576"><v>1</v></c></row>'
+_SPREADSHEET = "http://schemas.openxmlformats.org/spreadsheetml/2006/main"
+
+
+def _mismatched(xml: bytes) -> bytes:
+    """``xml`` no longer well-formed (its last end tag misnamed), as calamine still reads it."""
+    return xml.replace(b"</worksheet>", b"</worksheets>")
+
+
+@pytest.mark.parametrize(
+    "xml",
+    [
+        sheet_xml('<row r="1"><c r="A1"><v>1</v></c></row>' + _FAR),  # as Excel writes
+        sheet_xml("<row><c><v>1</v></c></row>" + _FAR),  # a cell placed by the one before
+        sheet_xml('<row r="1"><c r="A1"><v>1</v></c><c r="B1" r="XFD1048576"><v>2</v></c></row>'),
+        _mismatched(sheet_xml('<row r="1"><c r="A1"><v>1</v></c></row>' + _FAR)),
+        (  # prefixed tags
+            f'<x:worksheet xmlns:x="{_SPREADSHEET}"><x:sheetData><x:row r="1"><x:c r="A1">'
+            '<x:v>1</x:v></x:c></x:row><x:row r="1048576"><x:c r="XFD1048576"><x:v>1</x:v>'
+            "</x:c></x:row></x:sheetData></x:worksheet>"
+        ).encode(),
+    ],
+    ids=["references", "no-reference", "two-references", "not-well-formed", "prefixed"],
+)
+def test_a_sheet_of_cells_far_apart_is_refused_before_calamine_reads_it(xml: bytes) -> None:
+    error = refusal(make_xlsx_of_sheet(xml), "far.xlsx")
+    assert (error.status, error.code) == (413, "too_large")
+    assert "10,000,000 cells" in error.detail and "xl/worksheets/sheet1.xml" in error.detail
+
+
+def _v(n: int) -> str:
+    return f"<v>{n}</v>"
+
+
+@pytest.mark.parametrize(
+    ("xml", "exact"),
+    [
+        (
+            sheet_xml(
+                f'<row r="2"><c r="B2">{_v(1)}</c><c r="D2">{_v(2)}</c></row>'
+                f'<row r="5"><c r="C5">{_v(3)}</c></row>'
+            ),
+            True,
+        ),
+        (sheet_xml(f"<row><c>{_v(1)}</c><c>{_v(2)}</c></row><row><c>{_v(3)}</c></row>"), True),
+        (
+            sheet_xml(
+                f'<row r="3"><c r="C3">{_v(1)}</c><c>{_v(2)}</c><c>{_v(3)}</c></row>'
+                f'<row/><row><c s="1">{_v(4)}</c></row><row r="9"><c>{_v(5)}</c></row>'
+            ),
+            True,
+        ),
+        (  # a row before <sheetData> does not count; a <c> nested in another element does
+            (
+                f'<worksheet xmlns="{_SPREADSHEET}"><sheetPr><row r="900"/></sheetPr><sheetData>'
+                f'<row><c>{_v(1)}</c><x><c>{_v(2)}</c></x></row><row><c r="D4">{_v(3)}</c></row>'
+                "</sheetData></worksheet>"
+            ).encode(),
+            True,
+        ),
+        (
+            _mismatched(
+                sheet_xml(
+                    f'<row r="2"><c r="B2">{_v(1)}</c></row><row><c>{_v(2)}</c><c>{_v(3)}</c></row>'
+                )
+            ),
+            False,
+        ),
+    ],
+    ids=["references", "no-references", "mixed", "outside-sheetData", "not-well-formed"],
+)
+def test_the_grid_measured_is_never_smaller_than_the_one_calamine_builds(
+    xml: bytes, exact: bool
+) -> None:
+    import python_calamine
+
+    data = make_xlsx_of_sheet(xml)
+    sheet = python_calamine.CalamineWorkbook.from_filelike(io.BytesIO(data)).get_sheet_by_name(
+        "Data"
+    )
+    built = sheet.height * sheet.width
+    assert built > 1
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        with pytest.raises(PayloadTooLarge):
+            verify_archive(archive, ArchiveLimits(sheet_cells=built - 1), workbook=True)
+        if exact:  # measured cell by cell, as calamine places them
+            verify_archive(archive, ArchiveLimits(sheet_cells=built), workbook=True)
 
 
 # CSV and HTML ---------------------------------------------------------------------------
@@ -297,7 +407,7 @@ def test_an_unknown_format_is_415_listing_every_readable_one() -> None:
 def test_without_the_office_extra_an_office_upload_is_415_naming_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setitem(sys.modules, "openpyxl", None)  # as if it were not installed
+    monkeypatch.setitem(sys.modules, "python_calamine", None)  # as if it were not installed
     error = refusal(make_xlsx({"A": [["a", "b"], [1, 2]]}), "a.xlsx")
     assert (error.status, error.code) == (415, "unsupported_file_type")
     assert "office extra" in error.detail and "agentcore-service[office]" in error.detail

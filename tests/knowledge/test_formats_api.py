@@ -11,7 +11,15 @@ from typing import Any
 
 import helpers
 from helpers import assert_problem
-from office_files import PAGE, make_docx, make_pptx, make_xlsx, make_zip_bomb
+from office_files import (
+    PAGE,
+    make_docx,
+    make_pptx,
+    make_xlsx,
+    make_xlsx_of_sheet,
+    make_zip_bomb,
+    sheet_xml,
+)
 
 api = helpers.api  # uvicorn (with worker processes) and ASGI (inline), both stores
 
@@ -136,6 +144,12 @@ def test_hostile_and_unknown_files_are_refused_and_nothing_is_stored(api: Any) -
     response = upload(api, "bomb.docx", make_zip_bomb(), DOCX)  # 2 MB of 1.6 GB XML
     assert_problem(response, 413, "too_large", param="file")
     assert time.monotonic() - started < 10
+    # two cells far apart: calamine would ask for 550 GB and abort the process
+    far = sheet_xml(
+        '<row r="1"><c r="A1"><v>1</v></c></row><row r="1048576"><c r="XFD1048576"><v>2</v></c></row>'
+    )
+    response = upload(api, "far.xlsx", make_xlsx_of_sheet(far), XLSX)
+    assert_problem(response, 413, "too_large", param="file")
     response = upload(api, "pic.png", b"\x89PNG\r\n\x1a\n" + b"\x00" * 40, "image/png")
     assert_problem(response, 415, "unsupported_file_type", param="file")
     assert "Word (.docx), PowerPoint (.pptx), Excel (.xlsx), CSV, HTML" in response.json()["detail"]

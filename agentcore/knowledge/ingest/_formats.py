@@ -104,7 +104,7 @@ SUPPORTED = (
     "PDF, Word (.docx), PowerPoint (.pptx), Excel (.xlsx), CSV, HTML, Markdown or plain text"
 )
 # the package an Office type is read with (the ``office`` extra installs them)
-_PARSERS = {DOCX: "docx", PPTX: "pptx", XLSX: "openpyxl"}
+_PARSERS = {DOCX: "docx", PPTX: "pptx", XLSX: "python_calamine"}
 # a package's main part, by the folder its format keeps its parts in
 _OFFICE_FOLDERS = (("word/", DOCX), ("ppt/", PPTX), ("xl/", XLSX))
 

@@ -1,16 +1,17 @@
 """Office files (Word, PowerPoint, Excel): their pages, headings, tables and labels.
 
 Each archive is checked (``_zipguard``) before its parser opens it. The parsers
-(python-docx, python-pptx, openpyxl: the ``office`` extra) are imported here, when such a
-file arrives. python-docx and python-pptx read XML with lxml without resolving entities,
-openpyxl through defusedxml; and a part that declares a DTD never reaches them.
+(python-docx, python-pptx, python-calamine: the ``office`` extra) are imported here, when
+such a file arrives. python-docx and python-pptx read XML with lxml without resolving
+entities, and calamine knows only XML's five predefined ones; and a part that declares a
+DTD never reaches them.
 
 - Word: a page per hard page break (``w:br w:type="page"``) or page Word last rendered
   (``w:lastRenderedPageBreak``); two marks with no text between make one break.
   Heading styles (and Title) become Markdown headings and labels.
 - PowerPoint: a page per slide, labelled ``Slide N``: its title, text, tables and
   speaker notes (a paragraph opening ``Notes:``).
-- Excel: a page per sheet, labelled ``Sheet NAME``, read as it streams (read-only).
+- Excel: a page per sheet, labelled ``Sheet NAME``, its rows written one by one.
 Tables, in all three, are written row by row with their headers (``_tables.Rows``).
 """
 
@@ -218,33 +219,35 @@ def _shape(shape: Any, pages: Pages) -> None:
 
 
 def xlsx_pages(data: bytes, pages: Pages) -> None:
-    """A workbook's sheets onto ``pages``, one each, streamed row by row."""
-    import openpyxl
+    """A workbook's sheets onto ``pages``, one each, row by row.
+
+    calamine reads a whole sheet at once (``_zipguard`` has bounded its grid); its rows
+    then come one by one, so the text budget and the CPU budget stop a sheet between two
+    rows. A sheet's grid runs from its first cell to its last, never to the dimensions it
+    declares; rows above its first cell come empty and are skipped.
+    """
+    import python_calamine
 
     with _reading("Excel workbook"):
-        workbook = openpyxl.load_workbook(
-            io.BytesIO(data), read_only=True, data_only=True, keep_links=False
-        )
-        try:
-            for number, name in enumerate(workbook.sheetnames, 1):
+        workbook = python_calamine.CalamineWorkbook.from_filelike(io.BytesIO(data))
+        with workbook:
+            for number, sheet in enumerate(workbook.sheets_metadata, 1):
                 if number > 1:
                     pages.next_page()
-                pages.label(f"Sheet {name}")
-                pages.paragraph("# " + name)
-                sheet = workbook[name]
-                if hasattr(sheet, "iter_rows"):  # a chart sheet has no cells
-                    _sheet(sheet, pages)
-        finally:
-            workbook.close()
+                pages.label(f"Sheet {sheet.name}")
+                pages.paragraph("# " + sheet.name)
+                if sheet.typ == python_calamine.SheetTypeEnum.WorkSheet:  # a chart has no cells
+                    _sheet(workbook.get_sheet_by_name(sheet.name), pages)
 
 
 def _sheet(sheet: Any, pages: Pages) -> None:
-    # the declared dimensions are not trusted: a sheet that claims A1:XFD1048576 would
-    # be padded out to them, row after row
-    sheet.reset_dimensions()
-    rows = Rows(pages)
-    for row in sheet.iter_rows(values_only=True):
-        rows.add([_cell_text(value) for value in row])
+    start = sheet.start
+    if start is None:  # no cells
+        return
+    rows = Rows(pages, first_column=start[1])
+    for row in sheet.iter_rows():
+        if row.count("") < len(row):  # not empty (a 0 or FALSE is a value)
+            rows.add([_cell_text(value) for value in row])
     rows.close()
 
 
@@ -260,4 +263,4 @@ def _cell_text(value: Any) -> str:
         return value.date().isoformat() if value.time() == dt.time() else value.isoformat(" ")
     if isinstance(value, dt.date | dt.time):
         return value.isoformat()
-    return str(value)
+    return str(value)  # text, an int, an error (``#DIV/0!``), a duration (``1 day, 6:00:00``)

@@ -230,7 +230,7 @@ def _structured_pages(
                     "The file is not a readable archive.", code="invalid_file", param="file"
                 )
             with opened:
-                verify_archive(opened, limits, check)
+                verify_archive(opened, limits, check, workbook=kind == XLSX)
             read = {DOCX: _office.docx_pages, PPTX: _office.pptx_pages, XLSX: _office.xlsx_pages}
             read[kind](data, pages)
     return pages.finish()

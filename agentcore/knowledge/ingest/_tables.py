@@ -25,11 +25,14 @@ class Rows:
     The header is the first row with two values or more; one-value rows above it (a
     sheet's title, a note) are written as plain lines. A table whose rows never have
     two values (a single column) takes its first row as the header. A blank header cell
-    is named ``Column N``; empty values are left out of their row.
+    is named ``Column N``, counted from ``first_column`` (0: the first value is column 1;
+    a sheet whose cells start in column C passes 2); empty values are left out of their
+    row.
     """
 
-    def __init__(self, pages: Pages) -> None:
+    def __init__(self, pages: Pages, first_column: int = 0) -> None:
         self._pages = pages
+        self._first_column = first_column
         pages.end_lines()
         self._header: list[str] | None = None
         self._waiting: list[list[str]] = []  # one-value rows before the header
@@ -71,14 +74,17 @@ class Rows:
 
     def _write(self, row: list[str]) -> None:
         header = self._header or []
-        pairs = [f"{_name(header, column)}: {value}" for column, value in enumerate(row) if value]
+        first = self._first_column
+        pairs = [
+            f"{_name(header, column, first)}: {value}" for column, value in enumerate(row) if value
+        ]
         self._pages.line("- " + "; ".join(pairs))
         self._rows += 1
 
 
-def _name(header: list[str], column: int) -> str:
+def _name(header: list[str], column: int, first_column: int) -> str:
     name = header[column] if column < len(header) else ""
-    return name or f"Column {column + 1}"
+    return name or f"Column {first_column + column + 1}"
 
 
 def csv_pages(text: str, pages: Pages) -> None:

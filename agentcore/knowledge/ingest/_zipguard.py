@@ -7,7 +7,9 @@ record before ``zipfile`` reads the directory, then every member's declared size
 total and their compression ratio; ``verify_archive`` inflates every member once, without
 keeping it, counting the bytes that really come out against the same limits (a declared
 size can lie) and refusing XML that declares a DTD (entity expansion: billion laughs),
-before any parser reads a byte of it.
+before any parser reads a byte of it. A workbook's parts are measured as they inflate too
+(``_sheetgrid``): python-calamine makes a sheet one dense grid, which a few cells far
+apart would make billions of cells.
 """
 
 from __future__ import annotations
@@ -18,9 +20,11 @@ import zipfile
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 from agentcore.errors import PayloadTooLarge
 from agentcore.knowledge.ingest._extraction import invalid_file
+from agentcore.knowledge.ingest._sheetgrid import QuickGrid, exact_grid
 
 __all__ = ["DEFAULT_LIMITS", "ArchiveLimits", "open_archive", "verify_archive"]
 
@@ -48,6 +52,9 @@ class ArchiveLimits:
     total_bytes: int = 512 * MiB
     ratio: int = 200
     ratio_floor: int = 1 * MiB  # members smaller than this inflate as they like
+    # a workbook part's cells, its grid's rows x columns (calamine's 32 bytes each: 320
+    # MB); the text budget's default stops a sheet near as many filled cells
+    sheet_cells: int = 10_000_000
 
 
 DEFAULT_LIMITS = ArchiveLimits()
@@ -84,12 +91,18 @@ def open_archive(data: bytes, limits: ArchiveLimits) -> zipfile.ZipFile | None:
 
 
 def verify_archive(
-    archive: zipfile.ZipFile, limits: ArchiveLimits, check: Callable[[], None] | None = None
+    archive: zipfile.ZipFile,
+    limits: ArchiveLimits,
+    check: Callable[[], None] | None = None,
+    *,
+    workbook: bool = False,
 ) -> None:
     """Inflate every member of ``archive`` once, keeping nothing: 413 ``too_large`` as soon
     as the bytes that come out pass a member's declared size or ``limits``; 422
     ``invalid_file`` for a corrupt, encrypted or oddly compressed member, or an XML part
-    that declares a DTD. ``check`` runs between reads (a cancellation's)."""
+    that declares a DTD. For a ``workbook``, also 413 for a member whose cells span more
+    than ``limits.sheet_cells`` (a member the quick measure cannot read is inflated
+    again). ``check`` runs between reads (a cancellation's)."""
     total = 0
     for member in archive.infolist():
         if member.is_dir():
@@ -99,6 +112,7 @@ def verify_archive(
         if member.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
             raise invalid_file(f"The file's member {member.filename} is compressed oddly.")
         xml = member.filename.lower().endswith(_XML_SUFFIXES)
+        grid = QuickGrid() if workbook else None
         seen = 0
         tail = b""
         try:
@@ -120,8 +134,19 @@ def verify_archive(
                                 " Office files never do; it is refused."
                             )
                         tail = chunk[-24:]
+                    if grid is not None:
+                        grid.feed(chunk)
                     if check is not None:
                         check()
+            if grid is not None:
+                cells = grid.result()
+                if cells is None:  # written unusually: measured again, cell by cell
+                    cells = exact_grid(partial(archive.open, member), check)
+                if cells.size > limits.sheet_cells:
+                    raise _too_large(
+                        f"has a sheet of more than {limits.sheet_cells:,} cells, counting the"
+                        f" empty ones between its first and last ({member.filename})"
+                    )
         except (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError):
             raise invalid_file(
                 "The file is not a readable archive (corrupt or truncated)."
