@@ -341,6 +341,19 @@ def test_html_keeps_the_reading_text_and_its_headings_without_code_or_chrome() -
     assert [c.location for c in chunks if "Travel" in c.text] == ["Expenses"]
 
 
+@pytest.mark.parametrize(
+    "data",
+    [
+        "<!doctype html><p>Café à côté</p>".encode(),  # UTF-8, no charset declared
+        '<!doctype html><meta charset="windows-1252"><p>Café à côté</p>'.encode("cp1252"),
+        b"\xff\xfe" + "<!doctype html><p>Café à côté</p>".encode("utf-16-le"),  # a BOM
+    ],
+    ids=["utf-8", "meta-charset", "utf-16-bom"],
+)
+def test_html_is_decoded_as_a_browser_decodes_it(data: bytes) -> None:
+    assert parse(data, "page.html").pages == ["Café à côté"]
+
+
 # how a file is recognised ---------------------------------------------------------------
 
 
@@ -404,11 +417,19 @@ def test_an_unknown_format_is_415_listing_every_readable_one() -> None:
         assert name in error.detail
 
 
-def test_without_the_office_extra_an_office_upload_is_415_naming_it(
-    monkeypatch: pytest.MonkeyPatch,
+@pytest.mark.parametrize(
+    ("module", "data", "filename"),
+    [
+        ("python_calamine", make_xlsx({"A": [["a", "b"], [1, 2]]}), "a.xlsx"),
+        ("selectolax", b"<!doctype html><p>Hi there.</p>", "upload"),  # sniffed
+        ("selectolax", b"<p>Hi there.</p>", "page.html"),  # by extension
+    ],
+)
+def test_without_the_office_extra_an_office_or_html_upload_is_415_naming_it(
+    monkeypatch: pytest.MonkeyPatch, module: str, data: bytes, filename: str
 ) -> None:
-    monkeypatch.setitem(sys.modules, "python_calamine", None)  # as if it were not installed
-    error = refusal(make_xlsx({"A": [["a", "b"], [1, 2]]}), "a.xlsx")
+    monkeypatch.setitem(sys.modules, module, None)  # as if it were not installed
+    error = refusal(data, filename)
     assert (error.status, error.code) == (415, "unsupported_file_type")
     assert "office extra" in error.detail and "agentcore-service[office]" in error.detail
 

@@ -103,8 +103,8 @@ _NAMES = {
 SUPPORTED = (
     "PDF, Word (.docx), PowerPoint (.pptx), Excel (.xlsx), CSV, HTML, Markdown or plain text"
 )
-# the package an Office type is read with (the ``office`` extra installs them)
-_PARSERS = {DOCX: "docx", PPTX: "pptx", XLSX: "python_calamine"}
+# the package an Office or HTML file is read with (the ``office`` extra installs them)
+_PARSERS = {DOCX: "docx", PPTX: "pptx", XLSX: "python_calamine", HTML: "selectolax"}
 # a package's main part, by the folder its format keeps its parts in
 _OFFICE_FOLDERS = (("word/", DOCX), ("ppt/", PPTX), ("xl/", XLSX))
 
@@ -123,7 +123,7 @@ def detect_type(data: bytes, source: str, content_type: str | None, limits: Arch
         if office is not None:
             return _installed(office)
     if _looks_like_html(data):
-        return HTML
+        return _installed(HTML)
     if declared not in _GENERIC_TYPES:
         kind = _TYPE_ALIASES.get(declared)
     elif extension:
@@ -148,7 +148,7 @@ def detect_type(data: bytes, source: str, content_type: str | None, limits: Arch
             f"The file is labelled {_NAMES[kind]} but is not a readable one (corrupt,"
             " truncated, or not an Office Open XML package)."
         )
-    return kind
+    return _installed(kind) if kind in _PARSERS else kind
 
 
 def text_kind(source: str) -> str:

@@ -1,24 +1,27 @@
 """HTML pages: their reading text, headings and tables, without code or page chrome.
 
-Read with the standard library's parser (no extra to install; a crafted page that makes
-it work hard is stopped by the reading's CPU budget, in a worker process). Left out:
-``script``, ``style``, ``template``, ``noscript`` and the like, anything ``hidden``, and
-the page's chrome: ``nav`` and ``aside``, and ``header`` and ``footer`` unless inside an
-``article``, ``main`` or ``section`` (where they hold the article's own title or byline).
-Entities are decoded; headings become Markdown headings and labels; ``<title>`` is
-the first line, a heading labelling what comes before the page's first heading.
+Read with selectolax's lexbor parser (the ``office`` extra), which builds the tree a
+browser builds, by the HTML Standard's algorithm, from the page's bytes: their encoding
+is found as the Standard finds it (a byte-order mark, else a ``<meta charset>`` in the
+first 1,024 bytes, else UTF-8; a byte the encoding cannot read becomes U+FFFD). Left
+out: ``script``, ``style``, ``template``, ``noscript`` and the like, anything ``hidden``,
+and the page's chrome: ``nav`` and ``aside``, and ``header`` and ``footer`` unless inside
+an ``article``, ``main`` or ``section`` (where they hold the article's own title or
+byline). Entities are decoded; headings become Markdown headings and labels; ``<title>``
+is the first line, a heading labelling what comes before the page's first heading.
 """
 
 from __future__ import annotations
 
-import re
-from html.parser import HTMLParser
+from typing import TYPE_CHECKING
 
-from agentcore.errors import ValidationFailed
-from agentcore.knowledge.ingest._extraction import Pages, decode_text, fold_spaces
+from agentcore.knowledge.ingest._extraction import Pages, fold_spaces
 from agentcore.knowledge.ingest._tables import Rows
 
-__all__ = ["decode_html", "html_pages"]
+if TYPE_CHECKING:
+    from selectolax.lexbor import LexborNode
+
+__all__ = ["html_pages"]
 
 _SKIPPED = frozenset(
     {"script", "style", "template", "noscript", "nav", "aside", "svg", "math", "iframe"}
@@ -26,42 +29,22 @@ _SKIPPED = frozenset(
 )
 _CHROME = frozenset({"header", "footer"})
 _SECTIONS = frozenset({"article", "main", "section"})
-_VOID = frozenset(
-    {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source"}
-    | {"track", "wbr", "param"}
-)
 _BLOCKS = frozenset(
     {"p", "div", "section", "article", "main", "header", "footer", "ul", "ol", "dl", "dt"}
     | {"dd", "blockquote", "pre", "figure", "figcaption", "form", "fieldset", "address"}
     | {"hr", "table", "details", "summary", "body", "caption"}
 )
 _HEADINGS = {f"h{n}": n for n in range(1, 7)}
-_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?([A-Za-z0-9_.:-]+)""", re.IGNORECASE)
 
 
-def decode_html(data: bytes) -> str:
-    """An HTML page's text: UTF-8, or the charset its ``<meta>`` declares in its first
-    KiB; ``invalid_encoding`` when neither reads it."""
-    try:
-        return decode_text(data)
-    except ValidationFailed as error:
-        declared = _CHARSET.search(data[:1024])
-        if declared is None:
-            raise
-        try:
-            text = data.decode(declared.group(1).decode("ascii"))
-        except (LookupError, UnicodeDecodeError):
-            raise error from None
-        if "\x00" in text:
-            raise
-        return text
-
-
-def html_pages(text: str, pages: Pages) -> None:
+def html_pages(data: bytes, pages: Pages) -> None:
     """An HTML page's reading text onto ``pages`` (one page)."""
+    from selectolax.lexbor import LexborHTMLParser
+
+    tree = LexborHTMLParser(data, encoding=True)
     reader = _Reader(pages)
-    reader.feed(text)
-    reader.close()
+    if tree.root is not None:
+        reader.read(tree.root)
     reader.finish()
 
 
@@ -88,13 +71,11 @@ class _Table:
             self.cell = None
 
 
-class _Reader(HTMLParser):
-    """Collects the reading text of one page into ``pages``."""
+class _Reader:
+    """Collects the reading text of one page into ``pages``, walking its tree."""
 
     def __init__(self, pages: Pages) -> None:
-        super().__init__(convert_charrefs=True)
         self._pages = pages
-        self._skipping: list[str] = []  # open elements whose content is left out
         self._sections = 0  # open article, main and section elements
         self._pre = 0
         self._text: list[str] = []  # the paragraph being read
@@ -103,26 +84,39 @@ class _Reader(HTMLParser):
         self._tables: list[_Table] = []
         self._item = False  # the paragraph is a list item
 
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if tag in _VOID:
-            if tag == "br" and not self._skipping:
-                self._data("\n")
-            elif tag == "hr" and not self._skipping:
-                self._flush()
-            return
-        hidden = any(
-            name == "hidden" or (name == "aria-hidden" and value == "true") for name, value in attrs
+    def read(self, root: LexborNode) -> None:
+        """Read ``root`` and what it holds, in document order (with a stack, not
+        recursion: a page may nest elements thousands deep)."""
+        stack: list[LexborNode | str] = [root]
+        while stack:
+            node = stack.pop()
+            if isinstance(node, str):  # the end of an element
+                self._close(node)
+            elif node.is_text_node:
+                self._data(node.text_content or "")
+            elif node.is_element_node and not self._left_out(node):
+                tag = node.tag or ""
+                self._open(tag)
+                stack.append(tag)
+                stack.extend(reversed(list(node.iter(include_text=True))))
+
+    def _left_out(self, node: LexborNode) -> bool:
+        tag = node.tag
+        attributes = node.attributes
+        return (
+            tag in _SKIPPED
+            or "hidden" in attributes
+            or attributes.get("aria-hidden") == "true"
+            or (tag in _CHROME and not self._sections)
         )
-        if self._skipping or tag in _SKIPPED or hidden or (tag in _CHROME and not self._sections):
-            self._skipping.append(tag)
-            return
-        self._open(tag)
 
     def _open(self, tag: str) -> None:
         if tag in _SECTIONS:
             self._sections += 1
         if tag == "title":
             self._title = []
+        elif tag == "br":
+            self._data("\n")
         elif tag in _HEADINGS:
             self._flush()
             self._heading = _HEADINGS[tag]
@@ -141,13 +135,9 @@ class _Reader(HTMLParser):
         if tag == "pre":
             self._pre += 1
 
-    def handle_endtag(self, tag: str) -> None:
-        if self._skipping:
-            if tag in self._skipping:  # closes it, and what it left open
-                del self._skipping[len(self._skipping) - 1 - self._skipping[::-1].index(tag) :]
-            return
+    def _close(self, tag: str) -> None:
         if tag in _SECTIONS:
-            self._sections = max(0, self._sections - 1)
+            self._sections -= 1
         if tag == "title" and self._title is not None:
             title = fold_spaces("".join(self._title))
             self._title = None
@@ -161,11 +151,7 @@ class _Reader(HTMLParser):
         elif tag in ("td", "th") and self._tables:
             self._tables[-1].end_cell()
         if tag == "pre":
-            self._pre = max(0, self._pre - 1)
-
-    def handle_data(self, data: str) -> None:
-        if not self._skipping:
-            self._data(data)
+            self._pre -= 1
 
     def _data(self, data: str) -> None:
         if self._title is not None:

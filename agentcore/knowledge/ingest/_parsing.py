@@ -218,9 +218,9 @@ def _structured_pages(
 
             csv_pages(decode_text(data), pages)
         elif kind == HTML:
-            from agentcore.knowledge.ingest._markup import decode_html, html_pages
+            from agentcore.knowledge.ingest._markup import html_pages
 
-            html_pages(decode_html(data), pages)
+            html_pages(data, pages)
         else:
             from agentcore.knowledge.ingest import _office
 
