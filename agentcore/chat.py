@@ -122,6 +122,7 @@ def passages_of(results: Sequence[tuple[StoredChunk, float]]) -> list[Passage]:
             score=score,
             document_id=chunk.document_id,
             page_offsets=chunk.page_offsets,
+            location=chunk.location,
         )
         for number, (chunk, score) in enumerate(results, 1)
     ]
@@ -140,8 +141,9 @@ def quoted_pages(passage: Passage, answer: str) -> list[int]:
 def build_citations(
     passages: list[Passage], used_ids: list[str], answer: str = ""
 ) -> list[Citation]:
-    """Citations from the passages an answer used: grouped by source, pages sorted, unique,
-    each with the passages it quotes.
+    """Citations from the passages an answer used: grouped by source and location (a
+    deck's slides, a workbook's sheets, a document's headings are cited apart), pages
+    sorted, unique, each with the passages it quotes.
 
     A used passage cites the pages of the sentences the answer draws on: those it
     quotes, and for a paraphrase those that best match it (see ``support``), and quotes
@@ -153,15 +155,17 @@ def build_citations(
     used = set(used_ids)
     cited = [passage for passage in passages if passage.id in used]
     found = support([(p.text, p.pages, p.page_offsets) for p in cited], answer)
-    pages: dict[str, set[int]] = {}
-    quotes: dict[str, tuple[list[str], list[str]]] = {}  # source -> (traced, untraced)
+    pages: dict[tuple[str, str | None], set[int]] = {}
+    # (source, location) -> (traced, untraced)
+    quotes: dict[tuple[str, str | None], tuple[list[str], list[str]]] = {}
     for passage, supported in zip(cited, found, strict=True):
-        pages.setdefault(passage.source, set()).update(supported.pages)
-        traced, untraced = quotes.setdefault(passage.source, ([], []))
+        part = (passage.source, passage.location)
+        pages.setdefault(part, set()).update(supported.pages)
+        traced, untraced = quotes.setdefault(part, ([], []))
         (traced if supported.traced else untraced).extend(supported.quotes)
     citations = []
-    for source, cited_pages in pages.items():
-        traced, untraced = quotes[source]
+    for (source, location), cited_pages in pages.items():
+        traced, untraced = quotes[source, location]
         kept = list(dict.fromkeys(traced or untraced))[:MAX_QUOTES]
         citations.append(
             Citation(
@@ -169,6 +173,7 @@ def build_citations(
                 pages=sorted(cited_pages),
                 quote=kept[0] if kept else None,
                 quotes=kept if len(kept) > 1 else None,
+                location=location,
             )
         )
     return citations

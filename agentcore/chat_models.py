@@ -14,7 +14,8 @@ from agentcore.schema import Usage
 class Passage:
     """A retrieved chunk offered to the model; ``id`` is what the model cites.
 
-    ``page_offsets[i]`` is where the text of ``pages[i]`` starts within ``text``.
+    ``page_offsets[i]`` is where the text of ``pages[i]`` starts within ``text``;
+    ``location`` names the part of the source it starts in (``Slide 3``, a heading).
     """
 
     id: str
@@ -24,6 +25,7 @@ class Passage:
     score: float
     document_id: str = ""
     page_offsets: list[int] = field(default_factory=list)
+    location: str | None = None
 
 
 @dataclass(frozen=True)

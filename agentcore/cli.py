@@ -245,12 +245,16 @@ def cmd_keys_rotate(core: AgentCore, args: argparse.Namespace) -> int:
     return 0
 
 
-INGESTED_SUFFIXES = (".pdf", ".txt", ".md", ".markdown")
+INGESTED_SUFFIXES = (
+    *(".pdf", ".txt", ".md", ".markdown", ".csv", ".html", ".htm"),
+    *(".docx", ".pptx", ".xlsx"),
+)
 """The files a folder given to ``ingest`` contributes (a file named alone is always tried)."""
 
 
 def _files(paths: Sequence[str]) -> tuple[list[Path], list[Path]]:
-    """The files to ingest, and those of the folders that are not PDF, text or Markdown."""
+    """The files to ingest, and those of the folders of a format not read (a suffix not
+    in ``INGESTED_SUFFIXES``)."""
     found: list[Path] = []
     others: list[Path] = []
     for raw in paths:
@@ -284,12 +288,12 @@ def _workspace(core: AgentCore, args: argparse.Namespace) -> WorkspaceServices:
 def cmd_ingest(core: AgentCore, args: argparse.Namespace) -> int:
     """Ingest files and folders into a workspace's knowledge core, with progress: a bar
     with the rate and time left on a terminal, one line per file otherwise. Files of a
-    folder that are not PDF, text or Markdown are listed as skipped; the exit status
+    folder of a format not read are listed as skipped; the exit status
     is 1 when a file failed or nothing was ingested."""
     files, others = _files(args.paths)  # a missing path is refused before anything else
     ws = _workspace(core, args)
     for path in others:
-        say(f"skipped {path}: not a PDF, text or Markdown file ({path.suffix or 'no suffix'})")
+        say(f"skipped {path}: not a format agentcore reads ({path.suffix or 'no suffix'})")
     done = failed = chunks = 0
     with _progress(files) as report:
         for path in files:
@@ -309,7 +313,7 @@ def cmd_ingest(core: AgentCore, args: argparse.Namespace) -> int:
             report(path, f"{path.name}: {doc.chunks} chunk(s)")
     print(
         f"Ingested {done} file(s), {chunks} chunk(s); {failed} failed;"
-        f" {len(others)} skipped (not PDF, text or Markdown).",
+        f" {len(others)} skipped (not a format agentcore reads).",
         file=sys.stderr,
     )
     if not done:
@@ -385,7 +389,8 @@ def cmd_search(core: AgentCore, args: argparse.Namespace) -> int:
     for rank, result in enumerate(response.results, 1):
         pages = ",".join(str(p) for p in result.pages)
         snippet = " ".join(result.chunk.split())[:160]
-        print(f"{rank:>2}. {result.score:.3f}  {result.source} p.{pages}\n    {snippet}")
+        where = f" ({result.location})" if result.location else ""
+        print(f"{rank:>2}. {result.score:.3f}  {result.source}{where} p.{pages}\n    {snippet}")
     if not response.results:
         print("No results.")
     return 0
@@ -456,7 +461,8 @@ def cmd_chat(core: AgentCore, args: argparse.Namespace) -> int:
         print(answer.response)
     for citation in answer.citations:
         pages = ", ".join(str(page) for page in citation.pages)
-        print(f"  [{citation.source}, p. {pages}]")
+        where = f", {citation.location}" if citation.location else ""
+        print(f"  [{citation.source}{where}, p. {pages}]")
     if answer.status == "handed_off":
         say("a person has this conversation: the message was kept for them, no agent answered")
     for call in answer.tool_calls or ():
@@ -677,7 +683,10 @@ def _add_knowledge(commands: _Commands, settings: Settings) -> None:
         " replaces the earlier version instead of adding a second document",
     )
     p.add_argument(
-        "paths", nargs="+", help="files, or folders whose PDF, text and Markdown files to ingest"
+        "paths",
+        nargs="+",
+        help="files, or folders whose PDF, Word, PowerPoint, Excel, CSV, HTML, text and"
+        " Markdown files to ingest",
     )
 
     p = commands.scoped("search", cmd_search, "search the knowledge core")

@@ -246,9 +246,9 @@ class Settings(BaseSettings):
     ingest_inline_max_bytes: int = Field(
         64 * 1024,
         ge=0,
-        description="Plain-text and Markdown documents up to this size are ingested in the"
-        " calling thread (no parser risk, bounded work); larger ones and every PDF go to a"
-        " worker process.",
+        description="Plain-text, Markdown and CSV documents up to this size are ingested in"
+        " the calling thread (no parser risk, bounded work); larger ones and every PDF,"
+        " Office file and HTML page go to a worker process.",
     )
     ingest_workers: int | None = Field(
         None,

@@ -975,6 +975,10 @@ class SearchResult(BaseModel):
         "The reranker's score, which reranked results are ordered by (absent when the"
         " search was not reranked, or its reranker failed)."
     )
+    location: str | None = _omitted_if_none(
+        "Where in its document the chunk starts: `Slide 3`, `Sheet Sales`, or the heading"
+        " it falls under (absent when the document's format names no parts there)."
+    )
 
 
 class SearchResponse(BaseModel):
@@ -1000,6 +1004,11 @@ class Citation(BaseModel):
     quotes: list[str] | None = _omitted_if_none(
         "Every passage of the source the answer used (at most 5), when there is more than"
         " one; the first is `quote`."
+    )
+    location: str | None = _omitted_if_none(
+        "The part of the source cited: `Slide 3`, `Sheet Sales`, or a heading; a source"
+        " cited in several parts has a citation per part (absent for formats without"
+        " named parts, and on answers stored before locations existed)."
     )
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from bisect import bisect_right
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -14,7 +14,24 @@ from agentcore.errors import PayloadTooLarge
 if TYPE_CHECKING:
     from agentcore._cancellation import Cancellation
 
-__all__ = ["Chunk", "chunk_pages", "pages_in_span", "sentence_spans", "split_sentences"]
+__all__ = [
+    "Chunk",
+    "Label",
+    "chunk_pages",
+    "pages_in_span",
+    "sentence_spans",
+    "split_sentences",
+]
+
+
+@dataclass(frozen=True)
+class Label:
+    """Where a named part of a document starts: ``text`` (``Slide 3``, a heading) is in
+    force from character ``offset`` of page ``page`` (1-based) until the next label."""
+
+    page: int
+    offset: int
+    text: str
 
 
 @dataclass(frozen=True)
@@ -22,12 +39,14 @@ class Chunk:
     """A passage of a document and the 1-based pages its text comes from, sorted.
 
     ``page_offsets[i]`` is where the text of ``pages[i]`` starts within ``text``, so a
-    quote from the chunk can be cited with just the pages it came from.
+    quote from the chunk can be cited with just the pages it came from. ``location``
+    is the label in force where the chunk starts (``None``: the document has none there).
     """
 
     text: str
     pages: list[int]
     page_offsets: list[int] = field(default_factory=list, compare=False)
+    location: str | None = field(default=None, compare=False)
 
 
 def pages_in_span(pages: list[int], offsets: list[int], start: int, end: int) -> list[int]:
@@ -225,7 +244,7 @@ def _separator(unit: _Unit) -> str:
     return "\n\n" if unit.paragraph_start else " "
 
 
-def _single_chunk(text: str, target_chars: int) -> list[Chunk] | None:
+def _single_chunk(text: str, target_chars: int, labels: _Labels) -> list[Chunk] | None:
     """``chunk_pages([text])`` for a short one-paragraph text, without the packing loop.
 
     When the whole text fits in ``target_chars`` and in one block and has no paragraph
@@ -240,12 +259,13 @@ def _single_chunk(text: str, target_chars: int) -> list[Chunk] | None:
     if not spans:
         return []
     joined = " ".join([text[start:end] for start, end in spans])
-    return [Chunk(text=joined, pages=[1], page_offsets=[0])]
+    return [Chunk(text=joined, pages=[1], page_offsets=[0], location=labels.at(spans[0][0]))]
 
 
 def chunk_pages(
     pages: list[str],
     *,
+    labels: Sequence[Label] = (),
     target_chars: int = 700,
     overlap_chars: int = 150,
     max_chunks: int | None = None,
@@ -264,8 +284,12 @@ def chunk_pages(
     between sentences is folded to one space (one blank line between paragraphs).
     Deterministic; never returns an empty chunk. Time and memory are linear in the
     text, whatever it holds (no whitespace at all, a million one-letter sentences).
+    A labelled part (a slide, a sheet, a heading's section: each of ``labels`` starts
+    one) starts a new chunk, and each chunk's ``location`` is the label in force at its
+    first sentence, so a chunk lies in one part.
 
     :param pages: page texts; page ``n`` (1-based) is ``pages[n - 1]``.
+    :param labels: where named parts of the pages start (a slide, a sheet, a heading).
     :param target_chars: the longest chunk text.
     :param overlap_chars: the most text a chunk repeats from the one before it.
     :param max_chunks: the most chunks a document may make (``None``: no limit).
@@ -282,16 +306,20 @@ def chunk_pages(
     if overlap_chars * 2 > target_chars:
         raise ValueError("overlap_chars must be at most half of target_chars")
 
-    if len(pages) == 1 and (max_chunks is None or max_chunks > 0):
-        single = _single_chunk(pages[0], target_chars)
+    # one short page is one chunk, unless a labelled part starts inside it
+    inner = any(label.page != 1 or label.offset > 0 for label in labels)
+    if len(pages) == 1 and not inner and (max_chunks is None or max_chunks > 0):
+        single = _single_chunk(pages[0], target_chars, _Labels(labels, [0]))
         if single is not None:
             if cancellation is not None:
                 cancellation.check()
             return single
 
     layout = _Layout.of(pages)
+    located = _Labels(labels, layout.page_starts)
     chunks: list[Chunk] = []
-    for group in _packed(_units(layout.text, target_chars), target_chars, overlap_chars):
+    units = _units(layout.text, target_chars)
+    for group in _packed(units, target_chars, overlap_chars, located.starts):
         if cancellation is not None:
             cancellation.check()
         if max_chunks is not None and len(chunks) >= max_chunks:
@@ -301,8 +329,26 @@ def chunk_pages(
                 code="too_many_chunks",
                 param="file",
             )
-        chunks.append(layout.chunk(group))
+        chunks.append(layout.chunk(group, located.at(group[0].start)))
     return chunks
+
+
+class _Labels:
+    """Labels placed in the pages' joined text: which one is in force at a position."""
+
+    def __init__(self, labels: Sequence[Label], page_starts: list[int]) -> None:
+        placed = sorted(
+            (page_starts[label.page - 1] + label.offset, number, label.text)
+            for number, label in enumerate(labels)
+            if 1 <= label.page <= len(page_starts)
+        )
+        self.starts = [start for start, _, _ in placed]
+        self._texts = [text for _, _, text in placed]
+
+    def at(self, position: int) -> str | None:
+        """The label in force at ``position`` of the joined text (``None``: none yet)."""
+        index = bisect_right(self.starts, position) - 1
+        return self._texts[index] if index >= 0 else None
 
 
 @dataclass(frozen=True)
@@ -329,9 +375,9 @@ class _Layout:
             offset += len(page)
         return cls("".join(parts), page_starts, [bool(page.strip()) for page in pages])
 
-    def chunk(self, group: list[_Unit]) -> Chunk:
-        """The chunk of ``group``'s units: their text, its pages (those with text) and
-        where each page's text starts in it."""
+    def chunk(self, group: list[_Unit], location: str | None = None) -> Chunk:
+        """The chunk of ``group``'s units: their text, its pages (those with text),
+        where each page's text starts in it, and ``location``."""
         text, page_starts = self.text, self.page_starts
         parts: list[str] = []
         starts: dict[int, int] = {}  # page -> where its text starts in the chunk
@@ -350,23 +396,35 @@ class _Layout:
         last = bisect_right(page_starts, group[-1].end - 1) - 1
         pages_in = [n + 1 for n in range(first, last + 1) if self.has_text[n]]
         offsets = [starts.get(page, 0) for page in pages_in]
-        return Chunk(text="".join(parts), pages=pages_in, page_offsets=offsets)
+        return Chunk(text="".join(parts), pages=pages_in, page_offsets=offsets, location=location)
 
 
-def _packed(units: Iterable[_Unit], target_chars: int, overlap_chars: int) -> Iterator[list[_Unit]]:
-    """The units packed into groups of at most ``target_chars`` (as ``chunk_pages`` says).
+def _packed(
+    units: Iterable[_Unit], target_chars: int, overlap_chars: int, parts: Sequence[int] = ()
+) -> Iterator[list[_Unit]]:
+    """The units packed into groups of at most ``target_chars`` (as ``chunk_pages`` says);
+    a unit starting at or past one of ``parts`` (sorted positions where a labelled part
+    starts) starts a new group, repeating nothing of the part before.
 
     Lengths are kept as running sums (the joined length of a group counts the
     separator before every unit but the first), so packing stays linear.
     """
     current: list[_Unit] = []
     current_length = 0
+    ahead = 0  # the next part start not yet passed
     for unit in units:
         gap = len(_separator(unit))
+        new_part = False
+        while ahead < len(parts) and parts[ahead] <= unit.start:
+            new_part = True
+            ahead += 1
         if current:
             too_long = current_length + gap + unit.length > target_chars
             paragraph_cut = unit.paragraph_start and current_length >= target_chars // 2
-            if too_long or paragraph_cut:
+            if new_part:
+                yield current
+                current, current_length = [], 0
+            elif too_long or paragraph_cut:
                 yield current
                 current, current_length = _carried(current, unit, overlap_chars, target_chars)
         current_length += (gap if current else 0) + unit.length

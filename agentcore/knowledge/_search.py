@@ -446,6 +446,7 @@ def _response(query: str, mode: SearchMode, hits: list[Hit]) -> SearchResponse:
             metadata=hit.chunk.metadata,
             rank_score=hit.rank,
             rerank_score=hit.rerank,
+            location=hit.chunk.location,
         )
         for hit in hits
     ]

@@ -158,7 +158,11 @@ class KnowledgeService:
         wait: bool | None = None,
         cancellation: Cancellation | None = None,
     ) -> Document:
-        """Parse, chunk, embed and store a PDF, Markdown or text file. Write scope.
+        """Parse, chunk, embed and store a file. Write scope.
+
+        PDF, Word (.docx), PowerPoint (.pptx), Excel (.xlsx), CSV, HTML, Markdown and
+        plain text are read (Office files need the ``office`` extra); search results and
+        citations of slides, sheets and headings name them in ``location``.
 
         ``metadata``: the document's attributes (at most 16 keys of 1-64 characters;
         values strings of at most 512 characters, numbers or booleans), which search
@@ -178,9 +182,10 @@ class KnowledgeService:
 
         Either the whole document is stored (document, chunks, vectors in one
         transaction) or nothing is. Once the core is started (``core.start()``; the
-        HTTP app's lifespan does it), PDFs and all but small text files are parsed and
-        embedded in a worker process, under the ``ingest_*`` time and memory limits;
-        the upload is stored as a ``processing`` document first.
+        HTTP app's lifespan does it), PDFs, Office files, HTML and all but small text
+        and CSV files are parsed and embedded in a worker process, under the
+        ``ingest_*`` time and memory limits; the upload is stored as a ``processing``
+        document first.
 
         :param wait: ``True``: return the document ``ready``, or raise its error, and
             then nothing is stored (a worker process indexes it when the core is

@@ -605,7 +605,11 @@ def _user_content(request: ChatRequest) -> str:
     blocks = []
     for passage in request.passages:
         pages = ", ".join(str(page) for page in passage.pages)
-        where = f"{passage.source}, page {pages}" if pages else passage.source
+        where = ", ".join(
+            part
+            for part in (passage.source, passage.location, f"page {pages}" if pages else None)
+            if part
+        )
         blocks.append(f"[{passage.id}] ({where})\n{passage.text}")
     return "Passages:\n\n" + "\n\n".join(blocks) + f"\n\nQuestion: {request.message}"
 

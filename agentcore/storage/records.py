@@ -16,8 +16,10 @@ Ids = npt.NDArray[np.int64]
 """Vector ids (a vector's id is its chunk's)."""
 Vectors = npt.NDArray[np.float32]
 """Vectors, one row each."""
-Chunks = Sequence[tuple[str, list[int], list[int]]]
-"""A document's chunks: ``(text, pages, page offsets)`` each."""
+ChunkRow = tuple[str, list[int], list[int]] | tuple[str, list[int], list[int], str | None]
+"""One chunk as written: ``(text, pages, page offsets)``, and its location label if any."""
+Chunks = Sequence[ChunkRow]
+"""A document's chunks (``ChunkRow`` each)."""
 TermCounts = tuple[int, Mapping[str, int]]
 """A document's ``(sentences, {stem: sentences holding it})``."""
 
@@ -47,6 +49,7 @@ class StoredChunk:
     pages: list[int]
     page_offsets: list[int]
     metadata: dict[str, Any] = field(default_factory=dict)  # its document's
+    location: str | None = None  # the label in force where it starts (``Chunk.location``)
 
 
 @dataclass(frozen=True)

@@ -68,10 +68,9 @@ def test_ingest_lists_what_it_skipped_and_fails_when_nothing_was_ingested(
     done = run_cli("ingest", "--org", "demo", "--env", "test", str(folder), db=db)
     assert done.returncode == 1, done.stderr
     assert done.stderr.splitlines() == [
-        f"agentcore: skipped {folder / 'Makefile'}: not a PDF, text or Markdown file (no suffix)",
-        f"agentcore: skipped {folder / 'img' / 'logo.png'}:"
-        " not a PDF, text or Markdown file (.png)",
-        "Ingested 0 file(s), 0 chunk(s); 0 failed; 2 skipped (not PDF, text or Markdown).",
+        f"agentcore: skipped {folder / 'Makefile'}: not a format agentcore reads (no suffix)",
+        f"agentcore: skipped {folder / 'img' / 'logo.png'}: not a format agentcore reads (.png)",
+        "Ingested 0 file(s), 0 chunk(s); 0 failed; 2 skipped (not a format agentcore reads).",
         "agentcore: nothing was ingested",
     ]
     (folder / "note.md").write_text(FACT, encoding="utf-8")

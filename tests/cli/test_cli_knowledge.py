@@ -69,7 +69,7 @@ def make_folder(root: Path) -> tuple[Path, Path]:
     )
     (docs / "archive" / "policy.pdf").write_bytes(make_pdf([f"{GLIDERS} {filler(6, 25)}"]))
     (docs / "readme.md").write_text(f"# Lantern club\n\n{LANTERNS}\n", encoding="utf-8")
-    (docs / "table.csv").write_text("a,b\n1,2\n", encoding="utf-8")  # not a supported type
+    (docs / "table.xls").write_bytes(b"\xd0\xcf\x11\xe0 old Excel")  # not a supported type
     single = root / "extra.txt"
     single.write_text(SAFFRON, encoding="utf-8")
     return docs, single
@@ -102,8 +102,8 @@ def test_ingest_folder_and_file(ingested: dict[str, Any]) -> None:
     # the folder's file of another type is named, with the reason, not dropped silently
     skips = [line for line in result.stderr.splitlines() if "agentcore: skipped" in line]
     assert skips == [
-        f"agentcore: skipped {Path(str(db)).parent / 'docs' / 'table.csv'}:"
-        " not a PDF, text or Markdown file (.csv)"
+        f"agentcore: skipped {Path(str(db)).parent / 'docs' / 'table.xls'}:"
+        " not a format agentcore reads (.xls)"
     ]
 
 

@@ -155,16 +155,17 @@ def test_empty_file() -> None:
     ("filename", "content_type", "data"),
     [
         ("photo.png", "image/png", b"\x89PNG\r\n\x1a\n...."),
-        ("report.docx", None, b"PK\x03\x04 zip bytes"),
-        ("report.docx", "application/octet-stream", b"PK\x03\x04"),
+        ("archive.zip", "application/zip", b"PK\x03\x04 zip bytes"),
+        ("old.xls", "application/vnd.ms-excel", b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1 ole2"),
         ("blob", None, b"\x00\x01\x02\xff binary"),
-        ("page.html", "text/html", b"<p>hi</p>"),
+        ("image.svg", "image/svg+xml", b"<svg></svg>"),
     ],
 )
 def test_unsupported_type(filename: str, content_type: str | None, data: bytes) -> None:
     with pytest.raises(UnsupportedMediaType) as exc:
         parse(data, filename, content_type)
     assert_error(exc.value, 415, "unsupported_file_type")
+    assert "Word (.docx), PowerPoint (.pptx), Excel (.xlsx), CSV, HTML" in exc.value.detail
 
 
 @pytest.mark.parametrize(

@@ -89,6 +89,7 @@ def test_migrations_render_for_each_dialect() -> None:
         "message_feedback",
         "client_tokens",
         "message_stats",
+        "chunk_location",
         "document_warnings",
     ]
     for step in MIGRATIONS:

@@ -159,7 +159,7 @@ TOOLS = (
         description="Chunks of the workspace's documents ranked by cosine similarity to"
         " the query (or by BM25 with mode 'keyword', both fused with 'hybrid'), among the"
         " documents a metadata filter selects if one is given; each with its score,"
-        " source document, pages and metadata.",
+        " source document, pages, location (a slide, a sheet, a heading) and metadata.",
         operation="search_knowledge",
         # the route's own body: a field it gains (issue #22's filter and mode) is an
         # argument of the tool at once
@@ -182,7 +182,7 @@ TOOLS = (
         name="chat_with_agent",
         title="Ask an agent",
         description="Send a message to an agent; the answer comes with its citations (the"
-        " source documents and pages it used) and a conversationId to continue the"
+        " source documents, pages and locations it used) and a conversationId to continue the"
         " conversation with.",
         operation="send_chat_message",
         arguments=ChatWithAgentArguments,

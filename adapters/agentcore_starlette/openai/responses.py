@@ -42,8 +42,9 @@ class CompletionToolCall(BaseModel):
 
 class UrlCitation(BaseModel):
     """Where a cited page is: ``url`` is the source with the page as a PDF fragment
-    (``handbook.pdf#page=4``, the first of its pages), ``title`` the source and its
-    pages; the span is the answer's text that relies on it (all of it)."""
+    (``handbook.pdf#page=4``, the first of its pages), ``title`` the source, its location
+    (``Slide 3``, a heading) and its pages; the span is the answer's text that relies on
+    it (all of it)."""
 
     url: str
     title: str
@@ -77,12 +78,15 @@ def url_citations(text: str, citations: list[Citation]) -> list[CompletionAnnota
 
 
 def _title(citation: Citation) -> str:
-    """``handbook.pdf, page 4`` or ``handbook.pdf, pages 3, 4`` (the source alone
-    without pages)."""
+    """``handbook.pdf, page 4``, ``handbook.pdf, pages 3, 4`` or ``deck.pptx, Slide 3,
+    page 3`` (its location first when it has one; the source alone without pages)."""
+    where = (
+        citation.source if citation.location is None else f"{citation.source}, {citation.location}"
+    )
     pages = citation.pages
     if not pages:
-        return citation.source
-    return f"{citation.source}, page{'s' if len(pages) > 1 else ''} {', '.join(map(str, pages))}"
+        return where
+    return f"{where}, page{'s' if len(pages) > 1 else ''} {', '.join(map(str, pages))}"
 
 
 class CompletionMessage(BaseModel):

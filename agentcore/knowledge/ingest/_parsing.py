@@ -1,11 +1,15 @@
-"""Parsing: uploaded bytes (text, Markdown, PDF) to clean page texts, or a clear 4xx."""
+"""Parsing: uploaded bytes to clean page texts (and their labels), or a clear 4xx.
+
+Text, Markdown and PDF are read here; the other formats in modules of their own
+(``_office``: Word, PowerPoint, Excel; ``_markup``: HTML; ``_tables``: CSV), imported when
+such a file arrives. Which format a file is, ``_formats`` decides.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import io
 import logging
-import posixpath
 import re
 import sys
 import threading
@@ -17,21 +21,46 @@ from agentcore._logs import get_logger
 from agentcore.errors import (
     AgentCoreError,
     PayloadTooLarge,
-    UnsupportedMediaType,
     ValidationFailed,
     check_unicode,
 )
+from agentcore.knowledge._chunking import Label
 from agentcore.knowledge.ingest._cpu_budget import BudgetSpent, CpuBudget
+from agentcore.knowledge.ingest._extraction import Pages, TextBudget, decode_text, within_cpu
+from agentcore.knowledge.ingest._formats import (
+    CSV,
+    DOCX,
+    HTML,
+    MARKDOWN,
+    PDF,
+    PLAIN,
+    PPTX,
+    XLSX,
+    detect_type,
+    text_kind,
+)
 from agentcore.knowledge.ingest._scans import Ocr, OcrRun, ScannedPages, holds_images
+from agentcore.knowledge.ingest._zipguard import (
+    DEFAULT_LIMITS,
+    ArchiveLimits,
+    open_archive,
+    verify_archive,
+)
 from agentcore.schema import DocumentWarning
 
 if TYPE_CHECKING:
     from agentcore._cancellation import Cancellation
 
 __all__ = [
+    "CSV",
+    "DOCX",
+    "HTML",
+    "MARKDOWN",
     "PDF",
     "PLAIN",
-    "MARKDOWN",
+    "PPTX",
+    "XLSX",
+    "ArchiveLimits",
     "ParsedDocument",
     "TextBudget",
     "WorkBudget",
@@ -44,36 +73,7 @@ __all__ = [
     "text_kind",
 ]
 
-PLAIN = "text/plain"
-MARKDOWN = "text/markdown"
-PDF = "application/pdf"
-
-_TYPE_ALIASES = {
-    "text/plain": PLAIN,
-    "text/markdown": MARKDOWN,
-    "text/x-markdown": MARKDOWN,
-    "application/pdf": PDF,
-    "application/x-pdf": PDF,
-}
-_EXTENSIONS = {".txt": PLAIN, ".text": PLAIN, ".md": MARKDOWN, ".markdown": MARKDOWN, ".pdf": PDF}
-# Types that say nothing about the content; the extension and the bytes decide.
-_GENERIC_TYPES = frozenset({"", "application/octet-stream", "binary/octet-stream"})
-_PDF_MAGIC = b"%PDF-"
-
 log = get_logger("agentcore.ingest")
-
-
-@dataclass(frozen=True)
-class TextBudget:
-    """How much text a PDF may extract to: per page and in all, in characters.
-
-    Counted as extraction goes (a crafted file can make every page extract to megabytes
-    of text from a few bytes: thousands of pages sharing one compressed content stream),
-    so a file over budget stops within one page's budget of work, not after all of it.
-    """
-
-    page_chars: int
-    total_chars: int
 
 
 @dataclass(frozen=True)
@@ -116,17 +116,20 @@ class WorkBudget:
 
 @dataclass(frozen=True)
 class ParsedDocument:
-    """A parsed upload: its source name, canonical content type, page texts, and what
-    its reader should know (a PDF's scanned pages, its pages read by OCR).
+    """A parsed upload: its source name, canonical content type, page texts and labels,
+    and what its reader should know (a PDF's scanned pages, its pages read by OCR).
 
     Page ``n`` (1-based) is ``pages[n - 1]``; a page with no text is an empty string,
-    so numbering always matches the original file.
+    so numbering always matches the original file (a PDF's pages, a deck's slides, a
+    workbook's sheets). ``labels`` say where named parts start (``Slide 3``,
+    ``Sheet Sales``, a heading): what chunks cite as their ``location``.
     """
 
     source: str
     content_type: str
     pages: list[str]
     warnings: list[DocumentWarning] = field(default_factory=list)
+    labels: list[Label] = field(default_factory=list)
 
 
 def parse_document(
@@ -140,16 +143,19 @@ def parse_document(
     work: WorkBudget | None = None,
     cancellation: Cancellation | None = None,
     ocr: Ocr | None = None,
+    archive: ArchiveLimits = DEFAULT_LIMITS,
 ) -> ParsedDocument:
     """Parse an uploaded file into pages.
 
-    The type comes from the bytes first (``%PDF-`` means PDF whatever the label),
-    then from ``content_type`` unless it is generic (``application/octet-stream``),
-    then from the file name's extension, and for unlabelled files from whether the
-    bytes are UTF-8 text. Plain text is split into pages at form feeds (``\\f``);
-    Markdown is one page; PDFs give one entry per page. PDFs encrypted with an
-    empty user password (common for "no copy" flags) are opened; any other
-    encryption is refused.
+    The type comes from the bytes first (``%PDF-`` means PDF whatever the label; a ZIP
+    package of Word's, PowerPoint's or Excel's parts; a page opening ``<!doctype html``
+    or ``<html``), then from ``content_type`` unless it is generic
+    (``application/octet-stream``), then from the file name's extension, and for
+    unlabelled files from whether the bytes are UTF-8 text. Plain text is split into
+    pages at form feeds (``\\f``); Markdown, CSV and HTML are one page; PDFs give one
+    entry per page, presentations one per slide, workbooks one per sheet, Word
+    documents one per page break. PDFs encrypted with an empty user password (common
+    for "no copy" flags) are opened; any other encryption is refused.
 
     A PDF page that extracts to no text but holds images is scanned: ``ocr`` (when
     given) reads its images, and the document's ``warnings`` list the pages read so
@@ -160,29 +166,52 @@ def parse_document(
     :param content_type: the declared media type, parameters allowed.
     :param max_bytes: the largest accepted file.
     :param max_pages: the most pages accepted in a PDF.
-    :param budget: the most text a PDF may extract to (``None``: no limit).
-    :param work: the most work reading a PDF may take (``None``: no limit).
-    :param cancellation: checked between the pages of a PDF; OCR ends by its deadline.
-    :param ocr: reads scanned pages (``None``: they stay without text).
-    :raises PayloadTooLarge: ``file_too_large``, ``too_many_pages``, ``too_large`` (a PDF
-        whose text passes ``budget``), ``too_complex`` (a PDF that passes ``work``).
-    :raises UnsupportedMediaType: ``unsupported_file_type``.
+    :param budget: the most text a file may extract to (``None``: no limit); its
+        ``page_chars`` bound a PDF's pages.
+    :param work: the most work reading a file may take (``None``: no limit); its
+        operator and XObject counts bound a PDF's pages.
+    :param cancellation: checked between the pages of a PDF, the rows of a table; OCR
+        ends by its deadline.
+    :param ocr: reads a PDF's scanned pages (``None``: they stay without text).
+    :param archive: what an Office file's ZIP archive may unpack to.
+    :raises PayloadTooLarge: ``file_too_large``, ``too_many_pages``, ``too_large`` (text
+        past ``budget``, an archive past ``archive``), ``too_complex`` (past ``work``).
+    :raises UnsupportedMediaType: ``unsupported_file_type`` (a format not read, or an
+        Office file without the ``office`` extra installed).
     :raises ValidationFailed: ``empty_file``, ``invalid_encoding``, ``invalid_pdf``,
-        ``encrypted_pdf``, ``no_text``. Every error has ``param="file"``.
+        ``encrypted_pdf``, ``invalid_file`` (an unreadable Office file or CSV),
+        ``no_text``. Every error has ``param="file"``.
     """
-    source, kind = check_upload(data, filename, content_type, max_bytes=max_bytes)
-    if kind != PDF:
+    source, kind = check_upload(data, filename, content_type, max_bytes=max_bytes, archive=archive)
+    labels: list[Label] = []
+    if kind == PDF:
+        return _pdf_document(source, data, max_pages, budget, work, cancellation, ocr)
+    if kind in (PLAIN, MARKDOWN):
         pages = _text_pages(decode_text(data), kind)
-        if not any(page and not page.isspace() for page in pages):  # no copy of a huge page
-            raise ValidationFailed(
-                "The file contains no extractable text.", code="no_text", param="file"
-            )
-        return ParsedDocument(source=source, content_type=kind, pages=pages)
+    else:
+        pages, labels = _structured_pages(data, kind, budget, work, cancellation, archive)
+    if not any(page and not page.isspace() for page in pages):  # no copy of a huge page
+        raise ValidationFailed(
+            "The file contains no extractable text.", code="no_text", param="file"
+        )
+    return ParsedDocument(source=source, content_type=kind, pages=pages, labels=labels)
+
+
+def _pdf_document(
+    source: str,
+    data: bytes,
+    max_pages: int,
+    budget: TextBudget | None,
+    work: WorkBudget | None,
+    cancellation: Cancellation | None,
+    ocr: Ocr | None,
+) -> ParsedDocument:
+    """A PDF's pages, its scanned pages read by ``ocr`` when given, and its warnings."""
     run = OcrRun(ocr, cancellation) if ocr is not None else None
     pages, scans = _pdf_pages(data, max_pages, budget, work, cancellation, run)
     if run is not None:
         run.report(source)
-    if not any(page and not page.isspace() for page in pages):
+    if not any(page and not page.isspace() for page in pages):  # no copy of a huge page
         why = (
             f"its pages are images, and OCR ({run.name}) read no text from them:"
             f" {run.reason or 'it found none'}"
@@ -192,16 +221,69 @@ def parse_document(
         raise ValidationFailed(
             f"The file contains no extractable text ({why}).", code="no_text", param="file"
         )
-    return ParsedDocument(source, kind, pages, scans.warnings(run))
+    return ParsedDocument(source, PDF, pages, warnings=scans.warnings(run))
+
+
+# what each structured format is called in messages, and what its pages are
+_STRUCTURED = {
+    DOCX: ("the Word document", "page"),
+    PPTX: ("the presentation", "slide"),
+    XLSX: ("the workbook", "sheet"),
+    CSV: ("the CSV file", "page"),
+    HTML: ("the HTML page", "page"),
+}
+
+
+def _structured_pages(
+    data: bytes,
+    kind: str,
+    budget: TextBudget | None,
+    work: WorkBudget | None,
+    cancellation: Cancellation | None,
+    limits: ArchiveLimits,
+) -> tuple[list[str], list[Label]]:
+    """The pages and labels of an Office file, a CSV file or an HTML page, read within
+    ``budget`` (its total) and ``work`` (its CPU seconds)."""
+    what, unit = _STRUCTURED[kind]
+    pages = Pages(what, unit, budget, cancellation)
+    check = cancellation.check if cancellation is not None else None
+    with within_cpu(work.cpu_seconds if work is not None else None, what):
+        if kind == CSV:
+            from agentcore.knowledge.ingest._tables import csv_pages
+
+            csv_pages(decode_text(data), pages)
+        elif kind == HTML:
+            from agentcore.knowledge.ingest._markup import html_pages
+
+            html_pages(data, pages)
+        else:
+            from agentcore.knowledge.ingest import _office
+
+            opened = open_archive(data, limits)
+            if opened is None:  # detected as one, so readable as a ZIP a moment ago
+                raise ValidationFailed(
+                    "The file is not a readable archive.", code="invalid_file", param="file"
+                )
+            with opened:
+                verify_archive(opened, limits, check, workbook=kind == XLSX)
+            read = {DOCX: _office.docx_pages, PPTX: _office.pptx_pages, XLSX: _office.xlsx_pages}
+            read[kind](data, pages)
+    return pages.finish()
 
 
 def check_upload(
-    data: bytes, filename: str, content_type: str | None, *, max_bytes: int
+    data: bytes,
+    filename: str,
+    content_type: str | None,
+    *,
+    max_bytes: int,
+    archive: ArchiveLimits = DEFAULT_LIMITS,
 ) -> tuple[str, str]:
     """The cheap checks of ``parse_document``: ``(source, canonical type)`` or its error.
 
-    Size, emptiness and type only, without decoding or parsing: what an upload
-    queued for background ingestion is checked for before it is accepted.
+    Size, emptiness and type only, without decoding or parsing (an Office file's ZIP
+    directory is read, and its declared sizes checked against ``archive``): what an
+    upload queued for background ingestion is checked for before it is accepted.
     """
     check_unicode(filename, param="filename")
     check_unicode(content_type, param="content_type")
@@ -214,7 +296,7 @@ def check_upload(
         )
     if not data:
         raise ValidationFailed("The file is empty.", code="empty_file", param="file")
-    return source, _detect_type(data, source, content_type)
+    return source, detect_type(data, source, content_type, archive)
 
 
 def check_text(source: str, text: str) -> None:
@@ -223,12 +305,6 @@ def check_text(source: str, text: str) -> None:
         raise ValidationFailed("source must not be blank.", param="source")
     if not text.strip():
         raise ValidationFailed("text must not be blank.", code="no_text", param="text")
-
-
-def text_kind(source: str) -> str:
-    """The type of text stored under ``source``: Markdown by extension, else plain."""
-    kind = _EXTENSIONS.get(posixpath.splitext(source.strip().lower())[1], PLAIN)
-    return PLAIN if kind == PDF else kind
 
 
 def parse_text(source: str, text: str) -> ParsedDocument:
@@ -246,65 +322,6 @@ def _source_name(filename: str) -> str:
     # Browsers may send "C:\\fakepath\\x.pdf"; only the base name is meaningful.
     name = filename.replace("\\", "/").rsplit("/", 1)[-1].strip()
     return name or "upload"
-
-
-def _detect_type(data: bytes, source: str, content_type: str | None) -> str:
-    declared = (content_type or "").split(";", 1)[0].strip().lower()
-    extension = posixpath.splitext(source.lower())[1]
-    # Some producers put junk before the header; readers accept it within 1 KiB.
-    if _PDF_MAGIC in data[:1024]:
-        return PDF
-    if declared not in _GENERIC_TYPES:
-        kind = _TYPE_ALIASES.get(declared)
-    elif extension:
-        kind = _EXTENSIONS.get(extension)
-    else:
-        kind = PLAIN if _looks_like_text(data) else None
-    if kind is None:
-        label = declared if declared not in _GENERIC_TYPES else (extension or "unknown")
-        raise UnsupportedMediaType(
-            f"Unsupported file type {label!r}: upload PDF, plain text or Markdown.",
-            code="unsupported_file_type",
-            param="file",
-        )
-    if kind == PDF:
-        raise ValidationFailed(
-            "The file is labelled PDF but is not one (no %PDF- header).",
-            code="invalid_pdf",
-            param="file",
-        )
-    return kind
-
-
-def _looks_like_text(data: bytes) -> bool:
-    head = data[:4096]
-    if b"\x00" in head:
-        return False
-    try:
-        head.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        # A multi-byte character cut by the 4 KiB window is still text.
-        return exc.start >= len(head) - 3
-    return True
-
-
-def decode_text(data: bytes, *, param: str = "file") -> str:
-    """UTF-8 bytes (an optional BOM dropped) as text, or ``invalid_encoding`` naming ``param``."""
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise ValidationFailed(
-            f"The file is not valid UTF-8 (bad byte at offset {exc.start}).",
-            code="invalid_encoding",
-            param=param,
-        ) from None
-    if "\x00" in text:
-        raise ValidationFailed(
-            "The file contains NUL characters; it is not text.",
-            code="invalid_encoding",
-            param=param,
-        )
-    return text
 
 
 def _text_pages(text: str, kind: str) -> list[str]:

@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from agentcore.knowledge.ocr import OcrEngine
     from agentcore.knowledge.terms import TermCounter
     from agentcore.knowledge.vectors import Embedding, Rows
-    from agentcore.storage.records import IngestJob, WrittenDocument
+    from agentcore.storage.records import ChunkRow, IngestJob, WrittenDocument
 
 __all__ = ["IngestPipeline", "IngestingStore", "Labels", "Writer", "stored_now"]
 
@@ -99,9 +99,11 @@ class _Prepared:
     embedder: str
     counts: tuple[int, Mapping[str, int]] | None
 
-    def rows(self) -> list[tuple[str, list[int], list[int]]]:
-        """Each chunk's text, pages and page offsets, as the store writes them."""
-        return [(chunk.text, chunk.pages, chunk.page_offsets) for chunk in self.chunks]
+    def rows(self) -> list[ChunkRow]:
+        """Each chunk's text, pages, page offsets and location, as the store writes them."""
+        return [
+            (chunk.text, chunk.pages, chunk.page_offsets, chunk.location) for chunk in self.chunks
+        ]
 
     def added(self, document: Document) -> Callable[[WrittenDocument | None], Rows | None] | None:
         """The rows a write of ``document`` adds, from what the store returns (every
@@ -299,6 +301,7 @@ class IngestPipeline:
         settings = self._settings
         chunks = chunk_pages(
             parsed.pages,
+            labels=parsed.labels,
             target_chars=settings.chunk_target_chars,
             overlap_chars=settings.chunk_overlap_chars,
             max_chunks=settings.max_document_chunks,

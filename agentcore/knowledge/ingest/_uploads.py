@@ -13,8 +13,9 @@ from typing import TYPE_CHECKING
 
 from agentcore._ids import new_id
 from agentcore.errors import Cancelled, Conflict
+from agentcore.knowledge.ingest._formats import INLINE_TYPES
 from agentcore.knowledge.ingest._outcomes import Outcome, outcome_of
-from agentcore.knowledge.ingest._parsing import PDF, ParsedDocument
+from agentcore.knowledge.ingest._parsing import ParsedDocument
 from agentcore.knowledge.ingest._pipeline import (
     IngestingStore,
     IngestPipeline,
@@ -126,7 +127,7 @@ class Uploads:
         if (
             jobs is None
             or not jobs.isolated
-            or (upload.content_type != PDF and size <= settings.ingest_inline_max_bytes)
+            or (upload.content_type in INLINE_TYPES and size <= settings.ingest_inline_max_bytes)
         ):
             parsed = upload.parse()
             return self._pipeline.store_new(self._key, parsed, size, upload.labels, cancellation)

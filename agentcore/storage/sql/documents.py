@@ -46,7 +46,9 @@ from agentcore.storage.sql.queries import (
 from agentcore.storage.sql.terms import TermTables
 
 _ID_BATCH = 1_000  # ids per IN (...) list: far below either database's parameter limit
-_CHUNK_COLUMNS = "document_id, organization_id, environment, ordinal, text, pages, page_offsets"
+_CHUNK_COLUMNS = (
+    "document_id, organization_id, environment, ordinal, text, pages, page_offsets, location"
+)
 _CHUNK_IDS = "SELECT id FROM chunks WHERE document_id = ? ORDER BY ordinal"
 _DOCUMENT_COLUMNS = (
     "id, source, content_type, pages, chunks, bytes, created_at, status, last_error, metadata,"
@@ -239,10 +241,11 @@ class DocumentTables(TermTables, KnowledgeStore, WebhookStore):
         round trip. Else the ids are read before the segments are written.
         """
         rows = [
-            (document.id, *workspace, ordinal, text, json_ints(pages), json_ints(offsets))
-            for ordinal, (text, pages, offsets) in enumerate(chunks)
+            (document.id, *workspace, ordinal, chunk[0], json_ints(chunk[1]), json_ints(chunk[2]))
+            + (chunk[3] if len(chunk) > 3 else None,)
+            for ordinal, chunk in enumerate(chunks)
         ]
-        insert_rows(conn, f"INSERT INTO chunks ({_CHUNK_COLUMNS}) VALUES ({marks(7)})", rows)
+        insert_rows(conn, f"INSERT INTO chunks ({_CHUNK_COLUMNS}) VALUES ({marks(8)})", rows)
         if self._gathers_segment_ids():
             self._gather_segments(conn, workspace, document.id, embedder, vectors, keep)
             found = self.db.deferred_rows(conn.execute(_CHUNK_IDS, [document.id]))
@@ -323,7 +326,8 @@ class DocumentTables(TermTables, KnowledgeStore, WebhookStore):
         rows = read_rows(
             self.db,
             "SELECT chunks.id, chunks.document_id, chunks.text, chunks.pages,"
-            " chunks.page_offsets, documents.source, documents.metadata FROM chunks"
+            " chunks.page_offsets, chunks.location, documents.source, documents.metadata"
+            " FROM chunks"
             " JOIN documents ON documents.id = chunks.document_id"
             f" WHERE chunks.id IN ({marks(len(chunk_ids))})",
             [int(i) for i in chunk_ids],
@@ -337,6 +341,7 @@ class DocumentTables(TermTables, KnowledgeStore, WebhookStore):
                 json.loads(row["pages"]),
                 json.loads(row["page_offsets"]),
                 parse_object(row["metadata"]),
+                row["location"],
             )
             for row in rows
         }

@@ -620,6 +620,15 @@ def m025_message_stats(d: Dialect) -> str:
 
 
 @migration()
+def m026_chunk_location(d: Dialect) -> str:
+    """Where a chunk starts in its document, as a label (``Slide 3``, ``Sheet Sales``,
+    the heading it falls under): NULL when its format names no parts."""
+    return """
+        ALTER TABLE chunks ADD COLUMN location TEXT;
+        """
+
+
+@migration()
 def m027_document_warnings(d: Dialect) -> str:
     """What indexing found that a document's reader should know (a JSON list of
     ``{code, pages, detail}``: scanned pages with no text, pages read by OCR): NULL for

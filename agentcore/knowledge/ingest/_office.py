@@ -1,0 +1,266 @@
+"""Office files (Word, PowerPoint, Excel): their pages, headings, tables and labels.
+
+Each archive is checked (``_zipguard``) before its parser opens it. The parsers
+(python-docx, python-pptx, python-calamine: the ``office`` extra) are imported here, when
+such a file arrives. python-docx and python-pptx read XML with lxml without resolving
+entities, and calamine knows only XML's five predefined ones; and a part that declares a
+DTD never reaches them.
+
+- Word: a page per hard page break (``w:br w:type="page"``) or page Word last rendered
+  (``w:lastRenderedPageBreak``); two marks with no text between make one break.
+  Heading styles (and Title) become Markdown headings and labels.
+- PowerPoint: a page per slide, labelled ``Slide N``: its title, text, tables and
+  speaker notes (a paragraph opening ``Notes:``).
+- Excel: a page per sheet, labelled ``Sheet NAME``, its rows written one by one.
+Tables, in all three, are written row by row with their headers (``_tables.Rows``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import io
+import re
+from collections.abc import Iterator
+from typing import Any
+
+from agentcore.errors import AgentCoreError
+from agentcore.knowledge.ingest._extraction import Pages, fold_spaces, invalid_file
+from agentcore.knowledge.ingest._tables import Rows
+
+__all__ = ["docx_pages", "pptx_pages", "xlsx_pages"]
+
+_W = "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}"
+_MC_FALLBACK = "{http://schemas.openxmlformats.org/markup-compatibility/2006}Fallback"
+_PAGE = object()  # a page break among a paragraph's pieces
+_HEADING_STYLE = re.compile(r"heading\s*([1-9])", re.IGNORECASE)
+# Word's parts that hold no reading text: what was deleted, field codes, the duplicate
+# of a drawing for old readers
+_SKIPPED = frozenset({_W + "del", _W + "delText", _W + "instrText", _MC_FALLBACK})
+
+
+@contextlib.contextmanager
+def _reading(kind: str) -> Iterator[None]:
+    """A parser's failures as 422 ``invalid_file``. A MemoryError (the worker's memory
+    limit, reported as 413) and our own errors (a budget's) pass."""
+    try:
+        yield
+    except (MemoryError, AgentCoreError):
+        raise
+    except Exception:
+        raise invalid_file(f"The file is not a readable {kind} (corrupt or truncated).") from None
+
+
+# Word ---------------------------------------------------------------------------------
+
+
+def docx_pages(data: bytes, pages: Pages) -> None:
+    """A Word document's body onto ``pages``."""
+    import docx
+
+    with _reading("Word document"):
+        document = docx.Document(io.BytesIO(data))
+        styles = {style.style_id: style.name or "" for style in document.styles}
+        _blocks(document.element.body, styles, pages)
+
+
+def _blocks(parent: Any, styles: dict[str, str], pages: Pages) -> None:
+    for block in parent.iterchildren():
+        tag = block.tag
+        if tag == _W + "p":
+            _paragraph(block, styles, pages)
+        elif tag == _W + "tbl":
+            _table(block, pages)
+        elif tag in (_W + "sdt", _W + "sdtContent", _W + "customXml"):
+            _blocks(block, styles, pages)  # content controls hold paragraphs and tables
+
+
+def _paragraph(paragraph: Any, styles: dict[str, str], pages: Pages) -> None:
+    level = _heading_level(paragraph, styles)
+    listed = paragraph.find(f"{_W}pPr/{_W}numPr") is not None or _style(
+        paragraph, styles
+    ).lower().startswith("list")
+    text: list[str] = []
+    for piece in _pieces(paragraph):
+        if isinstance(piece, str):
+            text.append(piece)
+        else:  # a page break
+            _write_paragraph("".join(text), level, listed, pages)
+            text = []
+            pages.next_page(keep_empty=False)
+    _write_paragraph("".join(text), level, listed, pages)
+
+
+def _write_paragraph(text: str, level: int, listed: bool, pages: Pages) -> None:
+    text = fold_spaces(text)
+    if not text:
+        return
+    if level:
+        pages.label(text)
+        pages.paragraph("#" * level + " " + text)
+    elif listed:
+        pages.line("- " + text)
+    else:
+        pages.paragraph(text)
+
+
+def _heading_level(paragraph: Any, styles: dict[str, str]) -> int:
+    """1-6 for a heading (Title is 1; Heading N is N, deeper ones 6), else 0."""
+    name = _style(paragraph, styles)
+    if name.lower() == "title":
+        return 1
+    found = _HEADING_STYLE.fullmatch(name.strip())
+    return min(int(found.group(1)), 6) if found else 0
+
+
+def _style(paragraph: Any, styles: dict[str, str]) -> str:
+    """The name of ``paragraph``'s style (``Heading 1``), ``""`` for the default."""
+    style = paragraph.find(f"{_W}pPr/{_W}pStyle")
+    return styles.get(style.get(_W + "val", ""), "") if style is not None else ""
+
+
+def _pieces(element: Any) -> Iterator[str | object]:
+    """The text of ``element`` in reading order, with ``_PAGE`` where a page breaks."""
+    for child in element.iterchildren():
+        tag = child.tag
+        if not isinstance(tag, str) or tag in _SKIPPED:
+            continue  # a comment or processing instruction, or no reading text
+        if tag == _W + "t":
+            yield child.text or ""
+        elif tag == _W + "tab":
+            yield "\t"
+        elif tag in (_W + "br", _W + "cr"):
+            yield _PAGE if child.get(_W + "type") == "page" else "\n"
+        elif tag == _W + "lastRenderedPageBreak":
+            yield _PAGE
+        elif tag == _W + "noBreakHyphen":
+            yield "-"
+        else:
+            yield from _pieces(child)
+            if tag == _W + "p":  # a paragraph of a cell or a text box
+                yield "\n"
+
+
+def _table(table: Any, pages: Pages) -> None:
+    rows = Rows(pages)
+    broken = False  # a page ended inside the table: the next page starts after the row
+    for row in table.iterchildren(_W + "tr"):
+        values: list[str] = []
+        for cell in row.iterchildren(_W + "tc"):
+            pieces = list(_pieces(cell))
+            broken = broken or any(piece is _PAGE for piece in pieces)
+            values.append("".join(p for p in pieces if isinstance(p, str)))
+            span = cell.find(f"{_W}tcPr/{_W}gridSpan")
+            values.extend([""] * (int(span.get(_W + "val", "1")) - 1 if span is not None else 0))
+        rows.add(values)
+        if broken:
+            rows.close()
+            pages.next_page(keep_empty=False)
+            rows, broken = Rows(pages), False
+    rows.close()
+
+
+# PowerPoint ---------------------------------------------------------------------------
+
+
+def pptx_pages(data: bytes, pages: Pages) -> None:
+    """A presentation's slides onto ``pages``, one each."""
+    import pptx
+
+    with _reading("PowerPoint presentation"):
+        presentation = pptx.Presentation(io.BytesIO(data))
+        for number, slide in enumerate(presentation.slides, 1):
+            _slide(number, slide, pages)
+
+
+def _slide(number: int, slide: Any, pages: Pages) -> None:
+    if number > 1:
+        pages.next_page()
+    pages.label(f"Slide {number}")
+    title = slide.shapes.title
+    if title is not None and title.has_text_frame:
+        heading = fold_spaces(title.text_frame.text)
+        if heading:
+            pages.paragraph("# " + heading)
+    for shape in _shapes(slide.shapes):
+        if title is not None and shape.shape_id == title.shape_id:
+            continue
+        _shape(shape, pages)
+    if slide.has_notes_slide:
+        notes = slide.notes_slide.notes_text_frame
+        text = fold_spaces(notes.text) if notes is not None else ""
+        if text:
+            pages.paragraph("Notes: " + text)
+
+
+def _shapes(shapes: Any) -> Iterator[Any]:
+    """Every shape, those of groups in their group's place."""
+    from pptx.shapes.group import GroupShape
+
+    for shape in shapes:
+        if isinstance(shape, GroupShape):
+            yield from _shapes(shape.shapes)
+        else:
+            yield shape
+
+
+def _shape(shape: Any, pages: Pages) -> None:
+    if getattr(shape, "has_table", False) and shape.has_table:
+        rows = Rows(pages)
+        for row in shape.table.rows:
+            rows.add([cell.text for cell in row.cells])
+        rows.close()
+    elif getattr(shape, "has_text_frame", False) and shape.has_text_frame:
+        lines = [fold_spaces(p.text) for p in shape.text_frame.paragraphs]
+        pages.paragraph("\n".join(line for line in lines if line))
+
+
+# Excel --------------------------------------------------------------------------------
+
+
+def xlsx_pages(data: bytes, pages: Pages) -> None:
+    """A workbook's sheets onto ``pages``, one each, row by row.
+
+    calamine reads a whole sheet at once (``_zipguard`` has bounded its grid); its rows
+    then come one by one, so the text budget and the CPU budget stop a sheet between two
+    rows. A sheet's grid runs from its first cell to its last, never to the dimensions it
+    declares; rows above its first cell come empty and are skipped.
+    """
+    import python_calamine
+
+    with _reading("Excel workbook"):
+        workbook = python_calamine.CalamineWorkbook.from_filelike(io.BytesIO(data))
+        with workbook:
+            for number, sheet in enumerate(workbook.sheets_metadata, 1):
+                if number > 1:
+                    pages.next_page()
+                pages.label(f"Sheet {sheet.name}")
+                pages.paragraph("# " + sheet.name)
+                if sheet.typ == python_calamine.SheetTypeEnum.WorkSheet:  # a chart has no cells
+                    _sheet(workbook.get_sheet_by_name(sheet.name), pages)
+
+
+def _sheet(sheet: Any, pages: Pages) -> None:
+    start = sheet.start
+    if start is None:  # no cells
+        return
+    rows = Rows(pages, first_column=start[1])
+    for row in sheet.iter_rows():
+        if row.count("") < len(row):  # not empty (a 0 or FALSE is a value)
+            rows.add([_cell_text(value) for value in row])
+    rows.close()
+
+
+def _cell_text(value: Any) -> str:
+    """A cell's value as a reader sees it: ``3``, ``2.5``, ``2024-03-01``, ``TRUE``."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "TRUE" if value else "FALSE"
+    if isinstance(value, float):
+        return f"{value:.15g}"
+    if isinstance(value, dt.datetime):
+        return value.date().isoformat() if value.time() == dt.time() else value.isoformat(" ")
+    if isinstance(value, dt.date | dt.time):
+        return value.isoformat()
+    return str(value)  # text, an int, an error (``#DIV/0!``), a duration (``1 day, 6:00:00``)

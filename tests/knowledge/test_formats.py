@@ -1,0 +1,501 @@
+"""Word, PowerPoint, Excel, CSV and HTML uploads: their pages, labels and table rows, how
+each is recognised, and hostile files refused quickly (a zip bomb, billion laughs)."""
+
+from __future__ import annotations
+
+import datetime
+import io
+import resource
+import sys
+import time
+import zipfile
+
+import docx
+import pytest
+from docx.oxml import OxmlElement
+from office_files import (
+    PAGE,
+    make_docx,
+    make_laughs_docx,
+    make_lying_docx,
+    make_pptx,
+    make_xlsx,
+    make_xlsx_of_sheet,
+    make_zip_bomb,
+    sheet_xml,
+)
+
+from agentcore.errors import AgentCoreError, PayloadTooLarge
+from agentcore.knowledge._chunking import Label, chunk_pages
+from agentcore.knowledge.ingest import TextBudget, WorkBudget, parse_document
+from agentcore.knowledge.ingest._parsing import CSV, DOCX, HTML, PPTX, XLSX, ParsedDocument
+from agentcore.knowledge.ingest._zipguard import ArchiveLimits, verify_archive
+
+LIMITS = {"max_bytes": 50 * 1024 * 1024, "max_pages": 100}
+
+
+def parse(
+    data: bytes, filename: str, content_type: str | None = None, **extra: object
+) -> ParsedDocument:
+    return parse_document(data, filename, content_type, **LIMITS, **extra)
+
+
+def refusal(
+    data: bytes, filename: str, content_type: str | None = None, **extra: object
+) -> AgentCoreError:
+    with pytest.raises(AgentCoreError) as caught:
+        parse(data, filename, content_type, **extra)
+    assert caught.value.param == "file"
+    return caught.value
+
+
+def labels_of(document: ParsedDocument) -> list[tuple[int, str]]:
+    return [(label.page, label.text) for label in document.labels]
+
+
+# Word -----------------------------------------------------------------------------------
+
+
+def test_word_pages_split_at_page_breaks_and_headings_label_their_text() -> None:
+    document = parse(
+        make_docx(
+            [
+                ("h1", "Travel policy"),
+                "Trips abroad need the approval of a director.",
+                ("h2", "Expenses"),
+                "Meals are refunded up to thirty euros a day.",
+                PAGE,
+                "Hotels are refunded up to one hundred and twenty euros a night.",
+                ("h2", "Managers"),
+                [["Manager", "Site"], ["Ana Lima", "Porto"], ["Rui Costa", "Lisbon"]],
+            ]
+        ),
+        "policy.docx",
+    )
+    assert document.content_type == DOCX
+    assert len(document.pages) == 2
+    assert document.pages[0].startswith("# Travel policy\n\nTrips abroad")
+    assert "## Expenses\n\nMeals are refunded" in document.pages[0]
+    assert document.pages[1].startswith("Hotels are refunded")
+    # a table: each row with its header, the header row itself not repeated as data
+    assert (
+        "- Manager: Ana Lima; Site: Porto\n- Manager: Rui Costa; Site: Lisbon" in document.pages[1]
+    )
+    assert labels_of(document) == [(1, "Travel policy"), (1, "Expenses"), (2, "Managers")]
+    chunks = chunk_pages(document.pages, labels=document.labels, target_chars=80, overlap_chars=0)
+    hotel = next(c for c in chunks if "Hotels" in c.text)
+    assert (hotel.pages, hotel.location) == ([2], "Expenses")  # the heading still in force
+    rui = next(c for c in chunks if "Rui Costa" in c.text)
+    assert (rui.pages, rui.location) == ([2], "Managers")
+
+
+def test_word_rendered_page_breaks_count_and_a_doubled_mark_is_one_break() -> None:
+    document = docx.Document()
+    document.add_paragraph("The first page tells of the harbour.")
+    # Word marks where it last laid a page out; after a hard break it marks the next page too
+    document.add_paragraph().add_run().add_break(docx.enum.text.WD_BREAK.PAGE)
+    second = document.add_paragraph()
+    second.add_run()._r.append(OxmlElement("w:lastRenderedPageBreak"))
+    second.add_run("The second page tells of the market.")
+    third = document.add_paragraph("The third page starts mid-paragraph: ")
+    third.add_run()._r.append(OxmlElement("w:lastRenderedPageBreak"))
+    third.add_run("the lighthouse.")
+    out = io.BytesIO()
+    document.save(out)
+    pages = parse(out.getvalue(), "story.docx").pages
+    assert pages == [
+        "The first page tells of the harbour.",
+        "The second page tells of the market.\n\nThe third page starts mid-paragraph:",
+        "the lighthouse.",
+    ]
+
+
+# PowerPoint -----------------------------------------------------------------------------
+
+
+def test_each_slide_is_a_page_with_its_title_body_table_and_notes() -> None:
+    deck = make_pptx(
+        [
+            ("Welcome", "Agenda for the quarterly review", "Greet the board first."),
+            ("Revenue", "Revenue grew eleven percent", None),
+            ("Regions", "Sales by region", "Mention the new northern office."),
+        ],
+        table=[["Region", "Sales"], ["North", "1,200"], ["South", "900"]],
+    )
+    document = parse(deck, "review.pptx")
+    assert document.content_type == PPTX
+    assert len(document.pages) == 3
+    assert labels_of(document) == [(1, "Slide 1"), (2, "Slide 2"), (3, "Slide 3")]
+    assert document.pages[0] == (
+        "# Welcome\n\nAgenda for the quarterly review\n\nNotes: Greet the board first."
+    )
+    assert document.pages[1] == "# Revenue\n\nRevenue grew eleven percent"
+    assert "- Region: North; Sales: 1,200\n- Region: South; Sales: 900" in document.pages[2]
+    assert document.pages[2].endswith("Notes: Mention the new northern office.")
+
+
+# Excel ----------------------------------------------------------------------------------
+
+
+def test_each_sheet_is_a_page_its_rows_written_with_their_headers() -> None:
+    workbook = make_xlsx(
+        {
+            "Warehouses": [
+                ["Warehouse list, March"],  # a title above the header
+                ["Manager", "Site", "Opened", "Open"],
+                ["Ana", "Porto", datetime.date(2019, 5, 2), True],
+                ["Rui", None, 2.50, False],
+            ],
+            "Empty": [],
+        }
+    )
+    document = parse(workbook, "sites.xlsx")
+    assert document.content_type == XLSX
+    assert labels_of(document) == [(1, "Sheet Warehouses"), (2, "Sheet Empty")]
+    assert document.pages[0] == (
+        "# Warehouses\n\nWarehouse list, March\n"
+        "- Manager: Ana; Site: Porto; Opened: 2019-05-02; Open: TRUE\n"
+        "- Manager: Rui; Opened: 2.5; Open: FALSE"
+    )
+    assert document.pages[1] == "# Empty"
+
+
+def test_the_chunk_of_row_9000_of_a_long_sheet_says_its_columns() -> None:
+    rows = [["Manager", "Site", "Stock"]] + [[f"M{n}", f"Site {n}", n * 3] for n in range(1, 9_501)]
+    document = parse(make_xlsx({"Stock": [["Other"], ["x", "y"]], "Warehouses": rows}), "big.xlsx")
+    chunks = chunk_pages(
+        document.pages, labels=document.labels, target_chars=700, overlap_chars=150
+    )
+    assert len(chunks) > 100
+    row = next(c for c in chunks if "Manager: M9000;" in c.text)
+    assert "Manager: M9000; Site: Site 9000; Stock: 27000" in row.text
+    assert (row.pages, row.location) == ([2], "Sheet Warehouses")
+    # every chunk of the sheet names the columns of every value it holds
+    for chunk in chunks[1:]:
+        assert chunk.text.count("Manager: ") == chunk.text.count("Stock: ") > 0
+
+
+def test_a_sheet_that_expands_past_the_text_budget_stops_with_413() -> None:
+    rows = [["Name", "Note"]] + [[f"N{n}", "x" * 40] for n in range(5_000)]
+    started = time.monotonic()
+    error = refusal(
+        make_xlsx({"Big": rows}),
+        "big.xlsx",
+        budget=TextBudget(page_chars=1_000_000, total_chars=20_000),
+    )
+    assert (error.status, error.code) == (413, "too_large")
+    assert "by sheet 1" in error.detail
+    assert time.monotonic() - started < 10  # stopped at the budget, not after 5,000 rows
+
+
+def test_reading_past_the_cpu_budget_is_too_complex() -> None:
+    # 100,000 rows (written here as XML: openpyxl would take seconds) take calamine and
+    # the rows' writing over a second of CPU, ten times the budget
+    cells = "".join(
+        f'<row r="{n}"><c r="A{n}" t="inlineStr"><is><t>N{n}</t></is></c>'
+        f'<c r="B{n}" t="inlineStr"><is><t>note {n}</t></is></c></row>'
+        for n in range(1, 100_001)
+    )
+    work = WorkBudget(cpu_seconds=0.1, page_cpu_seconds=5, page_operators=10, page_xobjects=10)
+    error = refusal(make_xlsx_of_sheet(sheet_xml(cells)), "big.xlsx", work=work)
+    assert (error.status, error.code) == (413, "too_complex")
+
+
+def test_a_sheet_starting_past_column_a_names_blank_headers_by_their_column() -> None:
+    cells = (
+        '<row r="4"><c r="C4" t="inlineStr"><is><t>Site</t></is></c><c r="E4" t="inlineStr">'
+        '<is><t>Stock</t></is></c></row><row r="5"><c r="C5" t="inlineStr"><is><t>Porto</t>'
+        '</is></c><c r="D5"><v>7</v></c><c r="E5"><v>12.5</v></c></row>'
+    )
+    document = parse(make_xlsx_of_sheet(sheet_xml(cells)), "stock.xlsx")
+    assert document.pages == ["# Data\n\n- Site: Porto; Column 4: 7; Stock: 12.5"]
+
+
+# calamine makes a sheet one grid from its first cell to its last: two cells far apart
+# would ask it for 17 billion (550 GB), and a failed allocation aborts the process
+_FAR = '<row r="1048576"><c r="XFD1048576"><v>1</v></c></row>'
+_SPREADSHEET = "http://schemas.openxmlformats.org/spreadsheetml/2006/main"
+
+
+def _mismatched(xml: bytes) -> bytes:
+    """``xml`` no longer well-formed (its last end tag misnamed), as calamine still reads it."""
+    return xml.replace(b"</worksheet>", b"</worksheets>")
+
+
+@pytest.mark.parametrize(
+    "xml",
+    [
+        sheet_xml('<row r="1"><c r="A1"><v>1</v></c></row>' + _FAR),  # as Excel writes
+        sheet_xml("<row><c><v>1</v></c></row>" + _FAR),  # a cell placed by the one before
+        sheet_xml('<row r="1"><c r="A1"><v>1</v></c><c r="B1" r="XFD1048576"><v>2</v></c></row>'),
+        _mismatched(sheet_xml('<row r="1"><c r="A1"><v>1</v></c></row>' + _FAR)),
+        (  # prefixed tags
+            f'<x:worksheet xmlns:x="{_SPREADSHEET}"><x:sheetData><x:row r="1"><x:c r="A1">'
+            '<x:v>1</x:v></x:c></x:row><x:row r="1048576"><x:c r="XFD1048576"><x:v>1</x:v>'
+            "</x:c></x:row></x:sheetData></x:worksheet>"
+        ).encode(),
+    ],
+    ids=["references", "no-reference", "two-references", "not-well-formed", "prefixed"],
+)
+def test_a_sheet_of_cells_far_apart_is_refused_before_calamine_reads_it(xml: bytes) -> None:
+    error = refusal(make_xlsx_of_sheet(xml), "far.xlsx")
+    assert (error.status, error.code) == (413, "too_large")
+    assert "10,000,000 cells" in error.detail and "xl/worksheets/sheet1.xml" in error.detail
+
+
+def _v(n: int) -> str:
+    return f"<v>{n}</v>"
+
+
+@pytest.mark.parametrize(
+    ("xml", "exact"),
+    [
+        (
+            sheet_xml(
+                f'<row r="2"><c r="B2">{_v(1)}</c><c r="D2">{_v(2)}</c></row>'
+                f'<row r="5"><c r="C5">{_v(3)}</c></row>'
+            ),
+            True,
+        ),
+        (sheet_xml(f"<row><c>{_v(1)}</c><c>{_v(2)}</c></row><row><c>{_v(3)}</c></row>"), True),
+        (
+            sheet_xml(
+                f'<row r="3"><c r="C3">{_v(1)}</c><c>{_v(2)}</c><c>{_v(3)}</c></row>'
+                f'<row/><row><c s="1">{_v(4)}</c></row><row r="9"><c>{_v(5)}</c></row>'
+            ),
+            True,
+        ),
+        (  # a row before <sheetData> does not count; a <c> nested in another element does
+            (
+                f'<worksheet xmlns="{_SPREADSHEET}"><sheetPr><row r="900"/></sheetPr><sheetData>'
+                f'<row><c>{_v(1)}</c><x><c>{_v(2)}</c></x></row><row><c r="D4">{_v(3)}</c></row>'
+                "</sheetData></worksheet>"
+            ).encode(),
+            True,
+        ),
+        (
+            _mismatched(
+                sheet_xml(
+                    f'<row r="2"><c r="B2">{_v(1)}</c></row><row><c>{_v(2)}</c><c>{_v(3)}</c></row>'
+                )
+            ),
+            False,
+        ),
+    ],
+    ids=["references", "no-references", "mixed", "outside-sheetData", "not-well-formed"],
+)
+def test_the_grid_measured_is_never_smaller_than_the_one_calamine_builds(
+    xml: bytes, exact: bool
+) -> None:
+    import python_calamine
+
+    data = make_xlsx_of_sheet(xml)
+    sheet = python_calamine.CalamineWorkbook.from_filelike(io.BytesIO(data)).get_sheet_by_name(
+        "Data"
+    )
+    built = sheet.height * sheet.width
+    assert built > 1
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        with pytest.raises(PayloadTooLarge):
+            verify_archive(archive, ArchiveLimits(sheet_cells=built - 1), workbook=True)
+        if exact:  # measured cell by cell, as calamine places them
+            verify_archive(archive, ArchiveLimits(sheet_cells=built), workbook=True)
+
+
+# CSV and HTML ---------------------------------------------------------------------------
+
+
+def test_csv_rows_carry_their_header_whatever_the_delimiter() -> None:
+    for separator in (",", ";", "\t"):
+        data = (
+            separator.join(["Manager", "Site"])
+            + "\n"
+            + separator.join(["Ana", '"Porto, north"'])
+            + "\n"
+        )
+        document = parse(data.encode(), "sites.csv")
+        assert document.content_type == CSV
+        assert document.pages == ["- Manager: Ana; Site: Porto, north"]
+        assert document.labels == []
+
+
+def test_html_keeps_the_reading_text_and_its_headings_without_code_or_chrome() -> None:
+    page = b"""<!DOCTYPE html><html><head><title>Q3 &amp; Q4 report</title>
+    <style>p { color: red }</style><script>var secret = "leak";</script></head>
+    <body><header><nav><a href="/">Home</a></nav>Site banner</header>
+    <noscript>Enable scripts</noscript><template><p>Hidden template</p></template>
+    <main><article><header><h1>Results</h1></header>
+    <p>Revenue grew&nbsp;11&#37; in the third quarter.</p>
+    <h2>Expenses</h2><p>Travel costs fell by a third.</p>
+    <table><tr><th>Region</th><th>Sales</th></tr><tr><td>North</td><td>1,200</td></tr></table>
+    <p hidden>Not shown</p></article></main>
+    <aside>Advertisement</aside><footer>Copyright 2024</footer></body></html>"""
+    document = parse(page, "report.html")
+    assert document.content_type == HTML
+    assert document.pages == [
+        "# Q3 & Q4 report\n\n# Results\n\nRevenue grew 11% in the third quarter.\n\n"
+        "## Expenses\n\nTravel costs fell by a third.\n\n- Region: North; Sales: 1,200"
+    ]
+    assert labels_of(document) == [(1, "Q3 & Q4 report"), (1, "Results"), (1, "Expenses")]
+    chunks = chunk_pages(document.pages, labels=document.labels, target_chars=60, overlap_chars=0)
+    assert [c.location for c in chunks if "Travel" in c.text] == ["Expenses"]
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        "<!doctype html><p>Café à côté</p>".encode(),  # UTF-8, no charset declared
+        '<!doctype html><meta charset="windows-1252"><p>Café à côté</p>'.encode("cp1252"),
+        b"\xff\xfe" + "<!doctype html><p>Café à côté</p>".encode("utf-16-le"),  # a BOM
+    ],
+    ids=["utf-8", "meta-charset", "utf-16-bom"],
+)
+def test_html_is_decoded_as_a_browser_decodes_it(data: bytes) -> None:
+    assert parse(data, "page.html").pages == ["Café à côté"]
+
+
+# how a file is recognised ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("filename", "content_type", "expected"),
+    [
+        ("upload", None, DOCX),  # by the bytes alone
+        ("upload", "application/octet-stream", DOCX),
+        ("report.pdf", "application/pdf", DOCX),  # the bytes win over a wrong label
+        ("report.bin", "application/zip", DOCX),
+    ],
+)
+def test_an_office_file_is_known_by_its_bytes(
+    filename: str, content_type: str | None, expected: str
+) -> None:
+    assert parse(make_docx(["Hello there."]), filename, content_type).content_type == expected
+
+
+@pytest.mark.parametrize(
+    ("data", "filename", "content_type", "expected"),
+    [
+        (b"  <!doctype HTML><p>Hi there.</p>", "upload", None, HTML),  # sniffed
+        (b"<html><body>Hi there.</body></html>", "notes.txt", "text/plain", HTML),
+        (b"<p>Hi there.</p>", "fragment", "text/html", HTML),  # declared
+        (b"<p>Hi there.</p>", "page.htm", None, HTML),  # by extension
+        (b"<p>Hi there.</p>", "page.txt", None, "text/plain"),
+        (b"a,b\n1,2\n", "data", "text/csv; charset=utf-8", CSV),
+        (b"a,b\n1,2\n", "data.csv", "application/vnd.ms-excel", CSV),  # Windows' label
+        (b"a,b\n1,2\n", "data.csv", None, CSV),
+    ],
+)
+def test_text_formats_are_known_by_sniffing_label_or_extension(
+    data: bytes, filename: str, content_type: str | None, expected: str
+) -> None:
+    assert parse(data, filename, content_type).content_type == expected
+
+
+def test_labelled_office_files_that_are_not_readable_are_422() -> None:
+    good = make_docx(["Hello there."])
+    for data, name in [
+        (b"Just some words.", "report.docx"),
+        (good[: len(good) // 2], "report.docx"),  # truncated: no directory
+        (good[:30] + b"\x00" * 200 + good[230:], "report.docx"),  # corrupt member data
+    ]:
+        error = refusal(data, name)
+        assert (error.status, error.code) == (422, "invalid_file"), name
+
+
+def test_an_unknown_format_is_415_listing_every_readable_one() -> None:
+    error = refusal(b"\x89PNG\r\n\x1a\n" + b"\x00" * 40, "photo.png", "image/png")
+    assert (error.status, error.code) == (415, "unsupported_file_type")
+    for name in (
+        "PDF",
+        "Word (.docx)",
+        "PowerPoint (.pptx)",
+        "Excel (.xlsx)",
+        "CSV",
+        "HTML",
+        "Markdown",
+    ):
+        assert name in error.detail
+
+
+@pytest.mark.parametrize(
+    ("module", "data", "filename"),
+    [
+        ("python_calamine", make_xlsx({"A": [["a", "b"], [1, 2]]}), "a.xlsx"),
+        ("selectolax", b"<!doctype html><p>Hi there.</p>", "upload"),  # sniffed
+        ("selectolax", b"<p>Hi there.</p>", "page.html"),  # by extension
+    ],
+)
+def test_without_the_office_extra_an_office_or_html_upload_is_415_naming_it(
+    monkeypatch: pytest.MonkeyPatch, module: str, data: bytes, filename: str
+) -> None:
+    monkeypatch.setitem(sys.modules, module, None)  # as if it were not installed
+    error = refusal(data, filename)
+    assert (error.status, error.code) == (415, "unsupported_file_type")
+    assert "office extra" in error.detail and "agentcore-service[office]" in error.detail
+
+
+# hostile files ----------------------------------------------------------------------------
+
+
+def _peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def test_a_zip_bomb_is_refused_before_it_is_inflated() -> None:
+    bomb = make_zip_bomb()  # about 2 MB holding 1.6 GB of document XML
+    assert len(bomb) < 2_500_000
+    peak = _peak_rss_mb()
+    started = time.monotonic()
+    error = refusal(bomb, "bomb.docx")
+    assert (error.status, error.code) == (413, "too_large")
+    assert time.monotonic() - started < 10
+    assert _peak_rss_mb() - peak < 200
+
+
+def test_an_archive_that_lies_about_its_sizes_is_never_inflated_past_them() -> None:
+    started = time.monotonic()
+    error = refusal(make_lying_docx(), "liar.docx")  # declares 1 KiB, holds 1.6 GB
+    assert (error.status, error.code) == (422, "invalid_file")
+    assert time.monotonic() - started < 10
+
+
+def test_an_archive_of_too_many_members_is_refused_from_its_directory() -> None:
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as archive:
+        archive.writestr("[Content_Types].xml", "<Types/>")
+        for n in range(10_001):
+            archive.writestr(f"word/m{n}.xml", "")
+    error = refusal(out.getvalue(), "many.docx")
+    assert (error.status, error.code) == (413, "too_large")
+    assert "members" in error.detail
+
+
+def test_billion_laughs_are_refused_without_being_expanded() -> None:
+    started = time.monotonic()
+    error = refusal(make_laughs_docx(), "laughs.docx")
+    assert (error.status, error.code) == (422, "invalid_file")
+    assert "DTD" in error.detail
+    assert time.monotonic() - started < 10
+
+
+# labels in the chunker --------------------------------------------------------------------
+
+
+def test_a_labelled_part_starts_a_chunk_located_by_its_label() -> None:
+    pages = ["Alpha one. Alpha two.", "Beta one. Beta two. Beta three.", "Gamma one."]
+    labels = [Label(1, 0, "First"), Label(2, 10, "Second half"), Label(3, 0, "Third")]
+    chunks = chunk_pages(pages, labels=labels, target_chars=25, overlap_chars=10)
+    assert [(c.text, c.pages, c.location) for c in chunks] == [
+        ("Alpha one. Alpha two.", [1], "First"),
+        ("Beta one.", [2], "First"),  # page 2 starts before its label
+        ("Beta two. Beta three.", [2], "Second half"),  # nothing carried over a part's start
+        ("Gamma one.", [3], "Third"),
+    ]
+    one = "One short page. Then a second sentence."
+    assert chunk_pages([one], labels=[Label(1, 0, "Only")])[0].location == "Only"
+    assert chunk_pages([one])[0].location is None
+    inner = chunk_pages([one], labels=[Label(1, 0, "A"), Label(1, 16, "B")])
+    assert [(c.text, c.location) for c in inner] == [
+        ("One short page.", "A"),
+        ("Then a second sentence.", "B"),
+    ]
