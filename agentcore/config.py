@@ -181,11 +181,9 @@ class Settings(BaseSettings):
     )
     ocr: str | None = Field(
         None,
-        description="OCR engine that reads scanned PDF pages (images, no text layer) as"
-        " they are ingested: `tesseract` (built in, when the tesseract command is on PATH;"
-        " needs the `ocr` extra) or a plugin's. Unset: none; such pages are indexed"
-        " without text and listed in the document's `warnings`. An engine no plugin"
-        " registers stops the core from opening.",
+        description="OCR engine reading scanned PDF pages: `tesseract` (the `ocr` extra and"
+        " the tesseract command) or a plugin's; unset, such pages are only listed in the"
+        " document's `warnings`. An engine no plugin registers stops the core opening.",
     )
     chunk_target_chars: int = Field(700, ge=50)
     chunk_overlap_chars: int = Field(150, ge=0)

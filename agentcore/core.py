@@ -161,8 +161,7 @@ class AgentCore:
         self.webhook_keys = secret_keys(
             settings.webhook_secret_key, path_for_url(str(getattr(store, "url", "")))
         )
-        # the engine that reads scanned PDF pages, if one is set: one that cannot run
-        # here refuses now, not at the first scanned upload
+        # the engine reading scanned PDF pages: one that cannot run here refuses now
         self.ocr = configured_ocr(pm, settings)
         self.store = store
         # the core's metrics and its host's observer, told what every part does
@@ -340,8 +339,8 @@ class AgentCore:
         origin = _Origin(named, entry_points, settings)
         try:
             core = cls(store, settings, pm, origin=origin, observer=observer)
-        except (KeyFileError, OcrUnavailable):  # refused before the core built anything
-            store.close()  # so close what open opened
+        except (KeyFileError, OcrUnavailable):  # refused before the core built anything:
+            store.close()
             raise
         core._seal_plaintext_secrets()
         return core
