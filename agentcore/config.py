@@ -92,12 +92,18 @@ def export_to_children(database: str, **settings: str) -> None:
 WEBHOOK_KEY_BYTES = 32  # AES-256: the size of each ``webhook_secret_key``
 
 
+def command_environment(**variables: str) -> dict[str, str]:
+    """The environment of a process the library starts: this one's, with ``variables``
+    set (e.g. ``OMP_THREAD_LIMIT`` for an OCR command)."""
+    return {**os.environ, **variables}
+
+
 def worker_environment() -> dict[str, str]:
     """The environment of an ingestion worker process: this one's, with one malloc arena
     (``MALLOC_ARENA_MAX=1``). Under a small address-space limit, glibc's try at a new
     64 MiB arena per thread failed, and the worker crawled at full CPU until its job's
     time-out instead of failing its allocation at once."""
-    return {**os.environ, "MALLOC_ARENA_MAX": "1"}
+    return command_environment(MALLOC_ARENA_MAX="1")
 
 
 def parse_keys(value: str) -> list[bytes]:

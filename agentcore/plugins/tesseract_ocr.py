@@ -7,7 +7,6 @@ one thread (``OMP_THREAD_LIMIT=1``): an ingestion worker is one job's worth of C
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 from collections.abc import Callable
@@ -16,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from agentcore.config import PluginSettings
+from agentcore.config import PluginSettings, command_environment
 from agentcore.hookspecs import hookimpl
 
 if TYPE_CHECKING:
@@ -65,7 +64,7 @@ class TesseractOcr:
     def __init__(self, command: str, languages: str | None = None) -> None:
         self.command = command
         self.languages = languages
-        self._env = {**os.environ, "OMP_THREAD_LIMIT": "1"}
+        self._env = command_environment(OMP_THREAD_LIMIT="1")  # one thread a page
 
     def read(self, image: bytes, *, timeout: float) -> str:
         """The text tesseract reads in ``image`` (a PNG).

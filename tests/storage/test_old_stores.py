@@ -33,6 +33,8 @@ def reads_back_and_works(store: Any, expected: dict[str, Any]) -> None:
     # the fields added since read as their defaults: an agent tool's require_approval
     tools = [tool for agent in read["agents"] for tool in agent["tools"]]
     assert tools and all(tool.pop("require_approval") == "never" for tool in tools)
+    # and a document's warnings (m027): none on a document stored before them
+    assert all(document.pop("warnings") == [] for document in read["documents"])
     assert read == expected["read"]
     documents, _ = store.list_documents(org, "test", limit=100, starting_after=None)
     assert documents and all(
