@@ -49,6 +49,7 @@ import contextlib
 import datetime
 import importlib
 import importlib.metadata
+import io
 import json
 import os
 import random
@@ -114,13 +115,44 @@ class Markers:
         return f"zq{kind}{n:04d}"
 
 
-def build_docx(path: Path, pages: int) -> dict[str, int]:
+def noise_png(width: int, height: int, seed: int) -> bytes:
+    """An RGB PNG of random pixels: about ``3 * width * height`` bytes that no zip shrinks."""
+    import struct
+    import zlib
+
+    rng = random.Random(seed)
+    raw = b"".join(b"\x00" + rng.randbytes(3 * width) for _ in range(height))
+
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        crc = zlib.crc32(kind + body) & 0xFFFFFFFF
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", crc)
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(raw, 0))
+        + chunk(b"IEND", b"")
+    )
+
+
+def build_docx(
+    path: Path, pages: int, page_breaks: bool = False, pictures: int = 0
+) -> dict[str, int]:
+    """``pages`` of text; ``page_breaks``: a page break after each; ``pictures``: that
+    many photo-sized (about 0.8 MB) pictures spread over the pages, as a large Word file
+    holds."""
     import docx
+    from docx.shared import Inches
 
     rng, mark = random.Random(1), Markers()
     doc = docx.Document()
     doc.add_heading(f"Operations handbook {mark('head')}", level=0)
+    every = max(1, pages // pictures) if pictures else 0
     for page in range(pages):
+        if every and page % every == every // 2 and page // every < pictures:
+            picture = io.BytesIO(noise_png(512, 512, seed=page))
+            doc.add_picture(picture, width=Inches(4))
         if page % 2 == 0:
             doc.add_heading(f"{sentence(rng, 5)[:-1]} {mark('head')}", level=1 + page % 4 // 2)
         for _ in range(5):
@@ -135,6 +167,8 @@ def build_docx(path: Path, pages: int) -> dict[str, int]:
             for row in table.rows:
                 for cell in row.cells:
                     cell.text = f"{sentence(rng, 3)} {mark('cell')}"
+        if page_breaks and page < pages - 1:
+            doc.add_page_break()
     doc.save(str(path))
     return mark.counts
 
@@ -621,23 +655,23 @@ def peak_kib() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
 
-def child(index: int, path: Path) -> None:
-    """Run candidate ``index`` on ``path`` in this (fresh) process; print a JSON line."""
-    candidate = CANDIDATES[index]
+def measure(extract: Callable[[Path], str], modules: tuple[str, ...], path: Path) -> dict[str, Any]:
+    """In this (fresh) process: import ``modules`` (timed), take the peak RSS so far as
+    the baseline, run ``extract(path)``; its wall and CPU ms, the peak RSS MB it added,
+    its text's length (whitespace runs as one) and the marker words it holds."""
     result: dict[str, Any] = {}
     baseline = 0
     started = time.perf_counter()
     try:
-        for module in candidate.modules:
+        for module in modules:
             importlib.import_module(module)
     except Exception as error:
-        print(json.dumps({"error": f"not importable: {type(error).__name__}: {error}"[:160]}))
-        return
+        return {"error": f"not importable: {type(error).__name__}: {error}"[:160]}
     result["import_ms"] = (time.perf_counter() - started) * 1000
     try:
         baseline = peak_kib()
         started, cpu = time.perf_counter(), time.process_time()
-        text = candidate.extract(path)
+        text = extract(path)
         result["wall_ms"] = (time.perf_counter() - started) * 1000
         result["cpu_ms"] = (time.process_time() - cpu) * 1000
         result["peak_mb"] = (peak_kib() - baseline) / 1024
@@ -650,26 +684,34 @@ def child(index: int, path: Path) -> None:
     except BaseException as error:  # a probe's MemoryError is a result too
         result["error"] = f"{type(error).__name__}: {str(error)[:120]}"
         result["peak_mb"] = (peak_kib() - baseline) / 1024
-    print(json.dumps(result))
+    return result
 
 
-def run_child(
-    index: int, path: Path, limit: bool = False, timeout: float = 600.0
+def child(index: int, path: Path) -> None:
+    """Run candidate ``index`` on ``path`` in this (fresh) process; print a JSON line."""
+    candidate = CANDIDATES[index]
+    print(json.dumps(measure(candidate.extract, candidate.modules, path)))
+
+
+def run_python(
+    command: list[str],
+    env: dict[str, str] | None = None,
+    limit: bool = False,
+    timeout: float = 600.0,
 ) -> dict[str, Any]:
-    """``child(index, path)`` in a fresh interpreter (``limit``: with 1.5 GB of address space)."""
+    """``python *command`` in a fresh interpreter (``limit``: with 1.5 GB of address
+    space): the JSON object its last line of output holds, or ``{"error": ...}``."""
 
     def set_limit() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (PROBE_LIMIT_BYTES, PROBE_LIMIT_BYTES))
 
-    env = {**os.environ, **CANDIDATES[index].env}
-    command = [sys.executable, __file__, "--child", str(index), str(path)]
     try:
         done = subprocess.run(
-            command,
+            [sys.executable, *command],
             capture_output=True,
             text=True,
             timeout=timeout,
-            env=env,
+            env={**os.environ, **(env or {})},
             preexec_fn=set_limit if limit else None,  # no threads started yet
         )
     except subprocess.TimeoutExpired:
@@ -678,6 +720,14 @@ def run_child(
     if done.returncode != 0 or not lines:
         return {"error": f"exit {done.returncode}: {done.stderr.strip().splitlines()[-1:]}"}
     return dict(json.loads(lines[-1]))
+
+
+def run_child(
+    index: int, path: Path, limit: bool = False, timeout: float = 600.0
+) -> dict[str, Any]:
+    """``child(index, path)`` in a fresh interpreter (``limit``: with 1.5 GB of address space)."""
+    command = [__file__, "--child", str(index), str(path)]
+    return run_python(command, CANDIDATES[index].env, limit, timeout)
 
 
 # ---------------------------------------------------------------------------------------
