@@ -253,6 +253,8 @@ def _sheet(sheet: Any, pages: Pages) -> None:
 
 def _cell_text(value: Any) -> str:
     """A cell's value as a reader sees it: ``3``, ``2.5``, ``2024-03-01``, ``TRUE``."""
+    if type(value) is str:  # most cells: first, and without isinstance's walk
+        return value
     if value is None:
         return ""
     if isinstance(value, bool):

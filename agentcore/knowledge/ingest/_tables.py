@@ -35,13 +35,14 @@ class Rows:
         self._first_column = first_column
         pages.end_lines()
         self._header: list[str] | None = None
+        self._names: list[str] = []  # each column's name in a row: the header's, or Column N
         self._waiting: list[list[str]] = []  # one-value rows before the header
         self._rows = 0  # rows written under the header
 
     def add(self, values: Sequence[str]) -> None:
         """One row's values, as text, in column order."""
         row = [fold_spaces(value) for value in values]
-        filled = sum(1 for value in row if value)
+        filled = len(row) - row.count("")
         if not filled:
             return
         if self._header is not None:
@@ -73,18 +74,17 @@ class Rows:
             self._write(row)
 
     def _write(self, row: list[str]) -> None:
-        header = self._header or []
-        first = self._first_column
-        pairs = [
-            f"{_name(header, column, first)}: {value}" for column, value in enumerate(row) if value
-        ]
+        names = self._names
+        if len(names) < len(row):  # named once per column, not once per cell
+            header = self._header or []
+            names += [
+                (header[column] if column < len(header) else "")
+                or f"Column {self._first_column + column + 1}"
+                for column in range(len(names), len(row))
+            ]
+        pairs = [f"{name}: {value}" for name, value in zip(names, row, strict=False) if value]
         self._pages.line("- " + "; ".join(pairs))
         self._rows += 1
-
-
-def _name(header: list[str], column: int, first_column: int) -> str:
-    name = header[column] if column < len(header) else ""
-    return name or f"Column {first_column + column + 1}"
 
 
 def csv_pages(text: str, pages: Pages) -> None:
