@@ -136,31 +136,13 @@ def agentcore_reader(pages_seen: list[int]) -> Callable[[Path], str]:
     """``parse_document`` with ``IngestPipeline``'s limits from ``Settings()`` defaults
     (built here, before the baseline); appends the page count to ``pages_seen``."""
     from agentcore.config import Settings
-    from agentcore.knowledge.ingest._parsing import TextBudget, WorkBudget, parse_document
+    from agentcore.knowledge.ingest._pipeline import parse_with_limits
 
     settings = Settings()
 
     def read(path: Path) -> str:
         data = path.read_bytes()
-        parsed = parse_document(
-            data,
-            path.name,
-            None,
-            max_bytes=settings.max_upload_bytes,
-            max_pages=settings.max_pdf_pages,
-            budget=TextBudget(
-                page_chars=settings.max_pdf_page_chars,
-                total_chars=settings.max_document_chunks * settings.chunk_target_chars,
-            ),
-            work=WorkBudget.for_size(
-                len(data),
-                cpu_seconds=settings.ingest_cpu_seconds,
-                cpu_seconds_per_mib=settings.ingest_cpu_seconds_per_mib,
-                page_cpu_seconds=settings.ingest_page_cpu_seconds,
-                page_operators=settings.max_pdf_page_operators,
-                page_xobjects=settings.max_pdf_page_xobjects,
-            ),
-        )
+        parsed = parse_with_limits(settings, data, path.name, None)
         pages_seen.append(len(parsed.pages))
         return "\n".join(parsed.pages)
 

@@ -22,6 +22,7 @@ from docx.enum.text import WD_BREAK
 
 __all__ = [
     "PAGE",
+    "SLIDES",
     "make_docx",
     "make_laughs_docx",
     "make_lying_docx",
@@ -34,6 +35,18 @@ __all__ = [
 
 PAGE = object()
 """A hard page break in ``make_docx``'s blocks."""
+
+SLIDES: list[tuple[str, str, str | None]] = [
+    ("Welcome", "The quarterly review opens with the safety record.", None),
+    ("Parking", "Visitors park behind the north gate of the campus.", None),
+    (
+        "Generators",
+        "The emergency generator is tested every Tuesday at seven by the facilities team.",
+        "Remind the board that the test is noisy.",
+    ),
+]
+"""Three slides for ``make_pptx``: the third's text (a generator tested on Tuesdays)
+answers a question no other slide does, and it has speaker notes."""
 
 MiB = 1024 * 1024
 

@@ -20,7 +20,15 @@ from typing import Any
 import httpx
 import pytest
 from helpers import cli_env, start_serve
-from office_files import PAGE, make_docx, make_laughs_docx, make_pptx, make_xlsx, make_zip_bomb
+from office_files import (
+    PAGE,
+    SLIDES,
+    make_docx,
+    make_laughs_docx,
+    make_pptx,
+    make_xlsx,
+    make_zip_bomb,
+)
 from probes import VerifyProbe
 from processes import reap
 
@@ -34,15 +42,6 @@ PPTX = "application/vnd.openxmlformats-officedocument.presentationml.presentatio
 XLSX = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
 MiB = 1024 * 1024
 
-SLIDES = [
-    ("Welcome", "The quarterly review opens with the safety record.", None),
-    ("Parking", "Visitors park behind the north gate of the campus.", None),
-    (
-        "Generators",
-        "The emergency generator is tested every Tuesday at seven by the facilities team.",
-        "Remind the board that the test is noisy.",
-    ),
-]
 HANDBOOK = [
     ("h1", "Expenses"),
     "Meals on a business trip are refunded up to thirty euros a day.",

@@ -13,6 +13,7 @@ import helpers
 from helpers import assert_problem
 from office_files import (
     PAGE,
+    SLIDES,
     make_docx,
     make_pptx,
     make_xlsx,
@@ -27,16 +28,6 @@ DOCS = "/v1/knowledge/documents"
 PPTX = "application/vnd.openxmlformats-officedocument.presentationml.presentation"
 XLSX = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
 DOCX = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
-
-SLIDES = [
-    ("Welcome", "The quarterly review opens with the safety record.", None),
-    ("Parking", "Visitors park behind the north gate of the campus.", None),
-    (
-        "Generators",
-        "The emergency generator is tested every Tuesday at seven by the facilities team.",
-        "Remind the board that the test is noisy.",
-    ),
-]
 
 
 def upload(api: Any, name: str, data: bytes, content_type: str) -> Any:

@@ -46,9 +46,56 @@ if TYPE_CHECKING:
     from agentcore.knowledge.vectors import Embedding, Rows
     from agentcore.storage.records import ChunkRow, IngestJob, WrittenDocument
 
-__all__ = ["IngestPipeline", "IngestingStore", "Labels", "Writer", "stored_now"]
+__all__ = [
+    "IngestPipeline",
+    "IngestingStore",
+    "Labels",
+    "Writer",
+    "parse_with_limits",
+    "stored_now",
+]
 
 T = TypeVar("T")
+
+
+def parse_with_limits(
+    settings: Settings,
+    data: bytes,
+    filename: str,
+    content_type: str | None,
+    cancellation: Cancellation | None = None,
+    ocr: OcrEngine | None = None,
+) -> ParsedDocument:
+    """``parse_document`` with the limits of ``settings``: size, pages, the text budget (a
+    document that extracts to more text than ``max_document_chunks`` chunks could hold is
+    refused while it is extracted, not after) and the work budget (CPU time and drawing
+    operators, however little text they yield). ``ocr``, when given, may take as many
+    wall-clock seconds as the work budget allows CPU seconds: a page's, and the file's
+    over all its pages."""
+    work = WorkBudget.for_size(
+        len(data),
+        cpu_seconds=settings.ingest_cpu_seconds,
+        cpu_seconds_per_mib=settings.ingest_cpu_seconds_per_mib,
+        page_cpu_seconds=settings.ingest_page_cpu_seconds,
+        page_operators=settings.max_pdf_page_operators,
+        page_xobjects=settings.max_pdf_page_xobjects,
+    )
+    return parse_document(
+        data,
+        filename,
+        content_type,
+        max_bytes=settings.max_upload_bytes,
+        max_pages=settings.max_pdf_pages,
+        budget=TextBudget(
+            page_chars=settings.max_pdf_page_chars,
+            total_chars=settings.max_document_chunks * settings.chunk_target_chars,
+        ),
+        work=work,
+        cancellation=cancellation,
+        ocr=None
+        if ocr is None
+        else Ocr(ocr, page_seconds=work.page_cpu_seconds, document_seconds=work.cpu_seconds),
+    )
 
 
 class IngestingStore(DocumentStore, IngestStore, Protocol):
@@ -167,38 +214,9 @@ class IngestPipeline:
         content_type: str | None,
         cancellation: Cancellation | None = None,
     ) -> ParsedDocument:
-        """``parse_document`` with this core's limits: size, pages, the text budget (a
-        document that extracts to more text than ``max_document_chunks`` chunks could
-        hold is refused while it is extracted, not after) and the work budget (CPU time
-        and drawing operators, however little text they yield). OCR, when configured,
-        may take as many wall-clock seconds as the work budget allows CPU seconds: a
-        page's, and the file's over all its pages."""
-        settings = self._settings
-        work = WorkBudget.for_size(
-            len(data),
-            cpu_seconds=settings.ingest_cpu_seconds,
-            cpu_seconds_per_mib=settings.ingest_cpu_seconds_per_mib,
-            page_cpu_seconds=settings.ingest_page_cpu_seconds,
-            page_operators=settings.max_pdf_page_operators,
-            page_xobjects=settings.max_pdf_page_xobjects,
-        )
-        return parse_document(
-            data,
-            filename,
-            content_type,
-            max_bytes=settings.max_upload_bytes,
-            max_pages=settings.max_pdf_pages,
-            budget=TextBudget(
-                page_chars=settings.max_pdf_page_chars,
-                total_chars=settings.max_document_chunks * settings.chunk_target_chars,
-            ),
-            work=work,
-            cancellation=cancellation,
-            ocr=None
-            if self._ocr is None
-            else Ocr(
-                self._ocr, page_seconds=work.page_cpu_seconds, document_seconds=work.cpu_seconds
-            ),
+        """``parse_document`` with this core's limits (``parse_with_limits``)."""
+        return parse_with_limits(
+            self._settings, data, filename, content_type, cancellation, self._ocr
         )
 
     def store_new(
