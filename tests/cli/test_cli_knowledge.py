@@ -25,7 +25,7 @@ GLIDERS = "Refunds for cancelled glider lessons are paid within nine working day
 LANTERNS = "The lantern club meets in the boathouse every Thursday evening."
 SAFFRON = "Saffron deliveries arrive on Wednesdays at the east gate of the depot."
 SUMMARY = re.compile(
-    r"Ingested (\d+) file\(s\), (\d+) chunk\(s\); (\d+) failed; (\d+) skipped \(not PDF"
+    r"Ingested (\d+) file\(s\), (\d+) chunk\(s\); (\d+) failed; (\d+) skipped \(not a format"
 )
 
 
