@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from agentcore.errors import PayloadTooLarge, ValidationFailed
+from agentcore.errors import AgentCoreError, PayloadTooLarge, ValidationFailed
 from agentcore.knowledge._chunking import Label
 from agentcore.knowledge.ingest._cpu_budget import BudgetSpent, CpuBudget
 
@@ -67,6 +67,19 @@ def fold_spaces(text: str) -> str:
 def invalid_file(detail: str) -> ValidationFailed:
     """The 422 of a file that cannot be read as the format it is."""
     return ValidationFailed(detail, code="invalid_file", param="file")
+
+
+@contextlib.contextmanager
+def reading(unreadable: ValidationFailed) -> Iterator[None]:
+    """A parser's failures as ``unreadable`` (a corrupt or truncated file). A MemoryError
+    (the worker's memory limit, not a corrupt file: the worker is replaced and reports a
+    413) and our own errors (a budget's, a refusal's) pass."""
+    try:
+        yield
+    except (MemoryError, AgentCoreError):
+        raise
+    except Exception:
+        raise unreadable from None
 
 
 @contextlib.contextmanager

@@ -24,8 +24,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from agentcore.errors import AgentCoreError
-from agentcore.knowledge.ingest._extraction import Pages, fold_spaces, invalid_file
+from agentcore.knowledge.ingest._extraction import Pages, fold_spaces, invalid_file, reading
 from agentcore.knowledge.ingest._tables import Rows
 
 __all__ = ["docx_pages", "pptx_pages", "xlsx_pages"]
@@ -39,16 +38,9 @@ _HEADING_STYLE = re.compile(r"heading\s*([1-9])", re.IGNORECASE)
 _SKIPPED = frozenset({_W + "del", _W + "delText", _W + "instrText", _MC_FALLBACK})
 
 
-@contextlib.contextmanager
-def _reading(kind: str) -> Iterator[None]:
-    """A parser's failures as 422 ``invalid_file``. A MemoryError (the worker's memory
-    limit, reported as 413) and our own errors (a budget's) pass."""
-    try:
-        yield
-    except (MemoryError, AgentCoreError):
-        raise
-    except Exception:
-        raise invalid_file(f"The file is not a readable {kind} (corrupt or truncated).") from None
+def _reading(kind: str) -> contextlib.AbstractContextManager[None]:
+    """A parser's failures as 422 ``invalid_file`` (``reading``)."""
+    return reading(invalid_file(f"The file is not a readable {kind} (corrupt or truncated)."))
 
 
 # Word ---------------------------------------------------------------------------------

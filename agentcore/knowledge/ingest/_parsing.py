@@ -19,14 +19,19 @@ from typing import TYPE_CHECKING, Any
 
 from agentcore._logs import get_logger
 from agentcore.errors import (
-    AgentCoreError,
     PayloadTooLarge,
     ValidationFailed,
     check_unicode,
 )
 from agentcore.knowledge._chunking import Label
 from agentcore.knowledge.ingest._cpu_budget import BudgetSpent, CpuBudget
-from agentcore.knowledge.ingest._extraction import Pages, TextBudget, decode_text, within_cpu
+from agentcore.knowledge.ingest._extraction import (
+    Pages,
+    TextBudget,
+    decode_text,
+    reading,
+    within_cpu,
+)
 from agentcore.knowledge.ingest._formats import (
     CSV,
     DOCX,
@@ -427,24 +432,21 @@ def _open_pdf(data: bytes, max_pages: int) -> Any:
 
 @contextlib.contextmanager
 def _reading(unreadable: ValidationFailed) -> Iterator[None]:
-    """pypdf's failures as the upload's errors: its own bounds a 413 (``too_large``),
-    anything else ``unreadable``. A MemoryError (the worker's memory limit, not a
-    corrupt file) passes: the worker is replaced and reports a 413."""
+    """pypdf's failures as the upload's errors (``reading``), its own bounds a 413
+    (``too_large``)."""
     from pypdf.errors import LimitReachedError
 
-    try:
-        yield
-    except (MemoryError, AgentCoreError):
-        raise
-    except LimitReachedError:
-        # pypdf's own bounds (tokens per stream, objects, ...): a size limit, not corruption
-        raise PayloadTooLarge(
-            "The PDF holds more than the parser reads (too many operators or objects in a stream).",
-            code="too_large",
-            param="file",
-        ) from None
-    except Exception:
-        raise unreadable from None
+    with reading(unreadable):
+        try:
+            yield
+        except LimitReachedError:
+            # pypdf's bounds (tokens per stream, objects, ...): a size limit, not corruption
+            raise PayloadTooLarge(
+                "The PDF holds more than the parser reads (too many operators or objects in"
+                " a stream).",
+                code="too_large",
+                param="file",
+            ) from None
 
 
 def _refusal(
