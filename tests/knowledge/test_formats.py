@@ -7,7 +7,6 @@ import datetime
 import io
 import resource
 import sys
-import time
 import zipfile
 
 import docx
@@ -177,7 +176,6 @@ def test_the_chunk_of_row_9000_of_a_long_sheet_says_its_columns() -> None:
 
 def test_a_sheet_that_expands_past_the_text_budget_stops_with_413() -> None:
     rows = [["Name", "Note"]] + [[f"N{n}", "x" * 40] for n in range(5_000)]
-    started = time.monotonic()
     error = refusal(
         make_xlsx({"Big": rows}),
         "big.xlsx",
@@ -185,7 +183,6 @@ def test_a_sheet_that_expands_past_the_text_budget_stops_with_413() -> None:
     )
     assert (error.status, error.code) == (413, "too_large")
     assert "by sheet 1" in error.detail
-    assert time.monotonic() - started < 10  # stopped at the budget, not after 5,000 rows
 
 
 # the budget's stop may land in a destructor (a ZipFile's __del__), which Python reports
@@ -448,18 +445,16 @@ def test_a_zip_bomb_is_refused_before_it_is_inflated() -> None:
     bomb = make_zip_bomb()  # about 2 MB holding 1.6 GB of document XML
     assert len(bomb) < 2_500_000
     peak = _peak_rss_mb()
-    started = time.monotonic()
     error = refusal(bomb, "bomb.docx")
     assert (error.status, error.code) == (413, "too_large")
-    assert time.monotonic() - started < 10
     assert _peak_rss_mb() - peak < 200
 
 
 def test_an_archive_that_lies_about_its_sizes_is_never_inflated_past_them() -> None:
-    started = time.monotonic()
+    peak = _peak_rss_mb()
     error = refusal(make_lying_docx(), "liar.docx")  # declares 1 KiB, holds 1.6 GB
     assert (error.status, error.code) == (422, "invalid_file")
-    assert time.monotonic() - started < 10
+    assert _peak_rss_mb() - peak < 200
 
 
 def test_an_archive_of_too_many_members_is_refused_from_its_directory() -> None:
@@ -474,11 +469,11 @@ def test_an_archive_of_too_many_members_is_refused_from_its_directory() -> None:
 
 
 def test_billion_laughs_are_refused_without_being_expanded() -> None:
-    started = time.monotonic()
+    peak = _peak_rss_mb()
     error = refusal(make_laughs_docx(), "laughs.docx")
     assert (error.status, error.code) == (422, "invalid_file")
     assert "DTD" in error.detail
-    assert time.monotonic() - started < 10
+    assert _peak_rss_mb() - peak < 200
 
 
 # labels in the chunker --------------------------------------------------------------------

@@ -6,7 +6,6 @@ stored."""
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
 import helpers
@@ -131,10 +130,8 @@ def test_chat_citations_carry_the_location_everywhere_they_appear(api: Any) -> N
 
 
 def test_hostile_and_unknown_files_are_refused_and_nothing_is_stored(api: Any) -> None:
-    started = time.monotonic()
     response = upload(api, "bomb.docx", make_zip_bomb(), DOCX)  # 2 MB of 1.6 GB XML
     assert_problem(response, 413, "too_large", param="file")
-    assert time.monotonic() - started < 10
     # two cells far apart: calamine would ask for 550 GB and abort the process
     far = sheet_xml(
         '<row r="1"><c r="A1"><v>1</v></c></row><row r="1048576"><c r="XFD1048576"><v>2</v></c></row>'
