@@ -40,7 +40,7 @@ from agentcore.conversations import ConversationService
 from agentcore.errors import NotFound
 from agentcore.events import EventBus
 from agentcore.keys import KeyManager, check_environment, check_scopes
-from agentcore.knowledge import KeywordCache, MetadataCache, Reranking
+from agentcore.knowledge import KeywordCache, KeywordFiles, MetadataCache, Reranking
 from agentcore.knowledge.embedders import Embedder
 from agentcore.knowledge.ingest import (
     IngestionJobs,
@@ -234,11 +234,14 @@ class AgentCore:
             store.share_budget(self.indexes.budget)
         # BM25 indexes for keyword and hybrid search, built on a workspace's first use with
         # the same stemming tokenizer as the term counts
+        # (read from and written to keyword files beside the segment files, if any)
+        root, identity = segment_root(getattr(store, "url", None), settings.index_dir)
         self.keywords = KeywordCache(
             store,
             stems.tokens_of,
             catchup_max_rows=settings.index_catchup_max_rows,
             budget=self.indexes.budget,  # under index_cache_bytes with the vector indexes
+            files=None if root is None else KeywordFiles(root, identity),
         )
 
     def _build_operations(self, store: Store, settings: Settings) -> None:

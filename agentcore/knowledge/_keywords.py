@@ -29,19 +29,15 @@ Scoring (Okapi BM25, ``k1 = 1.2``, ``b = 0.75``)
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from agentcore._logs import get_logger
-from agentcore._memory_budget import KeyedLocks, Residency, ResidencyStats
 from agentcore.knowledge.vectors import GATHER_FRACTION, LabelFilter, encode_labels
-
-if TYPE_CHECKING:
-    from agentcore.storage.base import IndexStore
 
 Tokenize = Callable[[Sequence[str]], list[list[str]]]
 """The stems of each of several texts (``StemTokenizer.tokens_of``)."""
@@ -59,7 +55,6 @@ MAX_TIES = 10_000
 # tenant_caches.py)
 VOCABULARY_ENTRY_BYTES = 80
 ROW_ENTRY_BYTES = 64
-_TEXT_BATCH = 2_000  # chunk texts read and tokenised at a time while loading
 _log = get_logger(__name__)
 
 
@@ -109,6 +104,57 @@ def _csr(
     return _Postings(starts, rows[order].astype(np.int32), tfs[order].astype(np.float32))
 
 
+class StoredStems:
+    """A vocabulary as a keyword file keeps it: the stems in term-id order, each ended
+    by a newline, in one UTF-8 buffer, where each starts, and the term ids in the
+    stems' order. A search finds its few stems by bisection; the first write to the
+    index turns it into a dict (``strings``).
+
+    :param blob: the stems, each followed by ``"\\n"`` (stems never hold one).
+    :param starts: ``n + 1`` offsets: stem ``t`` is ``blob[starts[t]:starts[t + 1] - 1]``.
+    :param order: the ``n`` term ids sorted by their stems.
+    """
+
+    def __init__(
+        self, blob: npt.NDArray[np.uint8], starts: IdArray, order: npt.NDArray[np.int32]
+    ) -> None:
+        self.blob = blob
+        self.starts = starts
+        self.order = order
+
+    @classmethod
+    def of(cls, stems: Sequence[str]) -> StoredStems:
+        """The stored form of ``stems`` (term ``t`` is ``stems[t]``)."""
+        blob = np.frombuffer("".join(f"{stem}\n" for stem in stems).encode(), dtype=np.uint8)
+        starts = np.zeros(len(stems) + 1, dtype=np.int64)
+        starts[1:] = np.flatnonzero(blob == ord("\n")) + 1
+        order = np.asarray(sorted(range(len(stems)), key=stems.__getitem__), dtype=np.int32)
+        return cls(blob, starts, order)
+
+    def __len__(self) -> int:
+        return int(self.order.shape[0])
+
+    def _stem(self, term: int) -> bytes:
+        return self.blob[int(self.starts[term]) : int(self.starts[term + 1]) - 1].tobytes()
+
+    def find(self, stem: str) -> int | None:
+        """The term id of ``stem``, or ``None``."""
+        target, low, high = stem.encode(), 0, len(self)
+        while low < high:  # str order is the order of their UTF-8 bytes
+            middle = (low + high) // 2
+            if self._stem(int(self.order[middle])) < target:
+                low = middle + 1
+            else:
+                high = middle
+        if low < len(self) and self._stem(int(self.order[low])) == target:
+            return int(self.order[low])
+        return None
+
+    def strings(self) -> list[str]:
+        """The stems in term-id order."""
+        return self.blob.tobytes().decode().split("\n")[:-1]
+
+
 @dataclass(frozen=True)
 class _Snapshot:
     """What a reader needs, published as one object; never changed after publishing."""
@@ -142,8 +188,11 @@ class KeywordIndex:
     def __init__(self, tokenize: Tokenize) -> None:
         self._tokenize = tokenize
         self._lock = threading.Lock()
-        self._vocabulary: dict[str, int] = {}
-        self._row_of: dict[int, int] = {}
+        # stem -> term id; ``None`` while a restored index still reads ``_stored``
+        self._vocabulary: dict[str, int] | None = {}
+        self._stored: StoredStems | None = None
+        # live chunk id -> row; ``None`` until a restored index first needs it
+        self._row_of: dict[int, int] | None = {}
         self._tail_triples: list[tuple[IdArray, IdArray, npt.NDArray[np.float32]]] = []
         empty_ids = np.empty(0, dtype=np.int64)
         self._snap = _Snapshot(
@@ -158,6 +207,57 @@ class KeywordIndex:
             0.0,
         )
 
+    @classmethod
+    def restore(cls, tokenize: Tokenize, stems: StoredStems, snapshot: _Snapshot) -> KeywordIndex:
+        """An index holding what ``state()`` gave (read back from a keyword file): it
+        searches at once; its vocabulary and row map are built at its first write."""
+        index = cls(tokenize)
+        index._vocabulary, index._stored, index._row_of = None, stems, None
+        if snapshot.tail.pairs:
+            index._tail_triples.append(snapshot.tail.triples())
+        index._snap = snapshot
+        return index
+
+    def state(self) -> tuple[StoredStems, _Snapshot]:
+        """The vocabulary and the snapshot published now, consistent with each other:
+        what a keyword file stores."""
+        with self._lock:
+            snap, stored, vocabulary = self._snap, self._stored, self._vocabulary
+            stems = None if vocabulary is None else list(vocabulary)
+        if stems is not None:
+            stored = StoredStems.of(stems)
+        assert stored is not None  # one of the two is always set
+        return stored, snap
+
+    def _finder(self) -> Callable[[str], int | None]:
+        """How a reader finds a stem's term id now (no lock: ``_terms`` sets the dict
+        before it drops the stored form)."""
+        vocabulary = self._vocabulary
+        if vocabulary is None:
+            stored = self._stored
+            if stored is not None:
+                return stored.find
+            vocabulary = self._vocabulary
+            assert vocabulary is not None
+        return vocabulary.get
+
+    def _terms(self) -> dict[str, int]:
+        """The vocabulary as a dict, built from ``_stored`` at the first write (locked)."""
+        if self._vocabulary is None:
+            assert self._stored is not None
+            strings = self._stored.strings()
+            self._vocabulary = dict(zip(strings, range(len(strings)), strict=True))
+            self._stored = None
+        return self._vocabulary
+
+    def _rows(self) -> dict[int, int]:
+        """The live chunk id -> row map, built from the snapshot at first need (locked)."""
+        if self._row_of is None:
+            snap = self._snap
+            live = np.flatnonzero(snap.alive)
+            self._row_of = dict(zip(snap.ids[live].tolist(), live.tolist(), strict=True))
+        return self._row_of
+
     def __len__(self) -> int:
         return self._snap.live
 
@@ -171,15 +271,24 @@ class KeywordIndex:
             arrays += [postings.starts, postings.rows, postings.tfs]
         for triple in self._tail_triples:
             arrays += triple
+        stored = self._stored
+        if stored is not None:
+            arrays += [stored.blob, stored.starts, stored.order]
+        vocabulary = 0 if self._vocabulary is None else len(self._vocabulary)
+        rows = 0 if self._row_of is None else len(self._row_of)
         return (
             sum(array.nbytes for array in arrays)
-            + len(self._vocabulary) * VOCABULARY_ENTRY_BYTES
-            + len(self._row_of) * ROW_ENTRY_BYTES
+            + vocabulary * VOCABULARY_ENTRY_BYTES
+            + rows * ROW_ENTRY_BYTES
         )
 
     def contains(self, chunk_id: int) -> bool:
         """Whether ``chunk_id`` is a live row."""
-        row = self._row_of.get(int(chunk_id))
+        rows = self._row_of
+        if rows is None:
+            with self._lock:
+                rows = self._rows()
+        row = rows.get(int(chunk_id))
         return row is not None and bool(self._snap.alive[row])
 
     # writing -------------------------------------------------------------------
@@ -212,27 +321,31 @@ class KeywordIndex:
                 return
             added_ids = np.concatenate(new_ids)
             lengths = np.concatenate(new_lengths)
-            vocabulary = len(self._vocabulary)
+            vocabulary = len(self._terms())
             terms = np.concatenate([t[1] for t in self._tail_triples[-len(new_ids) :]])
             df = np.zeros(vocabulary, dtype=np.int64)
             df[: snap.df.shape[0]] = snap.df
             df += np.bincount(terms, minlength=vocabulary)
             first = snap.ids.shape[0]
-            self._row_of.update(
+            self._rows().update(
                 zip(added_ids.tolist(), range(first, first + added_ids.shape[0]), strict=True)
             )
-            tail = _csr(
+            postings = _csr(
                 np.concatenate([t[0] for t in self._tail_triples]),
                 np.concatenate([t[1] for t in self._tail_triples]),
                 np.concatenate([t[2] for t in self._tail_triples]),
                 vocabulary,
             )
+            # an empty index's first rows (a whole workspace's load) are its base at once
+            base, tail = (postings, _EMPTY) if first == 0 else (snap.base, postings)
+            if first == 0:
+                self._tail_triples = []
             self._snap = _Snapshot(
                 np.concatenate((snap.ids, added_ids)),
                 np.concatenate((snap.labels, *new_labels)),
                 np.concatenate((snap.lengths, lengths)),
                 np.concatenate((snap.alive, np.ones(added_ids.shape[0], dtype=bool))),
-                snap.base,
+                base,
                 tail,
                 df,
                 snap.live + added_ids.shape[0],
@@ -244,8 +357,8 @@ class KeywordIndex:
         self, stems: list[list[str]], start: int
     ) -> tuple[IdArray, IdArray, npt.NDArray[np.float32], npt.NDArray[np.float32]]:
         """``(row, term, tf)`` triples of texts' ``stems`` (rows from ``start``) and each
-        text's length; new stems join the vocabulary."""
-        vocabulary = self._vocabulary
+        text's length; new stems join the vocabulary (locked)."""
+        vocabulary = self._terms()
         counts = np.fromiter((len(s) for s in stems), dtype=np.int64, count=len(stems))
         flat = [vocabulary.setdefault(stem, len(vocabulary)) for found in stems for stem in found]
         terms = np.asarray(flat, dtype=np.int64)
@@ -258,9 +371,8 @@ class KeywordIndex:
         """Mark chunks dead (unknown ids are ignored); how many were live."""
         with self._lock:
             snap = self._snap
-            rows = [
-                r for r in (self._row_of.pop(int(i), None) for i in ids.tolist()) if r is not None
-            ]
+            row_of = self._rows()
+            rows = [r for r in (row_of.pop(int(i), None) for i in ids.tolist()) if r is not None]
             rows = [r for r in rows if snap.alive[r]]
             if not rows:
                 return 0
@@ -299,7 +411,7 @@ class KeywordIndex:
         keep = snap.alive[all_rows]
         renumber = np.cumsum(snap.alive, dtype=np.int64) - 1  # old row -> new row
         kept_rows = renumber[all_rows[keep]]
-        vocabulary = len(self._vocabulary)
+        vocabulary = len(self._terms())
         terms = all_terms[keep]
         base = _csr(kept_rows, terms, all_tfs[keep], vocabulary)
         alive_rows = np.flatnonzero(snap.alive)
@@ -329,9 +441,8 @@ class KeywordIndex:
         With ``ties``, the rows tied with the ``k``-th follow it (up to ``MAX_TIES``
         more), so that a caller may break the ties otherwise (by the cosine)."""
         snap = self._snap
-        vocabulary = self._vocabulary
         terms = sorted(
-            {t for t in (vocabulary.get(s) for s in self._tokenize([query])[0]) if t is not None}
+            {t for t in map(self._finder(), self._tokenize([query])[0]) if t is not None}
         )
         if not terms or snap.live == 0:
             return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float32)
@@ -380,113 +491,4 @@ class KeywordIndex:
         return ids[order], found[order]
 
 
-__all__ = ["GATHER_FRACTION", "KeywordCache", "KeywordIndex"]
-
-
-@dataclass(eq=False)
-class _Built:
-    """A workspace's keyword index and the store version it reflects."""
-
-    version: int
-    index: KeywordIndex
-
-
-class KeywordCache:
-    """Each workspace's ``KeywordIndex`` in this process, built on first use and kept
-    at the store's version through its change log (``changes_since`` without vectors:
-    the ids and labels of the rows added, the ids deleted; then the added chunks'
-    texts). A gap the log cannot bridge rebuilds the workspace's index.
-
-    The indexes are charged their ``nbytes`` to ``budget``, a ``Residency`` whose bounds
-    they share (the core's: the vector indexes' ``index_cache_bytes``), so the least
-    recently used of all of them are evicted first; an evicted workspace builds again
-    at its next keyword search. A search keeps using the index it got.
-
-    :param store: where chunks, their texts and the change log are.
-    :param tokenize: the stemming tokenizer (``StemTokenizer.tokens_of``).
-    :param catchup_max_rows: most rows to add from the log before a rebuild is preferred.
-    :param budget: the ``Residency`` whose bounds to share; ``None``: keep every index.
-    """
-
-    def __init__(
-        self,
-        store: IndexStore,
-        tokenize: Tokenize,
-        *,
-        catchup_max_rows: int = 100_000,
-        budget: Residency[Any, Any] | None = None,
-    ) -> None:
-        self._store = store
-        self._tokenize = tokenize
-        self._catchup_max_rows = catchup_max_rows
-        self._entries: Residency[tuple[str, str], _Built] = Residency(share=budget)
-        self._locks: KeyedLocks[tuple[str, str]] = KeyedLocks()
-
-    def get(self, organization_id: str, environment: str) -> KeywordIndex:
-        """The workspace's keyword index, current with the store."""
-        key = (organization_id, environment)
-        version = self._store.knowledge_state(organization_id, environment).version
-        entry = self._entries.touch(key)
-        if entry is not None and entry.version == version:
-            return entry.index
-        with self._locks.hold(key):
-            entry = self._entries.touch(key)
-            if entry is not None:
-                if entry.version == version:
-                    return entry.index
-                caught_up = self._catch_up(key, entry.version, entry.index)
-                if caught_up is not None:
-                    entry.version = caught_up
-                    self._entries.charge(key, entry, entry.index.nbytes)
-                    return entry.index
-            return self._build(key)
-
-    def stats(self) -> ResidencyStats:
-        """The indexes held now, what they are charged and how many were evicted."""
-        return self._entries.stats()
-
-    def _catch_up(self, key: tuple[str, str], version: int, index: KeywordIndex) -> int | None:
-        """Apply the change log since ``version`` to ``index``; the version it reached,
-        or ``None`` when the log cannot bridge the gap."""
-        changes = self._store.changes_since(
-            *key, version, max_rows=self._catchup_max_rows, vectors=False
-        )
-        if changes is None:
-            return None
-        added = changes.added_ids
-        if added.size:
-            fresh = np.fromiter((not index.contains(i) for i in added.tolist()), bool, added.size)
-            labels = changes.added_labels
-            labels = np.full(added.size, -1, np.int64) if labels is None else labels
-            self._add(index, added[fresh], labels[fresh])
-        if changes.deleted_ids.size:
-            index.remove(changes.deleted_ids)
-        return changes.version
-
-    def _build(self, key: tuple[str, str]) -> KeywordIndex:
-        version = self._store.knowledge_state(*key).version
-        rows = self._store.load_index(*key, 0, vectors=False)
-        index = KeywordIndex(self._tokenize)
-        self._add(index, rows.ids, rows.labels)
-        self._entries.put(key, _Built(version, index), index.nbytes)
-        # writes between the version read and the load are applied again by the next
-        # catch-up only where they are new (contains), as the vector index does
-        return index
-
-    def _add(self, index: KeywordIndex, ids: IdArray, labels: IdArray) -> None:
-        """Add these rows to ``index`` with their texts, read ``_TEXT_BATCH`` at a time
-        (a chunk deleted meanwhile is left out: its tombstone follows)."""
-
-        def batches() -> Iterator[tuple[IdArray, IdArray, list[str]]]:
-            for start in range(0, ids.shape[0], _TEXT_BATCH):
-                batch = ids[start : start + _TEXT_BATCH]
-                texts = self._store.chunk_texts_by_id(batch.tolist())
-                present = np.fromiter((int(i) in texts for i in batch.tolist()), bool, batch.size)
-                kept = batch[present]
-                yield (
-                    kept,
-                    labels[start : start + _TEXT_BATCH][present],
-                    [texts[int(i)] for i in kept.tolist()],
-                )
-
-        index.add_batches(batches())
+__all__ = ["GATHER_FRACTION", "KeywordIndex", "StoredStems"]

@@ -29,7 +29,7 @@ from agentcore.storage.records import StoredChunk
 
 if TYPE_CHECKING:
     from agentcore.config import Settings
-    from agentcore.knowledge._keywords import KeywordCache
+    from agentcore.knowledge._keyword_cache import KeywordCache
     from agentcore.knowledge.rerankers import Reranker
     from agentcore.storage.base import DocumentStore
 

@@ -17,7 +17,12 @@ from collections.abc import Sequence
 from itertools import chain
 from typing import cast
 
-__all__ = ["STOP_WORDS", "StemTokenizer", "raw_tokens", "stem_of", "stems"]
+__all__ = ["STEMS_VERSION", "STOP_WORDS", "StemTokenizer", "raw_tokens", "stem_of", "stems"]
+
+#: Names what ``StemTokenizer`` makes of a text: change it whenever ``raw_tokens``,
+#: ``STOP_WORDS`` or ``stem_of`` would give other stems, so that indexes kept in files
+#: (keyword files) built with the old stems are rebuilt, never read.
+STEMS_VERSION = "stems-1"
 
 _STOP_WORDS_TEXT = """
     a about above after again against all am an and any are aren't as at be because been

@@ -22,7 +22,15 @@ from agentcore.knowledge.vectors._loading import adopt, from_buffers, from_parts
 from agentcore.knowledge.vectors._parts import NO_LABEL, LabelFilter, Part, encode_labels
 from agentcore.knowledge.vectors._pgvector import PgvectorBackend
 from agentcore.knowledge.vectors._reembed import WorkspaceEmbedders
-from agentcore.knowledge.vectors._segments import max_mapped_files, segment_root
+from agentcore.knowledge.vectors._segments import (
+    HEADER_BYTES,
+    SegmentError,
+    file_header,
+    max_mapped_files,
+    read_file_header,
+    segment_root,
+    write_file_atomically,
+)
 from agentcore.knowledge.vectors._workspace_indexes import WorkspaceIndexes
 from agentcore.knowledge.vectors._workspace_loading import WorkspaceRows
 
@@ -30,11 +38,13 @@ __all__ = [
     "CODECS",
     "Embedding",
     "GATHER_FRACTION",
+    "HEADER_BYTES",
     "LabelFilter",
     "NO_LABEL",
     "Part",
     "PgvectorBackend",
     "Rows",
+    "SegmentError",
     "VectorBackend",
     "VectorIndex",
     "Within",
@@ -44,12 +54,15 @@ __all__ = [
     "adopt",
     "embed_passages",
     "encode_labels",
+    "file_header",
     "from_buffers",
     "from_parts",
     "from_segments",
     "max_mapped_files",
     "nonzero_rows",
+    "read_file_header",
     "scan_helpers",
     "segment_root",
     "unit_rows",
+    "write_file_atomically",
 ]

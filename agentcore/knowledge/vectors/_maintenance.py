@@ -118,16 +118,23 @@ class Maintainer:
     def wait_idle(self, timeout: float) -> bool:
         """Wait until nothing is queued or running; without a running loop (the core
         not started, or stopped), run the queued steps here first."""
-        if not self._loop.health().running:
-            end = time.monotonic() + timeout
-            while time.monotonic() < end:
-                try:
-                    if not self._run_next(lambda: False):
-                        break
-                except Exception:  # as the loop would: logged, and the files left as they were
-                    _log.exception("index maintenance failed")
+        if not self._loop.health().running and not self.run_queued(timeout):
+            return False
         with self._cond:
             return self._cond.wait_for(lambda: not self._pending and not self._busy, timeout)
+
+    def run_queued(self, timeout: float) -> bool:
+        """Run the queued steps in the calling thread (for a loop that is not running),
+        starting none after ``timeout`` seconds; whether none is left queued."""
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            try:
+                if not self._run_next(lambda: False):
+                    return True
+            except Exception:  # as the loop would: logged, and the files left as they were
+                _log.exception("index maintenance failed")
+        with self._cond:
+            return not self._pending
 
     def close(self) -> None:
         """Drop the steps not started yet (a later load writes what they would have)."""

@@ -115,7 +115,8 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def _header(magic: bytes, meta: dict[str, Any]) -> bytes:
+def file_header(magic: bytes, meta: dict[str, Any]) -> bytes:
+    """A ``HEADER_BYTES`` header: ``magic``, the JSON ``meta`` and a CRC-32 of both."""
     body = json.dumps(meta, sort_keys=True).encode()
     head = magic + struct.pack("<I", len(body)) + body
     head += struct.pack("<I", zlib.crc32(head))
@@ -124,7 +125,11 @@ def _header(magic: bytes, meta: dict[str, Any]) -> bytes:
     return head.ljust(HEADER_BYTES, b"\0")
 
 
-def _parse_header(magic: bytes, data: mmap.mmap | bytes, name: str) -> dict[str, Any]:
+def read_file_header(
+    magic: bytes, data: mmap.mmap | bytes, name: str, *, format: int = FORMAT
+) -> dict[str, Any]:
+    """The meta of ``file_header``, checked: ``SegmentError`` unless ``data`` opens
+    with ``magic``, its checksum holds and its ``format`` is ``format``."""
     if len(data) < HEADER_BYTES or data[:8] != magic:
         raise SegmentError(f"{name}: not a segment file of this format")
     (length,) = struct.unpack_from("<I", data, 8)
@@ -134,12 +139,12 @@ def _parse_header(magic: bytes, data: mmap.mmap | bytes, name: str) -> dict[str,
     if zlib.crc32(data[: 12 + length]) != crc:
         raise SegmentError(f"{name}: header checksum mismatch")
     meta: dict[str, Any] = json.loads(bytes(data[12 : 12 + length]))
-    if meta.get("format") != FORMAT:
-        raise SegmentError(f"{name}: format {meta.get('format')} is not {FORMAT}")
+    if meta.get("format") != format:
+        raise SegmentError(f"{name}: format {meta.get('format')} is not {format}")
     return meta
 
 
-def _write_file(
+def write_file_atomically(
     directory: Path,
     name: str,
     pieces: Iterable[tuple[int, memoryview]],
@@ -351,7 +356,7 @@ class SegmentDirectory:
         self.path.mkdir(parents=True, exist_ok=True)
 
         def pieces() -> Iterator[tuple[int, memoryview]]:
-            yield 0, memoryview(_header(SEGMENT_MAGIC, meta))
+            yield 0, memoryview(file_header(SEGMENT_MAGIC, meta))
             yield sections["ids"][0], _bytes(ids)
             yield sections["params"][0], _bytes(params)
             yield sections["label_values"][0], _bytes(label_values)
@@ -374,7 +379,7 @@ class SegmentDirectory:
             if n == 0:
                 self._stage("segment")
 
-        _write_file(self.path, name, pieces(), size=offset)
+        write_file_atomically(self.path, name, pieces(), size=offset)
         return self.open_segment(name)
 
     def write_tombstones(self, dead: Sequence[IdArray]) -> str | None:
@@ -389,10 +394,10 @@ class SegmentDirectory:
             "crc32": zlib.crc32(_bytes(rows)),
         }
         name = f"tomb-{uuid.uuid4().hex}.rows"
-        _write_file(
+        write_file_atomically(
             self.path,
             name,
-            [(0, memoryview(_header(TOMBSTONE_MAGIC, meta))), (HEADER_BYTES, _bytes(rows))],
+            [(0, memoryview(file_header(TOMBSTONE_MAGIC, meta))), (HEADER_BYTES, _bytes(rows))],
         )
         return name
 
@@ -414,7 +419,7 @@ class SegmentDirectory:
         }
         data = json.dumps(body, sort_keys=True).encode()
         envelope = json.dumps({"crc32": zlib.crc32(data), "manifest": body}, sort_keys=True)
-        _write_file(self.path, MANIFEST, [(0, memoryview(envelope.encode()))])
+        write_file_atomically(self.path, MANIFEST, [(0, memoryview(envelope.encode()))])
 
     def collect(self, keep: set[str]) -> int:
         """Delete segment and tombstone files not in ``keep``; how many were deleted.
@@ -511,7 +516,7 @@ class SegmentDirectory:
             else:
                 mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         try:
-            meta = _parse_header(SEGMENT_MAGIC, mapped, name)
+            meta = read_file_header(SEGMENT_MAGIC, mapped, name)
             if size != meta["size"]:
                 raise SegmentError(f"{name}: {size} bytes, expected {meta['size']}")
             codec = kernels.CODECS.get(meta["codec"])
@@ -567,7 +572,7 @@ class SegmentDirectory:
         if name is None:
             return [np.empty(0, dtype=np.int64) for _ in rows]
         raw = (self.path / name).read_bytes()
-        meta = _parse_header(TOMBSTONE_MAGIC, raw, name)
+        meta = read_file_header(TOMBSTONE_MAGIC, raw, name)
         try:
             counts = [int(c) for c in meta["counts"]]
             if len(counts) != len(rows):

@@ -94,6 +94,7 @@ class WorkspaceIndexes:
             else None
         )
         self._events = Events(observer)
+        self._embedding = embedding
         embedders = WorkspaceEmbedders(
             store, embedding, codec=codec, reembedded=lambda key: self._loaded.entries.discard(key)
         )
@@ -142,7 +143,14 @@ class WorkspaceIndexes:
     def close(self, timeout: float = 30.0) -> None:
         """Drop the maintenance not yet started; one with its own runtime also ends
         its threads (waiting up to ``timeout`` for a step under way). A core's
-        runtime is stopped by the core."""
+        runtime is stopped by the core.
+
+        When no maintenance loop runs (a core used embedded, never started, or one
+        stopped), the steps queued are run here first, for up to ``timeout`` seconds:
+        a workspace loaded from the store gets its segment files written, so the next
+        process maps them instead of reading every vector from the store."""
+        if not self._runtime.started:
+            self._maintainer.run_queued(timeout)
         self._maintainer.close()
         self._loaded.clear()  # their mappings and files close with their last user
         if self._own_runtime:
@@ -256,11 +264,23 @@ class WorkspaceIndexes:
         self, organization_id: str, environment: str, vector: Matrix, ids: IdArray
     ) -> ScoreArray:
         """The cosine similarity of the query ``vector`` to each of these rows (``nan``
-        for a row not in the index): the ``score`` of a keyword search's results."""
+        for a row not in the index): the ``score`` of a keyword search's results.
+
+        A workspace whose index is not loaded here has these few rows read from the
+        store instead of loading it whole (a keyword search needs only them)."""
         unit = unit_rows(np.asarray(vector, dtype=np.float32).reshape(1, -1))[0]
         out = np.full(ids.shape[0], np.nan, dtype=np.float32)
         if not ids.size:
             return out
+        key = (organization_id, environment)
+        if self._loaded.get(key) is None:
+            state = self._store.knowledge_state(*key)
+            if state.embedder == self._embedding.embedder().name and state.dimension == unit.size:
+                locators = self._store.locate_vectors(*key, ids)
+                stored = locators >= 0
+                rows = self._store.read_vector_rows(*key, locators[stored], unit.size)
+                out[stored] = np.clip(rows @ unit, -1.0, 1.0)  # a row deleted since: nan
+                return out
         slot = self._sync.acquire((organization_id, environment))
         try:  # held: never evicted while its rows are read
             index = slot.value.index

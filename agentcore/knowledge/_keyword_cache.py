@@ -1,0 +1,164 @@
+"""Each workspace's keyword index in this process: read from its keyword file or built
+from the store on first use, then kept at the store's version through its change log."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from agentcore._memory_budget import KeyedLocks, Residency, ResidencyStats
+from agentcore.knowledge._keywords import MERGE_FRACTION, IdArray, KeywordIndex, Tokenize
+
+if TYPE_CHECKING:
+    from agentcore.knowledge._keyword_files import KeywordFiles
+    from agentcore.storage.base import IndexStore
+
+__all__ = ["KeywordCache"]
+
+_TEXT_BATCH = 2_000  # chunk texts read and tokenised at a time while loading
+# Rows added or removed since the keyword file past which it is written again: at least
+# this many, and at least 1/MERGE_FRACTION of the index (a fresh process then applies
+# at most that much of the change log on top of the file).
+REWRITE_MIN_ROWS = 2_000
+Key = tuple[str, str]
+
+
+@dataclass(eq=False)
+class _Built:
+    """A workspace's keyword index, the store version it reflects, and how many rows
+    it added or removed since its keyword file was written or read."""
+
+    version: int
+    index: KeywordIndex
+    unwritten: int = 0
+
+
+class KeywordCache:
+    """Each workspace's ``KeywordIndex`` in this process, kept at the store's version
+    through its change log (``changes_since`` without vectors: the ids and labels of
+    the rows added, the ids deleted; then the added chunks' texts). A gap the log
+    cannot bridge rebuilds the workspace's index.
+
+    With ``files``, a workspace's first use reads its keyword file and applies the
+    change log since; without a usable one it builds the index from the store's chunk
+    texts and writes the file. Once the rows changed since the file pass
+    ``REWRITE_MIN_ROWS`` and an eighth of the index, it is written again.
+
+    The indexes are charged their ``nbytes`` to ``budget``, a ``Residency`` whose bounds
+    they share (the core's: the vector indexes' ``index_cache_bytes``), so the least
+    recently used of all of them are evicted first; an evicted workspace builds again
+    at its next keyword search. A search keeps using the index it got.
+
+    :param store: where chunks, their texts and the change log are.
+    :param tokenize: the stemming tokenizer (``StemTokenizer.tokens_of``).
+    :param catchup_max_rows: most rows to add from the log before a rebuild is preferred.
+    :param budget: the ``Residency`` whose bounds to share; ``None``: keep every index.
+    :param files: where keyword files are kept (``KeywordFiles``); ``None``: none.
+    """
+
+    def __init__(
+        self,
+        store: IndexStore,
+        tokenize: Tokenize,
+        *,
+        catchup_max_rows: int = 100_000,
+        budget: Residency[Any, Any] | None = None,
+        files: KeywordFiles | None = None,
+    ) -> None:
+        self._store = store
+        self._tokenize = tokenize
+        self._catchup_max_rows = catchup_max_rows
+        self._files = files
+        self._entries: Residency[Key, _Built] = Residency(share=budget)
+        self._locks: KeyedLocks[Key] = KeyedLocks()
+
+    def get(self, organization_id: str, environment: str) -> KeywordIndex:
+        """The workspace's keyword index, current with the store."""
+        key = (organization_id, environment)
+        version = self._store.knowledge_state(organization_id, environment).version
+        entry = self._entries.touch(key)
+        if entry is not None and entry.version == version:
+            return entry.index
+        with self._locks.hold(key):
+            entry = self._entries.touch(key)
+            if entry is not None:
+                if entry.version == version:
+                    return entry.index
+                if self._caught_up(key, entry):
+                    self._entries.charge(key, entry, entry.index.nbytes)
+                    return entry.index
+            return self._load(key, version)
+
+    def stats(self) -> ResidencyStats:
+        """The indexes held now, what they are charged and how many were evicted."""
+        return self._entries.stats()
+
+    def _caught_up(self, key: Key, entry: _Built) -> bool:
+        """Apply the change log since ``entry``'s version to its index (and write its
+        file again when due); whether the log bridged the gap."""
+        changes = self._store.changes_since(
+            *key, entry.version, max_rows=self._catchup_max_rows, vectors=False
+        )
+        if changes is None:
+            return False
+        index = entry.index
+        added = changes.added_ids
+        if added.size:
+            fresh = np.fromiter((not index.contains(i) for i in added.tolist()), bool, added.size)
+            labels = changes.added_labels
+            labels = np.full(added.size, -1, np.int64) if labels is None else labels
+            self._add(index, added[fresh], labels[fresh])
+        if changes.deleted_ids.size:
+            index.remove(changes.deleted_ids)
+        entry.version = changes.version
+        entry.unwritten += int(added.size + changes.deleted_ids.size)
+        if entry.unwritten >= max(REWRITE_MIN_ROWS, len(index) // MERGE_FRACTION):
+            self._write(key, entry)
+        return True
+
+    def _load(self, key: Key, version: int) -> KeywordIndex:
+        """The workspace's index from its keyword file and the change log since, or
+        else built from the store (and its file written); installed in the cache."""
+        if self._files is not None:
+            stored = self._files.read(key, self._tokenize, version)
+            if stored is not None:
+                entry = _Built(stored.version, stored.index)
+                if self._caught_up(key, entry):
+                    self._entries.put(key, entry, entry.index.nbytes)
+                    return entry.index
+        version = self._store.knowledge_state(*key).version
+        rows = self._store.load_index(*key, 0, vectors=False)
+        index = KeywordIndex(self._tokenize)
+        self._add(index, rows.ids, rows.labels)
+        entry = _Built(version, index)
+        self._entries.put(key, entry, index.nbytes)
+        # writes between the version read and the load are applied again by the next
+        # catch-up only where they are new (contains), as the vector index does
+        self._write(key, entry)
+        return index
+
+    def _write(self, key: Key, entry: _Built) -> None:
+        """Write ``entry``'s keyword file, if files are kept."""
+        if self._files is not None and self._files.write(key, entry.version, entry.index):
+            entry.unwritten = 0
+
+    def _add(self, index: KeywordIndex, ids: IdArray, labels: IdArray) -> None:
+        """Add these rows to ``index`` with their texts, read ``_TEXT_BATCH`` at a time
+        (a chunk deleted meanwhile is left out: its tombstone follows)."""
+
+        def batches() -> Iterator[tuple[IdArray, IdArray, list[str]]]:
+            for start in range(0, ids.shape[0], _TEXT_BATCH):
+                batch = ids[start : start + _TEXT_BATCH]
+                texts = self._store.chunk_texts_by_id(batch.tolist())
+                present = np.fromiter((int(i) in texts for i in batch.tolist()), bool, batch.size)
+                kept = batch[present]
+                yield (
+                    kept,
+                    labels[start : start + _TEXT_BATCH][present],
+                    [texts[int(i)] for i in kept.tolist()],
+                )
+
+        index.add_batches(batches())

@@ -1,0 +1,219 @@
+"""Keyword files: a workspace's BM25 index kept beside its vector segment files, so a
+fresh process reads it back instead of tokenising every chunk again.
+
+The store stays the source of truth; the file is a per-machine cache of the index as
+of one change-log version. A process that built a workspace's keyword index from the
+store writes it; one that caught up a good part of it from the change log writes it
+again; a fresh process reads it and applies ``changes_since(its version)``. One file
+per workspace, ``keywords.bin`` in the workspace's segment directory, replaced whole:
+written under a temporary name, fsynced and renamed into place (as the segment files
+are), so a reader sees the previous file or the new one, never half of one.
+
+Layout
+    A ``HEADER_BYTES`` header (magic, the JSON meta, a CRC-32; see ``file_header``)
+    naming the format, the store's identity, the tokenizer (``STEMS_VERSION``), the
+    version, and each section's offset, dtype and length; then the sections, each
+    page-aligned: the rows' ids, labels, lengths and liveness, the terms' document
+    frequencies, the base and tail postings, and the vocabulary (``StoredStems``).
+
+Validation
+    A file of another format, store or tokenizer, a version ahead of the store's, a bad
+    checksum or a section out of range is not used (logged): the index is built from
+    the store and the file written again. The arrays are not checksummed at load (that
+    would read them whole); files are only ever published complete and fsynced.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import numpy as np
+import numpy.typing as npt
+
+from agentcore._logs import get_logger
+from agentcore.knowledge._keywords import KeywordIndex, StoredStems, Tokenize, _Postings, _Snapshot
+from agentcore.knowledge.text import STEMS_VERSION
+from agentcore.knowledge.vectors import (
+    HEADER_BYTES,
+    SegmentError,
+    file_header,
+    read_file_header,
+    write_file_atomically,
+)
+
+__all__ = ["KeywordFiles", "Stored"]
+
+MAGIC = b"ACKWIX\x00\x01"
+FORMAT = 1
+NAME = "keywords.bin"
+# Files smaller than this are read into memory; larger ones are mapped (read-only,
+# shared by every process of the machine through the page cache).
+MAP_MIN_BYTES = 1 << 20
+_log = get_logger(__name__)
+
+
+@dataclass(frozen=True)
+class Stored:
+    """A keyword index read back from its file, and the store version it reflects."""
+
+    version: int
+    index: KeywordIndex
+
+
+def _sections(stems: StoredStems, snap: _Snapshot) -> dict[str, npt.NDArray[Any]]:
+    """The arrays a file holds, by section name."""
+    return {
+        "ids": snap.ids,
+        "labels": snap.labels,
+        "lengths": snap.lengths,
+        "alive": snap.alive,
+        "df": snap.df,
+        "base_starts": snap.base.starts,
+        "base_rows": snap.base.rows,
+        "base_tfs": snap.base.tfs,
+        "tail_starts": snap.tail.starts,
+        "tail_rows": snap.tail.rows,
+        "tail_tfs": snap.tail.tfs,
+        "stem_blob": stems.blob,
+        "stem_starts": stems.starts,
+        "stem_order": stems.order,
+    }
+
+
+def _align(offset: int) -> int:
+    return -(-offset // HEADER_BYTES) * HEADER_BYTES
+
+
+class KeywordFiles:
+    """Where a store's keyword files are, and how they are written and read.
+
+    :param root: the store's segment root (``segment_root``); a workspace's file is in
+        its segment directory.
+    :param identity: the store's identity: a file of another store is never used.
+    """
+
+    def __init__(self, root: Path, identity: str) -> None:
+        self.root = Path(root)
+        self._identity = identity
+
+    def path(self, key: tuple[str, str]) -> Path:
+        """The file of workspace ``key``."""
+        return self.root / quote(key[0], safe="") / quote(key[1], safe="") / NAME
+
+    def write(self, key: tuple[str, str], version: int, index: KeywordIndex) -> bool:
+        """Write ``index`` (as of store ``version``) as ``key``'s file, replacing the
+        previous one; whether it was written (a failure is logged: the file is a cache)."""
+        stems, snap = index.state()
+        arrays = {name: np.ascontiguousarray(a) for name, a in _sections(stems, snap).items()}
+        offset = HEADER_BYTES
+        layout: dict[str, list[Any]] = {}
+        for name, array in arrays.items():
+            layout[name] = [offset, array.dtype.str, int(array.shape[0])]
+            offset = _align(offset + array.nbytes)
+        meta = {
+            "format": FORMAT,
+            "store": self._identity,
+            "tokenizer": STEMS_VERSION,
+            "version": int(version),
+            "live": int(snap.live),
+            "live_length": float(snap.live_length),
+            "size": offset,
+            "sections": layout,
+        }
+
+        def pieces() -> Iterator[tuple[int, memoryview]]:
+            yield 0, memoryview(file_header(MAGIC, meta))
+            for name, array in arrays.items():
+                yield layout[name][0], array.reshape(-1).view(np.uint8).data
+
+        directory = self.path(key).parent
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            write_file_atomically(directory, NAME, pieces(), size=offset)
+        except OSError as exc:
+            _log.warning("could not write the keyword file of %s/%s: %s", *key, exc)
+            return False
+        return True
+
+    def read(self, key: tuple[str, str], tokenize: Tokenize, newest: int) -> Stored | None:
+        """``key``'s index from its file, if there is a usable one of a version at most
+        ``newest`` (the store's); ``None`` otherwise (an unusable file is logged)."""
+        path = self.path(key)
+        try:
+            return self._read(path, tokenize, newest)
+        except FileNotFoundError:
+            return None
+        except (OSError, SegmentError, ValueError, KeyError, TypeError) as exc:
+            _log.warning("not using the keyword file %s: %s", path, exc)
+            return None
+
+    def _read(self, path: Path, tokenize: Tokenize, newest: int) -> Stored | None:
+        data: mmap.mmap | bytes
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size < HEADER_BYTES:
+                raise SegmentError(f"{path.name}: truncated ({size} bytes)")
+            if size < MAP_MIN_BYTES:
+                data = f.read()
+            else:
+                data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        meta = read_file_header(MAGIC, data, path.name, format=FORMAT)
+        if meta["store"] != self._identity or meta["tokenizer"] != STEMS_VERSION:
+            return None  # another database at this path, or another tokenizer's stems
+        version = int(meta["version"])
+        if version > newest or meta["size"] != size:
+            raise SegmentError(f"{path.name}: of version {version} and {size} bytes")
+        arrays: dict[str, npt.NDArray[Any]] = {}
+        for name, (offset, dtype, count) in meta["sections"].items():
+            kind = np.dtype(dtype)
+            if offset < HEADER_BYTES or offset + count * kind.itemsize > size:
+                raise SegmentError(f"{path.name}: section {name} out of range")
+            arrays[name] = np.frombuffer(data, dtype=kind, count=count, offset=offset)
+        return Stored(version, KeywordIndex.restore(tokenize, *_state(arrays, meta, path.name)))
+
+
+def _state(
+    arrays: dict[str, npt.NDArray[Any]], meta: dict[str, Any], name: str
+) -> tuple[StoredStems, _Snapshot]:
+    """The vocabulary and snapshot of a file's arrays, their shapes checked."""
+    rows = arrays["ids"].shape[0]
+    terms = arrays["stem_order"].shape[0]
+    postings = []
+    for part in ("base", "tail"):
+        starts = arrays[f"{part}_starts"]
+        pairs = arrays[f"{part}_rows"].shape[0]
+        if (
+            starts.shape[0] < 1
+            or starts.shape[0] > terms + 1
+            or int(starts[0]) != 0
+            or int(starts[-1]) != pairs
+            or arrays[f"{part}_tfs"].shape[0] != pairs
+        ):
+            raise SegmentError(f"{name}: {part} postings out of shape")
+        postings.append(_Postings(starts, arrays[f"{part}_rows"], arrays[f"{part}_tfs"]))
+    if (
+        any(arrays[k].shape[0] != rows for k in ("labels", "lengths", "alive"))
+        or arrays["df"].shape[0] > terms
+        or arrays["stem_starts"].shape[0] != terms + 1
+        or int(arrays["stem_starts"][-1]) != arrays["stem_blob"].shape[0]
+    ):
+        raise SegmentError(f"{name}: sections out of shape")
+    stems = StoredStems(arrays["stem_blob"], arrays["stem_starts"], arrays["stem_order"])
+    snap = _Snapshot(
+        arrays["ids"],
+        arrays["labels"],
+        arrays["lengths"],
+        arrays["alive"],
+        postings[0],
+        postings[1],
+        arrays["df"],
+        int(meta["live"]),
+        float(meta["live_length"]),
+    )
+    return stems, snap

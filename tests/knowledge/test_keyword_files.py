@@ -1,0 +1,210 @@
+"""Keyword files: a workspace's BM25 index read back by a fresh process instead of being
+rebuilt from every chunk's text, kept current from the change log, and never trusted
+when it is damaged, of another store, or ahead of the store.
+
+A file that was read is left as it was (same inode); a rebuild writes a new one. Every
+figure is checked against an index built from the store with no file at all.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from agentcore import AgentCore
+from agentcore.knowledge import KeywordFiles, _keyword_cache
+from agentcore.knowledge._keywords import KeywordIndex
+from agentcore.knowledge.text import stems
+from agentcore.knowledge.vectors import WorkspaceIndexes, _workspace_loading, segment_root
+
+TEXTS = {
+    "vacation.txt": "The vacation policy gives every employee twenty five vacation days.",
+    "portal.txt": "Reset a password on the XK-4471-Q portal of the IT department.",
+    "laptops.txt": "Laptops are replaced every three years by the IT department.",
+    "leave.txt": "Parental leave lasts sixteen weeks; vacation days keep accruing.",
+}
+QUERIES = ["vacation days", "IT department", "XK-4471-Q password", "parental leave weeks"]
+
+
+def open_core(url: str, index_dir: str) -> AgentCore:
+    return AgentCore.open(url, index_dir=index_dir, start_workers=False)
+
+
+def ranking(core: AgentCore, query: str) -> list[tuple[str, float, float]]:
+    found = core.workspace("acme").knowledge.search(query, mode="keyword", top_k=10)
+    return [(r.source, round(r.rank_score, 5), round(r.score, 5)) for r in found.results]
+
+
+def keyword_file(root: Path) -> Path:
+    [found] = root.rglob("keywords.bin")
+    return found
+
+
+@pytest.fixture
+def index_dir(tmp_path: Path) -> str:
+    return str(tmp_path / "index")
+
+
+@pytest.fixture
+def filled(store_url: str, index_dir: str) -> Iterator[str]:
+    """A workspace holding ``TEXTS``, searched once by keyword (so its file is written)."""
+    with open_core(store_url, index_dir) as core:
+        ws = core.workspace("acme")
+        for source, text in TEXTS.items():
+            ws.knowledge.ingest_text(source, text)
+        assert ranking(core, "vacation")
+    yield store_url
+
+
+def reference(url: str) -> dict[str, list[tuple[str, float, float]]]:
+    """Each query's keyword ranking from an index built from the store, no file."""
+    with open_core(url, "off") as core:
+        return {query: ranking(core, query) for query in QUERIES}
+
+
+@pytest.mark.both_stores
+def test_a_fresh_core_reads_the_file_and_applies_the_log(filled: str, index_dir: str) -> None:
+    written = keyword_file(Path(index_dir)).stat()
+    with open_core(filled, index_dir) as core:  # writes the file never sees
+        ws = core.workspace("acme")
+        gone = next(d for d in ws.knowledge.list().documents if d.source == "portal.txt")
+        ws.knowledge.delete(gone.id)
+        ws.knowledge.ingest_text("new.txt", "The XK-4471-Q vacation portal opens at noon.")
+    with open_core(filled, index_dir) as core:
+        found = {query: ranking(core, query) for query in QUERIES}
+        assert core.keywords.stats().loads == 1
+    assert keyword_file(Path(index_dir)).stat().st_ino == written.st_ino  # read, not rebuilt
+    assert found == reference(filled)
+    sources = {source for source, *_ in found["XK-4471-Q password"]}
+    assert "new.txt" in sources and "portal.txt" not in sources
+
+
+def test_the_index_restored_from_a_file_searches_and_writes_as_the_original(
+    tmp_path: Path,
+) -> None:
+    texts = list(TEXTS.values()) * 3
+    original = KeywordIndex(stems.tokens_of)
+    original.add(np.arange(12, dtype=np.int64), np.arange(12, dtype=np.int64) % 4, texts)
+    original.add(np.array([20, 21]), np.array([1, 2]), ["vacation portal", "noon lunch"])
+    original.remove(np.array([3, 7]))  # dead rows and a tail are stored as they are
+    files = KeywordFiles(tmp_path, "store-a")
+    assert files.write(("org", "test"), 5, original)
+    stored = files.read(("org", "test"), stems.tokens_of, newest=5)
+    assert stored is not None and stored.version == 5
+    restored = stored.index
+    for index in (original, restored):  # the same writes on both
+        index.add(np.array([30]), np.array([3]), ["a brand new stem: zyxwvut vacation"])
+        index.remove(np.array([0, 21]))
+    for query in [*QUERIES, "zyxwvut", "noon lunch", "nothing matches this"]:
+        a, b = original.search(query, 10), restored.search(query, 10)
+        assert a[0].tolist() == b[0].tolist()
+        np.testing.assert_allclose(a[1], b[1], rtol=1e-6)
+    assert restored.contains(30) and not restored.contains(0) and len(restored) == len(original)
+
+
+def test_an_empty_index_round_trips(tmp_path: Path) -> None:
+    files = KeywordFiles(tmp_path, "store-a")
+    assert files.write(("org", "test"), 0, KeywordIndex(stems.tokens_of))
+    stored = files.read(("org", "test"), stems.tokens_of, newest=0)
+    assert stored is not None and len(stored.index) == 0
+    assert stored.index.search("anything", 5)[0].size == 0
+
+
+def _garbage(path: Path, url: str, index_dir: str) -> None:
+    path.write_bytes(os.urandom(path.stat().st_size))
+
+
+def _truncated(path: Path, url: str, index_dir: str) -> None:
+    with path.open("r+b") as f:
+        f.truncate(path.stat().st_size // 2)
+
+
+def _empty(path: Path, url: str, index_dir: str) -> None:
+    path.write_bytes(b"")
+
+
+def _ahead_of_the_store(path: Path, url: str, index_dir: str) -> None:
+    root, identity = segment_root(url, index_dir)
+    assert root is not None
+    org = path.parent.parent.name
+    KeywordFiles(root, identity).write((org, "test"), 10**9, KeywordIndex(stems.tokens_of))
+
+
+def _of_another_store(path: Path, url: str, index_dir: str) -> None:
+    root, _ = segment_root(url, index_dir)
+    assert root is not None
+    org = path.parent.parent.name
+    KeywordFiles(root, "another-store").write((org, "test"), 1, KeywordIndex(stems.tokens_of))
+
+
+@pytest.mark.parametrize(
+    "damage", [_garbage, _truncated, _empty, _ahead_of_the_store, _of_another_store]
+)
+def test_an_unusable_file_is_rebuilt_from_the_store(
+    filled: str, index_dir: str, damage: object
+) -> None:
+    path = keyword_file(Path(index_dir))
+    damage(path, filled, index_dir)  # type: ignore[operator]
+    damaged = path.stat().st_ino
+    with open_core(filled, index_dir) as core:
+        found = {query: ranking(core, query) for query in QUERIES}
+    assert found == reference(filled)
+    assert path.stat().st_ino != damaged  # written again
+    with open_core(filled, index_dir) as core:
+        assert {query: ranking(core, query) for query in QUERIES} == found
+
+
+def test_the_file_is_written_again_once_enough_rows_changed(
+    filled: str, index_dir: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = keyword_file(Path(index_dir))
+    first = path.stat().st_ino
+    with open_core(filled, index_dir) as core:
+        ws = core.workspace("acme")
+        assert ranking(core, "vacation")  # read from the file
+        assert path.stat().st_ino == first
+        monkeypatch.setattr(_keyword_cache, "REWRITE_MIN_ROWS", 2)
+        ws.knowledge.ingest_text("a.txt", "One more line about vacation.")
+        assert ranking(core, "vacation")  # caught up one row: not yet due
+        assert path.stat().st_ino == first
+        ws.knowledge.ingest_text("b.txt", "And another about vacation.")
+        assert ranking(core, "vacation")  # two rows since the file: written again
+        assert path.stat().st_ino != first
+
+
+def test_index_dir_off_keeps_no_keyword_file(store_url: str, tmp_path: Path) -> None:
+    with open_core(store_url, "off") as core:
+        core.workspace("acme").knowledge.ingest_text("a.txt", TEXTS["vacation.txt"])
+        assert ranking(core, "vacation")
+    assert not list(tmp_path.rglob("keywords.bin"))
+
+
+def test_a_keyword_search_reads_only_the_vectors_it_scores(filled: str, index_dir: str) -> None:
+    with open_core(filled, index_dir) as core:
+        assert isinstance(core.indexes, WorkspaceIndexes)
+        before = ranking(core, "vacation days")
+        assert core.indexes.stats()["workspaces"] == 0  # the vector index stayed unloaded
+        core.workspace("acme").knowledge.search("vacation days", top_k=10)  # loads it
+        assert core.indexes.stats()["workspaces"] == 1
+        assert ranking(core, "vacation days") == before  # the same cosine scores
+
+
+def test_an_embedded_core_writes_segment_files_when_it_closes(
+    db_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_workspace_loading, "SEGMENT_MIN_BYTES", 0)  # even this small one
+    index_dir = str(tmp_path / "index")
+    with open_core(str(db_path), index_dir) as core:  # never started
+        ws = core.workspace("acme")
+        for source, text in TEXTS.items():
+            ws.knowledge.ingest_text(source, text)
+        first = [r.chunk for r in ws.knowledge.search("vacation days", top_k=3).results]
+    assert list(Path(index_dir).rglob("manifest.json"))
+    with open_core(str(db_path), index_dir) as core:
+        found = [r.chunk for r in core.workspace("acme").knowledge.search("vacation days").results]
+        assert found[:3] == first
+        assert core.indexes.stats()["segment_loads"] == 1  # mapped, not read from the store
