@@ -31,6 +31,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -96,8 +97,9 @@ def _csr(
     tfs: npt.NDArray[np.float32],
     vocabulary: int,
 ) -> _Postings:
-    """Postings from ``(row, term, tf)`` triples (rows ascending within each term)."""
-    order = np.lexsort((rows, terms))
+    """Postings from ``(row, term, tf)`` triples whose rows come in ascending order
+    within each term (a stable sort by term then keeps them so)."""
+    order = np.argsort(terms, kind="stable")
     counts = np.bincount(terms, minlength=vocabulary)
     starts = np.zeros(vocabulary + 1, dtype=np.int64)
     np.cumsum(counts, out=starts[1:])
@@ -359,9 +361,19 @@ class KeywordIndex:
         """``(row, term, tf)`` triples of texts' ``stems`` (rows from ``start``) and each
         text's length; new stems join the vocabulary (locked)."""
         vocabulary = self._terms()
-        counts = np.fromiter((len(s) for s in stems), dtype=np.int64, count=len(stems))
-        flat = [vocabulary.setdefault(stem, len(vocabulary)) for found in stems for stem in found]
-        terms = np.asarray(flat, dtype=np.int64)
+        counts = np.fromiter(map(len, stems), dtype=np.int64, count=len(stems))
+        total = int(counts.sum())
+        try:
+            terms = np.fromiter(
+                map(vocabulary.__getitem__, chain.from_iterable(stems)), np.int64, total
+            )
+        except KeyError:  # new stems: they join the vocabulary (in order of appearance)
+            for stem in dict.fromkeys(chain.from_iterable(stems)):
+                if stem not in vocabulary:
+                    vocabulary[stem] = len(vocabulary)
+            terms = np.fromiter(
+                map(vocabulary.__getitem__, chain.from_iterable(stems)), np.int64, total
+            )
         rows = np.repeat(np.arange(start, start + len(stems), dtype=np.int64), counts)
         width = max(len(vocabulary), 1)
         pairs, tf = np.unique(rows * width + terms, return_counts=True)

@@ -111,11 +111,12 @@ class StemTokenizer:
             raw = raw_tokens(text)
             table = self._stems
             try:
-                found = [table[token] for token in raw]
+                found = list(map(table.__getitem__, raw))
             except KeyError:
                 table = self._learn(raw)
-                found = [table[token] for token in raw]
-            out.append([stem for stem in found if stem is not None])
+                found = list(map(table.__getitem__, raw))
+            # a stem is never empty, so only a dropped token (None) is falsy
+            out.append(list(filter(None, found)))
         return out
 
     def stem_frequencies(self, texts: Sequence[str]) -> Counter[str]:
