@@ -25,7 +25,7 @@ from prometheus_client.registry import Collector
 from agentcore._logs import get_logger
 from agentcore._memory_budget import ResidencyStats
 from agentcore.config import metrics_multiprocess_dir
-from agentcore.knowledge.vectors import VectorBackend
+from agentcore.knowledge.vectors import VectorBackend, scan_path
 from agentcore.schema import Usage
 from agentcore.storage.base import ObservableStore, Store
 
@@ -147,6 +147,17 @@ class Metrics:
         self._index_workspaces = gauge(
             "agentcore_index_workspaces", "Workspaces whose vector index this process holds."
         )
+        scans = Gauge(
+            "agentcore_vector_scan_info",
+            "Which code scores vectors in this process (always 1): numpy's BLAS and the CPU"
+            " kind it chose, numkong's SIMD targets (none: not installed), the CPU's vector"
+            " extensions.",
+            ["blas", "numkong", "cpu"],
+            registry=registry,
+            multiprocess_mode="livesum",
+        )
+        if self.enabled:
+            scans.labels(**scan_path()).set(1)
         self._index_rows = gauge(
             "agentcore_index_rows", "Vectors in the indexes this process holds."
         )

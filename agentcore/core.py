@@ -59,6 +59,7 @@ from agentcore.knowledge.vectors import (
     VectorBackend,
     WorkspaceIndexes,
     max_mapped_files,
+    scan_path,
     segment_root,
 )
 from agentcore.mcp_tools import McpTools
@@ -555,6 +556,10 @@ class AgentCore:
             )
         if keys.warning is not None:
             log.warning("%s", keys.warning)
+        path = scan_path()
+        log.info(
+            "vector scans: BLAS %s; numkong %s; CPU %s", path["blas"], path["numkong"], path["cpu"]
+        )
         try:
             self.runtime.start()
             self.pm.hook.agentcore_startup(core=self)

@@ -25,6 +25,7 @@ from webhook_receiver import Receiver
 import agentcore
 from agentcore import AgentCore
 from agentcore.chat_models import ChatRequest, ChatResult
+from agentcore.knowledge.vectors import scan_path
 from agentcore.schema import Usage
 from agentcore_starlette import create_app
 
@@ -158,6 +159,8 @@ def test_metrics_after_known_traffic_name_no_tenant(core: AgentCore, keys: Keys)
     assert value(got, "agentcore_index_loads") >= 1
     assert value(got, "agentcore_index_evictions") == 0
     assert value(got, "agentcore_index_segment_fallbacks") == 0
+    # which code scores vectors here, as the start-up log says too
+    assert value(got, "agentcore_vector_scan_info", **scan_path()) == 1
     pooled = ("agentcore_store_connections_max", ()) in got
     assert pooled == (core.store.url.startswith("postgresql"))  # only a pool has a maximum
 

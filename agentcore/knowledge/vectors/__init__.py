@@ -17,7 +17,7 @@ from agentcore.knowledge.vectors._embedding import (
     unit_rows,
 )
 from agentcore.knowledge.vectors._index import GATHER_FRACTION, VectorIndex
-from agentcore.knowledge.vectors._kernels import CODECS, scan_helpers
+from agentcore.knowledge.vectors._kernels import CODECS, scan_helpers, scan_path
 from agentcore.knowledge.vectors._loading import adopt, from_buffers, from_parts, from_segments
 from agentcore.knowledge.vectors._parts import NO_LABEL, LabelFilter, Part, encode_labels
 from agentcore.knowledge.vectors._pgvector import PgvectorBackend
@@ -62,6 +62,7 @@ __all__ = [
     "nonzero_rows",
     "read_file_header",
     "scan_helpers",
+    "scan_path",
     "segment_root",
     "unit_rows",
     "write_file_atomically",

@@ -310,6 +310,44 @@ def helper_count(helpers: Executor | None) -> int:
     return max(int(count or 1), 1)
 
 
+# The CPU's vector extensions that decide which kernels run (named as /proc/cpuinfo does).
+CPU_FLAGS = ("avx2", "fma", "f16c", "avx512f", "avx512_vnni", "avx512_fp16", "amx_tile")
+
+
+def scan_path() -> dict[str, str]:
+    """Which code scores vectors on this machine, for the start-up log and ``/metrics``:
+    ``blas`` (numpy's BLAS library and the CPU kind it chose, e.g. ``openblas
+    SkylakeX``: float32 rows), ``numkong`` (the SIMD targets it can use here, or ``none``
+    when it is not installed: float16 and int8 codes) and ``cpu`` (the ``CPU_FLAGS`` this
+    CPU has, or ``unknown`` where /proc/cpuinfo is not)."""
+    from threadpoolctl import threadpool_info
+
+    blas = [lib for lib in threadpool_info() if lib.get("user_api") == "blas"]
+    ours = [lib for lib in blas if _inside_numpy(lib.get("filepath"))] or blas
+    described = (
+        " ".join(
+            str(part) for part in (ours[0].get("internal_api"), ours[0].get("architecture")) if part
+        )
+        if ours
+        else "unknown"
+    )
+    nk = _numkong()
+    targets = "none"
+    if nk is not None:
+        found = [name for name, on in nk.get_capabilities().items() if on and name != "serial"]
+        targets = " ".join(found) or "serial"
+    cpu = "unknown"
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as info:
+            flags = next(
+                (line.split(":", 1)[1].split() for line in info if line.startswith("flags")), []
+            )
+        cpu = " ".join(flag for flag in CPU_FLAGS if flag in flags) or "none"
+    except OSError:
+        pass
+    return {"blas": described or "unknown", "numkong": targets, "cpu": cpu}
+
+
 class _Blas:
     """Per-thread control of the BLAS library's own threads (found by threadpoolctl).
 

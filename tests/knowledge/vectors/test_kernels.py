@@ -306,3 +306,24 @@ def test_single_threaded_blas_nests_and_restores() -> None:
             np.testing.assert_allclose(queries @ rows.T, expected, atol=1e-6)
         np.testing.assert_allclose(queries @ rows.T, expected, atol=1e-6)
     np.testing.assert_allclose(queries @ rows.T, expected, atol=1e-6)
+
+
+def test_the_scan_path_names_blas_numkong_and_the_cpu(caplog: pytest.LogCaptureFixture) -> None:
+    path = kernels.scan_path()
+    assert set(path) == {"blas", "numkong", "cpu"}
+    assert path["blas"].split()[0] in ("openblas", "mkl", "blis", "unknown")
+    if kernels._numkong() is None:
+        assert path["numkong"] == "none"
+    else:
+        assert path["numkong"] and path["numkong"] != "none"
+    if Path("/proc/cpuinfo").is_file():
+        assert path["cpu"] != "unknown"
+        assert set(path["cpu"].split()) <= set(kernels.CPU_FLAGS) | {"none"}
+    from agentcore import AgentCore
+
+    with caplog.at_level("INFO", logger="agentcore"), AgentCore.open(start_workers=False) as core:
+        core.start()
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("vector scans")]
+    assert said == [
+        f"vector scans: BLAS {path['blas']}; numkong {path['numkong']}; CPU {path['cpu']}"
+    ]

@@ -35,6 +35,7 @@ PUBLIC = [
     "nonzero_rows",
     "read_file_header",
     "scan_helpers",
+    "scan_path",
     "segment_root",
     "unit_rows",
     "write_file_atomically",
