@@ -19,7 +19,12 @@ from agentcore import AgentCore
 from agentcore.knowledge import KeywordFiles, _keyword_cache
 from agentcore.knowledge._keywords import KeywordIndex
 from agentcore.knowledge.text import stems
-from agentcore.knowledge.vectors import WorkspaceIndexes, _workspace_loading, segment_root
+from agentcore.knowledge.vectors import (
+    WorkspaceIndexes,
+    _workspace_indexes,
+    _workspace_loading,
+    segment_root,
+)
 
 TEXTS = {
     "vacation.txt": "The vacation policy gives every employee twenty five vacation days.",
@@ -183,7 +188,10 @@ def test_index_dir_off_keeps_no_keyword_file(store_url: str, tmp_path: Path) -> 
     assert not list(tmp_path.rglob("keywords.bin"))
 
 
-def test_a_keyword_search_reads_only_the_vectors_it_scores(filled: str, index_dir: str) -> None:
+def test_a_keyword_search_reads_only_the_vectors_it_scores(
+    filled: str, index_dir: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_workspace_indexes, "STORED_SCORE_SEARCHES", 3)
     with open_core(filled, index_dir) as core:
         assert isinstance(core.indexes, WorkspaceIndexes)
         before = ranking(core, "vacation days")
@@ -191,6 +199,28 @@ def test_a_keyword_search_reads_only_the_vectors_it_scores(filled: str, index_di
         core.workspace("acme").knowledge.search("vacation days", top_k=10)  # loads it
         assert core.indexes.stats()["workspaces"] == 1
         assert ranking(core, "vacation days") == before  # the same cosine scores
+    with open_core(filled, index_dir) as core:  # keyword searches only
+        for _ in range(3):
+            assert ranking(core, "vacation days") == before
+            assert core.indexes.stats()["workspaces"] == 0
+        assert ranking(core, "vacation days") == before  # the fourth loads the index
+        assert core.indexes.stats()["workspaces"] == 1
+
+
+def test_a_keyword_search_maps_segment_files_at_once(
+    db_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_workspace_loading, "SEGMENT_MIN_BYTES", 0)
+    index_dir = str(tmp_path / "index")
+    with open_core(str(db_path), index_dir) as core:
+        core.workspace("acme").knowledge.ingest_text("a.txt", TEXTS["vacation.txt"])
+        before = ranking(core, "vacation days")
+        core.workspace("acme").knowledge.search("vacation days")
+    assert list(Path(index_dir).rglob("manifest.json"))  # written as the core closed
+    with open_core(str(db_path), index_dir) as core:
+        assert ranking(core, "vacation days") == before
+        assert core.indexes.stats()["workspaces"] == 1  # mapping is cheap: loaded
+        assert core.indexes.stats()["segment_loads"] == 1
 
 
 def test_an_embedded_core_writes_segment_files_when_it_closes(

@@ -19,13 +19,19 @@ from agentcore.knowledge.vectors._maintenance import Foreground, Maintainer, Seg
 from agentcore.knowledge.vectors._parts import IdArray, Matrix, ScoreArray
 from agentcore.knowledge.vectors._reembed import WorkspaceEmbedders
 from agentcore.knowledge.vectors._residency import Events, LoadedIndexes, stats
-from agentcore.knowledge.vectors._segments import WriteStages
+from agentcore.knowledge.vectors._segments import MANIFEST, WriteStages
 from agentcore.knowledge.vectors._sync import IndexSync
 from agentcore.knowledge.vectors._workspace_loading import WorkspaceLoader
 from agentcore.observer import Counts, unobserved
 
 if TYPE_CHECKING:
     from agentcore.storage.base import IndexStore
+
+# Keyword searches of a workspace whose vector index is not loaded (and has no segment
+# files to map) that read their candidates' vectors from the store; the next one loads
+# the index, whose later searches then read nothing.
+STORED_SCORE_SEARCHES = 16
+STORED_SCORE_WORKSPACES = 10_000  # most workspaces whose such searches are counted
 
 
 class WorkspaceIndexes:
@@ -139,6 +145,8 @@ class WorkspaceIndexes:
             events=self._events,
         )
         self._store = store
+        self._loader = loader
+        self._stored_scores: dict[Key, int] = {}
 
     def close(self, timeout: float = 30.0) -> None:
         """Drop the maintenance not yet started; one with its own runtime also ends
@@ -273,14 +281,8 @@ class WorkspaceIndexes:
         if not ids.size:
             return out
         key = (organization_id, environment)
-        if self._loaded.get(key) is None:
-            state = self._store.knowledge_state(*key)
-            if state.embedder == self._embedding.embedder().name and state.dimension == unit.size:
-                locators = self._store.locate_vectors(*key, ids)
-                stored = locators >= 0
-                rows = self._store.read_vector_rows(*key, locators[stored], unit.size)
-                out[stored] = np.clip(rows @ unit, -1.0, 1.0)  # a row deleted since: nan
-                return out
+        if self._loaded.get(key) is None and self._scores_from_store(key, ids, unit, out):
+            return out
         slot = self._sync.acquire((organization_id, environment))
         try:  # held: never evicted while its rows are read
             index = slot.value.index
@@ -291,6 +293,34 @@ class WorkspaceIndexes:
         finally:
             self._sync.release(slot)
         return out
+
+    def _scores_from_store(self, key: Key, ids: IdArray, unit: Matrix, out: ScoreArray) -> bool:
+        """Score rows ``ids`` read from the store into ``out`` instead of loading the
+        workspace's index, if that is the cheaper path now; whether it was taken.
+
+        It is while the index has no segment files to map (loading would read every
+        vector from the store: 0.15 s at 50k rows, 1.5 s at 100k on PostgreSQL), for the
+        first ``STORED_SCORE_SEARCHES`` searches; and never when the stored vectors are
+        another embedder's (the index load re-embeds them).
+        """
+        segments = self._loader.segments
+        if segments is not None and (self._loader.directory(key).path / MANIFEST).is_file():
+            return False
+        done = self._stored_scores.get(key, 0)
+        if done >= STORED_SCORE_SEARCHES:
+            self._stored_scores.pop(key, None)
+            return False
+        state = self._store.knowledge_state(*key)
+        if state.embedder != self._embedding.embedder().name or state.dimension != unit.size:
+            return False
+        if len(self._stored_scores) >= STORED_SCORE_WORKSPACES:
+            self._stored_scores.clear()  # many tenants: each counts again from 0
+        self._stored_scores[key] = done + 1
+        locators = self._store.locate_vectors(*key, ids)
+        stored = locators >= 0
+        rows = self._store.read_vector_rows(*key, locators[stored], unit.size)
+        out[stored] = np.clip(rows @ unit, -1.0, 1.0)  # a row deleted since: nan
+        return True
 
     def write(
         self,
