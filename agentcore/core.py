@@ -21,6 +21,7 @@ from agentcore._background import Runtime
 from agentcore._idempotency import DEFAULT_SWEEP_INTERVAL, IdempotencyKeys
 from agentcore._ingest_worker import WorkerBootstrap
 from agentcore._logs import get_logger, hide_passwords
+from agentcore._memory_budget import Residency
 from agentcore._metrics import Metrics
 from agentcore._plugin_manager import (
     configured_ocr,
@@ -122,6 +123,20 @@ def _checkpoint_step(store: Checkpointing) -> Callable[[], None]:
         store.checkpoint()
 
     return step
+
+
+def _keyword_cache(store: Store, settings: Settings, budget: Residency[Any, Any]) -> KeywordCache:
+    """Each workspace's BM25 index, built at its first keyword or hybrid search with the
+    stemming tokenizer of the term counts, and kept in keyword files beside the segment
+    files (``index_dir``) when there are any."""
+    root, identity = segment_root(getattr(store, "url", None), settings.index_dir)
+    return KeywordCache(
+        store,
+        stems.tokens_of,
+        catchup_max_rows=settings.index_catchup_max_rows,
+        budget=budget,
+        files=None if root is None else KeywordFiles(root, identity),
+    )
 
 
 def _segment_options(store: Store, settings: Settings) -> dict[str, Any]:
@@ -233,17 +248,8 @@ class AgentCore:
         self.metadata = MetadataCache(store, budget=self.indexes.budget)
         if isinstance(store, BudgetedStore):  # the store's own per-workspace caches too
             store.share_budget(self.indexes.budget)
-        # BM25 indexes for keyword and hybrid search, built on a workspace's first use with
-        # the same stemming tokenizer as the term counts
-        # (read from and written to keyword files beside the segment files, if any)
-        root, identity = segment_root(getattr(store, "url", None), settings.index_dir)
-        self.keywords = KeywordCache(
-            store,
-            stems.tokens_of,
-            catchup_max_rows=settings.index_catchup_max_rows,
-            budget=self.indexes.budget,  # under index_cache_bytes with the vector indexes
-            files=None if root is None else KeywordFiles(root, identity),
-        )
+        # BM25 indexes for keyword and hybrid search (under index_cache_bytes too)
+        self.keywords = _keyword_cache(store, settings, self.indexes.budget)
 
     def _build_operations(self, store: Store, settings: Settings) -> None:
         """Metrics, the model-call threads, webhook delivery, the store's housekeeping."""
@@ -556,10 +562,7 @@ class AgentCore:
             )
         if keys.warning is not None:
             log.warning("%s", keys.warning)
-        path = scan_path()
-        log.info(
-            "vector scans: BLAS %s; numkong %s; CPU %s", path["blas"], path["numkong"], path["cpu"]
-        )
+        log.info("vector scans: BLAS %(blas)s; numkong %(numkong)s; CPU %(cpu)s", scan_path())
         try:
             self.runtime.start()
             self.pm.hook.agentcore_startup(core=self)
