@@ -125,17 +125,25 @@ def _checkpoint_step(store: Checkpointing) -> Callable[[], None]:
     return step
 
 
-def _keyword_cache(store: Store, settings: Settings, budget: Residency[Any, Any]) -> KeywordCache:
+def _keyword_cache(
+    store: Store, settings: Settings, budget: Residency[Any, Any], runtime: Runtime
+) -> KeywordCache:
     """Each workspace's BM25 index, built at its first keyword or hybrid search with the
     stemming tokenizer of the term counts, and kept in keyword files beside the segment
-    files (``index_dir``) when there are any."""
+    files (``index_dir``) when there are any, written on a thread of their own (the
+    writes queued when the core stops are finished first)."""
     root, identity = segment_root(getattr(store, "url", None), settings.index_dir)
+    if root is None:
+        return KeywordCache(
+            store, stems.tokens_of, catchup_max_rows=settings.index_catchup_max_rows, budget=budget
+        )
     return KeywordCache(
         store,
         stems.tokens_of,
         catchup_max_rows=settings.index_catchup_max_rows,
         budget=budget,
-        files=None if root is None else KeywordFiles(root, identity),
+        files=KeywordFiles(root, identity),
+        submit=runtime.executor("agentcore-keyword-files", 1, finish_queued=True).submit,
     )
 
 
@@ -249,7 +257,7 @@ class AgentCore:
         if isinstance(store, BudgetedStore):  # the store's own per-workspace caches too
             store.share_budget(self.indexes.budget)
         # BM25 indexes for keyword and hybrid search (under index_cache_bytes too)
-        self.keywords = _keyword_cache(store, settings, self.indexes.budget)
+        self.keywords = _keyword_cache(store, settings, self.indexes.budget, self.runtime)
 
     def _build_operations(self, store: Store, settings: Settings) -> None:
         """Metrics, the model-call threads, webhook delivery, the store's housekeeping."""

@@ -3,9 +3,11 @@ from the store on first use, then kept at the store's version through its change
 
 from __future__ import annotations
 
+import concurrent.futures
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -26,14 +28,23 @@ REWRITE_MIN_ROWS = 2_000
 Key = tuple[str, str]
 
 
+class Submit(Protocol):
+    """Where keyword files are written: a pool's ``submit`` (raises ``RuntimeError``
+    once the pool is closed)."""
+
+    def __call__(self, fn: Any, /, *args: Any) -> concurrent.futures.Future[Any]: ...
+
+
 @dataclass(eq=False)
 class _Built:
-    """A workspace's keyword index, the store version it reflects, and how many rows
-    it added or removed since its keyword file was written or read."""
+    """A workspace's keyword index, the store version it reflects, how many rows it
+    added or removed since its keyword file was written or read, and whether a write of
+    that file is under way."""
 
     version: int
     index: KeywordIndex
     unwritten: int = 0
+    writing: bool = False
 
 
 class KeywordCache:
@@ -57,6 +68,8 @@ class KeywordCache:
     :param catchup_max_rows: most rows to add from the log before a rebuild is preferred.
     :param budget: the ``Residency`` whose bounds to share; ``None``: keep every index.
     :param files: where keyword files are kept (``KeywordFiles``); ``None``: none.
+    :param submit: runs the file writes off the searching thread (a pool's ``submit``);
+        ``None``, or a closed pool: they are written by the search that made them due.
     """
 
     def __init__(
@@ -67,8 +80,12 @@ class KeywordCache:
         catchup_max_rows: int = 100_000,
         budget: Residency[Any, Any] | None = None,
         files: KeywordFiles | None = None,
+        submit: Submit | None = None,
     ) -> None:
         self._store = store
+        self._submit = submit
+        self._writes: set[concurrent.futures.Future[Any]] = set()
+        self._writes_lock = threading.Lock()
         self._tokenize = tokenize
         self._catchup_max_rows = catchup_max_rows
         self._files = files
@@ -140,10 +157,45 @@ class KeywordCache:
         self._write(key, entry)
         return index
 
+    def wait_for_writes(self, timeout: float | None = None) -> bool:
+        """Wait until the keyword file writes under way are done; whether they are."""
+        with self._writes_lock:
+            pending = list(self._writes)
+        _, running = concurrent.futures.wait(pending, timeout)
+        return not running
+
     def _write(self, key: Key, entry: _Built) -> None:
-        """Write ``entry``'s keyword file, if files are kept."""
-        if self._files is not None and self._files.write(key, entry.version, entry.index):
-            entry.unwritten = 0
+        """Write ``entry``'s keyword file, if files are kept: on ``submit``'s pool, or
+        here when there is none (or it is closed); never two at once for one entry."""
+        if self._files is None or entry.writing:
+            return
+        entry.writing = True
+        if self._submit is not None:
+            try:
+                future = self._submit(self._write_now, key, entry)
+            except RuntimeError:  # the pool is closed: the core is stopping
+                pass
+            else:
+                with self._writes_lock:
+                    self._writes.add(future)
+                future.add_done_callback(self._written)
+                return
+        self._write_now(key, entry)
+
+    def _written(self, future: concurrent.futures.Future[Any]) -> None:
+        with self._writes_lock:
+            self._writes.discard(future)
+
+    def _write_now(self, key: Key, entry: _Built) -> None:
+        """Write the file of ``entry`` as it is now: its version read before its index,
+        so the file never claims a version its rows have not reached."""
+        assert self._files is not None
+        try:
+            version, unwritten = entry.version, entry.unwritten
+            if self._files.write(key, version, entry.index):
+                entry.unwritten -= unwritten
+        finally:
+            entry.writing = False
 
     def _add(self, index: KeywordIndex, ids: IdArray, labels: IdArray) -> None:
         """Add these rows to ``index`` with their texts, read ``_TEXT_BATCH`` at a time

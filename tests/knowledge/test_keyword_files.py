@@ -175,10 +175,16 @@ def test_the_file_is_written_again_once_enough_rows_changed(
         monkeypatch.setattr(_keyword_cache, "REWRITE_MIN_ROWS", 2)
         ws.knowledge.ingest_text("a.txt", "One more line about vacation.")
         assert ranking(core, "vacation")  # caught up one row: not yet due
+        assert core.keywords.wait_for_writes(60)
         assert path.stat().st_ino == first
         ws.knowledge.ingest_text("b.txt", "And another about vacation.")
-        assert ranking(core, "vacation")  # two rows since the file: written again
+        assert ranking(core, "vacation")  # two rows since the file: written again...
+        assert core.keywords.wait_for_writes(60)  # ...off the searching thread
         assert path.stat().st_ino != first
+    with open_core(filled, index_dir) as core:  # and read back: nothing left to apply
+        found = {query: ranking(core, query) for query in QUERIES}
+    assert path.stat().st_ino != first
+    assert found == reference(filled)
 
 
 def test_index_dir_off_keeps_no_keyword_file(store_url: str, tmp_path: Path) -> None:
