@@ -497,3 +497,30 @@ def test_a_labelled_part_starts_a_chunk_located_by_its_label() -> None:
         ("One short page.", "A"),
         ("Then a second sentence.", "B"),
     ]
+
+
+def test_each_value_of_a_row_is_written_on_one_line_with_its_column() -> None:
+    """Whatever whitespace a cell holds (line breaks, tabs, Unicode spaces, NULs), the row
+    is one line of ``name: value`` pairs, each value folded as ``fold_spaces`` folds it."""
+    import random
+
+    from agentcore.knowledge.ingest._extraction import Pages, fold_spaces
+    from agentcore.knowledge.ingest._tables import Rows
+
+    pieces = ["a", "b", " ", "  ", "\t", "\n", "\r", "\x0b", "\x1f", "\u00a0", "\u2003", "\x00"]
+    chance = random.Random(7)
+    for _ in range(3_000):
+        row = [
+            "".join(chance.choices(pieces, k=chance.randint(0, 5)))
+            for _ in range(chance.randint(2, 4))
+        ]
+        pages = Pages("sheet", "Sheet")
+        rows = Rows(pages)
+        rows.add(["h1", "h2", "h3", "h4"])
+        rows.add(row)
+        rows.close()
+        [text], _ = pages.finish()
+        folded = [fold_spaces(value) for value in row]
+        pairs = [f"h{n}: {v}" for n, v in enumerate(folded, 1) if v]
+        expected = "h1; h2; h3; h4" if not pairs else "- " + "; ".join(pairs)
+        assert text == expected, row

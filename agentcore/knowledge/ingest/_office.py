@@ -239,7 +239,8 @@ def _sheet(sheet: Any, pages: Pages) -> None:
     rows = Rows(pages, first_column=start[1])
     for row in sheet.iter_rows():
         if row.count("") < len(row):  # not empty (a 0 or FALSE is a value)
-            rows.add([_cell_text(value) for value in row])
+            # most cells are text: kept as they are without a call
+            rows.add([value if type(value) is str else _cell_text(value) for value in row])
     rows.close()
 
 
