@@ -14,6 +14,7 @@ import ipaddress
 import os
 import re
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar, overload
 
 from pydantic import (
@@ -87,6 +88,13 @@ def export_to_children(database: str, **settings: str) -> None:
         if name not in Settings.model_fields:
             raise ValueError(f"no setting is named {name!r}")
         os.environ[f"AGENTCORE_{name.upper()}"] = value
+
+
+def cache_directory() -> Path:
+    """Where agentcore keeps this machine's caches when no setting says where:
+    ``$XDG_CACHE_HOME/agentcore``, else ``~/.cache/agentcore``."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "agentcore"
 
 
 WEBHOOK_KEY_BYTES = 32  # AES-256: the size of each ``webhook_secret_key``
@@ -202,10 +210,11 @@ class Settings(BaseSettings):
     )
     index_dir: str = Field(
         "auto",
-        description="Where each machine keeps memory-mapped vector segment files shared by"
-        " its processes: `auto` (`<database>.index/` next to a SQLite file; none for"
-        " `:memory:` and PostgreSQL), `off` (each process holds its vectors in RAM), or a"
-        " directory.",
+        description="Where each machine keeps the index files its processes share (vector"
+        " segments, keyword indexes): `auto` (`<database>.index/` next to a SQLite file; for"
+        " PostgreSQL, under the machine's cache directory, `$XDG_CACHE_HOME/agentcore` or"
+        " `~/.cache/agentcore`; none for `:memory:`), `off` (each process holds its indexes"
+        " in RAM), or a directory.",
     )
     max_token_chars: int = Field(
         64,

@@ -11,6 +11,7 @@ import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from types import ModuleType, TracebackType
 from typing import Any
 
@@ -36,7 +37,7 @@ from agentcore.agents import AgentService
 from agentcore.chat import ChatService
 from agentcore.chat_models import ChatModel
 from agentcore.client_tokens import ClientTokenService, is_client_token
-from agentcore.config import Settings
+from agentcore.config import Settings, cache_directory
 from agentcore.conversations import ConversationService
 from agentcore.errors import NotFound
 from agentcore.events import EventBus
@@ -85,10 +86,15 @@ MODEL_THREADS = 8  # model calls under way at once (each bounded by model_timeou
 
 
 def _vector_backend(
-    store: Store, settings: Settings, embedding: Embedding, runtime: Runtime, observer: Observer
+    store: Store,
+    settings: Settings,
+    embedding: Embedding,
+    runtime: Runtime,
+    observer: Observer,
+    files: tuple[Path | None, str],
 ) -> VectorBackend:
     """Where the core ranks vectors: the store itself (``vector_search="pgvector"``), or
-    each workspace's index in this process's memory."""
+    each workspace's index in this process's memory (segment files in ``files``)."""
     if settings.vector_search == "pgvector":
         if not isinstance(store, VectorSearchStore):
             raise ValueError(
@@ -112,7 +118,8 @@ def _vector_backend(
         max_mapped_files=max_mapped_files(),
         runtime=runtime,
         observer=observer,
-        **_segment_options(store, settings),
+        segments=files[0],
+        store_identity=files[1],
     )
 
 
@@ -126,13 +133,17 @@ def _checkpoint_step(store: Checkpointing) -> Callable[[], None]:
 
 
 def _keyword_cache(
-    store: Store, settings: Settings, budget: Residency[Any, Any], runtime: Runtime
+    store: Store,
+    settings: Settings,
+    budget: Residency[Any, Any],
+    runtime: Runtime,
+    files: tuple[Path | None, str],
 ) -> KeywordCache:
     """Each workspace's BM25 index, built at its first keyword or hybrid search with the
     stemming tokenizer of the term counts, and kept in keyword files beside the segment
     files (``index_dir``) when there are any, written on a thread of their own (the
     writes queued when the core stops are finished first)."""
-    root, identity = segment_root(getattr(store, "url", None), settings.index_dir)
+    root, identity = files
     if root is None:
         return KeywordCache(
             store, stems.tokens_of, catchup_max_rows=settings.index_catchup_max_rows, budget=budget
@@ -147,10 +158,24 @@ def _keyword_cache(
     )
 
 
-def _segment_options(store: Store, settings: Settings) -> dict[str, Any]:
-    """The ``WorkspaceIndexes`` arguments for the store's segment files (``index_dir``)."""
-    root, identity = segment_root(getattr(store, "url", None), settings.index_dir)
-    return {"segments": root, "store_identity": identity}
+def _index_files(store: Store, settings: Settings) -> tuple[Path | None, str]:
+    """Where this machine keeps the store's index files (``segment_root``; PostgreSQL's
+    under ``config.cache_directory()``), and the store's identity; none when that cache
+    directory cannot be made (said once in the log: indexes then stay in RAM)."""
+    cache = cache_directory()
+    root, identity = segment_root(getattr(store, "url", None), settings.index_dir, cache)
+    if root is not None and cache in root.parents:
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            log.warning(
+                "no index files for this store: %s cannot be made (%s); set index_dir to a"
+                " writable directory, or to off",
+                root,
+                exc.strerror or exc,
+            )
+            return None, ""
+    return root, identity
 
 
 @dataclass(frozen=True)
@@ -251,13 +276,16 @@ class AgentCore:
         self.embedding = Embedding(
             self.embedders, settings.embedder, max_token_chars=settings.max_token_chars
         )
-        self.indexes = _vector_backend(store, settings, self.embedding, self.runtime, self.observer)
+        files = _index_files(store, settings)  # segment and keyword files (index_dir)
+        self.indexes = _vector_backend(
+            store, settings, self.embedding, self.runtime, self.observer, files
+        )
         # each workspace's document metadata, which filters read (kept at the store's version)
         self.metadata = MetadataCache(store, budget=self.indexes.budget)
         if isinstance(store, BudgetedStore):  # the store's own per-workspace caches too
             store.share_budget(self.indexes.budget)
         # BM25 indexes for keyword and hybrid search (under index_cache_bytes too)
-        self.keywords = _keyword_cache(store, settings, self.indexes.budget, self.runtime)
+        self.keywords = _keyword_cache(store, settings, self.indexes.budget, self.runtime, files)
 
     def _build_operations(self, store: Store, settings: Settings) -> None:
         """Metrics, the model-call threads, webhook delivery, the store's housekeeping."""

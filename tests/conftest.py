@@ -30,6 +30,17 @@ from agentcore import AgentCore
 from agentcore.schema import IssuedKey
 from agentcore_starlette import create_app, lifespan_for
 
+# The machine's cache directory (PostgreSQL's index files go there by default): one of
+# the test run's own, so no run reads another's files or leaves its own in ~/.cache;
+# subprocesses inherit it. Removed when the run ends.
+_CACHE = tempfile.TemporaryDirectory(prefix="agentcore-test-cache-")
+os.environ["XDG_CACHE_HOME"] = _CACHE.name
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Remove the test run's cache directory."""
+    _CACHE.cleanup()
+
 
 def _ephemeral_ports() -> int:
     """The first port of the kernel's range for outgoing connections (Linux; else IANA's)."""

@@ -244,3 +244,35 @@ def test_an_embedded_core_writes_segment_files_when_it_closes(
         found = [r.chunk for r in core.workspace("acme").knowledge.search("vacation days").results]
         assert found[:3] == first
         assert core.indexes.stats()["segment_loads"] == 1  # mapped, not read from the store
+
+
+def test_postgres_keeps_its_files_in_the_machine_cache(
+    postgres_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    with AgentCore.open(postgres_url, start_workers=False) as core:  # index_dir "auto"
+        core.workspace("acme").knowledge.ingest_text("a.txt", TEXTS["vacation.txt"])
+        before = ranking(core, "vacation days")
+    path = keyword_file(tmp_path / "cache" / "agentcore" / "index")
+    written = path.stat().st_ino
+    with AgentCore.open(postgres_url, start_workers=False) as core:
+        assert ranking(core, "vacation days") == before
+    assert path.stat().st_ino == written  # read back, not rebuilt
+
+
+def test_a_cache_that_cannot_be_made_keeps_no_files(
+    postgres_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    (tmp_path / "file").write_text("not a directory")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "file"))
+    with (
+        caplog.at_level("WARNING", logger="agentcore"),
+        AgentCore.open(postgres_url, start_workers=False) as core,
+    ):
+        core.workspace("acme").knowledge.ingest_text("a.txt", TEXTS["vacation.txt"])
+        assert ranking(core, "vacation days")
+    said = [r.getMessage() for r in caplog.records if "no index files" in r.getMessage()]
+    assert len(said) == 1 and "index_dir" in said[0]

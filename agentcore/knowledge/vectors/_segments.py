@@ -33,6 +33,7 @@ import hashlib
 import json
 import mmap
 import os
+import re
 import struct
 import time
 import uuid
@@ -597,28 +598,38 @@ class SegmentDirectory:
         return out
 
 
-def segment_root(url: str | None, index_dir: str) -> tuple[Path | None, str]:
+def segment_root(
+    url: str | None, index_dir: str, cache: Path | None = None
+) -> tuple[Path | None, str]:
     """Where a store's segment files go (``Settings.index_dir``), and the store's identity.
 
-    ``"auto"``: ``<database file>.index/`` next to a SQLite file, none (indexes stay in
-    RAM) for ``:memory:`` and other stores; ``"off"``: none; else that directory, one
-    subdirectory per store URL. The identity (the URL, and a SQLite file's device and
-    inode) keeps a manifest from being applied to another database at the same path.
+    ``"auto"``: ``<database file>.index/`` next to a SQLite file; for another store (a
+    ``postgresql://`` URL), ``cache/index/<digest of the URL>`` when a ``cache``
+    directory is given (the core gives ``config.cache_directory()``), else none; none
+    for ``:memory:``. ``"off"``: none. Else that directory, one subdirectory per store
+    URL. The identity (a SQLite file's device and inode; another store's URL without its
+    password) keeps a manifest from being applied to another database at the same path.
     """
     if index_dir.strip().lower() in ("", "off", "none") or os.name != "posix":
         return None, ""  # (file locks and mapping semantics used here are POSIX)
-    sqlite_file = None
-    if url and url not in (":memory:", "sqlite://", "sqlite:///:memory:"):
-        path = url[len("sqlite:///") :] if url.startswith("sqlite:///") else url
-        if "://" not in path and Path(path).is_file():
-            sqlite_file = Path(path)
-    identity = url or ""
+    if not url or url in (":memory:", "sqlite://", "sqlite:///:memory:"):
+        return None, ""
+    path = url[len("sqlite:///") :] if url.startswith("sqlite:///") else url
+    sqlite_file = Path(path) if "://" not in path and Path(path).is_file() else None
     if sqlite_file is not None:
         info = sqlite_file.stat()
         identity = f"sqlite:{info.st_dev}:{info.st_ino}"
+    else:
+        identity = _URL_PASSWORD.sub(r"\1:***@", url)
+    digest = hashlib.sha256(url.encode()).hexdigest()[:16]
     if index_dir.strip().lower() == "auto":
-        if sqlite_file is None:
+        if sqlite_file is not None:
+            return sqlite_file.with_name(sqlite_file.name + ".index"), identity
+        if cache is None or "://" not in url:
             return None, ""
-        return sqlite_file.with_name(sqlite_file.name + ".index"), identity
-    digest = hashlib.sha256((url or "").encode()).hexdigest()[:16]
+        return Path(cache) / "index" / digest, identity
     return Path(index_dir) / digest, identity
+
+
+# the password of a URL (``scheme://user:PASSWORD@host``): never in a manifest or a path
+_URL_PASSWORD = re.compile(r"(://[^:/@\s]*):[^@/\s]*@")

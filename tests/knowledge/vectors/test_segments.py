@@ -609,7 +609,11 @@ def test_index_dir_setting(tmp_path: Path) -> None:
     root, identity = segment_root(str(db), "auto")
     assert root == tmp_path / "a.db.index" and identity.startswith("sqlite:")
     assert segment_root(":memory:", "auto") == (None, "")
-    assert segment_root("postgresql://h/db", "auto") == (None, "")
+    assert segment_root("postgresql://h/db", "auto") == (None, "")  # no cache directory
+    cached, identity = segment_root("postgresql://u:pw@h/db", "auto", tmp_path / "cache")
+    assert cached is not None and cached.parent == tmp_path / "cache" / "index"
+    assert identity == "postgresql://u:***@h/db"  # never a password on disk
+    assert segment_root(":memory:", "auto", tmp_path / "cache") == (None, "")
     assert segment_root(str(db), "off") == (None, "")
     explicit, _ = segment_root("postgresql://h/db", str(tmp_path / "idx"))
     assert explicit is not None and explicit.parent == tmp_path / "idx"
