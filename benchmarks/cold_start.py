@@ -36,13 +36,29 @@ run; the table gives medians. The database and segment files are in the OS page 
 ``--rev REV`` measures that commit's agentcore (``git archive`` into a temporary directory,
 for the parent and every child) instead of the working tree's.
 
-Run: ``python benchmarks/cold_start.py [--sizes 10000,50000,100000] [--runs 3] [--rev REV]``.
+``--postgres URL|throwaway`` (a server's URL, or a temporary pgserver started for the run
+and stopped at its end) also builds each of ``--postgres-sizes`` in a PostgreSQL database
+of its own (the same documents; named by size, seed, vocabulary and chunk size, and kept
+on a server that persists: the build's facts are the database's comment, written when it
+is complete), and measures two more variants the same way:
+
+* ``pg, no files``: ``index_dir = "off"``: every process loads its indexes from the
+  store. Up to 50918ed the same as the default ``"auto"``, which gives no files on
+  PostgreSQL; ``"off"`` keeps this variant file-less where ``"auto"`` puts files in the
+  machine's cache directory;
+* ``pg, files``: ``index_dir`` set to a directory under ``--data-dir`` (one per size,
+  deleted at the end with a throwaway server), after a process wrote the files as for
+  ``segments``.
+
+Run: ``python benchmarks/cold_start.py [--sizes 10000,50000,100000] [--runs 3] [--rev REV]
+[--postgres URL|throwaway] [--postgres-sizes SIZES]``.
 Writes ``benchmarks/results/cold_start.json``.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -72,12 +88,16 @@ ORG = "bench"
 ENV = "test"
 MODES = ("keyword", "hybrid", "vector")
 VARIANTS = {"segments": "auto", "no segments": "off"}
+PG_VARIANTS = ("pg, no files", "pg, files")
 # issue 43's goals for the first search, ms: {mode: {chunks: goal}}
 GOALS: dict[str, dict[int, float]] = {
     "keyword": {50_000: 100, 100_000: 150},
     "hybrid": {50_000: 250, 100_000: 300},
     "vector": {50_000: 100, 100_000: 150},
 }
+# issue 43's PostgreSQL goal ("PostgreSQL memory mode, 100k chunks, first search <= 0.5 s"),
+# for every mode: {chunks: goal ms}
+PG_GOALS: dict[int, float] = {100_000: 500}
 CORPUS_VERSION = 2  # bump when the generated text changes: cached databases are rebuilt
 DOC_CHUNKS = 20
 DOC_CHARS = 16_000  # about 20 chunks of at most --chunk-chars 1000 (the default overlap, 150)
@@ -201,7 +221,7 @@ class Corpus:
 # -- building and writing the segment files ------------------------------------------------
 
 
-def open_core(db: Path, index_dir: str, **settings: Any) -> Any:
+def open_core(db: Path | str, index_dir: str, **settings: Any) -> Any:
     from agentcore import AgentCore
 
     return AgentCore.open(
@@ -221,39 +241,31 @@ def remove_db(db: Path) -> None:
     shutil.rmtree(f"{db}.index", ignore_errors=True)
 
 
-def build(db: Path, size: int, corpus: Corpus, chunk_chars: int) -> dict[str, Any]:
+def ingest(core: Any, size: int, corpus: Corpus, label: str) -> dict[str, Any]:
     """Ingest documents until the workspace holds at least ``size`` chunks; what it holds."""
-    remove_db(db)
-    db.parent.mkdir(parents=True, exist_ok=True)
-    core = open_core(db, "off", chunk_target_chars=chunk_chars)
     began = time.perf_counter()
     chunks = docs = chars = 0
     next_report = began + 10
-    try:
-        knowledge = core.workspace(ORG, ENV).knowledge
-        while chunks < size:
-            text = corpus.document(docs)
-            doc = knowledge.ingest_text(f"doc-{docs:06d}.txt", text, wait=True)
-            chunks += doc.chunks
-            chars += len(text)
-            docs += 1
-            if time.perf_counter() >= next_report or chunks >= size:
-                next_report = time.perf_counter() + 10
-                elapsed = time.perf_counter() - began
-                print(
-                    f"  building {size}: {chunks} chunks in {docs} documents,"
-                    f" {elapsed:.0f} s ({chunks / elapsed:.0f} chunks/s)",
-                    flush=True,
-                )
-        org = core.workspace(ORG, ENV).organization_id
-        vectors = core.store.count_vectors(org, ENV)
-    finally:
-        core.close()
-    info = {
+    knowledge = core.workspace(ORG, ENV).knowledge
+    while chunks < size:
+        text = corpus.document(docs)
+        doc = knowledge.ingest_text(f"doc-{docs:06d}.txt", text, wait=True)
+        chunks += doc.chunks
+        chars += len(text)
+        docs += 1
+        if time.perf_counter() >= next_report or chunks >= size:
+            next_report = time.perf_counter() + 10
+            elapsed = time.perf_counter() - began
+            print(
+                f"  building {label}: {chunks} chunks in {docs} documents,"
+                f" {elapsed:.0f} s ({chunks / elapsed:.0f} chunks/s)",
+                flush=True,
+            )
+    org = core.workspace(ORG, ENV).organization_id
+    return {
         "size": size,
         "chunks": chunks,
-        "vectors": vectors,
-        "chunk_target_chars": chunk_chars,
+        "vectors": core.store.count_vectors(org, ENV),
         "documents": docs,
         "chars": chars,
         "chars_per_chunk_stride": chars / max(1, chunks),
@@ -262,15 +274,99 @@ def build(db: Path, size: int, corpus: Corpus, chunk_chars: int) -> dict[str, An
         "squad_words_in_vocabulary": corpus.squad_words,
         "vocabulary": len(corpus.words),
     }
+
+
+def build(db: Path, size: int, corpus: Corpus, chunk_chars: int) -> dict[str, Any]:
+    """A fresh SQLite file ``db`` of ``size`` chunks; what it holds (also in ``db.json``)."""
+    remove_db(db)
+    db.parent.mkdir(parents=True, exist_ok=True)
+    core = open_core(db, "off", chunk_target_chars=chunk_chars)
+    try:
+        info = ingest(core, size, corpus, str(size))
+    finally:
+        core.close()
+    info["chunk_target_chars"] = chunk_chars
     Path(f"{db}.json").write_text(json.dumps(info, indent=2))
     return info
 
 
-def write_segments(db: Path, queries: list[str]) -> float:
+# -- the PostgreSQL databases ---------------------------------------------------------------
+
+
+def pg_name(size: int, args: argparse.Namespace) -> str:
+    return f"cold_v{CORPUS_VERSION}_n{size}_s{args.seed}_w{args.vocabulary}_c{args.chunk_chars}"
+
+
+def pg_files(data_dir: Path, size: int, args: argparse.Namespace) -> Path:
+    """The ``index_dir`` of the ``pg, files`` variant."""
+    return data_dir / f"{pg_name(size, args)}.pg-index"
+
+
+def pg_url(server: str, name: str) -> str:
+    """The URL of database ``name`` on the server of ``server``."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    return urlunsplit(urlsplit(server)._replace(path=f"/{name}"))
+
+
+def pg_cached(server: str, name: str) -> dict[str, Any] | None:
+    """The build facts of database ``name`` (its comment, written once it was complete)."""
+    import psycopg
+
+    with psycopg.connect(server, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT shobj_description(oid, 'pg_database') FROM pg_database WHERE datname = %s",
+            (name,),
+        ).fetchone()
+    if not row or not row[0]:
+        return None
+    try:
+        info: dict[str, Any] = json.loads(row[0])
+    except ValueError:
+        return None
+    return info
+
+
+def build_pg(server: str, name: str, size: int, corpus: Corpus, chunk_chars: int) -> dict[str, Any]:
+    """A fresh database ``name`` of ``size`` chunks; what it holds (also its comment)."""
+    import psycopg
+    from postgres_store import fresh_database
+    from psycopg import sql
+
+    url = fresh_database(server, name)
+    core = open_core(url, "off", chunk_target_chars=chunk_chars)
+    try:
+        info = ingest(core, size, corpus, f"pg {size}")
+    finally:
+        core.close()
+    info["chunk_target_chars"] = chunk_chars
+    with psycopg.connect(server, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("COMMENT ON DATABASE {} IS {}").format(
+                sql.Identifier(name), sql.Literal(json.dumps(info))
+            )
+        )
+    return info
+
+
+def pg_facts(url: str) -> dict[str, float]:
+    """The database's size and the mean characters of its chunks."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        db_bytes = conn.execute("SELECT pg_database_size(current_database())").fetchone()
+        mean = conn.execute("SELECT avg(length(text)) FROM chunks").fetchone()
+    return {
+        "db_mb": (db_bytes[0] if db_bytes else 0) / 2**20,
+        "chunk_chars_mean": float(mean[0] or 0.0) if mean else 0.0,
+    }
+
+
+def write_segments(db: Path | str, queries: list[str], index_dir: str = "auto") -> float:
     """What a server that ran before the restart leaves: the workspace loaded with
-    ``index_dir = "auto"``, one search per mode, maintenance done, the core closed."""
+    ``index_dir``, one search per mode, maintenance done, the core closed."""
     began = time.perf_counter()
-    core = open_core(db, "auto")
+    core = open_core(db, index_dir)
     try:
         ws = core.workspace(ORG, ENV, create=False)
         core.indexes.get(ws.organization_id, ENV)
@@ -440,19 +536,51 @@ def main(argv: list[str] | None = None) -> int:
         help="measure this commit's agentcore (git archive into a temporary directory)"
         " instead of the working tree's",
     )
+    parser.add_argument(
+        "--postgres",
+        default=None,
+        help="also measure PostgreSQL: a server's URL, or 'throwaway' for a temporary"
+        " pgserver (its databases are then built at every run)",
+    )
+    parser.add_argument(
+        "--postgres-sizes",
+        default=None,
+        help="chunks per PostgreSQL workspace (default: --sizes; a throwaway server builds"
+        " 800-1,350 chunks/s: 100k chunks in about 75 s)",
+    )
     parser.add_argument("--json", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
-    with tempfile.TemporaryDirectory(prefix="cold_start_code") as tmp:
+    with contextlib.ExitStack() as stack:
+        tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="cold_start_code"))
         code, commit = None, None
         if args.rev:
             commit = extract(args.rev, Path(tmp))
             code = tmp
             use_code(code)
-        return measure(args, code, commit)
+        server = None
+        if args.postgres:
+            from throwaway_postgres import postgres
+
+            given = None if args.postgres == "throwaway" else args.postgres
+            if given is None:  # its databases go with it: so do their files
+                for size in pg_sizes_of(args):
+                    files = pg_files(args.data_dir, size, args)
+                    stack.callback(shutil.rmtree, files, ignore_errors=True)
+            server = stack.enter_context(postgres(given))
+        return measure(args, code, commit, server)
 
 
-def measure(args: argparse.Namespace, code: str | None, commit: str | None) -> int:
+def pg_sizes_of(args: argparse.Namespace) -> list[int]:
+    if not args.postgres:
+        return []
+    return [int(s) for s in (args.postgres_sizes or args.sizes).split(",") if s]
+
+
+def measure(
+    args: argparse.Namespace, code: str | None, commit: str | None, server: str | None
+) -> int:
     sizes = [int(s) for s in args.sizes.split(",") if s]
+    pg_sizes = pg_sizes_of(args)
     modes = [m for m in args.modes.split(",") if m]
 
     head_before, diff_before = git("rev-parse", "HEAD"), git("diff", "--stat")
@@ -489,18 +617,58 @@ def measure(args: argparse.Namespace, code: str | None, commit: str | None) -> i
             flush=True,
         )
 
+    # each variant: (the database, its index_dir) per size
+    targets: dict[str, dict[int, tuple[str, str]]] = {
+        variant: {size: (str(db_path(args.data_dir, size, args)), index_dir) for size in sizes}
+        for variant, index_dir in VARIANTS.items()
+    }
+    pg_builds: dict[int, dict[str, Any]] = {}
+    for size in pg_sizes:
+        assert server is not None
+        name = pg_name(size, args)
+        url = pg_url(server, name)
+        files = pg_files(args.data_dir, size, args)
+        cached = None if args.rebuild else pg_cached(server, name)
+        if cached is not None:
+            pg_builds[size] = {**cached, "cached": True}
+            print(f"pg {size}: cached database {name} ({cached['chunks']} chunks)", flush=True)
+        else:
+            print(f"pg {size}: building database {name}", flush=True)
+            shutil.rmtree(files, ignore_errors=True)  # files of an earlier database
+            fresh = Corpus(args.vocabulary, args.seed, squad)
+            pg_builds[size] = {
+                **build_pg(server, name, size, fresh, args.chunk_chars),
+                "cached": False,
+            }
+            b = pg_builds[size]
+            print(
+                f"  built in {b['build_s']:.0f} s ({b['chunks'] / b['build_s']:.0f} chunks/s)",
+                flush=True,
+            )
+        files.mkdir(parents=True, exist_ok=True)
+        seconds = write_segments(url, setup_queries, str(files))
+        pg_builds[size].update(**pg_facts(url), index_dir_mb=dir_mb(files), segment_write_s=seconds)
+        print(
+            f"  files written/checked in {seconds:.1f} s"
+            f" ({pg_builds[size]['index_dir_mb']:.0f} MB in {files}), database"
+            f" {pg_builds[size]['db_mb']:.0f} MB",
+            flush=True,
+        )
+        targets.setdefault(PG_VARIANTS[0], {})[size] = (url, "off")
+        targets.setdefault(PG_VARIANTS[1], {})[size] = (url, str(files))
+
     rows: dict[tuple[int, str, str], list[dict[str, Any]]] = {}
-    for size in sizes:
-        db = db_path(args.data_dir, size, args)
+    all_sizes = sorted({*sizes, *pg_sizes})
+    for size in all_sizes:
+        variants = [v for v in (*VARIANTS, *PG_VARIANTS) if size in targets.get(v, {})]
         for run in range(args.runs):
-            variants = list(VARIANTS.items())
-            if run % 2:
-                variants.reverse()
+            turn = run % len(variants)
             order = modes[run % len(modes) :] + modes[: run % len(modes)]
-            for variant, index_dir in variants:
+            for variant in variants[turn:] + variants[:turn]:
+                db, index_dir = targets[variant][size]
                 for mode in order:
                     spec = {
-                        "db": str(db),
+                        "db": db,
                         "code": code,
                         "index_dir": index_dir,
                         "mode": mode,
@@ -511,7 +679,7 @@ def measure(args: argparse.Namespace, code: str | None, commit: str | None) -> i
                     result = run_child(spec, args.timeout)
                     rows.setdefault((size, mode, variant), []).append(result)
                     print(
-                        f"  {size} {mode:7} {variant:11} run {run + 1}:"
+                        f"  {size} {mode:7} {variant:12} run {run + 1}:"
                         f" first {result['first_ms']:8.1f} ms, warm"
                         f" {result['warm_median_ms']:6.1f} ms, import+open"
                         f" {result['import_ms'] + result['open_ms']:6.0f} ms",
@@ -541,6 +709,15 @@ def measure(args: argparse.Namespace, code: str | None, commit: str | None) -> i
             f" words), chunks of {b['chunk_chars_mean']:.0f} characters on average;"
             f" database {b['db_mb']:.0f} MB, segment files {b['index_dir_mb']:.0f} MB"
         )
+    for size in pg_sizes:
+        b = pg_builds[size]
+        print(
+            f"pg {size}: {b['chunks']:,} chunks ({b['vectors']:,} vectors) in {b['documents']}"
+            f" documents, chunks of {b['chunk_chars_mean']:.0f} characters on average;"
+            f" database {b['db_mb']:.0f} MB, index_dir files {b['index_dir_mb']:.0f} MB;"
+            f" built in {b['build_s']:.0f} s ({b['chunks'] / b['build_s']:.0f} chunks/s)"
+            + (", in an earlier run" if b["cached"] else "")
+        )
     print(
         f"median of {args.runs} fresh processes per row; warm: median of {args.warm}"
         " searches after the first, in the same process"
@@ -552,19 +729,25 @@ def measure(args: argparse.Namespace, code: str | None, commit: str | None) -> i
     )
     print("|---|---|---|---:|---:|---:|---:|---:|---|")
     table = []
-    for size in sizes:
+    for size in all_sizes:
+        chunks = (builds.get(size) or pg_builds[size])["chunks"]
         for mode in modes:
-            for variant in VARIANTS:
+            for variant in (*VARIANTS, *PG_VARIANTS):
+                if (size, mode, variant) not in rows:
+                    continue
                 runs = rows[(size, mode, variant)]
                 first = statistics.median(r["first_ms"] for r in runs)
                 warm = statistics.median(r["warm_median_ms"] for r in runs)
                 opening = statistics.median(r["import_ms"] + r["open_ms"] for r in runs)
-                goal = GOALS.get(mode, {}).get(size)
+                if variant in PG_VARIANTS:
+                    goal = PG_GOALS.get(size)
+                else:
+                    goal = GOALS.get(mode, {}).get(size)
                 met = None if goal is None else first <= goal
                 table.append(
                     {
                         "size": size,
-                        "chunks": builds[size]["chunks"],
+                        "chunks": chunks,
                         "mode": mode,
                         "variant": variant,
                         "first_ms": first,
@@ -577,7 +760,7 @@ def measure(args: argparse.Namespace, code: str | None, commit: str | None) -> i
                     }
                 )
                 print(
-                    f"| {builds[size]['chunks']:,} | {mode} | {variant} | {first:,.1f}"
+                    f"| {chunks:,} | {mode} | {variant} | {first:,.1f}"
                     f" | {warm:.1f} | {first / warm:,.0f}x | {opening:,.0f}"
                     f" | {'' if goal is None else f'{goal:.0f}'}"
                     f" | {'' if met is None else ('yes' if met else 'no')} |"
@@ -596,11 +779,15 @@ def measure(args: argparse.Namespace, code: str | None, commit: str | None) -> i
                 "code": {"rev": args.rev, "commit": commit} if commit else "working tree",
                 "git_before": {"head": head_before, "diff_stat": diff_before},
                 "git_after": {"head": head_after, "diff_stat": diff_after},
-                "args": {k: str(v) for k, v in vars(args).items()},
+                "args": {k: str(v) for k, v in vars(args).items() if k != "postgres"},
+                "postgres": None
+                if args.postgres is None
+                else ("throwaway" if args.postgres == "throwaway" else "a server's URL"),
                 "squad": str(squad) if squad else None,
                 "first_queries": first_queries,
                 "warm_queries": warm_queries,
                 "builds": {str(k): v for k, v in builds.items()},
+                "postgres_builds": {str(k): v for k, v in pg_builds.items()},
                 "rows": table,
             },
             indent=2,
