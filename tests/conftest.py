@@ -30,16 +30,24 @@ from agentcore import AgentCore
 from agentcore.schema import IssuedKey
 from agentcore_starlette import create_app, lifespan_for
 
-# The machine's cache directory (PostgreSQL's index files go there by default): one of
-# the test run's own, so no run reads another's files or leaves its own in ~/.cache;
-# subprocesses inherit it. Removed when the run ends.
-_CACHE = tempfile.TemporaryDirectory(prefix="agentcore-test-cache-")
-os.environ["XDG_CACHE_HOME"] = _CACHE.name
+_CACHES: list[tempfile.TemporaryDirectory[str]] = []
+
+
+def _own_cache_directory() -> None:
+    """Give the test run a cache directory of its own (PostgreSQL's index files go to the
+    machine's by default), so no run reads another's files or leaves its own in
+    ~/.cache; the processes the tests start inherit it. Made by ``pytest_configure``,
+    not at import: the processes that import this module for its helpers (ingestion
+    workers) make none."""
+    cache = tempfile.TemporaryDirectory(prefix="agentcore-test-cache-")
+    _CACHES.append(cache)
+    os.environ["XDG_CACHE_HOME"] = cache.name
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     """Remove the test run's cache directory."""
-    _CACHE.cleanup()
+    while _CACHES:
+        _CACHES.pop().cleanup()
 
 
 def _ephemeral_ports() -> int:
@@ -531,6 +539,7 @@ _LEFTOVERS = pytest.StashKey[list[Leftover]]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    _own_cache_directory()
     if not hasattr(config, "workerinput"):  # an xdist worker inherits its controller's
         config.stash[_RUN_MARK] = mark_run()
 
