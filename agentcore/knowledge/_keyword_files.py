@@ -108,7 +108,15 @@ class KeywordFiles:
 
     def write(self, key: tuple[str, str], version: int, index: KeywordIndex) -> bool:
         """Write ``index`` (as of store ``version``) as ``key``'s file, replacing the
-        previous one; whether it was written (a failure is logged: the file is a cache)."""
+        previous one; whether it was written. Never raises: the file is a cache, so a
+        failure (a full disk, a read-only directory) is logged and searches go on."""
+        try:
+            return self._write(key, version, index)
+        except Exception:  # whatever it was, no search fails for a cache file
+            _log.warning("could not write the keyword file of %s/%s", *key, exc_info=True)
+            return False
+
+    def _write(self, key: tuple[str, str], version: int, index: KeywordIndex) -> bool:
         stems, snap = index.state()
         arrays = {name: np.ascontiguousarray(a) for name, a in _sections(stems, snap).items()}
         offset = HEADER_BYTES
@@ -133,12 +141,8 @@ class KeywordFiles:
                 yield layout[name][0], array.reshape(-1).view(np.uint8).data
 
         directory = self.path(key).parent
-        try:
-            directory.mkdir(parents=True, exist_ok=True)
-            write_file_atomically(directory, NAME, pieces(), size=offset)
-        except OSError as exc:
-            _log.warning("could not write the keyword file of %s/%s: %s", *key, exc)
-            return False
+        directory.mkdir(parents=True, exist_ok=True)
+        write_file_atomically(directory, NAME, pieces(), size=offset)
         return True
 
     def read(self, key: tuple[str, str], tokenize: Tokenize, newest: int) -> Stored | None:

@@ -276,3 +276,15 @@ def test_a_cache_that_cannot_be_made_keeps_no_files(
         assert ranking(core, "vacation days")
     said = [r.getMessage() for r in caplog.records if "no index files" in r.getMessage()]
     assert len(said) == 1 and "index_dir" in said[0]
+
+
+def test_a_file_that_cannot_be_written_leaves_searches_working(
+    filled: str, index_dir: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = keyword_file(Path(index_dir))
+    path.unlink()
+    path.mkdir()  # where the file would go: a directory, which no rename replaces
+    with caplog.at_level("WARNING", logger="agentcore"), open_core(filled, index_dir) as core:
+        assert {query: ranking(core, query) for query in QUERIES} == reference(filled)
+        assert core.keywords.wait_for_writes(60)
+    assert any("could not write the keyword file" in r.getMessage() for r in caplog.records)
