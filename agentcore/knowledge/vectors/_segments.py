@@ -603,10 +603,10 @@ def segment_root(
 ) -> tuple[Path | None, str]:
     """Where a store's segment files go (``Settings.index_dir``), and the store's identity.
 
-    ``"auto"``: ``<database file>.index/`` next to a SQLite file; for another store (a
+    ``"auto"``: ``<database file>.index/`` next to a SQLite file; for PostgreSQL (a
     ``postgresql://`` URL), ``cache/index/<digest of the URL>`` when a ``cache``
     directory is given (the core gives ``config.cache_directory()``), else none; none
-    for ``:memory:``. ``"off"``: none. Else that directory, one subdirectory per store
+    for ``:memory:`` and other stores. ``"off"``: none. Else that directory, one subdirectory per store
     URL. The identity (a SQLite file's device and inode; another store's URL without its
     password) keeps a manifest from being applied to another database at the same path.
     """
@@ -625,8 +625,8 @@ def segment_root(
     if index_dir.strip().lower() == "auto":
         if sqlite_file is not None:
             return sqlite_file.with_name(sqlite_file.name + ".index"), identity
-        if cache is None or "://" not in url:
-            return None, ""
+        if cache is None or not url.startswith(("postgresql://", "postgres://")):
+            return None, ""  # (another plugin's store may not outlive the process)
         return Path(cache) / "index" / digest, identity
     return Path(index_dir) / digest, identity
 

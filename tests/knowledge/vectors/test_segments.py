@@ -614,6 +614,7 @@ def test_index_dir_setting(tmp_path: Path) -> None:
     assert cached is not None and cached.parent == tmp_path / "cache" / "index"
     assert identity == "postgresql://u:***@h/db"  # never a password on disk
     assert segment_root(":memory:", "auto", tmp_path / "cache") == (None, "")
+    assert segment_root("plugin://store", "auto", tmp_path / "cache") == (None, "")
     assert segment_root(str(db), "off") == (None, "")
     explicit, _ = segment_root("postgresql://h/db", str(tmp_path / "idx"))
     assert explicit is not None and explicit.parent == tmp_path / "idx"
