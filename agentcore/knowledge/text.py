@@ -13,7 +13,7 @@ import re
 import threading
 import unicodedata
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from itertools import chain
 from typing import cast
 
@@ -89,8 +89,8 @@ class StemTokenizer:
 
     The hashing embedder reads the same stems (and learns each new stem's features as
     well); keyword search, the workspace term counts and the extractive chat model read
-    text with this. Each token's stem is cached (emptied past ``_CACHE_LIMIT`` tokens).
-    Thread-safe.
+    text with this. Each token's stem is cached (emptied past ``_CACHE_LIMIT`` tokens; the
+    new tokens of one call are learnt together). Thread-safe.
     """
 
     _CACHE_LIMIT = 800_000
@@ -106,18 +106,15 @@ class StemTokenizer:
 
     def tokens_of(self, texts: Sequence[str]) -> list[list[str]]:
         """``tokens(text)`` of each of ``texts``."""
-        out: list[list[str]] = []
-        for text in texts:
-            raw = raw_tokens(text)
-            table = self._stems
-            try:
-                found = list(map(table.__getitem__, raw))
-            except KeyError:
-                table = self._learn(raw)
-                found = list(map(table.__getitem__, raw))
-            # a stem is never empty, so only a dropped token (None) is falsy
-            out.append(list(filter(None, found)))
-        return out
+        raws = [raw_tokens(text) for text in texts]
+        table = self._stems
+        # a stem is never empty, so only a dropped token (None) is falsy; a token not
+        # in the cache yet stops the pass, and the texts' new tokens are learnt at once
+        try:
+            return [list(filter(None, map(table.__getitem__, raw))) for raw in raws]
+        except KeyError:
+            table = self._learn(chain.from_iterable(raws))
+            return [list(filter(None, map(table.__getitem__, raw))) for raw in raws]
 
     def stem_frequencies(self, texts: Sequence[str]) -> Counter[str]:
         """Per stem, how many of ``texts`` hold it (``tokens_of`` counted once per text),
@@ -138,7 +135,7 @@ class StemTokenizer:
         counts.pop(None, None)
         return cast("Counter[str]", counts)  # no None left
 
-    def _learn(self, raw: list[str]) -> dict[str, str | None]:
+    def _learn(self, raw: Iterable[str]) -> dict[str, str | None]:
         """The cache, holding every token of ``raw`` (started afresh when full)."""
         with self._lock:
             table = self._stems
