@@ -1,0 +1,474 @@
+"""Single-query search against each codec's own memory bound, and batch-64 against tuned FAISS.
+
+Issue 43's rows: a single query at 1M x 384 against the time to stream-read the bytes
+its codec's scan reads (goal: float32 within 1.1x of that read, float16 and int8 within
+1.3x), and batch-64 throughput of float32 VectorIndex against FAISS ``IndexFlatIP`` with
+its BLAS threshold tuned to 20 (goal: at least 2x FAISS's queries/s).
+
+For each codec the index is ``search_speed.py``'s: the same ``VectorIndex`` over one
+frozen part stored by that codec (``CodecEngine``; for float32 the part's codes are the
+float32 rows themselves), with the scan helpers a core lends its indexes
+(``search_speed.HELPERS``: the calling thread plus ``default_helpers()`` threads). The
+data, ids and queries are ``search_speed.py``'s (same seeds).
+
+The bound of a codec is a read of that part's ``codes`` array itself (the bytes its
+scan streams: N x d x 4 for float32, x 2 for float16, x 1 for int8; int8's 2d
+per-dimension parameters and the float32 rows of the few re-scored candidates are a
+few KB), cut into 8 MB blocks that the calling thread and the same helper pool claim
+one by one (``run_blocks``, the scan's own hand-out), so only the work per block
+differs from the scan. The work per block is the fastest of a few streaming reads that
+touch every byte, chosen at start-up on this machine (``READERS``). Each timed query is
+followed by one timed read of its codec's bytes on the same threads and one on the
+calling thread alone, so a noisy neighbour hits both sides alike; medians over the
+queries, then the median of ``--runs`` runs (codecs rotated per run).
+
+The batch side passes ``--passes`` times over ``--batches`` batches of 64 queries per
+run, with float32 VectorIndex and ``search_speed.FaissEngine(blas_threshold=20)`` taking
+turns to go first, and counts each run's fastest pass. FAISS's wheel ships its own
+OpenBLAS; when it runs other kernels than numpy's (an older OpenBLAS that does not know
+the CPU), the script says so: ``OPENBLAS_CORETYPE`` gives FAISS the same kernels.
+
+Run ``nice python benchmarks/scan_bound.py [--rows 1000000] [--dim 384] [--queries 50]
+[--runs 3] [--codecs float32,float16,int8] [--skip-faiss]``. Prints two markdown tables
+and the machine (CPU model and flags, numpy's and FAISS's BLAS, numkong's targets, load
+average and CPU steal), writes ``benchmarks/results/scan_bound.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gc
+import json
+import os
+import platform
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import search_speed as ss  # also puts the repository on sys.path
+
+from agentcore.knowledge.vectors import scan_path
+from agentcore.knowledge.vectors._kernels import (
+    CPU_FLAGS,
+    default_helpers,
+    helper_count,
+    run_blocks,
+)
+
+K = 10
+BATCH = ss.BATCH
+# issue 43's goals: single-query time / codec's memory bound, batch q/s / tuned FAISS's
+BOUND_GOAL = {"float32": 1.1, "float16": 1.3, "int8": 1.3}
+BATCH_GOAL = 2.0
+WARMUP = 5
+READ_BLOCK = 8 << 20  # bytes per block a reading thread claims (1-32 MB measured alike)
+COPY_BYTES = 1 << 20  # the per-thread buffer the "copy" reader streams into (stays in L2)
+
+Reader = Callable[[np.ndarray], Any]
+_local = threading.local()
+
+
+def _read_max(block: np.ndarray) -> Any:
+    """``np.maximum.reduce`` over the bytes as uint64 (no temporaries, no FP assists)."""
+    return np.maximum.reduce(block.view(np.uint64))
+
+
+def _read_sum(block: np.ndarray) -> Any:
+    """``np.add.reduce`` over the bytes as uint64."""
+    return np.add.reduce(block.view(np.uint64))
+
+
+def _read_copy(block: np.ndarray) -> Any:
+    """``np.copyto`` of the bytes, 1 MB at a time, into a per-thread buffer in L2."""
+    out: np.ndarray | None = getattr(_local, "copy", None)
+    if out is None:
+        out = _local.copy = np.empty(COPY_BYTES, dtype=np.uint8)
+    for start in range(0, block.shape[0], COPY_BYTES):
+        part = block[start : start + COPY_BYTES]
+        np.copyto(out[: part.shape[0]], part)
+    return out[0]
+
+
+READERS: dict[str, Reader] = {"max": _read_max, "sum": _read_sum, "copy": _read_copy}
+READER_NAMES = {
+    "max": "np.maximum.reduce over each block as uint64",
+    "sum": "np.add.reduce over each block as uint64",
+    "copy": "np.copyto of each block, 1 MB at a time, into a per-thread buffer in L2",
+}
+
+
+def _bytes_of(array: np.ndarray) -> np.ndarray:
+    """The array's memory as a flat uint8 view (no copy)."""
+    flat = np.ascontiguousarray(array).reshape(-1)
+    return flat.view(np.uint8)
+
+
+def stream_read(data: np.ndarray, reader: Reader, helpers: Any) -> float:
+    """Seconds to read every byte of ``data`` (uint8, a multiple of 8 bytes long except
+    a tail read bytewise) in ``READ_BLOCK`` blocks on this thread and ``helpers``."""
+    whole = data.shape[0] // 8 * 8
+    count = -(-whole // READ_BLOCK)
+
+    def work(i: int, state: dict[str, Any]) -> Any:
+        return reader(data[i * READ_BLOCK : min((i + 1) * READ_BLOCK, whole)])
+
+    start = time.perf_counter()
+    run_blocks(count, work, helpers)
+    if whole < data.shape[0]:
+        np.maximum.reduce(data[whole:])
+    return time.perf_counter() - start
+
+
+def pick_reader(data: np.ndarray, helpers: Any, reps: int = 5) -> tuple[str, dict[str, float]]:
+    """The fastest reader over ``data`` on these threads, and each one's GB/s (median).
+
+    For information, also the GB/s of a single-threaded sgemv of float32 rows with a ones
+    vector (``np.dot``), when ``data`` holds float32 rows: not a candidate, because over
+    int8 or float16 bytes read as float32 it would meet denormals and NaNs.
+    """
+    speeds: dict[str, float] = {}
+    for name, reader in READERS.items():
+        stream_read(data, reader, helpers)
+        speeds[name] = data.shape[0] / np.median(
+            [stream_read(data, reader, helpers) for _ in range(reps)]
+        )
+    best = max(speeds, key=lambda name: speeds[name])
+    return best, {name: value / 1e9 for name, value in speeds.items()}
+
+
+def sgemv_speed(rows: np.ndarray, helpers: Any, reps: int = 5) -> float:
+    """GB/s of ``rows[block] @ ones`` over float32 rows, same blocks and threads."""
+    ones = np.ones(rows.shape[1], dtype=np.float32)
+    per = max(1, READ_BLOCK // (4 * rows.shape[1]))
+    count = -(-rows.shape[0] // per)
+
+    def work(i: int, state: dict[str, Any]) -> Any:
+        return rows[i * per : (i + 1) * per] @ ones
+
+    times = []
+    for _ in range(reps + 1):
+        start = time.perf_counter()
+        run_blocks(count, work, helpers)
+        times.append(time.perf_counter() - start)
+    return float(rows.nbytes / np.median(times[1:]) / 1e9)
+
+
+def cpu_times() -> list[int]:
+    """The aggregate ``cpu`` line of /proc/stat (user nice system idle iowait irq
+    softirq steal ...), or an empty list."""
+    try:
+        with open("/proc/stat", encoding="ascii") as stat:
+            return [int(value) for value in stat.readline().split()[1:]]
+    except (OSError, ValueError):
+        return []
+
+
+def steal_percent(before: list[int], after: list[int]) -> float | None:
+    """CPU time stolen by the hypervisor between two ``cpu_times``, in % of all."""
+    if len(before) < 8 or len(after) < 8:
+        return None
+    total = sum(after[:8]) - sum(before[:8])
+    return 100.0 * (after[7] - before[7]) / total if total else None
+
+
+def machine() -> dict[str, Any]:
+    """CPU model and the flags that pick kernels, BLAS libraries, numkong's targets."""
+    model, flags = "", []
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as info:
+            for line in info:
+                if line.startswith("model name") and not model:
+                    model = line.split(":", 1)[1].strip()
+                elif line.startswith("flags") and not flags:
+                    flags = line.split(":", 1)[1].split()
+    except OSError:
+        pass
+    from threadpoolctl import threadpool_info
+
+    libs = [lib for lib in threadpool_info() if lib.get("user_api") == "blas"]
+    blas = [
+        f"{lib.get('internal_api')} {lib.get('version')} {lib.get('architecture')}"
+        f" ({Path(lib.get('filepath', '')).name}, {lib.get('num_threads')} threads)"
+        for lib in libs
+    ]
+    path = scan_path()
+    # FAISS's wheel ships its own OpenBLAS: an older one may not know this CPU and fall
+    # back to generic kernels (e.g. 0.3.15's Prescott on a Sapphire Rapids), which slows
+    # FAISS's sgemm and so flatters the batch ratio
+    ours = [lib for lib in libs if "numpy" in str(lib.get("filepath"))]
+    theirs = [lib for lib in libs if "faiss" in str(lib.get("filepath"))]
+    faiss_note = None
+    if ours and theirs and ours[0].get("architecture") != theirs[0].get("architecture"):
+        faiss_note = (
+            f"FAISS's OpenBLAS {theirs[0].get('version')} runs its"
+            f" {theirs[0].get('architecture')} kernels here, numpy's its"
+            f" {ours[0].get('architecture')}: the batch ratio is against a FAISS slowed by"
+            f" that; `OPENBLAS_CORETYPE={ours[0].get('architecture')}` gives FAISS the same"
+            " kernels (run again with it)"
+        )
+    return {
+        "cpu": model or platform.processor() or platform.machine(),
+        "cores": os.cpu_count(),
+        "flags": {flag: flag in flags for flag in CPU_FLAGS},
+        "blas": blas,
+        "numpy_blas": path["blas"],
+        "numkong": path["numkong"],
+        "numpy": np.__version__,
+        "python": platform.python_version(),
+        "scan_threads": 1 + helper_count(ss.HELPERS),
+        "default_helpers": default_helpers(),
+        "faiss_blas_note": faiss_note,
+    }
+
+
+def time_codec(
+    engine: ss.CodecEngine,
+    codes: np.ndarray,
+    queries: np.ndarray,
+    truth: np.ndarray,
+    reader: Reader,
+) -> dict[str, float]:
+    """One run of one codec: per query, its search, then a read of the codes on the
+    scan's threads, then one on this thread alone. Medians (ms) and recall@K."""
+    for q in queries[:WARMUP]:
+        engine.search(q, K)
+    stream_read(codes, reader, ss.HELPERS)
+    latencies, bound, single, found = [], [], [], []
+    for q in queries:
+        start = time.perf_counter()
+        found.append(engine.search(q, K))
+        latencies.append(time.perf_counter() - start)
+        bound.append(stream_read(codes, reader, ss.HELPERS))
+        single.append(stream_read(codes, reader, None))
+    return {
+        "median_ms": float(np.median(latencies) * 1e3),
+        "p95_ms": float(np.percentile(latencies, 95) * 1e3),
+        "bound_ms": float(np.median(bound) * 1e3),
+        "one_thread_read_ms": float(np.median(single) * 1e3),
+        "recall": ss.recall(found, truth, K),
+    }
+
+
+def batch_pass(engine: ss.Engine, batches: list[np.ndarray], passes: int) -> float:
+    """Queries/s of the fastest of ``passes`` passes over ``batches`` (after a warm-up)."""
+    engine.search_batch(batches[0], K)
+    fastest = float("inf")
+    for _ in range(passes):
+        start = time.perf_counter()
+        for batch in batches:
+            engine.search_batch(batch, K)
+        fastest = min(fastest, time.perf_counter() - start)
+    return BATCH * len(batches) / fastest
+
+
+def fmt(value: float | None, spec: str) -> str:
+    return "—" if value is None else format(value, spec)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--dim", type=int, default=384)
+    parser.add_argument("--queries", type=int, default=50, help="single queries per run")
+    parser.add_argument("--runs", type=int, default=3, help="median of this many runs")
+    parser.add_argument("--codecs", default="float32,float16,int8")
+    parser.add_argument("--skip-faiss", action="store_true")
+    parser.add_argument("--batches", type=int, default=2, help="batches of 64 per pass")
+    parser.add_argument("--passes", type=int, default=3, help="batch passes per run")
+    parser.add_argument("--json", default=str(Path(__file__).parent / "results/scan_bound.json"))
+    args = parser.parse_args(argv)
+    codecs = [c.strip() for c in args.codecs.split(",") if c.strip()]
+    unknown = [c for c in codecs if c not in BOUND_GOAL]
+    if unknown:
+        parser.error(f"unknown codecs: {', '.join(unknown)} (known: {', '.join(BOUND_GOAL)})")
+    load_before, steal_before, began = os.getloadavg(), cpu_times(), time.perf_counter()
+    if not args.skip_faiss:
+        with contextlib.suppress(ImportError):
+            import faiss  # noqa: F401  (loaded now, so its BLAS is listed)
+    info = machine()  # before any search changes a BLAS thread setting
+    n, d = args.rows, args.dim
+
+    data = ss.make_data(n, d, seed=n)  # search_speed.py's data, ids and queries
+    ids = np.random.default_rng(1).permutation(n * 2)[:n].astype(np.int64)
+    queries = ss.make_data(args.queries, d, seed=10**9 + n)
+    batch_queries = ss.make_data(args.batches * BATCH, d, seed=2 * 10**9 + n)
+    truth = ss.exact_top_k(data, ids, queries, K)
+
+    engines: dict[str, ss.CodecEngine] = {}
+    codes: dict[str, np.ndarray] = {}
+    for codec in codecs:
+        gc.collect()
+        start = time.perf_counter()
+        engine = ss.CodecEngine(codec)
+        engine.build(data, ids)
+        engines[codec], codes[codec] = engine, _bytes_of(engine.part.codes)
+        assert np.shares_memory(codes[codec], engine.part.codes)  # the scanned bytes themselves
+        print(
+            f"  built {codec} ({codes[codec].shape[0] / 1e6:,.0f} MB of codes)"
+            f" in {time.perf_counter() - start:.1f}s",
+            file=sys.stderr,
+        )
+    largest = max(codes.values(), key=lambda c: c.shape[0])
+    reader_name, reader_speeds = pick_reader(largest, ss.HELPERS)
+    reader = READERS[reader_name]
+    sgemv = sgemv_speed(engines["float32"].part.codes, ss.HELPERS) if "float32" in engines else None
+
+    runs: dict[str, list[dict[str, float]]] = {codec: [] for codec in codecs}
+    for run in range(args.runs):
+        order = codecs[run % len(codecs) :] + codecs[: run % len(codecs)]
+        for codec in order:
+            runs[codec].append(time_codec(engines[codec], codes[codec], queries, truth, reader))
+        print(f"  single-query run {run + 1}/{args.runs} done", file=sys.stderr)
+
+    batch_engines: list[tuple[str, ss.Engine]] = []
+    if "float32" in engines:
+        batch_engines.append(("VectorIndex float32", engines["float32"]))
+        if not args.skip_faiss:
+            try:
+                faiss_engine = ss.FaissEngine(blas_threshold=20)
+                faiss_engine.build(data, ids)
+                batch_engines.append((faiss_engine.name, faiss_engine))
+            except ImportError:
+                print("  FAISS skipped: `pip install faiss-cpu`", file=sys.stderr)
+    batches = [batch_queries[i : i + BATCH] for i in range(0, batch_queries.shape[0], BATCH)]
+    batch_runs: dict[str, list[float]] = {name: [] for name, _ in batch_engines}
+    for run in range(args.runs if batch_engines else 0):
+        order = batch_engines[run % 2 :] + batch_engines[: run % 2]
+        for name, engine in order:
+            batch_runs[name].append(batch_pass(engine, batches, args.passes))
+        print(f"  batch run {run + 1}/{args.runs} done", file=sys.stderr)
+
+    load_after, steal = os.getloadavg(), steal_percent(steal_before, cpu_times())
+
+    rows = []
+    for codec in codecs:
+        got = runs[codec]
+        row: dict[str, Any] = {"codec": codec, "scanned_bytes": int(codes[codec].shape[0])}
+        for key in ("median_ms", "p95_ms", "bound_ms", "one_thread_read_ms"):
+            row[key] = float(np.median([r[key] for r in got]))
+        row["recall"] = min(r["recall"] for r in got)
+        row["bound_gbps"] = row["scanned_bytes"] / row["bound_ms"] / 1e6
+        row["one_thread_gbps"] = row["scanned_bytes"] / row["one_thread_read_ms"] / 1e6
+        row["scan_gbps"] = row["scanned_bytes"] / row["median_ms"] / 1e6
+        row["ratio"] = row["median_ms"] / row["bound_ms"]
+        # the per-run ratios, to show how far one run's figure moves
+        row["run_ratios"] = [r["median_ms"] / r["bound_ms"] for r in got]
+        row["goal"] = BOUND_GOAL[codec]
+        row["met"] = row["ratio"] <= row["goal"]
+        row["runs"] = got
+        rows.append(row)
+    batch_rows = [
+        {
+            "engine": name,
+            "qps": float(np.median(batch_runs[name])),
+            "best_qps": max(batch_runs[name]),
+            "runs": batch_runs[name],
+        }
+        for name, _ in batch_engines
+    ]
+    batch_ratio = None
+    if len(batch_rows) == 2:
+        batch_ratio = batch_rows[0]["qps"] / batch_rows[1]["qps"]
+
+    threads = info["scan_threads"]
+    print(
+        f"## Single query against each codec's memory bound, N={n:,} x d={d}, top-{K},"
+        f" {args.queries} queries, {args.runs} runs\n"
+    )
+    flags = " ".join(f"{f}{'+' if on else '-'}" for f, on in info["flags"].items())
+    print(f"{info['cpu']}, {info['cores']} cores; {flags}")
+    print(f"BLAS: {'; '.join(info['blas'])}")
+    print(f"numkong targets: {info['numkong']}; numpy {info['numpy']}")
+    print(
+        f"load average before/after: {load_before[0]:.2f} / {load_after[0]:.2f};"
+        f" CPU steal during the run: {fmt(steal, '.1f')} %;"
+        f" {time.perf_counter() - began:.0f} s\n"
+    )
+    speeds = ", ".join(f"{name} {value:.1f}" for name, value in reader_speeds.items())
+    print(
+        f"Bound read: `{reader_name}` ({READER_NAMES[reader_name]}), the fastest"
+        f" of [{speeds}] GB/s over {largest.shape[0] / 1e6:,.0f} MB on {threads} threads"
+        + (
+            f"; sgemv of the float32 rows with ones, for comparison: {sgemv:.1f} GB/s"
+            if sgemv
+            else ""
+        )
+        + "\n"
+    )
+    print(
+        f"| codec | scanned MB | single median ms | p95 ms | bound ms ({threads} threads)"
+        " | bound GB/s | 1-thread read GB/s | scan GB/s | latency ÷ bound (runs)"
+        f" | goal | recall@{K} |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|")
+    for row in rows:
+        per_run = " / ".join(f"{r:.2f}" for r in row["run_ratios"])
+        print(
+            f"| {row['codec']} | {row['scanned_bytes'] / 1e6:,.0f} | {row['median_ms']:.2f}"
+            f" | {row['p95_ms']:.2f} | {row['bound_ms']:.2f} | {row['bound_gbps']:.1f}"
+            f" | {row['one_thread_gbps']:.1f} | {row['scan_gbps']:.1f}"
+            f" | **{row['ratio']:.2f}** ({per_run})"
+            f" | ≤ {row['goal']}: {'met' if row['met'] else 'NOT met'} | {row['recall']:.3f} |"
+        )
+    if batch_rows:
+        print(
+            f"\n## Batch of {BATCH}, N={n:,} x d={d}: {args.batches} batches a pass,"
+            f" fastest of {args.passes} passes per run, median of {args.runs} runs\n"
+        )
+        print("| engine | batch-64 q/s | best run q/s | runs |")
+        print("|---|---:|---:|---|")
+        for brow in batch_rows:
+            print(
+                f"| {brow['engine']} | {brow['qps']:,.1f} | {brow['best_qps']:,.1f}"
+                f" | {' / '.join(f'{q:,.1f}' for q in brow['runs'])} |"
+            )
+        if batch_ratio is not None:
+            verdict = "met" if batch_ratio >= BATCH_GOAL else "NOT met"
+            print(
+                f"\nVectorIndex float32 ÷ {batch_rows[1]['engine']}: **{batch_ratio:.2f}**"
+                f" (goal ≥ {BATCH_GOAL}: {verdict})"
+            )
+            if info["faiss_blas_note"]:
+                print(f"\nNote: {info['faiss_blas_note']}.")
+
+    out = Path(args.json)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(
+        json.dumps(
+            {
+                "params": vars(args),
+                "machine": info
+                | {
+                    "load_average_before": load_before[0],
+                    "load_average_after": load_after[0],
+                    "steal_percent": steal,
+                    "seconds": time.perf_counter() - began,
+                },
+                "bound_reader": {
+                    "chosen": reader_name,
+                    "gbps": reader_speeds,
+                    "sgemv_gbps": sgemv,
+                    "block_bytes": READ_BLOCK,
+                    "threads": threads,
+                },
+                "single": rows,
+                "batch": batch_rows,
+                "batch_ratio": batch_ratio,
+                "goals": {"bound": BOUND_GOAL, "batch": BATCH_GOAL},
+            },
+            indent=2,
+        )
+    )
+    print(f"\nJSON written to {out}")
+    for engine in engines.values():
+        engine.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
