@@ -79,6 +79,7 @@ class Maintainer:
         self._cond = threading.Condition()
         self._pending: dict[Key, bool] = {}
         self._busy = False
+        self.looped = False  # whether the loop ever ran a pass (the core was started)
         self._loop: Loop = runtime.loop(
             "agentcore-index-maintenance", self._pass, interval=MAINTENANCE_IDLE
         )
@@ -92,6 +93,7 @@ class Maintainer:
     def _pass(self) -> float | None:
         """The loop's pass: one workspace's steps; then at once the next one's, or sleep
         if none waits. Steps end early once the loop is stopping."""
+        self.looped = True
         return 0.0 if self._run_next(lambda: self._loop.stopping) else None
 
     def _run_next(self, stopping: Callable[[], bool]) -> bool:

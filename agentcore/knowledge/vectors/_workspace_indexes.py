@@ -153,11 +153,12 @@ class WorkspaceIndexes:
         its threads (waiting up to ``timeout`` for a step under way). A core's
         runtime is stopped by the core.
 
-        When no maintenance loop runs (a core used embedded, never started, or one
-        stopped), the steps queued are run here first, for up to ``timeout`` seconds:
-        a workspace loaded from the store gets its segment files written, so the next
-        process maps them instead of reading every vector from the store."""
-        if not self._runtime.started:
+        When the maintenance loop never ran (a core used embedded, never started), the
+        steps queued are run here first, for up to ``timeout`` seconds: a workspace
+        loaded from the store gets its segment files written, so the next process maps
+        them instead of reading every vector from the store. A server's shutdown does
+        not wait for them (its next start writes what they would have)."""
+        if not self._runtime.started and not self._maintainer.looped:
             self._maintainer.run_queued(timeout)
         self._maintainer.close()
         self._loaded.clear()  # their mappings and files close with their last user
