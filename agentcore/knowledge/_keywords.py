@@ -106,6 +106,15 @@ def _csr(
     return _Postings(starts, rows[order].astype(np.int32), tfs[order].astype(np.float32))
 
 
+class _Vocabulary(dict[str, int]):
+    """Stem -> term id; a lookup (``[]``) of a new stem gives it the next id. Readers
+    use ``get``, which never adds one."""
+
+    def __missing__(self, stem: str) -> int:
+        term = self[stem] = len(self)
+        return term
+
+
 class StoredStems:
     """A vocabulary as a keyword file keeps it: the stems in term-id order, each ended
     by a newline, in one UTF-8 buffer, where each starts, and the term ids in the
@@ -191,7 +200,7 @@ class KeywordIndex:
         self._tokenize = tokenize
         self._lock = threading.Lock()
         # stem -> term id; ``None`` while a restored index still reads ``_stored``
-        self._vocabulary: dict[str, int] | None = {}
+        self._vocabulary: _Vocabulary | None = _Vocabulary()
         self._stored: StoredStems | None = None
         # live chunk id -> row; ``None`` until a restored index first needs it
         self._row_of: dict[int, int] | None = {}
@@ -243,12 +252,12 @@ class KeywordIndex:
             assert vocabulary is not None
         return vocabulary.get
 
-    def _terms(self) -> dict[str, int]:
+    def _terms(self) -> _Vocabulary:
         """The vocabulary as a dict, built from ``_stored`` at the first write (locked)."""
         if self._vocabulary is None:
             assert self._stored is not None
             strings = self._stored.strings()
-            self._vocabulary = dict(zip(strings, range(len(strings)), strict=True))
+            self._vocabulary = _Vocabulary(zip(strings, range(len(strings)), strict=True))
             self._stored = None
         return self._vocabulary
 
@@ -363,17 +372,10 @@ class KeywordIndex:
         vocabulary = self._terms()
         counts = np.fromiter(map(len, stems), dtype=np.int64, count=len(stems))
         total = int(counts.sum())
-        try:
-            terms = np.fromiter(
-                map(vocabulary.__getitem__, chain.from_iterable(stems)), np.int64, total
-            )
-        except KeyError:  # new stems: they join the vocabulary (in order of appearance)
-            for stem in dict.fromkeys(chain.from_iterable(stems)):
-                if stem not in vocabulary:
-                    vocabulary[stem] = len(vocabulary)
-            terms = np.fromiter(
-                map(vocabulary.__getitem__, chain.from_iterable(stems)), np.int64, total
-            )
+        # one pass: a known stem's id is a C lookup, a new one gets the next id
+        terms = np.fromiter(
+            map(vocabulary.__getitem__, chain.from_iterable(stems)), np.int64, total
+        )
         rows = np.repeat(np.arange(start, start + len(stems), dtype=np.int64), counts)
         width = max(len(vocabulary), 1)
         pairs, tf = np.unique(rows * width + terms, return_counts=True)

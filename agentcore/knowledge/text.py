@@ -10,10 +10,9 @@ counted with it too. The built-in plugins import it; nothing here imports a plug
 from __future__ import annotations
 
 import re
-import threading
 import unicodedata
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from itertools import chain
 from typing import cast
 
@@ -84,20 +83,30 @@ def stem_of(token: str) -> str | None:
     return _stem(word.replace("'", ""))
 
 
+class _StemCache(dict[str, str | None]):
+    """Each token's stem (``None``: dropped), learnt by the lookup that misses it: a
+    lookup that hits stays a C call (``map(cache.__getitem__, tokens)``), and one that
+    misses stems the token once and keeps it. Two threads missing the same token at
+    once store the same stem."""
+
+    def __missing__(self, token: str) -> str | None:
+        stem = self[token] = stem_of(token)
+        return stem
+
+
 class StemTokenizer:
     """The stems of texts: ``raw_tokens``, each through ``stem_of``.
 
     The hashing embedder reads the same stems (and learns each new stem's features as
     well); keyword search, the workspace term counts and the extractive chat model read
-    text with this. Each token's stem is cached (emptied past ``_CACHE_LIMIT`` tokens; the
-    new tokens of one call are learnt together). Thread-safe.
+    text with this. Each token's stem is cached (started afresh once the cache holds
+    ``_CACHE_LIMIT`` tokens, at the next call). Thread-safe.
     """
 
     _CACHE_LIMIT = 800_000
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._stems: dict[str, str | None] = {}
+        self._stems = _StemCache()
 
     def tokens(self, text: str) -> list[str]:
         """The stems of ``text``, in order."""
@@ -106,44 +115,29 @@ class StemTokenizer:
 
     def tokens_of(self, texts: Sequence[str]) -> list[list[str]]:
         """``tokens(text)`` of each of ``texts``."""
-        raws = [raw_tokens(text) for text in texts]
-        table = self._stems
-        # a stem is never empty, so only a dropped token (None) is falsy; a token not
-        # in the cache yet stops the pass, and the texts' new tokens are learnt at once
-        try:
-            return [list(filter(None, map(table.__getitem__, raw))) for raw in raws]
-        except KeyError:
-            table = self._learn(chain.from_iterable(raws))
-            return [list(filter(None, map(table.__getitem__, raw))) for raw in raws]
+        stem = self._cache().__getitem__
+        # a stem is never empty, so only a dropped token (None) is falsy
+        return [list(filter(None, map(stem, raw_tokens(text)))) for text in texts]
 
     def stem_frequencies(self, texts: Sequence[str]) -> Counter[str]:
         """Per stem, how many of ``texts`` hold it (``tokens_of`` counted once per text),
         without building the stem lists: what ``TermCounter`` counts sentences with."""
-        held: list[set[str | None]] = []
-        table = self._stems
-        for text in texts:
-            raw = raw_tokens(text)
-            try:
-                held.append(set(map(table.__getitem__, raw)))
-            except KeyError:
-                table = self._learn(raw)
-                held.append(set(map(table.__getitem__, raw)))
+        stem = self._cache().__getitem__
         # one count over every text's distinct stems (each ``update`` call first asks
         # whether its argument is a Mapping, an ABC check that costs more than a
         # sentence's counting); a dropped token adds to None, taken out below
-        counts: Counter[str | None] = Counter(chain.from_iterable(held))
+        counts: Counter[str | None] = Counter(
+            chain.from_iterable(set(map(stem, raw_tokens(text))) for text in texts)
+        )
         counts.pop(None, None)
         return cast("Counter[str]", counts)  # no None left
 
-    def _learn(self, raw: Iterable[str]) -> dict[str, str | None]:
-        """The cache, holding every token of ``raw`` (started afresh when full)."""
-        with self._lock:
-            table = self._stems
-            if len(table) >= self._CACHE_LIMIT:
-                table = self._stems = {}
-            for token in set(raw).difference(table):
-                table[token] = stem_of(token)
-            return table
+    def _cache(self) -> _StemCache:
+        """The cache, started afresh when full (a call keeps the one it got)."""
+        cache = self._stems
+        if len(cache) >= self._CACHE_LIMIT:
+            cache = self._stems = _StemCache()
+        return cache
 
 
 def raw_tokens(text: str) -> list[str]:
