@@ -25,8 +25,6 @@ Validation
 
 from __future__ import annotations
 
-import mmap
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,8 +40,10 @@ from agentcore.knowledge.text import STEMS_VERSION
 from agentcore.knowledge.vectors import (
     HEADER_BYTES,
     SegmentError,
+    align,
     file_header,
     read_file_header,
+    read_or_map,
     write_file_atomically,
 )
 
@@ -52,9 +52,6 @@ __all__ = ["KeywordFiles", "Stored"]
 MAGIC = b"ACKWIX\x00\x01"
 FORMAT = 1
 NAME = "keywords.bin"
-# Files smaller than this are read into memory; larger ones are mapped (read-only,
-# shared by every process of the machine through the page cache).
-MAP_MIN_BYTES = 1 << 20
 _log = get_logger(__name__)
 
 
@@ -84,10 +81,6 @@ def _sections(stems: StoredStems, snap: _Snapshot) -> dict[str, npt.NDArray[Any]
         "stem_starts": stems.starts,
         "stem_order": stems.order,
     }
-
-
-def _align(offset: int) -> int:
-    return -(-offset // HEADER_BYTES) * HEADER_BYTES
 
 
 class KeywordFiles:
@@ -123,7 +116,7 @@ class KeywordFiles:
         layout: dict[str, list[Any]] = {}
         for name, array in arrays.items():
             layout[name] = [offset, array.dtype.str, int(array.shape[0])]
-            offset = _align(offset + array.nbytes)
+            offset = align(offset + array.nbytes)
         meta = {
             "format": FORMAT,
             "store": self._identity,
@@ -158,15 +151,8 @@ class KeywordFiles:
             return None
 
     def _read(self, path: Path, tokenize: Tokenize, newest: int) -> Stored | None:
-        data: mmap.mmap | bytes
-        with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            if size < HEADER_BYTES:
-                raise SegmentError(f"{path.name}: truncated ({size} bytes)")
-            if size < MAP_MIN_BYTES:
-                data = f.read()
-            else:
-                data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        data = read_or_map(path)
+        size = len(data)
         meta = read_file_header(MAGIC, data, path.name, format=FORMAT)
         if meta["store"] != self._identity or meta["tokenizer"] != STEMS_VERSION:
             return None  # another database at this path, or another tokenizer's stems

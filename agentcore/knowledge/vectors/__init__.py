@@ -25,9 +25,11 @@ from agentcore.knowledge.vectors._reembed import WorkspaceEmbedders
 from agentcore.knowledge.vectors._segments import (
     HEADER_BYTES,
     SegmentError,
+    align,
     file_header,
     max_mapped_files,
     read_file_header,
+    read_or_map,
     segment_root,
     write_file_atomically,
 )
@@ -52,6 +54,7 @@ __all__ = [
     "WorkspaceIndexes",
     "WorkspaceRows",
     "adopt",
+    "align",
     "embed_passages",
     "encode_labels",
     "file_header",
@@ -61,6 +64,7 @@ __all__ = [
     "max_mapped_files",
     "nonzero_rows",
     "read_file_header",
+    "read_or_map",
     "scan_helpers",
     "scan_path",
     "segment_root",

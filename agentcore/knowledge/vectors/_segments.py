@@ -101,8 +101,25 @@ def _no_stage(stage: str) -> None:
     """The default ``WriteStages``: nothing to do."""
 
 
-def _align(offset: int) -> int:
+def align(offset: int) -> int:
+    """``offset`` rounded up to a page (``HEADER_BYTES``): where a file's next section starts."""
     return -(-offset // HEADER_BYTES) * HEADER_BYTES
+
+
+def read_or_map(path: Path, map_min_bytes: int = MAP_MIN_BYTES) -> mmap.mmap | bytes:
+    """The bytes of the file at ``path``: read into memory when it is smaller than
+    ``map_min_bytes`` (no file kept open, no mapping made), else mapped read-only.
+    ``SegmentError`` when it is shorter than a header."""
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size < HEADER_BYTES:
+            raise SegmentError(f"{path.name}: truncated ({size} bytes)")
+        if size >= map_min_bytes:
+            return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        data = f.read()
+    if len(data) != size:
+        raise SegmentError(f"{path.name}: truncated while read")
+    return data
 
 
 _datasync = getattr(os, "fdatasync", os.fsync)  # macOS has no fdatasync
@@ -342,7 +359,7 @@ class SegmentDirectory:
             *((("codes", n * d * codes_dtype.itemsize),) if own_codes else ()),
         ):
             sections[key] = [offset, int(nbytes)]
-            offset = _align(offset + nbytes)
+            offset = align(offset + nbytes)
         meta = {
             "format": FORMAT,
             "rows": int(n),
@@ -504,18 +521,8 @@ class SegmentDirectory:
         """Map segment file ``name`` read-only: a frozen part over the mapping (no copy).
         A file smaller than ``map_min_bytes`` is read into memory instead (no file is
         kept open and no mapping made)."""
-        path = self.path / name
-        mapped: mmap.mmap | bytes
-        with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            if size < HEADER_BYTES:
-                raise SegmentError(f"{name}: truncated ({size} bytes)")
-            if size < self.map_min_bytes:
-                mapped = f.read()
-                if len(mapped) != size:
-                    raise SegmentError(f"{name}: truncated while read")
-            else:
-                mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        mapped = read_or_map(self.path / name, self.map_min_bytes)
+        size = len(mapped)
         try:
             meta = read_file_header(SEGMENT_MAGIC, mapped, name)
             if size != meta["size"]:
