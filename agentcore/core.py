@@ -144,17 +144,15 @@ def _keyword_cache(
     files (``index_dir``) when there are any, written on a thread of their own (the
     writes queued when the core stops are finished first)."""
     root, identity = files
-    if root is None:
-        return KeywordCache(
-            store, stems.tokens_of, catchup_max_rows=settings.index_catchup_max_rows, budget=budget
-        )
     return KeywordCache(
         store,
         stems.tokens_of,
         catchup_max_rows=settings.index_catchup_max_rows,
         budget=budget,
-        files=KeywordFiles(root, identity),
-        submit=runtime.executor("agentcore-keyword-files", 1, finish_queued=True).submit,
+        files=None if root is None else KeywordFiles(root, identity),
+        submit=None
+        if root is None
+        else runtime.executor("agentcore-keyword-files", 1, finish_queued=True).submit,
     )
 
 

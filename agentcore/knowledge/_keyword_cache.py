@@ -146,14 +146,14 @@ class KeywordCache:
                 if self._caught_up(key, entry):
                     self._entries.put(key, entry, entry.index.nbytes)
                     return entry.index
-        version = self._store.knowledge_state(*key).version
         rows = self._store.load_index(*key, 0, vectors=False)
         index = KeywordIndex(self._tokenize)
         self._add(index, rows.ids, rows.labels)
         entry = _Built(version, index)
         self._entries.put(key, entry, index.nbytes)
-        # writes between the version read and the load are applied again by the next
-        # catch-up only where they are new (contains), as the vector index does
+        # ``version`` was read (by ``get``) before the load: writes in between are applied
+        # again by the next catch-up only where they are new (contains), as the vector
+        # index does
         self._write(key, entry)
         return index
 
