@@ -151,7 +151,8 @@ class ConversationService:
         starting_after: str | None = None,
     ) -> ConversationList:
         """A page of conversations, newest first (only ``agent_id``'s when given, only
-        those for the end user ``user`` when given).
+        those for the end user ``user`` when given). A client token lists its own user's,
+        with the agents it may use.
 
         ``limit`` defaults to ``default_page_size``; ``starting_after`` is the id of the
         last conversation of the previous page.
@@ -166,6 +167,7 @@ class ConversationService:
                     param="user",
                 )
             user = ws.client.user.id
+        agents = None if ws.client is None or ws.client.agents is None else ws.client.agents
         conversations, more = self._store.list_conversations(
             ws.organization_id,
             ws.environment,
@@ -173,6 +175,7 @@ class ConversationService:
             starting_after=starting_after,
             agent_id=agent_id,
             user=user,
+            agent_ids=None if agents is None else sorted(agents),
         )
         return ConversationList(conversations=conversations, has_more=more)
 
@@ -182,11 +185,11 @@ class ConversationService:
         return self._visible(conversation_id)
 
     def _visible(self, conversation_id: str) -> Conversation:
-        """The conversation, if the caller may see it (a client token: its user's own),
-        else a 404: another user's conversation does not exist for them."""
+        """The conversation, if the caller may see it (a client token: its user's own, with
+        an agent it may use), else a 404: another's does not exist for them."""
         ws = self._ws
         found = self._store.get_conversation(ws.organization_id, ws.environment, conversation_id)
-        if found is None or not ws.sees_conversation_of(found.user):
+        if found is None or not ws.sees_conversation_of(found.user, found.agentId):
             raise _missing(conversation_id)
         return found
 

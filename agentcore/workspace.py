@@ -90,10 +90,12 @@ class Workspace:
         """Whose rate limit a request is charged to: its client token's, else its key's."""
         return self.client.token_id if self.client is not None else self.key_id or ""
 
-    def sees_conversation_of(self, owner: str | None) -> bool:
+    def sees_conversation_of(self, owner: str | None, agent_id: str) -> bool:
         """Whether a conversation started for ``owner`` (an end user's id, or ``None``)
-        is visible: every one to a key; only its user's own to a client token."""
-        return self.client is None or owner == self.client.user.id
+        with ``agent_id`` is visible: every one to a key; to a client token only its
+        user's own, with an agent the token may use."""
+        client = self.client
+        return client is None or (owner == client.user.id and client.allows_agent(agent_id))
 
     def reader(self, user: EndUser | None) -> EndUser | None:
         """The end user a request acts for: ``user``, or, for a client token, the token's

@@ -687,9 +687,11 @@ class ConversationStore(Protocol):
         starting_after: str | None,
         agent_id: str | None = None,
         user: str | None = None,
+        agent_ids: Sequence[str] | None = None,
     ) -> tuple[list[Conversation], bool]:
         """A page of conversations (of one agent when ``agent_id`` is given, for one end
-        user when ``user`` is), newest first, and whether more follow, read in one
+        user when ``user`` is, with one of ``agent_ids`` when that is given: none when it
+        is empty), newest first, and whether more follow, read in one
         snapshot; ``NotFound`` when ``starting_after`` is no conversation of the
         workspace."""
 

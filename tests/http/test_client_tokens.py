@@ -256,6 +256,41 @@ def test_a_token_reads_and_changes_only_its_users_conversations(
     )
 
 
+def test_a_token_limited_to_agents_sees_only_their_conversations(
+    api: Api, world: dict[str, str]
+) -> None:
+    every = mint(api, user="ana")["token"]
+
+    def chat(agent: str) -> str:
+        body = {"agentId": agent, "message": "Where do I park?"}
+        response = api.post("/v1/chat/message", json=body, key=every)
+        assert response.status_code == 200, response.text
+        return str(response.json()["conversationId"])
+
+    parkings, others = chat(world["parking"]), chat(world["other"])
+    listed = api.get("/v1/conversations", key=every).json()["conversations"]
+    assert [c["id"] for c in listed] == [others, parkings]  # an unlimited token: both
+    one = mint(api, user="ana", agents=[world["parking"]])["token"]
+    assert [c["id"] for c in api.get("/v1/conversations", key=one).json()["conversations"]] == [
+        parkings
+    ]
+    other = api.get(f"/v1/conversations?agentId={world['other']}", key=one)
+    assert other.status_code == 200 and other.json()["conversations"] == []
+    message = api.get(f"/v1/conversations/{others}/messages").json()["messages"][-1]["id"]
+    for method, path, body in [
+        ("GET", f"/v1/conversations/{others}", None),
+        ("GET", f"/v1/conversations/{others}/messages", None),
+        ("POST", f"/v1/conversations/{others}/messages/{message}/feedback", {"rating": "up"}),
+        ("DELETE", f"/v1/conversations/{others}", None),
+    ]:
+        assert_problem(api.request(method, path, json=body, key=one), 404, "resource_missing")
+    assert api.get(f"/v1/conversations/{parkings}", key=one).status_code == 200
+    # the boundary: a token for no agent lists nothing, and the key still sees both
+    none = mint(api, user="ana", agents=[])["token"]
+    assert api.get("/v1/conversations", key=none).json()["conversations"] == []
+    assert api.get(f"/v1/conversations/{others}").status_code == 200
+
+
 def test_every_other_route_refuses_a_token(api: Api, world: dict[str, str]) -> None:
     token = mint(api, user="ana")["token"]
     ids = {

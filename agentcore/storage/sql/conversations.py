@@ -224,11 +224,18 @@ class ConversationTables(Tables, ConversationStore):
         starting_after: str | None,
         agent_id: str | None = None,
         user: str | None = None,
+        agent_ids: Sequence[str] | None = None,
     ) -> tuple[list[Conversation], bool]:
         given = {"agent_id": agent_id, "user_id": user}
         chosen = {column: value for column, value in given.items() if value is not None}
-        where = " AND ".join(f"{column} = ?" for column in chosen) or "1 = 1"
-        args = list(chosen.values())
+        conditions = [f"{column} = ?" for column in chosen]
+        args: list[Any] = list(chosen.values())
+        if agent_ids is not None:
+            conditions.append(
+                f"agent_id IN ({', '.join('?' * len(agent_ids))})" if agent_ids else "1 = 0"
+            )
+            args.extend(agent_ids)
+        where = " AND ".join(conditions) or "1 = 1"
         workspace = (organization_id, environment)
         rows, more = page(self.db, "conversations", workspace, limit, starting_after, where, args)
         return [_conversation(row) for row in rows], more
