@@ -42,7 +42,14 @@ from agentcore.conversations import ConversationService
 from agentcore.errors import NotFound
 from agentcore.events import EventBus
 from agentcore.keys import KeyManager, check_environment, check_scopes
-from agentcore.knowledge import KeywordCache, KeywordFiles, MetadataCache, Reranking
+from agentcore.knowledge import (
+    KeywordCache,
+    KeywordCopy,
+    KeywordFiles,
+    KeywordSnapshots,
+    MetadataCache,
+    Reranking,
+)
 from agentcore.knowledge.embedders import Embedder
 from agentcore.knowledge.ingest import (
     IngestionJobs,
@@ -71,6 +78,7 @@ from agentcore.schema import Health, LoopState, Organization
 from agentcore.storage.base import (
     BudgetedStore,
     Checkpointing,
+    KeywordSnapshotStore,
     ReopenableStore,
     Store,
     VectorSearchStore,
@@ -140,20 +148,35 @@ def _keyword_cache(
     files: tuple[Path | None, str],
 ) -> KeywordCache:
     """Each workspace's BM25 index, built at its first keyword or hybrid search with the
-    stemming tokenizer of the term counts, and kept in keyword files beside the segment
-    files (``index_dir``) when there are any, written on a thread of their own (the
-    writes queued when the core stops are finished first)."""
-    root, identity = files
+    stemming tokenizer of the term counts, and kept between processes (``_keyword_copies``),
+    written on a thread of their own (the writes queued when the core stops are finished
+    first)."""
+    copies = _keyword_copies(store, *files)
     return KeywordCache(
         store,
         stems.tokens_of,
         catchup_max_rows=settings.index_catchup_max_rows,
         budget=budget,
-        files=None if root is None else KeywordFiles(root, identity),
-        submit=None
-        if root is None
-        else runtime.executor("agentcore-keyword-files", 1, finish_queued=True).submit,
+        copies=copies,
+        submit=runtime.executor("agentcore-keyword-files", 1, finish_queued=True).submit
+        if copies
+        else None,
     )
+
+
+def _keyword_copies(store: Store, root: Path | None, identity: str) -> list[KeywordCopy]:
+    """Where keyword indexes are kept between processes: keyword files beside the segment
+    files (``index_dir``), and the store's snapshots unless the files are beside the
+    database (a SQLite file's): a PostgreSQL node's files are its own machine's, so a new
+    node reads the store's; with no files the store's are the only copy. Not for a
+    database in memory, which no other process opens."""
+    copies: list[KeywordCopy] = [] if root is None else [KeywordFiles(root, identity)]
+    beside = root is not None and identity.startswith("sqlite:")
+    url = str(getattr(store, "url", "") or "")
+    in_memory = url in ("", ":memory:", "sqlite://", "sqlite:///:memory:")
+    if isinstance(store, KeywordSnapshotStore) and not beside and not in_memory:
+        copies.append(KeywordSnapshots(store))
+    return copies
 
 
 def _index_files(store: Store, settings: Settings) -> tuple[Path | None, str]:

@@ -23,7 +23,9 @@ Variants, on the same database:
 * ``segments``: ``index_dir = "auto"`` after a process wrote the segment files (open the
   core, load the workspace, one search per mode, wait for maintenance, close: what a
   server that ran before the restart leaves behind);
-* ``no segments``: ``index_dir = "off"`` (every process reads the vectors from the store).
+* ``no segments``: ``index_dir = "off"`` (every process reads the vectors from the store),
+  after a process with that setting ran the same searches and closed (since the store
+  keeps keyword snapshots, it leaves one behind: what a fleet with no files leaves).
 
 Each figure comes from its own fresh child process (this script with ``--child``): it
 imports agentcore and opens the core (timed apart, as import+open), times exactly one
@@ -43,7 +45,7 @@ on a server that persists: the build's facts are the database's comment, written
 is complete), and measures two more variants the same way:
 
 * ``pg, no files``: ``index_dir = "off"``: every process loads its indexes from the
-  store. Up to 50918ed the same as the default ``"auto"``, which gives no files on
+  store (after a process with that setting ran, as for ``no segments``). Up to 50918ed the same as the default ``"auto"``, which gives no files on
   PostgreSQL; ``"off"`` keeps this variant file-less where ``"auto"`` puts files in the
   machine's cache directory;
 * ``pg, files``: ``index_dir`` set to a directory under ``--data-dir`` (one per size,
@@ -604,6 +606,7 @@ def measure(
             fresh = Corpus(args.vocabulary, args.seed, squad)
             builds[size] = build(db, size, fresh, args.chunk_chars)
         seconds = write_segments(db, setup_queries)
+        write_segments(db, setup_queries, "off")  # the store's keyword snapshot, if kept
         builds[size].update(
             db_mb=db.stat().st_size / 2**20,
             chunk_chars_mean=chunk_chars(db),
@@ -647,6 +650,7 @@ def measure(
             )
         files.mkdir(parents=True, exist_ok=True)
         seconds = write_segments(url, setup_queries, str(files))
+        write_segments(url, setup_queries, "off")
         pg_builds[size].update(**pg_facts(url), index_dir_mb=dir_mb(files), segment_write_s=seconds)
         print(
             f"  files written/checked in {seconds:.1f} s"

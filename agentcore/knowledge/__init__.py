@@ -13,12 +13,14 @@ from agentcore.knowledge._chunking import sentence_spans, split_sentences
 from agentcore.knowledge._citing import MAX_QUOTE_CHARS, support, supporting_pages
 from agentcore.knowledge._filters import MetadataCache, check_access, check_user
 from agentcore.knowledge._keyword_cache import KeywordCache
-from agentcore.knowledge._keyword_files import KeywordFiles
+from agentcore.knowledge._keyword_files import KeywordCopy, KeywordFiles, KeywordSnapshots
 from agentcore.knowledge._reranking import Reranking
 
 __all__ = [
     "KeywordCache",
+    "KeywordCopy",
     "KeywordFiles",
+    "KeywordSnapshots",
     "MetadataCache",
     "Reranking",
     "check_access",

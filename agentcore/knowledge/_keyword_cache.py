@@ -1,11 +1,12 @@
-"""Each workspace's keyword index in this process: read from its keyword file or built
-from the store on first use, then kept at the store's version through its change log."""
+"""Each workspace's keyword index in this process: read from its keyword file (or the
+store's snapshot) or built from the store on first use, then kept at the store's version
+through its change log."""
 
 from __future__ import annotations
 
 import concurrent.futures
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -15,21 +16,21 @@ from agentcore._memory_budget import KeyedLocks, Residency, ResidencyStats
 from agentcore.knowledge._keywords import MERGE_FRACTION, IdArray, KeywordIndex, Tokenize
 
 if TYPE_CHECKING:
-    from agentcore.knowledge._keyword_files import KeywordFiles
+    from agentcore.knowledge._keyword_files import KeywordCopy
     from agentcore.storage.base import IndexStore
 
 __all__ = ["KeywordCache"]
 
 _TEXT_BATCH = 2_000  # chunk texts read and tokenised at a time while loading
-# Rows added or removed since the keyword file past which it is written again: at least
-# this many, and at least 1/MERGE_FRACTION of the index (a fresh process then applies
-# at most that much of the change log on top of the file).
+# Rows added or removed since the keyword copies past which they are written again: at
+# least this many, and at least 1/MERGE_FRACTION of the index (a fresh process then
+# applies at most that much of the change log on top of a copy).
 REWRITE_MIN_ROWS = 2_000
 Key = tuple[str, str]
 
 
 class Submit(Protocol):
-    """Where keyword files are written: a pool's ``submit`` (raises ``RuntimeError``
+    """Where keyword copies are written: a pool's ``submit`` (raises ``RuntimeError``
     once the pool is closed)."""
 
     def __call__(self, fn: Any, /, *args: Any) -> concurrent.futures.Future[Any]: ...
@@ -38,8 +39,8 @@ class Submit(Protocol):
 @dataclass(eq=False)
 class _Built:
     """A workspace's keyword index, the store version it reflects, how many rows it
-    added or removed since its keyword file was written or read, and whether a write of
-    that file is under way."""
+    added or removed since its keyword copies were written or read, and whether a write
+    of them is under way."""
 
     version: int
     index: KeywordIndex
@@ -53,10 +54,11 @@ class KeywordCache:
     the rows added, the ids deleted; then the added chunks' texts). A gap the log
     cannot bridge rebuilds the workspace's index.
 
-    With ``files``, a workspace's first use reads its keyword file and applies the
-    change log since; without a usable one it builds the index from the store's chunk
-    texts and writes the file. Once the rows changed since the file pass
-    ``REWRITE_MIN_ROWS`` and an eighth of the index, it is written again.
+    With ``copies`` (``KeywordFiles``, ``KeywordSnapshots``), a workspace's first use
+    reads the first usable one and applies the change log since (and writes the copies
+    before it: a node's file from the store's snapshot); without one it builds the index
+    from the store's chunk texts and writes every copy. Once the rows changed since pass
+    ``REWRITE_MIN_ROWS`` and an eighth of the index, the copies are written again.
 
     The indexes are charged their ``nbytes`` to ``budget``, a ``Residency`` whose bounds
     they share (the core's: the vector indexes' ``index_cache_bytes``), so the least
@@ -67,9 +69,10 @@ class KeywordCache:
     :param tokenize: the stemming tokenizer (``StemTokenizer.tokens_of``).
     :param catchup_max_rows: most rows to add from the log before a rebuild is preferred.
     :param budget: the ``Residency`` whose bounds to share; ``None``: keep every index.
-    :param files: where keyword files are kept (``KeywordFiles``); ``None``: none.
-    :param submit: runs the file writes off the searching thread (a pool's ``submit``);
-        ``None``, or a closed pool: they are written by the search that made them due.
+    :param copies: where keyword indexes are kept between processes, the one to read
+        first first; none: nowhere.
+    :param submit: runs the copies' writes off the searching thread (a pool's
+        ``submit``); ``None``, or a closed pool: the search that made them due writes.
     """
 
     def __init__(
@@ -79,7 +82,7 @@ class KeywordCache:
         *,
         catchup_max_rows: int = 100_000,
         budget: Residency[Any, Any] | None = None,
-        files: KeywordFiles | None = None,
+        copies: Sequence[KeywordCopy] = (),
         submit: Submit | None = None,
     ) -> None:
         self._store = store
@@ -88,7 +91,7 @@ class KeywordCache:
         self._writes_lock = threading.Lock()
         self._tokenize = tokenize
         self._catchup_max_rows = catchup_max_rows
-        self._files = files
+        self._copies = tuple(copies)
         self._entries: Residency[Key, _Built] = Residency(share=budget)
         self._locks: KeyedLocks[Key] = KeyedLocks()
 
@@ -115,7 +118,7 @@ class KeywordCache:
 
     def _caught_up(self, key: Key, entry: _Built) -> bool:
         """Apply the change log since ``entry``'s version to its index (and write its
-        file again when due); whether the log bridged the gap."""
+        copies again when due); whether the log bridged the gap."""
         changes = self._store.changes_since(
             *key, entry.version, max_rows=self._catchup_max_rows, vectors=False
         )
@@ -137,15 +140,18 @@ class KeywordCache:
         return True
 
     def _load(self, key: Key, version: int) -> KeywordIndex:
-        """The workspace's index from its keyword file and the change log since, or
-        else built from the store (and its file written); installed in the cache."""
-        if self._files is not None:
-            stored = self._files.read(key, self._tokenize, version)
-            if stored is not None:
-                entry = _Built(stored.version, stored.index)
-                if self._caught_up(key, entry):
-                    self._entries.put(key, entry, entry.index.nbytes)
-                    return entry.index
+        """The workspace's index from its first usable copy and the change log since, or
+        else built from the store (and its copies written); installed in the cache."""
+        for place, copy in enumerate(self._copies):
+            stored = copy.read(key, self._tokenize, version)
+            if stored is None:
+                continue
+            entry = _Built(stored.version, stored.index)
+            if self._caught_up(key, entry):
+                self._entries.put(key, entry, entry.index.nbytes)
+                if place and not entry.writing:  # e.g. this node's file, from the store's
+                    self._write(key, entry, self._copies[:place])
+                return entry.index
         rows = self._store.load_index(*key, 0, vectors=False)
         index = KeywordIndex(self._tokenize)
         self._add(index, rows.ids, rows.labels)
@@ -158,21 +164,23 @@ class KeywordCache:
         return index
 
     def wait_for_writes(self, timeout: float | None = None) -> bool:
-        """Wait until the keyword file writes under way are done; whether they are."""
+        """Wait until the keyword copies' writes under way are done; whether they are."""
         with self._writes_lock:
             pending = list(self._writes)
         _, running = concurrent.futures.wait(pending, timeout)
         return not running
 
-    def _write(self, key: Key, entry: _Built) -> None:
-        """Write ``entry``'s keyword file, if files are kept: on ``submit``'s pool, or
-        here when there is none (or it is closed); never two at once for one entry."""
-        if self._files is None or entry.writing:
+    def _write(self, key: Key, entry: _Built, copies: Sequence[KeywordCopy] | None = None) -> None:
+        """Write ``entry`` to ``copies`` (default: every one): on ``submit``'s pool, or
+        here when there is none (or it is closed); never two writes at once for one
+        entry."""
+        copies = self._copies if copies is None else copies
+        if not copies or entry.writing:
             return
         entry.writing = True
         if self._submit is not None:
             try:
-                future = self._submit(self._write_now, key, entry)
+                future = self._submit(self._write_now, key, entry, copies)
             except RuntimeError:  # the pool is closed: the core is stopping
                 pass
             else:
@@ -180,19 +188,19 @@ class KeywordCache:
                     self._writes.add(future)
                 future.add_done_callback(self._written)
                 return
-        self._write_now(key, entry)
+        self._write_now(key, entry, copies)
 
     def _written(self, future: concurrent.futures.Future[Any]) -> None:
         with self._writes_lock:
             self._writes.discard(future)
 
-    def _write_now(self, key: Key, entry: _Built) -> None:
-        """Write the file of ``entry`` as it is now: its version read before its index,
-        so the file never claims a version its rows have not reached."""
-        assert self._files is not None
+    def _write_now(self, key: Key, entry: _Built, copies: Sequence[KeywordCopy]) -> None:
+        """Write ``entry`` as it is now to ``copies``: its version read before its index,
+        so no copy claims a version its rows have not reached."""
         try:
             version, unwritten = entry.version, entry.unwritten
-            if self._files.write(key, version, entry.index):
+            written = [copy.write(key, version, entry.index) for copy in copies]
+            if all(written) and copies is self._copies:
                 entry.unwritten -= unwritten
         finally:
             entry.writing = False

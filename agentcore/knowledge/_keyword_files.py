@@ -1,5 +1,6 @@
-"""Keyword files: a workspace's BM25 index kept beside its vector segment files, so a
-fresh process reads it back instead of tokenising every chunk again.
+"""Keyword files: a workspace's BM25 index kept beside its vector segment files (and,
+where those are each machine's own, in the store too), so a fresh process reads it back
+instead of tokenising every chunk again.
 
 The store stays the source of truth; the file is a per-machine cache of the index as
 of one change-log version. A process that built a workspace's keyword index from the
@@ -21,14 +22,19 @@ Validation
     checksum or a section out of range is not used (logged): the index is built from
     the store and the file written again. The arrays are not checksummed at load (that
     would read them whole); files are only ever published complete and fsynced.
+
+In the store
+    ``KeywordSnapshots`` keeps the same bytes in the store (``KeywordSnapshotStore``),
+    for a process with no file of its own: a PostgreSQL node whose cache directory is
+    new (a fresh container, another machine), or any process with ``index_dir = "off"``.
+    Both are a ``KeywordCopy``; ``KeywordCache`` reads the first usable one.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import quote
 
 import numpy as np
@@ -47,11 +53,16 @@ from agentcore.knowledge.vectors import (
     write_file_atomically,
 )
 
-__all__ = ["KeywordFiles", "Stored"]
+if TYPE_CHECKING:
+    from agentcore.storage.base import KeywordSnapshotStore
+
+__all__ = ["KeywordCopy", "KeywordFiles", "KeywordSnapshots", "Stored"]
 
 MAGIC = b"ACKWIX\x00\x01"
 FORMAT = 1
 NAME = "keywords.bin"
+IN_STORE = "store"
+"""The identity a snapshot in the store names (it cannot be another store's)."""
 _log = get_logger(__name__)
 
 
@@ -83,8 +94,75 @@ def _sections(stems: StoredStems, snap: _Snapshot) -> dict[str, npt.NDArray[Any]
     }
 
 
+class KeywordCopy(Protocol):
+    """Where a workspace's keyword index is kept between processes (``KeywordCache``
+    reads the first usable copy, and writes every one)."""
+
+    def read(self, key: tuple[str, str], tokenize: Tokenize, newest: int) -> Stored | None:
+        """``key``'s index, if there is a usable copy of a version at most ``newest``
+        (the store's); ``None`` otherwise (an unusable copy is logged)."""
+
+    def write(self, key: tuple[str, str], version: int, index: KeywordIndex) -> bool:
+        """Keep ``index`` (as of store ``version``) as ``key``'s copy, replacing the
+        previous one; whether it was kept. Never raises: a copy is a cache, so a failure
+        is logged and searches go on."""
+
+
+def _encode(
+    version: int, index: KeywordIndex, identity: str
+) -> tuple[list[tuple[int, memoryview]], int]:
+    """The bytes of ``index`` as of ``version``: (offset, bytes) pieces and the size."""
+    stems, snap = index.state()
+    arrays = {name: np.ascontiguousarray(a) for name, a in _sections(stems, snap).items()}
+    offset = HEADER_BYTES
+    layout: dict[str, list[Any]] = {}
+    for name, array in arrays.items():
+        layout[name] = [offset, array.dtype.str, int(array.shape[0])]
+        offset = align(offset + array.nbytes)
+    meta = {
+        "format": FORMAT,
+        "store": identity,
+        "tokenizer": STEMS_VERSION,
+        "version": int(version),
+        "live": int(snap.live),
+        "live_length": float(snap.live_length),
+        "size": offset,
+        "sections": layout,
+    }
+    pieces = [(0, memoryview(file_header(MAGIC, meta)))]
+    pieces.extend(
+        (layout[name][0], array.reshape(-1).view(np.uint8).data) for name, array in arrays.items()
+    )
+    return pieces, offset
+
+
+def _decode(data: Any, name: str, identity: str, tokenize: Tokenize, newest: int) -> Stored | None:
+    """The index held in ``data`` (a buffer), if it is ``identity``'s and of the running
+    tokenizer; ``None`` if not. Raises ``SegmentError`` (or ``ValueError``, ``KeyError``,
+    ``TypeError``) for damaged bytes or a version past ``newest``."""
+    size = len(data)
+    meta = read_file_header(MAGIC, data, name, format=FORMAT)
+    if meta["store"] != identity or meta["tokenizer"] != STEMS_VERSION:
+        return None  # another database at this path, or another tokenizer's stems
+    version = int(meta["version"])
+    if version > newest or meta["size"] != size:
+        raise SegmentError(f"{name}: of version {version} and {size} bytes")
+    arrays: dict[str, npt.NDArray[Any]] = {}
+    for section, (offset, dtype, count) in meta["sections"].items():
+        kind = np.dtype(dtype)
+        if offset < HEADER_BYTES or offset + count * kind.itemsize > size:
+            raise SegmentError(f"{name}: section {section} out of range")
+        arrays[section] = np.frombuffer(data, dtype=kind, count=count, offset=offset)
+    return Stored(version, KeywordIndex.restore(tokenize, *_state(arrays, meta, name)))
+
+
+_UNUSABLE = (SegmentError, ValueError, KeyError, TypeError)
+"""What damaged or foreign bytes raise while being read (``_decode``)."""
+
+
 class KeywordFiles:
-    """Where a store's keyword files are, and how they are written and read.
+    """Where a store's keyword files are, and how they are written and read (a
+    ``KeywordCopy``).
 
     :param root: the store's segment root (``segment_root``); a workspace's file is in
         its segment directory.
@@ -104,68 +182,74 @@ class KeywordFiles:
         previous one; whether it was written. Never raises: the file is a cache, so a
         failure (a full disk, a read-only directory) is logged and searches go on."""
         try:
-            return self._write(key, version, index)
+            pieces, size = _encode(version, index, self._identity)
+            directory = self.path(key).parent
+            directory.mkdir(parents=True, exist_ok=True)
+            write_file_atomically(directory, NAME, iter(pieces), size=size)
+            return True
         except Exception:  # whatever it was, no search fails for a cache file
             _log.warning("could not write the keyword file of %s/%s", *key, exc_info=True)
             return False
-
-    def _write(self, key: tuple[str, str], version: int, index: KeywordIndex) -> bool:
-        stems, snap = index.state()
-        arrays = {name: np.ascontiguousarray(a) for name, a in _sections(stems, snap).items()}
-        offset = HEADER_BYTES
-        layout: dict[str, list[Any]] = {}
-        for name, array in arrays.items():
-            layout[name] = [offset, array.dtype.str, int(array.shape[0])]
-            offset = align(offset + array.nbytes)
-        meta = {
-            "format": FORMAT,
-            "store": self._identity,
-            "tokenizer": STEMS_VERSION,
-            "version": int(version),
-            "live": int(snap.live),
-            "live_length": float(snap.live_length),
-            "size": offset,
-            "sections": layout,
-        }
-
-        def pieces() -> Iterator[tuple[int, memoryview]]:
-            yield 0, memoryview(file_header(MAGIC, meta))
-            for name, array in arrays.items():
-                yield layout[name][0], array.reshape(-1).view(np.uint8).data
-
-        directory = self.path(key).parent
-        directory.mkdir(parents=True, exist_ok=True)
-        write_file_atomically(directory, NAME, pieces(), size=offset)
-        return True
 
     def read(self, key: tuple[str, str], tokenize: Tokenize, newest: int) -> Stored | None:
         """``key``'s index from its file, if there is a usable one of a version at most
         ``newest`` (the store's); ``None`` otherwise (an unusable file is logged)."""
         path = self.path(key)
         try:
-            return self._read(path, tokenize, newest)
+            return _decode(read_or_map(path), path.name, self._identity, tokenize, newest)
         except FileNotFoundError:
             return None
-        except (OSError, SegmentError, ValueError, KeyError, TypeError) as exc:
+        except (OSError, *_UNUSABLE) as exc:
             _log.warning("not using the keyword file %s: %s", path, exc)
             return None
 
-    def _read(self, path: Path, tokenize: Tokenize, newest: int) -> Stored | None:
-        data = read_or_map(path)
-        size = len(data)
-        meta = read_file_header(MAGIC, data, path.name, format=FORMAT)
-        if meta["store"] != self._identity or meta["tokenizer"] != STEMS_VERSION:
-            return None  # another database at this path, or another tokenizer's stems
-        version = int(meta["version"])
-        if version > newest or meta["size"] != size:
-            raise SegmentError(f"{path.name}: of version {version} and {size} bytes")
-        arrays: dict[str, npt.NDArray[Any]] = {}
-        for name, (offset, dtype, count) in meta["sections"].items():
-            kind = np.dtype(dtype)
-            if offset < HEADER_BYTES or offset + count * kind.itemsize > size:
-                raise SegmentError(f"{path.name}: section {name} out of range")
-            arrays[name] = np.frombuffer(data, dtype=kind, count=count, offset=offset)
-        return Stored(version, KeywordIndex.restore(tokenize, *_state(arrays, meta, path.name)))
+
+class KeywordSnapshots:
+    """Keyword indexes kept in the store itself (a ``KeywordCopy``): the bytes of a
+    keyword file, for the processes that have none of their own. A snapshot found
+    unusable is replaced by the next write, whatever version it claims.
+
+    :param store: a store with the ``KeywordSnapshotStore`` capability.
+    """
+
+    def __init__(self, store: KeywordSnapshotStore) -> None:
+        self._store = store
+        self._unusable: set[tuple[str, str]] = set()
+
+    def write(self, key: tuple[str, str], version: int, index: KeywordIndex) -> bool:
+        """Store ``index`` as ``key``'s snapshot as of ``version``, unless the stored one
+        is as new (another process wrote it); whether the store now has one as new.
+        Never raises: a failure (the database unreachable) is logged and searches go on."""
+        try:
+            pieces, size = _encode(version, index, IN_STORE)
+            data = bytearray(size)
+            for offset, piece in pieces:
+                data[offset : offset + piece.nbytes] = piece
+            replace = key in self._unusable
+            self._store.put_keyword_snapshot(*key, version, data, replace=replace)
+            self._unusable.discard(key)
+            return True
+        except Exception:  # a cache: no search fails for it
+            _log.warning("could not store the keyword index of %s/%s", *key, exc_info=True)
+            return False
+
+    def read(self, key: tuple[str, str], tokenize: Tokenize, newest: int) -> Stored | None:
+        """``key``'s index from the store's snapshot, if there is a usable one of a
+        version at most ``newest``; ``None`` otherwise (an unusable one is logged)."""
+        found = self._store.keyword_snapshot(*key)
+        if found is None:
+            return None
+        version, data = found
+        try:
+            stored = _decode(data, "keyword snapshot", IN_STORE, tokenize, newest)
+            if stored is not None and stored.version != version:
+                raise SegmentError(f"keyword snapshot: of version {stored.version}, not {version}")
+        except _UNUSABLE as exc:
+            _log.warning("not using the stored keyword index of %s/%s: %s", *key, exc)
+            stored = None
+        if stored is None:  # damaged, or another tokenizer's: replaced at the next write
+            self._unusable.add(key)
+        return stored
 
 
 def _state(

@@ -32,7 +32,7 @@ narrowest it needs, so a slice names exactly who depends on it:
 ``KnowledgeStore`` is the four knowledge slices (what ``KnowledgeService`` hands its
 parts); ``Store`` is every slice and a lifecycle, held whole only by the composition
 root (``AgentCore``). The optional capabilities at the end (``VectorSearchStore``,
-``ObservableStore``, ``BudgetedStore``, ``ReopenableStore``, ``EventWaiter``,
+``KeywordSnapshotStore``, ``ObservableStore``, ``BudgetedStore``, ``ReopenableStore``, ``EventWaiter``,
 ``Checkpointing``) are found with ``isinstance``; a store without one still works.
 
 Every method takes plain values and returns models or small records, and scopes by
@@ -844,6 +844,30 @@ class VectorSearchStore(Protocol):
         best first, ties by ascending id (as ``VectorIndex.search``), among the rows of
         ``documents`` and of ``chunk_ids`` when given (before the top ``k`` is taken).
         One query, over the rows committed when it runs."""
+
+
+@runtime_checkable
+class KeywordSnapshotStore(Protocol):
+    """Optional capability: a store that keeps each workspace's keyword index as bytes
+    (the built-in stores), for the processes that have no keyword file of their own."""
+
+    def keyword_snapshot(self, organization_id: str, environment: str) -> tuple[int, bytes] | None:
+        """The workspace's stored keyword index: the version it reflects and its bytes;
+        ``None`` when none is stored (or its parts are of different writes)."""
+
+    def put_keyword_snapshot(
+        self,
+        organization_id: str,
+        environment: str,
+        version: int,
+        data: bytes | bytearray | memoryview,
+        *,
+        replace: bool = False,
+    ) -> bool:
+        """Store ``data`` as the workspace's keyword index as of ``version``, replacing an
+        older one (or one that is not whole, or claims a version the workspace has not
+        reached); whether it was stored (not when the stored one is as new, unless
+        ``replace``: the stored one was found unusable). One transaction."""
 
 
 @runtime_checkable

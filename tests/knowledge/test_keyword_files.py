@@ -1,9 +1,11 @@
 """Keyword files: a workspace's BM25 index read back by a fresh process instead of being
 rebuilt from every chunk's text, kept current from the change log, and never trusted
-when it is damaged, of another store, or ahead of the store.
+when it is damaged, of another store, or ahead of the store. The same for the store's
+snapshot of it, which a process without files of its own reads (a new PostgreSQL node,
+``index_dir = "off"``).
 
 A file that was read is left as it was (same inode); a rebuild writes a new one. Every
-figure is checked against an index built from the store with no file at all.
+figure is checked against an index built from the store with no copy at all.
 """
 
 from __future__ import annotations
@@ -11,12 +13,14 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 import pytest
 
+import agentcore.core
 from agentcore import AgentCore
-from agentcore.knowledge import KeywordFiles, _keyword_cache
+from agentcore.knowledge import KeywordFiles, KeywordSnapshots, _keyword_cache
 from agentcore.knowledge._keywords import KeywordIndex
 from agentcore.knowledge.text import stems
 from agentcore.knowledge.vectors import (
@@ -25,6 +29,7 @@ from agentcore.knowledge.vectors import (
     _workspace_loading,
     segment_root,
 )
+from agentcore.storage.sql import vectors as sql_vectors
 
 TEXTS = {
     "vacation.txt": "The vacation policy gives every employee twenty five vacation days.",
@@ -66,8 +71,11 @@ def filled(store_url: str, index_dir: str) -> Iterator[str]:
 
 
 def reference(url: str) -> dict[str, list[tuple[str, float, float]]]:
-    """Each query's keyword ranking from an index built from the store, no file."""
-    with open_core(url, "off") as core:
+    """Each query's keyword ranking from an index built from the store, no copy read."""
+    with (
+        mock.patch.object(agentcore.core, "_keyword_copies", lambda *args: []),
+        open_core(url, "off") as core,
+    ):
         return {query: ranking(core, query) for query in QUERIES}
 
 
@@ -288,3 +296,126 @@ def test_a_file_that_cannot_be_written_leaves_searches_working(
         assert {query: ranking(core, query) for query in QUERIES} == reference(filled)
         assert core.keywords.wait_for_writes(60)
     assert any("could not write the keyword file" in r.getMessage() for r in caplog.records)
+
+
+# the store's snapshot ------------------------------------------------------------------
+
+
+def fill(core: AgentCore) -> str:
+    """``TEXTS`` in acme's test workspace, searched by keyword; its organization's id."""
+    ws = core.workspace("acme")
+    for source, text in TEXTS.items():
+        ws.knowledge.ingest_text(source, text)
+    assert ranking(core, "vacation")
+    assert core.keywords.wait_for_writes(60)
+    return ws.organization_id
+
+
+class TextReads:
+    """Counts the chunk texts a core's store reads (what building a keyword index does)."""
+
+    def __init__(self, core: AgentCore, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.ids = 0
+        read = core.store.chunk_texts_by_id
+
+        def counted(ids: list[int]) -> dict[int, str]:
+            self.ids += len(ids)
+            return read(ids)
+
+        monkeypatch.setattr(core.store, "chunk_texts_by_id", counted)
+
+
+@pytest.mark.both_stores
+def test_a_process_without_files_reads_the_stores_snapshot(
+    store_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    postgres = store_url.startswith("postgres")
+    # SQLite: no files at all; PostgreSQL: a second node with a cache of its own
+    first, second = (str(tmp_path / "a"), str(tmp_path / "b")) if postgres else ("off", "off")
+    with open_core(store_url, first) as core:
+        org = fill(core)
+        stored = core.store.keyword_snapshot(org, "test")
+        assert stored is not None and stored[0] == core.store.knowledge_state(org, "test").version
+    with open_core(store_url, second) as core:
+        reads = TextReads(core, monkeypatch)
+        found = {query: ranking(core, query) for query in QUERIES}
+        assert core.keywords.stats().loads == 1
+        assert reads.ids == 0  # read back, not built from the chunks' texts
+        assert core.keywords.wait_for_writes(60)
+    assert found == reference(store_url)
+    if postgres:  # the new node wrote its own file from the snapshot
+        assert keyword_file(tmp_path / "b").is_file()
+    else:
+        assert not list(tmp_path.rglob("keywords.bin"))
+
+
+def test_a_sqlite_file_with_files_beside_it_keeps_no_snapshot(filled: str) -> None:
+    with open_core(filled, "auto") as core:
+        org = core.workspace("acme").organization_id
+        assert ranking(core, "vacation")
+        assert core.keywords.wait_for_writes(60)
+        assert core.store.keyword_snapshot(org, "test") is None
+    assert agentcore.core._keyword_copies(core.store, None, "") != []  # "off": the store's
+    with AgentCore.open(":memory:") as memory:  # no other process opens it: none
+        assert agentcore.core._keyword_copies(memory.store, None, "") == []
+
+
+def test_a_snapshot_in_several_parts_round_trips(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sql_vectors, "SNAPSHOT_PART_BYTES", 4096)
+    with open_core(str(db_path), "off") as core:
+        org = fill(core)
+        stored = core.store.keyword_snapshot(org, "test")
+        assert stored is not None and len(stored[1]) > 4 * 4096  # in five parts or more
+        version = stored[0]
+        copy = KeywordSnapshots(core.store)
+        restored = copy.read((org, "test"), stems.tokens_of, newest=version)
+        assert restored is not None and restored.version == version
+        assert len(restored.index) == len(TEXTS)
+        assert copy.read((org, "test"), stems.tokens_of, newest=version - 1) is None  # ahead
+
+
+def _garbled(core: AgentCore, org: str) -> None:
+    with core.store.db.write() as conn:
+        conn.execute("UPDATE keyword_snapshots SET data = ?", [os.urandom(5000)])
+
+
+def _mixed(core: AgentCore, org: str) -> None:
+    with core.store.db.write() as conn:  # one part of another write
+        conn.execute("UPDATE keyword_snapshots SET version = version - 1 WHERE part = 1")
+
+
+def _ahead(core: AgentCore, org: str) -> None:
+    with core.store.db.write() as conn:
+        conn.execute("UPDATE keyword_snapshots SET version = 1000000000")
+
+
+def _of_another_tokenizer(core: AgentCore, org: str) -> None:
+    with core.store.db.write() as conn:
+        row = conn.execute("SELECT data FROM keyword_snapshots WHERE part = 0").fetchone()
+        data = bytes(row["data"]).replace(b'"tokenizer": ', b'"tokenizer":-', 1)
+        conn.execute("UPDATE keyword_snapshots SET data = ? WHERE part = 0", [data])
+
+
+@pytest.mark.parametrize("damage", [_garbled, _mixed, _ahead, _of_another_tokenizer])
+def test_an_unusable_snapshot_is_rebuilt_and_replaced(
+    db_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    damage: object,
+) -> None:
+    monkeypatch.setattr(sql_vectors, "SNAPSHOT_PART_BYTES", 4096)
+    url = str(db_path)
+    with open_core(url, "off") as core:
+        org = fill(core)
+        damage(core, org)  # type: ignore[operator]
+    with caplog.at_level("WARNING", logger="agentcore"), open_core(url, "off") as core:
+        reads = TextReads(core, monkeypatch)
+        found = {query: ranking(core, query) for query in QUERIES}
+        assert reads.ids == len(TEXTS)  # built from the store
+        assert core.keywords.wait_for_writes(60)
+        version = core.store.knowledge_state(org, "test").version
+        fixed = KeywordSnapshots(core.store).read((org, "test"), stems.tokens_of, version)
+        assert fixed is not None and fixed.version == version  # and stored again
+    assert found == reference(url)

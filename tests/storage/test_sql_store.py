@@ -88,6 +88,7 @@ def test_migrations_render_for_each_dialect() -> None:
         "message_stats",
         "chunk_location",
         "document_warnings",
+        "keyword_snapshots",
     ]
     for step in MIGRATIONS:
         for dialect in (SQLITE, POSTGRES):

@@ -37,6 +37,7 @@ from agentcore.schema import (
 from agentcore.storage.base import (
     BudgetedStore,
     EventWaiter,
+    KeywordSnapshotStore,
     ObservableStore,
     ReopenableStore,
     Store,
@@ -50,6 +51,7 @@ from agentcore.storage.records import (
     StoredMessage,
     StoredResult,
 )
+from agentcore.storage.sql import vectors as sql_vectors
 from agentcore.storage.sqlite import SQLiteStore
 
 pytestmark = pytest.mark.filterwarnings("ignore::ResourceWarning")
@@ -354,6 +356,27 @@ def test_documents_chunks_and_vectors(store: Any) -> None:
     assert store.count_vectors(org_id, "test") == 0
     assert store.get_chunks(ids) == {}
     assert store.knowledge_state(org_id, "test").version == 2
+
+
+def test_keyword_snapshots(store: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert isinstance(store, KeywordSnapshotStore)
+    monkeypatch.setattr(sql_vectors, "SNAPSHOT_PART_BYTES", 10)
+    org_id = org(store)
+    assert store.keyword_snapshot(org_id, "test") is None
+    ingest(store, org_id, n=2)
+    ingest(store, org_id, n=2)  # the workspace is at version 2
+    data = bytes(range(25))  # three parts
+    assert store.put_keyword_snapshot(org_id, "test", 1, memoryview(data))
+    assert store.keyword_snapshot(org_id, "test") == (1, data)
+    assert store.keyword_snapshot(org_id, "live") is None  # each workspace its own
+    assert not store.put_keyword_snapshot(org_id, "test", 1, b"same version")
+    assert store.put_keyword_snapshot(org_id, "test", 1, b"replaced", replace=True)
+    assert store.put_keyword_snapshot(org_id, "test", 2, b"newer")  # fewer parts: one
+    assert store.keyword_snapshot(org_id, "test") == (2, b"newer")
+    assert not store.put_keyword_snapshot(org_id, "test", 1, bytearray(b"an older one"))
+    assert store.keyword_snapshot(org_id, "test") == (2, b"newer")
+    assert store.put_keyword_snapshot(org_id, "test", 2, b"", replace=True)  # one empty part
+    assert store.keyword_snapshot(org_id, "test") == (2, b"")
 
 
 def test_keep_mask_and_add_vectors(store: Any) -> None:

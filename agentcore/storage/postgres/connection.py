@@ -289,6 +289,14 @@ class Database:
         if places:
             raise ValueError(f"segments {sorted(places)} were deleted while they were read")
 
+    def fetch_blobs(self, conn: Conn, sql: str, params: Sequence[Any]) -> list[Any]:
+        """The rows of one ``SELECT``, received in binary: a ``bytea`` as text is hex, twice
+        its size, and decoding it cost three times the transfer (61 MB: 370 ms against
+        110 ms)."""
+        with conn.cursor(binary=True) as cursor:
+            cursor.execute(sql, params)
+            return cursor.fetchall()
+
     def read_vector_rows(
         self, conn: Conn, workspace: Sequence[str], segments: Ids, offsets: Ids, out: Vectors
     ) -> None:

@@ -106,6 +106,10 @@ class Database(Protocol):
         the segments of ``workspace`` (organization, environment) that exist; other
         rows of ``out`` are left as they are."""
 
+    def fetch_blobs(self, conn: Any, sql: str, params: Sequence[Any]) -> list[Any]:
+        """The rows of one ``SELECT`` whose columns include large blobs, each as
+        ``bytes`` (PostgreSQL sends them in binary, not hex-encoded at twice the size)."""
+
     def current_cache(self, name: str) -> dict[Any, Any]:
         """A dict of values read from the database as it is now: emptied whenever
         anything was written since it was last asked for (a database that cannot tell

@@ -636,3 +636,20 @@ def m027_document_warnings(d: Dialect) -> str:
     return """
         ALTER TABLE documents ADD COLUMN warnings TEXT;
         """
+
+
+@migration()
+def m028_keyword_snapshots(d: Dialect) -> str:
+    """Each workspace's keyword index as of one version (``KeywordFiles``' bytes), in
+    parts, so that a process with no keyword file of its own (a new node, a fresh
+    container, ``index_dir = "off"``) reads it instead of tokenising every chunk."""
+    return f"""
+        CREATE TABLE keyword_snapshots (
+            {WORKSPACE},
+            part INTEGER NOT NULL,
+            version {d.bigint} NOT NULL,
+            data {d.blob} NOT NULL,
+            PRIMARY KEY (organization_id, environment, part)
+        );
+        {d.external("keyword_snapshots", "data")}
+        """

@@ -31,6 +31,10 @@ from agentcore.storage.records import (
 from agentcore.storage.sql.database import CACHE_LIMIT, Connection, Cursor, Tables
 from agentcore.storage.sql.queries import BUMPED_VERSION, WORKSPACE, insert_row, marks, read_row
 
+SNAPSHOT_PART_BYTES = 64 << 20
+"""The largest part of a keyword snapshot (``keyword_snapshots`` rows): a 100k-chunk
+workspace's 61 MB is one (read without joining parts), and a part stays far below either
+database's 1 GB value limit."""
 SEGMENT_ROWS = 65_536  # ~100 MB of float32 at d=384: far below either database's 1 GB limit
 # Versions of deletions the change log keeps; a cache further behind reloads the workspace.
 TOMBSTONE_VERSIONS = 10_000
@@ -322,6 +326,65 @@ class VectorTables(Tables, IndexStore):
                 f"UPDATE knowledge_state SET log_floor = ? WHERE {WORKSPACE}", [version, *scope]
             )
             conn.execute(f"DELETE FROM knowledge_tombstones WHERE {WORKSPACE}", scope)
+
+    def keyword_snapshot(self, organization_id: str, environment: str) -> tuple[int, bytes] | None:
+        with self.db.snapshot() as conn:
+            rows = self.db.fetch_blobs(
+                conn,
+                f"SELECT part, version, data FROM keyword_snapshots WHERE {WORKSPACE}"
+                " ORDER BY part",
+                [organization_id, environment],
+            )
+        if not rows:
+            return None
+        version = int(rows[0]["version"])
+        whole = [row["part"] for row in rows] == list(range(len(rows)))
+        if not whole or any(int(row["version"]) != version for row in rows):
+            return None  # two writers' parts mixed (each writes its parts in one go)
+        if len(rows) == 1:
+            return version, bytes(rows[0]["data"])  # (no copy of bytes)
+        return version, b"".join(rows[n]["data"] for n in range(len(rows)))
+
+    def put_keyword_snapshot(
+        self,
+        organization_id: str,
+        environment: str,
+        version: int,
+        data: bytes | bytearray | memoryview,
+        *,
+        replace: bool = False,
+    ) -> bool:
+        scope = [organization_id, environment]
+        view = memoryview(data).cast("B")
+        parts = range(0, max(1, len(view)), SNAPSHOT_PART_BYTES)
+        with self.db.write() as conn:
+            stored = conn.execute(
+                f"SELECT part, version FROM keyword_snapshots WHERE {WORKSPACE} ORDER BY part",
+                scope,
+            ).fetchall()
+            state = conn.execute(
+                f"SELECT version FROM knowledge_state WHERE {WORKSPACE}", scope
+            ).fetchone()
+            current = 0 if state is None else int(state["version"])
+            versions = {int(row["version"]) for row in stored}
+            whole = [row["part"] for row in stored] == list(range(len(stored)))
+            # a whole snapshot as new as this one stays; mixed parts, or a version the
+            # workspace has not reached (a damaged row), are replaced
+            kept = whole and len(versions) == 1 and version <= versions.pop() <= current
+            if kept and not replace:
+                return False
+            for part, start in enumerate(parts):
+                conn.execute(
+                    "INSERT INTO keyword_snapshots (organization_id, environment, part, version,"
+                    " data) VALUES (?, ?, ?, ?, ?) ON CONFLICT (organization_id, environment,"
+                    " part) DO UPDATE SET version = excluded.version, data = excluded.data",
+                    [*scope, part, version, view[start : start + SNAPSHOT_PART_BYTES]],
+                )
+            conn.execute(
+                f"DELETE FROM keyword_snapshots WHERE {WORKSPACE} AND part >= ?",
+                [*scope, len(parts)],
+            )
+        return True
 
     def knowledge_state(self, organization_id: str, environment: str) -> KnowledgeState:
         """The embedder, dimension and version of a workspace's index.

@@ -259,6 +259,10 @@ class Database:
                         piece = blob.read(BLOB_CHUNK)
                         out[start : start + len(piece)] = piece
 
+    def fetch_blobs(self, conn: sqlite3.Connection, sql: str, params: Sequence[Any]) -> list[Any]:
+        """The rows of one ``SELECT`` (SQLite hands blobs over as ``bytes`` as they are)."""
+        return conn.execute(sql, params).fetchall()
+
     def read_vector_rows(
         self,
         conn: sqlite3.Connection,
