@@ -28,8 +28,13 @@ turns to go first, and counts each run's fastest pass. FAISS's wheel ships its o
 OpenBLAS; when it runs other kernels than numpy's (an older OpenBLAS that does not know
 the CPU), the script says so: ``OPENBLAS_CORETYPE`` gives FAISS the same kernels.
 
+``--avx2`` runs the kernels an AVX2-only machine has on one with AVX-512: numpy's and
+OpenBLAS's dispatch limited by their environment variables (``NPY_DISABLE_CPU_FEATURES``,
+``OPENBLAS_CORETYPE=Haswell``, set by re-running the script with them) and numkong's
+AVX-512 targets disabled. The memory system stays this machine's.
+
 Run ``nice python benchmarks/scan_bound.py [--rows 1000000] [--dim 384] [--queries 50]
-[--runs 3] [--codecs float32,float16,int8] [--skip-faiss]``. Prints two markdown tables
+[--runs 3] [--codecs float32,float16,int8] [--skip-faiss] [--avx2]``. Prints two markdown tables
 and the machine (CPU model and flags, numpy's and FAISS's BLAS, numkong's targets, load
 average and CPU steal), writes ``benchmarks/results/scan_bound.json``.
 """
@@ -49,11 +54,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import search_speed as ss  # also puts the repository on sys.path
+AVX512 = "AVX512F AVX512CD AVX512_SKX AVX512_CLX AVX512_CNL AVX512_ICL AVX512_SPR"
+"""numpy's AVX-512 dispatch targets, all disabled by ``--avx2``."""
+if "--avx2" in sys.argv and os.environ.get("NPY_DISABLE_CPU_FEATURES") != AVX512:
+    # numpy and OpenBLAS choose their kernels when they load: run again with them limited
+    limited = {**os.environ, "NPY_DISABLE_CPU_FEATURES": AVX512, "OPENBLAS_CORETYPE": "Haswell"}
+    os.execve(sys.executable, [sys.executable, *sys.argv], limited)
 
-from agentcore.knowledge.vectors import scan_path
-from agentcore.knowledge.vectors._kernels import (
+import numpy as np  # noqa: E402
+import search_speed as ss  # noqa: E402  (also puts the repository on sys.path)
+
+from agentcore.knowledge.vectors import scan_path  # noqa: E402
+from agentcore.knowledge.vectors._kernels import (  # noqa: E402
     CPU_FLAGS,
     default_helpers,
     helper_count,
@@ -280,8 +292,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-faiss", action="store_true")
     parser.add_argument("--batches", type=int, default=2, help="batches of 64 per pass")
     parser.add_argument("--passes", type=int, default=3, help="batch passes per run")
+    parser.add_argument(
+        "--avx2", action="store_true", help="AVX2 kernels only (numpy, OpenBLAS, numkong)"
+    )
     parser.add_argument("--json", default=str(Path(__file__).parent / "results/scan_bound.json"))
     args = parser.parse_args(argv)
+    if args.avx2:
+        import numkong
+
+        for target in ("skylake", "icelake", "genoa", "sapphire", "sapphireamx", "turin"):
+            with contextlib.suppress(Exception):  # a target this build does not know
+                numkong.disable_capability(target)
     codecs = [c.strip() for c in args.codecs.split(",") if c.strip()]
     unknown = [c for c in codecs if c not in BOUND_GOAL]
     if unknown:
