@@ -1019,7 +1019,9 @@ class VerifyResponse(BaseModel):
     organization: str
     scope: list[Scope]
     environment: Environment
-    key_id: str | None = None
+    key_id: str | None = Field(
+        None, description="The id of the key presented; for a client token, the token's id."
+    )
     user: EndUser | None = _omitted_if_none(
         "For a client token: the end user it acts for (absent for an API key)."
     )

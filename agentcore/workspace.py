@@ -115,14 +115,15 @@ class Workspace:
         return user
 
     def verify(self) -> VerifyResponse:
-        """Who is calling: organization, environment and scopes (any valid key), and for
-        a client token its user and expiry."""
+        """Who is calling: organization, environment, scopes and the key's id (any valid
+        key), and for a client token its own id (never its backend key's), its user and
+        its expiry."""
         client = self.client
         return VerifyResponse(
             organization=self.organization,
             scope=sorted(self.scopes),
             environment=self.environment,
-            key_id=self.key_id,
+            key_id=self.key_id if client is None else client.token_id,
             user=None if client is None else client.user,
             expires_at=None if client is None else client.expires_at,
         )

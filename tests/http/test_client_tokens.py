@@ -129,7 +129,8 @@ def test_bad_token_requests_are_refused(api: Api, world: dict[str, str]) -> None
 
 
 def test_a_token_searches_and_chats_as_its_user(api: Api, world: dict[str, str]) -> None:
-    ana = mint(api, user="ana")["token"]
+    minted = mint(api, user="ana")
+    ana = minted["token"]
     bob_hr = mint(api, user="bob", groups=["hr"])["token"]
     query = {"query": "parking level spot payroll", "top_k": 10}
     everything = ["ana.md", "hr.md", "open.md"]
@@ -153,6 +154,8 @@ def test_a_token_searches_and_chats_as_its_user(api: Api, world: dict[str, str])
 
     verified = api.get("/v1/auth/verify", key=ana).json()
     assert verified["user"] == {"id": "ana", "groups": []} and verified["environment"] == "test"
+    assert verified["key_id"] == minted["id"]  # the token's, not its backend key's
+    assert api.get("/v1/auth/verify").json()["key_id"].startswith("key_")
     assert "expires_at" in verified and "user" not in api.get("/v1/auth/verify").json()
 
     answer = api.post(
