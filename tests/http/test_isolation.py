@@ -849,12 +849,16 @@ def check_token_call(
         check_listing(token, route, response, their_agents[(token.org, token.env)], where)
         return
     # A's own tokens. The one limited to the draft agent may not get or chat with A's
-    # agent; its user's conversations it reads all the same (``agents`` limits only
-    # which agents it lists, gets and chats with)
-    if names_a_agent(route) and not (token.agents is None or owned.agent_id in token.agents):
+    # agent, nor see its user's conversations with it (they were started with A's
+    # agent); the conversation it started with the draft agent is its own to delete
+    hidden = not (token.agents is None or owned.agent_id in token.agents)
+    if names_a_agent(route) and hidden:
         assert_refused(response, route, 403, "agent_not_allowed")
         return
-    if variant.conversation in ("other", "nobody"):
+    deleting_its_own = route.method == "DELETE" and token.doomed is not None
+    if variant.conversation in ("other", "nobody") or (
+        hidden and variant.conversation == "own" and not deleting_its_own
+    ):
         assert_refused(response, route, 404, "resource_missing", missing_agent=False)
         return
     assert response.is_success, (where, response.status_code, response.text)
@@ -887,9 +891,13 @@ def check_token_call(
             started[conversation] = token.user
     if route.path == "/conversations":
         listed = response.json()["conversations"]
-        assert {c["user"] for c in listed} == {token.user}, (where, listed)
+        assert {c["user"] for c in listed} <= {token.user}, (where, listed)
+        usable = allowed if token.agents is None else set(token.agents)
+        assert all(c["agentId"] in usable for c in listed), (where, listed)
         ids = {c["id"] for c in listed}
-        assert fixtures.conversations[token.user][0] in ids, where
+        assert (fixtures.conversations[token.user][0] in ids) is not hidden, where
+        if not hidden:
+            assert {c["user"] for c in listed} == {token.user}, (where, listed)
         foreign = {fixtures.conversations[token.other_user][0], owned.conversation_id}
         assert not ids & foreign, where
     elif route.method == "GET" and route.path == "/conversations/{conversation_id}":
