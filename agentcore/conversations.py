@@ -167,7 +167,7 @@ class ConversationService:
                     param="user",
                 )
             user = ws.client.user.id
-        agents = None if ws.client is None or ws.client.agents is None else ws.client.agents
+        agents = None if ws.client is None else ws.client.agents
         conversations, more = self._store.list_conversations(
             ws.organization_id,
             ws.environment,

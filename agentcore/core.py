@@ -169,12 +169,11 @@ def _keyword_copies(store: Store, root: Path | None, identity: str) -> list[Keyw
     files (``index_dir``), and the store's snapshots unless the files are beside the
     database (a SQLite file's): a PostgreSQL node's files are its own machine's, so a new
     node reads the store's; with no files the store's are the only copy. Not for a
-    database in memory, which no other process opens."""
+    database no other process can open (in memory: no ``reopener``)."""
     copies: list[KeywordCopy] = [] if root is None else [KeywordFiles(root, identity)]
     beside = root is not None and identity.startswith("sqlite:")
-    url = str(getattr(store, "url", "") or "")
-    in_memory = url in ("", ":memory:", "sqlite://", "sqlite:///:memory:")
-    if isinstance(store, KeywordSnapshotStore) and not beside and not in_memory:
+    shared = isinstance(store, ReopenableStore) and store.reopener() is not None
+    if isinstance(store, KeywordSnapshotStore) and shared and not beside:
         copies.append(KeywordSnapshots(store))
     return copies
 

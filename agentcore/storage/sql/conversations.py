@@ -19,7 +19,7 @@ from agentcore.schema import (
 from agentcore.storage.base import ConversationStore
 from agentcore.storage.records import PendingTurn, StoredMessage
 from agentcore.storage.sql.database import Connection, Tables
-from agentcore.storage.sql.queries import WORKSPACE, find_row, insert_rows, page
+from agentcore.storage.sql.queries import WORKSPACE, find_row, insert_rows, marks, page
 
 _GONE = "The conversation was deleted while the answer was being made."
 _ANSWERED = (
@@ -231,9 +231,7 @@ class ConversationTables(Tables, ConversationStore):
         conditions = [f"{column} = ?" for column in chosen]
         args: list[Any] = list(chosen.values())
         if agent_ids is not None:
-            conditions.append(
-                f"agent_id IN ({', '.join('?' * len(agent_ids))})" if agent_ids else "1 = 0"
-            )
+            conditions.append(f"agent_id IN ({marks(len(agent_ids))})" if agent_ids else "1 = 0")
             args.extend(agent_ids)
         where = " AND ".join(conditions) or "1 = 1"
         workspace = (organization_id, environment)

@@ -40,6 +40,16 @@ SEGMENT_ROWS = 65_536  # ~100 MB of float32 at d=384: far below either database'
 TOMBSTONE_VERSIONS = 10_000
 
 
+def _whole_version(parts: Sequence[Any]) -> int | None:
+    """The version of a keyword snapshot's rows (``part``, ``version``, in part order),
+    if they are one whole write: parts 0 to n - 1, all of one version (two writers'
+    parts can mix, each writing its own in one go); else ``None``."""
+    if not parts or [row["part"] for row in parts] != list(range(len(parts))):
+        return None
+    versions = {int(row["version"]) for row in parts}
+    return versions.pop() if len(versions) == 1 else None
+
+
 def _segments(*, with_ids: bool) -> str:
     """A workspace's segments (their id arrays too, ``with_ids``), each with its label:
     its document's ``seq`` (``-1`` without one)."""
@@ -335,12 +345,9 @@ class VectorTables(Tables, IndexStore):
                 " ORDER BY part",
                 [organization_id, environment],
             )
-        if not rows:
+        version = _whole_version(rows)
+        if version is None:
             return None
-        version = int(rows[0]["version"])
-        whole = [row["part"] for row in rows] == list(range(len(rows)))
-        if not whole or any(int(row["version"]) != version for row in rows):
-            return None  # two writers' parts mixed (each writes its parts in one go)
         if len(rows) == 1:
             return version, bytes(rows[0]["data"])  # (no copy of bytes)
         return version, b"".join(rows[n]["data"] for n in range(len(rows)))
@@ -362,16 +369,11 @@ class VectorTables(Tables, IndexStore):
                 f"SELECT part, version FROM keyword_snapshots WHERE {WORKSPACE} ORDER BY part",
                 scope,
             ).fetchall()
-            state = conn.execute(
-                f"SELECT version FROM knowledge_state WHERE {WORKSPACE}", scope
-            ).fetchone()
-            current = 0 if state is None else int(state["version"])
-            versions = {int(row["version"]) for row in stored}
-            whole = [row["part"] for row in stored] == list(range(len(stored)))
+            current = self.knowledge_state(organization_id, environment).version
+            found = _whole_version(stored)
             # a whole snapshot as new as this one stays; mixed parts, or a version the
             # workspace has not reached (a damaged row), are replaced
-            kept = whole and len(versions) == 1 and version <= versions.pop() <= current
-            if kept and not replace:
+            if found is not None and version <= found <= current and not replace:
                 return False
             for part, start in enumerate(parts):
                 conn.execute(
