@@ -493,6 +493,28 @@ def test_a_postgres_segment_read_checks_what_it_got(
         store.close()
 
 
+def test_sqlite_bulk_reads_map_the_file_only_while_they_run(
+    request: pytest.FixtureRequest,
+) -> None:
+    store = open_store("sqlite", request)
+    try:
+        org_id = org(store)
+        for seed, n in enumerate((3, 5)):
+            ingest(store, org_id, n=n, seed=seed)
+        loaded = store.load_index(org_id, "test", 8, located=True)
+        mapped = store.db.connection().execute("PRAGMA mmap_size")
+        assert mapped.fetchone()[0] == 0  # the load mapped the file, then let it go
+        assert np.array_equal(loaded.vectors, np.vstack([unit(3, 8, 0), unit(5, 8, 1)]))
+        segment = int(loaded.locators[0]) >> LOCATOR_SHIFT
+        ids, vectors = np.empty(4, dtype="<i8"), np.empty((4, 8), dtype="<f4")
+        with store.db.snapshot() as conn:
+            with pytest.raises(ValueError, match="bytes, expected"):
+                store.db.read_segments(conn, [(segment, 4)], ids, vectors)
+            assert conn.execute("PRAGMA mmap_size").fetchone()[0] == 0  # after a failure too
+    finally:
+        store.close()
+
+
 def test_documents_paging(store: Any) -> None:
     org_id = org(store)
     docs = [ingest(store, org_id, n=1)[0] for _ in range(3)]

@@ -24,6 +24,9 @@ from agentcore.storage.sql.queries import marks
 BUSY_TIMEOUT_MS = 30_000
 _STAMP = object()  # a current_cache entry: the database stamp the cache is valid for
 BLOB_CHUNK = 8 << 20  # bytes per blob read: big enough to be fast, small enough to reuse
+# Bulk reads (a workspace's segments, a keyword snapshot) map the file for their duration:
+# SQLite then copies pages straight from the OS cache rather than read() a page at a time.
+MAP_BYTES = 1 << 40  # SQLite caps it at its compile-time maximum (2 GiB by default)
 # Seconds between looks at the WAL (``Database.checkpoint``); it checkpoints only after commits.
 CHECKPOINT_INTERVAL = 0.5
 # A commit checkpoints by itself only past this many WAL pages (the checkpointer fell behind).
@@ -245,23 +248,17 @@ class Database:
         with incremental blob I/O: one copy out of the database, no intermediate
         ``bytes`` (blob reads in process: no round trips)."""
         end = 0
-        for segment_id, count in segments:
-            rows = slice(end, end + count)
-            end += count
-            for column, into in (("ids", ids[rows]), ("vectors", vectors[rows])):
-                out = into.data.cast("B")
-                with conn.blobopen("vector_segments", column, segment_id, readonly=True) as blob:
-                    if len(blob) != len(out):
-                        raise ValueError(
-                            f"segment {segment_id} {column}: {len(blob)} bytes, expected {len(out)}"
-                        )
-                    for start in range(0, len(out), BLOB_CHUNK):
-                        piece = blob.read(BLOB_CHUNK)
-                        out[start : start + len(piece)] = piece
+        with _mapped(conn):
+            for segment_id, count in segments:
+                rows = slice(end, end + count)
+                end += count
+                for column, into in (("ids", ids[rows]), ("vectors", vectors[rows])):
+                    _read_blob(conn, segment_id, column, into.data.cast("B"))
 
     def fetch_blobs(self, conn: sqlite3.Connection, sql: str, params: Sequence[Any]) -> list[Any]:
         """The rows of one ``SELECT`` (SQLite hands blobs over as ``bytes`` as they are)."""
-        return conn.execute(sql, params).fetchall()
+        with _mapped(conn):
+            return conn.execute(sql, params).fetchall()
 
     def read_vector_rows(
         self,
@@ -348,3 +345,31 @@ class Database:
                 with contextlib.suppress(sqlite3.Error):  # closing is best effort
                     conn.close()
             self._connections.clear()
+
+
+@contextmanager
+def _mapped(conn: sqlite3.Connection) -> Iterator[None]:
+    """Let ``conn`` read the database file through a memory map while the block runs.
+
+    Only for bulk reads: a mapped page counts in the process's resident size while the
+    map lasts, and a connection keeps its map until told otherwise, so it is dropped at
+    the end rather than left on every pooled connection.
+    """
+    if conn.execute("PRAGMA mmap_size").fetchone()[0]:
+        yield  # already mapped (a nested bulk read)
+        return
+    conn.execute(f"PRAGMA mmap_size = {MAP_BYTES}")
+    try:
+        yield
+    finally:
+        conn.execute("PRAGMA mmap_size = 0")
+
+
+def _read_blob(conn: sqlite3.Connection, row: int, column: str, out: memoryview) -> None:
+    """Copy ``vector_segments.column`` of ``row`` into ``out``, which must be its size."""
+    with conn.blobopen("vector_segments", column, row, readonly=True) as blob:
+        if len(blob) != len(out):
+            raise ValueError(f"segment {row} {column}: {len(blob)} bytes, expected {len(out)}")
+        for start in range(0, len(out), BLOB_CHUNK):
+            piece = blob.read(BLOB_CHUNK)
+            out[start : start + len(piece)] = piece
