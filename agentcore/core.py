@@ -161,6 +161,7 @@ def _keyword_cache(
         submit=runtime.executor("agentcore-keyword-files", 1, finish_queued=True).submit
         if copies
         else None,
+        load=runtime.executor("agentcore-keyword-load", 1).submit,
     )
 
 

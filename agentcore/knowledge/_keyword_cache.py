@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -73,6 +73,8 @@ class KeywordCache:
         first first; none: nowhere.
     :param submit: runs the copies' writes off the searching thread (a pool's
         ``submit``); ``None``, or a closed pool: the search that made them due writes.
+    :param load: where ``get_soon`` loads a workspace's index (a pool's ``submit``);
+        ``None``, or a closed pool: ``get_soon``'s caller loads it.
     """
 
     def __init__(
@@ -84,9 +86,11 @@ class KeywordCache:
         budget: Residency[Any, Any] | None = None,
         copies: Sequence[KeywordCopy] = (),
         submit: Submit | None = None,
+        load: Submit | None = None,
     ) -> None:
         self._store = store
         self._submit = submit
+        self._load_on = load
         self._writes: set[concurrent.futures.Future[Any]] = set()
         self._writes_lock = threading.Lock()
         self._tokenize = tokenize
@@ -111,6 +115,20 @@ class KeywordCache:
                     self._entries.charge(key, entry, entry.index.nbytes)
                     return entry.index
             return self._load(key, version)
+
+    def get_soon(self, organization_id: str, environment: str) -> Callable[[], KeywordIndex]:
+        """``get``, started now on the ``load`` pool when the workspace's index is not
+        loaded here: call the result for the index (it waits for the load, and raises
+        what the load raised). A hybrid search loads its vectors meanwhile."""
+        entry = self._entries.get((organization_id, environment))
+        if entry is None and self._load_on is not None:
+            try:
+                future = self._load_on(self.get, organization_id, environment)
+            except RuntimeError:  # the pool is closed: the core is stopping
+                pass
+            else:
+                return future.result
+        return lambda: self.get(organization_id, environment)
 
     def stats(self) -> ResidencyStats:
         """The indexes held now, what they are charged and how many were evicted."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import TYPE_CHECKING, Any, get_args
 
 import numpy as np
@@ -323,14 +324,23 @@ class Search:
         if mode == "vector":
             ids, scores = self._index.search(*self._key, vector, k, min_score, within=within)
             return self._hits(ids, scores, scores)
-        depth = max(k, HYBRID_DEPTH if mode == "hybrid" else KEYWORD_DEPTH)
         assert self._keywords is not None  # _mode refuses these modes without one
-        keyword_ids, bm25 = self._keywords.get(*self._key).search(
-            query, depth, allow=within, ties=mode == "keyword"
-        )
         if mode == "keyword":
+            keyword_ids, bm25 = self._keywords.get(*self._key).search(
+                query, max(k, KEYWORD_DEPTH), allow=within, ties=True
+            )
             return self._keyword_hits(vector, keyword_ids, bm25, k, min_score)
-        return self._hybrid_hits(vector, keyword_ids, depth, within, k, min_score)
+        depth = max(k, HYBRID_DEPTH)
+        # a cold workspace loads its keyword index on another thread while its vectors
+        # load here (each is mostly reading the store)
+        keywords = (
+            self._keywords.get_soon(*self._key)
+            if not self._index.is_current(*self._key)
+            else partial(self._keywords.get, *self._key)
+        )
+        found = self._index.search(*self._key, vector, depth, within=within)
+        keyword_ids, _ = keywords().search(query, depth, allow=within, ties=False)
+        return self._hybrid_hits(vector, found, keyword_ids, k, min_score)
 
     def _keyword_hits(
         self,
@@ -353,15 +363,14 @@ class Search:
     def _hybrid_hits(
         self,
         vector: _Once,
+        found: tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]],
         keyword_ids: npt.NDArray[np.int64],
-        depth: int,
-        within: Selection | None,
         k: int,
         min_score: float | None,
     ) -> list[Hit]:
-        """The top ``k`` of the vector ranking (``depth`` deep) and the keyword one,
-        fused by reciprocal rank; ties broken by the cosine, then the id."""
-        vector_ids, vector_scores = self._index.search(*self._key, vector, depth, within=within)
+        """The top ``k`` of the vector ranking ``found`` (ids and scores) and the keyword
+        one, fused by reciprocal rank; ties broken by the cosine, then the id."""
+        vector_ids, vector_scores = found
         fused: dict[int, float] = {}
         for ranking in (vector_ids, keyword_ids):
             for rank, chunk_id in enumerate(ranking.tolist(), 1):

@@ -11,6 +11,7 @@ figure is checked against an index built from the store with no copy at all.
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from unittest import mock
@@ -419,3 +420,57 @@ def test_an_unusable_snapshot_is_rebuilt_and_replaced(
         fixed = KeywordSnapshots(core.store).read((org, "test"), stems.tokens_of, version)
         assert fixed is not None and fixed.version == version  # and stored again
     assert found == reference(url)
+
+
+def hybrid(core: AgentCore, query: str) -> list[tuple[str, float, float]]:
+    found = core.workspace("acme").knowledge.search(query, mode="hybrid", top_k=10)
+    return [(r.source, round(r.rank_score, 5), round(r.score, 5)) for r in found.results]
+
+
+@pytest.mark.both_stores
+def test_a_cold_hybrid_search_loads_its_keywords_beside_its_vectors(filled: str) -> None:
+    with open_core(filled, "off") as core:
+        warm = {query: hybrid(core, query) for query in QUERIES}
+    with open_core(filled, "off") as core:  # nothing loaded: both indexes load at once
+        threads = set()
+        get = core.keywords.get
+
+        def noting(*key: str) -> KeywordIndex:
+            threads.add(threading.current_thread().name)
+            return get(*key)
+
+        with mock.patch.object(core.keywords, "get", noting):
+            cold = {query: hybrid(core, query) for query in QUERIES}
+        assert core.keywords.stats().loads == 1
+    assert cold == warm
+    # the first search loaded the keywords on the loading thread; the next ones, current
+    # vectors, on the searching thread
+    assert any(name.startswith("agentcore-keyword-load") for name in threads)
+    assert threading.current_thread().name in threads
+
+
+def test_a_failed_keyword_load_fails_the_hybrid_search(filled: str) -> None:
+    with open_core(filled, "off") as core:
+
+        def failing(*key: str) -> KeywordIndex:
+            raise OSError("the disk went away")
+
+        with (
+            mock.patch.object(core.keywords, "get", failing),
+            pytest.raises(OSError, match="went away"),
+        ):
+            hybrid(core, "vacation days")
+        assert hybrid(core, "vacation days")  # the next search loads it
+
+
+def test_get_soon_loads_on_the_caller_once_the_pool_is_closed(filled: str) -> None:
+    with open_core(filled, "off") as core:
+        cache = _keyword_cache.KeywordCache(core.store, stems.tokens_of, load=closed_pool)
+        org = core.workspace("acme").organization_id
+        index = cache.get_soon(org, "test")()
+        assert index is cache.get(org, "test")  # loaded once, here
+        assert cache.stats().loads == 1
+
+
+def closed_pool(fn: object, /, *args: object) -> object:
+    raise RuntimeError("the pool is closed")
