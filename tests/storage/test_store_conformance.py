@@ -513,6 +513,13 @@ def test_sqlite_bulk_reads_map_the_file_only_while_they_run(
             assert conn.execute("PRAGMA mmap_size").fetchone()[0] == 0  # after a failure too
     finally:
         store.close()
+    memory = SQLiteStore.open(":memory:")  # nothing to map: read as it is
+    try:
+        org_id = org(memory)
+        ingest(memory, org_id, n=3)
+        assert np.array_equal(memory.load_index(org_id, "test", 8).vectors, unit(3, 8, 0))
+    finally:
+        memory.close()
 
 
 def test_documents_paging(store: Any) -> None:

@@ -355,8 +355,9 @@ def _mapped(conn: sqlite3.Connection) -> Iterator[None]:
     map lasts, and a connection keeps its map until told otherwise, so it is dropped at
     the end rather than left on every pooled connection.
     """
-    if conn.execute("PRAGMA mmap_size").fetchone()[0]:
-        yield  # already mapped (a nested bulk read)
+    mapped = conn.execute("PRAGMA mmap_size").fetchone()
+    if mapped is None or mapped[0]:
+        yield  # a database in memory (nothing to map), or mapped already
         return
     conn.execute(f"PRAGMA mmap_size = {MAP_BYTES}")
     try:
