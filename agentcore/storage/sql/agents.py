@@ -95,8 +95,9 @@ class AgentTables(Tables, AgentStore):
                 changed = 0
                 for server in servers:
                     stored = server.get("sealed_headers")
-                    if stored and seal(stored) != stored:
-                        server["sealed_headers"] = seal(stored)
+                    sealed = seal(stored) if stored else stored
+                    if sealed != stored:
+                        server["sealed_headers"] = sealed
                         changed += 1
                 if changed:
                     # only if they are still those servers: an update committed since the
