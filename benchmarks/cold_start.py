@@ -1,11 +1,15 @@
-"""Cold start (issue 43, "No cold cliffs"): the first search in a fresh process.
+"""Cold start (issue 43, "No cold cliffs"): the first search, and chat, in a fresh process.
 
 A restart or a deploy starts processes with nothing loaded: their first search of a
 workspace loads its vector index (from memory-mapped segment files, or from the store),
 builds its keyword (BM25) index from the chunk texts, reads its document table, and only
 then ranks. This script measures that first search, per search mode (``keyword``,
 ``hybrid``, ``vector``) and workspace size, beside its peer: the warm searches the same
-process makes right after it.
+process makes right after it. And the first chat (``chat``: ``ws.chat.send`` to a deployed
+agent, with the default extractive model), whose answer also weighs the question's words
+by their rarity over the workspace (its term sums), beside the same first chat after the
+store's copy of those sums is deleted (``chat-summed``: the process sums every
+document's row, as each one did before the store kept them).
 
 Corpus: one SQLite workspace per size of about ``--sizes`` chunks, ingested through the
 public Python API (``ws.knowledge.ingest_text(..., wait=True)``) with the default
@@ -21,8 +25,8 @@ as in real text (both are reported). Built databases are kept under ``--data-dir
 Variants, on the same database:
 
 * ``segments``: ``index_dir = "auto"`` after a process wrote the segment files (open the
-  core, load the workspace, one search per mode, wait for maintenance, close: what a
-  server that ran before the restart leaves behind);
+  core, load the workspace, one search per mode and a chat, wait for maintenance, close:
+  what a server that ran before the restart leaves behind);
 * ``no segments``: ``index_dir = "off"`` (every process reads the vectors from the store),
   after a process with that setting ran the same searches and closed (since the store
   keeps keyword snapshots, it leaves one behind: what a fleet with no files leaves).
@@ -88,7 +92,13 @@ SQUAD_PATHS = (
 )
 ORG = "bench"
 ENV = "test"
-MODES = ("keyword", "hybrid", "vector")
+MODES = ("keyword", "hybrid", "vector", "chat", "chat-summed")
+SEARCH_MODES = MODES[:3]
+# "chat": the first chat (the default extractive model, so no model server's time) with the
+# workspace's term sums as the store keeps them; "chat-summed": the same with the store's
+# copy deleted first, so the process sums every document's row, as every process did
+# before the store kept them (the peer, measured in the same run)
+AGENT = "cold-start"
 VARIANTS = {"segments": "auto", "no segments": "off"}
 PG_VARIANTS = ("pg, no files", "pg, files")
 # issue 43's goals for the first search, ms: {mode: {chunks: goal}}
@@ -372,8 +382,9 @@ def write_segments(db: Path | str, queries: list[str], index_dir: str = "auto") 
     try:
         ws = core.workspace(ORG, ENV, create=False)
         core.indexes.get(ws.organization_id, ENV)
-        for mode, query in zip(MODES, queries, strict=False):
+        for mode, query in zip(SEARCH_MODES, queries, strict=False):
             ws.knowledge.search(query, mode=mode)
+        ws.chat.send(agent_of(ws), queries[0])  # the term sums, stored
         if not core.indexes.wait_for_maintenance(3600):
             raise RuntimeError("index maintenance did not finish within an hour")
     finally:
@@ -402,6 +413,15 @@ def dir_mb(path: Path) -> float:
 # -- one fresh process: import, open, one first search, then warm ones ---------------------
 
 
+def agent_of(ws: Any) -> str:
+    """The id of the workspace's deployed ``AGENT`` (created the first time)."""
+    found = [a for a in ws.agents.list(limit=100).agents if a.name == AGENT]
+    agent = found[0] if found else ws.agents.create(name=AGENT, role="support")
+    if agent.status != "deployed":
+        ws.agents.deploy(agent.id)
+    return str(agent.id)
+
+
 def use_code(code: str | None) -> None:
     """Import agentcore (and its HTTP adapter, an entry-point plugin) from ``code``."""
     if code:
@@ -418,19 +438,34 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
         spec["db"], start_workers=False, ingest_workers=0, index_dir=spec["index_dir"]
     )
     try:
-        knowledge = core.workspace(ORG, ENV, create=False).knowledge
-        opened = time.perf_counter()
+        ws = core.workspace(ORG, ENV, create=False)
+        knowledge = ws.knowledge
         mode, top_k = spec["mode"], spec["top_k"]
+        if mode.startswith("chat"):
+            agent = agent_of(ws)
+            if mode == "chat-summed":
+                store: Any = core.store  # a SQL store: its database
+                with store.db.write() as conn:  # no stored sums: sum every row
+                    conn.execute("DELETE FROM term_sums")
+
+            def ask(question: str) -> list[int]:
+                return [len(c.quote or "") for c in ws.chat.send(agent, question).citations]
+        else:
+
+            def ask(question: str) -> list[int]:
+                found = knowledge.search(question, mode=mode, top_k=top_k)
+                return [len(r.chunk) for r in found.results]
+
+        opened = time.perf_counter()
         t0 = time.perf_counter()
-        first = knowledge.search(spec["first"], mode=mode, top_k=top_k)
+        lengths = ask(spec["first"])
         first_s = time.perf_counter() - t0
+        first_results = len(lengths)
         warm: list[float] = []
-        lengths = [len(r.chunk) for r in first.results]
         for query in spec["warm"]:
             t0 = time.perf_counter()
-            answer = knowledge.search(query, mode=mode, top_k=top_k)
+            lengths += ask(query)
             warm.append(time.perf_counter() - t0)
-            lengths += [len(r.chunk) for r in answer.results]
         stats = core.indexes.stats()
     finally:
         core.close()
@@ -438,7 +473,7 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
         "import_ms": (imported - began) * 1000,
         "open_ms": (opened - imported) * 1000,
         "first_ms": first_s * 1000,
-        "first_results": len(first.results),
+        "first_results": first_results,
         "warm_ms": [w * 1000 for w in warm],
         "warm_median_ms": statistics.median(warm) * 1000,
         "result_chunk_chars_mean": statistics.fmean(lengths) if lengths else 0.0,
@@ -552,6 +587,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--json", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
+    unknown = [m for m in args.modes.split(",") if m and m not in MODES]
+    if unknown:
+        parser.error(f"unknown modes: {', '.join(unknown)} (known: {', '.join(MODES)})")
     with contextlib.ExitStack() as stack:
         tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="cold_start_code"))
         code, commit = None, None
@@ -724,11 +762,11 @@ def measure(
         )
     print(
         f"median of {args.runs} fresh processes per row; warm: median of {args.warm}"
-        " searches after the first, in the same process"
+        " searches (or chats) after the first, in the same process"
     )
     print()
     print(
-        "| size | mode | variant | first search ms | warm ms | first/warm | import+open ms"
+        "| size | mode | variant | first ms | warm ms | first/warm | import+open ms"
         " | goal ms | met |"
     )
     print("|---|---|---|---:|---:|---:|---:|---:|---|")
@@ -744,7 +782,7 @@ def measure(
                 warm = statistics.median(r["warm_median_ms"] for r in runs)
                 opening = statistics.median(r["import_ms"] + r["open_ms"] for r in runs)
                 if variant in PG_VARIANTS:
-                    goal = PG_GOALS.get(size)
+                    goal = PG_GOALS.get(size) if mode in SEARCH_MODES else None
                 else:
                     goal = GOALS.get(mode, {}).get(size)
                 met = None if goal is None else first <= goal

@@ -177,6 +177,40 @@ def test_chat_hands_the_workspace_counts_to_the_model(tmp_path: Path) -> None:
         core.close()
 
 
+def test_a_reopened_core_chats_with_the_sums_the_store_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A restart's first chat reads the workspace's sums from the store instead of
+    summing every document's row, and hands the model the same counts."""
+    from agentcore.storage.sql import terms
+
+    question = "How much does a turbine blade weigh?"
+    recorder = Recorder("recorder", lambda request: ChatResult(text="ok"))
+    with core_with(tmp_path, recorder) as core:
+        ws = core.workspace("acme", "test")
+        ws.knowledge.ingest_text("fleet.md", TEXTS["fleet.md"])
+        ws.knowledge.ingest_text("canteen.txt", TEXTS["canteen.txt"])
+        agent = ws.agents.create(name="Ops", role="support", model="recorder")
+        ws.chat.send(agent.id, question)
+    summed: list[int] = []
+    add = terms.TermSums.add
+
+    def counting(self: Any, sentences: int, packed: str, sign: int) -> None:
+        summed.append(sign)
+        add(self, sentences, packed, sign)
+
+    monkeypatch.setattr(terms.TermSums, "add", counting)
+    again = Recorder("recorder", lambda request: ChatResult(text="ok"))
+    with core_with(tmp_path, again) as core:
+        core.workspace("acme", "test").chat.send(agent.id, question)
+    assert summed == []  # no document's row summed
+    [first, *_], [after] = recorder.requests, again.requests
+    assert isinstance(first, ChatRequest) and isinstance(after, ChatRequest)
+    assert after.term_stats == first.term_stats == TermStats(
+        7, {"turbine": 1, "blade": 3, "weigh": 1}
+    )
+
+
 def test_count_terms_counts_each_stem_once_per_sentence() -> None:
     counts = count_terms(
         ["Blades, blades and more blades. The canteen opens.", "", "!!!", "Blades again."],

@@ -89,6 +89,7 @@ def test_migrations_render_for_each_dialect() -> None:
         "chunk_location",
         "document_warnings",
         "keyword_snapshots",
+        "term_sums",
     ]
     for step in MIGRATIONS:
         for dialect in (SQLITE, POSTGRES):

@@ -652,6 +652,69 @@ def test_term_counts_follow_every_write(
         other.close()
 
 
+def test_a_fresh_store_reads_the_stored_term_sums(
+    store: Any, kind: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sums one store object made are kept in the store; another one (a restart,
+    another node) reads them and applies only the log since, and gets what summing every
+    document's row gives. A copy that is damaged, or of a version the workspace has not
+    reached, is not used, and is replaced."""
+    from agentcore.storage.sql import terms
+
+    org_id = org(store)
+    stems = ["vacat", "day", "leav", "none"]
+
+    def write(node: Any, sentences: int, counts: dict[str, int]) -> str:
+        document = make_document(1)
+        node.insert_document(
+            org_id, "test", document, [("a", [1], [0])], "e1", unit(1), np.ones(1, bool),
+            term_counts=(sentences, counts),
+        )  # fmt: skip
+        return document.id
+
+    applied: list[int] = []
+    add = terms.TermSums.add
+
+    def counting(self: Any, sentences: int, packed: str, sign: int) -> None:
+        applied.append(sign)
+        add(self, sentences, packed, sign)
+
+    monkeypatch.setattr(terms.TermSums, "add", counting)
+
+    def fresh(expected: tuple[int, dict[str, int]], rows: int) -> None:
+        """A new store object's sums are ``expected``, after applying ``rows`` rows."""
+        applied.clear()
+        other = open_store(kind, request)
+        try:
+            assert other.term_counts(org_id, "test", stems) == expected
+        finally:
+            other.close()
+        assert len(applied) == rows
+
+    first = write(store, 4, {"vacat": 2, "day": 1})
+    write(store, 3, {"vacat": 1, "leav": 3})
+    expected = (7, {"vacat": 3, "day": 1, "leav": 3})
+    assert store.term_counts(org_id, "test", stems) == expected  # summed, then kept
+    fresh(expected, 0)
+    store.delete_document(org_id, "test", first)
+    write(store, 5, {"day": 5})
+    fresh((8, {"vacat": 1, "leav": 3, "day": 5}), 2)  # the log since: one in, one out
+    monkeypatch.setattr(terms, "TERM_SUMS_REWRITE", 2)
+    assert store.term_counts(org_id, "test", stems) == (8, {"vacat": 1, "leav": 3, "day": 5})
+    fresh((8, {"vacat": 1, "leav": 3, "day": 5}), 0)  # two applied: written again
+
+    def damage(sql: str) -> None:
+        with store.db.write() as conn:
+            conn.execute(sql, [org_id])
+
+    damage("UPDATE term_sums SET counts = counts || counts WHERE organization_id = ?")
+    fresh((8, {"vacat": 1, "leav": 3, "day": 5}), 2)  # every row summed, and kept again
+    fresh((8, {"vacat": 1, "leav": 3, "day": 5}), 0)
+    damage("UPDATE term_sums SET version = version + 100 WHERE organization_id = ?")
+    fresh((8, {"vacat": 1, "leav": 3, "day": 5}), 2)
+    fresh((8, {"vacat": 1, "leav": 3, "day": 5}), 0)
+
+
 def test_workspaces_are_isolated(store: Any) -> None:
     acme, globex = org(store, "acme"), org(store, "globex")
     ingest(store, acme, n=2)

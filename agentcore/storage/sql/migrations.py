@@ -653,3 +653,21 @@ def m028_keyword_snapshots(d: Dialect) -> str:
         );
         {d.external("keyword_snapshots", "data")}
         """
+
+
+@migration()
+def m029_term_sums(d: Dialect) -> str:
+    """Each workspace's sentence counts summed over its documents as of one version
+    (``stems``: the stems, one a line; ``counts``: each one's sum, little-endian int64), so
+    that a process's first chat reads them instead of summing every document's row."""
+    return f"""
+        CREATE TABLE term_sums (
+            {WORKSPACE},
+            version {d.bigint} NOT NULL,
+            sentences {d.bigint} NOT NULL,
+            stems TEXT NOT NULL,
+            counts {d.blob} NOT NULL,
+            PRIMARY KEY (organization_id, environment)
+        );
+        {d.external("term_sums", "counts")}
+        """
