@@ -206,8 +206,8 @@ def test_a_reopened_core_chats_with_the_sums_the_store_kept(
     assert summed == []  # no document's row summed
     [first, *_], [after] = recorder.requests, again.requests
     assert isinstance(first, ChatRequest) and isinstance(after, ChatRequest)
-    assert after.term_stats == first.term_stats == TermStats(
-        7, {"turbine": 1, "blade": 3, "weigh": 1}
+    assert (
+        after.term_stats == first.term_stats == TermStats(7, {"turbine": 1, "blade": 3, "weigh": 1})
     )
 
 

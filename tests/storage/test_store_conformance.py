@@ -298,7 +298,7 @@ def test_mcp_headers_stored_in_plaintext_are_sealed_in_place(store: Any) -> None
         return value if value.startswith("S:") else "S:" + value
 
     assert store.seal_mcp_headers(seal) == 1
-    assert sorted(calls) == ['S:x', '{"K": "1"}']  # each stored value sealed once
+    assert sorted(calls) == ["S:x", '{"K": "1"}']  # each stored value sealed once
     assert store.seal_mcp_headers(seal) == 0  # nothing left in plaintext
     found = store.get_agent(org_id, "test", agent.id)
     assert [s.sealed_headers for s in found.mcp_servers] == ['S:{"K": "1"}', "S:x", None]
