@@ -398,3 +398,19 @@ def where_cited(citations: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Citations as ``[{source, pages}]``, their quotes left out (tests of where an
     answer's sources are; tests/knowledge/test_citations.py checks the quotes)."""
     return [{"source": c["source"], "pages": c["pages"]} for c in citations]
+
+
+def summed_rows(monkeypatch: Any) -> list[int]:
+    """A list that records each document row a store's term sums add (``1``) or take
+    out (``-1``) from now on: empty when sums were read back rather than summed."""
+    from agentcore.storage.sql import terms
+
+    applied: list[int] = []
+    add = terms.TermSums.add
+
+    def counting(self: Any, sentences: int, packed: str, sign: int) -> None:
+        applied.append(sign)
+        add(self, sentences, packed, sign)
+
+    monkeypatch.setattr(terms.TermSums, "add", counting)
+    return applied

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from helpers import Recorder, core_with
+from helpers import Recorder, core_with, summed_rows
 from pdfs import make_pdf
 
 from agentcore import AgentCore
@@ -182,8 +182,6 @@ def test_a_reopened_core_chats_with_the_sums_the_store_kept(
 ) -> None:
     """A restart's first chat reads the workspace's sums from the store instead of
     summing every document's row, and hands the model the same counts."""
-    from agentcore.storage.sql import terms
-
     question = "How much does a turbine blade weigh?"
     recorder = Recorder("recorder", lambda request: ChatResult(text="ok"))
     with core_with(tmp_path, recorder) as core:
@@ -192,14 +190,7 @@ def test_a_reopened_core_chats_with_the_sums_the_store_kept(
         ws.knowledge.ingest_text("canteen.txt", TEXTS["canteen.txt"])
         agent = ws.agents.create(name="Ops", role="support", model="recorder")
         ws.chat.send(agent.id, question)
-    summed: list[int] = []
-    add = terms.TermSums.add
-
-    def counting(self: Any, sentences: int, packed: str, sign: int) -> None:
-        summed.append(sign)
-        add(self, sentences, packed, sign)
-
-    monkeypatch.setattr(terms.TermSums, "add", counting)
+    summed = summed_rows(monkeypatch)
     again = Recorder("recorder", lambda request: ChatResult(text="ok"))
     with core_with(tmp_path, again) as core:
         core.workspace("acme", "test").chat.send(agent.id, question)

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from helpers import stored_chunk_ids
+from helpers import stored_chunk_ids, summed_rows
 
 from agentcore._ids import new_id
 from agentcore._memory_budget import Residency
@@ -621,19 +621,22 @@ def test_concurrent_index_dtype_claims_agree(kind: str, request: pytest.FixtureR
             node.close()
 
 
+def write_counts(node: Any, sentences: int, stems: dict[str, int], *, org_id: str) -> str:
+    """Store a one-chunk document whose sentence counts are ``(sentences, stems)``."""
+    document = make_document(1)
+    node.insert_document(
+        org_id, "test", document, [("a", [1], [0])], "e1", unit(1), np.ones(1, bool),
+        term_counts=(sentences, stems),
+    )  # fmt: skip
+    return str(document.id)
+
+
 def test_term_counts_follow_every_write(
     store: Any, kind: str, request: pytest.FixtureRequest
 ) -> None:
     org_id = org(store)
     assert store.term_counts(org_id, "test", ["vacat"]) == (0, {})
-
-    def write(node: Any, sentences: int, stems: dict[str, int]) -> str:
-        document = make_document(1)
-        node.insert_document(
-            org_id, "test", document, [("a", [1], [0])], "e1", unit(1), np.ones(1, bool),
-            term_counts=(sentences, stems),
-        )  # fmt: skip
-        return document.id
+    write = functools.partial(write_counts, org_id=org_id)
 
     first = write(store, 4, {"vacat": 2, "day": 1})
     write(store, 3, {"vacat": 1, "leav": 3})
@@ -663,23 +666,8 @@ def test_a_fresh_store_reads_the_stored_term_sums(
 
     org_id = org(store)
     stems = ["vacat", "day", "leav", "none"]
-
-    def write(node: Any, sentences: int, counts: dict[str, int]) -> str:
-        document = make_document(1)
-        node.insert_document(
-            org_id, "test", document, [("a", [1], [0])], "e1", unit(1), np.ones(1, bool),
-            term_counts=(sentences, counts),
-        )  # fmt: skip
-        return document.id
-
-    applied: list[int] = []
-    add = terms.TermSums.add
-
-    def counting(self: Any, sentences: int, packed: str, sign: int) -> None:
-        applied.append(sign)
-        add(self, sentences, packed, sign)
-
-    monkeypatch.setattr(terms.TermSums, "add", counting)
+    write = functools.partial(write_counts, org_id=org_id)
+    applied = summed_rows(monkeypatch)
 
     def fresh(expected: tuple[int, dict[str, int]], rows: int) -> None:
         """A new store object's sums are ``expected``, after applying ``rows`` rows."""
