@@ -314,6 +314,12 @@ class Settings(BaseSettings):
         " (RLIMIT_AS, Linux); a job that needs more fails `too_large` and the worker is"
         " replaced.",
     )
+    ingest_prestart: bool = Field(
+        True,
+        description="Boot one ingestion worker process when the core starts, so the first"
+        " upload after a start or deploy does not wait about a second for one; false: the"
+        " first job that needs a worker starts it.",
+    )
     ingest_worker_recycle_mb: int = Field(
         64,
         ge=1,

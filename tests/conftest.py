@@ -538,8 +538,17 @@ _RUN_MARK = pytest.StashKey[str]()
 _LEFTOVERS = pytest.StashKey[list[Leftover]]()
 
 
+def _no_prestarted_workers() -> None:
+    """Started cores boot no ingestion worker ahead of their first job (unless a test
+    sets ``ingest_prestart``): hundreds of tests start a core, and booting a worker for
+    each took about a second of CPU, most of it for cores that never ingest a file. The
+    processes the tests start inherit it."""
+    os.environ.setdefault("AGENTCORE_INGEST_PRESTART", "false")
+
+
 def pytest_configure(config: pytest.Config) -> None:
     _own_cache_directory()
+    _no_prestarted_workers()
     if not hasattr(config, "workerinput"):  # an xdist worker inherits its controller's
         config.stash[_RUN_MARK] = mark_run()
 

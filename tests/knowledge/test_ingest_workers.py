@@ -7,10 +7,12 @@ through the ``sys.path`` it gets from its parent.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -26,6 +28,7 @@ from pdfs import TEXT_BOMB_REFUSALS, filler, make_pdf, make_pdf_bomb, make_strea
 import agentcore
 from agentcore import AgentCore, Cancellation, DeadlineExceeded, PayloadTooLarge
 from agentcore.knowledge.ingest._outcomes import outcome_of_end
+from agentcore.knowledge.ingest._workers import WorkerStartFailed
 from agentcore.plugins.hashing_embedder import HashingEmbedder
 from agentcore.schema import Document
 from agentcore.workspace import Workspace
@@ -130,16 +133,77 @@ def test_a_worker_builds_the_pipeline_and_no_core(tmp_path: Path, pid_file: Path
     assert not held & core_parts, sorted(held & core_parts)
 
 
-def test_small_plain_text_stays_in_the_calling_thread(tmp_path: Path) -> None:
-    with started(tmp_path / "a.db", ingest_inline_max_bytes=1_000) as (core, ws):
-        assert ws.knowledge.ingest_text("a.txt", "A short note. " * 70).status == "ready"
-        assert ws.knowledge.ingest_file(b"# Title\n\nSome words.", filename="b.md").status == (
+def test_small_plain_text_stays_in_the_calling_thread(tmp_path: Path, pid_file: Path) -> None:
+    probe = MisbehavingEmbedder(pid_file=str(pid_file))
+    with started(tmp_path / "a.db", probe, ingest_inline_max_bytes=1_000) as (_, ws):
+        note = "TRIGGER. A short note. " + "Words. " * 50
+        assert ws.knowledge.ingest_text("a.txt", note).status == "ready"
+        assert worker_pid(pid_file) == os.getpid()
+        pid_file.unlink()
+        assert ws.knowledge.ingest_file(b"# TRIGGER\n\nSome words.", filename="b.md").status == (
             "ready"
         )
-        assert seen(core)["ingest.worker_start"] == 0
+        assert worker_pid(pid_file) == os.getpid()
+        pid_file.unlink()
         # one byte over the limit goes to a worker, as every PDF does
-        assert ws.knowledge.ingest_text("c.txt", "x" * 1_001).status == "ready"
+        over = "TRIGGER " + "x" * (1_001 - len("TRIGGER "))
+        assert ws.knowledge.ingest_text("c.txt", over).status == "ready"
+        assert worker_pid(pid_file) != os.getpid()
+
+
+def test_a_started_core_boots_a_worker_before_the_first_upload(tmp_path: Path) -> None:
+    with started(tmp_path / "a.db", ingest_workers=1, ingest_prestart=True) as (core, ws):
+        pool = core.ingestion_jobs.pool
+        assert pool is not None
+        wait_for(lambda: len(pool.idle_pids()) == 1)  # no upload yet: booted ahead
+        [ready] = pool.idle_pids()
         assert seen(core)["ingest.worker_start"] == 1
+        pdf = make_pdf([filler(20, 1)])
+        assert ws.knowledge.ingest_file(pdf, filename="a.pdf", wait=True).status == "ready"
+        assert pool.idle_pids() == [ready]  # the first upload ran there, and it is kept
+        assert seen(core)["ingest.worker_start"] == 1
+    assert not alive(ready)  # stopping the core ended it
+
+
+def test_an_upload_right_after_start_waits_for_the_worker_booting_ahead(
+    tmp_path: Path,
+) -> None:
+    with started(tmp_path / "a.db", ingest_workers=1, ingest_prestart=True) as (core, ws):
+        pdf = make_pdf([filler(20, 1)])  # at once: the worker is still booting
+        assert ws.knowledge.ingest_file(pdf, filename="a.pdf", wait=True).status == "ready"
+        assert seen(core)["ingest.worker_start"] == 1  # that one, not a second
+
+
+def test_without_prestart_the_first_job_starts_the_worker(tmp_path: Path) -> None:
+    with started(tmp_path / "a.db", ingest_workers=1, ingest_prestart=False) as (core, ws):
+        pool = core.ingestion_jobs.pool
+        assert pool is not None
+        time.sleep(0.5)  # a worker booting ahead would be under way by now
+        assert seen(core)["ingest.worker_start"] == 0 and pool.idle_pids() == []
+        pdf = make_pdf([filler(20, 1)])
+        assert ws.knowledge.ingest_file(pdf, filename="a.pdf", wait=True).status == "ready"
+        assert seen(core)["ingest.worker_start"] == 1
+
+
+def test_a_core_stopped_while_its_worker_boots_leaves_no_process(tmp_path: Path) -> None:
+    with open_core(tmp_path / "a.db", None, ingest_workers=1, ingest_prestart=True) as core:
+        core.start()
+        pool = core.ingestion_jobs.pool
+        assert pool is not None
+        core.stop()  # at once, while the worker boots
+        assert pool.idle_pids() == []
+        with pytest.raises(WorkerStartFailed):
+            pool.acquire()
+    assert not [pid for pid in child_pids() if alive(pid)]
+
+
+def child_pids() -> list[int]:
+    """The processes this one started that have not been waited for (Linux ``/proc``)."""
+    found = []
+    for task in Path("/proc/self/task").iterdir():
+        with contextlib.suppress(OSError):  # a thread that ended meanwhile
+            found += [int(pid) for pid in (task / "children").read_text().split()]
+    return found
 
 
 # limits -----------------------------------------------------------------------------------

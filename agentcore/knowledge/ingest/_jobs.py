@@ -178,7 +178,8 @@ class IngestionJobs:
         return self._pool
 
     def start(self) -> None:
-        """Start taking jobs (idempotent); the worker processes start with the first job."""
+        """Start taking jobs (idempotent), and boot a worker process for the first one
+        (``ingest_prestart``)."""
         if not self._decided:
             self._decided = True
             self._spec = self._worker_spec()
@@ -191,6 +192,8 @@ class IngestionJobs:
                     recycle_bytes=self._settings.ingest_worker_recycle_mb * MiB,
                     observer=self._observe,
                 )
+                if self._settings.ingest_prestart:
+                    self._pool.start_ahead()
             self._slots = max(1, self._settings.ingest_pool_size) if self._spec else 1
             self._share = min(self._slots, self._settings.ingest_organization_share)
             self._active = True
@@ -228,7 +231,7 @@ class IngestionJobs:
             self._changed.wait_for(lambda: not self._running, max(end - time.monotonic(), 0))
             pool, self._pool = self._pool, None
         if pool is not None:
-            pool.close()
+            pool.close(end - time.monotonic())
 
     def wake(self) -> None:
         """Look for work now (a job was just queued, or a worker became free)."""

@@ -658,6 +658,12 @@ _TALLY = _PypdfTally()  # holds nothing between reads: its tallies are per threa
 _TALLIED: set[str] = set()  # pypdf loggers the tally is on
 
 
+def preload() -> None:
+    """Import the PDF reader now, so the first PDF read does not pay for it (about 50 ms:
+    a worker process calls this before it reports ready)."""
+    import pypdf  # noqa: F401
+
+
 @contextlib.contextmanager
 def _folded_pypdf_warnings() -> Iterator[None]:
     """pypdf's warnings while reading one file, folded into one line of our log."""

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from agentcore._cancellation import Cancellation
 from agentcore._logs import get_logger
 from agentcore.errors import AgentCoreError, as_problem
+from agentcore.knowledge.ingest._parsing import preload
 from agentcore.knowledge.ingest._workers import JobRunner, Ready, Result, WorkerSpec
 
 if TYPE_CHECKING:
@@ -117,6 +118,7 @@ def worker_main(conn: Connection) -> None:
             os.nice(spec.nice)
         _quiet_blas()
         runner = spec.bootstrap()
+        preload()  # the most common upload's reader, before the first one waits for it
     except BaseException as exc:
         conn.send(Ready(error=f"{type(exc).__name__}: {exc}"))
         return

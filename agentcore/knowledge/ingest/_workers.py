@@ -249,8 +249,9 @@ class WorkerPool:
     """Idle worker processes kept for the next job; new ones start on demand.
 
     How many jobs run at once is the caller's business (``IngestionJobs`` counts them);
-    the pool only reuses processes. It starts none until the first job, so a core
-    that never ingests a file never starts a process.
+    the pool only reuses processes. It starts none until asked: ``start_ahead`` boots
+    one in the background (a started core's, so its first upload does not wait for a
+    process to boot), ``acquire`` one when none is idle.
 
     :param spec: what each worker is built from.
     :param recycle_bytes: a worker whose resident memory grew by more than this since
@@ -265,13 +266,44 @@ class WorkerPool:
         self._recycle = recycle_bytes
         self._idle: list[WorkerProcess] = []
         self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)  # a worker started ahead is done
+        self._starting = 0  # workers booting ahead of a job
         self._closed = False
         self._observe = observer
 
+    def start_ahead(self) -> None:
+        """Boot a worker on a thread of its own and keep it idle for the next job (one
+        that fails to start is logged at INFO: the next job starts its own, and
+        ``IngestionJobs`` warns when those fail)."""
+        with self._lock:
+            if self._closed:
+                return
+            self._starting += 1
+        threading.Thread(target=self._start_idle, name="agentcore-ingest-boot", daemon=True).start()
+
+    def _start_idle(self) -> None:
+        worker: WorkerProcess | None = None
+        try:
+            worker = self._start()
+        except WorkerStartFailed as exc:  # the jobs start their own, and warn if they fail
+            log.info("an ingestion worker did not start ahead of the jobs: %s", exc)
+        with self._lock:
+            keep = worker is not None and not self._closed
+            if keep:
+                self._idle.append(worker)  # type: ignore[arg-type]
+                self._changed.notify_all()
+        if worker is not None and not keep:
+            worker.close()  # the pool closed while it booted
+        with self._lock:
+            self._starting -= 1
+            self._changed.notify_all()
+
     def acquire(self) -> WorkerProcess:
-        """An idle worker, or a new one (which takes a moment to start)."""
+        """An idle worker, or a new one (which takes a moment to start); one booting
+        ahead is waited for rather than a second one started."""
         while True:
             with self._lock:
+                self._changed.wait_for(lambda: self._idle or not self._starting or self._closed)
                 if self._closed:
                     raise WorkerStartFailed("the worker pool is closed")
                 if not self._idle:
@@ -280,6 +312,9 @@ class WorkerPool:
             if idle.alive:
                 return idle
             idle.kill()  # it ended while idle (the OOM killer, say): start another
+        return self._start()
+
+    def _start(self) -> WorkerProcess:
         worker = WorkerProcess(self._spec)
         self._observe("ingest.worker_start", 1)
         return worker
@@ -305,10 +340,15 @@ class WorkerPool:
         with self._lock:
             return [pid for worker in self._idle if (pid := worker.pid) is not None]
 
-    def close(self) -> None:
-        """Close every idle worker; workers handed out are the caller's to kill."""
+    def close(self, timeout: float = START_TIMEOUT) -> None:
+        """Close every idle worker, and one booting ahead once it is up (waited for at
+        most ``timeout`` seconds; after that its own thread closes it); workers handed
+        out are the caller's to kill."""
         with self._lock:
             self._closed = True
             idle, self._idle = self._idle, []
+            self._changed.notify_all()
         for worker in idle:
             worker.close()
+        with self._lock:
+            self._changed.wait_for(lambda: not self._starting, max(timeout, 0.0))
