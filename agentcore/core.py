@@ -140,6 +140,10 @@ def _checkpoint_step(store: Checkpointing) -> Callable[[], None]:
     return step
 
 
+#: Threads loading keyword indexes for hybrid searches (``KeywordCache.get_soon``).
+KEYWORD_LOAD_THREADS = 4
+
+
 def _keyword_cache(
     store: Store,
     settings: Settings,
@@ -161,7 +165,8 @@ def _keyword_cache(
         submit=runtime.executor("agentcore-keyword-files", 1, finish_queued=True).submit
         if copies
         else None,
-        load=runtime.executor("agentcore-keyword-load", 1).submit,
+        # a few at once: cold hybrid searches of several workspaces after a restart
+        load=runtime.executor("agentcore-keyword-load", KEYWORD_LOAD_THREADS).submit,
     )
 
 

@@ -118,8 +118,9 @@ class KeywordCache:
 
     def get_soon(self, organization_id: str, environment: str) -> Callable[[], KeywordIndex]:
         """``get``, started now on the ``load`` pool when the workspace's index is not
-        loaded here: call the result for the index (it waits for the load, and raises
-        what the load raised). A hybrid search loads its vectors meanwhile."""
+        loaded here (else run by the caller, as it is a catch-up at most): call the
+        result for the index (it waits for the load, and raises what the load raised).
+        A hybrid search searches, or loads, its vectors meanwhile."""
         entry = self._entries.get((organization_id, environment))
         if entry is None and self._load_on is not None:
             try:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from functools import partial
 from typing import TYPE_CHECKING, Any, get_args
 
 import numpy as np
@@ -331,13 +330,9 @@ class Search:
             )
             return self._keyword_hits(vector, keyword_ids, bm25, k, min_score)
         depth = max(k, HYBRID_DEPTH)
-        # a cold workspace loads its keyword index on another thread while its vectors
-        # load here (each is mostly reading the store)
-        keywords = (
-            self._keywords.get_soon(*self._key)
-            if not self._index.is_current(*self._key)
-            else partial(self._keywords.get, *self._key)
-        )
+        # a keyword index not loaded here loads on another thread while the vectors are
+        # searched (or loaded: each load is mostly reading the store)
+        keywords = self._keywords.get_soon(*self._key)
         found = self._index.search(*self._key, vector, depth, within=within)
         keyword_ids, _ = keywords().search(query, depth, allow=within, ties=False)
         return self._hybrid_hits(vector, found, keyword_ids, k, min_score)

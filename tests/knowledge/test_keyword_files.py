@@ -441,12 +441,18 @@ def test_a_cold_hybrid_search_loads_its_keywords_beside_its_vectors(filled: str)
 
         with mock.patch.object(core.keywords, "get", noting):
             cold = {query: hybrid(core, query) for query in QUERIES}
-        assert core.keywords.stats().loads == 1
+            assert core.keywords.stats().loads == 1
+            # the first search loaded the keywords on the loading thread; the next ones,
+            # the index loaded, on the searching thread
+            assert any(name.startswith("agentcore-keyword-load") for name in threads)
+            assert threading.current_thread().name in threads
+            threads.clear()
+            # a write since: caught up on the searching thread, not loaded again
+            core.workspace("acme").knowledge.ingest_text("new.txt", "Vacation days carry over.")
+            assert "new.txt" in {source for source, *_ in hybrid(core, "vacation days carry")}
+            assert threads == {threading.current_thread().name}
+            assert core.keywords.stats().loads == 1
     assert cold == warm
-    # the first search loaded the keywords on the loading thread; the next ones, current
-    # vectors, on the searching thread
-    assert any(name.startswith("agentcore-keyword-load") for name in threads)
-    assert threading.current_thread().name in threads
 
 
 def test_a_failed_keyword_load_fails_the_hybrid_search(filled: str) -> None:
