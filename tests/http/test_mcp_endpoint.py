@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -15,7 +16,7 @@ from typing import Any, TypeVar
 import httpx
 import pytest
 from conftest import Keys, ServerThread
-from helpers import where_cited
+from helpers import wait_for, where_cited
 from mcp import Client, ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
@@ -306,15 +307,39 @@ def test_a_host_without_the_lifespan_is_told_so(core: AgentCore, keys: Keys) -> 
 
 
 def test_the_endpoint_runs_again_after_a_restart(core: AgentCore, keys: Keys) -> None:
-    """Each lifespan runs a session manager of its own (the SDK's runs only once)."""
+    """Each lifespan runs a session manager of its own (the SDK's runs only once), started
+    with the lifespan, before any MCP request asks for it."""
     key = keys.make().secret
     app = create_app(core)
     for _ in range(2):
         with ServerThread(app) as server:
-            assert not app.state.mcp.serving  # until MCP is first asked
+            wait_for(lambda: app.state.mcp.serving)  # nobody has asked over MCP yet
             listed = run(server.url + "/v1/mcp", key, lambda c: c.list_tools())
             assert len(listed.tools) == 4 and app.state.mcp.serving
         assert not app.state.mcp.serving  # stopped with the lifespan
+
+
+def test_a_manager_that_fails_to_start_ahead_starts_at_the_first_request(
+    core: AgentCore, keys: Keys, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from agentcore_starlette.mcp.endpoint import McpEndpoint
+
+    serve = McpEndpoint._serve
+    failed: list[bool] = []
+
+    async def once_broken(self: McpEndpoint, *, task_status: Any) -> None:
+        if not failed:
+            failed.append(True)
+            raise RuntimeError("the disk went away mid-import")
+        await serve(self, task_status=task_status)
+
+    monkeypatch.setattr(McpEndpoint, "_serve", once_broken)
+    app = create_app(core)
+    with caplog.at_level(logging.WARNING, logger="agentcore.http"), ServerThread(app) as server:
+        wait_for(lambda: failed and "did not start ahead" in caplog.text)
+        assert not app.state.mcp.serving  # the app serves on
+        listed = run(server.url + "/v1/mcp", keys.make().secret, lambda c: c.list_tools())
+        assert len(listed.tools) == 4 and app.state.mcp.serving
 
 
 class BrokenQueries:

@@ -9,9 +9,9 @@ request, and a revoked key stops working at once). The tools are ``mcp.tools``.
 
 The session manager runs a task group, which must live inside the app's lifespan
 (``lifespan_for(core)``, also when the API is mounted in a host app): the lifespan
-opens a task group for each endpoint of the core, and the first MCP request starts
-the manager in it (importing the SDK costs about half a second; a server nobody asks
-over MCP never pays it). The lifespan's end stops it.
+opens a task group for each endpoint of the core and starts the manager in it at once,
+importing the SDK on a thread (about half a second), so the first MCP request after a
+start does not wait for it. The lifespan's end stops it.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from starlette.requests import Request
 from starlette.types import Message, Receive, Scope, Send
 
 from agentcore import AgentCore
+from agentcore.adapters import get_logger
 from agentcore.errors import NotFound, ServiceUnavailable
 from agentcore_starlette.bodies import read_limited, refuse_lone_surrogates, require_json
 from agentcore_starlette.credentials import identify, refuse_secrets_in_query
@@ -39,6 +40,8 @@ from agentcore_starlette.settings import HttpSettings
 
 if TYPE_CHECKING:
     from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+
+log = get_logger("agentcore.http")  # masks keys and secrets in every record
 
 PATH = "/mcp"
 METHODS = ["POST"]
@@ -68,7 +71,7 @@ class McpEndpoint:
 
     @property
     def serving(self) -> bool:
-        """Whether the SDK's session manager runs now (from the first request on)."""
+        """Whether the SDK's session manager runs now (soon after the lifespan starts)."""
         return self._manager is not None
 
     @contextlib.asynccontextmanager
@@ -81,11 +84,21 @@ class McpEndpoint:
             return
         async with anyio.create_task_group() as group:
             self._group, self._starting = group, anyio.Lock()
+            if self.installed:
+                group.start_soon(self._start_ahead)
             try:
                 yield
             finally:
                 self._group = self._starting = self._manager = None
                 group.cancel_scope.cancel()
+
+    async def _start_ahead(self) -> None:
+        """Start the session manager before the first MCP request asks for it; a failure
+        is logged, and that request tries again (and reports what failed)."""
+        try:
+            await self._manager_now()
+        except Exception:  # the app serves on; MCP requests get the error
+            log.warning("the MCP endpoint did not start ahead of its requests", exc_info=True)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         scope["state"][RESPONDER] = mcp_error_response  # what MCP clients can report
