@@ -1,5 +1,5 @@
 """``/v1/mcp``: the Model Context Protocol endpoint (``endpoint``), its tools (``tools``,
-which import the MCP SDK, loaded on the first MCP request) and its OpenAPI
+which import the MCP SDK, loaded when the app's lifespan starts) and its OpenAPI
 declaration (``openapi``)."""
 
 __all__: list[str] = []  # its modules: endpoint, tools, openapi
