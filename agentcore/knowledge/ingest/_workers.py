@@ -288,11 +288,11 @@ class WorkerPool:
         except WorkerStartFailed as exc:  # the jobs start their own, and warn if they fail
             log.info("an ingestion worker did not start ahead of the jobs: %s", exc)
         with self._lock:
-            keep = worker is not None and not self._closed
-            if keep:
-                self._idle.append(worker)  # type: ignore[arg-type]
+            if worker is not None and not self._closed:
+                self._idle.append(worker)
                 self._changed.notify_all()
-        if worker is not None and not keep:
+                worker = None  # the pool's now
+        if worker is not None:
             worker.close()  # the pool closed while it booted
         with self._lock:
             self._starting -= 1
