@@ -28,7 +28,8 @@ from agentcore.errors import AgentCoreError, PayloadTooLarge
 from agentcore.knowledge._chunking import Label, chunk_pages
 from agentcore.knowledge.ingest import TextBudget, WorkBudget, parse_document
 from agentcore.knowledge.ingest._parsing import CSV, DOCX, HTML, PPTX, XLSX, ParsedDocument
-from agentcore.knowledge.ingest._zipguard import ArchiveLimits, verify_archive
+from agentcore.knowledge.ingest._sheetgrid import QuickGrid, SheetGrid
+from agentcore.knowledge.ingest._zipguard import ArchiveLimits, _declares_dtd, verify_archive
 
 LIMITS = {"max_bytes": 50 * 1024 * 1024, "max_pages": 100}
 
@@ -300,6 +301,80 @@ def test_the_grid_measured_is_never_smaller_than_the_one_calamine_builds(
             verify_archive(archive, ArchiveLimits(sheet_cells=built - 1), workbook=True)
         if exact:  # measured cell by cell, as calamine places them
             verify_archive(archive, ArchiveLimits(sheet_cells=built), workbook=True)
+
+
+def _quick(xml: bytes, chunk: int = 64 * 1024) -> SheetGrid | None:
+    grid = QuickGrid()
+    for at in range(0, len(xml), chunk):
+        grid.feed(xml[at : at + chunk])
+    return grid.result()
+
+
+def test_the_quick_bound_reads_the_lengths_of_references_in_any_chunking() -> None:
+    cells = "".join(
+        f'<row r="{n}"><c r="A{n}" s="1"><v>{n}</v></c><c r="AB{n}" t="s"><v>0</v></c></row>'
+        for n in range(1, 1_200)
+    )
+    xml = sheet_xml(cells)
+    whole = _quick(xml)
+    assert whole == SheetGrid(0, 9_998, 0, 26 + 26 * 26 - 1, 2 * 1_199)  # 4 digits, 2 letters
+    assert all(_quick(xml, size) == whole for size in (1, 7, 100, 4096))  # tags cut anywhere
+    assert _quick(sheet_xml("")) == SheetGrid()
+    # seven digits bound, eight are for the exact reading (calamine wraps them)
+    assert _quick(sheet_xml('<row><c r="XFD1048576"/></row>')) == SheetGrid(
+        0, 9_999_998, 0, 18_278 - 1, 1
+    )
+    assert _quick(sheet_xml('<row><c r="A12345678"/></row>')) is None
+
+
+@pytest.mark.parametrize(
+    "cells",
+    [
+        '<row><c r="A1" s="1" r="XFD9"><v>1</v></c></row>',  # calamine places it at the last r
+        '<row><c r="A1"><v>1</v></c><c r="B1"  r = "C9"><v>2</v></c></row>',
+        "<row><c r='A1' r='D4'><v>1</v></c></row>",
+        '<row><c r="A1"/><c s="1"><v>2</v></c></row>',  # placed after the cell before it
+        "<row><c><v>2</v></c></row>",
+        '<row><c r="a1"><v>1</v></c></row>',  # lower case: calamine reads it
+        '<row><c  r="A1"><v>1</v></c></row>',
+    ],
+)
+def test_the_quick_bound_leaves_cells_written_otherwise_to_the_exact_reading(cells: str) -> None:
+    assert _quick(sheet_xml(cells)) is None
+    data = make_xlsx_of_sheet(sheet_xml(cells))
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:  # measured exactly instead
+        verify_archive(archive, ArchiveLimits(sheet_cells=10 * 18_278), workbook=True)
+
+
+def test_a_long_sheet_past_the_quick_bound_is_measured_exactly_not_refused() -> None:
+    # a 200,000-row column: its bound (a million rows of 26 columns) passes the limit,
+    # its grid (200,000 x 2 cells) does not
+    xml = sheet_xml(
+        '<row r="1"><c r="A1"><v>1</v></c><c r="B1"><v>1</v></c></row>'
+        '<row r="200000"><c r="A200000"><v>2</v></c></row>'
+    )
+    bound = _quick(xml)
+    assert bound is not None and bound.size > 10_000_000
+    data = make_xlsx_of_sheet(xml)
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        verify_archive(archive, ArchiveLimits(sheet_cells=400_000), workbook=True)
+        with pytest.raises(PayloadTooLarge):
+            verify_archive(archive, ArchiveLimits(sheet_cells=399_999), workbook=True)
+
+
+@pytest.mark.parametrize(
+    ("tail", "chunk", "declares"),
+    [
+        (b"<a>text</a><!", b"DOCTYPE x []><a/>", True),  # cut inside the declaration
+        (b"<a>text</a><", b"!doctype x><a/>", True),
+        (b"", "<!DOCTYPE x>".encode("utf-16-le"), True),
+        (b"<a>Hello!</a>", b"<b>world!</b>", False),  # a ! in text only
+        (b"<a>", b"<b>no bang at all</b>", False),
+        (b"", b"<!-- a comment --><a/>", False),
+    ],
+)
+def test_a_dtd_is_found_across_a_chunk_boundary(tail: bytes, chunk: bytes, declares: bool) -> None:
+    assert _declares_dtd(tail[-24:], chunk) is declares
 
 
 # CSV and HTML ---------------------------------------------------------------------------

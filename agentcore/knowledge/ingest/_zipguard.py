@@ -101,8 +101,8 @@ def verify_archive(
     as the bytes that come out pass a member's declared size or ``limits``; 422
     ``invalid_file`` for a corrupt, encrypted or oddly compressed member, or an XML part
     that declares a DTD. For a ``workbook``, also 413 for a member whose cells span more
-    than ``limits.sheet_cells`` (a member the quick measure cannot read is inflated
-    again). ``check`` runs between reads (a cancellation's)."""
+    than ``limits.sheet_cells`` (a member the quick bound cannot settle is inflated
+    again and measured exactly). ``check`` runs between reads (a cancellation's)."""
     total = 0
     for member in archive.infolist():
         if member.is_dir():
@@ -138,7 +138,8 @@ def verify_archive(
                         check()
             if grid is not None:
                 cells = grid.result()
-                if cells is None:  # written unusually: measured again, cell by cell
+                if cells is None or cells.size > limits.sheet_cells:  # not settled by the
+                    # bound (written unusually, or large): measured again, exactly
                     cells = exact_grid(partial(archive.open, member), check)
                 if cells.size > limits.sheet_cells:
                     raise _too_large(
@@ -153,7 +154,11 @@ def verify_archive(
 
 def _declares_dtd(tail: bytes, chunk: bytes) -> bool:
     """Whether ``chunk`` (after ``tail``, the end of the chunk before it) opens a DTD: a
-    search for ``<!`` in each encoding first, so the usual part costs no copy."""
+    search for the byte ``!`` first (memchr: ``<`` is everywhere in XML, a search for
+    ``<!`` stops at each), then for ``<!`` in each encoding, so the usual part costs no
+    copy."""
+    if b"!" not in chunk and b"!" not in tail:
+        return False
     edge = tail + chunk[:24]
     if not any(b"<!" in part or b"<\x00!" in part for part in (chunk, edge)):
         return False
