@@ -10,6 +10,7 @@ import sys
 import zipfile
 
 import docx
+import openpyxl
 import pytest
 from docx.oxml import OxmlElement
 from office_files import (
@@ -24,6 +25,7 @@ from office_files import (
     sheet_xml,
 )
 
+from agentcore import Cancellation, Cancelled
 from agentcore.errors import AgentCoreError, PayloadTooLarge
 from agentcore.knowledge._chunking import Label, chunk_pages
 from agentcore.knowledge.ingest import TextBudget, WorkBudget, parse_document
@@ -158,6 +160,62 @@ def test_each_sheet_is_a_page_its_rows_written_with_their_headers() -> None:
         "- Manager: Rui; Opened: 2.5; Open: FALSE"
     )
     assert document.pages[1] == "# Empty"
+
+
+def test_sheet_values_of_every_kind_are_written_as_a_reader_sees_them() -> None:
+    """Whatever their type, spacing or emptiness, and whatever the header names hold
+    (``%``, braces), each value is written folded, empty ones left out."""
+    workbook = openpyxl.Workbook()
+    sheet = workbook.active
+    sheet.title = "Tricky"
+    sheet.append(["Report title"])
+    sheet.append(["Name %s", "Val {0}", "When", "Flag", "", "Note"])
+    for row in [
+        ["Ana", 1.0, datetime.date(2024, 3, 1), True, "x", "plain"],
+        [" Bob", 0.1 + 0.2, datetime.datetime(2024, 3, 1, 10, 30), False, None, "two  spaces"],
+        ["Cy ", 12345678901234567890, datetime.datetime(2024, 3, 1), None, 5, "tab\there"],
+        ["Di", -2.5e-7, datetime.time(10, 30), "", "", "new\nline"],
+        ["Ed", 3, datetime.date(2020, 1, 1), "y", "z", "nbsp\u00a0here"],
+        ["Fa", 1e16, "text", "a ; b", "semi;colon", "end "],
+        ["Gi", 42.0, datetime.date(2021, 5, 5), "q", "r", "s", "extra col", "more"],
+        [None] * 6,
+        ["   ", 7.25, datetime.date(2021, 5, 6), "w", "v", "u"],
+        ["Ho", 8, datetime.timedelta(days=1, hours=6), "k", "l", "m"],
+    ]:
+        sheet.append(row)
+    out = io.BytesIO()
+    workbook.save(out)
+    document = parse(out.getvalue(), "tricky.xlsx")
+    head = "- Name %s: "
+    assert document.pages == [
+        "# Tricky\n\nReport title\n"
+        f"{head}Ana; Val {{0}}: 1; When: 2024-03-01; Flag: TRUE; Column 5: x; Note: plain\n"
+        f"{head}Bob; Val {{0}}: 0.3; When: 2024-03-01 10:30:00; Flag: FALSE;"
+        " Note: two spaces\n"
+        f"{head}Cy; Val {{0}}: 1.23456789012346e+19; When: 2024-03-01; Column 5: 5;"
+        " Note: tab here\n"
+        f"{head}Di; Val {{0}}: -2.5e-07; When: 10:30:00; Note: new line\n"
+        f"{head}Ed; Val {{0}}: 3; When: 2020-01-01; Flag: y; Column 5: z; Note: nbsp here\n"
+        f"{head}Fa; Val {{0}}: 1e+16; When: text; Flag: a ; b; Column 5: semi;colon;"
+        " Note: end\n"
+        f"{head}Gi; Val {{0}}: 42; When: 2021-05-05; Flag: q; Column 5: r; Note: s;"
+        " Column 7: extra col; Column 8: more\n"
+        "- Val {0}: 7.25; When: 2021-05-06; Flag: w; Column 5: v; Note: u\n"
+        f"{head}Ho; Val {{0}}: 8; When: 1 day, 6:00:00; Flag: k; Column 5: l; Note: m"
+    ]
+
+
+def test_a_one_column_sheet_takes_its_first_row_as_the_header() -> None:
+    document = parse(make_xlsx({"Single": [["only"], ["one"], ["column"], [3.0]]}), "one.xlsx")
+    assert document.pages == ["# Single\n\n- only: one\n- only: column\n- only: 3"]
+
+
+def test_rows_written_in_batches_still_heed_a_cancellation() -> None:
+    cancellation = Cancellation()
+    cancellation.cancel("test")
+    rows = "".join(f"{n},row {n}\n" for n in range(1_000))
+    with pytest.raises(Cancelled):
+        parse(("id,name\n" + rows).encode(), "rows.csv", cancellation=cancellation)
 
 
 def test_the_chunk_of_row_9000_of_a_long_sheet_says_its_columns() -> None:

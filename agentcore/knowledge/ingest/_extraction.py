@@ -130,6 +130,7 @@ class Pages:
         self._has_text = False  # the current page holds more than whitespace
         self._in_lines = False  # the last write was a line (a table row, a list item)
         self._writes = 0
+        self._next_check = _CHECK_EVERY  # writes at the next check of the cancellation
 
     @property
     def number(self) -> int:
@@ -161,11 +162,16 @@ class Pages:
         self._write(text, "\n" if self._in_lines else "\n\n")
         self._in_lines = True
 
+    def lines(self, texts: list[str]) -> None:
+        """Write each of ``texts`` as ``line`` does, in one write."""
+        self._write("\n".join(texts), "\n" if self._in_lines else "\n\n", len(texts))
+        self._in_lines = True
+
     def end_lines(self) -> None:
         """End a run of lines: the next line starts a paragraph (a table after a list)."""
         self._in_lines = False
 
-    def _write(self, text: str, separator: str) -> None:
+    def _write(self, text: str, separator: str, writes: int = 1) -> None:
         if not text or text.isspace():
             return
         if self._parts:
@@ -181,8 +187,9 @@ class Pages:
                 code="too_large",
                 param="file",
             )
-        self._writes += 1
-        if self._cancellation is not None and self._writes % _CHECK_EVERY == 0:
+        self._writes += writes
+        if self._cancellation is not None and self._writes >= self._next_check:
+            self._next_check = self._writes + _CHECK_EVERY
             self._cancellation.check()
 
     def finish(self) -> tuple[list[str], list[Label]]:

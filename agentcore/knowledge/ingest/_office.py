@@ -236,12 +236,15 @@ def _sheet(sheet: Any, pages: Pages) -> None:
     start = sheet.start
     if start is None:  # no cells
         return
-    rows = Rows(pages, first_column=start[1])
+    rows = Rows(pages, first_column=start[1], specs=_CELL_SPECS)
+    add = rows.add
     for row in sheet.iter_rows():
-        if row.count("") < len(row):  # not empty (a 0 or FALSE is a value)
-            # most cells are text: kept as they are without a call
-            rows.add([value if type(value) is str else _cell_text(value) for value in row])
+        add(row, _cell_text)  # an empty row is skipped there (a 0 or FALSE is a value)
     rows.close()
+
+
+# the cells a row's line template converts as ``_cell_text`` writes them
+_CELL_SPECS = {str: "s", float: ".15g", int: "s", dt.date: "s"}
 
 
 def _cell_text(value: Any) -> str:

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from agentcore.knowledge.ingest._extraction import Pages, fold_spaces, invalid_file
 
@@ -17,6 +18,17 @@ __all__ = ["Rows", "csv_pages"]
 
 _TITLE_ROWS = 5  # one-value rows above a table taken as its titles before a header
 _DELIMITERS = ",;\t|"
+_TEMPLATES = 64  # the most value-type patterns a table keeps a line template for
+_BATCH = 256  # rows written onto the page at once
+_TEXT_ONLY: Mapping[type, str] = {str: "s"}
+
+
+def _clean(line: str) -> bool:
+    """Whether a row's line, formatted from its values as they are, is what folding each
+    value and leaving out the empty ones would write: no whitespace but single spaces
+    (every other whitespace character is unprintable), no value blank or padded (``Name:
+    ;``, ``Name:  Ana``, ``Ana ;``, a trailing space)."""
+    return line.isprintable() and "  " not in line and " ;" not in line and line[-1] != " "
 
 
 class Rows:
@@ -28,20 +40,44 @@ class Rows:
     is named ``Column N``, counted from ``first_column`` (0: the first value is column 1;
     a sheet whose cells start in column C passes 2); empty values are left out of their
     row.
+
+    A row under the header whose values' types all have a ``%`` conversion in ``specs``
+    (``s`` for text only, by default; a sheet's numbers and dates too) is written with
+    one ``%`` of a line template made once per pattern of types, and checked
+    (``_clean``); any other row is written value by value. Rows reach the page
+    ``_BATCH`` at a time (``Pages.lines``), and all of them by ``close``.
     """
 
-    def __init__(self, pages: Pages, first_column: int = 0) -> None:
+    def __init__(
+        self, pages: Pages, first_column: int = 0, specs: Mapping[type, str] = _TEXT_ONLY
+    ) -> None:
         self._pages = pages
         self._first_column = first_column
+        self._specs = specs
         pages.end_lines()
         self._header: list[str] | None = None
         self._names: list[str] = []  # each column's name in a row: the header's, or Column N
         self._waiting: list[list[str]] = []  # one-value rows before the header
         self._rows = 0  # rows written under the header
+        self._templates: dict[tuple[type, ...], str | None] = {}
+        self._lines: list[str] = []  # rows not yet on the page
 
-    def add(self, values: Sequence[str]) -> None:
-        """One row's values, as text, in column order."""
-        row = [fold_spaces(value) for value in values]
+    def add(self, values: Sequence[Any], text: Callable[[Any], str] = str) -> None:
+        """One row's values in column order: text, or values ``text`` writes as text."""
+        if self._header is not None:
+            types = tuple(map(type, values))
+            try:
+                template = self._templates[types]
+            except KeyError:
+                template = self._template(types)
+            if template is not None:
+                line = template % tuple(values)
+                if _clean(line):
+                    self._lines.append(line)
+                    if len(self._lines) >= _BATCH:
+                        self._flush()
+                    return
+        row = [fold_spaces(value if type(value) is str else text(value)) for value in values]
         filled = len(row) - row.count("")
         if not filled:
             return
@@ -60,9 +96,11 @@ class Rows:
             self._waiting.append(row)
 
     def close(self) -> None:
-        """Write what is held back (a table too short to find its header in)."""
+        """Write what is held back (the last rows; a table too short to find its header
+        in)."""
         if self._header is None and self._waiting:
             self._start_single_column()
+        self._flush()
         if self._header is not None and not self._rows:
             self._pages.line("; ".join(value for value in self._header if value))
         self._pages.end_lines()
@@ -73,18 +111,47 @@ class Rows:
         for row in rest:
             self._write(row)
 
-    def _write(self, row: list[str]) -> None:
+    def _template(self, types: tuple[type, ...]) -> str | None:
+        """The ``%`` line template of rows of values of ``types`` (kept for the next such
+        row), or ``None`` when a type has no conversion."""
+        specs = [self._specs.get(kind) for kind in types]
+        names = self._names_of(len(types))
+        template = None
+        if types and None not in specs:
+            fields = [
+                f"{name.replace('%', '%%')}: %{spec}"
+                for name, spec in zip(names, specs, strict=False)
+            ]
+            template = "- " + "; ".join(fields)
+        if len(self._templates) < _TEMPLATES:
+            self._templates[types] = template
+        return template
+
+    def _names_of(self, columns: int) -> list[str]:
+        """The names of a row's first ``columns`` columns (named once per column, not
+        once per cell)."""
         names = self._names
-        if len(names) < len(row):  # named once per column, not once per cell
+        if len(names) < columns:
             header = self._header or []
             names += [
                 (header[column] if column < len(header) else "")
                 or f"Column {self._first_column + column + 1}"
-                for column in range(len(names), len(row))
+                for column in range(len(names), columns)
             ]
+        return names
+
+    def _write(self, row: list[str]) -> None:
+        names = self._names_of(len(row))
         pairs = [f"{name}: {value}" for name, value in zip(names, row, strict=False) if value]
-        self._pages.line("- " + "; ".join(pairs))
-        self._rows += 1
+        self._lines.append("- " + "; ".join(pairs))
+        if len(self._lines) >= _BATCH:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self._lines:
+            self._pages.lines(self._lines)
+            self._rows += len(self._lines)
+            self._lines = []
 
 
 def csv_pages(text: str, pages: Pages) -> None:
