@@ -11,6 +11,7 @@ import zipfile
 
 import docx
 import openpyxl
+import pptx
 import pytest
 from docx.oxml import OxmlElement
 from office_files import (
@@ -134,6 +135,49 @@ def test_each_slide_is_a_page_with_its_title_body_table_and_notes() -> None:
     assert document.pages[1] == "# Revenue\n\nRevenue grew eleven percent"
     assert "- Region: North; Sales: 1,200\n- Region: South; Sales: 900" in document.pages[2]
     assert document.pages[2].endswith("Notes: Mention the new northern office.")
+
+
+def test_a_slide_is_read_as_python_pptx_reads_it() -> None:
+    """Groups (nested too) in their place, a table's blank and merged cells, line breaks,
+    runs, multi-paragraph titles and notes; a slide without a title placeholder, one
+    whose title is empty, and one whose notes slide holds no text."""
+    deck = pptx.Presentation()
+    first = deck.slides.add_slide(deck.slide_layouts[1])
+    first.shapes.title.text = "Quarter  review\nline two"
+    body = first.placeholders[1].text_frame
+    body.text = "First para"
+    paragraph = body.add_paragraph()
+    paragraph.text = "second\vwith break"
+    paragraph.add_run().text = "  run  tail "
+    body.add_paragraph()
+    group = first.shapes.add_group_shape()
+    group.shapes.add_textbox(0, 0, 10, 10).text_frame.text = "in group"
+    group.shapes.add_group_shape().shapes.add_textbox(0, 0, 10, 10).text_frame.text = "nested"
+    group.shapes.add_shape(1, 0, 0, 10, 10)  # a shape without text
+    table = first.shapes.add_table(3, 3, 0, 0, 100_000, 100_000).table
+    for row in range(3):
+        for column in range(3):
+            table.cell(row, column).text = "" if (row, column) == (1, 1) else f"c{row}{column}"
+    table.cell(2, 0).merge(table.cell(2, 1))
+    first.notes_slide.notes_text_frame.text = "notes  here\nsecond line"
+    blank = deck.slides.add_slide(deck.slide_layouts[6])
+    blank.shapes.add_textbox(0, 0, 10, 10).text_frame.text = "blank slide text"
+    deck.slides.add_slide(deck.slide_layouts[5]).shapes.title.text = ""
+    last = deck.slides.add_slide(deck.slide_layouts[1])
+    last.placeholders[1].text = "body only"
+    assert last.notes_slide.notes_text_frame.text == ""
+    out = io.BytesIO()
+    deck.save(out)
+    document = parse(out.getvalue(), "deck.pptx")
+    assert document.pages == [
+        "# Quarter review line two\n\nFirst para\nsecond with break run tail\n\nin group"
+        "\n\nnested\n\n- c00: c10; c02: c12\n- c00: c20 c21; c02: c22"
+        "\n\nNotes: notes here second line",
+        "blank slide text",
+        "",
+        "body only",
+    ]
+    assert labels_of(document) == [(n, f"Slide {n}") for n in range(1, 5)]
 
 
 # Excel ----------------------------------------------------------------------------------

@@ -30,6 +30,13 @@ from agentcore.knowledge.ingest._tables import Rows
 __all__ = ["docx_pages", "pptx_pages", "xlsx_pages"]
 
 _W = "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}"
+_P = "{http://schemas.openxmlformats.org/presentationml/2006/main}"
+_A = "{http://schemas.openxmlformats.org/drawingml/2006/main}"
+_TABLE = "http://schemas.openxmlformats.org/drawingml/2006/table"  # a graphic frame's table
+# the elements of a shape tree python-pptx reads as shapes
+_SHAPES = frozenset(
+    _P + tag for tag in ("sp", "grpSp", "graphicFrame", "cxnSp", "pic", "contentPart")
+)
 _MC_FALLBACK = "{http://schemas.openxmlformats.org/markup-compatibility/2006}Fallback"
 _PAGE = object()  # a page break among a paragraph's pieces
 _HEADING_STYLE = re.compile(r"heading\s*([1-9])", re.IGNORECASE)
@@ -156,55 +163,98 @@ def _table(table: Any, pages: Pages) -> None:
 
 
 def pptx_pages(data: bytes, pages: Pages) -> None:
-    """A presentation's slides onto ``pages``, one each."""
+    """A presentation's slides onto ``pages``, one each.
+
+    python-pptx opens the package and finds each slide's part and notes; the slides'
+    XML is then walked directly (python-pptx's shape objects answer each property with
+    an XPath query), as python-pptx reads it: the title is the slide's placeholder of
+    index 0, a paragraph's text its runs, line breaks and fields.
+    """
     import pptx
 
     with _reading("PowerPoint presentation"):
         presentation = pptx.Presentation(io.BytesIO(data))
         for number, slide in enumerate(presentation.slides, 1):
-            _slide(number, slide, pages)
+            notes = slide.notes_slide.element if slide.has_notes_slide else None
+            _slide(number, slide.element, notes, pages)
 
 
-def _slide(number: int, slide: Any, pages: Pages) -> None:
+def _slide(number: int, slide: Any, notes: Any, pages: Pages) -> None:
     if number > 1:
         pages.next_page()
     pages.label(f"Slide {number}")
-    title = slide.shapes.title
-    if title is not None and title.has_text_frame:
-        heading = fold_spaces(title.text_frame.text)
+    shapes = _members(slide.find(f"{_P}cSld/{_P}spTree"))
+    title = next((shape for shape in shapes if _placeholder(shape, "idx", "0") == "0"), None)
+    if title is not None and title.tag == _P + "sp":
+        heading = fold_spaces("\n".join(_paragraphs(title.find(_P + "txBody"))))
         if heading:
             pages.paragraph("# " + heading)
-    for shape in _shapes(slide.shapes):
-        if title is not None and shape.shape_id == title.shape_id:
-            continue
-        _shape(shape, pages)
-    if slide.has_notes_slide:
-        notes = slide.notes_slide.notes_text_frame
-        text = fold_spaces(notes.text) if notes is not None else ""
-        if text:
-            pages.paragraph("Notes: " + text)
+    for shape in _flattened(shapes):
+        if shape is not title:
+            _shape(shape, pages)
+    if notes is not None:  # the notes' body placeholder
+        shapes = _members(notes.find(f"{_P}cSld/{_P}spTree"))
+        body = next(
+            (shape for shape in shapes if _placeholder(shape, "type", "obj") == "body"), None
+        )
+        if body is not None and body.tag == _P + "sp":
+            text = fold_spaces("\n".join(_paragraphs(body.find(_P + "txBody"))))
+            if text:
+                pages.paragraph("Notes: " + text)
 
 
-def _shapes(shapes: Any) -> Iterator[Any]:
+def _members(tree: Any) -> list[Any]:
+    """The shapes of a shape tree or group, in order."""
+    return [] if tree is None else [child for child in tree if child.tag in _SHAPES]
+
+
+def _flattened(shapes: list[Any]) -> Iterator[Any]:
     """Every shape, those of groups in their group's place."""
-    from pptx.shapes.group import GroupShape
-
     for shape in shapes:
-        if isinstance(shape, GroupShape):
-            yield from _shapes(shape.shapes)
+        if shape.tag == _P + "grpSp":
+            yield from _flattened(_members(shape))
         else:
             yield shape
 
 
+def _placeholder(shape: Any, attribute: str, default: str) -> str | None:
+    """``attribute`` of ``shape``'s placeholder (``default`` when unset), ``None`` for a
+    shape that is no placeholder."""
+    ph = shape[0].find(f"{_P}nvPr/{_P}ph") if len(shape) else None
+    return None if ph is None else ph.get(attribute, default)
+
+
 def _shape(shape: Any, pages: Pages) -> None:
-    if getattr(shape, "has_table", False) and shape.has_table:
-        rows = Rows(pages)
-        for row in shape.table.rows:
-            rows.add([cell.text for cell in row.cells])
-        rows.close()
-    elif getattr(shape, "has_text_frame", False) and shape.has_text_frame:
-        lines = [fold_spaces(p.text) for p in shape.text_frame.paragraphs]
+    if shape.tag == _P + "graphicFrame":
+        data = shape.find(f"{_A}graphic/{_A}graphicData")
+        table = data.find(_A + "tbl") if data is not None and data.get("uri") == _TABLE else None
+        if table is not None:
+            rows = Rows(pages)
+            for row in table.iterchildren(_A + "tr"):
+                cells = row.iterchildren(_A + "tc")
+                rows.add(["\n".join(_paragraphs(cell.find(_A + "txBody"))) for cell in cells])
+            rows.close()
+    elif shape.tag == _P + "sp":
+        lines = [fold_spaces(text) for text in _paragraphs(shape.find(_P + "txBody"))]
         pages.paragraph("\n".join(line for line in lines if line))
+
+
+def _paragraphs(body: Any) -> list[str]:
+    """The text of each paragraph of a text body (``None``: none): its runs and fields,
+    a line break as ``\\v``."""
+    if body is None:
+        return []
+    paragraphs = []
+    for paragraph in body.iterchildren(_A + "p"):
+        text = []
+        for piece in paragraph.iterchildren(_A + "r", _A + "fld", _A + "br"):
+            if piece.tag == _A + "br":
+                text.append("\v")
+            else:
+                run = piece.find(_A + "t")
+                text.append((run.text or "") if run is not None else "")
+        paragraphs.append("".join(text))
+    return paragraphs
 
 
 # Excel --------------------------------------------------------------------------------
