@@ -448,6 +448,12 @@ def test_the_quick_bound_leaves_cells_written_otherwise_to_the_exact_reading(cel
         verify_archive(archive, ArchiveLimits(sheet_cells=10 * 18_278), workbook=True)
 
 
+def test_the_quick_bound_finds_a_later_r_however_the_part_is_cut() -> None:
+    # a ">" inside a value: a piece may end inside the tag, even between "r" and "="
+    xml = sheet_xml('<row><c r="A1" s=">" r="XFD1048576"><v>1</v></c></row>')
+    assert all(_quick(xml, size) is None for size in range(1, len(xml) + 1))
+
+
 def test_a_long_sheet_past_the_quick_bound_is_measured_exactly_not_refused() -> None:
     # a 200,000-row column: its bound (a million rows of 26 columns) passes the limit,
     # its grid (200,000 x 2 cells) does not

@@ -45,7 +45,7 @@ __all__ = ["QuickGrid", "SheetGrid", "exact_grid"]
 
 _U32 = 2**32
 _READ_BYTES = 64 * 1024
-_CARRY_BYTES = 1024 * 1024  # a tag this long ends the quick reading
+_CARRY_BYTES = 1024 * 1024  # this long without a "<": the reading gives up (a text, not a sheet)
 # a cell tag as the common writers write it: its reference first, then attributes whose
 # names do not start with ``r`` (so no second ``r``), double-quoted; any other ``<c``
 # (matched by the second branch, its groups empty) ends the quick reading
@@ -94,9 +94,12 @@ class SheetGrid:
 
 
 class _Pieces:
-    """A part fed as it inflates, read in pieces that end between two tags (a tag cut at
-    a chunk's end waits for the rest); ``usual`` turns false, for good, once a piece is
-    written otherwise than the reading expects."""
+    """A part fed as it inflates, read in pieces that end right before a ``<``: what
+    follows the last ``<`` of a chunk waits for the next. So a match that starts with
+    ``<``, or holds none, is never cut in two, even where a ``>`` inside an attribute's
+    value would make a tag look closed. ``usual`` turns false, for good, once a piece is
+    written otherwise than the reading expects (or a chunk holds no ``<`` for
+    ``_CARRY_BYTES``)."""
 
     def __init__(self) -> None:
         self._carry = b""
@@ -106,16 +109,15 @@ class _Pieces:
         if not self.usual:
             return
         text = self._carry + chunk
-        # a match holds no ``<`` after its first byte, so none ends past the last ``<``
         end = text.rfind(b"<")
-        if end >= 0 and text.find(b">", end) < 0:
-            self._carry = text[end:]
-            if len(self._carry) > _CARRY_BYTES:
-                self.usual = False
-                return
-        else:
-            end, self._carry = len(text), b""
-        self._read(text, end)
+        if end < 0:  # no tag yet: all of it waits
+            end = 0
+        self._carry = text[end:]
+        if len(self._carry) > _CARRY_BYTES:
+            self.usual = False
+            return
+        if end:
+            self._read(text, end)
 
     def finish(self) -> bool:
         """Read what is left; whether the whole part was usual."""
