@@ -684,13 +684,17 @@ def test_a_labelled_part_starts_a_chunk_located_by_its_label() -> None:
 
 def test_each_value_of_a_row_is_written_on_one_line_with_its_column() -> None:
     """Whatever whitespace a cell holds (line breaks, tabs, Unicode spaces, NULs), the row
-    is one line of ``name: value`` pairs, each value folded as ``fold_spaces`` folds it."""
+    is one line of ``name: value`` pairs, each value folded as ``fold_spaces`` folds it,
+    whether the row's line template wrote it or its values one by one."""
     import random
 
     from agentcore.knowledge.ingest._extraction import Pages, fold_spaces
     from agentcore.knowledge.ingest._tables import Rows
 
-    pieces = ["a", "b", " ", "  ", "\t", "\n", "\r", "\x0b", "\x1f", "\u00a0", "\u2003", "\x00"]
+    pieces = [
+        *("a", "b", ";", "%s", "{}", " ", "  ", "\t", "\n", "\r", "\x0b", "\x1f", "\u00a0"),
+        *("\u2003", "\x00", "\u200b", "\u2028"),
+    ]
     chance = random.Random(7)
     for _ in range(3_000):
         row = [
