@@ -180,6 +180,23 @@ def test_a_slide_is_read_as_python_pptx_reads_it() -> None:
     assert labels_of(document) == [(n, f"Slide {n}") for n in range(1, 5)]
 
 
+_PML = "{http://schemas.openxmlformats.org/presentationml/2006/main}"
+
+
+def test_a_title_placeholder_is_found_by_its_index_however_it_is_written() -> None:
+    deck = pptx.Presentation()
+    for index in ("00", None):
+        slide = deck.slides.add_slide(deck.slide_layouts[1])
+        slide.shapes.title.text = f"Title {index}"
+        slide.placeholders[1].text = "Body"
+        if index is not None:
+            slide.shapes.title.element.find(f".//{_PML}ph").set("idx", index)
+    out = io.BytesIO()
+    deck.save(out)
+    document = parse(out.getvalue(), "titles.pptx")
+    assert document.pages == ["# Title 00\n\nBody", "# Title None\n\nBody"]
+
+
 # Excel ----------------------------------------------------------------------------------
 
 

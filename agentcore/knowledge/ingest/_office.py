@@ -184,7 +184,7 @@ def _slide(number: int, slide: Any, notes: Any, pages: Pages) -> None:
         pages.next_page()
     pages.label(f"Slide {number}")
     shapes = _members(slide.find(f"{_P}cSld/{_P}spTree"))
-    title = next((shape for shape in shapes if _placeholder(shape, "idx", "0") == "0"), None)
+    title = next((shape for shape in shapes if _is_title(shape)), None)
     if title is not None and title.tag == _P + "sp":
         heading = fold_spaces("\n".join(_paragraphs(title.find(_P + "txBody"))))
         if heading:
@@ -215,6 +215,12 @@ def _flattened(shapes: list[Any]) -> Iterator[Any]:
             yield from _flattened(_members(shape))
         else:
             yield shape
+
+
+def _is_title(shape: Any) -> bool:
+    """Whether ``shape`` is the placeholder of index 0 (``idx`` absent, ``0``, ``00``)."""
+    index = _placeholder(shape, "idx", "0")
+    return index is not None and index.strip().isdigit() and int(index) == 0
 
 
 def _placeholder(shape: Any, attribute: str, default: str) -> str | None:
