@@ -23,6 +23,7 @@ import pluggy
 from pydantic import ValidationError
 from tqdm import tqdm
 
+from agentcore import __version__
 from agentcore._logs import hide_passwords, redact
 from agentcore._plugin_manager import make_plugin_manager, plugin_settings_models
 from agentcore._workspace_services import WorkspaceServices
@@ -538,6 +539,9 @@ def build_parser(
     """
     settings = settings or Settings.load()
     parser = Parser(prog="agentcore", description=__doc__, formatter_class=HelpFormatter)
+    parser.add_argument(
+        "--version", action="version", version=f"agentcore {__version__}", help="print the version"
+    )
     parser.add_argument(
         "--db",
         default=database_url(),

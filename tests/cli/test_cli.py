@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import signal
 import sqlite3
@@ -275,6 +276,13 @@ def test_bad_org_in_a_real_process(initialised) -> None:
     assert result.returncode == 1
     assert result.stderr == "agentcore: No organization named 'nobody'.\n"
     assert result.stdout == ""
+
+
+def test_version_is_the_installed_distributions(cli: InProcess, tmp_path: Path) -> None:
+    result = cli("--version", db=tmp_path / "x.db")
+    assert result.returncode == 0
+    assert result.stdout == f"agentcore {importlib.metadata.version('agentcore-service')}\n"
+    assert not (tmp_path / "x.db").exists()  # nothing opened
 
 
 def test_argparse_errors_exit_2(cli: InProcess, tmp_path: Path) -> None:

@@ -43,7 +43,9 @@ def test_every_option_has_help_and_shows_its_default() -> None:
     for name, sub in _parsers(parser):
         text = " ".join(sub.format_help().split())  # lines are wrapped anywhere
         for action in sub._actions:
-            if isinstance(action, argparse._HelpAction | argparse._SubParsersAction):
+            if isinstance(
+                action, argparse._HelpAction | argparse._VersionAction | argparse._SubParsersAction
+            ):
                 continue
             where = f"{name} {'/'.join(action.option_strings) or action.dest}"
             assert action.help and len(action.help) > 8, where
