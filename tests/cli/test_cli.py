@@ -285,6 +285,19 @@ def test_version_is_the_installed_distributions(cli: InProcess, tmp_path: Path) 
     assert not (tmp_path / "x.db").exists()  # nothing opened
 
 
+@pytest.mark.slow
+def test_python_m_agentcore_is_the_command() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "agentcore", "--version"],
+        capture_output=True,
+        text=True,
+        env=cli_env(),
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == f"agentcore {importlib.metadata.version('agentcore-service')}\n"
+
+
 def test_argparse_errors_exit_2(cli: InProcess, tmp_path: Path) -> None:
     result = cli("keys", "create", "--org", "acme", "--env", "prod", db=tmp_path / "x.db")
     assert result.returncode == 2
