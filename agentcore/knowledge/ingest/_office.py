@@ -183,24 +183,32 @@ def _slide(number: int, slide: Any, notes: Any, pages: Pages) -> None:
     if number > 1:
         pages.next_page()
     pages.label(f"Slide {number}")
-    shapes = _members(slide.find(f"{_P}cSld/{_P}spTree"))
+    shapes = _tree(slide)
     title = next((shape for shape in shapes if _is_title(shape)), None)
-    if title is not None and title.tag == _P + "sp":
-        heading = fold_spaces("\n".join(_paragraphs(title.find(_P + "txBody"))))
-        if heading:
-            pages.paragraph("# " + heading)
+    heading = _folded_text(title)
+    if heading:
+        pages.paragraph("# " + heading)
     for shape in _flattened(shapes):
         if shape is not title:
             _shape(shape, pages)
     if notes is not None:  # the notes' body placeholder
-        shapes = _members(notes.find(f"{_P}cSld/{_P}spTree"))
-        body = next(
-            (shape for shape in shapes if _placeholder(shape, "type", "obj") == "body"), None
-        )
-        if body is not None and body.tag == _P + "sp":
-            text = fold_spaces("\n".join(_paragraphs(body.find(_P + "txBody"))))
-            if text:
-                pages.paragraph("Notes: " + text)
+        body = (shape for shape in _tree(notes) if _placeholder(shape, "type", "obj") == "body")
+        text = _folded_text(next(body, None))
+        if text:
+            pages.paragraph("Notes: " + text)
+
+
+def _tree(part: Any) -> list[Any]:
+    """The shapes of a slide's (or a notes slide's) shape tree, in order."""
+    return _members(part.find(f"{_P}cSld/{_P}spTree"))
+
+
+def _folded_text(shape: Any) -> str:
+    """The text of an autoshape (a title, the notes' body) on one line; ``""`` for none
+    or for another kind of shape (a picture placeholder has no text)."""
+    if shape is None or shape.tag != _P + "sp":
+        return ""
+    return fold_spaces("\n".join(_paragraphs(shape.find(_P + "txBody"))))
 
 
 def _members(tree: Any) -> list[Any]:
