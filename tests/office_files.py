@@ -1,10 +1,12 @@
 """Small real Office files for tests, made with python-docx, python-pptx and openpyxl, and
-hostile ones made with zipfile: a zip bomb, a billion-laughs document, a lying archive.
+hostile ones made with zipfile: a zip bomb, a billion-laughs document, a lying archive,
+a workbook whose cells all show one long shared string.
 
 ``make_docx(blocks)`` writes headings (``("h1", "Expenses")``), paragraphs (a plain
 string), page breaks (``PAGE``) and tables (a list of rows); ``make_pptx(slides)`` one
 slide per ``(title, body, notes)``, ``make_xlsx({sheet: rows})`` one sheet per entry,
-``make_xlsx_of_sheet(xml)`` a workbook whose one sheet is the worksheet XML given.
+``make_xlsx_of_sheet(xml)`` a workbook whose one sheet is the worksheet XML given,
+``make_xlsx_of_strings(table, xml)`` one with a shared strings part too.
 """
 
 from __future__ import annotations
@@ -27,9 +29,13 @@ __all__ = [
     "make_laughs_docx",
     "make_lying_docx",
     "make_pptx",
+    "make_shared_strings_bomb",
     "make_xlsx",
     "make_xlsx_of_sheet",
+    "make_xlsx_of_strings",
     "make_zip_bomb",
+    "shared_cells_xml",
+    "shared_strings_xml",
     "sheet_xml",
 ]
 
@@ -115,15 +121,65 @@ def sheet_xml(cells: str) -> bytes:
     ).encode()
 
 
-def make_xlsx_of_sheet(xml: bytes) -> bytes:
-    """A workbook of one sheet, ``Data``, whose worksheet XML is ``xml``."""
+def make_xlsx_of_sheet(xml: bytes, strings: bytes | None = None) -> bytes:
+    """A workbook of one sheet, ``Data``, whose worksheet XML is ``xml``; with
+    ``strings``, that XML as its shared strings part (``xl/sharedStrings.xml``)."""
     original = zipfile.ZipFile(io.BytesIO(make_xlsx({"Data": [["x"]]})))
     out = io.BytesIO()
     with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as archive:
         for name in original.namelist():
             data = xml if name == "xl/worksheets/sheet1.xml" else original.read(name)
             archive.writestr(name, data)
+        if strings is not None:
+            archive.writestr("xl/sharedStrings.xml", strings)
     return out.getvalue()
+
+
+def make_xlsx_of_strings(strings: bytes, xml: bytes) -> bytes:
+    """A workbook whose shared strings part is ``strings`` and whose one sheet is ``xml``."""
+    return make_xlsx_of_sheet(xml, strings)
+
+
+def shared_strings_xml(strings: list[str], prefix: str = "") -> bytes:
+    """A shared strings part of ``strings`` in order (its tags prefixed ``prefix:``, as
+    the Open XML SDK writes them, when given)."""
+    tag = f"{prefix}:" if prefix else ""
+    namespace = f"xmlns{':' + prefix if prefix else ''}"
+    items = "".join(f"<{tag}si><{tag}t>{text}</{tag}t></{tag}si>" for text in strings)
+    return (
+        f'<?xml version="1.0" encoding="UTF-8"?><{tag}sst {namespace}='
+        f'"http://schemas.openxmlformats.org/spreadsheetml/2006/main">{items}</{tag}sst>'
+    ).encode()
+
+
+def shared_cells_xml(indexes: list[int], columns: int = 100) -> bytes:
+    """Worksheet XML of cells of type ``s`` showing the shared strings ``indexes``, in
+    rows of ``columns`` cells."""
+    rows = []
+    for start in range(0, len(indexes), columns):
+        number = start // columns + 1
+        cells = "".join(
+            f'<c r="{_column_name(column)}{number}" t="s"><v>{index}</v></c>'
+            for column, index in enumerate(indexes[start : start + columns])
+        )
+        rows.append(f'<row r="{number}">{cells}</row>')
+    return sheet_xml("".join(rows))
+
+
+def _column_name(column: int) -> str:
+    name = ""
+    column += 1
+    while column:
+        column, rest = divmod(column - 1, 26)
+        name = chr(65 + rest) + name
+    return name
+
+
+def make_shared_strings_bomb(cells: int = 200_000, string_bytes: int = 50_000) -> bytes:
+    """A workbook of about 400 KB whose ``cells`` cells all show one shared string of
+    ``string_bytes`` bytes: calamine would copy it into each (10 GB by default)."""
+    table = shared_strings_xml(["word " * (string_bytes // 5)])
+    return make_xlsx_of_strings(table, shared_cells_xml([0] * cells))
 
 
 def _with_document_xml(

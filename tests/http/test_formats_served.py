@@ -3,10 +3,10 @@
 Word, PowerPoint, Excel, CSV and HTML files made in the test are uploaded to a served
 core: each becomes the pages its format says (slides, sheets, page breaks), a chunk
 from deep in a table still names its columns, a page's scripts are never indexed, and a
-chat answer cites the slide it quotes. The two Office bombs (a 2 MB file unpacking to
-1.6 GB, and a billion-laughs document) are refused with a problem, nothing of them is
-stored, the server's memory barely moves, and another organization is answered all the
-while. How fast each format is read, benchmarks/office_parsers.py measures.
+chat answer cites the slide it quotes. The three Office bombs (a 2 MB file unpacking to
+1.6 GB, a billion-laughs document, and a 400 KB workbook whose 200,000 cells show one
+50 KB shared string) are refused with a problem, nothing of them is stored, the
+server's memory barely moves, and another organization is answered all the while. How fast each format is read, benchmarks/office_parsers.py measures.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from office_files import (
     make_docx,
     make_laughs_docx,
     make_pptx,
+    make_shared_strings_bomb,
     make_xlsx,
     make_zip_bomb,
 )
@@ -208,7 +209,7 @@ def test_every_format_is_read_cited_and_bounded_over_a_served_core(store_url: st
             assert png.json()["code"] == "unsupported_file_type"
             assert ".docx" in png.json()["detail"] and ".xlsx" in png.json()["detail"]
 
-            # the two bombs: refused, nothing stored, memory flat, a bystander answered
+            # the three bombs: refused, nothing stored, memory flat, a bystander answered
             before = memory_kib(process.pid, "VmRSS")
             with VerifyProbe(url, bystander) as probe:
                 bomb = make_zip_bomb(1600 * MiB)
@@ -217,6 +218,10 @@ def test_every_format_is_read_cited_and_bounded_over_a_served_core(store_url: st
                 assert (problem["code"], problem["param"]) == ("too_large", "file")
                 laughs = refused(http, upload(http, "laughs.docx", make_laughs_docx(), DOCX))
                 assert laughs["param"] == "file" and laughs["code"] in ("invalid_file", "too_large")
+                copies = make_shared_strings_bomb()  # 10 GB once calamine copies the string
+                problem = refused(http, upload(http, "copies.xlsx", copies, XLSX))
+                assert (problem["code"], problem["param"]) == ("too_large", "file")
+                assert "shared string" in problem["detail"]
                 time.sleep(0.2)  # the probe calls every 50 ms: at least one after the bombs
             assert not probe.failures, probe.failures[:5]
             assert probe.answered

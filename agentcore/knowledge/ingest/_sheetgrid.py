@@ -41,7 +41,7 @@ from xml.parsers import expat
 
 from agentcore.knowledge.ingest._extraction import invalid_file
 
-__all__ = ["QuickGrid", "SheetGrid", "exact_grid"]
+__all__ = ["Pieces", "QuickGrid", "SheetGrid", "exact_grid"]
 
 _U32 = 2**32
 _READ_BYTES = 64 * 1024
@@ -93,7 +93,7 @@ class SheetGrid:
         self.last_column = max(self.last_column, column)
 
 
-class _Pieces:
+class Pieces:
     """A part fed as it inflates, read in pieces that end right before a ``<``: what
     follows the last ``<`` of a chunk waits for the next. So a match that starts with
     ``<``, or holds none, is never cut in two, even where a ``>`` inside an attribute's
@@ -131,7 +131,7 @@ class _Pieces:
         raise NotImplementedError
 
 
-class QuickGrid(_Pieces):
+class QuickGrid(Pieces):
     """A bound on the grid of a part whose every cell tag is ``<c r="REF" ...>``, from the
     lengths of its references, fed as it inflates; ``result()`` is ``None`` for a part
     written otherwise."""
@@ -180,7 +180,7 @@ class QuickGrid(_Pieces):
                         return
 
 
-class _ReferencedGrid(_Pieces):
+class _ReferencedGrid(Pieces):
     """The exact grid of a part whose every cell tag is ``<c r="REF" ...>``: the span of
     its references; ``result()`` is ``None`` for a part written otherwise."""
 

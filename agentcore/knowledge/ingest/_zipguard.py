@@ -7,9 +7,10 @@ record before ``zipfile`` reads the directory, then every member's declared size
 total and their compression ratio; ``verify_archive`` inflates every member once, without
 keeping it, counting the bytes that really come out against the same limits (a declared
 size can lie) and refusing XML that declares a DTD (entity expansion: billion laughs),
-before any parser reads a byte of it. A workbook's parts are measured as they inflate too
-(``_sheetgrid``): python-calamine makes a sheet one dense grid, which a few cells far
-apart would make billions of cells.
+before any parser reads a byte of it. A workbook's parts are measured as they inflate too:
+python-calamine makes a sheet one dense grid, which a few cells far apart would make
+billions of cells (``_sheetgrid``), and copies a shared string into every cell that shows
+it, which a long string shown by many cells makes gigabytes (``_sharedstrings``).
 """
 
 from __future__ import annotations
@@ -21,9 +22,15 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
+from typing import IO
 
 from agentcore.errors import PayloadTooLarge
 from agentcore.knowledge.ingest._extraction import invalid_file
+from agentcore.knowledge.ingest._sharedstrings import (
+    SharedStrings,
+    is_shared_strings,
+    shared_text_bytes,
+)
 from agentcore.knowledge.ingest._sheetgrid import QuickGrid, exact_grid
 
 __all__ = ["DEFAULT_LIMITS", "ArchiveLimits", "open_archive", "verify_archive"]
@@ -55,6 +62,9 @@ class ArchiveLimits:
     # a workbook part's cells, its grid's rows x columns (calamine's 32 bytes each: 320
     # MB); the text budget's default stops a sheet near as many filled cells
     sheet_cells: int = 10_000_000
+    # the bytes of shared strings a workbook's cells hold, each string counted once per
+    # cell that shows it (calamine copies it into each)
+    sheet_text_bytes: int = 256 * MiB
 
 
 DEFAULT_LIMITS = ArchiveLimits()
@@ -102,8 +112,12 @@ def verify_archive(
     ``invalid_file`` for a corrupt, encrypted or oddly compressed member, or an XML part
     that declares a DTD. For a ``workbook``, also 413 for a member whose cells span more
     than ``limits.sheet_cells`` (a member the quick bound cannot settle is inflated
-    again and measured exactly). ``check`` runs between reads (a cancellation's)."""
+    again and measured exactly), and for cells that hold more than
+    ``limits.sheet_text_bytes`` of shared strings. ``check`` runs between reads (a
+    cancellation's)."""
     total = 0
+    strings = SharedStrings()
+    cells_of: list[tuple[int, Callable[[], IO[bytes]]]] = []  # a workbook's parts' cells
     for member in archive.infolist():
         if member.is_dir():
             continue
@@ -113,6 +127,7 @@ def verify_archive(
             raise invalid_file(f"The file's member {member.filename} is compressed oddly.")
         xml = member.filename.lower().endswith(_XML_SUFFIXES)
         grid = QuickGrid() if workbook else None
+        table = strings if workbook and is_shared_strings(member.filename) else None
         seen = 0
         tail = b""
         try:
@@ -134,6 +149,8 @@ def verify_archive(
                     tail = chunk[-24:]
                     if grid is not None:
                         grid.feed(chunk)
+                    if table is not None:
+                        table.feed(chunk)
                     if check is not None:
                         check()
             if grid is not None:
@@ -146,10 +163,34 @@ def verify_archive(
                         f"has a sheet of more than {limits.sheet_cells:,} cells, counting the"
                         f" empty ones between its first and last ({member.filename})"
                     )
+                if cells.cells:
+                    cells_of.append((cells.cells, partial(archive.open, member)))
         except (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError):
             raise invalid_file(
                 "The file is not a readable archive (corrupt or truncated)."
             ) from None
+    if workbook:
+        strings.finish()
+        _check_shared_text(cells_of, strings, limits, check)
+
+
+def _check_shared_text(
+    cells: list[tuple[int, Callable[[], IO[bytes]]]],
+    strings: SharedStrings,
+    limits: ArchiveLimits,
+    check: Callable[[], None] | None,
+) -> None:
+    """413 ``too_large`` for a workbook whose cells hold more than
+    ``limits.sheet_text_bytes`` of shared strings."""
+    try:
+        text = shared_text_bytes(cells, strings, limits.sheet_text_bytes, check)
+    except (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError):
+        raise invalid_file("The file is not a readable archive (corrupt or truncated).") from None
+    if text > limits.sheet_text_bytes:
+        raise _too_large(
+            f"has cells that hold more than {limits.sheet_text_bytes:,} bytes of text, counting"
+            " a shared string once for every cell that shows it"
+        )
 
 
 def _declares_dtd(tail: bytes, chunk: bytes) -> bool:
