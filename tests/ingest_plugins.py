@@ -26,7 +26,8 @@ MiB = 1024 * 1024
 class MisbehavingEmbedder:
     """The default embedder, except when a passage holds ``trigger``: then it sleeps
     ``sleep`` seconds and/or holds ``allocate_mb`` MiB while it embeds, or ends its
-    process at once with ``exit_code`` (a crash).
+    process at once with ``exit_code`` (a crash) or, with ``abort``, by ``SIGABRT`` (as
+    Rust does when an allocation is refused).
 
     A plugin object: register it with ``AgentCore.open(..., plugins=[it],
     embedder=it.name)``. ``pid_file`` (if given) gets the id of the process embedding
@@ -44,6 +45,7 @@ class MisbehavingEmbedder:
         sleep: float = 0.0,
         allocate_mb: int = 0,
         exit_code: int | None = None,
+        abort: bool = False,
         pid_file: str | None = None,
         objects_file: str | None = None,
     ) -> None:
@@ -52,6 +54,7 @@ class MisbehavingEmbedder:
         self.sleep = sleep
         self.allocate_mb = allocate_mb
         self.exit_code = exit_code
+        self.abort = abort
         self.pid_file = pid_file
         self.objects_file = objects_file
         self._inner: HashingEmbedder | None = None
@@ -73,6 +76,8 @@ class MisbehavingEmbedder:
                     out.write("\n".join(sorted(f"{t.__module__}.{t.__qualname__}" for t in built)))
             if self.exit_code is not None:
                 os._exit(self.exit_code)
+            if self.abort:
+                os.abort()
             if self.allocate_mb:
                 held = np.ones(self.allocate_mb * MiB, dtype=np.uint8)  # touched: resident
             if self.sleep:

@@ -270,6 +270,20 @@ def test_a_worker_that_crashes_fails_its_job_and_is_replaced(tmp_path: Path) -> 
         assert seen(core)["ingest.worker_start"] == 2
 
 
+def test_a_worker_that_aborts_fails_its_job_too_large(tmp_path: Path) -> None:
+    # Rust aborts when an allocation is refused (the worker's address-space limit): the
+    # document needed more memory than a worker may have, not a server error
+    aborting = MisbehavingEmbedder(abort=True)
+    with started(tmp_path / "a.db", aborting, ingest_workers=1) as (core, ws):
+        queued = ws.knowledge.ingest_text("abort.txt", "TRIGGER " + BIG_TEXT, wait=False)
+        failed = settled(core, queued.id)
+        assert failed.last_error is not None
+        assert (failed.last_error.code, failed.last_error.status) == ("too_large", 413)
+        assert "SIGABRT" in failed.last_error.detail
+        assert "ingest_worker_memory_mb" in failed.last_error.detail
+        assert ws.knowledge.ingest_text("fine.txt", BIG_TEXT, wait=True).status == "ready"
+
+
 @pytest.mark.parametrize(
     ("reason", "exitcode", "expected"),
     [
@@ -279,6 +293,7 @@ def test_a_worker_that_crashes_fails_its_job_and_is_replaced(tmp_path: Path) -> 
         (None, -15, "released"),  # SIGTERM from outside: the machine is stopping
         (None, -2, "released"),
         (None, -9, "too_large"),  # SIGKILL from outside: the OOM killer
+        (None, -6, "too_large"),  # SIGABRT: a native allocation refused
         (None, -11, "ingestion_failed"),
         (None, 1, "ingestion_failed"),
     ],

@@ -123,6 +123,17 @@ def outcome_of_end(reason: str | None, exitcode: int | None, timeout: float) -> 
                 param="file",
             )
         )
+    if exitcode == -signal.SIGABRT:  # a native parser whose allocation was refused: Rust
+        # aborts the process when the address-space limit refuses it memory
+        return Outcome(
+            error=PayloadTooLarge(
+                "The worker indexing the document stopped (SIGABRT), most likely because"
+                " a parser asked for more memory than a worker may use"
+                " (ingest_worker_memory_mb).",
+                code="too_large",
+                param="file",
+            )
+        )
     return Outcome(
         error=AgentCoreError(
             f"The worker process indexing the document ended unexpectedly (exit code {exitcode}).",
