@@ -113,6 +113,40 @@ def test_word_rendered_page_breaks_count_and_a_doubled_mark_is_one_break() -> No
     ]
 
 
+def _docx_with_merged_cell(span: str | None = None) -> bytes:
+    """A table whose second row's first cell spans two columns (its ``gridSpan`` set to
+    ``span`` when given, as a hostile file may write it)."""
+    document = docx.Document()
+    table = document.add_table(rows=2, cols=3)
+    for column, name in enumerate(["Name", "Role", "Site"]):
+        table.cell(0, column).text = name
+    merged = table.cell(1, 0).merge(table.cell(1, 1))
+    merged.text = "Ana (lead)"
+    table.cell(1, 2).text = "Porto"
+    if span is not None:
+        merged._tc.tcPr.find(docx.oxml.ns.qn("w:gridSpan")).set(docx.oxml.ns.qn("w:val"), span)
+    out = io.BytesIO()
+    document.save(out)
+    return out.getvalue()
+
+
+def test_a_word_cell_spanning_columns_keeps_the_next_values_under_their_headers() -> None:
+    assert parse(_docx_with_merged_cell(), "team.docx").pages == ["- Name: Ana (lead); Site: Porto"]
+
+
+@pytest.mark.parametrize("span", ["100000000", "99999999999999999999", "x", "0", "-4"])
+def test_a_word_cell_claiming_a_huge_or_broken_span_is_read_within_the_grid(span: str) -> None:
+    # a hundred million columns would be as many values: 1.6 GB and ten seconds
+    peak = _peak_rss_mb()
+    pages = parse(_docx_with_merged_cell(span), "team.docx").pages
+    assert _peak_rss_mb() - peak < 50
+    # past the grid the cell covers what is left of it; a broken span covers one column
+    assert pages == [WITHIN_GRID.get(span, "- Name: Ana (lead); Role: Porto")]
+
+
+WITHIN_GRID = {"100000000": "- Name: Ana (lead); Column 4: Porto"}
+
+
 # PowerPoint -----------------------------------------------------------------------------
 
 

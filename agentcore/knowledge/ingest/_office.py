@@ -143,20 +143,34 @@ def _pieces(element: Any) -> Iterator[str | object]:
 def _table(table: Any, pages: Pages) -> None:
     rows = Rows(pages)
     broken = False  # a page ended inside the table: the next page starts after the row
+    # a cell spanning columns is followed by an empty value for each more it covers, so
+    # the values after it keep their header's names; never past the table's grid (a
+    # span of a hundred million would be as many values)
+    columns = min(len(table.findall(f"{_W}tblGrid/{_W}gridCol")) or _MAX_COLUMNS, _MAX_COLUMNS)
     for row in table.iterchildren(_W + "tr"):
         values: list[str] = []
         for cell in row.iterchildren(_W + "tc"):
             pieces = list(_pieces(cell))
             broken = broken or any(piece is _PAGE for piece in pieces)
             values.append("".join(p for p in pieces if isinstance(p, str)))
-            span = cell.find(f"{_W}tcPr/{_W}gridSpan")
-            values.extend([""] * (int(span.get(_W + "val", "1")) - 1 if span is not None else 0))
+            covered = min(_span(cell), columns - len(values) + 1)
+            values.extend([""] * (covered - 1))
         rows.add(values)
         if broken:
             rows.close()
             pages.next_page(keep_empty=False)
             rows, broken = Rows(pages), False
     rows.close()
+
+
+_MAX_COLUMNS = 1_000  # a table's columns as read (Word makes at most 63)
+
+
+def _span(cell: Any) -> int:
+    """How many grid columns a table cell covers (1 when its ``gridSpan`` is no number)."""
+    span = cell.find(f"{_W}tcPr/{_W}gridSpan")
+    value = span.get(_W + "val", "1") if span is not None else "1"
+    return int(value) if value.isascii() and value.isdigit() and len(value) < 10 else 1
 
 
 # PowerPoint ---------------------------------------------------------------------------
