@@ -31,7 +31,7 @@ from agentcore.errors import AgentCoreError, PayloadTooLarge
 from agentcore.knowledge._chunking import Label, chunk_pages
 from agentcore.knowledge.ingest import TextBudget, WorkBudget, parse_document
 from agentcore.knowledge.ingest._parsing import CSV, DOCX, HTML, PPTX, XLSX, ParsedDocument
-from agentcore.knowledge.ingest._sheetgrid import QuickGrid, SheetGrid
+from agentcore.knowledge.ingest._sheetgrid import PIECE_BYTES, QuickGrid, SheetGrid
 from agentcore.knowledge.ingest._zipguard import ArchiveLimits, _declares_dtd, verify_archive
 
 LIMITS = {"max_bytes": 50 * 1024 * 1024, "max_pages": 100}
@@ -503,6 +503,27 @@ def test_the_quick_bound_finds_a_later_r_however_the_part_is_cut() -> None:
     # a ">" inside a value: a piece may end inside the tag, even between "r" and "="
     xml = sheet_xml('<row><c r="A1" s=">" r="XFD1048576"><v>1</v></c></row>')
     assert all(_quick(xml, size) is None for size in range(1, len(xml) + 1))
+
+
+@pytest.mark.parametrize("shift", range(0, 60, 7))
+def test_the_quick_bound_reads_a_part_of_many_pieces_wherever_they_end(shift: int) -> None:
+    # the bound reads pieces of PIECE_BYTES or more, gathered from the 64 KiB the guard
+    # inflates at a time: a later r and a long reference are found across their ends
+    rows = "".join(f'<row r="{n}"><c r="A{n}" s="1"><v>{n}</v></c></row>' for n in range(2, 6000))
+    head = f'<row r="1"><c r="A1" t="inlineStr"><is><t>{"x" * shift}</t></is></c></row>'
+    usual = sheet_xml(head + rows)
+    assert len(usual) > 2 * PIECE_BYTES
+    whole = _quick(usual, len(usual))
+    assert whole == SheetGrid(0, 9_998, 0, 25, 5_999)
+    assert all(_quick(usual, size) == whole for size in (7, 4096, 65536, 200_000))
+    position = PIECE_BYTES - 40  # the hostile tag straddles where a piece may end
+    filler = usual[: usual.rindex(b"<row", 0, position)]
+    for tail in (
+        '<row><c r="A1" s=">" r="XFD1048576"><v>1</v></c></row>',
+        '<row><c r="AAAA1"/></row>',
+    ):
+        hostile = filler + tail.encode() + b"</sheetData></worksheet>"
+        assert all(_quick(hostile, size) is None for size in (7, 4096, 65536)), tail
 
 
 def test_a_long_sheet_past_the_quick_bound_is_measured_exactly_not_refused() -> None:

@@ -19,6 +19,7 @@ from office_files import (
 from agentcore.errors import AgentCoreError, PayloadTooLarge
 from agentcore.knowledge.ingest import parse_document
 from agentcore.knowledge.ingest._sharedstrings import SharedStrings, is_shared_strings
+from agentcore.knowledge.ingest._sheetgrid import PIECE_BYTES
 from agentcore.knowledge.ingest._zipguard import ArchiveLimits, verify_archive
 
 MiB = 1024 * 1024
@@ -129,14 +130,18 @@ def test_a_cell_of_type_s_written_otherwise_counts_the_longest_string(cells: str
 
 @pytest.mark.parametrize("prefix", ["", "x", "spreadsheet_ml-2"])
 def test_the_lengths_do_not_depend_on_where_the_part_is_cut(prefix: str) -> None:
-    table = shared_strings_xml([f"value {n} " * (n % 7) for n in range(300)], prefix)
+    # larger than two of the pieces the table is read in, fed as the guard inflates it
+    # and in odd sizes
+    count = 8_000
+    table = shared_strings_xml([f"value {n} " * (n % 7) for n in range(count)], prefix)
+    assert len(table) > 2 * PIECE_BYTES
     whole = _measured(table, len(table))
     assert not whole.odd
-    lengths = [whole.length(n) for n in range(300)]
-    for chunk in (1, 2, 7, 100, 4096):
+    lengths = [whole.length(n) for n in range(count)]
+    for chunk in (7, 100, 4096, 65536):
         cut = _measured(table, chunk)
-        assert [cut.length(n) for n in range(300)] == lengths, chunk
-    assert whole.length(300) == 0  # past the table: calamine fails the cell
+        assert [cut.length(n) for n in range(count)] == lengths, chunk
+    assert whole.length(count) == 0  # past the table: calamine fails the cell
     assert max(lengths) == whole.longest < len(table)
 
 

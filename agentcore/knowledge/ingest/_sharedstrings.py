@@ -29,7 +29,7 @@ from typing import IO
 import numpy as np
 import numpy.typing as npt
 
-from agentcore.knowledge.ingest._sheetgrid import Pieces
+from agentcore.knowledge.ingest._sheetgrid import PIECE_BYTES, Pieces
 
 __all__ = ["SharedStrings", "is_shared_strings", "shared_text_bytes"]
 
@@ -68,7 +68,7 @@ class SharedStrings(Pieces):
     """
 
     def __init__(self) -> None:
-        super().__init__()
+        super().__init__(piece_bytes=PIECE_BYTES)
         self._lengths = np.zeros(0, np.int64)  # each string's bound, in index order
         self._read_bytes = 0  # the bytes before the piece being read
         self._last_end = 0  # where the last end tag starts (the part's start before one)

@@ -16,9 +16,9 @@ used only when the one before cannot settle the part:
 - ``QuickGrid``, as the part inflates: when every ``<c`` is written ``<c r="B7" ...>``
   (Excel, LibreOffice, openpyxl and XlsxWriter write cells so), a bound from the
   references' lengths alone: a reference of at most 5 digits and one letter places its
-  cell within 99,999 rows and 26 columns. The part's bytes are mapped (``bytes.translate``:
-  every letter to ``A``, every digit to ``0``) and the shapes counted, all in C: about
-  70 ms for 400,000 cells, where calamine takes 240 ms to read them.
+  cell within 99,999 rows and 26 columns. Pieces of the part are read with numpy (every
+  ``<c`` found at once, then the bytes after each): about 45 ms for 400,000 cells, where
+  calamine takes 240 ms to read them.
 - A part whose bound passes the limit (a sheet of 100,000 rows or more, or of two-letter
   columns and 10,000 rows or more), or that is written otherwise, is inflated again and
   measured exactly, in turn:
@@ -39,9 +39,12 @@ from dataclasses import dataclass
 from typing import IO
 from xml.parsers import expat
 
+import numpy as np
+import numpy.typing as npt
+
 from agentcore.knowledge.ingest._extraction import invalid_file
 
-__all__ = ["Pieces", "QuickGrid", "SheetGrid", "exact_grid"]
+__all__ = ["PIECE_BYTES", "Pieces", "QuickGrid", "SheetGrid", "exact_grid"]
 
 _U32 = 2**32
 _READ_BYTES = 64 * 1024
@@ -58,13 +61,20 @@ _ROW_TAG = re.compile(rb"</?(?:[^\s/>]*:)?row[\s/>]")
 _CELL_TAG = re.compile(rb"<(?:[^\s/>]*:)?c[\s/>]")
 _REFERENCE = re.compile(rb"""r\s*=\s*["']([A-Za-z]*)([0-9]+)["']""")
 _REFERENCE_VALUE = re.compile(rb"([A-Za-z]*)([0-9]+)")
-# the quick bound's view of a part: every letter ``A``, every digit ``0``, a single quote
-# a double one, and the characters that may follow a tag's name one space
-_SHAPES = bytes.maketrans(
-    b"BCDEFGHIJKLMNOPQRSTUVWXYZ123456789'\t\n\r/>", b"A" * 25 + b"0" * 9 + b'"' + b" " * 5
-)
-# an ``r`` attribute after another one (calamine places a cell at its last ``r``)
-_LATER_R = re.compile(rb'" *r *=')
+# the quick bound reads each piece with numpy: the bytes it looks for, and classes of bytes
+_Bytes = npt.NDArray[np.uint8]
+_Positions = npt.NDArray[np.intp]
+PIECE_BYTES = 128 * 1024  # larger pieces cost page faults in a fresh process
+_AHEAD = 16  # bytes read after a "<": c r="XFD1048576 and one more
+_LT, _EQ, _COLON, _C, _R = b"<=:cr"
+_TAG_END = np.zeros(256, bool)  # what may follow a tag's name (and the spaces between)
+_TAG_END[list(b" \t\n\r/>")] = True
+_QUOTE = np.zeros(256, bool)
+_QUOTE[list(b"\"'")] = True
+_UPPER = np.zeros(256, bool)
+_UPPER[list(range(ord("A"), ord("Z") + 1))] = True
+_DIGIT = np.zeros(256, bool)
+_DIGIT[list(range(ord("0"), ord("9") + 1))] = True
 
 
 @dataclass
@@ -99,15 +109,28 @@ class Pieces:
     ``<``, or holds none, is never cut in two, even where a ``>`` inside an attribute's
     value would make a tag look closed. ``usual`` turns false, for good, once a piece is
     written otherwise than the reading expects (or a chunk holds no ``<`` for
-    ``_CARRY_BYTES``)."""
+    ``_CARRY_BYTES``). Chunks are gathered into pieces of at least ``piece_bytes`` (a
+    reading whose cost is per piece as much as per byte asks for large ones)."""
 
-    def __init__(self) -> None:
+    def __init__(self, piece_bytes: int = 0) -> None:
         self._carry = b""
+        self._piece_bytes = piece_bytes
+        self._chunks: list[bytes] = []
+        self._gathered = 0
         self.usual = True
 
     def feed(self, chunk: bytes) -> None:
         if not self.usual:
             return
+        if self._piece_bytes:
+            self._chunks.append(chunk)
+            self._gathered += len(chunk)
+            if self._gathered < self._piece_bytes:
+                return
+            chunk, self._chunks, self._gathered = b"".join(self._chunks), [], 0
+        self._split(chunk)
+
+    def _split(self, chunk: bytes) -> None:
         text = self._carry + chunk
         end = text.rfind(b"<")
         if end < 0:  # no tag yet: all of it waits
@@ -121,6 +144,9 @@ class Pieces:
 
     def finish(self) -> bool:
         """Read what is left; whether the whole part was usual."""
+        if self._chunks and self.usual:
+            self._split(b"".join(self._chunks))
+        self._chunks = []
         if self.usual and self._carry:
             self._read(self._carry, len(self._carry))
             self._carry = b""
@@ -134,10 +160,16 @@ class Pieces:
 class QuickGrid(Pieces):
     """A bound on the grid of a part whose every cell tag is ``<c r="REF" ...>``, from the
     lengths of its references, fed as it inflates; ``result()`` is ``None`` for a part
-    written otherwise."""
+    written otherwise.
+
+    Each piece (a megabyte or more) is read at once with numpy: every ``<`` found, the
+    bytes after each cell tag's read (``r``, ``=``, a quote, one to three capitals, the
+    digits), and every ``=`` checked for an ``r`` attribute after another one (calamine
+    places a cell at its last ``r``).
+    """
 
     def __init__(self) -> None:
-        super().__init__()
+        super().__init__(piece_bytes=PIECE_BYTES)
         self._cells = 0
         self._letters = 0  # the most letters of a reference
         self._digits = 0  # the most digits of a reference
@@ -152,32 +184,58 @@ class QuickGrid(Pieces):
         return SheetGrid(0, 10**self._digits - 2, 0, last_column, self._cells)
 
     def _read(self, text: bytes, end: int) -> None:
-        shapes = text.translate(_SHAPES)
-        if shapes.find(b":c ", 0, end) >= 0:  # a prefixed cell tag
+        data = np.frombuffer(text[: end + _AHEAD] + bytes(_AHEAD), np.uint8)
+        head = data[:end]
+        colons = np.flatnonzero(head == _COLON)
+        if ((data[colons + 1] == _C) & _TAG_END[data[colons + 2]]).any():
+            self.usual = False  # a prefixed cell tag
+            return
+        tags = head == _LT
+        tags &= data[1 : end + 1] == _C
+        cells = np.flatnonzero(tags)
+        cells = cells[_TAG_END[data[cells + 2]]]
+        if not cells.size:
+            return
+        opened = _TAG_END[data[cells + 2]] & (data[cells + 3] == _R) & (data[cells + 4] == _EQ)
+        if not (opened & _QUOTE[data[cells + 5]]).all() or _later_r(data, head):
             self.usual = False
             return
-        cells = shapes.count(b"<c ", 0, end)
-        if not cells:
-            return
-        # how many references of one, two and three letters, each then a digit; and
-        # none of them followed by another ``r`` (calamine places a cell at its last)
-        counts = [shapes.count(b'<c r="A0', 0, end)]
-        if counts[0] != cells:
-            counts += [shapes.count(b'<c r="AA0', 0, end), shapes.count(b'<c r="AAA0', 0, end)]
-        if sum(counts) != cells or _LATER_R.search(shapes, 0, end):
+        # one to three capitals, then one to seven digits
+        letters = np.zeros(cells.size, np.int64)
+        going = np.ones(cells.size, bool)
+        for offset in range(4):
+            going &= _UPPER[data[cells + 6 + offset]]
+            letters += going
+        digits = np.zeros(cells.size, np.int64)
+        going = np.ones(cells.size, bool)
+        first = cells + 6 + letters
+        for offset in range(8):
+            going &= _DIGIT[data[first + offset]]
+            digits += going
+        if letters.min() < 1 or letters.max() > 3 or digits.min() < 1:
             self.usual = False
             return
-        self._cells += cells
-        for letters, count in enumerate(counts, 1):
-            if count:
-                self._letters = max(self._letters, letters)
-                start = b'<c r="' + b"A" * letters
-                # a reference of n digits holds one of n - 1: the first length not found
-                while shapes.find(start + b"0" * (self._digits + 1), 0, end) >= 0:
-                    self._digits += 1
-                    if self._digits == 8:  # calamine would wrap it past 2**32
-                        self.usual = False
-                        return
+        self._cells += int(cells.size)
+        self._letters = max(self._letters, int(letters.max()))
+        self._digits = max(self._digits, int(digits.max()))
+        if self._digits == 8:  # calamine would wrap it past 2**32
+            self.usual = False
+
+
+def _later_r(data: _Bytes, head: _Bytes) -> bool:
+    """Whether an ``r`` attribute follows another attribute's quoted value anywhere in
+    ``head``: a quote, then ``r`` and ``=``, spaces (or ``/``, ``>``) around the ``r``."""
+    at = np.flatnonzero(head == _EQ) - 1
+    at = _skip_spaces(data, at)
+    at = _skip_spaces(data, at[data[at] == _R] - 1)
+    return bool(_QUOTE[data[at]].any())
+
+
+def _skip_spaces(data: _Bytes, at: _Positions) -> _Positions:
+    """Each of ``at`` moved back past the spaces (and ``/``, ``>``) it is on."""
+    while (spaced := _TAG_END[data[at]] & (at > 0)).any():
+        at = np.where(spaced, at - 1, at)
+    return at
 
 
 class _ReferencedGrid(Pieces):
