@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
 import threading
 import time
 
 import pytest
 
-from agentcore.knowledge.ingest import BudgetSpent, CpuBudget
+from agentcore.knowledge.ingest import BudgetSpent, CpuBudget, _cpu_budget
+from agentcore.knowledge.ingest._cpu_budget import on_stuck
 
 # A stop raised while the thread runs a callback whose errors Python ignores (a weakref
 # callback during garbage collection) is reported as unraisable, and raised again at the
@@ -115,3 +117,34 @@ def test_each_thread_has_its_own_clock() -> None:
     finally:
         stop.set()
         other.join()
+
+
+def test_a_thread_stuck_in_c_past_its_budget_calls_the_stuck_handler(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # pbkdf2 runs in C: BudgetSpent cannot reach the thread until it returns
+    monkeypatch.setattr(_cpu_budget, "STUCK_SECONDS", 0.2)
+    called: list[tuple[str, float]] = []
+    budget = CpuBudget(0.1, name="document")
+    on_stuck(lambda name: called.append((name, budget.used)))
+    try:
+        with pytest.raises(BudgetSpent), budget:
+            while not called:  # each call about a second of CPU, all in C
+                hashlib.pbkdf2_hmac("sha256", b"x", b"salt", 2_000_000)
+    finally:
+        on_stuck(None)
+    assert [name for name, _ in called] == ["document"]
+    assert called[0][1] >= 0.1 + 0.2  # its budget, then STUCK_SECONDS more
+
+
+def test_a_thread_that_leaves_when_stopped_is_never_stuck(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_cpu_budget, "STUCK_SECONDS", 0.2)
+    called: list[str] = []
+    on_stuck(called.append)
+    try:
+        with pytest.raises(BudgetSpent), CpuBudget(0.1):
+            spin(5.0)  # Python: stopped within a poll of its budget
+        spin(0.5)
+    finally:
+        on_stuck(None)
+    assert called == []

@@ -27,6 +27,7 @@ from pdfs import TEXT_BOMB_REFUSALS, filler, make_pdf, make_pdf_bomb, make_strea
 
 import agentcore
 from agentcore import AgentCore, Cancellation, DeadlineExceeded, PayloadTooLarge
+from agentcore.knowledge.ingest._cpu_budget import STUCK_EXIT_CODE
 from agentcore.knowledge.ingest._outcomes import outcome_of_end
 from agentcore.knowledge.ingest._workers import WorkerStartFailed
 from agentcore.plugins.hashing_embedder import HashingEmbedder
@@ -284,6 +285,23 @@ def test_a_worker_that_aborts_fails_its_job_too_large(tmp_path: Path) -> None:
         assert ws.knowledge.ingest_text("fine.txt", BIG_TEXT, wait=True).status == "ready"
 
 
+def test_a_parser_stuck_in_c_past_its_cpu_budget_ends_its_worker(tmp_path: Path) -> None:
+    # lexbor takes time quadratic in the nesting: 150,000 elements deep is most of a
+    # minute in one call into C, which BudgetSpent cannot interrupt
+    deep = 150_000
+    page = ("<html><body>" + "<div>" * deep + "deep" + "</div>" * deep + "</body></html>").encode()
+    budget = {"ingest_cpu_seconds": 0.5, "ingest_cpu_seconds_per_mib": 0.0}
+    with started(tmp_path / "a.db", ingest_workers=1, **budget) as (core, ws):
+        queued = ws.knowledge.ingest_file(page, filename="deep.html", wait=False)
+        failed = settled(core, queued.id)
+        assert failed.last_error is not None
+        assert (failed.last_error.code, failed.last_error.status) == ("too_complex", 413)
+        assert "cannot stop midway" in failed.last_error.detail
+        fine = ws.knowledge.ingest_file(b"<p>A page.</p>" + BIG_TEXT.encode(), filename="a.html")
+        assert settled(core, fine.id).status == "ready"  # a new worker took the next job
+        assert seen(core)["ingest.worker_start"] == 2
+
+
 @pytest.mark.parametrize(
     ("reason", "exitcode", "expected"),
     [
@@ -294,6 +312,7 @@ def test_a_worker_that_aborts_fails_its_job_too_large(tmp_path: Path) -> None:
         (None, -2, "released"),
         (None, -9, "too_large"),  # SIGKILL from outside: the OOM killer
         (None, -6, "too_large"),  # SIGABRT: a native allocation refused
+        (None, STUCK_EXIT_CODE, "too_complex"),  # past its CPU budget inside C
         (None, -11, "ingestion_failed"),
         (None, 1, "ingestion_failed"),
     ],

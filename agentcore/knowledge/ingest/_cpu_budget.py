@@ -14,7 +14,11 @@ does not make it fail sooner, and an idle one does not let it run longer::
 A watcher thread reads the working thread's CPU clock a few times a second and, once a
 budget is spent, raises ``BudgetSpent`` in it (between two Python bytecodes: pure-Python
 parsers such as pypdf stop within a poll, though a long call into C finishes first),
-again at each poll until the thread has left the part or the block.
+again at each poll until the thread has left the part or the block. A thread stuck in
+C past its budget (an HTML page nested 200,000 deep costs lexbor a minute of CPU in one
+call) cannot be stopped so: once it has burned ``STUCK_SECONDS`` more of CPU without
+leaving, the handler set with ``on_stuck`` runs, if any (an ingestion worker process
+exits with ``STUCK_EXIT_CODE``, which fails its job ``too_complex``).
 ``BudgetSpent`` is a ``BaseException``, so parser code that catches ``Exception`` to
 recover from a bad object cannot swallow it. ``check()`` raises it too, at the caller's
 own checkpoints: that is all there is where a thread's CPU clock cannot be read
@@ -27,13 +31,28 @@ import contextlib
 import ctypes
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import TracebackType
 
-__all__ = ["BudgetSpent", "CpuBudget"]
+__all__ = ["STUCK_EXIT_CODE", "BudgetSpent", "CpuBudget", "on_stuck"]
 
 POLL_SECONDS = 0.05
 """How often the watcher reads the working thread's CPU clock."""
+STUCK_SECONDS = 2.0
+"""CPU seconds a thread may go on using past its budget before it counts as stuck."""
+STUCK_EXIT_CODE = 86
+"""The status an ingestion worker exits with when its reading thread is stuck."""
+
+_stuck_handler: Callable[[str], None] | None = None
+
+
+def on_stuck(handler: Callable[[str], None] | None) -> None:
+    """Run ``handler(budget name)`` (on the watcher's thread) when a working thread goes
+    on using CPU ``STUCK_SECONDS`` past a spent budget without leaving it: it is in C,
+    where ``BudgetSpent`` cannot reach it. Process-wide; ``None`` removes it. Only a
+    process that can end for it (an ingestion worker) sets one."""
+    global _stuck_handler
+    _stuck_handler = handler
 
 
 class BudgetSpent(BaseException):  # noqa: N818 - a signal to unwind, like KeyboardInterrupt
@@ -75,6 +94,7 @@ class CpuBudget:
         # (absolute CPU time, name) of the whole budget, then of each open part
         self._limits: list[tuple[float, str]] = []
         self._spent: str | None = None  # which budget the watcher stopped the thread for
+        self._spent_at = 0.0  # the thread's CPU time when it was first stopped
         self._seen = False  # the thread has left a part, or the block, on a stop
         self._stop = threading.Event()
         self._watcher: threading.Thread | None = None
@@ -166,7 +186,11 @@ class CpuBudget:
                 spent = self._past(now)
                 if spent is None or self._seen:
                     continue
-                self._spent = self._spent or spent
+                if self._spent is None:
+                    self._spent, self._spent_at = spent, now
+                elif now - self._spent_at >= STUCK_SECONDS and _stuck_handler is not None:
+                    _stuck_handler(self._spent)  # still running, in C: it will not stop
+                    return
                 # raised in the working thread at its next bytecode; an exception class,
                 # so the name travels in ``_spent``. Raised again each poll until the
                 # thread leaves the part or the block: one raised while the thread runs

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from agentcore.errors import AgentCoreError, DeadlineExceeded, PayloadTooLarge, error_from_problem
+from agentcore.knowledge.ingest._cpu_budget import STUCK_EXIT_CODE
 
 if TYPE_CHECKING:
     from agentcore.events import Event
@@ -120,6 +121,16 @@ def outcome_of_end(reason: str | None, exitcode: int | None, timeout: float) -> 
                 "The worker indexing the document was killed, most likely for running"
                 " out of memory.",
                 code="too_large",
+                param="file",
+            )
+        )
+    if exitcode == STUCK_EXIT_CODE:  # its reading was past its CPU budget, inside C
+        return Outcome(
+            error=PayloadTooLarge(
+                "Reading the file used up its CPU time (ingest_cpu_seconds,"
+                " ingest_cpu_seconds_per_mib) inside a parser that cannot stop midway, so"
+                " its worker was ended. It is too complex to read.",
+                code="too_complex",
                 param="file",
             )
         )

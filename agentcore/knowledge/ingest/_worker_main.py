@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from agentcore._cancellation import Cancellation
 from agentcore._logs import get_logger
 from agentcore.errors import AgentCoreError, as_problem
+from agentcore.knowledge.ingest._cpu_budget import STUCK_EXIT_CODE, on_stuck
 from agentcore.knowledge.ingest._parsing import preload
 from agentcore.knowledge.ingest._workers import JobRunner, Ready, Result, WorkerSpec
 
@@ -124,7 +125,20 @@ def worker_main(conn: Connection) -> None:
         return
     conn.send(Ready(rss=_resident_bytes()))
     _limit_memory(spec.memory_mb)
+    on_stuck(_end_stuck)
     _serve(conn, runner)
+
+
+def _end_stuck(budget: str) -> None:
+    """End the worker: its reading thread is past its CPU budget inside a native parser,
+    which no exception reaches (the parent fails the job ``too_complex``)."""
+    log.warning(
+        "ingestion worker %d: reading is past its %s CPU budget inside a native parser;"
+        " the worker ends",
+        os.getpid(),
+        budget,
+    )
+    os._exit(STUCK_EXIT_CODE)
 
 
 def _serve(conn: Connection, runner: JobRunner) -> None:
