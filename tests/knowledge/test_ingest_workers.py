@@ -259,30 +259,28 @@ def test_a_worker_whose_memory_grew_is_replaced(tmp_path: Path) -> None:
         assert len(pool.idle_pids()) == 0
 
 
-def test_a_worker_that_crashes_fails_its_job_and_is_replaced(tmp_path: Path) -> None:
-    crashing = MisbehavingEmbedder(exit_code=3)
+@pytest.mark.parametrize(
+    ("misbehaving", "code", "status", "details"),
+    [
+        ({"exit_code": 3}, "ingestion_failed", 500, ["exit code 3"]),
+        # Rust aborts when an allocation is refused (the worker's address-space limit):
+        # the document needed more memory than a worker may have, not a server error
+        ({"abort": True}, "too_large", 413, ["SIGABRT", "ingest_worker_memory_mb"]),
+    ],
+    ids=["exit", "abort"],
+)
+def test_a_worker_that_crashes_fails_its_job_and_is_replaced(
+    tmp_path: Path, misbehaving: dict[str, Any], code: str, status: int, details: list[str]
+) -> None:
+    crashing = MisbehavingEmbedder(**misbehaving)
     with started(tmp_path / "a.db", crashing, ingest_workers=1) as (core, ws):
         queued = ws.knowledge.ingest_text("crash.txt", "TRIGGER " + BIG_TEXT, wait=False)
         failed = settled(core, queued.id)
         assert failed.last_error is not None
-        assert (failed.last_error.code, failed.last_error.status) == ("ingestion_failed", 500)
-        assert "exit code 3" in failed.last_error.detail
+        assert (failed.last_error.code, failed.last_error.status) == (code, status)
+        assert all(detail in failed.last_error.detail for detail in details)
         assert ws.knowledge.ingest_text("fine.txt", BIG_TEXT, wait=True).status == "ready"
         assert seen(core)["ingest.worker_start"] == 2
-
-
-def test_a_worker_that_aborts_fails_its_job_too_large(tmp_path: Path) -> None:
-    # Rust aborts when an allocation is refused (the worker's address-space limit): the
-    # document needed more memory than a worker may have, not a server error
-    aborting = MisbehavingEmbedder(abort=True)
-    with started(tmp_path / "a.db", aborting, ingest_workers=1) as (core, ws):
-        queued = ws.knowledge.ingest_text("abort.txt", "TRIGGER " + BIG_TEXT, wait=False)
-        failed = settled(core, queued.id)
-        assert failed.last_error is not None
-        assert (failed.last_error.code, failed.last_error.status) == ("too_large", 413)
-        assert "SIGABRT" in failed.last_error.detail
-        assert "ingest_worker_memory_mb" in failed.last_error.detail
-        assert ws.knowledge.ingest_text("fine.txt", BIG_TEXT, wait=True).status == "ready"
 
 
 def test_a_parser_stuck_in_c_past_its_cpu_budget_ends_its_worker(tmp_path: Path) -> None:
