@@ -9,6 +9,7 @@ so the vectors it returns are the default ones.
 from __future__ import annotations
 
 import gc
+import importlib
 import os
 import time
 from collections.abc import Sequence
@@ -29,6 +30,9 @@ class MisbehavingEmbedder:
     process at once with ``exit_code`` (a crash) or, with ``abort``, by ``SIGABRT`` (as
     Rust does when an allocation is refused).
 
+    ``worker_patches`` (``{"module:attribute": value}``) are set in each worker process
+    that unpickles it, to reach code only a worker runs.
+
     A plugin object: register it with ``AgentCore.open(..., plugins=[it],
     embedder=it.name)``. ``pid_file`` (if given) gets the id of the process embedding
     a triggered batch, so a test can see which worker ran it; ``objects_file`` the
@@ -46,6 +50,7 @@ class MisbehavingEmbedder:
         allocate_mb: int = 0,
         exit_code: int | None = None,
         abort: bool = False,
+        worker_patches: dict[str, Any] | None = None,
         pid_file: str | None = None,
         objects_file: str | None = None,
     ) -> None:
@@ -55,12 +60,19 @@ class MisbehavingEmbedder:
         self.allocate_mb = allocate_mb
         self.exit_code = exit_code
         self.abort = abort
+        self.worker_patches = worker_patches or {}
         self.pid_file = pid_file
         self.objects_file = objects_file
         self._inner: HashingEmbedder | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_inner": None}  # the worker makes its own
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        for target, value in self.worker_patches.items():
+            module, attribute = target.split(":")
+            setattr(importlib.import_module(module), attribute, value)
 
     def embed(self, texts: Sequence[str], kind: str = "passage") -> npt.NDArray[np.float32]:
         if self._inner is None:

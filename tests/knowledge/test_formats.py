@@ -29,7 +29,7 @@ from office_files import (
 from agentcore import Cancellation, Cancelled
 from agentcore.errors import AgentCoreError, PayloadTooLarge
 from agentcore.knowledge._chunking import Label, chunk_pages
-from agentcore.knowledge.ingest import TextBudget, WorkBudget, parse_document
+from agentcore.knowledge.ingest import TextBudget, WorkBudget, _markup, parse_document
 from agentcore.knowledge.ingest._parsing import CSV, DOCX, HTML, PPTX, XLSX, ParsedDocument
 from agentcore.knowledge.ingest._sheetgrid import PIECE_BYTES, QuickGrid, SheetGrid
 from agentcore.knowledge.ingest._zipguard import ArchiveLimits, _declares_dtd, verify_archive
@@ -596,17 +596,72 @@ def test_html_keeps_the_reading_text_and_its_headings_without_code_or_chrome() -
     assert [c.location for c in chunks if "Travel" in c.text] == ["Expenses"]
 
 
-@pytest.mark.parametrize(
-    "data",
-    [
-        "<!doctype html><p>Café à côté</p>".encode(),  # UTF-8, no charset declared
-        '<!doctype html><meta charset="windows-1252"><p>Café à côté</p>'.encode("cp1252"),
-        b"\xff\xfe" + "<!doctype html><p>Café à côté</p>".encode("utf-16-le"),  # a BOM
-    ],
-    ids=["utf-8", "meta-charset", "utf-16-bom"],
-)
+DECODED_PAGES = [
+    "<!doctype html><p>Café à côté</p>".encode(),  # UTF-8, no charset declared
+    '<!doctype html><meta charset="windows-1252"><p>Café à côté</p>'.encode("cp1252"),
+    b"\xff\xfe" + "<!doctype html><p>Café à côté</p>".encode("utf-16-le"),  # a BOM
+]
+
+
+@pytest.mark.parametrize("data", DECODED_PAGES, ids=["utf-8", "meta-charset", "utf-16-bom"])
 def test_html_is_decoded_as_a_browser_decodes_it(data: bytes) -> None:
     assert parse(data, "page.html").pages == ["Café à côté"]
+
+
+REPORT_PAGE = b"""<!DOCTYPE html><html><head><title>Q3 &amp; Q4 report</title>
+    <style>p { color: red }</style><script>var secret = "leak";</script></head>
+    <body><header><nav><a href="/">Home</a></nav>Site banner</header>
+    <noscript>Enable scripts</noscript><template><p>Hidden template</p></template>
+    <main><article><header><h1>Results</h1></header>
+    <p>Revenue grew&nbsp;11&#37; in the third quarter.</p>
+    <h2>Expenses</h2><p>Travel costs fell by a third.</p>
+    <table><tr><th>Region</th><th>Sales</th></tr><tr><td>North</td><td>1,200</td></tr></table>
+    <p hidden>Not shown</p><input hidden><br/><img src="x.png"></article></main>
+    <aside>Advertisement</aside><footer>Copyright 2024</footer></body></html>"""
+
+
+@pytest.mark.parametrize(
+    "page",
+    [REPORT_PAGE, *DECODED_PAGES],
+    ids=["report", "utf-8", "meta-charset", "utf-16-bom"],
+)
+def test_a_page_read_as_a_stream_of_tags_reads_as_lexbor_reads_it(
+    page: bytes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    read = parse(page, "page.html")
+    monkeypatch.setattr(_markup, "_LEXBOR_DEPTH", -1)  # every page read without lexbor
+    streamed = parse(page, "page.html")
+    assert (streamed.pages, streamed.labels) == (read.pages, read.labels)
+
+
+def test_a_page_nested_too_deep_for_lexbor_is_read_as_a_stream_of_tags(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # lexbor's tree costs time quadratic in its depth: a minute for these 2 MB
+    deep = 200_000
+    page = (
+        "<!doctype html><title>Deep</title><body>"
+        + "<div>" * deep
+        + "<script>var x;</script>Found at the bottom."
+        + "</div>" * deep
+    ).encode()
+    assert _markup._nesting_bound(page) > _markup._LEXBOR_DEPTH
+
+    def refused(*args: object, **kwargs: object) -> None:
+        raise AssertionError("lexbor was asked to build the tree")
+
+    monkeypatch.setattr("selectolax.lexbor.LexborHTMLParser", refused)
+    assert parse(page, "deep.html").pages == ["# Deep\n\nFound at the bottom."]
+
+
+def test_the_nesting_bound_counts_only_elements_that_nest() -> None:
+    bound = _markup._nesting_bound
+    many = 6_000  # past the few tags that cannot nest deep whatever they are
+    assert bound(b"<p>a<li>b<br><img src=x><td>c</TD>" * many) == 0
+    assert bound(b"<div><span>x</span></div>" * many) == 2
+    assert bound(b"<DIV><Section>" * many) == 2 * many  # never closed
+    assert bound(b"<optgroupx><optgroup><colgroup>" * many) == many  # a longer name
+    assert bound(b"<div>" * 100) == 0  # too few tags to reckon
 
 
 # how a file is recognised ---------------------------------------------------------------

@@ -285,11 +285,15 @@ def test_a_worker_that_crashes_fails_its_job_and_is_replaced(
 
 def test_a_parser_stuck_in_c_past_its_cpu_budget_ends_its_worker(tmp_path: Path) -> None:
     # lexbor takes time quadratic in the nesting: 150,000 elements deep is most of a
-    # minute in one call into C, which BudgetSpent cannot interrupt
+    # minute in one call into C, which BudgetSpent cannot interrupt (such a page is
+    # read without lexbor, so the worker is told to use it whatever the depth)
     deep = 150_000
     page = ("<html><body>" + "<div>" * deep + "deep" + "</div>" * deep + "</body></html>").encode()
+    lexbor = MisbehavingEmbedder(
+        worker_patches={"agentcore.knowledge.ingest._markup:_LEXBOR_DEPTH": 10**9}
+    )
     budget = {"ingest_cpu_seconds": 0.5, "ingest_cpu_seconds_per_mib": 0.0}
-    with started(tmp_path / "a.db", ingest_workers=1, **budget) as (core, ws):
+    with started(tmp_path / "a.db", lexbor, ingest_workers=1, **budget) as (core, ws):
         queued = ws.knowledge.ingest_file(page, filename="deep.html", wait=False)
         failed = settled(core, queued.id)
         assert failed.last_error is not None
