@@ -574,8 +574,7 @@ def test_csv_rows_carry_their_header_whatever_the_delimiter() -> None:
         assert document.labels == []
 
 
-def test_html_keeps_the_reading_text_and_its_headings_without_code_or_chrome() -> None:
-    page = b"""<!DOCTYPE html><html><head><title>Q3 &amp; Q4 report</title>
+REPORT_PAGE = b"""<!DOCTYPE html><html><head><title>Q3 &amp; Q4 report</title>
     <style>p { color: red }</style><script>var secret = "leak";</script></head>
     <body><header><nav><a href="/">Home</a></nav>Site banner</header>
     <noscript>Enable scripts</noscript><template><p>Hidden template</p></template>
@@ -583,8 +582,12 @@ def test_html_keeps_the_reading_text_and_its_headings_without_code_or_chrome() -
     <p>Revenue grew&nbsp;11&#37; in the third quarter.</p>
     <h2>Expenses</h2><p>Travel costs fell by a third.</p>
     <table><tr><th>Region</th><th>Sales</th></tr><tr><td>North</td><td>1,200</td></tr></table>
-    <p hidden>Not shown</p></article></main>
+    <p hidden>Not shown</p><input hidden><br/><img src="x.png"></article></main>
     <aside>Advertisement</aside><footer>Copyright 2024</footer></body></html>"""
+
+
+def test_html_keeps_the_reading_text_and_its_headings_without_code_or_chrome() -> None:
+    page = REPORT_PAGE
     document = parse(page, "report.html")
     assert document.content_type == HTML
     assert document.pages == [
@@ -606,18 +609,6 @@ DECODED_PAGES = [
 @pytest.mark.parametrize("data", DECODED_PAGES, ids=["utf-8", "meta-charset", "utf-16-bom"])
 def test_html_is_decoded_as_a_browser_decodes_it(data: bytes) -> None:
     assert parse(data, "page.html").pages == ["Café à côté"]
-
-
-REPORT_PAGE = b"""<!DOCTYPE html><html><head><title>Q3 &amp; Q4 report</title>
-    <style>p { color: red }</style><script>var secret = "leak";</script></head>
-    <body><header><nav><a href="/">Home</a></nav>Site banner</header>
-    <noscript>Enable scripts</noscript><template><p>Hidden template</p></template>
-    <main><article><header><h1>Results</h1></header>
-    <p>Revenue grew&nbsp;11&#37; in the third quarter.</p>
-    <h2>Expenses</h2><p>Travel costs fell by a third.</p>
-    <table><tr><th>Region</th><th>Sales</th></tr><tr><td>North</td><td>1,200</td></tr></table>
-    <p hidden>Not shown</p><input hidden><br/><img src="x.png"></article></main>
-    <aside>Advertisement</aside><footer>Copyright 2024</footer></body></html>"""
 
 
 @pytest.mark.parametrize(
