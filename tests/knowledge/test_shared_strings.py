@@ -166,3 +166,21 @@ def test_calamine_reads_the_shared_strings_part_by_its_name_only() -> None:
     assert is_shared_strings("XL/SHAREDSTRINGS.XML")
     assert is_shared_strings("xl\\sharedStrings.xml")
     assert not is_shared_strings("xl/strings.xml")
+
+
+def test_a_second_part_named_as_the_table_bounds_each_string_by_both(
+    recwarn: pytest.WarningsRecorder,
+) -> None:
+    # two members named xl/sharedStrings.xml: which one calamine reads (and so which
+    # string index 0 names) is not known, so index 0 may be the long one
+    short = shared_strings_xml(["a"])
+    long = shared_strings_xml(["x" * 5_000]).split(b"?>", 1)[1]  # no declaration
+    data = make_xlsx_of_strings(short, shared_cells_xml([0] * 300))
+    out = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(data)) as source, zipfile.ZipFile(out, "w") as copy:
+        for member in source.infolist():
+            copy.writestr(member, source.read(member))
+        copy.writestr("xl/sharedStrings.xml", long)  # a duplicate name
+    _verify(data, 100 * 1_000)  # one table: 300 cells of "a"
+    with pytest.raises(PayloadTooLarge):
+        _verify(out.getvalue(), 100 * 1_000)  # 300 x 5,000 bytes would pass it

@@ -69,7 +69,9 @@ class SharedStrings(Pieces):
 
     def __init__(self) -> None:
         super().__init__(piece_bytes=PIECE_BYTES)
-        self._lengths = np.zeros(0, np.int64)  # each string's bound, in index order
+        self._found: list[_Positions] = []  # each piece's strings' bounds, in index order
+        self._joined: _Positions | None = None  # all of them, once asked for
+        self._parts = 0
         self._read_bytes = 0  # the bytes before the piece being read
         self._last_end = 0  # where the last end tag starts (the part's start before one)
         self._depth = 0  # 1 inside a string
@@ -81,17 +83,33 @@ class SharedStrings(Pieces):
         """The longest string's bound."""
         if self.odd or not self.usual or self._depth:
             return self._size
-        return int(self._lengths.max()) if self._lengths.size else 0
+        lengths = self._lengths()
+        return int(lengths.max()) if lengths.size else 0
 
     def length(self, index: int) -> int:
         """String ``index``'s bound (0 for an index past the table: calamine fails then)."""
         if self.odd or not self.usual or self._depth:
             return self._size
-        return int(self._lengths[index]) if index < self._lengths.size else 0
+        lengths = self._lengths()
+        return int(lengths[index]) if index < lengths.size else 0
+
+    def begin(self) -> None:
+        """A part named as the table begins: a second one makes the table odd (which of
+        them calamine reads, and so which string an index names, is not known)."""
+        self._parts += 1
+        if self._parts > 1:
+            self.odd = True
 
     def feed(self, chunk: bytes) -> None:
         self._size += len(chunk)
         super().feed(chunk)
+
+    def _lengths(self) -> _Positions:
+        """Every string's bound, in index order (the pieces' joined once)."""
+        if self._joined is None:
+            self._joined = np.concatenate(self._found) if self._found else np.zeros(0, np.intp)
+            self._found = [self._joined]
+        return self._joined
 
     def _read(self, text: bytes, end: int) -> None:
         start, self._read_bytes = self._read_bytes, self._read_bytes + end
@@ -126,7 +144,8 @@ class SharedStrings(Pieces):
         closed = start + tags[ends]
         if closed.size:
             bounds = np.diff(closed, prepend=self._last_end)
-            self._lengths = np.concatenate((self._lengths, bounds))
+            self._found.append(bounds)
+            self._joined = None
             self._last_end = int(closed[-1])
 
 

@@ -128,6 +128,8 @@ def verify_archive(
         xml = member.filename.lower().endswith(_XML_SUFFIXES)
         grid = QuickGrid() if workbook else None
         table = strings if workbook and is_shared_strings(member.filename) else None
+        if table is not None:
+            table.begin()
         seen = 0
         tail = b""
         try:
