@@ -56,6 +56,7 @@ _VOID = b"br img hr input meta link wbr area col source track embed param base k
 _UNNESTED = (
     _VOID + b"p li dt dd option optgroup tr td th thead tbody tfoot colgroup rb rt rp".split()
 )
+_VOID_TAGS = frozenset(name.decode() for name in _VOID)
 _NAME_BYTES = 8  # the longest of them (a key of eight bytes)
 _UNNESTED_KEYS = np.array(
     [int.from_bytes(name.ljust(_NAME_BYTES, b"\0"), "little") for name in _UNNESTED], np.uint64
@@ -258,8 +259,6 @@ class _Events(HTMLParser):
     for a page too deep for lexbor. An element that is left out is skipped up to its
     end tag."""
 
-    _VOID = frozenset(name.decode() for name in _VOID)
-
     def __init__(self, reader: _Reader) -> None:
         super().__init__(convert_charrefs=True)
         self._reader = reader
@@ -276,16 +275,16 @@ class _Events(HTMLParser):
             return
         attributes = dict(attrs)
         if _leaves_out(self._reader, tag, attributes):
-            if tag not in self._VOID:
+            if tag not in _VOID_TAGS:
                 self._skipping.append(tag)
             return
         self._reader._open(tag)
-        if tag in self._VOID:
+        if tag in _VOID_TAGS:
             self._reader._close(tag)
 
     def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         self.handle_starttag(tag, attrs)
-        if tag not in self._VOID and not self._skipping:
+        if tag not in _VOID_TAGS and not self._skipping:
             self._reader._close(tag)
 
     def handle_endtag(self, tag: str) -> None:
@@ -293,7 +292,7 @@ class _Events(HTMLParser):
             if tag == self._skipping[0]:
                 self._skipping.pop()
             return
-        if tag not in self._VOID:
+        if tag not in _VOID_TAGS:
             self._reader._close(tag)
 
     def handle_data(self, data: str) -> None:

@@ -27,22 +27,17 @@ from collections.abc import Callable, Iterable
 from typing import IO
 
 import numpy as np
-import numpy.typing as npt
 
-from agentcore.knowledge.ingest._sheetgrid import PIECE_BYTES, Pieces
+from agentcore.knowledge.ingest._sheetgrid import PIECE_BYTES, TAG_END, Bytes, Pieces, Positions
 
 __all__ = ["SharedStrings", "is_shared_strings", "shared_text_bytes"]
 
-_Bytes = npt.NDArray[np.uint8]
-_Positions = npt.NDArray[np.intp]
 _READ_BYTES = 256 * 1024
 _LT, _SLASH, _BANG, _QUESTION, _COLON = b"</!?:"
 _S, _I = b"si"
 _AHEAD = 5  # bytes read after a "<": "/si>" and one more
 _BOM = 3  # bytes of UTF-8's byte order mark, which may precede the declaration
 _PREFIX_BYTES = 16
-_TAG_END = np.zeros(256, bool)  # what may follow a tag's name
-_TAG_END[list(b" \t\r\n/>")] = True
 _NAME = np.zeros(256, bool)  # what a prefix is written with
 _NAME[list(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")] = True
 # a cell of type s and its value, as the common writers write it (the second branch: any
@@ -69,8 +64,8 @@ class SharedStrings(Pieces):
 
     def __init__(self) -> None:
         super().__init__(piece_bytes=PIECE_BYTES)
-        self._found: list[_Positions] = []  # each piece's strings' bounds, in index order
-        self._joined: _Positions | None = None  # all of them, once asked for
+        self._found: list[Positions] = []  # each piece's strings' bounds, in index order
+        self._joined: Positions | None = None  # all of them, once asked for
         self._parts = 0
         self._read_bytes = 0  # the bytes before the piece being read
         self._last_end = 0  # where the last end tag starts (the part's start before one)
@@ -104,7 +99,7 @@ class SharedStrings(Pieces):
         self._size += len(chunk)
         super().feed(chunk)
 
-    def _lengths(self) -> _Positions:
+    def _lengths(self) -> Positions:
         """Every string's bound, in index order (the pieces' joined once)."""
         if self._joined is None:
             self._joined = np.concatenate(self._found) if self._found else np.zeros(0, np.intp)
@@ -125,8 +120,8 @@ class SharedStrings(Pieces):
         closing = after[0] == _SLASH
         # <si + [space / >], or </si>, at once for the usual tags; prefixed ones found
         # from their colon
-        opens = (after[0] == _S) & (after[1] == _I) & _TAG_END[after[2]]
-        ends = closing & (after[1] == _S) & (after[2] == _I) & _TAG_END[after[3]]
+        opens = (after[0] == _S) & (after[1] == _I) & TAG_END[after[2]]
+        ends = closing & (after[1] == _S) & (after[2] == _I) & TAG_END[after[3]]
         prefixed = _prefixed(data, end, tags)
         if prefixed is None:
             self.odd = True
@@ -149,12 +144,12 @@ class SharedStrings(Pieces):
             self._last_end = int(closed[-1])
 
 
-def _prefixed(data: _Bytes, end: int, tags: _Positions) -> _Positions | None:
+def _prefixed(data: Bytes, end: int, tags: Positions) -> Positions | None:
     """Which of ``tags`` are ``<x:si`` or ``</x:si``: a ``:si`` that only letters, digits
     and ``_.-`` separate from the ``<`` before it (any other is in a text or a value);
     ``None`` for such a prefix longer than ``_PREFIX_BYTES``."""
     colons = np.flatnonzero(data[:end] == _COLON)
-    named = colons[(data[colons + 1] == _S) & (data[colons + 2] == _I) & _TAG_END[data[colons + 3]]]
+    named = colons[(data[colons + 1] == _S) & (data[colons + 2] == _I) & TAG_END[data[colons + 3]]]
     at = np.searchsorted(tags, named) - 1  # the tag each colon is in: the last "<" before
     named, at = named[at >= 0], at[at >= 0]
     if not named.size:

@@ -44,7 +44,16 @@ import numpy.typing as npt
 
 from agentcore.knowledge.ingest._extraction import invalid_file
 
-__all__ = ["PIECE_BYTES", "Pieces", "QuickGrid", "SheetGrid", "exact_grid"]
+__all__ = [
+    "PIECE_BYTES",
+    "TAG_END",
+    "Bytes",
+    "Pieces",
+    "Positions",
+    "QuickGrid",
+    "SheetGrid",
+    "exact_grid",
+]
 
 _U32 = 2**32
 _READ_BYTES = 64 * 1024
@@ -62,13 +71,13 @@ _CELL_TAG = re.compile(rb"<(?:[^\s/>]*:)?c[\s/>]")
 _REFERENCE = re.compile(rb"""r\s*=\s*["']([A-Za-z]*)([0-9]+)["']""")
 _REFERENCE_VALUE = re.compile(rb"([A-Za-z]*)([0-9]+)")
 # the quick bound reads each piece with numpy: the bytes it looks for, and classes of bytes
-_Bytes = npt.NDArray[np.uint8]
-_Positions = npt.NDArray[np.intp]
+Bytes = npt.NDArray[np.uint8]
+Positions = npt.NDArray[np.intp]
 PIECE_BYTES = 128 * 1024  # larger pieces cost page faults in a fresh process
 _AHEAD = 16  # bytes read after a "<": c r="XFD1048576 and one more
 _LT, _EQ, _COLON, _C, _R = b"<=:cr"
-_TAG_END = np.zeros(256, bool)  # what may follow a tag's name (and the spaces between)
-_TAG_END[list(b" \t\n\r/>")] = True
+TAG_END = np.zeros(256, bool)  # what may follow a tag's name (and the spaces between)
+TAG_END[list(b" \t\n\r/>")] = True
 _QUOTE = np.zeros(256, bool)
 _QUOTE[list(b"\"'")] = True
 _UPPER = np.zeros(256, bool)
@@ -162,10 +171,10 @@ class QuickGrid(Pieces):
     lengths of its references, fed as it inflates; ``result()`` is ``None`` for a part
     written otherwise.
 
-    Each piece (a megabyte or more) is read at once with numpy: every ``<`` found, the
-    bytes after each cell tag's read (``r``, ``=``, a quote, one to three capitals, the
-    digits), and every ``=`` checked for an ``r`` attribute after another one (calamine
-    places a cell at its last ``r``).
+    Each piece (``PIECE_BYTES`` or more) is read at once with numpy: every ``<c`` found,
+    the bytes after each cell tag's read (``r``, ``=``, a quote, one to three capitals,
+    the digits), and every ``=`` checked for an ``r`` attribute after another one
+    (calamine places a cell at its last ``r``).
     """
 
     def __init__(self) -> None:
@@ -187,17 +196,17 @@ class QuickGrid(Pieces):
         data = np.frombuffer(text[: end + _AHEAD] + bytes(_AHEAD), np.uint8)
         head = data[:end]
         colons = np.flatnonzero(head == _COLON)
-        if ((data[colons + 1] == _C) & _TAG_END[data[colons + 2]]).any():
+        if ((data[colons + 1] == _C) & TAG_END[data[colons + 2]]).any():
             self.usual = False  # a prefixed cell tag
             return
         tags = head == _LT
         tags &= data[1 : end + 1] == _C
         cells = np.flatnonzero(tags)
-        cells = cells[_TAG_END[data[cells + 2]]]
+        cells = cells[TAG_END[data[cells + 2]]]
         if not cells.size:
             return
-        opened = _TAG_END[data[cells + 2]] & (data[cells + 3] == _R) & (data[cells + 4] == _EQ)
-        if not (opened & _QUOTE[data[cells + 5]]).all() or _later_r(data, head):
+        opened = (data[cells + 3] == _R) & (data[cells + 4] == _EQ) & _QUOTE[data[cells + 5]]
+        if not opened.all() or _later_r(data, head):
             self.usual = False
             return
         # one to three capitals, then one to seven digits
@@ -222,7 +231,7 @@ class QuickGrid(Pieces):
             self.usual = False
 
 
-def _later_r(data: _Bytes, head: _Bytes) -> bool:
+def _later_r(data: Bytes, head: Bytes) -> bool:
     """Whether an ``r`` attribute follows another attribute's quoted value anywhere in
     ``head``: a quote, then ``r`` and ``=``, spaces (or ``/``, ``>``) around the ``r``."""
     at = np.flatnonzero(head == _EQ) - 1
@@ -231,9 +240,9 @@ def _later_r(data: _Bytes, head: _Bytes) -> bool:
     return bool(_QUOTE[data[at]].any())
 
 
-def _skip_spaces(data: _Bytes, at: _Positions) -> _Positions:
+def _skip_spaces(data: Bytes, at: Positions) -> Positions:
     """Each of ``at`` moved back past the spaces (and ``/``, ``>``) it is on."""
-    while (spaced := _TAG_END[data[at]] & (at > 0)).any():
+    while (spaced := TAG_END[data[at]] & (at > 0)).any():
         at = np.where(spaced, at - 1, at)
     return at
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import IO
 
-from agentcore.errors import PayloadTooLarge
+from agentcore.errors import PayloadTooLarge, ValidationFailed
 from agentcore.knowledge.ingest._extraction import invalid_file
 from agentcore.knowledge.ingest._sharedstrings import (
     SharedStrings,
@@ -167,10 +167,8 @@ def verify_archive(
                     )
                 if cells.cells:
                     cells_of.append((cells.cells, partial(archive.open, member)))
-        except (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError):
-            raise invalid_file(
-                "The file is not a readable archive (corrupt or truncated)."
-            ) from None
+        except _UNREADABLE:
+            raise _unreadable() from None
     if workbook:
         strings.finish()
         _check_shared_text(cells_of, strings, limits, check)
@@ -186,13 +184,21 @@ def _check_shared_text(
     ``limits.sheet_text_bytes`` of shared strings."""
     try:
         text = shared_text_bytes(cells, strings, limits.sheet_text_bytes, check)
-    except (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError):
-        raise invalid_file("The file is not a readable archive (corrupt or truncated).") from None
+    except _UNREADABLE:
+        raise _unreadable() from None
     if text > limits.sheet_text_bytes:
         raise _too_large(
             f"has cells that hold more than {limits.sheet_text_bytes:,} bytes of text, counting"
             " a shared string once for every cell that shows it"
         )
+
+
+# what inflating a member raises when the archive is corrupt or truncated
+_UNREADABLE = (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError)
+
+
+def _unreadable() -> ValidationFailed:
+    return invalid_file("The file is not a readable archive (corrupt or truncated).")
 
 
 def _declares_dtd(tail: bytes, chunk: bytes) -> bool:
