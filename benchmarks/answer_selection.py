@@ -5,7 +5,7 @@ This prints the same PDFs as ``retrieval_quality.py`` (2 and 3 paragraphs a page
 ingests them once per pagination through the public API, keeps for every answerable
 question the ``chat_top_k`` passages chat retrieves and the workspace's word counts
 (``ChatRequest.term_stats``), then answers offline with the model as it is and with
-one rule switched off at a time (and all three: the selection before them), and
+one rule switched off at a time (and all five: the selection before them), and
 prints per article and pagination:
 
     cited = answers whose citations name the gold page (as in ``retrieval_quality``)
@@ -35,7 +35,7 @@ from retrieval_quality import DEFAULT_SQUAD, build_pdfs  # noqa: E402
 from agentcore import AgentCore  # noqa: E402
 from agentcore.chat import build_citations, passages_of  # noqa: E402
 from agentcore.chat_models import ChatRequest  # noqa: E402
-from agentcore.plugins.extractive import ExtractiveModel  # noqa: E402
+from agentcore.plugins.extractive import GATES, ExtractiveModel  # noqa: E402
 
 Case = tuple[str, int, tuple[str, ...], ChatRequest]  # article, gold page, answers, request
 
@@ -78,18 +78,32 @@ class _NoNameCase(ExtractiveModel):
     NAMES_MATCH_LOWER_CASE = True
 
 
+class _NoCounting(ExtractiveModel):
+    ANY_SENTENCE_ANSWERS_A_COUNT = True
+
+
+class _NoKind(ExtractiveModel):
+    THE_KIND_ALONE_ANSWERS = True
+
+
 class _NoRules(ExtractiveModel):
     COUNT_WORDS_ARE_CONTENT = True
     NAMES_MATCH_LOWER_CASE = True
+    ANY_SENTENCE_ANSWERS_A_COUNT = True
+    THE_KIND_ALONE_ANSWERS = True
 
 
-# label, model, whether the request keeps the workspace's word counts
+# label, model, whether the request keeps the workspace's word counts; each model has the
+# gate the core registers for the embedder retrieving here (``hashing-v1``)
+GATE = GATES["hashing-v1"]
 VARIANTS: list[tuple[str, ExtractiveModel, bool]] = [
-    ("as is", ExtractiveModel(), True),
-    ("without workspace rarity", ExtractiveModel(), False),
-    ("without the number rule", _NoCountWords(), True),
-    ("without the name-case rule", _NoNameCase(), True),
-    ("without all three (before)", _NoRules(), False),
+    ("as is", ExtractiveModel(gate=GATE), True),
+    ("without workspace rarity", ExtractiveModel(gate=GATE), False),
+    ("without the number rule", _NoCountWords(gate=GATE), True),
+    ("without the name-case rule", _NoNameCase(gate=GATE), True),
+    ("without the counting rule", _NoCounting(gate=GATE), True),
+    ("without the answer-kind rule", _NoKind(gate=GATE), True),
+    ("without all five (before)", _NoRules(gate=GATE), False),
 ]
 
 

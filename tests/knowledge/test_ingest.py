@@ -94,6 +94,41 @@ def test_pdf_text_is_cleaned() -> None:
     assert clean_pdf_text(text).count("\n\n") == 1
 
 
+FULL_LINE = "words that fill a whole line of the page as printed text does " * 2
+
+
+@pytest.mark.parametrize(
+    "heading", ["Leaving Acme", "3.2 Results", "Working hours", "A", "Notes (draft)"]
+)
+def test_a_pdf_heading_is_a_paragraph_of_its_own(heading: str) -> None:
+    text = f"{heading}\nGive four weeks of notice, {FULL_LINE}\n{FULL_LINE}\nthe end."
+    paragraphs = clean_pdf_text(text).split("\n\n")
+    assert paragraphs[0] == heading
+    assert paragraphs[1].startswith("Give four weeks of notice,")
+    # after a paragraph too, and on the page's first line alike
+    text = f"{FULL_LINE}\nlast line.\n{heading}\nThe {FULL_LINE}"
+    assert clean_pdf_text(text).split("\n\n")[1] == heading
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Dear Ana,\nThe parcel arrived.",  # ends in a comma: the line goes on
+        "Leaving Acme\ngive four weeks.",  # the next line does not start a sentence
+        "the manager\nSays so.",  # a heading starts with a capital or a digit
+        "Leaving Acme -\nGive four weeks.",  # a dash joins it to the next line
+        f"Leaving Acme and a line longer than half of a full one\n{FULL_LINE[:70]}",
+    ],
+)
+def test_a_short_line_that_goes_on_is_no_heading(text: str) -> None:
+    assert "\n\n" not in clean_pdf_text(text)
+
+
+def test_a_short_line_inside_a_paragraph_is_no_heading() -> None:
+    text = f"{FULL_LINE}\nLeaving Acme\nGive four weeks."
+    assert "\n\n" not in clean_pdf_text(text)
+
+
 def test_pdf_detected_by_magic_whatever_the_label() -> None:
     data = make_pdf(["Magic bytes decide."])
     for filename, content_type in [("x.txt", "text/plain"), ("noext", None), ("a.bin", "")]:

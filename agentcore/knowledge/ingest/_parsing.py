@@ -706,13 +706,29 @@ _CONTROLS = re.compile(r"[\x01-\x08\x0e-\x1f\x7f]")
 _TERMINAL = (".", "!", "?", ":", '"', "\u201d", "'", "\u2019", ")")
 
 
+def _is_heading(line: str, following: str, full: int) -> bool:
+    """Whether ``line``, which starts a paragraph, is a heading over ``following``: at
+    most half a full line, no punctuation ending it or joining it to the next, and a
+    capital letter (or digit) starting both."""
+    return (
+        len(line) <= full / 2
+        and not line.endswith((*_TERMINAL, ",", ";", "-", "\u2013", "\u2014"))
+        and (line[0].isupper() or line[0].isdigit())
+        and following[:1].isupper()
+    )
+
+
 def clean_pdf_text(raw: str) -> str:
     """Tidy one page of text extracted from a PDF.
 
     Joins words hyphenated across line breaks ("infor-\\nmation"), folds runs of
     spaces, and rejoins wrapped lines into paragraphs separated by a blank line. A
     paragraph ends at a blank line or after a short line ending in terminal
-    punctuation (the last line of a justified or ragged paragraph).
+    punctuation (the last line of a justified or ragged paragraph). A heading is a
+    paragraph of its own: a short line with no terminal punctuation that starts a
+    paragraph, followed by a line starting with a capital letter ("Leaving Acme" above
+    "Give four weeks of notice"), so that it is not read as the first words of the
+    sentence below it.
     """
     text = raw.translate(_LIGATURES).replace("\r\n", "\n").replace("\r", "\n")
     text = _CONTROLS.sub(" ", text)
@@ -723,15 +739,19 @@ def clean_pdf_text(raw: str) -> str:
     full = longest[min(len(longest) - 1, len(longest) // 10)] if longest else 0
     paragraphs: list[str] = []
     current: list[str] = []
-    for line in lines:
+    for line, following in zip(lines, [*lines[1:], ""], strict=True):
         if not line:
             if current:
                 paragraphs.append(" ".join(current))
                 current = []
             continue
         current.append(line)
-        if line.endswith(_TERMINAL) and len(line) < 0.75 * full:
+        short = len(line) < 0.75 * full
+        if short and line.endswith(_TERMINAL):
             paragraphs.append(" ".join(current))
+            current = []
+        elif short and len(current) == 1 and _is_heading(line, following, full):
+            paragraphs.append(line)
             current = []
     if current:
         paragraphs.append(" ".join(current))
