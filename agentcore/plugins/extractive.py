@@ -221,10 +221,12 @@ class ExtractiveModel:
             return []
         scored, share, sentences = ranked
         if not self.ANY_SENTENCE_ANSWERS_A_COUNT and _COUNTING.search(request.message):
-            # "How many" is answered by a sentence with a number in it, or not at all.
-            scored = [item for item in scored if _has_cue(_Want.NUMBER, item[1].text, "")]
-            if not scored:
+            # "How many" is answered by a sentence with a number in it, or not at all; a
+            # runner-up may say more without one ("..., and when do they expire?").
+            first = next((i for i, (_, s) in enumerate(scored) if _counts(s.text)), None)
+            if first is None:
                 return []
+            scored = [scored[first], *scored[:first], *scored[first + 1 :]]
         (best_score, best_coverage), best = scored[0]
         if not self.THE_KIND_ALONE_ANSWERS and _only_the_kind(request.message, best):
             return []  # "four weeks" of what the question does not ask about
@@ -377,6 +379,11 @@ def _question_stems(question: str) -> list[str]:
     """The question's stems less spelled-out numbers (unless nothing else is left)."""
     stems = _tokens(question)
     return [stem for stem in stems if stem not in _COUNT_WORDS] or stems
+
+
+def _counts(sentence: str) -> bool:
+    """Whether ``sentence`` holds a number, in digits or words."""
+    return _has_cue(_Want.NUMBER, sentence, "")
 
 
 def _only_the_kind(question: str, sentence: _Sentence) -> bool:

@@ -124,6 +124,17 @@ def test_how_many_is_answered_by_a_sentence_with_a_number() -> None:
     assert answer("How many outputs does a function problem expect?", SINGLE) == SINGLE
 
 
+def test_a_runner_up_without_a_number_may_still_follow_the_count() -> None:
+    days = "Employees get 25 vacation days per year."
+    expiry = "Unused vacation days expire at the end of March."
+    request = ChatRequest(
+        "",
+        "How many vacation days do I get, and when do unused days expire?",
+        [passage(1, f"{days} {expiry}")],
+    )
+    assert ExtractiveModel().complete(request).text == f"{days} {expiry}"
+
+
 def test_how_many_with_no_number_anywhere_answers_nothing() -> None:
     assert answer("How many days do I agree on with my team?", OFFICE_DAYS) == NO_ANSWER
     # "how long" is no count: a sentence without a number may say it
