@@ -168,15 +168,26 @@ def run_fold(source: str, pdf: bytes, golden: Golden, *, gate_open: bool = False
     seen: dict[str, dict[str, float] | None] = {}
     ranked = extractive.ExtractiveModel._ranked
 
+    asking: list[str] = []  # the question being answered (one turn at a time)
+
     def record(self: Any, request: Any) -> Any:
         found = ranked(self, request)
         seen[request.message] = None if found is None else _evidence(request, *found)
+        asking[:] = [request.message]
         return found
 
     supports = extractive.ExtractiveModel._supports
+
+    def gate(self: Any, covered: float, score: float) -> bool:
+        # what the gate is shown: the best sentence the model chose (for "how many",
+        # the best one holding a number), not merely the best scored
+        evidence = seen.get(asking[0]) if asking else None
+        if evidence is not None:
+            evidence.update(covered=covered, top_score=score)
+        return True if gate_open else bool(supports(self, covered, score))
+
     extractive.ExtractiveModel._ranked = record  # type: ignore[method-assign]
-    if gate_open:
-        extractive.ExtractiveModel._supports = lambda *_: True  # type: ignore[method-assign]
+    extractive.ExtractiveModel._supports = gate  # type: ignore[method-assign]
     with tempfile.TemporaryDirectory() as tmp:
         core = AgentCore.open(str(Path(tmp) / "abstain.db"))
         try:
