@@ -75,10 +75,11 @@ _WORD = re.compile(r"[^\W_]+(?:['’-][^\W_]+)*")
 # Spelled-out numbers in a question say how many answers it wants ("the two kinds",
 # "one of the causes"), not what the answer sentence says: they are no content words.
 _COUNT_WORDS = frozenset(_tokens("one two three four five six seven eight nine ten"))
+# A question asking for a count or an amount: a sentence without a number cannot answer.
+_COUNTING = re.compile(r"\bhow\s+(?:many|much)\b", re.I)
 # The word right after "how many", "how much", "what", "which" or "whose" names the kind
 # of answer wanted ("how many *weeks* of parental leave", "which *country*"), not what
 # the question is about.
-_COUNTING = re.compile(r"\bhow\s+(?:many|much)\b", re.I)
 _ANSWER_KIND = re.compile(r"\b(?:how\s+(?:many|much)|what|which|whose)\s+([^\W\d_]+)", re.I)
 
 
