@@ -414,3 +414,16 @@ def summed_rows(monkeypatch: Any) -> list[int]:
 
     monkeypatch.setattr(terms.TermSums, "add", counting)
     return applied
+
+
+def ready(http: httpx.Client, response: httpx.Response) -> dict[str, Any]:
+    """The document an upload made, once it is no longer processing (a 202 is waited
+    for, up to ten minutes)."""
+    assert response.status_code in (201, 202), response.text
+    body: dict[str, Any] = response.json()
+    give_up = time.monotonic() + 600
+    while body["status"] == "processing" and time.monotonic() < give_up:
+        time.sleep(0.1)
+        body = http.get(f"/v1/knowledge/documents/{body['id']}").json()
+    assert body["status"] == "ready", body
+    return body

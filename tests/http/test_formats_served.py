@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx
 import pytest
-from helpers import cli_env, start_serve
+from helpers import cli_env, ready, start_serve
 from office_files import (
     PAGE,
     SLIDES,
@@ -71,18 +71,6 @@ def keys(store: str, *organizations: str) -> list[str]:
 
 def client(url: str, key: str) -> httpx.Client:
     return httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=300)
-
-
-def ready(http: httpx.Client, response: httpx.Response) -> dict[str, Any]:
-    """The uploaded document once it is no longer processing (a 202 is waited for)."""
-    assert response.status_code in (201, 202), response.text
-    body: dict[str, Any] = response.json()
-    give_up = time.monotonic() + 600
-    while body["status"] == "processing" and time.monotonic() < give_up:
-        time.sleep(0.1)
-        body = http.get(f"{DOCS}/{body['id']}").json()
-    assert body["status"] == "ready", body
-    return body
 
 
 def refused(http: httpx.Client, response: httpx.Response) -> dict[str, Any]:
