@@ -71,6 +71,7 @@ _YEAR_OR_DATE = re.compile(
     r"November|December)|centur(?:y|ies))\b",
     re.IGNORECASE,
 )
+_HEADING = re.compile(r"#{1,6} ")  # a heading as ingestion writes it, and Markdown
 _WORD = re.compile(r"[^\W_]+(?:['’-][^\W_]+)*")
 # Spelled-out numbers in a question say how many answers it wants ("the two kinds",
 # "one of the causes"), not what the answer sentence says: they are no content words.
@@ -117,6 +118,7 @@ class _Sentence:
     stems: frozenset[str]
     order: tuple[str, ...]  # the sentence's stems in order, for phrase matches
     names: frozenset[str] = frozenset()  # stems only found in capitalised words past its first
+    section: frozenset[str] = frozenset()  # stems of the heading above it in its passage
 
 
 class ExtractiveModel:
@@ -149,6 +151,10 @@ class ExtractiveModel:
     - the word right after *how many*, *what* or *which* names the kind of answer
       wanted, not what is asked about: a best sentence holding no other question word
       ("four *weeks* of notice" for "how many *weeks* of parental leave") is no answer.
+
+    A heading (``# Leaving Acme``, as ingestion writes headings) is never quoted; its
+    words count as those of the sentences under it in the same passage, except for the
+    answer-kind rule, which reads the sentence's own words.
 
     The answer quotes the best sentence verbatim, and a runner-up scoring at least
     ``second_ratio`` of it (so at most two passages); ``used_passage_ids`` are exactly
@@ -276,10 +282,15 @@ class ExtractiveModel:
         if not seen or _names_missing(question, known):
             return None
         share = sum(seen.values()) / sum(weight.values())
+        # A heading ("# Leaving Acme") says what its passage is about, for the sentences
+        # under it; it is no answer itself.
         scored = [
             (self._score(question, wanted, seen, s, passage_stems[s.rank], lowered), s)
             for s in sentences
+            if not _HEADING.match(s.text)
         ]
+        if not scored:
+            return None
         # Ties go to the better-ranked passage, then to the earlier sentence: stable.
         scored.sort(key=lambda item: -item[0][0])
         return scored, share, sentences
@@ -301,7 +312,9 @@ class ExtractiveModel:
         """
         unique = [stem for stem in dict.fromkeys(wanted) if stem in weight]
         total = sum(weight.values())
-        stems = sentence.stems - (sentence.names & lowered)
+        # the heading above the sentence says what the sentence is about ("Give four weeks
+        # of notice" under "Leaving Acme"): its words count as the sentence's here
+        stems = (sentence.stems - (sentence.names & lowered)) | sentence.section
         coverage = sum(weight[s] for s in unique if s in stems) / total
         # Inflections the stemmer misses ("originate"/"origin") share a prefix.
         prefixes = {_prefix(stem) for stem in stems}
@@ -340,21 +353,24 @@ def _candidates(passages: Sequence[Passage]) -> list[_Sentence]:
     seen: set[str] = set()
     out: list[_Sentence] = []
     for rank, passage in enumerate(passages):
-        for text, stems, order, names in _analysed(passage.text):
+        for text, stems, order, names, section in _analysed(passage.text):
             if text.casefold() not in seen:
                 seen.add(text.casefold())
-                out.append(_Sentence(text, passage, rank, stems, order, names))
+                out.append(_Sentence(text, passage, rank, stems, order, names, section))
     return out
 
 
-_Analysis = tuple[str, frozenset[str], tuple[str, ...], frozenset[str]]
+_Analysis = tuple[str, frozenset[str], tuple[str, ...], frozenset[str], frozenset[str]]
 
 
 @functools.lru_cache(maxsize=2048)
 def _analysed(passage: str) -> tuple[_Analysis, ...]:
     """The sentences of a passage text that have stems: ``(text, stems, stems in order,
-    stems only found in its capitalised words past the first)``. Kept for the last
-    chunks seen: a chunk's text never changes, and popular chunks come back often."""
+    stems only found in its capitalised words past the first, stems of the heading
+    above it)``. A heading is a sentence starting with ``# `` (up to six ``#``), as
+    ingestion writes them and Markdown does ("#P is a class" is a sentence).
+    Kept for the last chunks seen: a chunk's text never changes, and popular chunks
+    come back often."""
     texts = [" ".join(raw.split()) for raw in split_sentences(passage)]
     # One tokenizer call for every sentence and for its capitalised words past the
     # first: a stem found as often among those as in the whole sentence is only
@@ -365,6 +381,7 @@ def _analysed(passage: str) -> tuple[_Analysis, ...]:
         parts.append(" ".join(w for w in _WORD.findall(text)[1:] if w[0].isupper()))
     stems = tokens_of(parts)
     out: list[_Analysis] = []
+    section: frozenset[str] = frozenset()
     for number, text in enumerate(texts):
         order, named = stems[2 * number], stems[2 * number + 1]
         if order:
@@ -372,7 +389,9 @@ def _analysed(passage: str) -> tuple[_Analysis, ...]:
             if named:
                 everywhere, in_names = Counter(order), Counter(named)
                 names = frozenset(s for s, n in in_names.items() if everywhere[s] == n)
-            out.append((text, frozenset(order), tuple(order), names))
+            if _HEADING.match(text):
+                section = frozenset(order)
+            out.append((text, frozenset(order), tuple(order), names, section))
     return tuple(out)
 
 

@@ -68,7 +68,7 @@ def test_a_capitalised_question_word_still_matches_a_name() -> None:
 
 def test_a_word_both_in_a_name_and_lower_case_is_an_ordinary_word_there() -> None:
     both = "After the Wars of Religion, religion was a private matter in Normandy."
-    [(_, _, _, names)] = _analysed(both)
+    [(_, _, _, names, _)] = _analysed(both)
     assert "religion" not in names and "normandy" in names
 
 
@@ -149,6 +149,33 @@ def test_a_sentence_holding_only_the_kind_of_answer_says_nothing() -> None:
     # with a word of what is asked about, the same sentence answers
     assert answer("How many weeks of notice do I give?", NOTICE, EXIT) == NOTICE
     assert answer("How much notice do I give?", NOTICE, EXIT) == NOTICE
+
+
+LEAVING = f"# Leaving Acme\n\n{NOTICE} {EXIT}"
+WELCOME = "# Acme employee handbook\n\nWelcome to Acme."
+
+
+def test_a_heading_is_never_the_answer_but_says_what_its_sentences_are_about() -> None:
+    # the words of "Leaving Acme" count for the sentences under it, not for "Welcome"
+    question = "What do I do when leaving Acme?"
+    assert answer(question, WELCOME, LEAVING) == NOTICE
+    assert (
+        "#"
+        not in ExtractiveModel()
+        .complete(ChatRequest("", "Leaving Acme", [passage(1, LEAVING)]))
+        .text
+    )
+    # a passage of headings alone has nothing to quote
+    assert answer(question, "# Leaving Acme\n\n# Returning equipment") == NO_ANSWER
+    # a sentence that merely starts with "#" is no heading
+    counting = "#P is the class of counting problems of NP."
+    assert answer("Which class holds the counting problems of NP?", counting) == counting
+
+
+def test_the_answer_kind_rule_reads_the_sentence_not_its_heading() -> None:
+    # under "Leaving Acme", "four weeks" still says nothing about parental leave
+    assert answer("How many weeks of parental leave?", LEAVING) == NO_ANSWER
+    assert answer("How many weeks of notice do I give when leaving?", LEAVING) == NOTICE
 
 
 SINGLE = "A function problem expects a single output for every input."
@@ -279,5 +306,8 @@ def test_the_issues_parental_leave_question_is_not_answered_from_the_handbook(
         assert [(c.source, c.pages) for c in notice.citations] == [("handbook.pdf", [5])]
         remote = ws.chat.send(agent.id, "How many days a week can I work from home?")
         assert "three days a week" in remote.response
+        # the heading's words lead to its page; the answer is the page's sentence
+        leaving = ws.chat.send(agent.id, "What do I do when leaving Acme?")
+        assert leaving.response.startswith("Give four weeks of notice")
     finally:
         core.close()

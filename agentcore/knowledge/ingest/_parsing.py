@@ -725,10 +725,10 @@ def clean_pdf_text(raw: str) -> str:
     spaces, and rejoins wrapped lines into paragraphs separated by a blank line. A
     paragraph ends at a blank line or after a short line ending in terminal
     punctuation (the last line of a justified or ragged paragraph). A heading is a
-    paragraph of its own: a short line with no terminal punctuation that starts a
-    paragraph, followed by a line starting with a capital letter ("Leaving Acme" above
-    "Give four weeks of notice"), so that it is not read as the first words of the
-    sentence below it.
+    paragraph of its own, marked ``# `` as Word, PowerPoint and HTML headings are: a
+    short line with no terminal punctuation that starts a paragraph, followed by a line
+    starting with a capital letter ("Leaving Acme" above "Give four weeks of notice"),
+    so that it is not read as the first words of the sentence below it.
     """
     text = raw.translate(_LIGATURES).replace("\r\n", "\n").replace("\r", "\n")
     text = _CONTROLS.sub(" ", text)
@@ -751,7 +751,7 @@ def clean_pdf_text(raw: str) -> str:
             paragraphs.append(" ".join(current))
             current = []
         elif short and len(current) == 1 and _is_heading(line, following, full):
-            paragraphs.append(line)
+            paragraphs.append("# " + line)  # marked as the other formats mark theirs
             current = []
     if current:
         paragraphs.append(" ".join(current))
