@@ -65,6 +65,14 @@ _tokens = tokenizer.tokens
 tokens_of = tokenizer.tokens_of
 
 _NUMBER = re.compile(r"\d")
+_NUMBER_WORD = re.compile(
+    r"\b(?:one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|"
+    r"(?:thir|four|fif|six|seven|eigh|nine)teen|"
+    r"twenty|thirty|forty|fifty|sixty|seventy|eighty|ninety|"
+    r"(?:hundred|thousand|million|billion|dozen)s?|several|single|both|"
+    r"none|zero|once|twice|half|few)\b",
+    re.IGNORECASE,
+)
 _YEAR_OR_DATE = re.compile(
     r"\b(?:1\d{3}|20\d{2}|\d{1,4}(?:st|nd|rd|th)|"
     r"(?:January|February|March|April|May|June|July|August|September|October|"
@@ -119,6 +127,11 @@ class _Sentence:
     order: tuple[str, ...]  # the sentence's stems in order, for phrase matches
     names: frozenset[str] = frozenset()  # stems only found in capitalised words past its first
     section: frozenset[str] = frozenset()  # stems of the heading above it in its passage
+
+    def holds(self, lowered: frozenset[str]) -> frozenset[str]:
+        """Its stems in the question's sense: less those it has only inside a name that
+        the question writes in lower case (``lowered``)."""
+        return self.stems - (self.names & lowered)
 
 
 class ExtractiveModel:
@@ -314,7 +327,7 @@ class ExtractiveModel:
         total = sum(weight.values())
         # the heading above the sentence says what the sentence is about ("Give four weeks
         # of notice" under "Leaving Acme"): its words count as the sentence's here
-        stems = (sentence.stems - (sentence.names & lowered)) | sentence.section
+        stems = sentence.holds(lowered) | sentence.section
         coverage = sum(weight[s] for s in unique if s in stems) / total
         # Inflections the stemmer misses ("originate"/"origin") share a prefix.
         prefixes = {_prefix(stem) for stem in stems}
@@ -389,9 +402,10 @@ def _analysed(passage: str) -> tuple[_Analysis, ...]:
             if named:
                 everywhere, in_names = Counter(order), Counter(named)
                 names = frozenset(s for s, n in in_names.items() if everywhere[s] == n)
+            distinct = frozenset(order)
             if _HEADING.match(text):
-                section = frozenset(order)
-            out.append((text, frozenset(order), tuple(order), names, section))
+                section = distinct
+            out.append((text, distinct, tuple(order), names, section))
     return tuple(out)
 
 
@@ -403,7 +417,7 @@ def _question_stems(question: str) -> list[str]:
 
 def _counts(sentence: str) -> bool:
     """Whether ``sentence`` holds a number, in digits or words."""
-    return _has_cue(_Want.NUMBER, sentence, "")
+    return bool(_NUMBER.search(sentence) or _NUMBER_WORD.search(sentence))
 
 
 def _only_the_kind(question: str, sentence: _Sentence) -> bool:
@@ -414,9 +428,7 @@ def _only_the_kind(question: str, sentence: _Sentence) -> bool:
     kind = _tokens(found.group(1)) if found else []
     if not kind:
         return False
-    held = set(_question_stems(question)) & (
-        sentence.stems - (sentence.names & _lower_case_stems(question))
-    )
+    held = set(_question_stems(question)) & sentence.holds(_lower_case_stems(question))
     return held <= set(kind)
 
 
@@ -513,16 +525,7 @@ def _has_cue(want: str | None, sentence: str, question: str) -> bool:
     if want is None:
         return False
     if want == _Want.NUMBER:
-        return bool(_NUMBER.search(sentence)) or bool(
-            re.search(
-                r"\b(?:one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|"
-                r"(?:thir|four|fif|six|seven|eigh|nine)teen|twenty|thirty|forty|fifty|sixty|seventy|eighty|ninety|"
-                r"(?:hundred|thousand|million|billion|dozen)s?|several|single|both|"
-                r"none|zero|once|twice|half|few)\b",
-                sentence,
-                re.IGNORECASE,
-            )
-        )
+        return _counts(sentence)
     if want == _Want.DATE:
         return bool(_YEAR_OR_DATE.search(sentence))
     asked = {w.casefold() for w in _WORD.findall(question)}
