@@ -118,31 +118,34 @@ HANDBOOK_UNANSWERED = (
 Golden = list[tuple[str, Any]]  # (kind, evaluation.GoldenQuestion)
 
 
-def squad_fold(squad: dict[str, Any], fold: int) -> tuple[str, bytes, Golden]:
-    """Article ``fold``'s PDF and the questions asked with it alone ingested."""
+def squad_folds(squad: dict[str, Any]) -> list[tuple[str, bytes, Golden]]:
+    """Each article's PDF and the questions asked with it alone ingested (the PDFs
+    printed once for all folds)."""
     from agentcore import evaluation
 
     pdfs = dict(render_pdfs(squad, PARAGRAPHS_PER_PAGE))
     lines = golden_lines(squad, PARAGRAPHS_PER_PAGE)
-    article = squad["data"][fold]
-    source = f"{article['title']}.pdf"
-    mine = {q["question"] for p in article["paragraphs"] for q in p["qas"]}
-    golden: Golden = []
-    for line in lines:
-        if line["question"] in mine:
-            if "source" in line:
-                item = evaluation.GoldenQuestion(
-                    line["question"],
-                    line["source"],
-                    tuple(line["pages"]),
-                    tuple(line.get("answer", ())),
-                )
-                golden.append(("answerable", item))
-            else:
-                golden.append(("impossible", evaluation.GoldenQuestion(line["question"])))
-        elif "source" in line:
-            golden.append(("out_of_corpus", evaluation.GoldenQuestion(line["question"])))
-    return source, pdfs[source], golden
+    folds = []
+    for article in squad["data"]:
+        source = f"{article['title']}.pdf"
+        mine = {q["question"] for p in article["paragraphs"] for q in p["qas"]}
+        golden: Golden = []
+        for line in lines:
+            if line["question"] in mine:
+                if "source" in line:
+                    item = evaluation.GoldenQuestion(
+                        line["question"],
+                        line["source"],
+                        tuple(line["pages"]),
+                        tuple(line.get("answer", ())),
+                    )
+                    golden.append(("answerable", item))
+                else:
+                    golden.append(("impossible", evaluation.GoldenQuestion(line["question"])))
+            elif "source" in line:
+                golden.append(("out_of_corpus", evaluation.GoldenQuestion(line["question"])))
+        folds.append((source, pdfs[source], golden))
+    return folds
 
 
 def handbook_fold() -> tuple[str, bytes, Golden]:
@@ -234,10 +237,10 @@ def _unknown(request: Any) -> float:
     return float(sum(1 for s in stems if not stats.counts.get(s)))
 
 
-Gate = Callable[[dict[str, float]], bool]
+Answers = Callable[[dict[str, float]], bool]  # whether a row's evidence is an answer
 
 
-def figures(rows: list[Row], gate: Gate | None = None) -> dict[str, tuple[int, int]]:
+def figures(rows: list[Row], gate: Answers | None = None) -> dict[str, tuple[int, int]]:
     """``(hits, of)`` per set: cites_page for answerable, abstains for the rest; with
     ``gate`` (true when a row's evidence is an answer), as if the rest had abstained."""
 
@@ -317,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
         print("With the gate open (every best sentence answers):\n")
     print(f"| fold (ingested) | {HEADER} |")
     print("|---|---:|---:|---:|---:|---:|")
-    squad_sets = [squad_fold(squad, fold) for fold in range(len(squad["data"]))]
+    squad_sets = squad_folds(squad)
     sets = [*squad_sets, handbook_fold()]
     for source, pdf, golden in sets:
         rows = run_fold(source, pdf, golden, gate_open=args.calibrate)
