@@ -7,6 +7,7 @@ import datetime
 import io
 import resource
 import sys
+import threading
 import zipfile
 
 import docx
@@ -481,6 +482,28 @@ def test_the_quick_bound_reads_the_lengths_of_references_in_any_chunking() -> No
 
 
 @pytest.mark.parametrize(
+    ("references", "bound"),
+    [
+        (["A1", "B22", "C4444"], (9_998, 25)),  # one letter each: digits read at once
+        (["AB1", "CD55"], (98, 26 + 26 * 26 - 1)),  # two letters each
+        (["AB1", "C1234567"], (9_999_998, 26 + 26 * 26 - 1)),  # the most digits, fewer letters
+        (["XFD1", "A55"], (98, 18_278 - 1)),
+        (["AB12345678"], None),  # eight digits: the exact reading
+        (["A1", "B"], None),  # no digit
+        (["A1", "ABCD1"], None),  # four letters
+    ],
+)
+def test_the_quick_bound_takes_the_most_letters_and_the_most_digits(
+    references: list[str], bound: tuple[int, int] | None
+) -> None:
+    xml = sheet_xml(
+        "<row>" + "".join(f'<c r="{ref}"><v>1</v></c>' for ref in references) + "</row>"
+    )
+    expected = None if bound is None else SheetGrid(0, bound[0], 0, bound[1], len(references))
+    assert _quick(xml) == expected
+
+
+@pytest.mark.parametrize(
     "cells",
     [
         '<row><c r="A1" s="1" r="XFD9"><v>1</v></c></row>',  # calamine places it at the last r
@@ -758,6 +781,62 @@ def test_an_archive_that_lies_about_its_sizes_is_never_inflated_past_them() -> N
     assert _peak_rss_mb() - peak < 200
 
 
+def _long_sheet(rows: int = 60_000) -> bytes:
+    """A workbook whose sheet inflates to a few MB: inflated on a thread of its own."""
+    cells = "".join(f'<row r="{n}"><c r="A{n}"><v>{n}</v></c></row>' for n in range(1, rows))
+    return make_xlsx_of_sheet(sheet_xml(cells))
+
+
+def _inflating_threads() -> list[threading.Thread]:
+    return [thread for thread in threading.enumerate() if thread.name == "agentcore-inflate"]
+
+
+def test_a_large_member_is_inflated_ahead_and_measured_as_a_small_one() -> None:
+    data = _long_sheet()
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        assert archive.getinfo("xl/worksheets/sheet1.xml").file_size > 2 * 1024 * 1024
+        verify_archive(archive, ArchiveLimits(), workbook=True)
+        with pytest.raises(PayloadTooLarge, match="sheet of more than"):
+            verify_archive(archive, ArchiveLimits(sheet_cells=59_000), workbook=True)
+    assert parse(data, "long.xlsx").pages[0].count("\n- ") > 50_000
+    assert not _inflating_threads()
+
+
+def test_a_refusal_while_a_large_member_inflates_stops_its_thread() -> None:
+    data = _long_sheet()
+    calls = 0
+
+    def cancel_later() -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 3:
+            raise Cancelled("stop")
+
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        with pytest.raises(PayloadTooLarge, match="more than 1,048,576 bytes"):
+            verify_archive(archive, ArchiveLimits(total_bytes=1024 * 1024), workbook=True)
+        assert not _inflating_threads()  # it stopped with its reader, chunks ahead
+        with pytest.raises(Cancelled):
+            verify_archive(archive, ArchiveLimits(), cancel_later, workbook=True)
+        assert not _inflating_threads()
+
+
+def test_a_large_member_that_cannot_be_inflated_is_invalid_not_a_crash() -> None:
+    data = bytearray(_long_sheet())
+    with zipfile.ZipFile(io.BytesIO(bytes(data))) as archive:
+        member = archive.getinfo("xl/worksheets/sheet1.xml")
+        start = member.header_offset + 30 + len(member.filename) + len(member.extra)
+    middle = start + member.compress_size // 2
+    data[middle : middle + 64] = bytes(64)  # corrupt deflate data, or a wrong checksum
+    with (
+        zipfile.ZipFile(io.BytesIO(bytes(data))) as archive,
+        pytest.raises(AgentCoreError) as raised,
+    ):
+        verify_archive(archive, ArchiveLimits(), workbook=True)
+    assert (raised.value.status, raised.value.code) == (422, "invalid_file")
+    assert not _inflating_threads()
+
+
 def test_an_archive_of_too_many_members_is_refused_from_its_directory() -> None:
     out = io.BytesIO()
     with zipfile.ZipFile(out, "w") as archive:
@@ -829,3 +908,54 @@ def test_each_value_of_a_row_is_written_on_one_line_with_its_column() -> None:
         pairs = [f"h{n}: {v}" for n, v in enumerate(folded, 1) if v]
         expected = "h1; h2; h3; h4" if not pairs else "- " + "; ".join(pairs)
         assert text == expected, row
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_rows_written_at_once_are_the_lines_written_one_by_one(seed: int) -> None:
+    """``Rows.add_many`` writes what ``add`` writes row by row, for runs of rows its one
+    template fits (a sheet's usual rows) and for those it does not: a blank or padded
+    value, a line break or a control character in one, a value of another type in a
+    column, non-ASCII text, rows of two widths, titles above the header."""
+    import random
+
+    from agentcore.knowledge.ingest._extraction import Pages
+    from agentcore.knowledge.ingest._office import _CELL_SPECS, _cell_text
+    from agentcore.knowledge.ingest._tables import Rows
+
+    chance = random.Random(seed)
+    odd = ["", " x", "x ", "a  b", "a\nb", "a\tb", "\x7f", "é", "Ω ω", None, True, 2, 3.0]
+    odd += [datetime.datetime(2024, 5, 1), datetime.datetime(2024, 5, 1, 9, 30)]
+
+    def usual(column: int, n: int) -> object:
+        return [f"name {n}", float(n) + 0.25, datetime.date(2024, 1, 1 + n % 28)][column % 3]
+
+    width = 1 + seed
+    table: list[list[object]] = [["Title"], [f"col {c}" for c in range(width)]]
+    # every other run of 64 rows holds one odd value (each in turn) or a shorter row
+    for run in range(2 * len(odd) + 2):
+        rows = [[usual(column, 64 * run + n) for column in range(width)] for n in range(64)]
+        if run % 2:
+            row = rows[chance.randrange(64)]
+            if run // 2 < len(odd):
+                row[chance.randrange(width)] = odd[run // 2]
+            else:
+                row.pop()
+        table += rows
+
+    def written(at_once: bool) -> str:
+        pages = Pages("sheet", "Sheet")
+        rows = Rows(pages, specs=_CELL_SPECS)
+        if at_once:
+            rows.add_many(table[:2], _cell_text)  # the titles and the header
+            for start in range(2, len(table), 64):
+                rows.add_many(table[start : start + 64], _cell_text)
+        else:
+            for row in table:
+                rows.add(row, _cell_text)
+        rows.close()
+        [text], _ = pages.finish()
+        return text
+
+    one_by_one = written(False)
+    assert one_by_one.count("\n- ") > 64 * 2 * len(odd) - 10  # the rows, with their columns
+    assert written(True) == one_by_one

@@ -162,9 +162,11 @@ class Pages:
         self._write(text, "\n" if self._in_lines else "\n\n")
         self._in_lines = True
 
-    def lines(self, texts: list[str]) -> None:
-        """Write each of ``texts`` as ``line`` does, in one write."""
-        self._write("\n".join(texts), "\n" if self._in_lines else "\n\n", len(texts))
+    def lines(self, texts: list[str], joined: str | None = None) -> None:
+        """Write each of ``texts`` as ``line`` does, in one write (``joined``: ``texts``
+        already joined by newlines)."""
+        text = "\n".join(texts) if joined is None else joined
+        self._write(text, "\n" if self._in_lines else "\n\n", len(texts))
         self._in_lines = True
 
     def end_lines(self) -> None:

@@ -22,6 +22,7 @@ import datetime as dt
 import io
 import re
 from collections.abc import Iterator
+from itertools import islice
 from typing import Any
 
 from agentcore.knowledge.ingest._extraction import Pages, fold_spaces, invalid_file, reading
@@ -315,10 +316,13 @@ def _sheet(sheet: Any, pages: Pages) -> None:
     if start is None:  # no cells
         return
     rows = Rows(pages, first_column=start[1], specs=_CELL_SPECS)
-    add = rows.add
-    for row in sheet.iter_rows():
-        add(row, _cell_text)  # an empty row is skipped there (a 0 or FALSE is a value)
+    cells = sheet.iter_rows()
+    while batch := list(islice(cells, _ROWS_AT_ONCE)):
+        rows.add_many(batch, _cell_text)  # an empty row is skipped (a 0 or FALSE is a value)
     rows.close()
+
+
+_ROWS_AT_ONCE = 256  # a sheet's rows taken from calamine and written at once
 
 
 # the cells a row's line template converts as ``_cell_text`` writes them

@@ -210,25 +210,53 @@ class QuickGrid(Pieces):
             self.usual = False
             return
         # one to three capitals, then one to seven digits
-        letters = np.zeros(cells.size, np.int64)
-        going = np.ones(cells.size, bool)
-        for offset in range(4):
-            going &= _UPPER[data[cells + 6 + offset]]
-            letters += going
-        digits = np.zeros(cells.size, np.int64)
-        going = np.ones(cells.size, bool)
-        first = cells + 6 + letters
-        for offset in range(8):
-            going &= _DIGIT[data[first + offset]]
-            digits += going
-        if letters.min() < 1 or letters.max() > 3 or digits.min() < 1:
+        fewest, most = _runs(data, cells + 6, _UPPER, 4)
+        if fewest == most:  # the usual sheet: references of as many letters (A to Z: 1)
+            fewest_digits, most_digits = _runs(data, cells + 6 + most, _DIGIT, 8)
+        else:
+            digits = _digits_after(data, cells + 6, most)
+            fewest_digits, most_digits = int(digits.min()), int(digits.max())
+        if fewest < 1 or most > 3 or fewest_digits < 1:
             self.usual = False
             return
         self._cells += int(cells.size)
-        self._letters = max(self._letters, int(letters.max()))
-        self._digits = max(self._digits, int(digits.max()))
+        self._letters = max(self._letters, most)
+        self._digits = max(self._digits, most_digits)
         if self._digits == 8:  # calamine would wrap it past 2**32
             self.usual = False
+
+
+def _runs(data: Bytes, at: Positions, kind: npt.NDArray[np.bool_], most: int) -> tuple[int, int]:
+    """The shortest and the longest run of bytes of ``kind`` starting at each of ``at``
+    (non-empty), each counted up to ``most``: the positions still in a run are stepped on
+    together, fewer at each step."""
+    shortest = None
+    length = 0
+    while length < most:
+        inside = kind[data[at]]
+        if shortest is None and not inside.all():
+            shortest = length
+        at = at[inside] + 1
+        if not at.size:
+            break
+        length += 1
+    return (length if shortest is None else shortest), length
+
+
+def _digits_after(data: Bytes, at: Positions, most_letters: int) -> npt.NDArray[np.int64]:
+    """The digits (up to 8) after the capitals (up to ``most_letters``) at each of ``at``."""
+    letters = np.zeros(at.size, np.int64)
+    going = np.ones(at.size, bool)
+    for offset in range(most_letters):
+        going &= _UPPER[data[at + offset]]
+        letters += going
+    digits = np.zeros(at.size, np.int64)
+    going = np.ones(at.size, bool)
+    first = at + letters
+    for offset in range(8):
+        going &= _DIGIT[data[first + offset]]
+        digits += going
+    return digits
 
 
 def _later_r(data: Bytes, head: Bytes) -> bool:

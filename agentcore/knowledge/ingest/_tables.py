@@ -10,7 +10,10 @@ from __future__ import annotations
 import csv
 import io
 from collections.abc import Callable, Mapping, Sequence
+from itertools import islice
 from typing import Any
+
+import numpy as np
 
 from agentcore.knowledge.ingest._extraction import Pages, fold_spaces, invalid_file
 
@@ -29,6 +32,17 @@ def _clean(line: str) -> bool:
     (every other whitespace character is unprintable), no value blank or padded (``Name:
     ;``, ``Name:  Ana``, ``Ana ;``, a trailing space)."""
     return line.isprintable() and "  " not in line and " ;" not in line and line[-1] != " "
+
+
+def _printable_lines(lines: list[str], joined: str) -> bool:
+    """Whether each of ``lines`` is printable (``str.isprintable``); ``joined`` is them
+    joined by newlines, whose control bytes, for ASCII text, are counted at once (a byte
+    ``b`` is one when ``(b + 1) & 127 < 33``: below 32, or 127)."""
+    if not joined.isascii():
+        return all(map(str.isprintable, lines))
+    codes = np.frombuffer(joined.encode("ascii"), np.uint8) + np.uint8(1)
+    codes &= 127
+    return int(np.count_nonzero(codes < 33)) == len(lines) - 1
 
 
 class Rows:
@@ -94,6 +108,58 @@ class Rows:
                 self._write(row)
         else:
             self._waiting.append(row)
+
+    def add_many(self, rows: Sequence[Sequence[Any]], text: Callable[[Any], str] = str) -> None:
+        """Rows as ``add`` writes them, in order, with the same lines: a run of rows under
+        the header, of one width, whose every column holds values of one type with a
+        conversion, is written with one template at once and checked as a whole (a
+        spreadsheet's usual rows: no Python step per row); any other run row by row."""
+        start = 0
+        while self._header is None and start < len(rows):
+            self.add(rows[start], text)
+            start += 1
+        run = rows[start:] if start else rows
+        template = self._run_template(run)
+        if template is None:
+            for values in run:
+                self.add(values, text)
+            return
+        lines = list(map(template.__mod__, map(tuple, run)))
+        joined = "\n".join(lines)
+        if not (
+            _printable_lines(lines, joined)
+            and "  " not in joined
+            and " ;" not in joined
+            and " \n" not in joined
+            and joined[-1] != " "
+        ):  # a blank or padded value, a line break: not as the template writes it
+            for values in run:
+                self.add(values, text)
+            return
+        self._flush()
+        self._pages.lines(lines, joined)
+        self._rows += len(lines)
+
+    def _run_template(self, rows: Sequence[Sequence[Any]]) -> str | None:
+        """The line template of every row of ``rows``, if one fits them all: rows of one
+        width under the header, each column of values of one type with a conversion."""
+        if self._header is None or not rows:
+            return None
+        try:
+            columns = list(zip(*rows, strict=True))
+        except ValueError:  # rows of two widths
+            return None
+        types = []
+        for column in columns:
+            kinds = set(map(type, column))
+            if len(kinds) != 1:
+                return None
+            types.append(kinds.pop())
+        key = tuple(types)
+        try:
+            return self._templates[key]
+        except KeyError:
+            return self._template(key)
 
     def close(self) -> None:
         """Write what is held back (the last rows; a table too short to find its header
@@ -165,8 +231,8 @@ def csv_pages(text: str, pages: Pages) -> None:
     reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter)
     rows = Rows(pages)
     try:
-        for values in reader:
-            rows.add(values)
+        while batch := list(islice(reader, _BATCH)):
+            rows.add_many(batch)
     except csv.Error as exc:
         raise invalid_file(
             f"The CSV file could not be read (line {reader.line_num}: {exc})."

@@ -15,11 +15,14 @@ it, which a long string shown by many cells makes gigabytes (``_sharedstrings``)
 
 from __future__ import annotations
 
+import contextlib
 import io
+import queue
 import struct
+import threading
 import zipfile
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
 from typing import IO
@@ -41,6 +44,11 @@ _EOCD64_LOCATOR = b"PK\x06\x07"
 _EOCD64 = b"PK\x06\x06"
 _DIRECTORY_ENTRY_BYTES = 1024  # a generous directory entry: its name and extra fields
 _READ_BYTES = 64 * 1024
+# a member this large is inflated on a thread of its own, this many bytes at a time and
+# at most this many reads ahead of its measuring (1 MiB held)
+_AHEAD_FROM_BYTES = 1024 * 1024
+_AHEAD_READ_BYTES = 128 * 1024
+_AHEAD_CHUNKS = 8
 # A DTD is the only way to declare entities; Office files never carry one. Lowercased,
 # in the encodings an XML part may use.
 _UTF16 = b"<\x00!\x00d\x00o\x00c\x00t\x00y\x00p\x00e\x00"  # little-endian
@@ -133,8 +141,8 @@ def verify_archive(
         seen = 0
         tail = b""
         try:
-            with archive.open(member) as stream:
-                while chunk := stream.read(_READ_BYTES):
+            with _inflating(archive, member) as chunks:
+                for chunk in chunks:
                     seen += len(chunk)
                     total += len(chunk)
                     if seen > min(member.file_size, limits.member_bytes):
@@ -172,6 +180,68 @@ def verify_archive(
     if workbook:
         strings.finish()
         _check_shared_text(cells_of, strings, limits, check)
+
+
+@contextlib.contextmanager
+def _inflating(archive: zipfile.ZipFile, member: zipfile.ZipInfo) -> Iterator[Iterator[bytes]]:
+    """A member's inflated bytes, chunk by chunk. A large member is inflated on a thread
+    of its own (zlib lets go of the GIL as it inflates), at most ``_AHEAD_CHUNKS`` chunks
+    ahead of the reader, so inflating and measuring run at once; it stops when the reader
+    does, and what inflating raised is raised to the reader."""
+    if member.file_size < _AHEAD_FROM_BYTES:
+        with archive.open(member) as stream:
+            yield iter(partial(stream.read, _READ_BYTES), b"")
+        return
+    ahead = _Ahead(partial(archive.open, member))
+    try:
+        yield ahead.chunks()
+    finally:
+        ahead.close()
+
+
+class _Ahead:
+    """Reads a stream on a thread of its own into a short queue (see ``_inflating``)."""
+
+    def __init__(self, open_stream: Callable[[], IO[bytes]]) -> None:
+        self._open = open_stream
+        self._queue: queue.Queue[bytes | BaseException] = queue.Queue(_AHEAD_CHUNKS)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="agentcore-inflate", daemon=True)
+        self._thread.start()
+
+    def chunks(self) -> Iterator[bytes]:
+        while True:
+            chunk = self._queue.get()
+            if isinstance(chunk, BaseException):
+                raise chunk
+            if not chunk:
+                return
+            yield chunk
+
+    def close(self) -> None:
+        """Stop reading (the thread ends within one chunk) and wait for the thread."""
+        self._stop.set()
+        while self._thread.is_alive():
+            with contextlib.suppress(queue.Empty):
+                self._queue.get(timeout=0.05)  # room for a put it is blocked in
+        self._thread.join()
+
+    def _run(self) -> None:
+        try:
+            with self._open() as stream:
+                while not self._stop.is_set():
+                    chunk = stream.read(_AHEAD_READ_BYTES)
+                    self._put(chunk)
+                    if not chunk:
+                        return
+        except BaseException as exc:  # the reader's to raise
+            self._put(exc)
+
+    def _put(self, item: bytes | BaseException) -> None:
+        while not self._stop.is_set():
+            with contextlib.suppress(queue.Full):
+                self._queue.put(item, timeout=0.05)
+                return
 
 
 def _check_shared_text(
