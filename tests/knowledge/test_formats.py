@@ -919,7 +919,7 @@ def test_rows_written_at_once_are_the_lines_written_one_by_one(seed: int) -> Non
     import random
 
     from agentcore.knowledge.ingest._extraction import Pages
-    from agentcore.knowledge.ingest._office import _CELL_SPECS, _cell_text
+    from agentcore.knowledge.ingest._office import _CELL_SPECS, _CELLS_AS_TEXT, _cell_text
     from agentcore.knowledge.ingest._tables import Rows
 
     chance = random.Random(seed)
@@ -944,7 +944,7 @@ def test_rows_written_at_once_are_the_lines_written_one_by_one(seed: int) -> Non
 
     def written(at_once: bool) -> str:
         pages = Pages("sheet", "Sheet")
-        rows = Rows(pages, specs=_CELL_SPECS)
+        rows = Rows(pages, specs=_CELL_SPECS, as_text=_CELLS_AS_TEXT)
         if at_once:
             rows.add_many(table[:2], _cell_text)  # the titles and the header
             for start in range(2, len(table), 64):

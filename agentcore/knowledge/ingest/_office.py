@@ -21,7 +21,7 @@ import contextlib
 import datetime as dt
 import io
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from itertools import islice
 from typing import Any
 
@@ -315,7 +315,7 @@ def _sheet(sheet: Any, pages: Pages) -> None:
     start = sheet.start
     if start is None:  # no cells
         return
-    rows = Rows(pages, first_column=start[1], specs=_CELL_SPECS)
+    rows = Rows(pages, first_column=start[1], specs=_CELL_SPECS, as_text=_CELLS_AS_TEXT)
     cells = sheet.iter_rows()
     while batch := list(islice(cells, _ROWS_AT_ONCE)):
         rows.add_many(batch, _cell_text)  # an empty row is skipped (a 0 or FALSE is a value)
@@ -327,6 +327,8 @@ _ROWS_AT_ONCE = 256  # a sheet's rows taken from calamine and written at once
 
 # the cells a row's line template converts as ``_cell_text`` writes them
 _CELL_SPECS = {str: "s", float: ".15g", int: "s", dt.date: "s"}
+# a run's dates written by their own method: ``%s`` of a date calls it by name
+_CELLS_AS_TEXT: dict[type, Callable[[Any], str]] = {dt.date: dt.date.isoformat}
 
 
 def _cell_text(value: Any) -> str:

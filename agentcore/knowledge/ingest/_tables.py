@@ -59,15 +59,22 @@ class Rows:
     (``s`` for text only, by default; a sheet's numbers and dates too) is written with
     one ``%`` of a line template made once per pattern of types, and checked
     (``_clean``); any other row is written value by value. Rows reach the page
-    ``_BATCH`` at a time (``Pages.lines``), and all of them by ``close``.
+    ``_BATCH`` at a time (``Pages.lines``), and all of them by ``close``. ``add_many``
+    writes a run of rows at once; ``as_text`` names, for such runs, a quicker way to
+    write a type's values as their ``%s`` would (``date.isoformat`` for dates).
     """
 
     def __init__(
-        self, pages: Pages, first_column: int = 0, specs: Mapping[type, str] = _TEXT_ONLY
+        self,
+        pages: Pages,
+        first_column: int = 0,
+        specs: Mapping[type, str] = _TEXT_ONLY,
+        as_text: Mapping[type, Callable[[Any], str]] | None = None,
     ) -> None:
         self._pages = pages
         self._first_column = first_column
         self._specs = specs
+        self._as_text = as_text or {}
         pages.end_lines()
         self._header: list[str] | None = None
         self._names: list[str] = []  # each column's name in a row: the header's, or Column N
@@ -119,12 +126,18 @@ class Rows:
             self.add(rows[start], text)
             start += 1
         run = rows[start:] if start else rows
-        template = self._run_template(run)
-        if template is None:
+        found = self._run_template(run)
+        if found is None:
             for values in run:
                 self.add(values, text)
             return
-        lines = list(map(template.__mod__, map(tuple, run)))
+        template, columns, types = found
+        if any(kind in self._as_text for kind in types):
+            columns = [
+                list(map(self._as_text[kind], column)) if kind in self._as_text else column
+                for column, kind in zip(columns, types, strict=True)
+            ]
+        lines = list(map(template.__mod__, zip(*columns, strict=True)))
         joined = "\n".join(lines)
         if not (
             _printable_lines(lines, joined)
@@ -140,13 +153,15 @@ class Rows:
         self._pages.lines(lines, joined)
         self._rows += len(lines)
 
-    def _run_template(self, rows: Sequence[Sequence[Any]]) -> str | None:
+    def _run_template(
+        self, rows: Sequence[Sequence[Any]]
+    ) -> tuple[str, list[Sequence[Any]], tuple[type, ...]] | None:
         """The line template of every row of ``rows``, if one fits them all: rows of one
         width under the header, each column of values of one type with a conversion."""
         if self._header is None or not rows:
             return None
         try:
-            columns = list(zip(*rows, strict=True))
+            columns: list[Sequence[Any]] = list(zip(*rows, strict=True))
         except ValueError:  # rows of two widths
             return None
         types = []
@@ -157,9 +172,10 @@ class Rows:
             types.append(kinds.pop())
         key = tuple(types)
         try:
-            return self._templates[key]
+            template = self._templates[key]
         except KeyError:
-            return self._template(key)
+            template = self._template(key)
+        return None if template is None else (template, columns, key)
 
     def close(self) -> None:
         """Write what is held back (the last rows; a table too short to find its header
