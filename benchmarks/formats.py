@@ -57,6 +57,7 @@ import office_parsers as op
 
 MB = op.MB
 TARGET_RATIO = 1.3
+TARGETS = ("docx", "pptx", "xlsx")  # the files the issue names; csv and html shown beside
 TARGET_PEAK_MB = 300.0
 FORMATS = ("docx", "pptx", "xlsx", "csv", "html")
 REPO = Path(__file__).resolve().parent.parent
@@ -275,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
                 )
             rows.append(row)
         for row in rows:
-            if row.get("ratio", 0) > TARGET_RATIO:
+            if row["format"] in TARGETS and row.get("ratio", 0) > TARGET_RATIO:
                 profiled = run_side("agentcore", row["format"], files[row["format"]], profile=True)
                 row["profile"] = profile_lines(profiled.get("profile", profiled.get("error", "")))
         load_after = os.getloadavg()
@@ -298,6 +299,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"| {name} | {row['file_mb']:.1f} | failed: {error} |||||||")
             continue
         met = "yes" if row["met"] else "**no**"
+        if row["format"] not in TARGETS:
+            met = "(not a target)"
         print(
             f"| {name} | {row['file_mb']:.1f} | {row['pages']:,} | {row['bare_wall_ms']:,.0f} "
             f"| {row['agentcore_wall_ms']:,.0f} | {row['ratio']:.2f}× | {row['pages_per_s']:,.1f} "
