@@ -116,10 +116,11 @@ def _message_or_outputs(strict: dict[str, Any]) -> None:
 
 def _declare_completion_messages(components: dict[str, Any], settings: Settings) -> None:
     """What ``split_messages`` checks of a Chat Completions request, declared: a user
-    message's text is not blank; ``messages`` holds a user message; with a
+    message's text is not blank; a tool message names its call (``tool_call_id``); ``messages`` holds a user message; with a
     ``conversation_id``, exactly one and no assistant message, or only tool messages
     (and the assistant's calls they answer); no NUL anywhere."""
     user = {"required": ["role"], "properties": {"role": {"const": "user"}}}
+    tool = {"required": ["role"], "properties": {"role": {"const": "tool"}}}
     non_blank_text = {"type": "string", "pattern": NON_BLANK}
 
     def message(strict: dict[str, Any]) -> None:
@@ -135,8 +136,16 @@ def _declare_completion_messages(components: dict[str, Any], settings: Settings)
             ]
         }
         content["anyOf"] = [text, parts]  # not null
-        strict["if"] = user
-        strict["then"] = {"required": ["content"], "properties": {"content": content}}
+        strict["allOf"] = [
+            {"if": user, "then": {"required": ["content"], "properties": {"content": content}}},
+            {  # a tool message names the call it answers
+                "if": tool,
+                "then": {
+                    "required": ["tool_call_id"],
+                    "properties": {"tool_call_id": {"type": "string", "minLength": 1}},
+                },
+            },
+        ]
 
     def request(strict: dict[str, Any]) -> None:
         _no_nul_anywhere(strict)
@@ -146,7 +155,6 @@ def _declare_completion_messages(components: dict[str, Any], settings: Settings)
             "required": ["conversation_id"],
             "properties": {"conversation_id": {"type": "string"}},
         }
-        tool = {"required": ["role"], "properties": {"role": {"const": "tool"}}}
         strict["then"] = {
             "properties": {
                 "messages": {

@@ -134,3 +134,29 @@ def test_rerank_is_declared_as_the_core_can_do_it(api: Api, tmp_path: Any) -> No
         served = Api(create_app(core), None).get("/v1/openapi.json", key=None).json()
     declared = served["components"]["schemas"]["SearchRequest"]["properties"]["rerank"]
     assert "const" not in declared and declared["type"] == "boolean"
+
+
+def test_the_document_declares_that_a_tool_message_names_its_call(api: Api) -> None:
+    """The server refuses a ``tool`` message without ``tool_call_id`` (400
+    ``unknown_tool_call``), and the document says so, as OpenAI's does: a validator
+    (schemathesis) reading it never takes such a message for a valid one."""
+    from jsonschema import Draft202012Validator
+
+    document = api.get("/v1/openapi.json", key=None).json()
+    root = {
+        "$ref": "#/components/schemas/ChatCompletionMessageParam",
+        "components": document["components"],
+    }
+    validator = Draft202012Validator(root)
+    valid = [
+        {"role": "tool", "tool_call_id": "call_1", "content": "42"},
+        {"role": "user", "content": "How many vacation days?"},
+        {"role": "assistant", "content": None, "tool_calls": []},
+    ]
+    invalid = [
+        {"role": "tool", "content": "42"},
+        {"role": "tool", "tool_call_id": "", "content": "42"},
+        {"role": "user", "content": "  "},  # the rule declared before this one still holds
+    ]
+    assert [validator.is_valid(message) for message in valid] == [True] * len(valid)
+    assert [validator.is_valid(message) for message in invalid] == [False] * len(invalid)
