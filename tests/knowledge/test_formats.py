@@ -802,6 +802,20 @@ def test_a_large_member_is_inflated_ahead_and_measured_as_a_small_one() -> None:
     assert not _inflating_threads()
 
 
+def test_where_no_thread_can_start_the_reader_inflates_the_member_itself(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def refused(thread: threading.Thread) -> None:
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(threading.Thread, "start", refused)
+    data = _long_sheet()
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        verify_archive(archive, ArchiveLimits(), workbook=True)
+        with pytest.raises(PayloadTooLarge, match="sheet of more than"):
+            verify_archive(archive, ArchiveLimits(sheet_cells=59_000), workbook=True)
+
+
 def test_a_refusal_while_a_large_member_inflates_stops_its_thread() -> None:
     data = _long_sheet()
     calls = 0

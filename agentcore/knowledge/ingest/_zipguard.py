@@ -187,12 +187,16 @@ def _inflating(archive: zipfile.ZipFile, member: zipfile.ZipInfo) -> Iterator[It
     """A member's inflated bytes, chunk by chunk. A large member is inflated on a thread
     of its own (zlib lets go of the GIL as it inflates), at most ``_AHEAD_CHUNKS`` chunks
     ahead of the reader, so inflating and measuring run at once; it stops when the reader
-    does, and what inflating raised is raised to the reader."""
-    if member.file_size < _AHEAD_FROM_BYTES:
+    does, and what inflating raised is raised to the reader. Where no thread can start
+    (an address-space limit reached), the reader inflates it itself."""
+    ahead = None
+    if member.file_size >= _AHEAD_FROM_BYTES:
+        with contextlib.suppress(RuntimeError):  # "can't start new thread"
+            ahead = _Ahead(partial(archive.open, member))
+    if ahead is None:
         with archive.open(member) as stream:
             yield iter(partial(stream.read, _READ_BYTES), b"")
         return
-    ahead = _Ahead(partial(archive.open, member))
     try:
         yield ahead.chunks()
     finally:
