@@ -34,15 +34,24 @@ def _clean(line: str) -> bool:
     return line.isprintable() and "  " not in line and " ;" not in line and line[-1] != " "
 
 
-def _printable_lines(lines: list[str], joined: str) -> bool:
-    """Whether each of ``lines`` is printable (``str.isprintable``); ``joined`` is them
-    joined by newlines, whose control bytes, for ASCII text, are counted at once (a byte
-    ``b`` is one when ``(b + 1) & 127 < 33``: below 32, or 127)."""
+def _clean_run(lines: list[str], joined: str) -> bool:
+    """Whether every one of ``lines`` is ``_clean``; ``joined`` is them joined by
+    newlines. ASCII text is read at once with numpy: its control bytes are only the
+    newlines between lines (a byte ``b`` is one when ``(b + 1) & 127 < 33``: below 32,
+    or 127), and no space comes before a space, a ``;``, a newline or the end."""
     if not joined.isascii():
-        return all(map(str.isprintable, lines))
-    codes = np.frombuffer(joined.encode("ascii"), np.uint8) + np.uint8(1)
-    codes &= 127
-    return int(np.count_nonzero(codes < 33)) == len(lines) - 1
+        return all(map(_clean, lines))
+    codes = np.frombuffer(joined.encode("ascii"), np.uint8)
+    if np.count_nonzero(((codes + np.uint8(1)) & 127) < 33) != len(lines) - 1:
+        return False
+    after = codes[1:]
+    spaced = (codes[:-1] == _SPACE) & (
+        (after == _SPACE) | (after == _SEMICOLON) | (after == _NEWLINE)
+    )
+    return not spaced.any() and codes[-1] != _SPACE
+
+
+_SPACE, _SEMICOLON, _NEWLINE = b" ;\n"
 
 
 class Rows:
@@ -139,13 +148,7 @@ class Rows:
             ]
         lines = list(map(template.__mod__, zip(*columns, strict=True)))
         joined = "\n".join(lines)
-        if not (
-            _printable_lines(lines, joined)
-            and "  " not in joined
-            and " ;" not in joined
-            and " \n" not in joined
-            and joined[-1] != " "
-        ):  # a blank or padded value, a line break: not as the template writes it
+        if not _clean_run(lines, joined):  # a blank or padded value, a line break
             for values in run:
                 self.add(values, text)
             return
