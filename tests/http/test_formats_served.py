@@ -14,6 +14,7 @@ from __future__ import annotations
 import csv
 import io
 import time
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -120,9 +121,14 @@ def test_every_format_is_read_cited_and_bounded_over_a_served_core(store_url: st
     try:
         with client(url, owner) as http:
             header = ["Manager", "Warehouse", "Stock"]
+            # 15,000 rows: a sheet part of more than 1 MiB, which the zip guard inflates on
+            # a thread of its own (in the ingestion worker, under its memory limit)
             sheet = make_xlsx(
-                {"Cover": [["Sites of 2026"]], "Warehouses": table_rows(header, 3000)}
+                {"Cover": [["Sites of 2026"]], "Warehouses": table_rows(header, 15_000)}
             )
+            with zipfile.ZipFile(io.BytesIO(sheet)) as archive:
+                sizes = [member.file_size for member in archive.infolist()]
+                assert max(sizes) > MiB
             text = io.StringIO()
             csv.writer(text).writerows(table_rows(["Driver", "Route", "Load"], 3000))
             files = {
@@ -150,7 +156,7 @@ def test_every_format_is_read_cited_and_bounded_over_a_served_core(store_url: st
                 [2],
                 "Sheet Warehouses",
             )
-            # row 2,900 of 3,000 still says what its columns are
+            # row 14,900 of 15,000 still says what its columns are
             assert "Manager: Beatriz Fonseca" in row["chunk"]
             assert "Warehouse: Harbour depot in Aveiro" in row["chunk"]
             travel = search(http, "Are trains booked in second class?", top_k=1)[0]
