@@ -159,8 +159,9 @@ class Rows:
     def _run_template(
         self, rows: Sequence[Sequence[Any]]
     ) -> tuple[str, list[Sequence[Any]], tuple[type, ...]] | None:
-        """The line template of every row of ``rows``, if one fits them all: rows of one
-        width under the header, each column of values of one type with a conversion."""
+        """The line template that fits every row of ``rows``, with their columns and the
+        columns' types; ``None`` unless they are rows of one width under the header, each
+        column of values of one type with a conversion."""
         if self._header is None or not rows:
             return None
         try:
