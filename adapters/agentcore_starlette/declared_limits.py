@@ -116,9 +116,10 @@ def _message_or_outputs(strict: dict[str, Any]) -> None:
 
 def _declare_completion_messages(components: dict[str, Any], settings: Settings) -> None:
     """What ``split_messages`` checks of a Chat Completions request, declared: a user
-    message's text is not blank; a tool message names its call (``tool_call_id``); ``messages`` holds a user message; with a
-    ``conversation_id``, exactly one and no assistant message, or only tool messages
-    (and the assistant's calls they answer); no NUL anywhere."""
+    message's text is not blank; a tool message names its call (``tool_call_id``);
+    ``messages`` holds a user message; with a ``conversation_id``, exactly one and no
+    assistant message, or only tool messages (and the assistant's calls they answer); no
+    NUL anywhere."""
     user = {"required": ["role"], "properties": {"role": {"const": "user"}}}
     tool = {"required": ["role"], "properties": {"role": {"const": "tool"}}}
     non_blank_text = {"type": "string", "pattern": NON_BLANK}

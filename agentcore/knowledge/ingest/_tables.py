@@ -135,33 +135,20 @@ class Rows:
             self.add(rows[start], text)
             start += 1
         run = rows[start:] if start else rows
-        found = self._run_template(run)
-        if found is None:
+        written = self._run_lines(run)
+        if written is None:
             for values in run:
                 self.add(values, text)
             return
-        template, columns, types = found
-        if any(kind in self._as_text for kind in types):
-            columns = [
-                list(map(self._as_text[kind], column)) if kind in self._as_text else column
-                for column, kind in zip(columns, types, strict=True)
-            ]
-        lines = list(map(template.__mod__, zip(*columns, strict=True)))
-        joined = "\n".join(lines)
-        if not _clean_run(lines, joined):  # a blank or padded value, a line break
-            for values in run:
-                self.add(values, text)
-            return
+        lines, joined = written
         self._flush()
         self._pages.lines(lines, joined)
         self._rows += len(lines)
 
-    def _run_template(
-        self, rows: Sequence[Sequence[Any]]
-    ) -> tuple[str, list[Sequence[Any]], tuple[type, ...]] | None:
-        """The line template that fits every row of ``rows``, with their columns and the
-        columns' types; ``None`` unless they are rows of one width under the header, each
-        column of values of one type with a conversion."""
+    def _run_lines(self, rows: Sequence[Sequence[Any]]) -> tuple[list[str], str] | None:
+        """The lines of ``rows`` under the header written with one template, and them
+        joined; ``None`` unless that template fits every row (rows of one width, each
+        column of values of one type with a conversion) and every line is ``_clean``."""
         if self._header is None or not rows:
             return None
         try:
@@ -179,7 +166,18 @@ class Rows:
             template = self._templates[key]
         except KeyError:
             template = self._template(key)
-        return None if template is None else (template, columns, key)
+        if template is None:
+            return None
+        convert = self._as_text
+        if any(kind in convert for kind in key):
+            columns = [
+                list(map(convert[kind], column)) if kind in convert else column
+                for column, kind in zip(columns, key, strict=True)
+            ]
+        lines = list(map(template.__mod__, zip(*columns, strict=True)))
+        joined = "\n".join(lines)
+        # a blank or padded value, a line break: not as the template writes it
+        return (lines, joined) if _clean_run(lines, joined) else None
 
     def close(self) -> None:
         """Write what is held back (the last rows; a table too short to find its header
