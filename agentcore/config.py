@@ -440,12 +440,13 @@ class Settings(BaseSettings):
     # Keys and rate limits
     rate_limit_live: float = Field(100.0, gt=0, description="Requests per second per live key.")
     rate_limit_test: float = Field(25.0, gt=0, description="Requests per second per test key.")
-    rate_limit_backend: Literal["auto", "local", "store"] = Field(
+    rate_limit_backend: Literal["auto", "local", "host", "store"] = Field(
         "auto",
         description="Where token buckets live: `local` (per process, no store write),"
-        " `store` (shared by every process and node on the store; one small write per"
-        " request) or `auto`: `store` on a store shared by nodes (PostgreSQL) and under"
-        " `serve --workers N`, else `local`.",
+        " `host` (a file beside the SQLite database, shared by every process on it; a"
+        " file lock per request), `store` (shared by every process and node on the store;"
+        " one small write per request) or `auto`: `store` on a store shared by nodes"
+        " (PostgreSQL), `host` under `serve --workers N` on a SQLite file, else `local`.",
     )
     client_token_rate_share: float = Field(
         0.25,

@@ -19,6 +19,7 @@ import pluggy
 
 from agentcore import client_tokens
 from agentcore._background import Runtime
+from agentcore._bucket_file import bucket_file_for
 from agentcore._idempotency import DEFAULT_SWEEP_INTERVAL, IdempotencyKeys
 from agentcore._ingest_worker import WorkerBootstrap
 from agentcore._logs import get_logger, hide_passwords
@@ -266,7 +267,11 @@ class AgentCore:
         self.keys = KeyManager(
             store, toucher=self.runtime.executor("agentcore-key-touch", 1, finish_queued=True)
         )
-        self.rate_limiter = RateLimiter(settings, store=store)
+        # "host" buckets: a file beside a SQLite database, mapped by its every process
+        database = path_for_url(str(getattr(store, "url", "")))
+        self.rate_limiter = RateLimiter(
+            settings, store=store, bucket_file=bucket_file_for(database)
+        )
         self.idempotency = IdempotencyKeys(
             store,
             ttl=settings.idempotency_ttl,
@@ -700,6 +705,7 @@ class AgentCore:
         """Stop workers and close the store."""
         self.stop()
         self.indexes.close()
+        self.rate_limiter.close()
         self.store.close()
 
     def __enter__(self) -> AgentCore:

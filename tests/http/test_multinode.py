@@ -236,3 +236,34 @@ def test_serve_workers_share_the_store_and_exit_cleanly(
         status = node.stop()
     assert status == 0, node.log.read_text()[-3000:]
     assert "Traceback" not in node.log.read_text()
+
+
+def test_serve_workers_share_one_rate_limit(
+    store_url: str, store_kind: str, secret: str, tmp_path: Path
+) -> None:
+    # one request per 5 s; a fresh connection each time, so both workers answer: one
+    # bucket allows 1 + elapsed // 5 of them, a bucket per worker would allow 2 at once
+    node = Node(store_url, tmp_path / "w.log", workers=2, AGENTCORE_RATE_LIMIT_TEST="0.2")
+    try:
+        headers = {"Authorization": f"Bearer {secret}"}
+        began = time.monotonic()
+        codes = [
+            httpx.get(f"{node.base}/v1/auth/verify", headers=headers, timeout=30).status_code
+            for _ in range(8)
+        ]
+        elapsed, wall = time.monotonic() - began, time.time()
+    finally:
+        status = node.stop()
+    assert status == 0, node.log.read_text()[-3000:]
+    assert set(codes) <= {200, 429} and codes[0] == 200, codes
+    assert codes.count(200) <= 1 + int(elapsed // 5), (codes, elapsed)
+    with AgentCore.open(store_url, start_workers=False) as core:
+        key_id = core.authenticate(secret).rate_limit_id
+        # the store's own bucket for the key: untouched on SQLite (the workers shared a
+        # file beside it, no write per request), spent on PostgreSQL (the store keeps it)
+        take = core.store.take_token(key_id, rate=0.2, burst=1, now=wall)
+    if store_kind == "sqlite":
+        assert take.allowed
+        assert Path(f"{store_url}.rate-limits").exists()
+    else:
+        assert not take.allowed

@@ -12,8 +12,10 @@ import string, not an app object). Each worker opens the store named by
 
 What the workers share goes through the store: the webhook outbox (claims are leased,
 so each delivery is sent by one worker), the index change log (a search in any worker
-sees writes made in any other), idempotency keys, and, with
-``AGENTCORE_RATE_LIMIT_BACKEND=store``, the rate-limit buckets.
+sees writes made in any other) and idempotency keys. Under ``serve --workers N`` they
+share the rate-limit buckets too: in a file beside a SQLite database
+(``rate_limit_backend = "host"``), else in the store; a process manager running the
+factory itself sets ``AGENTCORE_RATE_LIMIT_BACKEND`` to one of those.
 """
 
 from __future__ import annotations
@@ -102,7 +104,10 @@ def run(core: AgentCore, args: argparse.Namespace) -> int:
         say(f"cannot listen on {args.host}:{args.port}: {_reason(error)}")
         return START_FAILED
     if args.workers > 1:
-        backend = core.settings.rate_limit_backend
+        # N processes behind one port must share one limit per key, as one process would
+        # (a backend the operator set stays theirs)
+        auto = core.settings.rate_limit_backend == "auto"
+        backend = core.rate_limiter.backend_for_processes() if auto else None
         metrics = serves_metrics(core.settings)
         # each process keeps its own indexes: the default budget is the node's, shared
         budget = core.settings.index_cache_budget_of(args.workers)
@@ -143,7 +148,7 @@ def _banner(args: argparse.Namespace, workers: str = "") -> str:
 def _serve_workers(
     args: argparse.Namespace,
     sock: socket.socket,
-    rate_limit_backend: str,
+    rate_limit_backend: str | None,
     options: Any,
     *,
     metrics: bool,
@@ -161,8 +166,7 @@ def _serve_workers(
     the supervisor's processes. With metrics on, the workers share a multiprocess
     directory (``metrics_directory``).
     """
-    # N processes behind one port must share one limit per key, as one process would
-    shared = {"rate_limit_backend": "store"} if rate_limit_backend == "auto" else {}
+    shared = {"rate_limit_backend": rate_limit_backend} if rate_limit_backend else {}
     export_to_children(args.db, index_cache_bytes=str(index_cache_bytes), **shared)
     config = uvicorn.Config(
         "agentcore_starlette.serve:app_from_environment",
