@@ -60,10 +60,10 @@ def test_the_buckets_outlive_the_process_that_wrote_them(tmp_path: Path) -> None
     assert oct(path.stat().st_mode & 0o777) == "0o600"
 
 
-@pytest.mark.parametrize("content", [b"", b"not a bucket file", b"\0" * 5_000_000])
-def test_a_file_that_is_not_a_bucket_file_is_laid_out_again(
-    tmp_path: Path, content: bytes
-) -> None:
+@pytest.mark.parametrize(
+    "content", [b"", b"not a bucket file", b"\0" * 5_000_000], ids=["empty", "text", "zeros"]
+)
+def test_a_file_that_is_not_a_bucket_file_is_laid_out_again(tmp_path: Path, content: bytes) -> None:
     path = tmp_path / "a.db.rate-limits"
     path.write_bytes(content)
     buckets = BucketFile(path)
