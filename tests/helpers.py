@@ -167,6 +167,20 @@ def run_python(script: str, *args: str, timeout: float = 120) -> subprocess.Comp
     )
 
 
+def json_of_processes(script: str, *args: str, count: int, timeout: float = 60) -> list[Any]:
+    """Run ``count`` processes of ``python -c script args...`` at once (the CLI's
+    environment); the JSON each printed, once all succeeded."""
+    processes = [
+        subprocess.Popen(
+            [sys.executable, "-c", script, *args], env=cli_env(), stdout=subprocess.PIPE, text=True
+        )
+        for _ in range(count)
+    ]
+    printed = [p.communicate(timeout=timeout)[0] for p in processes]
+    assert all(p.returncode == 0 for p in processes), [p.returncode for p in processes]
+    return [json.loads(out) for out in printed]
+
+
 def read_terminal(fd: int, process: subprocess.Popen[Any], bound: float) -> bytes:
     """What ``process`` wrote to a pseudo-terminal until it ended or closed it: read from
     ``fd``, the terminal's other end, which is closed afterwards. ``bound`` seconds only

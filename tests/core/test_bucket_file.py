@@ -3,14 +3,11 @@ one limit per key for every process and thread that maps it."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import threading
 from pathlib import Path
 
 import pytest
-from helpers import cli_env
+from helpers import json_of_processes
 
 from agentcore import AgentCore
 from agentcore._bucket_file import PROBES, BucketFile, _hash, bucket_file_for
@@ -164,18 +161,7 @@ buckets.close()
 
 @pytest.mark.slow
 def test_processes_taking_at_once_never_exceed_the_burst(tmp_path: Path) -> None:
-    path = tmp_path / "a.db.rate-limits"
-    processes = [
-        subprocess.Popen(
-            [sys.executable, "-c", TAKE_SCRIPT, str(path)],
-            env=cli_env(),
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        for _ in range(3)
-    ]
-    results = [json.loads(p.communicate(timeout=60)[0]) for p in processes]
-    assert all(p.returncode == 0 for p in processes)
+    results = json_of_processes(TAKE_SCRIPT, str(tmp_path / "a.db.rate-limits"), count=3)
     # 600 takes at one instant, from three processes that created the file together
     assert sum(sum(r) for r in results) == 20
 

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from collections.abc import Iterator
 
 import pytest
-from helpers import cli_env
+from helpers import json_of_processes
 
 from agentcore import AgentCore, RateLimited
 from agentcore._rate_limits import RateLimiter
@@ -133,17 +130,7 @@ with AgentCore.open(sys.argv[1], start_workers=False) as core:
 def test_two_processes_taking_at_once_never_exceed_the_burst(store_url: str) -> None:
     db = store_url
     AgentCore.open(db, start_workers=False).close()
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", TAKE_SCRIPT, str(db)],
-            env=cli_env(),
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        for _ in range(2)
-    ]
-    results = [json.loads(p.communicate(timeout=60)[0]) for p in procs]
-    assert all(p.returncode == 0 for p in procs)
+    results = json_of_processes(TAKE_SCRIPT, str(db), count=2)
     # 30 takes at one instant against a burst of 20: exactly 20 succeed, whoever wins
     assert sum(sum(r) for r in results) == 20
 
