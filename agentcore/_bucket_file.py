@@ -102,6 +102,8 @@ class BucketFile:
         home = _hash(key)
         start = home & (self._slots - 1)
         with self._lock:
+            if self._map.closed:
+                raise ValueError(f"the bucket file {self.path} is closed")
             self._lockf(self._fd, self._exclusive)
             try:
                 slot = self._slot(home, start, now)
@@ -143,11 +145,15 @@ class BucketFile:
         return fullest
 
     def close(self) -> None:
-        """Unmap and close the file (the buckets stay in it for the other processes)."""
-        self._keys.release()
-        self._values.release()
-        self._map.close()
-        os.close(self._fd)
+        """Unmap and close the file (the buckets stay in it for the other processes),
+        once a take under way has finished; a take afterwards raises ``ValueError``."""
+        with self._lock:
+            if self._map.closed:
+                return
+            self._keys.release()
+            self._values.release()
+            self._map.close()
+            os.close(self._fd)
 
 
 def _hash(key: str) -> int:

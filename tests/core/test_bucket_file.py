@@ -217,3 +217,11 @@ def test_a_core_on_a_sqlite_file_keeps_host_buckets_beside_it(tmp_path: Path) ->
         assert (tmp_path / "a.db.rate-limits").exists()
     with pytest.raises(ValueError, match="beside a SQLite"):
         AgentCore.open(":memory:", start_workers=False, rate_limit_backend="host")
+
+
+def test_a_closed_file_refuses_takes_and_closes_once(tmp_path: Path) -> None:
+    buckets = BucketFile(tmp_path / "a.db.rate-limits")
+    buckets.close()
+    buckets.close()
+    with pytest.raises(ValueError):
+        buckets.take("key_1", rate=1, burst=1, now=0.0)
