@@ -16,7 +16,9 @@ were counted, and when the bucket is full again (about 2 MiB for the default 65,
 slots). A key's bucket is in the ``PROBES`` slots from its hash's home slot on. A
 bucket full again is the same as no bucket, so its slot may be taken by another key;
 only when all ``PROBES`` slots of a window hold buckets still refilling is one given up,
-the one nearest to full (its key then starts again with a full bucket).
+the one nearest to full (its key then starts again with a full bucket). A file of
+another layout is laid out again in place, so a new layout must take a new file name:
+a process still mapping the old one would read past the end of a smaller file.
 """
 
 from __future__ import annotations
@@ -112,6 +114,7 @@ class BucketFile:
                 if self._keys[slot] == home:
                     tokens, last = values[at], values[at + 1]
                     tokens = min(burst, tokens + max(0.0, now - last) * rate)
+                    now = max(now, last)  # counted up to the latest clock that took
                 else:
                     self._keys[slot] = home
                     tokens = burst

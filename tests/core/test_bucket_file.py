@@ -39,9 +39,13 @@ def test_keys_have_buckets_of_their_own(buckets: BucketFile) -> None:
 
 
 def test_a_clock_that_goes_back_refills_nothing(buckets: BucketFile) -> None:
-    assert buckets.take("key_1", rate=1, burst=1, now=50.0)[0]
-    assert not buckets.take("key_1", rate=1, burst=1, now=40.0)[0]
-    assert buckets.take("key_1", rate=1, burst=1, now=51.0)[0]
+    assert buckets.take("key_1", rate=1, burst=2, now=50.0) == (True, 1.0)
+    # another process whose clock is 10 s behind: no negative refill, no free token
+    assert buckets.take("key_1", rate=1, burst=2, now=40.0) == (True, 0.0)
+    assert buckets.take("key_1", rate=1, burst=2, now=40.0) == (False, 0.0)
+    # and its clock does not count as the last refill: half a second after the
+    # latest take refills half a token, not the 10.5 s since the lagging one
+    assert buckets.take("key_1", rate=1, burst=2, now=50.5) == (False, 0.5)
 
 
 def test_the_buckets_outlive_the_process_that_wrote_them(tmp_path: Path) -> None:
