@@ -91,6 +91,12 @@ _BATCH_MIN_ROWS = 1024
 # 1.07x, 512 rows 1.19x, 1024 rows 1.21-1.26x, 2048 rows 1.04x (each sgemm call packs
 # the queries again, so small slices pay that more often).
 _BATCH_WIDE_BYTES = 768 << 10
+FEW_QUERIES = 8
+"""Most queries of a batch whose float32 scores are numkong's packed products
+(``Float32Codec(few="packed")``); more go to BLAS, whose sgemm is then the faster."""
+FEW_QUERIES_PART_BYTES = 16 << 20
+"""Largest part (float32 rows) those products score: one that stays in the last-level
+cache; a larger one streamed from memory is scored faster by BLAS (docs/decisions.md)."""
 
 
 class Codec(Protocol):
@@ -131,15 +137,26 @@ class Float32Codec:
         buffer first) or ``"direct"`` (sgemm packs straight from the rows). With both
         cores streaming rows from memory, ``"copy"`` measured 10-12% more batch
         throughput at 100k and 1M x 384; on one thread the two are equal.
+    :param few: how a batch of at most ``FEW_QUERIES`` queries over a part of at most
+        ``FEW_QUERIES_PART_BYTES`` is scored:
+        ``"packed"``, numkong's products against the queries packed once (each row
+        read once, straight from the part, summed in float64), when numkong is
+        installed; or ``"blas"``, as larger batches are.
     """
 
     name: str = "float32"
     dtype: np.dtype[Any] = np.dtype("<f4")
     exact: bool = True
-    numkong: bool = False  # float32 rows go to BLAS
+    numkong: bool = False  # single queries go to BLAS
 
-    def __init__(self, *, batch_rows: Literal["copy", "direct"] = "copy") -> None:
+    def __init__(
+        self,
+        *,
+        batch_rows: Literal["copy", "direct"] = "copy",
+        few: Literal["packed", "blas"] = "packed",
+    ) -> None:
         self.batch_rows = batch_rows
+        self.few = few
 
     def encode(self, rows: Matrix, params: ScoreArray | None = None) -> tuple[Codes, ScoreArray]:
         """The rows themselves and no parameters."""
@@ -538,23 +555,23 @@ def _scratch_mask(rows: int, m: int) -> npt.NDArray[np.bool_]:
     return buf[: rows * m].reshape(rows, m)
 
 
-def _scratch_tensor(rows: int, m: int) -> tuple[Any, npt.NDArray[np.int32]]:
-    """A per-thread numkong int32 ``(rows, m)`` tensor and a numpy view of it.
+def _scratch_tensor(rows: int, m: int, dtype: str) -> tuple[Any, npt.NDArray[Any]]:
+    """A per-thread numkong ``(rows, m)`` tensor of ``dtype`` and a numpy view of it.
 
     ``dots_packed`` writes only into its own tensors of the exact shape; a batch uses
     one shape for its full blocks and one for its last, so a few are kept per thread.
     """
-    cache: dict[tuple[int, int], tuple[Any, npt.NDArray[np.int32]]] | None = getattr(
+    cache: dict[tuple[int, int, str], tuple[Any, npt.NDArray[Any]]] | None = getattr(
         _scratch, "tensors", None
     )
     if cache is None:
         cache = _scratch.tensors = {}
-    found = cache.get((rows, m))
+    found = cache.get((rows, m, dtype))
     if found is None:
         if len(cache) >= 8:
             cache.clear()
-        tensor = _numkong().empty((rows, m), dtype="int32")
-        found = cache[(rows, m)] = (tensor, np.asarray(tensor))
+        tensor = _numkong().empty((rows, m), dtype=dtype)
+        found = cache[(rows, m, dtype)] = (tensor, np.asarray(tensor))
     return found
 
 
@@ -782,7 +799,7 @@ def scan_batch(
         return empty, empty, np.empty(0, dtype=np.float32)
     zero = ~queries.any(axis=1)
     folded, offsets = codec.fold(queries, params)
-    scorer = _BatchScorer(codec, folded, offsets)
+    scorer = _BatchScorer(codec, folded, offsets, rows=n)
     block = max(k, _BATCH_MIN_ROWS, _BATCH_BLOCK_ELEMENTS // m)
     starts = range(0, n, block)
     low, high = scorer.low, scorer.high
@@ -844,8 +861,12 @@ class _BatchScorer:
 
     Keys order each query's candidates as its (approximate) scores do; ``scores`` turns
     the few selected keys into those scores (adding the codec's offsets), so no pass
-    over a whole block is spent on an offset. A block's product is one single-threaded
-    sgemm against the folded queries (``(d, m)``, packed once per batch by BLAS), of:
+    over a whole block is spent on an offset. A batch of at most ``FEW_QUERIES`` queries
+    over a part of float32 rows of at most ``FEW_QUERIES_PART_BYTES``
+    (``Float32Codec(few="packed")``, with numkong) takes numkong's
+    products of the rows, read in place, against the queries packed once per batch
+    (float64 keys). Otherwise a block's product is one single-threaded sgemm against the
+    folded queries (``(d, m)``, packed once per batch by BLAS), of:
 
     - float32 rows: read in place (``Float32Codec(batch_rows="direct")``) or first copied,
       ``_BATCH_WIDE_BYTES`` at a time, into a per-thread buffer that stays in L2
@@ -858,23 +879,41 @@ class _BatchScorer:
       rounding is one more approximation the re-scoring absorbs).
     """
 
-    def __init__(self, codec: Codec, folded: Matrix, offsets: ScoreArray) -> None:
+    def __init__(self, codec: Codec, folded: Matrix, offsets: ScoreArray, *, rows: int) -> None:
         self.m, self.d = folded.shape
         self.codec = codec
         self.offsets = offsets
         self.unit: ScoreArray | None = None
         self.packed: Any = None
+        self.packed_dtype = ""  # the type of the packed products' output
+        self.dtype: np.dtype[Any] = np.dtype(np.float32)
+        self.low: Any = np.float32(-np.inf)  # the key of dead rows
+        self.high: Any = np.float32(np.inf)  # the bound of zero queries
         self.widen: Callable[[Codes, Matrix], Any] | None = None
         self.wide_rows = max(1, _BATCH_WIDE_BYTES // (4 * self.d))
+        if (
+            isinstance(codec, Float32Codec)
+            and codec.few == "packed"
+            and self.m <= FEW_QUERIES
+            and rows * self.d * 4 <= FEW_QUERIES_PART_BYTES
+            and (few := _numkong()) is not None
+        ):
+            self.packed = few.dots_pack(np.ascontiguousarray(folded), dtype="float32")
+            self.packed_dtype = "float64"
+            self.dtype = np.dtype(np.float64)
+            self.low = np.float64(-np.inf)
+            self.high = np.float64(np.inf)
+            return
         nk = _numkong() if codec.numkong and not codec.exact else None
         if nk is not None and isinstance(codec, Int8Codec) and codec.batch == "packed":
             top = np.abs(folded).max(axis=1)
             self.unit = np.where(top > 0, top / 127, 1).astype(np.float32)
             rounded = np.rint(folded / self.unit[:, None]).astype(np.int8)
             self.packed = nk.dots_pack(rounded, dtype="int8")
-            self.dtype: np.dtype[Any] = np.dtype(np.int32)
-            self.low: Any = np.int32(np.iinfo(np.int32).min)  # dead rows
-            self.high: Any = np.int32(np.iinfo(np.int32).max)  # zero queries
+            self.packed_dtype = "int32"
+            self.dtype = np.dtype(np.int32)
+            self.low = np.int32(np.iinfo(np.int32).min)
+            self.high = np.int32(np.iinfo(np.int32).max)
             return
         if codec.exact:
             if isinstance(codec, Float32Codec) and codec.batch_rows == "copy":
@@ -883,16 +922,13 @@ class _BatchScorer:
             self.widen = lambda block, out: nk.astype(block, "float32", out=out)
         else:
             self.widen = codec.decode
-        self.dtype = np.dtype(np.float32)
-        self.low = np.float32(-np.inf)
-        self.high = np.float32(np.inf)
         self.queries = np.ascontiguousarray(folded.T)  # (d, m): a plain NN product
 
     def score(self, codes: Codes, a: int, b: int) -> npt.NDArray[Any]:
         """``(b - a, m)`` keys of rows ``a:b`` in a per-thread buffer (valid until the next call)."""
         rows = b - a
         if self.packed is not None:
-            out = _scratch_tensor(rows, self.m)
+            out = _scratch_tensor(rows, self.m, self.packed_dtype)
             self.packed_product(codes[a:b], out[0])
             return out[1]
         keys = _scratch_block(rows, self.m)
@@ -908,7 +944,7 @@ class _BatchScorer:
         return keys
 
     def packed_product(self, block: Codes, out: Any) -> None:
-        """numkong's int8 products of ``block`` and the packed queries into ``out``."""
+        """numkong's products of ``block`` and the packed queries into ``out``."""
         _numkong().dots_packed(block, self.packed, out=out)
 
     def scores(self, query: IdArray, keys: npt.NDArray[Any]) -> ScoreArray:

@@ -1,7 +1,8 @@
 """Batch kernels (``scan_batch`` / ``search_part_batch``) against a plain reference.
 
 Every product path a batch can take is covered: float32 rows read in place or copied
-through the per-thread buffer, float16 widened by numkong or numpy, int8 scored by
+through the per-thread buffer, or (a few queries) scored by numkong's packed products,
+float16 widened by numkong or numpy, int8 scored by
 numkong's packed integer products or widened by numpy; each with one block or many
 (rows not a multiple of the block, nor of the widening step).
 Integer-valued rows make float32 and float16 scores exact, so those paths must return
@@ -40,7 +41,7 @@ def blocks(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> I
 codecs: dict[str, kernels.Codec] = dict(kernels.CODECS)
 
 
-@pytest.fixture(params=["numpy", "numkong", "numkong-widen", "direct"])
+@pytest.fixture(params=["numpy", "numkong", "numkong-widen", "direct", "few-packed"])
 def widen(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Which products a batch takes.
 
@@ -48,16 +49,19 @@ def widen(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> st
     numkong's cast and int8 by numkong's packed products (the defaults); ``numkong-widen``:
     int8 widened by numpy although numkong is there (``Int8Codec(batch="widen")``);
     ``direct``: float32 rows read in place instead of copied
-    (``Float32Codec(batch_rows="direct")``).
+    (``Float32Codec(batch_rows="direct")``); ``few-packed``: float32 batches of at most
+    ``FEW_QUERIES`` scored by numkong's packed products (the default), where the others
+    take BLAS (``Float32Codec(few="blas")``) whatever the batch's size.
     """
-    if request.param.startswith("numkong"):
+    if request.param.startswith(("numkong", "few")):
         pytest.importorskip("numkong")
-    use = request.param.startswith("numkong")
+    use = request.param.startswith(("numkong", "few"))
     batch = "widen" if request.param == "numkong-widen" else "packed"
     rows = "direct" if request.param == "direct" else "copy"
+    few = "packed" if request.param == "few-packed" else "blas"
     monkeypatch.setitem(codecs, "int8", kernels.Int8Codec(numkong=use, batch=batch))
     monkeypatch.setitem(codecs, "float16", kernels.Float16Codec(numkong=use))
-    monkeypatch.setitem(codecs, "float32", kernels.Float32Codec(batch_rows=rows))
+    monkeypatch.setitem(codecs, "float32", kernels.Float32Codec(batch_rows=rows, few=few))
     return str(request.param)
 
 
@@ -252,13 +256,14 @@ def test_numkong_paths_are_taken_when_enabled(monkeypatch: pytest.MonkeyPatch) -
     assert calls == ["int8"] * len(calls) and len(calls) >= 1
     codec = kernels.CODECS["float16"]
     offsets = np.zeros(6, np.float32)
-    numkong_cast = kernels._BatchScorer(codec, queries, offsets).widen
+    numkong_cast = kernels._BatchScorer(codec, queries, offsets, rows=3000).widen
     assert numkong_cast is not None and numkong_cast != codec.decode
     calls.clear()
     monkeypatch.setitem(codecs, "int8", kernels.Int8Codec(numkong=False))
     monkeypatch.setitem(codecs, "float16", kernels.Float16Codec(numkong=False))
     assert (
-        kernels._BatchScorer(codecs["float16"], queries, offsets).widen == codecs["float16"].decode
+        kernels._BatchScorer(codecs["float16"], queries, offsets, rows=3000).widen
+        == codecs["float16"].decode
     )
     for name, got in with_numkong.items():
         assert_matches(name, batch(name, rows, queries, 10), got)
@@ -271,16 +276,69 @@ def test_the_codec_options_choose_the_products() -> None:
     numkong installed."""
     queries = integer_rows(4, 8, seed=16)
     offsets = np.zeros(4, np.float32)
-    copied = kernels._BatchScorer(kernels.Float32Codec(batch_rows="copy"), queries, offsets)
-    assert copied.widen is kernels._copy_rows
-    direct = kernels._BatchScorer(kernels.Float32Codec(batch_rows="direct"), queries, offsets)
-    assert direct.widen is None
+    codec = kernels.Float32Codec(batch_rows="copy", few="blas")
+    copied = kernels._BatchScorer(codec, queries, offsets, rows=100)
+    assert copied.widen is kernels._copy_rows and copied.packed is None
+    codec = kernels.Float32Codec(batch_rows="direct", few="blas")
+    direct = kernels._BatchScorer(codec, queries, offsets, rows=100)
+    assert direct.widen is None and direct.packed is None
     int8 = kernels.Int8Codec(numkong=True, batch="widen")
-    scorer = kernels._BatchScorer(int8, queries, offsets)
+    scorer = kernels._BatchScorer(int8, queries, offsets, rows=100)
     assert scorer.packed is None and scorer.widen == int8.decode
     # the package's codecs take the measured defaults
     assert kernels.CODECS["float32"].batch_rows == "copy"  # type: ignore[attr-defined]
+    assert kernels.CODECS["float32"].few == "packed"  # type: ignore[attr-defined]
     assert kernels.CODECS["int8"].batch == "packed" and kernels.CODECS["int8"].numkong  # type: ignore[attr-defined]
+
+
+def test_few_queries_over_a_small_part_take_numkongs_packed_products() -> None:
+    """Up to ``FEW_QUERIES`` queries over a part of at most ``FEW_QUERIES_PART_BYTES``
+    are scored by numkong's float32 products (float64 keys, the exact products); one
+    query more, or a larger part, goes to BLAS as before."""
+    pytest.importorskip("numkong")
+    codec = kernels.CODECS["float32"]
+    few = kernels.FEW_QUERIES
+    rng = np.random.default_rng(17)
+    rows = rng.standard_normal((3000, 16)).astype(np.float32)
+    queries = rng.standard_normal((few, 16)).astype(np.float32)
+    scorer = kernels._BatchScorer(codec, queries, np.zeros(few, np.float32), rows=3000)
+    assert scorer.packed is not None and scorer.widen is None
+    keys = scorer.score(rows, 0, 3000)
+    assert keys.dtype == np.float64 and keys.shape == (3000, few)
+    np.testing.assert_allclose(keys, rows.astype(np.float64) @ queries.T.astype(np.float64))
+    more = rng.standard_normal((few + 1, 16)).astype(np.float32)
+    offsets = np.zeros(few + 1, np.float32)
+    assert kernels._BatchScorer(codec, more, offsets, rows=3000).packed is None
+    large = kernels.FEW_QUERIES_PART_BYTES // (4 * 16) + 1
+    offsets = np.zeros(few, np.float32)
+    assert kernels._BatchScorer(codec, queries, offsets, rows=large).packed is None
+    blas = kernels.Float32Codec(few="blas")
+    assert kernels._BatchScorer(blas, queries, offsets, rows=3000).packed is None
+
+
+def test_packed_and_blas_batches_answer_alike() -> None:
+    """The same unit rows and queries (a zero query, dead rows, one block or many):
+    the packed products and BLAS find the same ids, with scores equal to float32's
+    rounding."""
+    pytest.importorskip("numkong")
+    rng = np.random.default_rng(18)
+    rows = rng.standard_normal((5000, 64)).astype(np.float32)
+    rows /= np.linalg.norm(rows, axis=1, keepdims=True)
+    queries = rng.standard_normal((5, 64)).astype(np.float32)
+    queries /= np.linalg.norm(queries, axis=1, keepdims=True)
+    queries[2] = 0.0
+    dead = np.array([3, 700, 4999], dtype=np.int64)
+    params = np.empty(0, np.float32)
+    answers = []
+    for few in ("packed", "blas"):
+        codec = kernels.Float32Codec(few=few)  # type: ignore[arg-type]
+        query, found, scores = kernels.scan_batch(rows, params, dead, queries, 10, codec)
+        answers.append(kernels.order_batch(5, 10, query, found, scores))
+    (packed_ids, packed_scores), (blas_ids, blas_scores) = answers
+    np.testing.assert_array_equal(packed_ids, blas_ids)
+    assert (packed_ids[2] == -1).all()  # a zero query matches nothing
+    assert not np.isin(packed_ids, dead).any()
+    np.testing.assert_allclose(packed_scores, blas_scores, atol=1e-6)
 
 
 def test_the_int8_packed_keys_are_the_integer_products() -> None:
@@ -295,7 +353,7 @@ def test_the_int8_packed_keys_are_the_integer_products() -> None:
     queries /= np.linalg.norm(queries, axis=1, keepdims=True)
     codes, params = codec.encode(rows)
     folded, offsets = codec.fold(queries, params)
-    scorer = kernels._BatchScorer(codec, folded, offsets)
+    scorer = kernels._BatchScorer(codec, folded, offsets, rows=700)
     assert scorer.unit is not None
     keys = scorer.score(codes, 0, 700).copy()
     rounded = np.rint(folded / scorer.unit[:, None]).astype(np.int64)
