@@ -885,7 +885,6 @@ class _BatchScorer:
         self.offsets = offsets
         self.unit: ScoreArray | None = None
         self.packed: Any = None
-        self.packed_dtype = ""  # the type of the packed products' output
         self.dtype: np.dtype[Any] = np.dtype(np.float32)
         self.low: Any = np.float32(-np.inf)  # the key of dead rows
         self.high: Any = np.float32(np.inf)  # the bound of zero queries
@@ -899,7 +898,6 @@ class _BatchScorer:
             and (few := _numkong()) is not None
         ):
             self.packed = few.dots_pack(np.ascontiguousarray(folded), dtype="float32")
-            self.packed_dtype = "float64"
             self.dtype = np.dtype(np.float64)
             self.low = np.float64(-np.inf)
             self.high = np.float64(np.inf)
@@ -910,7 +908,6 @@ class _BatchScorer:
             self.unit = np.where(top > 0, top / 127, 1).astype(np.float32)
             rounded = np.rint(folded / self.unit[:, None]).astype(np.int8)
             self.packed = nk.dots_pack(rounded, dtype="int8")
-            self.packed_dtype = "int32"
             self.dtype = np.dtype(np.int32)
             self.low = np.int32(np.iinfo(np.int32).min)
             self.high = np.int32(np.iinfo(np.int32).max)
@@ -928,7 +925,7 @@ class _BatchScorer:
         """``(b - a, m)`` keys of rows ``a:b`` in a per-thread buffer (valid until the next call)."""
         rows = b - a
         if self.packed is not None:
-            out = _scratch_tensor(rows, self.m, self.packed_dtype)
+            out = _scratch_tensor(rows, self.m, self.dtype.name)  # the products' type
             self.packed_product(codes[a:b], out[0])
             return out[1]
         keys = _scratch_block(rows, self.m)
