@@ -104,8 +104,8 @@ class RateLimiter:
         if self._store is not None:
             taken = self._store.take_token(key_id, rate=rate, burst=burst, now=now)
             allowed, tokens = taken.allowed, taken.tokens
-        elif (file := self._file) is not None:
-            allowed, tokens = file.take(key_id, rate=rate, burst=burst, now=now)
+        elif self._file is not None:
+            allowed, tokens = self._file.take(key_id, rate=rate, burst=burst, now=now)
         else:
             with self._lock:
                 tokens, last, _ = self._buckets.get(key_id, (burst, now, now))
@@ -124,10 +124,10 @@ class RateLimiter:
         )
 
     def close(self) -> None:
-        """Let go of the bucket file, if any (its buckets stay for other processes)."""
+        """Let go of the bucket file, if any (its buckets stay for other processes); a
+        take afterwards raises ``ValueError``."""
         if self._file is not None:
             self._file.close()
-            self._file = None
 
     def enforce(self, key_id: str, environment: str, *, share: float = 1.0) -> Decision:
         """The decision for an allowed request, or ``RateLimited`` (429) carrying it."""
