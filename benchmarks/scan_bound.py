@@ -340,6 +340,106 @@ def fmt(value: float | None, spec: str) -> str:
     return "—" if value is None else format(value, spec)
 
 
+def summarise_batches(
+    batch_runs: dict[str, list[float]],
+    batch_recalls: dict[str, list[float]],
+    batch_engines: dict[str, ss.Engine],
+    faiss_name: str | None,
+    on_float32: list[str],
+    shape: tuple[int, int],
+    threads: int,
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The bare sgemm's row and each engine's batch row: median q/s of the runs, recall,
+    ratios to FAISS (against the goal) and, for the float32 scans, to the sgemm."""
+    n, d = shape
+
+    def median_row(name: str) -> dict[str, Any]:
+        got = batch_runs[name]
+        return {"engine": name, "qps": float(np.median(got)), "best_qps": max(got), "runs": got}
+
+    sgemm = median_row(SGEMM)
+    sgemm["seconds"] = BATCH / sgemm["qps"]
+    sgemm["gflops"] = 2 * n * d * BATCH / sgemm["seconds"] / 1e9
+    sgemm["blas_threads"] = threads
+    sgemm["shape"] = {"rows": [n, d], "queries": [d, BATCH], "out": [n, BATCH]}
+    faiss_runs = batch_runs[faiss_name] if faiss_name else None
+    batch_rows: list[dict[str, Any]] = []
+    for name, timed_engine in batch_engines.items():
+        brow = median_row(name)
+        brow["codec"] = timed_engine.codec if isinstance(timed_engine, ss.CodecEngine) else None
+        brow["recall"] = min(batch_recalls[name])
+        brow["run_recalls"] = batch_recalls[name]
+        brow["ratio_vs_faiss"] = brow["run_ratios_vs_faiss"] = None
+        brow["goal"] = brow["met"] = None
+        if faiss_runs is not None and name != faiss_name:
+            brow["ratio_vs_faiss"] = brow["qps"] / float(np.median(faiss_runs))
+            brow["run_ratios_vs_faiss"] = [
+                a / b for a, b in zip(brow["runs"], faiss_runs, strict=True)
+            ]
+            brow["goal"] = BATCH_GOAL
+            brow["met"] = brow["ratio_vs_faiss"] >= BATCH_GOAL
+        brow["sgemm_fraction"] = brow["run_sgemm_fractions"] = None
+        if name in on_float32:
+            brow["sgemm_fraction"] = brow["qps"] / sgemm["qps"]
+            brow["run_sgemm_fractions"] = [
+                a / b for a, b in zip(brow["runs"], sgemm["runs"], strict=True)
+            ]
+        batch_rows.append(brow)
+    return sgemm, batch_rows
+
+
+def print_batches(
+    batch_rows: list[dict[str, Any]],
+    sgemm: dict[str, Any],
+    faiss_name: str | None,
+    info: dict[str, Any],
+    args: argparse.Namespace,
+    shape: tuple[int, int],
+    threads: int,
+) -> None:
+    """The batch table and the bare sgemm's note."""
+    n, d = shape
+
+    def with_runs(value: float | None, per_run: list[float] | None) -> str:
+        if value is None or per_run is None:
+            return "—"
+        return f"**{value:.2f}** ({' / '.join(f'{r:.2f}' for r in per_run)})"
+
+    print(
+        f"\n## Batch of {BATCH}, N={n:,} x d={d}, top-{K}: {args.batches} batches a pass,"
+        f" fastest of {args.passes} passes per run, median of {args.runs} runs"
+        " (engines and the bare sgemm rotated per run)\n"
+    )
+    against = f"÷ {faiss_name} (runs)" if faiss_name else "÷ FAISS"
+    print(
+        f"| engine | batch-64 q/s | best run q/s | runs q/s | recall@{K} | {against}"
+        f" | goal ≥ {BATCH_GOAL} | ÷ bare sgemm (runs) |"
+    )
+    print("|---|---:|---:|---|---:|---:|---|---:|")
+    for brow in [*batch_rows, sgemm]:
+        goal = "—" if brow.get("met") is None else ("met" if brow["met"] else "NOT met")
+        print(
+            f"| {brow['engine']} | {brow['qps']:,.1f} | {brow['best_qps']:,.1f}"
+            f" | {' / '.join(f'{q:,.1f}' for q in brow['runs'])}"
+            f" | {fmt(brow.get('recall'), '.3f')}"
+            f" | {with_runs(brow.get('ratio_vs_faiss'), brow.get('run_ratios_vs_faiss'))}"
+            f" | {goal}"
+            f" | {with_runs(brow.get('sgemm_fraction'), brow.get('run_sgemm_fractions'))} |"
+        )
+    numpy_blas = next((b for b in info["blas"] if "numpy" in b), info["numpy_blas"])
+    print(
+        f"\nThe {SGEMM}: one `np.matmul` of the float32 rows ({n:,} x {d}) by the first"
+        f" batch's {BATCH} queries ({d} x {BATCH}) into a preallocated ({n:,} x {BATCH})"
+        f" float32 output (freed after each run), numpy's BLAS ({numpy_blas}) limited to"
+        f" {threads} threads (threadpoolctl `threadpool_limits(limits={threads})`, the"
+        f" scan's threads), fastest of {args.passes} products per run after a warm-up:"
+        f" {sgemm['seconds'] * 1e3:.1f} ms, {sgemm['gflops']:.1f} GFLOP/s (median of runs);"
+        " no selection, no ids. ÷ sgemm is given for the float32 scans only"
+        " (float16 and int8 read other bytes); it is a reference, not a floor: a scan cut"
+        " into blocks of single-threaded products whose output stays in cache beats it."
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
@@ -453,38 +553,9 @@ def main(argv: list[str] | None = None) -> int:
         row["runs"] = got
         rows.append(row)
 
-    def median_row(name: str) -> dict[str, Any]:
-        got = batch_runs[name]
-        return {"engine": name, "qps": float(np.median(got)), "best_qps": max(got), "runs": got}
-
-    sgemm = median_row(SGEMM)
-    sgemm["seconds"] = BATCH / sgemm["qps"]
-    sgemm["gflops"] = 2 * n * d * BATCH / sgemm["seconds"] / 1e9
-    sgemm["blas_threads"] = threads
-    sgemm["shape"] = {"rows": [n, d], "queries": [d, BATCH], "out": [n, BATCH]}
-    faiss_runs = batch_runs[faiss_name] if faiss_name else None
-    batch_rows: list[dict[str, Any]] = []
-    for name, timed_engine in batch_engines.items():
-        brow = median_row(name)
-        brow["codec"] = timed_engine.codec if isinstance(timed_engine, ss.CodecEngine) else None
-        brow["recall"] = min(batch_recalls[name])
-        brow["run_recalls"] = batch_recalls[name]
-        brow["ratio_vs_faiss"] = brow["run_ratios_vs_faiss"] = None
-        brow["goal"] = brow["met"] = None
-        if faiss_runs is not None and name != faiss_name:
-            brow["ratio_vs_faiss"] = brow["qps"] / float(np.median(faiss_runs))
-            brow["run_ratios_vs_faiss"] = [
-                a / b for a, b in zip(brow["runs"], faiss_runs, strict=True)
-            ]
-            brow["goal"] = BATCH_GOAL
-            brow["met"] = brow["ratio_vs_faiss"] >= BATCH_GOAL
-        brow["sgemm_fraction"] = brow["run_sgemm_fractions"] = None
-        if name in on_float32:
-            brow["sgemm_fraction"] = brow["qps"] / sgemm["qps"]
-            brow["run_sgemm_fractions"] = [
-                a / b for a, b in zip(brow["runs"], sgemm["runs"], strict=True)
-            ]
-        batch_rows.append(brow)
+    sgemm, batch_rows = summarise_batches(
+        batch_runs, batch_recalls, batch_engines, faiss_name, on_float32, (n, d), threads
+    )
     batch_ratios = {
         brow["codec"]: brow["ratio_vs_faiss"]
         for brow in batch_rows
@@ -532,44 +603,7 @@ def main(argv: list[str] | None = None) -> int:
             f" | ≤ {row['goal']}: {'met' if row['met'] else 'NOT met'} | {row['recall']:.3f} |"
         )
 
-    def with_runs(value: float | None, per_run: list[float] | None) -> str:
-        if value is None or per_run is None:
-            return "—"
-        return f"**{value:.2f}** ({' / '.join(f'{r:.2f}' for r in per_run)})"
-
-    print(
-        f"\n## Batch of {BATCH}, N={n:,} x d={d}, top-{K}: {args.batches} batches a pass,"
-        f" fastest of {args.passes} passes per run, median of {args.runs} runs"
-        " (engines and the bare sgemm rotated per run)\n"
-    )
-    against = f"÷ {faiss_name} (runs)" if faiss_name else "÷ FAISS"
-    print(
-        f"| engine | batch-64 q/s | best run q/s | runs q/s | recall@{K} | {against}"
-        f" | goal ≥ {BATCH_GOAL} | ÷ bare sgemm (runs) |"
-    )
-    print("|---|---:|---:|---|---:|---:|---|---:|")
-    for brow in [*batch_rows, sgemm]:
-        goal = "—" if brow.get("met") is None else ("met" if brow["met"] else "NOT met")
-        print(
-            f"| {brow['engine']} | {brow['qps']:,.1f} | {brow['best_qps']:,.1f}"
-            f" | {' / '.join(f'{q:,.1f}' for q in brow['runs'])}"
-            f" | {fmt(brow.get('recall'), '.3f')}"
-            f" | {with_runs(brow.get('ratio_vs_faiss'), brow.get('run_ratios_vs_faiss'))}"
-            f" | {goal}"
-            f" | {with_runs(brow.get('sgemm_fraction'), brow.get('run_sgemm_fractions'))} |"
-        )
-    numpy_blas = next((b for b in info["blas"] if "numpy" in b), info["numpy_blas"])
-    print(
-        f"\nThe {SGEMM}: one `np.matmul` of the float32 rows ({n:,} x {d}) by the first"
-        f" batch's {BATCH} queries ({d} x {BATCH}) into a preallocated ({n:,} x {BATCH})"
-        f" float32 output (freed after each run), numpy's BLAS ({numpy_blas}) limited to"
-        f" {threads} threads (threadpoolctl `threadpool_limits(limits={threads})`, the"
-        f" scan's threads), fastest of {args.passes} products per run after a warm-up:"
-        f" {sgemm['seconds'] * 1e3:.1f} ms, {sgemm['gflops']:.1f} GFLOP/s (median of runs);"
-        " no selection, no ids. ÷ sgemm is given for the float32 scans only"
-        " (float16 and int8 read other bytes); it is a reference, not a floor: a scan cut"
-        " into blocks of single-threaded products whose output stays in cache beats it."
-    )
+    print_batches(batch_rows, sgemm, faiss_name, info, args, (n, d), threads)
     if batch_ratio is not None:
         verdict = "met" if batch_ratio >= BATCH_GOAL else "NOT met"
         print(
