@@ -15,7 +15,7 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypeVar, overload
+from typing import Annotated, Any, ClassVar, Literal, TypeVar, overload
 
 from pydantic import (
     Field,
@@ -72,18 +72,52 @@ class PluginSettings(BaseSettings):
         populate_by_name=True,
     )
 
+    node_shares: ClassVar[Mapping[str, int]] = {}
+    """Integer fields whose default is a whole node's budget (the PostgreSQL store's
+    ``pool_size``), each with the least share one process may get: ``serve --workers N``
+    gives each of its N processes the value divided by N (at least that share), unless
+    the operator set the field, which then holds for each process
+    (``Settings.environment_for_processes``)."""
+
 
 def database_url() -> str:
     """The store named by ``AGENTCORE_DB``, else ``./agentcore.db``."""
     return os.environ.get(DATABASE_VARIABLE, DEFAULT_DATABASE)
 
 
-def export_to_children(database: str, **settings: str) -> None:
-    """Name ``database`` and set ``settings`` (``Settings`` field names) in this process's
-    environment, for the processes it starts next: they open that store with those
-    settings (``serve --workers``: uvicorn's workers import an app factory and read
-    nothing else)."""
+WORKERS_VARIABLE = "WEB_CONCURRENCY"
+"""The variable platforms (Heroku, Render, Dokku) and servers (uvicorn, gunicorn) read for
+the number of worker processes; ``agentcore serve`` reads it when ``--workers`` is not
+given (``web_concurrency``)."""
+
+
+def web_concurrency() -> int | None:
+    """The number of processes ``$WEB_CONCURRENCY`` asks for; ``None`` when it is unset or
+    empty.
+
+    :raises ValueError: it is not an integer from 1 to 64 (the message names it).
+    """
+    raw = os.environ.get(WORKERS_VARIABLE, "").strip()
+    if not raw:
+        return None
+    if not raw.isdecimal() or not 1 <= int(raw) <= 64:
+        raise ValueError(f"{WORKERS_VARIABLE} must be an integer from 1 to 64, not {raw!r}")
+    return int(raw)
+
+
+def export_to_children(
+    database: str, variables: Mapping[str, str] | None = None, **settings: str
+) -> None:
+    """Name ``database`` and set ``settings`` (``Settings`` field names) and ``variables``
+    (``AGENTCORE_*`` names, e.g. ``Settings.environment_for_processes``) in this
+    process's environment, for the processes it starts next: they open that store with
+    those settings (``serve --workers``: uvicorn's workers import an app factory and
+    read nothing else)."""
     os.environ[DATABASE_VARIABLE] = database
+    for name, value in (variables or {}).items():
+        if not name.startswith("AGENTCORE_"):
+            raise ValueError(f"{name!r} is not an agentcore setting's variable")
+        os.environ[name] = value
     for name, value in settings.items():
         if name not in Settings.model_fields:
             raise ValueError(f"no setting is named {name!r}")
@@ -267,7 +301,8 @@ class Settings(BaseSettings):
         None,
         ge=0,
         description="Worker processes that parse and embed uploads, per core (so per"
-        " `serve --workers` process); unset: half the CPUs (1 to 4) and one more, kept for"
+        " `serve --workers` process); unset: half the usable CPUs (1 to 4), divided among"
+        " `serve`'s worker processes (at least 1 each), and one more each, kept for"
         " the organizations whose jobs wait while another holds its share"
         " (`ingest_workers_per_organization`). 0: ingest on a thread of the core's own"
         " process instead.",
@@ -468,13 +503,21 @@ class Settings(BaseSettings):
     @property
     def ingest_pool_size(self) -> int:
         """How many ingestion worker processes a core runs: ``ingest_workers``, or when
-        it is unset half the machine's CPUs, at least 1 and at most 4 (ingestion is
-        CPU-bound; the other half stays with the API process, whose requests also win
-        the CPU: workers run at a lower priority), and one more: the worker one
-        organization's jobs cannot take (``ingest_organization_share``)."""
+        it is unset half the CPUs it may use (``usable_cpus``), at least 1 and at most 4
+        (ingestion is CPU-bound; the other half stays with the API process, whose
+        requests also win the CPU: workers run at a lower priority), and one more: the
+        worker one organization's jobs cannot take (``ingest_organization_share``)."""
+        return self.ingest_pool_size_of(1)
+
+    def ingest_pool_size_of(self, processes: int) -> int:
+        """The ingestion pool of each of ``processes`` processes serving together
+        (``serve --workers``): ``ingest_workers`` when set (it is per process), else the
+        default's CPU-bound half (half the usable CPUs, 1 to 4) divided among them, at
+        least 1 each, and each process's one more (its organizations' reserve)."""
         if self.ingest_workers is not None:
             return self.ingest_workers
-        return max(1, min(4, (os.cpu_count() or 2) // 2)) + 1
+        node = max(1, min(4, usable_cpus() // 2))
+        return max(1, node // max(1, processes)) + 1
 
     @property
     def ingest_organization_share(self) -> int:
@@ -499,6 +542,25 @@ class Settings(BaseSettings):
         if self.index_cache_bytes is not None:
             return self.index_cache_bytes
         return self.index_cache_budget // max(1, processes)
+
+    def environment_for_processes(self, processes: int) -> dict[str, str]:
+        """The ``AGENTCORE_*`` variables that give each of ``processes`` processes serving
+        one node together (``serve --workers``, whose workers read only the environment)
+        its share of the node's defaults: the index cache (``index_cache_budget_of``),
+        the ingestion pool (``ingest_pool_size_of``) and each plugin's ``node_shares``
+        fields the operator did not set."""
+        environment = {
+            "AGENTCORE_INDEX_CACHE_BYTES": str(self.index_cache_budget_of(processes)),
+            "AGENTCORE_INGEST_WORKERS": str(self.ingest_pool_size_of(processes)),
+        }
+        for namespace, model in self._plugins.items():
+            shares: Mapping[str, int] = getattr(type(model), "node_shares", {})
+            prefix = setting_prefix(namespace, type(model))
+            for field, least in shares.items():
+                if field not in model.model_fields_set:
+                    share = max(least, getattr(model, field) // max(1, processes))
+                    environment[f"AGENTCORE_{prefix}{field}".upper()] = str(share)
+        return environment
 
     def page_size(self, limit: int | None) -> int:
         """``limit`` checked against ``max_page_size`` (``default_page_size`` if None)."""
@@ -647,6 +709,47 @@ class Settings(BaseSettings):
         loaded = self._on_demand[key]
         assert isinstance(loaded, key)
         return loaded
+
+
+def usable_cpus(
+    cgroup_files: tuple[str, str, str] = (
+        "/sys/fs/cgroup/cpu.max",
+        "/sys/fs/cgroup/cpu/cpu.cfs_quota_us",
+        "/sys/fs/cgroup/cpu/cpu.cfs_period_us",
+    ),
+) -> int:
+    """CPUs this process may use: those it may run on (its affinity), or the CPU quota of
+    its container (cgroup v2 ``cpu.max``, or v1's quota and period), rounded up, when
+    that is lower; at least 1. ``cgroup_files`` are where the quotas are read (tests
+    name their own)."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        cpus = os.cpu_count() or 1
+    quota = _cgroup_quota(*cgroup_files)
+    if quota is not None:
+        cpus = min(cpus, quota)
+    return max(1, cpus)
+
+
+def _cgroup_quota(v2: str, v1_quota: str, v1_period: str) -> int | None:
+    """The container's CPU quota in whole CPUs (rounded up), ``None`` when unlimited or
+    unknown."""
+    try:
+        with open(v2) as f:
+            fields = f.read().split()
+    except OSError:
+        try:
+            with open(v1_quota) as f, open(v1_period) as g:
+                fields = [f.read().strip(), g.read().strip()]
+        except OSError:
+            return None
+    if len(fields) != 2 or not all(field.isdigit() for field in fields):
+        return None  # "max 100000" (v2) or "-1" (v1): no quota
+    quota, period = int(fields[0]), int(fields[1])
+    if quota <= 0 or period <= 0:
+        return None
+    return max(1, -(-quota // period))
 
 
 def machine_memory() -> int:

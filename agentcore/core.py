@@ -445,6 +445,14 @@ class AgentCore:
                 "sealed the headers of %d MCP server(s) that were stored in plaintext", headers
             )
 
+    @property
+    def store_in_process(self) -> bool:
+        """Whether this core's store lives in this process alone (SQLite ``:memory:``), so
+        that no other process can open it: ``serve`` then runs one process, and
+        ingestion runs on a thread of this one."""
+        store = self.store
+        return isinstance(store, ReopenableStore) and store.reopener() is None
+
     def _worker_spec(self) -> WorkerSpec:
         """What this core's ingestion worker processes are built from, or why there are none.
 

@@ -6,11 +6,13 @@ Each server is the real command, `agentcore --db DB serve --port P --log-level w
 on one temporary SQLite file of ~``--chunks`` chunks (``http_load.prepare``: the SQuAD
 sample's paragraphs). The sets:
 
-- ``serve``: one process (the default);
-- ``serve --workers 2``: two processes on one port; the rate-limit buckets in the file
-  beside the database (``"auto"`` resolves to ``"host"`` for ``--workers``);
-- ``serve --workers 2, store buckets``: the same with ``AGENTCORE_RATE_LIMIT_BACKEND=store``
-  (what ``--workers`` used before the host file: a store write per request).
+- ``serve``: the default, one process per usable CPU (at most 8; ``WEB_CONCURRENCY`` is
+  unset for it) on one port, the rate-limit buckets in the file beside the database
+  (``"auto"`` resolves to ``"host"`` for several processes);
+- ``serve --workers 1``: one process (the default before one per CPU);
+- ``serve --workers 2, store buckets``: two processes with
+  ``AGENTCORE_RATE_LIMIT_BACKEND=store`` (what several processes used before the host
+  file: a store write per request).
 
 Rate limits are lifted (``AGENTCORE_RATE_LIMIT_TEST=1000000``), so the buckets are
 taken but never refuse. ``wrk -t1 -c8`` (``--concurrency``) drives ``POST
@@ -44,22 +46,29 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import http_load  # noqa: E402  (the workspace, wrk and the in-process side)
 
+from agentcore.config import usable_cpus  # noqa: E402
+from agentcore_starlette.serve.command import DEFAULT_WORKERS_CAP  # noqa: E402
+
 GOAL = 1.5  # issue 43: 8 clients on the default serve, x the in-process single thread
-SETS: dict[str, tuple[int, dict[str, str]]] = {
-    "serve": (1, {}),
-    "serve --workers 2": (2, {}),
+SETS: dict[str, tuple[int | None, dict[str, str]]] = {
+    "serve (default)": (None, {}),
+    "serve --workers 1": (1, {}),
     "serve --workers 2, store buckets": (2, {"AGENTCORE_RATE_LIMIT_BACKEND": "store"}),
 }
 
 
-def start(db: str, workers: int, env: dict[str, str], secret: str) -> tuple[Any, str]:
-    """A real ``agentcore serve`` on a free port, once it answers ``secret``."""
+def start(db: str, workers: int | None, env: dict[str, str], secret: str) -> tuple[Any, str]:
+    """A real ``agentcore serve`` on a free port (``--workers`` unless ``None``: the
+    default), once it answers ``secret``."""
     agentcore = shutil.which("agentcore", path=str(Path(sys.executable).parent))
     port = http_load.free_port()
+    flags = [] if workers is None else ["--workers", str(workers)]
+    environment = {**os.environ, "AGENTCORE_RATE_LIMIT_TEST": "1000000", **env}
+    environment.pop("WEB_CONCURRENCY", None)
     process = subprocess.Popen(
         [agentcore or "agentcore", "--db", db, "serve", "--port", str(port)]
-        + ["--log-level", "warning", "--workers", str(workers)],
-        env={**os.environ, "AGENTCORE_RATE_LIMIT_TEST": "1000000", **env},
+        + ["--log-level", "warning", *flags],
+        env=environment,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -144,13 +153,14 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             for process, _ in servers.values():
                 stop(process)
-    one = statistics.median(rows["serve"]["rps"])
+    one = statistics.median(rows["serve --workers 1"]["rps"])
     print(
         f"\n{data['chunks']:,} chunks, wrk -t1 -c{args.concurrency}, POST /v1/knowledge/search,"
         f" {args.runs} rounds of {args.seconds // args.slice} x {args.slice} s slices per set; in-process: one thread,"
         f" {statistics.median(in_process):,.0f}/s (median of rounds); load average"
         f" {load_before:.1f} before, {min(loads):.1f}-{max(loads):.1f} after the rounds;"
-        f" {os.cpu_count()} CPUs\n"
+        f" {os.cpu_count()} CPUs; the default `serve` ran"
+        f" {min(usable_cpus(), DEFAULT_WORKERS_CAP)} processes here\n"
     )
     print("| server | searches/s | × in-process | × one process | rounds (× in-process) |")
     print("|---|---:|---:|---:|---|")
@@ -158,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
         rps, ratio = statistics.median(row["rps"]), statistics.median(row["ratio"])
         each = ", ".join(f"{r:.2f}" for r in row["ratio"])
         print(f"| `{name}` | {rps:,.0f} | {ratio:.2f} | {rps / one:.2f} | {each} |")
-    default = statistics.median(rows["serve"]["ratio"])
+    default = statistics.median(rows["serve (default)"]["ratio"])
     verdict = "met" if default >= GOAL else "NOT met"
     print(f"\ndefault `serve` × in-process: {default:.2f} (goal ≥ {GOAL}: {verdict})")
     if args.json:

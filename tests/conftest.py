@@ -546,9 +546,19 @@ def _no_prestarted_workers() -> None:
     os.environ.setdefault("AGENTCORE_INGEST_PRESTART", "false")
 
 
+def _one_serve_process() -> None:
+    """``agentcore serve`` runs one process in the tests (``WEB_CONCURRENCY=1``) unless a
+    test asks for more or unsets it: by default it runs one per CPU, and most tests
+    watch one server process (its memory, its logs, its connections). The tests of the
+    default (``tests/cli/test_serve_workers.py``) and of the README's quick start from
+    the wheel (``tests/packaging``) run without it."""
+    os.environ["WEB_CONCURRENCY"] = "1"
+
+
 def pytest_configure(config: pytest.Config) -> None:
     _own_cache_directory()
     _no_prestarted_workers()
+    _one_serve_process()
     if not hasattr(config, "workerinput"):  # an xdist worker inherits its controller's
         config.stash[_RUN_MARK] = mark_run()
 

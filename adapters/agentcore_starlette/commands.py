@@ -43,8 +43,10 @@ def agentcore_register_commands(
     parser.add_argument(
         "--workers",
         type=int_in("--workers", 1, 64),
-        default=1,
-        help="worker processes sharing the port and the store, 1 to 64",
+        default=None,
+        help="worker processes sharing the port and the store, 1 to 64; default:"
+        " $WEB_CONCURRENCY, else one per usable CPU (at most 8), one for an in-memory"
+        " database",
     )
 
 

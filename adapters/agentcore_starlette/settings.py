@@ -80,8 +80,8 @@ class HttpSettings(PluginSettings):
     max_connections: int = Field(
         1000,
         ge=1,
-        description="`agentcore serve`: open connections (or requests in progress) at which a"
-        " new request is answered 503 instead of being served.",
+        description="`agentcore serve`: open connections (or requests in progress) of one"
+        " server process at which a new request is answered 503 instead of being served.",
     )
     max_connections_per_client: int | None = Field(
         None,

@@ -29,8 +29,15 @@ class PostgresSettings(PluginSettings):
     """
 
     model_config = SettingsConfigDict(env_prefix="AGENTCORE_POSTGRES_")
+    node_shares = {"pool_size": 2}
 
-    pool_size: int = Field(10, ge=1, description="Connections per node.")
+    pool_size: int = Field(
+        10,
+        ge=1,
+        description="Most connections one process keeps open. Unset, `serve --workers N`"
+        " divides the default among its N processes (at least 2 each), so a node"
+        " opens about as many whatever N is.",
+    )
     timeout: float = Field(
         5.0, gt=0, description="Seconds to wait for a connection before answering 503."
     )

@@ -55,8 +55,10 @@ def test_every_option_has_help_and_shows_its_default() -> None:
             checked += 1
     assert checked >= 25  # init, keys *, ingest, search and serve's options
     serve = dict(_parsers(parser))["agentcore serve"].format_help()
-    for default in ("127.0.0.1", "8000", "info", "(default: 1)"):
+    for default in ("127.0.0.1", "8000", "info"):
         assert default in serve, serve
+    workers = " ".join(serve.split())
+    assert "default: $WEB_CONCURRENCY, else one per usable CPU (at most 8)" in workers, serve
 
 
 def test_top_k_is_bounded_by_the_settings() -> None:

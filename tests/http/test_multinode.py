@@ -267,3 +267,28 @@ def test_serve_workers_share_one_rate_limit(
         assert Path(f"{store_url}.rate-limits").exists()
     else:
         assert not take.allowed
+
+
+def _scraped(node: Node, name: str) -> list[float]:
+    """The values of metric ``name`` in a ``GET /metrics`` of ``node``."""
+    text = httpx.get(node.base + "/metrics", timeout=30).text
+    return [float(line.split()[-1]) for line in text.splitlines() if line.startswith(name + " ")]
+
+
+def test_serve_workers_share_the_nodes_connection_budget(
+    store_url: str, store_kind: str, tmp_path: Path
+) -> None:
+    # each of 3 workers gets a third of the default pool (10 // 3), at least 2; a pool
+    # size the operator set holds for each process. The gauge is summed over the workers
+    # that have set it (each at its own requests and scrapes): 1 to 3 times a share.
+    for env, share in (({}, 3), ({"AGENTCORE_POSTGRES_POOL_SIZE": "7"}, 7)):
+        node = Node(store_url, tmp_path / "w.log", workers=3, **env)
+        try:
+            values = _scraped(node, "agentcore_store_connections_max")
+        finally:
+            assert node.stop() == 0, node.log.read_text()[-3000:]
+        if store_kind == "sqlite":
+            assert values == []  # SQLite has no connection pool to report
+            return
+        [total] = values
+        assert total % share == 0 and share <= total <= 3 * share, (total, share)

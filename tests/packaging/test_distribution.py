@@ -1,8 +1,9 @@
 """The distribution a user installs: ``python -m build`` makes the sdist and the wheel of
 ``agentcore-service`` (``agentcore`` on PyPI is another project), ``twine check`` passes
 them, and the wheel installed with its ``server`` extra in a fresh virtualenv runs the
-README's quick start (``agentcore init --org demo``, ``agentcore serve``), whose server
-answers both doors: ``POST /v1/chat/message`` and the MCP endpoint ``/v1/mcp``."""
+README's quick start (``agentcore init --org demo``, ``agentcore serve``, with its
+default processes), whose server answers both doors: ``POST /v1/chat/message`` and the
+MCP endpoint ``/v1/mcp``."""
 
 from __future__ import annotations
 
@@ -100,7 +101,9 @@ def served(venv: Path, tmp_path: Path) -> Iterator[tuple[str, str]]:
     command = venv / "bin" / "agentcore"
     printed = _run(command, "init", "--org", "demo", "--json", cwd=tmp_path)
     key = next(k["secret"] for k in json.loads(printed)["keys"] if k["environment"] == "test")
-    process, url = start_serve(tmp_path / "agentcore.db", key, command=[str(command)])
+    env = cli_env()
+    env.pop("WEB_CONCURRENCY")  # serve's default: one process per usable CPU
+    process, url = start_serve(tmp_path / "agentcore.db", key, env=env, command=[str(command)])
     try:
         yield url, key
     finally:

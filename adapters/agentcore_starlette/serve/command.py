@@ -38,12 +38,15 @@ from uvicorn.supervisors import Multiprocess
 
 from agentcore import AgentCore, Settings
 from agentcore.adapters import hide_passwords
-from agentcore.cli import START_FAILED, say
+from agentcore.cli import START_FAILED, USAGE_ERROR, say
 from agentcore.config import (
+    WORKERS_VARIABLE,
     database_url,
     export_metrics_multiprocess_dir,
     export_to_children,
     metrics_multiprocess_dir,
+    usable_cpus,
+    web_concurrency,
 )
 from agentcore_starlette.app import create_app
 from agentcore_starlette.metrics import metric_files
@@ -94,28 +97,64 @@ def _reason(error: OSError) -> str:
     return text[:1].lower() + text[1:]
 
 
+DEFAULT_WORKERS_CAP = 8
+"""Most processes ``serve`` starts when neither ``--workers`` nor ``WEB_CONCURRENCY``
+says how many (one per usable CPU up to this)."""
+
+
+def worker_count(requested: int | None, *, in_process: bool) -> int:
+    """How many processes ``serve`` runs: ``requested`` (``--workers``), else
+    ``$WEB_CONCURRENCY`` (``web_concurrency``), else one per usable CPU (``usable_cpus``:
+    the affinity and the container's quota), at most ``DEFAULT_WORKERS_CAP``; one when
+    the store lives in this process (``in_process``: SQLite ``:memory:``), which another
+    process cannot open.
+
+    :raises ValueError: ``WEB_CONCURRENCY`` is not an integer from 1 to 64, or more than
+        one process was asked for on a store that lives in this process (the message
+        says which, for the command's one line).
+    """
+    source = "--workers"
+    if requested is None:
+        requested = web_concurrency()
+        source = WORKERS_VARIABLE
+    if requested is None:
+        return 1 if in_process else min(usable_cpus(), DEFAULT_WORKERS_CAP)
+    if requested > 1 and in_process:
+        raise ValueError(
+            f"{source} {requested} needs a database file or PostgreSQL: another process"
+            " cannot open an in-memory database, so each worker would have one of its own"
+        )
+    return requested
+
+
 def run(core: AgentCore, args: argparse.Namespace) -> int:
-    """Serve ``core``'s /v1 API with uvicorn until SIGTERM or SIGINT; 0 when stopped,
-    ``START_FAILED`` (3) with one line on stderr when the address cannot be bound."""
+    """Serve ``core``'s /v1 API with uvicorn until SIGTERM or SIGINT, in ``worker_count``
+    processes; 0 when stopped, ``USAGE_ERROR`` (2) with one line on stderr for a worker
+    count that cannot be, ``START_FAILED`` (3) when the address cannot be bound."""
+    try:
+        workers = worker_count(args.workers, in_process=core.store_in_process)
+    except ValueError as error:
+        say(str(error))
+        return USAGE_ERROR
+    args.workers = workers
     options = server_options(core.settings, args.log_level)
     try:
         sock = listening_socket(args.host, args.port)
     except OSError as error:
         say(f"cannot listen on {args.host}:{args.port}: {_reason(error)}")
         return START_FAILED
-    if args.workers > 1:
+    if workers > 1:
         # N processes behind one port must share one limit per key, as one process would
         # (a backend the operator set stays theirs)
         auto = core.settings.rate_limit_backend == "auto"
         backend = core.rate_limiter.backend_for_processes() if auto else None
         metrics = serves_metrics(core.settings)
-        # each process keeps its own indexes: the default budget is the node's, shared
-        budget = core.settings.index_cache_budget_of(args.workers)
+        # each process keeps its own indexes, ingestion pool and connections: the
+        # default budgets are the node's, shared
+        shares = core.settings.environment_for_processes(workers)
         core.close()  # the store is migrated; each worker process opens its own core
         with sock:  # uvicorn's supervisor hands the bound socket to its workers
-            return _serve_workers(
-                args, sock, backend, options, metrics=metrics, index_cache_bytes=budget
-            )
+            return _serve_workers(args, sock, backend, options, metrics=metrics, shares=shares)
     metrics = serves_metrics(core.settings)
     given = metrics_multiprocess_dir()
     if metrics and given is not None:  # the last run's files would be counted as this one's
@@ -152,7 +191,7 @@ def _serve_workers(
     options: Any,
     *,
     metrics: bool,
-    index_cache_bytes: int,
+    shares: dict[str, str],
 ) -> int:
     """Serve with ``args.workers`` processes on ``sock`` (the store is already migrated);
     0 when stopped, ``START_FAILED`` (3) when a worker failed to start.
@@ -164,10 +203,11 @@ def _serve_workers(
     opened) exits with uvicorn's start-up failure status, and the supervisor then stops
     the others; ``uvicorn.run`` returns normally then, so the status is read here from
     the supervisor's processes. With metrics on, the workers share a multiprocess
-    directory (``metrics_directory``).
+    directory (``metrics_directory``). ``shares`` are the variables that give each
+    worker its share of the node's budgets (``Settings.environment_for_processes``).
     """
     shared = {"rate_limit_backend": rate_limit_backend} if rate_limit_backend else {}
-    export_to_children(args.db, index_cache_bytes=str(index_cache_bytes), **shared)
+    export_to_children(args.db, shares, **shared)  # shares: of the node's budgets
     config = uvicorn.Config(
         "agentcore_starlette.serve:app_from_environment",
         factory=True,
