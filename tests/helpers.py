@@ -146,12 +146,18 @@ def cli_env(db: Path | None = None) -> dict[str, str]:
 
 
 def run_cli(
-    *args: str, db: Path | None = None, env_db: Path | None = None, timeout: float = 60
+    *args: str,
+    db: Path | str | None = None,
+    env_db: Path | None = None,
+    env: dict[str, str] | None = None,
+    timeout: float = 60,
 ) -> subprocess.CompletedProcess[str]:
-    """Run ``agentcore [--db db] args...`` in a fresh process."""
+    """Run ``agentcore [--db db] args...`` in a fresh process, in ``env`` (default:
+    ``cli_env(env_db)``)."""
     argv = [*CLI, *(["--db", str(db)] if db is not None else []), *args]
+    environment = cli_env(env_db) if env is None else env
     return subprocess.run(
-        argv, capture_output=True, text=True, env=cli_env(env_db), timeout=timeout, check=False
+        argv, capture_output=True, text=True, env=environment, timeout=timeout, check=False
     )
 
 

@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 from pathlib import Path
 
 import httpx
 import pytest
 from conftest import free_port
-from helpers import CLI, cli_env, start_serve
+from helpers import cli_env, run_cli, start_serve
 from processes import reap
 
 from agentcore import Settings
@@ -192,14 +191,7 @@ def test_a_worker_count_that_cannot_be_exits_2_in_one_line(
     if variable is not None:
         env["WEB_CONCURRENCY"] = variable
     where = db if db == ":memory:" else str(tmp_path / db)
-    result = subprocess.run(
-        [*CLI, "--db", where, "serve", "--port", str(free_port()), *extra],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-        check=False,
-    )
+    result = run_cli("serve", "--port", str(free_port()), *extra, db=where, env=env)
     assert result.returncode == 2, result
     assert result.stdout == ""
     assert result.stderr == f"agentcore: {line}\n"
