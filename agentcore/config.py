@@ -13,7 +13,7 @@ import binascii
 import ipaddress
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, TypeVar, overload
 
@@ -77,7 +77,7 @@ class PluginSettings(BaseSettings):
     ``pool_size``), each with the least share one process may get: ``serve --workers N``
     gives each of its N processes the value divided by N (at least that share), unless
     the operator set the field, which then holds for each process
-    (``Settings.environment_for_processes``)."""
+    (``Settings.settings_for_processes``)."""
 
 
 def database_url() -> str:
@@ -105,21 +105,20 @@ def web_concurrency() -> int | None:
     return int(raw)
 
 
-def export_to_children(
-    database: str, variables: Mapping[str, str] | None = None, **settings: str
-) -> None:
-    """Name ``database`` and set ``settings`` (``Settings`` field names) and ``variables``
-    (``AGENTCORE_*`` names, e.g. ``Settings.environment_for_processes``) in this
-    process's environment, for the processes it starts next: they open that store with
-    those settings (``serve --workers``: uvicorn's workers import an app factory and
-    read nothing else)."""
+def export_to_children(database: str, *, known: Collection[str] = (), **settings: str) -> None:
+    """Name ``database`` and set ``settings`` in this process's environment, for the
+    processes it starts next: they open that store with those settings (``serve
+    --workers``: uvicorn's workers import an app factory and read nothing else).
+
+    A setting is named as ``Settings.load`` takes it: a ``Settings`` field, or one of
+    ``known`` (``Settings.keywords``: a plugin's, such as ``postgres_pool_size``); its
+    variable is ``AGENTCORE_`` and the name in capitals.
+
+    :raises ValueError: a name is no setting's.
+    """
     os.environ[DATABASE_VARIABLE] = database
-    for name, value in (variables or {}).items():
-        if not name.startswith("AGENTCORE_"):
-            raise ValueError(f"{name!r} is not an agentcore setting's variable")
-        os.environ[name] = value
     for name, value in settings.items():
-        if name not in Settings.model_fields:
+        if name not in Settings.model_fields and name not in known:
             raise ValueError(f"no setting is named {name!r}")
         os.environ[f"AGENTCORE_{name.upper()}"] = value
 
@@ -543,24 +542,32 @@ class Settings(BaseSettings):
             return self.index_cache_bytes
         return self.index_cache_budget // max(1, processes)
 
-    def environment_for_processes(self, processes: int) -> dict[str, str]:
-        """The ``AGENTCORE_*`` variables that give each of ``processes`` processes serving
-        one node together (``serve --workers``, whose workers read only the environment)
-        its share of the node's defaults: the index cache (``index_cache_budget_of``),
-        the ingestion pool (``ingest_pool_size_of``) and each plugin's ``node_shares``
-        fields the operator did not set."""
-        environment = {
-            "AGENTCORE_INDEX_CACHE_BYTES": str(self.index_cache_budget_of(processes)),
-            "AGENTCORE_INGEST_WORKERS": str(self.ingest_pool_size_of(processes)),
+    def keywords(self) -> frozenset[str]:
+        """The setting names these settings take (``Settings.load``'s keywords): the
+        core's fields and those of each plugin's settings they carry
+        (``postgres_pool_size``)."""
+        models = {namespace: type(model) for namespace, model in self._plugins.items()}
+        return frozenset(Settings.model_fields) | frozenset(_plugin_routes(Settings, models))
+
+    def settings_for_processes(self, processes: int) -> dict[str, str]:
+        """The settings (``keywords``, as text) that give each of ``processes`` processes
+        serving one node together (``serve --workers``, whose workers read only the
+        environment: ``export_to_children``) its share of the node's defaults: the
+        index cache (``index_cache_budget_of``), the ingestion pool
+        (``ingest_pool_size_of``) and each plugin's ``node_shares`` fields the operator
+        did not set."""
+        shares = {
+            "index_cache_bytes": str(self.index_cache_budget_of(processes)),
+            "ingest_workers": str(self.ingest_pool_size_of(processes)),
         }
         for namespace, model in self._plugins.items():
-            shares: Mapping[str, int] = getattr(type(model), "node_shares", {})
+            fields: Mapping[str, int] = getattr(type(model), "node_shares", {})
             prefix = setting_prefix(namespace, type(model))
-            for field, least in shares.items():
+            for field, least in fields.items():
                 if field not in model.model_fields_set:
                     share = max(least, getattr(model, field) // max(1, processes))
-                    environment[f"AGENTCORE_{prefix}{field}".upper()] = str(share)
-        return environment
+                    shares[prefix + field] = str(share)
+        return shares
 
     def page_size(self, limit: int | None) -> int:
         """``limit`` checked against ``max_page_size`` (``default_page_size`` if None)."""

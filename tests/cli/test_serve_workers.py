@@ -16,7 +16,7 @@ from helpers import cli_env, run_cli, start_serve
 from processes import reap
 
 from agentcore import Settings
-from agentcore.config import usable_cpus
+from agentcore.config import export_to_children, usable_cpus
 from agentcore_starlette.serve.command import DEFAULT_WORKERS_CAP, worker_count
 
 
@@ -197,7 +197,7 @@ def test_a_worker_count_that_cannot_be_exits_2_in_one_line(
     assert result.stderr == f"agentcore: {line}\n"
 
 
-def test_the_workers_environment_divides_what_the_operator_left_unset(
+def test_the_workers_settings_divide_what_the_operator_left_unset(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from agentcore.plugins.postgres_store import PostgresSettings
@@ -207,19 +207,34 @@ def test_the_workers_environment_divides_what_the_operator_left_unset(
     unset = Settings().with_plugins(postgres=PostgresSettings())
     node = unset.index_cache_budget
     for processes, pool in ((1, 10), (2, 5), (3, 3), (8, 2), (64, 2)):
-        assert unset.environment_for_processes(processes) == {
-            "AGENTCORE_INDEX_CACHE_BYTES": str(node // processes),
-            "AGENTCORE_INGEST_WORKERS": str(unset.ingest_pool_size_of(processes)),
-            "AGENTCORE_POSTGRES_POOL_SIZE": str(pool),
+        assert unset.settings_for_processes(processes) == {
+            "index_cache_bytes": str(node // processes),
+            "ingest_workers": str(unset.ingest_pool_size_of(processes)),
+            "postgres_pool_size": str(pool),
         }
     # what the operator set holds for each process: in code, or in the environment
     given = Settings(index_cache_bytes=1000, ingest_workers=3).with_plugins(
         postgres=PostgresSettings(pool_size=7)
     )
-    assert given.environment_for_processes(4) == {
-        "AGENTCORE_INDEX_CACHE_BYTES": "1000",
-        "AGENTCORE_INGEST_WORKERS": "3",
-    }
+    assert given.settings_for_processes(4) == {"index_cache_bytes": "1000", "ingest_workers": "3"}
     monkeypatch.setenv("AGENTCORE_POSTGRES_POOL_SIZE", "9")
     from_environment = Settings().with_plugins(postgres=PostgresSettings())
-    assert "AGENTCORE_POSTGRES_POOL_SIZE" not in from_environment.environment_for_processes(2)
+    assert "postgres_pool_size" not in from_environment.settings_for_processes(2)
+
+
+def test_a_plugin_setting_is_exported_only_when_the_settings_declare_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from agentcore.plugins.postgres_store import PostgresSettings
+
+    for name in ("AGENTCORE_DB", "AGENTCORE_POSTGRES_POOL_SIZE", "AGENTCORE_MAX_TOP_K"):
+        monkeypatch.setenv(name, "1")  # recorded, so that it is as it was after the test
+        monkeypatch.delenv(name)
+    settings = Settings().with_plugins(postgres=PostgresSettings())
+    assert {"max_top_k", "postgres_pool_size"} <= settings.keywords()
+    assert "pool_size" not in settings.keywords()
+    with pytest.raises(ValueError, match="postgres_pool_size"):
+        export_to_children("a.db", postgres_pool_size="4")  # no settings declared it
+    export_to_children("a.db", known=settings.keywords(), postgres_pool_size="4", max_top_k="9")
+    assert PostgresSettings().pool_size == 4
+    assert Settings().max_top_k == 9

@@ -143,19 +143,22 @@ def run(core: AgentCore, args: argparse.Namespace) -> int:
     except OSError as error:
         say(f"cannot listen on {args.host}:{args.port}: {_reason(error)}")
         return START_FAILED
+    metrics = serves_metrics(core.settings)
     if workers > 1:
         # N processes behind one port must share one limit per key, as one process would
         # (a backend the operator set stays theirs)
         auto = core.settings.rate_limit_backend == "auto"
         backend = core.rate_limiter.backend_for_processes() if auto else None
-        metrics = serves_metrics(core.settings)
         # each process keeps its own indexes, ingestion pool and connections: the
         # default budgets are the node's, shared
-        shares = core.settings.environment_for_processes(workers)
+        shares = core.settings.settings_for_processes(workers)
+        if backend is not None:
+            shares["rate_limit_backend"] = backend
+        known = core.settings.keywords()
         core.close()  # the store is migrated; each worker process opens its own core
         with sock:  # uvicorn's supervisor hands the bound socket to its workers
-            return _serve_workers(args, sock, backend, options, metrics=metrics, shares=shares)
-    metrics = serves_metrics(core.settings)
+            export_to_children(args.db, known=known, **shares)
+            return _serve_workers(args, sock, options, metrics=metrics)
     given = metrics_multiprocess_dir()
     if metrics and given is not None:  # the last run's files would be counted as this one's
         _remove_metric_files(given, keep=os.getpid())
@@ -185,16 +188,11 @@ def _banner(args: argparse.Namespace, workers: str = "") -> str:
 
 
 def _serve_workers(
-    args: argparse.Namespace,
-    sock: socket.socket,
-    rate_limit_backend: str | None,
-    options: Any,
-    *,
-    metrics: bool,
-    shares: dict[str, str],
+    args: argparse.Namespace, sock: socket.socket, options: Any, *, metrics: bool
 ) -> int:
-    """Serve with ``args.workers`` processes on ``sock`` (the store is already migrated);
-    0 when stopped, ``START_FAILED`` (3) when a worker failed to start.
+    """Serve with ``args.workers`` processes on ``sock`` (the store is already migrated,
+    and the workers' settings exported: ``export_to_children``); 0 when stopped,
+    ``START_FAILED`` (3) when a worker failed to start.
 
     Each worker opens its own core on the same store from the environment; uvicorn's
     supervisor restarts a worker that dies and, on SIGTERM or SIGINT, stops every
@@ -203,11 +201,8 @@ def _serve_workers(
     opened) exits with uvicorn's start-up failure status, and the supervisor then stops
     the others; ``uvicorn.run`` returns normally then, so the status is read here from
     the supervisor's processes. With metrics on, the workers share a multiprocess
-    directory (``metrics_directory``). ``shares`` are the variables that give each
-    worker its share of the node's budgets (``Settings.environment_for_processes``).
+    directory (``metrics_directory``).
     """
-    shared = {"rate_limit_backend": rate_limit_backend} if rate_limit_backend else {}
-    export_to_children(args.db, shares, **shared)  # shares: of the node's budgets
     config = uvicorn.Config(
         "agentcore_starlette.serve:app_from_environment",
         factory=True,
